@@ -1,0 +1,13 @@
+"""The build side: spec loading, capture, the build pipeline, validation, the CLI.
+
+Python API (the CLI calls the same functions)::
+
+    import exporter
+    artifact = exporter.build("zoo:mlp", target="cpu", out="mlp.artifact")
+    record = exporter.validate("mlp.artifact", "zoo:mlp")
+"""
+
+from exporter.api import Artifact, build, validate
+from exporter.settings import BuildSettings
+
+__all__ = ["Artifact", "BuildSettings", "build", "validate"]

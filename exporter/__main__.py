@@ -1,0 +1,5 @@
+"""``python -m exporter`` is the ``exporter`` console script."""
+
+from exporter.cli import main
+
+main()

@@ -1,0 +1,62 @@
+"""The Python API; the CLI calls these same functions.
+
+    import exporter, runtime
+    artifact = exporter.build(model, (x,), target="cpu", out="model.artifact")
+    program = runtime.load(artifact.path)
+"""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from exporter.capture import flatten_inputs
+from exporter.errors import UserInputError
+from exporter.pipeline import BuildResult, build as _build
+from exporter.settings import BuildSettings
+from exporter.spec import ModelSpec, load_spec
+from exporter.validate import EagerRunner, validate as _validate
+from exporter.validate_inputs import make_cases
+from runtime import read_manifest
+
+Artifact = BuildResult
+
+
+def build(model: str | torch.nn.Module, example_args: tuple | None = None, *,
+          example_kwargs: dict | None = None, dynamic_shapes: Any = None,
+          **settings: Any) -> Artifact:
+    """Build an artifact from a spec string or a module + example args.
+
+    ``settings`` are the fields of ``BuildSettings`` (target, out, dynamic, inputs, ...)."""
+    if isinstance(model, torch.nn.Module):
+        if example_args is None:
+            raise UserInputError("build(module) needs example_args",
+                                 hint="exporter.build(model, (x,), target='cpu')")
+        spec: str | ModelSpec = ModelSpec(
+            source=f"python:{type(model).__qualname__}", module=model.eval(),
+            args=tuple(example_args), kwargs=dict(example_kwargs or {}),
+            dynamic_shapes=dynamic_shapes, origin_file=inspect.getsourcefile(type(model)))
+    else:
+        spec = model
+    return _build(spec, BuildSettings(**settings))
+
+
+def validate(artifact: str | Path, model: str | ModelSpec, *, inputs_file: Path | None = None,
+             dtype: str = "fp32", seed: int = 0) -> dict:
+    """Re-check an existing artifact against eager PyTorch; returns the validation record."""
+    manifest = read_manifest(artifact)
+    spec = model if isinstance(model, ModelSpec) else load_spec(model)
+    device = manifest.partitions[0].device if manifest.partitions else "cpu"
+    module = spec.module.to(device)
+    inputs = flatten_inputs(spec.args, spec.kwargs)
+    if len(inputs.tensors) != len(manifest.signature.inputs):
+        raise UserInputError(
+            f"the model spec gives {len(inputs.tensors)} input tensors but the artifact takes "
+            f"{len(manifest.signature.inputs)}", where=str(artifact),
+            hint="pass the spec the artifact was built from (`exporter inspect` shows it)")
+    cases, warnings = make_cases(manifest.signature, inputs.tensors, inputs_file, seed)
+    return _validate(Path(artifact), EagerRunner(module, inputs.rebuild), manifest.signature,
+                     cases, dtype=dtype, warnings=warnings)

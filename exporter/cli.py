@@ -1,0 +1,206 @@
+"""``exporter``: the command line. It only builds settings and calls the Python API.
+
+Exit codes: 0 ok, 1 validation failed, 2 bad usage or input, 3 build failed.
+A ToolchainError prints one paragraph; ``--debug`` adds the traceback.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import sys
+import time
+from pathlib import Path
+from typing import Callable, Iterator, Optional
+
+import typer
+from rich.console import Console
+
+from runtime.errors import ToolchainError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="Export PyTorch models to validated, self-contained device artifacts.")
+err_console = Console(stderr=True)
+out_console = Console()
+_state = {"debug": False}
+
+
+@app.callback()
+def _main(debug: bool = typer.Option(False, "--debug", help="show tracebacks on errors"),
+          verbose: bool = typer.Option(False, "--verbose", "-v", help="log more")) -> None:
+    _state["debug"] = debug
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+
+
+def _guarded(action: Callable[[], int | None]) -> None:
+    """Run a command body; turn ToolchainErrors into a paragraph and an exit code."""
+    try:
+        code = action() or 0
+    except ToolchainError as exc:
+        if _state["debug"]:
+            err_console.print_exception()
+        # markup off: messages quote user code, which may contain [brackets]
+        err_console.print("error: " + str(exc), highlight=False, markup=False, soft_wrap=True)
+        raise typer.Exit(exc.exit_code) from None
+    raise typer.Exit(code)
+
+
+def _print_json(data: dict) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+
+
+def _stage_printer(enabled: bool):
+    @contextlib.contextmanager
+    def stage(name: str) -> Iterator[None]:
+        if not enabled:
+            yield
+            return
+        start = time.perf_counter()
+        with err_console.status(f"{name}..."):
+            yield
+        err_console.print(f"[green]✓[/green] {name} [dim]{time.perf_counter() - start:.1f}s[/dim]")
+    return stage
+
+
+@app.command()
+def build(
+    spec: str = typer.Argument(..., help="FILE.py:NAME, package.module:NAME or zoo:NAME"),
+    target: str = typer.Option("cpu", "--target", "-t", help="see `exporter targets`"),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="artifact path"),
+    dynamic: list[str] = typer.Option([], "--dynamic", help="INPUT:DIM=MIN..MAX, repeatable"),
+    inputs: Optional[Path] = typer.Option(None, "--inputs", help=".npz of inputs to validate on"),
+    no_validate: bool = typer.Option(False, "--no-validate", help="skip validation (not advised)"),
+    keep_failed: bool = typer.Option(False, "--keep-failed",
+                                     help="keep an artifact that fails validation, renamed"),
+    cpu_isa: str = typer.Option("auto", "--cpu-isa", help="auto|avx512|avx2|generic"),
+    as_json: bool = typer.Option(False, "--json", help="print the result as JSON only"),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="print only errors and the path"),
+) -> None:
+    """Capture, lower, package and validate a model into one artifact file."""
+    def action() -> int:
+        from exporter.pipeline import build as run_build
+        from exporter.report import print_build
+        from exporter.settings import BuildSettings
+
+        settings = BuildSettings(target=target, out=out, dynamic=dynamic, inputs=inputs,
+                                 validate_artifact=not no_validate, keep_failed=keep_failed,
+                                 cpu_isa=cpu_isa)
+        try:
+            result = run_build(spec, settings,
+                                     stage=_stage_printer(not as_json and not quiet))
+        except ToolchainError as exc:
+            record = getattr(exc, "record", None)
+            if as_json and record is not None:
+                _print_json({"artifact": None, "target": target, "validation": record,
+                             "error": str(exc)})
+            raise
+        if as_json:
+            _print_json(result.to_json())
+        elif quiet:
+            print(result.artifact)
+        else:
+            print_build(out_console, result)
+        return 0
+    _guarded(action)
+
+
+@app.command()
+def run(
+    artifact: Path = typer.Argument(..., help="artifact file"),
+    inputs: Path = typer.Option(..., "--inputs", help=".npz whose keys are the input names"),
+    out: Optional[Path] = typer.Option(None, "--out", help="write outputs to this .npz"),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Run an artifact on inputs from an .npz file."""
+    def action() -> int:
+        from runtime.__main__ import run_npz
+
+        outputs = run_npz(artifact, inputs, out)
+        summary = {name: {"dtype": str(t.dtype).removeprefix("torch."), "shape": list(t.shape)}
+                   for name, t in outputs.items()}
+        if as_json:
+            _print_json({"outputs": summary, "out": str(out) if out else None})
+        else:
+            for name, info in summary.items():
+                out_console.print(f"{name}: {info['dtype']}{info['shape']}")
+            if out:
+                out_console.print(f"wrote {out}")
+        return 0
+    _guarded(action)
+
+
+@app.command()
+def validate(
+    artifact: Path = typer.Argument(..., help="artifact file"),
+    model: str = typer.Option(..., "--model", help="the spec the artifact was built from"),
+    inputs: Optional[Path] = typer.Option(None, "--inputs", help=".npz of inputs"),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Check an existing artifact against eager PyTorch (exit 1 on mismatch)."""
+    def action() -> int:
+        from exporter.api import validate as validate_api
+        from exporter.report import validation_lines
+
+        record = validate_api(artifact, model, inputs_file=inputs)
+        if as_json:
+            _print_json(record)
+        else:
+            for line in validation_lines(record):
+                out_console.print(line)
+            for warning in record.get("warnings", []):
+                err_console.print(f"[yellow]warning:[/yellow] {warning}")
+        return 0 if record["passed"] else 1
+    _guarded(action)
+
+
+@app.command()
+def inspect(artifact: Path = typer.Argument(..., help="artifact file"),
+            as_json: bool = typer.Option(False, "--json", help="print the whole manifest")) -> None:
+    """Verify an artifact and summarise its manifest."""
+    def action() -> int:
+        import runtime
+        from runtime.archive import ArtifactReader
+
+        with ArtifactReader.open(artifact) as reader:
+            raw = reader.manifest
+        if as_json:
+            _print_json(raw)
+            return 0
+        from exporter.report import print_manifest
+        print_manifest(out_console, runtime.Manifest.from_dict(raw), str(artifact))
+        return 0
+    _guarded(action)
+
+
+@app.command()
+def targets(as_json: bool = typer.Option(False, "--json")) -> None:
+    """List targets and whether each can build and run on this machine."""
+    def action() -> int:
+        from targets import TARGETS
+
+        rows = []
+        for target in TARGETS.values():
+            availability = target.availability()
+            rows.append({"name": target.name, "device": target.device,
+                         "backend": target.backend, "available": availability.ok,
+                         "reason": availability.reason, "description": target.description})
+        if as_json:
+            _print_json({"targets": rows})
+            return 0
+        from rich.table import Table
+        table = Table(show_edge=False)
+        for column in ("target", "device", "backend", "here", "why"):
+            table.add_column(column)
+        for row in rows:
+            table.add_row(row["name"], row["device"], row["backend"],
+                          "[green]yes[/green]" if row["available"] else "[red]no[/red]",
+                          row["reason"])
+        out_console.print(table)
+        return 0
+    _guarded(action)
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,80 @@
+"""Readable summaries (rich) of a build result and of an artifact's manifest."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from runtime.manifest import Manifest
+
+
+def _signature_table(manifest: Manifest) -> Table:
+    table = Table(title="signature", show_edge=False)
+    table.add_column("kind")
+    table.add_column("name")
+    table.add_column("dtype")
+    table.add_column("shape")
+    for kind, specs in (("input", manifest.signature.inputs),
+                        ("output", manifest.signature.outputs)):
+        for spec in specs:
+            table.add_row(kind, spec.name, spec.dtype,
+                          "[" + ", ".join(d.describe() for d in spec.shape) + "]")
+    return table
+
+
+def validation_lines(record: dict | None) -> list[str]:
+    if not record or record.get("skipped"):
+        return ["validation: skipped"]
+    verdict = "PASSED" if record["passed"] else "FAILED"
+    cases = ", ".join(c["name"] for c in record.get("cases", []))
+    worst = max((r.get("ratio_to_allowed", 0.0) for r in record.get("outputs", [])), default=0.0)
+    lines = [f"validation: {verdict} against eager (reference {record.get('reference_dtype')}) "
+             f"on {len(record.get('cases', []))} input set(s): {cases}",
+             f"  worst float error used {worst:.1%} of its allowance; policy: {record['policy']}"]
+    if record.get("reference_note"):
+        lines.append(f"  note: {record['reference_note']}")
+    return lines
+
+
+def print_build(console: Console, result) -> None:
+    manifest: Manifest = result.manifest
+    size = Path(result.artifact).stat().st_size
+    console.print(f"[bold]built[/bold] {result.artifact} ({size / 1e6:.2f} MB) "
+                  f"for target [bold]{manifest.target}[/bold]")
+    console.print(_signature_table(manifest))
+    for line in validation_lines(manifest.validation):
+        console.print(line)
+    for warning in result.warnings:
+        console.print(f"[yellow]warning:[/yellow] {warning}")
+
+
+def print_manifest(console: Console, manifest: Manifest, path: str) -> None:
+    console.print(f"[bold]{path}[/bold]: target {manifest.target}, built by "
+                  f"{manifest.created_by.get('toolchain')} with torch "
+                  f"{manifest.created_by.get('torch')} from {manifest.source.get('spec')}")
+    req = manifest.requirements
+    console.print(f"requires: {req.arch}, torch {req.torch}"
+                  + (f", CPU ISA {req.cpu_isa} ({len(req.cpu_flags)} flags)" if req.cpu_isa else "")
+                  + (f", CUDA capability >= {req.cuda_capability}" if req.cuda_capability else ""))
+    console.print(_signature_table(manifest))
+    parts = Table(title="partitions", show_edge=False)
+    for column in ("name", "backend", "device", "inputs", "outputs", "files"):
+        parts.add_column(column)
+    for p in manifest.partitions:
+        parts.add_row(p.name, p.backend, p.device, ", ".join(p.inputs), ", ".join(p.outputs),
+                      ", ".join(p.files))
+    console.print(parts)
+    placement = Counter((row["backend"], row["device"], row["reason"]) for row in manifest.coverage)
+    cover = Table(title=f"op placement ({len(manifest.coverage)} ops)", show_edge=False)
+    for column in ("backend", "device", "ops", "reason"):
+        cover.add_column(column)
+    for (backend, device, reason), count in placement.most_common():
+        cover.add_row(backend, device, str(count), reason)
+    console.print(cover)
+    for record in manifest.passes:
+        console.print(f"pass {record['name']}: modified={record['modified']} {record['info']}")
+    for line in validation_lines(manifest.validation):
+        console.print(line)

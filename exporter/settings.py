@@ -1,0 +1,35 @@
+"""One typed settings object for a build, with every default in one place.
+
+The CLI only fills this in and calls ``exporter.build``; tests and the Python
+API call the same function (modelled on Torch-TensorRT's ``_settings.py``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+ARTIFACT_SUFFIX = ".artifact"
+
+
+class BuildSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    target: str = "cpu"
+    out: Path | None = Field(None, description="artifact path; default <model>-<target>.artifact")
+    dynamic: list[str] = Field(default_factory=list, description="INPUT:DIM=MIN..MAX entries")
+    inputs: Path | None = Field(None, description=".npz of representative inputs to validate on")
+    validate_artifact: bool = True
+    keep_failed: bool = False
+    cpu_isa: str = "auto"
+    dtype: Literal["fp32", "fp16", "bf16"] = "fp32"
+    autotune: bool = False
+    seed: int = 0
+    validation_timeout_s: float = 900.0
+
+    def output_path(self, model_name: str) -> Path:
+        if self.out is not None:
+            return self.out
+        return Path(f"{model_name}-{self.target}{ARTIFACT_SUFFIX}")

@@ -1,0 +1,188 @@
+"""Validation: the packaged artifact, loaded by the real runtime in another process,
+against eager PyTorch (DESIGN.md, "Validation is part of the build").
+
+Policy for float outputs: the reference is eager at float64 where the model
+allows it; the artifact's max abs error to it must be within
+``factor x`` eager float32's own error plus a floor of ``floor x max|ref|``
+(an exact eager error of 0 must not demand bit-exactness). Integer and bool
+outputs match eager exactly; NaN and Inf positions match.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import torch
+from torch.utils._pytree import tree_leaves
+
+from exporter.errors import BuildError
+from exporter.validate_inputs import Case
+from runtime.manifest import Signature
+from runtime.tensorio import load_tensors, save_tensors
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    factor: float = 10.0  # AOTInductor reorders reductions and picks other GEMM kernels
+    floor: float = 1e-6
+
+    def describe(self) -> str:
+        return (f"float outputs: max|artifact - ref| <= {self.factor:g} x max|eager - ref| + "
+                f"{self.floor:g} x max(1, max|ref|); integer/bool exact; NaN/Inf positions equal")
+
+
+TOLERANCES = {"fp32": Tolerance(10.0, 1e-6), "fp16": Tolerance(10.0, 1e-3),
+              "bf16": Tolerance(10.0, 8e-3)}
+
+
+def run_artifact_in_subprocess(artifact: Path, cases: list[Case], *, timeout: float = 900
+                               ) -> dict[str, dict[str, torch.Tensor]]:
+    """Run every case through ``python -m runtime run-cases``; a crash there is a BuildError."""
+    with tempfile.TemporaryDirectory(prefix="exporter-validate-") as tmp:
+        cases_path, out_path = Path(tmp) / "cases.safetensors", Path(tmp) / "out.safetensors"
+        save_tensors(cases_path, {f"{c.name}/{k}": v for c in cases for k, v in c.inputs.items()})
+        cmd = [sys.executable, "-m", "runtime", "run-cases", str(artifact),
+               "--cases", str(cases_path), "--out", str(out_path)]
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                                  env=_child_env())
+        except subprocess.TimeoutExpired as exc:
+            raise BuildError(f"the artifact did not finish running the validation inputs in "
+                             f"{timeout:.0f} s", where=str(artifact)) from exc
+        if proc.returncode != 0:
+            raise _crash_error(proc, artifact)
+        flat = load_tensors(out_path)
+    results: dict[str, dict[str, torch.Tensor]] = {}
+    for key, tensor in flat.items():
+        case, _, name = key.partition("/")
+        results.setdefault(case, {})[name] = tensor
+    return results
+
+
+def _child_env() -> dict:
+    # The child imports `runtime` from this same tree, installed or not.
+    root = str(Path(__file__).resolve().parent.parent)
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    return env
+
+
+def _crash_error(proc: subprocess.CompletedProcess, artifact: Path) -> BuildError:
+    tail = (proc.stderr or proc.stdout or "").strip().splitlines()[-6:]
+    if proc.returncode < 0:
+        how = f"was killed by {signal.Signals(-proc.returncode).name}"
+    else:
+        how = f"exited with status {proc.returncode}"
+    return BuildError(
+        f"loading and running the artifact in the validation process failed: it {how}",
+        where=str(artifact), details=tail,
+        hint="a crash on load often means a compiler/ABI problem (`exporter targets`); "
+             "run with --debug, or --keep-failed to keep the artifact for inspection")
+
+
+class EagerRunner:
+    """Eager PyTorch on flat inputs, at the model's own dtype and (if it allows) float64."""
+
+    def __init__(self, module: torch.nn.Module, rebuild: Callable) -> None:
+        self.module, self.rebuild = module, rebuild
+        self.device = next((p.device for p in module.parameters()), torch.device("cpu"))
+        self._module64: torch.nn.Module | None = None
+
+    def run(self, inputs: list[torch.Tensor], *, float64: bool = False) -> list[torch.Tensor]:
+        module = self.module
+        if float64:
+            if self._module64 is None:
+                self._module64 = copy.deepcopy(self.module).to(torch.float64)
+            module = self._module64
+        cast = [t.to(self.device, torch.float64) if float64 and t.is_floating_point()
+                else t.to(self.device) for t in inputs]
+        args, kwargs = self.rebuild(cast)
+        with torch.no_grad():
+            out = module(*args, **kwargs)
+        return [t.detach().cpu() for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
+
+
+def compare_output(got: torch.Tensor, ref: torch.Tensor, eager: torch.Tensor,
+                   tol: Tolerance) -> dict:
+    if got.shape != eager.shape or got.dtype != eager.dtype:
+        return {"passed": False, "problem": f"artifact gave {got.dtype}{list(got.shape)}, eager "
+                                            f"gives {eager.dtype}{list(eager.shape)}"}
+    if not got.dtype.is_floating_point and not got.dtype.is_complex:
+        mismatches = int((got != eager).sum())
+        return {"passed": mismatches == 0, "criterion": "exact", "mismatches": mismatches}
+    g, r, e = got.double(), ref.double(), eager.double()
+    nonfinite_ok = bool(torch.equal(torch.isnan(g), torch.isnan(e))
+                        and torch.equal(torch.isposinf(g), torch.isposinf(e))
+                        and torch.equal(torch.isneginf(g), torch.isneginf(e)))
+    finite = torch.isfinite(r) & torch.isfinite(g) & torch.isfinite(e)
+    err = float((g - r)[finite].abs().max()) if finite.any() else 0.0
+    eager_err = float((e - r)[finite].abs().max()) if finite.any() else 0.0
+    scale = max(1.0, float(r[finite].abs().max())) if finite.any() else 1.0
+    allowed = tol.factor * eager_err + tol.floor * scale
+    return {"passed": nonfinite_ok and err <= allowed, "criterion": "relative-to-eager",
+            "max_abs_err": err, "eager_max_abs_err": eager_err, "allowed": allowed,
+            "ratio_to_allowed": err / allowed if allowed else 0.0,
+            "nan_inf_positions_match": nonfinite_ok}
+
+
+def validate(artifact: Path, eager: EagerRunner, signature: Signature, cases: list[Case],
+             *, dtype: str = "fp32", warnings: list[str] | None = None) -> dict:
+    """Run the artifact out of process and compare with eager; returns the manifest record."""
+    start = time.perf_counter()
+    tol = TOLERANCES[dtype]
+    results = run_artifact_in_subprocess(artifact, cases)
+    reference_dtype, ref_note = "float64", None
+    rows = []
+    for case in cases:
+        flat_in = list(case.inputs.values())
+        same_dtype = eager.run(flat_in)
+        ref = same_dtype
+        if reference_dtype == "float64":
+            try:
+                ref = eager.run(flat_in, float64=True)
+            except Exception as exc:  # some kernels have no float64 version: fall back, say so
+                reference_dtype = "float32"
+                ref_note = f"float64 reference failed ({type(exc).__name__}: {exc}); used float32"
+        got = _ordered(results, case, signature)
+        for spec, g, r, e in zip(signature.outputs, got, ref, same_dtype):
+            rows.append({"case": case.name, "output": spec.name, **compare_output(g, r, e, tol)})
+    passed = all(row["passed"] for row in rows)
+    return {"passed": passed, "policy": tol.describe(), "reference_dtype": reference_dtype,
+            "reference_note": ref_note, "cases": [c.describe() for c in cases],
+            "outputs": rows, "warnings": list(warnings or []),
+            "seconds": round(time.perf_counter() - start, 2)}
+
+
+def _ordered(results: dict, case: Case, signature: Signature) -> list[torch.Tensor]:
+    got = results.get(case.name, {})
+    return [got[spec.name] for spec in signature.outputs]
+
+
+def summarize_failure(record: dict) -> list[str]:
+    lines = []
+    for row in record["outputs"]:
+        if row["passed"]:
+            continue
+        if "problem" in row:
+            lines.append(f"{row['case']} / {row['output']}: {row['problem']}")
+        elif row["criterion"] == "exact":
+            lines.append(f"{row['case']} / {row['output']}: {row['mismatches']} elements differ "
+                         "from eager (integer output, must match exactly)")
+        else:
+            lines.append(f"{row['case']} / {row['output']}: max abs error {row['max_abs_err']:.3g}"
+                         f" > allowed {row['allowed']:.3g} (eager float32's own error "
+                         f"{row['eager_max_abs_err']:.3g}); NaN/Inf positions match: "
+                         f"{row['nan_inf_positions_match']}")
+    return lines

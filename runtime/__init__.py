@@ -1,0 +1,52 @@
+"""The device-side runtime: load an artifact and run it.
+
+This package is the bottom floor. It must never import ``exporter``, ``passes``
+or ``targets`` (tests/test_layering.py checks it), so a device can install it
+alone with ``pip install '.[runtime]'``.
+
+    import runtime
+    program = runtime.load("model.artifact")
+    outputs = program(x)                    # model's own output structure
+    named = program.run({"x": x})           # {output name: tensor}
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from runtime.archive import ArtifactReader, Limits
+from runtime.errors import (ArtifactError, CompatibilityError, ExecutionError,
+                            InputMismatchError, ToolchainError, UserInputError)
+from runtime.executors import create_executor
+from runtime.hostinfo import check_requirements
+from runtime.manifest import Manifest
+from runtime.program import Program
+
+__all__ = ["ArtifactError", "CompatibilityError", "ExecutionError", "InputMismatchError",
+           "Limits", "Manifest", "Program", "ToolchainError", "UserInputError", "load",
+           "read_manifest"]
+
+log = logging.getLogger(__name__)
+
+
+def read_manifest(path: str | Path, *, limits: Limits = Limits()) -> Manifest:
+    """Verify the whole artifact (names, sizes, hashes) and return its manifest."""
+    with ArtifactReader.open(path, limits) as reader:
+        return Manifest.from_dict(reader.manifest, where=str(path))
+
+
+def load(path: str | Path, *, limits: Limits = Limits(), **executor_options: object) -> Program:
+    """Verify, check compatibility, then load every partition from a private verified copy."""
+    where = str(path)
+    with ArtifactReader.open(path, limits) as reader:
+        manifest = Manifest.from_dict(reader.manifest, where=where)
+        check_requirements(manifest.requirements, where=where)
+        # Compiled libraries are opened from this private copy, never from a
+        # user-writable location; on Linux the mapping outlives the files, so the
+        # copy is removed when the reader closes.
+        private_dir = reader.extract_private()
+        executors = [create_executor(p, private_dir, where=where, **executor_options)
+                     for p in manifest.partitions]
+    log.debug("loaded %s: %d partition(s)", where, len(executors))
+    return Program(manifest, executors, source=where)

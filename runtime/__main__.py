@@ -1,0 +1,74 @@
+"""``python -m runtime``: the device-side command line (argparse: no extra dependency).
+
+    python -m runtime run model.artifact --inputs in.npz [--out out.npz]
+
+``run-cases`` is what the exporter's validation subprocess calls: it runs many
+input sets through one load of the artifact and writes the outputs to a
+safetensors file. A crash in here stays in this process, and the build reports it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import traceback
+from pathlib import Path
+
+import runtime
+from runtime.errors import ToolchainError
+from runtime.tensorio import load_npz, load_tensors, save_npz, save_tensors
+
+
+def run_npz(artifact: str | Path, inputs: str | Path, out: str | Path | None) -> dict:
+    """Load, run on the arrays of ``inputs`` (keys = input names), optionally save outputs."""
+    program = runtime.load(artifact)
+    outputs = program.run(load_npz(inputs), output_device="cpu")
+    if out is not None:
+        save_npz(out, outputs)
+    return outputs
+
+
+def run_cases(artifact: str, cases_path: str, out_path: str) -> None:
+    """Inputs are keyed ``"{case}/{input}"``; outputs are written as ``"{case}/{output}"``."""
+    program = runtime.load(artifact)
+    grouped: dict[str, dict] = {}
+    for key, tensor in load_tensors(cases_path).items():
+        case, _, name = key.partition("/")
+        grouped.setdefault(case, {})[name] = tensor
+    results = {}
+    for case, inputs in sorted(grouped.items()):
+        for name, tensor in program.run(inputs, output_device="cpu").items():
+            results[f"{case}/{name}"] = tensor
+    save_tensors(out_path, results)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m runtime")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks")
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run an artifact on inputs from an .npz")
+    run.add_argument("artifact")
+    run.add_argument("--inputs", required=True)
+    run.add_argument("--out")
+    cases = sub.add_parser("run-cases", help="(internal) run many input sets, for validation")
+    cases.add_argument("artifact")
+    cases.add_argument("--cases", required=True)
+    cases.add_argument("--out", required=True)
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "run":
+            outputs = run_npz(args.artifact, args.inputs, args.out)
+            for name, tensor in outputs.items():
+                print(f"{name}: {str(tensor.dtype).removeprefix('torch.')}{list(tensor.shape)}")
+        else:
+            run_cases(args.artifact, args.cases, args.out)
+    except ToolchainError as exc:
+        if args.debug:
+            traceback.print_exc()
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

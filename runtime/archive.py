@@ -1,0 +1,498 @@
+"""The artifact file: one deterministic zip with a manifest, read only after it is verified.
+
+The writer produces the same bytes for the same inputs (sorted entries, fixed timestamps,
+permissions and compression level) and replaces the destination atomically. The reader treats
+the file as hostile: it checks sizes, entry names, the manifest and every entry's SHA-256 before
+anything else parses or loads a byte of it, and it never calls ``extractall``. Code such as a
+compiled ``.so`` is only loaded from a private copy that was re-hashed while it was written.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import stat
+import struct
+import tempfile
+import zipfile
+import zlib
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+from runtime.errors import ArtifactError, CompatibilityError
+
+FORMAT_NAME = "edge-export-artifact"
+FORMAT_VERSION = "1.0"  # major.minor; the reader rejects an unknown major, accepts a higher minor
+MANIFEST_NAME = "manifest.json"
+
+_MAJOR = int(FORMAT_VERSION.split(".")[0])
+_ZIP_TIME = (1980, 1, 1, 0, 0, 0)
+_ZIP_MODE = (stat.S_IFREG | 0o644) << 16
+_CREATE_SYSTEM_UNIX = 3
+_CHUNK = 1 << 20
+_RATIO_MIN_BYTES = 1 << 20  # small entries may compress very well without being bombs
+# A central directory record is 46 bytes plus name, extra field and comment. Our writer emits
+# short names and no comments, so 4 KiB per record bounds what zipfile reads and parses into
+# memory before we can count the entries.
+_MAX_DIR_BYTES_PER_ENTRY = 4096
+# What a corrupt or hostile zip can make zipfile/zlib raise while we read it.
+_ZIP_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, EOFError, OSError,
+               ValueError, NotImplementedError, struct.error)
+
+_HINT_REBUILD = "do not use this file; rebuild the artifact with the exporter"
+_HINT_MODIFIED = ("the file was modified or corrupted after it was built; copy it again "
+                  "from its source or rebuild the artifact")
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_archive_bytes: int = 4 << 30
+    max_entries: int = 10_000
+    max_entry_bytes: int = 2 << 30
+    max_manifest_bytes: int = 16 << 20
+    max_compression_ratio: float = 200.0  # uncompressed/compressed; entries < 1 MiB are exempt
+
+
+# ---------------------------------------------------------------------------- shared helpers
+
+def _name_problem(name: str) -> str | None:
+    """Why `name` is not a safe entry name, or None. Shared by the writer and the reader."""
+    if not name:
+        return "empty name"
+    if any(ord(c) < 0x20 or c == "\x7f" for c in name):
+        return "contains a NUL or control character"
+    if "\\" in name:
+        return "contains a backslash"
+    if name.startswith("/"):
+        return "is an absolute path"
+    if ":" in name:  # drive letters ("C:x") and NTFS alternate data streams ("a:b")
+        return "contains ':' (drive letter or stream name)"
+    for part in name.split("/"):
+        if part in ("", ".", ".."):
+            return f"has an empty, '.' or '..' path component ({part!r})"
+        if len(part.encode("utf-8", "surrogatepass")) > 255:
+            return "has a path component longer than 255 bytes"
+    return None
+
+
+def _file_dir_conflicts(names: Iterable[str]) -> list[str]:
+    """Names that another name also uses as a directory ('a' and 'a/b'): not extractable."""
+    names = set(names)
+    dirs: set[str] = set()
+    for name in names:
+        parts = name.split("/")
+        dirs.update("/".join(parts[:i]) for i in range(1, len(parts)))
+    return sorted(names & dirs)
+
+
+def _hash_stream(chunks: Iterable[bytes], sink: BinaryIO | None = None) -> tuple[str, int]:
+    """SHA-256 hex and size of a stream of chunks, optionally copying them into `sink`."""
+    h, size = hashlib.sha256(), 0
+    for chunk in chunks:
+        if sink is not None:
+            sink.write(chunk)
+        h.update(chunk)
+        size += len(chunk)
+    return h.hexdigest(), size
+
+
+def _where(path: Path, entry: str | None = None) -> str:
+    return f"{path}" if entry is None else f"{path}, entry {entry!r}"
+
+
+# ---------------------------------------------------------------------------- writer
+
+def write_artifact(dest: str | Path, manifest: dict, files: Mapping[str, bytes | Path]) -> Path:
+    """Write one deterministic zip atomically; see the module docstring and DESIGN.md."""
+    dest = Path(dest)
+    if not isinstance(manifest, Mapping):
+        raise TypeError(f"manifest must be a mapping, not {type(manifest).__name__}")
+    names = sorted(files)
+    _check_writer_names(names)
+    digests = {name: _hash_stream(_source_chunks(name, files[name])) for name in names}
+
+    out = dict(manifest)  # a shallow copy: only top-level keys are replaced
+    out["entries"] = {n: {"sha256": digests[n][0], "size": digests[n][1]} for n in names}
+    out.setdefault("format", {"name": FORMAT_NAME, "version": FORMAT_VERSION})
+    manifest_bytes = (json.dumps(out, indent=2, sort_keys=True, allow_nan=False) + "\n").encode()
+
+    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.tmp-", dir=dest.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            with zipfile.ZipFile(fh, "w") as zf:
+                for name in sorted([*names, MANIFEST_NAME]):
+                    if name == MANIFEST_NAME:
+                        _write_entry(zf, name, manifest_bytes, None)
+                    else:
+                        _write_entry(zf, name, files[name], digests[name])
+            fh.flush()
+            os.fchmod(fh.fileno(), 0o644)  # mkstemp makes 0o600; artifacts are meant to ship
+            os.fsync(fh.fileno())
+        os.replace(tmp, dest)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    _fsync_dir(dest.parent)
+    return dest
+
+
+def _check_writer_names(names: list[str]) -> None:
+    # A bad name here is the exporter's bug, not the user's: ValueError, not ArtifactError.
+    for name in names:
+        if not isinstance(name, str) or name == MANIFEST_NAME:
+            raise ValueError(f"bad artifact entry name {name!r}: not a str, or reserved")
+        problem = _name_problem(name)
+        if problem:
+            raise ValueError(f"bad artifact entry name {name!r}: {problem}")
+    conflicts = _file_dir_conflicts(names)
+    if conflicts:
+        raise ValueError(f"entry names used both as file and as directory: {conflicts}")
+
+
+def _source_chunks(name: str, source: bytes | Path) -> Iterator[bytes]:
+    if isinstance(source, os.PathLike):
+        with open(source, "rb") as fh:  # streamed: weights may be several GB
+            while chunk := fh.read(_CHUNK):
+                yield chunk
+    elif isinstance(source, (bytes, bytearray, memoryview)):
+        yield bytes(source)
+    else:
+        raise TypeError(f"files[{name!r}] must be bytes or a Path, not {type(source).__name__}")
+
+
+def _write_entry(zf: zipfile.ZipFile, name: str, source, digest: tuple[str, int] | None) -> None:
+    info = zipfile.ZipInfo(name, date_time=_ZIP_TIME)
+    info.compress_type = zipfile.ZIP_DEFLATED  # default level (6): fixed, so output is stable
+    info.external_attr = _ZIP_MODE
+    info.create_system = _CREATE_SYSTEM_UNIX  # otherwise it depends on the building OS
+    # Declaring the size up front makes zipfile choose zip64 the same way on every build.
+    info.file_size = digest[1] if digest else len(source)
+    with zf.open(info, "w") as out:
+        written = _hash_stream(_source_chunks(name, source), out)
+    # A Path is read twice (hash for the manifest, then copy); refuse if it changed in between.
+    if digest is not None and written != digest:
+        raise ArtifactError(f"input file for entry {name!r} changed while the artifact was "
+                            "being written", where=str(source), hint="run the export again")
+
+
+def _fsync_dir(directory: Path) -> None:
+    # Makes the rename durable. Some file systems cannot fsync a directory; that is not fatal.
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError:
+        pass
+
+
+# ---------------------------------------------------------------------------- reader
+
+class ArtifactReader:
+    """Verified, read-only view of an artifact; build it with ``ArtifactReader.open``."""
+
+    def __init__(self, path: Path, fh: BinaryIO, zf: zipfile.ZipFile, manifest: dict,
+                 infos: dict[str, zipfile.ZipInfo]) -> None:
+        self.path = path
+        self.manifest = manifest
+        self._fh = fh  # kept open: later reads see the same inode that was verified
+        self._zf = zf
+        self._infos = infos
+        self._private_dirs: list[Path] = []
+
+    @classmethod
+    def open(cls, path: str | Path, limits: Limits = Limits()) -> "ArtifactReader":
+        path = Path(path)
+        fh = _open_regular_file(path, limits)
+        try:
+            zf = _open_zip(path, fh, limits)
+            infos = _check_structure(path, fh, zf, limits)
+            manifest = _load_manifest(path, zf, infos, limits)
+            _check_entry_set(path, manifest, infos)
+            for name in sorted(manifest["entries"]):
+                _verify_entry(path, zf, infos[name], manifest["entries"][name])
+        except BaseException:
+            fh.close()
+            raise
+        return cls(path, fh, zf, manifest, infos)
+
+    def __enter__(self) -> "ArtifactReader":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def names(self) -> list[str]:
+        return sorted(self.manifest["entries"])
+
+    def read_bytes(self, name: str) -> bytes:
+        info, expected = self._lookup(name)
+        # Re-hash: the file may have been changed in place since open. Sizes were bounded at
+        # open, and the read stops one byte past the expected size.
+        data = b"".join(_entry_chunks(self.path, self._zf, info, expected["size"] + 1))
+        _compare(self.path, name, _hash_stream([data]), expected)
+        return data
+
+    def extract_private(self, names: Iterable[str] | None = None) -> Path:
+        """Copy entries into a fresh 0o700 directory, re-hashing what is written; return it."""
+        wanted = self.names() if names is None else sorted(set(names))
+        lookups = [(name, *self._lookup(name)) for name in wanted]
+        root = Path(tempfile.mkdtemp(prefix="edge-artifact-")).resolve()  # mkdtemp: 0o700
+        self._private_dirs.append(root)
+        try:
+            for name, info, expected in lookups:
+                self._copy_entry(root, name, info, expected)
+        except BaseException:
+            shutil.rmtree(root, ignore_errors=True)
+            self._private_dirs.remove(root)
+            raise
+        return root
+
+    def close(self) -> None:
+        for directory in self._private_dirs:
+            shutil.rmtree(directory, ignore_errors=True)
+        self._private_dirs.clear()
+        self._zf.close()
+        self._fh.close()
+
+    def _lookup(self, name: str) -> tuple[zipfile.ZipInfo, dict]:
+        expected = self.manifest["entries"].get(name)
+        if expected is None:
+            raise ArtifactError("entry not found in the artifact", where=_where(self.path, name),
+                                hint="check the entry name, or rebuild the artifact")
+        return self._infos[name], expected
+
+    def _copy_entry(self, root: Path, name: str, info: zipfile.ZipInfo, expected: dict) -> None:
+        target = root.joinpath(*name.split("/"))
+        # Names were validated at open; this is a second, independent guard against escapes.
+        if root not in target.resolve().parents:
+            raise ArtifactError("entry would be written outside the private directory",
+                                where=_where(self.path, name), hint=_HINT_REBUILD)
+        target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+        with os.fdopen(os.open(target, flags, 0o600), "wb") as dst:
+            chunks = _entry_chunks(self.path, self._zf, info, expected["size"] + 1)
+            written = _hash_stream(chunks, dst)
+            dst.flush()
+            os.fsync(dst.fileno())
+        # The archive may have changed since open (TOCTOU): trust only what was written.
+        _compare(self.path, name, written, expected)
+
+
+# ---------------------------------------------------------------------------- open-time checks
+
+def _open_regular_file(path: Path, limits: Limits) -> BinaryIO:
+    """Check 1: an existing regular file within the size limit, opened once and kept open."""
+    try:
+        # O_NONBLOCK: opening a FIFO must not hang before fstat can refuse it.
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except FileNotFoundError:
+        raise ArtifactError("artifact file not found", where=str(path),
+                            hint="check the path, or build the artifact first") from None
+    except OSError as exc:
+        raise ArtifactError(f"cannot open the artifact file ({exc.strerror})", where=str(path),
+                            hint="check the path and its permissions") from None
+    st = os.fstat(fd)
+    problem = hint = None
+    if not stat.S_ISREG(st.st_mode):
+        problem, hint = "not a regular file", "pass the path of the artifact file itself"
+    elif st.st_size > limits.max_archive_bytes:
+        problem = f"artifact is {st.st_size} bytes, over the {limits.max_archive_bytes}-byte limit"
+        hint = "raise Limits.max_archive_bytes if you trust this file"
+    if problem:
+        os.close(fd)
+        raise ArtifactError(problem, where=str(path), hint=hint)
+    return os.fdopen(fd, "rb")
+
+
+def _open_zip(path: Path, fh: BinaryIO, limits: Limits) -> zipfile.ZipFile:
+    """Check 2, with the entry count bounded before zipfile builds one object per entry."""
+    not_zip = ArtifactError("not a valid artifact (truncated or not a zip)", where=str(path),
+                            hint=_HINT_MODIFIED)
+    try:
+        # zipfile's own (private) end-record parser, so we bound exactly what it will read.
+        end = zipfile._EndRecData(fh)
+        if not end:
+            raise not_zip
+        count, dir_size = end[zipfile._ECD_ENTRIES_TOTAL], end[zipfile._ECD_SIZE]
+    except AttributeError:  # helper gone in a future Python: the checks after parsing remain
+        count, dir_size = 0, 0
+    except _ZIP_ERRORS:
+        raise not_zip from None
+    if count > limits.max_entries or dir_size > limits.max_entries * _MAX_DIR_BYTES_PER_ENTRY:
+        raise ArtifactError(f"artifact declares {count} entries in a {dir_size}-byte directory, "
+                            f"over the limit of {limits.max_entries}", where=str(path),
+                            hint=_HINT_REBUILD)
+    try:
+        return zipfile.ZipFile(fh)
+    except _ZIP_ERRORS:
+        raise not_zip from None
+
+
+def _check_structure(path: Path, fh: BinaryIO, zf: zipfile.ZipFile,
+                     limits: Limits) -> dict[str, zipfile.ZipInfo]:
+    """Checks 3 and 4: entry count, kinds, sizes, ratios, then names. Returns name -> info."""
+    infos = zf.infolist()
+    if len(infos) > limits.max_entries:
+        raise ArtifactError(f"artifact has {len(infos)} entries, over the limit of "
+                            f"{limits.max_entries}", where=str(path), hint=_HINT_REBUILD)
+    by_name: dict[str, zipfile.ZipInfo] = {}
+    for info in infos:
+        name = info.orig_filename  # zipfile's .filename silently cuts names at a NUL byte
+        if name in by_name or info.filename in by_name:
+            raise ArtifactError("duplicate entry name", where=_where(path, name),
+                                hint=_HINT_REBUILD)
+        _check_entry_kind(path, name, info, limits)
+        by_name[name] = info
+    for name in by_name:
+        problem = _name_problem(name)
+        if problem:
+            raise ArtifactError(f"unsafe entry name: {problem}", where=_where(path, name),
+                                hint=_HINT_REBUILD)
+    for name in _file_dir_conflicts(by_name):
+        raise ArtifactError("entry name is used both as a file and as a directory",
+                            where=_where(path, name), hint=_HINT_REBUILD)
+    # Overlapping entries let a small file expand many times over (a "zip quine" bomb).
+    if sum(i.compress_size for i in infos) > os.fstat(fh.fileno()).st_size:
+        raise ArtifactError("entries overlap or claim more data than the file holds",
+                            where=str(path), hint=_HINT_REBUILD)
+    return by_name
+
+
+def _check_entry_kind(path: Path, name: str, info: zipfile.ZipInfo, limits: Limits) -> None:
+    mode = info.external_attr >> 16
+    ftype = stat.S_IFMT(mode)
+    problem = None
+    if info.flag_bits & 0x41:  # bit 0: encrypted, bit 6: strong encryption
+        problem = "entry is encrypted"
+    elif ftype == stat.S_IFLNK:
+        problem = "entry is a symbolic link"
+    elif info.is_dir() or ftype == stat.S_IFDIR:
+        problem = "entry is a directory"
+    elif ftype not in (0, stat.S_IFREG):  # 0: written by a tool that stores no Unix mode
+        problem = f"entry is not a regular file (mode {oct(mode)})"
+    elif info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
+        problem = f"entry uses unsupported compression method {info.compress_type}"
+    elif info.file_size > limits.max_entry_bytes:
+        problem = f"entry is {info.file_size} bytes, over the {limits.max_entry_bytes}-byte limit"
+    elif (info.file_size >= _RATIO_MIN_BYTES
+          and info.file_size > limits.max_compression_ratio * max(info.compress_size, 1)):
+        problem = (f"entry expands {info.compress_size} bytes to {info.file_size} (ratio over "
+                   f"{limits.max_compression_ratio:g}; a zip bomb?)")
+    if problem:
+        raise ArtifactError(problem, where=_where(path, name), hint=_HINT_REBUILD)
+
+
+def _load_manifest(path: Path, zf: zipfile.ZipFile, infos: dict[str, zipfile.ZipInfo],
+                   limits: Limits) -> dict:
+    """Check 5: manifest.json is a bounded UTF-8 JSON object of a format version we read."""
+    def bad(what: str) -> ArtifactError:
+        return ArtifactError(what, where=_where(path, MANIFEST_NAME), hint=_HINT_REBUILD)
+
+    info = infos.get(MANIFEST_NAME)
+    if info is None:
+        raise bad("artifact has no manifest.json (not an artifact, or built by another tool)")
+    if info.file_size > limits.max_manifest_bytes:
+        raise bad(f"manifest is {info.file_size} bytes, over the "
+                  f"{limits.max_manifest_bytes}-byte limit")
+    raw = b"".join(_entry_chunks(path, zf, info, limits.max_manifest_bytes + 1))
+    try:
+        manifest = json.loads(raw.decode("utf-8"), object_pairs_hook=_no_duplicate_keys,
+                              parse_constant=_no_constants)
+    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
+        raise bad(f"manifest is not valid UTF-8 JSON ({exc})") from None
+    if not isinstance(manifest, dict):
+        raise bad("manifest is not a JSON object")
+    _check_format(path, manifest.get("format"), bad)
+    entries = manifest.get("entries")
+    if not isinstance(entries, dict):
+        raise bad("manifest has no 'entries' object")
+    for name, meta in entries.items():
+        sha, size = (meta.get("sha256"), meta.get("size")) if isinstance(meta, dict) else (0, 0)
+        if (not isinstance(sha, str) or len(sha) != 64 or sha.strip("0123456789abcdef")
+                or type(size) is not int or size < 0):
+            raise bad(f"manifest record for entry {name!r} needs a lowercase hex 'sha256' "
+                      "and a non-negative integer 'size'")
+    return manifest
+
+
+def _no_duplicate_keys(pairs: list[tuple[str, object]]) -> dict:
+    # Two readers could pick different values for a duplicated key; refuse the ambiguity.
+    result: dict = {}
+    for key, value in pairs:
+        if key in result:
+            raise ValueError(f"duplicate key {key!r} in a JSON object")
+        result[key] = value
+    return result
+
+
+def _no_constants(name: str) -> None:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def _check_format(path: Path, fmt: object, bad) -> None:
+    if not isinstance(fmt, dict) or fmt.get("name") != FORMAT_NAME:
+        raise bad(f"manifest format is not {FORMAT_NAME!r}")
+    version = fmt.get("version")
+    parts = version.split(".") if isinstance(version, str) else []
+    if len(parts) != 2 or not all(p.isascii() and p.isdigit() for p in parts):
+        raise bad(f"manifest format version {version!r} is not 'major.minor'")
+    if int(parts[0]) != _MAJOR:
+        raise CompatibilityError(
+            f"artifact format version {version} is not supported; this toolchain reads "
+            f"version {FORMAT_VERSION} (major {_MAJOR})", where=_where(path, MANIFEST_NAME),
+            hint=f"use a toolchain release that reads format {parts[0]}.x, or rebuild the "
+                 "artifact with this toolchain")
+
+
+def _check_entry_set(path: Path, manifest: dict, infos: dict[str, zipfile.ZipInfo]) -> None:
+    """Check 6: the manifest lists exactly the archive's entries, other than itself."""
+    listed, present = set(manifest["entries"]), set(infos) - {MANIFEST_NAME}
+    details = [f"listed in the manifest but missing from the archive: {n!r}"
+               for n in sorted(listed - present)]
+    details += [f"in the archive but not listed in the manifest: {n!r}"
+                for n in sorted(present - listed)]
+    if details:
+        raise ArtifactError("the manifest and the archive disagree on the entries",
+                            where=str(path), details=details, hint=_HINT_MODIFIED)
+
+
+def _verify_entry(path: Path, zf: zipfile.ZipFile, info: zipfile.ZipInfo,
+                  expected: dict) -> None:
+    """Check 7: size (declared, then actual) and SHA-256 of one entry, streamed."""
+    if info.file_size != expected["size"]:
+        _compare(path, info.orig_filename, (None, info.file_size), expected)
+    got = _hash_stream(_entry_chunks(path, zf, info, expected["size"] + 1))
+    _compare(path, info.orig_filename, got, expected)
+
+
+def _entry_chunks(path: Path, zf: zipfile.ZipFile, info: zipfile.ZipInfo,
+                  limit: int) -> Iterator[bytes]:
+    """At most `limit` bytes of an entry; zip-level corruption becomes ArtifactError.
+
+    Callers pass one byte more than they expect, so an overlong entry shows and the read
+    reaches the end of the entry, where zipfile checks its CRC."""
+    try:
+        with zf.open(info) as src:
+            while limit > 0 and (chunk := src.read(min(_CHUNK, limit))):
+                limit -= len(chunk)
+                yield chunk
+    except _ZIP_ERRORS as exc:
+        raise ArtifactError(f"entry data is corrupt ({type(exc).__name__}: {exc})",
+                            where=_where(path, info.orig_filename), hint=_HINT_MODIFIED) from exc
+
+
+def _compare(path: Path, name: str, got: tuple[str | None, int], expected: dict) -> None:
+    sha, size = got
+    if size != expected["size"]:
+        what = f"entry size {size} does not match the manifest ({expected['size']})"
+    elif sha != expected["sha256"]:
+        what = "entry SHA-256 does not match the manifest"
+    else:
+        return
+    raise ArtifactError(what, where=_where(path, name), hint=_HINT_MODIFIED)

@@ -1,0 +1,29 @@
+"""One executor per backend kind: partition files + device -> callable on tensors.
+
+Backends are imported lazily so a device only needs the packages of the
+backends its artifacts use (onnxruntime and tvm are optional).
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+from runtime.errors import CompatibilityError
+from runtime.manifest import Partition
+from runtime.program import Executor
+
+_BACKENDS = {
+    "aoti": "runtime.executors.aoti",
+}
+
+
+def create_executor(partition: Partition, files_dir: Path, *, where: str, **options) -> Executor:
+    module_name = _BACKENDS.get(partition.backend)
+    if module_name is None:
+        raise CompatibilityError(
+            f"partition '{partition.name}' needs backend '{partition.backend}', which this "
+            f"runtime does not have (it has: {', '.join(sorted(_BACKENDS))})", where=where,
+            hint="upgrade the runtime to the toolchain version that built the artifact")
+    module = importlib.import_module(module_name)
+    return module.load(partition, files_dir, where=where, **options)

@@ -1,0 +1,183 @@
+"""Typed view of ``manifest.json``.
+
+Plain dataclasses rather than pydantic on purpose: the runtime is what a device
+installs alone, DESIGN.md limits it to torch, numpy and safetensors, and the GPU
+machine's image has no pydantic. The exporter builds these objects and the
+runtime reads them; ``to_dict``/``from_dict`` are the only (de)serialisers.
+Unknown optional keys are ignored when reading, so a newer minor format loads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from runtime.errors import ArtifactError
+
+
+@dataclass(frozen=True)
+class Dim:
+    """One dimension: ``size`` when static, else a named symbol with inclusive bounds."""
+
+    size: int | None = None
+    symbol: str | None = None
+    min: int | None = None
+    max: int | None = None
+
+    @property
+    def is_dynamic(self) -> bool:
+        return self.size is None
+
+    def to_json(self) -> int | dict:
+        if self.size is not None:
+            return self.size
+        return {"symbol": self.symbol, "min": self.min, "max": self.max}
+
+    @classmethod
+    def from_json(cls, raw: Any) -> "Dim":
+        if isinstance(raw, int):
+            return cls(size=raw)
+        return cls(symbol=str(raw["symbol"]), min=int(raw["min"]), max=int(raw["max"]))
+
+    def describe(self) -> str:
+        return str(self.size) if self.size is not None else f"{self.symbol}[{self.min}..{self.max}]"
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    name: str
+    dtype: str  # torch dtype name without the "torch." prefix, e.g. "float32"
+    shape: tuple[Dim, ...]
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "dtype": self.dtype, "shape": [d.to_json() for d in self.shape]}
+
+    @classmethod
+    def from_json(cls, raw: dict) -> "TensorSpec":
+        return cls(name=raw["name"], dtype=raw["dtype"],
+                   shape=tuple(Dim.from_json(d) for d in raw["shape"]))
+
+    def describe(self) -> str:
+        return f"{self.name}: {self.dtype}[{', '.join(d.describe() for d in self.shape)}]"
+
+
+@dataclass(frozen=True)
+class Signature:
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+    # How flat outputs nest (see runtime.outputs): lets Program.__call__ return
+    # the model's own structure without importing the model's output classes.
+    output_tree: Any = None
+
+    def to_json(self) -> dict:
+        return {"inputs": [t.to_json() for t in self.inputs],
+                "outputs": [t.to_json() for t in self.outputs],
+                "output_tree": self.output_tree}
+
+    @classmethod
+    def from_json(cls, raw: dict) -> "Signature":
+        return cls(inputs=tuple(TensorSpec.from_json(t) for t in raw["inputs"]),
+                   outputs=tuple(TensorSpec.from_json(t) for t in raw["outputs"]),
+                   output_tree=raw.get("output_tree"))
+
+
+@dataclass(frozen=True)
+class Partition:
+    """One piece of the program, run by one backend on one device."""
+
+    name: str
+    backend: str  # executor kind: "aoti", "onnxruntime", "tvm", "torch"
+    device: str  # "cpu" or "cuda"
+    files: tuple[str, ...]  # artifact entry names this partition owns
+    inputs: tuple[str, ...]  # tensor names read (program inputs or earlier outputs)
+    outputs: tuple[str, ...]  # tensor names produced
+    meta: dict = field(default_factory=dict)  # backend-specific, e.g. the AOTI package entry
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "backend": self.backend, "device": self.device,
+                "files": list(self.files), "inputs": list(self.inputs),
+                "outputs": list(self.outputs), "meta": self.meta}
+
+    @classmethod
+    def from_json(cls, raw: dict) -> "Partition":
+        return cls(name=raw["name"], backend=raw["backend"], device=raw["device"],
+                   files=tuple(raw["files"]), inputs=tuple(raw["inputs"]),
+                   outputs=tuple(raw["outputs"]), meta=dict(raw.get("meta") or {}))
+
+
+@dataclass(frozen=True)
+class Requirements:
+    """What the loading machine must have. Checked before any library is loaded."""
+
+    arch: str  # platform.machine() of the build host, e.g. "x86_64"
+    torch: str  # torch version the compiled code was built against
+    cpu_isa: str | None = None  # e.g. "avx512", "avx2", "generic"
+    cpu_flags: tuple[str, ...] = ()  # /proc/cpuinfo flags the compiled code needs
+    cuda: str | None = None  # CUDA version of the build, when a partition runs on a GPU
+    cuda_capability: str | None = None  # e.g. "9.0": the oldest GPU the kernels run on
+
+    def to_json(self) -> dict:
+        data = asdict(self)
+        data["cpu_flags"] = list(self.cpu_flags)
+        return data
+
+    @classmethod
+    def from_json(cls, raw: dict) -> "Requirements":
+        return cls(arch=raw["arch"], torch=raw["torch"], cpu_isa=raw.get("cpu_isa"),
+                   cpu_flags=tuple(raw.get("cpu_flags") or ()), cuda=raw.get("cuda"),
+                   cuda_capability=raw.get("cuda_capability"))
+
+
+@dataclass
+class Manifest:
+    """Everything ``manifest.json`` says, except ``format`` and ``entries`` (owned by runtime.archive)."""
+
+    target: str
+    signature: Signature
+    partitions: list[Partition]
+    requirements: Requirements
+    created_by: dict = field(default_factory=dict)  # toolchain and dependency versions
+    source: dict = field(default_factory=dict)  # the spec and what it resolved to
+    passes: list[dict] = field(default_factory=list)
+    coverage: list[dict] = field(default_factory=list)  # per-op placement and reason
+    memory_plan: dict | None = None
+    validation: dict | None = None
+    build: dict = field(default_factory=dict)  # settings and timings of the build
+    entries: dict = field(default_factory=dict)  # filled by the archive writer; read-only here
+
+    def to_dict(self) -> dict:
+        return {
+            "target": self.target,
+            "signature": self.signature.to_json(),
+            "partitions": [p.to_json() for p in self.partitions],
+            "requirements": self.requirements.to_json(),
+            "created_by": self.created_by,
+            "source": self.source,
+            "passes": self.passes,
+            "coverage": self.coverage,
+            "memory_plan": self.memory_plan,
+            "validation": self.validation,
+            "build": self.build,
+        }
+
+    @classmethod
+    def from_dict(cls, raw: dict, *, where: str = "manifest.json") -> "Manifest":
+        try:
+            return cls(
+                target=raw["target"],
+                signature=Signature.from_json(raw["signature"]),
+                partitions=[Partition.from_json(p) for p in raw["partitions"]],
+                requirements=Requirements.from_json(raw["requirements"]),
+                created_by=dict(raw.get("created_by") or {}),
+                source=dict(raw.get("source") or {}),
+                passes=list(raw.get("passes") or []),
+                coverage=list(raw.get("coverage") or []),
+                memory_plan=raw.get("memory_plan"),
+                validation=raw.get("validation"),
+                build=dict(raw.get("build") or {}),
+                entries=dict(raw.get("entries") or {}),
+            )
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise ArtifactError(
+                f"the manifest is malformed ({type(exc).__name__}: {exc})", where=where,
+                hint="rebuild the artifact with `exporter build`") from exc

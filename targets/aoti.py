@@ -1,0 +1,85 @@
+"""The AOTInductor base shared by ``cpu`` and ``cuda``: a whole partition becomes one ``.pt2``.
+
+AOTInductor compiles every ATen op: through an Inductor lowering into generated
+C++/Triton code, or as a call to the ATen kernel from inside the library. The
+support table reports which of the two each op gets.
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from torch.export import ExportedProgram
+from torch.fx import Node
+
+from passes.base import Pass
+from passes.dead_code import EliminateDeadCode
+from runtime.errors import ToolchainError
+from targets.base import Lowered, LowerOptions, Support, Target
+
+log = logging.getLogger(__name__)
+
+PACKAGE_NAME = "model.pt2"
+
+
+class LoweringError(ToolchainError):
+    """The backend compiler failed on a partition (exit code 3)."""
+
+
+class AOTInductorTarget(Target):
+    backend = "aoti"
+
+    def supports(self, node: Node) -> Support:
+        from torch._inductor.lowering import fallbacks, lowerings
+
+        target = node.target
+        if target in lowerings and target not in fallbacks:
+            return Support(True, "Inductor lowering: compiled into generated code")
+        return Support(True, "ATen kernel called from inside the compiled library")
+
+    def default_passes(self, options: LowerOptions) -> list[Pass]:
+        # Inductor fuses and folds on its own; only cleanup is worth doing before it.
+        return [EliminateDeadCode()]
+
+    def inductor_configs(self, options: LowerOptions) -> dict:
+        """Freezing folds weights into constants and lets Inductor prepack them
+        (1.4-1.6x faster on CNNs on CPU here)."""
+        configs = {"freezing": True}
+        if options.autotune:
+            configs["max_autotune"] = True
+        return configs
+
+    def lower(self, program: ExportedProgram, options: LowerOptions) -> Lowered:
+        configs = self.inductor_configs(options)
+        package = options.work_dir / PACKAGE_NAME
+        start = time.perf_counter()
+        try:
+            torch._inductor.aoti_compile_and_package(
+                program, package_path=str(package), inductor_configs=configs)
+        except Exception as exc:  # compiler errors come in many types; keep the full text
+            raise self._lowering_error(exc, options) from exc
+        seconds = time.perf_counter() - start
+        log.info("AOTInductor compiled %s in %.1f s", package, seconds)
+        meta = {"package": PACKAGE_NAME, "inductor_configs": configs,
+                "compile_seconds": round(seconds, 2)}
+        return Lowered(files={PACKAGE_NAME: package}, meta=meta,
+                       requirements=self.requirements(options))
+
+    def requirements(self, options: LowerOptions):
+        return self.base_requirements()
+
+    def _lowering_error(self, exc: Exception, options: LowerOptions) -> LoweringError:
+        log_dir = options.log_dir or Path(tempfile.gettempdir())
+        log_dir.mkdir(parents=True, exist_ok=True)
+        log_path = log_dir / f"exporter-{self.name}-compile-{time.strftime('%Y%m%d-%H%M%S')}.log"
+        log_path.write_text(f"{type(exc).__name__}: {exc}\n")
+        first = (str(exc).strip().splitlines() or [""])[0][:300]
+        return LoweringError(
+            f"AOTInductor failed to compile the program for '{self.name}' "
+            f"({type(exc).__name__}: {first})", where=str(log_path),
+            hint="read the log; run with --debug for the traceback; check that a C++ compiler "
+                 "works (`exporter targets`)")

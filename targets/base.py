@@ -1,0 +1,81 @@
+"""The target contract (DESIGN.md, Contracts -> Target).
+
+A target declares, as data: its name, device, the backend kind that runs its
+partitions, which ops it supports and why (``supports``), its default pass
+pipeline, and how to lower one partition to files + metadata (``lower``).
+"""
+
+from __future__ import annotations
+
+import abc
+import platform
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from torch.export import ExportedProgram
+from torch.fx import Node
+
+from passes.base import Pass
+from runtime.manifest import Requirements
+
+
+@dataclass(frozen=True)
+class Support:
+    ok: bool
+    reason: str
+
+
+@dataclass(frozen=True)
+class Availability:
+    """Whether this machine can build for the target, and why not."""
+
+    ok: bool
+    reason: str
+
+
+@dataclass(frozen=True)
+class LowerOptions:
+    """What the build settings say to a target. Defaults live in exporter.settings."""
+
+    work_dir: Path
+    cpu_isa: str = "auto"
+    dtype: str = "fp32"
+    autotune: bool = False
+    log_dir: Path | None = None  # where compiler logs go on failure (kept after the build)
+    extra: dict = field(default_factory=dict)
+
+
+@dataclass
+class Lowered:
+    """One lowered partition: files (name relative to the partition folder -> path) and meta."""
+
+    files: dict[str, Path]
+    meta: dict
+    requirements: Requirements
+
+
+class Target(abc.ABC):
+    name: str
+    device: str  # where the delegated partitions run: "cpu" or "cuda"
+    backend: str  # the runtime executor kind
+    description: str
+
+    @abc.abstractmethod
+    def availability(self) -> Availability:
+        """Checked before any work starts; `exporter targets` shows it."""
+
+    @abc.abstractmethod
+    def supports(self, node: Node) -> Support:
+        """Whether one ATen call node can run in this target's partitions, and why."""
+
+    @abc.abstractmethod
+    def default_passes(self, options: LowerOptions) -> list[Pass]:
+        """The pass pipeline, in order."""
+
+    @abc.abstractmethod
+    def lower(self, program: ExportedProgram, options: LowerOptions) -> Lowered:
+        """Compile one partition's program into files under options.work_dir."""
+
+    def base_requirements(self) -> Requirements:
+        return Requirements(arch=platform.machine(), torch=torch.__version__)

@@ -1,0 +1,82 @@
+"""Which CPU instruction set a CPU build targets, and what a loading CPU must have.
+
+Inductor compiles with ``-march=native`` by default, which ties the library to
+every feature of the build host and would SIGILL elsewhere. We compile for a
+named x86-64 level instead, so the requirement is a known list of
+``/proc/cpuinfo`` flags the runtime can check before loading.
+"""
+
+from __future__ import annotations
+
+import platform
+import re
+from dataclasses import dataclass
+
+from runtime.hostinfo import cpu_flags
+from targets.errors import TargetOptionError
+
+_X86_V2 = ("cx16", "lahf_lm", "popcnt", "sse4_1", "sse4_2", "ssse3")
+_X86_V3 = _X86_V2 + ("avx", "avx2", "bmi1", "bmi2", "f16c", "fma", "abm", "movbe", "xsave")
+_X86_V4 = _X86_V3 + ("avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl")
+
+# gcc -m flag -> /proc/cpuinfo flag, for the extras Inductor's vector ISA adds.
+_GCC_TO_CPUINFO = {
+    "avx512f": "avx512f", "avx512dq": "avx512dq", "avx512vl": "avx512vl", "avx512bw": "avx512bw",
+    "avx512vnni": "avx512_vnni", "avx512bf16": "avx512_bf16", "avx512fp16": "avx512_fp16",
+    "amx-tile": "amx_tile", "amx-bf16": "amx_bf16", "amx-int8": "amx_int8", "fma": "fma",
+    "avx2": "avx2", "f16c": "f16c",
+}
+
+
+@dataclass(frozen=True)
+class IsaLevel:
+    name: str
+    simdlen: int  # Inductor's config.cpp.simdlen: vector width in bits, 0 = scalar
+    march: str
+    flags: tuple[str, ...]
+
+
+X86_LEVELS = {
+    "avx512": IsaLevel("avx512", 512, "x86-64-v4", _X86_V4),
+    "avx2": IsaLevel("avx2", 256, "x86-64-v3", _X86_V3),
+    "generic": IsaLevel("generic", 0, "x86-64-v2", _X86_V2),
+}
+CHOICES = ("auto", *X86_LEVELS)
+
+
+def resolve(requested: str) -> IsaLevel | None:
+    """The level to build for; None means Inductor's own defaults (non-x86 hosts)."""
+    if requested not in CHOICES:
+        raise TargetOptionError(f"unknown --cpu-isa '{requested}'",
+                                hint=f"choose one of: {', '.join(CHOICES)}")
+    if platform.machine() not in ("x86_64", "AMD64"):
+        if requested != "auto":
+            raise TargetOptionError(f"--cpu-isa {requested} is for x86-64 hosts and this one is "
+                                    f"{platform.machine()}", hint="use --cpu-isa auto")
+        return None
+    have = cpu_flags() or frozenset()
+    if requested == "auto":
+        return next(lvl for lvl in X86_LEVELS.values() if set(lvl.flags) <= have
+                    or lvl.name == "generic")
+    return X86_LEVELS[requested]
+
+
+def inductor_configs(level: IsaLevel | None) -> dict:
+    if level is None:
+        return {}
+    return {"cpp.simdlen": level.simdlen, "cpp.march": level.march}
+
+
+def required_flags(level: IsaLevel | None) -> tuple[str, tuple[str, ...]]:
+    """(ISA name, cpuinfo flags) the compiled library needs, from the vector ISA Inductor picks."""
+    if level is None:  # non-x86: -march=native, so the library needs what this host has
+        return platform.machine(), tuple(sorted(cpu_flags() or ()))
+    from torch._inductor import config
+    from torch._inductor.cpu_vec_isa import pick_vec_isa
+
+    with config.patch(inductor_configs(level)):
+        isa = pick_vec_isa()
+    extra = {_GCC_TO_CPUINFO[m] for m in re.findall(r"-m([\w-]+)", isa.build_arch_flags())
+             if m in _GCC_TO_CPUINFO}
+    name = str(isa).replace(" ", "+") if isa else level.name
+    return name or level.name, tuple(sorted(set(level.flags) | extra))
