@@ -21,7 +21,9 @@ def encode_tree(spec: TreeSpec) -> Any:
     def encode(node: TreeSpec) -> Any:
         if node.is_leaf():
             return {"leaf": next(counter)}
-        items = [encode(child) for child in node.children_specs]
+        # torch 2.13 has children(); 2.11 only children_specs.
+        children = node.children() if hasattr(node, "children") else node.children_specs
+        items = [encode(child) for child in children]
         keys = _mapping_keys(node)
         if keys is not None:
             return {"kind": "dict", "keys": keys, "items": items}

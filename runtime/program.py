@@ -92,15 +92,16 @@ def check_inputs(specs: Sequence[TensorSpec], tensors: Sequence[Any], *, where: 
 
 
 def _check_one(spec: TensorSpec, tensor: torch.Tensor, symbols: dict) -> list[str]:
+    problems = []
     got_dtype = str(tensor.dtype).removeprefix("torch.")
     if got_dtype != spec.dtype:
-        return [f"input '{spec.name}': expected dtype {spec.dtype}, got {got_dtype}"]
+        problems.append(f"input '{spec.name}': expected dtype {spec.dtype}, got {got_dtype}")
     if tensor.device.type not in ("cpu", "cuda"):
-        return [f"input '{spec.name}': tensors on device '{tensor.device}' are not supported"]
+        problems.append(f"input '{spec.name}': tensors on device '{tensor.device}' are not "
+                        "supported (give cpu or cuda tensors)")
     if tensor.dim() != len(spec.shape):
-        return [f"input '{spec.name}': expected rank {len(spec.shape)} "
-                f"({spec.describe()}), got shape {tuple(tensor.shape)}"]
-    problems = []
+        return problems + [f"input '{spec.name}': expected rank {len(spec.shape)} "
+                           f"({spec.describe()}), got shape {tuple(tensor.shape)}"]
     for axis, (dim, got) in enumerate(zip(spec.shape, tensor.shape)):
         if not dim.is_dynamic:
             if got != dim.size:

@@ -34,11 +34,15 @@ class AOTInductorTarget(Target):
     backend = "aoti"
 
     def supports(self, node: Node) -> Support:
+        from torch._inductor.decomposition import select_decomp_table
         from torch._inductor.lowering import fallbacks, lowerings
 
-        target = node.target
-        if target in lowerings and target not in fallbacks:
+        op = node.target
+        if op in lowerings and op not in fallbacks:
             return Support(True, "Inductor lowering: compiled into generated code")
+        overload_packet = getattr(op, "overloadpacket", None)
+        if op in select_decomp_table() or overload_packet in select_decomp_table():
+            return Support(True, "decomposed by Inductor into ops it compiles or calls")
         return Support(True, "ATen kernel called from inside the compiled library")
 
     def default_passes(self, options: LowerOptions) -> list[Pass]:

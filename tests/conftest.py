@@ -64,5 +64,5 @@ def artifacts_dir(tmp_path_factory) -> Path:
 def mlp_build(artifacts_dir):
     """zoo:mlp built for cpu through the Python API, validated (dynamic batch 1..32)."""
     import exporter
-    _record(["exporter.build('zoo:mlp', target='cpu')"])
+    _record("python: exporter.build('zoo:mlp', target='cpu')")
     return exporter.build("zoo:mlp", target="cpu", out=artifacts_dir / "mlp.artifact")

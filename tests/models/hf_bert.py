@@ -1,0 +1,15 @@
+"""A model defined outside the repo, as a new user would bring it: a Hugging Face BERT
+built from a small config (random weights, no download)."""
+
+import torch
+from transformers import BertConfig, BertModel
+
+
+def tiny_bert():
+    config = BertConfig(vocab_size=128, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=64, max_position_embeddings=64)
+    torch.manual_seed(0)
+    model = BertModel(config).eval()
+    input_ids = torch.randint(0, 128, (2, 12))
+    attention_mask = torch.ones(2, 12, dtype=torch.int64)
+    return model, (input_ids, attention_mask)

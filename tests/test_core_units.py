@@ -1,0 +1,89 @@
+"""Fast unit tests of the core path's own functions (no compiles)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.utils._pytree import tree_flatten, tree_flatten_with_path
+
+from exporter.capture import output_names
+from exporter.dynamic import parse_dynamic
+from exporter.errors import UserInputError
+from exporter.validate import Tolerance, compare_output
+from runtime.errors import InputMismatchError
+from runtime.manifest import Dim, TensorSpec
+from runtime.outputs import decode_tree, encode_tree
+from runtime.program import check_inputs
+
+
+def test_parse_dynamic_reads_bounds():
+    (dim,) = parse_dynamic(["x:0=1..32"])
+    assert (dim.input, dim.axis, dim.min, dim.max) == ("x", 0, 1, 32)
+
+
+@pytest.mark.parametrize("text", ["x", "x:0", "x:a=1..2", "x:0=5..2", "x:0=1-32", ":0=1..2"])
+def test_parse_dynamic_rejects_malformed(text):
+    with pytest.raises(UserInputError, match="--dynamic"):
+        parse_dynamic([text])
+
+
+@pytest.mark.parametrize("tree", [
+    torch.ones(1),
+    (torch.ones(1), torch.ones(2)),
+    {"logits": torch.ones(1), "hidden": [torch.ones(2), torch.ones(3)]},
+    [torch.ones(1), {"a": (torch.ones(2),)}],
+])
+def test_output_tree_round_trip(tree):
+    flat, spec = tree_flatten(tree)
+    rebuilt = decode_tree(encode_tree(spec), flat)
+    assert tree_flatten(rebuilt)[1] == spec
+
+
+def test_output_names_are_readable():
+    out = {"logits": 1, "hidden": (2, 3)}
+    paths = [p for p, _ in tree_flatten_with_path(out)[0]]
+    assert output_names(paths) == ["logits", "hidden.0", "hidden.1"]
+    assert output_names([p for p, _ in tree_flatten_with_path((1, 2))[0]]) == [
+        "output_0", "output_1"]
+    assert output_names([()]) == ["output"]
+
+
+SPECS = (TensorSpec("x", "float32", (Dim(symbol="batch", min=1, max=8), Dim(size=4))),
+         TensorSpec("mask", "int64", (Dim(symbol="batch", min=1, max=8),)))
+
+
+def test_check_inputs_accepts_a_good_call():
+    check_inputs(SPECS, [torch.ones(3, 4), torch.ones(3, dtype=torch.int64)], where="t")
+
+
+@pytest.mark.parametrize("inputs, needle", [
+    ([torch.ones(3, 4, dtype=torch.float64), torch.ones(3, dtype=torch.int64)],
+     "input 'x': expected dtype float32, got float64"),
+    ([torch.ones(9, 4), torch.ones(9, dtype=torch.int64)], "outside the built range 1..8"),
+    ([torch.ones(3, 5), torch.ones(3, dtype=torch.int64)], "input 'x' dim 1: expected 4, got 5"),
+    ([torch.ones(3, 4), torch.ones(2, dtype=torch.int64)], "they must be equal"),
+    ([torch.ones(3), torch.ones(3, dtype=torch.int64)], "expected rank 2"),
+])
+def test_check_inputs_names_the_input(inputs, needle):
+    with pytest.raises(InputMismatchError) as info:
+        check_inputs(SPECS, inputs, where="model.artifact")
+    assert needle in str(info.value)
+    assert "model.artifact" in str(info.value)
+
+
+def test_compare_output_judges_against_eager_error():
+    ref = torch.linspace(-1, 1, 100, dtype=torch.float64)
+    eager = (ref + 1e-7).float()
+    tol = Tolerance(10.0, 1e-9)
+    assert compare_output((ref + 5e-7).float(), ref, eager, tol)["passed"]
+    assert not compare_output((ref + 1e-4).float(), ref, eager, tol)["passed"]
+
+
+def test_compare_output_integers_exact_and_nan_positions():
+    ints = torch.arange(5)
+    assert compare_output(ints, ints, ints, Tolerance())["passed"]
+    assert compare_output(ints + 1, ints, ints, Tolerance())["mismatches"] == 5
+    x = torch.tensor([1.0, float("nan")])
+    moved = torch.tensor([float("nan"), 1.0])
+    row = compare_output(moved, x.double(), x, Tolerance())
+    assert not row["passed"] and not row["nan_inf_positions_match"]
