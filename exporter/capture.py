@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import logging
 import re
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,11 +62,17 @@ def capture(spec: ModelSpec, dynamic: list[DynamicDim], device: str) -> Captured
     module = spec.module.to(device)
     args, kwargs = _to_device((spec.args, spec.kwargs), device)
     dynamic_shapes = apply_dynamic(module, args, kwargs, spec.dynamic_shapes, dynamic)
+    # On failure torch.export prints the partial graph straight to stderr; our error
+    # paragraph replaces it, and --verbose still shows it through the log.
+    torch_stderr = io.StringIO()
     try:
-        program = torch.export.export(module, args, kwargs, dynamic_shapes=dynamic_shapes,
-                                      strict=False)
+        with contextlib.redirect_stderr(torch_stderr):
+            program = torch.export.export(module, args, kwargs, dynamic_shapes=dynamic_shapes,
+                                          strict=False)
     except Exception as exc:  # torch.export raises many unrelated types; all become one paragraph
+        log.debug("torch.export printed:\n%s", torch_stderr.getvalue())
         raise explain_export_failure(exc, spec.origin_file) from exc
+    sys.stderr.write(torch_stderr.getvalue())
     with torch.no_grad():
         eager_out = module(*args, **kwargs)
     signature = read_signature(program, eager_out, _dim_names(dynamic_shapes, module, args, kwargs))

@@ -32,6 +32,11 @@ def _main(debug: bool = typer.Option(False, "--debug", help="show tracebacks on 
     _state["debug"] = debug
     logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
+    if not verbose:
+        # torch.export logs graph dumps and guard warnings at WARNING; our own error
+        # paragraph already says what matters, so keep the terminal readable.
+        import torch._logging
+        torch._logging.set_logs(all=logging.ERROR)
 
 
 def _guarded(action: Callable[[], int | None]) -> None:

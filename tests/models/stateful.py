@@ -1,24 +1,29 @@
-"""A model whose eager behaviour depends on Python state that capture bakes in:
-each call scales by a counter. The artifact keeps the value seen at capture, so
-validation must catch the mismatch."""
+"""Models that go wrong in the ways users meet.
+
+``export_differs``: takes another code path under torch.export than in eager
+(as models with ``is_exporting()``/``is_compiling()`` branches do), so the
+artifact computes something else and validation must catch it.
+``data_dependent``: branches on a tensor's value, which torch.export cannot capture.
+"""
 
 import torch
 
 
-class CountingScale(torch.nn.Module):
+class ExportDiffers(torch.nn.Module):
     def __init__(self):
         super().__init__()
         self.linear = torch.nn.Linear(8, 8)
-        self.calls = 0
 
     def forward(self, x):
-        self.calls += 1
-        return self.linear(x) * self.calls
+        y = self.linear(x)
+        if torch.compiler.is_exporting():
+            return y * 1.01  # e.g. a "fast path" that is subtly different
+        return y
 
 
-def counting():
+def export_differs():
     torch.manual_seed(0)
-    return CountingScale().eval(), (torch.randn(2, 8),)
+    return ExportDiffers().eval(), (torch.randn(2, 8),)
 
 
 def data_dependent():

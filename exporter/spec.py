@@ -1,0 +1,259 @@
+"""Load a model spec string into a module, example args and dynamic shapes.
+
+A spec names a factory: a callable taking no arguments that returns
+``(module, example_args)`` or ``(module, example_args, dynamic_shapes)``.
+
+- ``path/to/file.py:NAME``: the file is imported by path as a fresh module, its
+  directory on ``sys.path`` while it is imported and the factory runs (so sibling
+  imports work).
+- ``package.module:NAME``: imported with importlib from ``sys.path`` plus the working
+  directory.
+- ``zoo:NAME``: a built-in model (``exporter.zoo``), no file needed.
+
+``example_args`` is a tuple or list of positional args, or a single tensor (wrapped
+into a 1-tuple). Keyword args are not supported. Args may be tensors, nested
+tuples/lists/dicts of tensors, None, int, float or bool. ``dynamic_shapes`` is passed
+to torch.export as given (its own format). The module is put in eval mode.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+import itertools
+import sys
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import torch
+
+from exporter.errors import SpecError
+from exporter.export_errors import SourceLine, find_user_frame
+
+SPEC_FORMS = "expected FILE.py:NAME, package.module:NAME or zoo:NAME"
+_FACTORY_CONTRACT = "(module, example_args) or (module, example_args, dynamic_shapes)"
+_SCALARS = (int, float, bool, type(None))
+_fresh_ids = itertools.count()
+
+
+@dataclass
+class ModelSpec:
+    source: str  # the spec string as given
+    module: torch.nn.Module  # in eval mode
+    args: tuple
+    kwargs: dict
+    dynamic_shapes: Any | None  # torch.export format, as the factory returned it
+    origin_file: str | None  # file the model came from: error messages point into it
+
+
+def load_spec(spec: str) -> ModelSpec:
+    """Resolve ``spec`` to a ModelSpec; every user mistake is a SpecError."""
+    text = (spec or "").strip()
+    if not text:
+        raise SpecError("The model spec is empty", hint=f"{SPEC_FORMS}, e.g. zoo:mlp")
+    target, colon, name = text.rpartition(":")
+    if not colon or not target or not name:
+        raise SpecError(f"The model spec {text!r} does not name a factory", where=text,
+                        hint=f"{SPEC_FORMS}, e.g. model.py:make_model or zoo:mlp")
+    if target == "zoo":
+        return _from_zoo(text, name)
+    if target.endswith(".py") or "/" in target or "\\" in target:
+        path = _existing_file(target, text)
+        with _on_sys_path(path.parent):
+            module = _import_file(path)
+            return _from_factory(text, _lookup(module, name, str(path)), str(path))
+    # The console script does not put the working directory on sys.path, but users
+    # expect `exporter build mymodels.net:make` to find ./mymodels (as uvicorn does).
+    with _on_sys_path(Path.cwd()):
+        module = _import_module(target, text)
+        origin = getattr(module, "__file__", None)
+        return _from_factory(text, _lookup(module, name, origin or target), origin)
+
+
+# ---------------------------------------------------------------------------- finding the factory
+
+
+def _from_zoo(text: str, name: str) -> ModelSpec:
+    from exporter.zoo import ZOO, describe
+
+    if name not in ZOO:
+        raise SpecError(f"There is no zoo model named {name!r}", where=text,
+                        hint=f"use one of zoo:{', zoo:'.join(ZOO)}",
+                        details=[f"zoo:{n}: {d}" for n, d in describe().items()])
+    return _from_factory(text, ZOO[name], inspect.getsourcefile(ZOO[name]))
+
+
+def _existing_file(target: str, text: str) -> Path:
+    path = Path(target).expanduser().resolve()
+    if not path.exists():
+        raise SpecError(f"The model file {target} does not exist", where=str(path),
+                        hint="check the path (it is relative to the current directory)")
+    if not path.is_file():
+        raise SpecError(f"The model path {target} is not a file", where=str(path),
+                        hint=f"{SPEC_FORMS}; give the .py file inside it")
+    return path
+
+
+@contextmanager
+def _on_sys_path(folder: Path) -> Iterator[None]:
+    entry = str(folder)
+    sys.path.insert(0, entry)
+    try:
+        yield
+    finally:
+        if entry in sys.path:  # the user's code may have edited sys.path itself
+            sys.path.remove(entry)
+
+
+def _import_file(path: Path):
+    # A unique name per load: two specs in files both called model.py must not collide,
+    # and re-loading picks up edits. Registered in sys.modules for dataclasses/pickle.
+    name = f"_exporter_spec_{path.stem}_{next(_fresh_ids)}"
+    module_spec = importlib.util.spec_from_file_location(name, path)
+    if module_spec is None or module_spec.loader is None:
+        raise SpecError(f"Python cannot import {path.name}", where=str(path),
+                        hint="the model file must be a Python source file ending in .py")
+    module = importlib.util.module_from_spec(module_spec)
+    sys.modules[name] = module
+    try:
+        module_spec.loader.exec_module(module)
+    except Exception as exc:  # user code: any exception is the user's error, reported
+        del sys.modules[name]
+        raise _user_code_failed(f"Importing {path.name} failed", exc, str(path)) from exc
+    return module
+
+
+def _import_module(target: str, text: str):
+    try:
+        return importlib.import_module(target)
+    except ModuleNotFoundError as exc:
+        if exc.name and (target == exc.name or target.startswith(exc.name + ".")):
+            raise SpecError(f"There is no Python module named {target!r}", where=text,
+                            hint=f"{SPEC_FORMS}; check the spelling, run from the directory "
+                                 "that holds the package, or give a file path") from exc
+        raise _user_code_failed(f"Importing {target} failed", exc, target) from exc
+    except Exception as exc:  # user code: any exception is the user's error, reported
+        raise _user_code_failed(f"Importing {target} failed", exc, target) from exc
+
+
+def _lookup(module, name: str, where: str) -> Callable:
+    if not hasattr(module, name):
+        defined = _factories_in(module)
+        have = f"it defines: {', '.join(defined)}" if defined else "it defines no functions"
+        raise SpecError(f"{where} has no attribute {name!r}", where=where,
+                        hint=f"name one of the functions it defines ({have})")
+    factory = getattr(module, name)
+    if not callable(factory):
+        raise SpecError(f"{name!r} in {where} is a {type(factory).__name__}, not a callable",
+                        where=where, hint=f"point the spec at a function returning "
+                                          f"{_FACTORY_CONTRACT}")
+    return factory
+
+
+def _factories_in(module) -> list[str]:
+    """Public functions defined in the module itself (not imported ones like torch.randn)."""
+    return sorted(n for n, v in vars(module).items()
+                  if inspect.isfunction(v) and not n.startswith("_")
+                  and v.__module__ == module.__name__)
+
+
+def _user_code_failed(what: str, exc: BaseException, where: str) -> SpecError:
+    frame = find_user_frame(exc)
+    if isinstance(exc, SyntaxError) and exc.filename:  # no frame of its own: the parser failed
+        where = str(SourceLine(exc.filename, exc.lineno or 0, "", (exc.text or "").strip()))
+        exc_text = exc.msg
+    else:
+        where, exc_text = (str(frame) if frame else where), str(exc)
+    return SpecError(f"{what}: {type(exc).__name__}: {exc_text}".rstrip(": "), where=where,
+                     hint="fix the error in the model code; run the file with python to see "
+                          "the full traceback")
+
+
+# ---------------------------------------------------------------------------- checking its result
+
+
+def _from_factory(text: str, factory: Callable, origin: str | None) -> ModelSpec:
+    name = getattr(factory, "__qualname__", repr(factory))
+    try:
+        result = factory()
+    except Exception as exc:  # user code: any exception is the user's error, reported
+        raise _user_code_failed(f"The factory {name}() raised", exc, origin or text) from exc
+    module, args, dynamic_shapes = _unpack(result, name, text)
+    args = _as_args(args, name, text)
+    _check_leaves(args, "example_args", name, text)
+    if dynamic_shapes is not None and not isinstance(dynamic_shapes, (tuple, list, dict)):
+        raise SpecError(f"{name}() returned dynamic_shapes of type {type(dynamic_shapes).__name__}",
+                        where=text, hint="return torch.export's format: a tuple with one "
+                                         "{dim: Dim(...)} dict or None per argument, or None")
+    return ModelSpec(source=text, module=module.eval(), args=args, kwargs={},
+                     dynamic_shapes=dynamic_shapes, origin_file=_model_file(module, origin))
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, (tuple, list)):
+        inner = ", ".join(type(v).__name__ for v in value[:4])
+        more = ", ..." if len(value) > 4 else ""
+        return f"a {type(value).__name__} of {len(value)} ({inner}{more})"
+    return f"a {type(value).__name__}"
+
+
+def _unpack(result: Any, name: str, text: str) -> tuple[torch.nn.Module, Any, Any]:
+    if not isinstance(result, (tuple, list)) or len(result) not in (2, 3):
+        hint = f"return {_FACTORY_CONTRACT}"
+        if isinstance(result, torch.nn.Module):
+            hint += ", e.g. `return model, (torch.randn(1, 3, 224, 224),)`"
+        raise SpecError(f"{name}() returned {_describe(result)}; expected {_FACTORY_CONTRACT}",
+                        where=text, hint=hint)
+    module = result[0]
+    if not isinstance(module, torch.nn.Module):
+        is_class = isinstance(module, type) and issubclass(module, torch.nn.Module)
+        hint = ("return an instance (call the class: `Model()`), not the class" if is_class
+                else "the first element must be the torch.nn.Module to export")
+        raise SpecError(f"{name}() returned {_describe(module)} as its first element, not a "
+                        "torch.nn.Module", where=text, hint=hint)
+    return module, result[1], result[2] if len(result) == 3 else None
+
+
+def _as_args(args: Any, name: str, text: str) -> tuple:
+    if isinstance(args, torch.Tensor):
+        return (args,)
+    if isinstance(args, (tuple, list)):
+        return tuple(args)
+    hint = "return example args as a tuple, e.g. (x,) or (input_ids, attention_mask)"
+    if isinstance(args, dict):
+        hint = "keyword args are not supported: " + hint + " in forward()'s parameter order"
+    raise SpecError(f"{name}() returned example args of type {type(args).__name__}", where=text,
+                    hint=hint)
+
+
+def _check_leaves(value: Any, path: str, name: str, text: str) -> None:
+    """Only what torch.export can feed to a graph: tensors, containers of them, scalars."""
+    if isinstance(value, (torch.Tensor, *_SCALARS)):
+        return
+    if isinstance(value, (tuple, list)):
+        for i, item in enumerate(value):
+            _check_leaves(item, f"{path}[{i}]", name, text)
+        return
+    if isinstance(value, dict):
+        for key, item in value.items():
+            _check_leaves(item, f"{path}[{key!r}]", name, text)
+        return
+    raise SpecError(f"{name}() returned {path} of type {type(value).__name__}, which cannot be "
+                    "a model input", where=text,
+                    hint="example args may hold tensors, tuples/lists/dicts of tensors, None, "
+                         "int, float or bool; convert it (e.g. torch.as_tensor) or build it "
+                         "inside the model")
+
+
+def _model_file(module: torch.nn.Module, origin: str | None) -> str | None:
+    """The model class's file when it is user code, else the file that held the factory."""
+    try:
+        model_file = inspect.getsourcefile(type(module))
+    except TypeError:  # classes made at runtime have no file
+        model_file = None
+    if model_file and not model_file.startswith(str(Path(torch.__file__).parent)):
+        return model_file
+    return origin

@@ -1,0 +1,129 @@
+"""Bad input gets a clear error, exit code 2, no traceback, and nothing lost.
+
+Covers: missing or malformed specs, truncated or tampered artifacts, hostile entry
+names, an artifact built for another CPU/torch, data-dependent control flow, and a
+model whose eager behaviour the artifact cannot reproduce (exit 1, nothing written).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import zipfile
+
+import pytest
+
+import runtime
+from runtime.archive import ArtifactReader, write_artifact
+from runtime.errors import ArtifactError, CompatibilityError
+
+MODELS = "tests/models"
+
+
+def _assert_clean_error(result, code: int, *needles: str) -> None:
+    assert result.returncode == code, (result.returncode, result.stdout, result.stderr)
+    assert "Traceback" not in result.stderr
+    for needle in needles:
+        assert needle in result.stderr, (needle, result.stderr)
+
+
+@pytest.mark.parametrize("spec, needle", [
+    ("", "spec"),
+    ("no_colon_here", "zoo:NAME"),
+    ("does/not/exist.py:factory", "does/not/exist.py"),
+    (f"{MODELS}/stateful.py:missing_name", "missing_name"),
+    ("zoo:nope", "mlp"),
+    ("not_a_module_xyz:factory", "not_a_module_xyz"),
+])
+def test_bad_specs_exit_2(cli, spec, needle):
+    _assert_clean_error(cli("build", spec, "--no-validate"), 2, needle)
+
+
+def test_bad_dynamic_and_unknown_target_exit_2(cli):
+    _assert_clean_error(cli("build", "zoo:mlp", "--dynamic", "x:0=9..2"), 2, "--dynamic")
+    _assert_clean_error(cli("build", "zoo:mlp", "--dynamic", "nope:0=1..4"), 2, "nope")
+    _assert_clean_error(cli("build", "zoo:mlp", "--target", "toaster"), 2, "toaster")
+
+
+def test_debug_flag_shows_the_traceback(cli):
+    result = cli("--debug", "build", "zoo:nope")
+    assert result.returncode == 2 and "Traceback" in result.stderr
+
+
+def test_data_dependent_control_flow_is_one_paragraph(cli):
+    result = cli("build", f"{MODELS}/stateful.py:data_dependent")
+    _assert_clean_error(result, 3, "stateful.py", "torch.cond")
+
+
+def _copy(src, dst):
+    shutil.copyfile(src, dst)
+    return dst
+
+
+def test_flipped_byte_is_refused(mlp_build, cli, tmp_path):
+    data = bytearray(mlp_build.artifact.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    bad = tmp_path / "flipped.artifact"
+    bad.write_bytes(bytes(data))
+    with pytest.raises(ArtifactError):
+        runtime.load(bad)
+    _assert_clean_error(cli("inspect", str(bad)), 2, "flipped.artifact")
+
+
+def test_truncated_artifact_is_refused(mlp_build, cli, tmp_path):
+    bad = tmp_path / "truncated.artifact"
+    bad.write_bytes(mlp_build.artifact.read_bytes()[:1000])
+    _assert_clean_error(cli("run", str(bad), "--inputs", "x.npz"), 2, "truncated")
+
+
+def test_entry_named_dotdot_is_refused(mlp_build, cli, tmp_path):
+    bad = _copy(mlp_build.artifact, tmp_path / "dotdot.artifact")
+    with zipfile.ZipFile(bad, "a") as archive:
+        archive.writestr("../x", b"payload")
+    _assert_clean_error(cli("inspect", str(bad)), 2, "../x")
+    assert not (tmp_path.parent / "x").exists()
+
+
+def _rewrite_manifest(src, dst, change) -> None:
+    with ArtifactReader.open(src) as reader:
+        manifest = dict(reader.manifest)
+        files = {name: reader.read_bytes(name) for name in reader.names()}
+    change(manifest)
+    write_artifact(dst, manifest, files)
+
+
+def test_artifact_for_a_missing_cpu_feature_is_refused_before_loading(mlp_build, tmp_path):
+    bad = tmp_path / "future-cpu.artifact"
+    _rewrite_manifest(mlp_build.artifact, bad, lambda m: m["requirements"].update(
+        cpu_flags=m["requirements"]["cpu_flags"] + ["avx1024_imaginary"]))
+    with pytest.raises(CompatibilityError, match="avx1024_imaginary"):
+        runtime.load(bad)
+
+
+def test_artifact_for_another_torch_names_both_versions(mlp_build, tmp_path):
+    bad = tmp_path / "old-torch.artifact"
+    _rewrite_manifest(mlp_build.artifact, bad,
+                      lambda m: m["requirements"].update(torch="1.13.0"))
+    with pytest.raises(CompatibilityError, match=r"torch 1\.13\.0.*torch 2\."):
+        runtime.load(bad)
+
+
+@pytest.fixture(scope="session")
+def failed_validation(artifacts_dir, cli):
+    out = artifacts_dir / "differs.artifact"
+    out.write_bytes(b"previous good artifact")
+    result = cli("build", f"{MODELS}/stateful.py:export_differs", "--out", str(out),
+                 "--keep-failed", "--json")
+    return out, result
+
+
+def test_validation_failure_exits_1_and_keeps_the_previous_file(failed_validation):
+    out, result = failed_validation
+    assert result.returncode == 1, result.stderr
+    assert out.read_bytes() == b"previous good artifact"
+    data = json.loads(result.stdout)
+    assert data["validation"]["passed"] is False
+    assert "output" in result.stderr and "max abs error" in result.stderr
+    kept = out.with_name("differs.FAILED-VALIDATION.artifact")
+    assert kept.exists(), "--keep-failed keeps the failing artifact, clearly named"
+    assert not list(out.parent.glob(".differs*")), "no staging files left behind"
