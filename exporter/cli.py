@@ -80,6 +80,9 @@ def build(
     keep_failed: bool = typer.Option(False, "--keep-failed",
                                      help="keep an artifact that fails validation, renamed"),
     cpu_isa: str = typer.Option("auto", "--cpu-isa", help="auto|avx512|avx2|generic"),
+    dtype: str = typer.Option("fp32", "--dtype", help="fp32|fp16|bf16: math precision "
+                              "(inputs and outputs keep their dtypes)"),
+    autotune: bool = typer.Option(False, "--autotune", help="Inductor max-autotune (slow)"),
     as_json: bool = typer.Option(False, "--json", help="print the result as JSON only"),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="print only errors and the path"),
 ) -> None:
@@ -87,11 +90,10 @@ def build(
     def action() -> int:
         from exporter.pipeline import build as run_build
         from exporter.report import print_build
-        from exporter.settings import BuildSettings
 
-        settings = BuildSettings(target=target, out=out, dynamic=dynamic, inputs=inputs,
-                                 validate_artifact=not no_validate, keep_failed=keep_failed,
-                                 cpu_isa=cpu_isa)
+        settings = _settings(target=target, out=out, dynamic=dynamic, inputs=inputs,
+                             validate_artifact=not no_validate, keep_failed=keep_failed,
+                             cpu_isa=cpu_isa, dtype=dtype, autotune=autotune)
         try:
             result = run_build(spec, settings,
                                      stage=_stage_printer(not as_json and not quiet))
@@ -107,6 +109,53 @@ def build(
             print(result.artifact)
         else:
             print_build(out_console, result)
+        return 0
+    _guarded(action)
+
+
+def _settings(**fields):
+    """BuildSettings from CLI values; a bad value is a usage error (exit 2), not a traceback."""
+    import pydantic
+
+    from exporter.errors import UserInputError
+    from exporter.settings import BuildSettings
+    try:
+        return BuildSettings(**fields)
+    except pydantic.ValidationError as exc:
+        problems = [f"--{'.'.join(map(str, e['loc'])).replace('_', '-')}: {e['msg']}"
+                    for e in exc.errors()]
+        raise UserInputError("invalid build options", details=problems) from None
+
+
+@app.command()
+def bench(
+    artifact: Path = typer.Argument(..., help="artifact file"),
+    baseline: str = typer.Option("eager,compile", "--baseline",
+                                 help="comma list of eager, compile; empty for none"),
+    model: Optional[str] = typer.Option(None, "--model", help="spec for baselines and inputs "
+                                        "(default: the one in the manifest)"),
+    runs: int = typer.Option(100, "--runs"),
+    warmup: int = typer.Option(20, "--warmup"),
+    no_cuda_graphs: bool = typer.Option(False, "--no-cuda-graphs"),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Time the artifact against eager and torch.compile(reduce-overhead), in one process."""
+    def action() -> int:
+        from exporter.bench import bench as bench_api
+
+        names = tuple(b.strip() for b in baseline.split(",") if b.strip())
+        result = bench_api(artifact, model=model, baselines=names, runs=runs, warmup=warmup,
+                           cuda_graphs=not no_cuda_graphs)
+        if as_json:
+            _print_json(result)
+            return 0
+        out_console.print(f"{artifact}: {result['device']} {result['dtype']}, "
+                          f"{result['runs']} runs, {result['timer']}")
+        for name, timing in result["timings"].items():
+            out_console.print(f"  {name:>9}: median {timing['median_ms']:.3f} ms, "
+                              f"p90 {timing['p90_ms']:.3f} ms")
+        for name, ratio in result["ratios"].items():
+            out_console.print(f"  {name}: {ratio:.3f}x")
         return 0
     _guarded(action)
 

@@ -43,7 +43,8 @@ class BuildResult:
 
     @property
     def warnings(self) -> list[str]:
-        return list((self.manifest.validation or {}).get("warnings", []))
+        notes = list(self.manifest.build.get("notes", []))
+        return notes + list((self.manifest.validation or {}).get("warnings", []))
 
     def to_json(self) -> dict:
         return {"artifact": str(self.artifact), "target": self.manifest.target,
@@ -87,10 +88,12 @@ def build(spec: str | ModelSpec, settings: BuildSettings, *, stage: StageHook = 
             lowered = target.lower(program, options)
         manifest = _manifest(model, settings, target, captured, program, pass_records, lowered)
         files = {f"partitions/p0/{name}": path for name, path in lowered.files.items()}
-        manifest.build = {"settings": settings.model_dump(mode="json"), "timings_s": timings}
+        manifest.build = {"settings": settings.model_dump(mode="json"), "timings_s": timings,
+                          "notes": lowered.notes}
         if settings.validate_artifact:
             with timed("validate (subprocess)"):
-                manifest.validation = _validate(out, manifest, files, model, captured, settings)
+                eager = _eager_runner(model, captured, program, settings)
+                manifest.validation = _validate(out, manifest, files, eager, captured, settings)
         else:
             manifest.validation = {"passed": None, "skipped": True,
                                    "warnings": ["validation skipped (--no-validate)"]}
@@ -158,16 +161,25 @@ def _coverage(program, target: Target) -> list[dict]:
     return rows
 
 
-def _validate(out: Path, manifest: Manifest, files: dict, model: ModelSpec, captured: Captured,
-              settings: BuildSettings) -> dict:
+def _eager_runner(model: ModelSpec, captured: Captured, program, settings: BuildSettings
+                  ) -> EagerRunner:
+    """The float64 reference is always the user's model. At fp16/bf16, the same-dtype
+    comparison point is the cast program run eagerly op by op (``model.half()`` itself
+    can fail on models that build float32 masks)."""
+    same_dtype = None if settings.dtype == "fp32" else program.module()
+    return EagerRunner(model.module, captured.inputs.rebuild, same_dtype_flat=same_dtype)
+
+
+def _validate(out: Path, manifest: Manifest, files: dict, eager: EagerRunner,
+              captured: Captured, settings: BuildSettings) -> dict:
     """Package to a staging file beside ``out``, validate that file, then discard it."""
     cases, warnings = make_cases(captured.signature, captured.inputs.tensors, settings.inputs,
                                  settings.seed)
     staging = out.with_name(f".{out.name}.validating-{os.getpid()}")
     write_artifact(staging, manifest.to_dict(), files)
     try:
-        record = validate(staging, EagerRunner(model.module, captured.inputs.rebuild),
-                          captured.signature, cases, dtype=settings.dtype, warnings=warnings)
+        record = validate(staging, eager, captured.signature, cases, dtype=settings.dtype,
+                          warnings=warnings)
         if not record["passed"]:
             manifest.validation = record
             kept = _keep_failed(out, manifest, files) if settings.keep_failed else None

@@ -3,8 +3,10 @@ against eager PyTorch (DESIGN.md, "Validation is part of the build").
 
 Policy for float outputs: the reference is eager at float64 where the model
 allows it; the artifact's max abs error to it must be within
-``factor x`` eager float32's own error plus a floor of ``floor x max|ref|``
-(an exact eager error of 0 must not demand bit-exactness). Integer and bool
+``factor x`` eager's own error at the artifact's dtype plus a floor of
+``floor x max|ref|`` (an exact eager error of 0 must not demand bit-exactness).
+For fp16/bf16 builds, "eager at the artifact's dtype" is the cast program run
+eagerly, and the floors are looser. Integer and bool
 outputs match eager exactly; NaN and Inf positions match.
 """
 
@@ -39,7 +41,8 @@ class Tolerance:
     floor: float = 1e-6
 
     def describe(self) -> str:
-        return (f"float outputs: max|artifact - ref| <= {self.factor:g} x max|eager - ref| + "
+        return (f"float outputs: max|artifact - ref| <= {self.factor:g} x max|eager - ref| "
+                f"(eager at the artifact's dtype) + "
                 f"{self.floor:g} x max(1, max|ref|); integer/bool exact; NaN/Inf positions equal")
 
 
@@ -93,14 +96,22 @@ def _crash_error(proc: subprocess.CompletedProcess, artifact: Path) -> BuildErro
 
 
 class EagerRunner:
-    """Eager PyTorch on flat inputs, at the model's own dtype and (if it allows) float64."""
+    """Eager PyTorch on flat inputs, at the artifact's dtype and (if it allows) float64.
 
-    def __init__(self, module: torch.nn.Module, rebuild: Callable) -> None:
-        self.module, self.rebuild = module, rebuild
+    ``same_dtype_flat``, when given, is a module taking the flat inputs that computes
+    at the artifact's dtype (for fp16/bf16 builds); otherwise the model itself is used."""
+
+    def __init__(self, module: torch.nn.Module, rebuild: Callable,
+                 same_dtype_flat: torch.nn.Module | None = None) -> None:
+        self.module, self.rebuild, self.same_dtype_flat = module, rebuild, same_dtype_flat
         self.device = next((p.device for p in module.parameters()), torch.device("cpu"))
         self._module64: torch.nn.Module | None = None
 
     def run(self, inputs: list[torch.Tensor], *, float64: bool = False) -> list[torch.Tensor]:
+        if not float64 and self.same_dtype_flat is not None:
+            with torch.no_grad():
+                out = self.same_dtype_flat(*[t.to(self.device) for t in inputs])
+            return [t.detach().cpu() for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
         module = self.module
         if float64:
             if self._module64 is None:

@@ -16,6 +16,7 @@ import logging
 from pathlib import Path
 
 from runtime.archive import ArtifactReader, Limits
+from runtime.cuda_graphs import GraphReplay
 from runtime.errors import (ArtifactError, CompatibilityError, ExecutionError,
                             InputMismatchError, ToolchainError, UserInputError)
 from runtime.executors import create_executor
@@ -36,8 +37,14 @@ def read_manifest(path: str | Path, *, limits: Limits = Limits()) -> Manifest:
         return Manifest.from_dict(reader.manifest, where=str(path))
 
 
-def load(path: str | Path, *, limits: Limits = Limits(), **executor_options: object) -> Program:
-    """Verify, check compatibility, then load every partition from a private verified copy."""
+def load(path: str | Path, *, limits: Limits = Limits(), cuda_graphs: bool = True,
+         static_outputs: bool = False, max_graphs: int = 8) -> Program:
+    """Verify, check compatibility, then load every partition from a private verified copy.
+
+    GPU partitions of static or dynamic shape are captured into CUDA graphs and
+    replayed (one graph per seen input shape, at most ``max_graphs``) unless
+    ``cuda_graphs=False``. Outputs are fresh tensors unless ``static_outputs=True``,
+    which returns the graph's own buffers (overwritten by the next call)."""
     where = str(path)
     with ArtifactReader.open(path, limits) as reader:
         manifest = Manifest.from_dict(reader.manifest, where=where)
@@ -46,7 +53,13 @@ def load(path: str | Path, *, limits: Limits = Limits(), **executor_options: obj
         # user-writable location; on Linux the mapping outlives the files, so the
         # copy is removed when the reader closes.
         private_dir = reader.extract_private()
-        executors = [create_executor(p, private_dir, where=where, **executor_options)
-                     for p in manifest.partitions]
+        executors = []
+        for partition in manifest.partitions:
+            graphed = cuda_graphs and partition.device == "cuda"
+            execute = create_executor(partition, private_dir, where=where,
+                                      run_single_threaded=graphed)
+            if graphed:
+                execute = GraphReplay(execute, partition.device, max_graphs, static_outputs)
+            executors.append(execute)
     log.debug("loaded %s: %d partition(s)", where, len(executors))
     return Program(manifest, executors, source=where)

@@ -5,8 +5,9 @@ from __future__ import annotations
 from runtime.errors import UserInputError
 from targets.base import Availability, Lowered, LowerOptions, Support, Target
 from targets.cpu import CpuTarget
+from targets.cuda import CudaTarget
 
-TARGETS: dict[str, Target] = {t.name: t for t in (CpuTarget(),)}
+TARGETS: dict[str, Target] = {t.name: t for t in (CpuTarget(), CudaTarget())}
 
 __all__ = ["Availability", "Lowered", "LowerOptions", "Support", "TARGETS", "Target",
            "get_target"]

@@ -17,13 +17,20 @@ from torch.export import ExportedProgram
 from torch.fx import Node
 
 from passes.base import Pass
+from passes.cast_dtype import CastFloatDtype
 from passes.dead_code import EliminateDeadCode
 from runtime.errors import ToolchainError
-from targets.base import Lowered, LowerOptions, Support, Target
+from targets.base import Availability, Lowered, LowerOptions, Support, Target
+from targets.errors import TargetOptionError
+from targets.toolchain import choose_cxx
 
 log = logging.getLogger(__name__)
 
 PACKAGE_NAME = "model.pt2"
+
+
+def _jsonable(configs: dict) -> dict:
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in configs.items()}
 
 
 class LoweringError(ToolchainError):
@@ -45,17 +52,34 @@ class AOTInductorTarget(Target):
             return Support(True, "decomposed by Inductor into ops it compiles or calls")
         return Support(True, "ATen kernel called from inside the compiled library")
 
+    def availability(self) -> Availability:
+        choice = choose_cxx()
+        return Availability(choice.compiler is not None, choice.note)
+
     def default_passes(self, options: LowerOptions) -> list[Pass]:
         # Inductor fuses and folds on its own; only cleanup is worth doing before it.
-        return [EliminateDeadCode()]
+        # The dtype cast comes last so it re-captures the cleaned graph.
+        pipeline: list[Pass] = [EliminateDeadCode()]
+        if options.dtype != "fp32":
+            pipeline.append(CastFloatDtype(options.dtype))
+        return pipeline
 
     def inductor_configs(self, options: LowerOptions) -> dict:
         """Freezing folds weights into constants and lets Inductor prepack them
-        (1.4-1.6x faster on CNNs on CPU here)."""
-        configs = {"freezing": True}
+        (1.4-1.6x faster on CNNs on CPU here). The compiler is the one choose_cxx()
+        vetted (a statically linked libstdc++ crashes on load)."""
+        configs: dict = {"freezing": True, "cpp.cxx": (None, self._compiler())}
         if options.autotune:
             configs["max_autotune"] = True
         return configs
+
+    def _compiler(self) -> str:
+        choice = choose_cxx()
+        if choice.compiler is None:
+            raise TargetOptionError(f"no usable C++ compiler for '{self.name}': {choice.note}",
+                                    hint="set CXX=/usr/bin/g++ (or another compiler that "
+                                         "links libstdc++ dynamically)")
+        return choice.compiler
 
     def lower(self, program: ExportedProgram, options: LowerOptions) -> Lowered:
         configs = self.inductor_configs(options)
@@ -68,10 +92,11 @@ class AOTInductorTarget(Target):
             raise self._lowering_error(exc, options) from exc
         seconds = time.perf_counter() - start
         log.info("AOTInductor compiled %s in %.1f s", package, seconds)
-        meta = {"package": PACKAGE_NAME, "inductor_configs": configs,
-                "compile_seconds": round(seconds, 2)}
+        meta = {"package": PACKAGE_NAME, "inductor_configs": _jsonable(configs),
+                "compile_seconds": round(seconds, 2), "compiler": choose_cxx().note}
+        notes = [choose_cxx().note] if choose_cxx().switched else []
         return Lowered(files={PACKAGE_NAME: package}, meta=meta,
-                       requirements=self.requirements(options))
+                       requirements=self.requirements(options), notes=notes)
 
     def requirements(self, options: LowerOptions):
         return self.base_requirements()

@@ -53,6 +53,7 @@ class Lowered:
     files: dict[str, Path]
     meta: dict
     requirements: Requirements
+    notes: list[str] = field(default_factory=list)  # warnings for the user and the manifest
 
 
 class Target(abc.ABC):

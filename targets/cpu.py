@@ -2,26 +2,16 @@
 
 from __future__ import annotations
 
-import shutil
-import sysconfig
-
 from runtime.manifest import Requirements
 from targets import cpu_isa
 from targets.aoti import AOTInductorTarget
-from targets.base import Availability, LowerOptions
+from targets.base import LowerOptions
 
 
 class CpuTarget(AOTInductorTarget):
     name = "cpu"
     device = "cpu"
     description = "AOTInductor C++/OpenMP for this machine's CPU family"
-
-    def availability(self) -> Availability:
-        compiler = shutil.which(sysconfig.get_config_var("CXX") or "") or shutil.which("g++") \
-            or shutil.which("c++")
-        if compiler is None:
-            return Availability(False, "no C++ compiler found (AOTInductor needs g++ or clang++)")
-        return Availability(True, f"C++ compiler {compiler}")
 
     def inductor_configs(self, options: LowerOptions) -> dict:
         level = cpu_isa.resolve(options.cpu_isa)

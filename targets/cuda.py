@@ -1,0 +1,40 @@
+"""Target ``cuda``: the whole program through AOTInductor's Triton backend (kernels as cubin).
+
+The manifest records what the artifact needs: the GPU compute capability it was
+built on (cubins are compiled for it), and the CUDA and torch versions.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from runtime.manifest import Requirements
+from targets.aoti import AOTInductorTarget
+from targets.base import Availability, LowerOptions
+
+
+class CudaTarget(AOTInductorTarget):
+    name = "cuda"
+    device = "cuda"
+    description = "AOTInductor Triton kernels for NVIDIA GPUs, replayed as CUDA graphs"
+
+    def availability(self) -> Availability:
+        if torch.version.cuda is None:
+            return Availability(False, f"torch {torch.__version__} is a CPU-only build "
+                                       "(install a CUDA build of torch)")
+        if not torch.cuda.is_available():
+            return Availability(False, f"no CUDA GPU is visible (torch {torch.__version__}, "
+                                       f"CUDA {torch.version.cuda})")
+        compiler = super().availability()
+        if not compiler.ok:
+            return compiler
+        name = torch.cuda.get_device_name()
+        major, minor = torch.cuda.get_device_capability()
+        return Availability(True, f"{name} (sm_{major}{minor}), CUDA {torch.version.cuda}; "
+                                  f"{compiler.reason}")
+
+    def requirements(self, options: LowerOptions) -> Requirements:
+        base = self.base_requirements()
+        major, minor = torch.cuda.get_device_capability()
+        return Requirements(arch=base.arch, torch=base.torch, cuda=torch.version.cuda,
+                            cuda_capability=f"{major}.{minor}")

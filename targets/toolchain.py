@@ -1,0 +1,67 @@
+"""The C++ compiler AOTInductor builds with, and whether its libraries load.
+
+Some images (the GPU machine's among them) set ``CXX`` to a wrapper that links
+libstdc++ statically into shared libraries. An AOTInductor library built that way
+compiles fine and then segfaults on load (inside ``std::regex`` in the model
+constructor, seen with torch 2.11). We probe the compiler once, by building a
+tiny shared library and reading its dynamic section, and switch to a compiler
+that links libstdc++ dynamically, saying so, or stop with what to set.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+_PROBE_SOURCE = """
+#include <regex>
+#include <string>
+extern "C" int probe(const char* s) { return std::regex_match(std::string(s), std::regex("a+")); }
+"""
+FALLBACK_COMPILERS = ("/usr/bin/g++", "/usr/bin/clang++", "g++", "clang++")
+
+
+@dataclass(frozen=True)
+class CxxChoice:
+    compiler: str | None  # what to build with; None when nothing usable was found
+    note: str  # one line for reports: what was checked and what was chosen
+    switched: bool = False  # True when CXX was overridden because it links statically
+
+
+def links_libstdcxx_dynamically(compiler: str) -> bool | None:
+    """True/False from a real build of a shared library; None if the probe cannot run."""
+    readelf = shutil.which("readelf")
+    if shutil.which(compiler) is None or readelf is None:
+        return None
+    with tempfile.TemporaryDirectory(prefix="exporter-cxx-probe-") as tmp:
+        src, lib = Path(tmp) / "probe.cpp", Path(tmp) / "probe.so"
+        src.write_text(_PROBE_SOURCE)
+        build = subprocess.run([compiler, "-shared", "-fPIC", "-O0", str(src), "-o", str(lib)],
+                               capture_output=True, text=True, timeout=120, check=False)
+        if build.returncode != 0:
+            return None
+        dynamic = subprocess.run([readelf, "-d", str(lib)], capture_output=True, text=True,
+                                 check=False).stdout
+    return "libstdc++" in dynamic
+
+
+@functools.cache
+def choose_cxx() -> CxxChoice:
+    configured = os.environ.get("CXX") or "g++"
+    verdict = links_libstdcxx_dynamically(configured)
+    if verdict is not False:
+        how = "links libstdc++ dynamically" if verdict else "not probed (no readelf or build)"
+        return CxxChoice(shutil.which(configured) or configured, f"C++ compiler {configured}: {how}")
+    problem = (f"CXX={configured} links libstdc++ statically into shared libraries; an "
+               "AOTInductor library built that way crashes on load")
+    for candidate in FALLBACK_COMPILERS:
+        path = shutil.which(candidate)
+        if path and path != shutil.which(configured) and links_libstdcxx_dynamically(path):
+            return CxxChoice(path, f"{problem}, so {path} is used instead", switched=True)
+    return CxxChoice(None, f"{problem}, and no compiler that links it dynamically was found; "
+                           "set CXX to one (e.g. CXX=/usr/bin/g++)")
