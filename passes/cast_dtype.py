@@ -54,6 +54,9 @@ class CastFloatDtype:
         # A copy: program.module() shares its Parameter objects with the user's model,
         # and Module.to() would convert those in place.
         module = copy.deepcopy(program.module())
+        if not any(t.dtype == torch.float32 for t in [*module.parameters(), *module.buffers()]):
+            # Nothing left in float32: already cast (or nothing to cast).
+            return PassResult(program, modified=False, info={"dtype": self.dtype_name})
         before = _float_bytes(module)
         retyped = self._retype_float32_literals(module)
         module = module.to(self.dtype)

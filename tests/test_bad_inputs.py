@@ -127,3 +127,14 @@ def test_validation_failure_exits_1_and_keeps_the_previous_file(failed_validatio
     kept = out.with_name("differs.FAILED-VALIDATION.artifact")
     assert kept.exists(), "--keep-failed keeps the failing artifact, clearly named"
     assert not list(out.parent.glob(".differs*")), "no staging files left behind"
+
+
+def test_gpu_artifact_without_a_gpu_names_both_sides(mlp_build, tmp_path):
+    import torch
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    gpu = tmp_path / "gpu.artifact"
+    _rewrite_manifest(mlp_build.artifact, gpu, lambda m: m["requirements"].update(
+        cuda="13.0", cuda_capability="9.0"))
+    with pytest.raises(CompatibilityError, match=r"capability 9\.0.*none is usable here"):
+        runtime.load(gpu)

@@ -1,0 +1,58 @@
+"""Full-size models for the benchmark suite, batch 1, random weights (no downloads).
+
+torchvision and transformers definitions where installed (the GPU machine has
+both); a model whose package is missing raises ImportError and the suite skips it.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def _seeded() -> None:
+    torch.manual_seed(0)
+
+
+def resnet50():
+    import torchvision
+    _seeded()
+    return torchvision.models.resnet50(weights=None).eval(), (torch.randn(1, 3, 224, 224),)
+
+
+def mobilenet_v3_large():
+    import torchvision
+    _seeded()
+    return (torchvision.models.mobilenet_v3_large(weights=None).eval(),
+            (torch.randn(1, 3, 224, 224),))
+
+
+def vit_b_16():
+    import torchvision
+    _seeded()
+    return torchvision.models.vit_b_16(weights=None).eval(), (torch.randn(1, 3, 224, 224),)
+
+
+def bert_base():
+    from transformers import BertConfig, BertModel
+    _seeded()
+    model = BertModel(BertConfig()).eval()  # BERT-base: 12 layers, hidden 768
+    ids = torch.randint(0, 30522, (1, 128))
+    return model, (ids, torch.ones(1, 128, dtype=torch.int64))
+
+
+def gpt2_small():
+    from transformers import GPT2Config, GPT2LMHeadModel
+    _seeded()
+    model = GPT2LMHeadModel(GPT2Config(use_cache=False)).eval()  # GPT-2 small: 124M
+    return model, (torch.randint(0, 50257, (1, 128)),)
+
+
+SUITE = {
+    "zoo-mlp": "zoo:mlp", "zoo-cnn": "zoo:cnn", "zoo-encoder": "zoo:encoder",
+    "zoo-decoder": "zoo:decoder",
+    "resnet50": "bench/models.py:resnet50",
+    "mobilenet_v3_large": "bench/models.py:mobilenet_v3_large",
+    "vit_b_16": "bench/models.py:vit_b_16",
+    "bert_base": "bench/models.py:bert_base",
+    "gpt2_small": "bench/models.py:gpt2_small",
+}

@@ -1,0 +1,118 @@
+"""The cuda target on a real GPU: build, load, CUDA-graph replay, dynamic shapes, dtypes,
+validation and the bad cases. Skipped where no GPU exists (CI); run with `make test-gpu`."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+import runtime
+from exporter.zoo import ZOO
+from runtime.errors import CompatibilityError
+
+pytestmark = [pytest.mark.cuda,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+
+
+@pytest.fixture(scope="session")
+def cuda_builds(artifacts_dir, cli):
+    """zoo:mlp fp32 (dynamic batch) and zoo:cnn fp16 and zoo:encoder bf16, built once."""
+    builds = {}
+    for name, dtype in (("mlp", "fp32"), ("cnn", "fp16"), ("encoder", "bf16")):
+        out = artifacts_dir / f"{name}-cuda-{dtype}.artifact"
+        result = cli("build", f"zoo:{name}", "--target", "cuda", "--dtype", dtype,
+                     "--out", str(out), "--json")
+        builds[name] = (out, result)
+    return builds
+
+
+@pytest.mark.parametrize("name", ["mlp", "cnn", "encoder"])
+def test_cuda_build_validates_and_records_the_gpu(cuda_builds, name):
+    out, result = cuda_builds[name]
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["validation"]["passed"] is True
+    manifest = runtime.read_manifest(out)
+    major, minor = torch.cuda.get_device_capability()
+    assert manifest.requirements.cuda_capability == f"{major}.{minor}"
+    assert manifest.requirements.cuda == torch.version.cuda
+    assert manifest.partitions[0].device == "cuda"
+
+
+def _expected(name, *args):
+    module, _, _ = ZOO[name]()
+    with torch.no_grad():
+        return module(*[a.cpu() for a in args])
+
+
+def test_graph_replay_matches_eager_and_returns_fresh_outputs(cuda_builds):
+    out, _ = cuda_builds["mlp"]
+    program = runtime.load(out)
+    x = torch.randn(4, 64)
+    first = program(x)  # CPU in, CPU out
+    assert first.device.type == "cpu"
+    torch.testing.assert_close(first, _expected("mlp", x), rtol=1e-3, atol=1e-3)
+    second = program(torch.randn(4, 64))
+    assert not torch.equal(first, second), "outputs must not alias the graph's buffers"
+    gpu_out = program(x.cuda())  # GPU in, GPU out
+    assert gpu_out.device.type == "cuda"
+    torch.testing.assert_close(gpu_out.cpu(), first)
+
+
+def test_dynamic_shapes_replay_one_graph_per_shape_with_a_bound(cuda_builds):
+    out, _ = cuda_builds["mlp"]
+    program = runtime.load(out, max_graphs=2)
+    replay = program._executors[0]
+    for batch in (1, 8, 32, 8):
+        x = torch.randn(batch, 64)
+        torch.testing.assert_close(program(x), _expected("mlp", x), rtol=1e-3, atol=1e-3)
+    assert len(replay.graphs) == 2 and list(replay.graphs)[-1] == ((8, 64),)
+
+
+def test_static_outputs_on_request_and_graphs_off(cuda_builds):
+    out, _ = cuda_builds["mlp"]
+    static = runtime.load(out, static_outputs=True)
+    x = torch.randn(2, 64, device="cuda")
+    a = static.run([x])["output"]
+    b = static.run([x * 2])["output"]
+    assert a.data_ptr() == b.data_ptr(), "static outputs are the graph's own buffer"
+    plain = runtime.load(out, cuda_graphs=False)
+    torch.testing.assert_close(plain(x).cpu(), _expected("mlp", x), rtol=1e-3, atol=1e-3)
+
+
+def test_half_precision_builds_match_eager_loosely(cuda_builds):
+    out, _ = cuda_builds["encoder"]
+    module, args, _ = ZOO["encoder"]()
+    got = runtime.load(out)(*args)
+    expected = module(*args)
+    for key in expected:
+        assert got[key].dtype == torch.float32
+        torch.testing.assert_close(got[key], expected[key], rtol=0.05, atol=0.05)
+
+
+def test_artifact_for_a_newer_gpu_is_refused(cuda_builds, tmp_path):
+    from tests.test_bad_inputs import _rewrite_manifest
+    out, _ = cuda_builds["mlp"]
+    bad = tmp_path / "future-gpu.artifact"
+    _rewrite_manifest(out, bad, lambda m: m["requirements"].update(cuda_capability="99.0"))
+    with pytest.raises(CompatibilityError, match=r"99\.0.*has \d+\.\d+"):
+        runtime.load(bad)
+
+
+def test_bench_on_gpu_uses_cuda_events(cuda_builds, cli):
+    out, _ = cuda_builds["cnn"]
+    result = cli("bench", str(out), "--runs", "100", "--json")
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["timer"] == "cuda-events" and data["cuda_graphs"] is True
+    assert set(data["timings"]) == {"artifact", "eager", "compile"}
+    print(json.dumps(data["timings"], indent=1))
+
+
+def test_static_libstdcxx_compiler_is_detected_here():
+    """On the GPU machine the image's CXX links libstdc++ statically: say so, switch."""
+    from targets.toolchain import choose_cxx
+    print(choose_cxx())
+    assert choose_cxx().compiler is not None

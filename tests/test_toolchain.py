@@ -1,0 +1,49 @@
+"""The compiler probe: a CXX that links libstdc++ statically is caught and replaced."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from targets import toolchain
+
+pytestmark = pytest.mark.skipif(shutil.which("g++") is None or shutil.which("readelf") is None,
+                                reason="needs g++ and readelf")
+
+
+@pytest.fixture
+def static_cxx(tmp_path):
+    wrapper = tmp_path / "static-g++"
+    # What the GPU machine's CXX does: every shared library gets its own libstdc++.
+    wrapper.write_text('#!/bin/sh\nexec g++ "$@" -static-libstdc++ -static-libgcc\n')
+    wrapper.chmod(0o755)
+    return str(wrapper)
+
+
+def test_probe_tells_static_from_dynamic(static_cxx):
+    assert toolchain.links_libstdcxx_dynamically("g++") is True
+    assert toolchain.links_libstdcxx_dynamically(static_cxx) is False
+    assert toolchain.links_libstdcxx_dynamically("/no/such/compiler") is None
+
+
+def test_static_cxx_is_replaced_and_said(static_cxx, monkeypatch):
+    monkeypatch.setenv("CXX", static_cxx)
+    toolchain.choose_cxx.cache_clear()
+    try:
+        choice = toolchain.choose_cxx()
+    finally:
+        toolchain.choose_cxx.cache_clear()
+    assert choice.switched and choice.compiler and choice.compiler != static_cxx
+    assert "statically" in choice.note and static_cxx in choice.note
+
+
+def test_no_good_compiler_names_what_to_set(static_cxx, monkeypatch):
+    monkeypatch.setenv("CXX", static_cxx)
+    monkeypatch.setattr(toolchain, "FALLBACK_COMPILERS", ())
+    toolchain.choose_cxx.cache_clear()
+    try:
+        choice = toolchain.choose_cxx()
+    finally:
+        toolchain.choose_cxx.cache_clear()
+    assert choice.compiler is None and "CXX=/usr/bin/g++" in choice.note
