@@ -11,6 +11,7 @@ cut short keeps what it measured.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import math
@@ -24,16 +25,27 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 
+@contextlib.contextmanager
+def _stage(name: str):
+    start = time.perf_counter()
+    yield
+    print(f"  {name}: {time.perf_counter() - start:.1f} s", file=sys.stderr, flush=True)
+
+
 def measure(name: str, spec: str, args) -> dict:
-    import exporter
     from exporter.bench import bench
+    from exporter.pipeline import build
+    from exporter.settings import BuildSettings
 
     out = Path(args.work_dir) / f"{name}-{args.target}-{args.dtype}.artifact"
+    print(f"{name}:", file=sys.stderr, flush=True)
     start = time.perf_counter()
-    built = exporter.build(spec, target=args.target, dtype=args.dtype, out=out,
-                           autotune=args.autotune)
+    settings = BuildSettings(target=args.target, dtype=args.dtype, out=out,
+                             autotune=args.autotune)
+    built = build(spec, settings, stage=_stage)
     build_s = time.perf_counter() - start
-    result = bench(out, model=spec, runs=args.runs, warmup=args.warmup)
+    with _stage("bench"):
+        result = bench(out, model=spec, runs=args.runs, warmup=args.warmup)
     return {"model": name, "spec": spec, "build_s": round(build_s, 1),
             "lower_s": built.timings.get("lower (aoti)"),
             "validation_passed": built.manifest.validation["passed"],

@@ -38,7 +38,8 @@ def exporter_cli(*args: str, cwd: Path | None = None, timeout: float = 900
     """Run the real console entry point in a subprocess, as a user would."""
     cmd = [sys.executable, "-m", "exporter", *args]
     _record(["exporter", *args])
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200"}
+    pythonpath = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
+    env = {**os.environ, "PYTHONPATH": pythonpath, "COLUMNS": "200"}
     return subprocess.run(cmd, capture_output=True, text=True, cwd=cwd or ROOT, timeout=timeout,
                           env=env)
 
