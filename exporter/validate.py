@@ -154,6 +154,7 @@ def validate(artifact: Path, eager: EagerRunner, signature: Signature, cases: li
     start = time.perf_counter()
     tol = TOLERANCES[dtype]
     results = run_artifact_in_subprocess(artifact, cases)
+    subprocess_s = time.perf_counter() - start
     reference_dtype, ref_note = "float64", None
     rows = []
     for case in cases:
@@ -173,7 +174,8 @@ def validate(artifact: Path, eager: EagerRunner, signature: Signature, cases: li
     return {"passed": passed, "policy": tol.describe(), "reference_dtype": reference_dtype,
             "reference_note": ref_note, "cases": [c.describe() for c in cases],
             "outputs": rows, "warnings": list(warnings or []),
-            "seconds": round(time.perf_counter() - start, 2)}
+            "seconds": round(time.perf_counter() - start, 2),
+            "artifact_subprocess_seconds": round(subprocess_s, 2)}
 
 
 def _ordered(results: dict, case: Case, signature: Signature) -> list[torch.Tensor]:

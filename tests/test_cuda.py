@@ -18,9 +18,9 @@ pytestmark = [pytest.mark.cuda,
 
 @pytest.fixture(scope="session")
 def cuda_builds(artifacts_dir, cli):
-    """zoo:mlp fp32 (dynamic batch) and zoo:cnn fp16 and zoo:encoder bf16, built once."""
+    """zoo:mlp fp32 (dynamic batch) and zoo:encoder bf16, built once."""
     builds = {}
-    for name, dtype in (("mlp", "fp32"), ("cnn", "fp16"), ("encoder", "bf16")):
+    for name, dtype in (("mlp", "fp32"), ("encoder", "bf16")):
         out = artifacts_dir / f"{name}-cuda-{dtype}.artifact"
         result = cli("build", f"zoo:{name}", "--target", "cuda", "--dtype", dtype,
                      "--out", str(out), "--json")
@@ -28,7 +28,7 @@ def cuda_builds(artifacts_dir, cli):
     return builds
 
 
-@pytest.mark.parametrize("name", ["mlp", "cnn", "encoder"])
+@pytest.mark.parametrize("name", ["mlp", "encoder"])
 def test_cuda_build_validates_and_records_the_gpu(cuda_builds, name):
     out, result = cuda_builds[name]
     assert result.returncode == 0, result.stderr
@@ -39,6 +39,8 @@ def test_cuda_build_validates_and_records_the_gpu(cuda_builds, name):
     assert manifest.requirements.cuda_capability == f"{major}.{minor}"
     assert manifest.requirements.cuda == torch.version.cuda
     assert manifest.partitions[0].device == "cuda"
+    print(name, "timings", data["timings_s"], "validation subprocess",
+          data["validation"]["artifact_subprocess_seconds"])
 
 
 def _expected(name, *args):
@@ -102,7 +104,7 @@ def test_artifact_for_a_newer_gpu_is_refused(cuda_builds, tmp_path):
 
 
 def test_bench_on_gpu_uses_cuda_events(cuda_builds, cli):
-    out, _ = cuda_builds["cnn"]
+    out, _ = cuda_builds["mlp"]
     result = cli("bench", str(out), "--runs", "100", "--json")
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
