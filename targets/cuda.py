@@ -33,6 +33,11 @@ class CudaTarget(AOTInductorTarget):
         return Availability(True, f"{name} (sm_{major}{minor}), CUDA {torch.version.cuda}; "
                                   f"{compiler.reason}")
 
+    def inductor_configs(self, options: LowerOptions) -> dict:
+        # The CPU vector ISA only labels the package here (no CPU kernels are
+        # vectorised for a GPU program); skip Inductor's compile-and-run probes of it.
+        return {**super().inductor_configs(options), "cpp.vec_isa_ok": True}
+
     def requirements(self, options: LowerOptions) -> Requirements:
         base = self.base_requirements()
         major, minor = torch.cuda.get_device_capability()
