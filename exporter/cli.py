@@ -165,13 +165,15 @@ def run(
     artifact: Path = typer.Argument(..., help="artifact file"),
     inputs: Path = typer.Option(..., "--inputs", help=".npz whose keys are the input names"),
     out: Optional[Path] = typer.Option(None, "--out", help="write outputs to this .npz"),
+    no_cuda_graphs: bool = typer.Option(False, "--no-cuda-graphs",
+                                        help="run GPU partitions without CUDA-graph replay"),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Run an artifact on inputs from an .npz file."""
     def action() -> int:
         from runtime.__main__ import run_npz
 
-        outputs = run_npz(artifact, inputs, out)
+        outputs = run_npz(artifact, inputs, out, cuda_graphs=not no_cuda_graphs)
         summary = {name: {"dtype": str(t.dtype).removeprefix("torch."), "shape": list(t.shape)}
                    for name, t in outputs.items()}
         if as_json:

@@ -19,9 +19,10 @@ from runtime.errors import ToolchainError
 from runtime.tensorio import load_npz, load_tensors, save_npz, save_tensors
 
 
-def run_npz(artifact: str | Path, inputs: str | Path, out: str | Path | None) -> dict:
+def run_npz(artifact: str | Path, inputs: str | Path, out: str | Path | None, *,
+            cuda_graphs: bool = True) -> dict:
     """Load, run on the arrays of ``inputs`` (keys = input names), optionally save outputs."""
-    program = runtime.load(artifact)
+    program = runtime.load(artifact, cuda_graphs=cuda_graphs)
     outputs = program.run(load_npz(inputs), output_device="cpu")
     if out is not None:
         save_npz(out, outputs)
@@ -50,6 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("artifact")
     run.add_argument("--inputs", required=True)
     run.add_argument("--out")
+    run.add_argument("--no-cuda-graphs", action="store_true")
     cases = sub.add_parser("run-cases", help="(internal) run many input sets, for validation")
     cases.add_argument("artifact")
     cases.add_argument("--cases", required=True)
@@ -57,7 +59,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.command == "run":
-            outputs = run_npz(args.artifact, args.inputs, args.out)
+            outputs = run_npz(args.artifact, args.inputs, args.out,
+                              cuda_graphs=not args.no_cuda_graphs)
             for name, tensor in outputs.items():
                 print(f"{name}: {str(tensor.dtype).removeprefix('torch.')}{list(tensor.shape)}")
         else:

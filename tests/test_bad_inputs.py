@@ -138,3 +138,15 @@ def test_gpu_artifact_without_a_gpu_names_both_sides(mlp_build, tmp_path):
         cuda="13.0", cuda_capability="9.0"))
     with pytest.raises(CompatibilityError, match=r"capability 9\.0.*none is usable here"):
         runtime.load(gpu)
+
+
+def test_cuda_target_without_cuda_fails_before_any_work(cli):
+    import torch
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    result = cli("build", "zoo:mlp", "--target", "cuda")
+    _assert_clean_error(result, 2, "cuda", torch.__version__)
+    assert "load model" not in result.stderr, "no work may start before the target check"
+    listed = json.loads(cli("targets", "--json").stdout)["targets"]
+    cuda = next(t for t in listed if t["name"] == "cuda")
+    assert cuda["available"] is False and torch.__version__ in cuda["reason"]
