@@ -11,6 +11,7 @@ import json
 import logging
 import sys
 import time
+import warnings
 from pathlib import Path
 from typing import Callable, Iterator, Optional
 
@@ -33,6 +34,9 @@ def _main(debug: bool = typer.Option(False, "--debug", help="show tracebacks on 
     logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
     if not verbose:
+        # torch 2.13 warns about its own use of a deprecated pytree class while it
+        # lowers; nothing a user can act on.
+        warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning)
         # torch.export logs graph dumps and guard warnings at WARNING; our own error
         # paragraph already says what matters, so keep the terminal readable.
         import torch._logging
