@@ -23,7 +23,7 @@ class BuildSettings(BaseModel):
     inputs: Path | None = Field(None, description=".npz of representative inputs to validate on")
     validate_artifact: bool = True
     keep_failed: bool = False
-    cpu_isa: str = "auto"
+    cpu_isa: Literal["auto", "avx512", "avx2", "generic"] = "auto"  # see targets.cpu_isa
     dtype: Literal["fp32", "fp16", "bf16"] = "fp32"
     autotune: bool = False
     seed: int = 0
