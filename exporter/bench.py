@@ -23,31 +23,45 @@ from exporter.spec import load_spec
 from passes.cast_dtype import DTYPES, CastFloatDtype
 
 log = logging.getLogger(__name__)
-BASELINES = ("eager", "compile")
+BASELINES = ("eager", "compile", "onnxruntime")
 
 
-def time_calls(fn: Callable[[], object], device: str, runs: int, warmup: int) -> dict:
-    for _ in range(warmup):
+def _sample(fn: Callable[[], object], device: str) -> float:
+    """One call's time in ms: CUDA events on the GPU, perf_counter on the CPU."""
+    if device == "cuda":
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
         fn()
-    samples = []
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end)
+    start_s = time.perf_counter()
+    fn()
+    return (time.perf_counter() - start_s) * 1e3
+
+
+def time_side_by_side(calls: dict[str, Callable[[], object]], device: str, runs: int,
+                      warmup: int, rounds: int = 10) -> dict[str, dict]:
+    """Interleave the candidates in ``rounds`` blocks so that drift on a shared machine
+    (clocks, other jobs) falls on all of them alike; medians and p90 per candidate."""
+    for fn in calls.values():
+        for _ in range(warmup):
+            fn()
     if device == "cuda":
         torch.cuda.synchronize()
-        for _ in range(runs):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            end.record()
-            end.synchronize()
-            samples.append(start.elapsed_time(end))
-    else:
-        for _ in range(runs):
-            start = time.perf_counter()
-            fn()
-            samples.append((time.perf_counter() - start) * 1e3)
-    samples.sort()
-    return {"median_ms": statistics.median(samples),
-            "p90_ms": samples[min(len(samples) - 1, int(0.9 * len(samples)))],
-            "min_ms": samples[0], "runs": runs}
+    samples: dict[str, list[float]] = {name: [] for name in calls}
+    per_round = max(1, runs // rounds)
+    while min(len(v) for v in samples.values()) < runs:
+        for name, fn in calls.items():
+            samples[name] += [_sample(fn, device) for _ in range(per_round)]
+    return {name: _stats(values[:runs]) for name, values in samples.items()}
+
+
+def _stats(values: list[float]) -> dict:
+    values = sorted(values)
+    return {"median_ms": statistics.median(values),
+            "p90_ms": values[min(len(values) - 1, int(0.9 * len(values)))],
+            "min_ms": values[0], "runs": len(values)}
 
 
 def bench(artifact: str | Path, *, model: str | None = None, baselines: tuple[str, ...] = BASELINES,
@@ -71,10 +85,11 @@ def bench(artifact: str | Path, *, model: str | None = None, baselines: tuple[st
     spec = load_spec(model or manifest.source["spec"]) if baselines or model else None
     inputs = _inputs(spec, manifest, device)
     with torch.inference_mode():
-        results["timings"]["artifact"] = time_calls(
-            lambda: program.run(inputs, output_device=device), device, runs, warmup)
-        for name, fn in _baselines(spec, inputs, device, dtype, baselines).items():
-            results["timings"][name] = time_calls(fn, device, runs, warmup)
+        calls = {"artifact": lambda: program.run(inputs, output_device=device)}
+        calls.update(_baselines(spec, inputs, device, dtype, baselines))
+        if "onnxruntime" in baselines:
+            calls["onnxruntime"] = _direct_onnxruntime(artifact, manifest, inputs)
+        results["timings"] = time_side_by_side(calls, device, runs, warmup)
     art = results["timings"]["artifact"]["median_ms"]
     results["ratios"] = {f"artifact/{name}": art / t["median_ms"]
                          for name, t in results["timings"].items() if name != "artifact"}
@@ -95,12 +110,34 @@ def _baselines(spec, inputs: list[torch.Tensor], device: str, dtype: str,
         return {}
     flat_module = _eager_in_dtype(spec, device, dtype)
     calls: dict[str, Callable[[], object]] = {}
+    if not {"eager", "compile"} & set(wanted):
+        return calls
     if "eager" in wanted:
         calls["eager"] = lambda: flat_module(*inputs)
     if "compile" in wanted:
         compiled = torch.compile(flat_module, mode="reduce-overhead")
         calls["compile"] = lambda: compiled(*inputs)
     return calls
+
+
+def _direct_onnxruntime(artifact, manifest, inputs: list[torch.Tensor]) -> Callable:
+    """The artifact's own ONNX model in a plain ORT session (same providers, default
+    threads, same inputs): what the artifact's runtime adds on top is the difference."""
+    partitions = manifest.partitions
+    if len(partitions) != 1 or partitions[0].backend != "onnxruntime":
+        raise UserInputError("the onnxruntime baseline needs an onnx artifact with one partition",
+                             where=str(artifact),
+                             hint="use --baseline eager,compile for this artifact")
+    import onnxruntime
+
+    from runtime.archive import ArtifactReader
+    part = partitions[0]
+    with ArtifactReader.open(artifact) as reader:
+        folder = reader.extract_private(part.files)
+        session = onnxruntime.InferenceSession(str(folder / part.meta["model"]),
+                                               providers=part.meta["providers"])
+    feeds = {arg.name: t.cpu().numpy() for arg, t in zip(session.get_inputs(), inputs)}
+    return lambda: session.run(None, feeds)
 
 
 def _eager_in_dtype(spec, device: str, dtype: str) -> Callable:

@@ -41,6 +41,7 @@ def _main(debug: bool = typer.Option(False, "--debug", help="show tracebacks on 
         # paragraph already says what matters, so keep the terminal readable.
         import torch._logging
         torch._logging.set_logs(all=logging.ERROR)
+        logging.getLogger("onnxscript").setLevel(logging.ERROR)  # constant-folding chatter
 
 
 def _guarded(action: Callable[[], int | None]) -> None:
@@ -87,6 +88,14 @@ def build(
     dtype: str = typer.Option("fp32", "--dtype", help="fp32|fp16|bf16: math precision "
                               "(inputs and outputs keep their dtypes)"),
     autotune: bool = typer.Option(False, "--autotune", help="Inductor max-autotune (slow)"),
+    fallback: str = typer.Option("warn", "--fallback",
+                                 help="allow|warn|forbid ops running on the CPU fallback"),
+    min_partition_size: int = typer.Option(1, "--min-partition-size",
+                                           help="smaller delegated islands stay on the CPU"),
+    ep: str = typer.Option("cpu", "--ep", help="onnx: execution providers in order, "
+                           "e.g. cuda,cpu"),
+    dry_run: bool = typer.Option(False, "--dry-run",
+                                 help="show where each op would run; compile nothing"),
     as_json: bool = typer.Option(False, "--json", help="print the result as JSON only"),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="print only errors and the path"),
 ) -> None:
@@ -97,7 +106,10 @@ def build(
 
         settings = _settings(target=target, out=out, dynamic=dynamic, inputs=inputs,
                              validate_artifact=not no_validate, keep_failed=keep_failed,
-                             cpu_isa=cpu_isa, dtype=dtype, autotune=autotune)
+                             cpu_isa=cpu_isa, dtype=dtype, autotune=autotune, fallback=fallback,
+                             min_partition_size=min_partition_size, ep=ep)
+        if dry_run:
+            return _dry_run(spec, settings, as_json)
         try:
             result = run_build(spec, settings,
                                      stage=_stage_printer(not as_json and not quiet))
@@ -115,6 +127,21 @@ def build(
             print_build(out_console, result)
         return 0
     _guarded(action)
+
+
+def _dry_run(spec: str, settings, as_json: bool) -> int:
+    from exporter.pipeline import dry_run
+    from exporter.report import print_placement
+
+    prep = dry_run(spec, settings, stage=_stage_printer(not as_json))
+    if as_json:
+        _print_json({"target": prep.target.name, "placement": prep.placement.summary(),
+                     "coverage": prep.placement.coverage, "warnings": prep.warnings})
+    else:
+        print_placement(out_console, prep.placement.coverage, prep.placement.summary())
+        for warning in prep.warnings:
+            err_console.print("warning: " + warning, markup=False, highlight=False)
+    return 0
 
 
 def _settings(**fields):
@@ -135,7 +162,8 @@ def _settings(**fields):
 def bench(
     artifact: Path = typer.Argument(..., help="artifact file"),
     baseline: str = typer.Option("eager,compile", "--baseline",
-                                 help="comma list of eager, compile; empty for none"),
+                                 help="comma list of eager, compile, onnxruntime (onnx "
+                                 "artifacts: the same model in a plain ORT session)"),
     model: Optional[str] = typer.Option(None, "--model", help="spec for baselines and inputs "
                                         "(default: the one in the manifest)"),
     runs: int = typer.Option(100, "--runs"),
@@ -171,12 +199,16 @@ def run(
     out: Optional[Path] = typer.Option(None, "--out", help="write outputs to this .npz"),
     no_cuda_graphs: bool = typer.Option(False, "--no-cuda-graphs",
                                         help="run GPU partitions without CUDA-graph replay"),
+    preload: list[str] = typer.Option([], "--preload", help="FILE.py or module defining custom "
+                                      "ops the artifact's CPU fallback calls"),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Run an artifact on inputs from an .npz file."""
     def action() -> int:
+        from runtime.__main__ import preload as preload_modules
         from runtime.__main__ import run_npz
 
+        preload_modules(preload)
         outputs = run_npz(artifact, inputs, out, cuda_graphs=not no_cuda_graphs)
         summary = {name: {"dtype": str(t.dtype).removeprefix("torch."), "shape": list(t.shape)}
                    for name, t in outputs.items()}

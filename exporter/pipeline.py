@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
+from torch.export import ExportedProgram
+
 from exporter import versions
 from exporter.capture import Captured, capture
 from exporter.dynamic import parse_dynamic
@@ -25,10 +27,13 @@ from exporter.settings import BuildSettings
 from exporter.spec import ModelSpec, load_spec
 from exporter.validate import EagerRunner, summarize_failure, validate
 from exporter.validate_inputs import make_cases
+from exporter.placement import Placement, enforce_fallback_policy, place
 from passes.base import run_pipeline
+from passes.partition import PlannedPartition, materialize
 from runtime.archive import write_artifact
 from runtime.manifest import Manifest, Partition
-from targets import LowerOptions, Target, get_target
+from targets import Lowered, LowerOptions, Target, get_target
+from targets.fallback import FALLBACK_BACKEND, lower_fallback
 
 log = logging.getLogger(__name__)
 
@@ -58,17 +63,21 @@ def _quiet_stage(name: str) -> Iterator[None]:
     yield
 
 
-def build(spec: str | ModelSpec, settings: BuildSettings, *, stage: StageHook = _quiet_stage
-          ) -> BuildResult:
-    timings: dict[str, float] = {}
+@dataclass
+class Prepared:
+    """Everything up to lowering: what ``--dry-run`` reports."""
 
-    @contextlib.contextmanager
-    def timed(name: str) -> Iterator[None]:
-        start = time.perf_counter()
-        with stage(name):
-            yield
-        timings[name] = round(time.perf_counter() - start, 2)
+    target: Target
+    model: ModelSpec
+    captured: Captured
+    program: ExportedProgram
+    pass_records: list[dict]
+    placement: Placement
+    warnings: list[str]
+    out: Path
 
+
+def prepare(spec: str | ModelSpec, settings: BuildSettings, timed: Callable) -> Prepared:
     target = _available_target(settings.target)
     dynamic = parse_dynamic(settings.dynamic)
     with timed("load model"):
@@ -76,32 +85,90 @@ def build(spec: str | ModelSpec, settings: BuildSettings, *, stage: StageHook = 
     out = _check_output_path(settings.output_path(_model_name(model)))
     with timed("capture (torch.export)"):
         captured = capture(model, dynamic, target.device)
+    with timed("passes"):
+        program, pass_records = run_pipeline(captured.program,
+                                             target.default_passes(_options(settings, out)))
+    with timed("partition"):
+        placement = place(program, target, settings.min_partition_size)
+    warnings = enforce_fallback_policy(placement, settings.fallback, target)
+    return Prepared(target, model, captured, program, pass_records, placement, warnings, out)
+
+
+def dry_run(spec: str | ModelSpec, settings: BuildSettings, *,
+            stage: StageHook = _quiet_stage) -> Prepared:
+    """Capture, run the passes and plan the partitions; compile nothing."""
+    return prepare(spec, settings, _timer({}, stage))
+
+
+def build(spec: str | ModelSpec, settings: BuildSettings, *, stage: StageHook = _quiet_stage
+          ) -> BuildResult:
+    timings: dict[str, float] = {}
+    timed = _timer(timings, stage)
+    prep = prepare(spec, settings, timed)
     work_dir = Path(tempfile.mkdtemp(prefix="exporter-build-"))
     try:
-        options = LowerOptions(work_dir=work_dir / "p0", cpu_isa=settings.cpu_isa,
-                               dtype=settings.dtype, autotune=settings.autotune,
-                               log_dir=out.parent)
-        options.work_dir.mkdir()
-        with timed("passes"):
-            program, pass_records = run_pipeline(captured.program, target.default_passes(options))
-        with timed(f"lower ({target.backend})"):
-            lowered = target.lower(program, options)
-        manifest = _manifest(model, settings, target, captured, program, pass_records, lowered)
-        files = {f"partitions/p0/{name}": path for name, path in lowered.files.items()}
+        with timed(f"lower ({prep.target.backend})"):
+            lowered = _lower_all(prep, settings, work_dir)
+        manifest = _manifest(prep, settings, lowered)
+        files = {f"partitions/{plan.name}/{name}": path
+                 for plan, low in lowered for name, path in low.files.items()}
+        notes = [note for _, low in lowered for note in low.notes]
         manifest.build = {"settings": settings.model_dump(mode="json"), "timings_s": timings,
-                          "notes": lowered.notes}
+                          "notes": prep.warnings + notes}
         if settings.validate_artifact:
             with timed("validate (subprocess)"):
-                eager = _eager_runner(model, captured, program, settings)
-                manifest.validation = _validate(out, manifest, files, eager, captured, settings)
+                eager = _eager_runner(prep, settings)
+                manifest.validation = _validate(prep.out, manifest, files, eager, prep.captured,
+                                                settings, _preload(prep, manifest))
         else:
             manifest.validation = {"passed": None, "skipped": True,
                                    "warnings": ["validation skipped (--no-validate)"]}
         with timed("package"):
-            write_artifact(out, manifest.to_dict(), files)
+            write_artifact(prep.out, manifest.to_dict(), files)
     finally:
         shutil.rmtree(work_dir, ignore_errors=True)
-    return BuildResult(out, manifest, timings)
+    return BuildResult(prep.out, manifest, timings)
+
+
+def _timer(timings: dict, stage: StageHook) -> Callable:
+    @contextlib.contextmanager
+    def timed(name: str) -> Iterator[None]:
+        start = time.perf_counter()
+        with stage(name):
+            yield
+        timings[name] = round(time.perf_counter() - start, 2)
+    return timed
+
+
+def _options(settings: BuildSettings, out: Path, work_dir: Path | None = None) -> LowerOptions:
+    extra = {"providers": settings.providers(), "fallback": settings.fallback,
+             "partition": work_dir.name if work_dir else None}
+    return LowerOptions(work_dir=work_dir or out.parent, cpu_isa=settings.cpu_isa,
+                        dtype=settings.dtype, autotune=settings.autotune, log_dir=out.parent,
+                        extra=extra)
+
+
+def _lower_all(prep: Prepared, settings: BuildSettings, work_dir: Path
+               ) -> list[tuple[PlannedPartition, Lowered]]:
+    plans = prep.placement.plans
+    if len(plans) == 1 and plans[0].delegated:
+        plans[0].program = prep.program  # the whole program: no re-capture needed
+        plans[0].inputs = [s.name for s in prep.captured.signature.inputs]
+        plans[0].outputs = [s.name for s in prep.captured.signature.outputs]
+    else:
+        materialize(prep.program, plans, [s.name for s in prep.captured.signature.inputs],
+                    [s.name for s in prep.captured.signature.outputs],
+                    prep.captured.inputs.tensors)
+    lowered = []
+    for plan in plans:
+        part_dir = work_dir / plan.name
+        part_dir.mkdir()
+        if plan.delegated:
+            low = prep.target.lower(plan.program, _options(settings, prep.out, part_dir))
+        else:
+            low = lower_fallback(plan.program, part_dir)
+        lowered.append((plan, low))
+    return lowered
 
 
 def _available_target(name: str) -> Target:
@@ -133,45 +200,55 @@ def _check_output_path(out: Path) -> Path:
     return out
 
 
-def _manifest(model: ModelSpec, settings: BuildSettings, target: Target, captured: Captured,
-              program, pass_records: list[dict], lowered) -> Manifest:
-    partition = Partition(
-        name="p0", backend=target.backend, device=target.device,
-        files=tuple(f"partitions/p0/{name}" for name in lowered.files),
-        inputs=tuple(s.name for s in captured.signature.inputs),
-        outputs=tuple(s.name for s in captured.signature.outputs),
-        meta={**lowered.meta, "package": f"partitions/p0/{lowered.meta['package']}"})
+def _manifest(prep: Prepared, settings: BuildSettings,
+              lowered: list[tuple[PlannedPartition, Lowered]]) -> Manifest:
+    partitions = []
+    for plan, low in lowered:
+        prefix = f"partitions/{plan.name}/"
+        # file-valued meta (the package, the model) become full entry names
+        meta = {k: prefix + v if isinstance(v, str) and v in low.files else v
+                for k, v in low.meta.items()}
+        if not plan.delegated:
+            meta["custom_ops"] = sorted({str(n.target).rsplit(".", 1)[0] for n in plan.nodes
+                                         if _is_custom_op(n)})
+        partitions.append(Partition(
+            name=plan.name, backend=prep.target.backend if plan.delegated else FALLBACK_BACKEND,
+            device=prep.target.device if plan.delegated else "cpu",
+            files=tuple(prefix + name for name in low.files), inputs=tuple(plan.inputs),
+            outputs=tuple(plan.outputs), meta=meta))
+    delegated = [low for plan, low in lowered if plan.delegated]
+    requirements = (delegated or [low for _, low in lowered])[0].requirements
     return Manifest(
-        target=target.name, signature=captured.signature, partitions=[partition],
-        requirements=lowered.requirements, created_by=versions.collect(),
-        source={"spec": model.source, "model_class": type(model.module).__qualname__},
-        passes=pass_records, coverage=_coverage(program, target))
+        target=prep.target.name, signature=prep.captured.signature, partitions=partitions,
+        requirements=requirements, created_by=versions.collect(),
+        source={"spec": prep.model.source, "model_class": type(prep.model.module).__qualname__},
+        passes=prep.pass_records, coverage=prep.placement.coverage,
+        placement=prep.placement.summary())
 
 
-def _coverage(program, target: Target) -> list[dict]:
-    """Where each ATen op runs and why (one partition until partitioning lands)."""
-    rows = []
-    for node in program.graph.nodes:
-        if node.op != "call_function":
-            continue
-        support = target.supports(node)
-        rows.append({"node": node.name, "op": str(node.target), "partition": "p0",
-                     "backend": target.backend, "device": target.device,
-                     "supported": support.ok, "reason": support.reason})
-    return rows
+def _preload(prep: Prepared, manifest: Manifest) -> list[str]:
+    """Custom ops in CPU-fallback partitions need their defining code imported in the
+    validation process, as on a device; the model's own file is where they live."""
+    custom = [op for p in manifest.partitions for op in p.meta.get("custom_ops", [])]
+    return [prep.model.origin_file] if custom and prep.model.origin_file else []
 
 
-def _eager_runner(model: ModelSpec, captured: Captured, program, settings: BuildSettings
-                  ) -> EagerRunner:
+def _is_custom_op(node) -> bool:
+    namespace = getattr(node.target, "namespace", None)
+    return namespace is not None and namespace not in ("aten", "prims")
+
+
+def _eager_runner(prep: Prepared, settings: BuildSettings) -> EagerRunner:
     """The float64 reference is always the user's model. At fp16/bf16, the same-dtype
     comparison point is the cast program run eagerly op by op (``model.half()`` itself
     can fail on models that build float32 masks)."""
-    same_dtype = None if settings.dtype == "fp32" else program.module()
-    return EagerRunner(model.module, captured.inputs.rebuild, same_dtype_flat=same_dtype)
+    same_dtype = None if settings.dtype == "fp32" else prep.program.module()
+    return EagerRunner(prep.model.module, prep.captured.inputs.rebuild,
+                       same_dtype_flat=same_dtype)
 
 
 def _validate(out: Path, manifest: Manifest, files: dict, eager: EagerRunner,
-              captured: Captured, settings: BuildSettings) -> dict:
+              captured: Captured, settings: BuildSettings, preload: list[str]) -> dict:
     """Package to a staging file beside ``out``, validate that file, then discard it."""
     cases, warnings = make_cases(captured.signature, captured.inputs.tensors, settings.inputs,
                                  settings.seed)
@@ -179,7 +256,7 @@ def _validate(out: Path, manifest: Manifest, files: dict, eager: EagerRunner,
     write_artifact(staging, manifest.to_dict(), files)
     try:
         record = validate(staging, eager, captured.signature, cases, dtype=settings.dtype,
-                          warnings=warnings)
+                          warnings=warnings, preload=preload)
         if not record["passed"]:
             manifest.validation = record
             kept = _keep_failed(out, manifest, files) if settings.keep_failed else None

@@ -39,6 +39,29 @@ def validation_lines(record: dict | None) -> list[str]:
     return lines
 
 
+def print_placement(console: Console, coverage: list[dict], summary: dict) -> None:
+    """Per op kind: where it runs and why; then each op that falls back, with its source line."""
+    grouped = Counter((row["op"], row["backend"], row["device"], row["reason"])
+                      for row in coverage)
+    table = Table(title=f"op placement ({len(coverage)} ops)", show_edge=False)
+    for column in ("op", "backend", "device", "count", "why"):
+        table.add_column(column)
+    for (op, backend, device, reason), count in sorted(grouped.items()):
+        table.add_row(op, backend, device, str(count), reason)
+    console.print(table)
+    for row in coverage:
+        if row["backend"] == "torch":
+            console.print(f"  fallback: {row['node']} {row['op']} in {row['partition']}"
+                          + (f" at {row['source']}" if row.get("source") else ""),
+                          markup=False, highlight=False)
+    if summary:
+        console.print(f"partitions: {summary.get('partitions')} "
+                      f"({summary.get('delegated_partitions')} delegated, "
+                      f"{summary.get('fallback_partitions')} CPU fallback); device transfers: "
+                      f"{summary.get('device_transfers')}; ops by backend: "
+                      f"{summary.get('by_backend')}", markup=False, highlight=False)
+
+
 def print_build(console: Console, result) -> None:
     manifest: Manifest = result.manifest
     size = Path(result.artifact).stat().st_size
@@ -67,13 +90,7 @@ def print_manifest(console: Console, manifest: Manifest, path: str) -> None:
         parts.add_row(p.name, p.backend, p.device, ", ".join(p.inputs), ", ".join(p.outputs),
                       ", ".join(p.files))
     console.print(parts)
-    placement = Counter((row["backend"], row["device"], row["reason"]) for row in manifest.coverage)
-    cover = Table(title=f"op placement ({len(manifest.coverage)} ops)", show_edge=False)
-    for column in ("backend", "device", "ops", "reason"):
-        cover.add_column(column)
-    for (backend, device, reason), count in placement.most_common():
-        cover.add_row(backend, device, str(count), reason)
-    console.print(cover)
+    print_placement(console, manifest.coverage, manifest.placement)
     for record in manifest.passes:
         console.print(f"pass {record['name']}: modified={record['modified']} {record['info']}")
     for line in validation_lines(manifest.validation):

@@ -26,8 +26,15 @@ class BuildSettings(BaseModel):
     cpu_isa: Literal["auto", "avx512", "avx2", "generic"] = "auto"  # see targets.cpu_isa
     dtype: Literal["fp32", "fp16", "bf16"] = "fp32"
     autotune: bool = False
+    fallback: Literal["allow", "warn", "forbid"] = "warn"
+    min_partition_size: int = Field(1, ge=1)
+    ep: str = Field("cpu", description="ONNX Runtime execution providers, in order")
     seed: int = 0
     validation_timeout_s: float = 900.0
+
+    def providers(self) -> list[str]:
+        from targets.onnx import provider_names  # the one place that knows EP names
+        return provider_names(self.ep)
 
     def output_path(self, model_name: str) -> Path:
         if self.out is not None:

@@ -50,14 +50,15 @@ TOLERANCES = {"fp32": Tolerance(10.0, 1e-6), "fp16": Tolerance(10.0, 1e-3),
               "bf16": Tolerance(10.0, 8e-3)}
 
 
-def run_artifact_in_subprocess(artifact: Path, cases: list[Case], *, timeout: float = 900
-                               ) -> dict[str, dict[str, torch.Tensor]]:
+def run_artifact_in_subprocess(artifact: Path, cases: list[Case], *, timeout: float = 900,
+                               preload: list[str] = ()) -> dict[str, dict[str, torch.Tensor]]:
     """Run every case through ``python -m runtime run-cases``; a crash there is a BuildError."""
     with tempfile.TemporaryDirectory(prefix="exporter-validate-") as tmp:
         cases_path, out_path = Path(tmp) / "cases.safetensors", Path(tmp) / "out.safetensors"
         save_tensors(cases_path, {f"{c.name}/{k}": v for c in cases for k, v in c.inputs.items()})
         cmd = [sys.executable, "-m", "runtime", "run-cases", str(artifact),
                "--cases", str(cases_path), "--out", str(out_path)]
+        cmd += [arg for source in preload for arg in ("--preload", source)]
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
                                   env=_child_env())
@@ -149,11 +150,12 @@ def compare_output(got: torch.Tensor, ref: torch.Tensor, eager: torch.Tensor,
 
 
 def validate(artifact: Path, eager: EagerRunner, signature: Signature, cases: list[Case],
-             *, dtype: str = "fp32", warnings: list[str] | None = None) -> dict:
+             *, dtype: str = "fp32", warnings: list[str] | None = None,
+             preload: list[str] = ()) -> dict:
     """Run the artifact out of process and compare with eager; returns the manifest record."""
     start = time.perf_counter()
     tol = TOLERANCES[dtype]
-    results = run_artifact_in_subprocess(artifact, cases)
+    results = run_artifact_in_subprocess(artifact, cases, preload=preload)
     subprocess_s = time.perf_counter() - start
     reference_dtype, ref_note = "float64", None
     rows = []

@@ -10,13 +10,31 @@ safetensors file. A crash in here stays in this process, and the build reports i
 from __future__ import annotations
 
 import argparse
+import importlib
+import importlib.util
 import sys
 import traceback
 from pathlib import Path
 
 import runtime
-from runtime.errors import ToolchainError
+from runtime.errors import ToolchainError, UserInputError
 from runtime.tensorio import load_npz, load_tensors, save_npz, save_tensors
+
+
+def preload(sources: list[str]) -> None:
+    """Import the modules that register custom ops a CPU-fallback partition calls
+    (like ExecuTorch's kernel registration, the device must have the op's kernel)."""
+    for source in sources:
+        if source.endswith(".py"):
+            name = "_preload_" + Path(source).stem
+            spec = importlib.util.spec_from_file_location(name, source)
+            if spec is None or spec.loader is None:
+                raise UserInputError(f"cannot import {source}", where=source)
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[name] = module
+            spec.loader.exec_module(module)
+        else:
+            importlib.import_module(source)
 
 
 def run_npz(artifact: str | Path, inputs: str | Path, out: str | Path | None, *,
@@ -52,12 +70,16 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--inputs", required=True)
     run.add_argument("--out")
     run.add_argument("--no-cuda-graphs", action="store_true")
+    run.add_argument("--preload", action="append", default=[],
+                     help="FILE.py or module to import first (registers custom ops)")
     cases = sub.add_parser("run-cases", help="(internal) run many input sets, for validation")
     cases.add_argument("artifact")
     cases.add_argument("--cases", required=True)
     cases.add_argument("--out", required=True)
+    cases.add_argument("--preload", action="append", default=[])
     args = parser.parse_args(argv)
     try:
+        preload(args.preload)
         if args.command == "run":
             outputs = run_npz(args.artifact, args.inputs, args.out,
                               cuda_graphs=not args.no_cuda_graphs)

@@ -140,6 +140,7 @@ class Manifest:
     source: dict = field(default_factory=dict)  # the spec and what it resolved to
     passes: list[dict] = field(default_factory=list)
     coverage: list[dict] = field(default_factory=list)  # per-op placement and reason
+    placement: dict = field(default_factory=dict)  # totals: partitions, transfers, ops by backend
     memory_plan: dict | None = None
     validation: dict | None = None
     build: dict = field(default_factory=dict)  # settings and timings of the build
@@ -155,6 +156,7 @@ class Manifest:
             "source": self.source,
             "passes": self.passes,
             "coverage": self.coverage,
+            "placement": self.placement,
             "memory_plan": self.memory_plan,
             "validation": self.validation,
             "build": self.build,
@@ -172,6 +174,7 @@ class Manifest:
                 source=dict(raw.get("source") or {}),
                 passes=list(raw.get("passes") or []),
                 coverage=list(raw.get("coverage") or []),
+                placement=dict(raw.get("placement") or {}),
                 memory_plan=raw.get("memory_plan"),
                 validation=raw.get("validation"),
                 build=dict(raw.get("build") or {}),

@@ -23,6 +23,12 @@ class Program:
         self.manifest = manifest
         self.source = source
         self._executors = list(executors)
+        self._fast_check = _FastCheck(manifest.signature.inputs)
+        # Resolved once: this loop runs per call, and 0.1 ms models feel microseconds.
+        self._steps = [(execute, p.inputs, p.outputs, torch.device(p.device))
+                       for p, execute in zip(manifest.partitions, self._executors)]
+        self._input_names = self.input_names
+        self._output_names = self.output_names
 
     @property
     def input_names(self) -> list[str]:
@@ -45,14 +51,17 @@ class Program:
 
         Outputs land on ``output_device``, by default the device of the first input."""
         tensors = self._order_inputs(inputs)
-        check_inputs(self.manifest.signature.inputs, tensors, where=self.source)
+        if not self._fast_check(tensors):  # the slow path explains what is wrong
+            check_inputs(self.manifest.signature.inputs, tensors, where=self.source)
         if output_device is None:
-            output_device = tensors[0].device if tensors else "cpu"
-        values: dict[str, torch.Tensor] = dict(zip(self.input_names, tensors))
-        for partition, execute in zip(self.manifest.partitions, self._executors):
-            args = [values[name].to(partition.device) for name in partition.inputs]
-            values.update(zip(partition.outputs, execute(args)))
-        return {name: values[name].to(output_device) for name in self.output_names}
+            output_device = tensors[0].device if tensors else torch.device("cpu")
+        elif not isinstance(output_device, torch.device):
+            output_device = torch.device(output_device)
+        values: dict[str, torch.Tensor] = dict(zip(self._input_names, tensors))
+        for execute, input_names, output_names, device in self._steps:
+            values.update(zip(output_names, execute([_on(values[n], device)
+                                                     for n in input_names])))
+        return {name: _on(values[name], output_device) for name in self._output_names}
 
     def _order_inputs(self, inputs: Mapping[str, torch.Tensor] | Sequence[torch.Tensor]
                       ) -> list[torch.Tensor]:
@@ -74,6 +83,42 @@ class Program:
                 where=self.source, details=[spec.describe() for spec in self.manifest.signature.inputs],
                 hint="pass one tensor per input, in this order")
         return tensors
+
+
+def _on(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """Move only when needed: ``.to`` costs microseconds even when it is a no-op."""
+    here = tensor.device
+    if here == device or (here.type == device.type and device.index is None):
+        return tensor
+    return tensor.to(device)
+
+
+class _FastCheck:
+    """The signature check on the hot path, precompiled; True when every input fits.
+    (Runs per call: a 0.1 ms ONNX model spent 14 us in the descriptive check.)"""
+
+    def __init__(self, specs: Sequence[TensorSpec]) -> None:
+        self.rules = [(getattr(torch, spec.dtype, None), len(spec.shape),
+                       [(axis, d.size, d.symbol, d.min, d.max) for axis, d in enumerate(spec.shape)])
+                      for spec in specs]
+
+    def __call__(self, tensors: Sequence[Any]) -> bool:
+        if len(tensors) != len(self.rules):
+            return False
+        symbols: dict[str, int] = {}
+        for (dtype, rank, dims), tensor in zip(self.rules, tensors):
+            if not isinstance(tensor, torch.Tensor) or tensor.dtype != dtype \
+                    or tensor.dim() != rank or tensor.device.type not in ("cpu", "cuda"):
+                return False
+            shape = tensor.shape
+            for axis, size, symbol, low, high in dims:
+                got = shape[axis]
+                if size is not None:
+                    if got != size:
+                        return False
+                elif not low <= got <= high or symbols.setdefault(symbol, got) != got:
+                    return False
+        return True
 
 
 def check_inputs(specs: Sequence[TensorSpec], tensors: Sequence[Any], *, where: str) -> None:

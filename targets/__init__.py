@@ -6,8 +6,9 @@ from runtime.errors import UserInputError
 from targets.base import Availability, Lowered, LowerOptions, Support, Target
 from targets.cpu import CpuTarget
 from targets.cuda import CudaTarget
+from targets.onnx import OnnxTarget
 
-TARGETS: dict[str, Target] = {t.name: t for t in (CpuTarget(), CudaTarget())}
+TARGETS: dict[str, Target] = {t.name: t for t in (CpuTarget(), CudaTarget(), OnnxTarget())}
 
 __all__ = ["Availability", "Lowered", "LowerOptions", "Support", "TARGETS", "Target",
            "get_target"]

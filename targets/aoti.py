@@ -29,6 +29,13 @@ log = logging.getLogger(__name__)
 PACKAGE_NAME = "model.pt2"
 
 
+def _is_python_custom_op(op) -> bool:
+    from torch._library.custom_ops import OPDEFS
+
+    name = op.name() if hasattr(op, "name") else ""
+    return getattr(op, "namespace", "aten") not in ("aten", "prims") and name in OPDEFS
+
+
 def _jsonable(configs: dict) -> dict:
     return {k: list(v) if isinstance(v, tuple) else v for k, v in configs.items()}
 
@@ -45,6 +52,9 @@ class AOTInductorTarget(Target):
         from torch._inductor.lowering import fallbacks, lowerings
 
         op = node.target
+        if _is_python_custom_op(op):
+            return Support(False, f"custom op {op.name()} has only a Python kernel; compiled "
+                                  "AOTInductor code can call ATen and C++-registered kernels")
         if op in lowerings and op not in fallbacks:
             return Support(True, "Inductor lowering: compiled into generated code")
         overload_packet = getattr(op, "overloadpacket", None)

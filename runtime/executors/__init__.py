@@ -15,6 +15,8 @@ from runtime.program import Executor
 
 _BACKENDS = {
     "aoti": "runtime.executors.aoti",
+    "onnxruntime": "runtime.executors.onnxruntime",
+    "torch": "runtime.executors.torch_fallback",
 }
 
 

@@ -1,0 +1,111 @@
+"""Where each op runs and why: partition planning, the coverage table, the fallback policy.
+
+The same table goes to ``exporter build --dry-run``, the manifest and ``exporter inspect``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass
+
+from torch.export import ExportedProgram
+from torch.fx import Node
+
+from exporter.errors import UserInputError
+from passes.partition import PlannedPartition, is_shape_node, plan_partitions
+from targets import Target
+from targets.fallback import FALLBACK_BACKEND
+
+FALLBACK_POLICIES = ("allow", "warn", "forbid")
+
+
+class UnsupportedOpsError(UserInputError):
+    """--fallback forbid and some ops would run on the CPU fallback."""
+
+
+@dataclass
+class Placement:
+    plans: list[PlannedPartition]
+    coverage: list[dict]
+    transfers: int
+
+    @property
+    def fallback_rows(self) -> list[dict]:
+        return [row for row in self.coverage if row["backend"] == FALLBACK_BACKEND]
+
+    def summary(self) -> dict:
+        totals = Counter(f"{row['backend']}@{row['device']}" for row in self.coverage)
+        return {"ops": len(self.coverage), "by_backend": dict(totals),
+                "partitions": len(self.plans),
+                "delegated_partitions": sum(p.delegated for p in self.plans),
+                "fallback_partitions": sum(not p.delegated for p in self.plans),
+                "device_transfers": self.transfers}
+
+
+def source_line(node: Node) -> str | None:
+    """The innermost 'File ..., line N' of the node's stack trace: the model's own line."""
+    trace = node.meta.get("stack_trace") or ""
+    matches = re.findall(r'File "([^"]+)", line (\d+), in (\S+)', trace)
+    if not matches:
+        return None
+    path, line, func = matches[-1]
+    return f"{path}:{line} in {func}"
+
+
+def place(program: ExportedProgram, target: Target, min_partition_size: int) -> Placement:
+    supports = {n: target.supports(n) for n in program.graph.nodes
+                if n.op == "call_function" and not is_shape_node(n)}
+    plans = plan_partitions(program, lambda n: supports[n].ok, min_partition_size)
+    owner = {node: plan for plan in plans for node in plan.nodes}
+    coverage = []
+    for node, support in supports.items():
+        plan = owner[node]
+        if plan.delegated:
+            backend, device, reason = target.backend, target.device, support.reason
+        elif support.ok:
+            backend, device = FALLBACK_BACKEND, "cpu"
+            reason = (f"{target.name} supports it, but its island is smaller than "
+                      f"--min-partition-size {min_partition_size}")
+        else:
+            backend, device, reason = FALLBACK_BACKEND, "cpu", support.reason
+        coverage.append({"node": node.name, "op": str(node.target), "partition": plan.name,
+                         "backend": backend, "device": device, "supported": support.ok,
+                         "reason": reason, "source": source_line(node)})
+    return Placement(plans, coverage, _transfers(plans, target.device))
+
+
+def _transfers(plans: list[PlannedPartition], device: str) -> int:
+    """Tensors that cross between partitions running on different devices."""
+    where = {}
+    for plan in plans:
+        for node in plan.nodes:
+            where[node.name] = device if plan.delegated else "cpu"
+    count = 0
+    for plan in plans:
+        here = device if plan.delegated else "cpu"
+        for node in plan.nodes:
+            count += sum(1 for arg in node.all_input_nodes
+                         if arg.name in where and where[arg.name] != here
+                         and arg not in plan.nodes)
+    return count
+
+
+def enforce_fallback_policy(placement: Placement, policy: str, target: Target) -> list[str]:
+    """Raise for 'forbid' listing every unsupported op; return warnings for 'warn'."""
+    if policy not in FALLBACK_POLICIES:
+        raise UserInputError(f"unknown --fallback '{policy}'",
+                             hint=f"choose one of: {', '.join(FALLBACK_POLICIES)}")
+    rows = placement.fallback_rows
+    if not rows or policy == "allow":
+        return []
+    lines = [f"{row['op']} ({row['node']}): {row['reason']}"
+             + (f" at {row['source']}" if row["source"] else "") for row in rows]
+    if policy == "forbid":
+        raise UnsupportedOpsError(
+            f"{len(rows)} op(s) cannot run on target '{target.name}' and --fallback forbid "
+            "does not allow the CPU fallback", details=lines,
+            hint="allow the fallback (--fallback warn), rewrite those ops, or pick a target "
+                 "that supports them (`exporter build --dry-run` shows the placement)")
+    return [f"{len(rows)} op(s) run on the CPU fallback instead of '{target.name}':"] + \
+        [f"  {line}" for line in lines]

@@ -1,0 +1,239 @@
+"""Split an ExportedProgram into delegated and CPU-fallback partitions.
+
+Which nodes a target runs comes from its support table; the grouping comes from
+torch's ``CapabilityBasedPartitioner`` (no partitioning algorithm of our own).
+Delegated groups smaller than ``min_partition_size`` compute nodes go back to
+the CPU. The nodes left over are grouped by a second partitioner run, so every
+call node lands in exactly one partition. Each partition is convex, so the
+partitions form a DAG and are emitted in topological order.
+
+Every partition becomes its own ExportedProgram with flat tensor inputs and a
+tuple of tensor outputs; weights it reads are moved into it as attributes (so a
+backend can fold them) rather than passed in at run time.
+"""
+
+from __future__ import annotations
+
+import logging
+import operator
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+from torch.export import Dim, ExportedProgram
+from torch.export.graph_signature import InputKind
+from torch.fx import Graph, GraphModule, Node
+from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
+from torch.fx.passes.operator_support import OperatorSupportBase
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class PlannedPartition:
+    name: str
+    delegated: bool  # True: the target's backend; False: CPU fallback (torch)
+    nodes: list[Node]
+    inputs: list[str] = field(default_factory=list)  # value names, in call order
+    outputs: list[str] = field(default_factory=list)
+    program: ExportedProgram | None = None
+
+
+class _Supports(OperatorSupportBase):
+    def __init__(self, predicate: Callable[[Node], bool]) -> None:
+        self.predicate = predicate
+
+    def is_node_supported(self, submodules, node: Node) -> bool:
+        return node.op == "call_function" and self.predicate(node)
+
+
+def _groups(gm: GraphModule, predicate: Callable[[Node], bool]) -> list[set[Node]]:
+    partitioner = CapabilityBasedPartitioner(gm, _Supports(predicate),
+                                             allows_single_node_partition=True)
+    return [set(p.nodes) for p in partitioner.propose_partitions()]
+
+
+def is_shape_node(node: Node) -> bool:
+    """Nodes computing sizes (``sym_size``, SymInt arithmetic). They never cross a
+    partition boundary: a size passed as a plain int would be specialised on
+    re-capture, so each partition recomputes the sizes it needs from its own inputs."""
+    return isinstance(node.meta.get("val"), (torch.SymInt, torch.SymFloat, torch.SymBool, int,
+                                             float, bool))
+
+
+def _compute_nodes(nodes: set[Node]) -> int:
+    return sum(1 for n in nodes if n.target is not operator.getitem)
+
+
+def plan_partitions(program: ExportedProgram, supported: Callable[[Node], bool],
+                    min_partition_size: int = 1) -> list[PlannedPartition]:
+    """Group call nodes into partitions, in an order the runtime can execute."""
+    gm = program.graph_module
+    delegated = [g for g in _groups(gm, lambda n: not is_shape_node(n) and supported(n))
+                 if _compute_nodes(g) >= min_partition_size]
+    taken = set().union(*delegated) if delegated else set()
+    fallback = _groups(gm, lambda n: not is_shape_node(n) and n not in taken)
+    groups = [(True, g) for g in delegated] + [(False, g) for g in fallback]
+    order = {node: i for i, node in enumerate(gm.graph.nodes)}
+    owner = {node: index for index, (_, g) in enumerate(groups) for node in g}
+    ranked = _topological(groups, owner, order)
+    plans = []
+    for rank, index in enumerate(ranked):
+        is_delegated, nodes = groups[index]
+        plans.append(PlannedPartition(f"p{rank}", is_delegated,
+                                      sorted(nodes, key=order.__getitem__)))
+    return plans
+
+
+def _topological(groups, owner: dict, order: dict) -> list[int]:
+    """Kahn's order over the partition DAG, ties broken by first node position."""
+    deps = {i: set() for i in range(len(groups))}
+    for index, (_, nodes) in enumerate(groups):
+        for node in nodes:
+            for arg in _tensor_inputs(node):
+                if arg in owner and owner[arg] != index:
+                    deps[index].add(owner[arg])
+    first = {i: min(order[n] for n in g) for i, (_, g) in enumerate(groups)}
+    ranked, done = [], set()
+    while len(ranked) < len(groups):
+        ready = [i for i in deps if i not in done and deps[i] <= done]
+        nxt = min(ready, key=first.__getitem__)
+        ranked.append(nxt)
+        done.add(nxt)
+    return ranked
+
+
+def _tensor_inputs(node: Node) -> list[Node]:
+    """A node's tensor inputs, looking through shape nodes to the tensors they measure."""
+    found, stack = [], list(node.all_input_nodes)
+    while stack:
+        arg = stack.pop()
+        if is_shape_node(arg):
+            stack.extend(arg.all_input_nodes)
+        elif arg not in found:
+            found.append(arg)
+    return found
+
+
+def materialize(program: ExportedProgram, plans: list[PlannedPartition],
+                input_names: list[str], output_names: list[str],
+                example_inputs: list[torch.Tensor]) -> None:
+    """Fill each plan's inputs/outputs/program (re-captured with torch.export)."""
+    names = _value_names(program, input_names, output_names)
+    constants = _constant_values(program)
+    values = _example_values(program, example_inputs)
+    for plan in plans:
+        members = set(plan.nodes)
+        outside_inputs = []
+        for node in plan.nodes:
+            for arg in _tensor_inputs(node):
+                if arg not in members and arg not in constants and arg not in outside_inputs:
+                    outside_inputs.append(arg)
+        outputs = [n for n in plan.nodes if any(u not in members for u in n.users)]
+        plan.inputs = [names[n] for n in outside_inputs]
+        plan.outputs = [names[n] for n in outputs]
+        sub = _submodule(plan.nodes, outside_inputs, outputs, constants)
+        args = tuple(values[n] for n in outside_inputs)
+        plan.program = torch.export.export(sub, args, dynamic_shapes=_dims(outside_inputs, program),
+                                           strict=False)
+
+
+def _value_names(program: ExportedProgram, input_names: list[str], output_names: list[str]
+                 ) -> dict[Node, str]:
+    names = {n: n.name for n in program.graph.nodes}
+    user_inputs = [n for n in program.graph.nodes
+                   if n.op == "placeholder" and n.name in program.graph_signature.user_inputs]
+    names.update(zip(user_inputs, input_names))
+    output_node = next(n for n in program.graph.nodes if n.op == "output")
+    results = list(output_node.args[0])[-len(output_names):] if output_names else []
+    seen = set()
+    for node, name in zip(results, output_names):
+        if not isinstance(node, Node) or node.op == "placeholder" or node in seen:
+            raise NotImplementedError(
+                f"output '{name}' is an input or repeats another output; partitioned builds "
+                "need every output to be a distinct computed tensor")
+        seen.add(node)
+        names[node] = name
+    return names
+
+
+def _constant_values(program: ExportedProgram) -> dict[Node, torch.Tensor]:
+    """Placeholders that carry weights, buffers or constants -> their tensors."""
+    by_name = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
+    values = {}
+    for spec in program.graph_signature.input_specs:
+        if spec.kind in (InputKind.PARAMETER, InputKind.BUFFER):
+            source = program.state_dict.get(spec.target)
+            if source is None:
+                source = program.constants[spec.target]
+        elif spec.kind == InputKind.CONSTANT_TENSOR:
+            source = program.constants[spec.target]
+        else:
+            continue
+        values[by_name[spec.arg.name]] = source
+    return values
+
+
+def _example_values(program: ExportedProgram, example_inputs: list[torch.Tensor]) -> dict:
+    """Every node's value on the example inputs (real tensors, for re-capture)."""
+    constants = _constant_values(program)
+    user = iter(example_inputs)
+    args = [constants[n] if n in constants else next(user)
+            for n in program.graph.nodes if n.op == "placeholder"]
+    values: dict = {}
+
+    class Recorder(torch.fx.Interpreter):
+        def run_node(self, node):
+            result = super().run_node(node)
+            values[node] = result
+            return result
+
+    with torch.no_grad():
+        Recorder(program.graph_module).run(*args)
+    return values
+
+
+def _submodule(nodes: list[Node], inputs: list[Node], outputs: list[Node],
+               constants: dict[Node, torch.Tensor]) -> GraphModule:
+    root = torch.nn.Module()
+    graph = Graph()
+    env: dict[Node, Node] = {}
+    for node in inputs:
+        env[node] = graph.placeholder(node.name)
+        env[node].meta = dict(node.meta)
+
+    def resolve(arg: Node) -> Node:
+        if arg not in env:
+            if arg in constants:
+                attr = f"w_{arg.name}"
+                root.register_buffer(attr, constants[arg])
+                env[arg] = graph.get_attr(attr)
+            else:  # a shape node: recompute it here from tensors this partition has
+                env[arg] = graph.node_copy(arg, resolve)
+        return env[arg]
+
+    for node in nodes:
+        env[node] = graph.node_copy(node, resolve)
+    graph.output(tuple(env[n] for n in outputs))
+    return GraphModule(root, graph)
+
+
+def _dims(inputs: list[Node], program: ExportedProgram) -> tuple:
+    """torch.export dynamic_shapes for the flat inputs, one Dim per symbol (bounds kept)."""
+    dims: dict = {}
+    shapes = []
+    for node in inputs:
+        val = node.meta.get("val")
+        entry = {}
+        for axis, size in enumerate(getattr(val, "shape", ())):
+            if isinstance(size, torch.SymInt) and not size.node.expr.is_number:
+                expr = size.node.expr
+                if expr not in program.range_constraints:
+                    entry[axis] = Dim.AUTO  # derived dim (e.g. batch*seq): let export infer it
+                    continue
+                if expr not in dims:
+                    bounds = program.range_constraints[expr]
+                    dims[expr] = Dim(f"d{len(dims)}", min=int(bounds.lower), max=int(bounds.upper))
+                entry[axis] = dims[expr]
+        shapes.append(entry or None)
+    return tuple(shapes)

@@ -1,0 +1,193 @@
+"""ONNX Runtime executor: runs one partition's ``.onnx`` model.
+
+``onnxruntime`` (and ``onnx``, used only to vet external-data paths) are imported
+inside ``load`` so a device without them can still run other backends.
+
+The returned callable carries two attributes for reports and tests:
+``run.report`` (providers requested / available / used, fallback settings) and
+``run.placement`` ({provider: {"nodes": n, "op_types": {...}}}, empty when this
+onnxruntime cannot say which provider runs which node).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from pathlib import Path, PurePosixPath, PureWindowsPath
+
+import numpy as np
+import torch
+
+from runtime.errors import ArtifactError, CompatibilityError, ExecutionError
+from runtime.manifest import Partition
+from runtime.program import Executor
+
+log = logging.getLogger(__name__)
+
+CPU = "CPUExecutionProvider"
+# onnxruntime validates external-data paths itself since PR #26776 (Dec 2025, 1.24);
+# older versions follow "../x" or "/etc/x" as written, so without `onnx` to check
+# the paths first, only those versions are trusted with external data.
+_ORT_CHECKS_PATHS = (1, 24)
+
+
+def load(partition: Partition, files_dir: Path, *, where: str,
+         providers: list[str] | None = None, **_: object) -> Executor:
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        raise CompatibilityError(
+            f"partition '{partition.name}' runs on ONNX Runtime, which is not installed",
+            where=where, hint="install onnxruntime (pip install onnxruntime)") from None
+    model = files_dir / partition.meta["model"]
+    where = f"{where}: {partition.meta['model']}"
+    _check_external_data(model, where, ort.__version__)
+
+    requested = list(providers or partition.meta.get("providers") or [CPU])
+    forbid = bool(partition.meta.get("disable_cpu_ep_fallback"))
+    available = ort.get_available_providers()
+    missing = [p for p in requested if p not in available]
+    if missing and forbid:
+        raise CompatibilityError(
+            f"partition '{partition.name}' requires execution provider(s) "
+            f"{', '.join(missing)}, which this onnxruntime lacks, and forbids CPU fallback",
+            where=where, hint=f"install an onnxruntime build with them (this one has: "
+                              f"{', '.join(available)}) or rebuild with fallback 'allow'")
+    for name in missing:
+        log.warning("partition '%s': execution provider %s is not available here (have: %s); "
+                    "its nodes run on %s", partition.name, name, ", ".join(available), CPU)
+    # Unavailable providers are dropped here, not by ORT (which would only warn).
+    usable = [p for p in requested if p in available] or [CPU]
+
+    options = ort.SessionOptions()
+    # ORT refuses 'no CPU fallback' when the CPU provider is itself requested: the CPU
+    # is then a chosen provider, not a fallback, so the setting has nothing to forbid.
+    no_fallback = forbid and CPU not in usable
+    if no_fallback:
+        options.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
+    records = hasattr(ort.InferenceSession, "get_provider_graph_assignment_info")
+    if records:  # ORT >= 1.24-ish: per-node provider assignment, recorded on request
+        options.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
+    try:
+        session = ort.InferenceSession(str(model), options, providers=usable)
+    except Exception as exc:  # ORT raises its own pybind types (Fail, InvalidArgument, ...)
+        lines = str(exc).strip().splitlines()
+        raise ExecutionError(
+            f"ONNX Runtime could not load partition '{partition.name}' "
+            f"({type(exc).__name__}: {lines[0][:400] if lines else ''})", where=where,
+            hint="if CPU fallback is forbidden, every node must run on the requested "
+                 "providers; check the onnxruntime version in `exporter inspect`") from exc
+
+    placement = _placement(session) if records else {}
+    report = {"requested": requested, "available": available, "missing": missing,
+              "used": list(session.get_providers()), "disable_cpu_ep_fallback": no_fallback,
+              "fallback": partition.meta.get("fallback", "allow"),
+              "placement_recorded": records}
+    log.info("partition '%s' on ONNX Runtime %s: requested %s, session uses %s",
+             partition.name, ort.__version__, requested, report["used"])
+    on_cpu = placement.get(CPU, {}).get("nodes", 0)
+    if on_cpu and CPU not in requested and report["fallback"] == "warn":
+        log.warning("partition '%s': %d node(s) fell back to %s", partition.name, on_cpu, CPU)
+
+    names = [i.name for i in session.get_inputs()]
+
+    def run(inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+        # Positional: the exporter keeps the partition's inputs, in order, as graph inputs.
+        if len(inputs) != len(names):
+            raise ExecutionError(f"partition '{partition.name}' takes {len(names)} inputs, "
+                                 f"got {len(inputs)}", where=where)
+        feeds = {name: _to_numpy(t, name, where) for name, t in zip(names, inputs)}
+        return [torch.from_numpy(np.asarray(out)) for out in session.run(None, feeds)]
+
+    run.report = report
+    run.placement = placement
+    return run
+
+
+def _to_numpy(tensor: torch.Tensor, name: str, where: str) -> np.ndarray:
+    if tensor.dtype == torch.bfloat16:  # numpy has no bfloat16
+        raise ExecutionError(f"input '{name}' is bfloat16, which the ONNX Runtime executor "
+                             "cannot pass through numpy", where=where,
+                             hint="build with --dtype fp32 or fp16 for the onnx target")
+    if tensor.device.type == "cpu" and not tensor.requires_grad and tensor.is_contiguous():
+        return tensor.numpy()  # the common case, without three no-op copies' overhead
+    return tensor.detach().cpu().contiguous().numpy()
+
+
+def _placement(session) -> dict:
+    """{provider: {"nodes": count, "op_types": {op_type: count}}} from ORT's own record."""
+    result: dict[str, Counter] = {}
+    for subgraph in session.get_provider_graph_assignment_info():
+        counts = result.setdefault(subgraph.ep_name, Counter())
+        counts.update(node.op_type for node in subgraph.get_nodes())
+    return {ep: {"nodes": sum(c.values()), "op_types": dict(sorted(c.items()))}
+            for ep, c in result.items()}
+
+
+def _check_external_data(model: Path, where: str, ort_version: str) -> None:
+    """Every external-data location must be a plain file name in the model's folder.
+
+    Checked with `onnx` (protobuf parse without loading the data) before ORT opens
+    anything; a hostile artifact could otherwise make ORT read '../../secret'."""
+    try:
+        import onnx
+        from onnx.external_data_helper import ExternalDataInfo, uses_external_data
+    except ImportError:
+        version = tuple(int(p) for p in ort_version.split(".")[:2] if p.isdigit())
+        if version < _ORT_CHECKS_PATHS:
+            raise CompatibilityError(
+                f"onnxruntime {ort_version} does not check external-data paths itself and "
+                "`onnx` is not installed to check them", where=where,
+                hint="pip install onnx, or onnxruntime>=1.24") from None
+        log.info("onnx not installed: external-data paths left to onnxruntime's own check")
+        return
+    try:
+        proto = onnx.load(str(model), load_external_data=False)
+    except Exception as exc:  # protobuf's DecodeError and friends
+        raise ArtifactError(f"the ONNX model cannot be parsed ({type(exc).__name__})",
+                            where=where, hint="rebuild the artifact") from exc
+    folder = model.parent.resolve()
+    bad = sorted({info.location for t in _tensors(proto) if uses_external_data(t)
+                  for info in [ExternalDataInfo(t)] if not _plain_name(info.location, folder)})
+    if bad:
+        raise ArtifactError(
+            f"the ONNX model points {len(bad)} external-data location(s) outside its folder",
+            where=where, details=bad,
+            hint="do not load this artifact; external data must be a file next to the model")
+
+
+def _plain_name(location: str, folder: Path) -> bool:
+    if not location or location in (".", ".."):
+        return False
+    for flavour in (PurePosixPath(location), PureWindowsPath(location)):
+        if flavour.is_absolute() or flavour.anchor or len(flavour.parts) != 1:
+            return False
+    # A symlink next to the model could still point elsewhere.
+    return (folder / location).resolve().parent == folder
+
+
+def _tensors(proto):
+    """Every TensorProto that may carry external data: initializers, sparse parts and
+    tensor attributes, in the main graph, subgraphs and model-local functions."""
+    def graph(g):
+        yield from g.initializer
+        for sparse in g.sparse_initializer:
+            yield sparse.values
+            yield sparse.indices
+        for n in g.node:
+            yield from nodes_attr(n)
+
+    def nodes_attr(n):
+        for a in n.attribute:
+            if a.HasField("t"):
+                yield a.t
+            yield from a.tensors
+            if a.HasField("g"):
+                yield from graph(a.g)
+            for sub in a.graphs:
+                yield from graph(sub)
+
+    yield from graph(proto.graph)
+    for function in proto.functions:
+        for n in function.node:
+            yield from nodes_attr(n)

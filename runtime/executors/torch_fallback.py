@@ -1,0 +1,198 @@
+"""CPU-fallback executor ("torch" backend): runs a partition with plain PyTorch.
+
+The partition folder holds two files, and no pickle:
+
+* ``meta["program"]``: the ExportedProgram's graph and signature as torch's own
+  export JSON (torch._export.serde), without weights or example inputs;
+* ``meta["weights"]``: every tensor the graph reads, as safetensors. Each key is
+  ``<kind>/<name>``: kind ``param`` and ``buffer`` go to the program's state_dict
+  (params as nn.Parameter, which torch's verifier insists on), ``constant`` to its
+  constants (non-persistent buffers and lifted tensor constants).
+
+Like the AOTI executor's ``meta["package"]``, the meta values are paths relative to
+``files_dir``: the build rewrites them to full entry names
+(``partitions/<name>/program.json``); the lowering writes bare file names.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.utils._pytree import tree_leaves, tree_unflatten
+
+from runtime.errors import ArtifactError, CompatibilityError, ExecutionError
+from runtime.manifest import Partition
+from runtime.program import Executor
+
+PROGRAM_KEY = "program"
+WEIGHTS_KEY = "weights"
+# Prefixes of the safetensors keys; shared with the lowering, so both sides agree.
+PARAM, BUFFER, CONSTANT = "param/", "buffer/", "constant/"
+
+_REBUILD = "rebuild the artifact with `exporter build`"
+
+
+def load(partition: Partition, files_dir: Path, *, where: str, **_: object) -> Executor:
+    program_path, weights_path = (_entry(partition, files_dir, key, where)
+                                  for key in (PROGRAM_KEY, WEIGHTS_KEY))
+    at_program = f"{where}: {partition.meta[PROGRAM_KEY]}"
+    raw = _read_json(program_path, where=at_program)
+    _check_schema(raw, where=at_program)
+    _check_ops(raw, where=f"{where}: partition '{partition.name}'")
+    state_dict, constants = _read_weights(weights_path, partition.device,
+                                          where=f"{where}: {partition.meta[WEIGHTS_KEY]}")
+    program = _deserialize(raw, state_dict, constants, where=at_program)
+    # module() puts the weights back into the graph (they are lifted inputs in the
+    # program) and applies buffer mutations, so it is the one correct way to run it.
+    module = program.module()
+    in_spec = program.call_spec.in_spec
+
+    def run(inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+        try:
+            args, kwargs = tree_unflatten(list(inputs), in_spec)
+            with torch.no_grad():
+                outputs = module(*args, **kwargs)
+        except Exception as exc:  # kernels and shape guards raise many types; name the partition
+            raise ExecutionError(
+                f"PyTorch failed running partition '{partition.name}' ({_first_line(exc)})",
+                where=where, hint="check the inputs against `exporter inspect`") from exc
+        return list(tree_leaves(outputs))
+
+    return run
+
+
+def _entry(partition: Partition, files_dir: Path, key: str, where: str) -> Path:
+    name = partition.meta.get(key)
+    if not isinstance(name, str) or not (files_dir / name).is_file():
+        raise ArtifactError(
+            f"partition '{partition.name}' has no readable '{key}' file (meta[{key!r}] = {name!r})",
+            where=where, hint=_REBUILD)
+    return files_dir / name
+
+
+def _read_json(path: Path, *, where: str) -> dict:
+    try:
+        raw = json.loads(path.read_bytes().decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ArtifactError(f"the fallback program is not valid JSON ({exc})", where=where,
+                            hint=_REBUILD) from exc
+    if not isinstance(raw, dict) or not isinstance(raw.get("graph_module"), dict):
+        raise ArtifactError("the fallback program is not a serialized ExportedProgram",
+                            where=where, hint=_REBUILD)
+    return raw
+
+
+def _check_schema(raw: dict, *, where: str) -> None:
+    """torch only reads its own major schema version; say so before it fails deep inside."""
+    from torch._export.serde.schema import SCHEMA_VERSION
+    version = raw.get("schema_version")
+    major = version.get("major") if isinstance(version, dict) else None
+    if major != SCHEMA_VERSION[0]:
+        raise CompatibilityError(
+            f"the fallback program uses export schema {major}.x (written by torch "
+            f"{raw.get('torch_version')}); this torch {torch.__version__} reads "
+            f"{SCHEMA_VERSION[0]}.x", where=where,
+            hint="install the torch version shown by `exporter inspect`")
+
+
+def _check_ops(raw: dict, *, where: str) -> None:
+    """List every operator this process lacks at once (torch stops at the first)."""
+    missing = sorted({t for t in _targets(raw) if not _resolves(t)})
+    builtin = [t for t in missing if t.split(".")[2] in _TORCH_NAMESPACES]
+    custom = [t for t in missing if t not in builtin]
+    if custom:
+        names = ", ".join(f"'{_op_name(t)}'" for t in custom)
+        raise CompatibilityError(
+            f"the partition calls custom op{'s' if len(custom) > 1 else ''} {names}, which "
+            f"{'are' if len(custom) > 1 else 'is'} not registered in this process",
+            where=where, details=custom,
+            hint="import the library that defines it before runtime.load")
+    if builtin:
+        raise CompatibilityError(
+            f"the partition calls {len(builtin)} operator(s) this torch {torch.__version__} "
+            "does not have", where=where, details=builtin,
+            hint="install the torch version shown by `exporter inspect`")
+
+
+# Namespaces torch itself defines: a miss there means another torch version, not a missing import.
+_TORCH_NAMESPACES = {"aten", "prims", "higher_order", "_quantized", "quantized", "profiler"}
+
+
+def _targets(node: Any):
+    """Every ``torch.ops...`` node target, subgraphs of cond/map included."""
+    if isinstance(node, dict):
+        target = node.get("target")
+        if isinstance(target, str) and target.startswith("torch.ops.") and "inputs" in node:
+            yield target
+        for value in node.values():
+            yield from _targets(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _targets(value)
+
+
+def _resolves(target: str) -> bool:
+    obj: Any = torch.ops
+    try:
+        for part in target.split(".")[2:]:
+            obj = getattr(obj, part)
+    except (AttributeError, RuntimeError):
+        return False
+    return True
+
+
+def _op_name(target: str) -> str:
+    parts = target.split(".")  # torch.ops.<namespace>.<op>.<overload>
+    return f"{parts[2]}::{parts[3]}" if len(parts) >= 4 else target
+
+
+def _read_weights(path: Path, device: str, *, where: str
+                  ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+    try:
+        tensors = load_file(str(path), device=device)
+    except (SafetensorError, OSError, ValueError) as exc:
+        raise ArtifactError(f"the fallback weights cannot be read ({_first_line(exc)})",
+                            where=where, hint=_REBUILD) from exc
+    state_dict: dict[str, torch.Tensor] = {}
+    constants: dict[str, torch.Tensor] = {}
+    for key, tensor in tensors.items():
+        # safetensors hands back tensors at their file offsets, 8-byte aligned at best;
+        # vectorized CPU kernels then take another path (slower, and matmuls differ from
+        # eager in the last bit). A copy gets the allocator's 64-byte alignment.
+        if tensor.data_ptr() % 64:
+            tensor = tensor.clone()
+        if key.startswith(PARAM):
+            state_dict[key[len(PARAM):]] = torch.nn.Parameter(tensor, requires_grad=False)
+        elif key.startswith(BUFFER):
+            state_dict[key[len(BUFFER):]] = tensor
+        elif key.startswith(CONSTANT):
+            constants[key[len(CONSTANT):]] = tensor
+        else:
+            raise ArtifactError(f"the fallback weights hold an unexpected tensor '{key}'",
+                                where=where, hint=_REBUILD)
+    return state_dict, constants
+
+
+def _deserialize(raw: dict, state_dict: dict, constants: dict, *, where: str):
+    """torch's JSON -> dataclass -> ExportedProgram, given already-loaded weights.
+
+    Weights go in as dicts and example_inputs as None: the deserializer only calls
+    torch.load when handed bytes, so this path never unpickles anything."""
+    from torch._export.serde import serialize as serde
+    try:
+        dataclass = serde._dict_to_dataclass(serde.ExportedProgram, raw)
+        return serde.ExportedProgramDeserializer().deserialize(dataclass, state_dict, constants,
+                                                               None)
+    except Exception as exc:  # a tampered graph fails anywhere inside torch, in many types
+        raise ArtifactError(f"torch could not rebuild the fallback program ({_first_line(exc)})",
+                            where=where, hint=_REBUILD) from exc
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0][:300] if text else ''}"

@@ -1,0 +1,288 @@
+"""Target ``onnx``: each partition becomes one ONNX model that ONNX Runtime runs.
+
+Op support is read from torch.onnx's own dynamo exporter: its registry of ATen ->
+ONNX translations (torchlib) and the decomposition table it runs before
+translating. Asking the exporter's tables, not a hand-written list, keeps
+``supports`` in step with what ``torch.onnx.export`` will actually do.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib.util
+import logging
+import re
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from torch.export import ExportedProgram
+from torch.fx import Node
+
+from passes.base import Pass
+from passes.cast_dtype import CastFloatDtype
+from passes.dead_code import EliminateDeadCode
+from runtime.errors import ToolchainError
+from targets.base import Availability, Lowered, LowerOptions, Support, Target
+from targets.errors import TargetOptionError
+
+log = logging.getLogger(__name__)
+
+MODEL_NAME = "model.onnx"
+# Weights go to a side file only past this size: one self-contained .onnx is simpler to
+# ship and hash, and protobuf itself cannot hold more than 2 GB.
+EXTERNAL_DATA_BYTES = 1 << 30
+PROVIDERS = {
+    "cpu": "CPUExecutionProvider",
+    "cuda": "CUDAExecutionProvider",
+    "tensorrt": "TensorrtExecutionProvider",
+    "openvino": "OpenVINOExecutionProvider",
+    "coreml": "CoreMLExecutionProvider",
+    "qnn": "QNNExecutionProvider",
+}
+FALLBACK_MODES = ("allow", "warn", "forbid")
+_PACKAGES = ("onnx", "onnxscript", "onnxruntime")
+# Runtime checks that torch.onnx drops before translating (its
+# _fx_passes.remove_assertion_nodes); they never reach ONNX, so they cost nothing.
+_DROPPED_CHECKS = {
+    "aten::sym_constrain_range_for_size", "aten::_assert_async", "aten::_assert_async.msg",
+    "aten::_assert_scalar", "aten::_assert_tensor_metadata",
+}
+
+
+class OnnxLoweringError(ToolchainError):
+    """torch.onnx or the ONNX checker failed on a partition (exit code 3)."""
+
+
+def provider_names(csv: str) -> list[str]:
+    """'cpu,cuda' -> ['CPUExecutionProvider', 'CUDAExecutionProvider'].
+
+    Full ORT names ending in ExecutionProvider pass through, so providers this
+    table does not know (a vendor's build) can still be asked for."""
+    names = []
+    for raw in csv.split(","):
+        item = raw.strip()
+        if not item:
+            continue
+        if item.lower() in PROVIDERS:
+            names.append(PROVIDERS[item.lower()])
+        elif item.endswith("ExecutionProvider"):
+            names.append(item)
+        else:
+            raise TargetOptionError(
+                f"unknown ONNX Runtime execution provider '{item}'", where="providers option",
+                hint=f"use one of {', '.join(PROVIDERS)} or a full name such as "
+                     "'DmlExecutionProvider'")
+    if not names:
+        raise TargetOptionError("the providers option names no execution provider",
+                                where="providers option", hint="e.g. providers='cpu'")
+    return names
+
+
+def _requested_providers(value) -> list[str]:
+    if value is None:
+        return ["CPUExecutionProvider"]
+    if isinstance(value, str):
+        return provider_names(value)
+    return provider_names(",".join(str(v) for v in value))
+
+
+@functools.cache  # asked once per node by supports(); installs do not change mid-build
+def _missing_packages() -> list[str]:
+    return [name for name in _PACKAGES if importlib.util.find_spec(name) is None]
+
+
+@contextlib.contextmanager
+def _quiet_registry():
+    """Building torch.onnx's registry warns once per torchvision op when torchvision is
+    absent (four lines per partition); models that use no torchvision op don't care."""
+    logger = logging.getLogger("torch.onnx._internal.exporter._registration")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+@functools.cache
+def _exporter_tables():
+    """The exporter's registry and pre-translation decomposition table, built the way
+    torch.onnx builds them (_compat.export_compat, _fx_passes.decompose_with_registry).
+    Built once: the registry takes about a second."""
+    from torch.onnx._internal.exporter import _decomp, _registration
+    with _quiet_registry():
+        registry = _registration.ONNXRegistry.from_torchlib()
+    translated = set(_decomp.get_onnx_implemented_overloads(registry))
+    return registry, _decomp.create_onnx_friendly_decomposition_table(translated)
+
+
+def _has_complex_input(node: Node) -> bool:
+    """Like the exporter's dispatcher: complex inputs need a complex-aware translation."""
+    def is_complex(arg) -> bool:
+        if isinstance(arg, (list, tuple)):
+            return any(is_complex(a) for a in arg)
+        val = arg.meta.get("val") if isinstance(arg, Node) else None
+        return isinstance(val, torch.Tensor) and val.is_complex()
+    return any(is_complex(a) for a in (*node.args, *node.kwargs.values()))
+
+
+def _op_name(op) -> str:
+    return op.name() if isinstance(op, torch._ops.OpOverload) else getattr(op, "__name__", str(op))
+
+
+class OnnxTarget(Target):
+    name = "onnx"
+    device = "cpu"
+    backend = "onnxruntime"
+    description = "ONNX model per partition (torch.onnx dynamo exporter), run by ONNX Runtime"
+
+    def availability(self) -> Availability:
+        missing = _missing_packages()
+        if missing:
+            return Availability(False, f"{', '.join(missing)} not installed; "
+                                       "run pip install '.[onnx]'")
+        import onnxruntime
+        return Availability(True, f"onnxruntime {onnxruntime.__version__}; providers here: "
+                                  f"{', '.join(onnxruntime.get_available_providers())}")
+
+    def supports(self, node: Node) -> Support:
+        op = node.target
+        name = _op_name(op)
+        if name in _DROPPED_CHECKS:
+            return Support(True, "runtime check; the ONNX exporter removes it")
+        missing = [p for p in _missing_packages() if p != "onnxruntime"]
+        if missing:  # the exporter's registry is built from onnxscript's torchlib
+            return Support(False, f"{', '.join(missing)} not installed, so torch.onnx has "
+                                  "no translations; pip install '.[onnx]'")
+        registry, decompositions = _exporter_tables()
+        # Lookup is by exact overload, as the exporter's dispatcher does (it keys
+        # OpOverloads by op.name(), e.g. 'aten::add.Tensor'; no packet fallback).
+        metas = registry.get_decomps(op)
+        wanted = _has_complex_input(node)
+        usable = [m for m in metas if m.is_complex == wanted]
+        if usable:
+            fn = usable[0].onnx_function
+            origin = "custom" if usable[0].is_custom else "torchlib"
+            fn_name = getattr(fn, "name", None) or getattr(fn, "__name__", str(fn))
+            return Support(True, f"ONNX exporter has a translation ({origin} {fn_name})")
+        if metas:
+            kind = "complex" if wanted else "real"
+            return Support(False, f"the ONNX translation of {name} does not take {kind} inputs")
+        # run_decompositions applies the table, and always inlines CompositeImplicit ops
+        # that export cannot preserve; either way the pieces are translated instead.
+        if isinstance(op, torch._ops.OpOverload) and (op in decompositions or op._can_decompose()):
+            return Support(True, "decomposed, then translated")
+        custom = isinstance(op, torch._ops.OpOverload) and op.namespace not in ("aten", "prims")
+        return Support(False, f"no ONNX translation registered for {name}"
+                              + (" (custom op)" if custom else ""))
+
+    def default_passes(self, options: LowerOptions) -> list[Pass]:
+        # Cleanup only: the ONNX exporter's optimizer (onnxscript) folds constants and
+        # removes redundancy itself. The dtype cast comes last, as on the AOTI targets,
+        # so a --dtype request is honoured rather than silently dropped.
+        pipeline: list[Pass] = [EliminateDeadCode()]
+        if options.dtype != "fp32":
+            pipeline.append(CastFloatDtype(options.dtype))
+        return pipeline
+
+    def lower(self, program: ExportedProgram, options: LowerOptions) -> Lowered:
+        providers = _requested_providers(options.extra.get("providers"))
+        fallback = options.extra.get("fallback") or "allow"
+        if fallback not in FALLBACK_MODES:
+            raise TargetOptionError(f"unknown fallback mode '{fallback}'",
+                                    where="fallback option",
+                                    hint=f"use one of {', '.join(FALLBACK_MODES)}")
+        missing = _missing_packages()
+        if missing:
+            raise TargetOptionError(f"target 'onnx' needs {', '.join(missing)}",
+                                    hint="pip install '.[onnx]'")
+        import onnx
+        import onnxruntime
+
+        options.work_dir.mkdir(parents=True, exist_ok=True)
+        path = options.work_dir / MODEL_NAME
+        onnx_program = self._export(program, options)
+        weights = sum(v.const_value.nbytes for v in onnx_program.model.graph.initializers.values()
+                      if v.const_value is not None)
+        onnx_program.save(str(path), external_data=weights > EXTERNAL_DATA_BYTES)
+        model = onnx.load(str(path), load_external_data=False)
+        external = _external_locations(model)
+        try:
+            onnx.checker.check_model(str(path), full_check=True)
+        except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as exc:
+            raise self._error("the ONNX checker rejected the exported model", exc, options,
+                              program, where=str(path)) from exc
+
+        files = {MODEL_NAME: path, **{name: options.work_dir / name for name in external}}
+        opset = next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
+        meta = {"model": MODEL_NAME, "external_data": external, "providers": providers,
+                "opset": opset, "fallback": fallback,
+                "disable_cpu_ep_fallback": fallback == "forbid",
+                "onnxruntime": onnxruntime.__version__, "onnx": onnx.__version__}
+        here = onnxruntime.get_available_providers()
+        notes = [f"execution provider {p} is not available on this machine; the build's "
+                 f"validation runs without it" for p in providers if p not in here]
+        return Lowered(files=files, meta=meta, requirements=self.base_requirements(),
+                       notes=notes)
+
+    def _export(self, program: ExportedProgram, options: LowerOptions):
+        """torch.onnx with its defaults (opset, optimize=True). An ExportedProgram is taken
+        as is: its symbolic dims (s0, ...) become ONNX dim_params, so a dynamic batch stays
+        dynamic without passing dynamic_shapes again."""
+        report_dir = _report_dir(options)
+        start = time.perf_counter()
+        try:
+            with _quiet_registry():
+                onnx_program = torch.onnx.export(program, (), dynamo=True, optimize=True,
+                                                 report=True, artifacts_dir=report_dir,
+                                                 verbose=False)
+        except Exception as exc:  # torch.onnx raises several types; keep the full text
+            raise self._error("torch.onnx could not export the program", exc, options,
+                              program, report_dir=report_dir) from exc
+        # report=True writes a report on success too; it is only useful on failure.
+        shutil.rmtree(report_dir, ignore_errors=True)
+        log.info("torch.onnx exported %s in %.1f s", options.work_dir,
+                 time.perf_counter() - start)
+        return onnx_program
+
+    def _error(self, what: str, exc: Exception, options: LowerOptions, program: ExportedProgram,
+               *, where: str | None = None, report_dir: Path | None = None) -> OnnxLoweringError:
+        partition = options.extra.get("partition", options.work_dir.name)
+        text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc)).strip()  # torch.onnx colours its text
+        first = (text.splitlines() or [""])[0][:300]
+        cause = exc.__cause__
+        if cause is not None and str(cause).strip():
+            first += f" (cause: {type(cause).__name__}: {str(cause).strip().splitlines()[0][:300]})"
+        found = re.search(r"saved to '([^']+)'", text)
+        report = found.group(1) if found else None
+        if report is None and report_dir is not None:
+            log_path = report_dir / "onnx-export-error.txt"
+            log_path.write_text(f"{type(exc).__name__}: {text}\n")
+            report = str(log_path)
+        unsupported = sorted({f"{_op_name(n.target)}: {s.reason}"
+                              for n in program.graph.nodes if n.op == "call_function"
+                              for s in [self.supports(n)] if not s.ok})
+        return OnnxLoweringError(
+            f"{what} (partition '{partition}'; {type(exc).__name__}: {first})",
+            where=where or report, details=unsupported,
+            hint=(f"read the report at {report}" if report else "run with --debug")
+                 + ("; the ops listed have no ONNX translation: place them on another target"
+                    if unsupported else ""))
+
+
+def _report_dir(options: LowerOptions) -> Path:
+    parent = options.log_dir or Path(tempfile.gettempdir())
+    parent.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix=f"exporter-onnx-{time.strftime('%Y%m%d-%H%M%S')}-",
+                                 dir=parent))
+
+
+def _external_locations(model) -> list[str]:
+    """File names the saved model keeps weights in (relative to the model's folder)."""
+    from onnx.external_data_helper import ExternalDataInfo, uses_external_data
+    return sorted({ExternalDataInfo(t).location for t in model.graph.initializer
+                   if uses_external_data(t)})
