@@ -209,12 +209,20 @@ def run(
         from runtime.__main__ import run_npz
 
         preload_modules(preload)
-        outputs = run_npz(artifact, inputs, out, cuda_graphs=not no_cuda_graphs)
+        outputs, reports = run_npz(artifact, inputs, out, cuda_graphs=not no_cuda_graphs)
         summary = {name: {"dtype": str(t.dtype).removeprefix("torch."), "shape": list(t.shape)}
                    for name, t in outputs.items()}
         if as_json:
-            _print_json({"outputs": summary, "out": str(out) if out else None})
+            _print_json({"outputs": summary, "out": str(out) if out else None,
+                         "backends": reports})
         else:
+            for name, report in reports.items():
+                used = ", ".join(report.get("used") or [])
+                missing = ", ".join(report.get("missing") or [])
+                err_console.print(f"{name}: providers used: {used}"
+                                  + (f"; requested but missing: {missing}" if missing else "")
+                                  + f"; nodes: {report.get('placement')}",
+                                  markup=False, highlight=False)
             for name, info in summary.items():
                 out_console.print(f"{name}: {info['dtype']}{info['shape']}")
             if out:

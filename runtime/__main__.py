@@ -38,13 +38,14 @@ def preload(sources: list[str]) -> None:
 
 
 def run_npz(artifact: str | Path, inputs: str | Path, out: str | Path | None, *,
-            cuda_graphs: bool = True) -> dict:
-    """Load, run on the arrays of ``inputs`` (keys = input names), optionally save outputs."""
+            cuda_graphs: bool = True) -> tuple[dict, dict]:
+    """Load, run on the arrays of ``inputs`` (keys = input names), optionally save outputs.
+    Returns the outputs and the backends' load reports."""
     program = runtime.load(artifact, cuda_graphs=cuda_graphs)
     outputs = program.run(load_npz(inputs), output_device="cpu")
     if out is not None:
         save_npz(out, outputs)
-    return outputs
+    return outputs, program.backend_reports
 
 
 def run_cases(artifact: str, cases_path: str, out_path: str) -> None:
@@ -81,8 +82,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         preload(args.preload)
         if args.command == "run":
-            outputs = run_npz(args.artifact, args.inputs, args.out,
-                              cuda_graphs=not args.no_cuda_graphs)
+            outputs, reports = run_npz(args.artifact, args.inputs, args.out,
+                                       cuda_graphs=not args.no_cuda_graphs)
+            for name, report in reports.items():
+                print(f"{name}: {report}", file=sys.stderr)
             for name, tensor in outputs.items():
                 print(f"{name}: {str(tensor.dtype).removeprefix('torch.')}{list(tensor.shape)}")
         else:

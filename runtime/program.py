@@ -31,6 +31,15 @@ class Program:
         self._output_names = self.output_names
 
     @property
+    def backend_reports(self) -> dict[str, dict]:
+        """What each partition's backend said at load (e.g. ONNX Runtime's providers and
+        node placement), by partition name: CPU fallback inside a backend is never silent."""
+        return {p.name: dict(getattr(execute, "report", {}) or {},
+                             placement=getattr(execute, "placement", None))
+                for p, execute in zip(self.manifest.partitions, self._executors)
+                if getattr(execute, "report", None) is not None}
+
+    @property
     def input_names(self) -> list[str]:
         return [t.name for t in self.manifest.signature.inputs]
 

@@ -109,7 +109,8 @@ def _check_ops(raw: dict, *, where: str) -> None:
             f"the partition calls custom op{'s' if len(custom) > 1 else ''} {names}, which "
             f"{'are' if len(custom) > 1 else 'is'} not registered in this process",
             where=where, details=custom,
-            hint="import the library that defines it before runtime.load")
+            hint="import the library that defines it before runtime.load "
+                 "(CLI: --preload FILE.py or MODULE)")
     if builtin:
         raise CompatibilityError(
             f"the partition calls {len(builtin)} operator(s) this torch {torch.__version__} "

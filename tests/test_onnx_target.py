@@ -1,0 +1,126 @@
+"""Partitioning with CPU fallback and the onnx target, end to end through the CLI.
+
+Done-when of the partitioning/onnx issue: a custom op no backend knows falls back to the
+CPU and validates; --fallback forbid names it; the zoo and a Hugging Face model build,
+validate and run on onnx with a dynamic batch; the runtime's overhead over plain ONNX
+Runtime is measured by `exporter bench`.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+import runtime
+from exporter.zoo import ZOO
+
+pytest.importorskip("onnxruntime")
+CUSTOM = "tests/models/custom_op.py:factory"
+
+
+@pytest.fixture(scope="session")
+def custom_onnx(artifacts_dir, cli):
+    out = artifacts_dir / "custom-onnx.artifact"
+    return out, cli("build", CUSTOM, "--target", "onnx", "--out", str(out), "--json")
+
+
+def test_custom_op_falls_back_to_cpu_and_validates(custom_onnx):
+    out, result = custom_onnx
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["validation"]["passed"] is True
+    assert any("soft_clip" in w for w in data["warnings"])  # --fallback warn says it
+    manifest = runtime.read_manifest(out)
+    assert [p.backend for p in manifest.partitions] == ["onnxruntime", "torch", "onnxruntime"]
+    (row,) = [r for r in manifest.coverage if r["backend"] == "torch"]
+    assert row["op"] == "edgetest.soft_clip.default" and "custom_op.py:26" in row["source"]
+    assert manifest.placement["fallback_partitions"] == 1
+
+
+def test_custom_op_artifact_runs_with_its_library_loaded(custom_onnx, cli, tmp_path):
+    out, _ = custom_onnx
+    x = np.random.default_rng(0).standard_normal((5, 16)).astype(np.float32)
+    np.savez(tmp_path / "in.npz", x=x)
+    missing = cli("run", str(out), "--inputs", str(tmp_path / "in.npz"))
+    assert missing.returncode == 2 and "edgetest::soft_clip" in missing.stderr
+    result = cli("run", str(out), "--inputs", str(tmp_path / "in.npz"), "--out",
+                 str(tmp_path / "out.npz"), "--preload", "tests/models/custom_op.py")
+    assert result.returncode == 0, result.stderr
+    assert "providers used: CPUExecutionProvider" in result.stderr  # never silent
+    from tests.models.custom_op import factory
+    model, _, _ = factory()
+    with np.load(tmp_path / "out.npz") as got:
+        np.testing.assert_allclose(got["output"], model(torch.from_numpy(x)).detach().numpy(),
+                                   rtol=1e-4, atol=1e-5)
+
+
+def test_fallback_forbid_names_every_unsupported_op(cli, tmp_path):
+    out = tmp_path / "forbid.artifact"
+    result = cli("build", CUSTOM, "--target", "onnx", "--fallback", "forbid", "--out", str(out))
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "edgetest.soft_clip.default" in result.stderr and "custom_op.py:26" in result.stderr
+    assert not out.exists()
+
+
+def test_dry_run_tables_placement_without_compiling(cli, tmp_path):
+    out = tmp_path / "dry.artifact"
+    result = cli("build", CUSTOM, "--target", "onnx", "--dry-run", "--json", "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["placement"]["partitions"] == 3 and data["placement"]["device_transfers"] == 0
+    assert {r["backend"] for r in data["coverage"]} == {"onnxruntime", "torch"}
+    assert all(r["reason"] for r in data["coverage"])
+    assert not out.exists()
+    small = cli("build", CUSTOM, "--target", "onnx", "--dry-run", "--json",
+                "--min-partition-size", "3")
+    placement = json.loads(small.stdout)["placement"]
+    assert placement["delegated_partitions"] == 0, "islands under 3 ops stay on the CPU"
+
+
+@pytest.mark.parametrize("name", sorted(ZOO))
+def test_zoo_builds_and_runs_on_onnx_with_dynamic_batch(name, artifacts_dir, cli):
+    out = artifacts_dir / f"zoo-{name}-onnx.artifact"
+    result = cli("build", f"zoo:{name}", "--target", "onnx", "--out", str(out), "--json")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["validation"]["passed"] is True
+    module, args, _ = ZOO[name]()
+    program = runtime.load(out)
+    for batch in (1, 32):
+        grown = tuple(a[:1].repeat(batch, *([1] * (a.dim() - 1))) for a in args)
+        got = torch.utils._pytree.tree_leaves(program(*grown))
+        expected = torch.utils._pytree.tree_leaves(module(*grown))
+        for g, e in zip(got, expected):
+            torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-4)
+
+
+def test_hf_model_on_onnx_with_dynamic_batch(artifacts_dir, cli):
+    pytest.importorskip("transformers")
+    out = artifacts_dir / "bert-onnx.artifact"
+    result = cli("build", "tests/models/hf_bert.py:tiny_bert", "--target", "onnx", "--out",
+                 str(out), "--json", "--dynamic", "input_ids:0=1..8",
+                 "--dynamic", "attention_mask:0=1..8")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["validation"]["passed"] is True
+    from tests.models.hf_bert import tiny_bert
+    model, _ = tiny_bert()
+    ids = torch.randint(0, 128, (7, 12))
+    mask = torch.ones(7, 12, dtype=torch.int64)
+    got = runtime.load(out).run({"input_ids": ids, "attention_mask": mask})
+    expected = model(ids, mask)
+    torch.testing.assert_close(got["last_hidden_state"], expected.last_hidden_state,
+                               rtol=1e-4, atol=1e-4)
+
+
+def test_bench_measures_overhead_over_plain_onnxruntime(artifacts_dir, cli):
+    out = artifacts_dir / "zoo-cnn-onnx.artifact"
+    if not out.exists():
+        pytest.skip("built by the zoo test")
+    result = cli("bench", str(out), "--baseline", "onnxruntime", "--runs", "500", "--json")
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    ratio = data["ratios"]["artifact/onnxruntime"]
+    print(f"artifact/onnxruntime on zoo cnn: {ratio:.3f}")
+    assert 0.5 < ratio < 2.0  # the 1.1x goal is checked in bench/RESULTS.md, not on a noisy CI
