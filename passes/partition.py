@@ -26,7 +26,13 @@ from torch.fx import Graph, GraphModule, Node
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 
+from runtime.errors import ToolchainError
+
 log = logging.getLogger(__name__)
+
+
+class PartitionError(ToolchainError):
+    """The program cannot be split as planned (exit code 3)."""
 
 
 @dataclass
@@ -149,9 +155,11 @@ def _value_names(program: ExportedProgram, input_names: list[str], output_names:
     seen = set()
     for node, name in zip(results, output_names):
         if not isinstance(node, Node) or node.op == "placeholder" or node in seen:
-            raise NotImplementedError(
-                f"output '{name}' is an input or repeats another output; partitioned builds "
-                "need every output to be a distinct computed tensor")
+            raise PartitionError(
+                f"output '{name}' is an input or repeats another output; a build with more "
+                "than one partition needs every output to be a distinct computed tensor",
+                hint="return a copy (x.clone()) or build with --fallback allow on a target "
+                     "that runs the whole model")
         seen.add(node)
         names[node] = name
     return names
