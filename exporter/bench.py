@@ -88,7 +88,7 @@ def bench(artifact: str | Path, *, model: str | None = None, baselines: tuple[st
         calls = {"artifact": lambda: program.run(inputs, output_device=device)}
         calls.update(_baselines(spec, inputs, device, dtype, baselines))
         if "onnxruntime" in baselines:
-            calls["onnxruntime"] = _direct_onnxruntime(artifact, manifest, inputs)
+            calls["onnxruntime"] = _direct_onnxruntime(program, inputs)
         results["timings"] = time_side_by_side(calls, device, runs, warmup)
     art = results["timings"]["artifact"]["median_ms"]
     results["ratios"] = {f"artifact/{name}": art / t["median_ms"]
@@ -120,22 +120,17 @@ def _baselines(spec, inputs: list[torch.Tensor], device: str, dtype: str,
     return calls
 
 
-def _direct_onnxruntime(artifact, manifest, inputs: list[torch.Tensor]) -> Callable:
-    """The artifact's own ONNX model in a plain ORT session (same providers, default
-    threads, same inputs): what the artifact's runtime adds on top is the difference."""
-    partitions = manifest.partitions
-    if len(partitions) != 1 or partitions[0].backend != "onnxruntime":
+def _direct_onnxruntime(program, inputs: list[torch.Tensor]) -> Callable:
+    """``session.run`` on the artifact's own ONNX Runtime session, with numpy feeds built
+    once: same model, providers, threads and inputs, so the difference is what the
+    runtime adds. (A second session would double the spinning thread pools on a small
+    machine and measure their contention instead.)"""
+    partitions = program.manifest.partitions
+    session = getattr(program.executors[0], "session", None) if len(partitions) == 1 else None
+    if session is None:
         raise UserInputError("the onnxruntime baseline needs an onnx artifact with one partition",
-                             where=str(artifact),
+                             where=program.source,
                              hint="use --baseline eager,compile for this artifact")
-    import onnxruntime
-
-    from runtime.archive import ArtifactReader
-    part = partitions[0]
-    with ArtifactReader.open(artifact) as reader:
-        folder = reader.extract_private(part.files)
-        session = onnxruntime.InferenceSession(str(folder / part.meta["model"]),
-                                               providers=part.meta["providers"])
     feeds = {arg.name: t.cpu().numpy() for arg, t in zip(session.get_inputs(), inputs)}
     return lambda: session.run(None, feeds)
 

@@ -31,6 +31,11 @@ class Program:
         self._output_names = self.output_names
 
     @property
+    def executors(self) -> list[Executor]:
+        """One callable per partition, in run order (read-only view)."""
+        return list(self._executors)
+
+    @property
     def backend_reports(self) -> dict[str, dict]:
         """What each partition's backend said at load (e.g. ONNX Runtime's providers and
         node placement), by partition name: CPU fallback inside a backend is never silent."""

@@ -66,7 +66,7 @@ def test_graph_replay_matches_eager_and_returns_fresh_outputs(cuda_builds):
 def test_dynamic_shapes_replay_one_graph_per_shape_with_a_bound(cuda_builds):
     out, _ = cuda_builds["mlp"]
     program = runtime.load(out, max_graphs=2)
-    replay = program._executors[0]
+    replay = program.executors[0]
     for batch in (1, 8, 32, 8):
         x = torch.randn(batch, 64)
         torch.testing.assert_close(program(x), _expected("mlp", x), rtol=1e-3, atol=1e-3)

@@ -101,6 +101,7 @@ def load(partition: Partition, files_dir: Path, *, where: str,
 
     run.report = report
     run.placement = placement
+    run.session = session  # for `exporter bench`: plain ORT on this very session
     return run
 
 
