@@ -97,7 +97,7 @@ def load(partition: Partition, files_dir: Path, *, where: str,
             raise ExecutionError(f"partition '{partition.name}' takes {len(names)} inputs, "
                                  f"got {len(inputs)}", where=where)
         feeds = {name: _to_numpy(t, name, where) for name, t in zip(names, inputs)}
-        return [torch.from_numpy(np.asarray(out)) for out in session.run(None, feeds)]
+        return [torch.from_numpy(out) for out in session.run(None, feeds)]
 
     run.report = report
     run.placement = placement
