@@ -13,14 +13,16 @@ from typing import Any
 
 import torch
 
-from exporter.capture import flatten_inputs
 from exporter.errors import UserInputError
-from exporter.pipeline import BuildResult, build as _build
+from exporter.pipeline import BuildResult
+from exporter.pipeline import build as _build
 from exporter.settings import BuildSettings
 from exporter.spec import ModelSpec, load_spec
-from exporter.validate import EagerRunner, validate as _validate
+from exporter.validate import EagerRunner
+from exporter.validate import validate as _validate
 from exporter.validate_inputs import make_cases
 from runtime import read_manifest
+from runtime.flat_inputs import flatten_inputs
 
 Artifact = BuildResult
 

@@ -17,10 +17,11 @@ from typing import Callable
 import torch
 
 import runtime
-from exporter.capture import capture, flatten_inputs
+from exporter.capture import capture
 from exporter.errors import UserInputError
 from exporter.spec import load_spec
 from passes.cast_dtype import DTYPES, CastFloatDtype
+from runtime.flat_inputs import flatten_inputs
 
 log = logging.getLogger(__name__)
 BASELINES = ("eager", "compile", "onnxruntime")

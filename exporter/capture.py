@@ -14,40 +14,17 @@ import torch
 from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind, TensorArgument
 from torch.export._tree_utils import reorder_kwargs
-from torch.utils._pytree import (GetAttrKey, MappingKey, SequenceKey, TreeSpec, tree_flatten,
-                                 tree_flatten_with_path, tree_unflatten)
+from torch.utils._pytree import GetAttrKey, MappingKey, SequenceKey, tree_flatten_with_path
 
 from exporter.dynamic import DynamicDim, apply_dynamic
 from exporter.errors import ExportFailedError, UserInputError
 from exporter.export_errors import explain_export_failure
 from exporter.spec import ModelSpec
+from runtime.flat_inputs import FlatInputs, flatten_inputs
 from runtime.manifest import Dim, Signature, TensorSpec
 from runtime.outputs import encode_tree
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class FlatInputs:
-    """A model's (args, kwargs) as the flat tensor list the artifact takes, and back."""
-
-    tensors: list[torch.Tensor]  # the tensor leaves, in the artifact's input order
-    leaves: list[Any]  # every leaf, non-tensor constants included
-    spec: TreeSpec
-
-    def rebuild(self, tensors: list[torch.Tensor]) -> tuple[tuple, dict]:
-        """Flat input tensors -> (args, kwargs) for the eager model, constants put back."""
-        leaves = list(self.leaves)
-        slots = [i for i, leaf in enumerate(leaves) if isinstance(leaf, torch.Tensor)]
-        for slot, tensor in zip(slots, tensors):
-            leaves[slot] = tensor
-        return tree_unflatten(leaves, self.spec)
-
-
-def flatten_inputs(args: tuple, kwargs: dict) -> FlatInputs:
-    # torch.export flattens (args, kwargs) with kwargs in the order given, as here.
-    leaves, spec = tree_flatten((tuple(args), dict(kwargs)))
-    return FlatInputs([leaf for leaf in leaves if isinstance(leaf, torch.Tensor)], leaves, spec)
 
 
 @dataclass

@@ -15,10 +15,12 @@ from __future__ import annotations
 import copy
 
 import torch
-from torch.export import Dim, ExportedProgram
-from torch.utils._pytree import tree_flatten, tree_map, tree_map_only, tree_unflatten
+from torch.export import ExportedProgram
+from torch.utils._pytree import tree_map, tree_map_only
 
 from passes.base import PassResult
+from passes.dims import dynamic_shapes_for
+from runtime.flat_inputs import FlatInputs, flatten_inputs
 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 
@@ -26,16 +28,13 @@ DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 class _CastIO(torch.nn.Module):
     """Flat tensors in (cast to ``dtype``), the module's outputs out (cast back)."""
 
-    def __init__(self, inner: torch.nn.Module, dtype: torch.dtype, leaves: list, spec) -> None:
+    def __init__(self, inner: torch.nn.Module, dtype: torch.dtype, inputs: FlatInputs) -> None:
         super().__init__()
-        self.inner, self.dtype, self.leaves, self.spec = inner, dtype, leaves, spec
+        self.inner, self.dtype, self.inputs = inner, dtype, inputs
 
     def forward(self, *flat: torch.Tensor):
-        leaves = list(self.leaves)
-        slots = [i for i, leaf in enumerate(leaves) if isinstance(leaf, torch.Tensor)]
-        for slot, tensor in zip(slots, flat):
-            leaves[slot] = tensor.to(self.dtype) if tensor.is_floating_point() else tensor
-        args, kwargs = tree_unflatten(leaves, self.spec)
+        cast = [t.to(self.dtype) if t.is_floating_point() else t for t in flat]
+        args, kwargs = self.inputs.rebuild(cast)
         out = self.inner(*args, **kwargs)
         # Float outputs go back to float32, the dtype the caller's inputs had.
         return tree_map_only(torch.Tensor,
@@ -60,12 +59,13 @@ class CastFloatDtype:
         before = _float_bytes(module)
         retyped = self._retype_float32_literals(module)
         module = module.to(self.dtype)
-        args, kwargs = program.example_inputs
-        leaves, spec = tree_flatten((args, kwargs))
-        flat = [leaf for leaf in leaves if isinstance(leaf, torch.Tensor)]
-        wrapped = _CastIO(module, self.dtype, leaves, spec)
-        recaptured = torch.export.export(wrapped, tuple(flat),
-                                         dynamic_shapes=(_flat_dynamic_shapes(program),),
+        inputs = flatten_inputs(*program.example_inputs)
+        wrapped = _CastIO(module, self.dtype, inputs)
+        user_inputs = [n for n in program.graph.nodes if n.op == "placeholder"
+                       and n.name in program.graph_signature.user_inputs]
+        recaptured = torch.export.export(wrapped, tuple(inputs.tensors),
+                                         dynamic_shapes=(dynamic_shapes_for(user_inputs,
+                                                                            program),),
                                          strict=False)
         info = {"dtype": self.dtype_name, "nodes_retyped": retyped,
                 "float_weight_bytes_before": before,
@@ -96,26 +96,3 @@ class CastFloatDtype:
 def _float_bytes(module: torch.nn.Module) -> int:
     tensors = list(module.parameters()) + list(module.buffers())
     return sum(t.numel() * t.element_size() for t in tensors if t.is_floating_point())
-
-
-def _flat_dynamic_shapes(program: ExportedProgram) -> tuple:
-    """One Dim per symbol of the original program, with its bounds, for the flat inputs."""
-    dims: dict = {}
-    shapes = []
-    for node in program.graph.nodes:
-        if node.op != "placeholder" or node.name not in program.graph_signature.user_inputs:
-            continue
-        val = node.meta.get("val")
-        if not isinstance(val, torch.Tensor):
-            continue
-        entry = {}
-        for axis, size in enumerate(val.shape):
-            if isinstance(size, torch.SymInt) and not size.node.expr.is_number:
-                expr = size.node.expr
-                if expr not in dims:
-                    bounds = program.range_constraints[expr]
-                    dims[expr] = Dim(f"d{len(dims)}", min=int(bounds.lower),
-                                     max=int(bounds.upper))
-                entry[axis] = dims[expr]
-        shapes.append(entry or None)
-    return tuple(shapes)

@@ -20,12 +20,13 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
-from torch.export import Dim, ExportedProgram
+from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind
 from torch.fx import Graph, GraphModule, Node
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 
+from passes.dims import dynamic_shapes_for
 from runtime.errors import ToolchainError
 
 log = logging.getLogger(__name__)
@@ -140,7 +141,7 @@ def materialize(program: ExportedProgram, plans: list[PlannedPartition],
         plan.outputs = [names[n] for n in outputs]
         sub = _submodule(plan.nodes, outside_inputs, outputs, constants)
         args = tuple(values[n] for n in outside_inputs)
-        plan.program = torch.export.export(sub, args, dynamic_shapes=_dims(outside_inputs, program),
+        plan.program = torch.export.export(sub, args, dynamic_shapes=dynamic_shapes_for(outside_inputs, program),
                                            strict=False)
 
 
@@ -224,24 +225,3 @@ def _submodule(nodes: list[Node], inputs: list[Node], outputs: list[Node],
         env[node] = graph.node_copy(node, resolve)
     graph.output(tuple(env[n] for n in outputs))
     return GraphModule(root, graph)
-
-
-def _dims(inputs: list[Node], program: ExportedProgram) -> tuple:
-    """torch.export dynamic_shapes for the flat inputs, one Dim per symbol (bounds kept)."""
-    dims: dict = {}
-    shapes = []
-    for node in inputs:
-        val = node.meta.get("val")
-        entry = {}
-        for axis, size in enumerate(getattr(val, "shape", ())):
-            if isinstance(size, torch.SymInt) and not size.node.expr.is_number:
-                expr = size.node.expr
-                if expr not in program.range_constraints:
-                    entry[axis] = Dim.AUTO  # derived dim (e.g. batch*seq): let export infer it
-                    continue
-                if expr not in dims:
-                    bounds = program.range_constraints[expr]
-                    dims[expr] = Dim(f"d{len(dims)}", min=int(bounds.lower), max=int(bounds.upper))
-                entry[axis] = dims[expr]
-        shapes.append(entry or None)
-    return tuple(shapes)

@@ -9,9 +9,9 @@ from __future__ import annotations
 from typing import Any, Callable, Mapping, Sequence
 
 import torch
-from torch.utils._pytree import tree_leaves
 
 from runtime.errors import InputMismatchError
+from runtime.flat_inputs import flatten_inputs
 from runtime.manifest import Manifest, TensorSpec
 from runtime.outputs import decode_tree
 
@@ -60,8 +60,7 @@ class Program:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Call like the original model; tensors are taken from args/kwargs in pytree order,
         and the outputs come back in the model's structure (dicts, tuples, lists)."""
-        flat = [leaf for leaf in tree_leaves((args, kwargs)) if isinstance(leaf, torch.Tensor)]
-        outputs = self.run(flat)
+        outputs = self.run(flatten_inputs(args, kwargs).tensors)
         return decode_tree(self.manifest.signature.output_tree, list(outputs.values()))
 
     def run(self, inputs: Mapping[str, torch.Tensor] | Sequence[torch.Tensor], *,
