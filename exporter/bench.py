@@ -25,6 +25,7 @@ from runtime.flat_inputs import flatten_inputs
 
 log = logging.getLogger(__name__)
 BASELINES = ("eager", "compile", "onnxruntime")
+DEFAULT_BASELINES = ("eager", "compile")  # onnxruntime applies to one-partition onnx artifacts
 
 
 def _sample(fn: Callable[[], object], device: str) -> float:
@@ -65,8 +66,8 @@ def _stats(values: list[float]) -> dict:
             "min_ms": values[0], "runs": len(values)}
 
 
-def bench(artifact: str | Path, *, model: str | None = None, baselines: tuple[str, ...] = BASELINES,
-          runs: int = 100, warmup: int = 20, cuda_graphs: bool = True) -> dict:
+def bench(artifact: str | Path, *, model: str | None = None,
+          baselines: tuple[str, ...] = DEFAULT_BASELINES, runs: int = 100, warmup: int = 20, cuda_graphs: bool = True) -> dict:
     unknown = set(baselines) - set(BASELINES)
     if unknown:
         raise UserInputError(f"unknown baseline(s): {', '.join(sorted(unknown))}",

@@ -50,29 +50,51 @@ TOLERANCES = {"fp32": Tolerance(10.0, 1e-6), "fp16": Tolerance(10.0, 1e-3),
               "bf16": Tolerance(10.0, 8e-3)}
 
 
-def run_artifact_in_subprocess(artifact: Path, cases: list[Case], *, timeout: float = 900,
-                               preload: list[str] = ()) -> dict[str, dict[str, torch.Tensor]]:
-    """Run every case through ``python -m runtime run-cases``; a crash there is a BuildError."""
-    with tempfile.TemporaryDirectory(prefix="exporter-validate-") as tmp:
-        cases_path, out_path = Path(tmp) / "cases.safetensors", Path(tmp) / "out.safetensors"
+class ArtifactRun:
+    """``python -m runtime run-cases`` on every case, started in the background so the
+    build computes the eager references meanwhile; a crash there is a BuildError."""
+
+    def __init__(self, artifact: Path, cases: list[Case], *, timeout: float = 900,
+                 preload: list[str] = ()) -> None:
+        self.artifact, self.timeout = artifact, timeout
+        self._tmp = tempfile.TemporaryDirectory(prefix="exporter-validate-")
+        cases_path = Path(self._tmp.name) / "cases.safetensors"
+        self._out_path = Path(self._tmp.name) / "out.safetensors"
         save_tensors(cases_path, {f"{c.name}/{k}": v for c in cases for k, v in c.inputs.items()})
         cmd = [sys.executable, "-m", "runtime", "run-cases", str(artifact),
-               "--cases", str(cases_path), "--out", str(out_path)]
+               "--cases", str(cases_path), "--out", str(self._out_path)]
         cmd += [arg for source in preload for arg in ("--preload", source)]
+        self._start = time.perf_counter()
+        self._proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      text=True, env=_child_env())
+
+    def results(self) -> dict[str, dict[str, torch.Tensor]]:
+        """Wait for the child; its outputs as {case: {output name: tensor}}."""
         try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                                  env=_child_env())
-        except subprocess.TimeoutExpired as exc:
-            raise BuildError(f"the artifact did not finish running the validation inputs in "
-                             f"{timeout:.0f} s", where=str(artifact)) from exc
-        if proc.returncode != 0:
-            raise _crash_error(proc, artifact)
-        flat = load_tensors(out_path)
-    results: dict[str, dict[str, torch.Tensor]] = {}
-    for key, tensor in flat.items():
-        case, _, name = key.partition("/")
-        results.setdefault(case, {})[name] = tensor
-    return results
+            remaining = max(1.0, self.timeout - (time.perf_counter() - self._start))
+            try:
+                stdout, stderr = self._proc.communicate(timeout=remaining)
+            except subprocess.TimeoutExpired as exc:
+                self._proc.kill()
+                self._proc.communicate()
+                raise BuildError(f"the artifact did not finish running the validation inputs "
+                                 f"in {self.timeout:.0f} s", where=str(self.artifact)) from exc
+            if self._proc.returncode != 0:
+                raise _crash_error(self._proc.returncode, stdout, stderr, self.artifact)
+            flat = load_tensors(self._out_path)
+        finally:
+            self.close()
+        results: dict[str, dict[str, torch.Tensor]] = {}
+        for key, tensor in flat.items():
+            case, _, name = key.partition("/")
+            results.setdefault(case, {})[name] = tensor
+        return results
+
+    def close(self) -> None:
+        if self._proc.poll() is None:  # e.g. the eager side raised: do not leave it running
+            self._proc.kill()
+            self._proc.communicate()
+        self._tmp.cleanup()
 
 
 def _child_env() -> dict:
@@ -83,12 +105,12 @@ def _child_env() -> dict:
     return env
 
 
-def _crash_error(proc: subprocess.CompletedProcess, artifact: Path) -> BuildError:
-    tail = (proc.stderr or proc.stdout or "").strip().splitlines()[-6:]
-    if proc.returncode < 0:
-        how = f"was killed by {signal.Signals(-proc.returncode).name}"
+def _crash_error(returncode: int, stdout: str, stderr: str, artifact: Path) -> BuildError:
+    tail = (stderr or stdout or "").strip().splitlines()[-6:]
+    if returncode < 0:
+        how = f"was killed by {signal.Signals(-returncode).name}"
     else:
-        how = f"exited with status {proc.returncode}"
+        how = f"exited with status {returncode}"
     return BuildError(
         f"loading and running the artifact in the validation process failed: it {how}",
         where=str(artifact), details=tail,
@@ -155,20 +177,19 @@ def validate(artifact: Path, eager: EagerRunner, signature: Signature, cases: li
     """Run the artifact out of process and compare with eager; returns the manifest record."""
     start = time.perf_counter()
     tol = TOLERANCES[dtype]
-    results = run_artifact_in_subprocess(artifact, cases, preload=preload)
+    run = ArtifactRun(artifact, cases, preload=preload)
+    try:
+        references = [_references(eager, case) for case in cases]
+    except BaseException:
+        run.close()
+        raise
+    eager_s = time.perf_counter() - start
+    results = run.results()
     subprocess_s = time.perf_counter() - start
-    reference_dtype, ref_note = "float64", None
+    reference_dtype = "float64" if all(r[2] is None for r in references) else "float32"
+    ref_note = next((r[2] for r in references if r[2] is not None), None)
     rows = []
-    for case in cases:
-        flat_in = list(case.inputs.values())
-        same_dtype = eager.run(flat_in)
-        ref = same_dtype
-        if reference_dtype == "float64":
-            try:
-                ref = eager.run(flat_in, float64=True)
-            except Exception as exc:  # some kernels have no float64 version: fall back, say so
-                reference_dtype = "float32"
-                ref_note = f"float64 reference failed ({type(exc).__name__}: {exc}); used float32"
+    for case, (same_dtype, ref, _) in zip(cases, references):
         got = _ordered(results, case, signature)
         for spec, g, r, e in zip(signature.outputs, got, ref, same_dtype):
             rows.append({"case": case.name, "output": spec.name, **compare_output(g, r, e, tol)})
@@ -177,7 +198,19 @@ def validate(artifact: Path, eager: EagerRunner, signature: Signature, cases: li
             "reference_note": ref_note, "cases": [c.describe() for c in cases],
             "outputs": rows, "warnings": list(warnings or []),
             "seconds": round(time.perf_counter() - start, 2),
-            "artifact_subprocess_seconds": round(subprocess_s, 2)}
+            "artifact_subprocess_seconds": round(subprocess_s, 2),
+            "eager_reference_seconds": round(eager_s, 2)}
+
+
+def _references(eager: EagerRunner, case: Case) -> tuple[list, list, str | None]:
+    """(eager at the artifact's dtype, float64 reference, note if float64 was not possible)."""
+    flat_in = list(case.inputs.values())
+    same_dtype = eager.run(flat_in)
+    try:
+        return same_dtype, eager.run(flat_in, float64=True), None
+    except Exception as exc:  # some kernels have no float64 version: fall back, say so
+        return same_dtype, same_dtype, (f"float64 reference failed ({type(exc).__name__}: "
+                                        f"{exc}); used float32")
 
 
 def _ordered(results: dict, case: Case, signature: Signature) -> list[torch.Tensor]:

@@ -96,8 +96,11 @@ class AOTInductorTarget(Target):
         package = options.work_dir / PACKAGE_NAME
         start = time.perf_counter()
         try:
-            torch._inductor.aoti_compile_and_package(
-                program, package_path=str(package), inductor_configs=configs)
+            # Also patched globally: packaging reads some settings (the CPU ISA
+            # label) outside the compile step that inductor_configs covers.
+            with torch._inductor.config.patch(configs):
+                torch._inductor.aoti_compile_and_package(
+                    program, package_path=str(package), inductor_configs=configs)
         except Exception as exc:  # compiler errors come in many types; keep the full text
             raise self._lowering_error(exc, options) from exc
         seconds = time.perf_counter() - start

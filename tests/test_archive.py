@@ -102,7 +102,10 @@ def test_layout_is_fixed(tmp_path):
     for i in infos:
         assert i.date_time == (1980, 1, 1, 0, 0, 0)
         assert i.external_attr >> 16 == stat.S_IFREG | 0o644
-        assert i.create_system == 3 and i.compress_type == zipfile.ZIP_DEFLATED
+        assert i.create_system == 3
+        # Weight-like entries are stored (float data barely deflates); the rest deflated.
+        stored = i.filename.endswith((".safetensors", ".pt2", ".data", ".bin", ".params"))
+        assert i.compress_type == (zipfile.ZIP_STORED if stored else zipfile.ZIP_DEFLATED)
     assert text == json.dumps(json.loads(text), indent=2, sort_keys=True) + "\n"
     assert stat.S_IMODE(path.stat().st_mode) == 0o644
 
