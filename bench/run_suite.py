@@ -86,7 +86,8 @@ def render(paths: list[str]) -> str:
     lines = [f"\n## {head['date']}: target {head['target']}, {head['dtype']}, "
              f"{head.get('gpu') or head['cpu']}",
              f"torch {head['torch']}, CUDA {head['cuda']}, Python {head['python']}; median over "
-             f"{head['runs']} runs after warm-up, one process per model, side by side.\n",
+             f"{head['runs']} runs after warm-up; the models one after another in one "
+             "process, each model's artifact and baselines interleaved.\n",
              "| model | eager ms | compile (reduce-overhead) ms | artifact ms | artifact/compile"
              " | eager/artifact | build s | validated |",
              "|---|---|---|---|---|---|---|---|"]
