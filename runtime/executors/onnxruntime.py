@@ -90,14 +90,26 @@ def load(partition: Partition, files_dir: Path, *, where: str,
         log.warning("partition '%s': %d node(s) fell back to %s", partition.name, on_cpu, CPU)
 
     names = [i.name for i in session.get_inputs()]
+    output_names = [o.name for o in session.get_outputs()]
+    # The binding under InferenceSession.run: the wrapper re-validates the feed names
+    # (our Program checked the inputs already) and, on an execution-provider failure,
+    # silently re-runs on other providers, which this runtime must not do. ~1 us a call.
+    session_run = getattr(getattr(session, "_sess", None), "run", None)
+    if session_run is None:
+        session_run = session.run
 
     def run(inputs: list[torch.Tensor]) -> list[torch.Tensor]:
         # Positional: the exporter keeps the partition's inputs, in order, as graph inputs.
         if len(inputs) != len(names):
             raise ExecutionError(f"partition '{partition.name}' takes {len(names)} inputs, "
                                  f"got {len(inputs)}", where=where)
-        feeds = {name: _to_numpy(t, name, where) for name, t in zip(names, inputs)}
-        return [torch.from_numpy(out) for out in session.run(None, feeds)]
+        feeds = {}
+        for name, tensor in zip(names, inputs):
+            try:  # the common case, a plain CPU tensor, costs one call
+                feeds[name] = tensor.numpy()
+            except (TypeError, RuntimeError):  # bfloat16, GPU, requires_grad: see why
+                feeds[name] = _to_numpy(tensor, name, where)
+        return [torch.from_numpy(out) for out in session_run(output_names, feeds, None)]
 
     run.report = report
     run.placement = placement
@@ -110,9 +122,7 @@ def _to_numpy(tensor: torch.Tensor, name: str, where: str) -> np.ndarray:
         raise ExecutionError(f"input '{name}' is bfloat16, which the ONNX Runtime executor "
                              "cannot pass through numpy", where=where,
                              hint="build with --dtype fp32 or fp16 for the onnx target")
-    if tensor.device.type == "cpu" and not tensor.requires_grad and tensor.is_contiguous():
-        return tensor.numpy()  # the common case, without three no-op copies' overhead
-    return tensor.detach().cpu().contiguous().numpy()
+    return tensor.detach().cpu().numpy()
 
 
 def _placement(session) -> dict:
