@@ -94,6 +94,10 @@ def build(
                                            help="smaller delegated islands stay on the CPU"),
     ep: str = typer.Option("cpu", "--ep", help="onnx: execution providers in order, "
                            "e.g. cuda,cpu"),
+    tvm_target: Optional[str] = typer.Option(None, "--tvm-target",
+                                             help="tvm: TVM target string (default: llvm for "
+                                                  "the --cpu-isa level)"),
+    tune: int = typer.Option(0, "--tune", help="tvm: MetaSchedule trials (slow; 0 = off)"),
     dry_run: bool = typer.Option(False, "--dry-run",
                                  help="show where each op would run; compile nothing"),
     as_json: bool = typer.Option(False, "--json", help="print the result as JSON only"),
@@ -107,7 +111,8 @@ def build(
         settings = _settings(target=target, out=out, dynamic=dynamic, inputs=inputs,
                              validate_artifact=not no_validate, keep_failed=keep_failed,
                              cpu_isa=cpu_isa, dtype=dtype, autotune=autotune, fallback=fallback,
-                             min_partition_size=min_partition_size, ep=ep)
+                             min_partition_size=min_partition_size, ep=ep,
+                             tvm_target=tvm_target, tune=tune)
         if dry_run:
             return _dry_run(spec, settings, as_json)
         try:

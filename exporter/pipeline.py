@@ -142,7 +142,8 @@ def _timer(timings: dict, stage: StageHook) -> Callable:
 
 def _options(settings: BuildSettings, out: Path, work_dir: Path | None = None) -> LowerOptions:
     extra = {"providers": settings.providers(), "fallback": settings.fallback,
-             "partition": work_dir.name if work_dir else None}
+             "partition": work_dir.name if work_dir else None,
+             "tvm_target": settings.tvm_target, "tune": settings.tune}
     return LowerOptions(work_dir=work_dir or out.parent, cpu_isa=settings.cpu_isa,
                         dtype=settings.dtype, autotune=settings.autotune, log_dir=out.parent,
                         extra=extra)

@@ -29,6 +29,9 @@ class BuildSettings(BaseModel):
     fallback: Literal["allow", "warn", "forbid"] = "warn"
     min_partition_size: int = Field(1, ge=1)
     ep: str = Field("cpu", description="ONNX Runtime execution providers, in order")
+    tvm_target: str | None = Field(None, description="TVM target string; default LLVM for "
+                                                     "the --cpu-isa level")
+    tune: int = Field(0, ge=0, description="tvm: MetaSchedule trials (0 = untuned schedules)")
     seed: int = 0
     validation_timeout_s: float = 900.0
 

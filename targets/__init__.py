@@ -7,8 +7,10 @@ from targets.base import Availability, Lowered, LowerOptions, Support, Target
 from targets.cpu import CpuTarget
 from targets.cuda import CudaTarget
 from targets.onnx import OnnxTarget
+from targets.tvm import TvmTarget
 
-TARGETS: dict[str, Target] = {t.name: t for t in (CpuTarget(), CudaTarget(), OnnxTarget())}
+TARGETS: dict[str, Target] = {t.name: t for t in (CpuTarget(), CudaTarget(), OnnxTarget(),
+                                                       TvmTarget())}
 
 __all__ = ["Availability", "Lowered", "LowerOptions", "Support", "TARGETS", "Target",
            "get_target"]

@@ -17,6 +17,7 @@ _BACKENDS = {
     "aoti": "runtime.executors.aoti",
     "onnxruntime": "runtime.executors.onnxruntime",
     "torch": "runtime.executors.torch_fallback",
+    "tvm": "runtime.executors.tvm",
 }
 
 

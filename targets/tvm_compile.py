@@ -1,0 +1,131 @@
+"""One partition through TVM: import, schedule (or tune), compile, and find the ops a
+failure comes from. Imported only when target ``tvm`` lowers (``tvm`` is optional)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import torch
+import tvm
+from safetensors.torch import save_file
+from torch.export import ExportedProgram
+from tvm import relax
+from tvm.relax.frontend.torch import from_exported_program
+
+from targets.errors import TargetOptionError
+from targets.tvm import ops_named_in
+from targets.tvm_schedule import default_rules, lower_pipeline, schedule, schedule_report
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Compiled:
+    executable: object
+    params: list  # tvm runtime tensors, in the order main() takes them after the inputs
+    schedules: dict
+    tvm_version: str = tvm.__version__
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def num_params(self) -> int:
+        return len(self.params)
+
+    def save(self, library: Path, params: Path) -> None:
+        self.executable.export_library(str(library))
+        # Zero-padded names keep the order in a sorted safetensors header.
+        save_file({f"p{i:05d}": torch.from_numpy(p.numpy()).contiguous()
+                   for i, p in enumerate(self.params)}, str(params))
+
+
+def compile_partition(program: ExportedProgram, target_string: str, tune: int, options,
+                      *, error: Callable) -> Compiled:
+    target = parse_target(target_string)
+    try:
+        mod = from_exported_program(program, keep_params_as_input=True)
+    except Exception as exc:  # TVM raises bare AssertionError / KeyError / TVMError on import
+        raise error("import", exc, program, options, ops_named_in(str(exc), program)) from exc
+    mod, params = relax.frontend.detach_params(mod)
+    main_params = list(params.get("main", []))
+    if tune > 0:
+        scheduled, how = _tuned(mod, target, tune, options.work_dir), f"MetaSchedule, {tune} trials"
+    else:
+        scheduled, how = schedule(mod, target, default_rules()), "dlight rules, untuned"
+    schedules = {"how": how, "prim_funcs": schedule_report(scheduled),
+                 "libraries": _libraries()}
+    try:
+        executable = tvm.compile(scheduled, target=target, relax_pipeline=lower_pipeline(target))
+    except Exception as exc:  # noqa: BLE001 - TVM's InternalError and friends: locate, then raise
+        failing = _failing_prim_funcs(scheduled, target)
+        log.info("TVM compile failed; failing PrimFuncs: %s", failing)
+        nodes = ops_named_in(" ".join(failing) or str(exc), program)
+        raise error("compile", exc, program, options, nodes) from exc
+    return Compiled(executable, main_params, schedules)
+
+
+def parse_target(target_string: str) -> tvm.target.Target:
+    """A TVM target from JSON ('{"kind": "llvm", "mcpu": "znver4"}'), a kind ('llvm'), or
+    the command-line form TVM itself dropped in 0.2x ('llvm -mcpu=znver4 -num-cores=4')."""
+    text = target_string.strip()
+    try:
+        if text.startswith("{"):
+            spec = json.loads(text)
+        else:
+            kind, *flags = text.split()
+            spec = {"kind": kind}
+            for flag in flags:
+                key, _, value = flag.lstrip("-").partition("=")
+                spec[key] = int(value) if value.isdigit() else (value or True)
+        target = tvm.target.Target(spec)
+    except Exception as exc:  # noqa: BLE001 - json/TVM errors for a bad string
+        raise TargetOptionError(f"TVM does not accept the target '{target_string}' "
+                                f"({type(exc).__name__}: {str(exc).splitlines()[0][:200]})",
+                                where="--tvm-target",
+                                hint='e.g. llvm, "llvm -mcpu=x86-64-v3" or '
+                                     '\'{"kind": "llvm", "mcpu": "znver4"}\'') from exc
+    if target.kind.name != "llvm":
+        raise TargetOptionError(f"--tvm-target '{target_string}' is not a CPU (llvm) target",
+                                where="--tvm-target",
+                                hint="this build's runtime runs TVM partitions on the CPU")
+    return target
+
+
+def _failing_prim_funcs(mod: tvm.IRModule, target: tvm.target.Target) -> list[str]:
+    """Build each PrimFunc alone: the names of those that fail (e.g. 'cumsum')."""
+    failing = []
+    for gvar, func in mod.functions_items():
+        if not isinstance(func, tvm.tirx.PrimFunc):
+            continue
+        try:
+            tvm.compile(tvm.IRModule({gvar: func}), target=target)
+        except Exception:  # noqa: BLE001 - this one fails; that is what we are looking for
+            failing.append(gvar.name_hint)
+    return failing
+
+
+def _tuned(mod: tvm.IRModule, target: tvm.target.Target, trials: int, work_dir: Path
+           ) -> tvm.IRModule:
+    """MetaSchedule over the legalized, fused module; untuned functions keep defaults."""
+    from tvm.s_tir import meta_schedule as ms
+    from tvm.relax.backend.cpu_generic import pipeline as generic
+    with target:
+        legal = tvm.transform.Sequential(generic.library_dispatch_passes(target)
+                                         + generic.legalize_passes(target))(mod)
+    with tempfile.TemporaryDirectory(prefix="tvm-tune-", dir=work_dir) as tune_dir:
+        database = ms.relax_integration.tune_relax(
+            mod=legal, params={}, target=target, work_dir=tune_dir, max_trials_global=trials,
+            num_trials_per_iter=min(trials, 32), seed=0)
+        with target, database:
+            return relax.transform.MetaScheduleApplyDatabase(enable_warning=False)(legal)
+
+
+def _libraries() -> dict:
+    """Which library offloads (BYOC) this TVM wheel was built with."""
+    info = tvm.support.libinfo()
+    return {key: info.get(key) for key in ("USE_DNNL", "USE_BLAS", "USE_MKL", "USE_OPENMP")
+            if key in info}
