@@ -31,6 +31,7 @@ from exporter.placement import Placement, enforce_fallback_policy, place
 from passes.base import run_pipeline
 from passes.partition import PlannedPartition, materialize
 from runtime.archive import write_artifact
+from runtime.errors import ToolchainError
 from runtime.manifest import Manifest, Partition
 from targets import Lowered, LowerOptions, Target, get_target
 from targets.fallback import FALLBACK_BACKEND, lower_fallback
@@ -108,7 +109,7 @@ def build(spec: str | ModelSpec, settings: BuildSettings, *, stage: StageHook = 
     work_dir = Path(tempfile.mkdtemp(prefix="exporter-build-"))
     try:
         with timed(f"lower ({prep.target.backend})"):
-            lowered = _lower_all(prep, settings, work_dir)
+            lowered = _lower_with_fallback(prep, settings, work_dir)
         manifest = _manifest(prep, settings, lowered)
         files = {f"partitions/{plan.name}/{name}": path
                  for plan, low in lowered for name, path in low.files.items()}
@@ -170,6 +171,36 @@ def _lower_all(prep: Prepared, settings: BuildSettings, work_dir: Path
             low = lower_fallback(plan.program, part_dir)
         lowered.append((plan, low))
     return lowered
+
+
+MAX_LOWERING_RETRIES = 3
+
+
+def _lower_with_fallback(prep: Prepared, settings: BuildSettings, work_dir: Path
+                         ) -> list[tuple[PlannedPartition, Lowered]]:
+    """Lower every partition. When a backend fails on ops it had claimed and can name
+    them (``exc.nodes``; TVM does), and the fallback policy allows it, those ops move
+    to the CPU fallback, the partitions are planned again and lowering starts over."""
+    failed: dict[str, str] = {}
+    for attempt in range(MAX_LOWERING_RETRIES + 1):
+        attempt_dir = work_dir / f"attempt{attempt}"
+        attempt_dir.mkdir()
+        try:
+            return _lower_all(prep, settings, attempt_dir)
+        except ToolchainError as exc:
+            nodes = [n for n in getattr(exc, "nodes", []) if n not in failed]
+            if not nodes or settings.fallback == "forbid" or attempt == MAX_LOWERING_RETRIES:
+                raise
+            reason = f"{prep.target.name} failed to compile it: {exc.what}"
+            failed.update({name: reason for name in nodes})
+            log.warning("moving %d op(s) to the CPU fallback after a lowering failure: %s",
+                        len(nodes), ", ".join(nodes))
+            prep.placement = place(prep.program, prep.target, settings.min_partition_size,
+                                   failed)
+            prep.warnings.append(f"{len(nodes)} op(s) moved to the CPU fallback after "
+                                 f"{prep.target.name} failed on them: {', '.join(nodes)} "
+                                 f"({exc.what})")
+    raise AssertionError("unreachable")
 
 
 def _available_target(name: str) -> Target:

@@ -14,7 +14,7 @@ from torch.fx import Node
 
 from exporter.errors import UserInputError
 from passes.partition import PlannedPartition, is_shape_node, plan_partitions
-from targets import Target
+from targets import Support, Target
 from targets.fallback import FALLBACK_BACKEND
 
 FALLBACK_POLICIES = ("allow", "warn", "forbid")
@@ -53,8 +53,13 @@ def source_line(node: Node) -> str | None:
     return f"{path}:{line} in {func}"
 
 
-def place(program: ExportedProgram, target: Target, min_partition_size: int) -> Placement:
-    supports = {n: target.supports(n) for n in program.graph.nodes
+def place(program: ExportedProgram, target: Target, min_partition_size: int,
+          failed: dict[str, str] | None = None) -> Placement:
+    """``failed``: node name -> why, for ops the target claimed but then failed to
+    compile (the build moves them to the CPU fallback and lowers again)."""
+    failed = failed or {}
+    supports = {n: Support(False, failed[n.name]) if n.name in failed else target.supports(n)
+                for n in program.graph.nodes
                 if n.op == "call_function" and not is_shape_node(n)}
     plans = plan_partitions(program, lambda n: supports[n].ok, min_partition_size)
     owner = {node: plan for plan in plans for node in plan.nodes}

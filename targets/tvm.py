@@ -96,7 +96,9 @@ class TvmTarget(Target):
                 return Support(True, "runtime check; dropped on import")
             if name in converter_keys():
                 return Support(True, f"TVM converter for {name}")
-            if op in _decomposed_by_export():
+            # from_exported_program runs run_decompositions() first, which applies the
+            # default table and always inlines CompositeImplicit ops (numpy_T, ...).
+            if op in _decomposed_by_export() or op._can_decompose():
                 return Support(True, "decomposed by torch.export before TVM's import")
             return Support(False, f"TVM's importer has no converter for aten.{name}")
         if name in converter_keys():  # operator.getitem and friends

@@ -3,6 +3,7 @@ failure comes from. Imported only when target ``tvm`` lowers (``tvm`` is optiona
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import logging
 import tempfile
@@ -111,15 +112,21 @@ def _failing_prim_funcs(mod: tvm.IRModule, target: tvm.target.Target) -> list[st
 def _tuned(mod: tvm.IRModule, target: tvm.target.Target, trials: int, work_dir: Path
            ) -> tvm.IRModule:
     """MetaSchedule over the legalized, fused module; untuned functions keep defaults."""
-    from tvm.s_tir import meta_schedule as ms
+    missing = [m for m in ("psutil", "cloudpickle") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise TargetOptionError(f"--tune needs {', '.join(missing)} (MetaSchedule's workers)",
+                                hint="pip install '.[tvm]'")
     from tvm.relax.backend.cpu_generic import pipeline as generic
+    from tvm.s_tir import meta_schedule as ms
+    # xgboost is MetaSchedule's default cost model; without it, random search (say so).
+    cost_model = "xgb" if importlib.util.find_spec("xgboost") else "random"
     with target:
         legal = tvm.transform.Sequential(generic.library_dispatch_passes(target)
                                          + generic.legalize_passes(target))(mod)
     with tempfile.TemporaryDirectory(prefix="tvm-tune-", dir=work_dir) as tune_dir:
         database = ms.relax_integration.tune_relax(
             mod=legal, params={}, target=target, work_dir=tune_dir, max_trials_global=trials,
-            num_trials_per_iter=min(trials, 32), seed=0)
+            num_trials_per_iter=min(trials, 32), cost_model=cost_model, seed=0)
         with target, database:
             return relax.transform.MetaScheduleApplyDatabase(enable_warning=False)(legal)
 

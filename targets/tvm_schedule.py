@@ -74,8 +74,12 @@ def schedule(mod: tvm.IRModule, target: tvm.target.Target, rules: list | None
     """cpu_generic's library dispatch and legalization, then dlight's rules.
     ``rules=None`` leaves TVM's default loops (for MetaSchedule to tune instead)."""
     from tvm.relax.backend.cpu_generic import pipeline as generic
+    from tvm import relax
     with target:
-        steps = generic.library_dispatch_passes(target) + generic.legalize_passes(target)
+        # Inference-time decompositions (batch norm into a scale and shift) and constant
+        # folding first: otherwise batch norm recomputes sqrt(var + eps) on every call.
+        steps = [relax.transform.DecomposeOpsForInference(), relax.transform.FoldConstant()]
+        steps += generic.library_dispatch_passes(target) + generic.legalize_passes(target)
         steps += [dl.ApplyDefaultSchedule(*rules)] if rules else []
         return tvm.transform.Sequential(steps)(mod)
 

@@ -8,6 +8,7 @@ exporter's ``detach_params`` left them. Tensors cross by DLPack, without copies.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import torch
@@ -19,6 +20,11 @@ from runtime.program import Executor
 
 
 def load(partition: Partition, files_dir: Path, *, where: str, **_: object) -> Executor:
+    # TVM's thread pool counts physical cores by its own rule and used 1 thread on a
+    # 2-vCPU machine; it reads TVM_NUM_THREADS when it starts. A user's setting wins.
+    os.environ.setdefault("TVM_NUM_THREADS", str(len(os.sched_getaffinity(0))
+                                                 if hasattr(os, "sched_getaffinity")
+                                                 else os.cpu_count() or 1))
     try:
         import tvm
         from tvm import relax

@@ -1,0 +1,84 @@
+"""Target tvm end to end through the CLI: the zoo with a dynamic batch, a Hugging Face
+encoder and a GPT-2-style decoder, CPU fallback for a custom op, and a partition TVM
+fails to compile (cumsum over a bool mask) moved to the CPU and retried."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+import runtime
+from exporter.zoo import ZOO
+
+pytest.importorskip("tvm")
+CUSTOM = "tests/models/custom_op.py:factory"
+CUMSUM = "tests/models/bool_cumsum.py:factory"
+
+
+def _build(cli, out, spec, *extra):
+    result = cli("build", spec, "--target", "tvm", "--out", str(out), "--json", *extra)
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["validation"]["passed"] is True
+    return data
+
+
+@pytest.mark.parametrize("name", sorted(ZOO))
+def test_zoo_builds_and_runs_on_tvm_with_dynamic_batch(name, artifacts_dir, cli):
+    out = artifacts_dir / f"zoo-{name}-tvm.artifact"
+    _build(cli, out, f"zoo:{name}")
+    manifest = runtime.read_manifest(out)
+    (partition,) = manifest.partitions
+    assert partition.backend == "tvm" and partition.meta["tvm_target"].startswith("llvm")
+    schedules = partition.meta["schedules"]["prim_funcs"]
+    assert schedules.get("parallel+vectorized", 0) > 0, schedules  # not TVM's scalar loops
+    module, args, _ = ZOO[name]()
+    program = runtime.load(out)
+    for batch in (1, 32):
+        grown = tuple(a[:1].repeat(batch, *([1] * (a.dim() - 1))) for a in args)
+        got = torch.utils._pytree.tree_leaves(program(*grown))
+        expected = torch.utils._pytree.tree_leaves(module(*grown))
+        for g, e in zip(got, expected):
+            torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-4)
+
+
+def test_custom_op_falls_back_on_that_op_only(artifacts_dir, cli):
+    out = artifacts_dir / "custom-tvm.artifact"
+    _build(cli, out, CUSTOM)
+    manifest = runtime.read_manifest(out)
+    assert [p.backend for p in manifest.partitions] == ["tvm", "torch", "tvm"]
+    (row,) = [r for r in manifest.coverage if r["backend"] == "torch"]
+    assert row["op"] == "edgetest.soft_clip.default" and "no converter" in row["reason"]
+
+
+def test_a_partition_tvm_cannot_compile_moves_the_op_to_cpu(artifacts_dir, cli):
+    out = artifacts_dir / "cumsum-tvm.artifact"
+    data = _build(cli, out, CUMSUM)
+    assert any("moved to the CPU fallback" in w and "cumsum" in w for w in data["warnings"])
+    manifest = runtime.read_manifest(out)
+    (row,) = [r for r in manifest.coverage if r["backend"] == "torch"]
+    assert row["op"] == "aten.cumsum.default" and "tvm failed to compile it" in row["reason"]
+
+
+def test_forbid_names_the_op_tvm_failed_on(cli, tmp_path):
+    out = tmp_path / "forbid.artifact"
+    result = cli("build", CUMSUM, "--target", "tvm", "--fallback", "forbid", "--out", str(out))
+    assert result.returncode == 3 and "Traceback" not in result.stderr
+    assert "partition 'p0'" in result.stderr and "cumsum" in result.stderr
+    assert not out.exists()
+
+
+def test_hf_encoder_and_gpt2_decoder_on_tvm(artifacts_dir, cli):
+    pytest.importorskip("transformers")
+    _build(cli, artifacts_dir / "bert-tvm.artifact", "tests/models/hf_bert.py:tiny_bert",
+           "--dynamic", "input_ids:0=1..8", "--dynamic", "attention_mask:0=1..8")
+    _build(cli, artifacts_dir / "gpt2-tvm.artifact", "tests/models/hf_gpt2.py:tiny_gpt2")
+
+
+def test_bad_tvm_target_is_a_usage_error(cli, tmp_path):
+    result = cli("build", "zoo:mlp", "--target", "tvm", "--tvm-target", "cuda",
+                 "--out", str(tmp_path / "x.artifact"))
+    assert result.returncode == 2 and "not a CPU (llvm) target" in result.stderr
+    assert "Traceback" not in result.stderr
