@@ -30,7 +30,7 @@ from exporter.validate_inputs import make_cases
 from exporter.placement import Placement, enforce_fallback_policy, place
 from passes.base import run_pipeline
 from passes.partition import PlannedPartition, materialize
-from runtime.archive import write_artifact
+from runtime.archive_writer import write_artifact
 from runtime.errors import ToolchainError
 from runtime.manifest import Manifest, Partition
 from targets import Lowered, LowerOptions, Target, get_target

@@ -17,10 +17,8 @@ from torch.export import ExportedProgram
 from torch.fx import Node
 
 from passes.base import Pass
-from passes.cast_dtype import CastFloatDtype
-from passes.dead_code import EliminateDeadCode
 from runtime.errors import ToolchainError
-from targets.base import Availability, Lowered, LowerOptions, Support, Target
+from targets.base import Availability, Lowered, LowerOptions, Support, Target, cleanup_then_cast
 from targets.errors import TargetOptionError
 from targets.toolchain import choose_cxx
 
@@ -67,12 +65,7 @@ class AOTInductorTarget(Target):
         return Availability(choice.compiler is not None, choice.note)
 
     def default_passes(self, options: LowerOptions) -> list[Pass]:
-        # Inductor fuses and folds on its own; only cleanup is worth doing before it.
-        # The dtype cast comes last so it re-captures the cleaned graph.
-        pipeline: list[Pass] = [EliminateDeadCode()]
-        if options.dtype != "fp32":
-            pipeline.append(CastFloatDtype(options.dtype))
-        return pipeline
+        return cleanup_then_cast(options)
 
     def inductor_configs(self, options: LowerOptions) -> dict:
         """Freezing folds weights into constants and lets Inductor prepack them

@@ -17,6 +17,8 @@ from torch.export import ExportedProgram
 from torch.fx import Node
 
 from passes.base import Pass
+from passes.cast_dtype import CastFloatDtype
+from passes.dead_code import EliminateDeadCode
 from runtime.manifest import Requirements
 
 
@@ -80,3 +82,13 @@ class Target(abc.ABC):
 
     def base_requirements(self) -> Requirements:
         return Requirements(arch=platform.machine(), torch=torch.__version__)
+
+
+def cleanup_then_cast(options: LowerOptions) -> list[Pass]:
+    """The pipeline of backends that fuse and fold on their own (Inductor, the ONNX
+    exporter's optimizer, TVM's FuseOps/FoldConstant): dead-code cleanup, then the
+    --dtype cast last, so it re-captures the cleaned graph."""
+    pipeline: list[Pass] = [EliminateDeadCode()]
+    if options.dtype != "fp32":
+        pipeline.append(CastFloatDtype(options.dtype))
+    return pipeline

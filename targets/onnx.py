@@ -23,10 +23,8 @@ from torch.export import ExportedProgram
 from torch.fx import Node
 
 from passes.base import Pass
-from passes.cast_dtype import CastFloatDtype
-from passes.dead_code import EliminateDeadCode
 from runtime.errors import ToolchainError
-from targets.base import Availability, Lowered, LowerOptions, Support, Target
+from targets.base import Availability, Lowered, LowerOptions, Support, Target, cleanup_then_cast
 from targets.errors import TargetOptionError
 
 log = logging.getLogger(__name__)
@@ -181,13 +179,7 @@ class OnnxTarget(Target):
                               + (" (custom op)" if custom else ""))
 
     def default_passes(self, options: LowerOptions) -> list[Pass]:
-        # Cleanup only: the ONNX exporter's optimizer (onnxscript) folds constants and
-        # removes redundancy itself. The dtype cast comes last, as on the AOTI targets,
-        # so a --dtype request is honoured rather than silently dropped.
-        pipeline: list[Pass] = [EliminateDeadCode()]
-        if options.dtype != "fp32":
-            pipeline.append(CastFloatDtype(options.dtype))
-        return pipeline
+        return cleanup_then_cast(options)
 
     def lower(self, program: ExportedProgram, options: LowerOptions) -> Lowered:
         providers = _requested_providers(options.extra.get("providers"))

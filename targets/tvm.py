@@ -25,12 +25,10 @@ from torch.export import ExportedProgram
 from torch.fx import Node
 
 from passes.base import Pass
-from passes.cast_dtype import CastFloatDtype
-from passes.dead_code import EliminateDeadCode
 from runtime.errors import ToolchainError
 from runtime.manifest import Requirements
 from targets import cpu_isa
-from targets.base import Availability, Lowered, LowerOptions, Support, Target
+from targets.base import Availability, Lowered, LowerOptions, Support, Target, cleanup_then_cast
 from targets.errors import TargetOptionError
 
 log = logging.getLogger(__name__)
@@ -106,10 +104,7 @@ class TvmTarget(Target):
         return Support(False, f"TVM's importer has no converter for {name}")
 
     def default_passes(self, options: LowerOptions) -> list[Pass]:
-        pipeline: list[Pass] = [EliminateDeadCode()]
-        if options.dtype != "fp32":
-            pipeline.append(CastFloatDtype(options.dtype))
-        return pipeline
+        return cleanup_then_cast(options)
 
     def lower(self, program: ExportedProgram, options: LowerOptions) -> Lowered:
         if not _installed():

@@ -116,13 +116,10 @@ def _tuned(mod: tvm.IRModule, target: tvm.target.Target, trials: int, work_dir: 
     if missing:
         raise TargetOptionError(f"--tune needs {', '.join(missing)} (MetaSchedule's workers)",
                                 hint="pip install '.[tvm]'")
-    from tvm.relax.backend.cpu_generic import pipeline as generic
     from tvm.s_tir import meta_schedule as ms
-    # xgboost is MetaSchedule's default cost model; without it, random search (say so).
+    # xgboost is MetaSchedule's default cost model; without it, random search.
     cost_model = "xgb" if importlib.util.find_spec("xgboost") else "random"
-    with target:
-        legal = tvm.transform.Sequential(generic.library_dispatch_passes(target)
-                                         + generic.legalize_passes(target))(mod)
+    legal = schedule(mod, target, rules=None)  # legalized, default loops: MetaSchedule's input
     with tempfile.TemporaryDirectory(prefix="tvm-tune-", dir=work_dir) as tune_dir:
         database = ms.relax_integration.tune_relax(
             mod=legal, params={}, target=target, work_dir=tune_dir, max_trials_global=trials,

@@ -14,7 +14,8 @@ import zipfile
 import pytest
 
 import runtime
-from runtime.archive import ArtifactReader, write_artifact
+from runtime.archive import ArtifactReader
+from runtime.archive_writer import write_artifact
 from runtime.errors import ArtifactError, CompatibilityError
 
 MODELS = "tests/models"

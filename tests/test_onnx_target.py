@@ -16,6 +16,7 @@ import torch
 
 import runtime
 from exporter.zoo import ZOO
+from tests.helpers import assert_zoo_artifact_matches_eager
 
 pytest.importorskip("onnxruntime")
 CUSTOM = "tests/models/custom_op.py:factory"
@@ -86,14 +87,7 @@ def test_zoo_builds_and_runs_on_onnx_with_dynamic_batch(name, artifacts_dir, cli
     result = cli("build", f"zoo:{name}", "--target", "onnx", "--out", str(out), "--json")
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["validation"]["passed"] is True
-    module, args, _ = ZOO[name]()
-    program = runtime.load(out)
-    for batch in (1, 32):
-        grown = tuple(a[:1].repeat(batch, *([1] * (a.dim() - 1))) for a in args)
-        got = torch.utils._pytree.tree_leaves(program(*grown))
-        expected = torch.utils._pytree.tree_leaves(module(*grown))
-        for g, e in zip(got, expected):
-            torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-4)
+    assert_zoo_artifact_matches_eager(out, name)
 
 
 def test_hf_model_on_onnx_with_dynamic_batch(artifacts_dir, cli):

@@ -7,10 +7,10 @@ from __future__ import annotations
 import json
 
 import pytest
-import torch
 
 import runtime
 from exporter.zoo import ZOO
+from tests.helpers import assert_zoo_artifact_matches_eager
 
 pytest.importorskip("tvm")
 CUSTOM = "tests/models/custom_op.py:factory"
@@ -34,14 +34,7 @@ def test_zoo_builds_and_runs_on_tvm_with_dynamic_batch(name, artifacts_dir, cli)
     assert partition.backend == "tvm" and partition.meta["tvm_target"].startswith("llvm")
     schedules = partition.meta["schedules"]["prim_funcs"]
     assert schedules.get("parallel+vectorized", 0) > 0, schedules  # not TVM's scalar loops
-    module, args, _ = ZOO[name]()
-    program = runtime.load(out)
-    for batch in (1, 32):
-        grown = tuple(a[:1].repeat(batch, *([1] * (a.dim() - 1))) for a in args)
-        got = torch.utils._pytree.tree_leaves(program(*grown))
-        expected = torch.utils._pytree.tree_leaves(module(*grown))
-        for g, e in zip(got, expected):
-            torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-4)
+    assert_zoo_artifact_matches_eager(out, name)
 
 
 def test_custom_op_falls_back_on_that_op_only(artifacts_dir, cli):

@@ -59,6 +59,28 @@ def load(partition: Partition, files_dir: Path, *, where: str,
     # Unavailable providers are dropped here, not by ORT (which would only warn).
     usable = [p for p in requested if p in available] or [CPU]
 
+    session, records, no_fallback = _open_session(ort, model, partition, usable, forbid, where)
+    placement = _placement(session) if records else {}
+    report = {"requested": requested, "available": available, "missing": missing,
+              "used": list(session.get_providers()), "disable_cpu_ep_fallback": no_fallback,
+              "fallback": partition.meta.get("fallback", "allow"),
+              "placement_recorded": records}
+    log.info("partition '%s' on ONNX Runtime %s: requested %s, session uses %s",
+             partition.name, ort.__version__, requested, report["used"])
+    on_cpu = placement.get(CPU, {}).get("nodes", 0)
+    if on_cpu and CPU not in requested and report["fallback"] == "warn":
+        log.warning("partition '%s': %d node(s) fell back to %s", partition.name, on_cpu, CPU)
+
+    run = _runner(session, partition, where)
+    run.report = report
+    run.placement = placement
+    run.session = session  # for `exporter bench`: plain ORT on this very session
+    return run
+
+
+def _open_session(ort, model: Path, partition: Partition, usable: list[str], forbid: bool,
+                  where: str):
+    """(session, whether ORT records node placement, whether CPU fallback is disabled)."""
     options = ort.SessionOptions()
     # ORT refuses 'no CPU fallback' when the CPU provider is itself requested: the CPU
     # is then a chosen provider, not a fallback, so the setting has nothing to forbid.
@@ -78,17 +100,10 @@ def load(partition: Partition, files_dir: Path, *, where: str,
             hint="if CPU fallback is forbidden, every node must run on the requested "
                  "providers; check the onnxruntime version in `exporter inspect`") from exc
 
-    placement = _placement(session) if records else {}
-    report = {"requested": requested, "available": available, "missing": missing,
-              "used": list(session.get_providers()), "disable_cpu_ep_fallback": no_fallback,
-              "fallback": partition.meta.get("fallback", "allow"),
-              "placement_recorded": records}
-    log.info("partition '%s' on ONNX Runtime %s: requested %s, session uses %s",
-             partition.name, ort.__version__, requested, report["used"])
-    on_cpu = placement.get(CPU, {}).get("nodes", 0)
-    if on_cpu and CPU not in requested and report["fallback"] == "warn":
-        log.warning("partition '%s': %d node(s) fell back to %s", partition.name, on_cpu, CPU)
+    return session, records, no_fallback
 
+
+def _runner(session, partition: Partition, where: str) -> Executor:
     names = [i.name for i in session.get_inputs()]
     output_names = [o.name for o in session.get_outputs()]
     # The binding under InferenceSession.run: the wrapper re-validates the feed names
@@ -111,9 +126,6 @@ def load(partition: Partition, files_dir: Path, *, where: str,
                 feeds[name] = _to_numpy(tensor, name, where)
         return [torch.from_numpy(out) for out in session_run(output_names, feeds, None)]
 
-    run.report = report
-    run.placement = placement
-    run.session = session  # for `exporter bench`: plain ORT on this very session
     return run
 
 
