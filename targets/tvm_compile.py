@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import logging
+from collections import Counter
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +24,7 @@ from targets.tvm import ops_named_in
 from targets.tvm_schedule import default_rules, lower_pipeline, schedule, schedule_report
 
 log = logging.getLogger(__name__)
+TRANSFORM_PARAMS = "main_transform_params"  # what relax.transform.LiftTransformParams names it
 
 
 @dataclass
@@ -53,12 +55,14 @@ def compile_partition(program: ExportedProgram, target_string: str, tune: int, o
         raise error("import", exc, program, options, ops_named_in(str(exc), program)) from exc
     mod, params = relax.frontend.detach_params(mod)
     main_params = list(params.get("main", []))
+    rule_counts: Counter = Counter()
     if tune > 0:
         scheduled, how = _tuned(mod, target, tune, options.work_dir), f"MetaSchedule, {tune} trials"
     else:
-        scheduled, how = schedule(mod, target, default_rules()), "dlight rules, untuned"
+        scheduled = schedule(mod, target, default_rules(rule_counts))
+        how = "dlight rules, untuned"
     schedules = {"how": how, "prim_funcs": schedule_report(scheduled),
-                 "libraries": _libraries()}
+                 "rules": dict(rule_counts), "libraries": _libraries()}
     try:
         executable = tvm.compile(scheduled, target=target, relax_pipeline=lower_pipeline(target))
     except Exception as exc:  # noqa: BLE001 - TVM's InternalError and friends: locate, then raise
@@ -66,7 +70,17 @@ def compile_partition(program: ExportedProgram, target_string: str, tune: int, o
         log.info("TVM compile failed; failing PrimFuncs: %s", failing)
         nodes = ops_named_in(" ".join(failing) or str(exc), program)
         raise error("compile", exc, program, options, nodes) from exc
-    return Compiled(executable, main_params, schedules)
+    return Compiled(executable, run_transform_params(executable, scheduled, main_params),
+                    schedules)
+
+
+def run_transform_params(executable, mod: tvm.IRModule, params: list) -> list:
+    """Run the lifted weight transforms once, here: the artifact stores their results.
+    The build machine runs the library anyway (validation), so it can run this too."""
+    if not any(g.name_hint == TRANSFORM_PARAMS for g in mod.get_global_vars()):
+        return params
+    vm = relax.VirtualMachine(executable, tvm.cpu())
+    return list(vm[TRANSFORM_PARAMS](params))
 
 
 def parse_target(target_string: str) -> tvm.target.Target:

@@ -2,15 +2,23 @@
 
 An untuned ``tvm.compile(mod, "llvm")`` emits scalar, single-threaded loops
 (ResNet-50: 5.5 s per inference). TVM 0.27 ships dlight rules for GPUs and, for
-CPUs, only ``dl.cpu.GEMV`` and ``dl.cpu.Reduction``. So the pipeline here is
-TVM's own ``cpu_generic`` pipeline (library dispatch, legalize, fuse) with
-dlight applied between legalization and lowering: TVM's two CPU rules first, then
-``ParallelVectorize`` (ours, below: no rule in the wheel parallelises and
-vectorises the remaining spatial loops, which are most of a CNN's and an
-encoder's work). ``--tune N`` replaces all of this with MetaSchedule.
+CPUs, only ``dl.cpu.GEMV`` and ``dl.cpu.Reduction``; the wheel has no BLAS or DNNL
+to offload to. So the pipeline here is TVM's own ``cpu_generic`` pipeline
+(library dispatch, legalize, fuse) with dlight applied between legalization and
+lowering, rules tried in order on each PrimFunc:
 
-Every PrimFunc is reported by the rule that scheduled it, so the build report
-says what was scheduled how.
+1. ``TiledContraction`` (ours, targets/tvm_tiling.py): matmuls and convolutions
+   as register-tiled, vectorised, parallel micro-kernels with the epilogue fused in;
+2. TVM's ``dl.cpu.GEMV`` and ``dl.cpu.Reduction`` (softmax, layer norm, means);
+3. ``ParallelVectorize`` (ours, below): the remaining spatial loops.
+
+Weight-only computations (transposed weights, batch-norm scales) are lifted out
+of ``main`` by Relax's ``LiftTransformParams`` and run once at build time, so the
+artifact stores the transformed weights. ``--tune N`` replaces the rules with
+MetaSchedule.
+
+The build report counts PrimFuncs by the rule that scheduled them and by how
+their loops ended up, so it says what was scheduled how.
 """
 
 from __future__ import annotations
@@ -23,7 +31,8 @@ from tvm.s_tir import dlight as dl
 from tvm.s_tir.dlight.analysis import normalize_prim_func
 from tvm.s_tir.dlight.base import try_inline_contiguous_spatial
 
-VECTOR_LANES = 16  # fp32 lanes of AVX-512; LLVM splits it for narrower ISAs
+from targets.tvm_tiling import VECTOR_LANES, TiledContraction
+
 
 
 class ParallelVectorize(dl.ScheduleRule):
@@ -60,13 +69,28 @@ def _schedule_block(sch, block) -> bool:
         sch.vectorize(inner)  # before decompose_reduction, which would break the dataflow check
         if reduce:
             sch.decompose_reduction(block.block_rv, reduce[0])
-    except tvm.TVMError:  # a block this simple rule cannot handle keeps TVM's default loops
+    except RuntimeError:  # ScheduleError, InternalError  # a block this simple rule cannot handle keeps TVM's default loops
         return False
     return True
 
 
-def default_rules() -> list:
-    return [dl.cpu.GEMV(), dl.cpu.Reduction(), ParallelVectorize()]
+class _Counted(dl.ScheduleRule):
+    """A rule that counts the PrimFuncs it scheduled (dlight does not say which rule won)."""
+
+    def __init__(self, rule: dl.ScheduleRule, counts: Counter) -> None:
+        self.rule, self.counts, self.name = rule, counts, type(rule).__name__
+
+    def apply(self, func, target, tunable):
+        scheduled = self.rule.apply(func, target, tunable)
+        if scheduled is not None:
+            self.counts[self.name] += 1
+        return scheduled
+
+
+def default_rules(counts: Counter | None = None) -> list:
+    """The untuned rules, in the order tried; ``counts`` gets a count per rule that won."""
+    rules = [TiledContraction(), dl.cpu.GEMV(), dl.cpu.Reduction(), ParallelVectorize()]
+    return rules if counts is None else [_Counted(rule, counts) for rule in rules]
 
 
 def schedule(mod: tvm.IRModule, target: tvm.target.Target, rules: list | None
@@ -76,9 +100,12 @@ def schedule(mod: tvm.IRModule, target: tvm.target.Target, rules: list | None
     from tvm.relax.backend.cpu_generic import pipeline as generic
     from tvm import relax
     with target:
-        # Inference-time decompositions (batch norm into a scale and shift) and constant
-        # folding first: otherwise batch norm recomputes sqrt(var + eps) on every call.
-        steps = [relax.transform.DecomposeOpsForInference(), relax.transform.FoldConstant()]
+        # Inference-time decompositions (batch norm into a scale and shift) first, then
+        # everything that reads only weights lifted into main_transform_params (run once
+        # at build time, see run_transform_params): otherwise batch norm recomputes
+        # sqrt(var + eps), and every linear transposes its weight, on every call.
+        steps = [relax.transform.DecomposeOpsForInference(),
+                 relax.transform.LiftTransformParams(), relax.transform.FoldConstant()]
         steps += generic.library_dispatch_passes(target) + generic.legalize_passes(target)
         steps += [dl.ApplyDefaultSchedule(*rules)] if rules else []
         return tvm.transform.Sequential(steps)(mod)

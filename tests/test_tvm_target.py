@@ -34,6 +34,8 @@ def test_zoo_builds_and_runs_on_tvm_with_dynamic_batch(name, artifacts_dir, cli)
     assert partition.backend == "tvm" and partition.meta["tvm_target"].startswith("llvm")
     schedules = partition.meta["schedules"]["prim_funcs"]
     assert schedules.get("parallel+vectorized", 0) > 0, schedules  # not TVM's scalar loops
+    # every zoo model has matmuls or convolutions: tiled, not TVM's scalar default
+    assert partition.meta["schedules"]["rules"].get("TiledContraction", 0) > 0
     assert_zoo_artifact_matches_eager(out, name)
 
 
