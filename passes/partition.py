@@ -127,8 +127,11 @@ def materialize(program: ExportedProgram, plans: list[PlannedPartition],
                 example_inputs: list[torch.Tensor]) -> None:
     """Fill each plan's inputs/outputs/program (re-captured with torch.export)."""
     names = _value_names(program, input_names, output_names)
-    constants = _constant_values(program)
     values = _example_values(program, example_inputs)
+    # A value computed from weights alone (a transposed embedding for a tied head) is a
+    # constant to every partition that reads it, not a run-time input: torch.export
+    # would otherwise guard it as an input, and TVM's import failed on that guard.
+    constants = {**_constant_values(program), **_weight_only_values(program, values)}
     for plan in plans:
         members = set(plan.nodes)
         outside_inputs = []
@@ -181,6 +184,26 @@ def _constant_values(program: ExportedProgram) -> dict[Node, torch.Tensor]:
             continue
         values[by_name[spec.arg.name]] = source
     return values
+
+
+def _weight_only_values(program: ExportedProgram, values: dict) -> dict[Node, torch.Tensor]:
+    """Call nodes whose inputs are all weights or such nodes -> their (fixed) values."""
+    known = set(_constant_values(program))
+    found: dict[Node, torch.Tensor] = {}
+    for node in program.graph.nodes:
+        if node.op != "call_function" or not node.all_input_nodes:
+            continue
+        if all(arg in known for arg in node.all_input_nodes) and \
+                isinstance(values.get(node), torch.Tensor) and not _is_random(node):
+            known.add(node)
+            found[node] = values[node]
+    return found
+
+
+def _is_random(node: Node) -> bool:
+    schema = getattr(node.target, "_schema", None)
+    return bool(schema is not None and schema.is_mutable) or \
+        getattr(node.target, "__name__", "").startswith(("rand", "normal", "bernoulli", "dropout"))
 
 
 def _example_values(program: ExportedProgram, example_inputs: list[torch.Tensor]) -> dict:

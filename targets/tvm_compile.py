@@ -3,11 +3,9 @@ failure comes from. Imported only when target ``tvm`` lowers (``tvm`` is optiona
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import logging
 from collections import Counter
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -19,12 +17,12 @@ from torch.export import ExportedProgram
 from tvm import relax
 from tvm.relax.frontend.torch import from_exported_program
 
+from targets import tvm_tune
 from targets.errors import TargetOptionError
 from targets.tvm import ops_named_in
-from targets.tvm_schedule import default_rules, lower_pipeline, schedule, schedule_report
+from targets.tvm_schedule import TRANSFORM_PARAMS, default_rules, lower_pipeline, schedule, schedule_report
 
 log = logging.getLogger(__name__)
-TRANSFORM_PARAMS = "main_transform_params"  # what relax.transform.LiftTransformParams names it
 
 
 @dataclass
@@ -57,12 +55,28 @@ def compile_partition(program: ExportedProgram, target_string: str, tune: int, o
     main_params = list(params.get("main", []))
     rule_counts: Counter = Counter()
     if tune > 0:
-        scheduled, how = _tuned(mod, target, tune, options.work_dir), f"MetaSchedule, {tune} trials"
+        try:
+            scheduled, tuning = tvm_tune.tune(mod, target, tune, options.work_dir, rule_counts)
+        except TargetOptionError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - MetaSchedule's InternalErrors: name the step
+            raise error("tune", exc, program, options, []) from exc
+        how = (f"MetaSchedule, {tune} trials over {tuning['tuned_tasks']} static-shape "
+               f"functions; dlight rules for the {tuning['dynamic_shape_tasks']} with "
+               "dynamic shapes")
     else:
         scheduled = schedule(mod, target, default_rules(rule_counts))
         how = "dlight rules, untuned"
     schedules = {"how": how, "prim_funcs": schedule_report(scheduled),
                  "rules": dict(rule_counts), "libraries": _libraries()}
+    notes = []
+    if tune > 0:
+        schedules["tuning"] = tuning
+        if tuning["dynamic_shape_tasks"]:
+            notes.append(f"--tune: {tuning['dynamic_shape_tasks']} of {tuning['tasks']} TVM "
+                         "functions have dynamic shapes, which TVM 0.27's MetaSchedule cannot "
+                         "tune; they keep the untuned schedules (build with static shapes to "
+                         "tune them)")
     try:
         executable = tvm.compile(scheduled, target=target, relax_pipeline=lower_pipeline(target))
     except Exception as exc:  # noqa: BLE001 - TVM's InternalError and friends: locate, then raise
@@ -71,7 +85,7 @@ def compile_partition(program: ExportedProgram, target_string: str, tune: int, o
         nodes = ops_named_in(" ".join(failing) or str(exc), program)
         raise error("compile", exc, program, options, nodes) from exc
     return Compiled(executable, run_transform_params(executable, scheduled, main_params),
-                    schedules)
+                    schedules, notes=notes)
 
 
 def run_transform_params(executable, mod: tvm.IRModule, params: list) -> list:
@@ -121,25 +135,6 @@ def _failing_prim_funcs(mod: tvm.IRModule, target: tvm.target.Target) -> list[st
         except Exception:  # noqa: BLE001 - this one fails; that is what we are looking for
             failing.append(gvar.name_hint)
     return failing
-
-
-def _tuned(mod: tvm.IRModule, target: tvm.target.Target, trials: int, work_dir: Path
-           ) -> tvm.IRModule:
-    """MetaSchedule over the legalized, fused module; untuned functions keep defaults."""
-    missing = [m for m in ("psutil", "cloudpickle") if importlib.util.find_spec(m) is None]
-    if missing:
-        raise TargetOptionError(f"--tune needs {', '.join(missing)} (MetaSchedule's workers)",
-                                hint="pip install '.[tvm]'")
-    from tvm.s_tir import meta_schedule as ms
-    # xgboost is MetaSchedule's default cost model; without it, random search.
-    cost_model = "xgb" if importlib.util.find_spec("xgboost") else "random"
-    legal = schedule(mod, target, rules=None)  # legalized, default loops: MetaSchedule's input
-    with tempfile.TemporaryDirectory(prefix="tvm-tune-", dir=work_dir) as tune_dir:
-        database = ms.relax_integration.tune_relax(
-            mod=legal, params={}, target=target, work_dir=tune_dir, max_trials_global=trials,
-            num_trials_per_iter=min(trials, 32), cost_model=cost_model, seed=0)
-        with target, database:
-            return relax.transform.MetaScheduleApplyDatabase(enable_warning=False)(legal)
 
 
 def _libraries() -> dict:

@@ -33,6 +33,8 @@ from tvm.s_tir.dlight.base import try_inline_contiguous_spatial
 
 from targets.tvm_tiling import VECTOR_LANES, TiledContraction
 
+TRANSFORM_PARAMS = "main_transform_params"  # what relax.transform.LiftTransformParams names it
+
 
 
 class ParallelVectorize(dl.ScheduleRule):

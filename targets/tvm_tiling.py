@@ -20,7 +20,6 @@ ROWS times (a matmul's rows, a conv's output channels).
 
 from __future__ import annotations
 
-import tvm
 from tvm.sym.analyzer import Analyzer
 from tvm import s_tir, tirx
 from tvm.s_tir import dlight as dl

@@ -77,3 +77,50 @@ def test_bad_tvm_target_is_a_usage_error(cli, tmp_path):
                  "--out", str(tmp_path / "x.artifact"))
     assert result.returncode == 2 and "not a CPU (llvm) target" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_tune_leaves_dynamic_shapes_to_the_rules_and_says_so(cli, tmp_path):
+    data = _build(cli, tmp_path / "tuned.artifact", "zoo:mlp", "--tune", "4")
+    assert any("dynamic shapes" in w and "--tune" in w for w in data["warnings"])
+    tuning = runtime.read_manifest(tmp_path / "tuned.artifact").partitions[0].meta["schedules"]
+    assert tuning["tuning"]["tuned_tasks"] == 0 and tuning["tuning"]["dynamic_shape_tasks"] > 0
+    assert tuning["rules"].get("TiledContraction", 0) > 0  # untuned rules, not scalar loops
+
+
+@pytest.mark.slow
+def test_tune_runs_metaschedule_on_static_shapes(cli, tmp_path):
+    pytest.importorskip("psutil")
+    out = tmp_path / "tuned.artifact"
+    _build(cli, out, "bench/static_zoo.py:mlp", "--tune", "4")
+    (partition,) = runtime.read_manifest(out).partitions
+    schedules = partition.meta["schedules"]
+    assert partition.meta["tune_trials"] == 4 and schedules["how"].startswith("MetaSchedule")
+    assert schedules["tuning"]["tuned_tasks"] > 0 and schedules["tuning"]["dynamic_shape_tasks"] == 0
+
+
+def test_weight_only_value_from_a_fallback_partition_is_a_constant(monkeypatch, tmp_path):
+    """The decoder's tied head reads ``tokens.weight.T``. Forced onto the CPU, that
+    transpose feeds the TVM partition a value computed from weights alone; it must
+    arrive as a constant (TVM's import failed on torch.export's guard for it as an input)."""
+    from pathlib import Path
+
+    from exporter.pipeline import build
+    from exporter.settings import BuildSettings
+    from targets.base import Support
+    from targets.tvm import TvmTarget
+
+    supports = TvmTarget.supports
+
+    def without_transpose(self, node):
+        if getattr(node.target, "__name__", "").startswith(("numpy_T", "permute", "t.")) \
+                and "weight" in str(node.args[0]):
+            return Support(False, "test: kept on the CPU")
+        return supports(self, node)
+
+    monkeypatch.setattr(TvmTarget, "supports", without_transpose)
+    out = Path(tmp_path) / "decoder.artifact"
+    result = build("zoo:decoder", BuildSettings(target="tvm", out=out))
+    backends = {p.backend: p for p in result.manifest.partitions}
+    assert set(backends) == {"torch", "tvm"} and list(backends["tvm"].inputs) == ["input_ids"]
+    assert result.manifest.validation["passed"]
+    assert_zoo_artifact_matches_eager(out, "decoder")
