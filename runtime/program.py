@@ -35,6 +35,8 @@ class Program:
         only = manifest.partitions[0] if len(manifest.partitions) == 1 else None
         self._single = (only is not None and list(only.inputs) == self._input_names
                         and list(only.outputs) == self._output_names)
+        # ...and when that partition runs on the CPU and gets CPU tensors, nothing moves.
+        self._single_cpu = self._single and only.device == "cpu"
 
     @property
     def executors(self) -> list[Executor]:
@@ -70,8 +72,11 @@ class Program:
 
         Outputs land on ``output_device``, by default the device of the first input."""
         tensors = self._order_inputs(inputs)
-        if not self._fast_check(tensors):  # the slow path explains what is wrong
+        on_cpu = self._fast_check(tensors)
+        if on_cpu is None:  # the slow path explains what is wrong
             check_inputs(self.manifest.signature.inputs, tensors, where=self.source)
+        if on_cpu and self._single_cpu and (output_device is None or output_device == "cpu"):
+            return dict(zip(self._output_names, self._steps[0][0](tensors)))
         if output_device is None:
             output_device = tensors[0].device if tensors else torch.device("cpu")
         elif not isinstance(output_device, torch.device):
@@ -124,33 +129,51 @@ def _on(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
 
 
 class _FastCheck:
-    """The signature check on the hot path, precompiled; True when every input fits.
-    (Runs per call: a 0.1 ms ONNX model spent 14 us in the descriptive check.)"""
+    """The signature check on the hot path, precompiled. Returns None when an input does
+    not fit, else whether every input is on the CPU. (Runs per call: a 0.1 ms ONNX model
+    spent 14 us in the descriptive check; a 5 us one still feels each attribute read,
+    hence ``is_cpu`` rather than ``device.type``, 0.08 against 0.45 us here, and the
+    memo of the shapes that passed last time.)"""
 
     def __init__(self, specs: Sequence[TensorSpec]) -> None:
         self.rules = [(getattr(torch, spec.dtype, None), len(spec.shape),
                        [(axis, d.size, d.symbol, d.min, d.max) for axis, d in enumerate(spec.shape)])
                       for spec in specs]
+        self.passed: list | None = None  # the shapes of the last inputs that fitted
 
-    def __call__(self, tensors: Sequence[Any]) -> bool:
+    def __call__(self, tensors: Sequence[Any]) -> bool | None:
         if len(tensors) != len(self.rules):
-            return False
-        symbols: dict[str, int] = {}
+            return None
         try:
-            for (dtype, rank, dims), tensor in zip(self.rules, tensors):
-                if tensor.dtype is not dtype or tensor.dim() != rank \
-                        or tensor.device.type not in ("cpu", "cuda"):
-                    return False
-                shape = tensor.shape
-                for axis, size, symbol, low, high in dims:
-                    got = shape[axis]
-                    if size is not None:
-                        if got != size:
-                            return False
-                    elif not low <= got <= high or symbols.setdefault(symbol, got) != got:
-                        return False
+            shapes = [tensor.shape for tensor in tensors]
+            on_cpu = True
+            for (dtype, _, _), tensor in zip(self.rules, tensors):
+                if tensor.dtype is not dtype:
+                    return None
+                if not tensor.is_cpu:
+                    if not tensor.is_cuda:
+                        return None
+                    on_cpu = False
         except AttributeError:  # not a tensor: the descriptive check says which
-            return False
+            return None
+        if shapes != self.passed:
+            if not self._shapes_fit(shapes):
+                return None
+            self.passed = shapes
+        return on_cpu
+
+    def _shapes_fit(self, shapes: list) -> bool:
+        symbols: dict[str, int] = {}
+        for (_, rank, dims), shape in zip(self.rules, shapes):
+            if len(shape) != rank:
+                return False
+            for axis, size, symbol, low, high in dims:
+                got = shape[axis]
+                if size is not None:
+                    if got != size:
+                        return False
+                elif not low <= got <= high or symbols.setdefault(symbol, got) != got:
+                    return False
         return True
 
 

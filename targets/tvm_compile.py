@@ -120,7 +120,8 @@ def parse_target(target_string: str) -> tvm.target.Target:
     if target.kind.name != "llvm":
         raise TargetOptionError(f"--tvm-target '{target_string}' is not a CPU (llvm) target",
                                 where="--tvm-target",
-                                hint="this build's runtime runs TVM partitions on the CPU")
+                                hint="the runtime runs TVM partitions on the CPU (LLVM); for "
+                                     "an NVIDIA GPU use --target cuda (AOTInductor)")
     return target
 
 

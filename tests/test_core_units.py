@@ -13,7 +13,7 @@ from exporter.validate import Tolerance, compare_output
 from runtime.errors import InputMismatchError
 from runtime.manifest import Dim, TensorSpec
 from runtime.outputs import decode_tree, encode_tree
-from runtime.program import check_inputs
+from runtime.program import _FastCheck, check_inputs
 
 
 def test_parse_dynamic_reads_bounds():
@@ -69,6 +69,27 @@ def test_check_inputs_names_the_input(inputs, needle):
         check_inputs(SPECS, inputs, where="model.artifact")
     assert needle in str(info.value)
     assert "model.artifact" in str(info.value)
+
+
+def test_fast_check_agrees_with_the_full_check_after_a_good_call():
+    """The hot-path check remembers the shapes that passed; a bad call after a good one
+    must still be caught (None), whatever it gets wrong."""
+    check = _FastCheck(SPECS)
+    good = [torch.ones(3, 4), torch.ones(3, dtype=torch.int64)]
+    assert check(good) is True and check(good) is True  # second call: the memo
+    bad_calls = [
+        [torch.ones(3, 4, dtype=torch.float64), torch.ones(3, dtype=torch.int64)],
+        [torch.ones(9, 4), torch.ones(9, dtype=torch.int64)],
+        [torch.ones(3, 4), torch.ones(2, dtype=torch.int64)],
+        [torch.ones(3), torch.ones(3, dtype=torch.int64)],
+        [torch.ones(3, 4), "not a tensor"],
+    ]
+    for bad in bad_calls:
+        assert check(bad) is None, bad
+        assert check(good) is True
+        with pytest.raises(InputMismatchError):
+            check_inputs(SPECS, bad, where="t")
+    assert check([torch.ones(3, 4)]) is None  # a count Program._order_inputs explains
 
 
 def test_compare_output_judges_against_eager_error():

@@ -118,13 +118,11 @@ def _runner(session, partition: Partition, where: str) -> Executor:
         if len(inputs) != len(names):
             raise ExecutionError(f"partition '{partition.name}' takes {len(names)} inputs, "
                                  f"got {len(inputs)}", where=where)
-        feeds = {}
-        for name, tensor in zip(names, inputs):
-            try:  # the common case, a plain CPU tensor, costs one call
-                feeds[name] = tensor.numpy()
-            except (TypeError, RuntimeError):  # bfloat16, GPU, requires_grad: see why
-                feeds[name] = _to_numpy(tensor, name, where)
-        return [torch.from_numpy(out) for out in session_run(output_names, feeds, None)]
+        try:  # the common case, plain CPU tensors, costs one call each
+            feeds = dict(zip(names, map(torch.Tensor.numpy, inputs)))
+        except (TypeError, RuntimeError):  # bfloat16, GPU, requires_grad: see why
+            feeds = {name: _to_numpy(t, name, where) for name, t in zip(names, inputs)}
+        return list(map(torch.from_numpy, session_run(output_names, feeds, None)))
 
     return run
 
