@@ -98,6 +98,16 @@ def build(
                                              help="tvm: TVM target string (default: llvm for "
                                                   "the --cpu-isa level)"),
     tune: int = typer.Option(0, "--tune", help="tvm: MetaSchedule trials (slow; 0 = off)"),
+    quantize: Optional[str] = typer.Option(None, "--quantize", help="int8-dynamic|int8-static|"
+                                           "int8-weight|int4-weight (per target: `exporter "
+                                           "targets`)"),
+    calibration: Optional[str] = typer.Option(None, "--calibration",
+                                              help="int8-static: FILE.npz of representative "
+                                                   "inputs, or 'random' (warned)"),
+    min_sqnr: float = typer.Option(20.0, "--min-sqnr", help="quantized builds: per-output "
+                                   "SQNR gate in dB (an output passes on SQNR or cosine)"),
+    min_cosine: float = typer.Option(0.99, "--min-cosine",
+                                     help="quantized builds: per-output cosine gate"),
     dry_run: bool = typer.Option(False, "--dry-run",
                                  help="show where each op would run; compile nothing"),
     as_json: bool = typer.Option(False, "--json", help="print the result as JSON only"),
@@ -112,7 +122,9 @@ def build(
                              validate_artifact=not no_validate, keep_failed=keep_failed,
                              cpu_isa=cpu_isa, dtype=dtype, autotune=autotune, fallback=fallback,
                              min_partition_size=min_partition_size, ep=ep,
-                             tvm_target=tvm_target, tune=tune)
+                             tvm_target=tvm_target, tune=tune, quantize=quantize,
+                             calibration=calibration, quant_min_sqnr_db=min_sqnr,
+                             quant_min_cosine=min_cosine)
         if dry_run:
             return _dry_run(spec, settings, as_json)
         try:

@@ -25,7 +25,8 @@ from exporter.dynamic import parse_dynamic
 from exporter.errors import TargetUnavailableError, UserInputError, ValidationFailedError
 from exporter.settings import BuildSettings
 from exporter.spec import ModelSpec, load_spec
-from exporter.validate import EagerRunner, summarize_failure, validate
+from exporter.quantization import calibration_sets, check_recipe
+from exporter.validate import EagerRunner, QuantGate, summarize_failure, validate
 from exporter.validate_inputs import make_cases
 from exporter.placement import Placement, enforce_fallback_policy, place
 from passes.base import run_pipeline
@@ -80,18 +81,21 @@ class Prepared:
 
 def prepare(spec: str | ModelSpec, settings: BuildSettings, timed: Callable) -> Prepared:
     target = _available_target(settings.target)
+    check_recipe(target, settings)
     dynamic = parse_dynamic(settings.dynamic)
     with timed("load model"):
         model = spec if isinstance(spec, ModelSpec) else load_spec(spec)
     out = _check_output_path(settings.output_path(_model_name(model)))
     with timed("capture (torch.export)"):
         captured = capture(model, dynamic, target.device)
-    with timed("passes"):
-        program, pass_records = run_pipeline(captured.program,
-                                             target.default_passes(_options(settings, out)))
+    calibration, warnings = calibration_sets(settings, captured.signature,
+                                             captured.inputs.tensors)
+    options = _options(settings, out, calibration=calibration)
+    with timed("passes" if settings.quantize is None else f"passes (quantize {settings.quantize})"):
+        program, pass_records = run_pipeline(captured.program, target.default_passes(options))
     with timed("partition"):
         placement = place(program, target, settings.min_partition_size)
-    warnings = enforce_fallback_policy(placement, settings.fallback, target)
+    warnings += enforce_fallback_policy(placement, settings.fallback, target)
     return Prepared(target, model, captured, program, pass_records, placement, warnings, out)
 
 
@@ -141,10 +145,12 @@ def _timer(timings: dict, stage: StageHook) -> Callable:
     return timed
 
 
-def _options(settings: BuildSettings, out: Path, work_dir: Path | None = None) -> LowerOptions:
+def _options(settings: BuildSettings, out: Path, work_dir: Path | None = None, *,
+             calibration: list | None = None) -> LowerOptions:
     extra = {"providers": settings.providers(), "fallback": settings.fallback,
              "partition": work_dir.name if work_dir else None,
-             "tvm_target": settings.tvm_target, "tune": settings.tune}
+             "tvm_target": settings.tvm_target, "tune": settings.tune,
+             "quantize": settings.quantize, "calibration": calibration or []}
     return LowerOptions(work_dir=work_dir or out.parent, cpu_isa=settings.cpu_isa,
                         dtype=settings.dtype, autotune=settings.autotune, log_dir=out.parent,
                         extra=extra)
@@ -287,13 +293,17 @@ def _validate(out: Path, manifest: Manifest, files: dict, eager: EagerRunner,
     staging = out.with_name(f".{out.name}.validating-{os.getpid()}")
     write_artifact(staging, manifest.to_dict(), files)
     try:
+        gate = (QuantGate(settings.quant_min_sqnr_db, settings.quant_min_cosine)
+                if settings.quantize else None)
         record = validate(staging, eager, captured.signature, cases, dtype=settings.dtype,
-                          warnings=warnings, preload=preload)
+                          warnings=warnings, preload=preload, gate=gate)
         if not record["passed"]:
             manifest.validation = record
             kept = _keep_failed(out, manifest, files) if settings.keep_failed else None
             raise ValidationFailedError(
-                "the artifact does not match eager PyTorch on the validation inputs",
+                "the artifact does not match eager PyTorch on the validation inputs" if gate is None
+                else f"the {settings.quantize} artifact misses the accuracy gate against eager "
+                     "float32",
                 record=record, where=str(kept or out), details=summarize_failure(record),
                 hint="no artifact was written; --keep-failed keeps it beside the output for "
                      "inspection" if kept is None else f"the failed artifact was kept at {kept}")

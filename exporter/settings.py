@@ -32,6 +32,12 @@ class BuildSettings(BaseModel):
     tvm_target: str | None = Field(None, description="TVM target string; default LLVM for "
                                                      "the --cpu-isa level")
     tune: int = Field(0, ge=0, description="tvm: MetaSchedule trials (0 = untuned schedules)")
+    quantize: Literal["int8-dynamic", "int8-static", "int8-weight", "int4-weight"] | None = None
+    calibration: str | None = Field(None, description="int8-static: .npz of representative "
+                                                      "inputs, or 'random' (warned)")
+    # The accuracy gate of quantized builds: an output passes with either figure.
+    quant_min_sqnr_db: float = 20.0
+    quant_min_cosine: float = 0.99
     seed: int = 0
     validation_timeout_s: float = 900.0
 

@@ -171,10 +171,21 @@ def compare_output(got: torch.Tensor, ref: torch.Tensor, eager: torch.Tensor,
             "nan_inf_positions_match": nonfinite_ok}
 
 
+@dataclass(frozen=True)
+class QuantGate:
+    """The accuracy gate of a quantized build (exporter/quantization.py)."""
+
+    min_sqnr_db: float = 20.0
+    min_cosine: float = 0.99
+
+
 def validate(artifact: Path, eager: EagerRunner, signature: Signature, cases: list[Case],
              *, dtype: str = "fp32", warnings: list[str] | None = None,
-             preload: list[str] = ()) -> dict:
-    """Run the artifact out of process and compare with eager; returns the manifest record."""
+             preload: list[str] = (), gate: QuantGate | None = None) -> dict:
+    """Run the artifact out of process and compare with eager; returns the manifest record.
+    With ``gate``, outputs are judged by it against eager float32 instead of the tolerance."""
+    from exporter.quantization import compare_quantized, gate_policy
+
     start = time.perf_counter()
     tol = TOLERANCES[dtype]
     run = ArtifactRun(artifact, cases, preload=preload)
@@ -192,9 +203,12 @@ def validate(artifact: Path, eager: EagerRunner, signature: Signature, cases: li
     for case, (same_dtype, ref, _) in zip(cases, references):
         got = _ordered(results, case, signature)
         for spec, g, r, e in zip(signature.outputs, got, ref, same_dtype):
-            rows.append({"case": case.name, "output": spec.name, **compare_output(g, r, e, tol)})
+            judged = (compare_output(g, r, e, tol) if gate is None else
+                      compare_quantized(g, e, gate.min_sqnr_db, gate.min_cosine))
+            rows.append({"case": case.name, "output": spec.name, **judged})
     passed = all(row["passed"] for row in rows)
-    return {"passed": passed, "policy": tol.describe(), "reference_dtype": reference_dtype,
+    policy = tol.describe() if gate is None else gate_policy(gate.min_sqnr_db, gate.min_cosine)
+    return {"passed": passed, "policy": policy, "reference_dtype": reference_dtype,
             "reference_note": ref_note, "cases": [c.describe() for c in cases],
             "outputs": rows, "warnings": list(warnings or []),
             "seconds": round(time.perf_counter() - start, 2),
@@ -225,6 +239,11 @@ def summarize_failure(record: dict) -> list[str]:
             continue
         if "problem" in row:
             lines.append(f"{row['case']} / {row['output']}: {row['problem']}")
+        elif row["criterion"] == "quantized":
+            lines.append(f"{row['case']} / {row['output']}: SQNR {row['sqnr_db']:.1f} dB, "
+                         f"{row['min_sqnr_db'] - row['sqnr_db']:.1f} dB short of "
+                         f"{row['min_sqnr_db']:g}; cosine {row['cosine']:.4f}, "
+                         f"{row['min_cosine'] - row['cosine']:.4f} short of {row['min_cosine']:g}")
         elif row["criterion"] == "exact":
             lines.append(f"{row['case']} / {row['output']}: {row['mismatches']} elements differ "
                          "from eager (integer output, must match exactly)")

@@ -33,21 +33,21 @@ def make_cases(signature: Signature, example: list[torch.Tensor], user_file: Pat
     names = [spec.name for spec in signature.inputs]
     cases = []
     if user_file is not None:
-        cases.append(Case("user", "user", _user_inputs(signature, user_file)))
+        cases.append(Case("user", "user", load_input_file(signature, user_file)))
     cases.append(Case("example", "example", dict(zip(names, (t.cpu() for t in example)))))
     warnings = []
     dynamic = any(d.is_dynamic for spec in signature.inputs for d in spec.shape)
     if user_file is None and dynamic:
         generator = torch.Generator().manual_seed(seed)
         for end in ("min", "max"):
-            draw = {spec.name: _draw(spec, ex.cpu(), end, generator)
+            draw = {spec.name: draw_like(spec, ex.cpu(), end, generator)
                     for spec, ex in zip(signature.inputs, example)}
             cases.append(Case(f"random-{end}", f"random-{end}", draw))
         warnings.append(RANDOM_WARNING)
     return cases, warnings
 
 
-def _user_inputs(signature: Signature, path: Path) -> dict[str, torch.Tensor]:
+def load_input_file(signature: Signature, path: Path) -> dict[str, torch.Tensor]:
     data = load_npz(path)
     names = [spec.name for spec in signature.inputs]
     missing = [n for n in names if n not in data]
@@ -62,7 +62,7 @@ def _user_inputs(signature: Signature, path: Path) -> dict[str, torch.Tensor]:
     return dict(zip(names, tensors))
 
 
-def _draw(spec: TensorSpec, example: torch.Tensor, end: str, gen: torch.Generator) -> torch.Tensor:
+def draw_like(spec: TensorSpec, example: torch.Tensor, end: str, gen: torch.Generator) -> torch.Tensor:
     shape = [d.size if not d.is_dynamic else getattr(d, end) for d in spec.shape]
     dtype = example.dtype
     if dtype == torch.bool:

@@ -65,7 +65,7 @@ class AOTInductorTarget(Target):
         return Availability(choice.compiler is not None, choice.note)
 
     def default_passes(self, options: LowerOptions) -> list[Pass]:
-        return cleanup_then_cast(options)
+        return cleanup_then_cast(options, self.quantize_pass(options))
 
     def inductor_configs(self, options: LowerOptions) -> dict:
         """Freezing folds weights into constants and lets Inductor prepack them
@@ -90,8 +90,11 @@ class AOTInductorTarget(Target):
         start = time.perf_counter()
         try:
             # Also patched globally: packaging reads some settings (the CPU ISA
-            # label) outside the compile step that inductor_configs covers.
-            with torch._inductor.config.patch(configs):
+            # label) outside the compile step that inductor_configs covers. Under
+            # no_grad: with grad mode on, freezing skipped the int8 weight-prepack and
+            # qlinear fusions, leaving PT2E models as dequantize + float GEMM (slower
+            # than fp32; pytorch/ao#4566).
+            with torch.no_grad(), torch._inductor.config.patch(configs):
                 torch._inductor.aoti_compile_and_package(
                     program, package_path=str(package), inductor_configs=configs)
         except Exception as exc:  # compiler errors come in many types; keep the full text

@@ -19,6 +19,7 @@ from torch.fx import Node
 from passes.base import Pass
 from passes.cast_dtype import CastFloatDtype
 from passes.dead_code import EliminateDeadCode
+from passes.quantize import QuantizePT2E
 from runtime.manifest import Requirements
 
 
@@ -63,6 +64,8 @@ class Target(abc.ABC):
     device: str  # where the delegated partitions run: "cpu" or "cuda"
     backend: str  # the runtime executor kind
     description: str
+    # --quantize recipes this target runs -> how (the report says it); none by default
+    quant_recipes: dict[str, str] = {}
 
     @abc.abstractmethod
     def availability(self) -> Availability:
@@ -80,15 +83,31 @@ class Target(abc.ABC):
     def lower(self, program: ExportedProgram, options: LowerOptions) -> Lowered:
         """Compile one partition's program into files under options.work_dir."""
 
+    def quantizer(self, recipe: str) -> object:
+        """The torchao PT2E quantizer for one of ``quant_recipes``."""
+        raise NotImplementedError(f"target {self.name} declares no quantizer")
+
+    def quantize_pass(self, options: LowerOptions) -> Pass | None:
+        recipe = options.extra.get("quantize")
+        if not recipe:
+            return None
+        if recipe not in self.quant_recipes:  # the pipeline checks first; this is a bug guard
+            raise ValueError(f"target {self.name} cannot run recipe {recipe}")
+        return QuantizePT2E(recipe, lambda: self.quantizer(recipe),
+                            options.extra.get("calibration") or [], self.quant_recipes[recipe])
+
     def base_requirements(self) -> Requirements:
         return Requirements(arch=platform.machine(), torch=torch.__version__)
 
 
-def cleanup_then_cast(options: LowerOptions) -> list[Pass]:
+def cleanup_then_cast(options: LowerOptions, quantize: Pass | None = None) -> list[Pass]:
     """The pipeline of backends that fuse and fold on their own (Inductor, the ONNX
-    exporter's optimizer, TVM's FuseOps/FoldConstant): dead-code cleanup, then the
+    exporter's optimizer, TVM's FuseOps/FoldConstant): dead-code cleanup first (PT2E's
+    prepare failed on dead code), then the target's quantizer if --quantize, then the
     --dtype cast last, so it re-captures the cleaned graph."""
     pipeline: list[Pass] = [EliminateDeadCode()]
+    if quantize is not None:
+        pipeline.append(quantize)
     if options.dtype != "fp32":
         pipeline.append(CastFloatDtype(options.dtype))
     return pipeline

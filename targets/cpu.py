@@ -12,6 +12,19 @@ class CpuTarget(AOTInductorTarget):
     name = "cpu"
     device = "cpu"
     description = "AOTInductor C++/OpenMP for this machine's CPU family"
+    quant_recipes = {
+        "int8-dynamic": "torchao PT2E, X86InductorQuantizer (dynamic): int8 per-channel "
+                        "weights, activations quantized per call",
+        "int8-static": "torchao PT2E, X86InductorQuantizer (static): int8 per-channel "
+                       "weights, activation scales from --calibration",
+    }
+
+    def quantizer(self, recipe: str) -> object:
+        from torchao.quantization.pt2e.quantizer import x86_inductor_quantizer as x86
+        quantizer = x86.X86InductorQuantizer()
+        config = x86.get_default_x86_inductor_quantization_config(
+            is_dynamic=recipe == "int8-dynamic")
+        return quantizer.set_global(config)
 
     def inductor_configs(self, options: LowerOptions) -> dict:
         level = cpu_isa.resolve(options.cpu_isa)

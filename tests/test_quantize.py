@@ -1,0 +1,88 @@
+"""--quantize on target cpu (torchao PT2E + AOTInductor) through the CLI: the recipes,
+what the manifest reports, the accuracy gate, and the bad inputs (recipe a target
+cannot run, int8-static without calibration)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+import runtime
+from exporter.quantization import compare_quantized
+from exporter.zoo import ZOO
+
+pytest.importorskip("torchao")
+
+
+def _quantize_record(path):
+    manifest = runtime.read_manifest(path)
+    (record,) = [p for p in manifest.passes if p["name"] == "quantize"]
+    return manifest, record["info"]
+
+
+def test_int8_dynamic_encoder_quantizes_every_linear_and_passes_the_gate(artifacts_dir, cli):
+    out = artifacts_dir / "encoder-int8-dynamic.artifact"
+    result = cli("build", "zoo:encoder", "--target", "cpu", "--quantize", "int8-dynamic",
+                 "--out", str(out), "--json")
+    assert result.returncode == 0, result.stderr
+    manifest, info = _quantize_record(out)
+    linears = sum(isinstance(m, torch.nn.Linear) for m in ZOO["encoder"]()[0].modules())
+    assert len(info["layers_quantized"]) == linears == 9 and info["layers_float"] == []
+    assert info["weight_bytes_after"] < info["weight_bytes_before"] / 2  # fp32 embeddings stay
+    validation = manifest.validation
+    assert validation["passed"] and validation["policy"].startswith("quantized build")
+    assert all(row["criterion"] == "quantized" and row["sqnr_db"] >= 20
+               for row in validation["outputs"])
+
+
+def test_int8_static_cnn_with_calibration_file(artifacts_dir, cli, tmp_path):
+    _, (image,), _ = ZOO["cnn"]()
+    calibration = tmp_path / "calibration.npz"
+    np.savez(calibration, image=torch.randn(8, *image.shape[1:]).numpy())
+    out = artifacts_dir / "cnn-int8-static.artifact"
+    result = cli("build", "zoo:cnn", "--target", "cpu", "--quantize", "int8-static",
+                 "--calibration", str(calibration), "--out", str(out), "--json")
+    assert result.returncode == 0, result.stderr
+    manifest, info = _quantize_record(out)
+    assert info["calibration_sets"] == 1 and len(info["layers_quantized"]) == 7  # 6 convs + head
+    assert info["weight_bytes_after"] * 3.5 <= info["weight_bytes_before"]
+    (row, *_) = manifest.validation["outputs"]
+    assert "top1_agreement" in row  # [batch, classes]: classifier-shaped
+
+
+def test_missing_the_gate_exits_1_saying_by_how_much(cli, tmp_path):
+    out = tmp_path / "mlp.artifact"
+    result = cli("build", "zoo:mlp", "--target", "cpu", "--quantize", "int8-static",
+                 "--calibration", "random", "--min-sqnr", "200", "--min-cosine", "1.5",
+                 "--out", str(out))
+    assert result.returncode == 1, result.stderr
+    assert "misses the accuracy gate" in result.stderr and "dB short of 200" in result.stderr
+    assert "RANDOM inputs" in result.stderr  # the loud calibration warning
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--target", "onnx", "--quantize", "int8-dynamic"], "cpu: int8-dynamic, int8-static"),
+    (["--target", "cpu", "--quantize", "int8-static"], "needs calibration data"),
+    (["--target", "cpu", "--calibration", "random"], "without --quantize"),
+    (["--target", "cpu", "--quantize", "int8-dynamic", "--dtype", "fp16"], "--dtype fp16"),
+    (["--target", "cpu", "--quantize", "int3"], "--quantize"),
+])
+def test_bad_quantize_options_are_usage_errors(cli, tmp_path, args, needle):
+    result = cli("build", "zoo:mlp", *args, "--out", str(tmp_path / "x.artifact"))
+    assert result.returncode == 2, result.stderr
+    assert needle in result.stderr and "Traceback" not in result.stderr
+
+
+def test_compare_quantized_figures():
+    eager = torch.tensor([[1.0, 2.0, 3.0], [3.0, 2.0, 1.0]])
+    row = compare_quantized(eager * 1.01, eager, 20.0, 0.99)
+    assert row["passed"] and 39 < row["sqnr_db"] < 41 and row["cosine"] > 0.9999
+    assert row["top1_agreement"] == 1.0
+    noisy = compare_quantized(eager.flip(1), eager, 20.0, 0.99)
+    assert not noisy["passed"] and noisy["top1_agreement"] == 0.0
+    assert compare_quantized(torch.arange(3), torch.arange(3), 20, 0.99)["passed"]
+    print(json.dumps(row))
