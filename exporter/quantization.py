@@ -89,4 +89,4 @@ def compare_quantized(got: torch.Tensor, eager: torch.Tensor, min_sqnr_db: float
 def gate_policy(min_sqnr_db: float, min_cosine: float) -> str:
     return (f"quantized build (labelled: the function changes on purpose): per float output, "
             f"SQNR >= {min_sqnr_db:g} dB or cosine >= {min_cosine:g} against eager float32; "
-            "top-1 agreement reported for [batch, classes] outputs; integer outputs exact")
+            "top-1 agreement reported for (batch, classes) outputs; integer outputs exact")

@@ -30,10 +30,19 @@ def validation_lines(record: dict | None) -> list[str]:
         return ["validation: skipped"]
     verdict = "PASSED" if record["passed"] else "FAILED"
     cases = ", ".join(c["name"] for c in record.get("cases", []))
-    worst = max((r.get("ratio_to_allowed", 0.0) for r in record.get("outputs", [])), default=0.0)
+    rows = record.get("outputs", [])
+    quantized = [r for r in rows if r.get("criterion") == "quantized"]
+    if quantized:
+        top1 = [r["top1_agreement"] for r in quantized if "top1_agreement" in r]
+        figures = (f"worst SQNR {min(r['sqnr_db'] for r in quantized):.1f} dB, worst cosine "
+                   f"{min(r['cosine'] for r in quantized):.5f}"
+                   + (f", top-1 agreement {min(top1):.1%}" if top1 else ""))
+    else:
+        worst = max((r.get("ratio_to_allowed", 0.0) for r in rows), default=0.0)
+        figures = f"worst float error used {worst:.1%} of its allowance"
     lines = [f"validation: {verdict} against eager (reference {record.get('reference_dtype')}) "
              f"on {len(record.get('cases', []))} input set(s): {cases}",
-             f"  worst float error used {worst:.1%} of its allowance; policy: {record['policy']}"]
+             f"  {figures}; policy: {record['policy']}"]
     if record.get("reference_note"):
         lines.append(f"  note: {record['reference_note']}")
     return lines
@@ -68,6 +77,8 @@ def print_build(console: Console, result) -> None:
     console.print(f"[bold]built[/bold] {result.artifact} ({size / 1e6:.2f} MB) "
                   f"for target [bold]{manifest.target}[/bold]")
     console.print(_signature_table(manifest))
+    for line in quantization_lines(manifest):
+        console.print(line, markup=False, highlight=False)
     for line in validation_lines(manifest.validation):
         console.print(line)
     for warning in result.warnings:
@@ -92,6 +103,27 @@ def print_manifest(console: Console, manifest: Manifest, path: str) -> None:
     console.print(parts)
     print_placement(console, manifest.coverage, manifest.placement)
     for record in manifest.passes:
-        console.print(f"pass {record['name']}: modified={record['modified']} {record['info']}")
+        console.print(f"pass {record['name']}: modified={record['modified']} {record['info']}",
+                      markup=False, highlight=False)
+    for line in quantization_lines(manifest):
+        console.print(line, markup=False, highlight=False)
     for line in validation_lines(manifest.validation):
         console.print(line)
+
+
+def quantization_lines(manifest: Manifest) -> list[str]:
+    """Recipe, layers quantized and left in float (with why), weight bytes before/after."""
+    lines = []
+    for record in manifest.passes:
+        if record["name"] != "quantize":
+            continue
+        info = record["info"]
+        before, after = info["weight_bytes_before"], info["weight_bytes_after"]
+        lines.append(f"quantized {info['recipe']} ({info['how']}): "
+                     f"{len(info['layers_quantized'])} layer(s) quantized, "
+                     f"{len(info['layers_float'])} left in float; weights "
+                     f"{before / 1e6:.2f} MB -> {after / 1e6:.2f} MB "
+                     f"({before / max(after, 1):.1f}x smaller)")
+        lines += [f"  left in float: {row['layer']} ({row['op']}): {row['why']}"
+                  for row in info["layers_float"]]
+    return lines
