@@ -1,0 +1,152 @@
+"""fp32 against int8 on one target: each model built without and with each --quantize
+recipe, then all its artifacts timed in one process, interleaved, on the same inputs;
+with weight bytes, artifact size and the accuracy-gate figures.
+
+    python bench/compare_quant.py --target cpu --models zoo:encoder,zoo:cnn,bench/models.py:bert_base \
+        --json-out build/bench/quant.jsonl
+    python bench/compare_quant.py --render build/bench/quant.jsonl >> bench/RESULTS.md
+
+Static recipes calibrate on random inputs here (timing, not accuracy: the gate figures of
+random-weight models say little, see the quantization issue).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def build_variants(spec: str, target: str, recipes: list[str], work_dir: Path) -> dict:
+    from exporter.pipeline import build
+    from exporter.settings import BuildSettings
+
+    built = {}
+    for recipe in ["fp32", *recipes]:
+        out = work_dir / f"{spec.rsplit(':', 1)[-1]}-{target}-{recipe}.artifact"
+        options = {} if recipe == "fp32" else {"quantize": recipe}
+        if recipe == "int8-static":
+            options["calibration"] = "random"
+        start = time.perf_counter()
+        result = build(spec, BuildSettings(target=target, out=out, **options))
+        quant = next((p["info"] for p in result.manifest.passes if p["name"] == "quantize"), {})
+        rows = result.manifest.validation["outputs"]
+        built[recipe] = {
+            "path": str(out), "build_s": round(time.perf_counter() - start, 1),
+            "artifact_bytes": out.stat().st_size,
+            "weight_bytes": quant.get("weight_bytes_after"),
+            "weight_bytes_fp32": quant.get("weight_bytes_before"),
+            "layers_quantized": len(quant.get("layers_quantized", [])),
+            "layers_float": len(quant.get("layers_float", [])),
+            "worst_sqnr_db": min((r["sqnr_db"] for r in rows if "sqnr_db" in r), default=None),
+            "worst_cosine": min((r["cosine"] for r in rows if "cosine" in r), default=None)}
+        print(f"  built {recipe} in {built[recipe]['build_s']} s", file=sys.stderr, flush=True)
+    return built
+
+
+def time_variants(spec: str, built: dict, runs: int, warmup: int) -> dict:
+    import torch
+
+    import runtime
+    from exporter.bench import time_side_by_side
+    from exporter.spec import load_spec
+    from runtime.flat_inputs import flatten_inputs
+
+    model = load_spec(spec)
+    inputs = flatten_inputs(model.args, model.kwargs).tensors
+    calls = {}
+    for recipe, info in built.items():
+        program = runtime.load(info["path"])
+        calls[recipe] = (lambda p: lambda: p.run(inputs))(program)
+    with torch.inference_mode():
+        return time_side_by_side(calls, "cpu", runs, warmup)
+
+
+def run(args) -> None:
+    import torch
+    import torchao
+
+    work_dir = Path(args.work_dir)
+    work_dir.mkdir(parents=True, exist_ok=True)
+    header = {"date": datetime.date.today().isoformat(), "torch": torch.__version__,
+              "torchao": torchao.__version__, "python": platform.python_version(),
+              "cores": len(os.sched_getaffinity(0)), "cpu": _cpu_name(), "target": args.target}
+    with open(args.json_out, "a") as sink:
+        for spec in args.models.split(","):
+            print(f"{spec}:", file=sys.stderr, flush=True)
+            built = build_variants(spec, args.target, args.recipes.split(","), work_dir)
+            runs = args.runs_large if "bench/" in spec else args.runs
+            timings = time_variants(spec, built, runs, args.warmup)
+            row = {**header, "model": spec, "runs": runs, "variants": built, "timings": timings}
+            sink.write(json.dumps(row) + "\n")
+            sink.flush()
+            print(json.dumps({k: round(v["median_ms"], 3) for k, v in timings.items()}),
+                  flush=True)
+
+
+def _cpu_name() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.machine()
+
+
+def render(paths: list[str]) -> str:
+    rows = [json.loads(line) for p in paths for line in Path(p).read_text().splitlines() if line]
+    head = rows[0]
+    lines = [f"\n## {head['date']}: fp32 vs int8 on target {head['target']}, {head['cpu']}, "
+             f"{head['cores']} cores",
+             f"torch {head['torch']}, torchao {head['torchao']}, Python {head['python']}. "
+             "`python bench/compare_quant.py`: per model, the fp32 artifact and each int8 "
+             "artifact in one process, interleaved, same inputs; median ms. Weights: bytes of "
+             "the program's tensors (int8 weights plus the float tensors left, e.g. "
+             "embeddings). Gate: worst output over the validation sets, against eager fp32.\n",
+             "| model | recipe | median ms | speed-up vs fp32 | weights MB | smaller | "
+             "layers int8 / float | worst SQNR dB | worst cosine |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for row in rows:
+        fp32 = row["timings"]["fp32"]["median_ms"]
+        fp32_bytes = next((v["weight_bytes_fp32"] for v in row["variants"].values()
+                           if v["weight_bytes_fp32"]), None)
+        for recipe, info in row["variants"].items():
+            ms = row["timings"][recipe]["median_ms"]
+            after = info["weight_bytes"] or fp32_bytes
+            size = f"{after / 1e6:.2f}" if after else "–"
+            smaller = f"{fp32_bytes / after:.2f}x" if after and fp32_bytes else "–"
+            layers = (f"{info['layers_quantized']} / {info['layers_float']}"
+                      if recipe != "fp32" else "–")
+            sqnr = f"{info['worst_sqnr_db']:.1f}" if info["worst_sqnr_db"] is not None else "–"
+            cos = f"{info['worst_cosine']:.5f}" if info["worst_cosine"] is not None else "–"
+            lines.append(f"| {row['model']} | {recipe} | {ms:.3f} | {fp32 / ms:.2f}x | {size} | "
+                         f"{smaller} | {layers} | {sqnr} | {cos} |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--target", default="cpu")
+    parser.add_argument("--models", default="zoo:encoder,zoo:cnn,bench/models.py:bert_base")
+    parser.add_argument("--recipes", default="int8-dynamic,int8-static")
+    parser.add_argument("--runs", type=int, default=300)
+    parser.add_argument("--runs-large", type=int, default=40)
+    parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument("--work-dir", default="build/bench")
+    parser.add_argument("--json-out", default="build/bench/quant.jsonl")
+    parser.add_argument("--render", nargs="*", help="print a markdown table from JSON files")
+    args = parser.parse_args()
+    if args.render:
+        sys.stdout.write(render(args.render))
+    else:
+        run(args)
+
+
+if __name__ == "__main__":
+    main()
