@@ -27,6 +27,7 @@ sys.path.insert(0, str(ROOT))
 
 def build_variants(spec: str, target: str, recipes: list[str], work_dir: Path) -> dict:
     from exporter.pipeline import build
+    from exporter.report import quantization_records
     from exporter.settings import BuildSettings
 
     built = {}
@@ -37,7 +38,7 @@ def build_variants(spec: str, target: str, recipes: list[str], work_dir: Path) -
             options["calibration"] = "random"
         start = time.perf_counter()
         result = build(spec, BuildSettings(target=target, out=out, **options))
-        quant = next((p["info"] for p in result.manifest.passes if p["name"] == "quantize"), {})
+        quant = next(iter(quantization_records(result.manifest)), {})
         rows = result.manifest.validation["outputs"]
         built[recipe] = {
             "path": str(out), "build_s": round(time.perf_counter() - start, 1),

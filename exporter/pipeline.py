@@ -77,6 +77,7 @@ class Prepared:
     placement: Placement
     warnings: list[str]
     out: Path
+    calibration: list = field(default_factory=list)  # --quantize int8-static input sets
 
 
 def prepare(spec: str | ModelSpec, settings: BuildSettings, timed: Callable) -> Prepared:
@@ -96,7 +97,8 @@ def prepare(spec: str | ModelSpec, settings: BuildSettings, timed: Callable) -> 
     with timed("partition"):
         placement = place(program, target, settings.min_partition_size)
     warnings += enforce_fallback_policy(placement, settings.fallback, target)
-    return Prepared(target, model, captured, program, pass_records, placement, warnings, out)
+    return Prepared(target, model, captured, program, pass_records, placement, warnings, out,
+                    calibration)
 
 
 def dry_run(spec: str | ModelSpec, settings: BuildSettings, *,
@@ -172,7 +174,8 @@ def _lower_all(prep: Prepared, settings: BuildSettings, work_dir: Path
         part_dir = work_dir / plan.name
         part_dir.mkdir()
         if plan.delegated:
-            low = prep.target.lower(plan.program, _options(settings, prep.out, part_dir))
+            low = prep.target.lower(plan.program, _options(settings, prep.out, part_dir,
+                                                           calibration=prep.calibration))
         else:
             low = lower_fallback(plan.program, part_dir)
         lowered.append((plan, low))

@@ -114,10 +114,7 @@ def print_manifest(console: Console, manifest: Manifest, path: str) -> None:
 def quantization_lines(manifest: Manifest) -> list[str]:
     """Recipe, layers quantized and left in float (with why), weight bytes before/after."""
     lines = []
-    for record in manifest.passes:
-        if record["name"] != "quantize":
-            continue
-        info = record["info"]
+    for info in quantization_records(manifest):
         before, after = info["weight_bytes_before"], info["weight_bytes_after"]
         lines.append(f"quantized {info['recipe']} ({info['how']}): "
                      f"{len(info['layers_quantized'])} layer(s) quantized, "
@@ -127,3 +124,11 @@ def quantization_lines(manifest: Manifest) -> list[str]:
         lines += [f"  left in float: {row['layer']} ({row['op']}): {row['why']}"
                   for row in info["layers_float"]]
     return lines
+
+
+def quantization_records(manifest: Manifest) -> list[dict]:
+    """What --quantize did: the PT2E pass's record (cpu, cuda) or, where the backend's
+    own tools quantized (onnx), each partition's."""
+    records = [r["info"] for r in manifest.passes if r["name"] == "quantize"]
+    return records + [p.meta["quantization"] for p in manifest.partitions
+                      if "quantization" in p.meta]

@@ -61,6 +61,7 @@ class QuantizePT2E:
         # A copy: program.module() shares its parameters with the user's model, which
         # eager validation still needs in float32.
         module = copy.deepcopy(program.module())
+        rewritten = _addmm_as_linear(module)
         prepared = prepare_pt2e(module, self.make_quantizer())
         with torch.no_grad():
             for flat in self.calibration or [inputs.tensors]:
@@ -75,10 +76,46 @@ class QuantizePT2E:
             _FlatCall(converted, inputs), tuple(inputs.tensors),
             dynamic_shapes=(dynamic_shapes_for(user_inputs, program),), strict=False)
         info = {"recipe": self.recipe, "how": self.how,
-                "calibration_sets": len(self.calibration),
+                "calibration_sets": len(self.calibration), "addmm_as_linear": rewritten,
                 "layers_quantized": quantized, "layers_float": in_float,
                 "weight_bytes_before": before, "weight_bytes_after": _weight_bytes(recaptured)}
         return PassResult(recaptured, modified=bool(quantized), info=info)
+
+
+def _addmm_as_linear(module: torch.fx.GraphModule) -> int:
+    """``addmm(bias, x, W)`` with a weight ``W`` [in, out] becomes ``linear(x, W.T, bias)``.
+
+    PT2E quantizers annotate ``aten.linear``; Hugging Face's GPT-2 writes its layers as
+    ``Conv1D``, an addmm, and PT2E's default left them all in float (only ``lm_head`` was
+    quantized). The transposed weight is stored as a new attribute, so the quantizer sees
+    a plain weight. Returns how many were rewritten."""
+    graph, count = module.graph, 0
+    for node in list(graph.nodes):
+        if node.op != "call_function" or node.target is not torch.ops.aten.addmm.default \
+                or node.kwargs or len(node.args) != 3:
+            continue
+        bias, x, weight = node.args
+        if not (isinstance(weight, torch.fx.Node) and weight.op == "get_attr"):
+            continue
+        owner, _, attr = weight.target.rpartition(".")
+        value = getattr(module.get_submodule(owner) if owner else module, attr, None)
+        if not isinstance(value, torch.Tensor) or value.dim() != 2:
+            continue
+        name = f"{weight.target.replace('.', '_')}_as_linear"
+        module.register_parameter(name, torch.nn.Parameter(value.detach().t().contiguous(),
+                                                           requires_grad=False))
+        with graph.inserting_before(node):
+            linear_weight = graph.get_attr(name)
+            linear = graph.call_function(torch.ops.aten.linear.default, (x, linear_weight, bias))
+        # Quantizers find linears by source (get_source_partitions): say it is F.linear.
+        linear.meta = {**node.meta, "source_fn_stack": [(linear.name, torch.nn.functional.linear)]}
+        linear.meta.pop("torch_fn", None)
+        node.replace_all_uses_with(linear)
+        graph.erase_node(node)
+        count += 1
+    if count:
+        module.recompile()
+    return count
 
 
 def _drop_unused_weights(module: torch.fx.GraphModule) -> None:

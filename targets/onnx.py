@@ -25,6 +25,7 @@ from torch.fx import Node
 from passes.base import Pass
 from runtime.errors import ToolchainError
 from targets.base import Availability, Lowered, LowerOptions, Support, Target, cleanup_then_cast
+from targets.onnx_quantize import RECIPES, quantize_model
 from targets.errors import TargetOptionError
 
 log = logging.getLogger(__name__)
@@ -178,8 +179,13 @@ class OnnxTarget(Target):
         return Support(False, f"no ONNX translation registered for {name}"
                               + (" (custom op)" if custom else ""))
 
+    quant_recipes = RECIPES  # ONNX Runtime's tools, applied in lower() to the exported model
+
     def default_passes(self, options: LowerOptions) -> list[Pass]:
-        return cleanup_then_cast(options)
+        return cleanup_then_cast(options)  # no PT2E pass: ORT quantizes the ONNX model
+
+    def quantize_pass(self, options: LowerOptions) -> Pass | None:
+        return None
 
     def lower(self, program: ExportedProgram, options: LowerOptions) -> Lowered:
         providers = _requested_providers(options.extra.get("providers"))
@@ -201,6 +207,15 @@ class OnnxTarget(Target):
         weights = sum(v.const_value.nbytes for v in onnx_program.model.graph.initializers.values()
                       if v.const_value is not None)
         onnx_program.save(str(path), external_data=weights > EXTERNAL_DATA_BYTES)
+        quantization = None
+        if options.extra.get("quantize"):
+            quantized, quantization = quantize_model(path, options.extra["quantize"],
+                                                     options.extra.get("calibration") or [])
+            exported = onnx.load(str(path), load_external_data=False)
+            for name in [MODEL_NAME, *_external_locations(exported)]:
+                (options.work_dir / name).unlink()  # replaced by the quantized model's files
+            onnx.save_model(quantized, str(path), save_as_external_data=weights > EXTERNAL_DATA_BYTES,
+                            all_tensors_to_one_file=True, location=MODEL_NAME + ".data")
         model = onnx.load(str(path), load_external_data=False)
         external = _external_locations(model)
         try:
@@ -215,6 +230,8 @@ class OnnxTarget(Target):
                 "opset": opset, "fallback": fallback,
                 "disable_cpu_ep_fallback": fallback == "forbid",
                 "onnxruntime": onnxruntime.__version__, "onnx": onnx.__version__}
+        if quantization is not None:
+            meta["quantization"] = quantization
         here = onnxruntime.get_available_providers()
         notes = [f"execution provider {p} is not available on this machine; the build's "
                  f"validation runs without it" for p in providers if p not in here]

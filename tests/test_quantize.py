@@ -12,6 +12,7 @@ import torch
 
 import runtime
 from exporter.quantization import compare_quantized
+from exporter.report import quantization_records
 from exporter.zoo import ZOO
 
 pytest.importorskip("torchao")
@@ -19,8 +20,8 @@ pytest.importorskip("torchao")
 
 def _quantize_record(path):
     manifest = runtime.read_manifest(path)
-    (record,) = [p for p in manifest.passes if p["name"] == "quantize"]
-    return manifest, record["info"]
+    (info,) = quantization_records(manifest)
+    return manifest, info
 
 
 def test_int8_dynamic_encoder_quantizes_every_linear_and_passes_the_gate(artifacts_dir, cli):
@@ -65,7 +66,7 @@ def test_missing_the_gate_exits_1_saying_by_how_much(cli, tmp_path):
 
 
 @pytest.mark.parametrize("args, needle", [
-    (["--target", "onnx", "--quantize", "int8-dynamic"], "cpu: int8-dynamic, int8-static"),
+    (["--target", "tvm", "--quantize", "int8-dynamic"], "cpu: int8-dynamic, int8-static"),
     (["--target", "cpu", "--quantize", "int8-static"], "needs calibration data"),
     (["--target", "cpu", "--calibration", "random"], "without --quantize"),
     (["--target", "cpu", "--quantize", "int8-dynamic", "--dtype", "fp16"], "--dtype fp16"),
@@ -86,3 +87,40 @@ def test_compare_quantized_figures():
     assert not noisy["passed"] and noisy["top1_agreement"] == 0.0
     assert compare_quantized(torch.arange(3), torch.arange(3), 20, 0.99)["passed"]
     print(json.dumps(row))
+
+
+def test_gpt2_decoder_has_every_linear_quantized(cli, tmp_path):
+    """HF GPT-2 writes its layers as Conv1D (addmm), which PT2E's quantizer skipped:
+    they are rewritten as linears first, so all 8 plus lm_head are int8."""
+    pytest.importorskip("transformers")
+    out = tmp_path / "gpt2.artifact"
+    result = cli("build", "tests/models/hf_gpt2.py:tiny_gpt2", "--target", "cpu",
+                 "--quantize", "int8-dynamic", "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    _, info = _quantize_record(out)
+    assert info["addmm_as_linear"] == 8 and info["layers_float"] == []
+    assert len(info["layers_quantized"]) == 9
+
+
+def test_dead_pooler_is_cleaned_before_prepare(cli, tmp_path):
+    pytest.importorskip("transformers")
+    out = tmp_path / "bert.artifact"
+    result = cli("build", "tests/models/hf_bert.py:tiny_bert_last_hidden_state", "--target",
+                 "cpu", "--quantize", "int8-dynamic", "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    _, info = _quantize_record(out)
+    assert not any("pooler" in layer for layer in info["layers_quantized"])
+
+
+@pytest.mark.parametrize("recipe", ["int8-dynamic", "int8-static"])
+def test_onnx_recipes_use_onnx_runtime_tools(cli, tmp_path, recipe):
+    pytest.importorskip("onnxruntime")
+    out = tmp_path / f"encoder-onnx-{recipe}.artifact"
+    extra = ["--calibration", "random"] if recipe == "int8-static" else []
+    result = cli("build", "zoo:encoder", "--target", "onnx", "--quantize", recipe, *extra,
+                 "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    manifest, info = _quantize_record(out)
+    assert info["how"].startswith("ONNX Runtime") and len(info["layers_quantized"]) >= 8
+    assert info["weight_bytes_after"] < info["weight_bytes_before"]
+    assert manifest.validation["passed"] and manifest.validation["policy"].startswith("quantized")

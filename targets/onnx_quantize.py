@@ -1,0 +1,104 @@
+"""--quantize for target ``onnx``: ONNX Runtime's own quantization tools on the exported
+model (PT2E's quantizers target Inductor; ORT's tools write the int8 ops and QDQ pairs its
+kernels fuse). Imported only when an onnx build quantizes.
+
+The report has the same shape as the PT2E pass's (passes/quantize.py): recipe, layers
+quantized, layers left in float with why, weight bytes before and after.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from targets.errors import TargetOptionError
+
+RECIPES = {
+    "int8-dynamic": "ONNX Runtime quantize_dynamic: int8 per-channel weights, activations "
+                    "quantized per call (MatMulInteger / ConvInteger)",
+    "int8-static": "ONNX Runtime quantize_static: QDQ format, int8 per-channel weights and "
+                   "activations, scales from --calibration (MinMax)",
+}
+_WEIGHTED = {"MatMul", "Gemm", "Conv"}
+_INT8_OPS = {"MatMulInteger", "ConvInteger", "QLinearMatMul", "QLinearConv", "DynamicQuantizeMatMul"}
+
+
+class _Calibration:
+    """ORT's CalibrationDataReader protocol over our flat input sets."""
+
+    def __init__(self, names: list[str], sets: list) -> None:
+        self._feeds = iter([{n: t.numpy() for n, t in zip(names, flat)} for flat in sets])
+
+    def get_next(self):
+        return next(self._feeds, None)
+
+
+def quantize_model(path: Path, recipe: str, calibration: list):
+    """(the quantized ModelProto, with its weights loaded, and the report). ORT writes to
+    a scratch folder; the caller saves the model under the artifact's own file names."""
+    import onnx
+
+    with tempfile.TemporaryDirectory(prefix="ort-quantize-", dir=path.parent) as scratch:
+        quantized_path = Path(scratch) / "model.int8.onnx"
+        before = onnx.load(str(path))
+        _run_ort(path, quantized_path, recipe, calibration, before)
+        after = onnx.load(str(quantized_path))
+    weighted = _weighted_nodes(before)
+    done = _quantized_nodes(after)
+    return after, {
+        "recipe": recipe, "how": RECIPES[recipe],
+        "calibration_sets": len(calibration) if recipe == "int8-static" else 0,
+        "layers_quantized": sorted(n for n in weighted if n in done),
+        "layers_float": [{"layer": n, "op": op, "why": "ONNX Runtime's quantizer left it in "
+                          "float (no int8 kernel for this pattern)"}
+                         for n, op in weighted.items() if n not in done],
+        "weight_bytes_before": _initializer_bytes(before),
+        "weight_bytes_after": _initializer_bytes(after)}
+
+
+def _run_ort(path: Path, quantized_path: Path, recipe: str, calibration: list, before) -> None:
+    from onnxruntime import quantization as ortq
+
+    common = {"per_channel": True, "weight_type": ortq.QuantType.QInt8,
+              "use_external_data_format": True}  # weights of any size; loaded back whole
+    if recipe == "int8-dynamic":
+        ortq.quantize_dynamic(str(path), str(quantized_path), **common)
+    else:
+        names = [i.name for i in before.graph.input]
+        if not calibration or len(calibration[0]) != len(names):
+            raise TargetOptionError(
+                "int8-static on target onnx calibrates a partition on the model's own inputs; "
+                f"this partition takes {len(names)} input(s) that are not the model's",
+                hint="build with --quantize int8-dynamic, or make every op run in one "
+                     "partition (--fallback forbid shows which ops break it up)")
+        ortq.quantize_static(str(path), str(quantized_path), _Calibration(names, calibration),
+                             quant_format=ortq.QuantFormat.QDQ,
+                             activation_type=ortq.QuantType.QInt8, **common)
+
+
+def _weighted_nodes(model) -> dict[str, str]:
+    """MatMul/Gemm/Conv nodes whose second input is a stored weight: name -> op type."""
+    weights = {t.name for t in model.graph.initializer}
+    return {n.name: n.op_type for n in model.graph.node
+            if n.op_type in _WEIGHTED and len(n.input) > 1 and n.input[1] in weights}
+
+
+def _quantized_nodes(model) -> set[str]:
+    """Original node names that now run in int8: ORT names its replacements after them
+    (``<name>_quant``) or, in QDQ format, keeps the node and dequantizes its weight."""
+    producers = {out: n for n in model.graph.node for out in n.output}
+    names = set()
+    for node in model.graph.node:
+        if node.op_type in _INT8_OPS:
+            names.add(node.name.removesuffix("_quant"))
+        elif node.op_type in _WEIGHTED and len(node.input) > 1:
+            source = producers.get(node.input[1])
+            if source is not None and source.op_type == "DequantizeLinear":
+                names.add(node.name)
+    return names
+
+
+def _initializer_bytes(model) -> int:
+    from onnx import numpy_helper
+    return sum(numpy_helper.to_array(t).nbytes for t in model.graph.initializer)
+
