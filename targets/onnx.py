@@ -209,8 +209,14 @@ class OnnxTarget(Target):
         onnx_program.save(str(path), external_data=weights > EXTERNAL_DATA_BYTES)
         quantization = None
         if options.extra.get("quantize"):
-            quantized, quantization = quantize_model(path, options.extra["quantize"],
-                                                     options.extra.get("calibration") or [])
+            try:
+                quantized, quantization = quantize_model(path, options.extra["quantize"],
+                                                         options.extra.get("calibration") or [])
+            except TargetOptionError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - ORT's quantizer raises many kinds
+                raise self._error(f"ONNX Runtime's {options.extra['quantize']} quantization "
+                                  "failed", exc, options, program, where=str(path)) from exc
             exported = onnx.load(str(path), load_external_data=False)
             for name in [MODEL_NAME, *_external_locations(exported)]:
                 (options.work_dir / name).unlink()  # replaced by the quantized model's files

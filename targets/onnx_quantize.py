@@ -41,7 +41,16 @@ def quantize_model(path: Path, recipe: str, calibration: list):
     with tempfile.TemporaryDirectory(prefix="ort-quantize-", dir=path.parent) as scratch:
         quantized_path = Path(scratch) / "model.int8.onnx"
         before = onnx.load(str(path))
-        _run_ort(path, quantized_path, recipe, calibration, before)
+        # ORT's quantizer re-runs ONNX shape inference, which refused the exporter's own
+        # intermediate shapes on the zoo CNN ("Inferred shape and existing shape differ"):
+        # it infers them again from the inputs instead.
+        plain = onnx.ModelProto()
+        plain.CopyFrom(before)
+        del plain.graph.value_info[:]
+        source = Path(scratch) / "model.onnx"
+        onnx.save_model(plain, str(source), save_as_external_data=True,
+                        all_tensors_to_one_file=True, location="model.onnx.data")
+        _run_ort(source, quantized_path, recipe, calibration, before)
         after = onnx.load(str(quantized_path))
     weighted = _weighted_nodes(before)
     done = _quantized_nodes(after)
