@@ -24,6 +24,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.common import cpu_name, read_rows, run_or_render, time_artifacts  # noqa: E402
+
+
 
 def build_variants(spec: str, target: str, recipes: list[str], work_dir: Path) -> dict:
     from exporter.pipeline import build
@@ -54,21 +57,12 @@ def build_variants(spec: str, target: str, recipes: list[str], work_dir: Path) -
 
 
 def time_variants(spec: str, built: dict, runs: int, warmup: int) -> dict:
-    import torch
-
-    import runtime
-    from exporter.bench import time_side_by_side
     from exporter.spec import load_spec
     from runtime.flat_inputs import flatten_inputs
 
     model = load_spec(spec)
-    inputs = flatten_inputs(model.args, model.kwargs).tensors
-    calls = {}
-    for recipe, info in built.items():
-        program = runtime.load(info["path"])
-        calls[recipe] = (lambda p: lambda: p.run(inputs))(program)
-    with torch.inference_mode():
-        return time_side_by_side(calls, "cpu", runs, warmup)
+    return time_artifacts({recipe: info["path"] for recipe, info in built.items()},
+                          flatten_inputs(model.args, model.kwargs).tensors, runs, warmup)
 
 
 def run(args) -> None:
@@ -79,7 +73,7 @@ def run(args) -> None:
     work_dir.mkdir(parents=True, exist_ok=True)
     header = {"date": datetime.date.today().isoformat(), "torch": torch.__version__,
               "torchao": torchao.__version__, "python": platform.python_version(),
-              "cores": len(os.sched_getaffinity(0)), "cpu": _cpu_name(), "target": args.target}
+              "cores": len(os.sched_getaffinity(0)), "cpu": cpu_name(), "target": args.target}
     with open(args.json_out, "a") as sink:
         for spec in args.models.split(","):
             print(f"{spec}:", file=sys.stderr, flush=True)
@@ -93,15 +87,8 @@ def run(args) -> None:
                   flush=True)
 
 
-def _cpu_name() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.machine()
-
-
 def render(paths: list[str]) -> str:
-    rows = [json.loads(line) for p in paths for line in Path(p).read_text().splitlines() if line]
+    rows = read_rows(paths)
     head = rows[0]
     lines = [f"\n## {head['date']}: fp32 vs int8 on target {head['target']}, {head['cpu']}, "
              f"{head['cores']} cores",
@@ -139,14 +126,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=300)
     parser.add_argument("--runs-large", type=int, default=40)
     parser.add_argument("--warmup", type=int, default=10)
-    parser.add_argument("--work-dir", default="build/bench")
-    parser.add_argument("--json-out", default="build/bench/quant.jsonl")
-    parser.add_argument("--render", nargs="*", help="print a markdown table from JSON files")
-    args = parser.parse_args()
-    if args.render:
-        sys.stdout.write(render(args.render))
-    else:
-        run(args)
+    run_or_render(parser, run, render, "build/bench/quant.jsonl")
 
 
 if __name__ == "__main__":

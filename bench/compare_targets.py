@@ -25,6 +25,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.common import cpu_name, read_rows, run_or_render, time_artifacts  # noqa: E402
+
 TARGETS = ("cpu", "onnx", "tvm")
 
 
@@ -50,21 +52,13 @@ def build_all(name: str, tune: int, work_dir: Path) -> dict[str, dict]:
 
 
 def time_all(name: str, built: dict[str, dict], runs: int, warmup: int) -> dict:
-    import torch
-
-    import runtime
-    from exporter.bench import time_side_by_side
     from exporter.zoo import ZOO
     from runtime.flat_inputs import flatten_inputs
 
     module, args, _ = ZOO[name]()
-    inputs = flatten_inputs(args, {}).tensors
-    calls = {"eager": lambda: module(*args)}
-    for label, info in built.items():
-        program = runtime.load(info["path"])
-        calls[label] = (lambda p: lambda: p.run(inputs))(program)
-    with torch.inference_mode():
-        return time_side_by_side(calls, "cpu", runs, warmup)
+    return time_artifacts({label: info["path"] for label, info in built.items()},
+                          flatten_inputs(args, {}).tensors, runs, warmup,
+                          extra_calls={"eager": lambda: module(*args)})
 
 
 def run(args) -> None:
@@ -77,7 +71,7 @@ def run(args) -> None:
     header = {"date": datetime.date.today().isoformat(), "torch": torch.__version__,
               "tvm": tvm.__version__, "onnxruntime": __import__("onnxruntime").__version__,
               "python": platform.python_version(), "cores": len(os.sched_getaffinity(0)),
-              "cpu": _cpu_name(), "runs": args.runs}
+              "cpu": cpu_name(), "runs": args.runs}
     with open(args.json_out, "a") as sink:
         for name in args.models.split(","):
             print(f"{name}:", file=sys.stderr, flush=True)
@@ -91,15 +85,8 @@ def run(args) -> None:
                   flush=True)
 
 
-def _cpu_name() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.machine()
-
-
 def render(paths: list[str]) -> str:
-    rows = [json.loads(line) for p in paths for line in Path(p).read_text().splitlines() if line]
+    rows = read_rows(paths)
     head = rows[0]
     labels = list(dict.fromkeys(label for row in rows for label in row["timings"]
                                 if label != "eager"))  # every column, in first-seen order
@@ -124,14 +111,7 @@ def main() -> None:
     parser.add_argument("--tune", default="", help="MODEL:TRIALS,... for tvm --tune")
     parser.add_argument("--runs", type=int, default=300)
     parser.add_argument("--warmup", type=int, default=30)
-    parser.add_argument("--work-dir", default="build/bench")
-    parser.add_argument("--json-out", default="build/bench/targets.jsonl")
-    parser.add_argument("--render", nargs="*", help="print a markdown table from JSON files")
-    args = parser.parse_args()
-    if args.render:
-        sys.stdout.write(render(args.render))
-    else:
-        run(args)
+    run_or_render(parser, run, render, "build/bench/targets.jsonl")
 
 
 if __name__ == "__main__":

@@ -24,6 +24,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.common import read_rows, run_or_render  # noqa: E402
+
 
 @contextlib.contextmanager
 def _stage(name: str):
@@ -79,7 +81,7 @@ def run(args) -> None:
 
 
 def render(paths: list[str]) -> str:
-    rows = [json.loads(line) for p in paths for line in Path(p).read_text().splitlines() if line]
+    rows = read_rows(paths)
     if not rows:
         return ""
     head = rows[0]
@@ -120,14 +122,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=200)
     parser.add_argument("--warmup", type=int, default=30)
     parser.add_argument("--autotune", action="store_true")
-    parser.add_argument("--work-dir", default="build/bench")
-    parser.add_argument("--json-out", default="build/bench/results.jsonl")
-    parser.add_argument("--render", nargs="*", help="print a markdown table from JSON files")
-    args = parser.parse_args()
-    if args.render:
-        sys.stdout.write(render(args.render))
-    else:
-        run(args)
+    run_or_render(parser, run, render, "build/bench/results.jsonl")
 
 
 if __name__ == "__main__":

@@ -75,7 +75,8 @@ class Program:
         on_cpu = self._fast_check(tensors)
         if on_cpu is None:  # the slow path explains what is wrong
             check_inputs(self.manifest.signature.inputs, tensors, where=self.source)
-        if on_cpu and self._single_cpu and (output_device is None or output_device == "cpu"):
+        if on_cpu and self._single_cpu and (output_device is None or output_device == "cpu"
+                                            or output_device == _CPU):
             return dict(zip(self._output_names, self._steps[0][0](tensors)))
         if output_device is None:
             output_device = tensors[0].device if tensors else torch.device("cpu")
@@ -113,6 +114,9 @@ class Program:
                 where=self.source, details=[spec.describe() for spec in self.manifest.signature.inputs],
                 hint="pass one tensor per input, in this order")
         return tensors
+
+
+_CPU = torch.device("cpu")
 
 
 @functools.lru_cache(maxsize=16)

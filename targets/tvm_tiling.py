@@ -71,7 +71,7 @@ def _plan(sch, red):
     block = sch.get(red.block_rv)
     # The vector operand: a read whose innermost index moves with the column var.
     vector_reads = [r for r in block.reads
-                    if _uses(r.region[-1].min, cols.var)]
+                    if r.region and _uses(r.region[-1].min, cols.var)]  # () is a scalar
     if not vector_reads:
         return None
     col_tile = next((t for t in _COLUMN_TILES if cols.dom % t == 0), None)

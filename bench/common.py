@@ -1,0 +1,52 @@
+"""What the benchmark scripts share: the machine's CPU name, the JSONL rows they append,
+and their command line (each script adds its own options; these three are common)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+from pathlib import Path
+from typing import Callable
+
+
+def cpu_name() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.machine()
+
+
+def read_rows(paths: list[str]) -> list[dict]:
+    return [json.loads(line) for p in paths for line in Path(p).read_text().splitlines() if line]
+
+
+def run_or_render(parser: argparse.ArgumentParser, run: Callable, render: Callable,
+                  json_out: str) -> None:
+    """``--render FILE...`` prints a markdown table; otherwise measure into ``--json-out``."""
+    parser.add_argument("--work-dir", default="build/bench")
+    parser.add_argument("--json-out", default=json_out)
+    parser.add_argument("--render", nargs="*", help="print a markdown table from JSON files")
+    args = parser.parse_args()
+    if args.render:
+        sys.stdout.write(render(args.render))
+    else:
+        run(args)
+
+
+def time_artifacts(paths: dict[str, str], inputs: list, runs: int, warmup: int,
+                   extra_calls: dict | None = None) -> dict:
+    """Every artifact (and ``extra_calls``, e.g. eager) on the same CPU inputs in this one
+    process, interleaved by ``exporter.bench.time_side_by_side``: medians per label."""
+    import torch
+
+    import runtime
+    from exporter.bench import time_side_by_side
+
+    calls = dict(extra_calls or {})
+    for label, path in paths.items():
+        program = runtime.load(path)
+        calls[label] = (lambda p: lambda: p.run(inputs))(program)
+    with torch.inference_mode():
+        return time_side_by_side(calls, "cpu", runs, warmup)
