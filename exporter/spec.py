@@ -78,12 +78,15 @@ def load_spec(spec: str) -> ModelSpec:
 
 def _from_zoo(text: str, name: str) -> ModelSpec:
     from exporter.zoo import ZOO, describe
+    from exporter.zoo_trained import DESCRIPTIONS, TRAINED
 
-    if name not in ZOO:
+    models = {**ZOO, **TRAINED}
+    if name not in models:
         raise SpecError(f"There is no zoo model named {name!r}", where=text,
-                        hint=f"use one of zoo:{', zoo:'.join(ZOO)}",
-                        details=[f"zoo:{n}: {d}" for n, d in describe().items()])
-    return _from_factory(text, ZOO[name], inspect.getsourcefile(ZOO[name]))
+                        hint=f"use one of zoo:{', zoo:'.join(models)}",
+                        details=[f"zoo:{n}: {d}"
+                                 for n, d in {**describe(), **DESCRIPTIONS}.items()])
+    return _from_factory(text, models[name], inspect.getsourcefile(models[name]))
 
 
 def _existing_file(target: str, text: str) -> Path:
