@@ -50,3 +50,21 @@ def time_artifacts(paths: dict[str, str], inputs: list, runs: int, warmup: int,
         calls[label] = (lambda p: lambda: p.run(inputs))(program)
     with torch.inference_mode():
         return time_side_by_side(calls, "cpu", runs, warmup)
+
+
+def machine_header(**versions: str) -> dict:
+    """Date, machine and versions, repeated on every row a run appends."""
+    import datetime
+    import os
+
+    return {"date": datetime.date.today().isoformat(), "python": platform.python_version(),
+            "cores": len(os.sched_getaffinity(0)), "cpu": cpu_name(), **versions}
+
+
+def append_row(sink, row: dict) -> None:
+    """One measured model to the JSONL file (flushed: a run cut short keeps it) and, short,
+    to stdout."""
+    sink.write(json.dumps(row) + "\n")
+    sink.flush()
+    print(json.dumps({k: round(v["median_ms"], 4) for k, v in row["timings"].items()}),
+          flush=True)

@@ -13,10 +13,6 @@ random-weight models say little, see the quantization issue).
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
-import os
-import platform
 import sys
 import time
 from pathlib import Path
@@ -24,7 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.common import cpu_name, read_rows, run_or_render, time_artifacts  # noqa: E402
+from bench.common import append_row, machine_header, read_rows, run_or_render, time_artifacts  # noqa: E402
 
 
 
@@ -71,9 +67,8 @@ def run(args) -> None:
 
     work_dir = Path(args.work_dir)
     work_dir.mkdir(parents=True, exist_ok=True)
-    header = {"date": datetime.date.today().isoformat(), "torch": torch.__version__,
-              "torchao": torchao.__version__, "python": platform.python_version(),
-              "cores": len(os.sched_getaffinity(0)), "cpu": cpu_name(), "target": args.target}
+    header = machine_header(torch=torch.__version__, torchao=torchao.__version__,
+                            target=args.target)
     with open(args.json_out, "a") as sink:
         for spec in args.models.split(","):
             print(f"{spec}:", file=sys.stderr, flush=True)
@@ -81,10 +76,7 @@ def run(args) -> None:
             runs = args.runs_large if "bench/" in spec else args.runs
             timings = time_variants(spec, built, runs, args.warmup)
             row = {**header, "model": spec, "runs": runs, "variants": built, "timings": timings}
-            sink.write(json.dumps(row) + "\n")
-            sink.flush()
-            print(json.dumps({k: round(v["median_ms"], 3) for k, v in timings.items()}),
-                  flush=True)
+            append_row(sink, row)
 
 
 def render(paths: list[str]) -> str:

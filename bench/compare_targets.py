@@ -14,10 +14,6 @@ runs/10 calls per candidate, ten rounds) spreads over all candidates alike.
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
-import os
-import platform
 import sys
 import time
 from pathlib import Path
@@ -25,7 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.common import cpu_name, read_rows, run_or_render, time_artifacts  # noqa: E402
+from bench.common import append_row, machine_header, read_rows, run_or_render, time_artifacts  # noqa: E402
 
 TARGETS = ("cpu", "onnx", "tvm")
 
@@ -68,10 +64,8 @@ def run(args) -> None:
     work_dir = Path(args.work_dir)
     work_dir.mkdir(parents=True, exist_ok=True)
     tune = dict(item.split(":") for item in args.tune.split(",") if item)
-    header = {"date": datetime.date.today().isoformat(), "torch": torch.__version__,
-              "tvm": tvm.__version__, "onnxruntime": __import__("onnxruntime").__version__,
-              "python": platform.python_version(), "cores": len(os.sched_getaffinity(0)),
-              "cpu": cpu_name(), "runs": args.runs}
+    header = machine_header(torch=torch.__version__, tvm=tvm.__version__,
+                            onnxruntime=__import__("onnxruntime").__version__, runs=args.runs)
     with open(args.json_out, "a") as sink:
         for name in args.models.split(","):
             print(f"{name}:", file=sys.stderr, flush=True)
@@ -79,10 +73,7 @@ def run(args) -> None:
             timings = time_all(name, built, args.runs, args.warmup)
             row = {**header, "model": name, "timings": timings,
                    "build_s": {k: v["build_s"] for k, v in built.items()}}
-            sink.write(json.dumps(row) + "\n")
-            sink.flush()
-            print(json.dumps({k: round(v["median_ms"], 4) for k, v in timings.items()}),
-                  flush=True)
+            append_row(sink, row)
 
 
 def render(paths: list[str]) -> str:

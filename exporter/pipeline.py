@@ -25,8 +25,8 @@ from exporter.dynamic import parse_dynamic
 from exporter.errors import TargetUnavailableError, UserInputError, ValidationFailedError
 from exporter.settings import BuildSettings
 from exporter.spec import ModelSpec, load_spec
-from exporter.quantization import calibration_sets, check_recipe
-from exporter.validate import EagerRunner, QuantGate, summarize_failure, validate
+from exporter.quantization import QuantGate, calibration_sets, check_recipe
+from exporter.validate import EagerRunner, summarize_failure, validate
 from exporter.validate_inputs import make_cases
 from exporter.placement import Placement, enforce_fallback_policy, place
 from passes.base import run_pipeline

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import math
+from dataclasses import dataclass
 
 import torch
 
@@ -86,7 +87,18 @@ def compare_quantized(got: torch.Tensor, eager: torch.Tensor, min_sqnr_db: float
     return row
 
 
-def gate_policy(min_sqnr_db: float, min_cosine: float) -> str:
-    return (f"quantized build (labelled: the function changes on purpose): per float output, "
-            f"SQNR >= {min_sqnr_db:g} dB or cosine >= {min_cosine:g} against eager float32; "
-            "top-1 agreement reported for (batch, classes) outputs; integer outputs exact")
+@dataclass(frozen=True)
+class QuantGate:
+    """The accuracy gate of a quantized build; the counterpart of validate.Tolerance."""
+
+    min_sqnr_db: float
+    min_cosine: float
+
+    def judge(self, got: torch.Tensor, eager: torch.Tensor) -> dict:
+        return compare_quantized(got, eager, self.min_sqnr_db, self.min_cosine)
+
+    def describe(self) -> str:
+        return ("quantized build (labelled: the function changes on purpose): per float "
+                f"output, SQNR >= {self.min_sqnr_db:g} dB or cosine >= {self.min_cosine:g} "
+                "against eager float32; top-1 agreement reported for (batch, classes) "
+                "outputs; integer outputs exact")

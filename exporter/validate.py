@@ -22,7 +22,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import torch
 from torch.utils._pytree import tree_leaves
@@ -31,6 +31,9 @@ from exporter.errors import BuildError
 from exporter.validate_inputs import Case
 from runtime.manifest import Signature
 from runtime.tensorio import load_tensors, save_tensors
+
+if TYPE_CHECKING:
+    from exporter.quantization import QuantGate
 
 log = logging.getLogger(__name__)
 
@@ -171,44 +174,35 @@ def compare_output(got: torch.Tensor, ref: torch.Tensor, eager: torch.Tensor,
             "nan_inf_positions_match": nonfinite_ok}
 
 
-@dataclass(frozen=True)
-class QuantGate:
-    """The accuracy gate of a quantized build (exporter/quantization.py)."""
-
-    min_sqnr_db: float = 20.0
-    min_cosine: float = 0.99
-
-
 def validate(artifact: Path, eager: EagerRunner, signature: Signature, cases: list[Case],
              *, dtype: str = "fp32", warnings: list[str] | None = None,
              preload: list[str] = (), gate: QuantGate | None = None) -> dict:
     """Run the artifact out of process and compare with eager; returns the manifest record.
-    With ``gate``, outputs are judged by it against eager float32 instead of the tolerance."""
-    from exporter.quantization import compare_quantized, gate_policy
-
+    With ``gate``, outputs are judged by it against eager float32 instead of the tolerance
+    (so no float64 reference is computed)."""
     start = time.perf_counter()
     tol = TOLERANCES[dtype]
     run = ArtifactRun(artifact, cases, preload=preload)
     try:
-        references = [_references(eager, case) for case in cases]
+        references = [_references(eager, case, float64=gate is None) for case in cases]
     except BaseException:
         run.close()
         raise
     eager_s = time.perf_counter() - start
     results = run.results()
     subprocess_s = time.perf_counter() - start
-    reference_dtype = "float64" if all(r[2] is None for r in references) else "float32"
+    reference_dtype = ("float64" if gate is None and all(r[2] is None for r in references)
+                       else "float32")
     ref_note = next((r[2] for r in references if r[2] is not None), None)
     rows = []
     for case, (same_dtype, ref, _) in zip(cases, references):
         got = _ordered(results, case, signature)
         for spec, g, r, e in zip(signature.outputs, got, ref, same_dtype):
-            judged = (compare_output(g, r, e, tol) if gate is None else
-                      compare_quantized(g, e, gate.min_sqnr_db, gate.min_cosine))
+            judged = compare_output(g, r, e, tol) if gate is None else gate.judge(g, e)
             rows.append({"case": case.name, "output": spec.name, **judged})
     passed = all(row["passed"] for row in rows)
-    policy = tol.describe() if gate is None else gate_policy(gate.min_sqnr_db, gate.min_cosine)
-    return {"passed": passed, "policy": policy, "reference_dtype": reference_dtype,
+    return {"passed": passed, "policy": (gate or tol).describe(),
+            "reference_dtype": reference_dtype,
             "reference_note": ref_note, "cases": [c.describe() for c in cases],
             "outputs": rows, "warnings": list(warnings or []),
             "seconds": round(time.perf_counter() - start, 2),
@@ -216,10 +210,14 @@ def validate(artifact: Path, eager: EagerRunner, signature: Signature, cases: li
             "eager_reference_seconds": round(eager_s, 2)}
 
 
-def _references(eager: EagerRunner, case: Case) -> tuple[list, list, str | None]:
-    """(eager at the artifact's dtype, float64 reference, note if float64 was not possible)."""
+def _references(eager: EagerRunner, case: Case, *, float64: bool = True
+                ) -> tuple[list, list, str | None]:
+    """(eager at the artifact's dtype, float64 reference, note if float64 was not possible).
+    Without ``float64`` the reference is eager at the artifact's dtype itself."""
     flat_in = list(case.inputs.values())
     same_dtype = eager.run(flat_in)
+    if not float64:
+        return same_dtype, same_dtype, None
     try:
         return same_dtype, eager.run(flat_in, float64=True), None
     except Exception as exc:  # some kernels have no float64 version: fall back, say so
