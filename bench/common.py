@@ -36,20 +36,22 @@ def run_or_render(parser: argparse.ArgumentParser, run: Callable, render: Callab
 
 
 def time_artifacts(paths: dict[str, str], inputs: list, runs: int, warmup: int,
-                   extra_calls: dict | None = None) -> dict:
-    """Every artifact (and ``extra_calls``, e.g. eager) on the same CPU inputs in this one
-    process, interleaved by ``exporter.bench.time_side_by_side``: medians per label."""
+                   extra_calls: dict | None = None, device: str = "cpu") -> dict:
+    """Every artifact (and ``extra_calls``, e.g. eager) on the same inputs in this one
+    process, interleaved by ``exporter.bench.time_side_by_side``: medians per label. On
+    ``cuda`` the inputs live on the GPU and the timer is CUDA events."""
     import torch
 
     import runtime
     from exporter.bench import time_side_by_side
 
+    inputs = [t.to(device) for t in inputs]
     calls = dict(extra_calls or {})
     for label, path in paths.items():
         program = runtime.load(path)
         calls[label] = (lambda p: lambda: p.run(inputs))(program)
     with torch.inference_mode():
-        return time_side_by_side(calls, "cpu", runs, warmup)
+        return time_side_by_side(calls, device, runs, warmup)
 
 
 def machine_header(**versions: str) -> dict:

@@ -52,13 +52,14 @@ def build_variants(spec: str, target: str, recipes: list[str], work_dir: Path) -
     return built
 
 
-def time_variants(spec: str, built: dict, runs: int, warmup: int) -> dict:
+def time_variants(spec: str, built: dict, runs: int, warmup: int, device: str) -> dict:
     from exporter.spec import load_spec
     from runtime.flat_inputs import flatten_inputs
 
     model = load_spec(spec)
     return time_artifacts({recipe: info["path"] for recipe, info in built.items()},
-                          flatten_inputs(model.args, model.kwargs).tensors, runs, warmup)
+                          flatten_inputs(model.args, model.kwargs).tensors, runs, warmup,
+                          device=device)
 
 
 def run(args) -> None:
@@ -69,12 +70,15 @@ def run(args) -> None:
     work_dir.mkdir(parents=True, exist_ok=True)
     header = machine_header(torch=torch.__version__, torchao=torchao.__version__,
                             target=args.target)
+    if args.target == "cuda":
+        header["gpu"] = torch.cuda.get_device_name()
     with open(args.json_out, "a") as sink:
         for spec in args.models.split(","):
             print(f"{spec}:", file=sys.stderr, flush=True)
             built = build_variants(spec, args.target, args.recipes.split(","), work_dir)
             runs = args.runs_large if "bench/" in spec else args.runs
-            timings = time_variants(spec, built, runs, args.warmup)
+            timings = time_variants(spec, built, runs, args.warmup,
+                                    "cuda" if args.target == "cuda" else "cpu")
             row = {**header, "model": spec, "runs": runs, "variants": built, "timings": timings}
             append_row(sink, row)
 
@@ -82,15 +86,16 @@ def run(args) -> None:
 def render(paths: list[str]) -> str:
     rows = read_rows(paths)
     head = rows[0]
-    lines = [f"\n## {head['date']}: fp32 vs int8 on target {head['target']}, {head['cpu']}, "
-             f"{head['cores']} cores",
+    where = head.get("gpu") or f"{head['cpu']}, {head['cores']} cores"
+    lines = [f"\n## {head['date']}: fp32 vs int8 on target {head['target']}, {where}",
              f"torch {head['torch']}, torchao {head['torchao']}, Python {head['python']}. "
              "`python bench/compare_quant.py`: per model, the fp32 artifact and each int8 "
-             "artifact in one process, interleaved, same inputs; median ms. Weights: bytes of "
+             "artifact in one process, interleaved, same inputs; median ms (CUDA events on a "
+             "GPU, after warm-up). Weights: bytes of "
              "the program's tensors (int8 weights plus the float tensors left, e.g. "
              "embeddings). Gate: worst output over the validation sets, against eager fp32.\n",
              "| model | recipe | median ms | speed-up vs fp32 | weights MB | smaller | "
-             "layers int8 / float | worst SQNR dB | worst cosine |",
+             "layers quantized / float | worst SQNR dB | worst cosine |",
              "|---|---|---|---|---|---|---|---|---|"]
     for row in rows:
         fp32 = row["timings"]["fp32"]["median_ms"]

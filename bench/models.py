@@ -47,6 +47,13 @@ def gpt2_small():
     return model, (torch.randint(0, 50257, (1, 128)),)
 
 
+def gpt2_small_next_token():
+    """GPT-2 small on one token: every weight read for a few FLOPs, the memory-bound
+    regime of decoding (no KV cache here; weight-only quantization is aimed at it)."""
+    model, (ids,) = gpt2_small()
+    return model, (ids[:, :1],)
+
+
 SUITE = {
     "zoo-mlp": "zoo:mlp", "zoo-cnn": "zoo:cnn", "zoo-encoder": "zoo:encoder",
     "zoo-decoder": "zoo:decoder",

@@ -41,6 +41,10 @@ def check_recipe(target: Target, settings: BuildSettings) -> None:
     if settings.dtype != "fp32":
         raise UserInputError(f"--quantize {recipe} with --dtype {settings.dtype}",
                              hint="quantized builds keep float math in fp32; drop --dtype")
+    if recipe != "int8-static" and settings.calibration is not None:
+        raise UserInputError(f"--calibration is given with --quantize {recipe}, which does "
+                             "not calibrate", hint="only int8-static uses calibration data; "
+                                                   "drop --calibration")
     if recipe == "int8-static" and settings.calibration is None:
         raise UserInputError("--quantize int8-static needs calibration data",
                              hint="--calibration FILE.npz (representative inputs, keys = input "

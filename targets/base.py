@@ -20,6 +20,7 @@ from passes.base import Pass
 from passes.cast_dtype import CastFloatDtype
 from passes.dead_code import EliminateDeadCode
 from passes.quantize import QuantizePT2E
+from passes.quantize_weight_only import QuantizeWeightOnly
 from runtime.manifest import Requirements
 
 
@@ -84,7 +85,8 @@ class Target(abc.ABC):
         """Compile one partition's program into files under options.work_dir."""
 
     def quantizer(self, recipe: str) -> object:
-        """The torchao PT2E quantizer for one of ``quant_recipes``."""
+        """The torchao PT2E quantizer for one of ``quant_recipes`` (weight-only recipes
+        use torchao's tensor subclasses instead, the same on every target)."""
         raise NotImplementedError(f"target {self.name} declares no quantizer")
 
     def quantize_pass(self, options: LowerOptions) -> Pass | None:
@@ -93,8 +95,11 @@ class Target(abc.ABC):
             return None
         if recipe not in self.quant_recipes:  # the pipeline checks first; this is a bug guard
             raise ValueError(f"target {self.name} cannot run recipe {recipe}")
+        how = self.quant_recipes[recipe]
+        if recipe in QuantizeWeightOnly.recipes:
+            return QuantizeWeightOnly(recipe, how)
         return QuantizePT2E(recipe, lambda: self.quantizer(recipe),
-                            options.extra.get("calibration") or [], self.quant_recipes[recipe])
+                            options.extra.get("calibration") or [], how)
 
     def base_requirements(self) -> Requirements:
         return Requirements(arch=platform.machine(), torch=torch.__version__)

@@ -14,17 +14,19 @@ class CpuTarget(AOTInductorTarget):
     description = "AOTInductor C++/OpenMP for this machine's CPU family"
     quant_recipes = {
         "int8-dynamic": "torchao PT2E, X86InductorQuantizer (dynamic): int8 per-channel "
-                        "weights, activations quantized per call",
+                        "weights, activations quantized per call; embeddings int8 per row",
         "int8-static": "torchao PT2E, X86InductorQuantizer (static): int8 per-channel "
-                       "weights, activation scales from --calibration",
+                       "weights, activation scales from --calibration; embeddings int8 "
+                       "per row",
+        "int8-weight": "torchao Int8WeightOnlyConfig: int8 per-channel linear and "
+                       "embedding weights, float activations (Inductor's weight-only int8 GEMM)",
     }
 
     def quantizer(self, recipe: str) -> object:
         from torchao.quantization.pt2e.quantizer import x86_inductor_quantizer as x86
-        quantizer = x86.X86InductorQuantizer()
         config = x86.get_default_x86_inductor_quantization_config(
             is_dynamic=recipe == "int8-dynamic")
-        return quantizer.set_global(config)
+        return x86.X86InductorQuantizer().set_global(config)
 
     def inductor_configs(self, options: LowerOptions) -> dict:
         level = cpu_isa.resolve(options.cpu_isa)

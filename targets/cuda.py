@@ -17,6 +17,12 @@ class CudaTarget(AOTInductorTarget):
     name = "cuda"
     device = "cuda"
     description = "AOTInductor Triton kernels for NVIDIA GPUs, replayed as CUDA graphs"
+    quant_recipes = {
+        "int8-weight": "torchao Int8WeightOnlyConfig: int8 per-channel linear and "
+                       "embedding weights, float activations (Triton mixed-dtype GEMM)",
+        "int4-weight": "torchao Int4WeightOnlyConfig (group 128, tinygemm layout): int4 "
+                       "linear weights, bfloat16 GEMM inside, float32 in and out",
+    }
 
     def availability(self) -> Availability:
         if torch.version.cuda is None:

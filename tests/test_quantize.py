@@ -24,15 +24,31 @@ def _quantize_record(path):
     return manifest, info
 
 
-def test_int8_dynamic_encoder_quantizes_every_linear_and_passes_the_gate(artifacts_dir, cli):
-    out = artifacts_dir / "encoder-int8-dynamic.artifact"
-    result = cli("build", "zoo:encoder", "--target", "cpu", "--quantize", "int8-dynamic",
+def _linears_and_embeddings(name):
+    modules = list(ZOO[name]()[0].modules())
+    return (sum(isinstance(m, torch.nn.Linear) for m in modules),
+            sum(isinstance(m, torch.nn.Embedding) for m in modules))
+
+
+@pytest.mark.parametrize("recipe", ["int8-dynamic", "int8-weight"])
+def test_encoder_quantizes_every_linear_and_embedding_and_passes_the_gate(
+        artifacts_dir, cli, recipe):
+    out = artifacts_dir / f"encoder-{recipe}.artifact"
+    result = cli("build", "zoo:encoder", "--target", "cpu", "--quantize", recipe,
                  "--out", str(out), "--json")
     assert result.returncode == 0, result.stderr
     manifest, info = _quantize_record(out)
-    linears = sum(isinstance(m, torch.nn.Linear) for m in ZOO["encoder"]()[0].modules())
-    assert len(info["layers_quantized"]) == linears == 9 and info["layers_float"] == []
-    assert info["weight_bytes_after"] < info["weight_bytes_before"] / 2  # fp32 embeddings stay
+    linears, embeddings = _linears_and_embeddings("encoder")
+    assert (linears, embeddings) == (9, 1)
+    assert len(info["layers_quantized"]) == linears + embeddings and info["layers_float"] == []
+    # what stays float: position table, layer norms, biases
+    assert info["weight_bytes_after"] * 3.2 < info["weight_bytes_before"]
+    program = runtime.load(out)
+    ids = torch.randint(0, 100, (3, 16))
+    with torch.no_grad():
+        eager = ZOO["encoder"]()[0](ids, torch.ones_like(ids))["pooled"]
+    assert compare_quantized(program(ids, torch.ones_like(ids))["pooled"], eager,
+                             20.0, 0.99)["passed"]  # the loaded artifact, at a new batch size
     validation = manifest.validation
     assert validation["passed"] and validation["policy"].startswith("quantized build")
     assert all(row["criterion"] == "quantized" and row["sqnr_db"] >= 20
@@ -67,6 +83,9 @@ def test_missing_the_gate_exits_1_saying_by_how_much(cli, tmp_path):
 
 @pytest.mark.parametrize("args, needle", [
     (["--target", "tvm", "--quantize", "int8-dynamic"], "cpu: int8-dynamic, int8-static"),
+    (["--target", "cpu", "--quantize", "int4-weight"], "cuda: int8-weight, int4-weight"),
+    (["--target", "cpu", "--quantize", "int8-weight", "--calibration", "random"],
+     "does not calibrate"),
     (["--target", "cpu", "--quantize", "int8-static"], "needs calibration data"),
     (["--target", "cpu", "--calibration", "random"], "without --quantize"),
     (["--target", "cpu", "--quantize", "int8-dynamic", "--dtype", "fp16"], "--dtype fp16"),
@@ -91,15 +110,17 @@ def test_compare_quantized_figures():
 
 def test_gpt2_decoder_has_every_linear_quantized(cli, tmp_path):
     """HF GPT-2 writes its layers as Conv1D (addmm), which PT2E's quantizer skipped:
-    they are rewritten as linears first, so all 8 plus lm_head are int8."""
+    they are rewritten as linears first, so all 8 plus lm_head are int8, and the token
+    and position tables too."""
     pytest.importorskip("transformers")
     out = tmp_path / "gpt2.artifact"
     result = cli("build", "tests/models/hf_gpt2.py:tiny_gpt2", "--target", "cpu",
                  "--quantize", "int8-dynamic", "--out", str(out))
     assert result.returncode == 0, result.stderr
     _, info = _quantize_record(out)
-    assert info["addmm_as_linear"] == 8 and info["layers_float"] == []
-    assert len(info["layers_quantized"]) == 9
+    assert info["rewritten_as_linear"] == 8 and info["layers_float"] == []
+    assert len(info["layers_quantized"]) == 9 + 2
+    assert sum(":embedding" in layer for layer in info["layers_quantized"]) == 2
 
 
 def test_dead_pooler_is_cleaned_before_prepare(cli, tmp_path):

@@ -1,0 +1,146 @@
+"""Weight-only quantization with torchao's tensor subclasses (``int8-weight``,
+``int4-weight``): linear weights are stored in int8 / grouped int4, activations stay
+float, so the gain is memory traffic (GPU, memory-bound decoders), not int8 math.
+
+    before: linear(x, w: f32 [out, in])
+    after:  mm(x, dequant(w: int8 per row))                      int8-weight
+            _weight_int4pack_mm(x.bf16, w: int4 tiles, group scales)  int4-weight (CUDA)
+
+torchao quantizes modules (``quantize_``), not graphs, so each linear's weight is
+quantized through a throwaway ``nn.Linear`` holding it, put back into the captured
+graph, and the graph calls ``F.linear`` (which the subclass intercepts) instead of
+``aten.linear``. Re-capture then traces through the subclass, and
+``run_decompositions`` leaves plain tensors (int8 data, scales) as the program's weights,
+so partitioning, safetensors and AOTInductor see ordinary parameters.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+
+import torch
+from torch.export import ExportedProgram
+
+from passes.base import PassResult
+from passes.quant_graph import (
+    attribute,
+    drop_unused_weights,
+    layer_name,
+    products_as_linear,
+    recapture,
+    weight_bytes,
+    weighted_op,
+)
+
+# The layers each recipe quantizes, with the functional form the torchao tensor
+# intercepts. Int8 also takes embedding tables (gathered rows are dequantized); torchao's
+# int4 tinygemm layout has no embedding.
+_FUNCTIONAL = {
+    "int8-weight": {"linear": torch.nn.functional.linear,
+                    "embedding": torch.nn.functional.embedding},
+    "int4-weight": {"linear": torch.nn.functional.linear},
+}
+
+
+def torchao_config(recipe: str) -> tuple[object, torch.dtype | None]:
+    """torchao's config for a weight-only recipe, and the dtype its format packs from."""
+    from torchao.quantization import Int4WeightOnlyConfig, Int8WeightOnlyConfig
+    if recipe == "int8-weight":
+        return Int8WeightOnlyConfig(), None
+    if recipe == "int4-weight":
+        # tinygemm's layout (aten._weight_int4pack_mm, in torch itself); torchao's default
+        # "plain" int4 needs the separate mslk/fbgemm kernels, which devices rarely have.
+        return Int4WeightOnlyConfig(group_size=128, int4_packing_format="tile_packed_to_4d"), \
+            torch.bfloat16
+    raise ValueError(f"not a weight-only recipe: {recipe}")
+
+
+class QuantizeWeightOnly:
+    name = "quantize"
+    recipes = tuple(_FUNCTIONAL)
+
+    def __init__(self, recipe: str, how: str) -> None:
+        self.recipe, self.how = recipe, how
+
+    def __call__(self, program: ExportedProgram) -> PassResult:
+        before = weight_bytes(program)
+        module = copy.deepcopy(program.module())  # the user's model keeps its float weights
+        rewritten = products_as_linear(module)
+        quantized, in_float = quantize_weights(module, self.recipe)
+        drop_unused_weights(module)
+        recaptured = recapture(module, program).run_decompositions({})
+        info = {"recipe": self.recipe, "how": self.how, "calibration_sets": 0,
+                "rewritten_as_linear": rewritten, "layers_quantized": quantized,
+                "layers_float": in_float, "weight_bytes_before": before,
+                "weight_bytes_after": weight_bytes(recaptured)}
+        return PassResult(recaptured, modified=bool(quantized), info=info)
+
+
+def quantize_weights(module: torch.fx.GraphModule, recipe: str,
+                     only: set[str] | None = None) -> tuple[list[str], list[dict]]:
+    """Swap the weights of the recipe's layers (of ``only`` these ops, if given) for
+    torchao's quantized tensors, in place; the caller re-captures (then
+    ``run_decompositions``). Returns the layers quantized and those left in float, why."""
+    for name in ("torchao", "torchao.kernel.intmm"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    quantized, in_float = [], []
+    for node in list(module.graph.nodes):
+        op, weight = weighted_op(node)
+        if not op or (only is not None and op not in only):
+            continue
+        if attribute(module, weight) is None and op != "linear":
+            continue  # activation x activation (attention scores): not a layer
+        why = _swap_weight(module, node, op, weight, recipe)
+        if why is None:
+            quantized.append(layer_name(node))
+        else:
+            in_float.append({"layer": layer_name(node), "op": op, "why": why})
+    module.recompile()
+    return quantized, in_float
+
+
+def _swap_weight(module: torch.fx.GraphModule, node: torch.fx.Node, op: str,
+                 weight_node: object, recipe: str) -> str | None:
+    """Swap one layer's weight for torchao's quantized tensor; None when done, else why
+    it stays float."""
+    if op not in _FUNCTIONAL[recipe]:
+        return f"{recipe} quantizes {' and '.join(_FUNCTIONAL[recipe])} layers"
+    weight = attribute(module, weight_node)
+    if weight is None:
+        return "its weight is computed in the graph, not a stored tensor"
+    if weight.dim() != 2:
+        return f"its weight has {weight.dim()} dims"
+    # A fresh name per weight, so a table tied to an output projection (GPT-2's wte and
+    # lm_head, both per row) is quantized once and stored once.
+    name = f"{weight_node.target.replace('.', '_')}_{recipe.replace('-', '_')}"
+    if not hasattr(module, name):
+        why = _quantized_copy(module, name, weight, recipe)
+        if why:
+            return why
+    with module.graph.inserting_before(node):
+        quantized = module.graph.get_attr(name)
+    # The subclass intercepts the functional form, not the ATen op.
+    node.target = _FUNCTIONAL[recipe][op]
+    node.args = ((node.args[0], quantized, *node.args[2:]) if op == "linear"
+                 else (node.args[1], quantized))  # aten.embedding(weight, indices)
+    return None
+
+
+def _quantized_copy(module: torch.fx.GraphModule, name: str, weight: torch.Tensor,
+                    recipe: str) -> str | None:
+    from torchao.quantization import quantize_
+
+    config, pack_dtype = torchao_config(recipe)
+    # An embedding table [rows, dim] is quantized like a linear weight [out, in]: per row.
+    holder = torch.nn.Linear(weight.shape[1], weight.shape[0], bias=False,
+                             device=weight.device, dtype=pack_dtype or weight.dtype)
+    holder.weight = torch.nn.Parameter(weight.detach().to(holder.weight.dtype),
+                                       requires_grad=False)
+    try:
+        quantize_(holder, config)
+    except (RuntimeError, AssertionError, ValueError, NotImplementedError) as exc:
+        # torchao's formats assert on shapes and devices they cannot pack
+        return f"torchao could not quantize it: {str(exc).splitlines()[0][:160]}"
+    module.register_parameter(name, holder.weight)
+    return None
