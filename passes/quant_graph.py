@@ -127,7 +127,10 @@ def drop_unused_weights(module: torch.fx.GraphModule) -> None:
     module.graph.eliminate_dead_code()
     module.recompile()
     used = {n.target for n in module.graph.nodes if n.op == "get_attr"}
-    for name, _ in [*module.named_parameters(), *module.named_buffers()]:
+    # remove_duplicate=False: a tied weight (GPT-2's wte and lm_head) has two names, and
+    # the unused one would otherwise stay and be exported in float.
+    for name, _ in [*module.named_parameters(remove_duplicate=False),
+                    *module.named_buffers(remove_duplicate=False)]:
         if name not in used:
             owner_path, _, attr = name.rpartition(".")
             delattr(module.get_submodule(owner_path) if owner_path else module, attr)

@@ -4,7 +4,8 @@ float, so the gain is memory traffic (GPU, memory-bound decoders), not int8 math
 
     before: linear(x, w: f32 [out, in])
     after:  mm(x, dequant(w: int8 per row))                      int8-weight
-            _weight_int4pack_mm(x.bf16, w: int4 tiles, group scales)  int4-weight (CUDA)
+            _weight_int4pack_mm(x.bf16, w: int4 tiles, scales per group of 128/64/32)
+                                                              int4-weight (CUDA)
 
 torchao quantizes modules (``quantize_``), not graphs, so each linear's weight is
 quantized through a throwaway ``nn.Linear`` holding it, put back into the captured
@@ -43,16 +44,25 @@ _FUNCTIONAL = {
 }
 
 
-def torchao_config(recipe: str) -> tuple[object, torch.dtype | None]:
-    """torchao's config for a weight-only recipe, and the dtype its format packs from."""
+# int4 groups, largest first: a group shares one scale, so larger is smaller and less
+# exact; torchao skips a layer whose in_features its group does not divide.
+INT4_GROUPS = (128, 64, 32)
+
+
+def torchao_config(recipe: str, in_features: int) -> tuple[object, torch.dtype | None]:
+    """torchao's config for a weight-only recipe and one layer, and the dtype its format
+    packs from; None when the recipe cannot take a layer this wide."""
     from torchao.quantization import Int4WeightOnlyConfig, Int8WeightOnlyConfig
     if recipe == "int8-weight":
         return Int8WeightOnlyConfig(), None
     if recipe == "int4-weight":
+        group = next((g for g in INT4_GROUPS if in_features % g == 0), None)
+        if group is None:
+            return None, None
         # tinygemm's layout (aten._weight_int4pack_mm, in torch itself); torchao's default
         # "plain" int4 needs the separate mslk/fbgemm kernels, which devices rarely have.
-        return Int4WeightOnlyConfig(group_size=128, int4_packing_format="tile_packed_to_4d"), \
-            torch.bfloat16
+        return Int4WeightOnlyConfig(group_size=group,
+                                    int4_packing_format="tile_packed_to_4d"), torch.bfloat16
     raise ValueError(f"not a weight-only recipe: {recipe}")
 
 
@@ -131,7 +141,10 @@ def _quantized_copy(module: torch.fx.GraphModule, name: str, weight: torch.Tenso
                     recipe: str) -> str | None:
     from torchao.quantization import quantize_
 
-    config, pack_dtype = torchao_config(recipe)
+    config, pack_dtype = torchao_config(recipe, weight.shape[1])
+    if config is None:
+        return (f"in_features {weight.shape[1]} is not a multiple of an int4 group "
+                f"({', '.join(map(str, INT4_GROUPS))})")
     # An embedding table [rows, dim] is quantized like a linear weight [out, in]: per row.
     holder = torch.nn.Linear(weight.shape[1], weight.shape[0], bias=False,
                              device=weight.device, dtype=pack_dtype or weight.dtype)
@@ -142,5 +155,7 @@ def _quantized_copy(module: torch.fx.GraphModule, name: str, weight: torch.Tenso
     except (RuntimeError, AssertionError, ValueError, NotImplementedError) as exc:
         # torchao's formats assert on shapes and devices they cannot pack
         return f"torchao could not quantize it: {str(exc).splitlines()[0][:160]}"
+    if type(holder.weight.data) is torch.Tensor:  # torchao skips with a log line only
+        return "torchao left it unquantized (its log says why)"
     module.register_parameter(name, holder.weight)
     return None

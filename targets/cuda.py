@@ -20,7 +20,8 @@ class CudaTarget(AOTInductorTarget):
     quant_recipes = {
         "int8-weight": "torchao Int8WeightOnlyConfig: int8 per-channel linear and "
                        "embedding weights, float activations (Triton mixed-dtype GEMM)",
-        "int4-weight": "torchao Int4WeightOnlyConfig (group 128, tinygemm layout): int4 "
+        "int4-weight": "torchao Int4WeightOnlyConfig (groups of 128, or 64/32 where "
+                       "in_features needs, tinygemm layout): int4 "
                        "linear weights, bfloat16 GEMM inside, float32 in and out",
     }
 

@@ -177,3 +177,19 @@ def test_gate_on_a_trained_model_with_task_data(cli, tmp_path):
     user = next(r for r in rows if r["case"] == "user")
     # int8 keeps the trained CNN at ~40 dB and every prediction (measured 40.7 dB, 100%)
     assert user["sqnr_db"] > 30 and user["top1_agreement"] == 1.0, user
+
+
+def test_weight_only_reports_each_layer_it_leaves_in_float():
+    """int4 groups must divide in_features; a conv is not a weight-only layer. Both stay
+    float with the reason (checked before torchao packs anything, so on any machine)."""
+    from passes.quantize_weight_only import QuantizeWeightOnly
+
+    model = torch.nn.Sequential(torch.nn.Conv1d(4, 40, 1), torch.nn.Flatten(),
+                                torch.nn.Linear(40 * 3, 8), torch.nn.Linear(8, 40)).eval()
+    program = torch.export.export(model, (torch.randn(2, 4, 3),))
+    info = QuantizeWeightOnly("int4-weight", "test").__call__(program).info
+    why = {row["op"]: row["why"] for row in info["layers_float"]}
+    print(json.dumps(info["layers_float"], indent=1))
+    assert info["layers_quantized"] == []
+    assert "int4-weight quantizes linear layers" in why["conv1d"]
+    assert "in_features 8 is not a multiple of an int4 group (128, 64, 32)" in why["linear"]
