@@ -98,6 +98,8 @@ def build(
                                              help="tvm: TVM target string (default: llvm for "
                                                   "the --cpu-isa level)"),
     tune: int = typer.Option(0, "--tune", help="tvm: MetaSchedule trials (slow; 0 = off)"),
+    fuse: bool = typer.Option(True, "--fuse/--no-fuse", help="onnx, tvm: graph fusion passes "
+                              "(batch-norm folding, QKV merge, attention to SDPA, no-ops)"),
     quantize: Optional[str] = typer.Option(None, "--quantize", help="int8-dynamic|int8-static|"
                                            "int8-weight|int4-weight (per target: `exporter "
                                            "targets`)"),
@@ -122,8 +124,8 @@ def build(
                              validate_artifact=not no_validate, keep_failed=keep_failed,
                              cpu_isa=cpu_isa, dtype=dtype, autotune=autotune, fallback=fallback,
                              min_partition_size=min_partition_size, ep=ep,
-                             tvm_target=tvm_target, tune=tune, quantize=quantize,
-                             calibration=calibration, quant_min_sqnr_db=min_sqnr,
+                             tvm_target=tvm_target, tune=tune, fuse=fuse,
+                             quantize=quantize, calibration=calibration, quant_min_sqnr_db=min_sqnr,
                              quant_min_cosine=min_cosine)
         if dry_run:
             return _dry_run(spec, settings, as_json)

@@ -151,7 +151,7 @@ def _options(settings: BuildSettings, out: Path, work_dir: Path | None = None, *
              calibration: list | None = None) -> LowerOptions:
     extra = {"providers": settings.providers(), "fallback": settings.fallback,
              "partition": work_dir.name if work_dir else None,
-             "tvm_target": settings.tvm_target, "tune": settings.tune,
+             "tvm_target": settings.tvm_target, "tune": settings.tune, "fuse": settings.fuse,
              "quantize": settings.quantize, "calibration": calibration or []}
     return LowerOptions(work_dir=work_dir or out.parent, cpu_isa=settings.cpu_isa,
                         dtype=settings.dtype, autotune=settings.autotune, log_dir=out.parent,

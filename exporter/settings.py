@@ -32,6 +32,7 @@ class BuildSettings(BaseModel):
     tvm_target: str | None = Field(None, description="TVM target string; default LLVM for "
                                                      "the --cpu-isa level")
     tune: int = Field(0, ge=0, description="tvm: MetaSchedule trials (0 = untuned schedules)")
+    fuse: bool = Field(True, description="the target's graph fusion passes (targets.fusion)")
     quantize: Literal["int8-dynamic", "int8-static", "int8-weight", "int4-weight"] | None = None
     calibration: str | None = Field(None, description="int8-static: .npz of representative "
                                                       "inputs, or 'random' (warned)")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import torch
 from torch.export import Dim, ExportedProgram
+from torch.utils._sympy.numbers import int_oo
 from torch.fx import Node
 
 
@@ -27,7 +28,9 @@ def dynamic_shapes_for(inputs: list[Node], program: ExportedProgram) -> tuple:
                     continue
                 if expr not in dims:
                     bounds = program.range_constraints[expr]
-                    dims[expr] = Dim(f"d{len(dims)}", min=int(bounds.lower), max=int(bounds.upper))
+                    # unbounded (Dim("b") without max): torch's int_oo, which says is_finite
+                    upper = None if bounds.upper == int_oo else int(bounds.upper)
+                    dims[expr] = Dim(f"d{len(dims)}", min=int(bounds.lower), max=upper)
                 entry[axis] = dims[expr]
         shapes.append(entry or None)
     return tuple(shapes)

@@ -1,15 +1,13 @@
 """Graph helpers shared by the quantization passes (PT2E in ``quantize.py``, torchao
-weight-only in ``quantize_weight_only.py``): call the captured module with flat inputs,
-re-capture it with the program's dynamic dims, rewrite GPT-2's addmm layers as linears,
-drop orphaned float weights, name layers and count weight bytes."""
+weight-only in ``quantize_weight_only.py``): find weighted layers, rewrite weight products
+that are not ``aten.linear`` as linears, name layers and count weight bytes."""
 
 from __future__ import annotations
 
 import torch
 from torch.export import ExportedProgram
 
-from passes.dims import dynamic_shapes_for
-from runtime.flat_inputs import FlatInputs, flatten_inputs
+from passes.rewrite import attribute
 
 # Ops whose second argument is a weight a recipe can quantize (ATen names, as captured);
 # embedding takes its table first.
@@ -26,29 +24,6 @@ def weighted_op(node: torch.fx.Node) -> tuple[str, object]:
     if op in WEIGHTED_OPS and len(node.args) >= 2:
         return op, node.args[1]
     return "", None
-
-
-class _FlatCall(torch.nn.Module):
-    """The captured module called with flat tensors, as the program takes them."""
-
-    def __init__(self, inner: torch.nn.Module, inputs: FlatInputs) -> None:
-        super().__init__()
-        self.inner, self.inputs = inner, inputs
-
-    def forward(self, *flat: torch.Tensor):
-        args, kwargs = self.inputs.rebuild(list(flat))
-        return self.inner(*args, **kwargs)
-
-
-def recapture(module: torch.nn.Module, program: ExportedProgram) -> ExportedProgram:
-    """Export ``module`` (a rewritten ``program.module()``) with the program's flat
-    inputs and the same dynamic dims."""
-    inputs = flatten_inputs(*program.example_inputs)
-    user_inputs = [n for n in program.graph.nodes if n.op == "placeholder"
-                   and n.name in program.graph_signature.user_inputs]
-    return torch.export.export(
-        _FlatCall(module, inputs), tuple(inputs.tensors),
-        dynamic_shapes=(dynamic_shapes_for(user_inputs, program),), strict=False)
 
 
 def products_as_linear(module: torch.fx.GraphModule) -> int:
@@ -110,30 +85,6 @@ def _matmul_transposed_operands(module: torch.fx.GraphModule, node: torch.fx.Nod
     if value is None or value.dim() != 2:
         return None
     return x, transposed.args[0], None
-
-
-def attribute(module: torch.fx.GraphModule, node: object) -> torch.Tensor | None:
-    """The tensor a ``get_attr`` node reads, or None for anything else."""
-    if not (isinstance(node, torch.fx.Node) and node.op == "get_attr"):
-        return None
-    owner, _, attr = node.target.rpartition(".")
-    value = getattr(module.get_submodule(owner) if owner else module, attr, None)
-    return value if isinstance(value, torch.Tensor) else None
-
-
-def drop_unused_weights(module: torch.fx.GraphModule) -> None:
-    """A rewrite that replaces a weight (convert_pt2e's int8 copy, addmm's transposed
-    one) leaves the float original registered; re-capture would carry both."""
-    module.graph.eliminate_dead_code()
-    module.recompile()
-    used = {n.target for n in module.graph.nodes if n.op == "get_attr"}
-    # remove_duplicate=False: a tied weight (GPT-2's wte and lm_head) has two names, and
-    # the unused one would otherwise stay and be exported in float.
-    for name, _ in [*module.named_parameters(remove_duplicate=False),
-                    *module.named_buffers(remove_duplicate=False)]:
-        if name not in used:
-            owner_path, _, attr = name.rpartition(".")
-            delattr(module.get_submodule(owner_path) if owner_path else module, attr)
 
 
 def reads_only_weights(node: torch.fx.Node) -> bool:

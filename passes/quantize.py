@@ -22,15 +22,9 @@ import torch
 from torch.export import ExportedProgram
 
 from passes.base import PassResult
-from passes.quant_graph import (
-    drop_unused_weights,
-    layer_name,
-    products_as_linear,
-    reads_only_weights,
-    recapture,
-    weight_bytes,
-    weighted_op,
-)
+from passes.quant_graph import (layer_name, products_as_linear, reads_only_weights,
+                                weight_bytes, weighted_op)
+from passes.rewrite import drop_unused_weights, recapture
 from passes.quantize_weight_only import quantize_weights
 from runtime.flat_inputs import flatten_inputs
 

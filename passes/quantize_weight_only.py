@@ -24,15 +24,8 @@ import torch
 from torch.export import ExportedProgram
 
 from passes.base import PassResult
-from passes.quant_graph import (
-    attribute,
-    drop_unused_weights,
-    layer_name,
-    products_as_linear,
-    recapture,
-    weight_bytes,
-    weighted_op,
-)
+from passes.quant_graph import layer_name, products_as_linear, weight_bytes, weighted_op
+from passes.rewrite import attribute, drop_unused_weights, recapture
 
 # The layers each recipe quantizes, with the functional form the torchao tensor
 # intercepts. Int8 also takes embedding tables (gathered rows are dequantized); torchao's

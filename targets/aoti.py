@@ -18,7 +18,7 @@ from torch.fx import Node
 
 from passes.base import Pass
 from runtime.errors import ToolchainError
-from targets.base import Availability, Lowered, LowerOptions, Support, Target, cleanup_then_cast
+from targets.base import Availability, Lowered, LowerOptions, Support, Target, pipeline
 from targets.errors import TargetOptionError
 from targets.toolchain import choose_cxx
 
@@ -65,7 +65,8 @@ class AOTInductorTarget(Target):
         return Availability(choice.compiler is not None, choice.note)
 
     def default_passes(self, options: LowerOptions) -> list[Pass]:
-        return cleanup_then_cast(options, self.quantize_pass(options))
+        # no fusion passes: Inductor folds, matches attention and fuses on its own
+        return pipeline(options, self.quantize_pass(options))
 
     def inductor_configs(self, options: LowerOptions) -> dict:
         """Freezing folds weights into constants and lets Inductor prepack them

@@ -11,6 +11,7 @@ import abc
 import platform
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable, Sequence
 
 import torch
 from torch.export import ExportedProgram
@@ -105,14 +106,17 @@ class Target(abc.ABC):
         return Requirements(arch=platform.machine(), torch=torch.__version__)
 
 
-def cleanup_then_cast(options: LowerOptions, quantize: Pass | None = None) -> list[Pass]:
-    """The pipeline of backends that fuse and fold on their own (Inductor, the ONNX
-    exporter's optimizer, TVM's FuseOps/FoldConstant): dead-code cleanup first (PT2E's
-    prepare failed on dead code), then the target's quantizer if --quantize, then the
-    --dtype cast last, so it re-captures the cleaned graph."""
-    pipeline: list[Pass] = [EliminateDeadCode()]
+def pipeline(options: LowerOptions, quantize: Pass | None = None,
+             fusions: Sequence[Callable[[], Pass]] = ()) -> list[Pass]:
+    """A target's pass list, in order: dead-code cleanup first (PT2E's prepare failed on
+    dead code, and the fusion patterns assume single users); the target's fusion passes
+    (targets.fusion, unless --no-fuse); the quantizer if --quantize; the --dtype cast
+    last, so it re-captures the final graph once."""
+    passes: list[Pass] = [EliminateDeadCode()]
+    if options.extra.get("fuse", True):
+        passes += [make() for make in fusions]
     if quantize is not None:
-        pipeline.append(quantize)
+        passes.append(quantize)
     if options.dtype != "fp32":
-        pipeline.append(CastFloatDtype(options.dtype))
-    return pipeline
+        passes.append(CastFloatDtype(options.dtype))
+    return passes

@@ -24,9 +24,10 @@ from torch.fx import Node
 
 from passes.base import Pass
 from runtime.errors import ToolchainError
-from targets.base import Availability, Lowered, LowerOptions, Support, Target, cleanup_then_cast
-from targets.onnx_quantize import RECIPES, quantize_model
+from targets.base import Availability, Lowered, LowerOptions, Support, Target, pipeline
 from targets.errors import TargetOptionError
+from targets.fusion import ONNX_FUSIONS
+from targets.onnx_quantize import RECIPES, quantize_model
 
 log = logging.getLogger(__name__)
 
@@ -182,7 +183,8 @@ class OnnxTarget(Target):
     quant_recipes = RECIPES  # ONNX Runtime's tools, applied in lower() to the exported model
 
     def default_passes(self, options: LowerOptions) -> list[Pass]:
-        return cleanup_then_cast(options)  # no PT2E pass: ORT quantizes the ONNX model
+        # no PT2E pass: ORT quantizes the exported ONNX model (lower())
+        return pipeline(options, fusions=ONNX_FUSIONS)
 
     def quantize_pass(self, options: LowerOptions) -> Pass | None:
         return None

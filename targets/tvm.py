@@ -28,8 +28,9 @@ from passes.base import Pass
 from runtime.errors import ToolchainError
 from runtime.manifest import Requirements
 from targets import cpu_isa
-from targets.base import Availability, Lowered, LowerOptions, Support, Target, cleanup_then_cast
+from targets.base import Availability, Lowered, LowerOptions, Support, Target, pipeline
 from targets.errors import TargetOptionError
+from targets.fusion import TVM_FUSIONS
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +60,9 @@ def _installed() -> bool:
 def converter_keys() -> frozenset[str]:
     """'add.Tensor', 'conv2d.default', ...: what TVM's ExportedProgram importer converts
     (it looks a node up by ``target.__name__``, without the namespace)."""
-    from tvm.relax.frontend.torch.exported_program_translator import ExportedProgramImporter
+    from tvm.relax.frontend.torch.exported_program_translator import (
+        ExportedProgramImporter,
+    )
     return frozenset(k for k in ExportedProgramImporter().convert_map if isinstance(k, str))
 
 
@@ -104,7 +107,7 @@ class TvmTarget(Target):
         return Support(False, f"TVM's importer has no converter for {name}")
 
     def default_passes(self, options: LowerOptions) -> list[Pass]:
-        return cleanup_then_cast(options)
+        return pipeline(options, fusions=TVM_FUSIONS)
 
     def lower(self, program: ExportedProgram, options: LowerOptions) -> Lowered:
         if not _installed():

@@ -88,6 +88,12 @@ def test_zoo_builds_and_runs_on_onnx_with_dynamic_batch(name, artifacts_dir, cli
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["validation"]["passed"] is True
     assert_zoo_artifact_matches_eager(out, name)
+    fused = {r["name"]: r["info"] for r in runtime.read_manifest(out).passes if r["modified"]}
+    print(name, "fusion passes that changed the graph:", fused)
+    if name in ("cnn", "cnn-trained"):
+        assert fused["fold_batchnorm"]["batchnorms_folded"] == 6
+    if name in ("encoder", "encoder-trained", "decoder"):
+        assert fused["attention_to_sdpa"]["attentions_replaced"] == 2
 
 
 def test_hf_model_on_onnx_with_dynamic_batch(artifacts_dir, cli):
@@ -98,6 +104,8 @@ def test_hf_model_on_onnx_with_dynamic_batch(artifacts_dir, cli):
                  "--dynamic", "attention_mask:0=1..8")
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["validation"]["passed"] is True
+    merged = {r["name"]: r["info"] for r in runtime.read_manifest(out).passes}
+    assert merged["merge_parallel_linears"] == {"linears_merged": 6, "groups": 2}  # Q, K, V
     from tests.models.hf_bert import tiny_bert
     model, _ = tiny_bert()
     ids = torch.randint(0, 128, (7, 12))
@@ -118,3 +126,10 @@ def test_bench_measures_overhead_over_plain_onnxruntime(artifacts_dir, cli):
     ratio = data["ratios"]["artifact/onnxruntime"]
     print(f"artifact/onnxruntime on zoo cnn: {ratio:.3f}")
     assert 0.5 < ratio < 2.0  # the 1.1x goal is checked in bench/RESULTS.md, not on a noisy CI
+
+
+def test_no_fuse_leaves_the_fusion_passes_out(cli, tmp_path):
+    out = tmp_path / "cnn-unfused.artifact"
+    result = cli("build", "zoo:cnn", "--target", "onnx", "--no-fuse", "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    assert [r["name"] for r in runtime.read_manifest(out).passes] == ["eliminate_dead_code"]

@@ -1,0 +1,110 @@
+"""Remove ops that compute nothing at inference, and fold weight-only computations.
+
+    before: y = dropout(x, 0.1, train=False); z = clone(y); w = transpose(transpose(z, 1, 2), 1, 2)
+    after:  w = x
+    before: t = transpose(W, 0, 1)  (W a stored weight read nowhere else); y = matmul(x, t)
+    after:  y = matmul(x, W_t)      (W_t stored already transposed)
+
+Constants are folded only when every weight they read is used by nothing else, so
+folding never stores a tensor twice (a tied embedding's transpose stays computed).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.export import ExportedProgram
+
+from passes.base import PassResult
+from passes.rewrite import add_constant, attribute, rewrite_and_recapture
+
+aten = torch.ops.aten
+_IDENTITIES = {aten.clone.default, aten.contiguous.default, aten.alias.default,
+               aten.detach.default, aten.lift_fresh_copy.default}
+_DROPOUTS = {aten.dropout.default, aten.feature_dropout.default, aten.alpha_dropout.default}
+_SELF_INVERSE = {aten.transpose.int}
+# Never folded: reading them at build time is not what they mean.
+_NOT_FOLDABLE = {aten.empty.memory_format, aten.rand.default, aten.randn.default,
+                 aten._assert_tensor_metadata.default}
+
+
+class RemoveNoOps:
+    name = "remove_noops"
+
+    def __call__(self, program: ExportedProgram) -> PassResult:
+        return rewrite_and_recapture(program, _remove_all, "nodes_removed")
+
+
+def _remove_all(module: torch.fx.GraphModule) -> dict:
+    graph = module.graph
+    before = _ops(graph)
+    for node in list(graph.nodes):
+        source = _passthrough(node)
+        if source is not None:
+            node.replace_all_uses_with(source)
+            graph.erase_node(node)  # fx's dead-code pass keeps random ops such as dropout
+    graph.eliminate_dead_code()
+    folded = _fold_constants(module)
+    graph.eliminate_dead_code()
+    module.recompile()
+    return {"nodes_removed": before - _ops(graph), "constants_folded": folded}
+
+
+def _ops(graph: torch.fx.Graph) -> int:
+    return sum(n.op == "call_function" for n in graph.nodes)
+
+
+def _passthrough(node: torch.fx.Node) -> torch.fx.Node | None:
+    """The node's input when the node returns it unchanged, else None."""
+    if node.op != "call_function" or not node.args:
+        return None
+    source = node.args[0]
+    if node.target in _IDENTITIES and not node.kwargs.get("memory_format"):
+        return source
+    if node.target in _DROPOUTS and (len(node.args) > 2 and node.args[2] is False
+                                     or node.args[1] == 0):
+        return source
+    if node.target in _SELF_INVERSE and isinstance(source, torch.fx.Node) \
+            and source.target is node.target and _same_dims(source.args[1:], node.args[1:]):
+        return source.args[0]
+    if node.target is aten.to.dtype and _dtype(source) == node.args[1] and not node.kwargs:
+        return source
+    return None
+
+
+def _same_dims(a, b) -> bool:
+    return sorted(a) == sorted(b)
+
+
+def _dtype(node: object):
+    value = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+    return value.dtype if isinstance(value, torch.Tensor) else None
+
+
+def _fold_constants(module: torch.fx.GraphModule) -> int:
+    """Replace ops whose inputs are all stored tensors read by nothing else."""
+    folded = 0
+    readers: dict[str, int] = {}  # weight name -> ops reading it, over all its get_attrs
+    for node in module.graph.nodes:
+        if node.op == "get_attr":
+            readers[node.target] = readers.get(node.target, 0) + len(node.users)
+    for node in list(module.graph.nodes):
+        if node.op != "call_function" or node.target in _NOT_FOLDABLE \
+                or not isinstance(node.target, torch._ops.OpOverload) \
+                or node.target._schema.is_mutable:
+            continue
+        inputs = node.all_input_nodes
+        values = [attribute(module, n) for n in inputs]
+        if not inputs or any(v is None for v in values) \
+                or any(readers.get(n.target, 0) > 1 for n in inputs):
+            continue
+        args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs),
+                                             lambda n: values[inputs.index(n)])
+        with torch.no_grad():
+            result = node.target(*args, **kwargs)
+        if not isinstance(result, torch.Tensor):
+            continue
+        constant = add_constant(module, f"{node.name}_folded", result.contiguous(), node)
+        readers[constant.target] = len(node.users)
+        node.replace_all_uses_with(constant)
+        folded += 1
+    return folded

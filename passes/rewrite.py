@@ -1,0 +1,87 @@
+"""Rewriting a program through its unlifted module, then capturing it again.
+
+Passes that change weights (fold batch norm into a conv, concatenate Q/K/V, quantize)
+are simplest on ``program.module()``, where weights are ``get_attr`` attributes instead of
+lifted placeholders with a signature to keep in step; ``recapture`` then exports the
+rewritten module with the program's flat inputs and dynamic dims. The cost is one
+``torch.export`` per pass that changed something (none for a pass with nothing to do).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.export import ExportedProgram
+
+from passes.base import PassResult
+from passes.dims import dynamic_shapes_for
+from runtime.flat_inputs import FlatInputs, flatten_inputs
+
+
+class _FlatCall(torch.nn.Module):
+    """The captured module called with flat tensors, as the program takes them."""
+
+    def __init__(self, inner: torch.nn.Module, inputs: FlatInputs) -> None:
+        super().__init__()
+        self.inner, self.inputs = inner, inputs
+
+    def forward(self, *flat: torch.Tensor):
+        args, kwargs = self.inputs.rebuild(list(flat))
+        return self.inner(*args, **kwargs)
+
+
+def recapture(module: torch.nn.Module, program: ExportedProgram) -> ExportedProgram:
+    """Export ``module`` (a rewritten ``program.module()``) with the program's flat
+    inputs and the same dynamic dims."""
+    inputs = flatten_inputs(*program.example_inputs)
+    user_inputs = [n for n in program.graph.nodes if n.op == "placeholder"
+                   and n.name in program.graph_signature.user_inputs]
+    return torch.export.export(
+        _FlatCall(module, inputs), tuple(inputs.tensors),
+        dynamic_shapes=(dynamic_shapes_for(user_inputs, program),), strict=False)
+
+
+def attribute(module: torch.fx.GraphModule, node: object) -> torch.Tensor | None:
+    """The tensor a ``get_attr`` node reads, or None for anything else."""
+    if not (isinstance(node, torch.fx.Node) and node.op == "get_attr"):
+        return None
+    owner, _, attr = node.target.rpartition(".")
+    value = getattr(module.get_submodule(owner) if owner else module, attr, None)
+    return value if isinstance(value, torch.Tensor) else None
+
+
+def add_constant(module: torch.fx.GraphModule, name: str, value: torch.Tensor,
+                 before: torch.fx.Node) -> torch.fx.Node:
+    """Register ``value`` under a free name derived from ``name``; a get_attr to it."""
+    base, index = name.replace(".", "_"), 0
+    while hasattr(module, f"{base}_{index}" if index else base):
+        index += 1
+    free = f"{base}_{index}" if index else base
+    module.register_buffer(free, value.detach())
+    with module.graph.inserting_before(before):
+        return module.graph.get_attr(free)
+
+
+def drop_unused_weights(module: torch.fx.GraphModule) -> None:
+    """A rewrite that replaces a weight (convert_pt2e's int8 copy, addmm's transposed
+    one) leaves the float original registered; re-capture would carry both."""
+    module.graph.eliminate_dead_code()
+    module.recompile()
+    used = {n.target for n in module.graph.nodes if n.op == "get_attr"}
+    # remove_duplicate=False: a tied weight (GPT-2's wte and lm_head) has two names, and
+    # the unused one would otherwise stay and be exported in float.
+    for name, _ in [*module.named_parameters(remove_duplicate=False),
+                    *module.named_buffers(remove_duplicate=False)]:
+        if name not in used:
+            owner_path, _, attr = name.rpartition(".")
+            delattr(module.get_submodule(owner_path) if owner_path else module, attr)
+
+
+def rewrite_and_recapture(program: ExportedProgram, rewrite, figure: str) -> PassResult:
+    """Run ``rewrite(module) -> info`` on the unlifted module; re-capture only when
+    ``info[figure]`` says something changed, so ``modified`` is honest."""
+    module = program.module()
+    info = rewrite(module)
+    if not info[figure]:
+        return PassResult(program, modified=False, info=info)
+    drop_unused_weights(module)
+    return PassResult(recapture(module, program), modified=True, info=info)

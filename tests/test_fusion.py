@@ -1,0 +1,153 @@
+"""Fusion passes, each on a small model: the graph before and after, numbers against the
+unpassed program, an honest `modified` and a figure, and a second run that changes nothing."""
+
+from __future__ import annotations
+
+import collections
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from exporter.zoo import ZOO
+from passes.attention_to_sdpa import AttentionToSDPA
+from passes.fold_batchnorm import FoldBatchNorm
+from passes.merge_linears import MergeParallelLinears
+from passes.remove_noops import RemoveNoOps
+
+
+def _ops(program) -> collections.Counter:
+    return collections.Counter(str(n.target).replace("aten.", "").replace(".default", "")
+                               for n in program.graph.nodes if n.op == "call_function")
+
+
+def _apply_twice(pass_, model, args, dynamic_shapes=None):
+    """Run the pass twice; check the numbers; return (before ops, after ops, info)."""
+    program = torch.export.export(model, args, dynamic_shapes=dynamic_shapes)
+    with torch.no_grad():
+        expected = model(*args)
+    first = pass_(program)
+    second = pass_(first.program)
+    got = first.program.module()(*args)
+    for want, have in zip(torch.utils._pytree.tree_leaves(expected),
+                          torch.utils._pytree.tree_leaves(got)):
+        torch.testing.assert_close(have, want, rtol=1e-5, atol=1e-5)
+    assert first.modified and not second.modified, (first.info, second.info)
+    print(pass_.name, first.info, "\n before", dict(_ops(program)),
+          "\n after ", dict(_ops(first.program)))
+    return _ops(program), _ops(first.program), first.info
+
+
+class _ConvBN(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, bias=False)
+        self.bn = nn.BatchNorm2d(8)
+        self.fc = nn.Linear(8, 4)
+        self.bn1d = nn.BatchNorm1d(4)
+        for bn in (self.bn, self.bn1d):
+            bn.running_mean.uniform_(-0.5, 0.5)
+            bn.running_var.uniform_(0.5, 2.0)
+            bn.weight.data.uniform_(0.5, 1.5)
+            bn.bias.data.uniform_(-0.5, 0.5)
+
+    def forward(self, x):
+        y = torch.relu(self.bn(self.conv(x))).mean((2, 3))
+        return self.bn1d(self.fc(y))
+
+
+def test_fold_batchnorm_into_conv_and_linear():
+    torch.manual_seed(0)
+    before, after, info = _apply_twice(FoldBatchNorm(), _ConvBN().eval(), (torch.randn(2, 3, 8, 8),))
+    assert before["batch_norm"] == 2 and "batch_norm" not in after
+    assert info["batchnorms_folded"] == 2 and after["conv2d"] == 1 and after["linear"] == 1
+
+
+class _QKV(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.q, self.k, self.v = nn.Linear(16, 16), nn.Linear(16, 16), nn.Linear(16, 8, bias=False)
+        self.other = nn.Linear(8, 4)
+
+    def forward(self, x):
+        return self.q(x) * self.k(x), self.other(self.v(x))
+
+
+def test_merge_parallel_linears_reading_one_input():
+    torch.manual_seed(0)
+    before, after, info = _apply_twice(MergeParallelLinears(), _QKV().eval(),
+                                       (torch.randn(2, 5, 16),), ({0: torch.export.Dim("b")},))
+    assert before["linear"] == 4 and after["linear"] == 2  # q,k,v -> 1; `other` reads v's output
+    assert info == {"linears_merged": 3, "groups": 1} and after["split_with_sizes"] == 1
+
+
+class _Attention(nn.Module):
+    def forward(self, q, k, v, mask):
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]) + mask
+        return torch.softmax(scores, dim=-1) @ v
+
+
+def test_explicit_attention_becomes_sdpa():
+    q, k, v = (torch.randn(2, 4, 6, 8) for _ in range(3))
+    mask = torch.zeros(2, 1, 1, 6)
+    mask[..., -2:] = float("-inf")
+    before, after, info = _apply_twice(AttentionToSDPA(), _Attention(), (q, k, v, mask))
+    assert before["softmax.int"] == 1 and "softmax.int" not in after
+    assert after["scaled_dot_product_attention"] == 1 and info["attentions_replaced"] == 1
+
+
+def test_attention_with_something_in_between_is_left_alone():
+    class Biased(nn.Module):
+        def forward(self, q, k, v):
+            return torch.softmax(torch.tanh(q @ k.transpose(-2, -1)), -1) @ v
+    q = torch.randn(1, 2, 3, 4)
+    result = AttentionToSDPA()(torch.export.export(Biased(), (q, q, q)))
+    assert not result.modified and result.info["attentions_replaced"] == 0
+
+
+class _NoOps(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.drop = nn.Dropout(0.1)
+        self.w = nn.Parameter(torch.randn(8, 6))
+
+    def forward(self, x):
+        y = self.drop(x).clone().transpose(1, 2).transpose(1, 2).contiguous()
+        return y @ self.w.t()  # w read only here: its transpose is folded at build time
+
+
+def test_remove_noops_and_fold_a_weight_only_transpose():
+    before, after, info = _apply_twice(RemoveNoOps(), _NoOps().eval(), (torch.randn(2, 3, 6),))
+    print(before, after)
+    assert "dropout" in before and "clone" in before and before["transpose.int"] == 2
+    assert not {"dropout", "clone", "transpose.int", "t"} & set(after)
+    assert info["constants_folded"] == 1 and after == {"matmul": 1}
+
+
+def test_a_tied_weight_is_not_folded_into_a_second_copy():
+    module, args, dynamic = ZOO["decoder"]()  # output = h @ tokens.weight.T, tied
+    program = torch.export.export(module, args, dynamic_shapes=dynamic)
+    result = RemoveNoOps()(program)
+    assert "numpy_T" in _ops(result.program)
+    assert sum(t.numel() for t in result.program.state_dict.values()) == \
+        sum(t.numel() for t in program.state_dict.values())
+
+
+@pytest.mark.parametrize("name", ["cnn", "encoder"])
+def test_zoo_models_after_every_fusion_pass_match_eager(name):
+    """In the onnx target's order (tvm runs a prefix of it); dynamic batch kept."""
+    from passes.base import run_pipeline
+    from targets.fusion import ONNX_FUSIONS
+
+    module, args, dynamic = ZOO[name]()
+    program = torch.export.export(module, args, dynamic_shapes=dynamic)
+    fused, records = run_pipeline(program, [make() for make in ONNX_FUSIONS])
+    print(name, [(r["name"], r["modified"], r["info"]) for r in records])
+    batch = [torch.cat([a, a[:1]]) for a in args]  # another batch size
+    with torch.no_grad():
+        expected = module(*batch)
+    got = fused.module()(*batch)
+    for want, have in zip(torch.utils._pytree.tree_leaves(expected),
+                          torch.utils._pytree.tree_leaves(got)):
+        torch.testing.assert_close(have, want, rtol=1e-4, atol=1e-5)
