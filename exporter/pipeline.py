@@ -29,6 +29,7 @@ from exporter.quantization import QuantGate, calibration_sets, check_recipe
 from exporter.validate import EagerRunner, summarize_failure, validate
 from exporter.validate_inputs import make_cases
 from exporter.placement import Placement, enforce_fallback_policy, place
+from passes import memory_plan
 from passes.base import run_pipeline
 from passes.partition import PlannedPartition, materialize
 from runtime.archive_writer import write_artifact
@@ -264,7 +265,7 @@ def _manifest(prep: Prepared, settings: BuildSettings,
         requirements=requirements, created_by=versions.collect(),
         source={"spec": prep.model.source, "model_class": type(prep.model.module).__qualname__},
         passes=prep.pass_records, coverage=prep.placement.coverage,
-        placement=prep.placement.summary())
+        placement=prep.placement.summary(), memory_plan=memory_plan.plan(prep.program))
 
 
 def _preload(prep: Prepared, manifest: Manifest) -> list[str]:

@@ -77,7 +77,7 @@ def print_build(console: Console, result) -> None:
     console.print(f"[bold]built[/bold] {result.artifact} ({size / 1e6:.2f} MB) "
                   f"for target [bold]{manifest.target}[/bold]")
     console.print(_signature_table(manifest))
-    for line in quantization_lines(manifest):
+    for line in [*quantization_lines(manifest), *memory_lines(manifest)]:
         console.print(line, markup=False, highlight=False)
     for line in validation_lines(manifest.validation):
         console.print(line)
@@ -105,10 +105,21 @@ def print_manifest(console: Console, manifest: Manifest, path: str) -> None:
     for record in manifest.passes:
         console.print(f"pass {record['name']}: modified={record['modified']} {record['info']}",
                       markup=False, highlight=False)
-    for line in quantization_lines(manifest):
+    for line in [*quantization_lines(manifest), *memory_lines(manifest)]:
         console.print(line, markup=False, highlight=False)
     for line in validation_lines(manifest.validation):
         console.print(line)
+
+
+def memory_lines(manifest: Manifest) -> list[str]:
+    plan = manifest.memory_plan
+    if not plan:
+        return []
+    bound = plan["lower_bound_bytes"] or 1
+    return [f"memory plan (activations, at the example shapes): arena "
+            f"{plan['arena_bytes'] / 1e6:.3f} MB = {plan['arena_bytes'] / bound:.3f}x the lower "
+            f"bound {plan['lower_bound_bytes'] / 1e6:.3f} MB; without reuse "
+            f"{plan['naive_bytes'] / 1e6:.3f} MB ({plan['buffers']} buffers)"]
 
 
 def quantization_lines(manifest: Manifest) -> list[str]:

@@ -88,7 +88,10 @@ def test_zoo_builds_and_runs_on_onnx_with_dynamic_batch(name, artifacts_dir, cli
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["validation"]["passed"] is True
     assert_zoo_artifact_matches_eager(out, name)
-    fused = {r["name"]: r["info"] for r in runtime.read_manifest(out).passes if r["modified"]}
+    manifest = runtime.read_manifest(out)
+    plan = manifest.memory_plan  # what `exporter inspect --json` shows
+    assert plan["lower_bound_bytes"] <= plan["arena_bytes"] <= 1.05 * plan["lower_bound_bytes"]
+    fused = {r["name"]: r["info"] for r in manifest.passes if r["modified"]}
     print(name, "fusion passes that changed the graph:", fused)
     if name in ("cnn", "cnn-trained"):
         assert fused["fold_batchnorm"]["batchnorms_folded"] == 6
