@@ -171,11 +171,11 @@ class Encoder(nn.Module):
 class Decoder(nn.Module):
     """GPT-like causal decoder with a tied output projection."""
 
-    def __init__(self) -> None:
+    def __init__(self, hidden: int = HIDDEN, heads: int = HEADS) -> None:
         super().__init__()
-        self.embed = Embeddings(VOCAB, SEQ, HIDDEN)
-        self.blocks = nn.ModuleList(Block(HIDDEN, HEADS) for _ in range(LAYERS))
-        self.ln = nn.LayerNorm(HIDDEN)
+        self.embed = Embeddings(VOCAB, SEQ, hidden)
+        self.blocks = nn.ModuleList(Block(hidden, heads) for _ in range(LAYERS))
+        self.ln = nn.LayerNorm(hidden)
         causal = torch.full((SEQ, SEQ), float("-inf")).triu(1)
         # a buffer, not recomputed per call: a constant for export
         self.register_buffer("causal_mask", causal, persistent=False)
