@@ -50,7 +50,9 @@ def lifetimes(graph: torch.fx.Graph, alignment: int) -> list[Buffer]:
         if node.op != "call_function":
             continue
         base = _aliased_input(node)
-        storage[node] = storage.get(base, base) if base is not None else node
+        if base is not None and base not in storage:
+            continue  # a view of an input or a weight (w.T): not an activation, no buffer
+        storage[node] = storage[base] if base is not None else node
         for used in node.all_input_nodes:
             owner = storage.get(used)
             if owner is not None:
@@ -61,7 +63,7 @@ def lifetimes(graph: torch.fx.Graph, alignment: int) -> list[Buffer]:
             if used in storage:
                 last_use[storage[used]] = end
     buffers = []
-    for owner in {o for o in storage.values()}:
+    for owner in set(storage.values()):
         size = _bytes(owner)
         if size:
             buffers.append(Buffer(owner.name, -(-size // alignment) * alignment, step[owner],

@@ -52,8 +52,9 @@ def _merge(module: torch.fx.GraphModule, linears: list[torch.fx.Node],
               else torch.zeros(w.shape[0], dtype=w.dtype, device=w.device)
               for n, w in zip(linears, weights)]
     # The merged linear must come after every operand and before every user: put it
-    # right before the first of the linears (their common input x is above all of them).
-    first = min(linears, key=lambda n: list(module.graph.nodes).index(n))
+    # right before the first of the linears (groups are collected in graph order; their
+    # common input x is above all of them).
+    first = linears[0]
     weight = add_constant(module, f"{first.name}_merged_weight", torch.cat(weights), first)
     bias = add_constant(module, f"{first.name}_merged_bias", torch.cat(biases), first)
     with module.graph.inserting_before(first):

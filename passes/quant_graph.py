@@ -4,6 +4,8 @@ that are not ``aten.linear`` as linears, name layers and count weight bytes."""
 
 from __future__ import annotations
 
+import logging
+
 import torch
 from torch.export import ExportedProgram
 
@@ -12,6 +14,13 @@ from passes.rewrite import attribute
 # Ops whose second argument is a weight a recipe can quantize (ATen names, as captured);
 # embedding takes its table first.
 WEIGHTED_OPS = {"linear", "conv1d", "conv2d", "conv3d", "addmm", "mm", "matmul", "bmm"}
+
+
+def quiet_torchao() -> None:
+    """torchao logs a warning per CUDA kernel library it cannot load (on a CPU-only
+    machine), per missing Triton, and per layer it skips; the report says what matters."""
+    for name in ("torchao", "torchao.kernel.intmm"):
+        logging.getLogger(name).setLevel(logging.ERROR)
 
 
 def weighted_op(node: torch.fx.Node) -> tuple[str, object]:

@@ -15,14 +15,13 @@ unused pooler left behind by outputs the caller drops.
 from __future__ import annotations
 
 import copy
-import logging
 from typing import Callable, Sequence
 
 import torch
 from torch.export import ExportedProgram
 
 from passes.base import PassResult
-from passes.quant_graph import (layer_name, products_as_linear, reads_only_weights,
+from passes.quant_graph import (layer_name, products_as_linear, quiet_torchao, reads_only_weights,
                                 weight_bytes, weighted_op)
 from passes.rewrite import drop_unused_weights, recapture
 from passes.quantize_weight_only import quantize_weights
@@ -40,10 +39,7 @@ class QuantizePT2E:
         self.calibration = list(calibration)  # flat input sets; [] for dynamic recipes
 
     def __call__(self, program: ExportedProgram) -> PassResult:
-        # torchao logs a warning per CUDA kernel library it cannot load (on a CPU-only
-        # machine) or per missing Triton; PT2E uses none of them.
-        for name in ("torchao", "torchao.kernel.intmm"):
-            logging.getLogger(name).setLevel(logging.ERROR)
+        quiet_torchao()
         from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
         inputs = flatten_inputs(*program.example_inputs)

@@ -18,13 +18,13 @@ so partitioning, safetensors and AOTInductor see ordinary parameters.
 from __future__ import annotations
 
 import copy
-import logging
 
 import torch
 from torch.export import ExportedProgram
 
 from passes.base import PassResult
-from passes.quant_graph import layer_name, products_as_linear, weight_bytes, weighted_op
+from passes.quant_graph import (layer_name, products_as_linear, quiet_torchao, weight_bytes,
+                                weighted_op)
 from passes.rewrite import attribute, drop_unused_weights, recapture
 
 # The layers each recipe quantizes, with the functional form the torchao tensor
@@ -85,8 +85,7 @@ def quantize_weights(module: torch.fx.GraphModule, recipe: str,
     """Swap the weights of the recipe's layers (of ``only`` these ops, if given) for
     torchao's quantized tensors, in place; the caller re-captures (then
     ``run_decompositions``). Returns the layers quantized and those left in float, why."""
-    for name in ("torchao", "torchao.kernel.intmm"):
-        logging.getLogger(name).setLevel(logging.ERROR)
+    quiet_torchao()
     quantized, in_float = [], []
     for node in list(module.graph.nodes):
         op, weight = weighted_op(node)
