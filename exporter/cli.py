@@ -110,6 +110,9 @@ def build(
                                    "SQNR gate in dB (an output passes on SQNR or cosine)"),
     min_cosine: float = typer.Option(0.99, "--min-cosine",
                                      help="quantized builds: per-output cosine gate"),
+    memory_budget: Optional[str] = typer.Option(None, "--memory-budget", help="fail when "
+                                                "weights plus planned activations exceed this "
+                                                "size (e.g. 64MB, 1.5GiB)"),
     dry_run: bool = typer.Option(False, "--dry-run",
                                  help="show where each op would run; compile nothing"),
     as_json: bool = typer.Option(False, "--json", help="print the result as JSON only"),
@@ -126,7 +129,7 @@ def build(
                              min_partition_size=min_partition_size, ep=ep,
                              tvm_target=tvm_target, tune=tune, fuse=fuse,
                              quantize=quantize, calibration=calibration, quant_min_sqnr_db=min_sqnr,
-                             quant_min_cosine=min_cosine)
+                             quant_min_cosine=min_cosine, memory_budget=memory_budget)
         if dry_run:
             return _dry_run(spec, settings, as_json)
         try:
@@ -276,7 +279,10 @@ def validate(
 
 @app.command()
 def inspect(artifact: Path = typer.Argument(..., help="artifact file"),
-            as_json: bool = typer.Option(False, "--json", help="print the whole manifest")) -> None:
+            as_json: bool = typer.Option(False, "--json", help="print the whole manifest"),
+            plot: Optional[Path] = typer.Option(None, "--plot", help="draw the memory plan "
+                                                "(live bytes per step, the arena) to FILE.png")
+            ) -> None:
     """Verify an artifact and summarise its manifest."""
     def action() -> int:
         import runtime
@@ -284,6 +290,11 @@ def inspect(artifact: Path = typer.Argument(..., help="artifact file"),
 
         with ArtifactReader.open(artifact) as reader:
             raw = reader.manifest
+        if plot is not None:
+            from exporter.memory_plot import plot_memory
+            plot_memory(runtime.Manifest.from_dict(raw, where=str(artifact)), plot)
+            out_console.print(f"drew the memory plan to {plot}")
+            return 0
         if as_json:
             _print_json(raw)
             return 0

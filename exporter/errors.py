@@ -17,7 +17,7 @@ from runtime.errors import (  # re-exported: the exporter's callers need one imp
 
 __all__ = [
     "ArtifactError", "BuildError", "CompatibilityError", "ExecutionError", "ExportFailedError",
-    "InputMismatchError", "SpecError", "TargetUnavailableError", "ToolchainError",
+    "InputMismatchError", "MemoryBudgetError", "SpecError", "TargetUnavailableError", "ToolchainError",
     "UserInputError", "ValidationFailedError",
 ]
 
@@ -36,6 +36,13 @@ class ExportFailedError(ToolchainError):
 
 class BuildError(ToolchainError):
     """Lowering, compiling or packaging failed (exit code 3)."""
+
+
+class MemoryBudgetError(ToolchainError):
+    """Weights plus planned activations exceed --memory-budget (exit code 1: the build
+    worked, the model does not fit)."""
+
+    exit_code = 1
 
 
 class ValidationFailedError(ToolchainError):

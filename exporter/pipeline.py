@@ -17,12 +17,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
+import torch
 from torch.export import ExportedProgram
 
 from exporter import versions
 from exporter.capture import Captured, capture
 from exporter.dynamic import parse_dynamic
-from exporter.errors import TargetUnavailableError, UserInputError, ValidationFailedError
+from exporter.errors import (MemoryBudgetError, TargetUnavailableError, UserInputError,
+                             ValidationFailedError)
 from exporter.settings import BuildSettings
 from exporter.spec import ModelSpec, load_spec
 from exporter.quantization import QuantGate, calibration_sets, check_recipe
@@ -95,11 +97,32 @@ def prepare(spec: str | ModelSpec, settings: BuildSettings, timed: Callable) -> 
     options = _options(settings, out, calibration=calibration)
     with timed("passes" if settings.quantize is None else f"passes (quantize {settings.quantize})"):
         program, pass_records = run_pipeline(captured.program, target.default_passes(options))
+    if settings.memory_budget is not None:
+        check_memory_budget(program, settings.memory_budget)
     with timed("partition"):
         placement = place(program, target, settings.min_partition_size)
     warnings += enforce_fallback_policy(placement, settings.fallback, target)
     return Prepared(target, model, captured, program, pass_records, placement, warnings, out,
                     calibration)
+
+
+def check_memory_budget(program: ExportedProgram, budget: int) -> None:
+    """Before anything compiles: the weights (as the passes left them, so quantized) plus
+    the activation plan at the dims' upper bounds must fit ``budget``."""
+    weights = sum(t.numel() * t.element_size() for t in
+                  {id(t): t for t in [*program.state_dict.values(), *program.constants.values()]
+                   if isinstance(t, torch.Tensor)}.values())
+    plan = memory_plan.plan(program)
+    total = weights + plan["arena_bytes"]
+    if total > budget:
+        raise MemoryBudgetError(
+            f"the model needs {total / 1e6:.2f} MB, over the --memory-budget of "
+            f"{budget / 1e6:.2f} MB by {(total - budget) / 1e6:.2f} MB",
+            details=[f"weights: {weights / 1e6:.2f} MB", f"activations (arena, sized at "
+                     f"{plan['sized_at']}): {plan['arena_bytes'] / 1e6:.2f} MB, lower bound "
+                     f"{plan['lower_bound_bytes'] / 1e6:.2f} MB"],
+            hint="quantize the weights (--quantize int8-weight / int8-dynamic), build with "
+                 "--dtype fp16, lower the dynamic dims' maxima (--dynamic), or raise the budget")
 
 
 def dry_run(spec: str | ModelSpec, settings: BuildSettings, *,
@@ -265,7 +288,17 @@ def _manifest(prep: Prepared, settings: BuildSettings,
         requirements=requirements, created_by=versions.collect(),
         source={"spec": prep.model.source, "model_class": type(prep.model.module).__qualname__},
         passes=prep.pass_records, coverage=prep.placement.coverage,
-        placement=prep.placement.summary(), memory_plan=memory_plan.plan(prep.program))
+        placement=prep.placement.summary(), memory_plan=_memory_plan(prep, lowered))
+
+
+def _memory_plan(prep: Prepared, lowered: list[tuple[PlannedPartition, Lowered]]) -> dict:
+    """The whole program's activation plan (the report), and the arenas the runtime
+    allocates (only partitions' hand-offs and CPU-fallback insides are ours to place)."""
+    report = memory_plan.plan(prep.program)
+    parts = [(plan.name, prep.target.device if plan.delegated else "cpu", plan.delegated,
+              plan.program, plan.inputs, plan.outputs) for plan, _ in lowered]
+    outputs = {s.name for s in prep.captured.signature.outputs}
+    return {**report, "arenas": memory_plan.plan_arenas(parts, outputs)}
 
 
 def _preload(prep: Prepared, manifest: Manifest) -> list[str]:

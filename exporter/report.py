@@ -112,14 +112,32 @@ def print_manifest(console: Console, manifest: Manifest, path: str) -> None:
 
 
 def memory_lines(manifest: Manifest) -> list[str]:
+    """The activation plan against its two yardsticks, the arenas the runtime allocates,
+    and the peak measured while validating."""
     plan = manifest.memory_plan
     if not plan:
         return []
     bound = plan["lower_bound_bytes"] or 1
-    return [f"memory plan (activations, at the example shapes): arena "
-            f"{plan['arena_bytes'] / 1e6:.3f} MB = {plan['arena_bytes'] / bound:.3f}x the lower "
-            f"bound {plan['lower_bound_bytes'] / 1e6:.3f} MB; without reuse "
-            f"{plan['naive_bytes'] / 1e6:.3f} MB ({plan['buffers']} buffers)"]
+    lines = [f"memory plan (activations, at {plan.get('sized_at', 'the example shapes')}): "
+             f"arena {_mb(plan['arena_bytes'])} = {plan['arena_bytes'] / bound:.3f}x the lower "
+             f"bound {_mb(plan['lower_bound_bytes'])}; without reuse {_mb(plan['naive_bytes'])} "
+             f"({plan['buffers']} buffers)"]
+    for device, arena in (plan.get("arenas") or {}).items():
+        handoffs = sum(key.startswith("handoff/") for key in arena["slots"])
+        lines.append(f"  runtime arena on {device}: {_mb(arena['arena_bytes'])} preallocated for "
+                     f"{len(arena['slots']) - handoffs} CPU-fallback tensor(s) and {handoffs} "
+                     f"hand-off(s) between devices (lower bound {_mb(arena['lower_bound_bytes'])})")
+    measured = (manifest.validation or {}).get("memory") or {}
+    for device in ("cpu", "cuda"):
+        if f"{device}_peak_bytes" in measured:
+            lines.append(f"  measured on {device} while validating: "
+                         f"{_mb(measured[f'{device}_peak_bytes'])} ({measured[f'{device}_how']}; "
+                         "backends' workspaces and outputs included)")
+    return lines
+
+
+def _mb(size: int) -> str:
+    return f"{size / 1e6:.3f} MB"
 
 
 def quantization_lines(manifest: Manifest) -> list[str]:

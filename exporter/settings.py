@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 ARTIFACT_SUFFIX = ".artifact"
 
@@ -41,6 +41,13 @@ class BuildSettings(BaseModel):
     quant_min_cosine: float = 0.99
     seed: int = 0
     validation_timeout_s: float = 900.0
+    memory_budget: int | None = Field(None, gt=0, description="bytes (or a size: 64MB, 1.5GiB) "
+                                      "that weights plus planned activations must fit in")
+
+    @field_validator("memory_budget", mode="before")
+    @classmethod
+    def _parse_size(cls, value: object) -> object:
+        return parse_size(value) if isinstance(value, str) else value
 
     def providers(self) -> list[str]:
         from targets.onnx import provider_names  # the one place that knows EP names
@@ -50,3 +57,20 @@ class BuildSettings(BaseModel):
         if self.out is not None:
             return self.out
         return Path(f"{model_name}-{self.target}{ARTIFACT_SUFFIX}")
+
+
+_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "kib": 2**10, "mib": 2**20,
+          "gib": 2**30}
+
+
+def parse_size(text: str) -> int:
+    """``"512MB"``, ``"1.5GiB"``, ``"4096"`` -> bytes (decimal and binary units)."""
+    number = text.strip().rstrip("bBiIkKmMgG")
+    unit = text.strip()[len(number):].lower()
+    try:
+        value = float(number)
+    except ValueError:
+        value = -1.0
+    if unit not in _UNITS or value <= 0:
+        raise ValueError(f"'{text}' is not a size; write e.g. 4096, 64MB, 512MiB or 1.5GB")
+    return int(value * _UNITS[unit])

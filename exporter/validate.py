@@ -13,6 +13,7 @@ outputs match eager exactly; NaN and Inf positions match.
 from __future__ import annotations
 
 import copy
+import json
 import logging
 import os
 import signal
@@ -63,9 +64,12 @@ class ArtifactRun:
         self._tmp = tempfile.TemporaryDirectory(prefix="exporter-validate-")
         cases_path = Path(self._tmp.name) / "cases.safetensors"
         self._out_path = Path(self._tmp.name) / "out.safetensors"
+        self._memory_path = Path(self._tmp.name) / "memory.json"
+        self.memory: dict = {}  # the peak the child measured (runtime/memory.py)
         save_tensors(cases_path, {f"{c.name}/{k}": v for c in cases for k, v in c.inputs.items()})
         cmd = [sys.executable, "-m", "runtime", "run-cases", str(artifact),
-               "--cases", str(cases_path), "--out", str(self._out_path)]
+               "--cases", str(cases_path), "--out", str(self._out_path),
+               "--memory-out", str(self._memory_path)]
         cmd += [arg for source in preload for arg in ("--preload", source)]
         self._start = time.perf_counter()
         self._proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -85,6 +89,7 @@ class ArtifactRun:
             if self._proc.returncode != 0:
                 raise _crash_error(self._proc.returncode, stdout, stderr, self.artifact)
             flat = load_tensors(self._out_path)
+            self.memory = json.loads(self._memory_path.read_text())
         finally:
             self.close()
         results: dict[str, dict[str, torch.Tensor]] = {}
@@ -206,7 +211,7 @@ def validate(artifact: Path, eager: EagerRunner, signature: Signature, cases: li
             "reference_note": ref_note, "cases": [c.describe() for c in cases],
             "outputs": rows, "warnings": list(warnings or []),
             "seconds": round(time.perf_counter() - start, 2),
-            "artifact_subprocess_seconds": round(subprocess_s, 2),
+            "artifact_subprocess_seconds": round(subprocess_s, 2), "memory": run.memory,
             "eager_reference_seconds": round(eager_s, 2)}
 
 

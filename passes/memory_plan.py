@@ -31,44 +31,151 @@ class Buffer:
 
 
 def plan(program: ExportedProgram, alignment: int = 64) -> dict:
-    """The plan as the manifest stores it: figures, and each buffer's offset."""
-    buffers = lifetimes(program.graph, alignment)
+    """The whole program's activations, as the manifest's report stores them: figures,
+    and each buffer's offset. Sized at the dynamic dims' upper bounds (the worst case a
+    device must hold), or at the example's size where a dim has none."""
+    buffers, unbounded = lifetimes(program.graph, alignment)
     offsets = best_fit(buffers)
-    arena = max((offsets[b.name] + b.size for b in buffers), default=0)
-    return {"alignment": alignment, "buffers": len(buffers), "arena_bytes": arena,
+    return {"alignment": alignment, "buffers": len(buffers), "arena_bytes": _end(buffers, offsets),
             "naive_bytes": sum(b.size for b in buffers),
             "lower_bound_bytes": lower_bound(buffers),
+            "sized_at": "the example inputs' sizes (dims without an upper bound)" if unbounded
+            else "the dynamic dims' upper bounds",
             "offsets": {b.name: [offsets[b.name], b.size, b.start, b.end] for b in buffers}}
 
 
-def lifetimes(graph: torch.fx.Graph, alignment: int) -> list[Buffer]:
+@dataclass
+class _Storage:
+    """Who owns the bytes each node's value lives in, and when they are last read."""
+
+    steps: dict[torch.fx.Node, int]
+    owner: dict[torch.fx.Node, torch.fx.Node]  # node -> the node that allocated its storage
+    last_use: dict[torch.fx.Node, int]
+    outputs: list[torch.fx.Node | None]  # the owner behind each graph output (None: input/weight)
+
+
+def _storage(graph: torch.fx.Graph) -> _Storage:
     nodes = list(graph.nodes)
-    step = {n: i for i, n in enumerate(nodes)}
-    storage: dict[torch.fx.Node, torch.fx.Node] = {}  # node -> the node that allocated it
+    steps = {n: i for i, n in enumerate(nodes)}
+    owner: dict[torch.fx.Node, torch.fx.Node] = {}
     last_use: dict[torch.fx.Node, int] = {}
     for node in nodes:
         if node.op != "call_function":
             continue
         base = _aliased_input(node)
-        if base is not None and base not in storage:
+        if base is not None and base not in owner:
             continue  # a view of an input or a weight (w.T): not an activation, no buffer
-        storage[node] = storage[base] if base is not None else node
+        owner[node] = owner[base] if base is not None else node
         for used in node.all_input_nodes:
-            owner = storage.get(used)
-            if owner is not None:
-                last_use[owner] = max(last_use.get(owner, 0), step[node])
-    end = len(nodes)
+            if used in owner:
+                last_use[owner[used]] = max(last_use.get(owner[used], 0), steps[node])
+    outputs = []
     for output in graph.find_nodes(op="output"):
-        for used in output.all_input_nodes:
-            if used in storage:
-                last_use[storage[used]] = end
-    buffers = []
-    for owner in set(storage.values()):
-        size = _bytes(owner)
+        for used in torch.utils._pytree.tree_leaves(output.args[0]):
+            outputs.append(owner.get(used) if isinstance(used, torch.fx.Node) else None)
+            if outputs[-1] is not None:
+                last_use[outputs[-1]] = len(nodes)
+    return _Storage(steps, owner, last_use, outputs)
+
+
+def lifetimes(graph: torch.fx.Graph, alignment: int) -> tuple[list[Buffer], bool]:
+    """Every buffer of the graph; and whether some size had no upper bound."""
+    info = _storage(graph)
+    buffers, unbounded = [], False
+    for node in set(info.owner.values()):
+        size, bounded = _bytes(node, alignment)
+        unbounded |= not bounded
         if size:
-            buffers.append(Buffer(owner.name, -(-size // alignment) * alignment, step[owner],
-                                  last_use.get(owner, step[owner])))
-    return sorted(buffers, key=lambda b: b.start)
+            buffers.append(Buffer(node.name, size, info.steps[node],
+                                  info.last_use.get(node, info.steps[node])))
+    return sorted(buffers, key=lambda b: b.start), unbounded
+
+
+def plan_arenas(partitions: list[tuple[str, str, bool, ExportedProgram, list[str], list[str]]],
+                program_outputs: set[str], alignment: int = 64) -> dict:
+    """The runtime's arenas (runtime/arena.py), one per device, over one timeline of all
+    partitions in run order. ``partitions``: (name, device, delegated, program, inputs,
+    outputs) each. Planned, keyed as the runtime looks them up:
+
+    * ``<partition>/<node>``: a CPU-fallback intermediate whose op has an ``out=``
+      overload, or a hand-off output, live until its last consumer partition ends;
+    * ``handoff/<tensor>``: a partition output copied to a partition on another device,
+      in the destination's arena, live while any partition that could still read it
+      (its readers, and theirs through aliasing outputs) runs.
+
+    Left to the allocator: program outputs (the caller keeps them past the next call),
+    delegated partitions' insides (their backend plans those) and unbounded sizes."""
+    base, span, producer = {}, {}, {}
+    step = 0
+    for name, device, delegated, program, _, outputs in partitions:
+        base[name] = step
+        span[name] = 1 if delegated else len(program.graph.nodes) + 1
+        step += span[name] + 1
+        producer.update({out: (name, device, program, i) for i, out in enumerate(outputs)})
+    readers = {name: [(p, device) for p, device, _, _, inputs, _ in partitions if name in inputs]
+               for name in producer}
+
+    def last_read(name: str) -> int:
+        return max((base[p] + span[p] for p, _ in readers[name]), default=0)
+
+    buffers: dict[str, list[Buffer]] = {}
+    for name, device, delegated, program, inputs, outputs in partitions:
+        if not delegated:
+            buffers.setdefault(device, []).extend(
+                _fallback_buffers(name, program, outputs, base[name], program_outputs,
+                                  last_read, alignment))
+        for tensor in inputs:
+            source = producer.get(tensor)
+            if source is None or source[1] == device:
+                continue  # a program input (the caller's), or already on this device
+            key = f"handoff/{tensor}"
+            if any(b.name == key for b in buffers.get(device, [])):
+                continue
+            size, bounded = _bytes(_output_node(source[2], source[3]), alignment)
+            if not bounded or not size:
+                continue
+            # a reader may hand on a view of its input: keep the bytes while its outputs live
+            end = max(max([base[p] + span[p], *map(last_read, _outputs_of(partitions, p))])
+                      for p, d in readers[tensor] if d == device)
+            buffers.setdefault(device, []).append(Buffer(key, size, base[name], end))
+    arenas = {}
+    for device, planned in buffers.items():
+        offsets = best_fit(planned)
+        arenas[device] = {"arena_bytes": _end(planned, offsets),
+                          "lower_bound_bytes": lower_bound(planned),
+                          "slots": {b.name: [offsets[b.name], b.size, b.start, b.end]
+                                    for b in planned}}
+    return arenas
+
+
+def _fallback_buffers(partition: str, program: ExportedProgram, outputs: list[str], base: int,
+                      program_outputs: set[str], last_read, alignment: int) -> list[Buffer]:
+    from runtime.arena import out_variant  # the runtime's own rule for what it can place
+
+    info = _storage(program.graph)
+    planned = []
+    for node in set(info.owner.values()):
+        value = node.meta.get("val")
+        if not (isinstance(value, torch.Tensor) and out_variant(node.target) is not None
+                and value.is_contiguous()):
+            continue
+        size, bounded = _bytes(node, alignment)
+        reached = [out for out, owner in zip(outputs, info.outputs) if owner is node]
+        if not size or not bounded or any(out in program_outputs for out in reached):
+            continue
+        end = base + info.last_use.get(node, info.steps[node])
+        end = max([end] + [last_read(out) for out in reached])
+        planned.append(Buffer(f"{partition}/{node.name}", size, base + info.steps[node], end))
+    return planned
+
+
+def _output_node(program: ExportedProgram, index: int) -> torch.fx.Node:
+    (output,) = program.graph.find_nodes(op="output")
+    return torch.utils._pytree.tree_leaves(output.args[0])[index]
+
+
+def _outputs_of(partitions: list, name: str) -> list[str]:
+    return next(outputs for p, *_, outputs in partitions if p == name)
 
 
 def best_fit(buffers: list[Buffer]) -> dict[str, int]:
@@ -94,9 +201,14 @@ def lower_bound(buffers: list[Buffer]) -> int:
                default=0)
 
 
+# getitem (of split, unbind, a multi-output op) and _unsafe_view (a reshape of a fresh
+# clone) share their input's storage without saying so in a schema.
+_UNANNOTATED_VIEWS = {torch.ops.aten._unsafe_view.default}
+
+
 def _aliased_input(node: torch.fx.Node) -> torch.fx.Node | None:
     """The input whose storage ``node``'s output is a view of, if any."""
-    if node.target.__module__ == "_operator":  # getitem of split/unbind: a view of it
+    if node.target.__module__ == "_operator" or node.target in _UNANNOTATED_VIEWS:
         return node.args[0] if isinstance(node.args[0], torch.fx.Node) else None
     schema = getattr(node.target, "_schema", None)
     if schema is None or not schema.returns or schema.returns[0].alias_info is None:
@@ -105,14 +217,28 @@ def _aliased_input(node: torch.fx.Node) -> torch.fx.Node | None:
     return first if isinstance(first, torch.fx.Node) else None
 
 
-def _bytes(node: torch.fx.Node) -> int:
+def _bytes(node: torch.fx.Node, alignment: int) -> tuple[int, bool]:
+    """Bytes of the node's value(s), each aligned, at the dims' upper bounds; and whether
+    every dim had one (else its example size is taken)."""
     value = node.meta.get("val")
-    values = value if isinstance(value, (list, tuple)) else [value]
-    total = 0
-    for v in values:
+    total, bounded = 0, True
+    for v in value if isinstance(value, (list, tuple)) else [value]:
         if isinstance(v, torch.Tensor):
             numel = 1
             for size in v.shape:
-                numel *= size.node.hint if isinstance(size, torch.SymInt) else int(size)
-            total += numel * v.element_size()
-    return total
+                upper = _upper(size)
+                bounded &= upper is not None
+                numel *= upper if upper is not None else size.node.hint
+            total += -(-numel * v.element_size() // alignment) * alignment
+    return total, bounded
+
+
+def _upper(size: int | torch.SymInt) -> int | None:
+    if not isinstance(size, torch.SymInt):
+        return int(size)
+    upper = size.node.shape_env.bound_sympy(size.node.expr).upper
+    return int(upper) if upper.is_finite else None
+
+
+def _end(buffers: list[Buffer], offsets: dict[str, int]) -> int:
+    return max((offsets[b.name] + b.size for b in buffers), default=0)

@@ -16,6 +16,7 @@ import logging
 from pathlib import Path
 
 from runtime.archive import ArtifactReader, Limits
+from runtime.arena import Arena
 from runtime.cuda_graphs import GraphReplay
 from runtime.errors import (ArtifactError, CompatibilityError, ExecutionError,
                             InputMismatchError, ToolchainError, UserInputError)
@@ -53,13 +54,16 @@ def load(path: str | Path, *, limits: Limits = Limits(), cuda_graphs: bool = Tru
         # user-writable location; on Linux the mapping outlives the files, so the
         # copy is removed when the reader closes.
         private_dir = reader.extract_private()
+        arenas = {device: Arena(device, plan) for device, plan in
+                  ((manifest.memory_plan or {}).get("arenas") or {}).items()}
         executors = []
         for partition in manifest.partitions:
             graphed = cuda_graphs and partition.device == "cuda"
             execute = create_executor(partition, private_dir, where=where,
-                                      run_single_threaded=graphed)
+                                      run_single_threaded=graphed,
+                                      arena=arenas.get(partition.device))
             if graphed:
                 execute = GraphReplay(execute, partition.device, max_graphs, static_outputs)
             executors.append(execute)
     log.debug("loaded %s: %d partition(s)", where, len(executors))
-    return Program(manifest, executors, source=where)
+    return Program(manifest, executors, source=where, arenas=arenas)

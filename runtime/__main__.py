@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import importlib.util
 import sys
 import traceback
@@ -18,6 +19,7 @@ from pathlib import Path
 
 import runtime
 from runtime.errors import ToolchainError, UserInputError
+from runtime.memory import PeakMemory
 from runtime.tensorio import load_npz, load_tensors, save_npz, save_tensors
 
 
@@ -48,18 +50,26 @@ def run_npz(artifact: str | Path, inputs: str | Path, out: str | Path | None, *,
     return outputs, program.backend_reports
 
 
-def run_cases(artifact: str, cases_path: str, out_path: str) -> None:
-    """Inputs are keyed ``"{case}/{input}"``; outputs are written as ``"{case}/{output}"``."""
+def run_cases(artifact: str, cases_path: str, out_path: str, memory_path: str | None = None
+              ) -> None:
+    """Inputs are keyed ``"{case}/{input}"``; outputs are written as ``"{case}/{output}"``.
+    With ``memory_path``, the peak memory the runs took beyond the loaded program is
+    written there as JSON (see runtime.memory)."""
     program = runtime.load(artifact)
     grouped: dict[str, dict] = {}
     for key, tensor in load_tensors(cases_path).items():
         case, _, name = key.partition("/")
         grouped.setdefault(case, {})[name] = tensor
     results = {}
-    for case, inputs in sorted(grouped.items()):
-        for name, tensor in program.run(inputs, output_device="cpu").items():
-            results[f"{case}/{name}"] = tensor
+    if grouped:  # one run first, so one-time set-up (code pages, thread pools) is not counted
+        program.run(next(iter(grouped.values())), output_device="cpu")
+    with PeakMemory(program) as peak:
+        for case, inputs in sorted(grouped.items()):
+            for name, tensor in program.run(inputs, output_device="cpu").items():
+                results[f"{case}/{name}"] = tensor
     save_tensors(out_path, results)
+    if memory_path is not None:
+        Path(memory_path).write_text(json.dumps(peak.record))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -78,6 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     cases.add_argument("--cases", required=True)
     cases.add_argument("--out", required=True)
     cases.add_argument("--preload", action="append", default=[])
+    cases.add_argument("--memory-out", help="write the measured peak memory here (JSON)")
     args = parser.parse_args(argv)
     try:
         preload(args.preload)
@@ -89,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
             for name, tensor in outputs.items():
                 print(f"{name}: {str(tensor.dtype).removeprefix('torch.')}{list(tensor.shape)}")
         else:
-            run_cases(args.artifact, args.cases, args.out)
+            run_cases(args.artifact, args.cases, args.out, args.memory_out)
     except ToolchainError as exc:
         if args.debug:
             traceback.print_exc()

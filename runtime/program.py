@@ -11,6 +11,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
+from runtime.arena import Arena
 from runtime.errors import InputMismatchError
 from runtime.flat_inputs import flatten_inputs
 from runtime.manifest import Manifest, TensorSpec
@@ -20,13 +21,20 @@ Executor = Callable[[list[torch.Tensor]], list[torch.Tensor]]
 
 
 class Program:
-    def __init__(self, manifest: Manifest, executors: Sequence[Executor], *, source: str) -> None:
+    def __init__(self, manifest: Manifest, executors: Sequence[Executor], *, source: str,
+                 arenas: Mapping[str, Arena] | None = None) -> None:
         self.manifest = manifest
         self.source = source
         self._executors = list(executors)
         self._fast_check = _FastCheck(manifest.signature.inputs)
+        # Per device, the preallocated bytes that hand-offs between devices are copied into
+        # (runtime/arena.py); what lives there is never handed to the caller.
+        self._arenas = dict(arenas or {})
+        self._arena_storages = {a.storage.untyped_storage().data_ptr()
+                                for a in self._arenas.values()}
         # Resolved once: this loop runs per call, and 0.1 ms models feel microseconds.
-        self._steps = [(execute, p.inputs, p.outputs, torch.device(p.device))
+        self._steps = [(execute, p.inputs, p.outputs, torch.device(p.device),
+                        self._arenas.get(p.device))
                        for p, execute in zip(manifest.partitions, self._executors)]
         self._input_names = self.input_names
         self._output_names = self.output_names
@@ -51,6 +59,16 @@ class Program:
                              placement=getattr(execute, "placement", None))
                 for p, execute in zip(self.manifest.partitions, self._executors)
                 if getattr(execute, "report", None) is not None}
+
+    @property
+    def memory_report(self) -> dict[str, dict]:
+        """Per device: the arena's bytes and how many planned tensors live there (hand-off
+        copies, and CPU-fallback intermediates that run in it)."""
+        slots = sum((getattr(execute, "arena_slots", 0) for execute in self._executors), 0)
+        return {device: {"arena_bytes": arena.nbytes, "planned": len(arena.slots),
+                         "handoffs": sum(key.startswith("handoff/") for key in arena.slots),
+                         "fallback_slots_in_use": slots if device == "cpu" else 0}
+                for device, arena in self._arenas.items()}
 
     @property
     def input_names(self) -> list[str]:
@@ -83,14 +101,33 @@ class Program:
         elif not isinstance(output_device, torch.device):
             output_device = _device(output_device)
         if self._single:
-            execute, _, _, device = self._steps[0]
+            execute, _, _, device, _ = self._steps[0]
             outputs = execute([_on(t, device) for t in tensors])
             return {name: _on(t, output_device) for name, t in zip(self._output_names, outputs)}
         values: dict[str, torch.Tensor] = dict(zip(self._input_names, tensors))
-        for execute, input_names, output_names, device in self._steps:
-            values.update(zip(output_names, execute([_on(values[n], device)
-                                                     for n in input_names])))
-        return {name: _on(values[name], output_device) for name in self._output_names}
+        copies: dict[tuple[str, torch.device], torch.Tensor] = {}  # one per tensor and device
+        for execute, input_names, output_names, device, arena in self._steps:
+            args = []
+            for name in input_names:
+                value = values[name]
+                if arena is not None and value.device.type != device.type:
+                    moved = copies.get((name, device))
+                    if moved is None:
+                        key = "handoff/" + name
+                        moved = (arena.copy_into(key, value) if key in arena.slots
+                                 else _on(value, device))
+                        copies[(name, device)] = moved
+                    value = moved
+                args.append(_on(value, device))
+            values.update(zip(output_names, execute(args)))
+        return {name: self._owned(_on(values[name], output_device)) for name in self._output_names}
+
+    def _owned(self, tensor: torch.Tensor) -> torch.Tensor:
+        """A backend may return a view of its input as an output; when that input sits in
+        an arena, the caller gets a copy (the next call overwrites the arena)."""
+        if self._arena_storages and tensor.untyped_storage().data_ptr() in self._arena_storages:
+            return tensor.clone()
+        return tensor
 
     def _order_inputs(self, inputs: Mapping[str, torch.Tensor] | Sequence[torch.Tensor]
                       ) -> list[torch.Tensor]:

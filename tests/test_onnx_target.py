@@ -136,3 +136,55 @@ def test_no_fuse_leaves_the_fusion_passes_out(cli, tmp_path):
     result = cli("build", "zoo:cnn", "--target", "onnx", "--no-fuse", "--out", str(out))
     assert result.returncode == 0, result.stderr
     assert [r["name"] for r in runtime.read_manifest(out).passes] == ["eliminate_dead_code"]
+
+
+def test_fallback_partition_runs_in_the_planned_arena(cli, tmp_path):
+    """Everything on the CPU fallback (islands under 3 ops): its intermediates are planned
+    into the runtime's CPU arena, and the measured peak is recorded beside the plan."""
+    out = tmp_path / "arena.artifact"
+    result = cli("build", CUSTOM, "--target", "onnx", "--min-partition-size", "3",
+                 "--out", str(out), "--json")
+    assert result.returncode == 0, result.stderr
+    manifest = runtime.read_manifest(out)
+    arena = manifest.memory_plan["arenas"]["cpu"]
+    print("arena:", arena, "measured:", manifest.validation["memory"])
+    assert sorted(arena["slots"]) == ["p0/linear", "p0/relu"]  # soft_clip has no out=
+    assert arena["arena_bytes"] == arena["lower_bound_bytes"] == 4096  # 16 x 32 floats, 2x
+    assert manifest.validation["memory"]["cpu_peak_bytes"] > 0
+    import tests.models.custom_op as custom  # registers edgetest::soft_clip here
+    program = runtime.load(out)
+    assert program.memory_report["cpu"]["fallback_slots_in_use"] == 2
+    model, _, _ = custom.factory()
+    for batch in (1, 16, 7):
+        x = torch.randn(batch, 16)
+        torch.testing.assert_close(program(x), model(x), rtol=0, atol=0)
+    shown = cli("inspect", str(out))
+    assert "runtime arena on cpu: 0.004 MB preallocated for 2 CPU-fallback" in shown.stdout
+    assert "measured on cpu while validating" in shown.stdout
+
+
+def test_memory_budget_fails_the_build_with_the_figures(cli, tmp_path):
+    out = tmp_path / "budget.artifact"
+    tight = cli("build", "zoo:encoder", "--target", "onnx", "--memory-budget", "1MB",
+                "--out", str(out))
+    print(tight.stderr)
+    assert tight.returncode == 1 and "Traceback" not in tight.stderr
+    assert "over the --memory-budget of 1.00 MB" in tight.stderr
+    assert "weights: 0.49 MB" in tight.stderr and "activations (arena" in tight.stderr
+    assert not out.exists()
+    roomy = cli("build", "zoo:encoder", "--target", "onnx", "--memory-budget", "8MiB",
+                "--dry-run")
+    assert roomy.returncode == 0, roomy.stderr
+    bad = cli("build", "zoo:encoder", "--target", "onnx", "--memory-budget", "lots")
+    assert bad.returncode == 2 and "'lots' is not a size" in bad.stderr
+
+
+def test_inspect_plots_the_memory_plan(custom_onnx, cli, tmp_path):
+    out, _ = custom_onnx
+    png = tmp_path / "plan.png"
+    result = cli("inspect", str(out), "--plot", str(png))
+    assert result.returncode == 0, result.stderr
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+    assert list(tmp_path.iterdir()) == [png], "no partial file left beside it"
+    missing = cli("inspect", str(out), "--plot", str(tmp_path / "no" / "plan.png"))
+    assert missing.returncode == 2 and "does not exist" in missing.stderr

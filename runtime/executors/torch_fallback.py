@@ -17,12 +17,14 @@ Like the AOTI executor's ``meta["package"]``, the meta values are paths relative
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch.utils._pytree import tree_leaves, tree_unflatten
 
+from runtime.arena import Arena, run_in_arena
 from runtime.errors import ArtifactError, CompatibilityError, ExecutionError
 from runtime.manifest import Partition
 from runtime.program import Executor
@@ -35,7 +37,8 @@ PARAM, BUFFER, CONSTANT = "param/", "buffer/", "constant/"
 _REBUILD = "rebuild the artifact with `exporter build`"
 
 
-def load(partition: Partition, files_dir: Path, *, where: str, **_: object) -> Executor:
+def load(partition: Partition, files_dir: Path, *, where: str, arena: Arena | None = None,
+         **_: object) -> Executor:
     program_path, weights_path = (_entry(partition, files_dir, key, where)
                                   for key in (PROGRAM_KEY, WEIGHTS_KEY))
     at_program = f"{where}: {partition.meta[PROGRAM_KEY]}"
@@ -49,11 +52,18 @@ def load(partition: Partition, files_dir: Path, *, where: str, **_: object) -> E
     # program) and applies buffer mutations, so it is the one correct way to run it.
     module = program.module()
     in_spec = program.call_spec.in_spec
+    # Planned intermediates write into the device arena (runtime/arena.py). With dynamic
+    # dims a slot changes shape per call: emptied first, so the out= op resizes it quietly.
+    slots = run_in_arena(module, arena, f"{partition.name}/") if arena is not None else []
+    reset = slots if _dynamic(program) else []
+    lock = threading.Lock()  # the slots are shared state: one call at a time
 
     def run(inputs: list[torch.Tensor]) -> list[torch.Tensor]:
         try:
             args, kwargs = tree_unflatten(list(inputs), in_spec)
-            with torch.no_grad():
+            with torch.no_grad(), lock:
+                for slot in reset:
+                    slot.resize_(0)
                 outputs = module(*args, **kwargs)
         except Exception as exc:  # kernels and shape guards raise many types; name the partition
             raise ExecutionError(
@@ -61,7 +71,13 @@ def load(partition: Partition, files_dir: Path, *, where: str, **_: object) -> E
                 where=where, hint="check the inputs against `exporter inspect`") from exc
         return list(tree_leaves(outputs))
 
+    run.arena_slots = len(slots)  # what `Program.memory_report` counts
     return run
+
+
+def _dynamic(program) -> bool:
+    return any(isinstance(size, torch.SymInt) for node in program.graph.find_nodes(op="placeholder")
+               if isinstance(node.meta.get("val"), torch.Tensor) for size in node.meta["val"].shape)
 
 
 def _entry(partition: Partition, files_dir: Path, key: str, where: str) -> Path:
