@@ -41,6 +41,10 @@ def test_cuda_build_validates_and_records_the_gpu(cuda_builds, name):
     assert manifest.partitions[0].device == "cuda"
     print(name, "timings", data["timings_s"], "validation subprocess",
           data["validation"]["artifact_subprocess_seconds"])
+    plan = manifest.memory_plan
+    print(name, "planned activations", plan["arena_bytes"], "lower bound",
+          plan["lower_bound_bytes"], "measured", manifest.validation["memory"])
+    assert manifest.validation["memory"]["cuda_peak_bytes"] > 0
 
 
 def _expected(name, *args):
@@ -168,3 +172,30 @@ def test_int4_takes_smaller_groups_on_narrow_layers(cli, tmp_path):
     linears = sum(isinstance(m, torch.nn.Linear) for m in ZOO["decoder"]()[0].modules())
     assert len(info["layers_quantized"]) == linears + 1  # + the tied output projection
     assert [row["op"] for row in info["layers_float"]] == ["embedding"]
+
+
+def test_handoffs_between_gpu_and_cpu_fallback_use_the_arenas(artifacts_dir, cli):
+    """cuda (linear, relu) -> CPU fallback (a custom op) -> cuda (linear): each copy lands
+    in the arena of the device that reads it; outputs are fresh; peaks are measured."""
+    out = artifacts_dir / "custom-cuda.artifact"
+    result = cli("build", "tests/models/custom_op.py:factory", "--target", "cuda",
+                 "--out", str(out), "--json")
+    assert result.returncode == 0, result.stderr
+    manifest = runtime.read_manifest(out)
+    assert [p.device for p in manifest.partitions] == ["cuda", "cpu", "cuda"]
+    arenas = manifest.memory_plan["arenas"]
+    print("arenas:", arenas, "measured:", manifest.validation["memory"])
+    assert list(arenas["cpu"]["slots"]) == ["handoff/relu"]
+    assert list(arenas["cuda"]["slots"]) == ["handoff/soft_clip"]
+    assert manifest.validation["memory"]["cuda_peak_bytes"] > 0
+    import tests.models.custom_op as custom
+    program = runtime.load(out)
+    model, _, _ = custom.factory()
+    first = None
+    for batch in (16, 3):
+        x = torch.randn(batch, 16)
+        got = program(x.cuda())
+        torch.testing.assert_close(got.cpu(), model(x), rtol=1e-4, atol=1e-5)
+        first = first if first is not None else got.clone()
+        assert first.shape[0] == 16  # the first call's output was not overwritten
+    assert program.memory_report["cuda"]["handoffs"] == 1
