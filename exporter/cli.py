@@ -113,6 +113,8 @@ def build(
     memory_budget: Optional[str] = typer.Option(None, "--memory-budget", help="fail when "
                                                 "weights plus planned activations exceed this "
                                                 "size (e.g. 64MB, 1.5GiB)"),
+    deterministic: bool = typer.Option(False, "--deterministic", help="turn off on-device "
+                                       "kernel timing so rebuilds give the same bytes"),
     dry_run: bool = typer.Option(False, "--dry-run",
                                  help="show where each op would run; compile nothing"),
     as_json: bool = typer.Option(False, "--json", help="print the result as JSON only"),
@@ -129,7 +131,8 @@ def build(
                              min_partition_size=min_partition_size, ep=ep,
                              tvm_target=tvm_target, tune=tune, fuse=fuse,
                              quantize=quantize, calibration=calibration, quant_min_sqnr_db=min_sqnr,
-                             quant_min_cosine=min_cosine, memory_budget=memory_budget)
+                             quant_min_cosine=min_cosine, memory_budget=memory_budget,
+                             deterministic=deterministic)
         if dry_run:
             return _dry_run(spec, settings, as_json)
         try:

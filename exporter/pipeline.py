@@ -50,6 +50,9 @@ class BuildResult:
     artifact: Path
     manifest: Manifest
     timings: dict[str, float] = field(default_factory=dict)
+    # What varies between two builds of one spec (seconds, measured memory): reported,
+    # never written into the manifest, so rebuilding gives the same bytes.
+    measured: dict = field(default_factory=dict)
 
     @property
     def warnings(self) -> list[str]:
@@ -60,7 +63,8 @@ class BuildResult:
         return {"artifact": str(self.artifact), "target": self.manifest.target,
                 "validation": self.manifest.validation or {"passed": None},
                 "signature": self.manifest.signature.to_json(),
-                "timings_s": self.timings, "warnings": self.warnings}
+                "timings_s": self.timings, "measured": self.measured,
+                "warnings": self.warnings}
 
 
 @contextlib.contextmanager
@@ -144,13 +148,21 @@ def build(spec: str | ModelSpec, settings: BuildSettings, *, stage: StageHook = 
         files = {f"partitions/{plan.name}/{name}": path
                  for plan, low in lowered for name, path in low.files.items()}
         notes = [note for _, low in lowered for note in low.notes]
-        manifest.build = {"settings": settings.model_dump(mode="json"), "timings_s": timings,
-                          "notes": prep.warnings + notes}
+        manifest.build = {"settings": settings.model_dump(mode="json", exclude={"out"}),
+                          "notes": prep.warnings + notes,
+                          "nondeterminism": prep.target.nondeterminism(_options(settings,
+                                                                                prep.out))}
+        measured = {"pass_seconds": {r["name"]: r["seconds"] for r in prep.pass_records},
+                    "lower_seconds": {p.name: {k: v for k, v in low.meta.items()
+                                               if k.endswith("_seconds")}
+                                      for p, low in lowered}}
         if settings.validate_artifact:
             with timed("validate (subprocess)"):
                 eager = _eager_runner(prep, settings)
-                manifest.validation = _validate(prep.out, manifest, files, eager, prep.captured,
-                                                settings, _preload(prep, manifest))
+                record = _validate(prep.out, manifest, files, eager, prep.captured, settings,
+                                   _preload(prep, manifest))
+            measured.update(record.pop("measured"))
+            manifest.validation = record
         else:
             manifest.validation = {"passed": None, "skipped": True,
                                    "warnings": ["validation skipped (--no-validate)"]}
@@ -158,7 +170,7 @@ def build(spec: str | ModelSpec, settings: BuildSettings, *, stage: StageHook = 
             write_artifact(prep.out, manifest.to_dict(), files)
     finally:
         shutil.rmtree(work_dir, ignore_errors=True)
-    return BuildResult(prep.out, manifest, timings)
+    return BuildResult(prep.out, manifest, timings, measured)
 
 
 def _timer(timings: dict, stage: StageHook) -> Callable:
@@ -176,7 +188,8 @@ def _options(settings: BuildSettings, out: Path, work_dir: Path | None = None, *
     extra = {"providers": settings.providers(), "fallback": settings.fallback,
              "partition": work_dir.name if work_dir else None,
              "tvm_target": settings.tvm_target, "tune": settings.tune, "fuse": settings.fuse,
-             "quantize": settings.quantize, "calibration": calibration or []}
+             "quantize": settings.quantize, "calibration": calibration or [],
+             "deterministic": settings.deterministic}
     return LowerOptions(work_dir=work_dir or out.parent, cpu_isa=settings.cpu_isa,
                         dtype=settings.dtype, autotune=settings.autotune, log_dir=out.parent,
                         extra=extra)
@@ -270,9 +283,10 @@ def _manifest(prep: Prepared, settings: BuildSettings,
     partitions = []
     for plan, low in lowered:
         prefix = f"partitions/{plan.name}/"
-        # file-valued meta (the package, the model) become full entry names
+        # file-valued meta (the package, the model) become full entry names; seconds
+        # vary per build and go to BuildResult.measured instead
         meta = {k: prefix + v if isinstance(v, str) and v in low.files else v
-                for k, v in low.meta.items()}
+                for k, v in low.meta.items() if not k.endswith("_seconds")}
         if not plan.delegated:
             meta["custom_ops"] = sorted({str(n.target).rsplit(".", 1)[0] for n in plan.nodes
                                          if _is_custom_op(n)})
@@ -287,7 +301,8 @@ def _manifest(prep: Prepared, settings: BuildSettings,
         target=prep.target.name, signature=prep.captured.signature, partitions=partitions,
         requirements=requirements, created_by=versions.collect(),
         source={"spec": prep.model.source, "model_class": type(prep.model.module).__qualname__},
-        passes=prep.pass_records, coverage=prep.placement.coverage,
+        passes=[{k: v for k, v in r.items() if k != "seconds"} for r in prep.pass_records],
+        coverage=prep.placement.coverage,
         placement=prep.placement.summary(), memory_plan=_memory_plan(prep, lowered))
 
 

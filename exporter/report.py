@@ -77,7 +77,8 @@ def print_build(console: Console, result) -> None:
     console.print(f"[bold]built[/bold] {result.artifact} ({size / 1e6:.2f} MB) "
                   f"for target [bold]{manifest.target}[/bold]")
     console.print(_signature_table(manifest))
-    for line in [*quantization_lines(manifest), *memory_lines(manifest)]:
+    memory = memory_lines(manifest, result.measured.get("memory"))
+    for line in [*quantization_lines(manifest), *memory]:
         console.print(line, markup=False, highlight=False)
     for line in validation_lines(manifest.validation):
         console.print(line)
@@ -111,9 +112,9 @@ def print_manifest(console: Console, manifest: Manifest, path: str) -> None:
         console.print(line)
 
 
-def memory_lines(manifest: Manifest) -> list[str]:
+def memory_lines(manifest: Manifest, measured: dict | None = None) -> list[str]:
     """The activation plan against its two yardsticks, the arenas the runtime allocates,
-    and the peak measured while validating."""
+    and (just after a build) the peak measured while validating."""
     plan = manifest.memory_plan
     if not plan:
         return []
@@ -127,7 +128,7 @@ def memory_lines(manifest: Manifest) -> list[str]:
         lines.append(f"  runtime arena on {device}: {_mb(arena['arena_bytes'])} preallocated for "
                      f"{len(arena['slots']) - handoffs} CPU-fallback tensor(s) and {handoffs} "
                      f"hand-off(s) between devices (lower bound {_mb(arena['lower_bound_bytes'])})")
-    measured = (manifest.validation or {}).get("memory") or {}
+    measured = measured or {}
     for device in ("cpu", "cuda"):
         if f"{device}_peak_bytes" in measured:
             lines.append(f"  measured on {device} while validating: "

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 ARTIFACT_SUFFIX = ".artifact"
 
@@ -43,6 +43,16 @@ class BuildSettings(BaseModel):
     validation_timeout_s: float = 900.0
     memory_budget: int | None = Field(None, gt=0, description="bytes (or a size: 64MB, 1.5GiB) "
                                       "that weights plus planned activations must fit in")
+
+    deterministic: bool = Field(False, description="turn off what makes builds differ "
+                                "(on-device kernel timing); refuses --autotune and --tune")
+
+    @model_validator(mode="after")
+    def _deterministic_excludes_tuning(self) -> "BuildSettings":
+        if self.deterministic and (self.autotune or self.tune):
+            raise ValueError("--deterministic cannot be combined with --autotune or --tune, "
+                             "which keep what measured fastest on this machine")
+        return self
 
     @field_validator("memory_budget", mode="before")
     @classmethod

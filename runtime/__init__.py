@@ -39,13 +39,15 @@ def read_manifest(path: str | Path, *, limits: Limits = Limits()) -> Manifest:
 
 
 def load(path: str | Path, *, limits: Limits = Limits(), cuda_graphs: bool = True,
-         static_outputs: bool = False, max_graphs: int = 8) -> Program:
+         static_outputs: bool = False, max_graphs: int = 8, arenas: bool = True) -> Program:
     """Verify, check compatibility, then load every partition from a private verified copy.
 
     GPU partitions of static or dynamic shape are captured into CUDA graphs and
     replayed (one graph per seen input shape, at most ``max_graphs``) unless
     ``cuda_graphs=False``. Outputs are fresh tensors unless ``static_outputs=True``,
-    which returns the graph's own buffers (overwritten by the next call)."""
+    which returns the graph's own buffers (overwritten by the next call).
+    ``arenas=False`` ignores the build's memory plan: every tensor comes from the
+    allocator (to compare, or where the plan's preallocation is not wanted)."""
     where = str(path)
     with ArtifactReader.open(path, limits) as reader:
         manifest = Manifest.from_dict(reader.manifest, where=where)
@@ -54,16 +56,16 @@ def load(path: str | Path, *, limits: Limits = Limits(), cuda_graphs: bool = Tru
         # user-writable location; on Linux the mapping outlives the files, so the
         # copy is removed when the reader closes.
         private_dir = reader.extract_private()
-        arenas = {device: Arena(device, plan) for device, plan in
-                  ((manifest.memory_plan or {}).get("arenas") or {}).items()}
+        planned = (manifest.memory_plan or {}).get("arenas") or {} if arenas else {}
+        allocated = {device: Arena(device, plan) for device, plan in planned.items()}
         executors = []
         for partition in manifest.partitions:
             graphed = cuda_graphs and partition.device == "cuda"
             execute = create_executor(partition, private_dir, where=where,
                                       run_single_threaded=graphed,
-                                      arena=arenas.get(partition.device))
+                                      arena=allocated.get(partition.device))
             if graphed:
                 execute = GraphReplay(execute, partition.device, max_graphs, static_outputs)
             executors.append(execute)
     log.debug("loaded %s: %d partition(s)", where, len(executors))
-    return Program(manifest, executors, source=where, arenas=arenas)
+    return Program(manifest, executors, source=where, arenas=allocated)

@@ -20,6 +20,7 @@ from passes.base import Pass
 from runtime.errors import ToolchainError
 from targets.base import Availability, Lowered, LowerOptions, Support, Target, pipeline
 from targets.errors import TargetOptionError
+from targets.reproducible import normalize_package
 from targets.toolchain import choose_cxx
 
 log = logging.getLogger(__name__)
@@ -72,10 +73,24 @@ class AOTInductorTarget(Target):
         """Freezing folds weights into constants and lets Inductor prepack them
         (1.4-1.6x faster on CNNs on CPU here). The compiler is the one choose_cxx()
         vetted (a statically linked libstdc++ crashes on load)."""
-        configs: dict = {"freezing": True, "cpp.cxx": (None, self._compiler())}
+        # size_asserts: debug checks that run only under an environment variable, and
+        # whose messages embed Python object addresses, so the library differed per build.
+        configs: dict = {"freezing": True, "cpp.cxx": (None, self._compiler()),
+                         "size_asserts": False}
         if options.autotune:
             configs["max_autotune"] = True
+        if options.extra.get("deterministic"):
+            configs["deterministic"] = True  # Inductor: no on-device benchmarking
         return configs
+
+    def nondeterminism(self, options: LowerOptions) -> list[str]:
+        # Measured (tests/test_reliability.py): same machine and user, same bytes; a cold
+        # Inductor cache elsewhere changed the kernel source's name and 24 bytes of the .so.
+        found = ["the library embeds build paths (Inductor's cache directory, the Python and "
+                 "torch include paths): rebuilds match byte for byte only where those match"]
+        if options.autotune:
+            found.append("--autotune: Inductor keeps the kernels that timed fastest here")
+        return found
 
     def _compiler(self) -> str:
         choice = choose_cxx()
@@ -100,6 +115,7 @@ class AOTInductorTarget(Target):
                     program, package_path=str(package), inductor_configs=configs)
         except Exception as exc:  # compiler errors come in many types; keep the full text
             raise self._lowering_error(exc, options) from exc
+        normalize_package(package)
         seconds = time.perf_counter() - start
         log.info("AOTInductor compiled %s in %.1f s", package, seconds)
         meta = {"package": PACKAGE_NAME, "inductor_configs": _jsonable(configs),

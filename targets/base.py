@@ -85,6 +85,10 @@ class Target(abc.ABC):
     def lower(self, program: ExportedProgram, options: LowerOptions) -> Lowered:
         """Compile one partition's program into files under options.work_dir."""
 
+    def nondeterminism(self, options: LowerOptions) -> list[str]:
+        """What can make two builds of one spec differ in bytes (the manifest says so)."""
+        return []
+
     def quantizer(self, recipe: str) -> object:
         """The torchao PT2E quantizer for one of ``quant_recipes`` (weight-only recipes
         use torchao's tensor subclasses instead, the same on every target)."""

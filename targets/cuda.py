@@ -45,6 +45,13 @@ class CudaTarget(AOTInductorTarget):
         # vectorised for a GPU program); skip Inductor's compile-and-run probes of it.
         return {**super().inductor_configs(options), "cpp.vec_isa_ok": True}
 
+    def nondeterminism(self, options: LowerOptions) -> list[str]:
+        found = super().nondeterminism(options)
+        if not options.extra.get("deterministic"):
+            found.append("Inductor times Triton kernel configurations on this GPU and keeps the "
+                         "fastest (--deterministic turns this off)")
+        return found
+
     def requirements(self, options: LowerOptions) -> Requirements:
         base = self.base_requirements()
         major, minor = torch.cuda.get_device_capability()

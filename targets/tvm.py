@@ -109,6 +109,11 @@ class TvmTarget(Target):
     def default_passes(self, options: LowerOptions) -> list[Pass]:
         return pipeline(options, fusions=TVM_FUSIONS)
 
+    def nondeterminism(self, options: LowerOptions) -> list[str]:
+        if int(options.extra.get("tune") or 0):
+            return ["--tune: MetaSchedule keeps the schedules that measured fastest here"]
+        return []
+
     def lower(self, program: ExportedProgram, options: LowerOptions) -> Lowered:
         if not _installed():
             raise TargetOptionError("target 'tvm' needs apache-tvm", hint="pip install '.[tvm]'")

@@ -147,10 +147,11 @@ def test_fallback_partition_runs_in_the_planned_arena(cli, tmp_path):
     assert result.returncode == 0, result.stderr
     manifest = runtime.read_manifest(out)
     arena = manifest.memory_plan["arenas"]["cpu"]
-    print("arena:", arena, "measured:", manifest.validation["memory"])
+    measured = json.loads(result.stdout)["measured"]["memory"]
+    print("arena:", arena, "measured:", measured)
     assert sorted(arena["slots"]) == ["p0/linear", "p0/relu"]  # soft_clip has no out=
     assert arena["arena_bytes"] == arena["lower_bound_bytes"] == 4096  # 16 x 32 floats, 2x
-    assert manifest.validation["memory"]["cpu_peak_bytes"] > 0
+    assert measured["cpu_peak_bytes"] > 0
     import tests.models.custom_op as custom  # registers edgetest::soft_clip here
     program = runtime.load(out)
     assert program.memory_report["cpu"]["fallback_slots_in_use"] == 2
@@ -160,7 +161,6 @@ def test_fallback_partition_runs_in_the_planned_arena(cli, tmp_path):
         torch.testing.assert_close(program(x), model(x), rtol=0, atol=0)
     shown = cli("inspect", str(out))
     assert "runtime arena on cpu: 0.004 MB preallocated for 2 CPU-fallback" in shown.stdout
-    assert "measured on cpu while validating" in shown.stdout
 
 
 def test_memory_budget_fails_the_build_with_the_figures(cli, tmp_path):
