@@ -18,7 +18,7 @@ from typing import Callable, Iterator, Optional
 import typer
 from rich.console import Console
 
-from runtime.errors import ToolchainError
+from runtime.errors import ToolchainError, UserInputError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Export PyTorch models to validated, self-contained device artifacts.")
@@ -178,8 +178,8 @@ def _settings(**fields):
     try:
         return BuildSettings(**fields)
     except pydantic.ValidationError as exc:
-        problems = [f"--{'.'.join(map(str, e['loc'])).replace('_', '-')}: {e['msg']}"
-                    for e in exc.errors()]
+        problems = [(f"--{'.'.join(map(str, e['loc'])).replace('_', '-')}: " if e["loc"] else "")
+                    + e["msg"].removeprefix("Value error, ") for e in exc.errors()]
         raise UserInputError("invalid build options", details=problems) from None
 
 
@@ -226,6 +226,8 @@ def run(
                                         help="run GPU partitions without CUDA-graph replay"),
     preload: list[str] = typer.Option([], "--preload", help="FILE.py or module defining custom "
                                       "ops the artifact's CPU fallback calls"),
+    trusted_key: list[Path] = typer.Option([], "--trusted-key", help="require a signature by "
+                                           "this public key (repeatable; `exporter keygen`)"),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Run an artifact on inputs from an .npz file."""
@@ -234,7 +236,8 @@ def run(
         from runtime.__main__ import run_npz
 
         preload_modules(preload)
-        outputs, reports = run_npz(artifact, inputs, out, cuda_graphs=not no_cuda_graphs)
+        outputs, reports = run_npz(artifact, inputs, out, cuda_graphs=not no_cuda_graphs,
+                                   trusted_keys=trusted_key)
         summary = {name: {"dtype": str(t.dtype).removeprefix("torch."), "shape": list(t.shape)}
                    for name, t in outputs.items()}
         if as_json:
@@ -303,6 +306,43 @@ def inspect(artifact: Path = typer.Argument(..., help="artifact file"),
             return 0
         from exporter.report import print_manifest
         print_manifest(out_console, runtime.Manifest.from_dict(raw), str(artifact))
+        return 0
+    _guarded(action)
+
+
+@app.command()
+def keygen(out_dir: Path = typer.Option(..., "--out-dir", help="directory for signing.key "
+                                        "(private) and signing.pub")) -> None:
+    """Make an Ed25519 key pair for `exporter sign`."""
+    def action() -> int:
+        from runtime.signing import generate_keys
+
+        if not out_dir.is_dir():
+            raise UserInputError(f"the directory {out_dir} does not exist",
+                                 hint="create it first")
+        key, pub = generate_keys(out_dir)
+        out_console.print(f"wrote {key} (private: keep it secret) and {pub} (give it to devices)")
+        return 0
+    _guarded(action)
+
+
+@app.command()
+def sign(artifact: Path = typer.Argument(..., help="artifact file, signed in place"),
+         key: Path = typer.Option(..., "--key", help="signing.key from `exporter keygen`")) -> None:
+    """Sign an artifact's manifest (which pins every entry's hash) with an Ed25519 key."""
+    def action() -> int:
+        from runtime.archive import ArtifactReader
+        from runtime.archive_writer import write_signed
+        from runtime.signing import signature_for
+
+        try:
+            key_pem = key.read_bytes()
+        except OSError as exc:
+            raise UserInputError(f"cannot read the key ({exc.strerror})", where=str(key)) from None
+        with ArtifactReader.open(artifact) as reader:  # verified before it is signed
+            signature = signature_for(reader.manifest_bytes, key_pem, where=str(key))
+            write_signed(artifact, reader, signature)
+        out_console.print(f"signed {artifact} (key {json.loads(signature)['key_id']})")
         return 0
     _guarded(action)
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Iterable
 
 from runtime.archive import ArtifactReader, Limits
 from runtime.arena import Arena
@@ -39,7 +40,8 @@ def read_manifest(path: str | Path, *, limits: Limits = Limits()) -> Manifest:
 
 
 def load(path: str | Path, *, limits: Limits = Limits(), cuda_graphs: bool = True,
-         static_outputs: bool = False, max_graphs: int = 8, arenas: bool = True) -> Program:
+         static_outputs: bool = False, max_graphs: int = 8, arenas: bool = True,
+         trusted_keys: Iterable[str | Path | bytes] = ()) -> Program:
     """Verify, check compatibility, then load every partition from a private verified copy.
 
     GPU partitions of static or dynamic shape are captured into CUDA graphs and
@@ -47,9 +49,14 @@ def load(path: str | Path, *, limits: Limits = Limits(), cuda_graphs: bool = Tru
     ``cuda_graphs=False``. Outputs are fresh tensors unless ``static_outputs=True``,
     which returns the graph's own buffers (overwritten by the next call).
     ``arenas=False`` ignores the build's memory plan: every tensor comes from the
-    allocator (to compare, or where the plan's preallocation is not wanted)."""
+    allocator (to compare, or where the plan's preallocation is not wanted).
+    With ``trusted_keys`` (Ed25519 public keys, PEM), the artifact must be signed by one
+    of them (runtime/signing.py), checked before anything in it is parsed or loaded."""
     where = str(path)
     with ArtifactReader.open(path, limits) as reader:
+        if trusted_keys:
+            from runtime.signing import verify
+            verify(reader, trusted_keys)
         manifest = Manifest.from_dict(reader.manifest, where=where)
         check_requirements(manifest.requirements, where=where)
         # Compiled libraries are opened from this private copy, never from a

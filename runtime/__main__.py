@@ -40,10 +40,10 @@ def preload(sources: list[str]) -> None:
 
 
 def run_npz(artifact: str | Path, inputs: str | Path, out: str | Path | None, *,
-            cuda_graphs: bool = True) -> tuple[dict, dict]:
+            cuda_graphs: bool = True, trusted_keys: list = ()) -> tuple[dict, dict]:
     """Load, run on the arrays of ``inputs`` (keys = input names), optionally save outputs.
     Returns the outputs and the backends' load reports."""
-    program = runtime.load(artifact, cuda_graphs=cuda_graphs)
+    program = runtime.load(artifact, cuda_graphs=cuda_graphs, trusted_keys=trusted_keys)
     outputs = program.run(load_npz(inputs), output_device="cpu")
     if out is not None:
         save_npz(out, outputs)
@@ -83,6 +83,8 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--no-cuda-graphs", action="store_true")
     run.add_argument("--preload", action="append", default=[],
                      help="FILE.py or module to import first (registers custom ops)")
+    run.add_argument("--trusted-key", action="append", default=[],
+                     help="require a signature by this Ed25519 public key (PEM)")
     cases = sub.add_parser("run-cases", help="(internal) run many input sets, for validation")
     cases.add_argument("artifact")
     cases.add_argument("--cases", required=True)
@@ -94,7 +96,8 @@ def main(argv: list[str] | None = None) -> int:
         preload(args.preload)
         if args.command == "run":
             outputs, reports = run_npz(args.artifact, args.inputs, args.out,
-                                       cuda_graphs=not args.no_cuda_graphs)
+                                       cuda_graphs=not args.no_cuda_graphs,
+                                       trusted_keys=args.trusted_key)
             for name, report in reports.items():
                 print(f"{name}: {report}", file=sys.stderr)
             for name, tensor in outputs.items():

@@ -28,6 +28,10 @@ from runtime.errors import ArtifactError, CompatibilityError
 FORMAT_NAME = "edge-export-artifact"
 FORMAT_VERSION = "1.0"  # major.minor; the reader rejects an unknown major, accepts a higher minor
 MANIFEST_NAME = "manifest.json"
+# The Ed25519 signature over manifest.json's bytes (runtime/signing.py). Like the manifest
+# it is not in the manifest's entry list: the manifest cannot name its own signature.
+SIGNATURE_NAME = "manifest.sig"
+MAX_SIGNATURE_BYTES = 4096
 
 _MAJOR = int(FORMAT_VERSION.split(".")[0])
 _ZIP_TIME = (1980, 1, 1, 0, 0, 0)
@@ -125,14 +129,16 @@ class ArtifactReader:
         try:
             zf = _open_zip(path, fh, limits)
             infos = _check_structure(path, fh, zf, limits)
-            manifest = _load_manifest(path, zf, infos, limits)
+            manifest, manifest_bytes = _load_manifest(path, zf, infos, limits)
             _check_entry_set(path, manifest, infos)
             for name in sorted(manifest["entries"]):
                 _verify_entry(path, zf, infos[name], manifest["entries"][name])
         except BaseException:
             fh.close()
             raise
-        return cls(path, fh, zf, manifest, infos)
+        reader = cls(path, fh, zf, manifest, infos)
+        reader.manifest_bytes = manifest_bytes  # what a signature covers: the bytes parsed
+        return reader
 
     def __enter__(self) -> "ArtifactReader":
         return self
@@ -142,6 +148,17 @@ class ArtifactReader:
 
     def names(self) -> list[str]:
         return sorted(self.manifest["entries"])
+
+    def signature_bytes(self) -> bytes | None:
+        """The signature entry (not hashed by the manifest: it signs it), or None."""
+        name, limit = SIGNATURE_NAME, MAX_SIGNATURE_BYTES
+        if name not in self._infos:
+            return None
+        data = b"".join(_entry_chunks(self.path, self._zf, self._infos[name], limit + 1))
+        if len(data) > limit:
+            raise ArtifactError(f"entry is over {limit} bytes", where=_where(self.path, name),
+                                hint=_HINT_REBUILD)
+        return data
 
     def read_bytes(self, name: str) -> bytes:
         info, expected = self._lookup(name)
@@ -302,7 +319,7 @@ def _check_entry_kind(path: Path, name: str, info: zipfile.ZipInfo, limits: Limi
 
 
 def _load_manifest(path: Path, zf: zipfile.ZipFile, infos: dict[str, zipfile.ZipInfo],
-                   limits: Limits) -> dict:
+                   limits: Limits) -> tuple[dict, bytes]:
     """Check 5: manifest.json is a bounded UTF-8 JSON object of a format version we read."""
     def bad(what: str) -> ArtifactError:
         return ArtifactError(what, where=_where(path, MANIFEST_NAME), hint=_HINT_REBUILD)
@@ -331,7 +348,7 @@ def _load_manifest(path: Path, zf: zipfile.ZipFile, infos: dict[str, zipfile.Zip
                 or type(size) is not int or size < 0):
             raise bad(f"manifest record for entry {name!r} needs a lowercase hex 'sha256' "
                       "and a non-negative integer 'size'")
-    return manifest
+    return manifest, raw
 
 
 def _no_duplicate_keys(pairs: list[tuple[str, object]]) -> dict:
@@ -365,7 +382,7 @@ def _check_format(path: Path, fmt: object, bad) -> None:
 
 def _check_entry_set(path: Path, manifest: dict, infos: dict[str, zipfile.ZipInfo]) -> None:
     """Check 6: the manifest lists exactly the archive's entries, other than itself."""
-    listed, present = set(manifest["entries"]), set(infos) - {MANIFEST_NAME}
+    listed, present = set(manifest["entries"]), set(infos) - {MANIFEST_NAME, SIGNATURE_NAME}
     details = [f"listed in the manifest but missing from the archive: {n!r}"
                for n in sorted(listed - present)]
     details += [f"in the archive but not listed in the manifest: {n!r}"

@@ -11,7 +11,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from runtime.archive import (_CHUNK, _CREATE_SYSTEM_UNIX, _ZIP_MODE, _ZIP_TIME, FORMAT_NAME,
-                             FORMAT_VERSION, MANIFEST_NAME, _file_dir_conflicts, _hash_stream,
+                             FORMAT_VERSION, MANIFEST_NAME, SIGNATURE_NAME, _file_dir_conflicts, _hash_stream,
                              _name_problem)
 from runtime.errors import ArtifactError
 
@@ -29,16 +29,32 @@ def write_artifact(dest: str | Path, manifest: dict, files: Mapping[str, bytes |
     out["entries"] = {n: {"sha256": digests[n][0], "size": digests[n][1]} for n in names}
     out.setdefault("format", {"name": FORMAT_NAME, "version": FORMAT_VERSION})
     manifest_bytes = (json.dumps(out, indent=2, sort_keys=True, allow_nan=False) + "\n").encode()
+    return _write_zip(dest, {**{n: (files[n], digests[n]) for n in names},
+                             MANIFEST_NAME: (manifest_bytes, None)})
 
-    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.tmp-", dir=dest.parent)
+
+def write_signed(dest: Path, reader, signature: bytes) -> Path:
+    """The verified artifact behind ``reader`` again, byte for byte, plus its signature
+    entry (the manifest's bytes are kept exactly: they are what was signed)."""
+    root = reader.extract_private()  # hashed as copied; streamed from there, not held in memory
+    entries = {name: (root.joinpath(*name.split("/")), (record["sha256"], record["size"]))
+               for name, record in reader.manifest["entries"].items()}
+    entries[MANIFEST_NAME] = (reader.manifest_bytes, None)
+    entries[SIGNATURE_NAME] = (signature, None)
+    return _write_zip(dest, entries)
+
+
+def _write_zip(dest: Path, entries: Mapping[str, tuple]) -> Path:
+    """``entries``: name -> (bytes or path, known digest or None), written sorted, to a
+    temporary file beside ``dest`` (named with our pid, so a later build can tell a dead
+    build's leftovers) that then replaces ``dest`` atomically."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.tmp-{os.getpid()}-", dir=dest.parent)
     try:
         with os.fdopen(fd, "wb") as fh:
             with zipfile.ZipFile(fh, "w") as zf:
-                for name in sorted([*names, MANIFEST_NAME]):
-                    if name == MANIFEST_NAME:
-                        _write_entry(zf, name, manifest_bytes, None)
-                    else:
-                        _write_entry(zf, name, files[name], digests[name])
+                for name in sorted(entries):
+                    source, digest = entries[name]
+                    _write_entry(zf, name, source, digest)
             fh.flush()
             os.fchmod(fh.fileno(), 0o644)  # mkstemp makes 0o600; artifacts are meant to ship
             os.fsync(fh.fileno())

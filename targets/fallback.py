@@ -27,6 +27,7 @@ from torch.export.graph_signature import InputKind
 from runtime.errors import ToolchainError
 from runtime.executors.torch_fallback import BUFFER, CONSTANT, PARAM, PROGRAM_KEY, WEIGHTS_KEY
 from runtime.manifest import Requirements
+from runtime.weights import INDEX_KEY, read_index
 from targets.base import Lowered
 
 FALLBACK_BACKEND = "torch"
@@ -53,6 +54,7 @@ def lower_fallback(program: ExportedProgram, work_dir: Path) -> Lowered:
     _save_weights(tensors, weights_path)
     meta = {PROGRAM_KEY: PROGRAM_FILE, WEIGHTS_KEY: WEIGHTS_FILE,
             "schema_version": f"{schema['major']}.{schema['minor']}",
+            INDEX_KEY: {WEIGHTS_KEY: read_index(weights_path)},
             "weights_count": len(tensors),
             "weights_bytes": sum(t.numel() * t.element_size() for t in tensors.values())}
     return Lowered(files={PROGRAM_FILE: program_path, WEIGHTS_FILE: weights_path}, meta=meta,

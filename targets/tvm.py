@@ -27,6 +27,7 @@ from torch.fx import Node
 from passes.base import Pass
 from runtime.errors import ToolchainError
 from runtime.manifest import Requirements
+from runtime.weights import INDEX_KEY, read_index
 from targets import cpu_isa
 from targets.base import Availability, Lowered, LowerOptions, Support, Target, pipeline
 from targets.errors import TargetOptionError
@@ -127,6 +128,7 @@ class TvmTarget(Target):
         library, params = options.work_dir / LIBRARY_NAME, options.work_dir / PARAMS_NAME
         result.save(library, params)
         meta = {"library": LIBRARY_NAME, "params": PARAMS_NAME, "num_params": result.num_params,
+                INDEX_KEY: {"params": read_index(params)},
                 "tvm_target": target_string, "tvm": result.tvm_version, "tune_trials": tune,
                 "schedules": result.schedules, "compile_seconds":
                     round(time.perf_counter() - start, 2)}

@@ -28,6 +28,7 @@ from runtime.arena import Arena, run_in_arena
 from runtime.errors import ArtifactError, CompatibilityError, ExecutionError
 from runtime.manifest import Partition
 from runtime.program import Executor
+from runtime.weights import INDEX_KEY, load_checked
 
 PROGRAM_KEY = "program"
 WEIGHTS_KEY = "weights"
@@ -45,7 +46,7 @@ def load(partition: Partition, files_dir: Path, *, where: str, arena: Arena | No
     raw = _read_json(program_path, where=at_program)
     _check_schema(raw, where=at_program)
     _check_ops(raw, where=f"{where}: partition '{partition.name}'")
-    state_dict, constants = _read_weights(weights_path, partition.device,
+    state_dict, constants = _read_weights(weights_path, partition,
                                           where=f"{where}: {partition.meta[WEIGHTS_KEY]}")
     program = _deserialize(raw, state_dict, constants, where=at_program)
     # module() puts the weights back into the graph (they are lifted inputs in the
@@ -166,15 +167,10 @@ def _op_name(target: str) -> str:
     return f"{parts[2]}::{parts[3]}" if len(parts) >= 4 else target
 
 
-def _read_weights(path: Path, device: str, *, where: str
+def _read_weights(path: Path, partition: Partition, *, where: str
                   ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
-    try:
-        tensors = load_file(str(path), device=device)
-    except (SafetensorError, OSError, ValueError) as exc:
-        raise ArtifactError(f"the fallback weights cannot be read ({_first_line(exc)})",
-                            where=where, hint=_REBUILD) from exc
+    index = (partition.meta.get(INDEX_KEY) or {}).get(WEIGHTS_KEY)
+    tensors = load_checked(path, index, partition.device, where=where)
     state_dict: dict[str, torch.Tensor] = {}
     constants: dict[str, torch.Tensor] = {}
     for key, tensor in tensors.items():

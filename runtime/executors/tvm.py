@@ -12,11 +12,11 @@ import os
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file
 
 from runtime.errors import CompatibilityError, ExecutionError
 from runtime.manifest import Partition
 from runtime.program import Executor
+from runtime.weights import INDEX_KEY, load_checked
 
 
 def load(partition: Partition, files_dir: Path, *, where: str, **_: object) -> Executor:
@@ -41,7 +41,8 @@ def load(partition: Partition, files_dir: Path, *, where: str, **_: object) -> E
         raise ExecutionError(f"TVM could not load partition '{partition.name}' "
                              f"({type(exc).__name__}: {str(exc).strip().splitlines()[-1][:300]})",
                              where=where, hint="check the TVM version in `exporter inspect`") from exc
-    weights = load_file(str(files_dir / meta["params"]))
+    weights = load_checked(files_dir / meta["params"], (meta.get(INDEX_KEY) or {}).get("params"),
+                           "cpu", where=where)
     if len(weights) != meta["num_params"]:
         raise ExecutionError(f"partition '{partition.name}' has {len(weights)} weights, its "
                              f"manifest says {meta['num_params']}", where=where)

@@ -1,0 +1,135 @@
+"""Signed artifacts: an Ed25519 signature over ``manifest.json``'s exact bytes.
+
+The manifest pins the SHA-256 and size of every other entry and the reader checks them
+all before anything is parsed, so signing the manifest signs the whole artifact. The
+signature lives in the ``manifest.sig`` entry (JSON: algorithm, key id, signature in hex),
+which is the one entry besides the manifest that the manifest does not list.
+
+    exporter keygen --out-dir keys/            # keys/signing.key (0600), keys/signing.pub
+    exporter sign model.artifact --key keys/signing.key
+    runtime.load("model.artifact", trusted_keys=["keys/signing.pub"])   # verified, or refused
+
+``cryptography`` is imported only here, when a key is used: a device that never
+verifies does not need it (``pip install '.[runtime,signing]'`` for one that does).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Iterable
+
+from runtime.archive import SIGNATURE_NAME, ArtifactReader
+from runtime.errors import ArtifactError, UserInputError
+
+ALGORITHM = "ed25519"
+
+
+class SignatureError(ArtifactError):
+    """The artifact is unsigned, signed by an untrusted key, or its signature is wrong."""
+
+
+def _crypto():
+    try:
+        from cryptography.exceptions import InvalidSignature
+        from cryptography.hazmat.primitives import serialization
+        from cryptography.hazmat.primitives.asymmetric import ed25519
+    except ImportError:
+        raise UserInputError("signing and verifying need the 'cryptography' package",
+                             hint="pip install cryptography") from None
+    return ed25519, serialization, InvalidSignature
+
+
+def generate_keys(out_dir: Path) -> tuple[Path, Path]:
+    """A new key pair: ``signing.key`` (private, PEM, mode 0600) and ``signing.pub``."""
+    ed25519, serialization, _ = _crypto()
+    private = ed25519.Ed25519PrivateKey.generate()
+    key_path, pub_path = out_dir / "signing.key", out_dir / "signing.pub"
+    for path in (key_path, pub_path):
+        if path.exists():
+            raise UserInputError(f"{path} already exists; not overwriting a key",
+                                 hint="choose another --out-dir")
+    pem = private.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                serialization.NoEncryption())
+    fd = os.open(key_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(pem)
+    pub_path.write_bytes(private.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+    return key_path, pub_path
+
+
+def signature_for(manifest_bytes: bytes, key_pem: bytes, *, where: str) -> bytes:
+    """The ``manifest.sig`` entry for these manifest bytes."""
+    ed25519, serialization, _ = _crypto()
+    try:
+        private = serialization.load_pem_private_key(key_pem, password=None)
+    except (ValueError, TypeError) as exc:
+        raise UserInputError(f"not a PEM private key ({exc})", where=where,
+                             hint="give the signing.key written by `exporter keygen`") from None
+    if not isinstance(private, ed25519.Ed25519PrivateKey):
+        raise UserInputError("the key is not an Ed25519 key", where=where,
+                             hint="give the signing.key written by `exporter keygen`")
+    record = {"algorithm": ALGORITHM, "key_id": _key_id(private.public_key()),
+              "signature": private.sign(manifest_bytes).hex()}
+    return (json.dumps(record, sort_keys=True) + "\n").encode()
+
+
+def verify(reader: ArtifactReader, trusted_keys: Iterable[str | Path | bytes]) -> str:
+    """Check ``reader``'s signature against the trusted public keys; returns the key id."""
+    ed25519, serialization, invalid = _crypto()
+    keys = {}
+    for key in trusted_keys:
+        pem = key if isinstance(key, bytes) else _read_key(Path(key))
+        try:
+            public = serialization.load_pem_public_key(pem)
+        except (ValueError, TypeError) as exc:
+            raise UserInputError(f"a trusted key is not a PEM public key ({exc})",
+                                 hint="give the signing.pub written by `exporter keygen`") from None
+        if isinstance(public, ed25519.Ed25519PublicKey):
+            keys[_key_id(public)] = public
+    if not keys:
+        raise UserInputError("no Ed25519 public key to verify with",
+                             hint="give the signing.pub written by `exporter keygen`")
+    where = f"{reader.path}, entry {SIGNATURE_NAME!r}"
+    raw = reader.signature_bytes()
+    if raw is None:
+        raise SignatureError("the artifact is not signed, and a signature is required",
+                             where=str(reader.path), hint="sign it with `exporter sign`")
+    try:
+        record = json.loads(raw.decode("utf-8"))
+        key_id, signature = record["key_id"], bytes.fromhex(record["signature"])
+        algorithm = record["algorithm"]
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise SignatureError(f"the signature entry is malformed ({type(exc).__name__})",
+                             where=where, hint="sign the artifact again") from None
+    if algorithm != ALGORITHM:
+        raise SignatureError(f"the signature uses {algorithm!r}; only {ALGORITHM} is accepted",
+                             where=where, hint="sign the artifact again with `exporter sign`")
+    public = keys.get(key_id)
+    if public is None:
+        raise SignatureError(f"signed by key {key_id!r}, which is not among the trusted keys "
+                             f"({', '.join(sorted(keys))})", where=where,
+                             hint="add the signer's public key, or do not use this file")
+    try:
+        public.verify(signature, reader.manifest_bytes)
+    except invalid:
+        raise SignatureError("the signature does not match the manifest (the artifact was "
+                             "changed after it was signed)", where=where,
+                             hint="do not use this file; get it again from its signer") from None
+    return key_id
+
+
+def _key_id(public) -> str:
+    from cryptography.hazmat.primitives import serialization
+    raw = public.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    return hashlib.sha256(raw).hexdigest()[:16]
+
+
+def _read_key(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise UserInputError(f"cannot read the key ({exc.strerror})", where=str(path)) from None
