@@ -7,6 +7,7 @@ A ToolchainError prints one paragraph; ``--debug`` adds the traceback.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import logging
 import sys
@@ -54,7 +55,24 @@ def _guarded(action: Callable[[], int | None]) -> None:
         # markup off: messages quote user code, which may contain [brackets]
         err_console.print("error: " + str(exc), highlight=False, markup=False, soft_wrap=True)
         raise typer.Exit(exc.exit_code) from None
+    except KeyboardInterrupt:
+        err_console.print("interrupted: nothing was written (an artifact is replaced whole or "
+                          "not at all; the next build removes this one's temporary files)")
+        raise typer.Exit(130) from None
+    except OSError as exc:
+        if exc.errno not in _DISK_ERRORS:
+            raise
+        if _state["debug"]:
+            err_console.print_exception()
+        err_console.print(f"error: cannot write {exc.filename or 'a file'}: {exc.strerror}. "
+                          "Nothing was replaced.\nTry: free disk space, or choose another --out",
+                          highlight=False, markup=False, soft_wrap=True)
+        raise typer.Exit(2) from None
     raise typer.Exit(code)
+
+
+# A full disk, a quota, a file-size limit or a read-only file system: the user's to fix.
+_DISK_ERRORS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS}
 
 
 def _print_json(data: dict) -> None:

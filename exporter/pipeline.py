@@ -20,7 +20,7 @@ from typing import Callable, Iterator
 import torch
 from torch.export import ExportedProgram
 
-from exporter import versions
+from exporter import leftovers, versions
 from exporter.capture import Captured, capture
 from exporter.dynamic import parse_dynamic
 from exporter.errors import (MemoryBudgetError, TargetUnavailableError, UserInputError,
@@ -140,7 +140,8 @@ def build(spec: str | ModelSpec, settings: BuildSettings, *, stage: StageHook = 
     timings: dict[str, float] = {}
     timed = _timer(timings, stage)
     prep = prepare(spec, settings, timed)
-    work_dir = Path(tempfile.mkdtemp(prefix="exporter-build-"))
+    leftovers.sweep(prep.out)
+    work_dir = Path(tempfile.mkdtemp(prefix=leftovers.temp_prefix("exporter-build-")))
     try:
         with timed(f"lower ({prep.target.backend})"):
             lowered = _lower_with_fallback(prep, settings, work_dir)

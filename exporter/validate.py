@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Callable
 import torch
 from torch.utils._pytree import tree_leaves
 
+from exporter import leftovers
 from exporter.errors import BuildError
 from exporter.validate_inputs import Case
 from runtime.manifest import Signature
@@ -61,7 +62,8 @@ class ArtifactRun:
     def __init__(self, artifact: Path, cases: list[Case], *, timeout: float = 900,
                  preload: list[str] = ()) -> None:
         self.artifact, self.timeout = artifact, timeout
-        self._tmp = tempfile.TemporaryDirectory(prefix="exporter-validate-")
+        self._tmp = tempfile.TemporaryDirectory(
+            prefix=leftovers.temp_prefix("exporter-validate-"))
         cases_path = Path(self._tmp.name) / "cases.safetensors"
         self._out_path = Path(self._tmp.name) / "out.safetensors"
         self._memory_path = Path(self._tmp.name) / "memory.json"

@@ -172,7 +172,8 @@ class ArtifactReader:
         """Copy entries into a fresh 0o700 directory, re-hashing what is written; return it."""
         wanted = self.names() if names is None else sorted(set(names))
         lookups = [(name, *self._lookup(name)) for name in wanted]
-        root = Path(tempfile.mkdtemp(prefix="edge-artifact-")).resolve()  # mkdtemp: 0o700
+        # mkdtemp: 0o700. The pid lets a later build remove it if this process is killed.
+        root = Path(tempfile.mkdtemp(prefix=f"edge-artifact-{os.getpid()}-")).resolve()
         self._private_dirs.append(root)
         try:
             for name, info, expected in lookups:

@@ -1,0 +1,307 @@
+"""Artifacts people can trust: hostile weights, signatures, faults while building, and
+reproducible bytes. (Hostile zips, names and manifests: tests/test_archive.py; wrong
+ISA, torch or GPU: tests/test_bad_inputs.py; the fuzzers: tests/test_fuzz_loader.py.)"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import resource
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+import exporter
+import runtime
+import tests.models.custom_op  # noqa: F401  registers edgetest::soft_clip for loads here
+from runtime.archive import ArtifactReader
+from runtime.archive_writer import write_artifact
+from runtime.errors import ArtifactError, InputMismatchError
+from runtime.signing import SignatureError
+from tests.conftest import ROOT
+
+CUSTOM = "tests/models/custom_op.py:factory"
+WEIGHTS = "partitions/p0/weights.safetensors"
+
+
+@pytest.fixture(scope="module")
+def fallback_artifact(artifacts_dir) -> Path:
+    """Every op on the CPU fallback (islands under 3 ops): a safetensors weights slot."""
+    out = artifacts_dir / "all-fallback.artifact"
+    exporter.build(CUSTOM, target="onnx", min_partition_size=3, out=out)
+    return out
+
+
+def rewrite(src: Path, dst: Path, *, files: dict | None = None, meta: callable = None) -> Path:
+    """``src`` with entries replaced and partition 0's meta edited, hashes made consistent
+    again: what an attacker who can rewrite an unsigned manifest produces."""
+    with ArtifactReader.open(src) as reader:
+        manifest = {k: v for k, v in reader.manifest.items() if k not in ("entries", "format")}
+        entries = {name: reader.read_bytes(name) for name in reader.names()}
+    entries.update(files or {})
+    if meta is not None:
+        meta(manifest["partitions"][0]["meta"])
+    return write_artifact(dst, manifest, entries)
+
+
+def _safetensors(header: dict, data: bytes = b"") -> bytes:
+    raw = json.dumps(header).encode()
+    return struct.pack("<Q", len(raw)) + raw + data
+
+
+def _torch_save_bytes() -> bytes:
+    import io
+    buffer = io.BytesIO()
+    torch.save({"w": torch.ones(2)}, buffer)
+    return buffer.getvalue()
+
+
+def _drop_index(meta: dict) -> None:
+    del meta["tensor_index"]
+
+
+def _wrong_shape(meta: dict) -> None:
+    name = next(iter(meta["tensor_index"]["weights"]))
+    meta["tensor_index"]["weights"][name][1] = [999]
+
+
+HOSTILE_WEIGHTS = [
+    # id, replacement weights bytes or None, manifest edit or None, message
+    ("pickle", pickle.dumps({"w": [1.0, 2.0]}), None, "not a valid safetensors file"),
+    ("torch-save", _torch_save_bytes(), None, "not a valid safetensors file"),
+    ("header-too-long", struct.pack("<Q", 10**12) + b"{}", None, "the header claims"),
+    ("header-not-json", struct.pack("<Q", 5) + b"{nope", None, "not UTF-8 JSON"),
+    ("gap", _safetensors({"param/inp.weight": {"dtype": "F32", "shape": [1],
+                                                "data_offsets": [4, 8]}}, bytes(8)),
+     None, "overlap or leave gaps"),
+    ("wrong-length", _safetensors({"param/inp.weight": {"dtype": "F32", "shape": [3],
+                                                         "data_offsets": [0, 8]}}, bytes(8)),
+     None, "spans 8 bytes"),
+    ("bad-dtype", _safetensors({"x": {"dtype": "PICKLE", "shape": [1],
+                                      "data_offsets": [0, 1]}}, bytes(1)),
+     None, "unknown dtype"),
+    ("no-index", None, _drop_index, "no index of this weights file"),
+    ("shape-vs-manifest", None, _wrong_shape, "does not match the manifest's index"),
+]
+
+
+@pytest.mark.parametrize("weights, edit, message", [c[1:] for c in HOSTILE_WEIGHTS],
+                         ids=[c[0] for c in HOSTILE_WEIGHTS])
+def test_hostile_weights_are_refused_before_any_unpickling(fallback_artifact, tmp_path,
+                                                           monkeypatch, weights, edit, message):
+    bad = rewrite(fallback_artifact, tmp_path / "bad.artifact",
+                  files={WEIGHTS: weights} if weights is not None else None, meta=edit)
+
+    def refuse(*_a, **_k):
+        raise AssertionError("a weights slot must never be unpickled")
+    monkeypatch.setattr(pickle, "loads", refuse)
+    monkeypatch.setattr(pickle, "load", refuse)
+    monkeypatch.setattr(torch, "load", refuse)
+    with pytest.raises(ArtifactError) as caught:
+        runtime.load(bad)
+    print(caught.value)
+    assert message in str(caught.value) and "weights.safetensors" in str(caught.value)
+    assert list(tmp_path.iterdir()) == [bad], "nothing extracted beside it"
+
+
+def test_extra_tensor_in_the_weights_is_named(fallback_artifact, tmp_path):
+    from safetensors.torch import load, save
+    with ArtifactReader.open(fallback_artifact) as reader:
+        tensors = load(reader.read_bytes(WEIGHTS))
+    extra = save({**tensors, "param/smuggled": torch.zeros(4)})
+    bad = rewrite(fallback_artifact, tmp_path / "bad.artifact", files={WEIGHTS: extra})
+    with pytest.raises(ArtifactError, match="'param/smuggled' is in the file, not in the manifest"):
+        runtime.load(bad)
+
+
+# ---------------------------------------------------------------------------- signatures
+
+@pytest.fixture(scope="module")
+def keys(tmp_path_factory, cli):
+    directory = tmp_path_factory.mktemp("keys")
+    result = cli("keygen", "--out-dir", str(directory))
+    assert result.returncode == 0, result.stderr
+    assert oct((directory / "signing.key").stat().st_mode & 0o777) == "0o600"
+    return directory
+
+
+def test_signed_artifact_loads_only_with_its_key(fallback_artifact, keys, cli, tmp_path):
+    signed = tmp_path / "signed.artifact"
+    shutil.copy(fallback_artifact, signed)
+    with pytest.raises(SignatureError, match="not signed"):
+        runtime.load(signed, trusted_keys=[keys / "signing.pub"])
+    result = cli("sign", str(signed), "--key", str(keys / "signing.key"))
+    assert result.returncode == 0, result.stderr
+    program = runtime.load(signed, trusted_keys=[keys / "signing.pub"])
+    x = torch.randn(3, 16)
+    torch.testing.assert_close(program(x), runtime.load(fallback_artifact)(x))
+    with ArtifactReader.open(signed) as a, ArtifactReader.open(fallback_artifact) as b:
+        assert a.manifest_bytes == b.manifest_bytes, "signing leaves the manifest's bytes alone"
+
+    other = tmp_path / "other"
+    other.mkdir()
+    assert cli("keygen", "--out-dir", str(other)).returncode == 0
+    with pytest.raises(SignatureError, match="not among the trusted keys"):
+        runtime.load(signed, trusted_keys=[other / "signing.pub"])
+
+
+def test_changed_after_signing_is_refused(fallback_artifact, keys, cli, tmp_path):
+    signed = tmp_path / "signed.artifact"
+    shutil.copy(fallback_artifact, signed)
+    assert cli("sign", str(signed), "--key", str(keys / "signing.key")).returncode == 0
+    with ArtifactReader.open(signed) as reader:
+        signature = reader.signature_bytes()
+    # The attacker rewrites a consistent, unsigned-looking manifest and keeps the signature.
+    tampered = rewrite(signed, tmp_path / "tampered.artifact",
+                       meta=lambda m: m.update(weights_count=m["weights_count"] + 1))
+    from runtime.archive_writer import write_signed
+    with ArtifactReader.open(tampered) as reader:
+        write_signed(tampered, reader, signature)
+    with pytest.raises(SignatureError, match="does not match the manifest"):
+        runtime.load(tampered, trusted_keys=[keys / "signing.pub"])
+    np_inputs = tmp_path / "in.npz"
+    import numpy as np
+    np.savez(np_inputs, x=np.ones((2, 16), np.float32))
+    result = cli("run", str(tampered), "--inputs", str(np_inputs), "--trusted-key",
+                 str(keys / "signing.pub"))
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "changed after it was signed" in result.stderr
+
+
+# ---------------------------------------------------------------------------- inputs
+
+def test_nan_and_inf_flow_through_and_an_empty_batch_is_refused(fallback_artifact):
+    program = runtime.load(fallback_artifact)
+    x = torch.randn(4, 16)
+    x[0, 0], x[1, 1], x[2, 2] = float("nan"), float("inf"), float("-inf")
+    from tests.models.custom_op import factory
+    model, _, _ = factory()
+    torch.testing.assert_close(program(x), model(x), equal_nan=True)
+    with pytest.raises(InputMismatchError, match=r"0 is outside the built range 1\.\.16"):
+        program(torch.randn(0, 16))
+
+
+# ---------------------------------------------------------------------------- faults
+
+def _build_cmd(out: Path, spec: str = "zoo:mlp") -> list[str]:
+    return [sys.executable, "-m", "exporter", "build", spec, "--target", "onnx",
+            "--out", str(out)]
+
+
+def _env() -> dict:
+    return {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200"}
+
+
+def _leftovers(directory: Path, out: Path) -> list[str]:
+    return sorted(p.name for p in directory.iterdir() if p.name != out.name)
+
+
+@pytest.fixture(scope="module")
+def good_mlp(artifacts_dir) -> Path:
+    out = artifacts_dir / "mlp-onnx-good.artifact"
+    exporter.build("zoo:mlp", target="onnx", out=out)
+    return out
+
+
+@pytest.mark.parametrize("sig, after", [(signal.SIGINT, 3.0), (signal.SIGKILL, 5.0)],
+                         ids=["SIGINT", "SIGKILL"])
+def test_interrupted_build_keeps_the_previous_artifact(good_mlp, tmp_path, sig, after):
+    out = tmp_path / "model.artifact"
+    shutil.copy(good_mlp, out)
+    before = out.read_bytes()
+    proc = subprocess.Popen(_build_cmd(out), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=_env(), cwd=ROOT)
+    time.sleep(after)
+    proc.send_signal(sig)
+    _, stderr = proc.communicate(timeout=120)
+    print(f"{sig.name} after {after}s: exit {proc.returncode}; {stderr[-300:]}")
+    assert "Traceback" not in stderr
+    if "interrupted: nothing was written" in stderr or sig == signal.SIGKILL:
+        assert out.read_bytes() == before, "the previous artifact is untouched"
+    else:  # the signal came after the artifact was written: it must be whole
+        runtime.load(out)
+    if sig == signal.SIGINT and proc.returncode == 130:
+        assert _leftovers(tmp_path, out) == [], "an interrupted build cleans up after itself"
+    # SIGKILL leaves what it leaves; the next build removes it and still succeeds
+    again = subprocess.run(_build_cmd(out), capture_output=True, text=True, env=_env(),
+                           cwd=ROOT, timeout=300)
+    assert again.returncode == 0, again.stderr
+    assert _leftovers(tmp_path, out) == []
+    runtime.load(out)
+
+
+def test_leftovers_of_dead_builds_are_swept_and_live_ones_kept(good_mlp, tmp_path):
+    from exporter import leftovers
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    out = tmp_path / "model.artifact"
+    stale = [tmp_path / f".model.artifact.tmp-{dead.pid}-x1", tmp_path /
+             f".model.artifact.validating-{dead.pid}",
+             tmp_path / f"..model.artifact.validating-{dead.pid}.tmp-{dead.pid}-y"]
+    live = tmp_path / f".model.artifact.tmp-{os.getpid()}-z"
+    for path in [*stale, live]:
+        path.write_bytes(b"partial")
+    temp_dir = Path(leftovers.tempfile.gettempdir()) / f"exporter-build-{dead.pid}-abc"
+    temp_dir.mkdir()
+    removed = leftovers.sweep(out)
+    assert set(removed) >= {*stale, temp_dir} and live.exists()
+
+
+def test_two_builds_to_one_path_leave_one_whole_artifact(tmp_path):
+    out = tmp_path / "model.artifact"
+    procs = [subprocess.Popen(_build_cmd(out), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, env=_env(), cwd=ROOT) for _ in range(2)]
+    results = [(p.wait(timeout=300), p.stderr.read()) for p in procs]
+    print([code for code, _ in results])
+    assert all(code == 0 for code, _ in results), [err[-500:] for _, err in results]
+    assert _leftovers(tmp_path, out) == []
+    program = runtime.load(out)  # whole and verified, whichever rename came last
+    assert program.run([torch.randn(2, 64)])
+
+
+def test_full_disk_is_a_clear_error_and_keeps_the_previous_file(good_mlp, tmp_path):
+    """A file-size limit (RLIMIT_FSIZE) makes writes past it fail as a full disk does."""
+    out = tmp_path / "model.artifact"
+    shutil.copy(good_mlp, out)
+    before = out.read_bytes()
+    limit = 32 << 10  # under the ONNX model's weights
+
+    def limit_writes():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    result = subprocess.run(_build_cmd(out), capture_output=True, text=True, env=_env(),
+                            cwd=ROOT, timeout=300, preexec_fn=limit_writes)
+    print(result.returncode, result.stderr[-600:])
+    assert result.returncode in (2, 3) and "Traceback" not in result.stderr
+    assert "File too large" in result.stderr
+    assert out.read_bytes() == before
+    assert _leftovers(tmp_path, out) == []
+
+
+# ---------------------------------------------------------------------------- reproducible
+
+def test_rebuilding_gives_identical_bytes_onnx(good_mlp, tmp_path):
+    again = tmp_path / "again.artifact"
+    exporter.build("zoo:mlp", target="onnx", out=again)
+    assert again.read_bytes() == good_mlp.read_bytes()
+    assert runtime.read_manifest(again).build["nondeterminism"] == []
+
+
+def test_rebuilding_gives_identical_bytes_aoti_cpu(mlp_build, tmp_path):
+    again = tmp_path / "again.artifact"
+    exporter.build("zoo:mlp", target="cpu", out=again)
+    assert again.read_bytes() == mlp_build.artifact.read_bytes()
+    notes = runtime.read_manifest(again).build["nondeterminism"]
+    assert any("build paths" in n for n in notes)
+
+
+def test_deterministic_refuses_tuning(cli):
+    result = cli("build", "zoo:mlp", "--deterministic", "--autotune", "--dry-run")
+    assert result.returncode == 2 and "--deterministic cannot be combined" in result.stderr
