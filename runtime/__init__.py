@@ -64,7 +64,9 @@ def load(path: str | Path, *, limits: Limits = Limits(), cuda_graphs: bool = Tru
         # copy is removed when the reader closes.
         private_dir = reader.extract_private()
         planned = (manifest.memory_plan or {}).get("arenas") or {} if arenas else {}
-        allocated = {device: Arena(device, plan) for device, plan in planned.items()}
+        if not isinstance(planned, dict):
+            raise ArtifactError("the memory plan's arenas are not an object", where=where)
+        allocated = {device: Arena(device, plan, where=where) for device, plan in planned.items()}
         executors = []
         for partition in manifest.partitions:
             graphed = cuda_graphs and partition.device == "cuda"

@@ -24,6 +24,8 @@ from typing import Mapping
 
 import torch
 
+from runtime.errors import ArtifactError
+
 # keys of manifest.memory_plan["arenas"][device]
 ARENA_BYTES, SLOTS = "arena_bytes", "slots"
 
@@ -54,11 +56,9 @@ def out_variant(op: torch._ops.OpOverload) -> torch._ops.OpOverload | None:
 class Arena:
     """One device's preallocated bytes, carved at the planned offsets."""
 
-    def __init__(self, device: str, plan: Mapping) -> None:
+    def __init__(self, device: str, plan: Mapping, *, where: str = "manifest.json") -> None:
         self.device = device
-        self.nbytes = int(plan[ARENA_BYTES])
-        self.slots = {key: (int(offset), int(size)) for key, (offset, size, *_) in
-                      plan[SLOTS].items()}
+        self.nbytes, self.slots = _checked(device, plan, where)
         self.storage = torch.empty(self.nbytes, dtype=torch.uint8, device=device)
 
     def slot(self, key: str, dtype: torch.dtype) -> torch.Tensor:
@@ -76,6 +76,34 @@ class Arena:
             return tensor.to(self.device)
         view = self.storage[offset:offset + nbytes].view(tensor.dtype).view(tensor.shape)
         return view.copy_(tensor)
+
+
+MAX_ARENA_BYTES = 1 << 40
+_ALIGNMENT = 64  # what the planner aligns to; a slot's offset must divide by any item size
+
+
+def _checked(device: str, plan: object, where: str) -> tuple[int, dict[str, tuple[int, int]]]:
+    """The plan's size and slots, each slot inside the arena and aligned; else the
+    manifest is malformed (ArtifactError), before a byte is allocated."""
+    def bad(what: str) -> ArtifactError:
+        return ArtifactError(f"the memory plan's {device} arena is malformed: {what}",
+                             where=where, hint="rebuild the artifact with `exporter build`")
+    if device not in ("cpu", "cuda") or not isinstance(plan, Mapping):
+        raise bad("not an object for a known device")
+    nbytes, slots = plan.get(ARENA_BYTES), plan.get(SLOTS)
+    if type(nbytes) is not int or not 0 <= nbytes <= MAX_ARENA_BYTES or not isinstance(slots,
+                                                                                      Mapping):
+        raise bad(f"arena_bytes {nbytes!r:.30} or its slots")
+    checked = {}
+    for key, record in slots.items():
+        if not (isinstance(record, list) and len(record) >= 2
+                and all(type(v) is int and v >= 0 for v in record[:2])):
+            raise bad(f"slot {key!r:.60} is not [offset, size, ...]")
+        offset, size = record[:2]
+        if offset % _ALIGNMENT or offset + size > nbytes:
+            raise bad(f"slot {key!r:.60} at {offset}+{size} is unaligned or outside the arena")
+        checked[key] = (offset, size)
+    return nbytes, checked
 
 
 def run_in_arena(gm: torch.fx.GraphModule, arena: Arena, prefix: str) -> list[torch.Tensor]:

@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import torch
+
 from runtime.errors import ArtifactError
 
 
@@ -35,9 +37,12 @@ class Dim:
 
     @classmethod
     def from_json(cls, raw: Any) -> "Dim":
-        if isinstance(raw, int):
-            return cls(size=raw)
-        return cls(symbol=str(raw["symbol"]), min=int(raw["min"]), max=int(raw["max"]))
+        if type(raw) is int:
+            return cls(size=_int(raw, "a dimension"))
+        low, high = _int(raw["min"], "a dim's min"), _int(raw["max"], "a dim's max")
+        if low > high:
+            raise ValueError(f"a dim's min {low} is over its max {high}")
+        return cls(symbol=_str(raw["symbol"], "a dim's symbol"), min=low, max=high)
 
     def describe(self) -> str:
         return str(self.size) if self.size is not None else f"{self.symbol}[{self.min}..{self.max}]"
@@ -54,8 +59,11 @@ class TensorSpec:
 
     @classmethod
     def from_json(cls, raw: dict) -> "TensorSpec":
-        return cls(name=raw["name"], dtype=raw["dtype"],
-                   shape=tuple(Dim.from_json(d) for d in raw["shape"]))
+        dtype = _str(raw["dtype"], "a tensor's dtype")
+        if not isinstance(getattr(torch, dtype, None), torch.dtype):
+            raise ValueError(f"{dtype!r} is not a torch dtype")
+        return cls(name=_str(raw["name"], "a tensor's name"), dtype=dtype,
+                   shape=tuple(Dim.from_json(d) for d in _list(raw["shape"], "a shape")))
 
     def describe(self) -> str:
         return f"{self.name}: {self.dtype}[{', '.join(d.describe() for d in self.shape)}]"
@@ -76,8 +84,9 @@ class Signature:
 
     @classmethod
     def from_json(cls, raw: dict) -> "Signature":
-        return cls(inputs=tuple(TensorSpec.from_json(t) for t in raw["inputs"]),
-                   outputs=tuple(TensorSpec.from_json(t) for t in raw["outputs"]),
+        return cls(inputs=tuple(TensorSpec.from_json(t) for t in _list(raw["inputs"], "inputs")),
+                   outputs=tuple(TensorSpec.from_json(t)
+                                 for t in _list(raw["outputs"], "outputs")),
                    output_tree=raw.get("output_tree"))
 
 
@@ -100,9 +109,16 @@ class Partition:
 
     @classmethod
     def from_json(cls, raw: dict) -> "Partition":
-        return cls(name=raw["name"], backend=raw["backend"], device=raw["device"],
-                   files=tuple(raw["files"]), inputs=tuple(raw["inputs"]),
-                   outputs=tuple(raw["outputs"]), meta=dict(raw.get("meta") or {}))
+        device = _str(raw["device"], "a partition's device")
+        if device not in ("cpu", "cuda"):
+            raise ValueError(f"a partition's device is {device!r}, not 'cpu' or 'cuda'")
+        meta = raw.get("meta") or {}
+        if not isinstance(meta, dict):
+            raise TypeError("a partition's meta must be an object")
+        return cls(name=_str(raw["name"], "a partition's name"),
+                   backend=_str(raw["backend"], "a partition's backend"), device=device,
+                   files=_strs(raw["files"], "files"), inputs=_strs(raw["inputs"], "inputs"),
+                   outputs=_strs(raw["outputs"], "outputs"), meta=dict(meta))
 
 
 @dataclass(frozen=True)
@@ -123,9 +139,10 @@ class Requirements:
 
     @classmethod
     def from_json(cls, raw: dict) -> "Requirements":
-        return cls(arch=raw["arch"], torch=raw["torch"], cpu_isa=raw.get("cpu_isa"),
-                   cpu_flags=tuple(raw.get("cpu_flags") or ()), cuda=raw.get("cuda"),
-                   cuda_capability=raw.get("cuda_capability"))
+        optional = {key: _str(raw[key], key) if raw.get(key) is not None else None
+                    for key in ("cpu_isa", "cuda", "cuda_capability")}
+        return cls(arch=_str(raw["arch"], "arch"), torch=_str(raw["torch"], "torch"),
+                   cpu_flags=_strs(raw.get("cpu_flags") or [], "cpu_flags"), **optional)
 
 
 @dataclass
@@ -168,14 +185,14 @@ class Manifest:
             return cls(
                 target=raw["target"],
                 signature=Signature.from_json(raw["signature"]),
-                partitions=[Partition.from_json(p) for p in raw["partitions"]],
+                partitions=[Partition.from_json(p) for p in _list(raw["partitions"], "partitions")],
                 requirements=Requirements.from_json(raw["requirements"]),
                 created_by=dict(raw.get("created_by") or {}),
                 source=dict(raw.get("source") or {}),
                 passes=list(raw.get("passes") or []),
                 coverage=list(raw.get("coverage") or []),
                 placement=dict(raw.get("placement") or {}),
-                memory_plan=raw.get("memory_plan"),
+                memory_plan=_optional_dict(raw.get("memory_plan"), "memory_plan"),
                 validation=raw.get("validation"),
                 build=dict(raw.get("build") or {}),
                 entries=dict(raw.get("entries") or {}),
@@ -184,3 +201,34 @@ class Manifest:
             raise ArtifactError(
                 f"the manifest is malformed ({type(exc).__name__}: {exc})", where=where,
                 hint="rebuild the artifact with `exporter build`") from exc
+
+
+# Field checks for from_json: a hostile or hand-edited manifest must fail here, as an
+# ArtifactError naming the field, not later as a TypeError deep in the runtime.
+
+def _str(value: Any, what: str) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{what} must be a string, not {type(value).__name__}")
+    return value
+
+
+def _int(value: Any, what: str) -> int:
+    if type(value) is not int or not 0 <= value < 1 << 62:
+        raise ValueError(f"{what} must be a non-negative integer, not {value!r:.40}")
+    return value
+
+
+def _list(value: Any, what: str) -> list:
+    if not isinstance(value, list):
+        raise TypeError(f"{what} must be a list, not {type(value).__name__}")
+    return value
+
+
+def _strs(value: Any, what: str) -> tuple[str, ...]:
+    return tuple(_str(v, f"an item of {what}") for v in _list(value, what))
+
+
+def _optional_dict(value: Any, what: str) -> dict | None:
+    if value is not None and not isinstance(value, dict):
+        raise TypeError(f"{what} must be an object, not {type(value).__name__}")
+    return value

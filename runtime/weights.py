@@ -80,8 +80,8 @@ def load_checked(path: Path, expected: dict | None, device: str, *, where: str
         raise ArtifactError("the manifest has no index of this weights file", where=where,
                             hint=_REBUILD)
     found = read_index(path, where=where)
-    problems = [f"'{n}': the manifest says {expected[n]}, the file has {found[n]}"
-                for n in sorted(set(found) & set(expected)) if found[n] != list(expected[n])]
+    problems = [f"'{n}': the manifest says {expected[n]!r:.80}, the file has {found[n]}"
+                for n in sorted(set(found) & set(expected)) if found[n] != expected[n]]
     problems += [f"'{n}' is in the file, not in the manifest" for n in sorted(set(found) - set(expected))]
     problems += [f"'{n}' is in the manifest, not in the file" for n in sorted(set(expected) - set(found))]
     if problems:

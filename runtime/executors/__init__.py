@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 from pathlib import Path
 
-from runtime.errors import CompatibilityError
+from runtime.errors import ArtifactError, CompatibilityError
 from runtime.manifest import Partition
 from runtime.program import Executor
 
@@ -29,4 +29,12 @@ def create_executor(partition: Partition, files_dir: Path, *, where: str, **opti
             f"runtime does not have (it has: {', '.join(sorted(_BACKENDS))})", where=where,
             hint="upgrade the runtime to the toolchain version that built the artifact")
     module = importlib.import_module(module_name)
-    return module.load(partition, files_dir, where=where, **options)
+    try:
+        return module.load(partition, files_dir, where=where, **options)
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+        # Executors read their partition's meta as the build wrote it; a missing key or a
+        # wrong type there is a malformed (or hostile) manifest, said as such.
+        raise ArtifactError(
+            f"partition '{partition.name}' ({partition.backend}) has a malformed manifest "
+            f"record ({type(exc).__name__}: {str(exc)[:200]})", where=where,
+            hint="rebuild the artifact with `exporter build`; --debug shows where") from exc
