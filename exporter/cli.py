@@ -131,6 +131,8 @@ def build(
     memory_budget: Optional[str] = typer.Option(None, "--memory-budget", help="fail when "
                                                 "weights plus planned activations exceed this "
                                                 "size (e.g. 64MB, 1.5GiB)"),
+    compile_timeout: int = typer.Option(1800, "--compile-timeout", help="cpu, cuda: seconds "
+                                        "one C++ compiler run may take (0: no limit)"),
     deterministic: bool = typer.Option(False, "--deterministic", help="turn off on-device "
                                        "kernel timing so rebuilds give the same bytes"),
     dry_run: bool = typer.Option(False, "--dry-run",
@@ -150,7 +152,8 @@ def build(
                              tvm_target=tvm_target, tune=tune, fuse=fuse,
                              quantize=quantize, calibration=calibration, quant_min_sqnr_db=min_sqnr,
                              quant_min_cosine=min_cosine, memory_budget=memory_budget,
-                             deterministic=deterministic)
+                             deterministic=deterministic,
+                             compile_timeout_s=compile_timeout)
         if dry_run:
             return _dry_run(spec, settings, as_json)
         try:

@@ -190,7 +190,8 @@ def _options(settings: BuildSettings, out: Path, work_dir: Path | None = None, *
              "partition": work_dir.name if work_dir else None,
              "tvm_target": settings.tvm_target, "tune": settings.tune, "fuse": settings.fuse,
              "quantize": settings.quantize, "calibration": calibration or [],
-             "deterministic": settings.deterministic}
+             "deterministic": settings.deterministic,
+             "compile_timeout": settings.compile_timeout_s}
     return LowerOptions(work_dir=work_dir or out.parent, cpu_isa=settings.cpu_isa,
                         dtype=settings.dtype, autotune=settings.autotune, log_dir=out.parent,
                         extra=extra)

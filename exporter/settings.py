@@ -44,6 +44,8 @@ class BuildSettings(BaseModel):
     memory_budget: int | None = Field(None, gt=0, description="bytes (or a size: 64MB, 1.5GiB) "
                                       "that weights plus planned activations must fit in")
 
+    compile_timeout_s: int = Field(1800, ge=0, description="cpu, cuda: seconds one C++ "
+                                   "compiler run may take (0: no limit)")
     deterministic: bool = Field(False, description="turn off what makes builds differ "
                                 "(on-device kernel timing); refuses --autotune and --tune")
 

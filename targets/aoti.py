@@ -21,7 +21,7 @@ from runtime.errors import ToolchainError
 from targets.base import Availability, Lowered, LowerOptions, Support, Target, pipeline
 from targets.errors import TargetOptionError
 from targets.reproducible import normalize_package
-from targets.toolchain import choose_cxx
+from targets.toolchain import TIMED_OUT, choose_cxx, with_timeout
 
 log = logging.getLogger(__name__)
 
@@ -75,8 +75,8 @@ class AOTInductorTarget(Target):
         vetted (a statically linked libstdc++ crashes on load)."""
         # size_asserts: debug checks that run only under an environment variable, and
         # whose messages embed Python object addresses, so the library differed per build.
-        configs: dict = {"freezing": True, "cpp.cxx": (None, self._compiler()),
-                         "size_asserts": False}
+        compiler = with_timeout(self._compiler(), int(options.extra.get("compile_timeout") or 0))
+        configs: dict = {"freezing": True, "cpp.cxx": (None, compiler), "size_asserts": False}
         if options.autotune:
             configs["max_autotune"] = True
         if options.extra.get("deterministic"):
@@ -114,7 +114,9 @@ class AOTInductorTarget(Target):
                 torch._inductor.aoti_compile_and_package(
                     program, package_path=str(package), inductor_configs=configs)
         except Exception as exc:  # compiler errors come in many types; keep the full text
-            raise self._lowering_error(exc, options) from exc
+            timed_out = TIMED_OUT in str(exc)
+            raise self._lowering_error(exc, options, options.extra.get("compile_timeout")
+                                       if timed_out else None) from exc
         normalize_package(package)
         seconds = time.perf_counter() - start
         log.info("AOTInductor compiled %s in %.1f s", package, seconds)
@@ -127,14 +129,17 @@ class AOTInductorTarget(Target):
     def requirements(self, options: LowerOptions):
         return self.base_requirements()
 
-    def _lowering_error(self, exc: Exception, options: LowerOptions) -> LoweringError:
+    def _lowering_error(self, exc: Exception, options: LowerOptions,
+                        timed_out: int | None = None) -> LoweringError:
         log_dir = options.log_dir or Path(tempfile.gettempdir())
         log_dir.mkdir(parents=True, exist_ok=True)
         log_path = log_dir / f"exporter-{self.name}-compile-{time.strftime('%Y%m%d-%H%M%S')}.log"
         log_path.write_text(f"{type(exc).__name__}: {exc}\n")
         first = (str(exc).strip().splitlines() or [""])[0][:300]
+        what = (f"the C++ compiler did not finish within --compile-timeout {timed_out} s"
+                if timed_out else f"{type(exc).__name__}: {first}")
         return LoweringError(
-            f"AOTInductor failed to compile the program for '{self.name}' "
-            f"({type(exc).__name__}: {first})", where=str(log_path),
+            f"AOTInductor failed to compile the program for '{self.name}' ({what})",
+            where=str(log_path),
             hint="read the log; run with --debug for the traceback; check that a C++ compiler "
                  "works (`exporter targets`)")

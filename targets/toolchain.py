@@ -67,3 +67,32 @@ def choose_cxx() -> CxxChoice:
             return CxxChoice(path, f"{problem}, so {path} is used instead", switched=True)
     return CxxChoice(None, f"{problem}, and no compiler that links it dynamically was found; "
                            "set CXX to one (e.g. CXX=/usr/bin/g++)")
+
+
+TIMED_OUT = "edge-exporter: the compiler was stopped after"
+
+
+def with_timeout(compiler: str, seconds: int) -> str:
+    """A stand-in for ``compiler`` that ``timeout`` stops after ``seconds`` (saying so on
+    stderr, which Inductor's error carries, with ``TIMED_OUT``).
+
+    Inductor runs the compiler with no time limit; a hung compiler would hang the
+    build. The stand-in is a two-line script at a path fixed by (compiler, seconds), so
+    Inductor's cache keys stay stable across builds, named like the compiler (Inductor
+    tells gcc from clang by the name). Without coreutils' ``timeout``: the compiler."""
+    timeout = shutil.which("timeout")
+    if timeout is None or seconds <= 0:
+        return compiler
+    import hashlib
+    key = hashlib.sha256(f"{compiler}\0{seconds}".encode()).hexdigest()[:16]
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    wrapper = cache / "edge-exporter" / "cxx" / key / Path(compiler).name
+    script = (f'#!/bin/sh\n{timeout} --kill-after=10 {seconds} {compiler} "$@"\nstatus=$?\n'
+              f'[ $status -eq 124 ] && echo "{TIMED_OUT} {seconds} s" >&2\nexit $status\n')
+    if not wrapper.is_file() or wrapper.read_text() != script:
+        wrapper.parent.mkdir(parents=True, exist_ok=True)
+        partial = wrapper.with_name(f".{wrapper.name}.{os.getpid()}")
+        partial.write_text(script)
+        partial.chmod(0o755)
+        partial.replace(wrapper)  # atomic: concurrent builds never see half a script
+    return str(wrapper)

@@ -305,3 +305,37 @@ def test_rebuilding_gives_identical_bytes_aoti_cpu(mlp_build, tmp_path):
 def test_deterministic_refuses_tuning(cli):
     result = cli("build", "zoo:mlp", "--deterministic", "--autotune", "--dry-run")
     assert result.returncode == 2 and "--deterministic cannot be combined" in result.stderr
+
+
+_FAKE_CXX = """#!/bin/sh
+# g++ for the toolchain probe; for every compile Inductor asks of it, slow or crashing
+case "$*" in *probe.cpp*|*--version*|*-dumpversion*) ;; *) {action};; esac
+exec /usr/bin/g++ "$@"
+"""
+
+
+@pytest.mark.parametrize("action, expected", [
+    ("sleep 120", "did not finish within --compile-timeout 5 s"),
+    ("kill -SEGV $$", "CppCompileError"),
+], ids=["hangs", "crashes"])
+def test_compiler_that_hangs_or_crashes_is_a_build_error_naming_the_log(tmp_path, action,
+                                                                       expected):
+    if not Path("/usr/bin/g++").exists():
+        pytest.skip("needs /usr/bin/g++ behind the fake compiler")
+    fake = tmp_path / "bin" / "g++"
+    fake.parent.mkdir()
+    fake.write_text(_FAKE_CXX.format(action=action))
+    fake.chmod(0o755)
+    out = tmp_path / "model.artifact"
+    env = {**_env(), "CXX": str(fake), "TORCHINDUCTOR_FORCE_DISABLE_CACHES": "1",
+           "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    start = time.perf_counter()
+    result = subprocess.run([sys.executable, "-m", "exporter", "build", "zoo:mlp", "--target",
+                             "cpu", "--compile-timeout", "5", "--out", str(out)],
+                            capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
+    print(f"exit {result.returncode} after {time.perf_counter() - start:.0f} s:",
+          result.stderr[-500:])
+    assert result.returncode == 3 and "Traceback" not in result.stderr
+    assert expected in result.stderr
+    log = Path(result.stderr.split("Where: ")[1].split(".log")[0] + ".log")
+    assert log.is_file() and not out.exists()
