@@ -16,6 +16,7 @@ Like the AOTI executor's ``meta["package"]``, the meta values are paths relative
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 from pathlib import Path
@@ -57,7 +58,8 @@ def load(partition: Partition, files_dir: Path, *, where: str, arena: Arena | No
     # dims a slot changes shape per call: emptied first, so the out= op resizes it quietly.
     slots = run_in_arena(module, arena, f"{partition.name}/") if arena is not None else []
     reset = slots if _dynamic(program) else []
-    lock = threading.Lock()  # the slots are shared state: one call at a time
+    # the slots are shared state: one call at a time (without them, calls may overlap)
+    lock = threading.Lock() if slots else contextlib.nullcontext()
 
     def run(inputs: list[torch.Tensor]) -> list[torch.Tensor]:
         try:
