@@ -23,8 +23,8 @@ from torch.export import ExportedProgram
 from exporter import leftovers, versions
 from exporter.capture import Captured, capture
 from exporter.dynamic import parse_dynamic
-from exporter.errors import (MemoryBudgetError, TargetUnavailableError, UserInputError,
-                             ValidationFailedError)
+from exporter.errors import (BuildError, MemoryBudgetError, TargetUnavailableError,
+                             UserInputError, ValidationFailedError)
 from exporter.settings import BuildSettings
 from exporter.spec import ModelSpec, load_spec
 from exporter.quantization import QuantGate, calibration_sets, check_recipe
@@ -349,8 +349,14 @@ def _validate(out: Path, manifest: Manifest, files: dict, eager: EagerRunner,
     try:
         gate = (QuantGate(settings.quant_min_sqnr_db, settings.quant_min_cosine)
                 if settings.quantize else None)
-        record = validate(staging, eager, captured.signature, cases, dtype=settings.dtype,
-                          warnings=warnings, preload=preload, gate=gate)
+        try:
+            record = validate(staging, eager, captured.signature, cases, dtype=settings.dtype,
+                              warnings=warnings, preload=preload, gate=gate)
+        except BuildError as exc:  # the artifact crashed the validation process
+            kept = _keep_failed(out, manifest, files) if settings.keep_failed else None
+            raise BuildError(exc.what, where=str(kept or out), details=exc.details,
+                             hint=(f"the artifact was kept at {kept}; " if kept else "")
+                             + (exc.hint or "")) from exc
         if not record["passed"]:
             manifest.validation = record
             kept = _keep_failed(out, manifest, files) if settings.keep_failed else None

@@ -199,6 +199,8 @@ BAD_MANIFESTS = [
     ("array", b"[]", ArtifactError, "not a JSON object"),
     ("duplicate-key", b'{"entries": {}, "entries": {}}', ArtifactError, "duplicate key"),
     ("nan", b'{"x": NaN}', ArtifactError, "NaN"),
+    ("huge-number", b'{"x": ' + b"9" * 5000 + b"}", ArtifactError, "not valid UTF-8 JSON"),
+    ("deep-nesting", b"[" * 100_000 + b"]" * 100_000, ArtifactError, "not valid UTF-8 JSON"),
     ("no-format", {"entries": {}}, ArtifactError, "format is not"),
     ("wrong-name", manifest_with(format={"name": "zip", "version": "1.0"}), ArtifactError,
      "format is not"),
@@ -238,6 +240,7 @@ def test_extra_and_missing_entries_are_all_reported(tmp_path):
 @pytest.mark.parametrize("record_change, expected", [
     ({"sha256": "0" * 64}, "SHA-256 does not match"),
     ({"size": 2}, "size 1 does not match"),
+    ({"size": 10**30}, "size 1 does not match"),
 ])
 def test_manifest_hash_or_size_mismatch(tmp_path, record_change, expected):
     manifest = manifest_with(entries={"a.bin": {**record(b"a"), **record_change}})

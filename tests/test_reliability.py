@@ -285,6 +285,18 @@ def test_full_disk_is_a_clear_error_and_keeps_the_previous_file(good_mlp, tmp_pa
     assert _leftovers(tmp_path, out) == []
 
 
+def test_artifact_crashing_in_validation_is_a_build_error(good_mlp, tmp_path):
+    out = tmp_path / "model.artifact"
+    shutil.copy(good_mlp, out)
+    before = out.read_bytes()
+    result = subprocess.run(_build_cmd(out, "tests/models/crashing_op.py:factory"),
+                            capture_output=True, text=True, env=_env(), cwd=ROOT, timeout=300)
+    print(result.stderr[-400:])
+    assert result.returncode == 3 and "Traceback" not in result.stderr
+    assert "SIGSEGV" in result.stderr and out.read_bytes() == before
+    assert _leftovers(tmp_path, out) == []
+
+
 # ---------------------------------------------------------------------------- reproducible
 
 def test_rebuilding_gives_identical_bytes_onnx(good_mlp, tmp_path):
