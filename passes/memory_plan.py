@@ -98,10 +98,12 @@ def plan_arenas(partitions: list[tuple[str, str, bool, ExportedProgram, list[str
     outputs) each. Planned, keyed as the runtime looks them up:
 
     * ``<partition>/<node>``: a CPU-fallback intermediate whose op has an ``out=``
-      overload, or a hand-off output, live until its last consumer partition ends;
+      overload, or a hand-off output;
     * ``handoff/<tensor>``: a partition output copied to a partition on another device,
-      in the destination's arena, live while any partition that could still read it
-      (its readers, and theirs through aliasing outputs) runs.
+      in the destination's arena;
+
+    each live while any partition that could still read it (its readers, and theirs
+    through aliasing outputs) runs.
 
     Left to the allocator: program outputs (the caller keeps them past the next call),
     delegated partitions' insides (their backend plans those) and unbounded sizes."""
@@ -118,12 +120,19 @@ def plan_arenas(partitions: list[tuple[str, str, bool, ExportedProgram, list[str
     def last_read(name: str) -> int:
         return max((base[p] + span[p] for p, _ in readers[name]), default=0)
 
+    def held_until(name: str, device: str | None = None) -> int:
+        """The last step ``name``'s bytes may be read: its readers (on ``device``) run,
+        and so do the readers of their outputs, since a backend may hand on a view of
+        its input as an output (AOTInductor does for view ops)."""
+        return max((max([base[p] + span[p], *map(last_read, _outputs_of(partitions, p))])
+                    for p, d in readers[name] if device in (None, d)), default=0)
+
     buffers: dict[str, list[Buffer]] = {}
     for name, device, delegated, program, inputs, outputs in partitions:
         if not delegated:
             buffers.setdefault(device, []).extend(
                 _fallback_buffers(name, program, outputs, base[name], program_outputs,
-                                  last_read, alignment))
+                                  held_until, alignment))
         for tensor in inputs:
             source = producer.get(tensor)
             if source is None or source[1] == device:
@@ -134,10 +143,8 @@ def plan_arenas(partitions: list[tuple[str, str, bool, ExportedProgram, list[str
             size, bounded = _bytes(_output_node(source[2], source[3]), alignment)
             if not bounded or not size:
                 continue
-            # a reader may hand on a view of its input: keep the bytes while its outputs live
-            end = max(max([base[p] + span[p], *map(last_read, _outputs_of(partitions, p))])
-                      for p, d in readers[tensor] if d == device)
-            buffers.setdefault(device, []).append(Buffer(key, size, base[name], end))
+            buffers.setdefault(device, []).append(
+                Buffer(key, size, base[name], held_until(tensor, device)))
     arenas = {}
     for device, planned in buffers.items():
         offsets = best_fit(planned)
@@ -149,7 +156,7 @@ def plan_arenas(partitions: list[tuple[str, str, bool, ExportedProgram, list[str
 
 
 def _fallback_buffers(partition: str, program: ExportedProgram, outputs: list[str], base: int,
-                      program_outputs: set[str], last_read, alignment: int) -> list[Buffer]:
+                      program_outputs: set[str], held_until, alignment: int) -> list[Buffer]:
     from runtime.arena import out_variant  # the runtime's own rule for what it can place
 
     info = _storage(program.graph)
@@ -164,7 +171,7 @@ def _fallback_buffers(partition: str, program: ExportedProgram, outputs: list[st
         if not size or not bounded or any(out in program_outputs for out in reached):
             continue
         end = base + info.last_use.get(node, info.steps[node])
-        end = max([end] + [last_read(out) for out in reached])
+        end = max([end] + [held_until(out) for out in reached])
         planned.append(Buffer(f"{partition}/{node.name}", size, base + info.steps[node], end))
     return planned
 
