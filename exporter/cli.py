@@ -94,7 +94,8 @@ def _stage_printer(enabled: bool):
 
 @app.command()
 def build(
-    spec: str = typer.Argument(..., help="FILE.py:NAME, package.module:NAME or zoo:NAME"),
+    spec: str = typer.Argument(..., help="FILE.py:NAME, package.module:NAME, zoo:NAME or "
+                               "hf:PATH (a local Hugging Face checkpoint)"),
     target: str = typer.Option("cpu", "--target", "-t", help="see `exporter targets`"),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="artifact path"),
     dynamic: list[str] = typer.Option([], "--dynamic", help="INPUT:DIM=MIN..MAX, repeatable"),
@@ -131,6 +132,11 @@ def build(
     memory_budget: Optional[str] = typer.Option(None, "--memory-budget", help="fail when "
                                                 "weights plus planned activations exceed this "
                                                 "size (e.g. 64MB, 1.5GiB)"),
+    task: Optional[str] = typer.Option(None, "--task", help="hf:PATH specs: feature-extraction"
+                                       "|text-classification|causal-lm|image-classification"),
+    seq_len: Optional[int] = typer.Option(None, "--seq-len", help="hf: text example length"),
+    image_size: Optional[int] = typer.Option(None, "--image-size",
+                                             help="hf: image example size"),
     compile_timeout: int = typer.Option(1800, "--compile-timeout", help="cpu, cuda: seconds "
                                         "one C++ compiler run may take (0: no limit)"),
     deterministic: bool = typer.Option(False, "--deterministic", help="turn off on-device "
@@ -153,7 +159,8 @@ def build(
                              quantize=quantize, calibration=calibration, quant_min_sqnr_db=min_sqnr,
                              quant_min_cosine=min_cosine, memory_budget=memory_budget,
                              deterministic=deterministic,
-                             compile_timeout_s=compile_timeout)
+                             compile_timeout_s=compile_timeout, task=task, seq_len=seq_len,
+                             image_size=image_size)
         if dry_run:
             return _dry_run(spec, settings, as_json)
         try:
@@ -182,6 +189,7 @@ def _dry_run(spec: str, settings, as_json: bool) -> int:
     prep = dry_run(spec, settings, stage=_stage_printer(not as_json))
     if as_json:
         _print_json({"target": prep.target.name, "placement": prep.placement.summary(),
+                     "signature": prep.captured.signature.to_json(),
                      "coverage": prep.placement.coverage, "warnings": prep.warnings})
     else:
         print_placement(out_console, prep.placement.coverage, prep.placement.summary())

@@ -26,6 +26,7 @@ from exporter.dynamic import parse_dynamic
 from exporter.errors import (BuildError, MemoryBudgetError, TargetUnavailableError,
                              UserInputError, ValidationFailedError)
 from exporter.settings import BuildSettings
+from exporter.hf_spec import HfOptions
 from exporter.spec import ModelSpec, load_spec
 from exporter.quantization import QuantGate, calibration_sets, check_recipe
 from exporter.validate import EagerRunner, summarize_failure, validate
@@ -92,12 +93,14 @@ def prepare(spec: str | ModelSpec, settings: BuildSettings, timed: Callable) -> 
     check_recipe(target, settings)
     dynamic = parse_dynamic(settings.dynamic)
     with timed("load model"):
-        model = spec if isinstance(spec, ModelSpec) else load_spec(spec)
+        model = spec if isinstance(spec, ModelSpec) else load_spec(
+            spec, HfOptions(settings.task, settings.seq_len, settings.image_size))
     out = _check_output_path(settings.output_path(_model_name(model)))
     with timed("capture (torch.export)"):
         captured = capture(model, dynamic, target.device)
     calibration, warnings = calibration_sets(settings, captured.signature,
                                              captured.inputs.tensors)
+    warnings = model.notes + warnings
     options = _options(settings, out, calibration=calibration)
     with timed("passes" if settings.quantize is None else f"passes (quantize {settings.quantize})"):
         program, pass_records = run_pipeline(captured.program, target.default_passes(options))

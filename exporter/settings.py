@@ -44,6 +44,12 @@ class BuildSettings(BaseModel):
     memory_budget: int | None = Field(None, gt=0, description="bytes (or a size: 64MB, 1.5GiB) "
                                       "that weights plus planned activations must fit in")
 
+    task: Literal["feature-extraction", "text-classification", "causal-lm",
+                  "image-classification"] | None = Field(None, description="hf: specs: the "
+                                                         "model class (default: from the "
+                                                         "config's architectures)")
+    seq_len: int | None = Field(None, gt=0, description="hf: text models' example length")
+    image_size: int | None = Field(None, gt=0, description="hf: image models' example size")
     compile_timeout_s: int = Field(1800, ge=0, description="cpu, cuda: seconds one C++ "
                                    "compiler run may take (0: no limit)")
     deterministic: bool = Field(False, description="turn off what makes builds differ "

@@ -9,6 +9,7 @@ A spec names a factory: a callable taking no arguments that returns
 - ``package.module:NAME``: imported with importlib from ``sys.path`` plus the working
   directory.
 - ``zoo:NAME``: a built-in model (``exporter.zoo``), no file needed.
+- ``hf:PATH``: a local Hugging Face checkpoint folder (``exporter.hf_spec``).
 
 ``example_args`` is a tuple or list of positional args, or a single tensor (wrapped
 into a 1-tuple). Keyword args are not supported. Args may be tensors, nested
@@ -24,7 +25,7 @@ import inspect
 import itertools
 import sys
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -32,8 +33,9 @@ import torch
 
 from exporter.errors import SpecError
 from exporter.export_errors import SourceLine, find_user_frame
+from exporter.hf_spec import HfOptions, load_hf
 
-SPEC_FORMS = "expected FILE.py:NAME, package.module:NAME or zoo:NAME"
+SPEC_FORMS = "expected FILE.py:NAME, package.module:NAME, zoo:NAME or hf:PATH"
 _FACTORY_CONTRACT = "(module, example_args) or (module, example_args, dynamic_shapes)"
 _SCALARS = (int, float, bool, type(None))
 _fresh_ids = itertools.count()
@@ -47,10 +49,12 @@ class ModelSpec:
     kwargs: dict
     dynamic_shapes: Any | None  # torch.export format, as the factory returned it
     origin_file: str | None  # file the model came from: error messages point into it
+    notes: list[str] = field(default_factory=list)  # warnings for the build (random weights)
 
 
-def load_spec(spec: str) -> ModelSpec:
-    """Resolve ``spec`` to a ModelSpec; every user mistake is a SpecError."""
+def load_spec(spec: str, hf: HfOptions | None = None) -> ModelSpec:
+    """Resolve ``spec`` to a ModelSpec; every user mistake is a SpecError. ``hf`` (task,
+    sequence length, image size) applies to ``hf:PATH`` specs only."""
     text = (spec or "").strip()
     if not text:
         raise SpecError("The model spec is empty", hint=f"{SPEC_FORMS}, e.g. zoo:mlp")
@@ -58,8 +62,14 @@ def load_spec(spec: str) -> ModelSpec:
     if not colon or not target or not name:
         raise SpecError(f"The model spec {text!r} does not name a factory", where=text,
                         hint=f"{SPEC_FORMS}, e.g. model.py:make_model or zoo:mlp")
+    if hf is not None and hf != HfOptions() and target != "hf":
+        raise SpecError("--task, --seq-len and --image-size apply to hf:PATH specs only",
+                        where=text, hint="drop them, or give hf:PATH")
     if target == "zoo":
         return _from_zoo(text, name)
+    if target == "hf":
+        module, args, dynamic, notes = load_hf(text, name, hf or HfOptions())
+        return ModelSpec(text, module, args, {}, dynamic, None, notes)
     if target.endswith(".py") or "/" in target or "\\" in target:
         path = _existing_file(target, text)
         with _on_sys_path(path.parent):

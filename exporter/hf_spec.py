@@ -1,0 +1,152 @@
+"""``hf:PATH``: a local Hugging Face ``transformers`` checkpoint as a model spec.
+
+PATH is a folder with ``config.json`` and, usually, ``model.safetensors``; nothing is
+downloaded (``local_files_only``, and ``HF_HUB_OFFLINE=1`` set for the import). A folder
+with a config and no weights builds with random weights, loudly (how the tests and
+architecture trials use it). ``--task`` picks the model class and what the artifact
+returns; by default it is read from the config's ``architectures``:
+
+    feature-extraction    AutoModel                            -> last_hidden_state
+    text-classification   AutoModelForSequenceClassification   -> logits
+    causal-lm             AutoModelForCausalLM (no KV cache)   -> logits
+    image-classification  AutoModelForImageClassification      -> logits
+
+Example inputs follow the modality: ``input_ids`` (int64, random ids below the vocab
+size) and ``attention_mask`` of ``--seq-len`` tokens (default min(128, the model's
+maximum positions)), or ``pixel_values`` (float32, ``--image-size``, default the
+config's) for images. Batch 1.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from exporter.errors import SpecError
+
+log = logging.getLogger(__name__)
+
+TASKS = {
+    "feature-extraction": ("AutoModel", "last_hidden_state"),
+    "text-classification": ("AutoModelForSequenceClassification", "logits"),
+    "causal-lm": ("AutoModelForCausalLM", "logits"),
+    "image-classification": ("AutoModelForImageClassification", "logits"),
+}
+# architectures' name endings -> task, for the default
+_ARCHITECTURE_TASKS = (("ForSequenceClassification", "text-classification"),
+                       ("ForCausalLM", "causal-lm"), ("LMHeadModel", "causal-lm"),
+                       ("ForImageClassification", "image-classification"))
+
+
+@dataclass(frozen=True)
+class HfOptions:
+    task: str | None = None
+    seq_len: int | None = None
+    image_size: int | None = None
+
+
+class TextOutput(torch.nn.Module):
+    """Calls the model by keyword and returns the task's one output (HF models take other
+    arguments positionally, and return dataclasses with optional fields)."""
+
+    def __init__(self, model: torch.nn.Module, output: str) -> None:
+        super().__init__()
+        self.model, self.output = model, output
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        return getattr(self.model(input_ids=input_ids, attention_mask=attention_mask),
+                       self.output)
+
+
+class ImageOutput(TextOutput):
+    """``resize``: the images are not the size the model was configured for; vision
+    transformers then interpolate their position embeddings (``--image-size``)."""
+
+    def __init__(self, model: torch.nn.Module, output: str, resize: bool = False) -> None:
+        super().__init__(model, output)
+        self.extra = {"interpolate_pos_encoding": True} if resize else {}
+
+    def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        return getattr(self.model(pixel_values=pixel_values, **self.extra), self.output)
+
+
+def load_hf(text: str, path_text: str, options: HfOptions) -> tuple:
+    """``(module, example_args, None, warnings)`` for ``hf:PATH``."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never the network, whatever is asked
+    try:
+        import transformers
+    except ImportError:
+        raise SpecError("hf: specs need the 'transformers' package", where=text,
+                        hint="pip install '.[hf]'") from None
+    path = Path(path_text).expanduser()
+    if not (path / "config.json").is_file():
+        raise SpecError(f"{path} is not a Hugging Face checkpoint folder (no config.json)",
+                        where=text, hint="give a folder written by save_pretrained()")
+    try:
+        config = transformers.AutoConfig.from_pretrained(path, local_files_only=True)
+    except (OSError, ValueError, KeyError) as exc:
+        raise SpecError(f"transformers cannot read {path / 'config.json'} "
+                        f"({type(exc).__name__}: {str(exc).splitlines()[0][:200]})",
+                        where=text, hint="check the config's model_type") from None
+    task = options.task or _task_from(config)
+    if task not in TASKS:
+        raise SpecError(f"unknown --task {task!r}", where=text,
+                        hint=f"use one of {', '.join(TASKS)}")
+    class_name, output = TASKS[task]
+    model, warnings = _model(getattr(transformers, class_name), config, path, text, task)
+    if task != "image-classification":
+        return TextOutput(model.eval(), output).eval(), _text_args(config, options), None, warnings
+    size = options.image_size or getattr(config, "image_size", None) or 224
+    resize = size != getattr(config, "image_size", size)
+    if resize and "interpolate_pos_encoding" not in inspect.signature(model.forward).parameters:
+        raise SpecError(f"this model takes {config.image_size}-pixel images; --image-size "
+                        f"{size} needs a model that can resize", where=text,
+                        hint=f"drop --image-size or give {config.image_size}")
+    channels = getattr(config, "num_channels", 3)
+    module = ImageOutput(model.eval(), output, resize).eval()
+    return module, (torch.randn(1, channels, size, size),), None, warnings
+
+
+def _task_from(config) -> str:
+    for architecture in getattr(config, "architectures", None) or []:
+        for ending, task in _ARCHITECTURE_TASKS:
+            if architecture.endswith(ending):
+                return task
+    return "feature-extraction"
+
+
+def _model(auto_class, config, path: Path, text: str, task: str):
+    if task == "causal-lm":
+        config.use_cache = False  # no past_key_values among the outputs
+    weights = [p for p in ("model.safetensors", "model.safetensors.index.json")
+               if (path / p).is_file()]
+    try:
+        if weights:
+            return auto_class.from_pretrained(path, config=config, local_files_only=True,
+                                              use_safetensors=True), []
+        torch.manual_seed(0)
+        model = auto_class.from_config(config)
+    except (OSError, ValueError, KeyError) as exc:
+        raise SpecError(f"transformers cannot build a {task} model from {path} "
+                        f"({type(exc).__name__}: {str(exc).splitlines()[0][:200]})",
+                        where=text, hint="check --task against the checkpoint's "
+                                         "architectures") from None
+    return model, [f"{path} has no model.safetensors: built with random weights (seed 0); "
+                   "the artifact computes what those weights compute"]
+
+
+def _text_args(config, options: HfOptions) -> tuple:
+    limit = getattr(config, "max_position_embeddings", None) or 128
+    seq_len = options.seq_len or min(128, limit)
+    if seq_len > limit:
+        raise SpecError(f"--seq-len {seq_len} is over the model's {limit} positions",
+                        hint=f"give --seq-len {limit} or less")
+    vocab = getattr(config, "vocab_size", None) or 2
+    generator = torch.Generator().manual_seed(0)
+    input_ids = torch.randint(0, vocab, (1, seq_len), generator=generator)
+    return input_ids, torch.ones(1, seq_len, dtype=torch.int64)

@@ -1,0 +1,81 @@
+"""``hf:PATH`` specs: a local Hugging Face checkpoint (config, safetensors) built with the
+task's model class and example inputs of its modality; no network."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+import runtime
+
+transformers = pytest.importorskip("transformers")
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory):
+    """Three tiny checkpoints written by save_pretrained: a BERT classifier with weights, a
+    GPT-2 config alone (random weights), a ViT classifier config alone."""
+    root = tmp_path_factory.mktemp("hf")
+    torch.manual_seed(0)
+    bert = transformers.BertForSequenceClassification(transformers.BertConfig(
+        vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+        intermediate_size=64, max_position_embeddings=64, num_labels=3)).eval()
+    bert.save_pretrained(root / "bert", safe_serialization=True)
+    transformers.GPT2Config(vocab_size=100, n_positions=64, n_embd=32, n_layer=1, n_head=2,
+                            architectures=["GPT2LMHeadModel"]).save_pretrained(root / "gpt2")
+    transformers.ViTConfig(image_size=32, patch_size=8, hidden_size=32, num_hidden_layers=1,
+                           num_attention_heads=2, intermediate_size=64, num_labels=5,
+                           architectures=["ViTForImageClassification"]).save_pretrained(root / "vit")
+    return root, bert
+
+
+def test_text_classification_checkpoint_builds_and_matches_transformers(checkpoints, cli,
+                                                                         tmp_path):
+    root, bert = checkpoints
+    out = tmp_path / "bert.artifact"
+    result = cli("build", f"hf:{root / 'bert'}", "--target", "onnx", "--seq-len", "16",
+                 "--out", str(out), "--json")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["validation"]["passed"] is True
+    manifest = runtime.read_manifest(out)
+    assert [(s.name, s.dtype, [d.size for d in s.shape]) for s in manifest.signature.inputs] == \
+        [("input_ids", "int64", [1, 16]), ("attention_mask", "int64", [1, 16])]
+    ids = torch.randint(0, 100, (1, 16))
+    mask = torch.ones(1, 16, dtype=torch.int64)
+    with torch.no_grad():
+        expected = bert(input_ids=ids, attention_mask=mask).logits  # the saved weights
+    torch.testing.assert_close(runtime.load(out)(ids, mask), expected, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("folder, flags, inputs, output, warned", [
+    ("gpt2", [], [("input_ids", "int64", [1, 64]), ("attention_mask", "int64", [1, 64])],
+     [1, 64, 100], True),
+    ("vit", ["--image-size", "48"], [("pixel_values", "float32", [1, 3, 48, 48])], [1, 5], True),
+    ("bert", ["--task", "feature-extraction", "--seq-len", "8"],
+     [("input_ids", "int64", [1, 8]), ("attention_mask", "int64", [1, 8])], [1, 8, 32], False),
+], ids=["causal-lm-from-architectures", "image-classification", "feature-extraction-by-task"])
+def test_tasks_choose_the_class_and_the_inputs(checkpoints, cli, folder, flags, inputs, output,
+                                               warned):
+    root, _ = checkpoints
+    result = cli("build", f"hf:{root / folder}", "--target", "onnx", "--dry-run", "--json",
+                 *flags)
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    signature = data["signature"]
+    assert [(t["name"], t["dtype"], t["shape"]) for t in signature["inputs"]] == inputs
+    assert signature["outputs"][0]["shape"] == output
+    assert any("random weights" in w for w in data["warnings"]) == warned
+
+
+def test_hf_mistakes_are_usage_errors(checkpoints, cli, tmp_path):
+    root, _ = checkpoints
+    missing = cli("build", f"hf:{tmp_path / 'nope'}", "--dry-run")
+    assert missing.returncode == 2 and "no config.json" in missing.stderr
+    bad_task = cli("build", f"hf:{root / 'bert'}", "--task", "translation", "--dry-run")
+    assert bad_task.returncode == 2 and "--task" in bad_task.stderr
+    not_hf = cli("build", "zoo:mlp", "--task", "causal-lm", "--dry-run")
+    assert not_hf.returncode == 2 and "apply to hf:PATH specs only" in not_hf.stderr
+    for result in (missing, bad_task, not_hf):
+        assert "Traceback" not in result.stderr
