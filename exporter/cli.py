@@ -340,6 +340,32 @@ def inspect(artifact: Path = typer.Argument(..., help="artifact file"),
 
 
 @app.command()
+def doctor(as_json: bool = typer.Option(False, "--json")) -> None:
+    """What this machine can build and run (torch, GPU, C++ compiler, ONNX Runtime, TVM,
+    torchao...), and the fix for each problem."""
+    def action() -> int:
+        from exporter.doctor import PROBLEM, as_json as doctor_json, run_checks
+
+        checks = run_checks()
+        if as_json:
+            _print_json(doctor_json(checks))
+            return 0
+        from rich.table import Table
+        table = Table(show_edge=False)
+        for column in ("check", "status", "found", "fix"):
+            table.add_column(column)
+        colour = {"ok": "green", "problem": "red", "absent": "yellow"}
+        for check in checks:
+            table.add_row(check.name, f"[{colour[check.status]}]{check.status}[/]",
+                          check.found, check.fix)
+        out_console.print(table)
+        problems = sum(c.status == PROBLEM for c in checks)
+        out_console.print(f"{problems} problem(s)" if problems else "no problems found")
+        return 0
+    _guarded(action)
+
+
+@app.command()
 def keygen(out_dir: Path = typer.Option(..., "--out-dir", help="directory for signing.key "
                                         "(private) and signing.pub")) -> None:
     """Make an Ed25519 key pair for `exporter sign`."""

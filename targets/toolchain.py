@@ -55,18 +55,24 @@ def links_libstdcxx_dynamically(compiler: str) -> bool | None:
 @functools.cache
 def choose_cxx() -> CxxChoice:
     configured = os.environ.get("CXX") or "g++"
+    if shutil.which(configured) is None:
+        return _fallback(f"the C++ compiler {configured} (CXX) was not found", configured)
     verdict = links_libstdcxx_dynamically(configured)
     if verdict is not False:
         how = "links libstdc++ dynamically" if verdict else "not probed (no readelf or build)"
         return CxxChoice(shutil.which(configured) or configured, f"C++ compiler {configured}: {how}")
-    problem = (f"CXX={configured} links libstdc++ statically into shared libraries; an "
-               "AOTInductor library built that way crashes on load")
+    return _fallback(f"CXX={configured} links libstdc++ statically into shared libraries; an "
+                     "AOTInductor library built that way crashes on load", configured)
+
+
+def _fallback(problem: str, configured: str) -> CxxChoice:
+    """The first usual compiler that links libstdc++ dynamically, said as a switch."""
     for candidate in FALLBACK_COMPILERS:
         path = shutil.which(candidate)
         if path and path != shutil.which(configured) and links_libstdcxx_dynamically(path):
             return CxxChoice(path, f"{problem}, so {path} is used instead", switched=True)
     return CxxChoice(None, f"{problem}, and no compiler that links it dynamically was found; "
-                           "set CXX to one (e.g. CXX=/usr/bin/g++)")
+                           "install g++ or set CXX to one (e.g. CXX=/usr/bin/g++)")
 
 
 TIMED_OUT = "edge-exporter: the compiler was stopped after"
