@@ -94,8 +94,10 @@ def _stage_printer(enabled: bool):
 
 @app.command()
 def build(
-    spec: str = typer.Argument(..., help="FILE.py:NAME, package.module:NAME, zoo:NAME or "
-                               "hf:PATH (a local Hugging Face checkpoint)"),
+    ctx: typer.Context,
+    spec: Optional[str] = typer.Argument(None, help="FILE.py:NAME, package.module:NAME, "
+                                         "zoo:NAME or hf:PATH (a local Hugging Face "
+                                         "checkpoint); or `spec` in --config"),
     target: str = typer.Option("cpu", "--target", "-t", help="see `exporter targets`"),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="artifact path"),
     dynamic: list[str] = typer.Option([], "--dynamic", help="INPUT:DIM=MIN..MAX, repeatable"),
@@ -141,6 +143,10 @@ def build(
                                         "one C++ compiler run may take (0: no limit)"),
     deterministic: bool = typer.Option(False, "--deterministic", help="turn off on-device "
                                        "kernel timing so rebuilds give the same bytes"),
+    config: Optional[Path] = typer.Option(None, "--config", help="exporter.toml: spec and "
+                                          "settings (flags given here win)"),
+    save_config: Optional[Path] = typer.Option(None, "--save-config", help="write the spec "
+                                               "and settings used, to replay with --config"),
     dry_run: bool = typer.Option(False, "--dry-run",
                                  help="show where each op would run; compile nothing"),
     as_json: bool = typer.Option(False, "--json", help="print the result as JSON only"),
@@ -151,20 +157,27 @@ def build(
         from exporter.pipeline import build as run_build
         from exporter.report import print_build
 
-        settings = _settings(target=target, out=out, dynamic=dynamic, inputs=inputs,
-                             validate_artifact=not no_validate, keep_failed=keep_failed,
-                             cpu_isa=cpu_isa, dtype=dtype, autotune=autotune, fallback=fallback,
-                             min_partition_size=min_partition_size, ep=ep,
-                             tvm_target=tvm_target, tune=tune, fuse=fuse,
-                             quantize=quantize, calibration=calibration, quant_min_sqnr_db=min_sqnr,
-                             quant_min_cosine=min_cosine, memory_budget=memory_budget,
-                             deterministic=deterministic,
-                             compile_timeout_s=compile_timeout, task=task, seq_len=seq_len,
-                             image_size=image_size)
+        from exporter import config_file
+
+        fields = dict(target=target, out=out, dynamic=dynamic, inputs=inputs,
+                      validate_artifact=not no_validate, keep_failed=keep_failed,
+                      cpu_isa=cpu_isa, dtype=dtype, autotune=autotune, fallback=fallback,
+                      min_partition_size=min_partition_size, ep=ep, tvm_target=tvm_target,
+                      tune=tune, fuse=fuse, quantize=quantize, calibration=calibration,
+                      quant_min_sqnr_db=min_sqnr, quant_min_cosine=min_cosine,
+                      memory_budget=memory_budget, deterministic=deterministic,
+                      compile_timeout_s=compile_timeout, task=task, seq_len=seq_len,
+                      image_size=image_size)
+        given = {field for field, param in _FIELD_PARAMS.items()
+                 if ctx.get_parameter_source(param or field).name == "COMMANDLINE"}
+        spec_used, merged = config_file.merge(spec, fields, given, config)
+        settings = _settings(**merged)
+        if save_config is not None:
+            config_file.write(save_config, spec_used, settings)
         if dry_run:
-            return _dry_run(spec, settings, as_json)
+            return _dry_run(spec_used, settings, as_json)
         try:
-            result = run_build(spec, settings,
+            result = run_build(spec_used, settings,
                                      stage=_stage_printer(not as_json and not quiet))
         except ToolchainError as exc:
             record = getattr(exc, "record", None)
@@ -180,6 +193,15 @@ def build(
             print_build(out_console, result)
         return 0
     _guarded(action)
+
+
+# BuildSettings fields whose flag's parameter is named otherwise (None: the same name)
+_FIELD_PARAMS = {name: None for name in (
+    "target", "out", "dynamic", "inputs", "keep_failed", "cpu_isa", "dtype", "autotune",
+    "fallback", "min_partition_size", "ep", "tvm_target", "tune", "fuse", "quantize",
+    "calibration", "memory_budget", "deterministic", "task", "seq_len", "image_size")} | {
+    "validate_artifact": "no_validate", "quant_min_sqnr_db": "min_sqnr",
+    "quant_min_cosine": "min_cosine", "compile_timeout_s": "compile_timeout"}
 
 
 def _dry_run(spec: str, settings, as_json: bool) -> int:
