@@ -5,9 +5,11 @@ Python API (the CLI calls the same functions)::
     import exporter
     artifact = exporter.build("zoo:mlp", target="cpu", out="mlp.artifact")
     record = exporter.validate("mlp.artifact", "zoo:mlp")
+    timings = exporter.bench("mlp.artifact", baselines=("eager",))
 """
 
 from exporter.api import Artifact, build, validate
+from exporter.bench import bench
 from exporter.settings import BuildSettings
 
-__all__ = ["Artifact", "BuildSettings", "build", "validate"]
+__all__ = ["Artifact", "BuildSettings", "bench", "build", "validate"]

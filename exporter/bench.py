@@ -19,6 +19,7 @@ import torch
 import runtime
 from exporter.capture import capture
 from exporter.errors import UserInputError
+from exporter.hf_spec import HfOptions
 from exporter.spec import load_spec
 from passes.cast_dtype import DTYPES, CastFloatDtype
 from runtime.flat_inputs import flatten_inputs
@@ -84,7 +85,7 @@ def bench(artifact: str | Path, *, model: str | None = None,
                      "runs": runs, "warmup": warmup, "timings": {}}
     if device == "cuda":
         results["gpu"] = torch.cuda.get_device_name()
-    spec = load_spec(model or manifest.source["spec"]) if baselines or model else None
+    spec = _spec(model, manifest) if baselines or model else None
     inputs = _inputs(spec, manifest, device)
     with torch.inference_mode():
         calls = {"artifact": lambda: program.run(inputs, output_device=device)}
@@ -96,6 +97,15 @@ def bench(artifact: str | Path, *, model: str | None = None,
     results["ratios"] = {f"artifact/{name}": art / t["median_ms"]
                          for name, t in results["timings"].items() if name != "artifact"}
     return results
+
+
+def _spec(model: str | None, manifest):
+    """The model to compare with: given, or the one the artifact was built from (an hf:
+    spec with the task and sizes the build used)."""
+    settings = manifest.build.get("settings", {})
+    return load_spec(model or manifest.source["spec"],
+                     HfOptions(settings.get("task"), settings.get("seq_len"),
+                               settings.get("image_size")) if not model else None)
 
 
 def _inputs(spec, manifest, device: str) -> list[torch.Tensor]:
