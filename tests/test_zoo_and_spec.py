@@ -206,7 +206,7 @@ def test_empty_spec(spec):
 @pytest.mark.parametrize("spec", ["model.py", "model.py:", ":make"])
 def test_spec_without_a_name(spec):
     err = _spec_error(spec)
-    assert "FILE.py:NAME, package.module:NAME or zoo:NAME" in err.hint
+    assert "FILE.py:NAME, package.module:NAME, zoo:NAME or hf:PATH" in err.hint
 
 
 def test_missing_file(tmp_path):
