@@ -154,45 +154,55 @@ def build(
 ) -> None:
     """Capture, lower, package and validate a model into one artifact file."""
     def action() -> int:
-        from exporter.pipeline import build as run_build
-        from exporter.report import print_build
-
-        from exporter import config_file
-
-        fields = dict(target=target, out=out, dynamic=dynamic, inputs=inputs,
-                      validate_artifact=not no_validate, keep_failed=keep_failed,
-                      cpu_isa=cpu_isa, dtype=dtype, autotune=autotune, fallback=fallback,
-                      min_partition_size=min_partition_size, ep=ep, tvm_target=tvm_target,
-                      tune=tune, fuse=fuse, quantize=quantize, calibration=calibration,
-                      quant_min_sqnr_db=min_sqnr, quant_min_cosine=min_cosine,
-                      memory_budget=memory_budget, deterministic=deterministic,
-                      compile_timeout_s=compile_timeout, task=task, seq_len=seq_len,
-                      image_size=image_size)
-        given = {field for field, param in _FIELD_PARAMS.items()
-                 if ctx.get_parameter_source(param or field).name == "COMMANDLINE"}
-        spec_used, merged = config_file.merge(spec, fields, given, config)
-        settings = _settings(**merged)
-        if save_config is not None:
-            config_file.write(save_config, spec_used, settings)
+        spec_used, settings = _build_settings(ctx, spec, config, save_config, dict(
+            target=target, out=out, dynamic=dynamic, inputs=inputs,
+            validate_artifact=not no_validate, keep_failed=keep_failed, cpu_isa=cpu_isa,
+            dtype=dtype, autotune=autotune, fallback=fallback,
+            min_partition_size=min_partition_size, ep=ep, tvm_target=tvm_target, tune=tune,
+            fuse=fuse, quantize=quantize, calibration=calibration, quant_min_sqnr_db=min_sqnr,
+            quant_min_cosine=min_cosine, memory_budget=memory_budget,
+            deterministic=deterministic, compile_timeout_s=compile_timeout, task=task,
+            seq_len=seq_len, image_size=image_size))
         if dry_run:
             return _dry_run(spec_used, settings, as_json)
-        try:
-            result = run_build(spec_used, settings,
-                                     stage=_stage_printer(not as_json and not quiet))
-        except ToolchainError as exc:
-            record = getattr(exc, "record", None)
-            if as_json and record is not None:
-                _print_json({"artifact": None, "target": target, "validation": record,
-                             "error": str(exc)})
-            raise
-        if as_json:
-            _print_json(result.to_json())
-        elif quiet:
-            print(result.artifact)
-        else:
-            print_build(out_console, result)
-        return 0
+        return _run_build(spec_used, settings, as_json, quiet)
     _guarded(action)
+
+
+def _run_build(spec: str, settings, as_json: bool, quiet: bool) -> int:
+    from exporter.pipeline import build as run_build
+    from exporter.report import print_build
+
+    try:
+        result = run_build(spec, settings, stage=_stage_printer(not as_json and not quiet))
+    except ToolchainError as exc:
+        record = getattr(exc, "record", None)
+        if as_json and record is not None:
+            _print_json({"artifact": None, "target": settings.target, "validation": record,
+                         "error": str(exc)})
+        raise
+    if as_json:
+        _print_json(result.to_json())
+    elif quiet:
+        print(result.artifact)
+    else:
+        print_build(out_console, result)
+    return 0
+
+
+def _build_settings(ctx: typer.Context, spec: str | None, config: Path | None,
+                    save_config: Path | None, fields: dict):
+    """The spec and BuildSettings: the flags' values, under them --config's, over both
+    the flags the command line actually gave; written to --save-config if asked."""
+    from exporter import config_file
+
+    given = {field for field, param in _FIELD_PARAMS.items()
+             if ctx.get_parameter_source(param or field).name == "COMMANDLINE"}
+    spec_used, merged = config_file.merge(spec, fields, given, config)
+    settings = _settings(**merged)
+    if save_config is not None:
+        config_file.write(save_config, spec_used, settings)
+    return spec_used, settings
 
 
 # BuildSettings fields whose flag's parameter is named otherwise (None: the same name)

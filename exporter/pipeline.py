@@ -86,6 +86,7 @@ class Prepared:
     warnings: list[str]
     out: Path
     calibration: list = field(default_factory=list)  # --quantize int8-static input sets
+    activations: dict = field(default_factory=dict)  # memory_plan.plan of the program
 
 
 def prepare(spec: str | ModelSpec, settings: BuildSettings, timed: Callable) -> Prepared:
@@ -104,22 +105,22 @@ def prepare(spec: str | ModelSpec, settings: BuildSettings, timed: Callable) -> 
     options = _options(settings, out, calibration=calibration)
     with timed("passes" if settings.quantize is None else f"passes (quantize {settings.quantize})"):
         program, pass_records = run_pipeline(captured.program, target.default_passes(options))
+    activations = memory_plan.plan(program)  # planned once: the budget and the manifest
     if settings.memory_budget is not None:
-        check_memory_budget(program, settings.memory_budget)
+        check_memory_budget(program, activations, settings.memory_budget)
     with timed("partition"):
         placement = place(program, target, settings.min_partition_size)
     warnings += enforce_fallback_policy(placement, settings.fallback, target)
     return Prepared(target, model, captured, program, pass_records, placement, warnings, out,
-                    calibration)
+                    calibration, activations)
 
 
-def check_memory_budget(program: ExportedProgram, budget: int) -> None:
+def check_memory_budget(program: ExportedProgram, plan: dict, budget: int) -> None:
     """Before anything compiles: the weights (as the passes left them, so quantized) plus
     the activation plan at the dims' upper bounds must fit ``budget``."""
     weights = sum(t.numel() * t.element_size() for t in
                   {id(t): t for t in [*program.state_dict.values(), *program.constants.values()]
                    if isinstance(t, torch.Tensor)}.values())
-    plan = memory_plan.plan(program)
     total = weights + plan["arena_bytes"]
     if total > budget:
         raise MemoryBudgetError(
@@ -314,11 +315,10 @@ def _manifest(prep: Prepared, settings: BuildSettings,
 def _memory_plan(prep: Prepared, lowered: list[tuple[PlannedPartition, Lowered]]) -> dict:
     """The whole program's activation plan (the report), and the arenas the runtime
     allocates (only partitions' hand-offs and CPU-fallback insides are ours to place)."""
-    report = memory_plan.plan(prep.program)
     parts = [(plan.name, prep.target.device if plan.delegated else "cpu", plan.delegated,
               plan.program, plan.inputs, plan.outputs) for plan, _ in lowered]
     outputs = {s.name for s in prep.captured.signature.outputs}
-    return {**report, "arenas": memory_plan.plan_arenas(parts, outputs)}
+    return {**prep.activations, "arenas": memory_plan.plan_arenas(parts, outputs)}
 
 
 def _preload(prep: Prepared, manifest: Manifest) -> list[str]:

@@ -64,9 +64,8 @@ class Arena:
     def slot(self, key: str, dtype: torch.dtype) -> torch.Tensor:
         """An empty tensor at ``key``'s offset that an ``out=`` op may grow to its bytes."""
         offset, _ = self.slots[key]
-        itemsize = torch.empty((), dtype=dtype).element_size()
         return torch.empty(0, dtype=dtype, device=self.device).set_(
-            self.storage.untyped_storage(), offset // itemsize, (0,), (1,))
+            self.storage.untyped_storage(), offset // dtype.itemsize, (0,), (1,))
 
     def copy_into(self, key: str, tensor: torch.Tensor) -> torch.Tensor:
         """``tensor`` copied into ``key``'s place (a transfer between devices)."""
