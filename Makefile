@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 TORCH_VERSION ?= 2.13.0
 STAMP := $(VENV)/.installed-$(TORCH_VERSION)
 
-.PHONY: install demo test test-slow test-gpu clean
+.PHONY: install browser demo test test-slow test-gpu clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -19,6 +19,19 @@ $(STAMP): $(PY) pyproject.toml
 
 install: $(STAMP)
 
+# Debian's Chromium, for the browser test of `exporter report --html` (Playwright drives
+# it from the dev extra; nothing downloads a browser). Needs root and apt-get; elsewhere
+# that one test is skipped and says why.
+browser:
+	@command -v chromium >/dev/null || { \
+	  if command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ]; then \
+	    echo "installing chromium (apt-get)"; \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null 2>&1 || { \
+	      apt-get update -q >/dev/null 2>&1 && \
+	      DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null 2>&1; } || \
+	      echo "note: apt-get could not install chromium"; \
+	  else echo "note: no chromium here: the browser test of exporter report will skip"; fi; }
+
 # Build the zoo MLP for the CPU, validate it, inspect it and run it from an .npz.
 demo: install
 	mkdir -p build
@@ -27,7 +40,7 @@ demo: install
 	$(PY) -c "import numpy as np; np.savez('build/mlp-inputs.npz', x=np.random.default_rng(0).standard_normal((4, 64), dtype=np.float32))"
 	$(VENV)/bin/exporter run build/mlp-cpu.artifact --inputs build/mlp-inputs.npz --out build/mlp-outputs.npz
 
-test: install
+test: install browser
 	$(PY) -m pytest -m "not slow and not cuda"
 
 test-slow: install

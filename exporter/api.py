@@ -16,6 +16,7 @@ import torch
 from exporter.errors import UserInputError
 from exporter.pipeline import BuildResult
 from exporter.pipeline import build as _build
+from exporter.pipeline import preload_for
 from exporter.settings import BuildSettings
 from exporter.spec import ModelSpec, load_spec
 from exporter.validate import EagerRunner
@@ -61,4 +62,5 @@ def validate(artifact: str | Path, model: str | ModelSpec, *, inputs_file: Path 
             hint="pass the spec the artifact was built from (`exporter inspect` shows it)")
     cases, warnings = make_cases(manifest.signature, inputs.tensors, inputs_file, seed)
     return _validate(Path(artifact), EagerRunner(module, inputs.rebuild), manifest.signature,
-                     cases, dtype=dtype, warnings=warnings)
+                     cases, dtype=dtype, warnings=warnings,
+                     preload=preload_for(manifest, spec.origin_file))

@@ -15,6 +15,14 @@ from exporter.errors import UserInputError
 from runtime.manifest import Manifest
 
 
+def live_bytes_per_step(plan: dict) -> list[int]:
+    """Bytes of planned activations alive at each step (node) of the ATen graph."""
+    buffers = list(plan["offsets"].values())  # [offset, size, start, end]
+    last = max((end for *_, end in buffers), default=0)
+    return [sum(size for _, size, start, end in buffers if start <= t <= end)
+            for t in range(last + 1)]
+
+
 def plot_memory(manifest: Manifest, out: Path) -> None:
     plan = manifest.memory_plan
     if not plan or not plan.get("offsets"):
@@ -28,10 +36,9 @@ def plot_memory(manifest: Manifest, out: Path) -> None:
     from matplotlib.patches import Rectangle
 
     buffers = list(plan["offsets"].values())  # [offset, size, start, end]
-    last = max(end for *_, end in buffers)
+    live = [size / 1e6 for size in live_bytes_per_step(plan)]
+    last = len(live) - 1
     steps = range(last + 1)
-    live = [sum(size for _, size, start, end in buffers if start <= t <= end) / 1e6
-            for t in steps]
     fig, (top, bottom) = pyplot.subplots(2, 1, figsize=(10, 7), sharex=True)
     top.step(steps, live, where="post", label="live activations")
     top.axhline(plan["arena_bytes"] / 1e6, color="tab:red", linestyle="--",

@@ -165,7 +165,7 @@ def build(spec: str | ModelSpec, settings: BuildSettings, *, stage: StageHook = 
             with timed("validate (subprocess)"):
                 eager = _eager_runner(prep, settings)
                 record = _validate(prep.out, manifest, files, eager, prep.captured, settings,
-                                   _preload(prep, manifest))
+                                   preload_for(manifest, prep.model.origin_file))
             measured.update(record.pop("measured"))
             manifest.validation = record
         else:
@@ -321,11 +321,11 @@ def _memory_plan(prep: Prepared, lowered: list[tuple[PlannedPartition, Lowered]]
     return {**prep.activations, "arenas": memory_plan.plan_arenas(parts, outputs)}
 
 
-def _preload(prep: Prepared, manifest: Manifest) -> list[str]:
+def preload_for(manifest: Manifest, origin_file: str | None) -> list[str]:
     """Custom ops in CPU-fallback partitions need their defining code imported in the
     validation process, as on a device; the model's own file is where they live."""
     custom = [op for p in manifest.partitions for op in p.meta.get("custom_ops", [])]
-    return [prep.model.origin_file] if custom and prep.model.origin_file else []
+    return [origin_file] if custom and origin_file else []
 
 
 def _is_custom_op(node) -> bool:

@@ -12,6 +12,7 @@ import torch
 
 from exporter.errors import UserInputError
 from exporter.settings import BuildSettings
+from exporter.validate import error_histogram
 from exporter.validate_inputs import draw_like, load_input_file
 from runtime.manifest import Signature
 from targets import TARGETS, Target
@@ -85,7 +86,7 @@ def compare_quantized(got: torch.Tensor, eager: torch.Tensor, min_sqnr_db: float
     cosine = float(g @ e) / norms if norms else float(torch.equal(g, e))
     row = {"passed": sqnr >= min_sqnr_db or cosine >= min_cosine, "criterion": "quantized",
            "sqnr_db": sqnr, "cosine": cosine, "min_sqnr_db": min_sqnr_db,
-           "min_cosine": min_cosine}
+           "min_cosine": min_cosine, "abs_err_histogram": error_histogram((g - e).abs())}
     if got.dim() == 2 and got.shape[1] > 1:  # classifier-shaped: [batch, classes]
         row["top1_agreement"] = float((got.argmax(1) == eager.argmax(1)).double().mean())
     return row

@@ -82,8 +82,6 @@ def print_build(console: Console, result) -> None:
         console.print(line, markup=False, highlight=False)
     for line in validation_lines(manifest.validation):
         console.print(line)
-    for warning in result.warnings:
-        console.print(f"[yellow]warning:[/yellow] {warning}")
 
 
 def print_manifest(console: Console, manifest: Manifest, path: str) -> None:

@@ -54,6 +54,26 @@ class Tolerance:
 TOLERANCES = {"fp32": Tolerance(10.0, 1e-6), "fp16": Tolerance(10.0, 1e-3),
               "bf16": Tolerance(10.0, 8e-3)}
 
+# Error histogram bins (`exporter report` draws them): exact zeros, then one bin per decade
+# of |error| from below 1e-12 up to 1 and above. Keys are the bins' lower edges.
+ERROR_BINS = ("0", "<1e-12", *(f"1e{e:+03d}" for e in range(-12, 0)), ">=1")
+
+
+def error_histogram(abs_err: torch.Tensor) -> dict[str, int]:
+    """Elements per decade of absolute error: where max_abs_err says how bad the worst
+    element is, this says whether it is one outlier or the whole tensor."""
+    flat = abs_err.double().flatten()
+    zero = int((flat == 0).sum())
+    decade = torch.floor(torch.log10(flat[flat > 0])).clamp(-13, 0).long()
+    counts = torch.bincount(decade + 13, minlength=14).tolist()
+    return dict(zip(ERROR_BINS, [zero, *counts]))
+
+
+def error_bin(value: float) -> str:
+    """The ERROR_BINS key a single |error| falls in."""
+    counts = error_histogram(torch.tensor([abs(value)]))
+    return next(name for name, count in counts.items() if count)
+
 
 class ArtifactRun:
     """``python -m runtime run-cases`` on every case, started in the background so the
@@ -178,7 +198,8 @@ def compare_output(got: torch.Tensor, ref: torch.Tensor, eager: torch.Tensor,
     return {"passed": nonfinite_ok and err <= allowed, "criterion": "relative-to-eager",
             "max_abs_err": err, "eager_max_abs_err": eager_err, "allowed": allowed,
             "ratio_to_allowed": err / allowed if allowed else 0.0,
-            "nan_inf_positions_match": nonfinite_ok}
+            "nan_inf_positions_match": nonfinite_ok,
+            "abs_err_histogram": error_histogram((g - r)[finite].abs())}
 
 
 def validate(artifact: Path, eager: EagerRunner, signature: Signature, cases: list[Case],

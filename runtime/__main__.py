@@ -112,5 +112,10 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-if __name__ == "__main__":
+def console() -> None:
+    """The ``edge-runtime`` console script of the runtime wheel (``exporter package``)."""
     sys.exit(main())
+
+
+if __name__ == "__main__":
+    console()

@@ -24,7 +24,7 @@ def _record(cmd) -> None:
     _COMMANDS.append(text.replace(str(ROOT) + "/", ""))
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def ran():
     """Call ``ran(subprocess.run, cmd, ...)`` to run and record a command."""
     def call(fn, cmd, **kwargs):
@@ -67,3 +67,24 @@ def mlp_build(artifacts_dir):
     import exporter
     _record("python: exporter.build('zoo:mlp', target='cpu')")
     return exporter.build("zoo:mlp", target="cpu", out=artifacts_dir / "mlp.artifact")
+
+
+@pytest.fixture(scope="session")
+def custom_onnx(artifacts_dir, cli):
+    """tests/models/custom_op.py on onnx: ONNX Runtime, a CPU-fallback partition for the
+    custom op, ONNX Runtime again. Returns (path, the build's CompletedProcess)."""
+    out = artifacts_dir / "custom-onnx.artifact"
+    return out, cli("build", "tests/models/custom_op.py:factory", "--target", "onnx", "--out",
+                    str(out), "--json")
+
+
+@pytest.fixture(scope="session")
+def custom_bench(custom_onnx, cli):
+    """`exporter bench --json` of custom_onnx against eager (20 runs): the parsed result."""
+    import json
+    artifact, built = custom_onnx
+    assert built.returncode == 0, built.stderr
+    timed = cli("bench", str(artifact), "--baseline", "eager", "--runs", "20", "--warmup", "3",
+                "--json")
+    assert timed.returncode == 0, timed.stderr
+    return json.loads(timed.stdout)

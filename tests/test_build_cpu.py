@@ -79,11 +79,11 @@ def test_cli_run_from_npz_and_bad_npz(mlp_build, cli, tmp_path):
 def test_cli_validate_and_inspect(mlp_build, cli):
     result = cli("validate", str(mlp_build.artifact), "--model", "zoo:mlp", "--json")
     assert result.returncode == 0, result.stderr
-    assert json.loads(result.stdout)["passed"] is True
+    assert json.loads(result.stdout)["validation"]["passed"] is True
     shown = cli("inspect", str(mlp_build.artifact))
     assert shown.returncode == 0 and "batch[1..32]" in shown.stdout
-    manifest = json.loads(cli("inspect", str(mlp_build.artifact), "--json").stdout)
-    assert manifest["target"] == "cpu"
+    inspected = json.loads(cli("inspect", str(mlp_build.artifact), "--json").stdout)
+    assert inspected["manifest"]["target"] == "cpu" and inspected["signed_by"] is None
 
 
 @pytest.fixture(scope="session")

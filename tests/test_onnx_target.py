@@ -22,12 +22,6 @@ pytest.importorskip("onnxruntime")
 CUSTOM = "tests/models/custom_op.py:factory"
 
 
-@pytest.fixture(scope="session")
-def custom_onnx(artifacts_dir, cli):
-    out = artifacts_dir / "custom-onnx.artifact"
-    return out, cli("build", CUSTOM, "--target", "onnx", "--out", str(out), "--json")
-
-
 def test_custom_op_falls_back_to_cpu_and_validates(custom_onnx):
     out, result = custom_onnx
     assert result.returncode == 0, result.stderr

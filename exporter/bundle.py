@@ -1,0 +1,193 @@
+"""``exporter package ARTIFACT... --out bundle.tar.gz``: what a device needs, in one file.
+
+    NAME/artifacts/*.artifact   the artifacts, verified before they are packed
+    NAME/wheels/edge_runtime-*.whl   the runtime package alone (exporter/runtime_wheel.py)
+    NAME/requirements.lock      exact versions: the ones the artifacts were built with
+                                (torch, onnxruntime, tvm, numpy, safetensors, from their
+                                manifests) and everything those need, as installed here
+    NAME/install.sh             a new venv with the lock, then the runtime wheel (no deps)
+    NAME/run.sh                 python -m runtime run artifacts/ARTIFACT --inputs ...
+    NAME/README.txt, SHA256SUMS
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import io
+import os
+import platform
+import tarfile
+import tempfile
+from pathlib import Path
+
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+import runtime
+from exporter.errors import UserInputError
+from exporter.runtime_wheel import build_runtime_wheel
+from runtime.manifest import Manifest
+
+_FIXED_MTIME = 1577836800  # 2020-01-01: the same inputs give the same tar members
+
+
+def package(artifacts: list[Path], out: Path) -> dict:
+    """Verify the artifacts, then write the bundle whole (a temp file renamed) or not at all."""
+    if not artifacts:
+        raise UserInputError("no artifacts to package", hint="exporter package A.artifact "
+                             "[B.artifact...] --out bundle.tar.gz")
+    if not out.name.endswith((".tar.gz", ".tgz")):
+        raise UserInputError("the bundle must be a .tar.gz file", where=str(out))
+    if not out.parent.is_dir():
+        raise UserInputError(f"the directory {out.parent} does not exist", where=str(out))
+    manifests = _verified(artifacts)
+    lock, notes = lock_lines(manifests)
+    name = out.name.removesuffix(".tar.gz").removesuffix(".tgz")
+    with tempfile.TemporaryDirectory(prefix="exporter-package-") as scratch:
+        wheel = build_runtime_wheel(Path(scratch))
+        members = {f"artifacts/{p.name}": p.read_bytes() for p in artifacts}
+        members[f"wheels/{wheel.name}"] = wheel.read_bytes()
+        members["requirements.lock"] = "\n".join(lock).encode() + b"\n"
+        members["install.sh"] = _INSTALL.encode()
+        members["run.sh"] = _RUN.encode()
+        members["README.txt"] = _readme(name, artifacts, manifests, notes).encode()
+        members["SHA256SUMS"] = "".join(f"{hashlib.sha256(data).hexdigest()}  {member}\n"
+                                        for member, data in sorted(members.items())).encode()
+    _write_tar(out, name, members)
+    return {"bundle": str(out), "folder": name, "artifacts": [p.name for p in artifacts],
+            "wheel": wheel.name, "lock": lock, "notes": notes}
+
+
+def _verified(artifacts: list[Path]) -> list[Manifest]:
+    names = [p.name for p in artifacts]
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise UserInputError(f"two artifacts share the name {repeated[0]}",
+                             hint="rename one: the bundle keeps artifacts by file name")
+    return [runtime.read_manifest(path) for path in artifacts]  # hashes checked, each named
+
+
+def lock_lines(manifests: list[Manifest]) -> tuple[list[str], list[str]]:
+    """Pinned requirements: the roots at the versions the manifests record, their
+    dependencies at the versions installed here. Returns (lines, notes)."""
+    roots = _roots(manifests)
+    notes, pins = [], dict(roots)
+    for root in roots:
+        _add_dependencies(root, pins, notes)
+    lines = [f"# exact versions for {len(manifests)} artifact(s); built on Python "
+             f"{platform.python_version()} ({platform.machine()})"]
+    if "+cu" in roots.get("torch", ""):
+        lines.append("--extra-index-url https://download.pytorch.org/whl/"
+                     + roots["torch"].split("+")[1])
+    lines += [f"{name}=={version}" for name, version in sorted(pins.items())]
+    return lines, notes
+
+
+def _roots(manifests: list[Manifest]) -> dict[str, str]:
+    """What the runtime imports for these artifacts, at the versions they were built with."""
+    wanted: dict[str, set[str]] = {}
+    for manifest in manifests:
+        for dist in ("torch", "numpy", "safetensors"):
+            wanted.setdefault(dist, set()).add(manifest.created_by.get(dist) or _installed(dist))
+        for partition in manifest.partitions:
+            if partition.backend == "onnxruntime":
+                wanted.setdefault("onnxruntime", set()).add(partition.meta.get("onnxruntime"))
+            if partition.backend == "tvm":
+                wanted.setdefault("apache-tvm", set()).add(partition.meta.get("tvm"))
+                wanted.setdefault("apache-tvm-ffi", set()).add(_installed("apache-tvm-ffi"))
+    roots = {}
+    for dist, versions in wanted.items():
+        versions.discard(None)
+        if len(versions) > 1:
+            raise UserInputError(f"the artifacts were built with different {dist} versions "
+                                 f"({', '.join(sorted(versions))}); one environment cannot "
+                                 "hold both", hint="make one bundle per version")
+        if not versions:
+            raise UserInputError(f"no {dist} version is recorded in the artifacts or "
+                                 "installed here", hint=f"install {dist} and try again")
+        roots[dist] = versions.pop()
+    return roots
+
+
+def _installed(dist: str) -> str | None:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _add_dependencies(dist: str, pins: dict[str, str], notes: list[str]) -> None:
+    try:
+        requires = importlib.metadata.distribution(dist).requires or []
+    except importlib.metadata.PackageNotFoundError:
+        notes.append(f"{dist} is not installed here: its own dependencies are not locked")
+        return
+    if _installed(dist) != pins.get(dist, _installed(dist)):
+        notes.append(f"{dist} {pins[dist]} is locked (the artifacts' version); its "
+                     f"dependencies are those of {_installed(dist)}, installed here")
+    for text in requires:
+        requirement = Requirement(text)
+        if requirement.marker and not requirement.marker.evaluate({"extra": ""}):
+            continue
+        name = canonicalize_name(requirement.name)
+        if name in pins:
+            continue
+        version = _installed(name)
+        if version is None:
+            notes.append(f"{name} (needed by {dist}) is not installed here: not locked")
+            continue
+        pins[name] = version
+        _add_dependencies(name, pins, notes)
+
+
+def _write_tar(out: Path, folder: str, members: dict[str, bytes]) -> None:
+    partial = out.with_name(f".{out.name}.partial-{os.getpid()}")
+    try:
+        with tarfile.open(partial, "w:gz", format=tarfile.PAX_FORMAT) as tar:
+            for member, data in sorted(members.items()):
+                info = tarfile.TarInfo(f"{folder}/{member}")
+                info.size, info.mtime = len(data), _FIXED_MTIME
+                info.mode = 0o755 if member.endswith(".sh") else 0o644
+                tar.addfile(info, io.BytesIO(data))
+        os.replace(partial, out)
+    finally:
+        partial.unlink(missing_ok=True)
+
+
+def _readme(name: str, artifacts: list[Path], manifests: list[Manifest],
+            notes: list[str]) -> str:
+    rows = "\n".join(f"  {p.name}: target {m.target}, from {m.source.get('spec')}, inputs "
+                     + ", ".join(s.describe() for s in m.signature.inputs)
+                     for p, m in zip(artifacts, manifests))
+    first = artifacts[0].name
+    return (f"{name}: edge-exporter artifacts and what runs them\n\n{rows}\n\n"
+            "On the device (Python 3.11+, Linux, same CPU architecture):\n"
+            f"  tar xzf {name}.tar.gz && cd {name}\n"
+            "  ./install.sh              # .venv with requirements.lock and the runtime wheel\n"
+            f"  ./run.sh {first} --inputs in.npz --out out.npz\n\n"
+            "in.npz holds one array per input name. sha256sum -c SHA256SUMS checks the files.\n"
+            + "".join(f"note: {n}\n" for n in notes))
+
+
+_INSTALL = """#!/bin/sh
+# A new virtual environment (default: .venv next to this script) with the locked
+# versions, then the runtime wheel without dependencies (the lock already has them).
+set -eu
+here=$(cd "$(dirname "$0")" && pwd)
+venv=${1:-$here/.venv}
+"${PYTHON:-python3}" -m venv "$venv"
+"$venv/bin/python" -m pip install --quiet --disable-pip-version-check -r "$here/requirements.lock"
+"$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps "$here"/wheels/*.whl
+echo "installed into $venv; run: $here/run.sh ARTIFACT --inputs in.npz --out out.npz"
+"""
+
+_RUN = """#!/bin/sh
+# Usage: run.sh ARTIFACT --inputs in.npz [--out out.npz] [--trusted-key KEY.pub]
+# ARTIFACT: a file name in artifacts/ or a path. PYTHON overrides the venv's python.
+set -eu
+here=$(cd "$(dirname "$0")" && pwd)
+artifact=$1; shift
+[ -f "$artifact" ] || artifact=$here/artifacts/$artifact
+exec "${PYTHON:-$here/.venv/bin/python}" -m runtime run "$artifact" "$@"
+"""

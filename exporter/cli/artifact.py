@@ -1,0 +1,212 @@
+"""Commands on built artifacts: run, validate, bench, inspect, report, sign, package."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from exporter.cli.common import (DEBUG, JSON, QUIET, VERBOSE, app, guarded, print_json, result,
+                                 say, warn, wrote)
+
+ARTIFACT = typer.Argument(..., help="artifact file")
+
+
+@app.command()
+def run(
+    artifact: Path = ARTIFACT,
+    inputs: Path = typer.Option(..., "--inputs", help=".npz whose keys are the input names"),
+    out: Optional[Path] = typer.Option(None, "--out", help="write outputs to this .npz"),
+    no_cuda_graphs: bool = typer.Option(False, "--no-cuda-graphs",
+                                        help="run GPU partitions without CUDA-graph replay"),
+    preload: list[str] = typer.Option([], "--preload", help="FILE.py or module defining custom "
+                                      "ops the artifact's CPU fallback calls"),
+    trusted_key: list[Path] = typer.Option([], "--trusted-key", help="require a signature by "
+                                           "this public key (repeatable; `exporter keygen`)"),
+    as_json: bool = JSON, quiet: bool = QUIET, verbose: bool = VERBOSE, debug: bool = DEBUG,
+) -> None:
+    """Run an artifact on inputs from an .npz file."""
+    def action() -> int:
+        from runtime.__main__ import preload as preload_modules
+        from runtime.__main__ import run_npz
+
+        preload_modules(preload)
+        outputs, reports = run_npz(artifact, inputs, out, cuda_graphs=not no_cuda_graphs,
+                                   trusted_keys=trusted_key)
+        summary = {name: {"dtype": str(t.dtype).removeprefix("torch."), "shape": list(t.shape)}
+                   for name, t in outputs.items()}
+        if as_json:
+            print_json({"outputs": summary, "out": str(out) if out else None,
+                        "backends": reports})
+            return 0
+        for name, report in reports.items():  # where ONNX Runtime put the nodes: never silent
+            used, missing = report.get("used") or [], report.get("missing") or []
+            say(f"{name}: providers used: {', '.join(used)}"
+                + (f"; requested but missing: {', '.join(missing)}" if missing else "")
+                + f"; nodes: {report.get('placement')}")
+        for name, info in summary.items():
+            result(f"{name}: {info['dtype']}{info['shape']}")
+        if out:
+            wrote(out)
+        return 0
+    guarded(action, quiet=quiet, verbose=verbose, debug=debug, as_json=as_json)
+
+
+@app.command()
+def validate(
+    artifact: Path = ARTIFACT,
+    model: str = typer.Option(..., "--model", help="the spec the artifact was built from"),
+    inputs: Optional[Path] = typer.Option(None, "--inputs", help=".npz of inputs"),
+    as_json: bool = JSON, quiet: bool = QUIET, verbose: bool = VERBOSE, debug: bool = DEBUG,
+) -> None:
+    """Check an existing artifact against eager PyTorch (exit 1 on mismatch)."""
+    def action() -> int:
+        from exporter.api import validate as validate_api
+        from exporter.report import validation_lines
+
+        record = validate_api(artifact, model, inputs_file=inputs)
+        if as_json:
+            print_json({"validation": record})
+        else:
+            for line in validation_lines(record):
+                result(line)
+            for warning in record.get("warnings", []):
+                warn(warning)
+        return 0 if record["passed"] else 1
+    guarded(action, quiet=quiet, verbose=verbose, debug=debug, as_json=as_json)
+
+
+@app.command()
+def bench(
+    artifact: Path = ARTIFACT,
+    baseline: str = typer.Option("eager,compile", "--baseline",
+                                 help="comma list of eager, compile, onnxruntime (onnx "
+                                 "artifacts: the same model in a plain ORT session)"),
+    model: Optional[str] = typer.Option(None, "--model", help="spec for baselines and inputs "
+                                        "(default: the one in the manifest)"),
+    runs: int = typer.Option(100, "--runs"),
+    warmup: int = typer.Option(20, "--warmup"),
+    no_cuda_graphs: bool = typer.Option(False, "--no-cuda-graphs"),
+    as_json: bool = JSON, quiet: bool = QUIET, verbose: bool = VERBOSE, debug: bool = DEBUG,
+) -> None:
+    """Time the artifact against eager and torch.compile(reduce-overhead), in one process."""
+    def action() -> int:
+        from exporter.bench import bench as bench_api
+
+        names = tuple(b.strip() for b in baseline.split(",") if b.strip())
+        timed = bench_api(artifact, model=model, baselines=names, runs=runs, warmup=warmup,
+                          cuda_graphs=not no_cuda_graphs)
+        if as_json:
+            print_json(timed)
+            return 0
+        say(f"{artifact}: {timed['device']} {timed['dtype']}, {timed['runs']} runs, "
+            f"{timed['timer']}")
+        for name, timing in timed["timings"].items():
+            result(f"  {name:>9}: median {timing['median_ms']:.3f} ms, "
+                   f"p90 {timing['p90_ms']:.3f} ms")
+        for name, ratio in timed["ratios"].items():
+            result(f"  {name}: {ratio:.3f}x")
+        return 0
+    guarded(action, quiet=quiet, verbose=verbose, debug=debug, as_json=as_json)
+
+
+@app.command()
+def inspect(artifact: Path = ARTIFACT,
+            plot: Optional[Path] = typer.Option(None, "--plot", help="draw the memory plan "
+                                                "(live bytes per step, the arena) to FILE.png"),
+            as_json: bool = typer.Option(False, "--json", help="print the whole manifest in "
+                                         "one JSON object (docs/json.md)"),
+            quiet: bool = QUIET, verbose: bool = VERBOSE, debug: bool = DEBUG) -> None:
+    """Verify an artifact and summarise its manifest."""
+    def action() -> int:
+        import runtime
+        from exporter.html_report import signed_by
+        from runtime.archive import ArtifactReader
+
+        with ArtifactReader.open(artifact) as reader:
+            raw, key_id = reader.manifest, signed_by(reader.signature_bytes())
+        manifest = runtime.Manifest.from_dict(raw, where=str(artifact))
+        if plot is not None:
+            from exporter.memory_plot import plot_memory
+            plot_memory(manifest, plot)
+            wrote(plot, "the memory plan")
+        elif as_json:
+            print_json({"artifact": str(artifact), "signed_by": key_id, "manifest": raw})
+        else:
+            from exporter.cli.common import out_console
+            from exporter.report import print_manifest
+            print_manifest(out_console, manifest, str(artifact))
+            result(f"signed by key {key_id}" if key_id else "not signed")
+        return 0
+    guarded(action, quiet=quiet, verbose=verbose, debug=debug, as_json=as_json)
+
+
+@app.command()
+def report(artifact: Path = ARTIFACT,
+           html: Path = typer.Option(..., "--html", help="write the page to this file"),
+           bench_file: Optional[Path] = typer.Option(None, "--bench", help="latency bars from "
+                                                     "`exporter bench ARTIFACT --json` output"),
+           as_json: bool = JSON, quiet: bool = QUIET, verbose: bool = VERBOSE,
+           debug: bool = DEBUG) -> None:
+    """Write one self-contained HTML page about an artifact (placement, errors, memory...)."""
+    def action() -> int:
+        from exporter.html_report import write_report
+
+        write_report(artifact, html, bench_file)
+        if as_json:
+            print_json({"html": str(html), "artifact": str(artifact)})
+        else:
+            wrote(html, "open it in a browser; it loads nothing from the network")
+        return 0
+    guarded(action, quiet=quiet, verbose=verbose, debug=debug, as_json=as_json)
+
+
+@app.command()
+def sign(artifact: Path = typer.Argument(..., help="artifact file, signed in place"),
+         key: Path = typer.Option(..., "--key", help="signing.key from `exporter keygen`"),
+         as_json: bool = JSON, quiet: bool = QUIET, verbose: bool = VERBOSE,
+         debug: bool = DEBUG) -> None:
+    """Sign an artifact's manifest (which pins every entry's hash) with an Ed25519 key."""
+    def action() -> int:
+        from exporter.errors import UserInputError
+        from runtime.archive import ArtifactReader
+        from runtime.archive_writer import write_signed
+        from runtime.signing import signature_for
+
+        try:
+            key_pem = key.read_bytes()
+        except OSError as exc:
+            raise UserInputError(f"cannot read the key ({exc.strerror})", where=str(key)) from None
+        with ArtifactReader.open(artifact) as reader:  # verified before it is signed
+            signature = signature_for(reader.manifest_bytes, key_pem, where=str(key))
+            write_signed(artifact, reader, signature)
+        key_id = json.loads(signature)["key_id"]
+        if as_json:
+            print_json({"artifact": str(artifact), "key_id": key_id})
+        else:
+            wrote(artifact, f"signed with key {key_id}")
+        return 0
+    guarded(action, quiet=quiet, verbose=verbose, debug=debug, as_json=as_json)
+
+
+@app.command()
+def package(artifacts: list[Path] = typer.Argument(..., help="artifact files"),
+            out: Path = typer.Option(..., "--out", "-o", help="bundle.tar.gz to write"),
+            as_json: bool = JSON, quiet: bool = QUIET, verbose: bool = VERBOSE,
+            debug: bool = DEBUG) -> None:
+    """Bundle artifacts with a runtime wheel, a version lock and run scripts for a device."""
+    def action() -> int:
+        from exporter.bundle import package as package_api
+
+        packed = package_api(artifacts, out)
+        if as_json:
+            print_json(packed)
+            return 0
+        for note in packed["notes"]:
+            warn(note)
+        wrote(out, f"{len(artifacts)} artifact(s), {packed['wheel']}, "
+                   f"{len(packed['lock']) - 1} locked packages; see README.txt inside")
+        return 0
+    guarded(action, quiet=quiet, verbose=verbose, debug=debug, as_json=as_json)

@@ -1,0 +1,185 @@
+"""What every command shares: the app, one output style, error handling, JSON.
+
+Output style (every command):
+  - stdout carries the result: the table or figures asked for, the path of what was
+    written, or with ``--json`` one JSON object (docs/json.md: keys are stable within a
+    ``json_version``).
+  - stderr carries everything else, one line each: progress, ``note: ...``,
+    ``warning: ...`` and ``error: ...`` (what, where, ``Try:`` what to do).
+  - ``--quiet`` keeps only errors and the result; ``--verbose`` adds debug logs of the
+    exporter, its passes, targets and runtime (and stops hiding torch's own logs);
+    ``--debug`` adds tracebacks to errors. Each works before the command
+    (``exporter --quiet build``) or after it (``exporter build --quiet``).
+
+Exit codes: 0 ok, 1 validation failed, 2 bad usage or input, 3 build failed,
+130 interrupted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import logging
+import sys
+import time
+import warnings
+from dataclasses import dataclass
+from typing import Callable, Iterator
+
+import typer
+from rich.console import Console
+
+from runtime.errors import ToolchainError
+
+JSON_VERSION = 1  # bump when a documented key changes meaning or disappears
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="Export PyTorch models to validated, self-contained device artifacts.")
+err_console = Console(stderr=True)
+out_console = Console()
+
+QUIET = typer.Option(False, "--quiet", "-q", help="print only errors and the result")
+VERBOSE = typer.Option(False, "--verbose", "-v", help="debug logs of the exporter and its "
+                       "backends")
+DEBUG = typer.Option(False, "--debug", help="show tracebacks on errors")
+JSON = typer.Option(False, "--json", help="print one JSON object (docs/json.md)")
+
+
+@dataclass
+class Style:
+    quiet: bool = False
+    verbose: bool = False
+    debug: bool = False
+    json: bool = False
+
+
+_global = Style()  # flags given before the command
+style = Style()  # the flags in force for this command
+
+
+@app.callback()
+def _main(debug: bool = DEBUG, verbose: bool = VERBOSE, quiet: bool = QUIET) -> None:
+    _global.debug, _global.verbose, _global.quiet = debug, verbose, quiet
+
+
+def say(message: str) -> None:
+    """Progress or information: stderr, not under --quiet or --json."""
+    if not (style.quiet or style.json):
+        err_console.print(message, markup=False, highlight=False, soft_wrap=True)
+
+
+def warn(message: str) -> None:
+    if not style.quiet:
+        err_console.print("warning: " + message, markup=False, highlight=False, soft_wrap=True)
+
+
+def result(message, *, markup: bool = False) -> None:
+    """The command's result (text, or a rich table) on stdout."""
+    out_console.print(message, markup=markup, highlight=False, soft_wrap=True)
+
+
+def wrote(path, detail: str = "") -> None:
+    """A command that writes a file reports its path (alone under --quiet)."""
+    if style.quiet:
+        print(path)
+    else:
+        result(f"wrote {path}" + (f" ({detail})" if detail else ""))
+
+
+def print_json(data: dict) -> None:
+    payload = {"json_version": JSON_VERSION, **data}
+    sys.stdout.write(json.dumps(payload, indent=2, sort_keys=True, default=str) + "\n")
+
+
+def stage_printer():
+    """A context manager per build stage: a spinner, then "✓ name 1.2s" (not when quiet)."""
+    @contextlib.contextmanager
+    def stage(name: str) -> Iterator[None]:
+        if style.quiet or style.json:
+            yield
+            return
+        start = time.perf_counter()
+        with err_console.status(f"{name}..."):
+            yield
+        err_console.print(f"[green]✓[/green] {name} [dim]{time.perf_counter() - start:.1f}s[/dim]")
+    return stage
+
+
+def guarded(action: Callable[[], int | None], *, quiet: bool = False, verbose: bool = False,
+            debug: bool = False, as_json: bool = False) -> None:
+    """Run a command body in this command's style; turn ToolchainErrors into one
+    paragraph (and, with --json, an error object) and an exit code."""
+    style.quiet, style.verbose = quiet or _global.quiet, verbose or _global.verbose
+    style.debug, style.json = debug or _global.debug, as_json
+    _configure_logging()
+    try:
+        code = action() or 0
+    except ToolchainError as exc:
+        _print_error(str(exc), exc)
+        if as_json:
+            print_json({"error": error_json(exc), **getattr(exc, "json_extra", {})})
+        raise typer.Exit(exc.exit_code) from None
+    except KeyboardInterrupt:
+        err_console.print("interrupted: nothing was written (an artifact is replaced whole or "
+                          "not at all; the next build removes this one's temporary files)")
+        raise typer.Exit(130) from None
+    except OSError as exc:
+        if exc.errno not in _DISK_ERRORS:
+            raise
+        _print_error(f"cannot write {exc.filename or 'a file'}: {exc.strerror}. Nothing was "
+                     "replaced.\nTry: free disk space, or choose another --out", exc)
+        raise typer.Exit(2) from None
+    raise typer.Exit(code)
+
+
+# A full disk, a quota, a file-size limit or a read-only file system: the user's to fix.
+_DISK_ERRORS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS}
+
+
+def _print_error(message: str, exc: BaseException) -> None:
+    if style.debug:
+        err_console.print_exception()
+    # markup off: messages quote user code, which may contain [brackets]
+    err_console.print("error: " + message, highlight=False, markup=False, soft_wrap=True)
+
+
+def error_json(exc: ToolchainError) -> dict:
+    return {"type": type(exc).__name__, "exit_code": exc.exit_code, "message": str(exc),
+            "what": exc.what, "where": exc.where, "hint": exc.hint, "details": exc.details}
+
+
+class _OneStyleFormatter(logging.Formatter):
+    """Log records in the CLI's style: "warning: ...", "error: ...", and with --verbose
+    "debug exporter.pipeline: ..." (the logger's name says which part spoke)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        message = record.getMessage()
+        if record.exc_info and style.debug:
+            message += "\n" + self.formatException(record.exc_info)
+        if record.levelno >= logging.WARNING:
+            return f"{record.levelname.lower()}: {message}"
+        return f"{record.levelname.lower()} {record.name}: {message}"
+
+
+_OUR_LOGGERS = ("exporter", "passes", "targets", "runtime")
+
+
+def _configure_logging() -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_OneStyleFormatter())
+    logging.basicConfig(level=logging.ERROR if style.quiet else logging.WARNING,
+                        handlers=[handler], force=True)
+    logging.captureWarnings(True)  # Python warnings in the same style, silenced by --quiet
+    for name in _OUR_LOGGERS:
+        logging.getLogger(name).setLevel(logging.DEBUG if style.verbose else logging.NOTSET)
+    if style.verbose:
+        return
+    # torch 2.13 warns about its own use of a deprecated pytree class while it lowers;
+    # nothing a user can act on.
+    warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning)
+    # torch.export logs graph dumps and guard warnings at WARNING; our own error paragraph
+    # already says what matters, so keep the terminal readable.
+    import torch._logging
+    torch._logging.set_logs(all=logging.ERROR)
+    logging.getLogger("onnxscript").setLevel(logging.ERROR)  # constant-folding chatter

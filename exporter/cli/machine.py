@@ -1,0 +1,88 @@
+"""Commands about this machine and its keys: doctor, targets, keygen."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from exporter.cli.common import (DEBUG, JSON, QUIET, VERBOSE, app, guarded, print_json, result,
+                                 wrote)
+
+
+@app.command()
+def doctor(as_json: bool = JSON, quiet: bool = QUIET, verbose: bool = VERBOSE,
+           debug: bool = DEBUG) -> None:
+    """What this machine can build and run, and the fix for each problem."""
+    def action() -> int:
+        from exporter.doctor import PROBLEM, as_json as doctor_json, run_checks
+
+        checks = run_checks()
+        if as_json:
+            print_json(doctor_json(checks))
+            return 0
+        from rich.table import Table
+        table = Table(show_edge=False)
+        for column in ("check", "status", "found", "fix"):
+            table.add_column(column)
+        colour = {"ok": "green", "problem": "red", "absent": "yellow"}
+        for check in checks:
+            table.add_row(check.name, f"[{colour[check.status]}]{check.status}[/]",
+                          check.found, check.fix)
+        result(table)
+        problems = sum(c.status == PROBLEM for c in checks)
+        result(f"{problems} problem(s)" if problems else "no problems found")
+        return 0
+    guarded(action, quiet=quiet, verbose=verbose, debug=debug, as_json=as_json)
+
+
+@app.command()
+def targets(as_json: bool = JSON, quiet: bool = QUIET, verbose: bool = VERBOSE,
+            debug: bool = DEBUG) -> None:
+    """List targets and whether each can build and run on this machine."""
+    def action() -> int:
+        from targets import TARGETS
+
+        rows = []
+        for target in TARGETS.values():
+            availability = target.availability()
+            rows.append({"name": target.name, "device": target.device,
+                         "backend": target.backend, "available": availability.ok,
+                         "reason": availability.reason, "description": target.description})
+        if as_json:
+            print_json({"targets": rows})
+            return 0
+        from rich.table import Table
+        table = Table(show_edge=False)
+        for column in ("target", "device", "backend", "here", "why"):
+            table.add_column(column)
+        for row in rows:
+            table.add_row(row["name"], row["device"], row["backend"],
+                          "[green]yes[/green]" if row["available"] else "[red]no[/red]",
+                          row["reason"])
+        result(table)
+        return 0
+    guarded(action, quiet=quiet, verbose=verbose, debug=debug, as_json=as_json)
+
+
+@app.command()
+def keygen(out_dir: Path = typer.Option(..., "--out-dir", help="directory for signing.key "
+                                        "(private) and signing.pub"),
+           as_json: bool = JSON, quiet: bool = QUIET, verbose: bool = VERBOSE,
+           debug: bool = DEBUG) -> None:
+    """Make an Ed25519 key pair for `exporter sign`."""
+    def action() -> int:
+        from exporter.errors import UserInputError
+        from runtime.signing import generate_keys
+
+        if not out_dir.is_dir():
+            raise UserInputError(f"the directory {out_dir} does not exist",
+                                 hint="create it first")
+        key, pub = generate_keys(out_dir)
+        if as_json:
+            print_json({"private_key": str(key), "public_key": str(pub)})
+        else:
+            wrote(key, "private: keep it secret")
+            wrote(pub, "public: give it to devices")
+        return 0
+    guarded(action, quiet=quiet, verbose=verbose, debug=debug, as_json=as_json)

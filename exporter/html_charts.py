@@ -1,0 +1,183 @@
+"""Inline SVG charts for ``exporter report --html``.
+
+Written here rather than with a plotting library: the page must be one self-contained
+file whose text a browser test can inspect (tooltips, colours, labels), and these five
+charts are a few rectangles each. matplotlib's SVG would embed fonts and clip paths and
+carry no per-op tooltips.
+"""
+
+from __future__ import annotations
+
+import math
+from html import escape
+
+# One colour per backend (the op runs there); a partition on a GPU is drawn darker.
+BACKEND_COLOURS = {"aoti": "#2f9e44", "onnxruntime": "#1c7ed6", "tvm": "#7048e8",
+                   "torch": "#e8590c"}
+CUDA_COLOURS = {"aoti": "#1b5e20", "onnxruntime": "#0b4f9c", "tvm": "#3f1d99",
+                "torch": "#a63c06"}
+OTHER_COLOUR = "#868e96"
+
+
+def placement_colour(backend: str, device: str) -> str:
+    table = CUDA_COLOURS if device == "cuda" else BACKEND_COLOURS
+    return table.get(backend, OTHER_COLOUR)
+
+
+def _svg(width: float, height: float, body: list[str], label: str) -> str:
+    return (f'<svg xmlns="http://www.w3.org/2000/svg" role="img" aria-label="{escape(label)}" '
+            f'width="{width:.0f}" height="{height:.0f}" viewBox="0 0 {width:.0f} {height:.0f}">'
+            + "".join(body) + "</svg>")
+
+
+def _text(x: float, y: float, text: str, *, size: int = 12, anchor: str = "start",
+          fill: str = "#212529", extra: str = "") -> str:
+    return (f'<text x="{x:.1f}" y="{y:.1f}" font-size="{size}" text-anchor="{anchor}" '
+            f'fill="{fill}" {extra}>{escape(text)}</text>')
+
+
+def _short(names, limit: int = 3) -> str:
+    names = list(names)
+    return ", ".join(names[:limit]) + (f" +{len(names) - limit}" if len(names) > limit else "")
+
+
+def partition_graph(partitions: list[dict], program_inputs: list[str],
+                    program_outputs: list[str]) -> str:
+    """Program inputs, each partition in run order, program outputs, top to bottom; an
+    arc on the right for every tensor a partition reads from an earlier one (red and
+    dashed where it crosses devices). Partitions are coloured by where their ops run."""
+    nodes = ([{"name": "inputs", "label": "program inputs: " + _short(program_inputs),
+               "outputs": program_inputs, "inputs": [], "colour": "#dee2e6", "dark": False}]
+             + [{"name": p["name"], "inputs": p["inputs"], "outputs": p["outputs"],
+                 "device": p["device"], "colour": placement_colour(p["backend"], p["device"]),
+                 "dark": True, "label": f"{p['name']} · {p['backend']} @ {p['device']} · "
+                 f"{p['ops']} op(s): {_short(p['op_kinds'], 4)}"} for p in partitions]
+             + [{"name": "outputs", "label": "program outputs: " + _short(program_outputs),
+                 "inputs": program_outputs, "outputs": [], "colour": "#dee2e6", "dark": False}])
+    box_w, box_h, gap, left = 560, 34, 22, 10
+    producer = {}
+    for index, node in enumerate(nodes[:-1]):
+        for tensor in node["outputs"]:
+            producer.setdefault(tensor, index)
+    edges: dict[tuple[int, int], list[str]] = {}
+    for index, node in enumerate(nodes):
+        for tensor in node["inputs"]:
+            if tensor in producer and producer[tensor] < index:
+                edges.setdefault((producer[tensor], index), []).append(tensor)
+    body = []
+    y_of = [gap + i * (box_h + gap) for i in range(len(nodes))]
+    for index, node in enumerate(nodes):
+        title = escape(f"{node['name']}\nreads: {', '.join(node['inputs']) or '-'}\n"
+                       f"writes: {', '.join(node['outputs']) or '-'}")
+        body.append(f'<g class="partition" data-name="{escape(node["name"])}"><title>{title}'
+                    f'</title><rect x="{left}" y="{y_of[index]}" width="{box_w}" '
+                    f'height="{box_h}" rx="6" fill="{node["colour"]}"/>'
+                    + _text(left + 10, y_of[index] + 22, node["label"], size=13,
+                            fill="#fff" if node["dark"] else "#212529") + "</g>")
+    devices = ["cpu"] + [p["device"] for p in partitions] + ["cpu"]
+    for rank, ((src, dst), tensors) in enumerate(sorted(edges.items())):
+        crosses = devices[src] != devices[dst] and 0 < src and dst < len(nodes) - 1
+        x0, y0 = left + box_w, y_of[src] + box_h * 0.7
+        y1 = y_of[dst] + box_h * 0.3
+        bulge = x0 + 30 + 26 * (dst - src) + 6 * (rank % 3)
+        colour = "#c92a2a" if crosses else "#495057"
+        dash = ' stroke-dasharray="5 3"' if crosses else ""
+        label = (f"copy {devices[src]}→{devices[dst]}: " if crosses else "") + _short(tensors, 2)
+        body.append(f'<g class="edge"><title>{escape(", ".join(tensors))}</title>'
+                    f'<path d="M{x0},{y0:.1f} C{bulge},{y0:.1f} {bulge},{y1:.1f} {x0 + 6},'
+                    f'{y1:.1f}" fill="none" stroke="{colour}" stroke-width="1.6"{dash} '
+                    f'marker-end="url(#arrow)"/>'
+                    + _text(bulge + 4, (y0 + y1) / 2 + 4, label, size=11, fill=colour) + "</g>")
+    marker = ('<defs><marker id="arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" '
+              'markerHeight="7" orient="auto"><path d="M0,0 L10,5 L0,10 z" fill="#495057"/>'
+              '</marker></defs>')
+    width = left + box_w + 90 + 26 * len(nodes) + 160
+    return _svg(width, y_of[-1] + box_h + gap, [marker, *body], "partition graph")
+
+
+def op_strip(coverage: list[dict], per_row: int = 60) -> str:
+    """Every op of the program in run order, one square each, coloured by where it runs;
+    hovering shows the op, its node, the reason and the source line."""
+    cell, pad = 12, 2
+    body = []
+    for index, row in enumerate(coverage):
+        x, y = (index % per_row) * (cell + pad), (index // per_row) * (cell + pad)
+        title = escape(f"{row['node']}: {row['op']}\n{row['backend']} @ {row['device']} "
+                       f"({row.get('partition')})\n{row['reason']}"
+                       + (f"\n{row['source']}" if row.get("source") else ""))
+        body.append(f'<rect class="op" x="{x}" y="{y}" width="{cell}" height="{cell}" '
+                    f'fill="{placement_colour(row["backend"], row["device"])}">'
+                    f'<title>{title}</title></rect>')
+    rows = max(1, math.ceil(len(coverage) / per_row))
+    return _svg(per_row * (cell + pad), rows * (cell + pad), body, "ops in run order")
+
+
+def histogram(counts: dict[str, int], bins: tuple[str, ...], marker_bin: str | None,
+              caption: str) -> str:
+    """Elements per error decade (bar height: log scale, the count printed on top), with
+    the bin holding the allowance marked."""
+    bar, gap, height, base = 34, 4, 120, 150
+    biggest = max(1, max(counts.get(b, 0) for b in bins))
+    body = [_text(4, 14, caption, size=12)]
+    for index, name in enumerate(bins):
+        count = counts.get(name, 0)
+        h = height * math.log10(count + 1) / math.log10(biggest + 1) if count else 0
+        x = 40 + index * (bar + gap)
+        body.append(f'<rect class="bin" x="{x}" y="{base - h:.1f}" width="{bar}" '
+                    f'height="{h:.1f}" fill="#1c7ed6"><title>|error| bin {escape(name)}: '
+                    f'{count} element(s)</title></rect>')
+        if count:
+            body.append(_text(x + bar / 2, base - h - 3, str(count), size=10, anchor="middle"))
+        body.append(_text(x + bar / 2, base + 14, name, size=10, anchor="middle"))
+        if name == marker_bin:
+            body.append(f'<line x1="{x + bar + gap / 2}" y1="24" x2="{x + bar + gap / 2}" '
+                        f'y2="{base}" stroke="#c92a2a" stroke-dasharray="4 3"/>'
+                        + _text(x + bar + gap, 34, "allowed", size=10, fill="#c92a2a"))
+    return _svg(40 + len(bins) * (bar + gap) + 50, base + 24, body, caption)
+
+
+def bars(timings: dict[str, dict], unit: str = "ms") -> str:
+    """Median latency per runner (bar) with its p90 (whisker)."""
+    longest = max((t.get("p90_ms", t["median_ms"]) for t in timings.values()), default=1) or 1
+    scale, row_h = 420 / longest, 30
+    body = []
+    for index, (name, timing) in enumerate(timings.items()):
+        y = 10 + index * row_h
+        median, p90 = timing["median_ms"], timing.get("p90_ms", timing["median_ms"])
+        colour = "#1c7ed6" if name == "artifact" else "#adb5bd"
+        body.append(_text(110, y + 15, name, anchor="end")
+                    + f'<rect class="bar" x="120" y="{y}" width="{max(median * scale, 1):.1f}" '
+                    f'height="20" fill="{colour}"><title>{escape(name)}: median {median:.4f} '
+                    f'{unit}, p90 {p90:.4f} {unit}</title></rect>'
+                    + f'<line x1="{120 + median * scale:.1f}" y1="{y + 10}" '
+                    f'x2="{120 + p90 * scale:.1f}" y2="{y + 10}" stroke="#495057"/>'
+                    + _text(126 + max(median, p90) * scale, y + 15,
+                            f"{median:.3f} {unit} (p90 {p90:.3f})", size=11))
+    return _svg(720, 20 + len(timings) * row_h, body, "latency")
+
+
+def timeline(live: list[int], arena: int, lower_bound: int) -> str:
+    """Planned activation bytes alive at each step, with the arena and the lower bound."""
+    width, height, left, top = 700, 220, 70, 14
+    peak = max([arena, lower_bound, *live, 1])
+    sx, sy = (width - left - 20) / max(len(live), 1), (height - top - 30) / peak
+
+    def point(step: int, size: int) -> str:
+        return f"{left + step * sx:.1f},{top + (peak - size) * sy:.1f}"
+    path = " ".join(point(t, size) + " " + point(t + 1, size) for t, size in enumerate(live))
+    body = [f'<polyline class="live" points="{path}" fill="none" stroke="#1c7ed6" '
+            f'stroke-width="1.8"><title>live activations per step</title></polyline>']
+    # labels at opposite ends: the two lines meet when the plan wastes nothing
+    for value, colour, name, x, anchor in ((arena, "#c92a2a", "arena", width - 22, "end"),
+                                           (lower_bound, "#2f9e44", "lower bound", left + 4,
+                                            "start")):
+        y = top + (peak - value) * sy
+        body.append(f'<line x1="{left}" y1="{y:.1f}" x2="{width - 20}" y2="{y:.1f}" '
+                    f'stroke="{colour}" stroke-dasharray="6 3"/>'
+                    + _text(x, y - 4, f"{name} {value / 1e6:.3f} MB", size=11, anchor=anchor,
+                            fill=colour))
+    body.append(_text(4, top + 8, f"{peak / 1e6:.3f} MB", size=10)
+                + _text(4, height - 30, "0", size=10)
+                + _text(left, height - 10, f"step (node of the ATen graph), 0..{len(live) - 1}",
+                        size=11))
+    return _svg(width, height, body, "memory timeline")

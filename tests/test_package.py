@@ -1,0 +1,139 @@
+"""`exporter package`: a bundle a device installs into a fresh virtual environment (only
+the runtime wheel and the locked versions, no exporter) and runs there, matching eager."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import runtime
+from exporter.bundle import lock_lines
+from exporter.errors import UserInputError
+from exporter.runtime_wheel import build_runtime_wheel
+
+pytest.importorskip("onnxruntime")
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def bundle(mlp_build, custom_onnx, cli, tmp_path_factory):
+    """zoo:mlp on cpu (AOTInductor) and the custom-op model on onnx (ORT + CPU fallback)."""
+    out = tmp_path_factory.mktemp("bundle") / "edge-bundle.tar.gz"
+    result = cli("package", str(mlp_build.artifact), str(custom_onnx[0]), "--out", str(out),
+                 "--json")
+    assert result.returncode == 0, result.stderr
+    return out, json.loads(result.stdout)
+
+
+@pytest.fixture(scope="module")
+def installed(bundle, ran, tmp_path_factory):
+    """The bundle unpacked and installed by its own install.sh into a new venv."""
+    out, _ = bundle
+    where = tmp_path_factory.mktemp("device")
+    with tarfile.open(out) as tar:
+        tar.extractall(where, filter="data")
+    folder = where / "edge-bundle"
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    done = ran(subprocess.run, [str(folder / "install.sh")], capture_output=True, text=True,
+               env={**env, "PYTHON": sys.executable}, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return folder, env
+
+
+def test_bundle_holds_artifacts_wheel_lock_and_scripts(bundle, mlp_build, custom_onnx):
+    out, packed = bundle
+    with tarfile.open(out) as tar:
+        names = set(tar.getnames())
+        sums = tar.extractfile("edge-bundle/SHA256SUMS").read().decode().splitlines()
+        for line in sums:  # every member is listed with its hash
+            digest, member = line.split("  ")
+            data = tar.extractfile(f"edge-bundle/{member}").read()
+            assert hashlib.sha256(data).hexdigest() == digest, member
+    assert {"edge-bundle/artifacts/mlp.artifact", "edge-bundle/artifacts/custom-onnx.artifact",
+            f"edge-bundle/wheels/{packed['wheel']}", "edge-bundle/requirements.lock",
+            "edge-bundle/install.sh", "edge-bundle/run.sh", "edge-bundle/README.txt"} <= names
+    pins = dict(line.split("==") for line in packed["lock"] if "==" in line)
+    manifest = runtime.read_manifest(mlp_build.artifact)
+    assert pins["torch"] == manifest.created_by["torch"]  # the version it was built with
+    onnx_manifest = runtime.read_manifest(custom_onnx[0])
+    assert pins["onnxruntime"] == onnx_manifest.partitions[0].meta["onnxruntime"]
+    assert {"numpy", "safetensors", "sympy", "filelock"} <= set(pins)  # torch's own deps too
+
+
+def test_bundle_installs_in_a_fresh_venv_and_runs_like_eager(installed, ran, tmp_path):
+    folder, env = installed
+    python = folder / ".venv" / "bin" / "python"
+    listed = ran(subprocess.run, [str(python), "-m", "pip", "list", "--format", "json"],
+                 capture_output=True, text=True, env=env, check=True).stdout
+    have = {p["name"].lower().replace("_", "-"): p["version"] for p in json.loads(listed)}
+    lock = (folder / "requirements.lock").read_text().splitlines()
+    for name, version in (line.split("==") for line in lock if "==" in line):
+        assert have.get(name) == version, f"{name}: {have.get(name)} installed, {version} locked"
+    assert "edge-runtime" in have and "edge-exporter" not in have and "onnxscript" not in have
+
+    from tests.models.custom_op import factory
+    from exporter.zoo import ZOO
+    x_mlp = np.random.default_rng(0).standard_normal((3, 64)).astype(np.float32)
+    x_custom = np.random.default_rng(1).standard_normal((5, 16)).astype(np.float32)
+    cases = [("mlp.artifact", x_mlp, ZOO["mlp"]()[0], []),
+             ("custom-onnx.artifact", x_custom, factory()[0],
+              ["--preload", str(ROOT / "tests/models/custom_op.py")])]
+    for name, x, model, extra in cases:
+        np.savez(tmp_path / "in.npz", x=x)
+        done = ran(subprocess.run, [str(folder / "run.sh"), name, "--inputs",
+                                    str(tmp_path / "in.npz"), "--out", str(tmp_path / "out.npz"),
+                                    *extra], capture_output=True, text=True, env=env,
+                   cwd=tmp_path, timeout=300)
+        assert done.returncode == 0, done.stderr
+        with torch.no_grad(), np.load(tmp_path / "out.npz") as got:
+            np.testing.assert_allclose(got["output"], model(torch.from_numpy(x)).numpy(),
+                                       rtol=1e-4, atol=1e-5)
+    no_exporter = ran(subprocess.run, [str(python), "-c", "import exporter"],
+                      capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert no_exporter.returncode != 0, "the device venv holds only the runtime"
+
+
+def test_package_refuses_a_damaged_artifact_and_keeps_the_old_bundle(bundle, mlp_build, cli,
+                                                                     tmp_path):
+    out, _ = bundle
+    before = out.read_bytes()
+    damaged = tmp_path / "damaged.artifact"
+    data = bytearray(Path(mlp_build.artifact).read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    damaged.write_bytes(bytes(data))
+    result = cli("package", str(damaged), "--out", str(out))
+    assert result.returncode == 2 and "damaged.artifact" in result.stderr
+    assert "Traceback" not in result.stderr and out.read_bytes() == before
+    assert cli("package", str(mlp_build.artifact), "--out", str(tmp_path / "b.zip")
+               ).returncode == 2
+    assert not list(out.parent.glob(".*partial*"))
+
+
+def test_lock_refuses_artifacts_built_with_different_torch(mlp_build):
+    manifest = runtime.read_manifest(mlp_build.artifact)
+    other = runtime.read_manifest(mlp_build.artifact)
+    other.created_by = {**other.created_by, "torch": "2.11.0+cu130"}
+    with pytest.raises(UserInputError, match="different torch versions"):
+        lock_lines([manifest, other])
+    lines, _ = lock_lines([other])
+    assert "torch==2.11.0+cu130" in lines and any("whl/cu130" in line for line in lines)
+
+
+def test_runtime_wheel_is_reproducible_and_holds_only_the_runtime(tmp_path):
+    import zipfile
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    first, second = build_runtime_wheel(tmp_path / "a"), build_runtime_wheel(tmp_path / "b")
+    assert first.read_bytes() == second.read_bytes()
+    names = zipfile.ZipFile(first).namelist()
+    assert "runtime/__init__.py" in names and "runtime/executors/onnxruntime.py" in names
+    assert not [n for n in names if n.startswith(("exporter/", "passes/", "targets/"))]
