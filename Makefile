@@ -4,6 +4,9 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 TORCH_VERSION ?= 2.13.0
+# pytest-xdist workers: most tests wait on one-threaded export/compile subprocesses, so two
+# workers on two cores halve the wall time; files stay whole on a worker (--dist loadfile)
+TEST_WORKERS ?= 2
 STAMP := $(VENV)/.installed-$(TORCH_VERSION)
 
 .PHONY: install browser demo test test-slow test-gpu clean
@@ -41,10 +44,10 @@ demo: install
 	$(VENV)/bin/exporter run build/mlp-cpu.artifact --inputs build/mlp-inputs.npz --out build/mlp-outputs.npz
 
 test: install browser
-	$(PY) -m pytest -m "not slow and not cuda"
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not slow and not cuda"
 
 test-slow: install
-	$(PY) -m pytest -m "slow and not cuda"
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile -m "slow and not cuda"
 
 # On the GPU machine (torch preinstalled there): runs the CUDA-marked tests.
 test-gpu:

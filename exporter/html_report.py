@@ -116,10 +116,11 @@ def _signature(manifest: Manifest) -> str:
 
 
 def _placement(manifest: Manifest) -> str:
-    kinds: dict[str, Counter] = {}
+    kinds: dict[str, Counter] = {}  # partition -> op kinds ("linear" of aten.linear.default)
     for row in manifest.coverage:
-        kinds.setdefault(row.get("partition"), Counter())[row["op"].split(".")[1]
-                                                          if "." in row["op"] else row["op"]] += 1
+        parts = row["op"].split(".")
+        kinds.setdefault(row.get("partition"), Counter())[parts[1] if len(parts) > 1
+                                                          else parts[0]] += 1
     partitions = [{**p.to_json(), "ops": sum(kinds.get(p.name, Counter()).values()),
                    "op_kinds": [k for k, _ in kinds.get(p.name, Counter()).most_common()]}
                   for p in manifest.partitions]

@@ -3,7 +3,9 @@
 Every temporary file or directory a build makes carries the pid of the process that
 made it: the artifact writer's ``.<out>.tmp-<pid>-*`` beside the output, the staging
 ``.<out>.validating-<pid>`` that validation runs, and ``exporter-build-<pid>-*``,
-``exporter-validate-<pid>-*`` and ``edge-artifact-<pid>-*`` in the temp directory. A
+``exporter-validate-<pid>-*`` and ``edge-artifact-<pid>-*`` in the temp directory, and
+the onnx target's export report ``exporter-onnx-<pid>-*`` beside the output (kept only
+when the export fails, then named in the error). A
 build removes those whose process no longer exists; a live build's are never touched,
 so two builds can share a directory.
 """
@@ -17,10 +19,12 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from targets.onnx import REPORT_DIR_PREFIX
+
 log = logging.getLogger(__name__)
 
 TEMP_PREFIXES = ("exporter-build-", "exporter-validate-", "edge-artifact-")
-_PID = re.compile(r"(?:validating|tmp|build|validate|artifact)-(\d+)")
+_PID = re.compile(r"(?:validating|tmp|build|validate|artifact|onnx)-(\d+)")
 
 
 def temp_prefix(kind: str) -> str:
@@ -32,6 +36,7 @@ def sweep(out: Path) -> list[Path]:
     """Remove dead builds' leftovers beside ``out`` and in the temp directory."""
     candidates = [p for p in out.parent.glob(f".*{out.name}.*")
                   if p.name.startswith((f".{out.name}.", f"..{out.name}."))]
+    candidates += [p for p in out.parent.glob(f"{REPORT_DIR_PREFIX}*") if p.is_dir()]
     candidates += [p for p in Path(tempfile.gettempdir()).glob("*-*")
                    if p.name.startswith(TEMP_PREFIXES)]
     removed = []

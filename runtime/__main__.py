@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import json
 import importlib.util
+import json
+import logging
 import sys
 import traceback
 from pathlib import Path
@@ -85,6 +86,8 @@ def main(argv: list[str] | None = None) -> int:
                      help="FILE.py or module to import first (registers custom ops)")
     run.add_argument("--trusted-key", action="append", default=[],
                      help="require a signature by this Ed25519 public key (PEM)")
+    run.add_argument("--quiet", "-q", action="store_true", help="print only errors and outputs")
+    run.add_argument("--verbose", "-v", action="store_true", help="debug logs of the runtime")
     cases = sub.add_parser("run-cases", help="(internal) run many input sets, for validation")
     cases.add_argument("artifact")
     cases.add_argument("--cases", required=True)
@@ -92,13 +95,22 @@ def main(argv: list[str] | None = None) -> int:
     cases.add_argument("--preload", action="append", default=[])
     cases.add_argument("--memory-out", help="write the measured peak memory here (JSON)")
     args = parser.parse_args(argv)
+    quiet, verbose = getattr(args, "quiet", False), getattr(args, "verbose", False)
+    # the exporter CLI's style: "warning: ...", "error: ..." on stderr; debug logs name the part
+    for level in (logging.DEBUG, logging.INFO, logging.WARNING, logging.ERROR):
+        logging.addLevelName(level, logging.getLevelName(level).lower())
+    logging.basicConfig(level=logging.ERROR if quiet else logging.WARNING, stream=sys.stderr,
+                        format="%(levelname)s: %(message)s" if not verbose
+                        else "%(levelname)s %(name)s: %(message)s")
+    if verbose:
+        logging.getLogger("runtime").setLevel(logging.DEBUG)
     try:
         preload(args.preload)
         if args.command == "run":
             outputs, reports = run_npz(args.artifact, args.inputs, args.out,
                                        cuda_graphs=not args.no_cuda_graphs,
                                        trusted_keys=args.trusted_key)
-            for name, report in reports.items():
+            for name, report in reports.items() if not quiet else ():
                 print(f"{name}: {report}", file=sys.stderr)
             for name, tensor in outputs.items():
                 print(f"{name}: {str(tensor.dtype).removeprefix('torch.')}{list(tensor.shape)}")

@@ -12,6 +12,7 @@ import contextlib
 import functools
 import importlib.util
 import logging
+import os
 import re
 import shutil
 import tempfile
@@ -291,10 +292,16 @@ class OnnxTarget(Target):
                     if unsupported else ""))
 
 
+# torch.onnx's export report, beside the output; removed on success. The pid lets the next
+# build remove the folder of one that was killed mid-export (exporter/leftovers.py).
+REPORT_DIR_PREFIX = "exporter-onnx-"
+
+
 def _report_dir(options: LowerOptions) -> Path:
     parent = options.log_dir or Path(tempfile.gettempdir())
     parent.mkdir(parents=True, exist_ok=True)
-    return Path(tempfile.mkdtemp(prefix=f"exporter-onnx-{time.strftime('%Y%m%d-%H%M%S')}-",
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return Path(tempfile.mkdtemp(prefix=f"{REPORT_DIR_PREFIX}{os.getpid()}-{stamp}-",
                                  dir=parent))
 
 

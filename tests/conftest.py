@@ -49,6 +49,17 @@ def cli():
     return exporter_cli
 
 
+def pytest_sessionfinish(session):
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:  # a pytest-xdist worker: hand its list to the controller
+        workeroutput["commands"] = list(_COMMANDS)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):  # pytest-xdist, on the controller
+    _COMMANDS.extend(getattr(node, "workeroutput", {}).get("commands", []))
+
+
 def pytest_terminal_summary(terminalreporter):
     if _COMMANDS:
         terminalreporter.section("commands the tests ran")

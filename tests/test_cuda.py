@@ -107,7 +107,7 @@ def test_artifact_for_a_newer_gpu_is_refused(cuda_builds, tmp_path):
         runtime.load(bad)
 
 
-def test_bench_on_gpu_uses_cuda_events(cuda_builds, cli):
+def test_bench_on_gpu_uses_cuda_events(cuda_builds, cli, tmp_path):
     out, _ = cuda_builds["mlp"]
     result = cli("bench", str(out), "--runs", "100", "--json")
     assert result.returncode == 0, result.stderr
@@ -115,6 +115,25 @@ def test_bench_on_gpu_uses_cuda_events(cuda_builds, cli):
     assert data["timer"] == "cuda-events" and data["cuda_graphs"] is True
     assert set(data["timings"]) == {"artifact", "eager", "compile"}
     print(json.dumps(data["timings"], indent=1))
+    # the report of a GPU artifact: its partition in the GPU shade, the GPU timings as bars
+    (tmp_path / "bench.json").write_text(result.stdout)
+    page = tmp_path / "report.html"
+    shown = cli("report", str(out), "--html", str(page), "--bench", str(tmp_path / "bench.json"))
+    assert shown.returncode == 0, shown.stderr
+    from exporter.html_charts import CUDA_COLOURS
+    text = page.read_text()
+    assert CUDA_COLOURS["aoti"] in text and text.count('class="bar"') == 3
+    assert "cuda-events" in text
+
+
+def test_package_locks_the_cuda_torch_build(cuda_builds, cli, tmp_path):
+    out, _ = cuda_builds["mlp"]
+    result = cli("package", str(out), "--out", str(tmp_path / "gpu.tar.gz"), "--json")
+    assert result.returncode == 0, result.stderr
+    lock = json.loads(result.stdout)["lock"]
+    assert f"torch=={torch.__version__}" in lock, lock
+    if "+cu" in torch.__version__:  # pip needs PyTorch's index for a CUDA build
+        assert any(line.startswith("--extra-index-url") for line in lock)
 
 
 def test_static_libstdcxx_compiler_is_detected_here():

@@ -249,6 +249,9 @@ def test_leftovers_of_dead_builds_are_swept_and_live_ones_kept(good_mlp, tmp_pat
     live = tmp_path / f".model.artifact.tmp-{os.getpid()}-z"
     for path in [*stale, live]:
         path.write_bytes(b"partial")
+    export_report = tmp_path / f"exporter-onnx-{dead.pid}-20261122-000000-abc"  # killed mid-export
+    export_report.mkdir()
+    stale.append(export_report)
     temp_dir = Path(leftovers.tempfile.gettempdir()) / f"exporter-build-{dead.pid}-abc"
     temp_dir.mkdir()
     removed = leftovers.sweep(out)
