@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections import Counter
 from html import escape
 from pathlib import Path
@@ -116,11 +117,9 @@ def _signature(manifest: Manifest) -> str:
 
 
 def _placement(manifest: Manifest) -> str:
-    kinds: dict[str, Counter] = {}  # partition -> op kinds ("linear" of aten.linear.default)
+    kinds: dict[str, Counter] = {}  # partition -> op kinds, e.g. "linear", "getitem"
     for row in manifest.coverage:
-        parts = row["op"].split(".")
-        kinds.setdefault(row.get("partition"), Counter())[parts[1] if len(parts) > 1
-                                                          else parts[0]] += 1
+        kinds.setdefault(row.get("partition"), Counter())[_op_kind(row["op"])] += 1
     partitions = [{**p.to_json(), "ops": sum(kinds.get(p.name, Counter()).values()),
                    "op_kinds": [k for k, _ in kinds.get(p.name, Counter()).most_common()]}
                   for p in manifest.partitions]
@@ -141,9 +140,21 @@ def _placement(manifest: Manifest) -> str:
             + charts.op_strip(manifest.coverage)
             + '<h3>Every op</h3><input id="op-filter" placeholder="filter: op, partition, '
               'reason…" size="40"> <span id="op-count"></span>'
-            + '<table id="ops"><thead><tr><th>node</th><th>op</th><th>runs on</th>'
+            # a long table starts folded (typing in the filter unfolds it)
+            + f'<details id="op-details"{" open" if len(manifest.coverage) <= 30 else ""}>'
+              "<summary>the table</summary>"
+              '<table id="ops"><thead><tr><th>node</th><th>op</th><th>runs on</th>'
               "<th>partition</th><th>why</th><th>source</th></tr></thead><tbody></tbody>"
-              "</table></section>")
+              "</table></details></section>")
+
+
+def _op_kind(op: str) -> str:
+    """aten.linear.default -> linear; <built-in function getitem> -> getitem."""
+    builtin = re.fullmatch(r"<built-in function (\w+)>", op)
+    if builtin:
+        return builtin.group(1)
+    parts = op.split(".")
+    return parts[1] if len(parts) > 1 else op
 
 
 def _validation(manifest: Manifest) -> str:
@@ -251,7 +262,10 @@ _SCRIPT = """
     document.getElementById('op-count').textContent =
       shown.length + ' of ' + data.coverage.length + ' ops';
   }
-  filter.addEventListener('input', render);
+  filter.addEventListener('input', () => {
+    document.getElementById('op-details').open = true;
+    render();
+  });
   render();
   document.documentElement.dataset.rendered = 'yes';
 })();
