@@ -15,7 +15,6 @@ from __future__ import annotations
 import hashlib
 import importlib.metadata
 import io
-import os
 import platform
 import tarfile
 import tempfile
@@ -26,6 +25,7 @@ from packaging.utils import canonicalize_name
 
 import runtime
 from exporter.errors import UserInputError
+from exporter.files import written_whole
 from exporter.runtime_wheel import build_runtime_wheel
 from runtime.manifest import Manifest
 
@@ -46,15 +46,16 @@ def package(artifacts: list[Path], out: Path) -> dict:
     name = out.name.removesuffix(".tar.gz").removesuffix(".tgz")
     with tempfile.TemporaryDirectory(prefix="exporter-package-") as scratch:
         wheel = build_runtime_wheel(Path(scratch))
-        members = {f"artifacts/{p.name}": p.read_bytes() for p in artifacts}
-        members[f"wheels/{wheel.name}"] = wheel.read_bytes()
+        # artifacts (hundreds of MB each) stay files, streamed into the tar; the rest is small
+        members: dict[str, bytes | Path] = {f"artifacts/{p.name}": p for p in artifacts}
+        members[f"wheels/{wheel.name}"] = wheel
         members["requirements.lock"] = "\n".join(lock).encode() + b"\n"
         members["install.sh"] = _INSTALL.encode()
         members["run.sh"] = _RUN.encode()
         members["README.txt"] = _readme(name, artifacts, manifests, notes).encode()
-        members["SHA256SUMS"] = "".join(f"{hashlib.sha256(data).hexdigest()}  {member}\n"
+        members["SHA256SUMS"] = "".join(f"{_sha256(data)}  {member}\n"
                                         for member, data in sorted(members.items())).encode()
-    _write_tar(out, name, members)
+        _write_tar(out, name, members)
     return {"bundle": str(out), "folder": name, "artifacts": [p.name for p in artifacts],
             "wheel": wheel.name, "lock": lock, "notes": notes}
 
@@ -141,18 +142,27 @@ def _add_dependencies(dist: str, pins: dict[str, str], notes: list[str]) -> None
         _add_dependencies(name, pins, notes)
 
 
-def _write_tar(out: Path, folder: str, members: dict[str, bytes]) -> None:
-    partial = out.with_name(f".{out.name}.partial-{os.getpid()}")
-    try:
-        with tarfile.open(partial, "w:gz", format=tarfile.PAX_FORMAT) as tar:
-            for member, data in sorted(members.items()):
-                info = tarfile.TarInfo(f"{folder}/{member}")
-                info.size, info.mtime = len(data), _FIXED_MTIME
-                info.mode = 0o755 if member.endswith(".sh") else 0o644
+def _sha256(data: bytes | Path) -> str:
+    if isinstance(data, bytes):
+        return hashlib.sha256(data).hexdigest()
+    with data.open("rb") as file:
+        return hashlib.file_digest(file, "sha256").hexdigest()
+
+
+def _write_tar(out: Path, folder: str, members: dict[str, bytes | Path]) -> None:
+    with written_whole(out) as partial, \
+            tarfile.open(partial, "w:gz", format=tarfile.PAX_FORMAT) as tar:
+        for member, data in sorted(members.items()):
+            info = tarfile.TarInfo(f"{folder}/{member}")
+            info.mtime = _FIXED_MTIME
+            info.mode = 0o755 if member.endswith(".sh") else 0o644
+            if isinstance(data, bytes):
+                info.size = len(data)
                 tar.addfile(info, io.BytesIO(data))
-        os.replace(partial, out)
-    finally:
-        partial.unlink(missing_ok=True)
+            else:
+                info.size = data.stat().st_size
+                with data.open("rb") as file:
+                    tar.addfile(info, file)
 
 
 def _readme(name: str, artifacts: list[Path], manifests: list[Manifest],

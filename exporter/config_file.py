@@ -17,11 +17,11 @@ are flat strings, numbers, booleans and lists of strings.
 from __future__ import annotations
 
 import json
-import os
 import tomllib
 from pathlib import Path
 
 from exporter.errors import UserInputError
+from exporter.files import written_whole
 
 SPEC_KEY = "spec"
 
@@ -59,9 +59,8 @@ def merge(spec: str | None, cli_fields: dict, given: set[str], config: Path | No
 def write(path: Path, spec: str, settings) -> Path:
     data = {SPEC_KEY: spec, **settings.model_dump(mode="json", exclude_none=True)}
     lines = [f"{key} = {_value(value)}" for key, value in data.items()]
-    partial = path.with_name(f".{path.name}.partial-{os.getpid()}")
-    partial.write_text("# exporter build --config " + path.name + "\n" + "\n".join(lines) + "\n")
-    partial.replace(path)
+    with written_whole(path) as partial:
+        partial.write_text(f"# exporter build --config {path.name}\n" + "\n".join(lines) + "\n")
     return path
 
 

@@ -10,7 +10,6 @@ need the network shows that as a violation in the browser test rather than silen
 from __future__ import annotations
 
 import json
-import os
 import re
 from collections import Counter
 from html import escape
@@ -18,10 +17,12 @@ from pathlib import Path
 
 from exporter import html_charts as charts
 from exporter.errors import UserInputError
+from exporter.files import written_whole
 from exporter.memory_plot import live_bytes_per_step
 from exporter.report import memory_lines, quantization_lines, validation_lines
 from exporter.validate import ERROR_BINS, error_bin
 from runtime.manifest import Manifest
+from runtime.signing import signer_key_id
 
 CSP = ("default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; "
        "img-src data:")
@@ -38,23 +39,9 @@ def write_report(artifact: Path, out: Path, bench_file: Path | None = None) -> N
         manifest = Manifest.from_dict(reader.manifest, where=str(artifact))
         signature = reader.signature_bytes()
     page = render(manifest, artifact_name=artifact.name, size=artifact.stat().st_size,
-                  key_id=signed_by(signature), bench=bench)
-    partial = out.with_name(f".{out.name}.partial-{os.getpid()}")
-    try:
+                  key_id=signer_key_id(signature), bench=bench)
+    with written_whole(out) as partial:
         partial.write_text(page, encoding="utf-8")
-        os.replace(partial, out)
-    finally:
-        partial.unlink(missing_ok=True)
-
-
-def signed_by(signature: bytes | None) -> str | None:
-    """The key id of a manifest.sig entry (None: not signed)."""
-    if signature is None:
-        return None
-    try:
-        return str(json.loads(signature)["key_id"])
-    except (ValueError, KeyError, TypeError):
-        return "unreadable signature entry"
 
 
 def _read_bench(path: Path) -> dict:

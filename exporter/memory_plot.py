@@ -8,10 +8,10 @@ offset, so fragmentation and reuse can be seen.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from exporter.errors import UserInputError
+from exporter.files import written_whole
 from runtime.manifest import Manifest
 
 
@@ -57,10 +57,8 @@ def plot_memory(manifest: Manifest, out: Path) -> None:
     bottom.set_xlabel("step (node of the ATen graph)")
     bottom.set_ylabel("arena offset, MB")
     fig.tight_layout()
-    partial = out.with_name(f".{out.name}.partial-{os.getpid()}.png")
     try:
-        fig.savefig(partial, dpi=100)
-        os.replace(partial, out)  # never a half-written picture at the user's path
+        with written_whole(out, ".png") as partial:
+            fig.savefig(partial, dpi=100)
     finally:
-        partial.unlink(missing_ok=True)
         pyplot.close(fig)

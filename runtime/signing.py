@@ -77,6 +77,17 @@ def signature_for(manifest_bytes: bytes, key_pem: bytes, *, where: str) -> bytes
     return (json.dumps(record, sort_keys=True) + "\n").encode()
 
 
+def signer_key_id(signature: bytes | None) -> str | None:
+    """The key id a signature entry names (None: not signed). Only reads it: ``verify``
+    is what checks it."""
+    if signature is None:
+        return None
+    try:
+        return str(json.loads(signature)["key_id"])
+    except (ValueError, KeyError, TypeError):
+        return "unreadable signature entry"
+
+
 def verify(reader: ArtifactReader, trusted_keys: Iterable[str | Path | bytes]) -> str:
     """Check ``reader``'s signature against the trusted public keys; returns the key id."""
     ed25519, serialization, invalid = _crypto()

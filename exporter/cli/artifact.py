@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Optional
 
@@ -122,11 +121,11 @@ def inspect(artifact: Path = ARTIFACT,
     """Verify an artifact and summarise its manifest."""
     def action() -> int:
         import runtime
-        from exporter.html_report import signed_by
         from runtime.archive import ArtifactReader
+        from runtime.signing import signer_key_id
 
         with ArtifactReader.open(artifact) as reader:
-            raw, key_id = reader.manifest, signed_by(reader.signature_bytes())
+            raw, key_id = reader.manifest, signer_key_id(reader.signature_bytes())
         manifest = runtime.Manifest.from_dict(raw, where=str(artifact))
         if plot is not None:
             from exporter.memory_plot import plot_memory
@@ -173,7 +172,7 @@ def sign(artifact: Path = typer.Argument(..., help="artifact file, signed in pla
         from exporter.errors import UserInputError
         from runtime.archive import ArtifactReader
         from runtime.archive_writer import write_signed
-        from runtime.signing import signature_for
+        from runtime.signing import signature_for, signer_key_id
 
         try:
             key_pem = key.read_bytes()
@@ -182,7 +181,7 @@ def sign(artifact: Path = typer.Argument(..., help="artifact file, signed in pla
         with ArtifactReader.open(artifact) as reader:  # verified before it is signed
             signature = signature_for(reader.manifest_bytes, key_pem, where=str(key))
             write_signed(artifact, reader, signature)
-        key_id = json.loads(signature)["key_id"]
+        key_id = signer_key_id(signature)
         if as_json:
             print_json({"artifact": str(artifact), "key_id": key_id})
         else:
