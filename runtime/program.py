@@ -26,7 +26,8 @@ class Program:
         self.manifest = manifest
         self.source = source
         self._executors = list(executors)
-        self._fast_check = _FastCheck(manifest.signature.inputs)
+        # A bound method: calling an object's __call__ costs ~45 ns more per run.
+        self._fast_check = _FastCheck(manifest.signature.inputs).check
         # Per device, the preallocated bytes that hand-offs between devices are copied into
         # (runtime/arena.py); what lives there is never handed to the caller.
         self._arenas = dict(arenas or {})
@@ -44,7 +45,7 @@ class Program:
         self._single = (only is not None and list(only.inputs) == self._input_names
                         and list(only.outputs) == self._output_names)
         # ...and when that partition runs on the CPU and gets CPU tensors, nothing moves.
-        self._single_cpu = self._single and only.device == "cpu"
+        self._cpu_executor = self._executors[0] if self._single and only.device == "cpu" else None
 
     @property
     def executors(self) -> list[Executor]:
@@ -89,17 +90,27 @@ class Program:
         """Run on named or positional inputs; returns outputs by name.
 
         Outputs land on ``output_device``, by default the device of the first input."""
+        # Hot path: a list of CPU tensors shaped as last time, one CPU partition.
+        on_cpu = self._fast_check(inputs) if type(inputs) is list else None
+        if on_cpu and self._cpu_executor is not None and (
+                output_device is None or output_device == "cpu" or output_device == _CPU):
+            return dict(zip(self._output_names, self._cpu_executor(inputs)))
+        return self._run_general(inputs, output_device, on_cpu)
+
+    def _run_general(self, inputs: Mapping[str, torch.Tensor] | Sequence[torch.Tensor],
+                     output_device: str | torch.device | None, on_cpu: bool | None
+                     ) -> dict[str, torch.Tensor]:
         tensors = self._order_inputs(inputs)
-        on_cpu = self._fast_check(tensors)
-        if on_cpu is None:  # the slow path explains what is wrong
-            check_inputs(self.manifest.signature.inputs, tensors, where=self.source)
-        if on_cpu and self._single_cpu and (output_device is None or output_device == "cpu"
-                                            or output_device == _CPU):
-            return dict(zip(self._output_names, self._steps[0][0](tensors)))
+        if on_cpu is None:
+            on_cpu = self._fast_check(tensors)
+            if on_cpu is None:  # the slow path explains what is wrong
+                check_inputs(self.manifest.signature.inputs, tensors, where=self.source)
         if output_device is None:
             output_device = tensors[0].device if tensors else torch.device("cpu")
         elif not isinstance(output_device, torch.device):
             output_device = _device(output_device)
+        if on_cpu and self._cpu_executor is not None and output_device == _CPU:
+            return dict(zip(self._output_names, self._cpu_executor(tensors)))
         if self._single:
             execute, _, _, device, _ = self._steps[0]
             outputs = execute([_on(t, device) for t in tensors])
@@ -132,7 +143,7 @@ class Program:
     def _order_inputs(self, inputs: Mapping[str, torch.Tensor] | Sequence[torch.Tensor]
                       ) -> list[torch.Tensor]:
         names = self._input_names
-        if type(inputs) in (list, tuple) and len(inputs) == len(names):  # hot path
+        if type(inputs) in (list, tuple) and len(inputs) == len(names):
             return inputs
         if isinstance(inputs, Mapping):
             missing = [n for n in names if n not in inputs]
@@ -180,22 +191,36 @@ class _FastCheck:
         self.rules = [(getattr(torch, spec.dtype, None), len(spec.shape),
                        [(axis, d.size, d.symbol, d.min, d.max) for axis, d in enumerate(spec.shape)])
                       for spec in specs]
-        self.passed: list | None = None  # the shapes of the last inputs that fitted
+        self.dtypes = [dtype for dtype, _, _ in self.rules]
+        self.passed: list = [None] * len(specs)  # the shapes of the last inputs that fitted
 
-    def __call__(self, tensors: Sequence[Any]) -> bool | None:
+    def check(self, tensors: Sequence[Any]) -> bool | None:
+        # CPU tensors shaped as last time: one loop, no list built (0.3 us less).
+        try:
+            for tensor, dtype, shape in zip(tensors, self.dtypes, self.passed):
+                if tensor.dtype is not dtype or not tensor.is_cpu or tensor.shape != shape:
+                    break
+            else:
+                if len(tensors) == len(self.dtypes):
+                    return True
+        except AttributeError:  # not a tensor: the descriptive check says which
+            return None
+        return self._check(tensors)
+
+    def _check(self, tensors: Sequence[Any]) -> bool | None:
         if len(tensors) != len(self.rules):
             return None
         try:
             shapes = [tensor.shape for tensor in tensors]
             on_cpu = True
-            for (dtype, _, _), tensor in zip(self.rules, tensors):
+            for dtype, tensor in zip(self.dtypes, tensors):
                 if tensor.dtype is not dtype:
                     return None
                 if not tensor.is_cpu:
                     if not tensor.is_cuda:
                         return None
                     on_cpu = False
-        except AttributeError:  # not a tensor: the descriptive check says which
+        except AttributeError:
             return None
         if shapes != self.passed:
             if not self._shapes_fit(shapes):

@@ -74,7 +74,7 @@ def test_check_inputs_names_the_input(inputs, needle):
 def test_fast_check_agrees_with_the_full_check_after_a_good_call():
     """The hot-path check remembers the shapes that passed; a bad call after a good one
     must still be caught (None), whatever it gets wrong."""
-    check = _FastCheck(SPECS)
+    check = _FastCheck(SPECS).check
     good = [torch.ones(3, 4), torch.ones(3, dtype=torch.int64)]
     assert check(good) is True and check(good) is True  # second call: the memo
     bad_calls = [
@@ -83,13 +83,16 @@ def test_fast_check_agrees_with_the_full_check_after_a_good_call():
         [torch.ones(3, 4), torch.ones(2, dtype=torch.int64)],
         [torch.ones(3), torch.ones(3, dtype=torch.int64)],
         [torch.ones(3, 4), "not a tensor"],
+        [torch.ones(3, 4, device="meta"), torch.ones(3, dtype=torch.int64)],
     ]
     for bad in bad_calls:
         assert check(bad) is None, bad
         assert check(good) is True
         with pytest.raises(InputMismatchError):
             check_inputs(SPECS, bad, where="t")
-    assert check([torch.ones(3, 4)]) is None  # a count Program._order_inputs explains
+    # Counts are Program._order_inputs's to explain.
+    assert check([torch.ones(3, 4)]) is None
+    assert check(good + [torch.ones(3)]) is None
 
 
 def test_compare_output_judges_against_eager_error():
