@@ -88,7 +88,7 @@ def _is_framework(path: str) -> bool:
     return any(f"-packages{os.sep}{name}{os.sep}" in path for name in _FRAMEWORKS)
 
 
-def _is_model_code(path: str) -> bool:
+def is_model_code(path: str) -> bool:
     """True for code a user wrote or installed (e.g. transformers), not torch or Python."""
     if not path or path.startswith("<") or _is_framework(path):
         return False
@@ -125,7 +125,7 @@ def find_user_frame(exc: BaseException, *, skip_to_torch: bool = False) -> Sourc
             first = next((i for i, fs in enumerate(stack) if _is_framework(fs.filename)), None)
             stack = stack[first:] if first is not None else []
         frames.extend(reversed(stack))  # innermost first
-    candidates = [fs for fs in frames if _is_model_code(fs.filename)]
+    candidates = [fs for fs in frames if is_model_code(fs.filename)]
     ours = [fs for fs in candidates if not _is_site_packages(fs.filename)]
     best = (ours or candidates or [None])[0]
     return _source_line(best.filename, best.lineno, best.name) if best else None
@@ -161,7 +161,7 @@ def _guard_locations(exc: BaseException) -> list[tuple[SourceLine, str]]:
         for guard in getattr(env, "guards", []):
             loc = getattr(getattr(guard, "sloc", None), "framework_loc", None)
             expr = getattr(guard, "expr", None)
-            if not isinstance(loc, traceback.FrameSummary) or not _is_model_code(loc.filename):
+            if not isinstance(loc, traceback.FrameSummary) or not is_model_code(loc.filename):
                 continue
             if getattr(expr, "free_symbols", None):
                 found.setdefault(_source_line(loc.filename, loc.lineno, loc.name), str(expr))
@@ -196,7 +196,7 @@ def _divides_a_dim(val: object) -> bool:
 
 def _last_model_frame(stack_trace: str) -> SourceLine | None:
     for file, line, func in reversed(_FILE_LINE.findall(stack_trace)):
-        if _is_model_code(file):
+        if is_model_code(file):
             return _source_line(file, int(line), func)
     return None
 

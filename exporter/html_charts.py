@@ -17,6 +17,9 @@ BACKEND_COLOURS = {"aoti": "#2f9e44", "onnxruntime": "#1c7ed6", "tvm": "#7048e8"
 CUDA_COLOURS = {"aoti": "#1b5e20", "onnxruntime": "#0b4f9c", "tvm": "#3f1d99",
                 "torch": "#a63c06"}
 OTHER_COLOUR = "#868e96"
+# Arcs bulge right by how many partitions they skip, up to this: with dozens of
+# partitions the graph would otherwise be thousands of pixels wide.
+MAX_BULGE = 260
 
 
 def placement_colour(backend: str, device: str) -> str:
@@ -79,7 +82,7 @@ def partition_graph(partitions: list[dict], program_inputs: list[str],
         crosses = devices[src] != devices[dst] and 0 < src and dst < len(nodes) - 1
         x0, y0 = left + box_w, y_of[src] + box_h * 0.7
         y1 = y_of[dst] + box_h * 0.3
-        bulge = x0 + 30 + 26 * (dst - src) + 6 * (rank % 3)
+        bulge = x0 + 30 + min(26 * (dst - src), MAX_BULGE) + 6 * (rank % 3)
         colour = "#c92a2a" if crosses else "#495057"
         dash = ' stroke-dasharray="5 3"' if crosses else ""
         label = (f"copy {devices[src]}→{devices[dst]}: " if crosses else "") + _short(tensors, 2)
@@ -91,7 +94,7 @@ def partition_graph(partitions: list[dict], program_inputs: list[str],
     marker = ('<defs><marker id="arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" '
               'markerHeight="7" orient="auto"><path d="M0,0 L10,5 L0,10 z" fill="#495057"/>'
               '</marker></defs>')
-    width = left + box_w + 90 + 26 * len(nodes) + 160
+    width = left + box_w + 90 + min(26 * len(nodes), MAX_BULGE) + 160
     return _svg(width, y_of[-1] + box_h + gap, [marker, *body], "partition graph")
 
 

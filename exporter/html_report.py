@@ -26,6 +26,9 @@ from runtime.signing import signer_key_id
 
 CSP = ("default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; "
        "img-src data:")
+# Past these, the op table and the partition graph start folded (one click opens them):
+# the page should open on the summary, not on a screen-high list.
+FOLD_OPS, FOLD_PARTITIONS = 30, 12
 
 
 def write_report(artifact: Path, out: Path, bench_file: Path | None = None) -> None:
@@ -121,6 +124,9 @@ def _placement(manifest: Manifest) -> str:
               f"{summary.get('device_transfers')} device transfer(s)") if summary else ""
     graph = charts.partition_graph(partitions, [s.name for s in manifest.signature.inputs],
                                    [s.name for s in manifest.signature.outputs])
+    if len(partitions) > FOLD_PARTITIONS:  # a long graph starts folded, like the op table
+        graph = (f'<details id="graph-details"><summary>the partition graph '
+                 f"({len(partitions)} partitions)</summary>{graph}</details>")
     return ('<section id="placement"><h2>Where each op runs</h2>'
             f"<p>{legend}</p><p>{escape(totals)}</p>{graph}"
             "<h3>Ops in run order</h3><p class=\"hint\">hover a square: op, reason, source</p>"
@@ -128,7 +134,7 @@ def _placement(manifest: Manifest) -> str:
             + '<h3>Every op</h3><input id="op-filter" placeholder="filter: op, partition, '
               'reason…" size="40"> <span id="op-count"></span>'
             # a long table starts folded (typing in the filter unfolds it)
-            + f'<details id="op-details"{" open" if len(manifest.coverage) <= 30 else ""}>'
+            + f'<details id="op-details"{" open" if len(manifest.coverage) <= FOLD_OPS else ""}>'
               "<summary>the table</summary>"
               '<table id="ops"><thead><tr><th>node</th><th>op</th><th>runs on</th>'
               "<th>partition</th><th>why</th><th>source</th></tr></thead><tbody></tbody>"

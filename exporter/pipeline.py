@@ -21,6 +21,7 @@ import torch
 from torch.export import ExportedProgram
 
 from exporter import leftovers, versions
+from exporter.bisect import bisect, bisect_lines
 from exporter.capture import Captured, capture
 from exporter.dynamic import parse_dynamic
 from exporter.errors import (BuildError, MemoryBudgetError, TargetUnavailableError,
@@ -164,7 +165,7 @@ def build(spec: str | ModelSpec, settings: BuildSettings, *, stage: StageHook = 
         if settings.validate_artifact:
             with timed("validate (subprocess)"):
                 eager = _eager_runner(prep, settings)
-                record = _validate(prep.out, manifest, files, eager, prep.captured, settings,
+                record = _validate(prep.out, manifest, files, eager, prep, settings,
                                    preload_for(manifest, prep.model.origin_file))
             measured.update(record.pop("measured"))
             manifest.validation = record
@@ -343,8 +344,10 @@ def _eager_runner(prep: Prepared, settings: BuildSettings) -> EagerRunner:
 
 
 def _validate(out: Path, manifest: Manifest, files: dict, eager: EagerRunner,
-              captured: Captured, settings: BuildSettings, preload: list[str]) -> dict:
-    """Package to a staging file beside ``out``, validate that file, then discard it."""
+              prep: Prepared, settings: BuildSettings, preload: list[str]) -> dict:
+    """Package to a staging file beside ``out``, validate that file, then discard it.
+    On a mismatch (not a quantization gate's), bisect it to a partition first."""
+    captured = prep.captured
     cases, warnings = make_cases(captured.signature, captured.inputs.tensors, settings.inputs,
                                  settings.seed)
     staging = out.with_name(f".{out.name}.validating-{os.getpid()}")
@@ -361,18 +364,40 @@ def _validate(out: Path, manifest: Manifest, files: dict, eager: EagerRunner,
                              hint=(f"the artifact was kept at {kept}; " if kept else "")
                              + (exc.hint or "")) from exc
         if not record["passed"]:
+            found = None if gate else _bisect(staging, manifest, prep, cases, record, eager,
+                                              settings.dtype)
+            if found is not None:
+                record["bisect"] = found
             manifest.validation = record
             kept = _keep_failed(out, manifest, files) if settings.keep_failed else None
             raise ValidationFailedError(
                 "the artifact does not match eager PyTorch on the validation inputs" if gate is None
                 else f"the {settings.quantize} artifact misses the accuracy gate against eager "
                      "float32",
-                record=record, where=str(kept or out), details=summarize_failure(record),
+                record=record, where=str(kept or out),
+                details=summarize_failure(record) + (bisect_lines(found) if found else []),
                 hint="no artifact was written; --keep-failed keeps it beside the output for "
                      "inspection" if kept is None else f"the failed artifact was kept at {kept}")
         return record
     finally:
         staging.unlink(missing_ok=True)
+
+
+def _bisect(staging: Path, manifest: Manifest, prep: Prepared, cases: list, record: dict,
+            eager: EagerRunner, dtype: str) -> dict | None:
+    """Bisect the first failing case. It helps read a failure and must never replace it:
+    if the bisect itself breaks, the build says so and reports the mismatch as it is."""
+    failing = next(row["case"] for row in record["outputs"] if not row["passed"])
+    case = next(c for c in cases if c.name == failing)
+    try:
+        with torch.no_grad():
+            eager_outputs = eager.run(list(case.inputs.values()))
+            return bisect(staging, manifest, prep.program, case, eager_outputs, dtype,
+                          prep.target.device)
+    except Exception as exc:
+        log.warning("could not bisect the mismatch (%s: %s)", type(exc).__name__, exc)
+        log.debug("the bisect's traceback", exc_info=True)
+        return None
 
 
 def _keep_failed(out: Path, manifest: Manifest, files: dict) -> Path:

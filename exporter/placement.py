@@ -13,6 +13,7 @@ from torch.export import ExportedProgram
 from torch.fx import Node
 
 from exporter.errors import UserInputError
+from exporter.export_errors import is_model_code
 from passes.partition import PlannedPartition, is_shape_node, plan_partitions
 from targets import Support, Target
 from targets.fallback import FALLBACK_BACKEND
@@ -44,12 +45,13 @@ class Placement:
 
 
 def source_line(node: Node) -> str | None:
-    """The innermost 'File ..., line N' of the node's stack trace: the model's own line."""
+    """The innermost frame of the node's stack trace in the model's own code (the line
+    calling ``self.linear(x)``, not torch's linear.py), else the innermost frame."""
     trace = node.meta.get("stack_trace") or ""
     matches = re.findall(r'File "([^"]+)", line (\d+), in (\S+)', trace)
     if not matches:
         return None
-    path, line, func = matches[-1]
+    path, line, func = ([m for m in matches if is_model_code(m[0])] or matches)[-1]
     return f"{path}:{line} in {func}"
 
 

@@ -126,8 +126,8 @@ def materialize(program: ExportedProgram, plans: list[PlannedPartition],
                 input_names: list[str], output_names: list[str],
                 example_inputs: list[torch.Tensor]) -> None:
     """Fill each plan's inputs/outputs/program (re-captured with torch.export)."""
-    names = _value_names(program, input_names, output_names)
-    values = _example_values(program, example_inputs)
+    names = value_names(program, input_names, output_names)
+    values = node_values(program, example_inputs)
     # A value computed from weights alone (a transposed embedding for a tied head) is a
     # constant to every partition that reads it, not a run-time input: torch.export
     # would otherwise guard it as an input, and TVM's import failed on that guard.
@@ -148,7 +148,7 @@ def materialize(program: ExportedProgram, plans: list[PlannedPartition],
                                            strict=False)
 
 
-def _value_names(program: ExportedProgram, input_names: list[str], output_names: list[str]
+def value_names(program: ExportedProgram, input_names: list[str], output_names: list[str]
                  ) -> dict[Node, str]:
     names = {n: n.name for n in program.graph.nodes}
     user_inputs = [n for n in program.graph.nodes
@@ -206,7 +206,7 @@ def _is_random(node: Node) -> bool:
         getattr(node.target, "__name__", "").startswith(("rand", "normal", "bernoulli", "dropout"))
 
 
-def _example_values(program: ExportedProgram, example_inputs: list[torch.Tensor]) -> dict:
+def node_values(program: ExportedProgram, example_inputs: list[torch.Tensor]) -> dict:
     """Every node's value on the example inputs (real tensors, for re-capture)."""
     constants = _constant_values(program)
     user = iter(example_inputs)

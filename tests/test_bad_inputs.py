@@ -130,6 +130,17 @@ def test_validation_failure_exits_1_and_keeps_the_previous_file(failed_validatio
     assert not list(out.parent.glob(".differs*")), "no staging files left behind"
 
 
+def test_validation_failure_bisects_to_the_capture(failed_validation):
+    """The model takes another path under torch.export: every partition matches the
+    exported program, which differs from the model; the error says so."""
+    _, result = failed_validation
+    found = json.loads(result.stdout)["validation"]["bisect"]
+    assert found["first_divergent"] is None
+    assert all(not row["diverges"] for row in found["partitions"])
+    assert [c["diverges"] for c in found["capture"]] == [True]
+    assert "torch.export captured another code path" in result.stderr
+
+
 def test_gpu_artifact_without_a_gpu_names_both_sides(mlp_build, tmp_path):
     import torch
     if torch.cuda.is_available():

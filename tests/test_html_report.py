@@ -130,3 +130,27 @@ def test_report_bad_inputs_exit_2_and_write_nothing(custom_onnx, cli, tmp_path):
     nowhere = cli("report", str(artifact), "--html", str(tmp_path / "no" / "r.html"))
     assert nowhere.returncode == 2 and "does not exist" in nowhere.stderr
     assert list(tmp_path.iterdir()) == [bench]
+
+
+def test_a_long_partition_chain_starts_folded_and_stays_narrow(custom_onnx):
+    """Forty partitions alternating between ORT and the CPU fallback: the graph is folded
+    behind a summary and its arcs do not widen the page past ~1100 px."""
+    import dataclasses
+
+    import runtime
+    from exporter import html_report
+    from runtime.manifest import Partition
+
+    manifest = runtime.read_manifest(custom_onnx[0])
+    first = manifest.signature.inputs[0].name
+    chain = [Partition(name=f"p{i}", backend=("onnxruntime", "torch")[i % 2], device="cpu",
+                       files=(), inputs=(f"t{i - 1}" if i else first, first),
+                       outputs=(f"t{i}",)) for i in range(40)]
+    page = html_report.render(dataclasses.replace(manifest, partitions=tuple(chain)),
+                              artifact_name="chain.artifact", size=1, key_id=None, bench=None)
+    folded = re.search(r'<details id="graph-details"([^>]*)><summary>the partition graph '
+                       r"\(40 partitions\)</summary><svg[^>]*width=\"(\d+)\"", page)
+    assert folded, "the graph is not folded behind its summary"
+    print(f"40-partition graph: folded, {folded.group(2)} px wide")
+    assert "open" not in folded.group(1) and int(folded.group(2)) <= 1100
+    assert page.count('class="partition"') == 42  # inputs, 40 partitions, outputs

@@ -1,0 +1,146 @@
+"""Where a failed validation's numbers part from eager (DESIGN.md: "On a mismatch, bisect").
+
+The built program is interpreted op by op on the failing case (eager's own value of every
+tensor the partitions hand each other). Each partition of the staged artifact is then fed
+eager's values of its inputs and its outputs are compared with eager's values of the same
+tensors: the first partition whose outputs diverge is named, with its ops and their source
+lines. Partitions judged alone cannot accumulate each other's rounding, so a partition
+named here computes something else, not something slightly rounder.
+
+When no partition diverges, the exported program itself is compared with the model run
+eagerly: torch.export may have captured another code path (``is_exporting()`` branches,
+Python state), which no backend can be blamed for.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import torch
+from torch.export import ExportedProgram
+
+import runtime
+from exporter.validate_inputs import Case
+from passes.partition import node_values, value_names
+from runtime.manifest import Manifest
+
+log = logging.getLogger(__name__)
+
+# A partition fed exact inputs diverges when an output's max |error| exceeds this share of
+# max(1, max |eager|): well above a backend's reordering of float sums (~1e-6 in fp32),
+# well below a wrong op.
+DIVERGES = {"fp32": 1e-4, "fp16": 1e-2, "bf16": 5e-2}
+MAX_OPS_LISTED = 8
+
+
+def bisect(artifact: Path, manifest: Manifest, program: ExportedProgram, case: Case,
+           eager_outputs: list[torch.Tensor], dtype: str, device: str) -> dict:
+    """{"case", "partitions": [rows in run order], "first_divergent": name or None,
+    "ops": [...of that partition], "capture": {...} when no partition diverged}.
+    ``device``: where the program was captured (its weights live there)."""
+    inputs = [case.inputs[spec.name].to(device) for spec in manifest.signature.inputs]
+    names = value_names(program, [s.name for s in manifest.signature.inputs],
+                        [s.name for s in manifest.signature.outputs])
+    values = {names[node]: value for node, value in node_values(program, inputs).items()
+              if node in names and node.op != "output"}  # the output node may share a name
+    loaded = runtime.load(artifact, cuda_graphs=False, arenas=False)
+    limit = DIVERGES.get(dtype, DIVERGES["fp32"])
+    rows = [_judge(partition, execute, values, limit)
+            for partition, execute in zip(manifest.partitions, loaded.executors)]
+    first = next((row["partition"] for row in rows if row["diverges"]), None)
+    result: dict = {"case": case.name, "limit": limit, "partitions": rows,
+                    "first_divergent": first}
+    if first is not None:
+        result["ops"] = [{"node": c["node"], "op": c["op"], "source": c.get("source")}
+                         for c in manifest.coverage if c.get("partition") == first]
+    else:
+        outputs = [values[spec.name] for spec in manifest.signature.outputs]
+        result["capture"] = [_difference(spec.name, got, want.to(got.device), limit)
+                             for spec, got, want in zip(manifest.signature.outputs, outputs,
+                                                        eager_outputs)]
+    return result
+
+
+def _judge(partition, execute, values: dict, limit: float) -> dict:
+    row = {"partition": partition.name, "backend": partition.backend,
+           "device": partition.device, "outputs": [], "diverges": False}
+    missing = [name for name in partition.inputs if name not in values]
+    if missing:  # not a tensor the interpreter names (should not happen): say so, go on
+        row["skipped"] = f"no eager value for input(s) {', '.join(missing)}"
+        return row
+    try:
+        got = execute([values[name].to(partition.device) for name in partition.inputs])
+    except Exception as exc:  # a backend failing on eager's own inputs is a finding too
+        row.update(diverges=True, problem=f"raised {type(exc).__name__}: {exc}"[:300])
+        return row
+    for name, tensor in zip(partition.outputs, got):
+        judged = _difference(name, tensor, values[name].to(tensor.device), limit)
+        row["outputs"].append(judged)
+        row["diverges"] = row["diverges"] or judged["diverges"]
+    return row
+
+
+def _difference(name: str, got: torch.Tensor, want: torch.Tensor, limit: float) -> dict:
+    if got.shape != want.shape:
+        return {"tensor": name, "diverges": True,
+                "problem": f"shape {tuple(got.shape)} where eager has {tuple(want.shape)}"}
+    if not want.is_floating_point():
+        mismatches = int((got != want).sum())
+        return {"tensor": name, "mismatches": mismatches, "diverges": mismatches > 0}
+    got, want = got.double(), want.double()
+    finite = torch.isfinite(want)
+    nonfinite_ok = bool(torch.equal(finite, torch.isfinite(got)))
+    err = float((got - want)[finite].abs().max()) if finite.any() else 0.0
+    scale = max(1.0, float(want[finite].abs().max()) if finite.any() else 1.0)
+    return {"tensor": name, "max_abs_err": err, "relative": err / scale,
+            "nan_inf_positions_match": nonfinite_ok,
+            "diverges": err / scale > limit or not nonfinite_ok}
+
+
+def bisect_lines(result: dict) -> list[str]:
+    """The result as the lines a failed build prints under its error."""
+    lines = [f"bisect on case '{result['case']}', each partition fed eager's own values of "
+             f"its inputs (diverges: error > {result['limit']:g} x max(1, |eager|), or NaN/Inf "
+             "elsewhere, or any integer differs):"]
+    for row in result["partitions"]:
+        where = f"{row['partition']} ({row['backend']} @ {row['device']})"
+        mark = " <- first to diverge" if row["partition"] == result["first_divergent"] else ""
+        if "skipped" in row:
+            verdict = f"not judged, {row['skipped']}"
+        elif "problem" in row:
+            verdict = row["problem"]
+        else:
+            verdict = ", ".join(_describe(o) for o in row["outputs"] if o["diverges"]) or "matches"
+        lines.append(f"{where}: {verdict}{mark}")
+    if result["first_divergent"] is not None:
+        ops = result["ops"]
+        first = result["first_divergent"]
+        lines += [f"{first} runs {op['op']} ({op['node']}) at {op['source'] or 'unknown source'}"
+                  for op in ops[:MAX_OPS_LISTED]]
+        if len(ops) > MAX_OPS_LISTED:
+            lines.append(f"{first} runs {len(ops) - MAX_OPS_LISTED} more op(s): "
+                         "exporter inspect lists them")
+        return lines
+    differs = [c for c in result["capture"] if c["diverges"]]
+    if differs:
+        lines.append("every partition matches the exported program, which itself differs "
+                     "from the model run eagerly: " + ", ".join(_describe(c) for c in differs)
+                     + ". torch.export captured another code path (an is_exporting() "
+                     "branch, Python state, a global read at trace time)")
+    else:
+        lines.append("every partition matches eager given exact inputs, and so does the "
+                     "exported program: the error builds up from rounding across partitions "
+                     "or the inputs make the model sensitive to it; try representative "
+                     "--inputs, or fewer partitions (--min-partition-size)")
+    return lines
+
+
+def _describe(judged: dict) -> str:
+    name = judged["tensor"]
+    if "problem" in judged:
+        return f"'{name}' {judged['problem']}"
+    if "mismatches" in judged:
+        return f"'{name}' {judged['mismatches']} element(s) differ"
+    text = f"'{name}' max error {judged['max_abs_err']:.3g} ({judged['relative']:.2g} relative)"
+    return text if judged["nan_inf_positions_match"] else text + ", NaN/Inf elsewhere"
