@@ -21,6 +21,7 @@ import torch
 from torch.export import ExportedProgram
 
 import runtime
+from exporter.placement import source_line
 from exporter.validate_inputs import Case
 from passes.partition import node_values, value_names
 from runtime.manifest import Manifest
@@ -35,10 +36,13 @@ MAX_OPS_LISTED = 8
 
 
 def bisect(artifact: Path, manifest: Manifest, program: ExportedProgram, case: Case,
-           eager_outputs: list[torch.Tensor], dtype: str, device: str) -> dict:
+           eager_outputs: list[torch.Tensor], dtype: str, device: str,
+           partition_programs: dict[str, ExportedProgram] | None = None) -> dict:
     """{"case", "partitions": [rows in run order], "first_divergent": name or None,
-    "ops": [...of that partition], "capture": {...} when no partition diverged}.
-    ``device``: where the program was captured (its weights live there)."""
+    "ops": [...of that partition], "inside": {...} for an ONNX one (the first ONNX value that
+    diverges, or how many were compared), "capture": {...} when
+    no partition diverged}. ``device``: where the program was captured (its weights live
+    there); ``partition_programs``: each partition's own program, as lowered."""
     inputs = [case.inputs[spec.name].to(device) for spec in manifest.signature.inputs]
     names = value_names(program, [s.name for s in manifest.signature.inputs],
                         [s.name for s in manifest.signature.outputs])
@@ -54,12 +58,73 @@ def bisect(artifact: Path, manifest: Manifest, program: ExportedProgram, case: C
     if first is not None:
         result["ops"] = [{"node": c["node"], "op": c["op"], "source": c.get("source")}
                          for c in manifest.coverage if c.get("partition") == first]
+        partition = next(p for p in manifest.partitions if p.name == first)
+        sub_program = (partition_programs or {}).get(first)
+        if partition.backend == "onnxruntime" and sub_program is not None:
+            try:
+                result["inside"] = inside_onnx(
+                    artifact, partition, sub_program,
+                    [values[name] for name in partition.inputs], limit,
+                    {c["node"]: c.get("source") for c in manifest.coverage})
+            except Exception as exc:  # optional detail: the partition is already named
+                log.warning("could not look inside partition %s (%s: %s)", first,
+                            type(exc).__name__, exc)
     else:
         outputs = [values[spec.name] for spec in manifest.signature.outputs]
         result["capture"] = [_difference(spec.name, got, want.to(got.device), limit)
                              for spec, got, want in zip(manifest.signature.outputs, outputs,
                                                         eager_outputs)]
     return result
+
+
+def inside_onnx(artifact: Path, partition, sub_program: ExportedProgram,
+                inputs: list[torch.Tensor], limit: float, sources: dict[str, str | None]
+                ) -> dict:
+    """The first value inside an ONNX partition that parts from eager, as Polygraphy's
+    "mark all" finds it: every intermediate the ONNX graph names after a node of the
+    partition's own program becomes a graph output, ORT runs that on eager's inputs, and
+    the values are compared in graph order with that program interpreted eagerly. A name
+    whose shape or dtype differs from eager's is skipped, not blamed (a decomposition may
+    reuse a name for another tensor). ``sources``: the build's source line per node of the
+    whole program (the partition's program was traced again; its nodes name their origin)."""
+    import numpy as np
+    import onnx
+    import onnxruntime as ort
+
+    from runtime.archive import ArtifactReader
+
+    nodes = {node.name: node for node in sub_program.graph.nodes if node.op == "call_function"}
+    reference = {node.name: value for node, value in node_values(sub_program, inputs).items()
+                 if node.name in nodes and isinstance(value, torch.Tensor)}
+    with ArtifactReader.open(artifact) as reader:
+        path = reader.extract_private() / partition.meta["model"]
+        model = onnx.load(str(path), load_external_data=False)
+        produced = [(node.op_type, name) for node in model.graph.node for name in node.output
+                    if name in reference and reference[name].dtype != torch.bfloat16]
+        outputs = {o.name for o in model.graph.output}
+        for _, name in produced:
+            if name not in outputs:
+                element = onnx.helper.np_dtype_to_tensor_dtype(
+                    np.dtype(str(reference[name].dtype).removeprefix("torch.")))
+                model.graph.output.append(onnx.helper.make_tensor_value_info(name, element, None))
+        marked = path.with_name(path.stem + ".marked.onnx")  # beside its external data
+        onnx.save(model, str(marked))
+        session = ort.InferenceSession(str(marked), providers=["CPUExecutionProvider"])
+        feeds = {arg.name: t.detach().cpu().numpy() for arg, t in zip(session.get_inputs(), inputs)}
+        names = [name for _, name in produced]
+        got = dict(zip(names, session.run(names, feeds)))
+    for op_type, name in produced:
+        want, value = reference[name].cpu(), torch.from_numpy(got[name])
+        if value.shape != want.shape or value.dtype != want.dtype:
+            continue
+        judged = _difference(name, value, want, limit)
+        if judged["diverges"]:
+            node = nodes[name]
+            origin = (node.meta.get("from_node") or [None])[0]
+            source = sources.get(getattr(origin, "name", None)) or source_line(node)
+            return {"value": name, "onnx_op": op_type, "op": str(node.target),
+                    "source": source, "compared": len(produced), **judged}
+    return {"compared": len(produced), "diverges": False}
 
 
 def _judge(partition, execute, values: dict, limit: float) -> dict:
@@ -121,6 +186,16 @@ def bisect_lines(result: dict) -> list[str]:
         if len(ops) > MAX_OPS_LISTED:
             lines.append(f"{first} runs {len(ops) - MAX_OPS_LISTED} more op(s): "
                          "exporter inspect lists them")
+        inside = result.get("inside")
+        if inside and not inside["diverges"]:
+            lines.append(f"inside {first}, none of {inside['compared']} ONNX values compared "
+                         "with eager diverges: the difference lies in values the ONNX graph "
+                         "does not name after the program's nodes")
+        elif inside:
+            lines.append(f"inside {first}, of {inside['compared']} ONNX values compared with "
+                         f"eager, the first to diverge is {_describe(inside)}: ONNX "
+                         f"{inside['onnx_op']} from {inside['op']} at "
+                         f"{inside['source'] or 'unknown source'}")
         return lines
     differs = [c for c in result["capture"] if c["diverges"]]
     if differs:

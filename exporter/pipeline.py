@@ -393,7 +393,8 @@ def _bisect(staging: Path, manifest: Manifest, prep: Prepared, cases: list, reco
         with torch.no_grad():
             eager_outputs = eager.run(list(case.inputs.values()))
             return bisect(staging, manifest, prep.program, case, eager_outputs, dtype,
-                          prep.target.device)
+                          prep.target.device,
+                          {plan.name: plan.program for plan in prep.placement.plans})
     except Exception as exc:
         log.warning("could not bisect the mismatch (%s: %s)", type(exc).__name__, exc)
         log.debug("the bisect's traceback", exc_info=True)
