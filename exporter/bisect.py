@@ -22,6 +22,7 @@ from torch.export import ExportedProgram
 
 import runtime
 from exporter.placement import source_line
+from exporter.validate import Tolerance, compare_output
 from exporter.validate_inputs import Case
 from passes.partition import node_values, value_names
 from runtime.manifest import Manifest
@@ -37,7 +38,7 @@ MAX_OPS_LISTED = 8
 
 def bisect(artifact: Path, manifest: Manifest, program: ExportedProgram, case: Case,
            eager_outputs: list[torch.Tensor], dtype: str, device: str,
-           partition_programs: dict[str, ExportedProgram] | None = None) -> dict:
+           partition_programs: dict[str, ExportedProgram]) -> dict:
     """{"case", "partitions": [rows in run order], "first_divergent": name or None,
     "ops": [...of that partition], "inside": {...} for an ONNX one (the first ONNX value that
     diverges, or how many were compared), "capture": {...} when
@@ -59,7 +60,7 @@ def bisect(artifact: Path, manifest: Manifest, program: ExportedProgram, case: C
         result["ops"] = [{"node": c["node"], "op": c["op"], "source": c.get("source")}
                          for c in manifest.coverage if c.get("partition") == first]
         partition = next(p for p in manifest.partitions if p.name == first)
-        sub_program = (partition_programs or {}).get(first)
+        sub_program = partition_programs.get(first)
         if partition.backend == "onnxruntime" and sub_program is not None:
             try:
                 result["inside"] = inside_onnx(
@@ -97,7 +98,7 @@ def inside_onnx(artifact: Path, partition, sub_program: ExportedProgram,
     reference = {node.name: value for node, value in node_values(sub_program, inputs).items()
                  if node.name in nodes and isinstance(value, torch.Tensor)}
     with ArtifactReader.open(artifact) as reader:
-        path = reader.extract_private() / partition.meta["model"]
+        path = reader.extract_private(partition.files) / partition.meta["model"]
         model = onnx.load(str(path), load_external_data=False)
         produced = [(node.op_type, name) for node in model.graph.node for name in node.output
                     if name in reference and reference[name].dtype != torch.bfloat16]
@@ -147,20 +148,14 @@ def _judge(partition, execute, values: dict, limit: float) -> dict:
 
 
 def _difference(name: str, got: torch.Tensor, want: torch.Tensor, limit: float) -> dict:
-    if got.shape != want.shape:
-        return {"tensor": name, "diverges": True,
-                "problem": f"shape {tuple(got.shape)} where eager has {tuple(want.shape)}"}
-    if not want.is_floating_point():
-        mismatches = int((got != want).sum())
-        return {"tensor": name, "mismatches": mismatches, "diverges": mismatches > 0}
-    got, want = got.double(), want.double()
-    finite = torch.isfinite(want)
-    nonfinite_ok = bool(torch.equal(finite, torch.isfinite(got)))
-    err = float((got - want)[finite].abs().max()) if finite.any() else 0.0
-    scale = max(1.0, float(want[finite].abs().max()) if finite.any() else 1.0)
-    return {"tensor": name, "max_abs_err": err, "relative": err / scale,
-            "nan_inf_positions_match": nonfinite_ok,
-            "diverges": err / scale > limit or not nonfinite_ok}
+    """Validation's own comparison with eager as the reference and no allowance for eager's
+    error: max |error| over finite elements <= limit x max(1, max |eager|), NaN/Inf
+    positions equal, integers exact."""
+    judged = compare_output(got, want, want, Tolerance(factor=0.0, floor=limit))
+    judged.pop("abs_err_histogram", None)
+    if "ratio_to_allowed" in judged:
+        judged["relative"] = judged["ratio_to_allowed"] * limit
+    return {"tensor": name, **judged, "diverges": not judged["passed"]}
 
 
 def bisect_lines(result: dict) -> list[str]:
