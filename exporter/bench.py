@@ -7,7 +7,6 @@ the one run because the machines are shared and noisy.
 
 from __future__ import annotations
 
-import copy
 import logging
 import statistics
 import time
@@ -17,11 +16,10 @@ from typing import Callable
 import torch
 
 import runtime
-from exporter.capture import capture
 from exporter.errors import UserInputError
 from exporter.hf_spec import HfOptions
 from exporter.spec import load_spec
-from passes.cast_dtype import DTYPES, CastFloatDtype
+from exporter.cast import CastModel
 from runtime.flat_inputs import flatten_inputs
 
 log = logging.getLogger(__name__)
@@ -147,27 +145,12 @@ def _direct_onnxruntime(program, inputs: list[torch.Tensor]) -> Callable:
 
 def _eager_in_dtype(spec, device: str, dtype: str) -> Callable:
     """A callable on the flat inputs computing as eager does at the artifact's dtype:
-    ``model.to(dtype)`` with inputs cast, or, where that fails (float32 masks mixed
-    with half weights), the dtype-cast program run eagerly."""
-    module = spec.module.to(device)
+    the model as the build captured it (``model.to(dtype)``, exporter/cast.py)."""
+    module = spec.module if dtype == "fp32" else CastModel(spec.module, dtype)
+    module = module.to(device)
     inputs = flatten_inputs(spec.args, spec.kwargs)
-    if dtype == "fp32":
-        def run_fp32(*flat):
-            args, kwargs = inputs.rebuild(list(flat))
-            return module(*args, **kwargs)
-        return run_fp32
-    half = copy.deepcopy(module).to(DTYPES[dtype])
 
-    def run_half(*flat):
-        cast = [t.to(DTYPES[dtype]) if t.is_floating_point() else t for t in flat]
-        args, kwargs = inputs.rebuild(cast)
-        return half(*args, **kwargs)
-
-    try:
-        with torch.inference_mode():
-            run_half(*[t.to(device) for t in inputs.tensors])
-        return run_half
-    except RuntimeError as exc:
-        log.warning("eager %s failed (%s); timing the cast program eagerly instead", dtype, exc)
-        captured = capture(spec, [], device)
-        return CastFloatDtype(dtype)(captured.program).program.module()
+    def run(*flat):
+        args, kwargs = inputs.rebuild(list(flat))
+        return module(*args, **kwargs)
+    return run

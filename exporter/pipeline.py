@@ -8,6 +8,7 @@ DESIGN.md. The output path only ever receives a complete, validated artifact
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import shutil
@@ -23,6 +24,7 @@ from torch.export import ExportedProgram
 from exporter import leftovers, versions
 from exporter.bisect import bisect, bisect_lines
 from exporter.capture import Captured, capture
+from exporter.cast import cast_model, cast_record
 from exporter.dynamic import parse_dynamic
 from exporter.errors import (BuildError, MemoryBudgetError, TargetUnavailableError,
                              UserInputError, ValidationFailedError)
@@ -88,6 +90,7 @@ class Prepared:
     out: Path
     calibration: list = field(default_factory=list)  # --quantize int8-static input sets
     activations: dict = field(default_factory=dict)  # memory_plan.plan of the program
+    captured_module: torch.nn.Module | None = None  # what was captured (the cast model)
 
 
 def prepare(spec: str | ModelSpec, settings: BuildSettings, timed: Callable) -> Prepared:
@@ -98,14 +101,19 @@ def prepare(spec: str | ModelSpec, settings: BuildSettings, timed: Callable) -> 
         model = spec if isinstance(spec, ModelSpec) else load_spec(
             spec, HfOptions(settings.task, settings.seq_len, settings.image_size))
     out = _check_output_path(settings.output_path(_model_name(model)))
+    captured_spec = _at_dtype(model, settings.dtype)
     with timed("capture (torch.export)"):
-        captured = capture(model, dynamic, target.device)
+        captured = capture(captured_spec, dynamic, target.device)
     calibration, warnings = calibration_sets(settings, captured.signature,
                                              captured.inputs.tensors)
     warnings = model.notes + warnings
     options = _options(settings, out, calibration=calibration)
     with timed("passes" if settings.quantize is None else f"passes (quantize {settings.quantize})"):
         program, pass_records = run_pipeline(captured.program, target.default_passes(options))
+    if settings.dtype != "fp32":
+        pass_records.insert(0, cast_record(model.module, settings.dtype))
+    warnings += [f"pass {r['name']} failed on this model and was skipped ({r['skipped']}); "
+                 "the build goes on without it" for r in pass_records if r.get("skipped")]
     activations = memory_plan.plan(program)  # planned once: the budget and the manifest
     if settings.memory_budget is not None:
         check_memory_budget(program, activations, settings.memory_budget)
@@ -113,7 +121,15 @@ def prepare(spec: str | ModelSpec, settings: BuildSettings, timed: Callable) -> 
         placement = place(program, target, settings.min_partition_size)
     warnings += enforce_fallback_policy(placement, settings.fallback, target)
     return Prepared(target, model, captured, program, pass_records, placement, warnings, out,
-                    calibration, activations)
+                    calibration, activations, captured_spec.module)
+
+
+def _at_dtype(model: ModelSpec, dtype: str) -> ModelSpec:
+    """The spec to capture: at fp16/bf16, the model cast as ``model.to(dtype)`` casts it
+    (exporter/cast.py); the user's float32 model stays the float64 reference."""
+    if dtype == "fp32":
+        return model
+    return dataclasses.replace(model, module=cast_model(model.module, dtype))
 
 
 def check_memory_budget(program: ExportedProgram, plan: dict, budget: int) -> None:
@@ -183,8 +199,14 @@ def _timer(timings: dict, stage: StageHook) -> Callable:
     @contextlib.contextmanager
     def timed(name: str) -> Iterator[None]:
         start = time.perf_counter()
-        with stage(name):
-            yield
+        try:
+            with stage(name):
+                yield
+        except Exception as exc:
+            # Which stage broke: the CLI names it when the error is a bug of ours.
+            if not hasattr(exc, "exporter_stage"):
+                exc.exporter_stage = f"stage '{name}'"
+            raise
         timings[name] = round(time.perf_counter() - start, 2)
     return timed
 
@@ -335,12 +357,10 @@ def _is_custom_op(node) -> bool:
 
 
 def _eager_runner(prep: Prepared, settings: BuildSettings) -> EagerRunner:
-    """The float64 reference is always the user's model. At fp16/bf16, the same-dtype
-    comparison point is the cast program run eagerly op by op (``model.half()`` itself
-    can fail on models that build float32 masks)."""
-    same_dtype = None if settings.dtype == "fp32" else prep.program.module()
+    """The float64 reference is always the user's model; at fp16/bf16 the same-dtype
+    comparison point is the cast model the build captured (``model.to(dtype)``)."""
     return EagerRunner(prep.model.module, prep.captured.inputs.rebuild,
-                       same_dtype_flat=same_dtype)
+                       same_dtype=prep.captured_module if settings.dtype != "fp32" else None)
 
 
 def _validate(out: Path, manifest: Manifest, files: dict, eager: EagerRunner,

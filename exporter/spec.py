@@ -1,7 +1,11 @@
 """Load a model spec string into a module, example args and dynamic shapes.
 
 A spec names a factory: a callable taking no arguments that returns
-``(module, example_args)`` or ``(module, example_args, dynamic_shapes)``.
+``(module, example_args)``, ``(module, example_args, dynamic_shapes)``,
+``(module, example_args, example_kwargs)`` or
+``(module, example_args, example_kwargs, dynamic_shapes)``. A third element that is a
+dict of tensors keyed by ``forward()``'s parameter names is taken as keyword args (Hugging
+Face models take ``input_ids``, ``pixel_values``, ``decoder_input_ids`` by name).
 
 - ``path/to/file.py:NAME``: the file is imported by path as a fresh module, its
   directory on ``sys.path`` while it is imported and the factory runs (so sibling
@@ -12,7 +16,7 @@ A spec names a factory: a callable taking no arguments that returns
 - ``hf:PATH``: a local Hugging Face checkpoint folder (``exporter.hf_spec``).
 
 ``example_args`` is a tuple or list of positional args, or a single tensor (wrapped
-into a 1-tuple). Keyword args are not supported. Args may be tensors, nested
+into a 1-tuple). Args may be tensors, nested
 tuples/lists/dicts of tensors, None, int, float or bool. ``dynamic_shapes`` is passed
 to torch.export as given (its own format). The module is put in eval mode.
 """
@@ -36,7 +40,9 @@ from exporter.export_errors import SourceLine, find_user_frame
 from exporter.hf_spec import HfOptions, load_hf
 
 SPEC_FORMS = "expected FILE.py:NAME, package.module:NAME, zoo:NAME or hf:PATH"
-_FACTORY_CONTRACT = "(module, example_args) or (module, example_args, dynamic_shapes)"
+_FACTORY_CONTRACT = ("(module, example_args), (module, example_args, dynamic_shapes), "
+                     "(module, example_args, example_kwargs) or "
+                     "(module, example_args, example_kwargs, dynamic_shapes)")
 _SCALARS = (int, float, bool, type(None))
 _fresh_ids = itertools.count()
 
@@ -194,14 +200,15 @@ def _from_factory(text: str, factory: Callable, origin: str | None) -> ModelSpec
         result = factory()
     except Exception as exc:  # user code: any exception is the user's error, reported
         raise _user_code_failed(f"The factory {name}() raised", exc, origin or text) from exc
-    module, args, dynamic_shapes = _unpack(result, name, text)
+    module, args, kwargs, dynamic_shapes = _unpack(result, name, text)
     args = _as_args(args, name, text)
     _check_leaves(args, "example_args", name, text)
+    _check_leaves(kwargs, "example_kwargs", name, text)
     if dynamic_shapes is not None and not isinstance(dynamic_shapes, (tuple, list, dict)):
         raise SpecError(f"{name}() returned dynamic_shapes of type {type(dynamic_shapes).__name__}",
                         where=text, hint="return torch.export's format: a tuple with one "
                                          "{dim: Dim(...)} dict or None per argument, or None")
-    return ModelSpec(source=text, module=module.eval(), args=args, kwargs={},
+    return ModelSpec(source=text, module=module.eval(), args=args, kwargs=kwargs,
                      dynamic_shapes=dynamic_shapes, origin_file=_model_file(module, origin))
 
 
@@ -213,8 +220,8 @@ def _describe(value: Any) -> str:
     return f"a {type(value).__name__}"
 
 
-def _unpack(result: Any, name: str, text: str) -> tuple[torch.nn.Module, Any, Any]:
-    if not isinstance(result, (tuple, list)) or len(result) not in (2, 3):
+def _unpack(result: Any, name: str, text: str) -> tuple[torch.nn.Module, Any, dict, Any]:
+    if not isinstance(result, (tuple, list)) or len(result) not in (2, 3, 4):
         hint = f"return {_FACTORY_CONTRACT}"
         if isinstance(result, torch.nn.Module):
             hint += ", e.g. `return model, (torch.randn(1, 3, 224, 224),)`"
@@ -227,7 +234,32 @@ def _unpack(result: Any, name: str, text: str) -> tuple[torch.nn.Module, Any, An
                 else "the first element must be the torch.nn.Module to export")
         raise SpecError(f"{name}() returned {_describe(module)} as its first element, not a "
                         "torch.nn.Module", where=text, hint=hint)
-    return module, result[1], result[2] if len(result) == 3 else None
+    rest = list(result[2:])
+    kwargs = rest.pop(0) if rest and _is_kwargs(rest[0], module, len(rest)) else {}
+    if len(rest) > 1 or (len(result) == 4 and not kwargs and result[2] not in ({}, None)):
+        raise SpecError(f"{name}() returned {_describe(result)}; expected {_FACTORY_CONTRACT}",
+                        where=text, hint="with four elements the third must be a dict of "
+                                         "keyword args for forward()")
+    return module, result[1], kwargs or {}, rest[0] if rest else None
+
+
+def _is_kwargs(value: Any, module: torch.nn.Module, remaining: int) -> bool:
+    """A dict third element is keyword args when it is followed by dynamic shapes, or
+    when its keys name ``forward()`` parameters and its values are not ``Dim`` specs
+    (torch.export's dynamic_shapes may also be a dict keyed by parameter name)."""
+    if value is None and remaining == 2:
+        return True  # (module, args, None, dynamic_shapes)
+    if not isinstance(value, dict):
+        return False
+    if remaining == 2:
+        return True
+    return bool(value) and not any(isinstance(v, dict) or v is None or _is_dim_spec(v)
+                                   for v in value.values())
+
+
+def _is_dim_spec(value: Any) -> bool:
+    return isinstance(value, (tuple, list)) and all(
+        v is None or isinstance(v, int) or hasattr(v, "__name__") for v in value)  # Dims are named
 
 
 def _as_args(args: Any, name: str, text: str) -> tuple:
@@ -237,7 +269,8 @@ def _as_args(args: Any, name: str, text: str) -> tuple:
         return tuple(args)
     hint = "return example args as a tuple, e.g. (x,) or (input_ids, attention_mask)"
     if isinstance(args, dict):
-        hint = "keyword args are not supported: " + hint + " in forward()'s parameter order"
+        hint = ("keyword args go third: return (module, (), {'input_ids': ids, ...}), or pass "
+                "them positionally in forward()'s parameter order")
     raise SpecError(f"{name}() returned example args of type {type(args).__name__}", where=text,
                     hint=hint)
 

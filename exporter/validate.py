@@ -151,24 +151,20 @@ def _crash_error(returncode: int, stdout: str, stderr: str, artifact: Path) -> B
 class EagerRunner:
     """Eager PyTorch on flat inputs, at the artifact's dtype and (if it allows) float64.
 
-    ``same_dtype_flat``, when given, is a module taking the flat inputs that computes
-    at the artifact's dtype (for fp16/bf16 builds); otherwise the model itself is used."""
+    ``same_dtype``, when given, is the model as the build captured it at fp16/bf16
+    (exporter/cast.py), called like the model; otherwise the model itself is used."""
 
     def __init__(self, module: torch.nn.Module, rebuild: Callable,
-                 same_dtype_flat: torch.nn.Module | None = None) -> None:
-        self.module, self.rebuild, self.same_dtype_flat = module, rebuild, same_dtype_flat
-        self.device = next((p.device for p in module.parameters()), torch.device("cpu"))
+                 same_dtype: torch.nn.Module | None = None) -> None:
+        self.module, self.rebuild, self.same_dtype = module, rebuild, same_dtype
+        self.device = _device_of(same_dtype or module)
         self._module64: torch.nn.Module | None = None
 
     def run(self, inputs: list[torch.Tensor], *, float64: bool = False) -> list[torch.Tensor]:
-        if not float64 and self.same_dtype_flat is not None:
-            with torch.no_grad():
-                out = self.same_dtype_flat(*[t.to(self.device) for t in inputs])
-            return [t.detach().cpu() for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
-        module = self.module
+        module = self.module if float64 or self.same_dtype is None else self.same_dtype
         if float64:
             if self._module64 is None:
-                self._module64 = copy.deepcopy(self.module).to(torch.float64)
+                self._module64 = copy.deepcopy(self.module).to(self.device, torch.float64)
             module = self._module64
         cast = [t.to(self.device, torch.float64) if float64 and t.is_floating_point()
                 else t.to(self.device) for t in inputs]
@@ -176,6 +172,10 @@ class EagerRunner:
         with torch.no_grad():
             out = module(*args, **kwargs)
         return [t.detach().cpu() for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
+
+
+def _device_of(module: torch.nn.Module) -> torch.device:
+    return next((p.device for p in module.parameters()), torch.device("cpu"))
 
 
 def compare_output(got: torch.Tensor, ref: torch.Tensor, eager: torch.Tensor,

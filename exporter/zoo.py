@@ -159,8 +159,10 @@ class Encoder(nn.Module):
         self.pool = nn.Linear(HIDDEN, HIDDEN)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> dict:
-        keep = attention_mask[:, None, None, :].to(torch.float32)  # [b, 1, 1, s]
-        mask = (1.0 - keep) * torch.finfo(torch.float32).min
+        # the model's own dtype, as Hugging Face models do, so model.to(fp16) works
+        dtype = self.ln.weight.dtype
+        keep = attention_mask[:, None, None, :].to(dtype)  # [b, 1, 1, s]
+        mask = (1.0 - keep) * torch.finfo(dtype).min
         x = self.embed(input_ids)
         for block in self.blocks:
             x = block(x, mask)

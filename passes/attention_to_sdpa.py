@@ -23,6 +23,7 @@ _TRANSPOSE = {aten.transpose.int}
 
 class AttentionToSDPA:
     name = "attention_to_sdpa"
+    required = False
 
     def __call__(self, program: ExportedProgram) -> PassResult:
         return rewrite_and_recapture(program, _replace_all, "attentions_replaced")

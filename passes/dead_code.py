@@ -16,6 +16,7 @@ from passes.base import PassResult
 
 class EliminateDeadCode:
     name = "eliminate_dead_code"
+    required = False
 
     def __call__(self, program: ExportedProgram) -> PassResult:
         graph = program.graph_module.graph

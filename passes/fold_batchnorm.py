@@ -22,6 +22,7 @@ _BATCH_NORM = torch.ops.aten.batch_norm.default
 
 class FoldBatchNorm:
     name = "fold_batchnorm"
+    required = False
 
     def __call__(self, program: ExportedProgram) -> PassResult:
         return rewrite_and_recapture(program, _fold_all, "batchnorms_folded")

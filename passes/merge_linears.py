@@ -22,6 +22,7 @@ _LINEAR = torch.ops.aten.linear.default
 
 class MergeParallelLinears:
     name = "merge_parallel_linears"
+    required = False
 
     def __call__(self, program: ExportedProgram) -> PassResult:
         return rewrite_and_recapture(program, _merge_all, "linears_merged")

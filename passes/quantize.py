@@ -32,6 +32,7 @@ _DEQUANTIZE = ("dequantize_per_channel", "dequantize_per_tensor", "dequantize_af
 
 class QuantizePT2E:
     name = "quantize"
+    required = True  # the user asked for it: a failure fails the build
 
     def __init__(self, recipe: str, make_quantizer: Callable[[], object],
                  calibration: Sequence[Sequence[torch.Tensor]], how: str) -> None:

@@ -61,6 +61,7 @@ def torchao_config(recipe: str, in_features: int) -> tuple[object, torch.dtype |
 
 class QuantizeWeightOnly:
     name = "quantize"
+    required = True  # the user asked for it: a failure fails the build
     recipes = tuple(_FUNCTIONAL)
 
     def __init__(self, recipe: str, how: str) -> None:

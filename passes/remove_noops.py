@@ -29,6 +29,7 @@ _NOT_FOLDABLE = {aten.empty.memory_format, aten.rand.default, aten.randn.default
 
 class RemoveNoOps:
     name = "remove_noops"
+    required = False
 
     def __call__(self, program: ExportedProgram) -> PassResult:
         return rewrite_and_recapture(program, _remove_all, "nodes_removed")
@@ -58,7 +59,11 @@ def _passthrough(node: torch.fx.Node) -> torch.fx.Node | None:
     if node.op != "call_function" or not node.args:
         return None
     source = node.args[0]
-    if node.target in _IDENTITIES and not node.kwargs.get("memory_format"):
+    if node.target in _IDENTITIES and not node.kwargs.get("memory_format") \
+            and _contiguous(source):
+        # clone/contiguous of a transposed tensor is what makes a later view() legal
+        # (attention's transpose -> contiguous -> view); only a copy of an already
+        # contiguous tensor is a no-op.
         return source
     if node.target in _DROPOUTS and (len(node.args) > 2 and node.args[2] is False
                                      or node.args[1] == 0):
@@ -69,6 +74,11 @@ def _passthrough(node: torch.fx.Node) -> torch.fx.Node | None:
     if node.target is aten.to.dtype and _dtype(source) == node.args[1] and not node.kwargs:
         return source
     return None
+
+
+def _contiguous(node: object) -> bool:
+    value = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+    return isinstance(value, torch.Tensor) and value.is_contiguous()
 
 
 def _same_dims(a, b) -> bool:

@@ -9,6 +9,8 @@ rewritten module with the program's flat inputs and dynamic dims. The cost is on
 
 from __future__ import annotations
 
+import re
+
 import torch
 from torch.export import ExportedProgram
 
@@ -35,9 +37,38 @@ def recapture(module: torch.nn.Module, program: ExportedProgram) -> ExportedProg
     inputs = flatten_inputs(*program.example_inputs)
     user_inputs = [n for n in program.graph.nodes if n.op == "placeholder"
                    and n.name in program.graph_signature.user_inputs]
-    return torch.export.export(
+    recaptured = torch.export.export(
         _FlatCall(module, inputs), tuple(inputs.tensors),
         dynamic_shapes=(dynamic_shapes_for(user_inputs, program),), strict=False)
+    keep_source_meta(recaptured, module)
+    return recaptured
+
+
+_FRAME = re.compile(r'File "([^"]+)", line (\d+)')
+
+
+def keep_source_meta(program: ExportedProgram, module: torch.fx.GraphModule) -> None:
+    """Give each node of ``program`` (a capture of ``module``'s generated code) the source
+    metadata of the ``module`` node it came from. Without this every re-captured op's
+    stack trace is ``<eval_with_key>.16:13``, and placement tables and errors lose the
+    user's file and line. The generated file's line maps to its node through fx's own
+    line table (as torch._utils' memory-profiler augmentation reads it)."""
+    if not isinstance(module, torch.fx.GraphModule):
+        return
+    generated = type(module).forward.__code__.co_filename
+    lines = getattr(module, "_lineno_map", None) or {}
+    start = getattr(module, "_prologue_start", 0)
+    sources = list(module.graph.nodes)
+    for node in program.graph.nodes:
+        trace = node.meta.get("stack_trace") or ""
+        ours = [int(line) for path, line in _FRAME.findall(trace) if path == generated]
+        index = lines.get(ours[-1] - start) if ours else None
+        if index is None or index >= len(sources):
+            continue
+        source = sources[index]
+        for key in ("stack_trace", "nn_module_stack", "source_fn_stack"):
+            if key in source.meta:
+                node.meta[key] = source.meta[key]
 
 
 def attribute(module: torch.fx.GraphModule, node: object) -> torch.Tensor | None:

@@ -44,7 +44,16 @@ def save_npz(path: str | Path, tensors: Mapping[str, torch.Tensor]) -> None:
 
 
 def save_tensors(path: str | Path, tensors: Mapping[str, torch.Tensor]) -> None:
-    save_file({k: v.detach().cpu().contiguous() for k, v in tensors.items()}, str(path))
+    """safetensors refuses tensors sharing memory (``mha(x, x, x)`` passes one tensor
+    three times), so a tensor whose storage was already written is written as a copy."""
+    seen: set[int] = set()
+    flat = {}
+    for name, tensor in tensors.items():
+        tensor = tensor.detach().cpu().contiguous()
+        storage = tensor.untyped_storage().data_ptr()
+        flat[name] = tensor.clone() if storage in seen and tensor.numel() else tensor
+        seen.add(storage)
+    save_file(flat, str(path))
 
 
 def load_tensors(path: str | Path) -> dict[str, torch.Tensor]:

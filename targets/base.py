@@ -18,7 +18,6 @@ from torch.export import ExportedProgram
 from torch.fx import Node
 
 from passes.base import Pass
-from passes.cast_dtype import CastFloatDtype
 from passes.dead_code import EliminateDeadCode
 from passes.quantize import QuantizePT2E
 from passes.quantize_weight_only import QuantizeWeightOnly
@@ -114,13 +113,11 @@ def pipeline(options: LowerOptions, quantize: Pass | None = None,
              fusions: Sequence[Callable[[], Pass]] = ()) -> list[Pass]:
     """A target's pass list, in order: dead-code cleanup first (PT2E's prepare failed on
     dead code, and the fusion patterns assume single users); the target's fusion passes
-    (targets.fusion, unless --no-fuse); the quantizer if --quantize; the --dtype cast
-    last, so it re-captures the final graph once."""
+    (targets.fusion, unless --no-fuse); the quantizer if --quantize. (--dtype is not a
+    pass: the model is cast before capture, exporter/cast.py says why.)"""
     passes: list[Pass] = [EliminateDeadCode()]
     if options.extra.get("fuse", True):
         passes += [make() for make in fusions]
     if quantize is not None:
         passes.append(quantize)
-    if options.dtype != "fp32":
-        passes.append(CastFloatDtype(options.dtype))
     return passes

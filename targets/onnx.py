@@ -24,6 +24,8 @@ from torch.export import ExportedProgram
 from torch.fx import Node
 
 from passes.base import Pass
+from passes.decompose import Decompose
+from passes.contiguous_views import ContiguousBeforeReshape
 from runtime.errors import ToolchainError
 from targets.base import Availability, Lowered, LowerOptions, Support, Target, pipeline
 from targets.errors import TargetOptionError
@@ -184,8 +186,10 @@ class OnnxTarget(Target):
     quant_recipes = RECIPES  # ONNX Runtime's tools, applied in lower() to the exported model
 
     def default_passes(self, options: LowerOptions) -> list[Pass]:
-        # no PT2E pass: ORT quantizes the exported ONNX model (lower())
-        return pipeline(options, fusions=ONNX_FUSIONS)
+        # no PT2E pass: ORT quantizes the exported ONNX model (lower()); torch.onnx's own
+        # decomposition last, so placement judges the graph the exporter will translate
+        return pipeline(options, fusions=ONNX_FUSIONS) + [
+            Decompose(lambda: _exporter_tables()[1], "torch.onnx"), ContiguousBeforeReshape()]
 
     def quantize_pass(self, options: LowerOptions) -> Pass | None:
         return None

@@ -25,6 +25,7 @@ from torch.export import ExportedProgram
 from torch.fx import Node
 
 from passes.base import Pass
+from passes.decompose import Decompose
 from runtime.errors import ToolchainError
 from runtime.manifest import Requirements
 from runtime.weights import INDEX_KEY, read_index
@@ -108,7 +109,10 @@ class TvmTarget(Target):
         return Support(False, f"TVM's importer has no converter for {name}")
 
     def default_passes(self, options: LowerOptions) -> list[Pass]:
-        return pipeline(options, fusions=TVM_FUSIONS)
+        # from_exported_program's own run_decompositions() (the default table) last, so
+        # placement judges the graph TVM's importer will convert
+        return pipeline(options, fusions=TVM_FUSIONS) + [Decompose(lambda: None,
+                                                                   "torch.export default")]
 
     def nondeterminism(self, options: LowerOptions) -> list[str]:
         if int(options.extra.get("tune") or 0):

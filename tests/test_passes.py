@@ -6,7 +6,7 @@ import torch
 
 from exporter.zoo import ZOO
 from passes.base import run_pipeline
-from passes.cast_dtype import CastFloatDtype
+from exporter.cast import cast_model
 from passes.dead_code import EliminateDeadCode
 
 
@@ -38,30 +38,45 @@ def test_dead_code_removes_the_unused_branch_and_is_idempotent():
     assert not second.modified and second.info["nodes_removed"] == 0
 
 
-def test_cast_pass_runs_math_in_bf16_and_keeps_io_dtypes():
+def test_cast_model_runs_math_in_bf16_and_keeps_io_dtypes():
     module, args, dynamic_shapes = ZOO["encoder"]()
-    program = torch.export.export(module, args, dynamic_shapes=dynamic_shapes)
-    result = CastFloatDtype("bf16")(program)
-    assert result.modified
-    assert result.info["float_weight_bytes_after"] * 2 == result.info["float_weight_bytes_before"]
-    params = [p for p in result.program.state_dict.values() if p.is_floating_point()]
+    cast = cast_model(module, "bf16")
+    program = torch.export.export(cast, args, dynamic_shapes=dynamic_shapes)
+    params = [p for p in program.state_dict.values() if p.is_floating_point()]
     assert params and all(p.dtype == torch.bfloat16 for p in params)
-    got = result.program.module()(*args)
+    got = program.module()(*args)
     expected = module(*args)
     for key, value in expected.items():
         assert got[key].dtype == torch.float32  # callers keep their dtypes
         torch.testing.assert_close(got[key], value, rtol=0.1, atol=0.1)
-    # dynamic batch survives the re-capture, with its bounds
-    (bounds,) = result.program.range_constraints.values()
+    # the model's own signature: dynamic_shapes bind by its parameter names
+    (bounds,) = program.range_constraints.values()
     assert (bounds.lower, bounds.upper) == (1, 32)
-    again = CastFloatDtype("bf16")(result.program)
-    assert not again.modified, "a second cast has nothing left to do"
 
 
-def test_cast_pass_leaves_the_users_model_in_float32():
-    module, args, _ = ZOO["mlp"]()
-    CastFloatDtype("fp16")(torch.export.export(module, args))
-    assert all(p.dtype == torch.float32 for p in module.parameters())
+class _UpcastNorm(torch.nn.Module):
+    """RMSNorm as LLaMA writes it: float32 on purpose inside, a mask from finfo(dtype)."""
+
+    def __init__(self):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.ones(8))
+
+    def forward(self, x):
+        mask = torch.full((x.shape[-1],), torch.finfo(self.weight.dtype).min)
+        h = x.to(torch.float32)
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6)
+        return self.weight * h.to(x.dtype) + mask.clamp(min=0), h.dtype
+
+
+def test_cast_model_is_model_to_dtype_with_deliberate_upcasts_kept():
+    module = _UpcastNorm()
+    x = torch.randn(2, 8)
+    program = torch.export.export(cast_model(module, "fp16"), (x,))
+    out, inner_dtype = program.module()(x)
+    assert inner_dtype == torch.float32, "the model's own float32 upcast stays float32"
+    assert out.dtype == torch.float32
+    torch.testing.assert_close(out, module(x)[0], rtol=1e-2, atol=1e-2)
+    assert all(p.dtype == torch.float32 for p in module.parameters()), "user's model untouched"
 
 
 def test_pipeline_records_each_pass():

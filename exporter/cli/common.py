@@ -12,7 +12,8 @@ Output style (every command):
     (``exporter --quiet build``) or after it (``exporter build --quiet``).
 
 Exit codes: 0 ok, 1 validation failed, 2 bad usage or input, 3 build failed,
-130 interrupted.
+4 a bug of the exporter's own (the paragraph names the stage and the log with the
+traceback), 130 interrupted.
 """
 
 from __future__ import annotations
@@ -21,10 +22,12 @@ import contextlib
 import errno
 import json
 import logging
+import os
 import sys
 import time
 import warnings
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable, Iterator
 
 import typer
@@ -126,11 +129,41 @@ def guarded(action: Callable[[], int | None], *, quiet: bool = False, verbose: b
         raise typer.Exit(130) from None
     except OSError as exc:
         if exc.errno not in _DISK_ERRORS:
-            raise
+            _internal_error(exc, as_json)
         _print_error(f"cannot write {exc.filename or 'a file'}: {exc.strerror}. Nothing was "
                      "replaced.\nTry: free disk space, or choose another --out", exc)
         raise typer.Exit(2) from None
+    except (typer.Exit, typer.Abort, SystemExit):
+        raise
+    except Exception as exc:  # noqa: BLE001 - anything untyped is a bug of ours
+        _internal_error(exc, as_json)
     raise typer.Exit(code)
+
+
+INTERNAL_ERROR_EXIT = 4
+
+
+def _internal_error(exc: BaseException, as_json: bool) -> None:
+    """An exception the toolchain did not raise on purpose: not the user's mistake and not
+    a validation failure. One paragraph naming the stage and the log file that holds the
+    traceback (--debug prints it too); exit code 4."""
+    import tempfile
+    import traceback
+    stage = getattr(exc, "exporter_stage", None) or "the command"
+    log_path = Path(tempfile.gettempdir()) / f"exporter-internal-error-{os.getpid()}.log"
+    log_path.write_text("".join(traceback.format_exception(exc)))
+    message = (f"internal error in {stage}: {type(exc).__name__}: "
+               f"{(str(exc).strip().splitlines() or [''])[0][:300]}. This is a bug in the "
+               f"exporter, not in your model. Where: the traceback is in {log_path}.\n"
+               "Try: --debug to print it; --no-fuse or another --target may avoid the failing "
+               "step; please report it with that log")
+    _print_error(message, exc)
+    if as_json:
+        print_json({"error": {"type": "InternalError", "exit_code": INTERNAL_ERROR_EXIT,
+                              "message": message, "what": message.split(". Where")[0],
+                              "where": str(log_path), "hint": None, "details": [],
+                              "stage": stage, "exception": type(exc).__name__}})
+    raise typer.Exit(INTERNAL_ERROR_EXIT) from None
 
 
 # A full disk, a quota, a file-size limit or a read-only file system: the user's to fix.
@@ -146,7 +179,8 @@ def _print_error(message: str, exc: BaseException) -> None:
 
 def error_json(exc: ToolchainError) -> dict:
     return {"type": type(exc).__name__, "exit_code": exc.exit_code, "message": str(exc),
-            "what": exc.what, "where": exc.where, "hint": exc.hint, "details": exc.details}
+            "what": exc.what, "where": exc.where, "hint": exc.hint, "details": exc.details,
+            "stage": getattr(exc, "exporter_stage", None)}
 
 
 class _OneStyleFormatter(logging.Formatter):

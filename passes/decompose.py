@@ -1,0 +1,41 @@
+"""Decompose the program with the table the target's own exporter will apply.
+
+torch.onnx and TVM's importer both call ``run_decompositions`` before they translate;
+deciding op support on the graph *before* that claimed ops the exporter then never saw
+(``special_i0`` "decomposed, then translated" became ``prims.bessel_i0``, which has no
+translation) and hid higher-order wrappers (``wrap_with_set_grad_enabled`` from a
+``@torch.no_grad()`` rotary embedding) that decomposition inlines. Run last, so the
+placement and ``--dry-run`` judge exactly what the backend receives.
+
+    before: special_i0(x);            wrap_with_set_grad_enabled(False, body, x)
+    after:  prims.bessel_i0(x);       the body's ops, inlined
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Callable
+
+from torch.export import ExportedProgram
+
+from passes.base import PassResult
+
+
+class Decompose:
+    name = "decompose"
+    required = False
+
+    def __init__(self, table: Callable[[], dict | None], whose: str) -> None:
+        self.table, self.whose = table, whose  # table() -> run_decompositions' argument
+
+    def __call__(self, program: ExportedProgram) -> PassResult:
+        before = _ops(program)
+        decomposed = program.run_decompositions(self.table())
+        after = _ops(decomposed)
+        return PassResult(decomposed, modified=before != after,
+                          info={"table": self.whose, "ops_before": sum(before.values()),
+                                "ops_after": sum(after.values())})
+
+
+def _ops(program: ExportedProgram) -> Counter:
+    return Counter(str(n.target) for n in program.graph.nodes if n.op == "call_function")
