@@ -37,11 +37,12 @@ from exporter.validate_inputs import make_cases
 from exporter.placement import Placement, enforce_fallback_policy, place
 from passes import memory_plan
 from passes.base import run_pipeline
-from passes.partition import PlannedPartition, materialize
+from passes.partition import PartitionError, PlannedPartition, materialize
 from runtime.archive_writer import write_artifact
 from runtime.errors import ToolchainError
 from runtime.manifest import Manifest, Partition
 from targets import Lowered, LowerOptions, Target, get_target
+from targets.errors import LoweringError
 from targets.fallback import FALLBACK_BACKEND, lower_fallback
 
 log = logging.getLogger(__name__)
@@ -68,7 +69,9 @@ class BuildResult:
                 "validation": self.manifest.validation or {"passed": None},
                 "signature": self.manifest.signature.to_json(),
                 "timings_s": self.timings, "measured": self.measured,
-                "warnings": self.warnings}
+                "warnings": self.warnings, "placement": self.manifest.placement,
+                "memory_plan": {k: self.manifest.memory_plan.get(k) for k in
+                                ("arena_bytes", "lower_bound_bytes", "naive_bytes")}}
 
 
 @contextlib.contextmanager
@@ -232,20 +235,48 @@ def _lower_all(prep: Prepared, settings: BuildSettings, work_dir: Path
         plans[0].inputs = [s.name for s in prep.captured.signature.inputs]
         plans[0].outputs = [s.name for s in prep.captured.signature.outputs]
     else:
-        materialize(prep.program, plans, [s.name for s in prep.captured.signature.inputs],
-                    [s.name for s in prep.captured.signature.outputs],
-                    prep.captured.inputs.tensors)
+        try:
+            materialize(prep.program, plans, [s.name for s in prep.captured.signature.inputs],
+                        [s.name for s in prep.captured.signature.outputs],
+                        prep.captured.inputs.tensors)
+        except PartitionError as exc:
+            if exc.plan is None or not exc.plan.delegated:
+                raise
+            # a delegated island torch.export cannot cut out: run its ops on the fallback
+            raise LoweringError(exc.what, nodes=[n.name for n in exc.plan.nodes
+                                                 if n.op == "call_function"],
+                                hint=exc.hint) from exc
     lowered = []
     for plan in plans:
         part_dir = work_dir / plan.name
         part_dir.mkdir()
         if plan.delegated:
-            low = prep.target.lower(plan.program, _options(settings, prep.out, part_dir,
-                                                           calibration=prep.calibration))
+            low = _lower_delegated(prep, settings, plan, part_dir)
         else:
             low = lower_fallback(plan.program, part_dir)
         lowered.append((plan, low))
     return lowered
+
+
+def _lower_delegated(prep: Prepared, settings: BuildSettings, plan: PlannedPartition,
+                     part_dir: Path) -> Lowered:
+    """One delegated partition. Whatever the backend raises becomes a LoweringError that
+    names the ops to move to the CPU fallback: those the backend named, else all of the
+    partition's (a backend crash tells us no more than that)."""
+    ops = [n.name for n in plan.nodes if n.op == "call_function"]
+    try:
+        return prep.target.lower(plan.program, _options(settings, prep.out, part_dir,
+                                                        calibration=prep.calibration))
+    except LoweringError as exc:
+        exc.nodes = exc.nodes or ops
+        raise
+    except ToolchainError:
+        raise  # the user's options or machine: moving ops would not help
+    except Exception as exc:  # noqa: BLE001 - a backend's own failure on this partition
+        raise LoweringError(f"{prep.target.name} failed on partition '{plan.name}' "
+                            f"({type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:300]})",
+                            nodes=ops, hint="the partition's ops move to the CPU fallback "
+                                            "unless --fallback forbid") from exc
 
 
 MAX_LOWERING_RETRIES = 3
@@ -253,17 +284,18 @@ MAX_LOWERING_RETRIES = 3
 
 def _lower_with_fallback(prep: Prepared, settings: BuildSettings, work_dir: Path
                          ) -> list[tuple[PlannedPartition, Lowered]]:
-    """Lower every partition. When a backend fails on ops it had claimed and can name
-    them (``exc.nodes``; TVM does), and the fallback policy allows it, those ops move
-    to the CPU fallback, the partitions are planned again and lowering starts over."""
+    """Lower every partition. When a backend fails on ops it had claimed (``exc.nodes``:
+    those it named, else the failing partition's), and the fallback policy allows it,
+    those ops move to the CPU fallback, the partitions are planned again and lowering
+    starts over."""
     failed: dict[str, str] = {}
     for attempt in range(MAX_LOWERING_RETRIES + 1):
         attempt_dir = work_dir / f"attempt{attempt}"
         attempt_dir.mkdir()
         try:
             return _lower_all(prep, settings, attempt_dir)
-        except ToolchainError as exc:
-            nodes = [n for n in getattr(exc, "nodes", []) if n not in failed]
+        except LoweringError as exc:
+            nodes = [n for n in exc.nodes if n not in failed]
             if not nodes or settings.fallback == "forbid" or attempt == MAX_LOWERING_RETRIES:
                 raise
             reason = f"{prep.target.name} failed to compile it: {exc.what}"

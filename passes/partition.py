@@ -27,13 +27,19 @@ from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 
 from passes.dims import dynamic_shapes_for
+from passes.rewrite import keep_source_meta
 from runtime.errors import ToolchainError
 
 log = logging.getLogger(__name__)
 
 
 class PartitionError(ToolchainError):
-    """The program cannot be split as planned (exit code 3)."""
+    """The program cannot be split as planned (exit code 3). ``plan``: the partition
+    that could not be re-captured on its own, when it was one."""
+
+    def __init__(self, *args, plan: "PlannedPartition | None" = None, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.plan = plan
 
 
 @dataclass
@@ -144,8 +150,18 @@ def materialize(program: ExportedProgram, plans: list[PlannedPartition],
         plan.outputs = [names[n] for n in outputs]
         sub = _submodule(plan.nodes, outside_inputs, outputs, constants)
         args = tuple(values[n] for n in outside_inputs)
-        plan.program = torch.export.export(sub, args, dynamic_shapes=dynamic_shapes_for(outside_inputs, program),
-                                           strict=False)
+        try:
+            plan.program = torch.export.export(
+                sub, args, dynamic_shapes=dynamic_shapes_for(outside_inputs, program),
+                strict=False)
+        except Exception as exc:  # noqa: BLE001 - torch.export raises many types
+            first = (str(exc).strip().splitlines() or [""])[0][:300]
+            raise PartitionError(
+                f"partition '{plan.name}' ({len(plan.nodes)} ops from "
+                f"{plan.nodes[0].name} to {plan.nodes[-1].name}) could not be captured on "
+                f"its own ({type(exc).__name__}: {first})", plan=plan,
+                hint="--verbose shows torch.export's traceback") from exc
+        keep_source_meta(plan.program, sub)
 
 
 def value_names(program: ExportedProgram, input_names: list[str], output_names: list[str]

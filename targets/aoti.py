@@ -17,9 +17,8 @@ from torch.export import ExportedProgram
 from torch.fx import Node
 
 from passes.base import Pass
-from runtime.errors import ToolchainError
 from targets.base import Availability, Lowered, LowerOptions, Support, Target, pipeline
-from targets.errors import TargetOptionError
+from targets.errors import LoweringError, TargetOptionError
 from targets.reproducible import normalize_package
 from targets.toolchain import TIMED_OUT, choose_cxx, with_timeout
 
@@ -37,10 +36,6 @@ def _is_python_custom_op(op) -> bool:
 
 def _jsonable(configs: dict) -> dict:
     return {k: list(v) if isinstance(v, tuple) else v for k, v in configs.items()}
-
-
-class LoweringError(ToolchainError):
-    """The backend compiler failed on a partition (exit code 3)."""
 
 
 class AOTInductorTarget(Target):

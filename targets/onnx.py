@@ -26,9 +26,8 @@ from torch.fx import Node
 from passes.base import Pass
 from passes.decompose import Decompose
 from passes.contiguous_views import ContiguousBeforeReshape
-from runtime.errors import ToolchainError
 from targets.base import Availability, Lowered, LowerOptions, Support, Target, pipeline
-from targets.errors import TargetOptionError
+from targets.errors import LoweringError, TargetOptionError
 from targets.fusion import ONNX_FUSIONS
 from targets.onnx_quantize import RECIPES, quantize_model
 
@@ -56,7 +55,7 @@ _DROPPED_CHECKS = {
 }
 
 
-class OnnxLoweringError(ToolchainError):
+class OnnxLoweringError(LoweringError):
     """torch.onnx or the ONNX checker failed on a partition (exit code 3)."""
 
 

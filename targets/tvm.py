@@ -26,12 +26,11 @@ from torch.fx import Node
 
 from passes.base import Pass
 from passes.decompose import Decompose
-from runtime.errors import ToolchainError
 from runtime.manifest import Requirements
 from runtime.weights import INDEX_KEY, read_index
 from targets import cpu_isa
 from targets.base import Availability, Lowered, LowerOptions, Support, Target, pipeline
-from targets.errors import TargetOptionError
+from targets.errors import LoweringError, TargetOptionError
 from targets.fusion import TVM_FUSIONS
 
 log = logging.getLogger(__name__)
@@ -44,13 +43,9 @@ _CHECKS = {"_assert_scalar.default", "_assert_tensor_metadata.default",
            "sym_constrain_range_for_size.default", "_assert_async.msg"}
 
 
-class TvmLoweringError(ToolchainError):
-    """TVM failed on a partition (exit code 3). ``nodes`` names the graph nodes it
-    failed on, when they could be told, so the build can move them to the CPU."""
-
-    def __init__(self, *args, nodes: list[str] | None = None, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        self.nodes = list(nodes or [])
+class TvmLoweringError(LoweringError):
+    """TVM failed on a partition (exit code 3), naming the nodes it failed on when they
+    could be told."""
 
 
 @functools.cache

@@ -273,7 +273,8 @@ def test_factory_raises_points_at_user_line(tmp_path):
 
 @pytest.mark.parametrize("body, expected", [
     ("return nn.Linear(4, 1)", "returned a Linear; expected (module, example_args)"),
-    ("return (nn.Linear(4, 1), (1,), None, 4)", "returned a tuple of 4"),
+    ("return (nn.Linear(4, 1), (1,), {}, None, 4)", "returned a tuple of 5"),
+    ("return (nn.Linear(4, 1), (1,), None, 4)", "returned dynamic_shapes of type int"),
     ("return 'model'", "returned a str"),
 ])
 def test_factory_returns_the_wrong_shape(tmp_path, body, expected):
@@ -288,7 +289,7 @@ def test_first_element_not_a_module(tmp_path):
 
 
 @pytest.mark.parametrize("args, expected", [
-    ("{'x': torch.randn(2, 4)}", "keyword args are not supported"),
+    ("{'x': torch.randn(2, 4)}", "keyword args go third"),
     ("'text'", "example args of type str"),
 ])
 def test_example_args_of_the_wrong_type(tmp_path, args, expected):

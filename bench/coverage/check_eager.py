@@ -48,7 +48,7 @@ def _first_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0] if text else ''}"[:200]
 
 
-def check(model: Model) -> bool:
+def check(model: Model, verbose: bool = False) -> bool:
     params = eager_s = export_s = None
     stage = "factory"
     try:
@@ -70,7 +70,7 @@ def check(model: Model) -> bool:
         error = ""
     except Exception as exc:  # report and go on to the next model
         error = f"{stage}: {_first_line(exc)}"
-        if "-v" in sys.argv:
+        if verbose:
             traceback.print_exc()
     ok = not error
     fmt = lambda s: "-" if s is None else f"{s:.2f}s"  # noqa: E731
@@ -91,7 +91,7 @@ def main() -> int:
     models = select(opts.names or None, machine_has_torchvision=has_torchvision)
     if opts.fast:
         models = [m for m in models if m.fast]
-    failed = [m.name for m in models if not check(m)]
+    failed = [m.name for m in models if not check(m, opts.v)]
     print(f"{len(models) - len(failed)}/{len(models)} ok" +
           (f"; failed: {', '.join(failed)}" if failed else ""))
     return 1 if failed else 0
