@@ -52,7 +52,8 @@ def mobilenet_v2():
 
 def efficientnet():
     torch.manual_seed(0)
-    # Three MBConv stages instead of seven; hidden_dim must equal round_filters(1280) = 320 at width 0.25.
+    # Three MBConv stages instead of seven. hidden_dim must equal round_filters(1280),
+    # which is 320 at width 0.25.
     config = hf.EfficientNetConfig(
         image_size=32, width_coefficient=0.25, depth_coefficient=1.0,
         kernel_sizes=[3, 3, 5], in_channels=[32, 16, 24], out_channels=[16, 24, 40],
