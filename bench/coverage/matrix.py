@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import contextlib
 import csv
 import datetime
 import json
@@ -33,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from bench.common import cpu_name  # noqa: E402
-from bench.coverage.suite import SUITE, Model, select  # noqa: E402
+from bench.coverage.suite import Model, select  # noqa: E402
 
 FIELDS = ("model", "family", "target", "dtype", "status", "stage", "error_type", "error",
           "exit_code", "build_s", "fallback_ops", "ops", "partitions", "error_ratio",
@@ -45,6 +46,16 @@ def cell_command(model: Model, target: str, dtype: str, out: Path) -> list[str]:
             "--dtype", dtype, "--out", str(out), "--json"]
 
 
+_LIVE: set[subprocess.Popen] = set()  # builds in flight, stopped if the matrix is stopped
+
+
+def _stop_all(signum, frame) -> None:
+    for proc in list(_LIVE):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    raise SystemExit(128 + signum)
+
+
 def run_cell(model: Model, target: str, dtype: str, work: Path, timeout: float) -> dict:
     """One build in its own process group (so a timeout also stops its compilers)."""
     out = work / f"{model.name}-{target}-{dtype}.artifact"
@@ -53,6 +64,7 @@ def run_cell(model: Model, target: str, dtype: str, work: Path, timeout: float) 
     proc = subprocess.Popen(cell_command(model, target, dtype, out), cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
+    _LIVE.add(proc)
     try:
         stdout, stderr = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -60,6 +72,8 @@ def run_cell(model: Model, target: str, dtype: str, work: Path, timeout: float) 
         proc.communicate()
         return {**row, "status": "timeout", "stage": None, "exit_code": None,
                 "error": f"no result after {timeout:.0f} s", "build_s": round(timeout, 1)}
+    finally:
+        _LIVE.discard(proc)
     row["build_s"] = round(time.perf_counter() - start, 1)
     row["exit_code"] = proc.returncode
     out.unlink(missing_ok=True)  # the matrix keeps figures, not artifacts
@@ -117,10 +131,21 @@ def run(args: argparse.Namespace) -> None:
             if (c[0].name, c[1], c[2]) not in done]
     print(f"{len(todo)} cells ({len(done)} already in {results}), {args.jobs} at a time, "
           f"{args.timeout:.0f} s each at most", file=sys.stderr, flush=True)
+    signal.signal(signal.SIGTERM, _stop_all)
+    signal.signal(signal.SIGINT, _stop_all)
+    deadline = time.monotonic() + args.budget if args.budget else None
+
+    def cell(m: Model, t: str, d: str) -> dict | None:
+        # past --budget, cells not yet started are left for a --resume run
+        if deadline is not None and time.monotonic() + args.timeout > deadline:
+            return None
+        return run_cell(m, t, d, work, args.timeout)
+
     with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
-        futures = {pool.submit(run_cell, m, t, d, work, args.timeout): (m, t, d)
-                   for m, t, d in todo}
+        futures = [pool.submit(cell, m, t, d) for m, t, d in todo]
         for future in concurrent.futures.as_completed(futures):
+            if future.result() is None:
+                continue
             row = {**future.result(), **_machine()}
             with results.open("a") as f:
                 f.write(json.dumps(row) + "\n")
@@ -212,6 +237,8 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=1)
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per build")
     parser.add_argument("--resume", action="store_true", help="keep results.jsonl's cells")
+    parser.add_argument("--budget", type=float, help="seconds: start no cell that could "
+                        "end later than this (the rest waits for --resume)")
     parser.add_argument("--render", nargs="*", help="print markdown from results.jsonl files")
     args = parser.parse_args()
     if args.render:
