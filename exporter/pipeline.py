@@ -378,9 +378,28 @@ def _memory_plan(prep: Prepared, lowered: list[tuple[PlannedPartition, Lowered]]
 
 def preload_for(manifest: Manifest, origin_file: str | None) -> list[str]:
     """Custom ops in CPU-fallback partitions need their defining code imported in the
-    validation process, as on a device; the model's own file is where they live."""
+    validation process, as on a device: the installed module that registered the op
+    (``transformers.integrations.moe`` for Mixtral's ``grouped_mm_fallback``), else the
+    model's own file."""
     custom = [op for p in manifest.partitions for op in p.meta.get("custom_ops", [])]
-    return [origin_file] if custom and origin_file else []
+    sources = []
+    for op in custom:
+        source = _defining_module(op) or origin_file
+        if source and source not in sources:
+            sources.append(source)
+    return sources
+
+
+def _defining_module(qualified: str) -> str | None:
+    """The importable module a ``torch.library.custom_op`` was defined in, or None (ops
+    of the model file itself, registered some other way, or unknown)."""
+    from torch._library.custom_ops import OPDEFS
+    namespace, _, name = qualified.rpartition(".")  # 'transformers.grouped_mm_fallback'
+    definition = OPDEFS.get(f"{namespace}::{name}")
+    module = getattr(getattr(definition, "_init_fn", None), "__module__", None)
+    if not module or module == "__main__" or module.startswith("_exporter_spec_"):
+        return None
+    return module
 
 
 def _is_custom_op(node) -> bool:

@@ -143,12 +143,13 @@ def materialize(program: ExportedProgram, plans: list[PlannedPartition],
         outside_inputs = []
         for node in plan.nodes:
             for arg in _tensor_inputs(node):
-                if arg not in members and arg not in constants and arg not in outside_inputs:
+                if arg not in members and arg not in constants and arg not in outside_inputs \
+                        and arg.op != "get_attr":  # a subgraph (HOP body): copied in
                     outside_inputs.append(arg)
         outputs = [n for n in plan.nodes if any(u not in members for u in n.users)]
         plan.inputs = [names[n] for n in outside_inputs]
         plan.outputs = [names[n] for n in outputs]
-        sub = _submodule(plan.nodes, outside_inputs, outputs, constants)
+        sub = _submodule(plan.nodes, outside_inputs, outputs, constants, program.graph_module)
         args = tuple(values[n] for n in outside_inputs)
         try:
             plan.program = torch.export.export(
@@ -242,7 +243,7 @@ def node_values(program: ExportedProgram, example_inputs: list[torch.Tensor]) ->
 
 
 def _submodule(nodes: list[Node], inputs: list[Node], outputs: list[Node],
-               constants: dict[Node, torch.Tensor]) -> GraphModule:
+               constants: dict[Node, torch.Tensor], source: GraphModule) -> GraphModule:
     root = torch.nn.Module()
     graph = Graph()
     env: dict[Node, Node] = {}
@@ -256,6 +257,9 @@ def _submodule(nodes: list[Node], inputs: list[Node], outputs: list[Node],
                 attr = f"w_{arg.name}"
                 root.register_buffer(attr, constants[arg])
                 env[arg] = graph.get_attr(attr)
+            elif arg.op == "get_attr":  # the body of a higher-order op (set_grad, autocast)
+                root.add_module(arg.target.replace(".", "_"), source.get_submodule(arg.target))
+                env[arg] = graph.get_attr(arg.target.replace(".", "_"))
             else:  # a shape node: recompute it here from tensors this partition has
                 env[arg] = graph.node_copy(arg, resolve)
         return env[arg]

@@ -124,7 +124,10 @@ def run(args: argparse.Namespace) -> None:
     done = _done(results) if args.resume else set()
     if not args.resume:
         results.write_text("")
-    models = select(args.models.split(",") if args.models else None, _has_torchvision())
+    names = args.models.split(",") if args.models else None
+    models = select(names, _has_torchvision())
+    if names:  # in the order given, so a short run does what matters first
+        models.sort(key=lambda m: names.index(m.name))
     if args.fast:
         models = [m for m in models if m.fast]
     todo = [c for c in cells(models, args.targets.split(","), args.dtypes.split(","))
