@@ -104,7 +104,8 @@ def _spec(model: str | None, manifest):
     settings = manifest.build.get("settings", {})
     return load_spec(model or manifest.source["spec"],
                      HfOptions(settings.get("task"), settings.get("seq_len"),
-                               settings.get("image_size")) if not model else None)
+                               settings.get("image_size"), settings.get("random_weights", False))
+                     if not model else None)
 
 
 def _inputs(spec, manifest, device: str) -> list[torch.Tensor]:

@@ -1,9 +1,11 @@
 """``hf:PATH``: a local Hugging Face ``transformers`` checkpoint as a model spec.
 
-PATH is a folder with ``config.json`` and, usually, ``model.safetensors``; nothing is
-downloaded (``local_files_only``, and ``HF_HUB_OFFLINE=1`` set for the import). A folder
-with a config and no weights builds with random weights, loudly (how the tests and
-architecture trials use it). ``--task`` picks the model class and what the artifact
+PATH is a folder with ``config.json`` and ``model.safetensors``; nothing is downloaded
+(``local_files_only``, and ``HF_HUB_OFFLINE=1`` set for the import). A build never
+validates against weights the user did not give: a folder without weights, or a
+checkpoint that leaves any weight of the chosen task's model newly initialised (a
+``causal-lm`` head on a BERT classifier), is refused unless ``--random-weights`` asks for
+random weights explicitly (how architecture trials use it; loudly warned). ``--task`` picks the model class and what the artifact
 returns; by default it is read from the config's ``architectures``:
 
     feature-extraction    AutoModel                            -> last_hidden_state
@@ -48,6 +50,7 @@ class HfOptions:
     task: str | None = None
     seq_len: int | None = None
     image_size: int | None = None
+    random_weights: bool = False  # build even where the checkpoint has no weights
 
 
 class TextOutput(torch.nn.Module):
@@ -98,7 +101,8 @@ def load_hf(text: str, path_text: str, options: HfOptions) -> tuple:
         raise SpecError(f"unknown --task {task!r}", where=text,
                         hint=f"use one of {', '.join(TASKS)}")
     class_name, output = TASKS[task]
-    model, warnings = _model(getattr(transformers, class_name), config, path, text, task)
+    model, warnings = _model(getattr(transformers, class_name), config, path, text, task,
+                             options.random_weights)
     if task != "image-classification":
         return TextOutput(model.eval(), output).eval(), _text_args(config, options), None, warnings
     size = options.image_size or getattr(config, "image_size", None) or 224
@@ -120,15 +124,24 @@ def _task_from(config) -> str:
     return "feature-extraction"
 
 
-def _model(auto_class, config, path: Path, text: str, task: str):
+def _model(auto_class, config, path: Path, text: str, task: str, random_weights: bool):
     if task == "causal-lm":
         config.use_cache = False  # no past_key_values among the outputs
     weights = [p for p in ("model.safetensors", "model.safetensors.index.json")
                if (path / p).is_file()]
+    if not weights and not random_weights:
+        raise SpecError(f"{path} has no model.safetensors: the build would validate random "
+                        "weights, not yours", where=text,
+                        hint="save the model with save_pretrained(..., safe_serialization=True)"
+                             " (a pytorch_model.bin converts with transformers: load it and "
+                             "save it that way), or pass --random-weights to build an "
+                             "architecture trial on purpose")
     try:
         if weights:
-            return auto_class.from_pretrained(path, config=config, local_files_only=True,
-                                              use_safetensors=True), []
+            model, info = auto_class.from_pretrained(path, config=config, local_files_only=True,
+                                                     use_safetensors=True,
+                                                     output_loading_info=True)
+            return model, _newly_initialised(info, path, text, task, random_weights)
         torch.manual_seed(0)
         model = auto_class.from_config(config)
     except (OSError, ValueError, KeyError) as exc:
@@ -136,8 +149,27 @@ def _model(auto_class, config, path: Path, text: str, task: str):
                         f"({type(exc).__name__}: {str(exc).splitlines()[0][:200]})",
                         where=text, hint="check --task against the checkpoint's "
                                          "architectures") from None
-    return model, [f"{path} has no model.safetensors: built with random weights (seed 0); "
-                   "the artifact computes what those weights compute"]
+    return model, [f"{path} has no model.safetensors: built with random weights (seed 0, "
+                   "--random-weights); the artifact computes what those weights compute"]
+
+
+def _newly_initialised(info: dict, path: Path, text: str, task: str,
+                       random_weights: bool) -> list[str]:
+    """Refuse (or, with --random-weights, warn about) weights the task's model has and the
+    checkpoint does not: transformers initialises them at random, silently."""
+    missing = sorted(info.get("missing_keys") or [])
+    if not missing:
+        return []
+    shown = ", ".join(missing[:8]) + (f" and {len(missing) - 8} more" if len(missing) > 8 else "")
+    if random_weights:
+        return [f"{len(missing)} weight(s) of the {task} model are not in {path} and were "
+                f"initialised at random (--random-weights): {shown}"]
+    raise SpecError(f"the checkpoint has no weights for {len(missing)} parameter(s) the "
+                    f"{task} model needs ({shown}); transformers would initialise them at "
+                    "random and validation would prove nothing", where=text,
+                    hint="pick the --task the checkpoint was saved for (its config's "
+                         "architectures), or pass --random-weights to build with those "
+                         "weights random on purpose")
 
 
 def _text_args(config, options: HfOptions) -> tuple:

@@ -50,6 +50,8 @@ class BuildSettings(BaseModel):
                                                          "config's architectures)")
     seq_len: int | None = Field(None, gt=0, description="hf: text models' example length")
     image_size: int | None = Field(None, gt=0, description="hf: image models' example size")
+    random_weights: bool = Field(False, description="hf: build even where the checkpoint "
+                                 "lacks weights (random, warned); refused otherwise")
     compile_timeout_s: int = Field(1800, ge=0, description="cpu, cuda: seconds one C++ "
                                    "compiler run may take (0: no limit)")
     deterministic: bool = Field(False, description="turn off what makes builds differ "

@@ -69,7 +69,8 @@ def load_spec(spec: str, hf: HfOptions | None = None) -> ModelSpec:
         raise SpecError(f"The model spec {text!r} does not name a factory", where=text,
                         hint=f"{SPEC_FORMS}, e.g. model.py:make_model or zoo:mlp")
     if hf is not None and hf != HfOptions() and target != "hf":
-        raise SpecError("--task, --seq-len and --image-size apply to hf:PATH specs only",
+        raise SpecError("--task, --seq-len, --image-size and --random-weights apply to "
+                        "hf:PATH specs only",
                         where=text, hint="drop them, or give hf:PATH")
     if target == "zoo":
         return _from_zoo(text, name)

@@ -13,12 +13,17 @@ installed TVM. A partition TVM fails to compile is reported by partition and op
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.util
 import logging
+import os
 import re
+import sys
+import tempfile
 import time
 from pathlib import Path
+from typing import Iterator
 
 import torch
 from torch.export import ExportedProgram
@@ -122,10 +127,11 @@ class TvmTarget(Target):
         tune = int(options.extra.get("tune") or 0)
         options.work_dir.mkdir(parents=True, exist_ok=True)
         start = time.perf_counter()
-        result = tvm_compile.compile_partition(program, target_string, tune, options,
-                                               error=self._error)
-        library, params = options.work_dir / LIBRARY_NAME, options.work_dir / PARAMS_NAME
-        result.save(library, params)
+        with native_stderr_to_log(log):
+            result = tvm_compile.compile_partition(program, target_string, tune, options,
+                                                   error=self._error)
+            library, params = options.work_dir / LIBRARY_NAME, options.work_dir / PARAMS_NAME
+            result.save(library, params)
         meta = {"library": LIBRARY_NAME, "params": PARAMS_NAME, "num_params": result.num_params,
                 INDEX_KEY: {"params": read_index(params)},
                 "tvm_target": target_string, "tvm": result.tvm_version, "tune_trials": tune,
@@ -166,6 +172,26 @@ class TvmTarget(Target):
             where=str(log_path), details=details, nodes=[n.name for n in nodes],
             hint=("the ops listed are moved to the CPU fallback unless --fallback forbid"
                   if nodes else "read the log; --debug shows the traceback"))
+
+
+@contextlib.contextmanager
+def native_stderr_to_log(logger: logging.Logger) -> Iterator[None]:
+    """TVM's C++ logging (``Warning: Scope Saving``, ``Fast mode segfaults when...``, a
+    dozen lines per partition) writes to file descriptor 2, past Python's logging. Send it
+    to the debug log instead (``--verbose`` shows it); errors still arrive as exceptions."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as sink:
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            sink.seek(0)
+            for line in sink.read().decode(errors="replace").splitlines():
+                logger.debug("tvm: %s", line)
 
 
 def ops_named_in(text: str, program: ExportedProgram) -> list[Node]:

@@ -50,9 +50,10 @@ def test_text_classification_checkpoint_builds_and_matches_transformers(checkpoi
 
 
 @pytest.mark.parametrize("folder, flags, inputs, output, warned", [
-    ("gpt2", [], [("input_ids", "int64", [1, 64]), ("attention_mask", "int64", [1, 64])],
-     [1, 64, 100], True),
-    ("vit", ["--image-size", "48"], [("pixel_values", "float32", [1, 3, 48, 48])], [1, 5], True),
+    ("gpt2", ["--random-weights"],
+     [("input_ids", "int64", [1, 64]), ("attention_mask", "int64", [1, 64])], [1, 64, 100], True),
+    ("vit", ["--image-size", "48", "--random-weights"],
+     [("pixel_values", "float32", [1, 3, 48, 48])], [1, 5], True),
     ("bert", ["--task", "feature-extraction", "--seq-len", "8"],
      [("input_ids", "int64", [1, 8]), ("attention_mask", "int64", [1, 8])], [1, 8, 32], False),
 ], ids=["causal-lm-from-architectures", "image-classification", "feature-extraction-by-task"])
@@ -79,3 +80,18 @@ def test_hf_mistakes_are_usage_errors(checkpoints, cli, tmp_path):
     assert not_hf.returncode == 2 and "apply to hf:PATH specs only" in not_hf.stderr
     for result in (missing, bad_task, not_hf):
         assert "Traceback" not in result.stderr
+
+
+def test_weights_the_user_did_not_give_are_refused(checkpoints, cli):
+    """A task head the checkpoint lacks, or no weights at all, would validate random weights:
+    exit 2 naming what is missing, unless --random-weights asks for it."""
+    root, _ = checkpoints
+    head = cli("build", f"hf:{root / 'bert'}", "--task", "causal-lm", "--dry-run")
+    assert head.returncode == 2, head.stderr
+    assert "cls.predictions" in head.stderr and "--random-weights" in head.stderr
+    bare = cli("build", f"hf:{root / 'gpt2'}", "--dry-run")
+    assert bare.returncode == 2 and "no model.safetensors" in bare.stderr
+    allowed = cli("build", f"hf:{root / 'bert'}", "--task", "causal-lm", "--random-weights",
+                  "--dry-run", "--json")
+    assert allowed.returncode == 0, allowed.stderr
+    assert any("initialised at random" in w for w in json.loads(allowed.stdout)["warnings"])

@@ -58,6 +58,8 @@ def build(
     seq_len: Optional[int] = typer.Option(None, "--seq-len", help="hf: text example length"),
     image_size: Optional[int] = typer.Option(None, "--image-size",
                                              help="hf: image example size"),
+    random_weights: bool = typer.Option(False, "--random-weights", help="hf: build even "
+                                        "where the checkpoint lacks weights (random)"),
     compile_timeout: int = typer.Option(1800, "--compile-timeout", help="cpu, cuda: seconds "
                                         "one C++ compiler run may take (0: no limit)"),
     deterministic: bool = typer.Option(False, "--deterministic", help="turn off on-device "
@@ -81,7 +83,7 @@ def build(
             fuse=fuse, quantize=quantize, calibration=calibration, quant_min_sqnr_db=min_sqnr,
             quant_min_cosine=min_cosine, memory_budget=memory_budget,
             deterministic=deterministic, compile_timeout_s=compile_timeout, task=task,
-            seq_len=seq_len, image_size=image_size))
+            seq_len=seq_len, image_size=image_size, random_weights=random_weights))
         if dry_run:
             return _dry_run(spec_used, settings, as_json)
         return _run_build(spec_used, settings, as_json)
@@ -130,7 +132,8 @@ def _build_settings(ctx: typer.Context, spec: str | None, config: Path | None,
 _FIELD_PARAMS = {name: None for name in (
     "target", "out", "dynamic", "inputs", "keep_failed", "cpu_isa", "dtype", "autotune",
     "fallback", "min_partition_size", "ep", "tvm_target", "tune", "fuse", "quantize",
-    "calibration", "memory_budget", "deterministic", "task", "seq_len", "image_size")} | {
+    "calibration", "memory_budget", "deterministic", "task", "seq_len", "image_size",
+    "random_weights")} | {
     "validate_artifact": "no_validate", "quant_min_sqnr_db": "min_sqnr",
     "quant_min_cosine": "min_cosine", "compile_timeout_s": "compile_timeout"}
 

@@ -217,3 +217,10 @@ def _configure_logging() -> None:
     import torch._logging
     torch._logging.set_logs(all=logging.ERROR)
     logging.getLogger("onnxscript").setLevel(logging.ERROR)  # constant-folding chatter
+    # Third-party noise that says nothing about the user's build (--verbose shows it):
+    # torchao failing to load CUDA kernels on a CPU machine and finding no triton (it is
+    # imported for --quantize whether asked or not), TF32 advice, pytree deprecations.
+    logging.getLogger("torchao").setLevel(logging.ERROR)
+    for message in (".*TF32.*", ".*_register_pytree_node.*", ".*torch.utils._pytree.*",
+                    ".*Enum subclass.*"):
+        warnings.filterwarnings("ignore", message=message)
