@@ -265,9 +265,9 @@ def _lower_delegated(prep: Prepared, settings: BuildSettings, plan: PlannedParti
     names the ops to move to the CPU fallback: those the backend named, else all of the
     partition's (a backend crash tells us no more than that)."""
     ops = [n.name for n in plan.nodes if n.op == "call_function"]
+    options = _options(settings, prep.out, part_dir, calibration=prep.calibration)
     try:
-        return prep.target.lower(plan.program, _options(settings, prep.out, part_dir,
-                                                        calibration=prep.calibration))
+        return prep.target.lower(plan.program, options)
     except LoweringError as exc:
         exc.nodes = exc.nodes or ops
         raise
