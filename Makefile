@@ -9,7 +9,7 @@ TORCH_VERSION ?= 2.13.0
 TEST_WORKERS ?= 2
 STAMP := $(VENV)/.installed-$(TORCH_VERSION)
 
-.PHONY: install browser demo test test-slow test-gpu clean
+.PHONY: install browser demo test test-slow test-gpu coverage coverage-gpu clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -48,6 +48,21 @@ test: install browser
 
 test-slow: install
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile -m "slow and not cuda"
+
+# The coverage matrix (bench/coverage/): every suite model (77 Hugging Face architectures
+# from configs) on cpu, onnx and tvm, each build in its own process with a 5-minute limit;
+# rows go to build/coverage/results.jsonl (and .csv) as they finish, then the table.
+# About 2 hours on 2 cores; COVERAGE_FLAGS="--models llama,t5 --resume" narrows or resumes.
+coverage: install
+	$(PY) -m bench.coverage.matrix --targets cpu,onnx,tvm --out build/coverage $(COVERAGE_FLAGS)
+	$(PY) -m bench.coverage.matrix --render build/coverage/results.jsonl
+
+# The same on the GPU machine (torch, torchvision and timm preinstalled there): cuda at
+# fp32, fp16 and bf16, plus the torchvision/timm models, several builds at a time.
+coverage-gpu:
+	$(PYTHON) -m bench.coverage.matrix --targets cuda --dtypes fp32,fp16,bf16 --jobs 12 \
+	  --out build/coverage-gpu $(COVERAGE_FLAGS)
+	$(PYTHON) -m bench.coverage.matrix --render build/coverage-gpu/results.jsonl
 
 # On the GPU machine (torch preinstalled there): runs the CUDA-marked tests.
 test-gpu:
