@@ -31,6 +31,7 @@ from torch.fx import Node
 
 from passes.base import Pass
 from passes.decompose import Decompose
+from passes.wrap_negative_indices import WrapNegativeIndices
 from runtime.manifest import Requirements
 from runtime.weights import INDEX_KEY, read_index
 from targets import cpu_isa
@@ -111,8 +112,8 @@ class TvmTarget(Target):
     def default_passes(self, options: LowerOptions) -> list[Pass]:
         # from_exported_program's own run_decompositions() (the default table) last, so
         # placement judges the graph TVM's importer will convert
-        return pipeline(options, fusions=TVM_FUSIONS) + [Decompose(lambda: None,
-                                                                   "torch.export default")]
+        return pipeline(options, fusions=TVM_FUSIONS) + [
+            Decompose(lambda: None, "torch.export default"), WrapNegativeIndices()]
 
     def nondeterminism(self, options: LowerOptions) -> list[str]:
         if int(options.extra.get("tune") or 0):
