@@ -271,8 +271,8 @@ def _lower_delegated(prep: Prepared, settings: BuildSettings, plan: PlannedParti
     except LoweringError as exc:
         exc.nodes = exc.nodes or ops
         raise
-    except ToolchainError:
-        raise  # the user's options or machine: moving ops would not help
+    except (ToolchainError, OSError):
+        raise  # the user's options, the machine or its disk: moving ops would not help
     except Exception as exc:  # noqa: BLE001 - a backend's own failure on this partition
         raise LoweringError(f"{prep.target.name} failed on partition '{plan.name}' "
                             f"({type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:300]})",

@@ -65,10 +65,10 @@ def keep_source_meta(program: ExportedProgram, module: torch.fx.GraphModule) -> 
         index = lines.get(ours[-1] - start) if ours else None
         if index is None or index >= len(sources):
             continue
-        source = sources[index]
-        for key in ("stack_trace", "nn_module_stack", "source_fn_stack"):
-            if key in source.meta:
-                node.meta[key] = source.meta[key]
+        # only the line: nn_module_stack and source_fn_stack steer PT2E quantizers'
+        # pattern matching, and the re-capture's own are what they were built against
+        if "stack_trace" in sources[index].meta:
+            node.meta["stack_trace"] = sources[index].meta["stack_trace"]
 
 
 def attribute(module: torch.fx.GraphModule, node: object) -> torch.Tensor | None:

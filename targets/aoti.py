@@ -17,8 +17,9 @@ from torch.export import ExportedProgram
 from torch.fx import Node
 
 from passes.base import Pass
+from runtime.errors import ToolchainError
 from targets.base import Availability, Lowered, LowerOptions, Support, Target, pipeline
-from targets.errors import LoweringError, TargetOptionError
+from targets.errors import TargetOptionError
 from targets.reproducible import normalize_package
 from targets.toolchain import TIMED_OUT, choose_cxx, with_timeout
 
@@ -36,6 +37,12 @@ def _is_python_custom_op(op) -> bool:
 
 def _jsonable(configs: dict) -> dict:
     return {k: list(v) if isinstance(v, tuple) else v for k, v in configs.items()}
+
+
+class CompilerError(ToolchainError):
+    """AOTInductor or the C++ compiler under it failed (exit code 3). Not a
+    LoweringError: a hung or crashing compiler, or a bad toolchain, is no reason to move
+    the model's ops to the CPU fallback; the build stops and names the log."""
 
 
 class AOTInductorTarget(Target):
@@ -128,7 +135,7 @@ class AOTInductorTarget(Target):
         return self.base_requirements()
 
     def _lowering_error(self, exc: Exception, options: LowerOptions,
-                        timed_out: int | None = None) -> LoweringError:
+                        timed_out: int | None = None) -> CompilerError:
         log_dir = options.log_dir or Path(tempfile.gettempdir())
         log_dir.mkdir(parents=True, exist_ok=True)
         log_path = log_dir / f"exporter-{self.name}-compile-{time.strftime('%Y%m%d-%H%M%S')}.log"
@@ -136,7 +143,7 @@ class AOTInductorTarget(Target):
         first = (str(exc).strip().splitlines() or [""])[0][:300]
         what = (f"the C++ compiler did not finish within --compile-timeout {timed_out} s"
                 if timed_out else f"{type(exc).__name__}: {first}")
-        return LoweringError(
+        return CompilerError(
             f"AOTInductor failed to compile the program for '{self.name}' ({what})",
             where=str(log_path),
             hint="read the log; run with --debug for the traceback; check that a C++ compiler "

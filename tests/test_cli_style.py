@@ -140,5 +140,5 @@ def test_user_mistakes_are_one_error_paragraph_with_exit_2(invoke, workdir, tmp_
         error = json.loads(out)["error"]
         assert code == 2 and error["exit_code"] == 2 and named in error["message"], name
         assert set(error) == {"type", "exit_code", "message", "what", "where", "hint",
-                              "details"}
+                              "details", "stage"}
     assert list(tmp_path.iterdir()) == [], "a failed command wrote something"

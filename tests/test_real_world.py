@@ -19,8 +19,9 @@ pytest.importorskip("onnxruntime")
 MODELS = "tests/models/real_world.py"
 
 
-@pytest.mark.parametrize("factory, target", [("stock_mha", "onnx"), ("stock_encoder", "onnx"),
-                                             ("stock_mha", "tvm")])
+@pytest.mark.parametrize("factory, target", [
+    ("stock_mha", "onnx"), ("stock_encoder", "onnx"),
+    pytest.param("stock_mha", "tvm", marks=pytest.mark.slow)])
 def test_stock_pytorch_attention_builds_and_validates(cli, tmp_path, factory, target):
     if target == "tvm":
         pytest.importorskip("tvm")
