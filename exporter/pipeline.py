@@ -34,16 +34,15 @@ from exporter.spec import ModelSpec, load_spec
 from exporter.quantization import QuantGate, calibration_sets, check_recipe
 from exporter.validate import EagerRunner, summarize_failure, validate
 from exporter.validate_inputs import make_cases
+from exporter.lowering import lower_options, lower_with_fallback
 from exporter.placement import Placement, enforce_fallback_policy, place
 from passes import memory_plan
 from passes.base import run_pipeline
-from passes.partition import PartitionError, PlannedPartition, materialize
+from passes.partition import PlannedPartition
 from runtime.archive_writer import write_artifact
-from runtime.errors import ToolchainError
 from runtime.manifest import Manifest, Partition
-from targets import Lowered, LowerOptions, Target, get_target
-from targets.errors import LoweringError
-from targets.fallback import FALLBACK_BACKEND, lower_fallback
+from targets import Lowered, Target, get_target
+from targets.fallback import FALLBACK_BACKEND
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +110,7 @@ def prepare(spec: str | ModelSpec, settings: BuildSettings, timed: Callable) -> 
     calibration, warnings = calibration_sets(settings, captured.signature,
                                              captured.inputs.tensors)
     warnings = model.notes + warnings
-    options = _options(settings, out, calibration=calibration)
+    options = lower_options(settings, out, calibration=calibration)
     with timed("passes" if settings.quantize is None else f"passes (quantize {settings.quantize})"):
         program, pass_records = run_pipeline(captured.program, target.default_passes(options))
     if settings.dtype != "fp32":
@@ -169,14 +168,14 @@ def build(spec: str | ModelSpec, settings: BuildSettings, *, stage: StageHook = 
     work_dir = Path(tempfile.mkdtemp(prefix=leftovers.temp_prefix("exporter-build-")))
     try:
         with timed(f"lower ({prep.target.backend})"):
-            lowered = _lower_with_fallback(prep, settings, work_dir)
+            lowered = lower_with_fallback(prep, settings, work_dir)
         manifest = _manifest(prep, settings, lowered)
         files = {f"partitions/{plan.name}/{name}": path
                  for plan, low in lowered for name, path in low.files.items()}
         notes = [note for _, low in lowered for note in low.notes]
         manifest.build = {"settings": settings.model_dump(mode="json", exclude={"out"}),
                           "notes": prep.warnings + notes,
-                          "nondeterminism": prep.target.nondeterminism(_options(settings,
+                          "nondeterminism": prep.target.nondeterminism(lower_options(settings,
                                                                                 prep.out))}
         measured = {"pass_seconds": {r["name"]: r["seconds"] for r in prep.pass_records},
                     "lower_seconds": {p.name: {k: v for k, v in low.meta.items()
@@ -213,102 +212,6 @@ def _timer(timings: dict, stage: StageHook) -> Callable:
             raise
         timings[name] = round(time.perf_counter() - start, 2)
     return timed
-
-
-def _options(settings: BuildSettings, out: Path, work_dir: Path | None = None, *,
-             calibration: list | None = None) -> LowerOptions:
-    extra = {"providers": settings.providers(), "fallback": settings.fallback,
-             "partition": work_dir.name if work_dir else None,
-             "tvm_target": settings.tvm_target, "tune": settings.tune, "fuse": settings.fuse,
-             "quantize": settings.quantize, "calibration": calibration or [],
-             "deterministic": settings.deterministic,
-             "compile_timeout": settings.compile_timeout_s}
-    return LowerOptions(work_dir=work_dir or out.parent, cpu_isa=settings.cpu_isa,
-                        dtype=settings.dtype, autotune=settings.autotune, log_dir=out.parent,
-                        extra=extra)
-
-
-def _lower_all(prep: Prepared, settings: BuildSettings, work_dir: Path
-               ) -> list[tuple[PlannedPartition, Lowered]]:
-    plans = prep.placement.plans
-    if len(plans) == 1 and plans[0].delegated:
-        plans[0].program = prep.program  # the whole program: no re-capture needed
-        plans[0].inputs = [s.name for s in prep.captured.signature.inputs]
-        plans[0].outputs = [s.name for s in prep.captured.signature.outputs]
-    else:
-        try:
-            materialize(prep.program, plans, [s.name for s in prep.captured.signature.inputs],
-                        [s.name for s in prep.captured.signature.outputs],
-                        prep.captured.inputs.tensors)
-        except PartitionError as exc:
-            if exc.plan is None or not exc.plan.delegated:
-                raise
-            # a delegated island torch.export cannot cut out: run its ops on the fallback
-            raise LoweringError(exc.what, nodes=[n.name for n in exc.plan.nodes
-                                                 if n.op == "call_function"],
-                                hint=exc.hint) from exc
-    lowered = []
-    for plan in plans:
-        part_dir = work_dir / plan.name
-        part_dir.mkdir()
-        if plan.delegated:
-            low = _lower_delegated(prep, settings, plan, part_dir)
-        else:
-            low = lower_fallback(plan.program, part_dir)
-        lowered.append((plan, low))
-    return lowered
-
-
-def _lower_delegated(prep: Prepared, settings: BuildSettings, plan: PlannedPartition,
-                     part_dir: Path) -> Lowered:
-    """One delegated partition. Whatever the backend raises becomes a LoweringError that
-    names the ops to move to the CPU fallback: those the backend named, else all of the
-    partition's (a backend crash tells us no more than that)."""
-    ops = [n.name for n in plan.nodes if n.op == "call_function"]
-    options = _options(settings, prep.out, part_dir, calibration=prep.calibration)
-    try:
-        return prep.target.lower(plan.program, options)
-    except LoweringError as exc:
-        exc.nodes = exc.nodes or ops
-        raise
-    except (ToolchainError, OSError):
-        raise  # the user's options, the machine or its disk: moving ops would not help
-    except Exception as exc:  # noqa: BLE001 - a backend's own failure on this partition
-        raise LoweringError(f"{prep.target.name} failed on partition '{plan.name}' "
-                            f"({type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:300]})",
-                            nodes=ops, hint="the partition's ops move to the CPU fallback "
-                                            "unless --fallback forbid") from exc
-
-
-MAX_LOWERING_RETRIES = 3
-
-
-def _lower_with_fallback(prep: Prepared, settings: BuildSettings, work_dir: Path
-                         ) -> list[tuple[PlannedPartition, Lowered]]:
-    """Lower every partition. When a backend fails on ops it had claimed (``exc.nodes``:
-    those it named, else the failing partition's), and the fallback policy allows it,
-    those ops move to the CPU fallback, the partitions are planned again and lowering
-    starts over."""
-    failed: dict[str, str] = {}
-    for attempt in range(MAX_LOWERING_RETRIES + 1):
-        attempt_dir = work_dir / f"attempt{attempt}"
-        attempt_dir.mkdir()
-        try:
-            return _lower_all(prep, settings, attempt_dir)
-        except LoweringError as exc:
-            nodes = [n for n in exc.nodes if n not in failed]
-            if not nodes or settings.fallback == "forbid" or attempt == MAX_LOWERING_RETRIES:
-                raise
-            reason = f"{prep.target.name} failed to compile it: {exc.what}"
-            failed.update({name: reason for name in nodes})
-            log.warning("moving %d op(s) to the CPU fallback after a lowering failure: %s",
-                        len(nodes), ", ".join(nodes))
-            prep.placement = place(prep.program, prep.target, settings.min_partition_size,
-                                   failed)
-            prep.warnings.append(f"{len(nodes)} op(s) moved to the CPU fallback after "
-                                 f"{prep.target.name} failed on them: {', '.join(nodes)} "
-                                 f"({exc.what})")
-    raise AssertionError("unreachable")
 
 
 def _available_target(name: str) -> Target:

@@ -50,6 +50,7 @@ def test_fast_slice_builds_and_validates_on_onnx(tmp_path):
                                             "encoder-decoder", "audio"}
 
 
+@pytest.mark.slow  # two more compiles: keeps `make test` near 15 minutes on 2 cores
 def test_a_modern_decoder_builds_on_cpu_and_tvm(tmp_path):
     """LLaMA (GQA, RoPE, RMSNorm, causal mask): the architecture every decoder family shares."""
     pytest.importorskip("tvm")

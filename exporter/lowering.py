@@ -1,0 +1,120 @@
+"""Lowering every partition, with the retry that moves what a backend failed on to the
+CPU fallback (DESIGN.md: "CPU fallback for every op a target does not support").
+
+Split from exporter/pipeline.py, which calls ``lower_with_fallback`` as one stage.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from exporter.placement import place
+from exporter.settings import BuildSettings
+from passes.partition import PartitionError, PlannedPartition, materialize
+from runtime.errors import ToolchainError
+from targets import Lowered, LowerOptions
+from targets.errors import LoweringError
+from targets.fallback import lower_fallback
+
+if TYPE_CHECKING:
+    from exporter.pipeline import Prepared
+
+log = logging.getLogger(__name__)
+
+
+def lower_options(settings: BuildSettings, out: Path, work_dir: Path | None = None, *,
+             calibration: list | None = None) -> LowerOptions:
+    extra = {"providers": settings.providers(), "fallback": settings.fallback,
+             "partition": work_dir.name if work_dir else None,
+             "tvm_target": settings.tvm_target, "tune": settings.tune, "fuse": settings.fuse,
+             "quantize": settings.quantize, "calibration": calibration or [],
+             "deterministic": settings.deterministic,
+             "compile_timeout": settings.compile_timeout_s}
+    return LowerOptions(work_dir=work_dir or out.parent, cpu_isa=settings.cpu_isa,
+                        dtype=settings.dtype, autotune=settings.autotune, log_dir=out.parent,
+                        extra=extra)
+
+
+def _lower_all(prep: "Prepared", settings: BuildSettings, work_dir: Path
+               ) -> list[tuple[PlannedPartition, Lowered]]:
+    plans = prep.placement.plans
+    if len(plans) == 1 and plans[0].delegated:
+        plans[0].program = prep.program  # the whole program: no re-capture needed
+        plans[0].inputs = [s.name for s in prep.captured.signature.inputs]
+        plans[0].outputs = [s.name for s in prep.captured.signature.outputs]
+    else:
+        try:
+            materialize(prep.program, plans, [s.name for s in prep.captured.signature.inputs],
+                        [s.name for s in prep.captured.signature.outputs],
+                        prep.captured.inputs.tensors)
+        except PartitionError as exc:
+            if exc.plan is None or not exc.plan.delegated:
+                raise
+            # a delegated island torch.export cannot cut out: run its ops on the fallback
+            raise LoweringError(exc.what, nodes=[n.name for n in exc.plan.nodes
+                                                 if n.op == "call_function"],
+                                hint=exc.hint) from exc
+    lowered = []
+    for plan in plans:
+        part_dir = work_dir / plan.name
+        part_dir.mkdir()
+        if plan.delegated:
+            low = _lower_delegated(prep, settings, plan, part_dir)
+        else:
+            low = lower_fallback(plan.program, part_dir)
+        lowered.append((plan, low))
+    return lowered
+
+
+def _lower_delegated(prep: "Prepared", settings: BuildSettings, plan: PlannedPartition,
+                     part_dir: Path) -> Lowered:
+    """One delegated partition. Whatever the backend raises becomes a LoweringError that
+    names the ops to move to the CPU fallback: those the backend named, else all of the
+    partition's (a backend crash tells us no more than that)."""
+    ops = [n.name for n in plan.nodes if n.op == "call_function"]
+    options = lower_options(settings, prep.out, part_dir, calibration=prep.calibration)
+    try:
+        return prep.target.lower(plan.program, options)
+    except LoweringError as exc:
+        exc.nodes = exc.nodes or ops
+        raise
+    except (ToolchainError, OSError):
+        raise  # the user's options, the machine or its disk: moving ops would not help
+    except Exception as exc:  # noqa: BLE001 - a backend's own failure on this partition
+        raise LoweringError(f"{prep.target.name} failed on partition '{plan.name}' "
+                            f"({type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:300]})",
+                            nodes=ops, hint="the partition's ops move to the CPU fallback "
+                                            "unless --fallback forbid") from exc
+
+
+MAX_LOWERING_RETRIES = 3
+
+
+def lower_with_fallback(prep: "Prepared", settings: BuildSettings, work_dir: Path
+                         ) -> list[tuple[PlannedPartition, Lowered]]:
+    """Lower every partition. When a backend fails on ops it had claimed (``exc.nodes``:
+    those it named, else the failing partition's), and the fallback policy allows it,
+    those ops move to the CPU fallback, the partitions are planned again and lowering
+    starts over."""
+    failed: dict[str, str] = {}
+    for attempt in range(MAX_LOWERING_RETRIES + 1):
+        attempt_dir = work_dir / f"attempt{attempt}"
+        attempt_dir.mkdir()
+        try:
+            return _lower_all(prep, settings, attempt_dir)
+        except LoweringError as exc:
+            nodes = [n for n in exc.nodes if n not in failed]
+            if not nodes or settings.fallback == "forbid" or attempt == MAX_LOWERING_RETRIES:
+                raise
+            reason = f"{prep.target.name} failed to compile it: {exc.what}"
+            failed.update({name: reason for name in nodes})
+            log.warning("moving %d op(s) to the CPU fallback after a lowering failure: %s",
+                        len(nodes), ", ".join(nodes))
+            prep.placement = place(prep.program, prep.target, settings.min_partition_size,
+                                   failed)
+            prep.warnings.append(f"{len(nodes)} op(s) moved to the CPU fallback after "
+                                 f"{prep.target.name} failed on them: {', '.join(nodes)} "
+                                 f"({exc.what})")
+    raise AssertionError("unreachable")
