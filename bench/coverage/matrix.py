@@ -33,7 +33,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from bench.common import cpu_name  # noqa: E402
+from bench.common import cpu_name, read_rows  # noqa: E402
 from bench.coverage.suite import Model, select  # noqa: E402
 
 FIELDS = ("model", "family", "target", "dtype", "status", "stage", "error_type", "error",
@@ -161,19 +161,14 @@ def run(args: argparse.Namespace) -> None:
 def _done(results: Path) -> set:
     if not results.exists():
         return set()
-    return {(r["model"], r["target"], r["dtype"]) for r in _rows([results])}
-
-
-def _rows(paths: list[Path]) -> list[dict]:
-    return [json.loads(line) for p in paths for line in Path(p).read_text().splitlines()
-            if line.strip()]
+    return {(r["model"], r["target"], r["dtype"]) for r in read_rows([results])}
 
 
 def _write_csv(results: Path, path: Path) -> None:
     with path.open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=FIELDS, extrasaction="ignore")
         writer.writeheader()
-        writer.writerows(_rows([results]))
+        writer.writerows(read_rows([results]))
 
 
 def _has_torchvision() -> bool:
@@ -189,7 +184,7 @@ def _machine() -> dict:
 
 def render(paths: list[str]) -> str:
     """Markdown: totals per target, a model x target table, then every failure."""
-    rows = _rows([Path(p) for p in paths])
+    rows = read_rows(paths)
     columns = sorted({(r["target"], r["dtype"]) for r in rows},
                      key=lambda c: (["cpu", "onnx", "tvm", "cuda"].index(c[0])
                                     if c[0] in ("cpu", "onnx", "tvm", "cuda") else 9, c[1]))
