@@ -16,8 +16,8 @@ import hashlib
 import importlib.metadata
 import io
 import platform
+import re
 import tarfile
-import tempfile
 from pathlib import Path
 
 from packaging.requirements import Requirement
@@ -25,9 +25,10 @@ from packaging.utils import canonicalize_name
 
 import runtime
 from exporter.errors import UserInputError
-from exporter.files import written_whole
 from exporter.runtime_wheel import build_runtime_wheel
+from runtime import scratch
 from runtime.manifest import Manifest
+from runtime.outfiles import checked_output, written_whole
 
 _FIXED_MTIME = 1577836800  # 2020-01-01: the same inputs give the same tar members
 
@@ -39,13 +40,15 @@ def package(artifacts: list[Path], out: Path) -> dict:
                              "[B.artifact...] --out bundle.tar.gz")
     if not out.name.endswith((".tar.gz", ".tgz")):
         raise UserInputError("the bundle must be a .tar.gz file", where=str(out))
-    if not out.parent.is_dir():
-        raise UserInputError(f"the directory {out.parent} does not exist", where=str(out))
+    out = checked_output(out)
+    name = out.name.removesuffix(".tar.gz").removesuffix(".tgz")
+    for what, text in [("the bundle's folder name (from --out)", name),
+                       *(("an artifact's file name", p.name) for p in artifacts)]:
+        _check_member_name(what, text)
     manifests = _verified(artifacts)
     lock, notes = lock_lines(manifests)
-    name = out.name.removesuffix(".tar.gz").removesuffix(".tgz")
-    with tempfile.TemporaryDirectory(prefix="exporter-package-") as scratch:
-        wheel = build_runtime_wheel(Path(scratch))
+    with scratch.directory("exporter-package-") as work:
+        wheel = build_runtime_wheel(work)
         # artifacts (hundreds of MB each) stay files, streamed into the tar; the rest is small
         members: dict[str, bytes | Path] = {f"artifacts/{p.name}": p for p in artifacts}
         members[f"wheels/{wheel.name}"] = wheel
@@ -58,6 +61,18 @@ def package(artifacts: list[Path], out: Path) -> dict:
         _write_tar(out, name, members)
     return {"bundle": str(out), "folder": name, "artifacts": [p.name for p in artifacts],
             "wheel": wheel.name, "lock": lock, "notes": notes}
+
+
+# Member names go into tar paths, SHA256SUMS lines and run.sh's shell text: plain names only.
+_SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
+
+
+def _check_member_name(what: str, name: str) -> None:
+    if not _SAFE_NAME.fullmatch(name) or len(name) > 200:
+        raise UserInputError(f"{what} {name!r} is not a plain file name: the bundle uses it in "
+                             "tar paths, SHA256SUMS and its shell scripts",
+                             hint="use letters, digits, '.', '_', '+' and '-' (not first), "
+                             "e.g. --out model-bundle.tar.gz, or rename the artifact")
 
 
 def _verified(artifacts: list[Path]) -> list[Manifest]:

@@ -21,7 +21,7 @@ import tomllib
 from pathlib import Path
 
 from exporter.errors import UserInputError
-from exporter.files import written_whole
+from runtime.outfiles import written_whole
 
 SPEC_KEY = "spec"
 
@@ -59,7 +59,7 @@ def merge(spec: str | None, cli_fields: dict, given: set[str], config: Path | No
 def write(path: Path, spec: str, settings) -> Path:
     data = {SPEC_KEY: spec, **settings.model_dump(mode="json", exclude_none=True)}
     lines = [f"{key} = {_value(value)}" for key, value in data.items()]
-    with written_whole(path) as partial:
+    with written_whole(path, flag="--save-config") as partial:
         partial.write_text(f"# exporter build --config {path.name}\n" + "\n".join(lines) + "\n")
     return path
 

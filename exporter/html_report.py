@@ -17,12 +17,12 @@ from pathlib import Path
 
 from exporter import html_charts as charts
 from exporter.errors import UserInputError
-from exporter.files import written_whole
+from runtime.outfiles import checked_output, written_whole
 from exporter.memory_plot import live_bytes_per_step
 from exporter.report import memory_lines, quantization_lines, validation_lines
 from exporter.validate import ERROR_BINS, error_bin
 from runtime.manifest import Manifest
-from runtime.signing import signer_key_id
+from runtime.signing import describe_signature, signature_status
 
 CSP = ("default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; "
        "img-src data:")
@@ -35,15 +35,14 @@ def write_report(artifact: Path, out: Path, bench_file: Path | None = None) -> N
     """Read and verify the artifact, render the page, write it whole or not at all."""
     from runtime.archive import ArtifactReader
 
-    if not out.parent.is_dir():
-        raise UserInputError(f"the directory {out.parent} does not exist", where=str(out))
+    checked_output(out, flag="--html")  # before any work
     bench = _read_bench(bench_file) if bench_file else None
     with ArtifactReader.open(artifact) as reader:
         manifest = Manifest.from_dict(reader.manifest, where=str(artifact))
-        signature = reader.signature_bytes()
+        signature = signature_status(reader)  # no key here: never claims "verified"
     page = render(manifest, artifact_name=artifact.name, size=artifact.stat().st_size,
-                  key_id=signer_key_id(signature), bench=bench)
-    with written_whole(out) as partial:
+                  signature=signature, bench=bench)
+    with written_whole(out, flag="--html") as partial:
         partial.write_text(page, encoding="utf-8")
 
 
@@ -63,9 +62,9 @@ def _read_bench(path: Path) -> dict:
                              ) from None
 
 
-def render(manifest: Manifest, *, artifact_name: str, size: int, key_id: str | None,
+def render(manifest: Manifest, *, artifact_name: str, size: int, signature: dict | None,
            bench: dict | None) -> str:
-    sections = [_header(manifest, artifact_name, size, key_id), _signature(manifest),
+    sections = [_header(manifest, artifact_name, size, signature), _signature(manifest),
                 _placement(manifest), _validation(manifest), _latency(bench),
                 _memory(manifest), _passes(manifest)]
     rows = [{**row, "colour": charts.placement_colour(row["backend"], row["device"])}
@@ -75,10 +74,10 @@ def render(manifest: Manifest, *, artifact_name: str, size: int, key_id: str | N
                         body="\n".join(sections), data=data, script=_SCRIPT)
 
 
-def _header(manifest: Manifest, name: str, size: int, signed_by: str | None) -> str:
+def _header(manifest: Manifest, name: str, size: int, signature: dict | None) -> str:
     made = manifest.created_by
-    signed = (f'<span class="ok">signed</span> by key {escape(signed_by)}' if signed_by
-              else '<span class="warn">not signed</span> (`exporter sign`)')
+    signed = (f'<span class="warn">{escape(describe_signature(signature))}</span>'
+              if signature else '<span class="warn">not signed</span> (exporter sign)')
     req = manifest.requirements
     needs = ", ".join(filter(None, [req.arch, f"torch {req.torch}",
                                     req.cpu_isa and f"CPU ISA {req.cpu_isa}",

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from exporter.errors import UserInputError
-from exporter.files import written_whole
+from runtime.outfiles import written_whole
 from runtime.manifest import Manifest
 
 
@@ -58,7 +58,7 @@ def plot_memory(manifest: Manifest, out: Path) -> None:
     bottom.set_ylabel("arena offset, MB")
     fig.tight_layout()
     try:
-        with written_whole(out, ".png") as partial:
+        with written_whole(out, flag="--plot", suffix=".png") as partial:
             fig.savefig(partial, dpi=100)
     finally:
         pyplot.close(fig)

@@ -11,8 +11,6 @@ import contextlib
 import dataclasses
 import logging
 import os
-import shutil
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,13 +19,13 @@ from typing import Callable, Iterator
 import torch
 from torch.export import ExportedProgram
 
-from exporter import leftovers, versions
+from exporter import versions
 from exporter.bisect import bisect, bisect_lines
 from exporter.capture import Captured, capture
 from exporter.cast import cast_model, cast_record
 from exporter.dynamic import parse_dynamic
 from exporter.errors import (BuildError, MemoryBudgetError, TargetUnavailableError,
-                             UserInputError, ValidationFailedError)
+                             ValidationFailedError)
 from exporter.settings import BuildSettings
 from exporter.hf_spec import HfOptions
 from exporter.spec import ModelSpec, load_spec
@@ -39,7 +37,9 @@ from exporter.placement import Placement, enforce_fallback_policy, place
 from passes import memory_plan
 from passes.base import run_pipeline
 from passes.partition import PlannedPartition
+from runtime import scratch
 from runtime.archive_writer import write_artifact
+from runtime.outfiles import checked_output
 from runtime.manifest import Manifest, Partition
 from targets import Lowered, Target, get_target
 from targets.fallback import FALLBACK_BACKEND
@@ -164,8 +164,8 @@ def build(spec: str | ModelSpec, settings: BuildSettings, *, stage: StageHook = 
     timings: dict[str, float] = {}
     timed = _timer(timings, stage)
     prep = prepare(spec, settings, timed)
-    leftovers.sweep(prep.out)
-    work_dir = Path(tempfile.mkdtemp(prefix=leftovers.temp_prefix("exporter-build-")))
+    scratch.sweep()  # what killed builds left (runtime/scratch.py: only what they recorded)
+    work_dir = scratch.make_dir("exporter-build-")
     try:
         with timed(f"lower ({prep.target.backend})"):
             lowered = lower_with_fallback(prep, settings, work_dir)
@@ -194,7 +194,7 @@ def build(spec: str | ModelSpec, settings: BuildSettings, *, stage: StageHook = 
         with timed("package"):
             write_artifact(prep.out, manifest.to_dict(), files)
     finally:
-        shutil.rmtree(work_dir, ignore_errors=True)
+        scratch.remove(work_dir)
     return BuildResult(prep.out, manifest, timings, measured)
 
 
@@ -229,17 +229,9 @@ def _model_name(model: ModelSpec) -> str:
 
 
 def _check_output_path(out: Path) -> Path:
+    """Refused now, before minutes of compiling: see runtime/outfiles.py."""
     out = out.expanduser()
-    if out.is_dir():
-        raise UserInputError(f"the output path {out} is a directory",
-                             hint="give a file name, e.g. --out model.artifact")
-    parent = out.parent if str(out.parent) else Path(".")
-    if not parent.is_dir():
-        raise UserInputError(f"the output directory {parent} does not exist",
-                             hint="create it first or choose another --out")
-    if not os.access(parent, os.W_OK):
-        raise UserInputError(f"the output directory {parent} is not writable",
-                             hint="choose another --out")
+    checked_output(out)
     return out
 
 
@@ -325,7 +317,7 @@ def _validate(out: Path, manifest: Manifest, files: dict, eager: EagerRunner,
     captured = prep.captured
     cases, warnings = make_cases(captured.signature, captured.inputs.tensors, settings.inputs,
                                  settings.seed)
-    staging = out.with_name(f".{out.name}.validating-{os.getpid()}")
+    staging = scratch.record(out.with_name(f".{out.name}.validating-{os.getpid()}"))
     write_artifact(staging, manifest.to_dict(), files)
     try:
         gate = (QuantGate(settings.quant_min_sqnr_db, settings.quant_min_cosine)
@@ -355,7 +347,7 @@ def _validate(out: Path, manifest: Manifest, files: dict, eager: EagerRunner,
                      "inspection" if kept is None else f"the failed artifact was kept at {kept}")
         return record
     finally:
-        staging.unlink(missing_ok=True)
+        scratch.remove(staging)
 
 
 def _bisect(staging: Path, manifest: Manifest, prep: Prepared, cases: list, record: dict,

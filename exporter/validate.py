@@ -19,7 +19,6 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,9 +27,9 @@ from typing import TYPE_CHECKING, Callable
 import torch
 from torch.utils._pytree import tree_leaves
 
-from exporter import leftovers
 from exporter.errors import BuildError
 from exporter.validate_inputs import Case
+from runtime import scratch
 from runtime.manifest import Signature
 from runtime.tensorio import load_tensors, save_tensors
 
@@ -82,11 +81,10 @@ class ArtifactRun:
     def __init__(self, artifact: Path, cases: list[Case], *, timeout: float = 900,
                  preload: list[str] = ()) -> None:
         self.artifact, self.timeout = artifact, timeout
-        self._tmp = tempfile.TemporaryDirectory(
-            prefix=leftovers.temp_prefix("exporter-validate-"))
-        cases_path = Path(self._tmp.name) / "cases.safetensors"
-        self._out_path = Path(self._tmp.name) / "out.safetensors"
-        self._memory_path = Path(self._tmp.name) / "memory.json"
+        self._tmp = scratch.make_dir("exporter-validate-")
+        cases_path = self._tmp / "cases.safetensors"
+        self._out_path = self._tmp / "out.safetensors"
+        self._memory_path = self._tmp / "memory.json"
         self.memory: dict = {}  # the peak the child measured (runtime/memory.py)
         save_tensors(cases_path, {f"{c.name}/{k}": v for c in cases for k, v in c.inputs.items()})
         cmd = [sys.executable, "-m", "runtime", "run-cases", str(artifact),
@@ -124,7 +122,7 @@ class ArtifactRun:
         if self._proc.poll() is None:  # e.g. the eager side raised: do not leave it running
             self._proc.kill()
             self._proc.communicate()
-        self._tmp.cleanup()
+        scratch.remove(self._tmp)
 
 
 def _child_env() -> dict:

@@ -18,6 +18,7 @@ from typing import Iterable
 
 from runtime.archive import ArtifactReader, Limits
 from runtime.arena import Arena
+from runtime.consistency import check_dataflow, check_host_devices
 from runtime.cuda_graphs import GraphReplay
 from runtime.errors import (ArtifactError, CompatibilityError, ExecutionError,
                             InputMismatchError, ToolchainError, UserInputError)
@@ -58,11 +59,14 @@ def load(path: str | Path, *, limits: Limits = Limits(), cuda_graphs: bool = Tru
             from runtime.signing import verify
             verify(reader, trusted_keys)
         manifest = Manifest.from_dict(reader.manifest, where=where)
+        check_dataflow(manifest, where=where)
         check_requirements(manifest.requirements, where=where)
+        check_host_devices(manifest, where=where)
         # Compiled libraries are opened from this private copy, never from a
         # user-writable location; on Linux the mapping outlives the files, so the
-        # copy is removed when the reader closes.
-        private_dir = reader.extract_private()
+        # copy is removed when the reader closes. Only the partitions' own entries are
+        # copied: an artifact padded with unused entries costs no disk.
+        private_dir = reader.extract_private(_partition_entries(manifest, reader.names()))
         planned = (manifest.memory_plan or {}).get("arenas") or {} if arenas else {}
         if not isinstance(planned, dict):
             raise ArtifactError("the memory plan's arenas are not an object", where=where)
@@ -71,6 +75,7 @@ def load(path: str | Path, *, limits: Limits = Limits(), cuda_graphs: bool = Tru
         for partition in manifest.partitions:
             graphed = cuda_graphs and partition.device == "cuda"
             execute = create_executor(partition, private_dir, where=where,
+                                      entries=set(reader.names()),
                                       run_single_threaded=graphed,
                                       arena=allocated.get(partition.device))
             if graphed:
@@ -78,3 +83,8 @@ def load(path: str | Path, *, limits: Limits = Limits(), cuda_graphs: bool = Tru
             executors.append(execute)
     log.debug("loaded %s: %d partition(s)", where, len(executors))
     return Program(manifest, executors, source=where, arenas=allocated)
+
+
+def _partition_entries(manifest: Manifest, names: list[str]) -> list[str]:
+    folders = tuple(f"partitions/{p.name}/" for p in manifest.partitions)
+    return [name for name in names if name.startswith(folders)]

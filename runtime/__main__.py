@@ -14,6 +14,7 @@ import importlib
 import importlib.util
 import json
 import logging
+import math
 import sys
 import traceback
 from pathlib import Path
@@ -21,7 +22,8 @@ from pathlib import Path
 import runtime
 from runtime.errors import ToolchainError, UserInputError
 from runtime.memory import PeakMemory
-from runtime.tensorio import load_npz, load_tensors, save_npz, save_tensors
+from runtime.outfiles import checked_output
+from runtime.tensorio import MAX_INPUT_BYTES, load_npz, load_tensors, save_npz, save_tensors
 
 
 def preload(sources: list[str]) -> None:
@@ -44,11 +46,23 @@ def run_npz(artifact: str | Path, inputs: str | Path, out: str | Path | None, *,
             cuda_graphs: bool = True, trusted_keys: list = ()) -> tuple[dict, dict]:
     """Load, run on the arrays of ``inputs`` (keys = input names), optionally save outputs.
     Returns the outputs and the backends' load reports."""
+    if out is not None:
+        checked_output(out)  # a bad --out is refused before the run, not after it
     program = runtime.load(artifact, cuda_graphs=cuda_graphs, trusted_keys=trusted_keys)
-    outputs = program.run(load_npz(inputs), output_device="cpu")
+    outputs = program.run(load_npz(inputs, max_bytes=input_bytes_bound(program.manifest)),
+                          output_device="cpu")
     if out is not None:
         save_npz(out, outputs)
     return outputs, program.backend_reports
+
+
+def input_bytes_bound(manifest) -> int:
+    """The most bytes an inputs file may hold for this artifact (every dynamic dim at its
+    max, 8 bytes an element: a .npz may hold int64 or float32 where the model takes int32
+    or bfloat16), within tensorio's general limit."""
+    elements = sum(math.prod(d.size if d.size is not None else d.max for d in spec.shape)
+                   for spec in manifest.signature.inputs)
+    return min(max(elements * 8, 1), MAX_INPUT_BYTES)
 
 
 def run_cases(artifact: str, cases_path: str, out_path: str, memory_path: str | None = None

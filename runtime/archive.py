@@ -12,10 +12,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import stat
 import struct
-import tempfile
 import zipfile
 import zlib
 from collections.abc import Iterable, Iterator
@@ -23,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from runtime import scratch
 from runtime.errors import ArtifactError, CompatibilityError
 
 FORMAT_NAME = "edge-export-artifact"
@@ -59,6 +58,9 @@ class Limits:
     max_entry_bytes: int = 2 << 30
     max_manifest_bytes: int = 16 << 20
     max_compression_ratio: float = 200.0  # uncompressed/compressed; entries < 1 MiB are exempt
+    # Summed over all entries, checked from the zip directory before anything is inflated:
+    # 3,000 entries just under 1 MiB each pass every per-entry check and still make 3 GB.
+    max_total_bytes: int = 8 << 30
 
 
 # ---------------------------------------------------------------------------- shared helpers
@@ -172,21 +174,21 @@ class ArtifactReader:
         """Copy entries into a fresh 0o700 directory, re-hashing what is written; return it."""
         wanted = self.names() if names is None else sorted(set(names))
         lookups = [(name, *self._lookup(name)) for name in wanted]
-        # mkdtemp: 0o700. The pid lets a later build remove it if this process is killed.
-        root = Path(tempfile.mkdtemp(prefix=f"edge-artifact-{os.getpid()}-")).resolve()
+        # 0o700, recorded: a later build removes it if this process is killed.
+        root = scratch.make_dir("edge-artifact-").resolve()
         self._private_dirs.append(root)
         try:
             for name, info, expected in lookups:
                 self._copy_entry(root, name, info, expected)
         except BaseException:
-            shutil.rmtree(root, ignore_errors=True)
+            scratch.remove(root)
             self._private_dirs.remove(root)
             raise
         return root
 
     def close(self) -> None:
         for directory in self._private_dirs:
-            shutil.rmtree(directory, ignore_errors=True)
+            scratch.remove(directory)
         self._private_dirs.clear()
         self._zf.close()
         self._fh.close()
@@ -292,7 +294,24 @@ def _check_structure(path: Path, fh: BinaryIO, zf: zipfile.ZipFile,
     if sum(i.compress_size for i in infos) > os.fstat(fh.fileno()).st_size:
         raise ArtifactError("entries overlap or claim more data than the file holds",
                             where=str(path), hint=_HINT_REBUILD)
+    _check_totals(path, infos, limits)
     return by_name
+
+
+def _check_totals(path: Path, infos: list[zipfile.ZipInfo], limits: Limits) -> None:
+    """The whole archive's inflated size, and its ratio once past 1 MiB: entries that are
+    each small enough to be exempt from the per-entry ratio are not exempt together."""
+    total = sum(i.file_size for i in infos)
+    packed = max(sum(i.compress_size for i in infos), 1)
+    problem = None
+    if total > limits.max_total_bytes:
+        problem = (f"the entries inflate to {total} bytes, over the {limits.max_total_bytes}-"
+                   "byte limit (Limits.max_total_bytes)")
+    elif total >= _RATIO_MIN_BYTES and total > limits.max_compression_ratio * packed:
+        problem = (f"the entries expand {packed} bytes to {total} (ratio over "
+                   f"{limits.max_compression_ratio:g}; a zip bomb?)")
+    if problem:
+        raise ArtifactError(problem, where=str(path), hint=_HINT_REBUILD)
 
 
 def _check_entry_kind(path: Path, name: str, info: zipfile.ZipInfo, limits: Limits) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import zipfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -14,6 +13,7 @@ from runtime.archive import (_CHUNK, _CREATE_SYSTEM_UNIX, _ZIP_MODE, _ZIP_TIME, 
                              FORMAT_VERSION, MANIFEST_NAME, SIGNATURE_NAME, _file_dir_conflicts, _hash_stream,
                              _name_problem)
 from runtime.errors import ArtifactError
+from runtime.outfiles import written_whole
 
 
 def write_artifact(dest: str | Path, manifest: dict, files: Mapping[str, bytes | Path]) -> Path:
@@ -45,24 +45,13 @@ def write_signed(dest: Path, reader, signature: bytes) -> Path:
 
 
 def _write_zip(dest: Path, entries: Mapping[str, tuple]) -> Path:
-    """``entries``: name -> (bytes or path, known digest or None), written sorted, to a
-    temporary file beside ``dest`` (named with our pid, so a later build can tell a dead
-    build's leftovers) that then replaces ``dest`` atomically."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.tmp-{os.getpid()}-", dir=dest.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            with zipfile.ZipFile(fh, "w") as zf:
-                for name in sorted(entries):
-                    source, digest = entries[name]
-                    _write_entry(zf, name, source, digest)
-            fh.flush()
-            os.fchmod(fh.fileno(), 0o644)  # mkstemp makes 0o600; artifacts are meant to ship
-            os.fsync(fh.fileno())
-        os.replace(tmp, dest)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    _fsync_dir(dest.parent)
+    """``entries``: name -> (bytes or path, known digest or None), written sorted, whole
+    or not at all (runtime/outfiles.py: ``dest`` is checked, and replaced in one rename)."""
+    with written_whole(dest) as partial, open(partial, "wb") as fh:
+        with zipfile.ZipFile(fh, "w") as zf:
+            for name in sorted(entries):
+                source, digest = entries[name]
+                _write_entry(zf, name, source, digest)
     return dest
 
 
@@ -113,15 +102,3 @@ def _write_entry(zf: zipfile.ZipFile, name: str, source, digest: tuple[str, int]
     if digest is not None and written != digest:
         raise ArtifactError(f"input file for entry {name!r} changed while the artifact was "
                             "being written", where=str(source), hint="run the export again")
-
-
-def _fsync_dir(directory: Path) -> None:
-    # Makes the rename durable. Some file systems cannot fsync a directory; that is not fatal.
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-    except OSError:
-        pass

@@ -24,6 +24,7 @@ from typing import Mapping
 
 import torch
 
+from runtime.consistency import check_arena_fits
 from runtime.errors import ArtifactError
 
 # keys of manifest.memory_plan["arenas"][device]
@@ -59,6 +60,7 @@ class Arena:
     def __init__(self, device: str, plan: Mapping, *, where: str = "manifest.json") -> None:
         self.device = device
         self.nbytes, self.slots = _checked(device, plan, where)
+        check_arena_fits(device, self.nbytes, where=where)
         self.storage = torch.empty(self.nbytes, dtype=torch.uint8, device=device)
 
     def slot(self, key: str, dtype: torch.dtype) -> torch.Tensor:

@@ -43,21 +43,29 @@ def _crypto():
 
 
 def generate_keys(out_dir: Path) -> tuple[Path, Path]:
-    """A new key pair: ``signing.key`` (private, PEM, mode 0600) and ``signing.pub``."""
+    """A new key pair: ``signing.key`` (private, PEM, mode 0600) and ``signing.pub``, in
+    ``out_dir`` (made, 0700, if missing). Neither file may exist: a key is never
+    replaced, and a link or device node in its place is refused, not written through."""
     ed25519, serialization, _ = _crypto()
-    private = ed25519.Ed25519PrivateKey.generate()
+    out_dir = Path(out_dir)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise UserInputError(f"--out-dir {out_dir} is not a directory", where=str(out_dir),
+                             hint="give a folder for signing.key and signing.pub")
+    out_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     key_path, pub_path = out_dir / "signing.key", out_dir / "signing.pub"
     for path in (key_path, pub_path):
-        if path.exists():
+        if path.exists() or path.is_symlink():
             raise UserInputError(f"{path} already exists; not overwriting a key",
                                  hint="choose another --out-dir")
+    private = ed25519.Ed25519PrivateKey.generate()
     pem = private.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                 serialization.NoEncryption())
-    fd = os.open(key_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "wb") as fh:
-        fh.write(pem)
-    pub_path.write_bytes(private.public_key().public_bytes(
-        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+    public = private.public_key().public_bytes(serialization.Encoding.PEM,
+                                               serialization.PublicFormat.SubjectPublicKeyInfo)
+    for path, data, mode in ((key_path, pem, 0o600), (pub_path, public, 0o644)):
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+        with os.fdopen(os.open(path, flags, mode), "wb") as fh:
+            fh.write(data)
     return key_path, pub_path
 
 
@@ -86,6 +94,32 @@ def signer_key_id(signature: bytes | None) -> str | None:
         return str(json.loads(signature)["key_id"])
     except (ValueError, KeyError, TypeError):
         return "unreadable signature entry"
+
+
+def signature_status(reader: ArtifactReader, trusted_keys: Iterable = ()) -> dict:
+    """What can honestly be said about ``reader``'s signature, for ``inspect`` and the
+    report: a key id is only "signed by" once a trusted key verified it; otherwise the
+    entry is "present, not verified" (it may be stale or garbage: nothing checked it)."""
+    raw = reader.signature_bytes()
+    status = {"present": raw is not None, "verified": False, "key_id": None,
+              "claimed_key_id": signer_key_id(raw), "problem": None}
+    if raw is not None and trusted_keys:
+        try:
+            status["key_id"], status["verified"] = verify(reader, trusted_keys), True
+        except SignatureError as exc:
+            status["problem"] = exc.what
+    return status
+
+
+def describe_signature(status: dict) -> str:
+    if status["verified"]:
+        return f"signed by key {status['key_id']} (verified)"
+    if not status["present"]:
+        return "not signed"
+    if status["problem"]:
+        return f"signature present, NOT valid: {status['problem']}"
+    return ("signature present, not verified (pass --trusted-key signing.pub to check it; "
+            f"it names key {status['claimed_key_id']!r})")
 
 
 def verify(reader: ArtifactReader, trusted_keys: Iterable[str | Path | bytes]) -> str:

@@ -7,6 +7,7 @@ subprocess exchanges tensors through it.
 
 from __future__ import annotations
 
+import math
 import zipfile
 from pathlib import Path
 from typing import Mapping
@@ -16,21 +17,70 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from runtime.errors import UserInputError
+from runtime.outfiles import written_whole
 
 
-def load_npz(path: str | Path) -> dict[str, torch.Tensor]:
+# What an inputs .npz may inflate to unless the caller knows better (run_npz bounds it by
+# the artifact's signature). Checked from the array headers before any data is read.
+MAX_INPUT_BYTES = 8 << 30
+_MAX_ARRAYS = 4096
+_NUMBER_KINDS = "biufc"  # bool, int, uint, float, complex: what a tensor can hold
+
+
+def load_npz(path: str | Path, *, max_bytes: int = MAX_INPUT_BYTES) -> dict[str, torch.Tensor]:
+    """The arrays of an ``.npz`` as tensors. Sizes, dtypes and keys are checked from the
+    zip directory and each array's header first: a small file that claims terabytes (or
+    inflates to them) is refused before a byte of it is inflated."""
     path = Path(path)
+    hint = "write it with numpy.savez(path, name=array, ...), keys = the input names"
+    if path.is_dir():
+        raise UserInputError(f"the inputs file {path} is a directory", where=str(path), hint=hint)
     if not path.is_file():
-        raise UserInputError(f"the inputs file {path} does not exist", where=str(path),
-                             hint="give an .npz written with numpy.savez, keys = input names")
+        raise UserInputError(f"the inputs file {path} does not exist", where=str(path), hint=hint)
     try:
+        _check_npz_headers(path, max_bytes)
         with np.load(path, allow_pickle=False) as data:
             return {key: torch.from_numpy(np.ascontiguousarray(data[key])) for key in data.files}
-    except (ValueError, OSError, zipfile.BadZipFile, EOFError) as exc:
+    except UserInputError:
+        raise
+    except (ValueError, OSError, zipfile.BadZipFile, EOFError, TypeError) as exc:
         raise UserInputError(
-            f"cannot read {path} as an .npz of arrays ({type(exc).__name__}: {exc})",
-            where=str(path), hint="write it with numpy.savez(path, name=array, ...); "
-            "object arrays (pickles) are refused") from exc
+            f"cannot read {path} as an .npz of arrays ({type(exc).__name__}: {str(exc)[:200]})",
+            where=str(path), hint=hint + "; object arrays (pickles) are refused") from exc
+
+
+def _check_npz_headers(path: Path, max_bytes: int) -> None:
+    def refuse(what: str) -> UserInputError:
+        return UserInputError(what, where=str(path), hint="write it with numpy.savez(path, "
+                              "name=array, ...): numeric arrays only, keys = the input names")
+
+    with open(path, "rb") as fh:
+        if fh.read(6) == b"\x93NUMPY":
+            raise refuse("this is an .npy file (one array); the inputs are an .npz of named "
+                         "arrays")
+    with zipfile.ZipFile(path) as zf:
+        infos = zf.infolist()
+        if len(infos) > _MAX_ARRAYS:
+            raise refuse(f"the .npz has {len(infos)} members, over the limit of {_MAX_ARRAYS}")
+        total = 0
+        for info in infos:
+            key = info.filename.removesuffix(".npy")
+            with zf.open(info) as member:
+                version = np.lib.format.read_magic(member)
+                read = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                        else np.lib.format.read_array_header_2_0)
+                shape, _, dtype = read(member)
+            if dtype.hasobject or dtype.kind not in _NUMBER_KINDS or dtype.names:
+                raise refuse(f"the array {key!r} has dtype {dtype} ({dtype.kind!r}); inputs "
+                             "are numbers (bool, int, float, complex)")
+            nbytes = math.prod(shape) * dtype.itemsize
+            if nbytes > info.file_size:
+                raise refuse(f"the array {key!r} claims {nbytes} bytes (shape {shape}) but its "
+                             f"member holds {info.file_size}")
+            total += nbytes
+            if total > max_bytes:
+                raise refuse(f"the arrays add up to more than {max_bytes} bytes, the most these "
+                             f"inputs can take (at {key!r}, shape {shape})")
 
 
 def save_npz(path: str | Path, tensors: Mapping[str, torch.Tensor]) -> None:
@@ -40,7 +90,10 @@ def save_npz(path: str | Path, tensors: Mapping[str, torch.Tensor]) -> None:
         if tensor.dtype == torch.bfloat16:  # numpy has no bfloat16; widen without loss
             tensor = tensor.float()
         arrays[name] = tensor.numpy()
-    np.savez(path, **arrays)
+    # A file object, so numpy writes exactly ``path`` (a name alone gets ".npz" appended),
+    # whole or not at all (a full disk leaves the previous outputs in place).
+    with written_whole(path) as partial, open(partial, "wb") as fh:
+        np.savez(fh, **arrays)
 
 
 def save_tensors(path: str | Path, tensors: Mapping[str, torch.Tensor]) -> None:

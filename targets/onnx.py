@@ -12,9 +12,7 @@ import contextlib
 import functools
 import importlib.util
 import logging
-import os
 import re
-import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -26,6 +24,7 @@ from torch.fx import Node
 from passes.base import Pass
 from passes.decompose import Decompose
 from passes.contiguous_views import ContiguousBeforeReshape
+from runtime import scratch
 from targets.base import Availability, Lowered, LowerOptions, Support, Target, pipeline
 from targets.errors import LoweringError, TargetOptionError
 from targets.fusion import ONNX_FUSIONS
@@ -262,10 +261,11 @@ class OnnxTarget(Target):
                                                  report=True, artifacts_dir=report_dir,
                                                  verbose=False)
         except Exception as exc:  # torch.onnx raises several types; keep the full text
+            scratch.release(report_dir)
             raise self._error("torch.onnx could not export the program", exc, options,
                               program, report_dir=report_dir) from exc
         # report=True writes a report on success too; it is only useful on failure.
-        shutil.rmtree(report_dir, ignore_errors=True)
+        scratch.remove(report_dir)
         log.info("torch.onnx exported %s in %.1f s", options.work_dir,
                  time.perf_counter() - start)
         return onnx_program
@@ -295,17 +295,15 @@ class OnnxTarget(Target):
                     if unsupported else ""))
 
 
-# torch.onnx's export report, beside the output; removed on success. The pid lets the next
-# build remove the folder of one that was killed mid-export (exporter/leftovers.py).
+# torch.onnx's export report: removed on success, kept (and released from the scratch
+# registry, so no later build sweeps it) when an error message points the user to it.
 REPORT_DIR_PREFIX = "exporter-onnx-"
 
 
 def _report_dir(options: LowerOptions) -> Path:
     parent = options.log_dir or Path(tempfile.gettempdir())
     parent.mkdir(parents=True, exist_ok=True)
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    return Path(tempfile.mkdtemp(prefix=f"{REPORT_DIR_PREFIX}{os.getpid()}-{stamp}-",
-                                 dir=parent))
+    return scratch.make_dir(f"{REPORT_DIR_PREFIX}{time.strftime('%Y%m%d-%H%M%S')}-", parent)
 
 
 def _external_locations(model) -> list[str]:

@@ -14,9 +14,10 @@ import functools
 import os
 import shutil
 import subprocess
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+
+from runtime import scratch
 
 # Throwing std::runtime_error needs libstdc++'s own symbols (not only inline
 # header code), so a dynamically linking compiler must list it as NEEDED even with
@@ -40,7 +41,7 @@ def links_libstdcxx_dynamically(compiler: str) -> bool | None:
     readelf = shutil.which("readelf")
     if shutil.which(compiler) is None or readelf is None:
         return None
-    with tempfile.TemporaryDirectory(prefix="exporter-cxx-probe-") as tmp:
+    with scratch.directory("exporter-cxx-probe-") as tmp:
         src, lib = Path(tmp) / "probe.cpp", Path(tmp) / "probe.so"
         src.write_text(_PROBE_SOURCE)
         build = subprocess.run([compiler, "-shared", "-fPIC", "-O0", str(src), "-o", str(lib)],

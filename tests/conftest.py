@@ -81,6 +81,14 @@ def mlp_build(artifacts_dir):
 
 
 @pytest.fixture(scope="session")
+def onnx_mlp(artifacts_dir):
+    """zoo:mlp built for onnx (about 10 s): the quick artifact hostile-input tests edit."""
+    import exporter
+    _record("python: exporter.build('zoo:mlp', target='onnx')")
+    return exporter.build("zoo:mlp", target="onnx", out=artifacts_dir / "mlp-onnx.artifact").artifact
+
+
+@pytest.fixture(scope="session")
 def custom_onnx(artifacts_dir, cli):
     """tests/models/custom_op.py on onnx: ONNX Runtime, a CPU-fallback partition for the
     custom op, ONNX Runtime again. Returns (path, the build's CompletedProcess)."""

@@ -147,7 +147,7 @@ def test_a_long_partition_chain_starts_folded_and_stays_narrow(custom_onnx):
                        files=(), inputs=(f"t{i - 1}" if i else first, first),
                        outputs=(f"t{i}",)) for i in range(40)]
     page = html_report.render(dataclasses.replace(manifest, partitions=tuple(chain)),
-                              artifact_name="chain.artifact", size=1, key_id=None, bench=None)
+                              artifact_name="chain.artifact", size=1, signature=None, bench=None)
     folded = re.search(r'<details id="graph-details"([^>]*)><summary>the partition graph '
                        r"\(40 partitions\)</summary><svg[^>]*width=\"(\d+)\"", page)
     assert folded, "the graph is not folded behind its summary"

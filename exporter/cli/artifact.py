@@ -117,27 +117,31 @@ def inspect(artifact: Path = ARTIFACT,
                                                 "(live bytes per step, the arena) to FILE.png"),
             as_json: bool = typer.Option(False, "--json", help="print the whole manifest in "
                                          "one JSON object (docs/json.md)"),
+            trusted_key: list[Path] = typer.Option([], "--trusted-key", help="check the "
+                                                   "signature against this public key"),
             quiet: bool = QUIET, verbose: bool = VERBOSE, debug: bool = DEBUG) -> None:
-    """Verify an artifact and summarise its manifest."""
+    """Verify an artifact's hashes and summarise its manifest (and, with --trusted-key,
+    its signature)."""
     def action() -> int:
         import runtime
         from runtime.archive import ArtifactReader
-        from runtime.signing import signer_key_id
+        from runtime.signing import describe_signature, signature_status
 
         with ArtifactReader.open(artifact) as reader:
-            raw, key_id = reader.manifest, signer_key_id(reader.signature_bytes())
+            raw, signature = reader.manifest, signature_status(reader, trusted_key)
         manifest = runtime.Manifest.from_dict(raw, where=str(artifact))
         if plot is not None:
             from exporter.memory_plot import plot_memory
             plot_memory(manifest, plot)
             wrote(plot, "the memory plan")
         elif as_json:
-            print_json({"artifact": str(artifact), "signed_by": key_id, "manifest": raw})
+            print_json({"artifact": str(artifact), "signature": signature,
+                        "signed_by": signature["key_id"], "manifest": raw})
         else:
             from exporter.cli.common import out_console
             from exporter.report import print_manifest
             print_manifest(out_console, manifest, str(artifact))
-            result(f"signed by key {key_id}" if key_id else "not signed")
+            result(describe_signature(signature))
         return 0
     guarded(action, quiet=quiet, verbose=verbose, debug=debug, as_json=as_json)
 

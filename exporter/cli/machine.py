@@ -72,12 +72,8 @@ def keygen(out_dir: Path = typer.Option(..., "--out-dir", help="directory for si
            debug: bool = DEBUG) -> None:
     """Make an Ed25519 key pair for `exporter sign`."""
     def action() -> int:
-        from exporter.errors import UserInputError
         from runtime.signing import generate_keys
 
-        if not out_dir.is_dir():
-            raise UserInputError(f"the directory {out_dir} does not exist",
-                                 hint="create it first")
         key, pub = generate_keys(out_dir)
         if as_json:
             print_json({"private_key": str(key), "public_key": str(pub)})

@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 from pathlib import Path
 
+from runtime.consistency import check_partition_files
 from runtime.errors import ArtifactError, CompatibilityError
 from runtime.manifest import Partition
 from runtime.program import Executor
@@ -21,7 +22,10 @@ _BACKENDS = {
 }
 
 
-def create_executor(partition: Partition, files_dir: Path, *, where: str, **options) -> Executor:
+def create_executor(partition: Partition, files_dir: Path, *, where: str,
+                    entries: set[str] | None = None, **options) -> Executor:
+    """``entries``: the verified entry names; each executor's ``FILE_KEYS`` (the meta
+    values it opens as files) must name one of them (runtime/consistency.py)."""
     module_name = _BACKENDS.get(partition.backend)
     if module_name is None:
         raise CompatibilityError(
@@ -29,6 +33,8 @@ def create_executor(partition: Partition, files_dir: Path, *, where: str, **opti
             f"runtime does not have (it has: {', '.join(sorted(_BACKENDS))})", where=where,
             hint="upgrade the runtime to the toolchain version that built the artifact")
     module = importlib.import_module(module_name)
+    if entries is not None:
+        check_partition_files(partition, module.FILE_KEYS, entries, where=where)
     try:
         return module.load(partition, files_dir, where=where, **options)
     except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:

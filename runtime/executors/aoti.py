@@ -10,6 +10,8 @@ from runtime.errors import ExecutionError
 from runtime.manifest import Partition
 from runtime.program import Executor
 
+FILE_KEYS = ("package",)  # meta values opened as files: checked entry names
+
 
 def load(partition: Partition, files_dir: Path, *, where: str,
          run_single_threaded: bool = False, **_: object) -> Executor:

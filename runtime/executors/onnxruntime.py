@@ -32,6 +32,9 @@ CPU = "CPUExecutionProvider"
 _ORT_CHECKS_PATHS = (1, 24)
 
 
+FILE_KEYS = ("model",)  # meta values opened as files: checked entry names
+
+
 def load(partition: Partition, files_dir: Path, *, where: str,
          providers: list[str] | None = None, **_: object) -> Executor:
     try:

@@ -33,6 +33,7 @@ from runtime.weights import INDEX_KEY, load_checked
 
 PROGRAM_KEY = "program"
 WEIGHTS_KEY = "weights"
+FILE_KEYS = (PROGRAM_KEY, WEIGHTS_KEY)  # meta values opened as files: checked entry names
 # Prefixes of the safetensors keys; shared with the lowering, so both sides agree.
 PARAM, BUFFER, CONSTANT = "param/", "buffer/", "constant/"
 

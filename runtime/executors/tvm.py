@@ -18,6 +18,8 @@ from runtime.manifest import Partition
 from runtime.program import Executor
 from runtime.weights import INDEX_KEY, load_checked
 
+FILE_KEYS = ("library", "params")  # meta values opened as files: checked entry names
+
 
 def load(partition: Partition, files_dir: Path, *, where: str, **_: object) -> Executor:
     # TVM's thread pool counts physical cores by its own rule and used 1 thread on a

@@ -1,0 +1,130 @@
+"""Checks across a manifest's parts, made at load so that an inconsistent (hand-edited,
+hostile or corrupt) manifest is refused there, with exit 2, and never fails later as a
+KeyError at the first call.
+
+Field-by-field shape checks are in runtime/manifest.py; these are the ones that need
+several fields (or the archive's entry list, or this host) at once.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Iterable
+
+import torch
+
+from runtime.errors import ArtifactError, CompatibilityError
+from runtime.manifest import Manifest, Partition
+
+_HINT = "rebuild the artifact with `exporter build`"
+
+
+def check_dataflow(manifest: Manifest, *, where: str) -> None:
+    """Every partition input exists when its partition runs, every program output is
+    made, names are unique, and the output tree indexes exactly the outputs."""
+    problems: list[str] = []
+    inputs = [t.name for t in manifest.signature.inputs]
+    outputs = [t.name for t in manifest.signature.outputs]
+    for what, names in (("input", inputs), ("output", outputs),
+                        ("partition", [p.name for p in manifest.partitions])):
+        repeated = sorted({n for n in names if names.count(n) > 1})
+        problems += [f"the {what} name {n!r} is used twice" for n in repeated]
+    if not manifest.partitions:
+        problems.append("there are no partitions")
+    known = set(inputs)
+    for partition in manifest.partitions:
+        problems += [f"partition {partition.name!r} reads {name!r}, which no program input "
+                     "or earlier partition gives" for name in partition.inputs
+                     if name not in known]
+        known.update(partition.outputs)
+    problems += [f"the program output {name!r} is made by no partition" for name in outputs
+                 if name not in known]
+    tree_problem = _tree_problem(manifest.signature.output_tree, len(outputs))
+    if tree_problem:
+        problems.append(f"the output tree {tree_problem}")
+    if problems:
+        raise ArtifactError("the manifest is inconsistent", where=where, details=problems,
+                            hint=_HINT)
+
+
+def _tree_problem(tree: Any, count: int) -> str | None:
+    """Why ``tree`` (runtime/outputs.py's JSON) cannot index ``count`` outputs exactly once."""
+    if tree is None:
+        return None
+    leaves: list[int] = []
+
+    def walk(node: Any, depth: int) -> str | None:
+        if depth > 64:
+            return "is nested more than 64 levels deep"
+        if not isinstance(node, dict):
+            return f"has a node that is not an object ({type(node).__name__})"
+        if "leaf" in node:
+            if type(node["leaf"]) is not int:
+                return "has a leaf that is not an integer index"
+            leaves.append(node["leaf"])
+            return None
+        kind, items = node.get("kind"), node.get("items")
+        if kind not in ("dict", "list", "tuple") or not isinstance(items, list):
+            return f"has a node of unknown kind {kind!r:.40}"
+        if kind == "dict" and (not isinstance(node.get("keys"), list)
+                               or len(node["keys"]) != len(items)
+                               or not all(isinstance(k, str) for k in node["keys"])):
+            return "has a dict whose keys do not match its items"
+        return next((p for p in (walk(child, depth + 1) for child in items) if p), None)
+
+    problem = walk(tree, 0)
+    if problem is None and sorted(leaves) != list(range(count)):
+        problem = f"indexes outputs {sorted(leaves)[:8]}..., not each of the {count} once"
+    return problem
+
+
+FILE_KEYS_HINT = "only names of the artifact's own verified entries"
+
+
+def check_partition_files(partition: Partition, file_keys: Iterable[str], entries: set[str],
+                          *, where: str) -> None:
+    """The meta values an executor opens as files name verified entries of this artifact:
+    never an absolute path, a '..', or a file that was not hashed."""
+    for key in file_keys:
+        value = partition.meta.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, str) or value not in entries:
+            raise ArtifactError(
+                f"partition '{partition.name}' points its {key!r} at {str(value)!r:.200}, which "
+                f"is not an entry of the artifact ({FILE_KEYS_HINT} are loaded)", where=where,
+                hint=_HINT)
+
+
+def check_host_devices(manifest: Manifest, *, where: str) -> None:
+    """A CUDA partition or arena on a host without CUDA is an incompatibility, said now."""
+    planned = (manifest.memory_plan or {}).get("arenas") or {}
+    devices = {p.device for p in manifest.partitions} | set(planned if isinstance(planned, dict)
+                                                           else ())
+    if "cuda" in devices and not torch.cuda.is_available():
+        raise CompatibilityError("the artifact runs partitions on CUDA, and this machine has "
+                                 "no usable CUDA device", where=where,
+                                 hint="run it on a GPU machine, or rebuild with --target cpu")
+
+
+def check_arena_fits(device: str, nbytes: int, *, where: str) -> None:
+    """An arena larger than this machine's memory is refused before it is allocated."""
+    if device == "cpu":
+        total = _physical_memory()
+    elif torch.cuda.is_available():
+        total = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
+    else:
+        total = None
+    if total is not None and nbytes > total:
+        raise CompatibilityError(
+            f"the memory plan asks for a {nbytes / 2**30:.1f} GiB {device} arena, more than "
+            f"this machine's {total / 2**30:.1f} GiB", where=where,
+            hint="run it on a larger machine, or load with arenas=False (each tensor from "
+                 "the allocator); rebuild if the number is not what the model needs")
+
+
+def _physical_memory() -> int | None:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None

@@ -1,0 +1,201 @@
+"""Trust, round two (issue 20): hostile artifacts and inputs, each refused with exit 2
+before it costs memory, disk or a traceback. Numbers in the test names are the issue's.
+
+Every artifact here is a real build (zoo:mlp on onnx) edited the way an attacker would:
+rewritten manifests are re-hashed, so they pass the archive's integrity checks and reach
+the checks under test.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import zipfile
+
+import numpy as np
+import pytest
+
+import runtime
+from runtime.archive import ArtifactReader
+from runtime.archive_writer import write_artifact
+from runtime.errors import ArtifactError, CompatibilityError
+
+pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+
+
+def _rewrite(src, dst, change=None, extra: dict | None = None):
+    with ArtifactReader.open(src) as reader:
+        manifest = json.loads(json.dumps(reader.manifest))
+        files = {name: reader.read_bytes(name) for name in reader.names()}
+    if change:
+        change(manifest)
+    files.update(extra or {})
+    write_artifact(dst, manifest, files)
+    return dst
+
+
+def _clean(result, code=2, *needles):
+    assert result.returncode == code, (result.returncode, result.stdout, result.stderr)
+    assert "Traceback" not in result.stderr, result.stderr
+    for needle in needles:
+        assert needle in result.stderr, (needle, result.stderr)
+
+
+# --- 5: expansion bombs -------------------------------------------------------------------
+
+def test_5_many_small_entries_that_inflate_are_refused_before_extraction(onnx_mlp, tmp_path):
+    """Each entry is under the per-entry ratio exemption; together they are a bomb."""
+    zeros = b"\0" * ((1 << 20) - 1)
+    extra = {f"pad/{i:04d}.bin": zeros for i in range(40)}
+    bomb = _rewrite(onnx_mlp, tmp_path / "bomb.artifact", extra=extra)
+    # the writer stores .bin uncompressed; deflate them as an attacker would
+    packed = tmp_path / "packed.artifact"
+    with zipfile.ZipFile(bomb) as src, zipfile.ZipFile(packed, "w") as dst:
+        for info in src.infolist():
+            data = src.read(info)
+            info.compress_type = zipfile.ZIP_DEFLATED
+            dst.writestr(info, data)
+    print(f"{packed.stat().st_size} bytes on disk, {40 * len(zeros)} inflated")
+    with pytest.raises(ArtifactError, match="ratio|zip bomb"):
+        runtime.load(packed)
+
+
+def test_5_total_inflated_size_has_a_limit(onnx_mlp, tmp_path):
+    from runtime.archive import Limits
+    padded = _rewrite(onnx_mlp, tmp_path / "padded.artifact",
+                      extra={"pad/a.bin": b"x" * (3 << 20)})
+    with pytest.raises(ArtifactError, match="max_total_bytes"):
+        runtime.load(padded, limits=Limits(max_total_bytes=2 << 20))
+
+
+def test_5_unused_entries_are_not_extracted(onnx_mlp, tmp_path, monkeypatch):
+    padded = _rewrite(onnx_mlp, tmp_path / "padded.artifact",
+                      extra={"notes/unused.bin": b"u" * 4096})
+    copied = []
+    real = ArtifactReader._copy_entry
+    monkeypatch.setattr(ArtifactReader, "_copy_entry",
+                        lambda self, root, name, *a: copied.append(name) or real(self, root, name, *a))
+    runtime.load(padded)
+    print(copied)
+    assert copied and all(name.startswith("partitions/") for name in copied)
+
+
+def test_5_npz_claiming_more_than_the_inputs_take_is_refused_unread(onnx_mlp, tmp_path, cli):
+    """A 1 MiB deflated .npz of zeros whose array is 64x the largest input (batch 32)."""
+    big = tmp_path / "big.npz"
+    np.savez_compressed(big, x=np.zeros((32 * 64, 64 * 8), np.float32))
+    _clean(cli("run", str(onnx_mlp), "--inputs", str(big)), 2, "more than", "bytes")
+
+
+def test_5_npy_header_claiming_terabytes_is_refused(onnx_mlp, tmp_path, cli):
+    header = tmp_path / "x.npy"
+    with open(header, "wb") as fh:
+        np.lib.format.write_array_header_1_0(fh, {"descr": "<f4", "fortran_order": False,
+                                                  "shape": (1 << 20, 1 << 20)})
+    lie = tmp_path / "lie.npz"
+    with zipfile.ZipFile(lie, "w") as archive:
+        archive.write(header, "x.npy")
+    _clean(cli("run", str(onnx_mlp), "--inputs", str(lie)), 2, "claims", "'x'")
+
+
+# --- 6: partition paths outside the verified copy ---------------------------------------------
+
+@pytest.mark.parametrize("path", ["/etc/passwd", "../../outside.onnx", "partitions/p0/nope.onnx"])
+def test_6_partition_file_must_be_a_verified_entry(onnx_mlp, tmp_path, path):
+    def point_outside(manifest):
+        manifest["partitions"][0]["meta"]["model"] = path
+    bad = _rewrite(onnx_mlp, tmp_path / "outside.artifact", point_outside)
+    with pytest.raises(ArtifactError, match="not an entry of the artifact"):
+        runtime.load(bad)
+
+
+# --- 7: inspect never claims an unchecked signature -------------------------------------------
+
+def test_7_inspect_says_not_verified_for_stale_or_garbage_signatures(onnx_mlp, tmp_path, cli):
+    keys = tmp_path / "keys"
+    assert cli("keygen", "--out-dir", str(keys)).returncode == 0, "keygen makes its folder"
+    signed = shutil.copy(onnx_mlp, tmp_path / "signed.artifact")
+    assert cli("sign", str(signed), "--key", str(keys / "signing.key")).returncode == 0
+    verified = cli("inspect", str(signed), "--trusted-key", str(keys / "signing.pub"))
+    assert "(verified)" in verified.stdout, verified.stdout
+    # the library swapped (manifest rewritten and re-hashed), the old signature kept
+    with ArtifactReader.open(signed) as reader:
+        old_signature = reader.signature_bytes()
+    swapped = _rewrite(signed, tmp_path / "swapped.artifact",
+                       lambda m: m["build"].update(notes=["swapped"]))
+    with zipfile.ZipFile(swapped, "a") as archive:
+        archive.writestr("manifest.sig", old_signature)
+    garbage = shutil.copy(onnx_mlp, tmp_path / "garbage.artifact")
+    with zipfile.ZipFile(garbage, "a") as archive:
+        archive.writestr("manifest.sig", b'{"key_id": "0123456789abcdef", "signature": "00"}')
+    for artifact in (swapped, garbage):
+        plain = cli("inspect", str(artifact))
+        print(plain.stdout.splitlines()[-1])
+        assert plain.returncode == 0 and "signed by" not in plain.stdout
+        assert "signature present, not verified" in plain.stdout
+        checked = cli("inspect", str(artifact), "--trusted-key", str(keys / "signing.pub"),
+                      "--json")
+        status = json.loads(checked.stdout)["signature"]
+        assert status["present"] and not status["verified"] and status["problem"], status
+
+
+# --- 13: inconsistent manifests and inputs: exit 2 at load, never a KeyError later -----------
+
+def _rename_first_partition_input(manifest):
+    manifest["partitions"][0]["inputs"] = ["no_such_tensor"]
+
+
+def _bogus_output_tree(manifest):
+    manifest["signature"]["output_tree"] = {"kind": "dict", "keys": ["a", "b"],
+                                            "items": [{"leaf": 0}, {"leaf": 7}]}
+
+
+def _huge_arena(manifest):
+    manifest["memory_plan"] = {"arenas": {"cpu": {"arena_bytes": 1 << 40, "slots": {}}}}
+
+
+def _cuda_partition(manifest):
+    manifest["partitions"][0]["device"] = "cuda"
+
+
+@pytest.mark.parametrize("change, needle", [
+    (_rename_first_partition_input, "no_such_tensor"),
+    (_bogus_output_tree, "output tree"),
+    (_huge_arena, "GiB"),
+    (_cuda_partition, "CUDA"),
+], ids=["dangling-input", "output-tree", "1TiB-arena", "cuda-on-cpu-host"])
+def test_13_inconsistent_manifest_is_refused_at_load(onnx_mlp, tmp_path, cli, change, needle):
+    import torch
+    if change is _cuda_partition and torch.cuda.is_available():
+        pytest.skip("this host has CUDA")
+    bad = _rewrite(onnx_mlp, tmp_path / "bad.artifact", change)
+    with pytest.raises((ArtifactError, CompatibilityError), match=needle):
+        runtime.load(bad)
+    np.savez(tmp_path / "in.npz", x=np.zeros((2, 64), np.float32))
+    _clean(cli("run", str(bad), "--inputs", str(tmp_path / "in.npz")), 2, needle)
+
+
+@pytest.mark.parametrize("make, needle", [
+    (lambda p: np.save(p, np.zeros((2, 64), np.float32)), ".npy file"),
+    (lambda p: np.savez(p, x=np.array(["a", "b"])), "dtype"),
+    (lambda p: np.savez(p, x=np.array(["2020-01-01"], "datetime64[D]")), "dtype"),
+    (lambda p: np.savez(p, x=np.zeros(2, [("a", "f4"), ("b", "i4")])), "dtype"),
+], ids=["npy", "str", "datetime", "structured"])
+def test_13_inputs_that_are_not_numeric_arrays_are_exit_2(onnx_mlp, tmp_path, cli, make, needle):
+    path = tmp_path / "in.npz"
+    with open(path, "wb") as fh:
+        make(fh)
+    _clean(cli("run", str(onnx_mlp), "--inputs", str(path)), 2, needle)
+
+
+def test_13_14_run_out_problems_are_exit_2_before_the_run(onnx_mlp, tmp_path, cli):
+    np.savez(tmp_path / "in.npz", x=np.zeros((2, 64), np.float32))
+    inputs = str(tmp_path / "in.npz")
+    _clean(cli("run", str(onnx_mlp), "--inputs", inputs, "--out", str(tmp_path / "no/o.npz")),
+           2, "does not exist")
+    _clean(cli("run", str(onnx_mlp), "--inputs", str(tmp_path)), 2, "is a directory")
+    # 14: "--out X" writes X itself (numpy alone would write X.npz and we said "wrote X")
+    ok = cli("run", str(onnx_mlp), "--inputs", inputs, "--out", str(tmp_path / "X"))
+    assert ok.returncode == 0 and f"wrote {tmp_path / 'X'}" in ok.stdout
+    assert (tmp_path / "X").is_file() and not (tmp_path / "X.npz").exists()
+    assert set(np.load(tmp_path / "X").files) == {"output"}
