@@ -103,9 +103,7 @@ def _spec(model: str | None, manifest):
     spec with the task and sizes the build used)."""
     settings = manifest.build.get("settings", {})
     return load_spec(model or manifest.source["spec"],
-                     HfOptions(settings.get("task"), settings.get("seq_len"),
-                               settings.get("image_size"), settings.get("random_weights", False))
-                     if not model else None)
+                     HfOptions.from_settings(settings) if not model else None)
 
 
 def _inputs(spec, manifest, device: str) -> list[torch.Tensor]:

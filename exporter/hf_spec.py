@@ -30,6 +30,7 @@ from pathlib import Path
 import torch
 
 from exporter.errors import SpecError
+from exporter.hf_limits import check_config_size
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +52,17 @@ class HfOptions:
     seq_len: int | None = None
     image_size: int | None = None
     random_weights: bool = False  # build even where the checkpoint has no weights
+    trust_remote_code: bool = False  # the checkpoint's own .py files may run (auto_map)
+    max_model_size: int | None = None  # float32 weight bytes; None: half the memory
+
+    @classmethod
+    def from_settings(cls, settings) -> "HfOptions":
+        """From BuildSettings, or the settings dict a manifest recorded."""
+        get = settings.get if isinstance(settings, dict) else lambda k, d=None: getattr(
+            settings, k, d)
+        return cls(get("task"), get("seq_len"), get("image_size"),
+                   bool(get("random_weights", False)), bool(get("trust_remote_code", False)),
+                   get("max_model_size"))
 
 
 class TextOutput(torch.nn.Module):
@@ -91,18 +103,26 @@ def load_hf(text: str, path_text: str, options: HfOptions) -> tuple:
         raise SpecError(f"{path} is not a Hugging Face checkpoint folder (no config.json)",
                         where=text, hint="give a folder written by save_pretrained()")
     try:
-        config = transformers.AutoConfig.from_pretrained(path, local_files_only=True)
+        # trust_remote_code=False always unless asked: a checkpoint folder's own .py files
+        # (config.json's auto_map) never run, and transformers never prompts on stdin.
+        config = transformers.AutoConfig.from_pretrained(
+            path, local_files_only=True, trust_remote_code=options.trust_remote_code)
     except (OSError, ValueError, KeyError) as exc:
+        remote = "custom code" in str(exc)
         raise SpecError(f"transformers cannot read {path / 'config.json'} "
                         f"({type(exc).__name__}: {str(exc).splitlines()[0][:200]})",
-                        where=text, hint="check the config's model_type") from None
+                        where=text, hint="the folder's own Python code (config.json's "
+                        "auto_map) runs only with --trust-remote-code: read it first"
+                        if remote else "check the config's model_type") from None
     task = options.task or _task_from(config)
     if task not in TASKS:
         raise SpecError(f"unknown --task {task!r}", where=text,
                         hint=f"use one of {', '.join(TASKS)}")
     class_name, output = TASKS[task]
-    model, warnings = _model(getattr(transformers, class_name), config, path, text, task,
-                             options.random_weights)
+    auto_class = getattr(transformers, class_name)
+    if not options.trust_remote_code:  # remote code is sized by running it: not here
+        check_config_size(config, auto_class, options.max_model_size, text)
+    model, warnings = _model(auto_class, config, path, text, task, options)
     if task != "image-classification":
         return TextOutput(model.eval(), output).eval(), _text_args(config, options), None, warnings
     size = options.image_size or getattr(config, "image_size", None) or 224
@@ -124,26 +144,33 @@ def _task_from(config) -> str:
     return "feature-extraction"
 
 
-def _model(auto_class, config, path: Path, text: str, task: str, random_weights: bool):
+def _model(auto_class, config, path: Path, text: str, task: str, options: HfOptions):
+    random_weights = options.random_weights
     if task == "causal-lm":
         config.use_cache = False  # no past_key_values among the outputs
     weights = [p for p in ("model.safetensors", "model.safetensors.index.json")
                if (path / p).is_file()]
+    if "model.safetensors.index.json" in weights:
+        _check_index(path / "model.safetensors.index.json", text)
     if not weights and not random_weights:
-        raise SpecError(f"{path} has no model.safetensors: the build would validate random "
-                        "weights, not yours", where=text,
-                        hint="save the model with save_pretrained(..., safe_serialization=True)"
-                             " (a pytorch_model.bin converts with transformers: load it and "
-                             "save it that way), or pass --random-weights to build an "
-                             "architecture trial on purpose")
+        pickled = sorted(p.name for p in path.glob("*.bin"))
+        raise SpecError(f"{path} has no model.safetensors"
+                        + (f" (only {', '.join(pickled)}, a pickle this tool never loads: "
+                           "unpickling runs code)" if pickled else "")
+                        + ": the build would validate random weights, not yours", where=text,
+                        hint="convert it where you trust the file: python -c \"import "
+                             f"transformers as t; m = t.AutoModel.from_pretrained('{path}'); "
+                             f"m.save_pretrained('{path}', safe_serialization=True)\" (use the "
+                             "task's class), or pass --random-weights for an architecture "
+                             "trial on purpose")
     try:
         if weights:
-            model, info = auto_class.from_pretrained(path, config=config, local_files_only=True,
-                                                     use_safetensors=True,
-                                                     output_loading_info=True)
+            model, info = auto_class.from_pretrained(
+                path, config=config, local_files_only=True, use_safetensors=True,
+                output_loading_info=True, trust_remote_code=options.trust_remote_code)
             return model, _newly_initialised(info, path, text, task, random_weights)
         torch.manual_seed(0)
-        model = auto_class.from_config(config)
+        model = auto_class.from_config(config, trust_remote_code=options.trust_remote_code)
     except (OSError, ValueError, KeyError) as exc:
         raise SpecError(f"transformers cannot build a {task} model from {path} "
                         f"({type(exc).__name__}: {str(exc).splitlines()[0][:200]})",
@@ -151,6 +178,22 @@ def _model(auto_class, config, path: Path, text: str, task: str, random_weights:
                                          "architectures") from None
     return model, [f"{path} has no model.safetensors: built with random weights (seed 0, "
                    "--random-weights); the artifact computes what those weights compute"]
+
+
+def _check_index(index: Path, text: str) -> None:
+    """A sharded checkpoint's weight_map names files in its own folder, nothing else."""
+    import json
+    try:
+        shards = set(json.loads(index.read_text())["weight_map"].values())
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise SpecError(f"{index.name} is not a safetensors index ({type(exc).__name__})",
+                        where=str(index), hint="write it with save_pretrained()") from None
+    outside = sorted(s for s in shards if not isinstance(s, str) or "/" in s or "\\" in s
+                     or s in ("", ".", "..") or not s.endswith(".safetensors"))
+    if outside:
+        raise SpecError(f"{index.name} maps weights to files outside its folder or not "
+                        f"safetensors: {', '.join(map(str, outside[:4]))}", where=text,
+                        hint="every shard must be a .safetensors file beside the index")
 
 
 def _newly_initialised(info: dict, path: Path, text: str, task: str,

@@ -101,8 +101,7 @@ def prepare(spec: str | ModelSpec, settings: BuildSettings, timed: Callable) -> 
     dynamic = parse_dynamic(settings.dynamic)
     with timed("load model"):
         model = spec if isinstance(spec, ModelSpec) else load_spec(
-            spec, HfOptions(settings.task, settings.seq_len, settings.image_size,
-                            settings.random_weights))
+            spec, HfOptions.from_settings(settings))
     out = _check_output_path(settings.output_path(_model_name(model)))
     captured_spec = _at_dtype(model, settings.dtype)
     with timed("capture (torch.export)"):

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from runtime.manifest import Manifest
@@ -84,10 +86,28 @@ def print_build(console: Console, result) -> None:
         console.print(line)
 
 
+def printable(value):
+    """``value`` (a manifest's JSON) with every control character shown as an escape:
+    a hostile manifest must not send terminal escape sequences (cursor moves, title
+    changes, hyperlinks) to the terminal of the user who inspects it."""
+    if isinstance(value, str):
+        return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode(), value)
+    if isinstance(value, list):
+        return [printable(v) for v in value]
+    if isinstance(value, dict):
+        return {printable(k): printable(v) for k, v in value.items()}
+    return value
+
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
 def print_manifest(console: Console, manifest: Manifest, path: str) -> None:
-    console.print(f"[bold]{path}[/bold]: target {manifest.target}, built by "
-                  f"{manifest.created_by.get('toolchain')} with torch "
-                  f"{manifest.created_by.get('torch')} from {manifest.source.get('spec')}")
+    """``manifest`` should come from ``printable(raw)``: it is shown to a terminal."""
+    console.print(f"[bold]{escape(path)}[/bold]: target {escape(manifest.target)}, built by "
+                  f"{escape(str(manifest.created_by.get('toolchain')))} with torch "
+                  f"{escape(str(manifest.created_by.get('torch')))} from "
+                  f"{escape(str(manifest.source.get('spec')))}")
     req = manifest.requirements
     console.print(f"requires: {req.arch}, torch {req.torch}"
                   + (f", CPU ISA {req.cpu_isa} ({len(req.cpu_flags)} flags)" if req.cpu_isa else "")

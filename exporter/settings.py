@@ -52,6 +52,11 @@ class BuildSettings(BaseModel):
     image_size: int | None = Field(None, gt=0, description="hf: image models' example size")
     random_weights: bool = Field(False, description="hf: build even where the checkpoint "
                                  "lacks weights (random, warned); refused otherwise")
+    trust_remote_code: bool = Field(False, description="hf: let a checkpoint's own Python "
+                                    "code (config.json auto_map) run; refused otherwise")
+    max_model_size: int | None = Field(None, gt=0, description="hf: refuse a config whose "
+                                       "float32 weights exceed this size (default: half this "
+                                       "machine's memory)")
     compile_timeout_s: int = Field(1800, ge=0, description="cpu, cuda: seconds one C++ "
                                    "compiler run may take (0: no limit)")
     deterministic: bool = Field(False, description="turn off what makes builds differ "
@@ -64,7 +69,7 @@ class BuildSettings(BaseModel):
                              "which keep what measured fastest on this machine")
         return self
 
-    @field_validator("memory_budget", mode="before")
+    @field_validator("memory_budget", "max_model_size", mode="before")
     @classmethod
     def _parse_size(cls, value: object) -> object:
         return parse_size(value) if isinstance(value, str) else value

@@ -69,8 +69,8 @@ def load_spec(spec: str, hf: HfOptions | None = None) -> ModelSpec:
         raise SpecError(f"The model spec {text!r} does not name a factory", where=text,
                         hint=f"{SPEC_FORMS}, e.g. model.py:make_model or zoo:mlp")
     if hf is not None and hf != HfOptions() and target != "hf":
-        raise SpecError("--task, --seq-len, --image-size and --random-weights apply to "
-                        "hf:PATH specs only",
+        raise SpecError("--task, --seq-len, --image-size, --random-weights, "
+                        "--trust-remote-code and --max-model-size apply to hf:PATH specs only",
                         where=text, hint="drop them, or give hf:PATH")
     if target == "zoo":
         return _from_zoo(text, name)
@@ -140,7 +140,7 @@ def _import_file(path: Path):
     sys.modules[name] = module
     try:
         module_spec.loader.exec_module(module)
-    except Exception as exc:  # user code: any exception is the user's error, reported
+    except (Exception, SystemExit) as exc:  # user code: the user's error, reported
         del sys.modules[name]
         raise _user_code_failed(f"Importing {path.name} failed", exc, str(path)) from exc
     return module
@@ -155,7 +155,7 @@ def _import_module(target: str, text: str):
                             hint=f"{SPEC_FORMS}; check the spelling, run from the directory "
                                  "that holds the package, or give a file path") from exc
         raise _user_code_failed(f"Importing {target} failed", exc, target) from exc
-    except Exception as exc:  # user code: any exception is the user's error, reported
+    except (Exception, SystemExit) as exc:  # user code: the user's error, reported
         raise _user_code_failed(f"Importing {target} failed", exc, target) from exc
 
 
@@ -187,6 +187,8 @@ def _user_code_failed(what: str, exc: BaseException, where: str) -> SpecError:
         exc_text = exc.msg
     else:
         where, exc_text = (str(frame) if frame else where), str(exc)
+    if isinstance(exc, SystemExit):
+        exc_text = f"sys.exit({exc.code!r}) was called; a spec must return, not exit"
     return SpecError(f"{what}: {type(exc).__name__}: {exc_text}".rstrip(": "), where=where,
                      hint="fix the error in the model code; run the file with python to see "
                           "the full traceback")
@@ -199,7 +201,8 @@ def _from_factory(text: str, factory: Callable, origin: str | None) -> ModelSpec
     name = getattr(factory, "__qualname__", repr(factory))
     try:
         result = factory()
-    except Exception as exc:  # user code: any exception is the user's error, reported
+    except (Exception, SystemExit) as exc:  # user code: the user's error, reported
+        # sys.exit() in a factory is not a successful build (exit 0, no artifact)
         raise _user_code_failed(f"The factory {name}() raised", exc, origin or text) from exc
     module, args, kwargs, dynamic_shapes = _unpack(result, name, text)
     args = _as_args(args, name, text)

@@ -129,7 +129,8 @@ def inspect(artifact: Path = ARTIFACT,
 
         with ArtifactReader.open(artifact) as reader:
             raw, signature = reader.manifest, signature_status(reader, trusted_key)
-        manifest = runtime.Manifest.from_dict(raw, where=str(artifact))
+        from exporter.report import printable
+        manifest = runtime.Manifest.from_dict(printable(raw), where=str(artifact))
         if plot is not None:
             from exporter.memory_plot import plot_memory
             plot_memory(manifest, plot)

@@ -60,6 +60,10 @@ def build(
                                              help="hf: image example size"),
     random_weights: bool = typer.Option(False, "--random-weights", help="hf: build even "
                                         "where the checkpoint lacks weights (random)"),
+    trust_remote_code: bool = typer.Option(False, "--trust-remote-code", help="hf: run the "
+                                           "checkpoint's own Python code (auto_map)"),
+    max_model_size: Optional[str] = typer.Option(None, "--max-model-size", help="hf: refuse "
+                                                 "larger configs (default: half the memory)"),
     compile_timeout: int = typer.Option(1800, "--compile-timeout", help="cpu, cuda: seconds "
                                         "one C++ compiler run may take (0: no limit)"),
     deterministic: bool = typer.Option(False, "--deterministic", help="turn off on-device "
@@ -83,7 +87,8 @@ def build(
             fuse=fuse, quantize=quantize, calibration=calibration, quant_min_sqnr_db=min_sqnr,
             quant_min_cosine=min_cosine, memory_budget=memory_budget,
             deterministic=deterministic, compile_timeout_s=compile_timeout, task=task,
-            seq_len=seq_len, image_size=image_size, random_weights=random_weights))
+            seq_len=seq_len, image_size=image_size, random_weights=random_weights,
+            trust_remote_code=trust_remote_code, max_model_size=max_model_size))
         if dry_run:
             return _dry_run(spec_used, settings, as_json)
         return _run_build(spec_used, settings, as_json)
@@ -133,7 +138,7 @@ _FIELD_PARAMS = {name: None for name in (
     "target", "out", "dynamic", "inputs", "keep_failed", "cpu_isa", "dtype", "autotune",
     "fallback", "min_partition_size", "ep", "tvm_target", "tune", "fuse", "quantize",
     "calibration", "memory_budget", "deterministic", "task", "seq_len", "image_size",
-    "random_weights")} | {
+    "random_weights", "trust_remote_code", "max_model_size")} | {
     "validate_artifact": "no_validate", "quant_min_sqnr_db": "min_sqnr",
     "quant_min_cosine": "min_cosine", "compile_timeout_s": "compile_timeout"}
 

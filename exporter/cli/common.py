@@ -23,6 +23,7 @@ import errno
 import json
 import logging
 import os
+import signal
 import sys
 import time
 import warnings
@@ -90,9 +91,37 @@ def wrote(path, detail: str = "") -> None:
         result(f"wrote {path}" + (f" ({detail})" if detail else ""))
 
 
+_json_fd: int | None = None  # the real stdout while a --json command runs (see below)
+
+
 def print_json(data: dict) -> None:
     payload = {"json_version": JSON_VERSION, **data}
-    sys.stdout.write(json.dumps(payload, indent=2, sort_keys=True, default=str) + "\n")
+    text = json.dumps(payload, indent=2, sort_keys=True, default=str) + "\n"
+    if _json_fd is None:
+        sys.stdout.write(text)
+        return
+    sys.stdout.flush()
+    with os.fdopen(os.dup(_json_fd), "w") as real_stdout:
+        real_stdout.write(text)
+
+
+@contextlib.contextmanager
+def _stdout_kept_for_json() -> Iterator[None]:
+    """Under --json, stdout carries one JSON object and nothing else: whatever user code,
+    a compiler or a C extension prints meanwhile goes to stderr (file descriptor 1 is
+    pointed at 2), and print_json writes to the real stdout."""
+    global _json_fd
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    _json_fd = saved
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+        _json_fd = None
 
 
 def stage_printer():
@@ -116,6 +145,39 @@ def guarded(action: Callable[[], int | None], *, quiet: bool = False, verbose: b
     style.quiet, style.verbose = quiet or _global.quiet, verbose or _global.verbose
     style.debug, style.json = debug or _global.debug, as_json
     _configure_logging()
+    with contextlib.suppress(ValueError):  # only the main thread may set handlers
+        signal.signal(signal.SIGTERM, _terminated)
+    with _stdout_kept_for_json() if as_json else contextlib.nullcontext():
+        _guarded_body(action, as_json)
+
+
+def _terminated(signum, frame) -> None:
+    """SIGTERM (a CI timeout, ``kill``) is handled as Ctrl-C is: compilers and other child
+    processes are stopped, temporaries removed, the previous output kept; exit 130."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: cleanup must not be cut short
+    for pid in _descendants(os.getpid()):
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGTERM)
+    raise KeyboardInterrupt
+
+
+def _descendants(pid: int) -> list[int]:
+    """Child processes, recursively, from /proc (Linux; elsewhere none are found). Read
+    here rather than with psutil: ten lines, and the core needs no extra package."""
+    children: dict[int, list[int]] = {}
+    for stat_file in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            fields = stat_file.read_text().rsplit(")", 1)[1].split()
+            children.setdefault(int(fields[1]), []).append(int(stat_file.parent.name))
+    found, todo = [], list(children.get(pid, []))
+    while todo:
+        child = todo.pop()
+        found.append(child)
+        todo.extend(children.get(child, []))
+    return found
+
+
+def _guarded_body(action: Callable[[], int | None], as_json: bool) -> None:
     try:
         code = action() or 0
     except ToolchainError as exc:
@@ -133,8 +195,13 @@ def guarded(action: Callable[[], int | None], *, quiet: bool = False, verbose: b
         _print_error(f"cannot write {exc.filename or 'a file'}: {exc.strerror}. Nothing was "
                      "replaced.\nTry: free disk space, or choose another --out", exc)
         raise typer.Exit(2) from None
-    except (typer.Exit, typer.Abort, SystemExit):
+    except (typer.Exit, typer.Abort):
         raise
+    except SystemExit as exc:  # not ours (we exit through typer.Exit): the model's code
+        _print_error(f"the model's code, or a library it calls, called sys.exit({exc.code!r}) "
+                     "during the command; nothing was written.\nTry: remove the sys.exit "
+                     "call from the model's code path", exc)
+        raise typer.Exit(3) from None
     except Exception as exc:  # noqa: BLE001 - anything untyped is a bug of ours
         _internal_error(exc, as_json)
     raise typer.Exit(code)

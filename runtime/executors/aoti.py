@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import weakref
 from pathlib import Path
+from typing import Iterator
 
 import torch
 
+from runtime import scratch
 from runtime.errors import ExecutionError
 from runtime.manifest import Partition
 from runtime.program import Executor
@@ -21,10 +26,16 @@ def load(partition: Partition, files_dir: Path, *, where: str,
     # of a load on the GPU machine's cold cache) and then only warns. We load with
     # the C++ loader it wraps instead: runtime.hostinfo has already checked the
     # ISA and CUDA capability exactly, from the manifest, before this point.
+    # The loader unpacks the package into an ``aotinductor_*`` folder under $TMPDIR and
+    # leaves it behind when loading fails; pointed at a recorded folder of ours, every
+    # such folder is removed: now on failure, with the executor otherwise.
+    unpacked = scratch.make_dir("aoti-load-")
     try:
-        loader = torch._C._aoti.AOTIModelPackageLoader(
-            str(package), "model", run_single_threaded, 1, -1)
+        with _tmpdir(unpacked):
+            loader = torch._C._aoti.AOTIModelPackageLoader(
+                str(package), "model", run_single_threaded, 1, -1)
     except Exception as exc:  # torch raises RuntimeError and friends; say which partition failed
+        scratch.remove(unpacked)
         raise ExecutionError(
             f"AOTInductor could not load partition '{partition.name}' "
             f"({type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''})",
@@ -37,4 +48,18 @@ def load(partition: Partition, files_dir: Path, *, where: str,
     def run(inputs: list[torch.Tensor]) -> list[torch.Tensor]:
         return loader.run([t.contiguous() for t in inputs])
 
+    weakref.finalize(run, scratch.remove, unpacked)
     return run
+
+
+@contextlib.contextmanager
+def _tmpdir(path: Path) -> Iterator[None]:
+    old = os.environ.get("TMPDIR")
+    os.environ["TMPDIR"] = str(path)
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("TMPDIR", None)
+        else:
+            os.environ["TMPDIR"] = old
