@@ -10,13 +10,20 @@ the command line win over the file; ``--save-config`` writes what the build used
     dynamic = ["input_ids:0=1..32", "attention_mask:0=1..32"]
     memory_budget = 64000000
 
+Paths in the file (the spec's FILE.py or hf:FOLDER, ``out``, ``inputs``) are relative
+to the file's own folder, as in pyproject.toml, so a replay from another directory builds
+the same model. ``--save-config`` also stores ``spec_sha256``, the hash of the model's
+source file (hf: its config.json); a replay whose file changed since is refused.
+
 The writer is ours (tomllib reads, the standard library writes no TOML): the settings
 are flat strings, numbers, booleans and lists of strings.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import tomllib
 from pathlib import Path
 
@@ -24,6 +31,8 @@ from exporter.errors import UserInputError
 from runtime.outfiles import written_whole
 
 SPEC_KEY = "spec"
+HASH_KEY = "spec_sha256"
+_PATH_FIELDS = ("out", "inputs")
 
 
 def read(path: Path) -> tuple[str | None, dict]:
@@ -37,9 +46,17 @@ def read(path: Path) -> tuple[str | None, dict]:
         raise UserInputError(f"the config file is not valid TOML ({exc})", where=str(path),
                              hint="see `exporter build --save-config` for the format") from None
     fields = {key.replace("-", "_"): value for key, value in raw.items()}
-    spec = fields.pop(SPEC_KEY, None)
+    spec, expected = fields.pop(SPEC_KEY, None), fields.pop(HASH_KEY, None)
     if spec is not None and not isinstance(spec, str):
         raise UserInputError("the config's spec must be a string", where=str(path))
+    folder = path.parent
+    for key in _PATH_FIELDS:
+        if isinstance(fields.get(key), str):
+            fields[key] = str(folder / Path(fields[key]).expanduser())
+    if spec is not None:
+        spec = _with_location(spec, lambda loc: str(folder / Path(loc).expanduser()))
+        if expected is not None:
+            _check_hash(spec, expected, path)
     return spec, fields
 
 
@@ -57,11 +74,73 @@ def merge(spec: str | None, cli_fields: dict, given: set[str], config: Path | No
 
 
 def write(path: Path, spec: str, settings) -> Path:
-    data = {SPEC_KEY: spec, **settings.model_dump(mode="json", exclude_none=True)}
+    folder = path.expanduser().resolve().parent
+
+    def relative(location: str) -> str:
+        return os.path.relpath(Path(location).expanduser().resolve(), folder)
+    data = {SPEC_KEY: _with_location(spec, relative)}
+    digest = _source_hash(spec)
+    if digest:
+        data[HASH_KEY] = digest
+    data.update(settings.model_dump(mode="json", exclude_none=True))
+    for key in _PATH_FIELDS:
+        if isinstance(data.get(key), str):
+            data[key] = relative(data[key])
     lines = [f"{key} = {_value(value)}" for key, value in data.items()]
     with written_whole(path, flag="--save-config") as partial:
         partial.write_text(f"# exporter build --config {path.name}\n" + "\n".join(lines) + "\n")
     return path
+
+
+def _location(spec: str) -> tuple[str, str, str] | None:
+    """(prefix, path, suffix) of a spec that names a file or folder, else None: ``hf:``
+    folders and ``FILE.py:factory`` (zoo: and module specs name no path)."""
+    if spec.startswith("hf:"):
+        return "hf:", spec[3:], ""
+    target, colon, name = spec.rpartition(":")
+    if colon and (target.endswith(".py") or "/" in target or "\\" in target):
+        return "", target, ":" + name
+    return None
+
+
+def _with_location(spec: str, change) -> str:
+    """``spec`` with its path (if it names one) replaced by ``change(path)``."""
+    parts = _location(spec)
+    if parts is None:
+        return spec
+    prefix, location, suffix = parts
+    return prefix + change(location) + suffix
+
+
+def _source_file(spec: str) -> Path | None:
+    parts = _location(spec)
+    if parts is None:
+        return None
+    prefix, location, _ = parts
+    path = Path(location).expanduser()
+    return path / "config.json" if prefix == "hf:" else path
+
+
+def _source_hash(spec: str) -> str | None:
+    source = _source_file(spec)
+    if source is None or not source.is_file():
+        return None
+    return hashlib.sha256(source.read_bytes()).hexdigest()
+
+
+def _check_hash(spec: str, expected: object, config: Path) -> None:
+    source = _source_file(spec)
+    got = _source_hash(spec)
+    if got is None:
+        raise UserInputError(f"the model file the config names, {source}, does not exist",
+                             where=str(config), hint="paths in a config file are relative to "
+                             "the file's folder; keep them together")
+    if got != expected:
+        raise UserInputError(f"{source} changed since the config was saved (its SHA-256 is "
+                             f"{got[:16]}..., the config recorded {str(expected)[:16]}...): "
+                             "replaying it would build a different model", where=str(config),
+                             hint="build from the changed file with a new --save-config, or "
+                                  f"delete the {HASH_KEY} line to accept the change")
 
 
 def _value(value) -> str:

@@ -40,3 +40,36 @@ def test_bad_config_files_are_usage_errors(cli, tmp_path):
     assert result.returncode == 2 and "no model spec given" in result.stderr
     for path in (unknown, broken, nospec):
         assert "Traceback" not in result.stderr
+
+
+MODEL = '''
+import torch
+def make():
+    return torch.nn.Linear(4, {width}), (torch.randn(1, 4),)
+'''
+
+
+def test_11_relative_spec_replays_the_same_model_from_anywhere(cli, tmp_path):
+    """Issue 20, case 11: the saved spec is relative to the config file, with the source's
+    hash; a replay from another directory builds the same file, a changed file is refused."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "model.py").write_text(MODEL.format(width=3))
+    decoy = tmp_path / "elsewhere"
+    decoy.mkdir()
+    (decoy / "model.py").write_text(MODEL.format(width=5))  # same relative name, other model
+    saved = project / "build.toml"
+    first = cli("build", "model.py:make", "--target", "onnx", "--dry-run", "--json",
+                "--save-config", str(saved), cwd=project)
+    assert first.returncode == 0, first.stderr
+    written = tomllib.loads(saved.read_text())
+    print(saved.read_text())
+    assert written["spec"] == "model.py:make" and len(written["spec_sha256"]) == 64
+    replay = cli("build", "--config", str(saved), "--dry-run", "--json", cwd=decoy)
+    assert replay.returncode == 0, replay.stderr
+    shapes = [o["shape"] for o in json.loads(replay.stdout)["signature"]["outputs"]]
+    assert shapes == [[1, 3]], "built project/model.py, not the one in the current directory"
+    (project / "model.py").write_text(MODEL.format(width=7))
+    changed = cli("build", "--config", str(saved), "--dry-run", cwd=decoy)
+    assert changed.returncode == 2 and "changed since the config was saved" in changed.stderr
+    assert "Traceback" not in changed.stderr

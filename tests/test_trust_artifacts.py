@@ -199,3 +199,14 @@ def test_13_14_run_out_problems_are_exit_2_before_the_run(onnx_mlp, tmp_path, cl
     assert ok.returncode == 0 and f"wrote {tmp_path / 'X'}" in ok.stdout
     assert (tmp_path / "X").is_file() and not (tmp_path / "X.npz").exists()
     assert set(np.load(tmp_path / "X").files) == {"output"}
+
+
+# --- 14: inspect shows a manifest's text, never its terminal escape sequences ---------------
+
+def test_14_inspect_escapes_control_characters(onnx_mlp, tmp_path, cli):
+    evil = "\x1b]0;owned\x07\x1b[2J\x1b[31mspec"
+    bad = _rewrite(onnx_mlp, tmp_path / "escapes.artifact",
+                   lambda m: m["source"].update(spec=evil))
+    shown = cli("inspect", str(bad))
+    assert shown.returncode == 0, shown.stderr
+    assert "\x1b" not in shown.stdout and "\\x1b]0;owned" in shown.stdout
