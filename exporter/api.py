@@ -23,7 +23,9 @@ from exporter.validate import EagerRunner
 from exporter.validate import validate as _validate
 from exporter.validate_inputs import make_cases
 from runtime import read_manifest
+from runtime.errors import InputMismatchError
 from runtime.flat_inputs import flatten_inputs
+from runtime.program import check_inputs
 
 Artifact = BuildResult
 
@@ -60,6 +62,13 @@ def validate(artifact: str | Path, model: str | ModelSpec, *, inputs_file: Path 
             f"the model spec gives {len(inputs.tensors)} input tensors but the artifact takes "
             f"{len(manifest.signature.inputs)}", where=str(artifact),
             hint="pass the spec the artifact was built from (`exporter inspect` shows it)")
+    try:  # the wrong model is a usage error, said before its forward fails on our inputs
+        check_inputs(manifest.signature.inputs, inputs.tensors, where=str(artifact))
+    except InputMismatchError as exc:
+        raise UserInputError(f"the model spec's example inputs do not fit the artifact: "
+                             f"{exc.what}", where=str(artifact), details=exc.details,
+                             hint="pass the spec the artifact was built from (`exporter "
+                                  "inspect` shows it)") from None
     cases, warnings = make_cases(manifest.signature, inputs.tensors, inputs_file, seed)
     return _validate(Path(artifact), EagerRunner(module, inputs.rebuild), manifest.signature,
                      cases, dtype=dtype, warnings=warnings,

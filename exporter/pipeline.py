@@ -323,7 +323,8 @@ def _validate(out: Path, manifest: Manifest, files: dict, eager: EagerRunner,
                 if settings.quantize else None)
         try:
             record = validate(staging, eager, captured.signature, cases, dtype=settings.dtype,
-                              warnings=warnings, preload=preload, gate=gate)
+                              warnings=warnings, preload=preload, gate=gate,
+                              timeout=settings.validation_timeout_s)
         except BuildError as exc:  # the artifact crashed the validation process
             kept = _keep_failed(out, manifest, files) if settings.keep_failed else None
             raise BuildError(exc.what, where=str(kept or out), details=exc.details,

@@ -40,7 +40,8 @@ class BuildSettings(BaseModel):
     quant_min_sqnr_db: float = 20.0
     quant_min_cosine: float = 0.99
     seed: int = 0
-    validation_timeout_s: float = 900.0
+    validation_timeout_s: float = Field(900.0, gt=0, allow_inf_nan=False, description="seconds "
+                                        "the validation subprocess may take")
     memory_budget: int | None = Field(None, gt=0, description="bytes (or a size: 64MB, 1.5GiB) "
                                       "that weights plus planned activations must fit in")
 

@@ -105,7 +105,9 @@ class ArtifactRun:
                 self._proc.kill()
                 self._proc.communicate()
                 raise BuildError(f"the artifact did not finish running the validation inputs "
-                                 f"in {self.timeout:.0f} s", where=str(self.artifact)) from exc
+                                 f"in {self.timeout:g} s", where=str(self.artifact),
+                                 hint="a slow model may need more: validation_timeout_s in "
+                                      "--config (seconds)") from exc
             if self._proc.returncode != 0:
                 raise _crash_error(self._proc.returncode, stdout, stderr, self.artifact)
             flat = load_tensors(self._out_path)
@@ -202,13 +204,14 @@ def compare_output(got: torch.Tensor, ref: torch.Tensor, eager: torch.Tensor,
 
 def validate(artifact: Path, eager: EagerRunner, signature: Signature, cases: list[Case],
              *, dtype: str = "fp32", warnings: list[str] | None = None,
-             preload: list[str] = (), gate: QuantGate | None = None) -> dict:
+             preload: list[str] = (), gate: QuantGate | None = None,
+             timeout: float = 900) -> dict:
     """Run the artifact out of process and compare with eager; returns the manifest record.
     With ``gate``, outputs are judged by it against eager float32 instead of the tolerance
     (so no float64 reference is computed)."""
     start = time.perf_counter()
     tol = TOLERANCES[dtype]
-    run = ArtifactRun(artifact, cases, preload=preload)
+    run = ArtifactRun(artifact, cases, preload=preload, timeout=timeout)
     try:
         references = [_references(eager, case, float64=gate is None) for case in cases]
     except BaseException:

@@ -73,3 +73,18 @@ def test_11_relative_spec_replays_the_same_model_from_anywhere(cli, tmp_path):
     changed = cli("build", "--config", str(saved), "--dry-run", cwd=decoy)
     assert changed.returncode == 2 and "changed since the config was saved" in changed.stderr
     assert "Traceback" not in changed.stderr
+
+
+def test_13_validation_timeout_is_checked_and_applied(cli, tmp_path):
+    """Issue 20, case 13: NaN is refused (exit 2); a value is what the build waits."""
+    nan = tmp_path / "nan.toml"
+    nan.write_text('spec = "zoo:mlp"\ntarget = "onnx"\nvalidation_timeout_s = nan\n')
+    result = cli("build", "--config", str(nan), "--out", str(tmp_path / "a.artifact"))
+    assert result.returncode == 2 and "validation" in result.stderr, result.stderr
+    short = tmp_path / "short.toml"
+    short.write_text('spec = "zoo:mlp"\ntarget = "onnx"\nvalidation_timeout_s = 0.01\n')
+    result = cli("build", "--config", str(short), "--out", str(tmp_path / "b.artifact"))
+    print(result.stderr[-300:])
+    assert result.returncode == 3 and "in 0.01 s" in result.stderr
+    assert "validation_timeout_s" in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / "b.artifact").exists()

@@ -210,3 +210,8 @@ def test_14_inspect_escapes_control_characters(onnx_mlp, tmp_path, cli):
     shown = cli("inspect", str(bad))
     assert shown.returncode == 0, shown.stderr
     assert "\x1b" not in shown.stdout and "\\x1b]0;owned" in shown.stdout
+
+
+def test_13_validate_against_the_wrong_model_is_a_usage_error(onnx_mlp, cli):
+    for model in ("zoo:cnn", "zoo:encoder"):
+        _clean(cli("validate", str(onnx_mlp), "--model", model), 2, "built from")
