@@ -20,7 +20,8 @@ from passes.base import Pass
 from runtime.errors import ToolchainError
 from targets.base import Availability, Lowered, LowerOptions, Support, Target, pipeline
 from targets.errors import TargetOptionError
-from targets.reproducible import normalize_package
+from targets.reproducible import (canonical_mkldnn_metadata, mkldnn_md_layout_known,
+                                  normalize_package)
 from targets.toolchain import TIMED_OUT, choose_cxx, with_timeout
 
 log = logging.getLogger(__name__)
@@ -86,13 +87,16 @@ class AOTInductorTarget(Target):
         return configs
 
     def nondeterminism(self, options: LowerOptions) -> list[str]:
-        # Measured (tests/test_reliability.py, and on an H200): with a warm Inductor cache,
-        # same bytes; a cold cache changed the kernel source's name and 24 bytes of the .so
-        # (CPU), and the array numbering in the generated wrapper (cuda).
-        found = ["the library embeds build paths (Inductor's cache directory, the Python and "
-                 "torch include paths) and Inductor's generated code can depend on its cache "
-                 "state: rebuilds match byte for byte on one machine once its cache holds "
-                 "the program"]
+        # Measured (tests/test_reproducible.py): cold or warm, one Inductor cache directory
+        # gives the same bytes on CPU, whatever --out is; another cache directory path
+        # changes the kernel source's name and the .so's debug strings. On an H200 a cold
+        # cache renumbered arrays in the generated cuda wrapper.
+        found = ["the library embeds Inductor's cache directory path "
+                 "(TORCHINDUCTOR_CACHE_DIR; default /tmp/torchinductor_<user>) and the "
+                 "compiler's include paths: builds match byte for byte where those match"]
+        if not mkldnn_md_layout_known():
+            found.append("oneDNN-prepacked weights: this torch's descriptor layout is not the "
+                         "one checked, so their uninitialised padding bytes are kept")
         if options.autotune:
             found.append("--autotune: Inductor keeps the kernels that timed fastest here")
         return found
@@ -115,7 +119,8 @@ class AOTInductorTarget(Target):
             # no_grad: with grad mode on, freezing skipped the int8 weight-prepack and
             # qlinear fusions, leaving PT2E models as dequantize + float GEMM (slower
             # than fp32; pytorch/ao#4566).
-            with torch.no_grad(), torch._inductor.config.patch(configs):
+            with torch.no_grad(), torch._inductor.config.patch(configs), \
+                    canonical_mkldnn_metadata():
                 torch._inductor.aoti_compile_and_package(
                     program, package_path=str(package), inductor_configs=configs)
         except Exception as exc:  # compiler errors come in many types; keep the full text

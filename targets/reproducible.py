@@ -12,18 +12,37 @@ library does not:
   tell loaded files apart); ``pin_serialization_id`` rewrites it in place to digits
   derived from the other records, fixing the CRC-32s, so nothing else moves.
 
-Written here: torch has no option for either.
+One thing differs in the compiled library itself: a oneDNN-prepacked weight's memory
+descriptor, which Inductor bakes into the wrapper as ``opaque_metadata``, is oneDNN's
+serialized ``memory_desc`` blob, and two of its 4-byte enum fields (data type, format
+kind) are followed by 4 bytes of struct padding that oneDNN never initialises: stack
+bytes that differ from run to run (``253, 127`` one build, ``252, 127`` the next; found
+by serializing 57 conv and linear weights in six processes). ``canonical_mkldnn_metadata``
+zeroes exactly those padding bytes while the program is compiled; the deserializer never
+reads them. It does so only for the blob layout it was checked against (version 1, 772
+bytes); any other is left as it is, and the manifest says so.
+
+Written here: torch has no option for any of these.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import hashlib
 import struct
 import zipfile
 import zlib
 from pathlib import Path
+from typing import Iterator
+
+import torch
 
 SERIALIZATION_ID = ".data/serialization_id"
+# oneDNN's memory_desc blob (version 1, 772 bytes): padding after data_type (offset 104)
+# and after format_kind (offset 312).
+_MD_BLOB_SIZE, _MD_BLOB_VERSION = 772, 1
+_MD_PADDING = (slice(108, 112), slice(316, 320))
 _LOCAL_HEADER = struct.Struct("<4s5H3L2H")  # signature ... name length, extra length
 _CENTRAL_HEADER = struct.Struct("<4s6H3L5H2L")
 
@@ -83,3 +102,60 @@ def pin_serialization_id(package: Path) -> bool:
         offset += _CENTRAL_HEADER.size + name_length + extra_length + comment_length
     package.write_bytes(bytes(data))
     return True
+
+
+def canonical_md(blob: torch.Tensor) -> torch.Tensor:
+    """A serialized oneDNN memory descriptor with its uninitialised padding zeroed (the
+    layout checked above only; any other blob is returned unchanged)."""
+    if blob.dim() != 1 or blob.numel() != _MD_BLOB_SIZE or blob.dtype != torch.uint8:
+        return blob
+    if int.from_bytes(bytes(blob[:4].tolist()), "little") != _MD_BLOB_VERSION:
+        return blob
+    blob = blob.clone()
+    for padding in _MD_PADDING:
+        blob[padding] = 0
+    return blob
+
+
+@contextlib.contextmanager
+def canonical_mkldnn_metadata() -> Iterator[None]:
+    """While compiling: Inductor's wrapper gets every prepacked weight's descriptor
+    through ``torch.ops.mkldnn._get_mkldnn_serialized_md``; give it the canonical one."""
+    namespace = torch.ops.mkldnn
+    try:
+        original = namespace._get_mkldnn_serialized_md
+    except (AttributeError, RuntimeError):  # a torch without oneDNN: nothing to fix
+        yield
+        return
+    namespace._get_mkldnn_serialized_md = _Canonical(original)
+    try:
+        yield
+    finally:
+        namespace._get_mkldnn_serialized_md = original
+
+
+@functools.cache
+def mkldnn_md_layout_known() -> bool:
+    """Whether this torch's oneDNN writes the descriptor layout canonical_md fixes."""
+    try:
+        weight = torch.ops.mkldnn._reorder_convolution_weight(
+            torch.ones(8, 8, 1, 1), [0, 0], [1, 1], [1, 1], 1, [1, 8, 4, 4])
+        weight = weight if weight.is_mkldnn else weight.to_mkldnn()
+        blob = torch.ops.mkldnn._get_mkldnn_serialized_md(weight)
+    except (AttributeError, RuntimeError, NotImplementedError):
+        return True  # no oneDNN prepacking in this torch: nothing to fix
+    return canonical_md(blob) is not blob
+
+
+class _Canonical:
+    """The op packet, called through canonical_md; everything else (``.default``, the
+    schema) is the packet's own, for code that walks the namespace."""
+
+    def __init__(self, packet) -> None:
+        self._packet = packet
+
+    def __call__(self, tensor: torch.Tensor) -> torch.Tensor:
+        return canonical_md(self._packet(tensor))
+
+    def __getattr__(self, name: str):
+        return getattr(self._packet, name)

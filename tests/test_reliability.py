@@ -314,7 +314,7 @@ def test_rebuilding_gives_identical_bytes_aoti_cpu(mlp_build, tmp_path):
     exporter.build("zoo:mlp", target="cpu", out=again)
     assert again.read_bytes() == mlp_build.artifact.read_bytes()
     notes = runtime.read_manifest(again).build["nondeterminism"]
-    assert any("build paths" in n for n in notes)
+    assert any("cache directory path" in n for n in notes)
 
 
 def test_deterministic_refuses_tuning(cli):
