@@ -215,3 +215,30 @@ def test_14_inspect_escapes_control_characters(onnx_mlp, tmp_path, cli):
 def test_13_validate_against_the_wrong_model_is_a_usage_error(onnx_mlp, cli):
     for model in ("zoo:cnn", "zoo:encoder"):
         _clean(cli("validate", str(onnx_mlp), "--model", model), 2, "built from")
+
+
+def test_14_a_failed_aotinductor_load_leaves_no_unpacked_folder(onnx_mlp, tmp_path):
+    """The C++ loader unpacks a package under $TMPDIR and leaves it when loading fails."""
+    import io
+    import os
+    import tempfile
+    package = io.BytesIO()
+    with zipfile.ZipFile(package, "w") as archive:  # a .pt2 that unpacks, then fails to load
+        archive.writestr("model/data/aotinductor/model/model.so", b"\x7fELF not really")
+        archive.writestr("model/archive_format", b"pt2")
+
+    def to_aoti(manifest):
+        part = manifest["partitions"][0]
+        part["backend"], part["meta"] = "aoti", {"package": "partitions/p0/model.pt2"}
+        manifest["partitions"][0]["files"] = ["model.pt2"]
+    with ArtifactReader.open(onnx_mlp) as reader:
+        manifest = json.loads(json.dumps(reader.manifest))
+    to_aoti(manifest)
+    bad = write_artifact(tmp_path / "bad-aoti.artifact", manifest,
+                         {"partitions/p0/model.pt2": package.getvalue()})
+    temp = tempfile.gettempdir()
+    before = set(os.listdir(temp))
+    with pytest.raises(runtime.ExecutionError):
+        runtime.load(bad)
+    left = sorted(n for n in set(os.listdir(temp)) - before if n.startswith(("aotinductor", "aoti")))
+    assert left == [], left
