@@ -318,7 +318,9 @@ def _check_entry_kind(path: Path, name: str, info: zipfile.ZipInfo, limits: Limi
     mode = info.external_attr >> 16
     ftype = stat.S_IFMT(mode)
     problem = None
-    if info.flag_bits & 0x41:  # bit 0: encrypted, bit 6: strong encryption
+    if not info.filename:  # zipfile's is_dir() below would index an empty name
+        problem = "entry has an empty name"
+    elif info.flag_bits & 0x41:  # bit 0: encrypted, bit 6: strong encryption
         problem = "entry is encrypted"
     elif ftype == stat.S_IFLNK:
         problem = "entry is a symbolic link"

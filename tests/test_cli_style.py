@@ -120,13 +120,14 @@ def test_verbose_adds_debug_logs_in_the_same_style(invoke, workdir):
 
 def test_user_mistakes_are_one_error_paragraph_with_exit_2(invoke, workdir, tmp_path):
     d, missing = workdir, tmp_path / "missing.artifact"
+    (tmp_path / "a-file").write_text("not a folder")  # keygen makes a missing folder
     mistakes = {
         "inspect": (["inspect", missing], "missing.artifact"),
         "run": (["run", d / "a.artifact", "--inputs", tmp_path / "none.npz"], "none.npz"),
         "report": (["report", missing, "--html", tmp_path / "r.html"], "missing.artifact"),
         "package": (["package", missing, "--out", tmp_path / "b.tar.gz"], "missing.artifact"),
         "sign": (["sign", d / "a.artifact", "--key", tmp_path / "no.key"], "no.key"),
-        "keygen": (["keygen", "--out-dir", tmp_path / "nodir"], "nodir"),
+        "keygen": (["keygen", "--out-dir", tmp_path / "a-file"], "a-file"),  # made below
         "validate": (["validate", d / "a.artifact", "--model", "nofile.py:f"], "nofile.py"),
         "bench": (["bench", d / "a.artifact", "--baseline", "nosuch"], "nosuch"),
         "build": (["build", "zoo:mlp", "--target", "nosuch"], "nosuch"),
@@ -141,4 +142,4 @@ def test_user_mistakes_are_one_error_paragraph_with_exit_2(invoke, workdir, tmp_
         assert code == 2 and error["exit_code"] == 2 and named in error["message"], name
         assert set(error) == {"type", "exit_code", "message", "what", "where", "hint",
                               "details", "stage"}
-    assert list(tmp_path.iterdir()) == [], "a failed command wrote something"
+    assert list(tmp_path.iterdir()) == [tmp_path / "a-file"], "a failed command wrote something"

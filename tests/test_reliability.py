@@ -238,26 +238,6 @@ def test_interrupted_build_keeps_the_previous_artifact(good_mlp, tmp_path, sig, 
     runtime.load(out)
 
 
-def test_leftovers_of_dead_builds_are_swept_and_live_ones_kept(good_mlp, tmp_path):
-    from exporter import leftovers
-    dead = subprocess.Popen(["true"])
-    dead.wait()
-    out = tmp_path / "model.artifact"
-    stale = [tmp_path / f".model.artifact.tmp-{dead.pid}-x1", tmp_path /
-             f".model.artifact.validating-{dead.pid}",
-             tmp_path / f"..model.artifact.validating-{dead.pid}.tmp-{dead.pid}-y"]
-    live = tmp_path / f".model.artifact.tmp-{os.getpid()}-z"
-    for path in [*stale, live]:
-        path.write_bytes(b"partial")
-    export_report = tmp_path / f"exporter-onnx-{dead.pid}-20261122-000000-abc"  # killed mid-export
-    export_report.mkdir()
-    stale.append(export_report)
-    temp_dir = Path(leftovers.tempfile.gettempdir()) / f"exporter-build-{dead.pid}-abc"
-    temp_dir.mkdir()
-    removed = leftovers.sweep(out)
-    assert set(removed) >= {*stale, temp_dir} and live.exists()
-
-
 def test_two_builds_to_one_path_leave_one_whole_artifact(tmp_path):
     out = tmp_path / "model.artifact"
     procs = [subprocess.Popen(_build_cmd(out), stdout=subprocess.PIPE, stderr=subprocess.PIPE,

@@ -91,37 +91,43 @@ def wrote(path, detail: str = "") -> None:
         result(f"wrote {path}" + (f" ({detail})" if detail else ""))
 
 
-_json_fd: int | None = None  # the real stdout while a --json command runs (see below)
+_json_out = None  # where print_json writes while a --json command runs (see below)
 
 
 def print_json(data: dict) -> None:
     payload = {"json_version": JSON_VERSION, **data}
-    text = json.dumps(payload, indent=2, sort_keys=True, default=str) + "\n"
-    if _json_fd is None:
-        sys.stdout.write(text)
-        return
-    sys.stdout.flush()
-    with os.fdopen(os.dup(_json_fd), "w") as real_stdout:
-        real_stdout.write(text)
+    out = _json_out or sys.stdout
+    out.write(json.dumps(payload, indent=2, sort_keys=True, default=str) + "\n")
+    out.flush()
 
 
 @contextlib.contextmanager
 def _stdout_kept_for_json() -> Iterator[None]:
     """Under --json, stdout carries one JSON object and nothing else: whatever user code,
-    a compiler or a C extension prints meanwhile goes to stderr (file descriptor 1 is
-    pointed at 2), and print_json writes to the real stdout."""
-    global _json_fd
-    sys.stdout.flush()
-    saved = os.dup(1)
-    os.dup2(2, 1)
-    _json_fd = saved
+    a compiler or a C extension prints meanwhile goes to stderr (sys.stdout is stderr,
+    and file descriptor 1 is pointed at 2), and print_json writes to the real stdout."""
+    global _json_out
+    real = sys.stdout
+    real.flush()
+    try:
+        fd = real.fileno()
+    except (AttributeError, OSError, ValueError):  # not a file (a test runner's buffer)
+        fd = None
+    saved = os.dup(fd) if fd is not None else None
+    if fd is not None:
+        os.dup2(2, fd)
+    _json_out = os.fdopen(saved, "w", closefd=False) if saved is not None else real
+    sys.stdout = sys.stderr
     try:
         yield
     finally:
-        sys.stdout.flush()
-        os.dup2(saved, 1)
-        os.close(saved)
-        _json_fd = None
+        sys.stdout = real
+        _json_out.flush()
+        if saved is not None:
+            sys.stderr.flush()
+            os.dup2(saved, fd)
+            os.close(saved)
+        _json_out = None
 
 
 def stage_printer():
