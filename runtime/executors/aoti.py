@@ -45,11 +45,32 @@ def load(partition: Partition, files_dir: Path, *, where: str,
     # names the outputs, so the package's pytree specs (which may name model
     # classes that are not importable on the device) are never needed.
 
-    def run(inputs: list[torch.Tensor]) -> list[torch.Tensor]:
-        return loader.run([t.contiguous() for t in inputs])
+    if partition.device == "cuda":
+        def run(inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+            with _full_fp32():
+                return loader.run([t.contiguous() for t in inputs])
+    else:
+        def run(inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+            return loader.run([t.contiguous() for t in inputs])
 
     weakref.finalize(run, scratch.remove, unpacked)
     return run
+
+
+@contextlib.contextmanager
+def _full_fp32() -> Iterator[None]:
+    """float32 math means float32 inside the artifact, whatever the process has set:
+    PyTorch lets cuDNN use TF32 (10-bit mantissas) for float32 convolutions by default,
+    and the compiled package calls aten's convolution. A Hugging Face ResNet validated
+    at 0.02x its fp32 allowance without TF32 and failed at 17.6x with it (H100). Set
+    around each call (and so around CUDA-graph capture, which fixes the kernels)."""
+    cudnn, matmul = torch.backends.cudnn, torch.backends.cuda.matmul
+    saved = cudnn.allow_tf32, matmul.allow_tf32
+    cudnn.allow_tf32 = matmul.allow_tf32 = False
+    try:
+        yield
+    finally:
+        cudnn.allow_tf32, matmul.allow_tf32 = saved
 
 
 @contextlib.contextmanager
