@@ -183,8 +183,9 @@ def _machine() -> dict:
 
 
 def render(paths: list[str]) -> str:
-    """Markdown: totals per target, a model x target table, then every failure."""
-    rows = read_rows(paths)
+    """Markdown: totals per target, a model x target table, then every failure. A cell
+    measured in several files counts once: the last file's row (a rerun) wins."""
+    rows = list({(r["model"], r["target"], r["dtype"]): r for r in read_rows(paths)}.values())
     columns = sorted({(r["target"], r["dtype"]) for r in rows},
                      key=lambda c: (["cpu", "onnx", "tvm", "cuda"].index(c[0])
                                     if c[0] in ("cpu", "onnx", "tvm", "cuda") else 9, c[1]))
