@@ -44,7 +44,7 @@ demo: install
 	$(VENV)/bin/exporter run build/mlp-cpu.artifact --inputs build/mlp-inputs.npz --out build/mlp-outputs.npz
 
 test: install browser
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not slow and not cuda"
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not slow and not cuda" --durations=25
 
 test-slow: install
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile -m "slow and not cuda"

@@ -4,7 +4,8 @@ A hostile or mistyped ``config.json`` (a vocabulary of 10^9, 100,000 layers, 0 h
 negative size) would otherwise allocate until the machine kills the build, or end in a
 traceback deep inside transformers. Three checks, cheapest first:
 
-1. every size-like integer in the config is positive, and layer counts are plausible;
+1. no size-like integer is negative, the core ones (width, heads, vocabulary)
+   are not zero, and layer counts are plausible;
 2. a quick estimate from the common fields (embeddings, then 12·hidden² per layer);
 3. the exact parameter count of the model built on PyTorch's ``meta`` device (shapes,
    no storage: how accelerate's ``init_empty_weights`` sizes checkpoints), in float32
@@ -23,6 +24,11 @@ MAX_LAYERS = 1024  # the largest released models have under 200 layers
 _LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers", "encoder_layers",
                "decoder_layers", "n_layers", "num_decoder_layers")
 _WIDTH_KEYS = ("hidden_size", "d_model", "n_embd", "dim", "embed_dim")
+# Zero is a legal value of some size-like fields (type_vocab_size, max_window_layers...),
+# never of these: a model with no width, heads or vocabulary divides by zero or is empty.
+_NEVER_ZERO = {"vocab_size", "hidden_size", "d_model", "n_embd", "num_attention_heads",
+               "n_head", "num_heads", "num_key_value_heads", "encoder_attention_heads",
+               "decoder_attention_heads", "intermediate_size", "head_dim"}
 _SIZE_ENDINGS = ("_size", "_layers", "_heads", "_dim", "n_embd", "n_layer", "n_head",
                  "_channels", "d_model", "d_ff", "_positions", "_embeddings")
 
@@ -42,7 +48,8 @@ def check_config_size(config, auto_class, limit: int | None, where: str) -> int:
             f"(now {limit / 2**30:.1f} GiB)")
     values = _int_fields(config)
     bad = sorted(f"{key} = {value}" for key, value in values.items()
-                 if key.endswith(_SIZE_ENDINGS) and value <= 0)
+                 if (key.endswith(_SIZE_ENDINGS) and value < 0)
+                 or (key in _NEVER_ZERO and value == 0))
     if bad:
         raise SpecError(f"config.json has sizes that are zero or negative: {', '.join(bad)}",
                         where=where, hint="fix config.json: sizes and counts are positive")

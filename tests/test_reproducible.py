@@ -39,9 +39,9 @@ def test_15_prepacked_weight_descriptors_are_canonical_across_processes():
         pytest.skip("no oneDNN in this torch")
     runs = [json.loads(subprocess.run([sys.executable, "-c", _SERIALIZE, str(ROOT)],
                                       capture_output=True, text=True, check=True).stdout)
-            for _ in range(6)]
+            for _ in range(3)]
     raw_variants = {json.dumps(r["raw"]) for r in runs}
-    print(f"{len(raw_variants)} different raw descriptor sets in 6 processes")
+    print(f"{len(raw_variants)} different raw descriptor sets in 3 processes")
     assert len({json.dumps(r["canonical"]) for r in runs}) == 1
 
 

@@ -56,7 +56,10 @@ def test_1_outputs_that_are_not_regular_files_are_refused(onnx_mlp, tmp_path, cl
         target = tmp_path / "folder"
         target.mkdir()
     before = os.stat(target).st_mode
-    for name, args in _writers(onnx_mlp, tmp_path, target).items():
+    writers = _writers(onnx_mlp, tmp_path, target)
+    if kind != "fifo":  # every writer shares one check (runtime/outfiles.py): two suffice
+        writers = {name: writers[name] for name in ("build", "run")}
+    for name, args in writers.items():
         if name == "sign" and kind == "directory":
             continue  # sign reads the artifact first: a folder is not an artifact (exit 2 too)
         result = cli(*args)
