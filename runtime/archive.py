@@ -10,7 +10,6 @@ compiled ``.so`` is only loaded from a private copy that was re-hashed while it 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import stat
 import struct
@@ -22,17 +21,15 @@ from pathlib import Path
 from typing import BinaryIO
 
 from runtime import scratch
-from runtime.errors import ArtifactError, CompatibilityError
+from runtime.errors import ArtifactError
+from runtime.manifest_json import FORMAT_NAME, FORMAT_VERSION, parse_manifest  # noqa: F401 (re-exported)
 
-FORMAT_NAME = "edge-export-artifact"
-FORMAT_VERSION = "1.0"  # major.minor; the reader rejects an unknown major, accepts a higher minor
 MANIFEST_NAME = "manifest.json"
 # The Ed25519 signature over manifest.json's bytes (runtime/signing.py). Like the manifest
 # it is not in the manifest's entry list: the manifest cannot name its own signature.
 SIGNATURE_NAME = "manifest.sig"
 MAX_SIGNATURE_BYTES = 4096
 
-_MAJOR = int(FORMAT_VERSION.split(".")[0])
 _ZIP_TIME = (1980, 1, 1, 0, 0, 0)
 _ZIP_MODE = (stat.S_IFREG | 0o644) << 16
 _CREATE_SYSTEM_UNIX = 3
@@ -353,53 +350,7 @@ def _load_manifest(path: Path, zf: zipfile.ZipFile, infos: dict[str, zipfile.Zip
         raise bad(f"manifest is {info.file_size} bytes, over the "
                   f"{limits.max_manifest_bytes}-byte limit")
     raw = b"".join(_entry_chunks(path, zf, info, limits.max_manifest_bytes + 1))
-    try:
-        manifest = json.loads(raw.decode("utf-8"), object_pairs_hook=_no_duplicate_keys,
-                              parse_constant=_no_constants)
-    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
-        raise bad(f"manifest is not valid UTF-8 JSON ({exc})") from None
-    if not isinstance(manifest, dict):
-        raise bad("manifest is not a JSON object")
-    _check_format(path, manifest.get("format"), bad)
-    entries = manifest.get("entries")
-    if not isinstance(entries, dict):
-        raise bad("manifest has no 'entries' object")
-    for name, meta in entries.items():
-        sha, size = (meta.get("sha256"), meta.get("size")) if isinstance(meta, dict) else (0, 0)
-        if (not isinstance(sha, str) or len(sha) != 64 or sha.strip("0123456789abcdef")
-                or type(size) is not int or size < 0):
-            raise bad(f"manifest record for entry {name!r} needs a lowercase hex 'sha256' "
-                      "and a non-negative integer 'size'")
-    return manifest, raw
-
-
-def _no_duplicate_keys(pairs: list[tuple[str, object]]) -> dict:
-    # Two readers could pick different values for a duplicated key; refuse the ambiguity.
-    result: dict = {}
-    for key, value in pairs:
-        if key in result:
-            raise ValueError(f"duplicate key {key!r} in a JSON object")
-        result[key] = value
-    return result
-
-
-def _no_constants(name: str) -> None:
-    raise ValueError(f"{name} is not valid JSON")
-
-
-def _check_format(path: Path, fmt: object, bad) -> None:
-    if not isinstance(fmt, dict) or fmt.get("name") != FORMAT_NAME:
-        raise bad(f"manifest format is not {FORMAT_NAME!r}")
-    version = fmt.get("version")
-    parts = version.split(".") if isinstance(version, str) else []
-    if len(parts) != 2 or not all(p.isascii() and p.isdigit() for p in parts):
-        raise bad(f"manifest format version {version!r} is not 'major.minor'")
-    if int(parts[0]) != _MAJOR:
-        raise CompatibilityError(
-            f"artifact format version {version} is not supported; this toolchain reads "
-            f"version {FORMAT_VERSION} (major {_MAJOR})", where=_where(path, MANIFEST_NAME),
-            hint=f"use a toolchain release that reads format {parts[0]}.x, or rebuild the "
-                 "artifact with this toolchain")
+    return parse_manifest(raw, bad, where=_where(path, MANIFEST_NAME)), raw
 
 
 def _check_entry_set(path: Path, manifest: dict, infos: dict[str, zipfile.ZipInfo]) -> None:

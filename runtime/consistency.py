@@ -78,9 +78,6 @@ def _tree_problem(tree: Any, count: int) -> str | None:
     return problem
 
 
-FILE_KEYS_HINT = "only names of the artifact's own verified entries"
-
-
 def check_partition_files(partition: Partition, file_keys: Iterable[str], entries: set[str],
                           *, where: str) -> None:
     """The meta values an executor opens as files name verified entries of this artifact:
@@ -92,7 +89,7 @@ def check_partition_files(partition: Partition, file_keys: Iterable[str], entrie
         if not isinstance(value, str) or value not in entries:
             raise ArtifactError(
                 f"partition '{partition.name}' points its {key!r} at {str(value)!r:.200}, which "
-                f"is not an entry of the artifact ({FILE_KEYS_HINT} are loaded)", where=where,
+                f"is not an entry of the artifact (only its own verified entries are loaded)", where=where,
                 hint=_HINT)
 
 

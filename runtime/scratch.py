@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 def _registry() -> Path | None:
     """The private folder of logs, or None if it is not safely ours (then nothing is
     recorded and nothing swept: failing safe means leaving files, never deleting)."""
-    folder = Path(tempfile.gettempdir()) / f"exporter-scratch-{os.getuid()}"
+    folder = _registry_path()
     with contextlib.suppress(FileExistsError):
         folder.mkdir(mode=0o700)
     try:
@@ -145,12 +145,12 @@ def _alive(pid: int) -> bool:
 @atexit.register
 def _forget_own_log() -> None:
     """A process that ends normally has removed or released what it recorded."""
-    path = _log_path() if _registry_exists() else None
+    path = _log_path() if _registry_path().is_dir() else None
     if path is not None and path.exists():
         stale = [p for p in held(path) if p.exists()]
         if not stale:
             path.unlink(missing_ok=True)
 
 
-def _registry_exists() -> bool:
-    return (Path(tempfile.gettempdir()) / f"exporter-scratch-{os.getuid()}").is_dir()
+def _registry_path() -> Path:
+    return Path(tempfile.gettempdir()) / f"exporter-scratch-{os.getuid()}"
