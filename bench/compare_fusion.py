@@ -20,7 +20,7 @@ from bench.common import append_row, machine_header, read_rows, run_or_render, t
 
 
 def build_pair(spec: str, target: str, work_dir: Path) -> tuple[dict, dict]:
-    from exporter.pipeline import build
+    from exporter.builder.pipeline import build
     from exporter.settings import BuildSettings
 
     paths, passes = {}, {}
@@ -37,7 +37,7 @@ def run(args) -> None:
     import torch
     import tvm
 
-    from exporter.spec import load_spec
+    from exporter.model.spec import load_spec
     from runtime.flat_inputs import flatten_inputs
 
     work_dir = Path(args.work_dir)

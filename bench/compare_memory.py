@@ -30,9 +30,9 @@ def run(args) -> None:
 
     import runtime
     from exporter.bench import time_side_by_side
-    from exporter.pipeline import build
+    from exporter.builder.pipeline import build
     from exporter.settings import BuildSettings
-    from exporter.spec import load_spec
+    from exporter.model.spec import load_spec
     from runtime.flat_inputs import flatten_inputs
 
     work_dir = Path(args.work_dir)

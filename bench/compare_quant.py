@@ -26,8 +26,8 @@ from bench.common import append_row, machine_header, read_rows, run_or_render, t
 
 def build_variants(spec: str, target: str, recipes: list[str], work_dir: Path,
                    min_sqnr_db: float) -> dict:
-    from exporter.pipeline import build
-    from exporter.report import quantization_records
+    from exporter.builder.pipeline import build
+    from exporter.report.console import quantization_records
     from exporter.settings import BuildSettings
 
     built = {}
@@ -55,7 +55,7 @@ def build_variants(spec: str, target: str, recipes: list[str], work_dir: Path,
 
 
 def time_variants(spec: str, built: dict, runs: int, warmup: int, device: str) -> dict:
-    from exporter.spec import load_spec
+    from exporter.model.spec import load_spec
     from runtime.flat_inputs import flatten_inputs
 
     model = load_spec(spec)

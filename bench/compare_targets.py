@@ -28,7 +28,7 @@ TARGETS = ("cpu", "onnx", "tvm")
 
 def build_all(name: str, tune: int, work_dir: Path) -> dict[str, dict]:
     """{label: {"path", "build_s"}} for each target (and the tuned tvm build)."""
-    from exporter.pipeline import build
+    from exporter.builder.pipeline import build
     from exporter.settings import BuildSettings
 
     variants = [(t, f"zoo:{name}", {"target": t}) for t in TARGETS]
@@ -48,7 +48,7 @@ def build_all(name: str, tune: int, work_dir: Path) -> dict[str, dict]:
 
 
 def time_all(name: str, built: dict[str, dict], runs: int, warmup: int) -> dict:
-    from exporter.zoo import ZOO
+    from exporter.model.zoo import ZOO
     from runtime.flat_inputs import flatten_inputs
 
     module, args, _ = ZOO[name]()

@@ -36,7 +36,7 @@ def _stage(name: str):
 
 def measure(name: str, spec: str, args) -> dict:
     from exporter.bench import bench
-    from exporter.pipeline import build
+    from exporter.builder.pipeline import build
     from exporter.settings import BuildSettings
 
     out = Path(args.work_dir) / f"{name}-{args.target}-{args.dtype}.artifact"

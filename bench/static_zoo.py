@@ -1,7 +1,7 @@
 """Zoo models with every dim static (the example batch, 2), for ``tvm --tune``: TVM 0.27's
 MetaSchedule tunes only static-shape functions. Spec: ``bench/static_zoo.py:cnn``."""
 
-from exporter.zoo import ZOO
+from exporter.model.zoo import ZOO
 
 
 def _static(name: str):

@@ -14,14 +14,14 @@ from typing import Any
 import torch
 
 from exporter.errors import UserInputError
-from exporter.pipeline import BuildResult
-from exporter.pipeline import build as _build
-from exporter.pipeline import preload_for
+from exporter.builder.pipeline import BuildResult
+from exporter.builder.pipeline import build as _build
+from exporter.builder.pipeline import preload_for
 from exporter.settings import BuildSettings
-from exporter.spec import ModelSpec, load_spec
-from exporter.validate import EagerRunner
-from exporter.validate import validate as _validate
-from exporter.validate_inputs import make_cases
+from exporter.model.spec import ModelSpec, load_spec
+from exporter.validation.validate import EagerRunner
+from exporter.validation.validate import validate as _validate
+from exporter.validation.inputs import make_cases
 from runtime import read_manifest
 from runtime.errors import InputMismatchError
 from runtime.flat_inputs import flatten_inputs

@@ -17,9 +17,9 @@ import torch
 
 import runtime
 from exporter.errors import UserInputError
-from exporter.hf_spec import HfOptions
-from exporter.spec import load_spec
-from exporter.cast import CastModel
+from exporter.model.hf_spec import HfOptions
+from exporter.model.spec import load_spec
+from exporter.model.cast import CastModel
 from runtime.flat_inputs import flatten_inputs
 
 log = logging.getLogger(__name__)
@@ -144,7 +144,7 @@ def _direct_onnxruntime(program, inputs: list[torch.Tensor]) -> Callable:
 
 def _eager_in_dtype(spec, device: str, dtype: str) -> Callable:
     """A callable on the flat inputs computing as eager does at the artifact's dtype:
-    the model as the build captured it (``model.to(dtype)``, exporter/cast.py)."""
+    the model as the build captured it (``model.to(dtype)``, exporter/model/cast.py)."""
     module = spec.module if dtype == "fp32" else CastModel(spec.module, dtype)
     module = module.to(device)
     inputs = flatten_inputs(spec.args, spec.kwargs)

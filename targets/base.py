@@ -114,7 +114,7 @@ def pipeline(options: LowerOptions, quantize: Pass | None = None,
     """A target's pass list, in order: dead-code cleanup first (PT2E's prepare failed on
     dead code, and the fusion patterns assume single users); the target's fusion passes
     (targets.fusion, unless --no-fuse); the quantizer if --quantize. (--dtype is not a
-    pass: the model is cast before capture, exporter/cast.py says why.)"""
+    pass: the model is cast before capture, exporter/model/cast.py says why.)"""
     passes: list[Pass] = [EliminateDeadCode()]
     if options.extra.get("fuse", True):
         passes += [make() for make in fusions]

@@ -7,7 +7,7 @@ from pathlib import Path
 import torch
 
 import runtime
-from exporter.zoo import ZOO
+from exporter.model.zoo import ZOO
 
 
 def assert_zoo_artifact_matches_eager(out: Path, name: str, batches=(1, 32)) -> None:

@@ -23,7 +23,7 @@ def test_bench_rejects_unknown_baselines(mlp_build, cli):
 
 
 def test_python_api_is_what_the_cli_calls(mlp_build):
-    """exporter.build -> Artifact, runtime.load -> Program, exporter.validate, exporter.bench."""
+    """exporter.build -> Artifact, runtime.load -> Program, exporter.validation.validate, exporter.bench."""
     import torch
 
     import exporter

@@ -54,8 +54,8 @@ def test_a_correct_artifact_has_nothing_to_blame(monkeypatch, tmp_path):
     made to report a mismatch, the bisect must blame no partition, find the exported
     program equal to the model, and, looking inside the ORT partition anyway, blame no
     value. (Forcing the record isolates the bisect: the build itself is real.)"""
-    import exporter.bisect as bisect_module
-    import exporter.pipeline as pipeline
+    import exporter.validation.bisect as bisect_module
+    import exporter.builder.pipeline as pipeline
     from exporter.errors import ValidationFailedError
     from exporter.settings import BuildSettings
 

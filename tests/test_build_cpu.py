@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import runtime
-from exporter.zoo import ZOO
+from exporter.model.zoo import ZOO
 from runtime.errors import InputMismatchError
 
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import runtime
-from exporter.zoo import ZOO
+from exporter.model.zoo import ZOO
 from runtime.errors import CompatibilityError
 
 pytestmark = [pytest.mark.cuda,
@@ -120,7 +120,7 @@ def test_bench_on_gpu_uses_cuda_events(cuda_builds, cli, tmp_path):
     page = tmp_path / "report.html"
     shown = cli("report", str(out), "--html", str(page), "--bench", str(tmp_path / "bench.json"))
     assert shown.returncode == 0, shown.stderr
-    from exporter.html_charts import CUDA_COLOURS
+    from exporter.report.charts import CUDA_COLOURS
     text = page.read_text()
     assert CUDA_COLOURS["aoti"] in text and text.count('class="bar"') == 3
     assert "cuda-events" in text
@@ -150,8 +150,8 @@ def test_weight_only_recipes_on_the_gpu(artifacts_dir, cli, recipe):
     passed, and the loaded artifact (CUDA graphs) agrees with eager float32 at a new
     batch size."""
     pytest.importorskip("torchao")
-    from exporter.quantization import compare_quantized
-    from exporter.report import quantization_records
+    from exporter.builder.quantization import compare_quantized
+    from exporter.report.console import quantization_records
     from tests.models.wide_decoder import VOCAB, wide_decoder
 
     out = artifacts_dir / f"decoder-cuda-{recipe}.artifact"
@@ -181,7 +181,7 @@ def test_int4_takes_smaller_groups_on_narrow_layers(cli, tmp_path):
     """The zoo decoder's hidden 64 is narrower than int4's group of 128: those layers
     are quantized in groups of 64 instead of being skipped."""
     pytest.importorskip("torchao")
-    from exporter.report import quantization_records
+    from exporter.report.console import quantization_records
 
     out = tmp_path / "decoder-int4.artifact"
     result = cli("build", "zoo:decoder", "--target", "cuda", "--quantize", "int4-weight",

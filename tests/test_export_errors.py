@@ -15,8 +15,8 @@ import torch
 from torch.export import Dim
 
 from exporter.errors import ExportFailedError
-from exporter.export_errors import explain_export_failure
-from exporter.spec import load_spec
+from exporter.model.export_errors import explain_export_failure
+from exporter.model.spec import load_spec
 
 HEADER = "import torch\nfrom torch import nn\n\n\n"
 

@@ -12,7 +12,7 @@ import torch
 import typer
 
 from exporter.cli.common import INTERNAL_ERROR_EXIT, guarded
-from exporter.lowering import _lower_delegated
+from exporter.builder.lowering import _lower_delegated
 from passes.base import PassFailedError, PassResult, run_pipeline
 from passes.dead_code import EliminateDeadCode
 from passes.partition import PlannedPartition

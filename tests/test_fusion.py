@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch import nn
 
-from exporter.zoo import ZOO
+from exporter.model.zoo import ZOO
 from passes.attention_to_sdpa import AttentionToSDPA
 from passes.fold_batchnorm import FoldBatchNorm
 from passes.merge_linears import MergeParallelLinears

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from exporter.html_charts import BACKEND_COLOURS
-from exporter.validate import ERROR_BINS
+from exporter.report.charts import BACKEND_COLOURS
+from exporter.validation.validate import ERROR_BINS
 
 pytest.importorskip("onnxruntime")
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -138,7 +138,7 @@ def test_a_long_partition_chain_starts_folded_and_stays_narrow(custom_onnx):
     import dataclasses
 
     import runtime
-    from exporter import html_report
+    from exporter.report import html as html_report
     from runtime.manifest import Partition
 
     manifest = runtime.read_manifest(custom_onnx[0])

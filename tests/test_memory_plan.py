@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from exporter.zoo import ZOO
+from exporter.model.zoo import ZOO
 from passes.memory_plan import Buffer, best_fit, lower_bound, plan, plan_arenas
 
 

@@ -15,7 +15,7 @@ import numpy as np  # noqa: E402
 import onnx  # noqa: E402
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
-from exporter import zoo  # noqa: E402
+from exporter.model import zoo  # noqa: E402
 from runtime.errors import ArtifactError, CompatibilityError, ExecutionError  # noqa: E402
 from runtime.executors import create_executor  # noqa: E402
 from runtime.manifest import Partition  # noqa: E402

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import runtime
-from exporter.zoo import ZOO
+from exporter.model.zoo import ZOO
 from tests.helpers import assert_zoo_artifact_matches_eager
 
 pytest.importorskip("onnxruntime")

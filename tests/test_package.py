@@ -16,9 +16,9 @@ import pytest
 import torch
 
 import runtime
-from exporter.bundle import lock_lines
+from exporter.ship.bundle import lock_lines
 from exporter.errors import UserInputError
-from exporter.runtime_wheel import build_runtime_wheel
+from exporter.ship.wheel import build_runtime_wheel
 
 pytest.importorskip("onnxruntime")
 ROOT = Path(__file__).resolve().parent.parent
@@ -81,7 +81,7 @@ def test_bundle_installs_in_a_fresh_venv_and_runs_like_eager(installed, ran, tmp
     assert "edge-runtime" in have and "edge-exporter" not in have and "onnxscript" not in have
 
     from tests.models.custom_op import factory
-    from exporter.zoo import ZOO
+    from exporter.model.zoo import ZOO
     x_mlp = np.random.default_rng(0).standard_normal((3, 64)).astype(np.float32)
     x_custom = np.random.default_rng(1).standard_normal((5, 16)).astype(np.float32)
     cases = [("mlp.artifact", x_mlp, ZOO["mlp"]()[0], []),

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import torch
 
-from exporter.zoo import ZOO
+from exporter.model.zoo import ZOO
 from passes.base import run_pipeline
-from exporter.cast import cast_model
+from exporter.model.cast import cast_model
 from passes.dead_code import EliminateDeadCode
 
 

@@ -11,9 +11,9 @@ import pytest
 import torch
 
 import runtime
-from exporter.quantization import compare_quantized
-from exporter.report import quantization_records
-from exporter.zoo import ZOO
+from exporter.builder.quantization import compare_quantized
+from exporter.report.console import quantization_records
+from exporter.model.zoo import ZOO
 
 pytest.importorskip("torchao")
 
@@ -159,8 +159,8 @@ def test_onnx_recipes_use_onnx_runtime_tools(cli, tmp_path, recipe):
 
 def test_trained_zoo_weights_solve_their_tasks():
     """The shipped weights are trained (not random): what the gate is judged on."""
-    from exporter.spec import load_spec
-    from exporter.zoo_trained import cnn_task, encoder_task
+    from exporter.model.spec import load_spec
+    from exporter.model.zoo_trained import cnn_task, encoder_task
 
     generator = torch.Generator().manual_seed(123)
     images, labels = cnn_task(200, generator)
@@ -174,7 +174,7 @@ def test_trained_zoo_weights_solve_their_tasks():
 
 @_GATE_DRIFT
 def test_gate_on_a_trained_model_with_task_data(cli, tmp_path):
-    from exporter.zoo_trained import task_inputs
+    from exporter.model.zoo_trained import task_inputs
 
     calibration, validation = tmp_path / "calibration.npz", tmp_path / "validation.npz"
     np.savez(calibration, **{k: v.numpy() for k, v in task_inputs("cnn-trained", 32).items()})

@@ -11,7 +11,7 @@ import json
 import pytest
 import torch
 
-from exporter.pipeline import prepare, _timer
+from exporter.builder.pipeline import prepare, _timer
 from exporter.settings import BuildSettings
 from passes.partition import materialize
 

@@ -8,7 +8,7 @@ import torch
 
 import exporter
 import runtime
-from exporter.zoo import ZOO
+from exporter.model.zoo import ZOO
 
 pytestmark = pytest.mark.slow
 

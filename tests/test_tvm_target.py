@@ -9,7 +9,7 @@ import json
 import pytest
 
 import runtime
-from exporter.zoo import ZOO
+from exporter.model.zoo import ZOO
 from tests.helpers import assert_zoo_artifact_matches_eager
 
 pytest.importorskip("tvm")
@@ -104,7 +104,7 @@ def test_weight_only_value_from_a_fallback_partition_is_a_constant(monkeypatch, 
     arrive as a constant (TVM's import failed on torch.export's guard for it as an input)."""
     from pathlib import Path
 
-    from exporter.pipeline import build
+    from exporter.builder.pipeline import build
     from exporter.settings import BuildSettings
     from targets.base import Support
     from targets.tvm import TvmTarget

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from exporter.errors import SpecError
-from exporter.spec import ModelSpec, load_spec
-from exporter.zoo import ZOO, describe
+from exporter.model.spec import ModelSpec, load_spec
+from exporter.model.zoo import ZOO, describe
 
 INPUT_NAMES = {"mlp": ["x"], "cnn": ["image"], "encoder": ["input_ids", "attention_mask"],
                "decoder": ["input_ids"]}

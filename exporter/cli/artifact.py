@@ -63,7 +63,7 @@ def validate(
     """Check an existing artifact against eager PyTorch (exit 1 on mismatch)."""
     def action() -> int:
         from exporter.api import validate as validate_api
-        from exporter.report import validation_lines
+        from exporter.report.console import validation_lines
 
         record = validate_api(artifact, model, inputs_file=inputs)
         if as_json:
@@ -129,10 +129,10 @@ def inspect(artifact: Path = ARTIFACT,
 
         with ArtifactReader.open(artifact) as reader:
             raw, signature = reader.manifest, signature_status(reader, trusted_key)
-        from exporter.report import printable
+        from exporter.report.console import printable
         manifest = runtime.Manifest.from_dict(printable(raw), where=str(artifact))
         if plot is not None:
-            from exporter.memory_plot import plot_memory
+            from exporter.report.memory_plot import plot_memory
             plot_memory(manifest, plot)
             wrote(plot, "the memory plan")
         elif as_json:
@@ -140,7 +140,7 @@ def inspect(artifact: Path = ARTIFACT,
                         "signed_by": signature["key_id"], "manifest": raw})
         else:
             from exporter.cli.common import out_console
-            from exporter.report import print_manifest
+            from exporter.report.console import print_manifest
             print_manifest(out_console, manifest, str(artifact))
             result(describe_signature(signature))
         return 0
@@ -156,7 +156,7 @@ def report(artifact: Path = ARTIFACT,
            debug: bool = DEBUG) -> None:
     """Write one self-contained HTML page about an artifact (placement, errors, memory...)."""
     def action() -> int:
-        from exporter.html_report import write_report
+        from exporter.report.html import write_report
 
         write_report(artifact, html, bench_file)
         if as_json:
@@ -202,7 +202,7 @@ def package(artifacts: list[Path] = typer.Argument(..., help="artifact files"),
             debug: bool = DEBUG) -> None:
     """Bundle artifacts with a runtime wheel, a version lock and run scripts for a device."""
     def action() -> int:
-        from exporter.bundle import package as package_api
+        from exporter.ship.bundle import package as package_api
 
         packed = package_api(artifacts, out)
         if as_json:

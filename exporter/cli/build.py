@@ -97,8 +97,8 @@ def build(
 
 def _run_build(spec: str, settings, as_json: bool) -> int:
     from exporter.cli.common import style
-    from exporter.pipeline import build as run_build
-    from exporter.report import print_build
+    from exporter.builder.pipeline import build as run_build
+    from exporter.report.console import print_build
 
     try:
         result = run_build(spec, settings, stage=stage_printer())
@@ -122,7 +122,7 @@ def _build_settings(ctx: typer.Context, spec: str | None, config: Path | None,
                     save_config: Path | None, fields: dict):
     """The spec and BuildSettings: the flags' values, under them --config's, over both
     the flags the command line actually gave; written to --save-config if asked."""
-    from exporter import config_file
+    from exporter.cli import config_file
 
     given = {field for field, param in _FIELD_PARAMS.items()
              if ctx.get_parameter_source(param or field).name == "COMMANDLINE"}
@@ -144,8 +144,8 @@ _FIELD_PARAMS = {name: None for name in (
 
 
 def _dry_run(spec: str, settings, as_json: bool) -> int:
-    from exporter.pipeline import dry_run
-    from exporter.report import print_placement
+    from exporter.builder.pipeline import dry_run
+    from exporter.report.console import print_placement
 
     prep = dry_run(spec, settings, stage=stage_printer())
     if as_json:

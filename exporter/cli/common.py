@@ -258,7 +258,7 @@ def error_json(exc: ToolchainError) -> dict:
 
 class _OneStyleFormatter(logging.Formatter):
     """Log records in the CLI's style: "warning: ...", "error: ...", and with --verbose
-    "debug exporter.pipeline: ..." (the logger's name says which part spoke)."""
+    "debug exporter.builder.pipeline: ..." (the logger's name says which part spoke)."""
 
     def format(self, record: logging.LogRecord) -> str:
         message = record.getMessage()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from exporter.zoo import SEQ, VOCAB, Decoder
+from exporter.model.zoo import SEQ, VOCAB, Decoder
 
 
 def wide_decoder():

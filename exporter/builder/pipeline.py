@@ -20,20 +20,20 @@ import torch
 from torch.export import ExportedProgram
 
 from exporter import versions
-from exporter.bisect import bisect, bisect_lines
-from exporter.capture import Captured, capture
-from exporter.cast import cast_model, cast_record
-from exporter.dynamic import parse_dynamic
+from exporter.validation.bisect import bisect, bisect_lines
+from exporter.model.capture import Captured, capture
+from exporter.model.cast import cast_model, cast_record
+from exporter.model.dynamic import parse_dynamic
 from exporter.errors import (BuildError, MemoryBudgetError, TargetUnavailableError,
                              ValidationFailedError)
 from exporter.settings import BuildSettings
-from exporter.hf_spec import HfOptions
-from exporter.spec import ModelSpec, load_spec
-from exporter.quantization import QuantGate, calibration_sets, check_recipe
-from exporter.validate import EagerRunner, summarize_failure, validate
-from exporter.validate_inputs import make_cases
-from exporter.lowering import lower_options, lower_with_fallback
-from exporter.placement import Placement, enforce_fallback_policy, place
+from exporter.model.hf_spec import HfOptions
+from exporter.model.spec import ModelSpec, load_spec
+from exporter.builder.quantization import QuantGate, calibration_sets, check_recipe
+from exporter.validation.validate import EagerRunner, summarize_failure, validate
+from exporter.validation.inputs import make_cases
+from exporter.builder.lowering import lower_options, lower_with_fallback
+from exporter.builder.placement import Placement, enforce_fallback_policy, place
 from passes import memory_plan
 from passes.base import run_pipeline
 from passes.partition import PlannedPartition
@@ -128,7 +128,7 @@ def prepare(spec: str | ModelSpec, settings: BuildSettings, timed: Callable) -> 
 
 def _at_dtype(model: ModelSpec, dtype: str) -> ModelSpec:
     """The spec to capture: at fp16/bf16, the model cast as ``model.to(dtype)`` casts it
-    (exporter/cast.py); the user's float32 model stays the float64 reference."""
+    (exporter/model/cast.py); the user's float32 model stays the float64 reference."""
     if dtype == "fp32":
         return model
     return dataclasses.replace(model, module=cast_model(model.module, dtype))

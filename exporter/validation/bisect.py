@@ -21,9 +21,9 @@ import torch
 from torch.export import ExportedProgram
 
 import runtime
-from exporter.placement import source_line
-from exporter.validate import Tolerance, compare_output
-from exporter.validate_inputs import Case
+from exporter.builder.placement import source_line
+from exporter.validation.validate import Tolerance, compare_output
+from exporter.validation.inputs import Case
 from passes.partition import node_values, value_names
 from runtime.manifest import Manifest
 

@@ -1,7 +1,7 @@
 """Lowering every partition, with the retry that moves what a backend failed on to the
 CPU fallback (DESIGN.md: "CPU fallback for every op a target does not support").
 
-Split from exporter/pipeline.py, which calls ``lower_with_fallback`` as one stage.
+Split from exporter/builder/pipeline.py, which calls ``lower_with_fallback`` as one stage.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from exporter.placement import place
+from exporter.builder.placement import place
 from exporter.settings import BuildSettings
 from passes.partition import PartitionError, PlannedPartition, materialize
 from runtime.errors import ToolchainError
@@ -19,7 +19,7 @@ from targets.errors import LoweringError
 from targets.fallback import lower_fallback
 
 if TYPE_CHECKING:
-    from exporter.pipeline import Prepared
+    from exporter.builder.pipeline import Prepared
 
 log = logging.getLogger(__name__)
 

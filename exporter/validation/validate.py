@@ -28,13 +28,13 @@ import torch
 from torch.utils._pytree import tree_leaves
 
 from exporter.errors import BuildError
-from exporter.validate_inputs import Case
+from exporter.validation.inputs import Case
 from runtime import scratch
 from runtime.manifest import Signature
 from runtime.tensorio import load_tensors, save_tensors
 
 if TYPE_CHECKING:
-    from exporter.quantization import QuantGate
+    from exporter.builder.quantization import QuantGate
 
 log = logging.getLogger(__name__)
 
@@ -129,7 +129,7 @@ class ArtifactRun:
 
 def _child_env() -> dict:
     # The child imports `runtime` from this same tree, installed or not.
-    root = str(Path(__file__).resolve().parent.parent)
+    root = str(Path(__file__).resolve().parents[2])
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
     return env
@@ -152,7 +152,7 @@ class EagerRunner:
     """Eager PyTorch on flat inputs, at the artifact's dtype and (if it allows) float64.
 
     ``same_dtype``, when given, is the model as the build captured it at fp16/bf16
-    (exporter/cast.py), called like the model; otherwise the model itself is used."""
+    (exporter/model/cast.py), called like the model; otherwise the model itself is used."""
 
     def __init__(self, module: torch.nn.Module, rebuild: Callable,
                  same_dtype: torch.nn.Module | None = None) -> None:

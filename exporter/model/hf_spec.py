@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 
 from exporter.errors import SpecError
-from exporter.hf_limits import check_config_size
+from exporter.model.hf_limits import check_config_size
 
 log = logging.getLogger(__name__)
 

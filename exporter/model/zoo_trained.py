@@ -4,7 +4,7 @@ Random weights say little about accuracy (a random-weight ResNet-50 kept cosine 
 after PT2E int8 while trained encoders keep 0.999), so the zoo's CNN and encoder are
 also shipped trained, briefly, on synthetic tasks (no downloads): ``zoo:cnn-trained``
 and ``zoo:encoder-trained``. The weights (``zoo_weights/*.safetensors``, under 1 MB)
-come from ``python -m exporter.zoo_trained`` (seeded; it prints the accuracy reached).
+come from ``python -m exporter.model.zoo_trained`` (seeded; it prints the accuracy reached).
 
 - CNN: 10 classes; an image is noise plus a bright 8x8 square at one of 10 places.
 - Encoder: 4 classes; which quarter of the vocabulary most of the tokens come from,
@@ -19,7 +19,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from exporter.zoo import BATCH, HIDDEN, SEQ, VOCAB, make_cnn, make_encoder
+from exporter.model.zoo import BATCH, HIDDEN, SEQ, VOCAB, make_cnn, make_encoder
 
 WEIGHTS_DIR = Path(__file__).resolve().parent / "zoo_weights"
 _PLACES = [(r, c) for r in (2, 12, 22) for c in (2, 12, 22)] + [(12, 17)]  # 10 squares

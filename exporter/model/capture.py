@@ -16,10 +16,10 @@ from torch.export.graph_signature import InputKind, TensorArgument
 from torch.export._tree_utils import reorder_kwargs
 from torch.utils._pytree import GetAttrKey, MappingKey, SequenceKey, tree_flatten_with_path
 
-from exporter.dynamic import DynamicDim, apply_dynamic
+from exporter.model.dynamic import DynamicDim, apply_dynamic
 from exporter.errors import ExportFailedError, UserInputError
-from exporter.export_errors import explain_export_failure
-from exporter.spec import ModelSpec
+from exporter.model.export_errors import explain_export_failure
+from exporter.model.spec import ModelSpec
 from runtime.flat_inputs import FlatInputs, flatten_inputs
 from runtime.manifest import Dim, Signature, TensorSpec
 from runtime.outputs import encode_tree

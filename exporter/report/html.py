@@ -15,12 +15,12 @@ from collections import Counter
 from html import escape
 from pathlib import Path
 
-from exporter import html_charts as charts
+from exporter.report import charts
 from exporter.errors import UserInputError
 from runtime.outfiles import checked_output, written_whole
-from exporter.memory_plot import live_bytes_per_step
-from exporter.report import memory_lines, quantization_lines, validation_lines
-from exporter.validate import ERROR_BINS, error_bin
+from exporter.report.memory_plot import live_bytes_per_step
+from exporter.report.console import memory_lines, quantization_lines, validation_lines
+from exporter.validation.validate import ERROR_BINS, error_bin
 from runtime.manifest import Manifest
 from runtime.signing import describe_signature, signature_status
 

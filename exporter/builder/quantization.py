@@ -12,8 +12,8 @@ import torch
 
 from exporter.errors import UserInputError
 from exporter.settings import BuildSettings
-from exporter.validate import error_histogram
-from exporter.validate_inputs import draw_like, load_input_file
+from exporter.validation.validate import error_histogram
+from exporter.validation.inputs import draw_like, load_input_file
 from runtime.manifest import Signature
 from targets import TARGETS, Target
 

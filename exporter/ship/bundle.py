@@ -1,7 +1,7 @@
 """``exporter package ARTIFACT... --out bundle.tar.gz``: what a device needs, in one file.
 
     NAME/artifacts/*.artifact   the artifacts, verified before they are packed
-    NAME/wheels/edge_runtime-*.whl   the runtime package alone (exporter/runtime_wheel.py)
+    NAME/wheels/edge_runtime-*.whl   the runtime package alone (exporter/ship/wheel.py)
     NAME/requirements.lock      exact versions: the ones the artifacts were built with
                                 (torch, onnxruntime, tvm, numpy, safetensors, from their
                                 manifests) and everything those need, as installed here
@@ -25,7 +25,7 @@ from packaging.utils import canonicalize_name
 
 import runtime
 from exporter.errors import UserInputError
-from exporter.runtime_wheel import build_runtime_wheel
+from exporter.ship.wheel import build_runtime_wheel
 from runtime import scratch
 from runtime.manifest import Manifest
 from runtime.outfiles import checked_output, written_whole

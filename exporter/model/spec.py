@@ -12,8 +12,8 @@ Face models take ``input_ids``, ``pixel_values``, ``decoder_input_ids`` by name)
   imports work).
 - ``package.module:NAME``: imported with importlib from ``sys.path`` plus the working
   directory.
-- ``zoo:NAME``: a built-in model (``exporter.zoo``), no file needed.
-- ``hf:PATH``: a local Hugging Face checkpoint folder (``exporter.hf_spec``).
+- ``zoo:NAME``: a built-in model (``exporter.model.zoo``), no file needed.
+- ``hf:PATH``: a local Hugging Face checkpoint folder (``exporter.model.hf_spec``).
 
 ``example_args`` is a tuple or list of positional args, or a single tensor (wrapped
 into a 1-tuple). Args may be tensors, nested
@@ -36,8 +36,8 @@ from typing import Any, Callable, Iterator
 import torch
 
 from exporter.errors import SpecError
-from exporter.export_errors import SourceLine, find_user_frame
-from exporter.hf_spec import HfOptions, load_hf
+from exporter.model.export_errors import SourceLine, find_user_frame
+from exporter.model.hf_spec import HfOptions, load_hf
 
 SPEC_FORMS = "expected FILE.py:NAME, package.module:NAME, zoo:NAME or hf:PATH"
 _FACTORY_CONTRACT = ("(module, example_args), (module, example_args, dynamic_shapes), "
@@ -94,8 +94,8 @@ def load_spec(spec: str, hf: HfOptions | None = None) -> ModelSpec:
 
 
 def _from_zoo(text: str, name: str) -> ModelSpec:
-    from exporter.zoo import ZOO, describe
-    from exporter.zoo_trained import DESCRIPTIONS, TRAINED
+    from exporter.model.zoo import ZOO, describe
+    from exporter.model.zoo_trained import DESCRIPTIONS, TRAINED
 
     models = {**ZOO, **TRAINED}
     if name not in models:

@@ -13,7 +13,7 @@ from torch.export import ExportedProgram
 from torch.fx import Node
 
 from exporter.errors import UserInputError
-from exporter.export_errors import is_model_code
+from exporter.model.export_errors import is_model_code
 from passes.partition import PlannedPartition, is_shape_node, plan_partitions
 from targets import Support, Target
 from targets.fallback import FALLBACK_BACKEND

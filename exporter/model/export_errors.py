@@ -39,11 +39,11 @@ from exporter.errors import ExportFailedError
 
 _TORCH_DIR = str(Path(torch.__file__).parent) + os.sep
 _STDLIB_DIR = str(Path(sysconfig.get_paths()["stdlib"]).resolve()) + os.sep
-_PROJECT = Path(__file__).resolve().parent.parent
+_PROJECT = Path(__file__).resolve().parents[2]  # the repository: exporter/model/ is two down
 # Our own rooms are never "the user's code", even when they sit on the stack.
 _TOOLCHAIN_DIRS = tuple(str(_PROJECT / d) + os.sep for d in ("exporter", "runtime", "passes",
                                                               "targets"))
-_ZOO_FILE = str(_PROJECT / "exporter" / "zoo.py")  # the zoo's models are model code
+_ZOO_FILE = str(_PROJECT / "exporter" / "model" / "zoo.py")  # the zoo's models are model code
 # Frameworks whose frames are never the model's fault.
 _FRAMEWORKS = ("torch", "torchgen", "functorch", "sympy", "typing_extensions")
 

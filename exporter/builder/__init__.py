@@ -1,0 +1,1 @@
+"""The build: the stage list (pipeline), placement, lowering, quantization recipes."""

@@ -1,0 +1,1 @@
+"""Model loading: specs, Hugging Face and zoo models, capture and its errors."""

@@ -1,0 +1,1 @@
+"""Reports: the console tables, the HTML report, its charts and plots."""

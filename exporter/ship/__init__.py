@@ -1,0 +1,1 @@
+"""Shipping an artifact: the device bundle and the runtime wheel."""

@@ -1,0 +1,1 @@
+"""Proving an artifact: inputs, the accuracy gates, validation and bisect."""
