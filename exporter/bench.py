@@ -1,6 +1,7 @@
 """``exporter bench``: the artifact and its baselines, timed in one process on the same inputs.
 
-GPU times come from CUDA events around each call after warm-up; CPU times from
+Accelerator times come from device events around each call after warm-up (CUDA events
+on an NVIDIA GPU, through torch's device-generic ``torch.Event``); CPU times from
 ``perf_counter``. Medians and p90 over ``runs`` calls; ratios are taken within
 the one run because the machines are shared and noisy.
 """
@@ -17,20 +18,27 @@ import torch
 
 import runtime
 from exporter.errors import UserInputError
+from exporter.model.cast import CastModel
 from exporter.model.hf_spec import HfOptions
 from exporter.model.spec import load_spec
-from exporter.model.cast import CastModel
 from runtime.flat_inputs import flatten_inputs
+from targets import all_targets
 
 log = logging.getLogger(__name__)
-BASELINES = ("eager", "compile", "onnxruntime")
-DEFAULT_BASELINES = ("eager", "compile")  # onnxruntime applies to one-partition onnx artifacts
+DEFAULT_BASELINES = ("eager", "compile")
+
+
+def baseline_names() -> tuple[str, ...]:
+    """eager and compile for every artifact; then those targets add (for their artifacts)."""
+    return DEFAULT_BASELINES + tuple(name for target in all_targets().values()
+                                     for name in target.baselines())
 
 
 def _sample(fn: Callable[[], object], device: str) -> float:
-    """One call's time in ms: CUDA events on the GPU, perf_counter on the CPU."""
-    if device == "cuda":
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    """One call's time in ms: device events on an accelerator, perf_counter on the CPU."""
+    if device != "cpu":
+        start = torch.Event(device=device, enable_timing=True)
+        end = torch.Event(device=device, enable_timing=True)
         start.record()
         fn()
         end.record()
@@ -48,8 +56,8 @@ def time_side_by_side(calls: dict[str, Callable[[], object]], device: str, runs:
     for fn in calls.values():
         for _ in range(warmup):
             fn()
-    if device == "cuda":
-        torch.cuda.synchronize()
+    if device != "cpu":
+        torch.accelerator.synchronize()
     samples: dict[str, list[float]] = {name: [] for name in calls}
     per_round = max(1, runs // rounds)
     while min(len(v) for v in samples.values()) < runs:
@@ -66,11 +74,12 @@ def _stats(values: list[float]) -> dict:
 
 
 def bench(artifact: str | Path, *, model: str | None = None,
-          baselines: tuple[str, ...] = DEFAULT_BASELINES, runs: int = 100, warmup: int = 20, cuda_graphs: bool = True) -> dict:
-    unknown = set(baselines) - set(BASELINES)
+          baselines: tuple[str, ...] = DEFAULT_BASELINES, runs: int = 100, warmup: int = 20,
+          cuda_graphs: bool = True) -> dict:
+    unknown = set(baselines) - set(baseline_names())
     if unknown:
         raise UserInputError(f"unknown baseline(s): {', '.join(sorted(unknown))}",
-                             hint=f"choose from: {', '.join(BASELINES)}")
+                             hint=f"choose from: {', '.join(baseline_names())}")
     if runs < 1:
         raise UserInputError("--runs must be at least 1")
     # The model first: importing it registers any custom ops the CPU fallback calls.
@@ -80,17 +89,19 @@ def bench(artifact: str | Path, *, model: str | None = None,
     device = manifest.partitions[0].device
     dtype = manifest.build.get("settings", {}).get("dtype", "fp32")
     results: dict = {"artifact": str(artifact), "target": manifest.target, "device": device,
-                     "dtype": dtype, "cuda_graphs": cuda_graphs and device == "cuda",
-                     "timer": "cuda-events" if device == "cuda" else "perf_counter",
+                     "dtype": dtype, "cuda_graphs": cuda_graphs and device != "cpu",
+                     "timer": f"{device}-events" if device != "cpu" else "perf_counter",
                      "runs": runs, "warmup": warmup, "timings": {}}
-    if device == "cuda":
-        results["gpu"] = torch.cuda.get_device_name()
+    if device != "cpu":
+        results["gpu"] = torch.get_device_module(device).get_device_name()
     inputs = _inputs(spec, manifest, device)
     with torch.inference_mode():
         calls = {"artifact": lambda: program.run(inputs, output_device=device)}
         calls.update(_baselines(spec, inputs, device, dtype, baselines))
-        if "onnxruntime" in baselines:
-            calls["onnxruntime"] = _direct_onnxruntime(program, inputs)
+        for target in all_targets().values():  # what a target adds: its backend, bare
+            for name, make in target.baselines().items():
+                if name in baselines:
+                    calls[name] = make(program, inputs)
         results["timings"] = time_side_by_side(calls, device, runs, warmup)
     art = results["timings"]["artifact"]["median_ms"]
     results["ratios"] = {f"artifact/{name}": art / t["median_ms"]
@@ -125,21 +136,6 @@ def _baselines(spec, inputs: list[torch.Tensor], device: str, dtype: str,
         compiled = torch.compile(flat_module, mode="reduce-overhead")
         calls["compile"] = lambda: compiled(*inputs)
     return calls
-
-
-def _direct_onnxruntime(program, inputs: list[torch.Tensor]) -> Callable:
-    """``session.run`` on the artifact's own ONNX Runtime session, with numpy feeds built
-    once: same model, providers, threads and inputs, so the difference is what the
-    runtime adds. (A second session would double the spinning thread pools on a small
-    machine and measure their contention instead.)"""
-    partitions = program.manifest.partitions
-    session = getattr(program.executors[0], "session", None) if len(partitions) == 1 else None
-    if session is None:
-        raise UserInputError("the onnxruntime baseline needs an onnx artifact with one partition",
-                             where=program.source,
-                             hint="use --baseline eager,compile for this artifact")
-    feeds = {arg.name: t.cpu().numpy() for arg, t in zip(session.get_inputs(), inputs)}
-    return lambda: session.run(None, feeds)
 
 
 def _eager_in_dtype(spec, device: str, dtype: str) -> Callable:

@@ -10,25 +10,26 @@ from __future__ import annotations
 
 import importlib.metadata
 import platform
-import shutil
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 
 import torch
 
-OK, PROBLEM, ABSENT = "ok", "problem", "absent"
+from targets import ABSENT, OK, PROBLEM, Check, all_targets
 
-
-@dataclass(frozen=True)
-class Check:
-    name: str
-    status: str
-    found: str
-    fix: str = ""
+__all__ = ["ABSENT", "OK", "PROBLEM", "Check", "as_json", "run_checks"]
 
 
 def run_checks() -> list[Check]:
-    return [_python(), _torch(), *_gpu(), _compiler(), _timeout(),
-            *(_package(name, extra, why) for name, extra, why in _OPTIONAL), *_targets()]
+    targets = list(all_targets().values())
+    # targets sharing a toolchain (cpu and cuda: the C++ compiler) report it once
+    own = {c.name: c for t in targets for c in t.doctor_checks()}
+    packages = {dist: (extra, [t.name for t in targets if (dist, extra) in t.build_packages])
+                for t in targets for dist, extra in t.build_packages}
+    return [_python(), _torch(), *own.values(),
+            *(_package(dist, extra, "target " + ", ".join(names) if len(names) < len(targets)
+                       else "--quantize") for dist, (extra, names) in packages.items()),
+            *(_package(name, extra, why) for name, extra, why in _OPTIONAL),
+            *_targets(targets)]
 
 
 def as_json(checks: list[Check]) -> dict:
@@ -36,10 +37,8 @@ def as_json(checks: list[Check]) -> dict:
             "problems": sum(c.status == PROBLEM for c in checks)}
 
 
-# (distribution, pip extra, what it is for)
-_OPTIONAL = (("onnxruntime", "onnx", "target onnx"), ("onnxscript", "onnx", "target onnx"),
-             ("apache-tvm", "tvm", "target tvm"), ("torchao", "quant", "--quantize on cpu/cuda"),
-             ("transformers", "hf", "hf:PATH specs"),
+# (distribution, pip extra, what it is for): the exporter's own optional parts
+_OPTIONAL = (("transformers", "hf", "hf:PATH specs"),
              ("cryptography", "signing", "exporter sign, --trusted-key"),
              ("matplotlib", "", "exporter inspect --plot"))
 
@@ -53,55 +52,18 @@ def _torch() -> Check:
     return Check("torch", OK, f"{torch.__version__} ({build})")
 
 
-def _gpu() -> list[Check]:
-    if not torch.version.cuda:
-        return [Check("gpu", ABSENT, "this torch has no CUDA: target cuda is off",
-                      "install a CUDA build of torch on a machine with an NVIDIA GPU")]
-    if not torch.cuda.is_available():
-        return [Check("gpu", PROBLEM, "torch has CUDA but sees no GPU",
-                      "check the driver (nvidia-smi) and CUDA_VISIBLE_DEVICES")]
-    major, minor = torch.cuda.get_device_capability()
-    return [Check("gpu", OK, f"{torch.cuda.get_device_name()} (compute capability "
-                             f"{major}.{minor}); artifacts built here need >= {major}.{minor}")]
-
-
-def _compiler() -> Check:
-    from targets.toolchain import choose_cxx
-    choice = choose_cxx()
-    if choice.compiler is None:
-        return Check("c++ compiler", PROBLEM, choice.note,
-                     "install g++ or set CXX to a compiler that links libstdc++ dynamically "
-                     "(e.g. CXX=/usr/bin/g++); targets cpu and cuda need it")
-    if choice.switched:  # builds work (the build switches too); say how to make it explicit
-        return Check("c++ compiler", OK, choice.note,
-                     f"the build uses {choice.compiler} itself; set CXX={choice.compiler} to "
-                     "say so")
-    return Check("c++ compiler", OK, choice.note)
-
-
-def _timeout() -> Check:
-    if shutil.which("timeout"):
-        return Check("timeout", OK, "coreutils timeout: --compile-timeout works")
-    return Check("timeout", PROBLEM, "no `timeout` command: a hung compiler hangs the build",
-                 "install coreutils")
-
-
 def _package(name: str, extra: str, why: str) -> Check:
     try:
         version = importlib.metadata.version(name)
     except importlib.metadata.PackageNotFoundError:
         install = f"pip install '.[{extra}]'" if extra else f"pip install {name}"
         return Check(name, ABSENT, f"not installed ({why} is off)", install)
-    if name == "onnxruntime":
-        import onnxruntime
-        version += f"; providers: {', '.join(onnxruntime.get_available_providers())}"
     return Check(name, OK, f"{version} ({why})")
 
 
-def _targets() -> list[Check]:
-    from targets import TARGETS
+def _targets(targets: list) -> list[Check]:
     rows = []
-    for target in TARGETS.values():
+    for target in targets:
         availability = target.availability()
         rows.append(Check(f"target {target.name}", OK if availability.ok else ABSENT,
                           availability.reason,

@@ -6,10 +6,15 @@ API call the same function (modelled on Torch-TensorRT's ``_settings.py``).
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (BaseModel, ConfigDict, Field, ValidationError, field_validator,
+                      model_validator)
+
+from targets import FallbackPolicy, TargetOptions, all_targets
+from targets.options import flag_name
 
 ARTIFACT_SUFFIX = ".artifact"
 
@@ -25,13 +30,11 @@ class BuildSettings(BaseModel):
     keep_failed: bool = False
     cpu_isa: Literal["auto", "avx512", "avx2", "generic"] = "auto"  # see targets.cpu_isa
     dtype: Literal["fp32", "fp16", "bf16"] = "fp32"
-    autotune: bool = False
-    fallback: Literal["allow", "warn", "forbid"] = "warn"
+    fallback: FallbackPolicy = FallbackPolicy.WARN
     min_partition_size: int = Field(1, ge=1)
-    ep: str = Field("cpu", description="ONNX Runtime execution providers, in order")
-    tvm_target: str | None = Field(None, description="TVM target string; default LLVM for "
-                                                     "the --cpu-isa level")
-    tune: int = Field(0, ge=0, description="tvm: MetaSchedule trials (0 = untuned schedules)")
+    # The target's own options (its ``Options`` model, all fields filled in). Given flat
+    # (``BuildSettings(target="tvm", tune=8)``, a flag, a config key) or as a table.
+    target_options: dict[str, Any] = Field(default_factory=dict)
     fuse: bool = Field(True, description="the target's graph fusion passes (targets.fusion)")
     quantize: Literal["int8-dynamic", "int8-static", "int8-weight", "int4-weight"] | None = None
     calibration: str | None = Field(None, description="int8-static: .npz of representative "
@@ -58,31 +61,83 @@ class BuildSettings(BaseModel):
     max_model_size: int | None = Field(None, gt=0, description="hf: refuse a config whose "
                                        "float32 weights exceed this size (default: half this "
                                        "machine's memory)")
-    compile_timeout_s: int = Field(1800, ge=0, description="cpu, cuda: seconds one C++ "
-                                   "compiler run may take (0: no limit)")
     deterministic: bool = Field(False, description="turn off what makes builds differ "
-                                "(on-device kernel timing); refuses --autotune and --tune")
+                                "(on-device kernel timing); refuses on-device tuning")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _gather_target_options(cls, data: Any) -> Any:
+        """Flat target-option keys join ``target_options``; the table is validated by the
+        target's ``Options`` and stored whole (defaults included), so the manifest and
+        --save-config record every option the build used."""
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        table = dict(data.pop("target_options", None) or {})
+        target = all_targets().get(str(data.get("target", "cpu")))
+        if target is None:
+            return {**data, "target_options": table}  # exporter.build says "unknown target"
+        own = target.Options.model_fields
+        for key in [k for k in data if k not in cls.model_fields]:
+            value = data.pop(key)
+            # another target's option at its default says nothing (old saved configs hold
+            # every option); the rest go to the target's Options, which names the owner
+            if key in own or not _is_default_elsewhere(key, value):
+                table[key] = value
+        try:
+            options = target.Options(**table)
+        except ValidationError as exc:
+            raise ValueError("; ".join(_option_problem(e) for e in exc.errors())) from None
+        return {**data, "target_options": options.model_dump(mode="json")}
 
     @model_validator(mode="after")
     def _deterministic_excludes_tuning(self) -> "BuildSettings":
-        if self.deterministic and (self.autotune or self.tune):
-            raise ValueError("--deterministic cannot be combined with --autotune or --tune, "
+        tuned = self.options().measured_choices() if self.target in all_targets() else []
+        if self.deterministic and tuned:
+            raise ValueError(f"--deterministic cannot be combined with {', '.join(tuned)}, "
                              "which keep what measured fastest on this machine")
         return self
+
+    def options(self) -> TargetOptions:
+        """The target's typed options."""
+        return _parse_options(self.target, tuple(sorted(self.target_options.items(),
+                                                        key=lambda kv: kv[0])))
 
     @field_validator("memory_budget", "max_model_size", mode="before")
     @classmethod
     def _parse_size(cls, value: object) -> object:
         return parse_size(value) if isinstance(value, str) else value
 
-    def providers(self) -> list[str]:
-        from targets.onnx import provider_names  # the one place that knows EP names
-        return provider_names(self.ep)
-
     def output_path(self, model_name: str) -> Path:
         if self.out is not None:
             return self.out
         return Path(f"{model_name}-{self.target}{ARTIFACT_SUFFIX}")
+
+
+def _option_problem(error: dict) -> str:
+    """'--tune: is an option of target tvm', said with the flag's own name."""
+    where = ".".join(map(str, error["loc"]))
+    message = error["msg"].removeprefix("Value error, ")
+    owners = [t for t in all_targets().values() if where in t.Options.model_fields]
+    if error["type"] == "extra_forbidden":
+        message = (f"is an option of target {', '.join(t.name for t in owners)}" if owners
+                   else "is not a build option")
+    flag = (flag_name(where, owners[0].Options.model_fields[where]) if owners
+            else "--" + where.replace("_", "-"))
+    return f"{flag}: {message}"
+
+
+def _is_default_elsewhere(key: str, value: object) -> bool:
+    for target in all_targets().values():
+        field = target.Options.model_fields.get(key)
+        if field is not None and not field.is_required() and field.default == value:
+            return True
+    return False
+
+
+@functools.lru_cache(maxsize=64)
+def _parse_options(target: str, items: tuple) -> TargetOptions:
+    return all_targets()[target].Options(**dict(items))
 
 
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "kib": 2**10, "mib": 2**20,

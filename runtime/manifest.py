@@ -137,6 +137,14 @@ class Requirements:
         data["cpu_flags"] = list(self.cpu_flags)
         return data
 
+    def describe(self) -> list[str]:
+        """For reports: 'x86_64', 'torch 2.13.0', 'CPU ISA avx2 (12 flags)', ..."""
+        return [self.arch, f"torch {self.torch}",
+                *([f"CPU ISA {self.cpu_isa} ({len(self.cpu_flags)} flags)"] if self.cpu_isa
+                  else []),
+                *([f"CUDA capability >= {self.cuda_capability}"] if self.cuda_capability
+                  else [])]
+
     @classmethod
     def from_json(cls, raw: dict) -> "Requirements":
         optional = {key: _str(raw[key], key) if raw.get(key) is not None else None

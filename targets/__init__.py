@@ -1,24 +1,14 @@
-"""Targets, one module each. ``TARGETS`` is the registry the exporter reads."""
+"""Targets, one folder each (targets/aoti/, targets/onnx/, targets/tvm/); the exporter
+reaches them only through ``targets.registry``."""
 
 from __future__ import annotations
 
-from runtime.errors import UserInputError
-from targets.base import Availability, Lowered, LowerOptions, Support, Target
-from targets.cpu import CpuTarget
-from targets.cuda import CudaTarget
-from targets.onnx import OnnxTarget
-from targets.tvm import TvmTarget
+from targets.base import (ABSENT, OK, PROBLEM, Availability, Check, Lowered, LowerOptions,
+                          Support, Target)
+from targets.errors import LoweringError, TargetOptionError
+from targets.options import FallbackPolicy, TargetOptions
+from targets.registry import all_targets, for_backend, get_target, register
 
-TARGETS: dict[str, Target] = {t.name: t for t in (CpuTarget(), CudaTarget(), OnnxTarget(),
-                                                       TvmTarget())}
-
-__all__ = ["Availability", "Lowered", "LowerOptions", "Support", "TARGETS", "Target",
-           "get_target"]
-
-
-def get_target(name: str) -> Target:
-    try:
-        return TARGETS[name]
-    except KeyError:
-        raise UserInputError(f"unknown target '{name}'",
-                             hint=f"choose one of: {', '.join(TARGETS)}") from None
+__all__ = ["ABSENT", "OK", "PROBLEM", "Availability", "Check", "FallbackPolicy", "Lowered",
+           "LowerOptions", "LoweringError", "Support", "Target", "TargetOptionError",
+           "TargetOptions", "all_targets", "for_backend", "get_target", "register"]

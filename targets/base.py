@@ -1,8 +1,12 @@
 """The target contract (DESIGN.md, Contracts -> Target).
 
 A target declares, as data: its name, device, the backend kind that runs its
-partitions, which ops it supports and why (``supports``), its default pass
-pipeline, and how to lower one partition to files + metadata (``lower``).
+partitions, its typed options, which ops it supports and why (``supports``), its
+default pass pipeline, and how to lower one partition to files + metadata (``lower``);
+and, as hooks with defaults, what the core would otherwise hard-code about it: the
+packages it needs to build and to run, what ``exporter doctor`` checks, which values bisect
+can read inside one of its partitions, the extra baselines ``exporter bench`` can time, and the
+colour the report draws it in. The core asks; it never names a target.
 """
 
 from __future__ import annotations
@@ -21,7 +25,8 @@ from passes.base import Pass
 from passes.dead_code import EliminateDeadCode
 from passes.quantize import QuantizePT2E
 from passes.quantize_weight_only import QuantizeWeightOnly
-from runtime.manifest import Requirements
+from runtime.manifest import Partition, Requirements
+from targets.options import FallbackPolicy, TargetOptions
 
 
 @dataclass(frozen=True)
@@ -39,15 +44,39 @@ class Availability:
 
 
 @dataclass(frozen=True)
+class Check:
+    """One row of ``exporter doctor``: ``ok`` / ``problem`` / ``absent`` (an optional part
+    not installed), what was found, and the fix."""
+
+    name: str
+    status: str
+    found: str
+    fix: str = ""
+
+
+OK, PROBLEM, ABSENT = "ok", "problem", "absent"
+
+
+@dataclass(frozen=True)
 class LowerOptions:
-    """What the build settings say to a target. Defaults live in exporter.settings."""
+    """What the build settings say to a target. Defaults live in exporter.settings; the
+    target's own options arrive typed, as its ``Options`` model."""
 
     work_dir: Path
+    target: TargetOptions = field(default_factory=TargetOptions)
     cpu_isa: str = "auto"
     dtype: str = "fp32"
-    autotune: bool = False
+    fuse: bool = True
+    quantize: str | None = None
+    calibration: Sequence = ()  # int8-static input sets
+    fallback: FallbackPolicy = FallbackPolicy.WARN
+    deterministic: bool = False
+    partition: str | None = None  # the partition being lowered (names logs and errors)
     log_dir: Path | None = None  # where compiler logs go on failure (kept after the build)
-    extra: dict = field(default_factory=dict)
+
+    @property
+    def logs(self) -> Path:
+        return self.log_dir or self.work_dir
 
 
 @dataclass
@@ -60,13 +89,27 @@ class Lowered:
     notes: list[str] = field(default_factory=list)  # warnings for the user and the manifest
 
 
+# A bench baseline: (artifact's Program, flat inputs) -> a callable timed like the artifact.
+Baseline = Callable[[object, list], Callable[[], object]]
+
+
 class Target(abc.ABC):
     name: str
     device: str  # where the delegated partitions run: "cpu" or "cuda"
     backend: str  # the runtime executor kind
     description: str
+    Options: type[TargetOptions] = TargetOptions  # its typed options (flags, TOML table)
     # --quantize recipes this target runs -> how (the report says it); none by default
     quant_recipes: dict[str, str] = {}
+    # (distribution, pip extra of this project) the build needs beyond torch: doctor lists them
+    build_packages: tuple[tuple[str, str], ...] = ()
+    # (extra name, requirements) a device needs to run its partitions: the runtime wheel
+    runtime_extra: tuple[str, tuple[str, ...]] | None = None
+    # modules that register this backend's executor (plug-ins): the validation process
+    # imports them, as a device does through the entry point
+    runtime_modules: tuple[str, ...] = ()
+    loggers_to_quiet: tuple[str, ...] = ()  # chatty third-party loggers (the CLI quiets them)
+    colour: str = "#868e96"  # the report's colour for ops placed here
 
     @abc.abstractmethod
     def availability(self) -> Availability:
@@ -84,9 +127,43 @@ class Target(abc.ABC):
     def lower(self, program: ExportedProgram, options: LowerOptions) -> Lowered:
         """Compile one partition's program into files under options.work_dir."""
 
+    def own_options(self, options: LowerOptions) -> TargetOptions:
+        """``options.target``, typed as this target's ``Options`` (their defaults where the
+        caller gave none)."""
+        given = options.target
+        if isinstance(given, self.Options):
+            return given
+        if type(given) is TargetOptions:
+            return self.Options()
+        raise TypeError(f"target {self.name} got {type(given).__name__}, not "
+                        f"{self.Options.__name__}")
+
     def nondeterminism(self, options: LowerOptions) -> list[str]:
         """What can make two builds of one spec differ in bytes (the manifest says so)."""
         return []
+
+    def doctor_checks(self) -> list[Check]:
+        """Rows for `exporter doctor` beyond its packages and availability."""
+        return []
+
+    def runtime_packages(self, partition: Partition) -> dict[str, str | None]:
+        """Distributions (and the versions it was built with) a device needs to run one
+        of this target's partitions, beyond torch, numpy and safetensors: the bundle's lock."""
+        return {}
+
+    def intermediate_values(self, folder: Path, partition: Partition,
+                            wanted: dict[str, torch.dtype], inputs: list
+                            ) -> list[tuple[str, str, torch.Tensor]]:
+        """For bisect, once it has blamed one of this target's partitions (its files
+        extracted under ``folder``): ``(backend op, value name, value)`` for the values of
+        ``wanted`` (node name of the partition's program -> dtype) the backend can expose,
+        run on ``inputs``, in its own graph order. Empty where it cannot say; the exporter
+        compares them with eager's."""
+        return []
+
+    def baselines(self) -> dict[str, Baseline]:
+        """Extra `exporter bench` baselines this target's artifacts can be timed against."""
+        return {}
 
     def quantizer(self, recipe: str) -> object:
         """The torchao PT2E quantizer for one of ``quant_recipes`` (weight-only recipes
@@ -94,7 +171,7 @@ class Target(abc.ABC):
         raise NotImplementedError(f"target {self.name} declares no quantizer")
 
     def quantize_pass(self, options: LowerOptions) -> Pass | None:
-        recipe = options.extra.get("quantize")
+        recipe = options.quantize
         if not recipe:
             return None
         if recipe not in self.quant_recipes:  # the pipeline checks first; this is a bug guard
@@ -102,8 +179,8 @@ class Target(abc.ABC):
         how = self.quant_recipes[recipe]
         if recipe in QuantizeWeightOnly.recipes:
             return QuantizeWeightOnly(recipe, how)
-        return QuantizePT2E(recipe, lambda: self.quantizer(recipe),
-                            options.extra.get("calibration") or [], how)
+        return QuantizePT2E(recipe, lambda: self.quantizer(recipe), list(options.calibration),
+                            how)
 
     def base_requirements(self) -> Requirements:
         return Requirements(arch=platform.machine(), torch=torch.__version__)
@@ -116,7 +193,7 @@ def pipeline(options: LowerOptions, quantize: Pass | None = None,
     (targets.fusion, unless --no-fuse); the quantizer if --quantize. (--dtype is not a
     pass: the model is cast before capture, exporter/model/cast.py says why.)"""
     passes: list[Pass] = [EliminateDeadCode()]
-    if options.extra.get("fuse", True):
+    if options.fuse:
         passes += [make() for make in fusions]
     if quantize is not None:
         passes.append(quantize)

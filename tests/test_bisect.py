@@ -37,8 +37,8 @@ def test_the_first_divergent_partition_is_named_with_its_ops_and_lines(cli, tmp_
     # Inside the ORT partition ("mark all"): log's values match eager (NaN where eager
     # has NaN), ArgMax's do not.
     inside = found["inside"]
-    print("inside p2:", {k: inside[k] for k in ("value", "onnx_op", "compared")})
-    assert (inside["value"], inside["onnx_op"], inside["op"]) == (
+    print("inside p2:", {k: inside[k] for k in ("value", "backend_op", "compared")})
+    assert (inside["value"], inside["backend_op"], inside["op"]) == (
         "argmax", "ArgMax", "aten.argmax.default")
     assert inside["compared"] >= 2 and "nan_argmax.py:28" in inside["source"]
     assert "the first to diverge is 'argmax'" in result.stderr
@@ -58,6 +58,7 @@ def test_a_correct_artifact_has_nothing_to_blame(monkeypatch, tmp_path):
     import exporter.builder.pipeline as pipeline
     from exporter.errors import ValidationFailedError
     from exporter.settings import BuildSettings
+    from targets import get_target
 
     real_validate, real_bisect, seen = pipeline.validate, pipeline.bisect, {}
 
@@ -70,8 +71,9 @@ def test_a_correct_artifact_has_nothing_to_blame(monkeypatch, tmp_path):
         result = real_bisect(artifact, manifest, program, case, eager, dtype, device, programs)
         (partition,) = manifest.partitions
         inputs = [case.inputs[name] for name in partition.inputs]
-        seen["inside"] = bisect_module.inside_onnx(
-            artifact, partition, programs[partition.name], inputs, result["limit"], {})
+        seen["inside"] = bisect_module.look_inside(
+            artifact, get_target("onnx"), partition, programs[partition.name], inputs,
+            result["limit"], {})
         seen["result"] = result
         return result
 

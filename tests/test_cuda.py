@@ -120,9 +120,9 @@ def test_bench_on_gpu_uses_cuda_events(cuda_builds, cli, tmp_path):
     page = tmp_path / "report.html"
     shown = cli("report", str(out), "--html", str(page), "--bench", str(tmp_path / "bench.json"))
     assert shown.returncode == 0, shown.stderr
-    from exporter.report.charts import CUDA_COLOURS
+    from exporter.report.charts import placement_colour
     text = page.read_text()
-    assert CUDA_COLOURS["aoti"] in text and text.count('class="bar"') == 3
+    assert placement_colour("aoti", "cuda") in text and text.count('class="bar"') == 3
     assert "cuda-events" in text
 
 

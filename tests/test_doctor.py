@@ -31,7 +31,7 @@ def test_doctor_reports_every_part_with_the_build_s_own_probes():
     assert torch.__version__ in checks["torch"]["found"]
     if not torch.cuda.is_available():
         assert checks["target cuda"]["status"] == "absent" and checks["gpu"]["fix"]
-    assert "providers" in checks["onnxruntime"]["found"]
+    assert "providers" in checks["target onnx"]["found"]  # the target says what it runs on
     for check in checks.values():
         assert check["status"] in ("ok", "problem", "absent")
         assert check["status"] == "ok" or check["fix"], check

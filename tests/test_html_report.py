@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter.report.charts import BACKEND_COLOURS
+from exporter.report.charts import placement_colour
 from exporter.validation.validate import ERROR_BINS
 
 pytest.importorskip("onnxruntime")
@@ -70,7 +70,7 @@ def test_page_figures_come_from_the_artifact_and_the_bench(page, custom_onnx):
     assert f"median {timed['timings']['artifact']['median_ms']:.4f} ms" in text
     assert text.count('class="partition"') == len(manifest.partitions) + 2  # + inputs, outputs
     assert text.count('class="op"') == len(manifest.coverage)
-    assert BACKEND_COLOURS["torch"] in text and BACKEND_COLOURS["onnxruntime"] in text
+    assert placement_colour("torch", "cpu") in text and placement_colour("onnxruntime", "cpu") in text
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="no chromium here (make test installs Debian's)")
@@ -113,7 +113,7 @@ def _assert_screenshot_shows_placement(shot: Path) -> None:
     height, width, _ = pixels.shape
     assert width == 1200 and height > 1500, (width, height)
     colours = {tuple(int(h[i:i + 2], 16) for i in (1, 3, 5)) for h in
-               (BACKEND_COLOURS["onnxruntime"], BACKEND_COLOURS["torch"])}
+               (placement_colour("onnxruntime", "cpu"), placement_colour("torch", "cpu"))}
     for colour in colours:
         count = int((pixels == colour).all(axis=-1).sum())
         assert count > 2000, f"colour {colour}: {count} pixels"  # boxes, chips, squares

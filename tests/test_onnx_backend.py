@@ -21,7 +21,9 @@ from runtime.executors import create_executor  # noqa: E402
 from runtime.manifest import Partition  # noqa: E402
 from targets.base import LowerOptions  # noqa: E402
 from targets.errors import TargetOptionError  # noqa: E402
-from targets.onnx import OnnxLoweringError, OnnxTarget, provider_names  # noqa: E402
+from targets import FallbackPolicy, LoweringError  # noqa: E402
+from targets.onnx.providers import provider_names  # noqa: E402
+from targets.onnx.target import OnnxOptions, OnnxTarget  # noqa: E402
 
 TARGET = OnnxTarget()
 
@@ -55,8 +57,9 @@ def _executor(tmp_path, lowered, program, **options):
     return create_executor(partition, tmp_path, where="test", **options)
 
 
-def _lower(tmp_path, program, **extra):
-    return TARGET.lower(program, LowerOptions(work_dir=tmp_path, extra=extra))
+def _lower(tmp_path, program, providers: str = "cpu", fallback: str = "warn"):
+    return TARGET.lower(program, LowerOptions(work_dir=tmp_path, target=OnnxOptions(ep=providers),
+                                              fallback=FallbackPolicy(fallback)))
 
 
 def test_mlp_matches_eager_at_two_batches_and_keeps_batch_symbolic(tmp_path):
@@ -117,7 +120,7 @@ def test_custom_op_is_not_supported_and_lowering_names_it(tmp_path):
     support = TARGET.supports(node)
     assert not support.ok
     assert support.reason == "no ONNX translation registered for onnxtest::scale (custom op)"
-    with pytest.raises(OnnxLoweringError) as info:
+    with pytest.raises(LoweringError) as info:
         TARGET.lower(program, LowerOptions(work_dir=tmp_path / "p3", log_dir=tmp_path / "logs"))
     assert "partition 'p3'" in str(info.value) and "onnxtest::scale" in str(info.value)
     assert str(tmp_path / "logs") in info.value.where  # torch.onnx's report is kept there
@@ -134,10 +137,14 @@ def test_provider_names():
         provider_names(" , ")
 
 
-def test_bad_fallback_option_is_rejected(tmp_path):
-    *_, program = _capture("mlp")
-    with pytest.raises(TargetOptionError, match="forbid"):
-        _lower(tmp_path, program, fallback="never")
+def test_bad_fallback_and_provider_options_are_rejected_with_the_choices():
+    import pydantic
+
+    from exporter.settings import BuildSettings
+    with pytest.raises(pydantic.ValidationError, match="forbid"):
+        BuildSettings(target="onnx", fallback="never")
+    with pytest.raises(pydantic.ValidationError, match="coreml"):
+        BuildSettings(target="onnx", ep="npu")
 
 
 def _model_with_external_weight(folder, location: str):
@@ -233,8 +240,8 @@ def test_session_options_carry_the_no_fallback_entry(tmp_path, monkeypatch):
 
 def test_large_weights_go_to_external_data_listed_in_files(tmp_path, monkeypatch):
     """The >1 GB path, exercised with a 0-byte threshold: side file listed and loadable."""
-    import targets.onnx
-    monkeypatch.setattr(targets.onnx, "EXTERNAL_DATA_BYTES", 0)
+    import targets.onnx.target
+    monkeypatch.setattr(targets.onnx.target, "EXTERNAL_DATA_BYTES", 0)
     module, (x,), program = _capture("mlp")
     nodes_before = len(program.graph.nodes)
     lowered = _lower(tmp_path, program)

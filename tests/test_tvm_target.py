@@ -107,7 +107,7 @@ def test_weight_only_value_from_a_fallback_partition_is_a_constant(monkeypatch, 
     from exporter.builder.pipeline import build
     from exporter.settings import BuildSettings
     from targets.base import Support
-    from targets.tvm import TvmTarget
+    from targets.tvm.target import TvmTarget
 
     supports = TvmTarget.supports
 

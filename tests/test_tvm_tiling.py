@@ -1,4 +1,4 @@
-"""The untuned TVM CPU schedules (targets/tvm_schedule.py, targets/tvm_tiling.py) on
+"""The untuned TVM CPU schedules (targets/tvm/schedule.py, targets/tvm/tiling.py) on
 shapes that do not tile evenly: each contraction must be taken by TiledContraction,
 and the compiled function must still compute what torch computes."""
 
@@ -14,8 +14,8 @@ tvm = pytest.importorskip("tvm")
 from tvm import relax  # noqa: E402
 from tvm.relax.frontend.torch import from_exported_program  # noqa: E402
 
-from targets.tvm_compile import parse_target, run_transform_params  # noqa: E402
-from targets.tvm_schedule import default_rules, lower_pipeline, schedule  # noqa: E402
+from targets.tvm.compile import parse_target, run_transform_params  # noqa: E402
+from targets.tvm.schedule import default_rules, lower_pipeline, schedule  # noqa: E402
 
 
 class Linear(nn.Module):  # 7 rows (prime: no row tile), 40 columns (no column tile)

@@ -14,8 +14,7 @@ from exporter.builder.placement import place
 from exporter.settings import BuildSettings
 from passes.partition import PartitionError, PlannedPartition, materialize
 from runtime.errors import ToolchainError
-from targets import Lowered, LowerOptions
-from targets.errors import LoweringError
+from targets import FallbackPolicy, Lowered, LowerOptions, LoweringError
 from targets.fallback import lower_fallback
 
 if TYPE_CHECKING:
@@ -26,15 +25,11 @@ log = logging.getLogger(__name__)
 
 def lower_options(settings: BuildSettings, out: Path, work_dir: Path | None = None, *,
              calibration: list | None = None) -> LowerOptions:
-    extra = {"providers": settings.providers(), "fallback": settings.fallback,
-             "partition": work_dir.name if work_dir else None,
-             "tvm_target": settings.tvm_target, "tune": settings.tune, "fuse": settings.fuse,
-             "quantize": settings.quantize, "calibration": calibration or [],
-             "deterministic": settings.deterministic,
-             "compile_timeout": settings.compile_timeout_s}
-    return LowerOptions(work_dir=work_dir or out.parent, cpu_isa=settings.cpu_isa,
-                        dtype=settings.dtype, autotune=settings.autotune, log_dir=out.parent,
-                        extra=extra)
+    return LowerOptions(work_dir=work_dir or out.parent, target=settings.options(),
+                        cpu_isa=settings.cpu_isa, dtype=settings.dtype, fuse=settings.fuse,
+                        quantize=settings.quantize, calibration=tuple(calibration or ()),
+                        fallback=settings.fallback, deterministic=settings.deterministic,
+                        partition=work_dir.name if work_dir else None, log_dir=out.parent)
 
 
 def _lower_all(prep: "Prepared", settings: BuildSettings, work_dir: Path
@@ -78,7 +73,8 @@ def _lower_delegated(prep: "Prepared", settings: BuildSettings, plan: PlannedPar
     try:
         return prep.target.lower(plan.program, options)
     except LoweringError as exc:
-        exc.nodes = exc.nodes or ops
+        if exc.movable:
+            exc.nodes = exc.nodes or ops
         raise
     except (ToolchainError, OSError):
         raise  # the user's options, the machine or its disk: moving ops would not help
@@ -106,7 +102,8 @@ def lower_with_fallback(prep: "Prepared", settings: BuildSettings, work_dir: Pat
             return _lower_all(prep, settings, attempt_dir)
         except LoweringError as exc:
             nodes = [n for n in exc.nodes if n not in failed]
-            if not nodes or settings.fallback == "forbid" or attempt == MAX_LOWERING_RETRIES:
+            if (not nodes or not exc.movable or settings.fallback == FallbackPolicy.FORBID
+                    or attempt == MAX_LOWERING_RETRIES):
                 raise
             reason = f"{prep.target.name} failed to compile it: {exc.what}"
             failed.update({name: reason for name in nodes})

@@ -41,7 +41,7 @@ from runtime import scratch
 from runtime.archive_writer import write_artifact
 from runtime.outfiles import checked_output
 from runtime.manifest import Manifest, Partition
-from targets import Lowered, Target, get_target
+from targets import Lowered, Target, for_backend, get_target
 from targets.fallback import FALLBACK_BACKEND
 
 log = logging.getLogger(__name__)
@@ -272,12 +272,18 @@ def _memory_plan(prep: Prepared, lowered: list[tuple[PlannedPartition, Lowered]]
 
 
 def preload_for(manifest: Manifest, origin_file: str | None) -> list[str]:
-    """Custom ops in CPU-fallback partitions need their defining code imported in the
-    validation process, as on a device: the installed module that registered the op
-    (``transformers.integrations.moe`` for Mixtral's ``grouped_mm_fallback``), else the
-    model's own file."""
+    """What the validation process imports first, as a device would have: the modules
+    that register a plug-in target's executor (``Target.runtime_modules``), and for custom
+    ops in CPU-fallback partitions their defining code: the installed module that
+    registered the op (``transformers.integrations.moe`` for Mixtral's
+    ``grouped_mm_fallback``), else the model's own file."""
+    sources: list[str] = []
+    for partition in manifest.partitions:
+        target = for_backend(partition.backend)
+        for module in (target.runtime_modules if target else ()):
+            if module not in sources:
+                sources.append(module)
     custom = [op for p in manifest.partitions for op in p.meta.get("custom_ops", [])]
-    sources = []
     for op in custom:
         source = _defining_module(op) or origin_file
         if source and source not in sources:

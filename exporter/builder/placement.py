@@ -15,10 +15,8 @@ from torch.fx import Node
 from exporter.errors import UserInputError
 from exporter.model.export_errors import is_model_code
 from passes.partition import PlannedPartition, is_shape_node, plan_partitions
-from targets import Support, Target
+from targets import FallbackPolicy, Support, Target
 from targets.fallback import FALLBACK_BACKEND
-
-FALLBACK_POLICIES = ("allow", "warn", "forbid")
 
 
 class UnsupportedOpsError(UserInputError):
@@ -98,17 +96,20 @@ def _transfers(plans: list[PlannedPartition], device: str) -> int:
     return count
 
 
-def enforce_fallback_policy(placement: Placement, policy: str, target: Target) -> list[str]:
+def enforce_fallback_policy(placement: Placement, policy: FallbackPolicy | str,
+                            target: Target) -> list[str]:
     """Raise for 'forbid' listing every unsupported op; return warnings for 'warn'."""
-    if policy not in FALLBACK_POLICIES:
-        raise UserInputError(f"unknown --fallback '{policy}'",
-                             hint=f"choose one of: {', '.join(FALLBACK_POLICIES)}")
+    try:
+        policy = FallbackPolicy(policy)
+    except ValueError:
+        raise UserInputError(f"unknown --fallback '{policy}'", hint="choose one of: " + ", ".join(
+            p.value for p in FallbackPolicy)) from None
     rows = placement.fallback_rows
-    if not rows or policy == "allow":
+    if not rows or policy == FallbackPolicy.ALLOW:
         return []
     lines = [f"{row['op']} ({row['node']}): {row['reason']}"
              + (f" at {row['source']}" if row["source"] else "") for row in rows]
-    if policy == "forbid":
+    if policy == FallbackPolicy.FORBID:
         raise UnsupportedOpsError(
             f"{len(rows)} op(s) cannot run on target '{target.name}' and --fallback forbid "
             "does not allow the CPU fallback", details=lines,

@@ -15,7 +15,7 @@ from exporter.settings import BuildSettings
 from exporter.validation.validate import error_histogram
 from exporter.validation.inputs import draw_like, load_input_file
 from runtime.manifest import Signature
-from targets import TARGETS, Target
+from targets import Target, all_targets
 
 log = logging.getLogger(__name__)
 RANDOM_CALIBRATION_SETS = 8
@@ -35,7 +35,7 @@ def check_recipe(target: Target, settings: BuildSettings) -> None:
         return
     if recipe not in target.quant_recipes:
         can = [f"{name}: {', '.join(t.quant_recipes) or 'none yet'}"
-               for name, t in TARGETS.items()]
+               for name, t in all_targets().items()]
         raise UserInputError(f"target '{target.name}' cannot run --quantize {recipe}",
                              details=can, hint="choose a recipe the target lists, or "
                                                "another target")

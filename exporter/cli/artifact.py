@@ -77,12 +77,18 @@ def validate(
     guarded(action, quiet=quiet, verbose=verbose, debug=debug, as_json=as_json)
 
 
+def _baseline_help() -> list[str]:
+    from targets import all_targets
+    return ["eager", "compile"] + [f"{name} ({target.name} artifacts: their backend, bare)"
+                                   for target in all_targets().values()
+                                   for name in target.baselines()]
+
+
 @app.command()
 def bench(
     artifact: Path = ARTIFACT,
-    baseline: str = typer.Option("eager,compile", "--baseline",
-                                 help="comma list of eager, compile, onnxruntime (onnx "
-                                 "artifacts: the same model in a plain ORT session)"),
+    baseline: str = typer.Option("eager,compile", "--baseline", help="comma list of "
+                                 + ", ".join(_baseline_help())),
     model: Optional[str] = typer.Option(None, "--model", help="spec for baselines and inputs "
                                         "(default: the one in the manifest)"),
     runs: int = typer.Option(100, "--runs"),

@@ -9,15 +9,20 @@ import typer
 
 from exporter.cli.common import (DEBUG, QUIET, VERBOSE, app, guarded, out_console, print_json,
                                  stage_printer, warn)
+from exporter.cli.target_flags import given_target_flags, with_target_flags
 from runtime.errors import ToolchainError
+from targets import FallbackPolicy, all_targets
+
 
 @app.command()
+@with_target_flags
 def build(
     ctx: typer.Context,
     spec: Optional[str] = typer.Argument(None, help="FILE.py:NAME, package.module:NAME, "
                                          "zoo:NAME or hf:PATH (a local Hugging Face "
                                          "checkpoint); or `spec` in --config"),
-    target: str = typer.Option("cpu", "--target", "-t", help="see `exporter targets`"),
+    target: str = typer.Option("cpu", "--target", "-t", help="|".join(all_targets())
+                               + " (`exporter targets` says which work here)"),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="artifact path"),
     dynamic: list[str] = typer.Option([], "--dynamic", help="INPUT:DIM=MIN..MAX, repeatable"),
     inputs: Optional[Path] = typer.Option(None, "--inputs", help=".npz of inputs to validate on"),
@@ -27,19 +32,12 @@ def build(
     cpu_isa: str = typer.Option("auto", "--cpu-isa", help="auto|avx512|avx2|generic"),
     dtype: str = typer.Option("fp32", "--dtype", help="fp32|fp16|bf16: math precision "
                               "(inputs and outputs keep their dtypes)"),
-    autotune: bool = typer.Option(False, "--autotune", help="Inductor max-autotune (slow)"),
-    fallback: str = typer.Option("warn", "--fallback",
-                                 help="allow|warn|forbid ops running on the CPU fallback"),
+    fallback: str = typer.Option("warn", "--fallback", help="|".join(
+        p.value for p in FallbackPolicy) + ": ops no target claims run on the CPU fallback"),
     min_partition_size: int = typer.Option(1, "--min-partition-size",
                                            help="smaller delegated islands stay on the CPU"),
-    ep: str = typer.Option("cpu", "--ep", help="onnx: execution providers in order, "
-                           "e.g. cuda,cpu"),
-    tvm_target: Optional[str] = typer.Option(None, "--tvm-target",
-                                             help="tvm: TVM target string (default: llvm for "
-                                                  "the --cpu-isa level)"),
-    tune: int = typer.Option(0, "--tune", help="tvm: MetaSchedule trials (slow; 0 = off)"),
-    fuse: bool = typer.Option(True, "--fuse/--no-fuse", help="onnx, tvm: graph fusion passes "
-                              "(batch-norm folding, QKV merge, attention to SDPA, no-ops)"),
+    fuse: bool = typer.Option(True, "--fuse/--no-fuse", help="graph fusion passes, for the "
+                              "targets that run them (batch-norm folding, QKV merge, no-ops)"),
     quantize: Optional[str] = typer.Option(None, "--quantize", help="int8-dynamic|int8-static|"
                                            "int8-weight|int4-weight (per target: `exporter "
                                            "targets`)"),
@@ -64,8 +62,6 @@ def build(
                                            "checkpoint's own Python code (auto_map)"),
     max_model_size: Optional[str] = typer.Option(None, "--max-model-size", help="hf: refuse "
                                                  "larger configs (default: half the memory)"),
-    compile_timeout: int = typer.Option(1800, "--compile-timeout", help="cpu, cuda: seconds "
-                                        "one C++ compiler run may take (0: no limit)"),
     deterministic: bool = typer.Option(False, "--deterministic", help="turn off on-device "
                                        "kernel timing so rebuilds give the same bytes"),
     config: Optional[Path] = typer.Option(None, "--config", help="exporter.toml: spec and "
@@ -76,19 +72,20 @@ def build(
                                  help="show where each op would run; compile nothing"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object (docs/json.md)"),
     quiet: bool = QUIET, verbose: bool = VERBOSE, debug: bool = DEBUG,
+    **target_flags,
 ) -> None:
     """Capture, lower, package and validate a model into one artifact file."""
     def action() -> int:
         spec_used, settings = _build_settings(ctx, spec, config, save_config, dict(
             target=target, out=out, dynamic=dynamic, inputs=inputs,
             validate_artifact=not no_validate, keep_failed=keep_failed, cpu_isa=cpu_isa,
-            dtype=dtype, autotune=autotune, fallback=fallback,
-            min_partition_size=min_partition_size, ep=ep, tvm_target=tvm_target, tune=tune,
+            dtype=dtype, fallback=fallback, min_partition_size=min_partition_size,
             fuse=fuse, quantize=quantize, calibration=calibration, quant_min_sqnr_db=min_sqnr,
             quant_min_cosine=min_cosine, memory_budget=memory_budget,
-            deterministic=deterministic, compile_timeout_s=compile_timeout, task=task,
+            deterministic=deterministic, task=task,
             seq_len=seq_len, image_size=image_size, random_weights=random_weights,
-            trust_remote_code=trust_remote_code, max_model_size=max_model_size))
+            trust_remote_code=trust_remote_code, max_model_size=max_model_size,
+            **given_target_flags(ctx, target_flags)))
         if dry_run:
             return _dry_run(spec_used, settings, as_json)
         return _run_build(spec_used, settings, as_json)
@@ -126,6 +123,7 @@ def _build_settings(ctx: typer.Context, spec: str | None, config: Path | None,
 
     given = {field for field, param in _FIELD_PARAMS.items()
              if ctx.get_parameter_source(param or field).name == "COMMANDLINE"}
+    given |= {name for name in fields if name not in _FIELD_PARAMS}  # target flags given
     spec_used, merged = config_file.merge(spec, fields, given, config)
     settings = _settings(**merged)
     if save_config is not None:
@@ -135,12 +133,12 @@ def _build_settings(ctx: typer.Context, spec: str | None, config: Path | None,
 
 # BuildSettings fields whose flag's parameter is named otherwise (None: the same name)
 _FIELD_PARAMS = {name: None for name in (
-    "target", "out", "dynamic", "inputs", "keep_failed", "cpu_isa", "dtype", "autotune",
-    "fallback", "min_partition_size", "ep", "tvm_target", "tune", "fuse", "quantize",
+    "target", "out", "dynamic", "inputs", "keep_failed", "cpu_isa", "dtype",
+    "fallback", "min_partition_size", "fuse", "quantize",
     "calibration", "memory_budget", "deterministic", "task", "seq_len", "image_size",
     "random_weights", "trust_remote_code", "max_model_size")} | {
     "validate_artifact": "no_validate", "quant_min_sqnr_db": "min_sqnr",
-    "quant_min_cosine": "min_cosine", "compile_timeout_s": "compile_timeout"}
+    "quant_min_cosine": "min_cosine"}
 
 
 def _dry_run(spec: str, settings, as_json: bool) -> int:

@@ -289,7 +289,9 @@ def _configure_logging() -> None:
     # already says what matters, so keep the terminal readable.
     import torch._logging
     torch._logging.set_logs(all=logging.ERROR)
-    logging.getLogger("onnxscript").setLevel(logging.ERROR)  # constant-folding chatter
+    from targets import all_targets
+    for name in {n for target in all_targets().values() for n in target.loggers_to_quiet}:
+        logging.getLogger(name).setLevel(logging.ERROR)
     # Third-party noise that says nothing about the user's build (--verbose shows it):
     # torchao failing to load CUDA kernels on a CPU machine and finding no triton (it is
     # imported for --quantize whether asked or not), TF32 advice, pytree deprecations.

@@ -1,7 +1,9 @@
 """``exporter build --config exporter.toml`` and ``--save-config FILE``: a build as a file.
 
 Keys are ``spec`` and the fields of ``BuildSettings`` (``target``, ``dynamic``,
-``memory_budget``...; dashes or underscores), so every flag has a key. Flags given on
+``memory_budget``...; dashes or underscores), so every flag has a key; a target's own
+options go in a table named after it (``[onnx]``, ``ep = "cuda,cpu"``; only the table of
+the target built is used, so one file can hold several). Flags given on
 the command line win over the file; ``--save-config`` writes what the build used, so
 ``exporter build --config FILE`` replays it.
 
@@ -9,6 +11,9 @@ the command line win over the file; ``--save-config`` writes what the build used
     target = "onnx"
     dynamic = ["input_ids:0=1..32", "attention_mask:0=1..32"]
     memory_budget = 64000000
+
+    [onnx]
+    ep = "cpu"
 
 Paths in the file (the spec's FILE.py or hf:FOLDER, ``out``, ``inputs``) are relative
 to the file's own folder, as in pyproject.toml, so a replay from another directory builds
@@ -29,6 +34,7 @@ from pathlib import Path
 
 from exporter.errors import UserInputError
 from runtime.outfiles import written_whole
+from targets import all_targets
 
 SPEC_KEY = "spec"
 HASH_KEY = "spec_sha256"
@@ -66,6 +72,10 @@ def merge(spec: str | None, cli_fields: dict, given: set[str], config: Path | No
     the command line gave."""
     file_spec, file_fields = read(config) if config else (None, {})
     fields = {**cli_fields, **file_fields, **{k: cli_fields[k] for k in given}}
+    tables = {name: fields.pop(name) for name in all_targets() if isinstance(fields.get(name), dict)}
+    table = tables.get(str(fields.get("target")))
+    if table is not None:  # the flags given win over the table (they stay flat)
+        fields["target_options"] = {k.replace("-", "_"): v for k, v in table.items()}
     spec = spec or file_spec
     if not spec:
         raise UserInputError("no model spec given",
@@ -83,10 +93,13 @@ def write(path: Path, spec: str, settings) -> Path:
     if digest:
         data[HASH_KEY] = digest
     data.update(settings.model_dump(mode="json", exclude_none=True))
+    options = {k: v for k, v in data.pop("target_options", {}).items() if v is not None}
     for key in _PATH_FIELDS:
         if isinstance(data.get(key), str):
             data[key] = relative(data[key])
     lines = [f"{key} = {_value(value)}" for key, value in data.items()]
+    if options:  # a TOML table comes after the top-level keys
+        lines += ["", f"[{settings.target}]"] + [f"{k} = {_value(v)}" for k, v in options.items()]
     with written_whole(path, flag="--save-config") as partial:
         partial.write_text(f"# exporter build --config {path.name}\n" + "\n".join(lines) + "\n")
     return path

@@ -41,10 +41,10 @@ def targets(as_json: bool = JSON, quiet: bool = QUIET, verbose: bool = VERBOSE,
             debug: bool = DEBUG) -> None:
     """List targets and whether each can build and run on this machine."""
     def action() -> int:
-        from targets import TARGETS
+        from targets import all_targets
 
         rows = []
-        for target in TARGETS.values():
+        for target in all_targets().values():
             availability = target.availability()
             rows.append({"name": target.name, "device": target.device,
                          "backend": target.backend, "available": availability.ok,

@@ -11,11 +11,12 @@ from __future__ import annotations
 import math
 from html import escape
 
-# One colour per backend (the op runs there); a partition on a GPU is drawn darker.
-BACKEND_COLOURS = {"aoti": "#2f9e44", "onnxruntime": "#1c7ed6", "tvm": "#7048e8",
-                   "torch": "#e8590c"}
-CUDA_COLOURS = {"aoti": "#1b5e20", "onnxruntime": "#0b4f9c", "tvm": "#3f1d99",
-                "torch": "#a63c06"}
+from targets import for_backend
+from targets.fallback import FALLBACK_BACKEND
+
+# One colour per backend (the op runs there; each target declares its own, the CPU
+# fallback's is here); a partition on an accelerator is drawn darker.
+FALLBACK_COLOUR = "#e8590c"
 OTHER_COLOUR = "#868e96"
 # Arcs bulge right by how many partitions they skip, up to this: with dozens of
 # partitions the graph would otherwise be thousands of pixels wide.
@@ -23,8 +24,15 @@ MAX_BULGE = 260
 
 
 def placement_colour(backend: str, device: str) -> str:
-    table = CUDA_COLOURS if device == "cuda" else BACKEND_COLOURS
-    return table.get(backend, OTHER_COLOUR)
+    target = for_backend(backend)
+    colour = (FALLBACK_COLOUR if backend == FALLBACK_BACKEND
+              else target.colour if target is not None else OTHER_COLOUR)
+    return colour if device == "cpu" else _darker(colour)
+
+
+def _darker(colour: str, share: float = 0.6) -> str:
+    red, green, blue = (int(colour[i:i + 2], 16) for i in (1, 3, 5))
+    return "#" + "".join(f"{int(c * share):02x}" for c in (red, green, blue))
 
 
 def _svg(width: float, height: float, body: list[str], label: str) -> str:

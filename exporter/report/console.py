@@ -108,10 +108,7 @@ def print_manifest(console: Console, manifest: Manifest, path: str) -> None:
                   f"{escape(str(manifest.created_by.get('toolchain')))} with torch "
                   f"{escape(str(manifest.created_by.get('torch')))} from "
                   f"{escape(str(manifest.source.get('spec')))}")
-    req = manifest.requirements
-    console.print(f"requires: {req.arch}, torch {req.torch}"
-                  + (f", CPU ISA {req.cpu_isa} ({len(req.cpu_flags)} flags)" if req.cpu_isa else "")
-                  + (f", CUDA capability >= {req.cuda_capability}" if req.cuda_capability else ""))
+    console.print("requires: " + ", ".join(manifest.requirements.describe()))
     console.print(_signature_table(manifest))
     parts = Table(title="partitions", show_edge=False)
     for column in ("name", "backend", "device", "inputs", "outputs", "files"):
@@ -147,11 +144,11 @@ def memory_lines(manifest: Manifest, measured: dict | None = None) -> list[str]:
                      f"{len(arena['slots']) - handoffs} CPU-fallback tensor(s) and {handoffs} "
                      f"hand-off(s) between devices (lower bound {_mb(arena['lower_bound_bytes'])})")
     measured = measured or {}
-    for device in ("cpu", "cuda"):
-        if f"{device}_peak_bytes" in measured:
-            lines.append(f"  measured on {device} while validating: "
-                         f"{_mb(measured[f'{device}_peak_bytes'])} ({measured[f'{device}_how']}; "
-                         "backends' workspaces and outputs included)")
+    for device in [key.removesuffix("_peak_bytes") for key in measured
+                   if key.endswith("_peak_bytes")]:
+        lines.append(f"  measured on {device} while validating: "
+                     f"{_mb(measured[f'{device}_peak_bytes'])} ({measured[f'{device}_how']}; "
+                     "backends' workspaces and outputs included)")
     return lines
 
 
@@ -175,8 +172,8 @@ def quantization_lines(manifest: Manifest) -> list[str]:
 
 
 def quantization_records(manifest: Manifest) -> list[dict]:
-    """What --quantize did: the PT2E pass's record (cpu, cuda) or, where the backend's
-    own tools quantized (onnx), each partition's."""
+    """What --quantize did: the PT2E pass's record or, where the backend's own tools
+    quantized (in the lowering), each partition's."""
     records = [r["info"] for r in manifest.passes if r["name"] == "quantize"]
     return records + [p.meta["quantization"] for p in manifest.partitions
                       if "quantization" in p.meta]

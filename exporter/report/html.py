@@ -78,11 +78,7 @@ def _header(manifest: Manifest, name: str, size: int, signature: dict | None) ->
     made = manifest.created_by
     signed = (f'<span class="warn">{escape(describe_signature(signature))}</span>'
               if signature else '<span class="warn">not signed</span> (exporter sign)')
-    req = manifest.requirements
-    needs = ", ".join(filter(None, [req.arch, f"torch {req.torch}",
-                                    req.cpu_isa and f"CPU ISA {req.cpu_isa}",
-                                    req.cuda_capability and f"CUDA capability ≥ "
-                                                            f"{req.cuda_capability}"]))
+    needs = ", ".join(manifest.requirements.describe())
     return (f"<header><h1>{escape(name)}</h1><p>target <b>{escape(manifest.target)}</b> · "
             f"from <code>{escape(str(manifest.source.get('spec')))}</code> · "
             f"{size / 1e6:.2f} MB · {signed}</p><p>built by "

@@ -3,7 +3,7 @@
     NAME/artifacts/*.artifact   the artifacts, verified before they are packed
     NAME/wheels/edge_runtime-*.whl   the runtime package alone (exporter/ship/wheel.py)
     NAME/requirements.lock      exact versions: the ones the artifacts were built with
-                                (torch, onnxruntime, tvm, numpy, safetensors, from their
+                                (torch, numpy, safetensors and each backend's library, from their
                                 manifests) and everything those need, as installed here
     NAME/install.sh             a new venv with the lock, then the runtime wheel (no deps)
     NAME/run.sh                 python -m runtime run artifacts/ARTIFACT --inputs ...
@@ -29,6 +29,7 @@ from exporter.ship.wheel import build_runtime_wheel
 from runtime import scratch
 from runtime.manifest import Manifest
 from runtime.outfiles import checked_output, written_whole
+from targets import for_backend
 
 _FIXED_MTIME = 1577836800  # 2020-01-01: the same inputs give the same tar members
 
@@ -107,11 +108,9 @@ def _roots(manifests: list[Manifest]) -> dict[str, str]:
         for dist in ("torch", "numpy", "safetensors"):
             wanted.setdefault(dist, set()).add(manifest.created_by.get(dist) or _installed(dist))
         for partition in manifest.partitions:
-            if partition.backend == "onnxruntime":
-                wanted.setdefault("onnxruntime", set()).add(partition.meta.get("onnxruntime"))
-            if partition.backend == "tvm":
-                wanted.setdefault("apache-tvm", set()).add(partition.meta.get("tvm"))
-                wanted.setdefault("apache-tvm-ffi", set()).add(_installed("apache-tvm-ffi"))
+            target = for_backend(partition.backend)
+            for dist, version in (target.runtime_packages(partition) if target else {}).items():
+                wanted.setdefault(dist, set()).add(version)
     roots = {}
     for dist, versions in wanted.items():
         versions.discard(None)

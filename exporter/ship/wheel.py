@@ -16,6 +16,7 @@ from pathlib import Path
 
 import runtime
 from exporter.versions import toolchain_version
+from targets import all_targets
 
 DIST_NAME = "edge-runtime"
 _FIXED_TIME = (2020, 1, 1, 0, 0, 0)  # reproducible zip entries
@@ -23,8 +24,13 @@ _FIXED_TIME = (2020, 1, 1, 0, 0, 0)  # reproducible zip entries
 # What the runtime imports: torch, numpy and safetensors always; a backend's library
 # only when an artifact has a partition for it (runtime/executors import them lazily).
 BASE_REQUIRES = ("torch>=2.11", "numpy>=1.26", "safetensors>=0.4")
-EXTRAS = {"onnx": ("onnxruntime>=1.18",), "tvm": ("apache-tvm>=0.27", "apache-tvm-ffi"),
-          "signing": ("cryptography>=42",)}
+# Each target names its own extra (Target.runtime_extra); signing is the runtime's.
+SIGNING_EXTRA = {"signing": ("cryptography>=42",)}
+
+
+def extras() -> dict[str, tuple[str, ...]]:
+    found = dict(t.runtime_extra for t in all_targets().values() if t.runtime_extra)
+    return {**dict(sorted(found.items())), **SIGNING_EXTRA}
 
 
 def wheel_name() -> str:
@@ -58,7 +64,7 @@ def _metadata() -> str:
     lines = ["Metadata-Version: 2.1", f"Name: {DIST_NAME}", f"Version: {toolchain_version()}",
              "Summary: Loads, verifies and runs edge-exporter artifacts",
              "Requires-Python: >=3.11", *(f"Requires-Dist: {r}" for r in BASE_REQUIRES)]
-    for extra, requires in EXTRAS.items():
+    for extra, requires in extras().items():
         lines.append(f"Provides-Extra: {extra}")
         lines += [f'Requires-Dist: {r}; extra == "{extra}"' for r in requires]
     return "\n".join(lines) + "\n"

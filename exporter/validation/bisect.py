@@ -26,6 +26,7 @@ from exporter.validation.validate import Tolerance, compare_output
 from exporter.validation.inputs import Case
 from passes.partition import node_values, value_names
 from runtime.manifest import Manifest
+from targets import for_backend
 
 log = logging.getLogger(__name__)
 
@@ -40,8 +41,8 @@ def bisect(artifact: Path, manifest: Manifest, program: ExportedProgram, case: C
            eager_outputs: list[torch.Tensor], dtype: str, device: str,
            partition_programs: dict[str, ExportedProgram]) -> dict:
     """{"case", "partitions": [rows in run order], "first_divergent": name or None,
-    "ops": [...of that partition], "inside": {...} for an ONNX one (the first ONNX value that
-    diverges, or how many were compared), "capture": {...} when
+    "ops": [...of that partition], "inside": {...} where its target can look inside (the first value
+    inside that diverges, or how many were compared), "capture": {...} when
     no partition diverged}. ``device``: where the program was captured (its weights live
     there); ``partition_programs``: each partition's own program, as lowered."""
     inputs = [case.inputs[spec.name].to(device) for spec in manifest.signature.inputs]
@@ -61,10 +62,11 @@ def bisect(artifact: Path, manifest: Manifest, program: ExportedProgram, case: C
                          for c in manifest.coverage if c.get("partition") == first]
         partition = next(p for p in manifest.partitions if p.name == first)
         sub_program = partition_programs.get(first)
-        if partition.backend == "onnxruntime" and sub_program is not None:
+        target = for_backend(partition.backend)
+        if target is not None and sub_program is not None:
             try:
-                result["inside"] = inside_onnx(
-                    artifact, partition, sub_program,
+                result["inside"] = look_inside(
+                    artifact, target, partition, sub_program,
                     [values[name] for name in partition.inputs], limit,
                     {c["node"]: c.get("source") for c in manifest.coverage})
             except Exception as exc:  # optional detail: the partition is already named
@@ -78,44 +80,30 @@ def bisect(artifact: Path, manifest: Manifest, program: ExportedProgram, case: C
     return result
 
 
-def inside_onnx(artifact: Path, partition, sub_program: ExportedProgram,
+def look_inside(artifact: Path, target, partition, sub_program: ExportedProgram,
                 inputs: list[torch.Tensor], limit: float, sources: dict[str, str | None]
-                ) -> dict:
-    """The first value inside an ONNX partition that parts from eager, as Polygraphy's
-    "mark all" finds it: every intermediate the ONNX graph names after a node of the
-    partition's own program becomes a graph output, ORT runs that on eager's inputs, and
-    the values are compared in graph order with that program interpreted eagerly. A name
-    whose shape or dtype differs from eager's is skipped, not blamed (a decomposition may
-    reuse a name for another tensor). ``sources``: the build's source line per node of the
-    whole program (the partition's program was traced again; its nodes name their origin)."""
-    import numpy as np
-    import onnx
-    import onnxruntime as ort
-
+                ) -> dict | None:
+    """The first value inside a partition that parts from eager, as Polygraphy's "mark
+    all" finds it: the target exposes what its backend computed for the nodes of the
+    partition's own program (``Target.intermediate_values``), in its graph order, and
+    each is compared with that program interpreted eagerly. A name whose shape or dtype
+    differs from eager's is skipped, not blamed (a decomposition may reuse a name for
+    another tensor). ``sources``: the build's source line per node of the whole program
+    (the partition's program was traced again; its nodes name their origin). None where
+    the target cannot look inside."""
     from runtime.archive import ArtifactReader
 
     nodes = {node.name: node for node in sub_program.graph.nodes if node.op == "call_function"}
     reference = {node.name: value for node, value in node_values(sub_program, inputs).items()
                  if node.name in nodes and isinstance(value, torch.Tensor)}
     with ArtifactReader.open(artifact) as reader:
-        path = reader.extract_private(partition.files) / partition.meta["model"]
-        model = onnx.load(str(path), load_external_data=False)
-        produced = [(node.op_type, name) for node in model.graph.node for name in node.output
-                    if name in reference and reference[name].dtype != torch.bfloat16]
-        outputs = {o.name for o in model.graph.output}
-        for _, name in produced:
-            if name not in outputs:
-                element = onnx.helper.np_dtype_to_tensor_dtype(
-                    np.dtype(str(reference[name].dtype).removeprefix("torch.")))
-                model.graph.output.append(onnx.helper.make_tensor_value_info(name, element, None))
-        marked = path.with_name(path.stem + ".marked.onnx")  # beside its external data
-        onnx.save(model, str(marked))
-        session = ort.InferenceSession(str(marked), providers=["CPUExecutionProvider"])
-        feeds = {arg.name: t.detach().cpu().numpy() for arg, t in zip(session.get_inputs(), inputs)}
-        names = [name for _, name in produced]
-        got = dict(zip(names, session.run(names, feeds)))
-    for op_type, name in produced:
-        want, value = reference[name].cpu(), torch.from_numpy(got[name])
+        folder = reader.extract_private(partition.files)
+        produced = target.intermediate_values(
+            folder, partition, {name: value.dtype for name, value in reference.items()}, inputs)
+    if not produced:
+        return None
+    for backend_op, name, value in produced:
+        want = reference[name].cpu()
         if value.shape != want.shape or value.dtype != want.dtype:
             continue
         judged = _difference(name, value, want, limit)
@@ -123,7 +111,7 @@ def inside_onnx(artifact: Path, partition, sub_program: ExportedProgram,
             node = nodes[name]
             origin = (node.meta.get("from_node") or [None])[0]
             source = sources.get(getattr(origin, "name", None)) or source_line(node)
-            return {"value": name, "onnx_op": op_type, "op": str(node.target),
+            return {"value": name, "backend_op": backend_op, "op": str(node.target),
                     "source": source, "compared": len(produced), **judged}
     return {"compared": len(produced), "diverges": False}
 
@@ -189,7 +177,7 @@ def bisect_lines(result: dict) -> list[str]:
         elif inside:
             lines.append(f"inside {first}, of {inside['compared']} ONNX values compared with "
                          f"eager, the first to diverge is {_describe(inside)}: ONNX "
-                         f"{inside['onnx_op']} from {inside['op']} at "
+                         f"{inside['backend_op']} from {inside['op']} at "
                          f"{inside['source'] or 'unknown source'}")
         return lines
     differs = [c for c in result["capture"] if c["diverges"]]

@@ -1,43 +1,40 @@
 """Target ``tvm``: each delegated partition through Apache TVM Relax, run by the Relax VM.
 
 Import with ``relax.frontend.torch.from_exported_program``; schedule without tuning
-(targets/tvm_schedule.py) or with MetaSchedule (``--tune N``); compile with
+(targets/tvm/schedule.py) or with MetaSchedule (``--tune N``); compile with
 ``tvm.compile`` for ``--tvm-target`` (default: LLVM for the ``--cpu-isa`` level,
 so the artifact needs known cpuinfo flags, as on target ``cpu``). The partition
 folder holds the exported library and its weights as safetensors.
 
 Op support is TVM's own converter table, read at run time, so it follows the
 installed TVM. A partition TVM fails to compile is reported by partition and op
-(``TvmLoweringError.nodes``) so the build can move those ops to the CPU fallback.
+(``LoweringError.nodes``) so the build can move those ops to the CPU fallback.
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import importlib.util
 import logging
-import os
-import re
-import sys
-import tempfile
 import time
 from pathlib import Path
-from typing import Iterator
 
 import torch
+from pydantic import Field
 from torch.export import ExportedProgram
 from torch.fx import Node
 
 from passes.base import Pass
 from passes.decompose import Decompose
 from passes.wrap_negative_indices import WrapNegativeIndices
-from runtime.manifest import Requirements
+from runtime.manifest import Partition, Requirements
 from runtime.weights import INDEX_KEY, read_index
 from targets import cpu_isa
 from targets.base import Availability, Lowered, LowerOptions, Support, Target, pipeline
 from targets.errors import LoweringError, TargetOptionError
-from targets.fusion import TVM_FUSIONS
+from targets.fusion import GRAPH_FUSIONS
+from targets.options import TargetOptions
+from targets.tvm.locate import native_stderr_to_log
 
 log = logging.getLogger(__name__)
 
@@ -49,9 +46,13 @@ _CHECKS = {"_assert_scalar.default", "_assert_tensor_metadata.default",
            "sym_constrain_range_for_size.default", "_assert_async.msg"}
 
 
-class TvmLoweringError(LoweringError):
-    """TVM failed on a partition (exit code 3), naming the nodes it failed on when they
-    could be told."""
+class TvmOptions(TargetOptions):
+    tvm_target: str | None = Field(None, description="TVM target string (default: llvm for "
+                                   "the --cpu-isa level)")
+    tune: int = Field(0, ge=0, description="MetaSchedule trials (slow; 0 = off)")
+
+    def measured_choices(self) -> list[str]:
+        return ["--tune"] if self.tune else []
 
 
 @functools.cache
@@ -80,13 +81,17 @@ class TvmTarget(Target):
     device = "cpu"
     backend = "tvm"
     description = "Apache TVM Relax per partition (LLVM CPU code), run by the Relax VM"
+    Options = TvmOptions
+    build_packages = (("apache-tvm", "tvm"),)
+    runtime_extra = ("tvm", ("apache-tvm>=0.27", "apache-tvm-ffi"))
+    colour = "#7048e8"
 
     def availability(self) -> Availability:
         if not _installed():
             return Availability(False, "apache-tvm is not installed; pip install '.[tvm]'")
         import tvm
         return Availability(True, f"apache-tvm {tvm.__version__}; default target "
-                                  f"{self._target_string(LowerOptions(work_dir=Path('.')))}")
+                                  f"{self._target_string(LowerOptions(work_dir=Path('.'), target=TvmOptions()))}")
 
     def supports(self, node: Node) -> Support:
         if not _installed():
@@ -112,20 +117,20 @@ class TvmTarget(Target):
     def default_passes(self, options: LowerOptions) -> list[Pass]:
         # from_exported_program's own run_decompositions() (the default table) last, so
         # placement judges the graph TVM's importer will convert
-        return pipeline(options, fusions=TVM_FUSIONS) + [
+        return pipeline(options, fusions=GRAPH_FUSIONS) + [
             Decompose(lambda: None, "torch.export default"), WrapNegativeIndices()]
 
     def nondeterminism(self, options: LowerOptions) -> list[str]:
-        if int(options.extra.get("tune") or 0):
+        if self.own_options(options).tune:
             return ["--tune: MetaSchedule keeps the schedules that measured fastest here"]
         return []
 
     def lower(self, program: ExportedProgram, options: LowerOptions) -> Lowered:
         if not _installed():
             raise TargetOptionError("target 'tvm' needs apache-tvm", hint="pip install '.[tvm]'")
-        from targets import tvm_compile
+        from targets.tvm import compile as tvm_compile
         target_string = self._target_string(options)
-        tune = int(options.extra.get("tune") or 0)
+        tune = self.own_options(options).tune
         options.work_dir.mkdir(parents=True, exist_ok=True)
         start = time.perf_counter()
         with native_stderr_to_log(log):
@@ -142,7 +147,7 @@ class TvmTarget(Target):
                        requirements=self._requirements(options), notes=result.notes)
 
     def _target_string(self, options: LowerOptions) -> str:
-        custom = options.extra.get("tvm_target")
+        custom = self.own_options(options).tvm_target
         if custom:
             return str(custom)
         level = cpu_isa.resolve(options.cpu_isa)
@@ -150,7 +155,7 @@ class TvmTarget(Target):
 
     def _requirements(self, options: LowerOptions) -> Requirements:
         base = self.base_requirements()
-        if options.extra.get("tvm_target"):  # the user's own -mcpu: we cannot tell its flags
+        if self.own_options(options).tvm_target:  # the user's own -mcpu: we cannot tell its flags
             return Requirements(arch=base.arch, torch=base.torch, cpu_isa="tvm-target")
         level = cpu_isa.resolve(options.cpu_isa)
         if level is None:
@@ -159,53 +164,26 @@ class TvmTarget(Target):
                             cpu_flags=level.flags)
 
     def _error(self, what: str, exc: BaseException, program: ExportedProgram,
-               options: LowerOptions, nodes: list[Node]) -> TvmLoweringError:
-        partition = options.extra.get("partition") or options.work_dir.name
-        text = str(exc).strip()
-        first = next((line for line in reversed(text.splitlines())
-                      if line.strip() and not line.startswith(" ")), "")[:300]
-        log_dir = options.log_dir or options.work_dir
-        log_path = Path(log_dir) / f"exporter-tvm-{partition}-{time.strftime('%Y%m%d-%H%M%S')}.log"
-        log_path.write_text(f"{type(exc).__name__}: {text}\n")
-        details = [f"{n.name}: {n.target}" for n in nodes]
-        return TvmLoweringError(
-            f"TVM failed to {what} partition '{partition}' ({type(exc).__name__}: {first})",
-            where=str(log_path), details=details, nodes=[n.name for n in nodes],
-            hint=("the ops listed are moved to the CPU fallback unless --fallback forbid"
-                  if nodes else "read the log; --debug shows the traceback"))
+               options: LowerOptions, nodes: list[Node]) -> LoweringError:
+        partition = options.partition or options.work_dir.name
+        return LoweringError.from_exception(
+            exc, f"TVM failed to {what} partition '{partition}'", target=self.name,
+            partition=partition, log_dir=options.logs, nodes=nodes, summary=_last_message)
+
+    def runtime_packages(self, partition: Partition) -> dict[str, str | None]:
+        return {"apache-tvm": partition.meta.get("tvm"),
+                "apache-tvm-ffi": _installed_version("apache-tvm-ffi")}
 
 
-@contextlib.contextmanager
-def native_stderr_to_log(logger: logging.Logger) -> Iterator[None]:
-    """TVM's C++ logging (``Warning: Scope Saving``, ``Fast mode segfaults when...``, a
-    dozen lines per partition) writes to file descriptor 2, past Python's logging. Send it
-    to the debug log instead (``--verbose`` shows it); errors still arrive as exceptions."""
-    sys.stderr.flush()
-    saved = os.dup(2)
-    with tempfile.TemporaryFile() as sink:
-        os.dup2(sink.fileno(), 2)
-        try:
-            yield
-        finally:
-            sys.stderr.flush()
-            os.dup2(saved, 2)
-            os.close(saved)
-            sink.seek(0)
-            for line in sink.read().decode(errors="replace").splitlines():
-                logger.debug("tvm: %s", line)
+def _last_message(text: str) -> str:
+    """TVM's errors end with the message, after an indented C++ traceback."""
+    return next((line for line in reversed(text.splitlines())
+                 if line.strip() and not line.startswith(" ")), "")
 
 
-def ops_named_in(text: str, program: ExportedProgram) -> list[Node]:
-    """Graph nodes whose op TVM names in an error: 'Unsupported function types
-    ['cumsum.default']' or a failing PrimFunc called 'cumsum1'."""
-    nodes = [n for n in program.graph.nodes if n.op == "call_function"]
-    quoted = set(re.findall(r"'([\w.]+)'", text))
-    hits = [n for n in nodes if getattr(n.target, "__name__", None) in quoted]
-    if hits:
-        return hits
-    words = {re.sub(r"\d+$", "", w) for w in re.findall(r"[A-Za-z_][A-Za-z_0-9]*", text)}
-    return [n for n in nodes if _op_stem(n) in words]
-
-
-def _op_stem(node: Node) -> str:
-    return getattr(node.target, "__name__", "").split(".")[0]
+def _installed_version(dist: str) -> str | None:
+    import importlib.metadata
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None

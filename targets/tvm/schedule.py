@@ -7,7 +7,7 @@ to offload to. So the pipeline here is TVM's own ``cpu_generic`` pipeline
 (library dispatch, legalize, fuse) with dlight applied between legalization and
 lowering, rules tried in order on each PrimFunc:
 
-1. ``TiledContraction`` (ours, targets/tvm_tiling.py): matmuls and convolutions
+1. ``TiledContraction`` (ours, targets/tvm/tiling.py): matmuls and convolutions
    as register-tiled, vectorised, parallel micro-kernels with the epilogue fused in;
 2. TVM's ``dl.cpu.Reduction`` (softmax, layer norm, means);
 3. ``ParallelVectorize`` (ours, below): the remaining spatial loops.
@@ -37,7 +37,7 @@ from tvm.s_tir import dlight as dl
 from tvm.s_tir.dlight.analysis import normalize_prim_func
 from tvm.s_tir.dlight.base import try_inline_contiguous_spatial
 
-from targets.tvm_tiling import VECTOR_LANES, TiledContraction
+from targets.tvm.tiling import VECTOR_LANES, TiledContraction
 
 TRANSFORM_PARAMS = "main_transform_params"  # what relax.transform.LiftTransformParams names it
 

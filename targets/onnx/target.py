@@ -21,14 +21,20 @@ import torch
 from torch.export import ExportedProgram
 from torch.fx import Node
 
+from pydantic import Field, field_validator
+
 from passes.base import Pass
-from passes.decompose import Decompose
 from passes.contiguous_views import ContiguousBeforeReshape
+from passes.decompose import Decompose
 from runtime import scratch
-from targets.base import Availability, Lowered, LowerOptions, Support, Target, pipeline
+from runtime.manifest import Partition
+from targets.base import Availability, Baseline, Lowered, LowerOptions, Support, Target, pipeline
 from targets.errors import LoweringError, TargetOptionError
-from targets.fusion import ONNX_FUSIONS
-from targets.onnx_quantize import RECIPES, quantize_model
+from targets.fusion import GRAPH_FUSIONS
+from targets.onnx import inside
+from targets.onnx.providers import provider_names
+from targets.onnx.quantize import RECIPES, quantize_model
+from targets.options import FallbackPolicy, TargetOptions
 
 log = logging.getLogger(__name__)
 
@@ -36,15 +42,6 @@ MODEL_NAME = "model.onnx"
 # Weights go to a side file only past this size: one self-contained .onnx is simpler to
 # ship and hash, and protobuf itself cannot hold more than 2 GB.
 EXTERNAL_DATA_BYTES = 1 << 30
-PROVIDERS = {
-    "cpu": "CPUExecutionProvider",
-    "cuda": "CUDAExecutionProvider",
-    "tensorrt": "TensorrtExecutionProvider",
-    "openvino": "OpenVINOExecutionProvider",
-    "coreml": "CoreMLExecutionProvider",
-    "qnn": "QNNExecutionProvider",
-}
-FALLBACK_MODES = ("allow", "warn", "forbid")
 _PACKAGES = ("onnx", "onnxscript", "onnxruntime")
 # Runtime checks that torch.onnx drops before translating (its
 # _fx_passes.remove_assertion_nodes); they never reach ONNX, so they cost nothing.
@@ -54,41 +51,21 @@ _DROPPED_CHECKS = {
 }
 
 
-class OnnxLoweringError(LoweringError):
-    """torch.onnx or the ONNX checker failed on a partition (exit code 3)."""
+class OnnxOptions(TargetOptions):
+    ep: str = Field("cpu", description="execution providers in order, e.g. cuda,cpu")
 
+    @field_validator("ep")
+    @classmethod
+    def _known_providers(cls, value: str) -> str:
+        try:
+            provider_names(value)
+        except TargetOptionError as exc:
+            raise ValueError(f"{exc.what}; {exc.hint}") from None
+        return value
 
-def provider_names(csv: str) -> list[str]:
-    """'cpu,cuda' -> ['CPUExecutionProvider', 'CUDAExecutionProvider'].
-
-    Full ORT names ending in ExecutionProvider pass through, so providers this
-    table does not know (a vendor's build) can still be asked for."""
-    names = []
-    for raw in csv.split(","):
-        item = raw.strip()
-        if not item:
-            continue
-        if item.lower() in PROVIDERS:
-            names.append(PROVIDERS[item.lower()])
-        elif item.endswith("ExecutionProvider"):
-            names.append(item)
-        else:
-            raise TargetOptionError(
-                f"unknown ONNX Runtime execution provider '{item}'", where="providers option",
-                hint=f"use one of {', '.join(PROVIDERS)} or a full name such as "
-                     "'DmlExecutionProvider'")
-    if not names:
-        raise TargetOptionError("the providers option names no execution provider",
-                                where="providers option", hint="e.g. providers='cpu'")
-    return names
-
-
-def _requested_providers(value) -> list[str]:
-    if value is None:
-        return ["CPUExecutionProvider"]
-    if isinstance(value, str):
-        return provider_names(value)
-    return provider_names(",".join(str(v) for v in value))
+    @property
+    def providers(self) -> list[str]:
+        return provider_names(self.ep)
 
 
 @functools.cache  # asked once per node by supports(); installs do not change mid-build
@@ -140,6 +117,11 @@ class OnnxTarget(Target):
     device = "cpu"
     backend = "onnxruntime"
     description = "ONNX model per partition (torch.onnx dynamo exporter), run by ONNX Runtime"
+    Options = OnnxOptions
+    build_packages = (("onnxruntime", "onnx"), ("onnxscript", "onnx"))
+    runtime_extra = ("onnx", ("onnxruntime>=1.18",))
+    loggers_to_quiet = ("onnxscript",)  # constant-folding chatter
+    colour = "#1c7ed6"
 
     def availability(self) -> Availability:
         missing = _missing_packages()
@@ -186,19 +168,15 @@ class OnnxTarget(Target):
     def default_passes(self, options: LowerOptions) -> list[Pass]:
         # no PT2E pass: ORT quantizes the exported ONNX model (lower()); torch.onnx's own
         # decomposition last, so placement judges the graph the exporter will translate
-        return pipeline(options, fusions=ONNX_FUSIONS) + [
+        return pipeline(options, fusions=GRAPH_FUSIONS) + [
             Decompose(lambda: _exporter_tables()[1], "torch.onnx"), ContiguousBeforeReshape()]
 
     def quantize_pass(self, options: LowerOptions) -> Pass | None:
         return None
 
     def lower(self, program: ExportedProgram, options: LowerOptions) -> Lowered:
-        providers = _requested_providers(options.extra.get("providers"))
-        fallback = options.extra.get("fallback") or "allow"
-        if fallback not in FALLBACK_MODES:
-            raise TargetOptionError(f"unknown fallback mode '{fallback}'",
-                                    where="fallback option",
-                                    hint=f"use one of {', '.join(FALLBACK_MODES)}")
+        providers = self.own_options(options).providers
+        fallback = FallbackPolicy(options.fallback).value
         missing = _missing_packages()
         if missing:
             raise TargetOptionError(f"target 'onnx' needs {', '.join(missing)}",
@@ -213,14 +191,14 @@ class OnnxTarget(Target):
                       if v.const_value is not None)
         onnx_program.save(str(path), external_data=weights > EXTERNAL_DATA_BYTES)
         quantization = None
-        if options.extra.get("quantize"):
+        if options.quantize:
             try:
-                quantized, quantization = quantize_model(path, options.extra["quantize"],
-                                                         options.extra.get("calibration") or [])
+                quantized, quantization = quantize_model(path, options.quantize,
+                                                         list(options.calibration))
             except TargetOptionError:
                 raise
             except Exception as exc:  # noqa: BLE001 - ORT's quantizer raises many kinds
-                raise self._error(f"ONNX Runtime's {options.extra['quantize']} quantization "
+                raise self._error(f"ONNX Runtime's {options.quantize} quantization "
                                   "failed", exc, options, program, where=str(path)) from exc
             exported = onnx.load(str(path), load_external_data=False)
             for name in [MODEL_NAME, *_external_locations(exported)]:
@@ -239,7 +217,7 @@ class OnnxTarget(Target):
         opset = next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
         meta = {"model": MODEL_NAME, "external_data": external, "providers": providers,
                 "opset": opset, "fallback": fallback,
-                "disable_cpu_ep_fallback": fallback == "forbid",
+                "disable_cpu_ep_fallback": fallback == FallbackPolicy.FORBID.value,
                 "onnxruntime": onnxruntime.__version__, "onnx": onnx.__version__}
         if quantization is not None:
             meta["quantization"] = quantization
@@ -271,28 +249,32 @@ class OnnxTarget(Target):
         return onnx_program
 
     def _error(self, what: str, exc: Exception, options: LowerOptions, program: ExportedProgram,
-               *, where: str | None = None, report_dir: Path | None = None) -> OnnxLoweringError:
-        partition = options.extra.get("partition", options.work_dir.name)
-        text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc)).strip()  # torch.onnx colours its text
-        first = (text.splitlines() or [""])[0][:300]
-        cause = exc.__cause__
-        if cause is not None and str(cause).strip():
-            first += f" (cause: {type(cause).__name__}: {str(cause).strip().splitlines()[0][:300]})"
-        found = re.search(r"saved to '([^']+)'", text)
+               *, where: str | None = None, report_dir: Path | None = None) -> LoweringError:
+        partition = options.partition or options.work_dir.name
+        found = re.search(r"saved to '([^']+)'", str(exc))  # torch.onnx's own report
         report = found.group(1) if found else None
-        if report is None and report_dir is not None:
-            log_path = report_dir / "onnx-export-error.txt"
-            log_path.write_text(f"{type(exc).__name__}: {text}\n")
-            report = str(log_path)
         unsupported = sorted({f"{_op_name(n.target)}: {s.reason}"
                               for n in program.graph.nodes if n.op == "call_function"
                               for s in [self.supports(n)] if not s.ok})
-        return OnnxLoweringError(
-            f"{what} (partition '{partition}'; {type(exc).__name__}: {first})",
-            where=where or report, details=unsupported,
-            hint=(f"read the report at {report}" if report else "run with --debug")
-                 + ("; the ops listed have no ONNX translation: place them on another target"
-                    if unsupported else ""))
+        error = LoweringError.from_exception(
+            exc, f"{what} (partition '{partition}')", target=self.name, partition=partition,
+            log_dir=report_dir or options.logs, details=unsupported, where=where or report,
+            hint="run with --debug")
+        report = report or (None if where else error.where)
+        error.hint = ((f"read the report at {report}" if report else "run with --debug")
+                      + ("; the ops listed have no ONNX translation: place them on another "
+                         "target" if unsupported else ""))
+        return error
+
+    def runtime_packages(self, partition: Partition) -> dict[str, str | None]:
+        return {"onnxruntime": partition.meta.get("onnxruntime")}
+
+    def intermediate_values(self, folder: Path, partition: Partition, wanted: dict,
+                            inputs: list) -> list[tuple[str, str, torch.Tensor]]:
+        return inside.intermediate_values(folder / partition.meta["model"], wanted, inputs)
+
+    def baselines(self) -> dict[str, Baseline]:
+        return {"onnxruntime": inside.direct_session}
 
 
 # torch.onnx's export report: removed on success, kept (and released from the scratch

@@ -9,8 +9,8 @@ from __future__ import annotations
 import torch
 
 from runtime.manifest import Requirements
-from targets.aoti import AOTInductorTarget
-from targets.base import Availability, LowerOptions
+from targets.aoti.base import AOTInductorTarget
+from targets.base import ABSENT, OK, PROBLEM, Availability, Check, LowerOptions
 
 
 class CudaTarget(AOTInductorTarget):
@@ -40,6 +40,9 @@ class CudaTarget(AOTInductorTarget):
         return Availability(True, f"{name} (sm_{major}{minor}), CUDA {torch.version.cuda}; "
                                   f"{compiler.reason}")
 
+    def doctor_checks(self) -> list[Check]:
+        return [*super().doctor_checks(), _gpu_check()]
+
     def inductor_configs(self, options: LowerOptions) -> dict:
         # The CPU vector ISA only labels the package here (no CPU kernels are
         # vectorised for a GPU program); skip Inductor's compile-and-run probes of it.
@@ -47,7 +50,7 @@ class CudaTarget(AOTInductorTarget):
 
     def nondeterminism(self, options: LowerOptions) -> list[str]:
         found = super().nondeterminism(options)
-        if not options.extra.get("deterministic"):
+        if not options.deterministic:
             found.append("Inductor times Triton kernel configurations on this GPU and keeps the "
                          "fastest (--deterministic turns this off)")
         return found
@@ -57,3 +60,15 @@ class CudaTarget(AOTInductorTarget):
         major, minor = torch.cuda.get_device_capability()
         return Requirements(arch=base.arch, torch=base.torch, cuda=torch.version.cuda,
                             cuda_capability=f"{major}.{minor}")
+
+
+def _gpu_check() -> Check:
+    if not torch.version.cuda:
+        return Check("gpu", ABSENT, "this torch has no CUDA: target cuda is off",
+                     "install a CUDA build of torch on a machine with an NVIDIA GPU")
+    if not torch.cuda.is_available():
+        return Check("gpu", PROBLEM, "torch has CUDA but sees no GPU",
+                     "check the driver (nvidia-smi) and CUDA_VISIBLE_DEVICES")
+    major, minor = torch.cuda.get_device_capability()
+    return Check("gpu", OK, f"{torch.cuda.get_device_name()} (compute capability "
+                            f"{major}.{minor}); artifacts built here need >= {major}.{minor}")

@@ -4,7 +4,7 @@ TVM 0.27's MetaSchedule cannot handle symbolic shapes: tuning a function with a
 dynamic batch failed here inside its task scheduler (``parallel_for_dynamic error
 ... old_rv != nullptr``). So only functions whose buffers all have static shapes
 are tuned; the rest, and any function MetaSchedule found nothing for, get the
-untuned rules (targets/tvm_schedule.py), and the report says how many went which way.
+untuned rules (targets/tvm/schedule.py), and the report says how many went which way.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from tvm import relax, tirx
 from tvm.s_tir import dlight as dl
 
 from targets.errors import TargetOptionError
-from targets.tvm_schedule import TRANSFORM_PARAMS, default_rules, schedule
+from targets.tvm.schedule import TRANSFORM_PARAMS, default_rules, schedule
 
 
 def tune(mod: tvm.IRModule, target: tvm.target.Target, trials: int, work_dir: Path,

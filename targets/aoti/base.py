@@ -8,6 +8,7 @@ support table reports which of the two each op gets.
 from __future__ import annotations
 
 import logging
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -16,10 +17,13 @@ import torch
 from torch.export import ExportedProgram
 from torch.fx import Node
 
+from pydantic import Field
+
 from passes.base import Pass
-from runtime.errors import ToolchainError
-from targets.base import Availability, Lowered, LowerOptions, Support, Target, pipeline
-from targets.errors import TargetOptionError
+from targets.base import (OK, PROBLEM, Availability, Check, Lowered, LowerOptions, Support,
+                          Target, pipeline)
+from targets.errors import LoweringError, TargetOptionError
+from targets.options import TargetOptions
 from targets.reproducible import (canonical_mkldnn_metadata, mkldnn_md_layout_known,
                                   normalize_package)
 from targets.toolchain import TIMED_OUT, choose_cxx, with_timeout
@@ -40,14 +44,21 @@ def _jsonable(configs: dict) -> dict:
     return {k: list(v) if isinstance(v, tuple) else v for k, v in configs.items()}
 
 
-class CompilerError(ToolchainError):
-    """AOTInductor or the C++ compiler under it failed (exit code 3). Not a
-    LoweringError: a hung or crashing compiler, or a bad toolchain, is no reason to move
-    the model's ops to the CPU fallback; the build stops and names the log."""
+class AotiOptions(TargetOptions):
+    autotune: bool = Field(False, description="Inductor max-autotune (slow)")
+    compile_timeout_s: int = Field(1800, ge=0, description="seconds one C++ compiler run "
+                                   "may take (0: no limit)",
+                                   json_schema_extra={"flag": "--compile-timeout"})
+
+    def measured_choices(self) -> list[str]:
+        return ["--autotune"] if self.autotune else []
 
 
 class AOTInductorTarget(Target):
     backend = "aoti"
+    Options = AotiOptions
+    build_packages = (("torchao", "quant"),)  # --quantize recipes
+    colour = "#2f9e44"
 
     def supports(self, node: Node) -> Support:
         from torch._inductor.decomposition import select_decomp_table
@@ -78,11 +89,12 @@ class AOTInductorTarget(Target):
         vetted (a statically linked libstdc++ crashes on load)."""
         # size_asserts: debug checks that run only under an environment variable, and
         # whose messages embed Python object addresses, so the library differed per build.
-        compiler = with_timeout(self._compiler(), int(options.extra.get("compile_timeout") or 0))
+        aoti: AotiOptions = self.own_options(options)
+        compiler = with_timeout(self._compiler(), aoti.compile_timeout_s)
         configs: dict = {"freezing": True, "cpp.cxx": (None, compiler), "size_asserts": False}
-        if options.autotune:
+        if aoti.autotune:
             configs["max_autotune"] = True
-        if options.extra.get("deterministic"):
+        if options.deterministic:
             configs["deterministic"] = True  # Inductor: no on-device benchmarking
         return configs
 
@@ -97,7 +109,7 @@ class AOTInductorTarget(Target):
         if not mkldnn_md_layout_known():
             found.append("oneDNN-prepacked weights: this torch's descriptor layout is not the "
                          "one checked, so their uninitialised padding bytes are kept")
-        if options.autotune:
+        if self.own_options(options).autotune:
             found.append("--autotune: Inductor keeps the kernels that timed fastest here")
         return found
 
@@ -124,9 +136,7 @@ class AOTInductorTarget(Target):
                 torch._inductor.aoti_compile_and_package(
                     program, package_path=str(package), inductor_configs=configs)
         except Exception as exc:  # compiler errors come in many types; keep the full text
-            timed_out = TIMED_OUT in str(exc)
-            raise self._lowering_error(exc, options, options.extra.get("compile_timeout")
-                                       if timed_out else None) from exc
+            raise self._lowering_error(exc, options) from exc
         normalize_package(package)
         seconds = time.perf_counter() - start
         log.info("AOTInductor compiled %s in %.1f s", package, seconds)
@@ -139,17 +149,34 @@ class AOTInductorTarget(Target):
     def requirements(self, options: LowerOptions):
         return self.base_requirements()
 
-    def _lowering_error(self, exc: Exception, options: LowerOptions,
-                        timed_out: int | None = None) -> CompilerError:
-        log_dir = options.log_dir or Path(tempfile.gettempdir())
-        log_dir.mkdir(parents=True, exist_ok=True)
-        log_path = log_dir / f"exporter-{self.name}-compile-{time.strftime('%Y%m%d-%H%M%S')}.log"
-        log_path.write_text(f"{type(exc).__name__}: {exc}\n")
-        first = (str(exc).strip().splitlines() or [""])[0][:300]
-        what = (f"the C++ compiler did not finish within --compile-timeout {timed_out} s"
-                if timed_out else f"{type(exc).__name__}: {first}")
-        return CompilerError(
-            f"AOTInductor failed to compile the program for '{self.name}' ({what})",
-            where=str(log_path),
+    def _lowering_error(self, exc: Exception, options: LowerOptions) -> LoweringError:
+        """Not movable: a hung or crashing compiler, or a bad toolchain, is no reason to
+        move the model's ops to the CPU fallback; the build stops and names the log."""
+        what = f"AOTInductor failed to compile the program for '{self.name}'"
+        summary = None
+        if TIMED_OUT in str(exc):
+            limit = self.own_options(options).compile_timeout_s
+            summary = lambda _: f"the C++ compiler did not finish within --compile-timeout {limit} s"  # noqa: E731
+        return LoweringError.from_exception(
+            exc, what, target=self.name, log_dir=options.log_dir or Path(tempfile.gettempdir()),
+            movable=False, summary=summary, details=[],
             hint="read the log; run with --debug for the traceback; check that a C++ compiler "
                  "works (`exporter targets`)")
+
+    def doctor_checks(self) -> list[Check]:
+        """The compiler probe the build itself uses (choose_cxx), so they never disagree."""
+        choice = choose_cxx()
+        name = "c++ compiler"
+        if choice.compiler is None:
+            return [Check(name, PROBLEM, choice.note,
+                          "install g++ or set CXX to a compiler that links libstdc++ "
+                          "dynamically (e.g. CXX=/usr/bin/g++); AOTInductor needs it")]
+        if choice.switched:  # builds work (the build switches too); say how to be explicit
+            compiler = Check(name, OK, choice.note, f"the build uses {choice.compiler} itself; "
+                                                    f"set CXX={choice.compiler} to say so")
+        else:
+            compiler = Check(name, OK, choice.note)
+        if shutil.which("timeout"):
+            return [compiler, Check("timeout", OK, "coreutils timeout: --compile-timeout works")]
+        return [compiler, Check("timeout", PROBLEM, "no `timeout` command: a hung compiler "
+                                "hangs the build", "install coreutils")]

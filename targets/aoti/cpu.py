@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from runtime.manifest import Requirements
 from targets import cpu_isa
-from targets.aoti import AOTInductorTarget
+from targets.aoti.base import AOTInductorTarget
 from targets.base import LowerOptions
 
 

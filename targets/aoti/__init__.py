@@ -1,0 +1,1 @@
+"""AOTInductor targets: ``cpu`` (C++/OpenMP) and ``cuda`` (Triton), one shared base."""

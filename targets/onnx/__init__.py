@@ -1,0 +1,1 @@
+"""Target ``onnx``: torch.onnx per partition, run by ONNX Runtime."""
