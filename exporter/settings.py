@@ -22,31 +22,42 @@ ARTIFACT_SUFFIX = ".artifact"
 class BuildSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    target: str = "cpu"
+    target: str = Field("cpu", description="where the artifact runs (`exporter targets` says "
+                        "which work here)")
     out: Path | None = Field(None, description="artifact path; default <model>-<target>.artifact")
-    dynamic: list[str] = Field(default_factory=list, description="INPUT:DIM=MIN..MAX entries")
+    dynamic: list[str] = Field(default_factory=list, description="INPUT:DIM=MIN..MAX, "
+                               "repeatable: a dynamic dimension and its bounds")
     inputs: Path | None = Field(None, description=".npz of representative inputs to validate on")
-    validate_artifact: bool = True
-    keep_failed: bool = False
-    cpu_isa: Literal["auto", "avx512", "avx2", "generic"] = "auto"  # see targets.cpu_isa
-    dtype: Literal["fp32", "fp16", "bf16"] = "fp32"
-    fallback: FallbackPolicy = FallbackPolicy.WARN
-    min_partition_size: int = Field(1, ge=1)
+    validate_artifact: bool = Field(True, description="validate against eager PyTorch in a "
+                                    "separate process (skipping it is not advised)")
+    keep_failed: bool = Field(False, description="keep an artifact that fails validation, "
+                              "renamed")
+    cpu_isa: Literal["auto", "avx512", "avx2", "generic"] = Field(
+        "auto", description="the CPU family the code is compiled for (targets/cpu_isa.py)")
+    dtype: Literal["fp32", "fp16", "bf16"] = Field(
+        "fp32", description="math precision (inputs and outputs keep their dtypes)")
+    fallback: FallbackPolicy = Field(FallbackPolicy.WARN, description="ops no target claims "
+                                     "run on the CPU fallback: allowed, warned, or refused")
+    min_partition_size: int = Field(1, ge=1, description="smaller delegated islands stay on "
+                                    "the CPU fallback")
     # The target's own options (its ``Options`` model, all fields filled in). Given flat
     # (``BuildSettings(target="tvm", tune=8)``, a flag, a config key) or as a table.
     target_options: dict[str, Any] = Field(default_factory=dict)
-    fuse: bool = Field(True, description="the target's graph fusion passes (targets.fusion)")
-    quantize: Literal["int8-dynamic", "int8-static", "int8-weight", "int4-weight"] | None = None
+    fuse: bool = Field(True, description="graph fusion passes, for the targets that run them "
+                       "(batch-norm folding, QKV merge, no-ops; targets/fusion.py)")
+    quantize: Literal["int8-dynamic", "int8-static", "int8-weight", "int4-weight"] | None = Field(
+        None, description="a quantization recipe (which targets run which: `exporter targets`)")
     calibration: str | None = Field(None, description="int8-static: .npz of representative "
                                                       "inputs, or 'random' (warned)")
     # The accuracy gate of quantized builds: an output passes with either figure.
-    quant_min_sqnr_db: float = 20.0
-    quant_min_cosine: float = 0.99
-    seed: int = 0
+    quant_min_sqnr_db: float = Field(20.0, description="quantized builds: per-output SQNR "
+                                     "gate in dB (an output passes on SQNR or cosine)")
+    quant_min_cosine: float = Field(0.99, description="quantized builds: per-output cosine gate")
+    seed: int = Field(0, description="seed of the random validation inputs")
     validation_timeout_s: float = Field(900.0, gt=0, allow_inf_nan=False, description="seconds "
                                         "the validation subprocess may take")
-    memory_budget: int | None = Field(None, gt=0, description="bytes (or a size: 64MB, 1.5GiB) "
-                                      "that weights plus planned activations must fit in")
+    memory_budget: int | None = Field(None, gt=0, description="fail when weights plus planned "
+                                      "activations exceed this size (bytes, or 64MB, 1.5GiB)")
 
     task: Literal["feature-extraction", "text-classification", "causal-lm",
                   "image-classification"] | None = Field(None, description="hf: specs: the "

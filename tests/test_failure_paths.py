@@ -16,6 +16,7 @@ from exporter.builder.lowering import _lower_delegated
 from passes.base import PassFailedError, PassResult, run_pipeline
 from passes.dead_code import EliminateDeadCode
 from passes.partition import PlannedPartition
+from targets import LowerOptions
 from targets.errors import LoweringError
 
 
@@ -80,6 +81,7 @@ def test_a_backend_crash_names_the_partitions_ops():
 
     class Prep:
         target, out, calibration = Crashing(), Path("x.artifact"), []
+        options = LowerOptions(work_dir=Path("."))
 
     plan = PlannedPartition("p3", True, nodes, program=program)
     from exporter.settings import BuildSettings

@@ -6,6 +6,7 @@ Split from exporter/builder/pipeline.py, which calls ``lower_with_fallback`` as 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -24,7 +25,9 @@ log = logging.getLogger(__name__)
 
 
 def lower_options(settings: BuildSettings, out: Path, work_dir: Path | None = None, *,
-             calibration: list | None = None) -> LowerOptions:
+                  calibration: list | None = None) -> LowerOptions:
+    """What the settings say to the target; built once per build (exporter/builder/
+    pipeline.py), each partition's lowering replaces ``work_dir`` and ``partition``."""
     return LowerOptions(work_dir=work_dir or out.parent, target=settings.options(),
                         cpu_isa=settings.cpu_isa, dtype=settings.dtype, fuse=settings.fuse,
                         quantize=settings.quantize, calibration=tuple(calibration or ()),
@@ -69,7 +72,7 @@ def _lower_delegated(prep: "Prepared", settings: BuildSettings, plan: PlannedPar
     names the ops to move to the CPU fallback: those the backend named, else all of the
     partition's (a backend crash tells us no more than that)."""
     ops = [n.name for n in plan.nodes if n.op == "call_function"]
-    options = lower_options(settings, prep.out, part_dir, calibration=prep.calibration)
+    options = dataclasses.replace(prep.options, work_dir=part_dir, partition=plan.name)
     try:
         return prep.target.lower(plan.program, options)
     except LoweringError as exc:

@@ -36,12 +36,13 @@ from exporter.builder.lowering import lower_options, lower_with_fallback
 from exporter.builder.placement import Placement, enforce_fallback_policy, place
 from passes import memory_plan
 from passes.base import run_pipeline
+from passes.ops import is_custom_op
 from passes.partition import PlannedPartition
 from runtime import scratch
 from runtime.archive_writer import write_artifact
 from runtime.outfiles import checked_output
 from runtime.manifest import Manifest, Partition
-from targets import Lowered, Target, for_backend, get_target
+from targets import Lowered, LowerOptions, Target, for_backend, get_target
 from targets.fallback import FALLBACK_BACKEND
 
 log = logging.getLogger(__name__)
@@ -90,6 +91,7 @@ class Prepared:
     placement: Placement
     warnings: list[str]
     out: Path
+    options: LowerOptions  # what the settings say to the target (per partition: replaced)
     calibration: list = field(default_factory=list)  # --quantize int8-static input sets
     activations: dict = field(default_factory=dict)  # memory_plan.plan of the program
     captured_module: torch.nn.Module | None = None  # what was captured (the cast model)
@@ -123,7 +125,7 @@ def prepare(spec: str | ModelSpec, settings: BuildSettings, timed: Callable) -> 
         placement = place(program, target, settings.min_partition_size)
     warnings += enforce_fallback_policy(placement, settings.fallback, target)
     return Prepared(target, model, captured, program, pass_records, placement, warnings, out,
-                    calibration, activations, captured_spec.module)
+                    options, calibration, activations, captured_spec.module)
 
 
 def _at_dtype(model: ModelSpec, dtype: str) -> ModelSpec:
@@ -174,8 +176,7 @@ def build(spec: str | ModelSpec, settings: BuildSettings, *, stage: StageHook = 
         notes = [note for _, low in lowered for note in low.notes]
         manifest.build = {"settings": settings.model_dump(mode="json", exclude={"out"}),
                           "notes": prep.warnings + notes,
-                          "nondeterminism": prep.target.nondeterminism(lower_options(settings,
-                                                                                prep.out))}
+                          "nondeterminism": prep.target.nondeterminism(prep.options)}
         measured = {"pass_seconds": {r["name"]: r["seconds"] for r in prep.pass_records},
                     "lower_seconds": {p.name: {k: v for k, v in low.meta.items()
                                                if k.endswith("_seconds")}
@@ -245,7 +246,7 @@ def _manifest(prep: Prepared, settings: BuildSettings,
                 for k, v in low.meta.items() if not k.endswith("_seconds")}
         if not plan.delegated:
             meta["custom_ops"] = sorted({str(n.target).rsplit(".", 1)[0] for n in plan.nodes
-                                         if _is_custom_op(n)})
+                                         if is_custom_op(n.target)})
         partitions.append(Partition(
             name=plan.name, backend=prep.target.backend if plan.delegated else FALLBACK_BACKEND,
             device=prep.target.device if plan.delegated else "cpu",
@@ -301,11 +302,6 @@ def _defining_module(qualified: str) -> str | None:
     if not module or module == "__main__" or module.startswith("_exporter_spec_"):
         return None
     return module
-
-
-def _is_custom_op(node) -> bool:
-    namespace = getattr(node.target, "namespace", None)
-    return namespace is not None and namespace not in ("aten", "prims")
 
 
 def _eager_runner(prep: Prepared, settings: BuildSettings) -> EagerRunner:

@@ -20,6 +20,7 @@ from torch.fx import Node
 from pydantic import Field
 
 from passes.base import Pass
+from passes.ops import is_custom_op
 from targets.base import (OK, PROBLEM, Availability, Check, Lowered, LowerOptions, Support,
                           Target, pipeline)
 from targets.errors import LoweringError, TargetOptionError
@@ -36,8 +37,7 @@ PACKAGE_NAME = "model.pt2"
 def _is_python_custom_op(op) -> bool:
     from torch._library.custom_ops import OPDEFS
 
-    name = op.name() if hasattr(op, "name") else ""
-    return getattr(op, "namespace", "aten") not in ("aten", "prims") and name in OPDEFS
+    return is_custom_op(op) and op.name() in OPDEFS
 
 
 def _jsonable(configs: dict) -> dict:

@@ -26,6 +26,7 @@ from pydantic import Field, field_validator
 from passes.base import Pass
 from passes.contiguous_views import ContiguousBeforeReshape
 from passes.decompose import Decompose
+from passes.ops import is_custom_op
 from runtime import scratch
 from runtime.manifest import Partition
 from targets.base import Availability, Baseline, Lowered, LowerOptions, Support, Target, pipeline
@@ -159,9 +160,8 @@ class OnnxTarget(Target):
         # that export cannot preserve; either way the pieces are translated instead.
         if isinstance(op, torch._ops.OpOverload) and (op in decompositions or op._can_decompose()):
             return Support(True, "decomposed, then translated")
-        custom = isinstance(op, torch._ops.OpOverload) and op.namespace not in ("aten", "prims")
         return Support(False, f"no ONNX translation registered for {name}"
-                              + (" (custom op)" if custom else ""))
+                              + (" (custom op)" if is_custom_op(op) else ""))
 
     quant_recipes = RECIPES  # ONNX Runtime's tools, applied in lower() to the exported model
 

@@ -26,6 +26,7 @@ from torch.fx import Node
 
 from passes.base import Pass
 from passes.decompose import Decompose
+from passes.ops import is_custom_op
 from passes.wrap_negative_indices import WrapNegativeIndices
 from runtime.manifest import Partition, Requirements
 from runtime.weights import INDEX_KEY, read_index
@@ -99,8 +100,11 @@ class TvmTarget(Target):
         op = node.target
         name = getattr(op, "__name__", str(op))
         if isinstance(op, torch._ops.OpOverload):
-            if op.namespace != "aten":  # the importer ignores namespaces: be strict here
+            # the importer looks ops up without their namespace: be strict here
+            if is_custom_op(op):
                 return Support(False, f"custom op {op.name()}: TVM's importer has no converter")
+            if op.namespace != "aten":
+                return Support(False, f"{op.name()}: TVM's importer converts aten ops only")
             if name in _CHECKS:
                 return Support(True, "runtime check; dropped on import")
             if name in converter_keys():

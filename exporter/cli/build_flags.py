@@ -1,0 +1,115 @@
+"""``exporter build``'s flags, generated from the settings they fill: one flag per field of
+``BuildSettings`` and of every registered target's ``Options``, with its type, default and
+help from the field. The CLI restates nothing; a new setting or target option is a field.
+
+``SETTINGS_FLAGS`` is the one CLI-only fact per setting: its panel in ``--help`` and the
+flag's name where it is not ``--field-name``.
+"""
+
+from __future__ import annotations
+
+import enum
+import inspect
+import typing
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import typer
+from pydantic.fields import FieldInfo
+
+from exporter.settings import BuildSettings
+from targets import all_targets
+from targets.options import flag_name
+
+MODEL, TARGET, QUANT, CHECK, OUTPUT = ("Model", "Target", "Quantization", "Validation",
+                                       "Output")
+TARGET_PANEL = "Target options (each applies to the targets named in its help)"
+# field -> (panel, flag declarations or () for --field-name)
+SETTINGS_FLAGS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "target": (TARGET, ("--target", "-t")), "cpu_isa": (TARGET, ()), "dtype": (TARGET, ()),
+    "fallback": (TARGET, ()), "min_partition_size": (TARGET, ()), "fuse": (TARGET, ()),
+    "deterministic": (TARGET, ()), "memory_budget": (TARGET, ()),
+    "dynamic": (MODEL, ()), "task": (MODEL, ()), "seq_len": (MODEL, ()),
+    "image_size": (MODEL, ()), "random_weights": (MODEL, ()), "trust_remote_code": (MODEL, ()),
+    "max_model_size": (MODEL, ()),
+    "quantize": (QUANT, ()), "calibration": (QUANT, ()),
+    "quant_min_sqnr_db": (QUANT, ("--min-sqnr",)), "quant_min_cosine": (QUANT, ("--min-cosine",)),
+    "validate_artifact": (CHECK, ("--validate/--no-validate",)), "inputs": (CHECK, ()),
+    "keep_failed": (CHECK, ()), "seed": (CHECK, ()), "validation_timeout_s": (CHECK, ()),
+    "out": (OUTPUT, ("--out", "-o")),
+}
+# sizes are parsed by the settings ("64MB"), so the flag takes text
+_TEXT_FIELDS = ("memory_budget", "max_model_size")
+
+
+def with_build_flags(command: Callable) -> Callable:
+    """Give ``command`` (which takes ``**flags``) one typer option per setting and per
+    target option field, after its own parameters."""
+    signature = inspect.signature(command)
+    own = [p for p in signature.parameters.values() if p.kind is not p.VAR_KEYWORD]
+    fields = BuildSettings.model_fields
+    generated = [_parameter(name, fields[name], panel, decls)
+                 for name, (panel, decls) in SETTINGS_FLAGS.items()]
+    generated += [_parameter(name, field, TARGET_PANEL, (flag_name(name, field),),
+                             f"{', '.join(owners)}: ")
+                  for name, (field, owners) in option_owners().items()]
+    command.__signature__ = signature.replace(parameters=own + generated)
+    return command
+
+
+def given_flags(ctx: typer.Context, values: dict[str, Any]) -> set[str]:
+    """The flags the command line gave (the rest are defaults, under --config's values)."""
+    return {name for name in values if ctx.get_parameter_source(name).name == "COMMANDLINE"}
+
+
+def option_owners() -> dict[str, tuple[FieldInfo, list[str]]]:
+    """Target option field -> (its declaration, the targets that take it). Targets sharing
+    a field (cpu and cuda share AOTInductor's) must declare it alike: one flag serves both."""
+    found: dict[str, tuple[FieldInfo, list[str]]] = {}
+    for target in all_targets().values():
+        for name, field in target.Options.model_fields.items():
+            if name in found:
+                first, owners = found[name]
+                if (first.annotation, first.default) != (field.annotation, field.default):
+                    raise TypeError(f"targets {owners[0]} and {target.name} declare option "
+                                    f"'{name}' differently")
+                owners.append(target.name)
+            else:
+                found[name] = (field, [target.name])
+    return found
+
+
+def _parameter(name: str, field: FieldInfo, panel: str, decls: tuple[str, ...],
+               prefix: str = "") -> inspect.Parameter:
+    default = field.get_default(call_default_factory=True)
+    if isinstance(default, enum.Enum):
+        default = default.value
+    decls = decls or ("--" + name.replace("_", "-"),)
+    if default is True and "/" not in decls[0]:
+        decls = (f"{decls[0]}/--no-{decls[0][2:]}",)
+    annotation, choices = _cli_type(name, field.annotation)
+    help_text = prefix + (f"{'|'.join(choices)}: " if choices else "") + (field.description or "")
+    # choices are checked by the settings (exit 2, naming them), not by click
+    option = typer.Option(default, *decls, rich_help_panel=panel, help=help_text,
+                          show_default=not (default is None or default is False or default == []))
+    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=option,
+                             annotation=annotation)
+
+
+def _cli_type(name: str, annotation: Any) -> tuple[Any, list[str]]:
+    """A type typer parses, and the choices for Literal and Enum fields (pydantic checks
+    the value again; the targets' names are the registry's)."""
+    if name == "target":
+        return str, list(all_targets())
+    if name in _TEXT_FIELDS:
+        return Optional[str], []
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    optional = type(None) in typing.get_args(annotation)
+    inner = args[0] if optional and len(args) == 1 else annotation
+    if typing.get_origin(inner) is typing.Literal:
+        return (Optional[str] if optional else str), [str(a) for a in typing.get_args(inner)]
+    if isinstance(inner, type) and issubclass(inner, enum.Enum):
+        return str, [str(m.value) for m in inner]
+    if inner is Path:
+        return (Optional[Path] if optional else Path), []
+    return annotation, []

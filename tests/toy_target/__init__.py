@@ -1,0 +1,56 @@
+"""A toy target, registered by the contract suite: it delegates ``aten.relu`` (nothing
+else) to a trivial executor kind, ``toy-relu``. It shows what a new target is: this folder
+and one ``targets.register(ToyTarget())`` line; no edit anywhere else."""
+
+from __future__ import annotations
+
+import json
+
+from torch.export import ExportedProgram
+from torch.fx import Node
+
+import torch
+
+from passes.base import Pass
+from targets import Availability, Lowered, LowerOptions, Support, Target, TargetOptions
+from targets.base import pipeline
+from tests.toy_target.executor import BACKEND, ToyMeta
+
+from pydantic import Field
+
+
+class ToyOptions(TargetOptions):
+    toy_note: str = Field("relu", description="a note the toy writes into its partition file")
+
+
+class ToyTarget(Target):
+    name = "toy"
+    device = "cpu"
+    backend = BACKEND
+    description = "test-only: aten.relu on a trivial executor"
+    Options = ToyOptions
+    runtime_modules = ("tests.toy_target.executor",)  # registers the executor kind
+    colour = "#f08c00"
+
+    def availability(self) -> Availability:
+        return Availability(True, "always (pure Python)")
+
+    def supports(self, node: Node) -> Support:
+        if node.target is torch.ops.aten.relu.default:
+            return Support(True, "the toy runs relu")
+        return Support(False, f"the toy runs only relu, not {node.target}")
+
+    def default_passes(self, options: LowerOptions) -> list[Pass]:
+        return pipeline(options)
+
+    def lower(self, program: ExportedProgram, options: LowerOptions) -> Lowered:
+        ops = [n for n in program.graph.nodes if n.op == "call_function"]
+        if any(n.target is not torch.ops.aten.relu.default for n in ops):
+            raise ValueError("the toy was handed an op it did not claim")
+        options.work_dir.mkdir(parents=True, exist_ok=True)
+        path = options.work_dir / "relu.json"
+        note = self.own_options(options).toy_note
+        path.write_text(json.dumps({"relus": len(ops), "note": note}))
+        meta = ToyMeta(program="relu.json", relus=len(ops))
+        return Lowered(files={"relu.json": path}, meta=meta.to_json(),
+                       requirements=self.base_requirements())
