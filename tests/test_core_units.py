@@ -9,7 +9,7 @@ from torch.utils._pytree import tree_flatten, tree_flatten_with_path
 from exporter.model.capture import output_names
 from exporter.model.dynamic import parse_dynamic
 from exporter.errors import UserInputError
-from exporter.validation.validate import Tolerance, compare_output
+from exporter.validation.gates import Tolerance, compare_output
 from runtime.errors import InputMismatchError
 from runtime.manifest import Dim, TensorSpec
 from runtime.outputs import decode_tree, encode_tree
