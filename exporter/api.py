@@ -19,6 +19,7 @@ from exporter.builder.pipeline import build as _build
 from exporter.builder.pipeline import preload_for
 from exporter.settings import BuildSettings
 from exporter.model.spec import ModelSpec, load_spec
+from exporter.validation.gates import Tolerance
 from exporter.validation.validate import EagerRunner
 from exporter.validation.validate import validate as _validate
 from exporter.validation.inputs import make_cases
@@ -71,5 +72,5 @@ def validate(artifact: str | Path, model: str | ModelSpec, *, inputs_file: Path 
                                   "inspect` shows it)") from None
     cases, warnings = make_cases(manifest.signature, inputs.tensors, inputs_file, seed)
     return _validate(Path(artifact), EagerRunner(module, inputs.rebuild), manifest.signature,
-                     cases, dtype=dtype, warnings=warnings,
+                     cases, gate=Tolerance.for_dtype(dtype), warnings=warnings,
                      preload=preload_for(manifest, spec.origin_file))

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import math
+from types import SimpleNamespace
+from typing import ClassVar
+
 import pytest
 import torch
 from torch.utils._pytree import tree_flatten, tree_flatten_with_path
@@ -9,7 +13,7 @@ from torch.utils._pytree import tree_flatten, tree_flatten_with_path
 from exporter.model.capture import output_names
 from exporter.model.dynamic import parse_dynamic
 from exporter.errors import UserInputError
-from exporter.validation.validate import Tolerance, compare_output
+from exporter.validation.gates import QuantGate, Tolerance, compare_output
 from runtime.errors import InputMismatchError
 from runtime.manifest import Dim, TensorSpec
 from runtime.outputs import decode_tree, encode_tree
@@ -111,3 +115,67 @@ def test_compare_output_integers_exact_and_nan_positions():
     moved = torch.tensor([float("nan"), 1.0])
     row = compare_output(moved, x.double(), x, Tolerance())
     assert not row["passed"] and not row["nan_inf_positions_match"]
+
+
+class _CannedRun:
+    """Stands in for the artifact's subprocess: the outputs are the test's."""
+    results_by_case: ClassVar[dict] = {}  # the test sets it
+
+    def __init__(self, artifact, cases, *, preload=(), timeout=900) -> None:
+        self.memory: dict = {}
+
+    def results(self) -> dict:
+        return self.results_by_case
+
+    def close(self) -> None:
+        pass
+
+
+class _HandEager:
+    """Eager float32 is 0.25 off the float64 reference in its first element."""
+    def __init__(self) -> None:
+        self.float64_runs = 0
+
+    def run(self, inputs, *, float64=False):
+        if float64:
+            self.float64_runs += 1
+            return [torch.tensor([1.0, -2.0, 0.5, 4.0], dtype=torch.float64), torch.arange(3)]
+        return [torch.tensor([1.25, -2.0, 0.5, 4.0]), torch.arange(3)]
+
+
+def test_validate_judges_through_either_gate(monkeypatch):
+    """One artifact output (2.0 off float64, 1.75 off eager float32) through validate():
+    within the float tolerance (10 x 0.25 + 1e-6 x 4), short of the quantized gate."""
+    import exporter.validation.validate as validation
+    from exporter.validation.inputs import Case
+    monkeypatch.setattr(validation, "ArtifactRun", _CannedRun)
+    monkeypatch.setattr(_CannedRun, "results_by_case", {
+        "example": {"y": torch.tensor([3.0, -2.0, 0.5, 4.0]), "ids": torch.arange(3)}})
+    signature = SimpleNamespace(outputs=[SimpleNamespace(name="y"), SimpleNamespace(name="ids")])
+    cases = [Case("example", "example", {"x": torch.ones(1)})]
+
+    eager = _HandEager()
+    record = validation.validate("a", eager, signature, cases, gate=Tolerance.for_dtype("fp32"))
+    y, ids = record["outputs"]
+    assert record["passed"] and eager.float64_runs == 1
+    assert record["reference_dtype"] == "float64" and record["policy"].startswith("float outputs")
+    assert y["criterion"] == "relative-to-eager" and y["max_abs_err"] == 2.0
+    assert y["eager_max_abs_err"] == 0.25 and y["allowed"] == pytest.approx(2.500004)
+    assert y["abs_err_histogram"]["0"] == 3 and y["abs_err_histogram"][">=1"] == 1
+    assert ids == {"case": "example", "output": "ids", "passed": True, "criterion": "exact",
+                   "mismatches": 0}
+
+    eager = _HandEager()
+    gate = QuantGate(20.0, 0.99, "int8-dynamic")
+    record = validation.validate("a", eager, signature, cases, gate=gate)
+    y, ids = record["outputs"]
+    assert not record["passed"] and eager.float64_runs == 0  # no float64 copy for a quant gate
+    assert record["reference_dtype"] == "float32" and record["policy"].startswith("quantized")
+    signal, noise = (1.25**2 + 4 + 0.25 + 16) / 4, 1.75**2 / 4
+    assert y["criterion"] == "quantized" and not y["passed"]
+    assert y["sqnr_db"] == pytest.approx(10 * math.log10(signal / noise))
+    assert y["cosine"] == pytest.approx(24 / math.sqrt(29.25 * 21.8125))
+    assert ids["passed"] and ids["criterion"] == "exact"
+    assert validation.summarize_failure(record)[0].startswith("example / y: SQNR 8.5 dB")
+    assert gate.failure() == ("the int8-dynamic artifact misses the accuracy gate against "
+                              "eager float32") and not gate.bisects and Tolerance().bisects

@@ -150,7 +150,7 @@ def test_weight_only_recipes_on_the_gpu(artifacts_dir, cli, recipe):
     passed, and the loaded artifact (CUDA graphs) agrees with eager float32 at a new
     batch size."""
     pytest.importorskip("torchao")
-    from exporter.builder.quantization import compare_quantized
+    from exporter.validation.gates import compare_quantized
     from exporter.report.console import quantization_records
     from tests.models.wide_decoder import VOCAB, wide_decoder
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from exporter.report.charts import placement_colour
-from exporter.validation.validate import ERROR_BINS
+from exporter.validation.gates import ERROR_BINS
 
 pytest.importorskip("onnxruntime")
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import runtime
-from exporter.builder.quantization import compare_quantized
+from exporter.validation.gates import compare_quantized
 from exporter.report.console import quantization_records
 from exporter.model.zoo import ZOO
 

@@ -29,7 +29,8 @@ from exporter.errors import (BuildError, MemoryBudgetError, TargetUnavailableErr
 from exporter.settings import BuildSettings
 from exporter.model.hf_spec import HfOptions
 from exporter.model.spec import ModelSpec, load_spec
-from exporter.builder.quantization import QuantGate, calibration_sets, check_recipe
+from exporter.builder.quantization import calibration_sets, check_recipe
+from exporter.validation.gates import QuantGate, Tolerance
 from exporter.validation.validate import EagerRunner, summarize_failure, validate
 from exporter.validation.inputs import make_cases
 from exporter.builder.lowering import lower_options, lower_with_fallback
@@ -314,18 +315,20 @@ def _eager_runner(prep: Prepared, settings: BuildSettings) -> EagerRunner:
 def _validate(out: Path, manifest: Manifest, files: dict, eager: EagerRunner,
               prep: Prepared, settings: BuildSettings, preload: list[str]) -> dict:
     """Package to a staging file beside ``out``, validate that file, then discard it.
-    On a mismatch (not a quantization gate's), bisect it to a partition first."""
+    On a mismatch the gate deems a bug (not a quantized build's drift), bisect it to a
+    partition first."""
     captured = prep.captured
     cases, warnings = make_cases(captured.signature, captured.inputs.tensors, settings.inputs,
                                  settings.seed)
     staging = scratch.record(out.with_name(f".{out.name}.validating-{os.getpid()}"))
     write_artifact(staging, manifest.to_dict(), files)
     try:
-        gate = (QuantGate(settings.quant_min_sqnr_db, settings.quant_min_cosine)
-                if settings.quantize else None)
+        gate = (QuantGate(settings.quant_min_sqnr_db, settings.quant_min_cosine,
+                          settings.quantize)
+                if settings.quantize else Tolerance.for_dtype(settings.dtype))
         try:
-            record = validate(staging, eager, captured.signature, cases, dtype=settings.dtype,
-                              warnings=warnings, preload=preload, gate=gate,
+            record = validate(staging, eager, captured.signature, cases, gate=gate,
+                              warnings=warnings, preload=preload,
                               timeout=settings.validation_timeout_s)
         except BuildError as exc:  # the artifact crashed the validation process
             kept = _keep_failed(out, manifest, files) if settings.keep_failed else None
@@ -333,17 +336,14 @@ def _validate(out: Path, manifest: Manifest, files: dict, eager: EagerRunner,
                              hint=(f"the artifact was kept at {kept}; " if kept else "")
                              + (exc.hint or "")) from exc
         if not record["passed"]:
-            found = None if gate else _bisect(staging, manifest, prep, cases, record, eager,
-                                              settings.dtype)
+            found = _bisect(staging, manifest, prep, cases, record, eager,
+                            settings.dtype) if gate.bisects else None
             if found is not None:
                 record["bisect"] = found
             manifest.validation = record
             kept = _keep_failed(out, manifest, files) if settings.keep_failed else None
             raise ValidationFailedError(
-                "the artifact does not match eager PyTorch on the validation inputs" if gate is None
-                else f"the {settings.quantize} artifact misses the accuracy gate against eager "
-                     "float32",
-                record=record, where=str(kept or out),
+                gate.failure(), record=record, where=str(kept or out),
                 details=summarize_failure(record) + (bisect_lines(found) if found else []),
                 hint="no artifact was written; --keep-failed keeps it beside the output for "
                      "inspection" if kept is None else f"the failed artifact was kept at {kept}")

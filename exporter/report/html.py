@@ -20,7 +20,7 @@ from exporter.errors import UserInputError
 from runtime.outfiles import checked_output, written_whole
 from exporter.report.memory_plot import live_bytes_per_step
 from exporter.report.console import memory_lines, quantization_lines, validation_lines
-from exporter.validation.validate import ERROR_BINS, error_bin
+from exporter.validation.gates import ERROR_BINS, error_bin
 from runtime.manifest import Manifest
 from runtime.signing import describe_signature, signature_status
 

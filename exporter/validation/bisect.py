@@ -22,7 +22,7 @@ from torch.export import ExportedProgram
 
 import runtime
 from exporter.builder.placement import source_line
-from exporter.validation.validate import Tolerance, compare_output
+from exporter.validation.gates import Tolerance, compare_output
 from exporter.validation.inputs import Case
 from passes.partition import node_values, value_names
 from runtime.manifest import Manifest

@@ -1,13 +1,9 @@
 """Validation: the packaged artifact, loaded by the real runtime in another process,
 against eager PyTorch (DESIGN.md, "Validation is part of the build").
 
-Policy for float outputs: the reference is eager at float64 where the model
-allows it; the artifact's max abs error to it must be within
-``factor x`` eager's own error at the artifact's dtype plus a floor of
-``floor x max|ref|`` (an exact eager error of 0 must not demand bit-exactness).
-For fp16/bf16 builds, "eager at the artifact's dtype" is the cast program run
-eagerly, and the floors are looser. Integer and bool
-outputs match eager exactly; NaN and Inf positions match.
+What counts as a match is the gate's (exporter/validation/gates.py): ``Tolerance`` for
+float builds, ``QuantGate`` for --quantize builds. This module runs both sides and
+assembles the manifest's validation record.
 """
 
 from __future__ import annotations
@@ -20,58 +16,20 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 import torch
 from torch.utils._pytree import tree_leaves
 
 from exporter.errors import BuildError
+from exporter.validation.gates import Gate
 from exporter.validation.inputs import Case
 from runtime import scratch
 from runtime.manifest import Signature
 from runtime.tensorio import load_tensors, save_tensors
 
-if TYPE_CHECKING:
-    from exporter.builder.quantization import QuantGate
-
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Tolerance:
-    factor: float = 10.0  # AOTInductor reorders reductions and picks other GEMM kernels
-    floor: float = 1e-6
-
-    def describe(self) -> str:
-        return (f"float outputs: max|artifact - ref| <= {self.factor:g} x max|eager - ref| "
-                f"(eager at the artifact's dtype) + "
-                f"{self.floor:g} x max(1, max|ref|); integer/bool exact; NaN/Inf positions equal")
-
-
-TOLERANCES = {"fp32": Tolerance(10.0, 1e-6), "fp16": Tolerance(10.0, 1e-3),
-              "bf16": Tolerance(10.0, 8e-3)}
-
-# Error histogram bins (`exporter report` draws them): exact zeros, then one bin per decade
-# of |error| from below 1e-12 up to 1 and above. Keys are the bins' lower edges.
-ERROR_BINS = ("0", "<1e-12", *(f"1e{e:+03d}" for e in range(-12, 0)), ">=1")
-
-
-def error_histogram(abs_err: torch.Tensor) -> dict[str, int]:
-    """Elements per decade of absolute error: where max_abs_err says how bad the worst
-    element is, this says whether it is one outlier or the whole tensor."""
-    flat = abs_err.double().flatten()
-    zero = int((flat == 0).sum())
-    decade = torch.floor(torch.log10(flat[flat > 0])).clamp(-13, 0).long()
-    counts = torch.bincount(decade + 13, minlength=14).tolist()
-    return dict(zip(ERROR_BINS, [zero, *counts]))
-
-
-def error_bin(value: float) -> str:
-    """The ERROR_BINS key a single |error| falls in."""
-    counts = error_histogram(torch.tensor([abs(value)]))
-    return next(name for name, count in counts.items() if count)
 
 
 class ArtifactRun:
@@ -178,59 +136,32 @@ def _device_of(module: torch.nn.Module) -> torch.device:
     return next((p.device for p in module.parameters()), torch.device("cpu"))
 
 
-def compare_output(got: torch.Tensor, ref: torch.Tensor, eager: torch.Tensor,
-                   tol: Tolerance) -> dict:
-    if got.shape != eager.shape or got.dtype != eager.dtype:
-        return {"passed": False, "problem": f"artifact gave {got.dtype}{list(got.shape)}, eager "
-                                            f"gives {eager.dtype}{list(eager.shape)}"}
-    if not got.dtype.is_floating_point and not got.dtype.is_complex:
-        mismatches = int((got != eager).sum())
-        return {"passed": mismatches == 0, "criterion": "exact", "mismatches": mismatches}
-    g, r, e = got.double(), ref.double(), eager.double()
-    nonfinite_ok = bool(torch.equal(torch.isnan(g), torch.isnan(e))
-                        and torch.equal(torch.isposinf(g), torch.isposinf(e))
-                        and torch.equal(torch.isneginf(g), torch.isneginf(e)))
-    finite = torch.isfinite(r) & torch.isfinite(g) & torch.isfinite(e)
-    err = float((g - r)[finite].abs().max()) if finite.any() else 0.0
-    eager_err = float((e - r)[finite].abs().max()) if finite.any() else 0.0
-    scale = max(1.0, float(r[finite].abs().max())) if finite.any() else 1.0
-    allowed = tol.factor * eager_err + tol.floor * scale
-    return {"passed": nonfinite_ok and err <= allowed, "criterion": "relative-to-eager",
-            "max_abs_err": err, "eager_max_abs_err": eager_err, "allowed": allowed,
-            "ratio_to_allowed": err / allowed if allowed else 0.0,
-            "nan_inf_positions_match": nonfinite_ok,
-            "abs_err_histogram": error_histogram((g - r)[finite].abs())}
-
-
 def validate(artifact: Path, eager: EagerRunner, signature: Signature, cases: list[Case],
-             *, dtype: str = "fp32", warnings: list[str] | None = None,
-             preload: list[str] = (), gate: QuantGate | None = None,
+             *, gate: Gate, warnings: list[str] | None = None, preload: list[str] = (),
              timeout: float = 900) -> dict:
-    """Run the artifact out of process and compare with eager; returns the manifest record.
-    With ``gate``, outputs are judged by it against eager float32 instead of the tolerance
-    (so no float64 reference is computed)."""
+    """Run the artifact out of process and compare with eager, output by output, as
+    ``gate`` judges; returns the manifest record."""
     start = time.perf_counter()
-    tol = TOLERANCES[dtype]
     run = ArtifactRun(artifact, cases, preload=preload, timeout=timeout)
     try:
-        references = [_references(eager, case, float64=gate is None) for case in cases]
+        references = [_references(eager, case, float64=gate.float64_reference)
+                      for case in cases]
     except BaseException:
         run.close()
         raise
     eager_s = time.perf_counter() - start
     results = run.results()
     subprocess_s = time.perf_counter() - start
-    reference_dtype = ("float64" if gate is None and all(r[2] is None for r in references)
-                       else "float32")
+    reference_dtype = ("float64" if gate.float64_reference
+                       and all(r[2] is None for r in references) else "float32")
     ref_note = next((r[2] for r in references if r[2] is not None), None)
     rows = []
     for case, (same_dtype, ref, _) in zip(cases, references):
         got = _ordered(results, case, signature)
         for spec, g, r, e in zip(signature.outputs, got, ref, same_dtype):
-            judged = compare_output(g, r, e, tol) if gate is None else gate.judge(g, e)
-            rows.append({"case": case.name, "output": spec.name, **judged})
+            rows.append({"case": case.name, "output": spec.name, **gate.judge(g, r, e)})
     passed = all(row["passed"] for row in rows)
-    return {"passed": passed, "policy": (gate or tol).describe(),
+    return {"passed": passed, "policy": gate.describe(),
             "reference_dtype": reference_dtype,
             "reference_note": ref_note, "cases": [c.describe() for c in cases],
             "outputs": rows, "warnings": list(warnings or []),
