@@ -1,24 +1,30 @@
-"""Typed partition metadata (runtime/executors/meta.py) and the Executor protocol.
-Fast: nothing is compiled."""
+"""Typed partition metadata (runtime/executors/meta.py), the Executor protocol and the
+registry of executor kinds. Fast: nothing is compiled; the plug-in artifact is written
+by hand."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
+import platform
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import torch
 
+import runtime
+from runtime import executors
+from runtime.archive_writer import write_artifact
 from runtime.cuda_graphs import GraphReplay
-from runtime.errors import ArtifactError
-from runtime.executors import Executor, create_executor, parse_meta
+from runtime.errors import ArtifactError, CompatibilityError
+from runtime.executors import Executor, create_executor, parse_meta, register_executor
 from runtime.executors.aoti import AotiMeta
 from runtime.executors.meta import MAX_STRING, Entry, PartitionMeta
 from runtime.executors.onnxruntime import OnnxRuntimeMeta
 from runtime.executors.torch_fallback import PROGRAM_KEY, WEIGHTS_KEY, TorchFallbackMeta
 from runtime.executors.tvm import TvmMeta
-from runtime.manifest import Partition
+from runtime.manifest import Dim, Manifest, Partition, Requirements, Signature, TensorSpec
 from runtime.weights import INDEX_KEY
 
 # What each lowering writes today, after the build's rewrite to entry names (and without
@@ -178,6 +184,95 @@ class ScaleExecutor:
 
     def report(self) -> dict:
         return {"factor": self.factor}
+
+
+@pytest.fixture
+def registry(monkeypatch):
+    """A private copy of the registry, so no kind registered here outlives the test."""
+    monkeypatch.setattr(executors, "_KINDS", dict(executors._KINDS))
+    return executors
+
+
+def _spec(name: str) -> TensorSpec:
+    return TensorSpec(name, "float32", (Dim(size=2), Dim(size=3)))
+
+
+def _artifact(tmp_path: Path, backend: str, table: str = "partitions/p0/table.json") -> Path:
+    partition = Partition(name="p0", backend=backend, device="cpu",
+                          files=("partitions/p0/table.json",), inputs=("x",), outputs=("y",),
+                          meta=ScaleMeta(table=Entry(table), repeats=2).to_json())
+    manifest = Manifest(target="scale", signature=Signature((_spec("x"),), (_spec("y"),)),
+                        partitions=[partition],
+                        requirements=Requirements(arch=platform.machine(),
+                                                  torch=torch.__version__))
+    return write_artifact(tmp_path / "scale.artifact", manifest.to_dict(),
+                          {"partitions/p0/table.json": b'{"factor": 3.0}'})
+
+
+def test_a_registered_plugin_runs_inside_program(tmp_path, registry):
+    register_executor("scale-by", ScaleExecutor)
+    assert "scale-by" in registry.kinds()
+    program = runtime.load(_artifact(tmp_path, "scale-by"))
+    x = torch.randn(2, 3)
+    torch.testing.assert_close(program.run({"x": x})["y"], x * 9)
+    torch.testing.assert_close(program.run([x])["y"], x * 9)  # the one-CPU-partition path
+    assert isinstance(program.executors[0], Executor)
+    assert program.backend_reports == {"p0": {"factor": 3.0, "placement": None}}
+
+
+def test_a_plugin_file_key_must_name_a_verified_entry(tmp_path, registry):
+    register_executor("scale-by", ScaleExecutor)
+    with pytest.raises(ArtifactError, match="points its 'table' at '../table.json'"):
+        runtime.load(_artifact(tmp_path, "scale-by", table="../table.json"))
+
+
+def test_an_installed_plugin_is_found_by_entry_point_only_when_needed(tmp_path, registry,
+                                                                       monkeypatch):
+    asked = []
+
+    def entry_points(*, group):
+        asked.append(group)
+        return [importlib.metadata.EntryPoint(
+            name="scale-by", value="tests.test_partition_meta:ScaleExecutor", group=group)]
+
+    monkeypatch.setattr(importlib.metadata, "entry_points", entry_points)
+    program = runtime.load(_artifact(tmp_path, "scale-by"))
+    assert asked == [executors.ENTRY_POINT_GROUP]
+    x = torch.ones(2, 3)
+    torch.testing.assert_close(program.run([x])["y"], x * 9)
+    runtime.load(_artifact(tmp_path, "scale-by"))  # known now: not looked up again
+    assert len(asked) == 1
+
+
+def test_an_unknown_backend_names_the_kinds_this_runtime_has(tmp_path, registry, monkeypatch):
+    monkeypatch.setattr(importlib.metadata, "entry_points", lambda *, group: [])
+    with pytest.raises(CompatibilityError) as caught:
+        runtime.load(_artifact(tmp_path, "scale-by"))
+    message = str(caught.value)
+    assert "needs backend 'scale-by'" in message
+    assert "it has: aoti, onnxruntime, torch, tvm" in message
+
+
+def test_registration_checks_the_loader(registry):
+    with pytest.raises(ValueError, match="already registered"):
+        register_executor("aoti", ScaleExecutor)
+
+    class NoMeta:
+        load = ScaleExecutor.load
+
+    with pytest.raises(TypeError, match="has no Meta"):
+        register_executor("no-meta", NoMeta)
+
+    @dataclass(frozen=True)
+    class SetMeta(PartitionMeta):
+        names: set
+
+    class BadTypes(ScaleExecutor):
+        Meta = SetMeta
+
+    with pytest.raises(TypeError, match="SetMeta.names: partition meta cannot hold"):
+        register_executor("bad-types", BadTypes)
+    register_executor("aoti", ScaleExecutor, replace=True)  # on purpose, it may
 
 
 def test_graph_replay_reports_what_it_wraps():
