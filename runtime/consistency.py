@@ -9,7 +9,7 @@ several fields (or the archive's entry list, or this host) at once.
 from __future__ import annotations
 
 import os
-from typing import Any, Iterable
+from typing import Any, Mapping
 
 import torch
 
@@ -78,19 +78,17 @@ def _tree_problem(tree: Any, count: int) -> str | None:
     return problem
 
 
-def check_partition_files(partition: Partition, file_keys: Iterable[str], entries: set[str],
+def check_partition_files(partition: Partition, files: Mapping[str, str], entries: set[str],
                           *, where: str) -> None:
-    """The meta values an executor opens as files name verified entries of this artifact:
-    never an absolute path, a '..', or a file that was not hashed."""
-    for key in file_keys:
-        value = partition.meta.get(key)
-        if value is None:
-            continue
-        if not isinstance(value, str) or value not in entries:
+    """The meta values an executor opens as files (``files``: {key: value}, from its Meta's
+    ``Entry`` fields) name verified entries of this artifact: never an absolute path, a
+    '..', or a file that was not hashed."""
+    for key, value in files.items():
+        if value not in entries:
             raise ArtifactError(
-                f"partition '{partition.name}' points its {key!r} at {str(value)!r:.200}, which "
-                f"is not an entry of the artifact (only its own verified entries are loaded)", where=where,
-                hint=_HINT)
+                f"partition '{partition.name}' points its {key!r} at {value!r:.200}, which "
+                f"is not an entry of the artifact (only its own verified entries are loaded)",
+                where=where, hint=_HINT)
 
 
 def check_host_devices(manifest: Manifest, *, where: str) -> None:

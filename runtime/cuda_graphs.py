@@ -15,7 +15,7 @@ from collections import OrderedDict
 
 import torch
 
-from runtime.program import Executor
+from runtime.executors.base import Executor
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +44,8 @@ class _Captured:
 
 
 class GraphReplay:
-    """One graph per seen input-shape tuple, at most ``max_graphs`` (least recently used go)."""
+    """An Executor around another: one graph per seen input-shape tuple, at most
+    ``max_graphs`` (least recently used go)."""
 
     def __init__(self, execute: Executor, device: str = "cuda", max_graphs: int = 8,
                  static_outputs: bool = False) -> None:
@@ -53,6 +54,14 @@ class GraphReplay:
         self.max_graphs = max_graphs
         self.static_outputs = static_outputs
         self.graphs: OrderedDict[tuple, _Captured] = OrderedDict()
+
+    @property
+    def arena_slots(self) -> int:
+        return self.execute.arena_slots
+
+    def report(self) -> dict:
+        """The wrapped executor's: replaying its kernels changes nothing it reported."""
+        return self.execute.report()
 
     def __call__(self, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
         key = tuple(tuple(t.shape) for t in inputs)

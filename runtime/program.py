@@ -7,17 +7,18 @@ input checks and the hand-off of tensors between partitions live here.
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import torch
 
 from runtime.arena import Arena
 from runtime.errors import InputMismatchError
+from runtime.executors.base import Executor
 from runtime.flat_inputs import flatten_inputs
 from runtime.manifest import Manifest, TensorSpec
 from runtime.outputs import decode_tree
 
-Executor = Callable[[list[torch.Tensor]], list[torch.Tensor]]
+__all__ = ["Executor", "Program", "check_inputs"]
 
 
 class Program:
@@ -34,9 +35,11 @@ class Program:
         self._arena_storages = {a.storage.untyped_storage().data_ptr()
                                 for a in self._arenas.values()}
         # Resolved once: this loop runs per call, and 0.1 ms models feel microseconds.
-        self._steps = [(execute, p.inputs, p.outputs, torch.device(p.device),
+        # ``__call__`` too: calling an object looks it up on its class each time (~45 ns).
+        calls = [execute.__call__ for execute in self._executors]
+        self._steps = [(call, p.inputs, p.outputs, torch.device(p.device),
                         self._arenas.get(p.device))
-                       for p, execute in zip(manifest.partitions, self._executors)]
+                       for p, call in zip(manifest.partitions, calls)]
         self._input_names = self.input_names
         self._output_names = self.output_names
         # The common case, one partition that takes the program's inputs and gives its
@@ -45,27 +48,31 @@ class Program:
         self._single = (only is not None and list(only.inputs) == self._input_names
                         and list(only.outputs) == self._output_names)
         # ...and when that partition runs on the CPU and gets CPU tensors, nothing moves.
-        self._cpu_executor = self._executors[0] if self._single and only.device == "cpu" else None
+        self._cpu_executor = calls[0] if self._single and only.device == "cpu" else None
 
     @property
     def executors(self) -> list[Executor]:
-        """One callable per partition, in run order (read-only view)."""
+        """One executor per partition, in run order (read-only view)."""
         return list(self._executors)
 
     @property
     def backend_reports(self) -> dict[str, dict]:
         """What each partition's backend said at load (e.g. ONNX Runtime's providers and
-        node placement), by partition name: CPU fallback inside a backend is never silent."""
-        return {p.name: dict(getattr(execute, "report", {}) or {},
-                             placement=getattr(execute, "placement", None))
-                for p, execute in zip(self.manifest.partitions, self._executors)
-                if getattr(execute, "report", None) is not None}
+        node placement), by partition name: CPU fallback inside a backend is never silent.
+        Backends with nothing to say are left out; every report has a ``placement`` (None
+        where the backend cannot say), which `exporter run` prints."""
+        reports = {}
+        for partition, execute in zip(self.manifest.partitions, self._executors):
+            report = execute.report()
+            if report:
+                reports[partition.name] = dict(report, placement=report.get("placement"))
+        return reports
 
     @property
     def memory_report(self) -> dict[str, dict]:
         """Per device: the arena's bytes and how many planned tensors live there (hand-off
         copies, and CPU-fallback intermediates that run in it)."""
-        slots = sum((getattr(execute, "arena_slots", 0) for execute in self._executors), 0)
+        slots = sum(execute.arena_slots for execute in self._executors)
         return {device: {"arena_bytes": arena.nbytes, "planned": len(arena.slots),
                          "handoffs": sum(key.startswith("handoff/") for key in arena.slots),
                          "fallback_slots_in_use": slots if device == "cpu" else 0}

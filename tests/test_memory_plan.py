@@ -97,7 +97,7 @@ class _ArenaWrites(TorchDispatchMode):
 @pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic-batch"])
 def test_fallback_partition_runs_inside_its_planned_arena(dynamic, tmp_path):
     from runtime.arena import Arena
-    from runtime.executors import torch_fallback
+    from runtime.executors import create_executor
     from runtime.manifest import Partition
     from targets.fallback import lower_fallback
 
@@ -115,7 +115,7 @@ def test_fallback_partition_runs_inside_its_planned_arena(dynamic, tmp_path):
     partition = Partition(name="p0", backend="torch", device="cpu", files=(), inputs=("x",),
                           outputs=("out",), meta=lowered.meta)
     arena = Arena("cpu", arenas["cpu"])
-    execute = torch_fallback.load(partition, tmp_path, where="test", arena=arena)
+    execute = create_executor(partition, tmp_path, where="test", arena=arena)
     assert execute.arena_slots == len(slots)
     for batch in ([4] if not dynamic else [4, 64, 1, 9]):
         x = torch.randn(batch, 16)

@@ -77,10 +77,11 @@ def test_mlp_matches_eager_at_two_batches_and_keeps_batch_symbolic(tmp_path):
         (out,) = run([inp])
         assert out.shape == (batch_size, 10)
         torch.testing.assert_close(out, module(inp), rtol=1e-4, atol=1e-5)
-    assert run.report["used"] == ["CPUExecutionProvider"]
-    if run.report["placement_recorded"]:
-        assert set(run.placement) == {"CPUExecutionProvider"}
-        assert run.placement["CPUExecutionProvider"]["nodes"] > 0
+    report = run.report()
+    assert report["used"] == ["CPUExecutionProvider"]
+    if report["placement_recorded"]:
+        assert set(report["placement"]) == {"CPUExecutionProvider"}
+        assert report["placement"]["CPUExecutionProvider"]["nodes"] > 0
 
 
 def test_encoder_int_inputs_and_dict_outputs(tmp_path):
@@ -212,8 +213,8 @@ def test_missing_provider_warns_and_runs_on_cpu_when_fallback_allowed(tmp_path, 
     with caplog.at_level(logging.WARNING, logger="runtime.executors.onnxruntime"):
         run = _executor(tmp_path, lowered, program)
     assert "QNNExecutionProvider" in caplog.text
-    assert run.report["missing"] == ["QNNExecutionProvider"]
-    assert run.report["used"] == ["CPUExecutionProvider"]
+    assert run.report()["missing"] == ["QNNExecutionProvider"]
+    assert run.report()["used"] == ["CPUExecutionProvider"]
     torch.testing.assert_close(run([x])[0], module(x), rtol=1e-4, atol=1e-5)
 
 
@@ -235,7 +236,7 @@ def test_session_options_carry_the_no_fallback_entry(tmp_path, monkeypatch):
     # 'forbid' cannot stop ORT here (the spy swaps in the CPU), so this only checks the flag.
     run = _executor(tmp_path, lowered, program)
     assert seen["entry"] == "1"
-    assert run.report["disable_cpu_ep_fallback"] is True
+    assert run.report()["disable_cpu_ep_fallback"] is True
 
 
 def test_large_weights_go_to_external_data_listed_in_files(tmp_path, monkeypatch):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import weakref
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
@@ -12,49 +13,63 @@ import torch
 
 from runtime import scratch
 from runtime.errors import ExecutionError
+from runtime.executors.meta import Entry, PartitionMeta
 from runtime.manifest import Partition
-from runtime.program import Executor
-
-FILE_KEYS = ("package",)  # meta values opened as files: checked entry names
 
 
-def load(partition: Partition, files_dir: Path, *, where: str,
-         run_single_threaded: bool = False, **_: object) -> Executor:
-    package = files_dir / partition.meta["package"]
-    # torch's Python loader (aoti_load_package) first compares the package's CPU
-    # ISA with this host's by compiling probe programs (6-10 compiler runs: 28-43 s
-    # of a load on the GPU machine's cold cache) and then only warns. We load with
-    # the C++ loader it wraps instead: runtime.hostinfo has already checked the
-    # ISA and CUDA capability exactly, from the manifest, before this point.
-    # The loader unpacks the package into an ``aotinductor_*`` folder under $TMPDIR and
-    # leaves it behind when loading fails; pointed at a recorded folder of ours, every
-    # such folder is removed: now on failure, with the executor otherwise.
-    unpacked = scratch.make_dir("aoti-load-")
-    try:
-        with _tmpdir(unpacked):
-            loader = torch._C._aoti.AOTIModelPackageLoader(
-                str(package), "model", run_single_threaded, 1, -1)
-    except Exception as exc:  # torch raises RuntimeError and friends; say which partition failed
-        scratch.remove(unpacked)
-        raise ExecutionError(
-            f"AOTInductor could not load partition '{partition.name}' "
-            f"({type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''})",
-            where=f"{where}: {partition.meta['package']}",
-            hint="check that this machine's torch matches the one in `exporter inspect`") from exc
-    # The loader's flat interface: our Program already flattened the inputs and
-    # names the outputs, so the package's pytree specs (which may name model
-    # classes that are not importable on the device) are never needed.
+@dataclass(frozen=True)
+class AotiMeta(PartitionMeta):
+    package: Entry  # the .pt2 package
+    inductor_configs: dict | None = None  # the Inductor settings it was compiled with (report)
+    compiler: str | None = None  # which C++ compiler, and why (report)
 
-    if partition.device == "cuda":
-        def run(inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+
+class AotiExecutor:
+    Meta = AotiMeta
+    arena_slots = 0  # the package allocates its own intermediates
+
+    def __init__(self, loader, unpacked: Path, *, full_fp32: bool) -> None:
+        self._run = loader.run
+        self._full_fp32 = full_fp32
+        weakref.finalize(self, scratch.remove, unpacked)
+
+    @classmethod
+    def load(cls, partition: Partition, meta: AotiMeta, files_dir: Path, *, where: str,
+             run_single_threaded: bool = False, **_: object) -> AotiExecutor:
+        # torch's Python loader (aoti_load_package) first compares the package's CPU
+        # ISA with this host's by compiling probe programs (6-10 compiler runs: 28-43 s
+        # of a load on the GPU machine's cold cache) and then only warns. We load with
+        # the C++ loader it wraps instead: runtime.hostinfo has already checked the
+        # ISA and CUDA capability exactly, from the manifest, before this point.
+        # The loader unpacks the package into an ``aotinductor_*`` folder under $TMPDIR and
+        # leaves it behind when loading fails; pointed at a recorded folder of ours, every
+        # such folder is removed: now on failure, with the executor otherwise.
+        unpacked = scratch.make_dir("aoti-load-")
+        try:
+            with _tmpdir(unpacked):
+                loader = torch._C._aoti.AOTIModelPackageLoader(
+                    str(files_dir / meta.package), "model", run_single_threaded, 1, -1)
+        except Exception as exc:  # torch raises RuntimeError and friends; say which partition failed
+            scratch.remove(unpacked)
+            text = str(exc).strip()
+            raise ExecutionError(
+                f"AOTInductor could not load partition '{partition.name}' "
+                f"({type(exc).__name__}: {text.splitlines()[0] if text else ''})",
+                where=f"{where}: {meta.package}",
+                hint="check that this machine's torch matches the one in `exporter inspect`") from exc
+        # The loader's flat interface: our Program already flattened the inputs and
+        # names the outputs, so the package's pytree specs (which may name model
+        # classes that are not importable on the device) are never needed.
+        return cls(loader, unpacked, full_fp32=partition.device == "cuda")
+
+    def __call__(self, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+        if self._full_fp32:
             with _full_fp32():
-                return loader.run([t.contiguous() for t in inputs])
-    else:
-        def run(inputs: list[torch.Tensor]) -> list[torch.Tensor]:
-            return loader.run([t.contiguous() for t in inputs])
+                return self._run([t.contiguous() for t in inputs])
+        return self._run([t.contiguous() for t in inputs])
 
-    weakref.finalize(run, scratch.remove, unpacked)
-    return run
+    def report(self) -> dict:
+        return {}
 
 
 @contextlib.contextmanager

@@ -3,25 +3,27 @@
 ``onnxruntime`` (and ``onnx``, used only to vet external-data paths) are imported
 inside ``load`` so a device without them can still run other backends.
 
-The returned callable carries two attributes for reports and tests:
-``run.report`` (providers requested / available / used, fallback settings) and
-``run.placement`` ({provider: {"nodes": n, "op_types": {...}}}, empty when this
-onnxruntime cannot say which provider runs which node).
+The executor's ``report()``: providers requested / available / used, fallback settings,
+and ``placement`` ({provider: {"nodes": n, "op_types": {...}}}, empty when this
+onnxruntime cannot say which provider runs which node). Its ``session`` is the
+InferenceSession itself (`exporter bench` times plain ORT on it).
 """
 
 from __future__ import annotations
 
 import logging
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath, PureWindowsPath
+from typing import Callable
 
 import numpy as np
 import torch
 
 from runtime.errors import ArtifactError, CompatibilityError, ExecutionError
+from runtime.executors.meta import Entry, PartitionMeta
 from runtime.executors.ort_binding import bound_runner
 from runtime.manifest import Partition
-from runtime.program import Executor
 
 log = logging.getLogger(__name__)
 
@@ -32,54 +34,82 @@ CPU = "CPUExecutionProvider"
 _ORT_CHECKS_PATHS = (1, 24)
 
 
-FILE_KEYS = ("model",)  # meta values opened as files: checked entry names
+@dataclass(frozen=True)
+class OnnxRuntimeMeta(PartitionMeta):
+    model: Entry  # the .onnx file
+    # External-data file names next to the model (not entry names: ORT opens them
+    # relative to the model, after _check_external_data vets each location).
+    external_data: tuple[str, ...] | None = None
+    providers: tuple[str, ...] | None = None  # execution providers, in order; None: CPU
+    opset: int | None = None
+    fallback: str | None = None  # "allow", "warn" or "forbid" (the build's --fallback)
+    disable_cpu_ep_fallback: bool = False  # "forbid": ORT may not put nodes on the CPU
+    onnxruntime: str | None = None  # versions the build used (report, `exporter bundle`)
+    onnx: str | None = None
+    quantization: dict | None = None  # what ORT's quantizer did, when the build quantized
 
 
-def load(partition: Partition, files_dir: Path, *, where: str,
-         providers: list[str] | None = None, **_: object) -> Executor:
-    try:
-        import onnxruntime as ort
-    except ImportError:
-        raise CompatibilityError(
-            f"partition '{partition.name}' runs on ONNX Runtime, which is not installed",
-            where=where, hint="install onnxruntime (pip install onnxruntime)") from None
-    model = files_dir / partition.meta["model"]
-    where = f"{where}: {partition.meta['model']}"
-    _check_external_data(model, where, ort.__version__)
+class OnnxRuntimeExecutor:
+    # ``__call__`` is a slot holding the hot path's plain function (ort_binding.py), not a
+    # method: ``executor(inputs)`` works as for any class, and Program, which resolves
+    # ``executor.__call__`` once, calls that function directly, without the method layer
+    # (~45 ns a call, a percent of a 5 us model).
+    __slots__ = ("__call__", "session", "_report")
+    Meta = OnnxRuntimeMeta
+    arena_slots = 0  # ORT allocates its own memory
 
-    requested = list(providers or partition.meta.get("providers") or [CPU])
-    forbid = bool(partition.meta.get("disable_cpu_ep_fallback"))
-    available = ort.get_available_providers()
-    missing = [p for p in requested if p not in available]
-    if missing and forbid:
-        raise CompatibilityError(
-            f"partition '{partition.name}' requires execution provider(s) "
-            f"{', '.join(missing)}, which this onnxruntime lacks, and forbids CPU fallback",
-            where=where, hint=f"install an onnxruntime build with them (this one has: "
-                              f"{', '.join(available)}) or rebuild with fallback 'allow'")
-    for name in missing:
-        log.warning("partition '%s': execution provider %s is not available here (have: %s); "
-                    "its nodes run on %s", partition.name, name, ", ".join(available), CPU)
-    # Unavailable providers are dropped here, not by ORT (which would only warn).
-    usable = [p for p in requested if p in available] or [CPU]
+    def __init__(self, run, session, report: dict) -> None:
+        self.__call__ = run
+        self.session = session  # for `exporter bench`: plain ORT on this very session
+        self._report = report
 
-    session, records, no_fallback = _open_session(ort, model, partition, usable, forbid, where)
-    placement = _placement(session) if records else {}
-    report = {"requested": requested, "available": available, "missing": missing,
-              "used": list(session.get_providers()), "disable_cpu_ep_fallback": no_fallback,
-              "fallback": partition.meta.get("fallback", "allow"),
-              "placement_recorded": records}
-    log.info("partition '%s' on ONNX Runtime %s: requested %s, session uses %s",
-             partition.name, ort.__version__, requested, report["used"])
-    on_cpu = placement.get(CPU, {}).get("nodes", 0)
-    if on_cpu and CPU not in requested and report["fallback"] == "warn":
-        log.warning("partition '%s': %d node(s) fell back to %s", partition.name, on_cpu, CPU)
+    def report(self) -> dict:
+        return dict(self._report)
 
-    run = _runner(ort, session, partition, where)
-    run.report = report
-    run.placement = placement
-    run.session = session  # for `exporter bench`: plain ORT on this very session
-    return run
+    @classmethod
+    def load(cls, partition: Partition, meta: OnnxRuntimeMeta, files_dir: Path, *, where: str,
+             providers: list[str] | None = None, **_: object) -> OnnxRuntimeExecutor:
+        try:
+            import onnxruntime as ort
+        except ImportError:
+            raise CompatibilityError(
+                f"partition '{partition.name}' runs on ONNX Runtime, which is not installed",
+                where=where, hint="install onnxruntime (pip install onnxruntime)") from None
+        model = files_dir / meta.model
+        where = f"{where}: {meta.model}"
+        _check_external_data(model, where, ort.__version__)
+
+        requested = list(providers or meta.providers or [CPU])
+        forbid = meta.disable_cpu_ep_fallback
+        available = ort.get_available_providers()
+        missing = [p for p in requested if p not in available]
+        if missing and forbid:
+            raise CompatibilityError(
+                f"partition '{partition.name}' requires execution provider(s) "
+                f"{', '.join(missing)}, which this onnxruntime lacks, and forbids CPU fallback",
+                where=where, hint=f"install an onnxruntime build with them (this one has: "
+                                  f"{', '.join(available)}) or rebuild with fallback 'allow'")
+        for name in missing:
+            log.warning("partition '%s': execution provider %s is not available here (have: "
+                        "%s); its nodes run on %s", partition.name, name, ", ".join(available),
+                        CPU)
+        # Unavailable providers are dropped here, not by ORT (which would only warn).
+        usable = [p for p in requested if p in available] or [CPU]
+
+        session, records, no_fallback = _open_session(ort, model, partition, usable, forbid,
+                                                      where)
+        placement = _placement(session) if records else {}
+        report = {"requested": requested, "available": available, "missing": missing,
+                  "used": list(session.get_providers()), "disable_cpu_ep_fallback": no_fallback,
+                  "fallback": meta.fallback or "allow", "placement_recorded": records,
+                  "placement": placement}
+        log.info("partition '%s' on ONNX Runtime %s: requested %s, session uses %s",
+                 partition.name, ort.__version__, requested, report["used"])
+        on_cpu = placement.get(CPU, {}).get("nodes", 0)
+        if on_cpu and CPU not in requested and report["fallback"] == "warn":
+            log.warning("partition '%s': %d node(s) fell back to %s", partition.name, on_cpu,
+                        CPU)
+        return cls(_runner(ort, session, partition, where), session, report)
 
 
 def _open_session(ort, model: Path, partition: Partition, usable: list[str], forbid: bool,
@@ -107,7 +137,8 @@ def _open_session(ort, model: Path, partition: Partition, usable: list[str], for
     return session, records, no_fallback
 
 
-def _runner(ort, session, partition: Partition, where: str) -> Executor:
+def _runner(ort, session, partition: Partition, where: str
+            ) -> Callable[[list[torch.Tensor]], list[torch.Tensor]]:
     """IO binding over the tensors' memory where it applies (ort_binding.py), else
     ``run`` with numpy feeds."""
     names = [i.name for i in session.get_inputs()]

@@ -12,6 +12,7 @@ The partition folder holds two files, and no pickle:
 Like the AOTI executor's ``meta["package"]``, the meta values are paths relative to
 ``files_dir``: the build rewrites them to full entry names
 (``partitions/<name>/program.json``); the lowering writes bare file names.
+``TorchFallbackMeta`` declares every key.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import json
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,56 +29,83 @@ from torch.utils._pytree import tree_leaves, tree_unflatten
 
 from runtime.arena import Arena, run_in_arena
 from runtime.errors import ArtifactError, CompatibilityError, ExecutionError
+from runtime.executors.meta import Entry, PartitionMeta
 from runtime.manifest import Partition
-from runtime.program import Executor
-from runtime.weights import INDEX_KEY, load_checked
+from runtime.weights import load_checked
 
+# TorchFallbackMeta's file keys by name, for the lowering's index (tensor_index[WEIGHTS_KEY])
 PROGRAM_KEY = "program"
 WEIGHTS_KEY = "weights"
-FILE_KEYS = (PROGRAM_KEY, WEIGHTS_KEY)  # meta values opened as files: checked entry names
 # Prefixes of the safetensors keys; shared with the lowering, so both sides agree.
 PARAM, BUFFER, CONSTANT = "param/", "buffer/", "constant/"
 
 _REBUILD = "rebuild the artifact with `exporter build`"
 
 
-def load(partition: Partition, files_dir: Path, *, where: str, arena: Arena | None = None,
-         **_: object) -> Executor:
-    program_path, weights_path = (_entry(partition, files_dir, key, where)
-                                  for key in (PROGRAM_KEY, WEIGHTS_KEY))
-    at_program = f"{where}: {partition.meta[PROGRAM_KEY]}"
-    raw = _read_json(program_path, where=at_program)
-    _check_schema(raw, where=at_program)
-    _check_ops(raw, where=f"{where}: partition '{partition.name}'")
-    state_dict, constants = _read_weights(weights_path, partition,
-                                          where=f"{where}: {partition.meta[WEIGHTS_KEY]}")
-    program = _deserialize(raw, state_dict, constants, where=at_program)
-    # module() puts the weights back into the graph (they are lifted inputs in the
-    # program) and applies buffer mutations, so it is the one correct way to run it.
-    module = program.module()
-    in_spec = program.call_spec.in_spec
-    # Planned intermediates write into the device arena (runtime/arena.py). With dynamic
-    # dims a slot changes shape per call: emptied first, so the out= op resizes it quietly.
-    slots = run_in_arena(module, arena, f"{partition.name}/") if arena is not None else []
-    reset = slots if _dynamic(program) else []
-    # the slots are shared state: one call at a time (without them, calls may overlap)
-    lock = threading.Lock() if slots else contextlib.nullcontext()
+@dataclass(frozen=True)
+class TorchFallbackMeta(PartitionMeta):
+    program: Entry  # the graph as torch's export JSON
+    weights: Entry  # every tensor it reads, as safetensors
+    schema_version: str | None = None  # torch's export schema, "major.minor" (report)
+    # runtime.weights.INDEX_KEY: {"weights": the weights file's index}, checked before reading
+    tensor_index: dict[str, dict] | None = None
+    weights_count: int | None = None  # report
+    weights_bytes: int | None = None  # report
+    # Custom ops the graph calls ("namespace.op"): the build adds these, so that the code
+    # registering them can be imported before loading (runtime.__main__'s preload).
+    custom_ops: tuple[str, ...] | None = None
 
-    def run(inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+
+class TorchFallbackExecutor:
+    Meta = TorchFallbackMeta
+
+    def __init__(self, module, in_spec, slots: list, reset: list, partition: str,
+                 where: str) -> None:
+        self._module = module
+        self._in_spec = in_spec
+        self._reset = reset
+        # the slots are shared state: one call at a time (without them, calls may overlap)
+        self._lock = threading.Lock() if slots else contextlib.nullcontext()
+        self._partition = partition
+        self._where = where
+        self.arena_slots = len(slots)  # what `Program.memory_report` counts
+
+    @classmethod
+    def load(cls, partition: Partition, meta: TorchFallbackMeta, files_dir: Path, *,
+             where: str, arena: Arena | None = None, **_: object) -> TorchFallbackExecutor:
+        program_path = _entry(partition, files_dir, PROGRAM_KEY, meta.program, where)
+        weights_path = _entry(partition, files_dir, WEIGHTS_KEY, meta.weights, where)
+        at_program = f"{where}: {meta.program}"
+        raw = _read_json(program_path, where=at_program)
+        _check_schema(raw, where=at_program)
+        _check_ops(raw, where=f"{where}: partition '{partition.name}'")
+        state_dict, constants = _read_weights(weights_path, partition, meta,
+                                              where=f"{where}: {meta.weights}")
+        program = _deserialize(raw, state_dict, constants, where=at_program)
+        # module() puts the weights back into the graph (they are lifted inputs in the
+        # program) and applies buffer mutations, so it is the one correct way to run it.
+        module = program.module()
+        # Planned intermediates write into the device arena (runtime/arena.py). With dynamic
+        # dims a slot changes shape per call: emptied first, so the out= op resizes it quietly.
+        slots = run_in_arena(module, arena, f"{partition.name}/") if arena is not None else []
+        return cls(module, program.call_spec.in_spec, slots,
+                   slots if _dynamic(program) else [], partition.name, where)
+
+    def __call__(self, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
         try:
-            args, kwargs = tree_unflatten(list(inputs), in_spec)
-            with torch.no_grad(), lock:
-                for slot in reset:
+            args, kwargs = tree_unflatten(list(inputs), self._in_spec)
+            with torch.no_grad(), self._lock:
+                for slot in self._reset:
                     slot.resize_(0)
-                outputs = module(*args, **kwargs)
+                outputs = self._module(*args, **kwargs)
         except Exception as exc:  # kernels and shape guards raise many types; name the partition
             raise ExecutionError(
-                f"PyTorch failed running partition '{partition.name}' ({_first_line(exc)})",
-                where=where, hint="check the inputs against `exporter inspect`") from exc
+                f"PyTorch failed running partition '{self._partition}' ({_first_line(exc)})",
+                where=self._where, hint="check the inputs against `exporter inspect`") from exc
         return list(tree_leaves(outputs))
 
-    run.arena_slots = len(slots)  # what `Program.memory_report` counts
-    return run
+    def report(self) -> dict:
+        return {}
 
 
 def _dynamic(program) -> bool:
@@ -84,9 +113,8 @@ def _dynamic(program) -> bool:
                if isinstance(node.meta.get("val"), torch.Tensor) for size in node.meta["val"].shape)
 
 
-def _entry(partition: Partition, files_dir: Path, key: str, where: str) -> Path:
-    name = partition.meta.get(key)
-    if not isinstance(name, str) or not (files_dir / name).is_file():
+def _entry(partition: Partition, files_dir: Path, key: str, name: str, where: str) -> Path:
+    if not (files_dir / name).is_file():
         raise ArtifactError(
             f"partition '{partition.name}' has no readable '{key}' file (meta[{key!r}] = {name!r})",
             where=where, hint=_REBUILD)
@@ -170,9 +198,9 @@ def _op_name(target: str) -> str:
     return f"{parts[2]}::{parts[3]}" if len(parts) >= 4 else target
 
 
-def _read_weights(path: Path, partition: Partition, *, where: str
+def _read_weights(path: Path, partition: Partition, meta: TorchFallbackMeta, *, where: str
                   ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
-    index = (partition.meta.get(INDEX_KEY) or {}).get(WEIGHTS_KEY)
+    index = (meta.tensor_index or {}).get(WEIGHTS_KEY)
     tensors = load_checked(path, index, partition.device, where=where)
     state_dict: dict[str, torch.Tensor] = {}
     constants: dict[str, torch.Tensor] = {}

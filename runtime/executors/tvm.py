@@ -9,66 +9,97 @@ exporter's ``detach_params`` left them. Tensors cross by DLPack, without copies.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from runtime.errors import CompatibilityError, ExecutionError
+from runtime.executors.meta import Entry, PartitionMeta
 from runtime.manifest import Partition
-from runtime.program import Executor
-from runtime.weights import INDEX_KEY, load_checked
-
-FILE_KEYS = ("library", "params")  # meta values opened as files: checked entry names
+from runtime.weights import load_checked
 
 
-def load(partition: Partition, files_dir: Path, *, where: str, **_: object) -> Executor:
-    # TVM's thread pool counts physical cores by its own rule and used 1 thread on a
-    # 2-vCPU machine; it reads TVM_NUM_THREADS when it starts. A user's setting wins.
-    os.environ.setdefault("TVM_NUM_THREADS", str(len(os.sched_getaffinity(0))
-                                                 if hasattr(os, "sched_getaffinity")
-                                                 else os.cpu_count() or 1))
-    try:
-        import tvm
-        from tvm import relax
-    except ImportError:
-        raise CompatibilityError(
-            f"partition '{partition.name}' runs on Apache TVM, which is not installed",
-            where=where, hint="pip install apache-tvm (the version in `exporter inspect`)") from None
-    meta = partition.meta
-    where = f"{where}: {meta['library']}"
-    try:
-        library = tvm.runtime.load_module(str(files_dir / meta["library"]))
-        vm = relax.VirtualMachine(library, tvm.cpu())
-    except Exception as exc:  # TVM raises TVMError subclasses; say which partition
-        raise ExecutionError(f"TVM could not load partition '{partition.name}' "
-                             f"({type(exc).__name__}: {str(exc).strip().splitlines()[-1][:300]})",
-                             where=where, hint="check the TVM version in `exporter inspect`") from exc
-    weights = load_checked(files_dir / meta["params"], (meta.get(INDEX_KEY) or {}).get("params"),
-                           "cpu", where=where)
-    if len(weights) != meta["num_params"]:
-        raise ExecutionError(f"partition '{partition.name}' has {len(weights)} weights, its "
-                             f"manifest says {meta['num_params']}", where=where)
-    # Copied into TVM's allocations: TVM needs 64-byte aligned data, and tensors in a
-    # safetensors file are packed back to back.
-    params = [tvm.runtime.tensor(weights[name].numpy()) for name in sorted(weights)]
-    main = vm["main"]
+@dataclass(frozen=True)
+class TvmMeta(PartitionMeta):
+    library: Entry  # the exported Relax library (.so)
+    params: Entry  # its weights (safetensors), handed to main after the inputs
+    num_params: int  # how many; checked against the file
+    # runtime.weights.INDEX_KEY: {"params": the weights file's index}, checked before reading
+    tensor_index: dict[str, dict] | None = None
+    tvm_target: str | None = None  # the TVM target string it was compiled for (report)
+    tvm: str | None = None  # the TVM version of the build (report, `exporter bundle`)
+    tune_trials: int | None = None  # MetaSchedule trials (0: untuned)
+    schedules: dict | None = None  # how the kernels were scheduled (report)
 
-    def to_tvm(tensor: torch.Tensor):
-        tensor = tensor.contiguous()
-        if tensor.data_ptr() % 64 == 0:
-            return tvm.runtime.from_dlpack(tensor)  # no copy
-        return tvm.runtime.tensor(tensor.numpy())  # a view into a larger tensor, say
 
-    def run(inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+class TvmExecutor:
+    Meta = TvmMeta
+    arena_slots = 0  # the VM allocates its own memory
+
+    def __init__(self, tvm, main, params: list, partition: str, where: str,
+                 report: dict) -> None:
+        self._tvm = tvm  # the module, imported by load
+        self._main = main
+        self._params = params
+        self._partition = partition
+        self._where = where
+        self._report = report
+
+    @classmethod
+    def load(cls, partition: Partition, meta: TvmMeta, files_dir: Path, *, where: str,
+             **_: object) -> TvmExecutor:
+        # TVM's thread pool counts physical cores by its own rule and used 1 thread on a
+        # 2-vCPU machine; it reads TVM_NUM_THREADS when it starts. A user's setting wins.
+        os.environ.setdefault("TVM_NUM_THREADS", str(len(os.sched_getaffinity(0))
+                                                     if hasattr(os, "sched_getaffinity")
+                                                     else os.cpu_count() or 1))
         try:
-            out = main(*[to_tvm(t) for t in inputs], *params)
+            import tvm
+            from tvm import relax
+        except ImportError:
+            raise CompatibilityError(
+                f"partition '{partition.name}' runs on Apache TVM, which is not installed",
+                where=where, hint="pip install apache-tvm (the version in `exporter inspect`)"
+            ) from None
+        where = f"{where}: {meta.library}"
+        try:
+            library = tvm.runtime.load_module(str(files_dir / meta.library))
+            vm = relax.VirtualMachine(library, tvm.cpu())
+        except Exception as exc:  # TVM raises TVMError subclasses; say which partition
+            raise ExecutionError(f"TVM could not load partition '{partition.name}' "
+                                 f"({_last_line(exc)})", where=where,
+                                 hint="check the TVM version in `exporter inspect`") from exc
+        weights = load_checked(files_dir / meta.params, (meta.tensor_index or {}).get("params"),
+                               "cpu", where=where)
+        if len(weights) != meta.num_params:
+            raise ExecutionError(f"partition '{partition.name}' has {len(weights)} weights, its "
+                                 f"manifest says {meta.num_params}", where=where)
+        # Copied into TVM's allocations: TVM needs 64-byte aligned data, and tensors in a
+        # safetensors file are packed back to back.
+        params = [tvm.runtime.tensor(weights[name].numpy()) for name in sorted(weights)]
+        report = {"tvm": tvm.__version__, "tvm_target": meta.tvm_target,
+                  "schedules": meta.schedules}
+        return cls(tvm, vm["main"], params, partition.name, where, report)
+
+    def __call__(self, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+        try:
+            out = self._main(*[self._to_tvm(t) for t in inputs], *self._params)
         except Exception as exc:  # a shape the VM's own checks refuse, and the like
-            raise ExecutionError(f"TVM failed running partition '{partition.name}' "
-                                 f"({type(exc).__name__}: {str(exc).strip().splitlines()[-1][:300]})",
-                                 where=where) from exc
+            raise ExecutionError(f"TVM failed running partition '{self._partition}' "
+                                 f"({_last_line(exc)})", where=self._where) from exc
         # main returns a tuple (an ffi Array) of outputs; a lone tensor has a shape.
         return [torch.from_dlpack(o) for o in ([out] if hasattr(out, "shape") else out)]
 
-    run.report = {"tvm": tvm.__version__, "tvm_target": meta.get("tvm_target"),
-                  "schedules": meta.get("schedules")}
-    return run
+    def report(self) -> dict:
+        return dict(self._report)
+
+    def _to_tvm(self, tensor: torch.Tensor):
+        tensor = tensor.contiguous()
+        if tensor.data_ptr() % 64 == 0:
+            return self._tvm.runtime.from_dlpack(tensor)  # no copy
+        return self._tvm.runtime.tensor(tensor.numpy())  # a view into a larger tensor, say
+
+
+def _last_line(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1][:300] if str(exc).strip() else ''}"

@@ -1,0 +1,55 @@
+"""What Program needs from an executor, and what a backend kind gives the registry.
+
+``Executor``: one loaded partition. ``ExecutorKind``: how a kind loads one (a class or a
+module with ``Meta`` and ``load``); ``runtime.executors.register_executor`` takes either.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import torch
+
+from runtime.executors.meta import PartitionMeta
+from runtime.manifest import Partition
+
+
+@runtime_checkable
+class Executor(Protocol):
+    """One partition, loaded: tensors in, tensors out.
+
+    Program resolves ``executor.__call__`` once at construction and calls that on every
+    run, so a class pays no per-call method lookup (and an executor may hold a plain
+    function there: see runtime/executors/onnxruntime.py)."""
+
+    # Planned tensors of the device arena this executor computes in (runtime/arena.py);
+    # Program.memory_report counts them. 0 for backends that allocate their own memory.
+    arena_slots: int
+
+    def __call__(self, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+        """The partition's inputs, in manifest order, on its device -> its outputs, in order."""
+        ...
+
+    def report(self) -> dict[str, Any]:
+        """What the backend said at load, for `exporter run`/`inspect`/`bench` (e.g. ONNX
+        Runtime's providers requested, available and used, and under ``"placement"`` which
+        provider runs how many nodes); ``{}`` when it has nothing to say. JSON values only."""
+        ...
+
+
+class ExecutorKind(Protocol):
+    """A backend kind as the registry sees it: the executor class itself (``Meta`` a
+    class attribute, ``load`` a classmethod) or a module defining both."""
+
+    Meta: type[PartitionMeta]
+
+    def load(self, partition: Partition, meta: Any, files_dir: Path, *, where: str,
+             **options: Any) -> Executor:
+        """``meta``: ``Meta.from_json(partition.meta)``, already checked, and its
+        ``Entry`` fields already known to name verified entries. ``files_dir``: the
+        private copy of the artifact's entries (an entry name is a path under it).
+        ``options`` include ``run_single_threaded`` (the partition will be captured in a
+        CUDA graph) and ``arena`` (the device's runtime.arena.Arena, or None); ignore
+        those you do not use, and accept ones that later runtimes add."""
+        ...
