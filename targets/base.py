@@ -87,6 +87,8 @@ class Lowered:
     meta: dict
     requirements: Requirements
     notes: list[str] = field(default_factory=list)  # warnings for the user and the manifest
+    # how long its steps took: measured, reported, never in the manifest (rebuilds match)
+    seconds: dict[str, float] = field(default_factory=dict)
 
 
 # A bench baseline: (artifact's Program, flat inputs) -> a callable timed like the artifact.

@@ -25,9 +25,10 @@ from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind
 
 from runtime.errors import ToolchainError
-from runtime.executors.torch_fallback import BUFFER, CONSTANT, PARAM, PROGRAM_KEY, WEIGHTS_KEY
+from runtime.executors.torch_fallback import (BUFFER, CONSTANT, PARAM, WEIGHTS_KEY,
+                                              TorchFallbackMeta)
 from runtime.manifest import Requirements
-from runtime.weights import INDEX_KEY, read_index
+from runtime.weights import read_index
 from targets.base import Lowered
 
 FALLBACK_BACKEND = "torch"
@@ -52,12 +53,13 @@ def lower_fallback(program: ExportedProgram, work_dir: Path) -> Lowered:
     program_path, weights_path = work_dir / PROGRAM_FILE, work_dir / WEIGHTS_FILE
     program_path.write_bytes(program_bytes)
     _save_weights(tensors, weights_path)
-    meta = {PROGRAM_KEY: PROGRAM_FILE, WEIGHTS_KEY: WEIGHTS_FILE,
-            "schema_version": f"{schema['major']}.{schema['minor']}",
-            INDEX_KEY: {WEIGHTS_KEY: read_index(weights_path)},
-            "weights_count": len(tensors),
-            "weights_bytes": sum(t.numel() * t.element_size() for t in tensors.values())}
-    return Lowered(files={PROGRAM_FILE: program_path, WEIGHTS_FILE: weights_path}, meta=meta,
+    meta = TorchFallbackMeta(
+        program=PROGRAM_FILE, weights=WEIGHTS_FILE,
+        schema_version=f"{schema['major']}.{schema['minor']}",
+        tensor_index={WEIGHTS_KEY: read_index(weights_path)}, weights_count=len(tensors),
+        weights_bytes=sum(t.numel() * t.element_size() for t in tensors.values()))
+    return Lowered(files={PROGRAM_FILE: program_path, WEIGHTS_FILE: weights_path},
+                   meta=meta.to_json(),
                    requirements=Requirements(arch=platform.machine(), torch=torch.__version__))
 
 

@@ -111,17 +111,3 @@ def test_nested_outputs_come_back_as_the_model_returns_them(encoder_cli_build):
     assert isinstance(got, dict) and set(got) == set(expected)
     for key in expected:
         torch.testing.assert_close(got[key], expected[key], rtol=1e-4, atol=1e-5)
-
-
-def test_cpu_target_puts_a_python_custom_op_on_the_fallback(artifacts_dir, cli):
-    """AOTInductor partitions on both sides of a CPU-fallback partition, validated."""
-    out = artifacts_dir / "custom-cpu.artifact"
-    result = cli("build", "tests/models/custom_op.py:factory", "--target", "cpu", "--out",
-                 str(out), "--json")
-    assert result.returncode == 0, result.stderr
-    assert json.loads(result.stdout)["validation"]["passed"] is True
-    manifest = runtime.read_manifest(out)
-    assert [p.backend for p in manifest.partitions] == ["aoti", "torch", "aoti"]
-    from tests.models.custom_op import factory
-    model, (x,), _ = factory()
-    torch.testing.assert_close(runtime.load(out)(x), model(x), rtol=1e-4, atol=1e-5)

@@ -132,6 +132,10 @@ def test_the_artifact_loads_fresh_matches_eager_and_delegates(name, built):
     assert target.backend in backends, f"{name}: nothing delegated ({backends})"
     custom = [row for row in manifest.coverage if "soft_clip" in row["op"]]
     assert custom and all(row["backend"] == "torch" and row["reason"] for row in custom)
+    # the fallback takes only what the target declined (--min-partition-size is 1)
+    misplaced = [row for row in manifest.coverage
+                 if row["supported"] != (row["backend"] == target.backend)]
+    assert not misplaced, misplaced
     from tests.models.custom_op import factory
     model, (x,), _ = factory()
     with torch.no_grad():

@@ -39,15 +39,6 @@ def test_zoo_builds_and_runs_on_tvm_with_dynamic_batch(name, artifacts_dir, cli)
     assert_zoo_artifact_matches_eager(out, name)
 
 
-def test_custom_op_falls_back_on_that_op_only(artifacts_dir, cli):
-    out = artifacts_dir / "custom-tvm.artifact"
-    _build(cli, out, CUSTOM)
-    manifest = runtime.read_manifest(out)
-    assert [p.backend for p in manifest.partitions] == ["tvm", "torch", "tvm"]
-    (row,) = [r for r in manifest.coverage if r["backend"] == "torch"]
-    assert row["op"] == "edgetest.soft_clip.default" and "no converter" in row["reason"]
-
-
 def test_a_partition_tvm_cannot_compile_moves_the_op_to_cpu(artifacts_dir, cli):
     out = artifacts_dir / "cumsum-tvm.artifact"
     data = _build(cli, out, CUMSUM)

@@ -41,6 +41,7 @@ from passes.ops import is_custom_op
 from passes.partition import PlannedPartition
 from runtime import scratch
 from runtime.archive_writer import write_artifact
+from runtime.executors import parse_meta
 from runtime.outfiles import checked_output
 from runtime.manifest import Manifest, Partition
 from targets import Lowered, LowerOptions, Target, for_backend, get_target
@@ -179,9 +180,7 @@ def build(spec: str | ModelSpec, settings: BuildSettings, *, stage: StageHook = 
                           "notes": prep.warnings + notes,
                           "nondeterminism": prep.target.nondeterminism(prep.options)}
         measured = {"pass_seconds": {r["name"]: r["seconds"] for r in prep.pass_records},
-                    "lower_seconds": {p.name: {k: v for k, v in low.meta.items()
-                                               if k.endswith("_seconds")}
-                                      for p, low in lowered}}
+                    "lower_seconds": {p.name: low.seconds for p, low in lowered}}
         if settings.validate_artifact:
             with timed("validate (subprocess)"):
                 eager = _eager_runner(prep, settings)
@@ -241,18 +240,20 @@ def _manifest(prep: Prepared, settings: BuildSettings,
     partitions = []
     for plan, low in lowered:
         prefix = f"partitions/{plan.name}/"
-        # file-valued meta (the package, the model) become full entry names; seconds
-        # vary per build and go to BuildResult.measured instead
-        meta = {k: prefix + v if isinstance(v, str) and v in low.files else v
-                for k, v in low.meta.items() if not k.endswith("_seconds")}
+        meta = dict(low.meta)
         if not plan.delegated:
             meta["custom_ops"] = sorted({str(n.target).rsplit(".", 1)[0] for n in plan.nodes
                                          if is_custom_op(n.target)})
-        partitions.append(Partition(
+        partition = Partition(
             name=plan.name, backend=prep.target.backend if plan.delegated else FALLBACK_BACKEND,
             device=prep.target.device if plan.delegated else "cpu",
             files=tuple(prefix + name for name in low.files), inputs=tuple(plan.inputs),
-            outputs=tuple(plan.outputs), meta=meta))
+            outputs=tuple(plan.outputs), meta=meta)
+        # checked now by its executor kind's typed meta, as a device will check it; its
+        # file fields (the package, the model) become full entry names
+        typed = parse_meta(partition, where=f"partition '{plan.name}' as lowered")
+        partitions.append(dataclasses.replace(partition, meta={
+            **meta, **{key: prefix + name for key, name in typed.files().items()}}))
     delegated = [low for plan, low in lowered if plan.delegated]
     requirements = (delegated or [low for _, low in lowered])[0].requirements
     return Manifest(

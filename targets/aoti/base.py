@@ -21,6 +21,7 @@ from pydantic import Field
 
 from passes.base import Pass
 from passes.ops import is_custom_op
+from runtime.executors.aoti import AotiMeta
 from targets.base import (OK, PROBLEM, Availability, Check, Lowered, LowerOptions, Support,
                           Target, pipeline)
 from targets.errors import LoweringError, TargetOptionError
@@ -140,11 +141,12 @@ class AOTInductorTarget(Target):
         normalize_package(package)
         seconds = time.perf_counter() - start
         log.info("AOTInductor compiled %s in %.1f s", package, seconds)
-        meta = {"package": PACKAGE_NAME, "inductor_configs": _jsonable(configs),
-                "compile_seconds": round(seconds, 2), "compiler": choose_cxx().note}
+        meta = AotiMeta(package=PACKAGE_NAME, inductor_configs=_jsonable(configs),
+                        compiler=choose_cxx().note)
         notes = [choose_cxx().note] if choose_cxx().switched else []
-        return Lowered(files={PACKAGE_NAME: package}, meta=meta,
-                       requirements=self.requirements(options), notes=notes)
+        return Lowered(files={PACKAGE_NAME: package}, meta=meta.to_json(),
+                       requirements=self.requirements(options), notes=notes,
+                       seconds={"compile_seconds": round(seconds, 2)})
 
     def requirements(self, options: LowerOptions):
         return self.base_requirements()

@@ -28,6 +28,7 @@ from passes.contiguous_views import ContiguousBeforeReshape
 from passes.decompose import Decompose
 from passes.ops import is_custom_op
 from runtime import scratch
+from runtime.executors.onnxruntime import OnnxRuntimeMeta
 from runtime.manifest import Partition
 from targets.base import Availability, Baseline, Lowered, LowerOptions, Support, Target, pipeline
 from targets.errors import LoweringError, TargetOptionError
@@ -215,12 +216,12 @@ class OnnxTarget(Target):
 
         files = {MODEL_NAME: path, **{name: options.work_dir / name for name in external}}
         opset = next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
-        meta = {"model": MODEL_NAME, "external_data": external, "providers": providers,
-                "opset": opset, "fallback": fallback,
-                "disable_cpu_ep_fallback": fallback == FallbackPolicy.FORBID.value,
-                "onnxruntime": onnxruntime.__version__, "onnx": onnx.__version__}
-        if quantization is not None:
-            meta["quantization"] = quantization
+        meta = OnnxRuntimeMeta(
+            model=MODEL_NAME, external_data=tuple(external), providers=tuple(providers),
+            opset=opset, fallback=fallback,
+            disable_cpu_ep_fallback=fallback == FallbackPolicy.FORBID.value,
+            onnxruntime=onnxruntime.__version__, onnx=onnx.__version__,
+            quantization=quantization).to_json()
         here = onnxruntime.get_available_providers()
         notes = [f"execution provider {p} is not available on this machine; the build's "
                  f"validation runs without it" for p in providers if p not in here]

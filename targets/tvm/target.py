@@ -29,7 +29,8 @@ from passes.decompose import Decompose
 from passes.ops import is_custom_op
 from passes.wrap_negative_indices import WrapNegativeIndices
 from runtime.manifest import Partition, Requirements
-from runtime.weights import INDEX_KEY, read_index
+from runtime.executors.tvm import TvmMeta
+from runtime.weights import read_index
 from targets import cpu_isa
 from targets.base import Availability, Lowered, LowerOptions, Support, Target, pipeline
 from targets.errors import LoweringError, TargetOptionError
@@ -142,13 +143,12 @@ class TvmTarget(Target):
                                                    error=self._error)
             library, params = options.work_dir / LIBRARY_NAME, options.work_dir / PARAMS_NAME
             result.save(library, params)
-        meta = {"library": LIBRARY_NAME, "params": PARAMS_NAME, "num_params": result.num_params,
-                INDEX_KEY: {"params": read_index(params)},
-                "tvm_target": target_string, "tvm": result.tvm_version, "tune_trials": tune,
-                "schedules": result.schedules, "compile_seconds":
-                    round(time.perf_counter() - start, 2)}
-        return Lowered(files={LIBRARY_NAME: library, PARAMS_NAME: params}, meta=meta,
-                       requirements=self._requirements(options), notes=result.notes)
+        meta = TvmMeta(library=LIBRARY_NAME, params=PARAMS_NAME, num_params=result.num_params,
+                       tensor_index={"params": read_index(params)}, tvm_target=target_string,
+                       tvm=result.tvm_version, tune_trials=tune, schedules=result.schedules)
+        return Lowered(files={LIBRARY_NAME: library, PARAMS_NAME: params}, meta=meta.to_json(),
+                       requirements=self._requirements(options), notes=result.notes,
+                       seconds={"compile_seconds": round(time.perf_counter() - start, 2)})
 
     def _target_string(self, options: LowerOptions) -> str:
         custom = self.own_options(options).tvm_target

@@ -11,21 +11,22 @@ from pathlib import Path
 import torch
 
 from runtime.executors import register_executor
+from runtime.executors.meta import Entry, PartitionMeta
 from runtime.manifest import Partition
 
 BACKEND = "toy-relu"
 
 
 @dataclass(frozen=True)
-class ToyMeta:
-    program: str  # the partition's file (how many relus it applies)
+class ToyMeta(PartitionMeta):
+    program: Entry  # the partition's file (how many relus it applies)
     relus: int
-
-    def to_json(self) -> dict:
-        return {"program": self.program, "relus": self.relus}
 
 
 class ToyExecutor:
+    Meta = ToyMeta
+    arena_slots = 0
+
     def __init__(self, relus: int) -> None:
         self.relus = relus
 
@@ -35,11 +36,11 @@ class ToyExecutor:
     def report(self) -> dict:
         return {"relus": self.relus}
 
+    @classmethod
+    def load(cls, partition: Partition, meta: ToyMeta, files_dir: Path, *, where: str,
+             **_: object) -> "ToyExecutor":
+        spec = json.loads((files_dir / meta.program).read_text())
+        return cls(int(spec["relus"]))
 
-def load(partition: Partition, files_dir: Path, *, where: str, **_: object) -> ToyExecutor:
-    spec = json.loads((files_dir / partition.meta["program"]).read_text())
-    return ToyExecutor(int(spec["relus"]))
 
-
-FILE_KEYS = ("program",)
-register_executor(BACKEND, __name__)
+register_executor(BACKEND, ToyExecutor, replace=True)  # replace: a re-import is harmless
