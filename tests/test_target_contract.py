@@ -12,20 +12,25 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
 import runtime
-from exporter.builder.pipeline import build, dry_run
+from exporter.builder.pipeline import build, dry_run, preload_for
 from exporter.builder.placement import UnsupportedOpsError
 from exporter.cli import config_file
 from exporter.model.zoo import ZOO
 from exporter.settings import BuildSettings
+from runtime.executors import register_executor, unregister_executor
 from targets import Lowered, Support, all_targets, get_target, register
 from targets.registry import unregister
 from tests.toy_target import ToyTarget
+from tests.toy_target.executor import BACKEND, ToyExecutor
 
 CUSTOM = "tests/models/custom_op.py:factory"
 NAMES = sorted({*all_targets(), ToyTarget.name})
@@ -33,10 +38,13 @@ NAMES = sorted({*all_targets(), ToyTarget.name})
 
 @pytest.fixture(scope="module", autouse=True)
 def toy_registered():
-    """The registry line a new target needs (here for this module only)."""
+    """The registry line a new target needs (here for this module only), and its executor
+    kind in this process (the validation process imports tests/toy_target/register.py)."""
     register(ToyTarget())
+    register_executor(BACKEND, ToyExecutor, replace=True)
     yield
     unregister(ToyTarget.name)
+    unregister_executor(BACKEND)
 
 
 def _available(name: str):
@@ -122,7 +130,7 @@ def test_lower_writes_only_under_its_work_folder(name, built):
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_the_artifact_loads_fresh_matches_eager_and_delegates(name, built):
+def test_the_artifact_loads_fresh_matches_eager_and_delegates(name, built, tmp_path):
     result, *_ = built(name)
     manifest = runtime.read_manifest(result.artifact)
     # validation loaded the artifact in its own process, as a device would
@@ -136,11 +144,20 @@ def test_the_artifact_loads_fresh_matches_eager_and_delegates(name, built):
     misplaced = [row for row in manifest.coverage
                  if row["supported"] != (row["backend"] == target.backend)]
     assert not misplaced, misplaced
+    # and once more in a fresh process, as on a device: `python -m runtime run`
     from tests.models.custom_op import factory
     model, (x,), _ = factory()
+    folder = tmp_path
+    np.savez(folder / "in.npz", **{manifest.signature.inputs[0].name: x.numpy()})
+    preload = [a for source in preload_for(manifest, CUSTOM.split(":")[0])
+               for a in ("--preload", source)]
+    ran = subprocess.run([sys.executable, "-m", "runtime", "run", str(result.artifact),
+                          "--inputs", str(folder / "in.npz"), "--out", str(folder / "out.npz"),
+                          "--quiet", *preload], capture_output=True, text=True, timeout=600)
+    assert ran.returncode == 0, ran.stderr
+    (got,) = np.load(folder / "out.npz").values()
     with torch.no_grad():
-        torch.testing.assert_close(runtime.load(result.artifact)(x), model(x), rtol=1e-4,
-                                   atol=1e-5)
+        torch.testing.assert_close(torch.from_numpy(got), model(x), rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.parametrize("name", NAMES)

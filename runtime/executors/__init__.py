@@ -27,19 +27,20 @@ from runtime.executors.meta import PartitionMeta
 from runtime.manifest import Partition
 
 __all__ = ["ENTRY_POINT_GROUP", "Executor", "ExecutorKind", "PartitionMeta", "create_executor",
-           "kinds", "parse_meta", "register_executor"]
+           "kinds", "parse_meta", "register_executor", "unregister_executor"]
 
 log = logging.getLogger(__name__)
 
 ENTRY_POINT_GROUP = "edge_exporter.executors"
 
-# kind -> its loader, or "module:attribute" / "module" until first used
-_KINDS: dict[str, ExecutorKind | str] = {
+_BUILTIN = {
     "aoti": "runtime.executors.aoti:AotiExecutor",
     "onnxruntime": "runtime.executors.onnxruntime:OnnxRuntimeExecutor",
     "torch": "runtime.executors.torch_fallback:TorchFallbackExecutor",
     "tvm": "runtime.executors.tvm:TvmExecutor",
 }
+# kind -> its loader, or "module:attribute" / "module" until first used
+_KINDS: dict[str, ExecutorKind | str] = dict(_BUILTIN)
 # Two threads loading artifacts may resolve a kind at once; reentrant, since a plug-in's
 # module may call register_executor while the registry imports it.
 _LOCK = threading.RLock()
@@ -61,6 +62,13 @@ def register_executor(kind: str, loader: ExecutorKind | types.ModuleType | str, 
             raise ValueError(f"executor kind '{kind}' is already registered "
                              "(pass replace=True to take it over)")
         _KINDS[kind] = loader
+
+
+def unregister_executor(kind: str) -> None:
+    """Forget a plug-in kind (tests register theirs for a while); built-ins stay."""
+    with _LOCK:
+        if kind not in _BUILTIN:
+            _KINDS.pop(kind, None)
 
 
 def kinds() -> list[str]:

@@ -6,17 +6,15 @@ from __future__ import annotations
 
 import json
 
+import torch
+from pydantic import Field
 from torch.export import ExportedProgram
 from torch.fx import Node
-
-import torch
 
 from passes.base import Pass
 from targets import Availability, Lowered, LowerOptions, Support, Target, TargetOptions
 from targets.base import pipeline
 from tests.toy_target.executor import BACKEND, ToyMeta
-
-from pydantic import Field
 
 
 class ToyOptions(TargetOptions):
@@ -29,7 +27,7 @@ class ToyTarget(Target):
     backend = BACKEND
     description = "test-only: aten.relu on a trivial executor"
     Options = ToyOptions
-    runtime_modules = ("tests.toy_target.executor",)  # registers the executor kind
+    runtime_modules = ("tests.toy_target.register",)  # registers the executor kind
     colour = "#f08c00"
 
     def availability(self) -> Availability:

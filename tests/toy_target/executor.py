@@ -1,5 +1,5 @@
 """The toy target's executor kind, ``toy-relu``: its typed partition metadata and the
-executor that runs it. Importing this module registers the kind with the runtime (a
+executor that runs it. tests/toy_target/register.py registers it with the runtime (a
 plug-in package would do so through the ``edge_exporter.executors`` entry point)."""
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ from pathlib import Path
 
 import torch
 
-from runtime.executors import register_executor
 from runtime.executors.meta import Entry, PartitionMeta
 from runtime.manifest import Partition
 
@@ -41,6 +40,3 @@ class ToyExecutor:
              **_: object) -> "ToyExecutor":
         spec = json.loads((files_dir / meta.program).read_text())
         return cls(int(spec["relus"]))
-
-
-register_executor(BACKEND, ToyExecutor, replace=True)  # replace: a re-import is harmless
