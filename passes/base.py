@@ -41,36 +41,67 @@ def run_pipeline(program: ExportedProgram, pipeline: Sequence[Pass]
                  ) -> tuple[ExportedProgram, list[dict]]:
     """Run passes in order; return the final program and one record per pass for the manifest.
 
-    Passes only make a program faster or smaller, so one that fails on a model never
-    fails the build: the program goes on as it was before that pass, and the record says
-    ``skipped`` with the error (the build warns, naming the pass). A program a pass
-    changed is linted before the next pass sees it; a broken graph counts as a failure."""
-    records = []
+    Passes only make a program faster or smaller, so an optional one that fails on a model
+    never fails the build: the program goes on as it was before that pass, and the record
+    says ``skipped`` with the error (the build warns, naming the pass). A program a pass
+    says it changed is checked right after it (``check_program``: the FX graph's lint and
+    torch.export's own verifier), so a pass that leaves a broken graph is blamed there,
+    not at a later stage. A required pass (quantization: the user asked for it) that fails
+    fails the build, naming itself and the passes run before it."""
+    records: list[dict] = []
     for step in pipeline:
         start = time.perf_counter()
         try:
             result = step(program)
             if result.modified:
-                result.program.graph_module.graph.lint()
+                check_program(result.program, step.name)
         except Exception as exc:  # noqa: BLE001 - any failure of an optional rewrite
-            reason = f"{type(exc).__name__}: {_first_line(exc)}"
+            before = ", ".join(r["name"] for r in records) or "none"
             if getattr(step, "required", False):
-                if isinstance(exc, ToolchainError):
+                error = _required_failed(step.name, exc, before)
+                if error is exc:
                     raise
-                raise PassFailedError(
-                    f"pass {step.name} failed ({reason})",
-                    details=[f"passes run before it: "
-                             f"{', '.join(r['name'] for r in records) or 'none'}"],
-                    hint="--verbose shows the pass's traceback") from exc
-            log.debug("pass %s failed and was skipped (%s)", step.name, reason, exc_info=True)
+                raise error from exc
+            reason = f"{type(exc).__name__}: {_first_line(exc)}"
+            log.debug("pass %s failed and was skipped (%s; passes before it: %s)", step.name,
+                      reason, before, exc_info=True)
             records.append({"name": step.name, "modified": False, "skipped": reason, "info": {},
-                            "seconds": round(time.perf_counter() - start, 4)})
+                            "after": before, "seconds": round(time.perf_counter() - start, 4)})
             continue
         program = result.program
         records.append({"name": step.name, "modified": result.modified, "info": result.info,
                         "seconds": round(time.perf_counter() - start, 4)})
         log.debug("pass %s: modified=%s %s", step.name, result.modified, result.info)
     return program, records
+
+
+class BrokenGraphError(Exception):
+    """A pass left a program that fails the FX lint or torch.export's verifier."""
+
+
+def check_program(program: ExportedProgram, pass_name: str) -> None:
+    """The checks a changed program must pass before the next stage sees it."""
+    try:
+        program.graph_module.graph.lint()
+        program._validate()  # torch.export's verifiers: signature, op kinds, metadata
+    except Exception as exc:  # noqa: BLE001 - lint and verifiers raise many kinds
+        raise BrokenGraphError(f"pass {pass_name} left a graph that fails "
+                               f"torch.export's checks ({type(exc).__name__}: "
+                               f"{_first_line(exc)})") from exc
+
+
+def _required_failed(name: str, exc: Exception, before: str) -> ToolchainError:
+    """A required pass's failure, naming it and the passes before it; an error that is
+    already ours keeps its class (and so its exit code), with the pass's name added."""
+    details = [f"passes run before it: {before}"]
+    if isinstance(exc, ToolchainError):
+        if not exc.what.startswith(f"pass {name}"):
+            exc.what = f"pass {name}: {exc.what}"
+        exc.details = list(exc.details or []) + details
+        exc.args = (exc.paragraph(),)  # str() is the paragraph, made when it was raised
+        return exc
+    return PassFailedError(f"pass {name} failed ({type(exc).__name__}: {_first_line(exc)})",
+                           details=details, hint="--verbose shows the pass's traceback")
 
 
 class PassFailedError(ToolchainError):

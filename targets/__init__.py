@@ -3,8 +3,17 @@ reaches them only through ``targets.registry``."""
 
 from __future__ import annotations
 
-from targets.base import (ABSENT, OK, PROBLEM, Availability, Check, Lowered, LowerOptions,
-                          Support, Target)
+from targets.base import (
+                          ABSENT,
+                          OK,
+                          PROBLEM,
+                          Availability,
+                          Check,
+                          Lowered,
+                          LowerOptions,
+                          Support,
+                          Target,
+)
 from targets.errors import LoweringError, TargetOptionError
 from targets.options import FallbackPolicy, TargetOptions
 from targets.registry import all_targets, for_backend, get_target, register

@@ -25,8 +25,13 @@ from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind
 
 from runtime.errors import ToolchainError
-from runtime.executors.torch_fallback import (BUFFER, CONSTANT, PARAM, WEIGHTS_KEY,
-                                              TorchFallbackMeta)
+from runtime.executors.torch_fallback import (
+    BUFFER,
+    CONSTANT,
+    PARAM,
+    WEIGHTS_KEY,
+    TorchFallbackMeta,
+)
 from runtime.manifest import Requirements
 from runtime.weights import read_index
 from targets.base import Lowered

@@ -69,6 +69,39 @@ def test_a_pass_that_breaks_the_graph_is_caught_by_the_lint():
     assert records[0]["skipped"], records
 
 
+def test_a_pass_that_breaks_the_signature_is_caught_by_the_verifier():
+    """The FX lint passes (the graph is well formed), torch.export's verifier does not:
+    an input the graph signature does not list. Blamed on the pass, right after it."""
+    class StrayInput:
+        name, required = "stray_input", True
+
+        def __call__(self, program):
+            graph = program.graph_module.graph
+            first = next(n for n in graph.nodes if n.op == "placeholder")
+            with graph.inserting_before(first):
+                graph.placeholder("stray")
+            return PassResult(program, modified=True)
+    with pytest.raises(PassFailedError) as info:
+        run_pipeline(_program(), [EliminateDeadCode(), StrayInput()])
+    print(info.value)
+    assert "pass stray_input" in str(info.value) and "torch.export's checks" in str(info.value)
+    assert "passes run before it: eliminate_dead_code" in str(info.value)
+
+
+def test_our_own_error_inside_a_required_pass_keeps_its_class_and_names_the_pass():
+    from runtime.errors import UserInputError
+
+    class NeedsCalibration:
+        name, required = "quantize", True
+
+        def __call__(self, program):
+            raise UserInputError("int8-static needs calibration data")
+    with pytest.raises(UserInputError) as info:
+        run_pipeline(_program(), [EliminateDeadCode(), NeedsCalibration()])
+    assert info.value.exit_code == 2 and str(info.value).startswith("pass quantize: int8-static")
+    assert "passes run before it: eliminate_dead_code" in str(info.value)
+
+
 def test_a_backend_crash_names_the_partitions_ops():
     program = _program()
     nodes = [n for n in program.graph.nodes if n.op == "call_function"]

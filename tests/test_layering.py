@@ -1,4 +1,5 @@
-"""The runtime is the bottom floor: importing it must not pull in exporter, passes or targets."""
+"""The rooms' rules (DESIGN.md): imports go down only (runtime, passes, targets, exporter),
+no module imports itself back, and the runtime, the device's bottom floor, loads alone."""
 
 import subprocess
 import sys
@@ -22,38 +23,72 @@ def test_runtime_imports_no_upper_room(ran):
     assert proc.returncode == 0, f"runtime imported upper rooms: {proc.stdout} {proc.stderr}"
 
 
-def test_runtime_sources_never_import_upper_rooms():
-    for path in (ROOT / "runtime").rglob("*.py"):
-        text = path.read_text()
-        for room in ("exporter", "passes", "targets"):
-            assert f"import {room}" not in text and f"from {room}" not in text, (path, room)
+ROOMS = ("runtime", "passes", "targets", "exporter")  # bottom to top: imports go down only
+_DYNAMIC = ("import_module", "__import__")  # importlib.import_module("x"), __import__("x")
 
 
-def test_passes_do_not_import_targets_or_exporter():
-    for path in (ROOT / "passes").rglob("*.py"):
-        text = path.read_text()
-        for room in ("exporter", "targets"):
-            assert f"from {room}" not in text and f"import {room}" not in text, (path, room)
+def _modules() -> dict[str, Path]:
+    return {".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__"): p
+            for room in ROOMS for p in (ROOT / room).rglob("*.py")}
+
+
+def _named_imports(path: Path) -> set[str]:
+    """Every module one file names in an import: ``import x``, ``from x import y`` (top
+    level, under TYPE_CHECKING or inside a function alike: each can close a circle), and
+    string literals given to ``importlib.import_module`` or ``__import__``."""
+    import ast
+    named = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            named |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            assert node.level == 0, f"{path}: relative import (this check reads absolute)"
+            named |= {node.module, *(f"{node.module}.{a.name}" for a in node.names)}
+        elif isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant):
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+            if name in _DYNAMIC and isinstance(node.args[0].value, str):
+                named.add(node.args[0].value.split(":")[0])
+    return named
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """Module -> the project's modules it imports. ``from pkg import sub`` is an edge to
+    ``pkg.sub`` alone: the package's __init__ runs first for any import below it, which
+    is not an edge between modules."""
+    modules = _modules()
+    graph = {}
+    for name, path in modules.items():
+        named = _named_imports(path)
+        named -= {n for n in named if any(m.startswith(n + ".") for m in named & modules.keys())}
+        graph[name] = named & modules.keys()
+    return graph
+
+
+def test_each_room_imports_only_the_rooms_below_it():
+    """runtime imports no other room; passes neither targets nor exporter; targets not
+    exporter: including imports inside functions and through importlib."""
+    bad = [(module, target) for module, names in _import_graph().items() for target in names
+           if ROOMS.index(target.split(".")[0]) > ROOMS.index(module.split(".")[0])]
+    assert not bad, f"imports going up a room: {bad}"
+
+
+def test_the_layering_check_sees_importlib_imports(tmp_path):
+    sample = tmp_path / "sample.py"
+    sample.write_text("import importlib\n"
+                      "def f():\n    return importlib.import_module('exporter.settings')\n")
+    assert "exporter.settings" in _named_imports(sample)
+
+
+def test_no_import_circles():
+    graph = _import_graph()
+    circles = sorted(m for m in graph if m in _reachable(graph, m))
+    assert not circles, f"modules that import themselves back: {circles}"
 
 
 def _exporter_imports() -> dict[str, set[str]]:
-    """Module -> the exporter modules it names in any import statement (top level, under
-    TYPE_CHECKING or inside a function alike: each can close a circle). Implicit imports of
-    parent packages' __init__ are left out: they are not edges between rooms."""
-    import ast
-    modules = {".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__"): p
-               for p in (ROOT / "exporter").rglob("*.py")}
-    graph = {}
-    for name, path in modules.items():
-        named = set()
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Import):
-                named |= {alias.name for alias in node.names}
-            elif isinstance(node, ast.ImportFrom):
-                assert node.level == 0, f"{path}: relative import (this check reads absolute)"
-                named |= {node.module, *(f"{node.module}.{a.name}" for a in node.names)}
-        graph[name] = named & modules.keys()
-    return graph
+    return {m: {n for n in names if n.startswith("exporter")}
+            for m, names in _import_graph().items() if m.startswith("exporter")}
 
 
 def _reachable(graph: dict[str, set[str]], start: str) -> set[str]:

@@ -9,17 +9,14 @@ from __future__ import annotations
 import dataclasses
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from exporter.builder.placement import place
+from exporter.builder.prepared import Prepared
 from exporter.settings import BuildSettings
 from passes.partition import PartitionError, PlannedPartition, materialize
 from runtime.errors import ToolchainError
-from targets import FallbackPolicy, Lowered, LowerOptions, LoweringError
+from targets import FallbackPolicy, Lowered, LoweringError, LowerOptions
 from targets.fallback import lower_fallback
-
-if TYPE_CHECKING:
-    from exporter.builder.pipeline import Prepared
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +32,7 @@ def lower_options(settings: BuildSettings, out: Path, work_dir: Path | None = No
                         partition=work_dir.name if work_dir else None, log_dir=out.parent)
 
 
-def _lower_all(prep: "Prepared", settings: BuildSettings, work_dir: Path
+def _lower_all(prep: Prepared, settings: BuildSettings, work_dir: Path
                ) -> list[tuple[PlannedPartition, Lowered]]:
     plans = prep.placement.plans
     if len(plans) == 1 and plans[0].delegated:
@@ -66,7 +63,7 @@ def _lower_all(prep: "Prepared", settings: BuildSettings, work_dir: Path
     return lowered
 
 
-def _lower_delegated(prep: "Prepared", settings: BuildSettings, plan: PlannedPartition,
+def _lower_delegated(prep: Prepared, settings: BuildSettings, plan: PlannedPartition,
                      part_dir: Path) -> Lowered:
     """One delegated partition. Whatever the backend raises becomes a LoweringError that
     names the ops to move to the CPU fallback: those the backend named, else all of the
@@ -91,7 +88,7 @@ def _lower_delegated(prep: "Prepared", settings: BuildSettings, plan: PlannedPar
 MAX_LOWERING_RETRIES = 3
 
 
-def lower_with_fallback(prep: "Prepared", settings: BuildSettings, work_dir: Path
+def lower_with_fallback(prep: Prepared, settings: BuildSettings, work_dir: Path
                          ) -> list[tuple[PlannedPartition, Lowered]]:
     """Lower every partition. When a backend fails on ops it had claimed (``exc.nodes``:
     those it named, else the failing partition's), and the fallback policy allows it,

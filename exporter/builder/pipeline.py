@@ -20,21 +20,26 @@ import torch
 from torch.export import ExportedProgram
 
 from exporter import versions
-from exporter.validation.bisect import bisect, bisect_lines
-from exporter.model.capture import Captured, capture
+from exporter.builder.lowering import lower_options, lower_with_fallback
+from exporter.builder.placement import enforce_fallback_policy, place
+from exporter.builder.prepared import Prepared
+from exporter.builder.quantization import calibration_sets, check_recipe
+from exporter.errors import (
+    BuildError,
+    MemoryBudgetError,
+    TargetUnavailableError,
+    ValidationFailedError,
+)
+from exporter.model.capture import capture
 from exporter.model.cast import cast_model, cast_record
 from exporter.model.dynamic import parse_dynamic
-from exporter.errors import (BuildError, MemoryBudgetError, TargetUnavailableError,
-                             ValidationFailedError)
-from exporter.settings import BuildSettings
 from exporter.model.hf_spec import HfOptions
 from exporter.model.spec import ModelSpec, load_spec
-from exporter.builder.quantization import calibration_sets, check_recipe
+from exporter.settings import BuildSettings
+from exporter.validation.bisect import bisect, bisect_lines
 from exporter.validation.gates import QuantGate, Tolerance
-from exporter.validation.validate import EagerRunner, summarize_failure, validate
 from exporter.validation.inputs import make_cases
-from exporter.builder.lowering import lower_options, lower_with_fallback
-from exporter.builder.placement import Placement, enforce_fallback_policy, place
+from exporter.validation.validate import EagerRunner, summarize_failure, validate
 from passes import memory_plan
 from passes.base import run_pipeline
 from passes.ops import is_custom_op
@@ -42,9 +47,9 @@ from passes.partition import PlannedPartition
 from runtime import scratch
 from runtime.archive_writer import write_artifact
 from runtime.executors import parse_meta
-from runtime.outfiles import checked_output
 from runtime.manifest import Manifest, Partition
-from targets import Lowered, LowerOptions, Target, for_backend, get_target
+from runtime.outfiles import checked_output
+from targets import Lowered, Target, for_backend, get_target
 from targets.fallback import FALLBACK_BACKEND
 
 log = logging.getLogger(__name__)
@@ -79,24 +84,6 @@ class BuildResult:
 @contextlib.contextmanager
 def _quiet_stage(name: str) -> Iterator[None]:
     yield
-
-
-@dataclass
-class Prepared:
-    """Everything up to lowering: what ``--dry-run`` reports."""
-
-    target: Target
-    model: ModelSpec
-    captured: Captured
-    program: ExportedProgram
-    pass_records: list[dict]
-    placement: Placement
-    warnings: list[str]
-    out: Path
-    options: LowerOptions  # what the settings say to the target (per partition: replaced)
-    calibration: list = field(default_factory=list)  # --quantize int8-static input sets
-    activations: dict = field(default_factory=dict)  # memory_plan.plan of the program
-    captured_module: torch.nn.Module | None = None  # what was captured (the cast model)
 
 
 def prepare(spec: str | ModelSpec, settings: BuildSettings, timed: Callable) -> Prepared:

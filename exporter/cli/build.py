@@ -7,9 +7,23 @@ from typing import Optional
 
 import typer
 
-from exporter.cli.common import (DEBUG, QUIET, VERBOSE, app, guarded, out_console, print_json,
-                                 stage_printer, warn)
-from exporter.cli.build_flags import OUTPUT, given_flags, option_owners, with_build_flags
+from exporter.cli.build_flags import (
+    OUTPUT,
+    given_flags,
+    option_owners,
+    with_build_flags,
+)
+from exporter.cli.common import (
+    DEBUG,
+    QUIET,
+    VERBOSE,
+    app,
+    guarded,
+    out_console,
+    print_json,
+    stage_printer,
+    warn,
+)
 from runtime.errors import ToolchainError
 
 
@@ -44,8 +58,8 @@ def build(
 
 
 def _run_build(spec: str, settings, as_json: bool) -> int:
-    from exporter.cli.common import style
     from exporter.builder.pipeline import build as run_build
+    from exporter.cli.common import style
     from exporter.report.console import print_build
 
     try:

@@ -14,20 +14,31 @@ import time
 from pathlib import Path
 
 import torch
+from pydantic import Field
 from torch.export import ExportedProgram
 from torch.fx import Node
-
-from pydantic import Field
 
 from passes.base import Pass
 from passes.ops import is_custom_op
 from runtime.executors.aoti import AotiMeta
-from targets.base import (OK, PROBLEM, Availability, Check, Lowered, LowerOptions, Support,
-                          Target, pipeline)
+from targets.base import (
+    OK,
+    PROBLEM,
+    Availability,
+    Check,
+    Lowered,
+    LowerOptions,
+    Support,
+    Target,
+    pipeline,
+)
 from targets.errors import LoweringError, TargetOptionError
 from targets.options import TargetOptions
-from targets.reproducible import (canonical_mkldnn_metadata, mkldnn_md_layout_known,
-                                  normalize_package)
+from targets.reproducible import (
+    canonical_mkldnn_metadata,
+    mkldnn_md_layout_known,
+    normalize_package,
+)
 from targets.toolchain import TIMED_OUT, choose_cxx, with_timeout
 
 log = logging.getLogger(__name__)

@@ -18,10 +18,9 @@ import time
 from pathlib import Path
 
 import torch
+from pydantic import Field, field_validator
 from torch.export import ExportedProgram
 from torch.fx import Node
-
-from pydantic import Field, field_validator
 
 from passes.base import Pass
 from passes.contiguous_views import ContiguousBeforeReshape
@@ -30,7 +29,15 @@ from passes.ops import is_custom_op
 from runtime import scratch
 from runtime.executors.onnxruntime import OnnxRuntimeMeta
 from runtime.manifest import Partition
-from targets.base import Availability, Baseline, Lowered, LowerOptions, Support, Target, pipeline
+from targets.base import (
+    Availability,
+    Baseline,
+    Lowered,
+    LowerOptions,
+    Support,
+    Target,
+    pipeline,
+)
 from targets.errors import LoweringError, TargetOptionError
 from targets.fusion import GRAPH_FUSIONS
 from targets.onnx import inside

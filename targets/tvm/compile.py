@@ -20,8 +20,13 @@ from tvm.relax.frontend.torch import from_exported_program
 from targets.errors import TargetOptionError
 from targets.tvm import tune as tvm_tune
 from targets.tvm.locate import ops_named_in
-from targets.tvm.schedule import (TRANSFORM_PARAMS, default_rules, lower_pipeline, schedule,
-                                  schedule_report)
+from targets.tvm.schedule import (
+    TRANSFORM_PARAMS,
+    default_rules,
+    lower_pipeline,
+    schedule,
+    schedule_report,
+)
 
 log = logging.getLogger(__name__)
 

@@ -105,8 +105,8 @@ def schedule(mod: tvm.IRModule, target: tvm.target.Target, rules: list | None
              ) -> tvm.IRModule:
     """cpu_generic's library dispatch and legalization, then dlight's rules.
     ``rules=None`` leaves TVM's default loops (for MetaSchedule to tune instead)."""
-    from tvm.relax.backend.cpu_generic import pipeline as generic
     from tvm import relax
+    from tvm.relax.backend.cpu_generic import pipeline as generic
     with target:
         # Inference-time decompositions (batch norm into a scale and shift) first, then
         # everything that reads only weights lifted into main_transform_params (run once

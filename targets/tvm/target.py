@@ -28,8 +28,8 @@ from passes.base import Pass
 from passes.decompose import Decompose
 from passes.ops import is_custom_op
 from passes.wrap_negative_indices import WrapNegativeIndices
-from runtime.manifest import Partition, Requirements
 from runtime.executors.tvm import TvmMeta
+from runtime.manifest import Partition, Requirements
 from runtime.weights import read_index
 from targets import cpu_isa
 from targets.base import Availability, Lowered, LowerOptions, Support, Target, pipeline

@@ -21,10 +21,10 @@ ROWS times (a matmul's rows, a conv's output channels).
 
 from __future__ import annotations
 
-from tvm.sym.analyzer import Analyzer
 from tvm import s_tir, tirx
 from tvm.s_tir import dlight as dl
 from tvm.s_tir.dlight.analysis import normalize_prim_func
+from tvm.sym.analyzer import Analyzer
 
 VECTOR_LANES = 16  # fp32 lanes of AVX-512; LLVM splits wider vectors for narrower ISAs
 MAX_ACCUMULATOR_VECTORS = 16  # of AVX-512's 32 registers: the rest for operands
