@@ -2,8 +2,8 @@
 new target gets these tests by registering. Targets this machine cannot build for skip,
 saying why (`exporter targets`).
 
-Each target builds tests/models/custom_op.py (linear, relu, a custom op no target knows,
-linear) once, through the Python API, with its validation in a separate process: that
+Each target builds tests/models/custom_op.py's head model (linear, relu, then a custom op
+no target knows) once, through the Python API, with its validation in a separate process: that
 build is where lower() is watched, where the artifact is loaded fresh and compared with
 eager, and where the placement must delegate something and send the custom op to the CPU
 fallback."""
@@ -32,7 +32,7 @@ from targets.registry import unregister
 from tests.toy_target import ToyTarget
 from tests.toy_target.executor import BACKEND, ToyExecutor
 
-CUSTOM = "tests/models/custom_op.py:factory"
+CUSTOM = "tests/models/custom_op.py:head_factory"
 NAMES = sorted({*all_targets(), ToyTarget.name})
 
 
@@ -145,8 +145,8 @@ def test_the_artifact_loads_fresh_matches_eager_and_delegates(name, built, tmp_p
                  if row["supported"] != (row["backend"] == target.backend)]
     assert not misplaced, misplaced
     # and once more in a fresh process, as on a device: `python -m runtime run`
-    from tests.models.custom_op import factory
-    model, (x,), _ = factory()
+    from tests.models.custom_op import head_factory
+    model, (x,), _ = head_factory()
     folder = tmp_path
     np.savez(folder / "in.npz", **{manifest.signature.inputs[0].name: x.numpy()})
     preload = [a for source in preload_for(manifest, CUSTOM.split(":")[0])

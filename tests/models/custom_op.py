@@ -29,3 +29,19 @@ class SoftClipNet(torch.nn.Module):
 def factory():
     torch.manual_seed(0)
     return SoftClipNet().eval(), (torch.randn(2, 16),), ({0: Dim("batch", min=1, max=16)},)
+
+
+class SoftClipHead(torch.nn.Module):
+    """The custom op last: one delegated island before it (one compile per target)."""
+
+    def __init__(self):
+        super().__init__()
+        self.inp = torch.nn.Linear(16, 32)
+
+    def forward(self, x):
+        return soft_clip(torch.relu(self.inp(x)), 2.0)
+
+
+def head_factory():
+    torch.manual_seed(0)
+    return SoftClipHead().eval(), (torch.randn(2, 16),), ({0: Dim("batch", min=1, max=16)},)
