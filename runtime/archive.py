@@ -60,8 +60,6 @@ class Limits:
     max_total_bytes: int = 8 << 30
 
 
-# ---------------------------------------------------------------------------- shared helpers
-
 def _name_problem(name: str) -> str | None:
     """Why `name` is not a safe entry name, or None. Shared by the writer and the reader."""
     if not name:
