@@ -89,7 +89,15 @@ class Program:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Call like the original model; tensors are taken from args/kwargs in pytree order,
         and the outputs come back in the model's structure (dicts, tuples, lists)."""
-        outputs = self.run(flatten_inputs(args, kwargs).tensors)
+        flat = flatten_inputs(args, kwargs)
+        arrays = [type(leaf).__name__ for leaf in flat.leaves
+                  if type(leaf).__module__ == "numpy" and hasattr(leaf, "shape")]
+        if arrays:  # dropped as constants otherwise, and then "0 inputs were given"
+            raise InputMismatchError(
+                f"the artifact takes torch tensors; {len(arrays)} input(s) are numpy "
+                f"{arrays[0]}", where=self.source,
+                hint="wrap them with torch.from_numpy(...), or use program.run with tensors")
+        outputs = self.run(flat.tensors)
         return decode_tree(self.manifest.signature.output_tree, list(outputs.values()))
 
     def run(self, inputs: Mapping[str, torch.Tensor] | Sequence[torch.Tensor], *,

@@ -5,6 +5,7 @@ here; a package outside this repository registers through the entry-point group
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import importlib.metadata
 import logging
@@ -46,7 +47,10 @@ def get_target(name: str) -> Target:
     known = _targets()
     if name in known:
         return known[name]
-    raise UserInputError(f"unknown target '{name}'", hint=f"choose one of: {', '.join(known)}")
+    close = difflib.get_close_matches(name, known, n=1)
+    raise UserInputError(f"unknown target '{name}'", where="--target",
+                         hint=(f"did you mean '{close[0]}'? " if close else "")
+                         + f"the targets are: {', '.join(known)}")
 
 
 def for_backend(backend: str) -> Target | None:

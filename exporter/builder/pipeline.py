@@ -38,7 +38,7 @@ from exporter.model.spec import ModelSpec, load_spec
 from exporter.settings import BuildSettings
 from exporter.validation.bisect import bisect, bisect_lines
 from exporter.validation.gates import QuantGate, Tolerance
-from exporter.validation.inputs import make_cases
+from exporter.validation.inputs import load_input_file, make_cases
 from exporter.validation.validate import EagerRunner, summarize_failure, validate
 from passes import memory_plan
 from passes.base import run_pipeline
@@ -97,6 +97,8 @@ def prepare(spec: str | ModelSpec, settings: BuildSettings, timed: Callable) -> 
     captured_spec = _at_dtype(model, settings.dtype)
     with timed("capture (torch.export)"):
         captured = capture(captured_spec, dynamic, target.device)
+    if settings.inputs is not None:  # checked now, not after minutes of compiling
+        load_input_file(captured.signature, settings.inputs)
     calibration, warnings = calibration_sets(settings, captured.signature,
                                              captured.inputs.tensors)
     warnings = model.notes + warnings

@@ -10,4 +10,20 @@ from exporter.cli.common import app
 
 
 def main() -> None:
-    app()
+    import typer.main
+
+    command = typer.main.get_command(app)
+    _tidy_help(command)
+    command()
+
+
+def _tidy_help(command) -> None:
+    """Help that reads like uv's or ruff's: a flag shows no ``<bool>`` type, an argument
+    reads ``ARTIFACT`` in the usage line, not ``{artifact}``."""
+    for sub in getattr(command, "commands", {}).values():
+        _tidy_help(sub)
+    for param in command.params:  # typer's own (vendored) click classes: asked by kind
+        if param.param_type_name == "option" and param.is_flag:
+            param.metavar = ""
+        elif param.param_type_name == "argument" and param.metavar is None:
+            param.metavar = param.name.upper()

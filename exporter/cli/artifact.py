@@ -91,9 +91,10 @@ def bench(
                                  + ", ".join(_baseline_help())),
     model: Optional[str] = typer.Option(None, "--model", help="spec for baselines and inputs "
                                         "(default: the one in the manifest)"),
-    runs: int = typer.Option(100, "--runs"),
-    warmup: int = typer.Option(20, "--warmup"),
-    no_cuda_graphs: bool = typer.Option(False, "--no-cuda-graphs"),
+    runs: int = typer.Option(100, "--runs", help="timed calls per candidate (medians, p90)"),
+    warmup: int = typer.Option(20, "--warmup", help="untimed calls first, per candidate"),
+    no_cuda_graphs: bool = typer.Option(False, "--no-cuda-graphs",
+                                        help="run GPU partitions without CUDA-graph replay"),
     as_json: bool = JSON, quiet: bool = QUIET, verbose: bool = VERBOSE, debug: bool = DEBUG,
 ) -> None:
     """Time the artifact against eager and torch.compile(reduce-overhead), in one process."""

@@ -57,6 +57,28 @@ def with_build_flags(command: Callable) -> Callable:
     return command
 
 
+def config_key(field: str) -> str:
+    """A setting's (or target option's) key in a --config file: its flag's long name
+    (``quant_min_sqnr_db`` -> ``min_sqnr``, ``validate_artifact`` -> ``validate``), so a
+    flag and its key read alike."""
+    return _keys().get(field, field)
+
+
+def config_field(key: str) -> str:
+    """The field a --config key names: a flag-named key, or the field name itself."""
+    key = key.replace("-", "_")
+    return {k: f for f, k in _keys().items()}.get(key, key)
+
+
+def _keys() -> dict[str, str]:
+    def key(decl: str) -> str:
+        return decl.split("/")[0].removeprefix("--").replace("-", "_")
+    keys = {name: key(decls[0]) for name, (_, decls) in SETTINGS_FLAGS.items() if decls}
+    keys.update({name: key(flag_name(name, field))
+                 for name, (field, _) in option_owners().items()})
+    return {field: k for field, k in keys.items() if k != field}
+
+
 def given_flags(ctx: typer.Context, values: dict[str, Any]) -> set[str]:
     """The flags the command line gave (the rest are defaults, under --config's values)."""
     return {name for name in values if ctx.get_parameter_source(name).name == "COMMANDLINE"}
@@ -88,7 +110,8 @@ def _parameter(name: str, field: FieldInfo, panel: str, decls: tuple[str, ...],
     if default is True and "/" not in decls[0]:
         decls = (f"{decls[0]}/--no-{decls[0][2:]}",)
     annotation, choices = _cli_type(name, field.annotation)
-    help_text = prefix + (f"{'|'.join(choices)}: " if choices else "") + (field.description or "")
+    choices_text = f"{' | '.join(choices)}: " if choices else ""  # spaces: rich wraps there
+    help_text = prefix + choices_text + (field.description or "")
     # choices are checked by the settings (exit 2, naming them), not by click
     option = typer.Option(default, *decls, rich_help_panel=panel, help=help_text,
                           show_default=not (default is None or default is False or default == []))

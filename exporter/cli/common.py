@@ -39,6 +39,7 @@ from runtime.errors import ToolchainError
 JSON_VERSION = 1  # bump when a documented key changes meaning or disappears
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  context_settings={"help_option_names": ["-h", "--help"]},
                   help="Export PyTorch models to validated, self-contained device artifacts.")
 err_console = Console(stderr=True)
 out_console = Console()
@@ -62,8 +63,19 @@ _global = Style()  # flags given before the command
 style = Style()  # the flags in force for this command
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from exporter.versions import toolchain_version
+        import torch
+        print(f"exporter {toolchain_version()} (torch {torch.__version__})")
+        raise typer.Exit()
+
+
 @app.callback()
-def _main(debug: bool = DEBUG, verbose: bool = VERBOSE, quiet: bool = QUIET) -> None:
+def _main(debug: bool = DEBUG, verbose: bool = VERBOSE, quiet: bool = QUIET,
+          version: bool = typer.Option(False, "--version", is_eager=True,
+                                       callback=_print_version,
+                                       help="print the version and exit")) -> None:
     _global.debug, _global.verbose, _global.quiet = debug, verbose, quiet
 
 

@@ -1,7 +1,8 @@
 """``exporter build --config exporter.toml`` and ``--save-config FILE``: a build as a file.
 
-Keys are ``spec`` and the fields of ``BuildSettings`` (``target``, ``dynamic``,
-``memory_budget``...; dashes or underscores), so every flag has a key; a target's own
+Keys are ``spec`` and the build's flags without their dashes (``target``, ``dynamic``,
+``memory_budget``, ``min_sqnr``, ``validate``...; dashes or underscores; the
+``BuildSettings`` field names are read too), so every flag has a key named like it; a target's own
 options go in a table named after it (``[onnx]``, ``ep = "cuda,cpu"``; only the table of
 the target built is used, so one file can hold several). Flags given on
 the command line win over the file; ``--save-config`` writes what the build used, so
@@ -33,6 +34,7 @@ import tomllib
 from pathlib import Path
 
 from exporter.errors import UserInputError
+from exporter.cli.build_flags import config_field, config_key
 from runtime.outfiles import written_whole
 from targets import all_targets
 
@@ -51,7 +53,7 @@ def read(path: Path) -> tuple[str | None, dict]:
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise UserInputError(f"the config file is not valid TOML ({exc})", where=str(path),
                              hint="see `exporter build --save-config` for the format") from None
-    fields = {key.replace("-", "_"): value for key, value in raw.items()}
+    fields = {config_field(key): value for key, value in raw.items()}
     spec, expected = fields.pop(SPEC_KEY, None), fields.pop(HASH_KEY, None)
     if spec is not None and not isinstance(spec, str):
         raise UserInputError("the config's spec must be a string", where=str(path))
@@ -75,7 +77,7 @@ def merge(spec: str | None, cli_fields: dict, given: set[str], config: Path | No
     tables = {name: fields.pop(name) for name in all_targets() if isinstance(fields.get(name), dict)}
     table = tables.get(str(fields.get("target")))
     if table is not None:  # the flags given win over the table (they stay flat)
-        fields["target_options"] = {k.replace("-", "_"): v for k, v in table.items()}
+        fields["target_options"] = {config_field(k): v for k, v in table.items()}
     spec = spec or file_spec
     if not spec:
         raise UserInputError("no model spec given",
@@ -97,9 +99,10 @@ def write(path: Path, spec: str, settings) -> Path:
     for key in _PATH_FIELDS:
         if isinstance(data.get(key), str):
             data[key] = relative(data[key])
-    lines = [f"{key} = {_value(value)}" for key, value in data.items()]
+    lines = [f"{config_key(key)} = {_value(value)}" for key, value in data.items()]
     if options:  # a TOML table comes after the top-level keys
-        lines += ["", f"[{settings.target}]"] + [f"{k} = {_value(v)}" for k, v in options.items()]
+        lines += ["", f"[{settings.target}]"] + [f"{config_key(k)} = {_value(v)}"
+                                                 for k, v in options.items()]
     with written_whole(path, flag="--save-config") as partial:
         partial.write_text(f"# exporter build --config {path.name}\n" + "\n".join(lines) + "\n")
     return path

@@ -22,12 +22,13 @@ def doctor(as_json: bool = JSON, quiet: bool = QUIET, verbose: bool = VERBOSE,
             print_json(doctor_json(checks))
             return 0
         from rich.table import Table
+        from rich.text import Text
         table = Table(show_edge=False)
         for column in ("check", "status", "found", "fix"):
             table.add_column(column)
         colour = {"ok": "green", "problem": "red", "absent": "yellow"}
-        for check in checks:
-            table.add_row(check.name, f"[{colour[check.status]}]{check.status}[/]",
+        for check in checks:  # Text, not markup: output goes out with markup off
+            table.add_row(check.name, Text(check.status, style=colour[check.status]),
                           check.found, check.fix)
         result(table)
         problems = sum(c.status == PROBLEM for c in checks)
@@ -48,18 +49,20 @@ def targets(as_json: bool = JSON, quiet: bool = QUIET, verbose: bool = VERBOSE,
             availability = target.availability()
             rows.append({"name": target.name, "device": target.device,
                          "backend": target.backend, "available": availability.ok,
-                         "reason": availability.reason, "description": target.description})
+                         "reason": availability.reason, "description": target.description,
+                         "quantize": list(target.quant_recipes)})
         if as_json:
             print_json({"targets": rows})
             return 0
         from rich.table import Table
+        from rich.text import Text
         table = Table(show_edge=False)
-        for column in ("target", "device", "backend", "here", "why"):
+        for column in ("target", "device", "backend", "here", "why", "--quantize"):
             table.add_column(column)
         for row in rows:
-            table.add_row(row["name"], row["device"], row["backend"],
-                          "[green]yes[/green]" if row["available"] else "[red]no[/red]",
-                          row["reason"])
+            here = Text("yes", style="green") if row["available"] else Text("no", style="red")
+            table.add_row(row["name"], row["device"], row["backend"], here, row["reason"],
+                          ", ".join(row["quantize"]) or "-")
         result(table)
         return 0
     guarded(action, quiet=quiet, verbose=verbose, debug=debug, as_json=as_json)

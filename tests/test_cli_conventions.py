@@ -1,0 +1,83 @@
+"""CLI conventions a newcomer meets first (compare uv, ruff, huggingface-cli): no raw
+markup in a pipe, -h and --version, flags without a type column, choices that wrap
+instead of being cut, a did-you-mean for a mistyped target, and bad inputs refused
+before anything compiles."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from tests.conftest import ROOT, _record
+
+
+def _piped(*args: str, columns: str = "80") -> subprocess.CompletedProcess:
+    """The CLI with stdout a pipe (as in `exporter doctor | less`), at a given width."""
+    _record(["exporter", *args])
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": columns}
+    return subprocess.run([sys.executable, "-m", "exporter", *args], capture_output=True,
+                          text=True, cwd=ROOT, env=env, timeout=300)
+
+
+@pytest.mark.parametrize("command", ["doctor", "targets"])
+def test_first_commands_print_no_markup_through_a_pipe(command):
+    result = _piped(command)
+    assert result.returncode == 0, result.stderr
+    print(result.stdout[:600])
+    assert "[green]" not in result.stdout and "[/" not in result.stdout
+    assert "[red]" not in result.stdout and "[yellow]" not in result.stdout
+
+
+def test_version_and_short_help():
+    version = _piped("--version")
+    assert version.returncode == 0 and version.stdout.startswith("exporter ")
+    assert torch.__version__ in version.stdout
+    helped = _piped("build", "-h")
+    assert helped.returncode == 0 and "Usage:" in helped.stdout
+
+
+def test_build_help_groups_flags_shows_no_bool_type_and_keeps_choices_whole():
+    text = _piped("build", "--help").stdout
+    for panel in ("Model", "Target", "Quantization", "Validation", "Output", "Target options"):
+        assert f"─ {panel}" in text, panel
+    # click adds --help itself, after our tidying: its row keeps typer's type column
+    assert not [line for line in text.splitlines() if "<bool>" in line and "--help" not in line]
+    assert "int4-weight" in text and "image-classification" in text  # not cut with "…"
+    assert "tvm: MetaSchedule trials" in text  # a target's option, from its Options model
+
+
+def test_a_mistyped_target_gets_a_did_you_mean(cli):
+    result = cli("build", "zoo:mlp", "--target", "onx", "--dry-run")
+    assert result.returncode == 2 and "did you mean 'onnx'" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_an_option_of_another_target_is_refused_naming_its_target(cli):
+    result = cli("build", "zoo:mlp", "--target", "cpu", "--tune", "4", "--dry-run")
+    assert result.returncode == 2 and "--tune: is an option of target tvm" in result.stderr
+
+
+def test_inputs_with_wrong_keys_are_refused_before_compiling(cli, tmp_path):
+    bad = tmp_path / "bad.npz"
+    np.savez(bad, not_x=np.zeros((2, 64), np.float32))
+    start = time.perf_counter()
+    result = cli("build", "zoo:mlp", "--inputs", str(bad), "--out", str(tmp_path / "a.artifact"))
+    seconds = time.perf_counter() - start
+    print(f"refused in {seconds:.1f} s: {result.stderr.strip()}")
+    assert result.returncode == 2 and "does not hold the model's inputs" in result.stderr
+    assert "unexpected 'not_x'" in result.stderr
+    assert not (tmp_path / "a.artifact").exists()
+
+
+def test_a_numpy_array_passed_to_a_program_is_named(mlp_build):
+    import runtime
+    program = runtime.load(mlp_build.artifact)
+    with pytest.raises(runtime.InputMismatchError, match="numpy ndarray") as info:
+        program(np.zeros((2, 64), np.float32))
+    assert "torch.from_numpy" in str(info.value)
