@@ -42,8 +42,10 @@ def run_pipeline(program: ExportedProgram, pipeline: Sequence[Pass]
     """Run passes in order; return the final program and one record per pass for the manifest.
 
     Passes only make a program faster or smaller, so an optional one that fails on a model
-    never fails the build: the program goes on as it was before that pass, and the record
-    says ``skipped`` with the error (the build warns, naming the pass). A program a pass
+    does not fail the build: the program goes on without it, and the record says
+    ``skipped`` with the error (the build warns, naming the pass). Passes edit the graph in
+    place, so one that failed half-way may have left it broken: then the build stops there,
+    naming the pass (copying the program before every pass to roll back would cost more). A program a pass
     says it changed is checked right after it (``check_program``: the FX graph's lint and
     torch.export's own verifier), so a pass that leaves a broken graph is blamed there,
     not at a later stage. A required pass (quantization: the user asked for it) that fails
@@ -63,6 +65,7 @@ def run_pipeline(program: ExportedProgram, pipeline: Sequence[Pass]
                     raise
                 raise error from exc
             reason = f"{type(exc).__name__}: {_first_line(exc)}"
+            _still_sound(program, step.name, reason, before)
             log.debug("pass %s failed and was skipped (%s; passes before it: %s)", step.name,
                       reason, before, exc_info=True)
             records.append({"name": step.name, "modified": False, "skipped": reason, "info": {},
@@ -90,6 +93,18 @@ def check_program(program: ExportedProgram, pass_name: str) -> None:
                                f"{_first_line(exc)})") from exc
 
 
+def _still_sound(program: ExportedProgram, name: str, reason: str, before: str) -> None:
+    """After an optional pass failed: the program it was given must still pass the checks
+    (it may have been edited in place before the failure)."""
+    try:
+        check_program(program, name)
+    except BrokenGraphError as broken:
+        raise PassFailedError(f"pass {name} failed ({reason}) and left the program broken",
+                              details=[f"passes run before it: {before}", str(broken)],
+                              hint="build with --no-fuse to skip the fusion passes; --debug "
+                                   "shows the traceback") from broken
+
+
 def _required_failed(name: str, exc: Exception, before: str) -> ToolchainError:
     """A required pass's failure, naming it and the passes before it; an error that is
     already ours keeps its class (and so its exit code), with the pass's name added."""
@@ -101,7 +116,7 @@ def _required_failed(name: str, exc: Exception, before: str) -> ToolchainError:
         exc.args = (exc.paragraph(),)  # str() is the paragraph, made when it was raised
         return exc
     return PassFailedError(f"pass {name} failed ({type(exc).__name__}: {_first_line(exc)})",
-                           details=details, hint="--verbose shows the pass's traceback")
+                           details=details, hint="--debug shows the pass's traceback")
 
 
 class PassFailedError(ToolchainError):

@@ -65,8 +65,11 @@ def test_a_pass_that_breaks_the_graph_is_caught_by_the_lint():
             with graph.inserting_before(calls[0]):  # reads a value defined after it
                 graph.call_function(torch.ops.aten.relu.default, (calls[-1],))
             return PassResult(program, modified=True)
-    _, records = run_pipeline(_program(), [Dangling()])
-    assert records[0]["skipped"], records
+    # it edited the program in place before the check failed: the build cannot go on
+    with pytest.raises(PassFailedError) as info:
+        run_pipeline(_program(), [Dangling()])
+    assert "pass dangling failed" in str(info.value) and "left the program broken" in str(
+        info.value)
 
 
 def test_a_pass_that_breaks_the_signature_is_caught_by_the_verifier():

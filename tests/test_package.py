@@ -97,6 +97,13 @@ def test_bundle_installs_in_a_fresh_venv_and_runs_like_eager(installed, ran, tmp
         with torch.no_grad(), np.load(tmp_path / "out.npz") as got:
             np.testing.assert_allclose(got["output"], model(torch.from_numpy(x)).numpy(),
                                        rtol=1e-4, atol=1e-5)
+    bare = ran(subprocess.run, [str(folder / "run.sh")], capture_output=True, text=True,
+               env=env, cwd=tmp_path)  # no arguments: the usage and the artifacts, exit 2
+    assert bare.returncode == 2 and "usage: ./run.sh ARTIFACT" in bare.stderr
+    assert "mlp.artifact" in bare.stderr and "parameter not set" not in bare.stderr
+    helped = ran(subprocess.run, [str(folder / "run.sh"), "--help"], capture_output=True,
+                 text=True, env=env, cwd=tmp_path)
+    assert helped.returncode == 0 and "usage: ./run.sh" in helped.stdout
     no_exporter = ran(subprocess.run, [str(python), "-c", "import exporter"],
                       capture_output=True, text=True, env=env, cwd=tmp_path)
     assert no_exporter.returncode != 0, "the device venv holds only the runtime"

@@ -33,9 +33,15 @@ def _linears_and_embeddings(name):
 # Seen on 2026-11-23 on a fresh install, at the last landed commit (0e893fd) too, so not
 # caused by that day's changes: the zoo encoder's 'pooled' output misses the 20 dB / 0.99
 # gate by 4-5 dB after int8 activation quantization, on cpu (torchao PT2E) and on onnx
-# (ONNX Runtime 1.31.1 and 1.32.0 alike). Open: find which package drifted.
-_GATE_DRIFT = pytest.mark.xfail(reason="int8 activation gate drift on the zoo encoder since "
-                                "2026-11-23 (see the comment above)", strict=False)
+# (ONNX Runtime 1.31.1 and 1.32.0 alike). Open: find which package drifted. They run in
+# `make test-slow` (slow: about 90 s of builds that, xfailing, assert nothing in `make test`).
+_XFAIL_DRIFT = pytest.mark.xfail(reason="int8 activation gate drift on the zoo encoder since "
+                                 "2026-11-23 (see the comment above)", strict=False)
+_GATE_DRIFT = [pytest.mark.slow, _XFAIL_DRIFT]
+
+
+def _gate_drift(test):
+    return pytest.mark.slow(_XFAIL_DRIFT(test))
 
 
 @pytest.mark.parametrize("recipe", [pytest.param("int8-dynamic", marks=_GATE_DRIFT),
@@ -142,7 +148,7 @@ def test_dead_pooler_is_cleaned_before_prepare(cli, tmp_path):
     assert not any("pooler" in layer for layer in info["layers_quantized"])
 
 
-@_GATE_DRIFT
+@_gate_drift
 @pytest.mark.parametrize("recipe", ["int8-dynamic", "int8-static"])
 def test_onnx_recipes_use_onnx_runtime_tools(cli, tmp_path, recipe):
     pytest.importorskip("onnxruntime")
@@ -172,7 +178,7 @@ def test_trained_zoo_weights_solve_their_tasks():
     assert pooled.shape == (200, 64) and torch.isfinite(pooled).all()
 
 
-@_GATE_DRIFT
+@_gate_drift
 def test_gate_on_a_trained_model_with_task_data(cli, tmp_path):
     from exporter.model.zoo_trained import task_inputs
 

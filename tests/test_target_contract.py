@@ -32,7 +32,9 @@ from targets.registry import unregister
 from tests.toy_target import ToyTarget
 from tests.toy_target.executor import BACKEND, ToyExecutor
 
-CUSTOM = "tests/models/custom_op.py:head_factory"
+# imported as a module, not loaded by path: a second load of the file would register its
+# custom op again in this process (other tests import tests.models.custom_op too)
+CUSTOM = "tests.models.custom_op:head_factory"
 NAMES = sorted({*all_targets(), ToyTarget.name})
 
 
@@ -97,7 +99,7 @@ def _watched_build(target, root: Path):
     here = os.getcwd()
     os.chdir(sandbox)
     try:
-        result = build(str(Path(here) / CUSTOM), BuildSettings(
+        result = build(CUSTOM, BuildSettings(
             target=target.name, out=out_dir / f"custom-{target.name}.artifact"))
     finally:
         os.chdir(here)
@@ -149,7 +151,7 @@ def test_the_artifact_loads_fresh_matches_eager_and_delegates(name, built, tmp_p
     model, (x,), _ = head_factory()
     folder = tmp_path
     np.savez(folder / "in.npz", **{manifest.signature.inputs[0].name: x.numpy()})
-    preload = [a for source in preload_for(manifest, CUSTOM.split(":")[0])
+    preload = [a for source in preload_for(manifest, None)
                for a in ("--preload", source)]
     ran = subprocess.run([sys.executable, "-m", "runtime", "run", str(result.artifact),
                           "--inputs", str(folder / "in.npz"), "--out", str(folder / "out.npz"),
@@ -163,7 +165,7 @@ def test_the_artifact_loads_fresh_matches_eager_and_delegates(name, built, tmp_p
 @pytest.mark.parametrize("name", NAMES)
 def test_fallback_forbid_lists_every_unsupported_op(name, tmp_path):
     _available(name)
-    spec = str(Path.cwd() / CUSTOM)
+    spec = CUSTOM
     prep = dry_run(spec, BuildSettings(target=name, fallback="allow", out=tmp_path / "a"))
     unsupported = {row["node"] for row in prep.placement.coverage if not row["supported"]}
     assert unsupported, f"{name} supports the custom op?"

@@ -213,7 +213,9 @@ def _available_target(name: str) -> Target:
 
 
 def _model_name(model: ModelSpec) -> str:
-    tail = model.source.rsplit(":", 1)[-1]
+    """The default artifact's stem: the factory's name, or for hf:FOLDER the folder's
+    (``hf:./tiny-bert`` -> ``tiny-bert``, not ``__tiny-bert``)."""
+    tail = Path(model.source.rsplit(":", 1)[-1].rstrip("/\\")).name
     return "".join(c if c.isalnum() or c in "-_" else "_" for c in tail) or "model"
 
 

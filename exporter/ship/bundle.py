@@ -211,6 +211,12 @@ _RUN = """#!/bin/sh
 # ARTIFACT: a file name in artifacts/ or a path. PYTHON overrides the venv's python.
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
+usage() {
+    echo "usage: ./run.sh ARTIFACT --inputs in.npz [--out out.npz] [--trusted-key KEY.pub]"
+    echo "artifacts in this bundle:"; ls "$here/artifacts"
+}
+if [ $# -eq 0 ]; then usage >&2; exit 2; fi
+case "$1" in -h|--help) usage; exit 0 ;; esac
 artifact=$1; shift
 [ -f "$artifact" ] || artifact=$here/artifacts/$artifact
 exec "${PYTHON:-$here/.venv/bin/python}" -m runtime run "$artifact" "$@"
