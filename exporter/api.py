@@ -17,6 +17,7 @@ from exporter.errors import UserInputError
 from exporter.builder.pipeline import BuildResult
 from exporter.builder.pipeline import build as _build
 from exporter.builder.pipeline import preload_for
+from exporter.progress import ProgressCallback, callback_stage
 from exporter.settings import BuildSettings
 from exporter.model.spec import ModelSpec, load_spec
 from exporter.validation.gates import Tolerance
@@ -33,10 +34,12 @@ Artifact = BuildResult
 
 def build(model: str | torch.nn.Module, example_args: tuple | None = None, *,
           example_kwargs: dict | None = None, dynamic_shapes: Any = None,
-          **settings: Any) -> Artifact:
+          progress: ProgressCallback | None = None, **settings: Any) -> Artifact:
     """Build an artifact from a spec string or a module + example args.
 
-    ``settings`` are the fields of ``BuildSettings`` (target, out, dynamic, inputs, ...)."""
+    ``settings`` are the fields of ``BuildSettings`` (target, out, dynamic, inputs, ...).
+    ``progress`` is called with a ``StageEvent`` as each stage starts and ends; the
+    stages are also logged on the ``exporter`` logger (INFO)."""
     if isinstance(model, torch.nn.Module):
         if example_args is None:
             raise UserInputError("build(module) needs example_args",
@@ -47,7 +50,7 @@ def build(model: str | torch.nn.Module, example_args: tuple | None = None, *,
             dynamic_shapes=dynamic_shapes, origin_file=inspect.getsourcefile(type(model)))
     else:
         spec = model
-    return _build(spec, BuildSettings(**settings))
+    return _build(spec, BuildSettings(**settings), stage=callback_stage(progress))
 
 
 def validate(artifact: str | Path, model: str | ModelSpec, *, inputs_file: Path | None = None,

@@ -21,6 +21,8 @@ from exporter.errors import UserInputError
 from exporter.model.cast import CastModel
 from exporter.model.hf_spec import HfOptions
 from exporter.model.spec import load_spec
+from exporter.progress import (ProgressCallback, StageHook, callback_stage, logged,
+                               quiet_stage)
 from runtime.flat_inputs import flatten_inputs
 from targets import all_targets
 
@@ -50,19 +52,22 @@ def _sample(fn: Callable[[], object], device: str) -> float:
 
 
 def time_side_by_side(calls: dict[str, Callable[[], object]], device: str, runs: int,
-                      warmup: int, rounds: int = 10) -> dict[str, dict]:
+                      warmup: int, rounds: int = 10, stage: StageHook = quiet_stage
+                      ) -> dict[str, dict]:
     """Interleave the candidates in ``rounds`` blocks so that drift on a shared machine
     (clocks, other jobs) falls on all of them alike; medians and p90 per candidate."""
-    for fn in calls.values():
-        for _ in range(warmup):
-            fn()
-    if device != "cpu":
-        torch.accelerator.synchronize()
+    for name, fn in calls.items():  # one stage each: torch.compile's compile happens here
+        with stage(f"warm up {name} ({warmup} calls)"):
+            for _ in range(warmup):
+                fn()
+            if device != "cpu":
+                torch.accelerator.synchronize()
     samples: dict[str, list[float]] = {name: [] for name in calls}
     per_round = max(1, runs // rounds)
-    while min(len(v) for v in samples.values()) < runs:
-        for name, fn in calls.items():
-            samples[name] += [_sample(fn, device) for _ in range(per_round)]
+    with stage(f"time {', '.join(calls)} ({runs} calls each, interleaved)"):
+        while min(len(v) for v in samples.values()) < runs:
+            for name, fn in calls.items():
+                samples[name] += [_sample(fn, device) for _ in range(per_round)]
     return {name: _stats(values[:runs]) for name, values in samples.items()}
 
 
@@ -75,7 +80,11 @@ def _stats(values: list[float]) -> dict:
 
 def bench(artifact: str | Path, *, model: str | None = None,
           baselines: tuple[str, ...] = DEFAULT_BASELINES, runs: int = 100, warmup: int = 20,
-          cuda_graphs: bool = True) -> dict:
+          cuda_graphs: bool = True, progress: ProgressCallback | None = None,
+          stage: StageHook | None = None) -> dict:
+    """Time the artifact and ``baselines`` side by side. ``progress`` gets a StageEvent per
+    stage (the CLI passes its spinner as ``stage`` instead); stages are logged too."""
+    timed = logged(stage or callback_stage(progress))
     unknown = set(baselines) - set(baseline_names())
     if unknown:
         raise UserInputError(f"unknown baseline(s): {', '.join(sorted(unknown))}",
@@ -83,8 +92,10 @@ def bench(artifact: str | Path, *, model: str | None = None,
     if runs < 1:
         raise UserInputError("--runs must be at least 1")
     # The model first: importing it registers any custom ops the CPU fallback calls.
-    spec = _spec(model, runtime.read_manifest(artifact))
-    program = runtime.load(artifact, cuda_graphs=cuda_graphs)
+    with timed("load model"):
+        spec = _spec(model, runtime.read_manifest(artifact))
+    with timed("load artifact"):
+        program = runtime.load(artifact, cuda_graphs=cuda_graphs)
     manifest = program.manifest
     device = manifest.partitions[0].device
     dtype = manifest.build.get("settings", {}).get("dtype", "fp32")
@@ -102,7 +113,7 @@ def bench(artifact: str | Path, *, model: str | None = None,
             for name, make in target.baselines().items():
                 if name in baselines:
                     calls[name] = make(program, inputs)
-        results["timings"] = time_side_by_side(calls, device, runs, warmup)
+        results["timings"] = time_side_by_side(calls, device, runs, warmup, stage=timed)
     art = results["timings"]["artifact"]["median_ms"]
     results["ratios"] = {f"artifact/{name}": art / t["median_ms"]
                          for name, t in results["timings"].items() if name != "artifact"}

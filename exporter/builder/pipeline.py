@@ -24,6 +24,7 @@ from exporter.builder.lowering import lower_options, lower_with_fallback
 from exporter.builder.placement import enforce_fallback_policy, place
 from exporter.builder.prepared import Prepared
 from exporter.builder.quantization import calibration_sets, check_recipe
+from exporter.progress import StageHook, logged, quiet_stage
 from exporter.errors import (
     BuildError,
     MemoryBudgetError,
@@ -54,7 +55,6 @@ from targets.fallback import FALLBACK_BACKEND
 
 log = logging.getLogger(__name__)
 
-StageHook = Callable[[str], contextlib.AbstractContextManager]
 
 
 @dataclass
@@ -79,11 +79,6 @@ class BuildResult:
                 "warnings": self.warnings, "placement": self.manifest.placement,
                 "memory_plan": {k: self.manifest.memory_plan.get(k) for k in
                                 ("arena_bytes", "lower_bound_bytes", "naive_bytes")}}
-
-
-@contextlib.contextmanager
-def _quiet_stage(name: str) -> Iterator[None]:
-    yield
 
 
 def prepare(spec: str | ModelSpec, settings: BuildSettings, timed: Callable) -> Prepared:
@@ -146,12 +141,12 @@ def check_memory_budget(program: ExportedProgram, plan: dict, budget: int) -> No
 
 
 def dry_run(spec: str | ModelSpec, settings: BuildSettings, *,
-            stage: StageHook = _quiet_stage) -> Prepared:
+            stage: StageHook = quiet_stage) -> Prepared:
     """Capture, run the passes and plan the partitions; compile nothing."""
     return prepare(spec, settings, _timer({}, stage))
 
 
-def build(spec: str | ModelSpec, settings: BuildSettings, *, stage: StageHook = _quiet_stage
+def build(spec: str | ModelSpec, settings: BuildSettings, *, stage: StageHook = quiet_stage
           ) -> BuildResult:
     timings: dict[str, float] = {}
     timed = _timer(timings, stage)
@@ -192,7 +187,7 @@ def _timer(timings: dict, stage: StageHook) -> Callable:
     def timed(name: str) -> Iterator[None]:
         start = time.perf_counter()
         try:
-            with stage(name):
+            with logged(stage)(name):
                 yield
         except Exception as exc:
             # Which stage broke: the CLI names it when the error is a bug of ours.

@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 
 from exporter.cli.common import (DEBUG, JSON, QUIET, VERBOSE, app, guarded, print_json, result,
-                                 say, warn, wrote)
+                                 say, stage_printer, warn, wrote)
 
 ARTIFACT = typer.Argument(..., help="artifact file")
 
@@ -103,7 +103,7 @@ def bench(
 
         names = tuple(b.strip() for b in baseline.split(",") if b.strip())
         timed = bench_api(artifact, model=model, baselines=names, runs=runs, warmup=warmup,
-                          cuda_graphs=not no_cuda_graphs)
+                          cuda_graphs=not no_cuda_graphs, stage=stage_printer())
         if as_json:
             print_json(timed)
             return 0

@@ -33,6 +33,8 @@ from typing import Callable, Iterator
 
 import typer
 from rich.console import Console
+from rich.markup import escape
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from runtime.errors import ToolchainError
 
@@ -143,16 +145,24 @@ def _stdout_kept_for_json() -> Iterator[None]:
 
 
 def stage_printer():
-    """A context manager per build stage: a spinner, then "✓ name 1.2s" (not when quiet)."""
+    """A context manager per stage: a spinner with the time so far (a compile can take
+    minutes: the clock shows it is alive), then "✓ name 1.2s" (nothing when quiet).
+    Where stderr is no terminal (a log file, CI) only the "✓" lines."""
     @contextlib.contextmanager
     def stage(name: str) -> Iterator[None]:
         if style.quiet or style.json:
             yield
             return
         start = time.perf_counter()
-        with err_console.status(f"{name}..."):
+        if err_console.is_terminal:
+            with Progress(SpinnerColumn(), TextColumn("{task.description}"),
+                          TimeElapsedColumn(), console=err_console, transient=True) as bar:
+                bar.add_task(f"{name}...", total=None)
+                yield
+        else:
             yield
-        err_console.print(f"[green]✓[/green] {name} [dim]{time.perf_counter() - start:.1f}s[/dim]")
+        err_console.print(f"[green]✓[/green] {escape(name)} "
+                          f"[dim]{time.perf_counter() - start:.1f}s[/dim]", highlight=False)
     return stage
 
 

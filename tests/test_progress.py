@@ -1,0 +1,63 @@
+"""Progress from Python: exporter.build / exporter.bench report each stage to a callback
+and log it on the `exporter` logger; the CLI shows the same stages (checked in a pipe)."""
+
+import logging
+
+import pytest
+
+import exporter
+from exporter.progress import StageEvent
+from tests.conftest import exporter_cli
+
+
+def _pairs(events: list[StageEvent]) -> list[tuple[str, str]]:
+    return [(e.stage, e.state) for e in events]
+
+
+def test_build_reports_every_stage_to_the_callback_and_the_log(tmp_path, caplog):
+    events: list[StageEvent] = []
+    print("python: exporter.build('zoo:mlp', target='onnx', progress=events.append)")
+    with caplog.at_level(logging.INFO, logger="exporter"):
+        built = exporter.build("zoo:mlp", target="onnx", out=tmp_path / "m.artifact",
+                               progress=events.append)
+    pairs = _pairs(events)
+    stages = [stage for stage, state in pairs if state == "start"]
+    assert stages[:2] == ["load model", "capture (torch.export)"]
+    assert "lower (onnxruntime)" in stages and stages[-1] == "package"
+    assert "validate (subprocess)" in stages
+    for stage in stages:  # every start has its end, in order, with a duration
+        assert pairs.index((stage, "start")) < pairs.index((stage, "done"))
+    assert all(e.seconds >= 0 for e in events)
+    assert sum(e.seconds for e in events if e.state == "done") <= sum(built.timings.values()) + 1
+    logged = [r.getMessage() for r in caplog.records if r.name == "exporter"]
+    assert "capture (torch.export)..." in logged
+    assert any(m.startswith("package done in ") for m in logged)
+
+    bench_events: list[StageEvent] = []
+    timed = exporter.bench(built.artifact, baselines=("eager",), runs=5, warmup=1,
+                           progress=bench_events.append)
+    bench_stages = [s for s, state in _pairs(bench_events) if state == "done"]
+    assert bench_stages[:2] == ["load model", "load artifact"]
+    assert "warm up eager (1 calls)" in bench_stages
+    assert bench_stages[-1].startswith("time artifact, eager")
+    assert set(timed["timings"]) == {"artifact", "eager"}
+
+
+def test_a_failing_stage_is_reported_failed(tmp_path):
+    model_file = tmp_path / "broken.py"
+    model_file.write_text("def factory():\n    raise RuntimeError('no weights here')\n")
+    events: list[StageEvent] = []
+    with pytest.raises(Exception, match="no weights here"):
+        exporter.build(f"{model_file}:factory", target="onnx", out=tmp_path / "x.artifact",
+                       progress=events.append)
+    assert _pairs(events) == [("load model", "start"), ("load model", "failed")]
+
+
+def test_cli_build_in_a_pipe_prints_one_line_per_stage(tmp_path):
+    done = exporter_cli("build", "zoo:mlp", "--target", "onnx", "--no-validate",
+                        "--out", str(tmp_path / "m.artifact"))
+    assert done.returncode == 0, done.stderr
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert lines[0].startswith("✓ load model ")
+    assert any(line.startswith("✓ lower (onnxruntime) ") for line in lines)
+    assert "\x1b[" not in done.stderr  # no terminal codes, no spinner frames in a pipe
