@@ -7,6 +7,7 @@ TORCH_VERSION ?= 2.13.0
 # pytest-xdist workers: most tests wait on one-threaded export/compile subprocesses, so two
 # workers on two cores halve the wall time; files stay whole on a worker (--dist loadfile)
 TEST_WORKERS ?= 2
+CORE_STAMP := $(VENV)/.installed-core-$(TORCH_VERSION)
 STAMP := $(VENV)/.installed-$(TORCH_VERSION)
 
 .PHONY: install browser demo test test-slow test-gpu coverage coverage-gpu clean
@@ -15,8 +16,17 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 
-$(STAMP): $(PY) pyproject.toml
+# What a user needs for the cpu target (make demo): torch and the project's own
+# dependencies. The tests add the dev extra: ONNX Runtime, TVM, torchao, transformers...
+$(CORE_STAMP): $(PY) pyproject.toml
+	@echo "installing torch $(TORCH_VERSION) (about 1 minute)"
 	$(PY) -m pip install --quiet torch==$(TORCH_VERSION)
+	@echo "installing edge-exporter and its dependencies (typer, rich, pydantic, ...)"
+	$(PY) -m pip install --quiet -e .
+	touch $(CORE_STAMP)
+
+$(STAMP): $(CORE_STAMP)
+	@echo "installing the dev extra: pytest, transformers, onnxruntime, apache-tvm, torchao (2-3 minutes)"
 	$(PY) -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
@@ -36,7 +46,7 @@ browser:
 	  else echo "note: no chromium here: the browser test of exporter report will skip"; fi; }
 
 # Build the zoo MLP for the CPU, validate it, inspect it and run it from an .npz.
-demo: install
+demo: $(CORE_STAMP)
 	mkdir -p build
 	$(VENV)/bin/exporter build zoo:mlp --target cpu --out build/mlp-cpu.artifact
 	$(VENV)/bin/exporter inspect build/mlp-cpu.artifact

@@ -1,4 +1,4 @@
-"""Graph passes over ``ExportedProgram`` and the pipeline runner (see DESIGN.md, Contracts)."""
+"""Graph passes over ``ExportedProgram`` and the pipeline runner (see docs/architecture.md, Contracts)."""
 
 from passes.base import Pass, PassResult, run_pipeline
 

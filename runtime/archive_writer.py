@@ -17,7 +17,7 @@ from runtime.outfiles import written_whole
 
 
 def write_artifact(dest: str | Path, manifest: dict, files: Mapping[str, bytes | Path]) -> Path:
-    """Write one deterministic zip atomically; see the module docstring and DESIGN.md."""
+    """Write one deterministic zip atomically; see the module docstring and docs/architecture.md."""
     dest = Path(dest)
     if not isinstance(manifest, Mapping):
         raise TypeError(f"manifest must be a mapping, not {type(manifest).__name__}")

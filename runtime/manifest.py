@@ -1,7 +1,7 @@
 """Typed view of ``manifest.json``.
 
 Plain dataclasses rather than pydantic on purpose: the runtime is what a device
-installs alone, DESIGN.md limits it to torch, numpy and safetensors, and the GPU
+installs alone, docs/architecture.md limits it to torch, numpy and safetensors, and the GPU
 machine's image has no pydantic. The exporter builds these objects and the
 runtime reads them; ``to_dict``/``from_dict`` are the only (de)serialisers.
 Unknown optional keys are ignored when reading, so a newer minor format loads.

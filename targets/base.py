@@ -1,4 +1,4 @@
-"""The target contract (DESIGN.md, Contracts -> Target).
+"""The target contract (docs/architecture.md, Contracts -> Target).
 
 A target declares, as data: its name, device, the backend kind that runs its
 partitions, its typed options, which ops it supports and why (``supports``), its

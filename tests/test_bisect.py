@@ -1,4 +1,4 @@
-"""A failed validation is bisected to the partition that parts from eager (DESIGN.md), and
+"""A failed validation is bisected to the partition that parts from eager (docs/architecture.md), and
 inside an ONNX Runtime partition to the first ONNX value that does.
 
 tests/models/nan_argmax.py builds for onnx into ORT, torch (a custom op), ORT; only the last

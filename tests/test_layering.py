@@ -1,4 +1,4 @@
-"""The rooms' rules (DESIGN.md): imports go down only (runtime, passes, targets, exporter),
+"""The rooms' rules (docs/architecture.md): imports go down only (runtime, passes, targets, exporter),
 no module imports itself back, and the runtime, the device's bottom floor, loads alone."""
 
 import subprocess

@@ -1,5 +1,5 @@
 """Lowering every partition, with the retry that moves what a backend failed on to the
-CPU fallback (DESIGN.md: "CPU fallback for every op a target does not support").
+CPU fallback (docs/architecture.md: "CPU fallback for every op a target does not support").
 
 Split from exporter/builder/pipeline.py, which calls ``lower_with_fallback`` as one stage.
 """

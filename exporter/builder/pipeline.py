@@ -1,7 +1,7 @@
 """The build pipeline: spec -> capture -> passes -> lower -> package -> validate -> artifact.
 
 Each stage is a short function; ``build`` reads top to bottom as the pipeline in
-DESIGN.md. The output path only ever receives a complete, validated artifact
+docs/architecture.md. The output path only ever receives a complete, validated artifact
 (atomic rename); a failed build leaves the previous file in place.
 """
 

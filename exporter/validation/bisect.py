@@ -1,4 +1,4 @@
-"""Where a failed validation's numbers part from eager (DESIGN.md: "On a mismatch, bisect").
+"""Where a failed validation's numbers part from eager (docs/architecture.md: "On a mismatch, bisect").
 
 The built program is interpreted op by op on the failing case (eager's own value of every
 tensor the partitions hand each other). Each partition of the staged artifact is then fed

@@ -1,5 +1,5 @@
 """Validation: the packaged artifact, loaded by the real runtime in another process,
-against eager PyTorch (DESIGN.md, "Validation is part of the build").
+against eager PyTorch (docs/architecture.md, "Validation is part of the build").
 
 What counts as a match is the gate's (exporter/validation/gates.py): ``Tolerance`` for
 float builds, ``QuantGate`` for --quantize builds. This module runs both sides and
