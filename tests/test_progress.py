@@ -61,3 +61,9 @@ def test_cli_build_in_a_pipe_prints_one_line_per_stage(tmp_path):
     assert lines[0].startswith("✓ load model ")
     assert any(line.startswith("✓ lower (onnxruntime) ") for line in lines)
     assert "\x1b[" not in done.stderr  # no terminal codes, no spinner frames in a pipe
+    inspected = exporter_cli("inspect", str(tmp_path / "m.artifact"))
+    lines = inspected.stdout.splitlines()
+    # into a pipe, sentences stay whole (rich would cut them at 80 columns mid-word)
+    memory = next(line for line in lines if line.startswith("memory plan"))
+    assert "without reuse" in memory and len(memory) > 80
+    assert not any(line.startswith("pass ") and "{" in line for line in lines)  # no raw dicts

@@ -43,8 +43,18 @@ JSON_VERSION = 1  # bump when a documented key changes meaning or disappears
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   context_settings={"help_option_names": ["-h", "--help"]},
                   help="Export PyTorch models to validated, self-contained device artifacts.")
-err_console = Console(stderr=True)
-out_console = Console()
+
+
+def _console(stderr: bool) -> Console:
+    """In a terminal rich wraps text at word boundaries to its width; into a pipe or a
+    file it would hard-wrap at 80 columns mid-sentence, so there lines stay whole."""
+    console = Console(stderr=stderr)
+    console.soft_wrap = not console.is_terminal
+    return console
+
+
+err_console = _console(stderr=True)
+out_console = _console(stderr=False)
 
 QUIET = typer.Option(False, "--quiet", "-q", help="print only errors and the result")
 VERBOSE = typer.Option(False, "--verbose", "-v", help="debug logs of the exporter and its "

@@ -70,7 +70,13 @@ def print_placement(console: Console, coverage: list[dict], summary: dict) -> No
                       f"({summary.get('delegated_partitions')} delegated, "
                       f"{summary.get('fallback_partitions')} CPU fallback); device transfers: "
                       f"{summary.get('device_transfers')}; ops by backend: "
-                      f"{summary.get('by_backend')}", markup=False, highlight=False)
+                      f"{_pairs(summary.get('by_backend') or {})}", markup=False,
+                      highlight=False)
+
+
+def _pairs(values: dict) -> str:
+    """{'onnxruntime@cpu': 5, 'torch@cpu': 1} as "onnxruntime@cpu 5, torch@cpu 1"."""
+    return ", ".join(f"{key} {value}" for key, value in values.items())
 
 
 def print_build(console: Console, result) -> None:
@@ -119,7 +125,9 @@ def print_manifest(console: Console, manifest: Manifest, path: str) -> None:
     console.print(parts)
     print_placement(console, manifest.coverage, manifest.placement)
     for record in manifest.passes:
-        console.print(f"pass {record['name']}: modified={record['modified']} {record['info']}",
+        changed = "changed the graph" if record["modified"] else "no change"
+        info = _pairs(record["info"]) if isinstance(record.get("info"), dict) else ""
+        console.print(f"pass {record['name']}: {changed}" + (f" ({info})" if info else ""),
                       markup=False, highlight=False)
     for line in [*quantization_lines(manifest), *memory_lines(manifest)]:
         console.print(line, markup=False, highlight=False)
