@@ -18,12 +18,24 @@ def main() -> None:
 
 
 def _tidy_help(command) -> None:
-    """Help that reads like uv's or ruff's: a flag shows no ``<bool>`` type, an argument
+    """Help that reads like uv's or ruff's: a flag (--help too) shows no ``<bool>`` type, an argument
     reads ``ARTIFACT`` in the usage line, not ``{artifact}``."""
     for sub in getattr(command, "commands", {}).values():
         _tidy_help(sub)
+    make_help_option = command.get_help_option  # click adds --help itself, at parse time
+
+    def help_option(ctx, make=make_help_option):
+        option = make(ctx)
+        if option is not None:
+            option.metavar = ""
+        return option
+    command.get_help_option = help_option
     for param in command.params:  # typer's own (vendored) click classes: asked by kind
         if param.param_type_name == "option" and param.is_flag:
             param.metavar = ""
-        elif param.param_type_name == "argument" and param.metavar is None:
-            param.metavar = param.name.upper()
+        elif param.param_type_name == "argument":
+            if param.metavar is None:
+                param.metavar = param.name.upper()
+            if param.required:  # typer writes a required argument as {NAME}; click, uv and
+                # ruff write NAME (and [NAME] when optional, which typer keeps)
+                param.get_usage_pieces = lambda ctx, name=param.metavar: [name]
