@@ -18,8 +18,8 @@ def main() -> None:
 
 
 def _tidy_help(command) -> None:
-    """Help that reads like uv's or ruff's: a flag (--help too) shows no ``<bool>`` type, an argument
-    reads ``ARTIFACT`` in the usage line, not ``{artifact}``."""
+    """Help that reads like uv's or ruff's: a flag (--help too) shows no ``<bool>`` type,
+    an argument reads ``ARTIFACT`` in the usage line, not ``{ARTIFACT}``."""
     for sub in getattr(command, "commands", {}).values():
         _tidy_help(sub)
     make_help_option = command.get_help_option  # click adds --help itself, at parse time
