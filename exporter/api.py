@@ -17,7 +17,7 @@ from exporter.errors import UserInputError
 from exporter.builder.pipeline import BuildResult
 from exporter.builder.pipeline import build as _build
 from exporter.builder.pipeline import preload_for
-from exporter.progress import ProgressCallback, callback_stage
+from exporter.progress import ProgressCallback, StageHook, callback_stage, quiet_stage
 from exporter.settings import BuildSettings
 from exporter.model.spec import ModelSpec, load_spec
 from exporter.validation.gates import Tolerance
@@ -40,6 +40,9 @@ def build(model: str | torch.nn.Module, example_args: tuple | None = None, *,
     ``settings`` are the fields of ``BuildSettings`` (target, out, dynamic, inputs, ...).
     ``progress`` is called with a ``StageEvent`` as each stage starts and ends; the
     stages are also logged on the ``exporter`` logger (INFO)."""
+    built = BuildSettings(**settings)
+    if built.task == "text-generation":  # a causal LM: the build makes its own inputs
+        return run_build(model, built, stage=callback_stage(progress))
     if isinstance(model, torch.nn.Module):
         if example_args is None:
             raise UserInputError("build(module) needs example_args",
@@ -50,7 +53,17 @@ def build(model: str | torch.nn.Module, example_args: tuple | None = None, *,
             dynamic_shapes=dynamic_shapes, origin_file=inspect.getsourcefile(type(model)))
     else:
         spec = model
-    return _build(spec, BuildSettings(**settings), stage=callback_stage(progress))
+    return run_build(spec, built, stage=callback_stage(progress))
+
+
+def run_build(spec: str | ModelSpec | torch.nn.Module, settings: BuildSettings, *,
+              stage: StageHook = quiet_stage) -> Artifact:
+    """The build for the settings' task: a plain forward (exporter/builder/pipeline.py), or
+    prefill + decode over a KV cache for ``text-generation`` (exporter/lm/build.py)."""
+    if settings.task == "text-generation":
+        from exporter.lm.build import build_generating
+        return build_generating(spec, settings, stage=stage)
+    return _build(spec, settings, stage=stage)
 
 
 def validate(artifact: str | Path, model: str | ModelSpec, *, inputs_file: Path | None = None,

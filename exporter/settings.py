@@ -66,10 +66,16 @@ class BuildSettings(BaseModel):
                                       "activations exceed this size (bytes, or 64MB, 1.5GiB)")
 
     task: Literal["feature-extraction", "text-classification", "causal-lm",
-                  "image-classification"] | None = Field(None, description="hf: specs: the "
+                  "image-classification", "text-generation"] | None = Field(None, description="hf: specs: the "
                                                          "model class (default: from the "
                                                          "config's architectures)")
     seq_len: int | None = Field(None, gt=0, description="hf: text models' example length")
+    max_context: int | None = Field(None, gt=1, description="text-generation: tokens the KV "
+                                    "cache holds, prompt and generated (default: the model's "
+                                    "positions, at most 2048)")
+    prefill_chunk: int | None = Field(None, gt=1, description="text-generation: the most "
+                                      "prompt tokens one prefill step takes (default 256); "
+                                      "longer prompts go in chunks")
     image_size: int | None = Field(None, gt=0, description="hf: image models' example size")
     random_weights: bool = Field(False, description="hf: build even where the checkpoint "
                                  "lacks weights (random, warned); refused otherwise")

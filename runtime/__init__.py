@@ -59,32 +59,48 @@ def load(path: str | Path, *, limits: Limits = Limits(), cuda_graphs: bool = Tru
             from runtime.signing import verify
             verify(reader, trusted_keys)
         manifest = Manifest.from_dict(reader.manifest, where=where)
-        check_dataflow(manifest, where=where)
+        views = [manifest, *(manifest.entry_point(name) for name in manifest.entry_points)]
+        for view in views:
+            check_dataflow(view, where=where)
+            check_host_devices(view, where=where)
         check_requirements(manifest.requirements, where=where)
-        check_host_devices(manifest, where=where)
         # Compiled libraries are opened from this private copy, never from a
         # user-writable location; on Linux the mapping outlives the files, so the
         # copy is removed when the reader closes. Only the partitions' own entries are
         # copied: an artifact padded with unused entries costs no disk.
         private_dir = reader.extract_private(_partition_entries(manifest, reader.names()))
-        planned = (manifest.memory_plan or {}).get("arenas") or {} if arenas else {}
-        if not isinstance(planned, dict):
-            raise ArtifactError("the memory plan's arenas are not an object", where=where)
-        allocated = {device: Arena(device, plan, where=where) for device, plan in planned.items()}
-        executors = []
-        for partition in manifest.partitions:
-            graphed = cuda_graphs and partition.device == "cuda"
-            execute = create_executor(partition, private_dir, where=where,
-                                      entries=set(reader.names()),
-                                      run_single_threaded=graphed,
-                                      arena=allocated.get(partition.device))
-            if graphed:
-                execute = GraphReplay(execute, partition.device, max_graphs, static_outputs)
-            executors.append(execute)
-    log.debug("loaded %s: %d partition(s)", where, len(executors))
+        programs = [_program(view, reader, private_dir, where, cuda_graphs=cuda_graphs,
+                             static_outputs=static_outputs, max_graphs=max_graphs,
+                             arenas=arenas) for view in views]
+        main = programs[0]
+        main.entry_points = dict(zip(manifest.entry_points, programs[1:]))
+        if manifest.generation is not None:
+            from runtime.generation.tokenizer import read_tokenizer
+            main.tokenizer_json = read_tokenizer(manifest.generation, reader, where=where)
+    log.debug("loaded %s: %d program(s)", where, len(programs))
+    return main
+
+
+def _program(manifest: Manifest, reader: ArtifactReader, private_dir: Path, where: str, *,
+             cuda_graphs: bool, static_outputs: bool, max_graphs: int, arenas: bool
+             ) -> Program:
+    planned = (manifest.memory_plan or {}).get("arenas") or {} if arenas else {}
+    if not isinstance(planned, dict):
+        raise ArtifactError("the memory plan's arenas are not an object", where=where)
+    allocated = {device: Arena(device, plan, where=where) for device, plan in planned.items()}
+    executors = []
+    for partition in manifest.partitions:
+        graphed = cuda_graphs and partition.device == "cuda"
+        execute = create_executor(partition, private_dir, where=where,
+                                  entries=set(reader.names()),
+                                  run_single_threaded=graphed,
+                                  arena=allocated.get(partition.device))
+        if graphed:
+            execute = GraphReplay(execute, partition.device, max_graphs, static_outputs)
+        executors.append(execute)
     return Program(manifest, executors, source=where, arenas=allocated)
 
 
 def _partition_entries(manifest: Manifest, names: list[str]) -> list[str]:
-    folders = tuple(f"partitions/{p.name}/" for p in manifest.partitions)
+    folders = tuple(f"partitions/{p.name}/" for p in manifest.all_partitions())
     return [name for name in names if name.startswith(folders)]

@@ -108,6 +108,12 @@ def main(argv: list[str] | None = None) -> int:
     cases.add_argument("--out", required=True)
     cases.add_argument("--preload", action="append", default=[])
     cases.add_argument("--memory-out", help="write the measured peak memory here (JSON)")
+    generation = sub.add_parser("generation-cases", help="(internal) greedy generation with "
+                                "logits, for the validation of a generating artifact")
+    generation.add_argument("artifact")
+    generation.add_argument("--cases", required=True)
+    generation.add_argument("--out", required=True)
+    generation.add_argument("--preload", action="append", default=[])
     args = parser.parse_args(argv)
     quiet, verbose = getattr(args, "quiet", False), getattr(args, "verbose", False)
     # the exporter CLI's style: "warning: ...", "error: ..." on stderr; debug logs name the part
@@ -128,6 +134,9 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{name}: {report}", file=sys.stderr)
             for name, tensor in outputs.items():
                 print(f"{name}: {str(tensor.dtype).removeprefix('torch.')}{list(tensor.shape)}")
+        elif args.command == "generation-cases":
+            from runtime.generation.check import run_generation_cases
+            save_tensors(args.out, run_generation_cases(runtime.load(args.artifact), args.cases))
         else:
             run_cases(args.artifact, args.cases, args.out, args.memory_out)
     except ToolchainError as exc:

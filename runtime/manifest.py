@@ -9,7 +9,7 @@ Unknown optional keys are ignored when reading, so a newer minor format loads.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import torch
@@ -153,6 +153,33 @@ class Requirements:
                    cpu_flags=_strs(raw.get("cpu_flags") or [], "cpu_flags"), **optional)
 
 
+@dataclass(frozen=True)
+class EntryPoint:
+    """A further program of the artifact, beside the main one (a generating artifact's
+    ``decode``): its own signature, partitions and arenas, over the same weights."""
+
+    signature: Signature
+    partitions: list[Partition]
+    memory_plan: dict | None = None
+    placement: dict = field(default_factory=dict)
+    coverage: list[dict] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return {"signature": self.signature.to_json(),
+                "partitions": [p.to_json() for p in self.partitions],
+                "memory_plan": self.memory_plan, "placement": self.placement,
+                "coverage": self.coverage}
+
+    @classmethod
+    def from_json(cls, raw: dict) -> "EntryPoint":
+        return cls(signature=Signature.from_json(raw["signature"]),
+                   partitions=[Partition.from_json(p) for p in _list(raw["partitions"],
+                                                                      "partitions")],
+                   memory_plan=_optional_dict(raw.get("memory_plan"), "memory_plan"),
+                   placement=dict(raw.get("placement") or {}),
+                   coverage=list(raw.get("coverage") or []))
+
+
 @dataclass
 class Manifest:
     """Everything ``manifest.json`` says, except ``format`` and ``entries`` (owned by runtime.archive)."""
@@ -169,6 +196,11 @@ class Manifest:
     memory_plan: dict | None = None
     validation: dict | None = None
     build: dict = field(default_factory=dict)  # settings and timings of the build
+    # A generating artifact (runtime/generation/): the main program is ``prefill``, its
+    # ``decode`` is an entry point, and ``generation`` holds the cache layout, the token
+    # ids and the tokenizer's entry. Both empty for other artifacts.
+    entry_points: dict[str, EntryPoint] = field(default_factory=dict)
+    generation: dict | None = None
     entries: dict = field(default_factory=dict)  # filled by the archive writer; read-only here
 
     def to_dict(self) -> dict:
@@ -185,7 +217,22 @@ class Manifest:
             "memory_plan": self.memory_plan,
             "validation": self.validation,
             "build": self.build,
+            **({"entry_points": {name: ep.to_json() for name, ep in self.entry_points.items()},
+                "generation": self.generation} if self.generation is not None else {}),
         }
+
+    def entry_point(self, name: str) -> "Manifest":
+        """The manifest as the entry point ``name`` sees it: its signature, partitions and
+        memory plan in place of the main program's (so one loader serves both)."""
+        ep = self.entry_points[name]
+        return replace(self, signature=ep.signature, partitions=list(ep.partitions),
+                       memory_plan=ep.memory_plan, placement=ep.placement,
+                       coverage=ep.coverage, entry_points={})
+
+    def all_partitions(self) -> list[Partition]:
+        """Every partition of every entry point (their files, their backends)."""
+        return [*self.partitions, *(p for ep in self.entry_points.values()
+                                    for p in ep.partitions)]
 
     @classmethod
     def from_dict(cls, raw: dict, *, where: str = "manifest.json") -> "Manifest":
@@ -203,6 +250,9 @@ class Manifest:
                 memory_plan=_optional_dict(raw.get("memory_plan"), "memory_plan"),
                 validation=raw.get("validation"),
                 build=dict(raw.get("build") or {}),
+                entry_points={_str(name, "an entry point's name"): EntryPoint.from_json(ep)
+                              for name, ep in (raw.get("entry_points") or {}).items()},
+                generation=_optional_dict(raw.get("generation"), "generation"),
                 entries=dict(raw.get("entries") or {}),
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:

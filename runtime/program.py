@@ -26,6 +26,11 @@ class Program:
                  arenas: Mapping[str, Arena] | None = None) -> None:
         self.manifest = manifest
         self.source = source
+        # A generating artifact's further programs (``decode``) and tokenizer: runtime.load
+        # fills them in; ``generate`` drives them (runtime/generation/).
+        self.entry_points: dict[str, Program] = {}
+        self.tokenizer_json: str | None = None
+        self._generator = None
         self._executors = list(executors)
         # A bound method: calling an object's __call__ costs ~45 ns more per run.
         self._fast_check = _FastCheck(manifest.signature.inputs).check
@@ -77,6 +82,23 @@ class Program:
                          "handoffs": sum(key.startswith("handoff/") for key in arena.slots),
                          "fallback_slots_in_use": slots if device == "cpu" else 0}
                 for device, arena in self._arenas.items()}
+
+    def generate(self, prompt: Any, max_new_tokens: int = 128, **options: Any) -> Any:
+        """Generate from a prompt (text, or token ids): see runtime/generation/generator.py
+        for the options (sampling, stop strings, streaming). Artifacts built with
+        ``--task text-generation`` only."""
+        if self._generator is None:
+            from runtime.generation.generator import Generator
+            self._generator = Generator(self)
+        return self._generator.generate(prompt, max_new_tokens, **options)
+
+    @property
+    def generator(self) -> Any:
+        """The ``Generator`` behind ``generate`` (its cache, steps and teacher forcing)."""
+        if self._generator is None:
+            from runtime.generation.generator import Generator
+            self._generator = Generator(self)
+        return self._generator
 
     @property
     def input_names(self) -> list[str]:

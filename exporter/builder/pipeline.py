@@ -82,15 +82,21 @@ class BuildResult:
 
 
 def prepare(spec: str | ModelSpec, settings: BuildSettings, timed: Callable) -> Prepared:
-    target = _available_target(settings.target)
-    check_recipe(target, settings)
-    dynamic = parse_dynamic(settings.dynamic)
+    target = available_target(settings)
     with timed("load model"):
         model = spec if isinstance(spec, ModelSpec) else load_spec(
             spec, HfOptions.from_settings(settings))
-    out = _check_output_path(settings.output_path(_model_name(model)))
-    captured_spec = _at_dtype(model, settings.dtype)
-    with timed("capture (torch.export)"):
+    out = check_output_path(settings.output_path(model_name(model)))
+    return prepare_captured(target, model, _at_dtype(model, settings.dtype), out, settings,
+                            timed)
+
+
+def prepare_captured(target: Target, model: ModelSpec, captured_spec: ModelSpec, out: Path,
+                     settings: BuildSettings, timed: Callable, label: str = "") -> Prepared:
+    """Capture ``captured_spec`` (the model as it runs: cast, wrapped) and plan it; ``model``
+    is the user's, the float64 reference. ``label`` names the entry point in stage names."""
+    dynamic = parse_dynamic(settings.dynamic)
+    with timed(f"capture{label} (torch.export)"):
         captured = capture(captured_spec, dynamic, target.device)
     if settings.inputs is not None:  # checked now, not after minutes of compiling
         load_input_file(captured.signature, settings.inputs)
@@ -98,7 +104,8 @@ def prepare(spec: str | ModelSpec, settings: BuildSettings, timed: Callable) -> 
                                              captured.inputs.tensors)
     warnings = model.notes + warnings
     options = lower_options(settings, out, calibration=calibration)
-    with timed("passes" if settings.quantize is None else f"passes (quantize {settings.quantize})"):
+    passes = "passes" if settings.quantize is None else f"passes (quantize {settings.quantize})"
+    with timed(passes.replace("passes", f"passes{label}", 1)):
         program, pass_records = run_pipeline(captured.program, target.default_passes(options))
     if settings.dtype != "fp32":
         pass_records.insert(0, cast_record(model.module, settings.dtype))
@@ -107,7 +114,7 @@ def prepare(spec: str | ModelSpec, settings: BuildSettings, timed: Callable) -> 
     activations = memory_plan.plan(program)  # planned once: the budget and the manifest
     if settings.memory_budget is not None:
         check_memory_budget(program, activations, settings.memory_budget)
-    with timed("partition"):
+    with timed(f"partition{label}"):
         placement = place(program, target, settings.min_partition_size)
     warnings += enforce_fallback_policy(placement, settings.fallback, target)
     return Prepared(target, model, captured, program, pass_records, placement, warnings, out,
@@ -143,20 +150,20 @@ def check_memory_budget(program: ExportedProgram, plan: dict, budget: int) -> No
 def dry_run(spec: str | ModelSpec, settings: BuildSettings, *,
             stage: StageHook = quiet_stage) -> Prepared:
     """Capture, run the passes and plan the partitions; compile nothing."""
-    return prepare(spec, settings, _timer({}, stage))
+    return prepare(spec, settings, stage_timer({}, stage))
 
 
 def build(spec: str | ModelSpec, settings: BuildSettings, *, stage: StageHook = quiet_stage
           ) -> BuildResult:
     timings: dict[str, float] = {}
-    timed = _timer(timings, stage)
+    timed = stage_timer(timings, stage)
     prep = prepare(spec, settings, timed)
     scratch.sweep()  # what killed builds left (runtime/scratch.py: only what they recorded)
     work_dir = scratch.make_dir("exporter-build-")
     try:
         with timed(f"lower ({prep.target.backend})"):
             lowered = lower_with_fallback(prep, settings, work_dir)
-        manifest = _manifest(prep, settings, lowered)
+        manifest = manifest_for(prep, settings, lowered)
         files = {f"partitions/{plan.name}/{name}": path
                  for plan, low in lowered for name, path in low.files.items()}
         notes = [note for _, low in lowered for note in low.notes]
@@ -182,7 +189,7 @@ def build(spec: str | ModelSpec, settings: BuildSettings, *, stage: StageHook = 
     return BuildResult(prep.out, manifest, timings, measured)
 
 
-def _timer(timings: dict, stage: StageHook) -> Callable:
+def stage_timer(timings: dict, stage: StageHook) -> Callable:
     @contextlib.contextmanager
     def timed(name: str) -> Iterator[None]:
         start = time.perf_counter()
@@ -198,30 +205,33 @@ def _timer(timings: dict, stage: StageHook) -> Callable:
     return timed
 
 
-def _available_target(name: str) -> Target:
+def available_target(settings: BuildSettings) -> Target:
+    """The target, if it can build here, with the settings' recipe checked against it."""
+    name = settings.target
     target = get_target(name)
     availability = target.availability()
     if not availability.ok:
         raise TargetUnavailableError(f"target '{name}' cannot build on this machine: "
                                      f"{availability.reason}", hint="see `exporter targets`")
+    check_recipe(target, settings)
     return target
 
 
-def _model_name(model: ModelSpec) -> str:
+def model_name(model: ModelSpec) -> str:
     """The default artifact's stem: the factory's name, or for hf:FOLDER the folder's
     (``hf:./tiny-bert`` -> ``tiny-bert``, not ``__tiny-bert``)."""
     tail = Path(model.source.rsplit(":", 1)[-1].rstrip("/\\")).name
     return "".join(c if c.isalnum() or c in "-_" else "_" for c in tail) or "model"
 
 
-def _check_output_path(out: Path) -> Path:
+def check_output_path(out: Path) -> Path:
     """Refused now, before minutes of compiling: see runtime/outfiles.py."""
     out = out.expanduser()
     checked_output(out)
     return out
 
 
-def _manifest(prep: Prepared, settings: BuildSettings,
+def manifest_for(prep: Prepared, settings: BuildSettings,
               lowered: list[tuple[PlannedPartition, Lowered]]) -> Manifest:
     partitions = []
     for plan, low in lowered:

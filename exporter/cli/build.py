@@ -58,7 +58,7 @@ def build(
 
 
 def _run_build(spec: str, settings, as_json: bool) -> int:
-    from exporter.builder.pipeline import build as run_build
+    from exporter.api import run_build
     from exporter.cli.common import style
     from exporter.report.console import print_build
 

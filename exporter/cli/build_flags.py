@@ -31,7 +31,7 @@ SETTINGS_FLAGS: dict[str, tuple[str, tuple[str, ...]]] = {
     "deterministic": (TARGET, ()), "memory_budget": (TARGET, ()),
     "dynamic": (MODEL, ()), "task": (MODEL, ()), "seq_len": (MODEL, ()),
     "image_size": (MODEL, ()), "random_weights": (MODEL, ()), "trust_remote_code": (MODEL, ()),
-    "max_model_size": (MODEL, ()),
+    "max_model_size": (MODEL, ()), "max_context": (MODEL, ()), "prefill_chunk": (MODEL, ()),
     "quantize": (QUANT, ()), "calibration": (QUANT, ()),
     "quant_min_sqnr_db": (QUANT, ("--min-sqnr",)), "quant_min_cosine": (QUANT, ("--min-cosine",)),
     "validate_artifact": (CHECK, ("--validate/--no-validate",)), "inputs": (CHECK, ()),

@@ -38,6 +38,8 @@ TASKS = {
     "feature-extraction": ("AutoModel", "last_hidden_state"),
     "text-classification": ("AutoModelForSequenceClassification", "logits"),
     "causal-lm": ("AutoModelForCausalLM", "logits"),
+    # prefill + decode with a KV cache: built by exporter/lm/, not by load_hf
+    "text-generation": ("AutoModelForCausalLM", "logits"),
     "image-classification": ("AutoModelForImageClassification", "logits"),
 }
 # architectures' name endings -> task, for the default
@@ -92,16 +94,31 @@ class ImageOutput(TextOutput):
 
 def load_hf(text: str, path_text: str, options: HfOptions) -> tuple:
     """``(module, example_args, None, warnings)`` for ``hf:PATH``."""
+    model, config, task, warnings = load_pretrained(text, path_text, options)
+    output = TASKS[task][1]
+    if task != "image-classification":
+        return TextOutput(model.eval(), output).eval(), _text_args(config, options), None, warnings
+    size = options.image_size or getattr(config, "image_size", None) or 224
+    resize = size != getattr(config, "image_size", size)
+    if resize and "interpolate_pos_encoding" not in inspect.signature(model.forward).parameters:
+        raise SpecError(f"this model takes {config.image_size}-pixel images; --image-size "
+                        f"{size} needs a model that can resize", where=text,
+                        hint=f"drop --image-size or give {config.image_size}")
+    channels = getattr(config, "num_channels", 3)
+    module = ImageOutput(model.eval(), output, resize).eval()
+    return module, (torch.randn(1, channels, size, size),), None, warnings
+
+
+def load_pretrained(text: str, path_text: str, options: HfOptions) -> tuple:
+    """``(model, config, task, warnings)``: the checkpoint's transformers model for the task
+    (``--task`` or the config's architectures), its weights checked (see ``_model``)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never the network, whatever is asked
     try:
         import transformers
     except ImportError:
         raise SpecError("hf: specs need the 'transformers' package", where=text,
                         hint="pip install '.[hf]'") from None
-    path = Path(path_text).expanduser()
-    if not (path / "config.json").is_file():
-        raise SpecError(f"{path} is not a Hugging Face checkpoint folder (no config.json)",
-                        where=text, hint="give a folder written by save_pretrained()")
+    path = checkpoint_folder(text, path_text)
     try:
         # trust_remote_code=False always unless asked: a checkpoint folder's own .py files
         # (config.json's auto_map) never run, and transformers never prompts on stdin.
@@ -118,22 +135,19 @@ def load_hf(text: str, path_text: str, options: HfOptions) -> tuple:
     if task not in TASKS:
         raise SpecError(f"unknown --task {task!r}", where=text,
                         hint=f"use one of {', '.join(TASKS)}")
-    class_name, output = TASKS[task]
-    auto_class = getattr(transformers, class_name)
+    auto_class = getattr(transformers, TASKS[task][0])
     if not options.trust_remote_code:  # remote code is sized by running it: not here
         check_config_size(config, auto_class, options.max_model_size, text)
     model, warnings = _model(auto_class, config, path, text, task, options)
-    if task != "image-classification":
-        return TextOutput(model.eval(), output).eval(), _text_args(config, options), None, warnings
-    size = options.image_size or getattr(config, "image_size", None) or 224
-    resize = size != getattr(config, "image_size", size)
-    if resize and "interpolate_pos_encoding" not in inspect.signature(model.forward).parameters:
-        raise SpecError(f"this model takes {config.image_size}-pixel images; --image-size "
-                        f"{size} needs a model that can resize", where=text,
-                        hint=f"drop --image-size or give {config.image_size}")
-    channels = getattr(config, "num_channels", 3)
-    module = ImageOutput(model.eval(), output, resize).eval()
-    return module, (torch.randn(1, channels, size, size),), None, warnings
+    return model.eval(), config, task, warnings
+
+
+def checkpoint_folder(text: str, path_text: str) -> Path:
+    path = Path(path_text).expanduser()
+    if not (path / "config.json").is_file():
+        raise SpecError(f"{path} is not a Hugging Face checkpoint folder (no config.json)",
+                        where=text, hint="give a folder written by save_pretrained()")
+    return path
 
 
 def _task_from(config) -> str:

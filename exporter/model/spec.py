@@ -58,9 +58,11 @@ class ModelSpec:
     notes: list[str] = field(default_factory=list)  # warnings for the build (random weights)
 
 
-def load_spec(spec: str, hf: HfOptions | None = None) -> ModelSpec:
+def load_spec(spec: str, hf: HfOptions | None = None, *, module_only: bool = False
+              ) -> ModelSpec:
     """Resolve ``spec`` to a ModelSpec; every user mistake is a SpecError. ``hf`` (task,
-    sequence length, image size) applies to ``hf:PATH`` specs only."""
+    sequence length, image size) applies to ``hf:PATH`` specs only. ``module_only``: the
+    factory may return the module alone (text generation makes its own inputs)."""
     text = (spec or "").strip()
     if not text:
         raise SpecError("The model spec is empty", hint=f"{SPEC_FORMS}, e.g. zoo:mlp")
@@ -81,13 +83,15 @@ def load_spec(spec: str, hf: HfOptions | None = None) -> ModelSpec:
         path = _existing_file(target, text)
         with _on_sys_path(path.parent):
             module = _import_file(path)
-            return _from_factory(text, _lookup(module, name, str(path)), str(path))
+            return _from_factory(text, _lookup(module, name, str(path)), str(path),
+                                 module_only)
     # The console script does not put the working directory on sys.path, but users
     # expect `exporter build mymodels.net:make` to find ./mymodels (as uvicorn does).
     with _on_sys_path(Path.cwd()):
         module = _import_module(target, text)
         origin = getattr(module, "__file__", None)
-        return _from_factory(text, _lookup(module, name, origin or target), origin)
+        return _from_factory(text, _lookup(module, name, origin or target), origin,
+                             module_only)
 
 
 # ---------------------------------------------------------------------------- finding the factory
@@ -197,13 +201,21 @@ def _user_code_failed(what: str, exc: BaseException, where: str) -> SpecError:
 # ---------------------------------------------------------------------------- checking its result
 
 
-def _from_factory(text: str, factory: Callable, origin: str | None) -> ModelSpec:
+def _from_factory(text: str, factory: Callable, origin: str | None,
+                  module_only: bool = False) -> ModelSpec:
     name = getattr(factory, "__qualname__", repr(factory))
     try:
         result = factory()
     except (Exception, SystemExit) as exc:  # user code: the user's error, reported
         # sys.exit() in a factory is not a successful build (exit 0, no artifact)
         raise _user_code_failed(f"The factory {name}() raised", exc, origin or text) from exc
+    if module_only:
+        module = result[0] if isinstance(result, (tuple, list)) and result else result
+        if not isinstance(module, torch.nn.Module):
+            raise SpecError(f"{name}() returned {_describe(result)}, not a torch.nn.Module",
+                            where=text, hint="return the model (alone or first in a tuple)")
+        return ModelSpec(source=text, module=module.eval(), args=(), kwargs={},
+                         dynamic_shapes=None, origin_file=_model_file(module, origin))
     module, args, kwargs, dynamic_shapes = _unpack(result, name, text)
     args = _as_args(args, name, text)
     _check_leaves(args, "example_args", name, text)

@@ -31,6 +31,8 @@ def validation_lines(record: dict | None) -> list[str]:
     if not record or record.get("skipped"):
         return ["validation: skipped"]
     verdict = "PASSED" if record["passed"] else "FAILED"
+    if record.get("kind") == "generation":
+        return _generation_lines(record, verdict)
     cases = ", ".join(c["name"] for c in record.get("cases", []))
     rows = record.get("outputs", [])
     quantized = [r for r in rows if r.get("criterion") == "quantized"]
@@ -48,6 +50,17 @@ def validation_lines(record: dict | None) -> list[str]:
     if record.get("reference_note"):
         lines.append(f"  note: {record['reference_note']}")
     return lines
+
+
+def _generation_lines(record: dict, verdict: str) -> list[str]:
+    rows = record["outputs"]
+    same = sum(r["tokens_match"] for r in rows)
+    lines = [f"validation: {verdict}: generation from {record['cases']} prompts, "
+             f"{record['new_tokens_per_case']} new tokens each, against Hugging Face generate: "
+             f"{same} of {len(rows)} token for token; teacher-forced top-1 agreement "
+             f"{record['top1_agreement']:.1%}, mean KL {record['mean_kl']:.2e}",
+             f"  policy: {record['policy']}"]
+    return lines + [f"  note: {note}" for note in record.get("warnings", [])]
 
 
 def print_placement(console: Console, coverage: list[dict], summary: dict) -> None:

@@ -36,18 +36,21 @@ class ArtifactRun:
     """``python -m runtime run-cases`` on every case, started in the background so the
     build computes the eager references meanwhile; a crash there is a BuildError."""
 
-    def __init__(self, artifact: Path, cases: list[Case], *, timeout: float = 900,
-                 preload: list[str] = ()) -> None:
+    def __init__(self, artifact: Path, cases: list[Case] | dict[str, torch.Tensor], *,
+                 timeout: float = 900, preload: list[str] = (),
+                 command: str = "run-cases") -> None:
         self.artifact, self.timeout = artifact, timeout
         self._tmp = scratch.make_dir("exporter-validate-")
         cases_path = self._tmp / "cases.safetensors"
         self._out_path = self._tmp / "out.safetensors"
         self._memory_path = self._tmp / "memory.json"
         self.memory: dict = {}  # the peak the child measured (runtime/memory.py)
-        save_tensors(cases_path, {f"{c.name}/{k}": v for c in cases for k, v in c.inputs.items()})
-        cmd = [sys.executable, "-m", "runtime", "run-cases", str(artifact),
-               "--cases", str(cases_path), "--out", str(self._out_path),
-               "--memory-out", str(self._memory_path)]
+        save_tensors(cases_path, cases if isinstance(cases, dict) else
+                     {f"{c.name}/{k}": v for c in cases for k, v in c.inputs.items()})
+        cmd = [sys.executable, "-m", "runtime", command, str(artifact),
+               "--cases", str(cases_path), "--out", str(self._out_path)]
+        if command == "run-cases":
+            cmd += ["--memory-out", str(self._memory_path)]
         cmd += [arg for source in preload for arg in ("--preload", source)]
         self._start = time.perf_counter()
         self._proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -69,7 +72,8 @@ class ArtifactRun:
             if self._proc.returncode != 0:
                 raise _crash_error(self._proc.returncode, stdout, stderr, self.artifact)
             flat = load_tensors(self._out_path)
-            self.memory = json.loads(self._memory_path.read_text())
+            if self._memory_path.exists():
+                self.memory = json.loads(self._memory_path.read_text())
         finally:
             self.close()
         results: dict[str, dict[str, torch.Tensor]] = {}

@@ -1,0 +1,152 @@
+"""``--task text-generation``: one artifact, two entry points over one KV cache.
+
+    load model -> probe the cache layout -> for prefill and decode: capture, passes,
+    partition -> lower both -> one manifest (prefill main, decode an entry point,
+    the generation section) -> validate generation (subprocess) -> package
+
+``prefill`` takes 2..prefill_chunk tokens, ``decode`` exactly one; both read the cache as
+inputs and return the new rows (exporter/lm/wrapper.py, runtime/generation/layout.py).
+The stages are the plain build's (exporter/builder/pipeline.py), run once per entry point.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from pathlib import Path
+
+import torch
+from torch.export import Dim
+
+from exporter.builder.lowering import lower_with_fallback
+from exporter.builder.pipeline import (BuildResult, available_target, check_output_path,
+                                       manifest_for, preload_for, prepare_captured,
+                                       stage_timer)
+from exporter.builder.prepared import Prepared
+from exporter.errors import UserInputError
+from exporter.lm.source import TOKENIZER_FILE, LanguageModel, load_language_model
+from exporter.lm.wrapper import ExportableCausalLM, probe_layout
+from exporter.model.cast import DTYPES
+from exporter.model.hf_spec import HfOptions
+from exporter.model.spec import ModelSpec
+from exporter.progress import StageHook, quiet_stage
+from exporter.settings import BuildSettings
+from runtime import scratch
+from runtime.archive_writer import write_artifact
+from runtime.generation.layout import CacheLayout
+from runtime.manifest import EntryPoint, Manifest
+
+TOKENIZER_ENTRY = f"generation/{TOKENIZER_FILE}"
+EXAMPLE_TOKENS = 8  # the prefill example's length (any in 2..chunk: the dim is dynamic)
+
+
+def build_generating(spec: str | torch.nn.Module, settings: BuildSettings, *,
+                     stage: StageHook = quiet_stage) -> BuildResult:
+    _refuse_plain_options(settings)
+    timings: dict[str, float] = {}
+    timed = stage_timer(timings, stage)
+    target = available_target(settings)
+    with timed("load model"):
+        lm = load_language_model(spec, HfOptions.from_settings(settings))
+    out = check_output_path(settings.output_path(lm.name))
+    context, chunk = lm.context_bounds(settings.max_context, settings.prefill_chunk)
+    model = lm.model if settings.dtype == "fp32" else copy.deepcopy(lm.model).to(
+        DTYPES[settings.dtype])
+    layout = probe_layout(model, context, next(model.parameters()).dtype)
+    wrapper = ExportableCausalLM(model, layout).eval()
+    reference = ModelSpec(lm.source, lm.model, (), {}, None, lm.origin_file, lm.notes)
+    preps = {name: prepare_captured(target, reference, entry, out, settings, timed, f" {name}")
+             for name, entry in entry_specs(lm, wrapper, layout, chunk).items()}
+    for plan in preps["decode"].placement.plans:  # one folder per partition in the artifact
+        plan.name = f"decode_{plan.name}"
+    work_dir = scratch.make_dir("exporter-build-")
+    try:
+        lowered = {}
+        for name, prep in preps.items():
+            (work_dir / name).mkdir()
+            with timed(f"lower {name} ({target.backend})"):
+                lowered[name] = lower_with_fallback(prep, settings, work_dir / name)
+        manifest = _manifest(preps, lowered, settings, lm, layout, context, chunk)
+        files = {f"partitions/{plan.name}/{file}": path for pairs in lowered.values()
+                 for plan, low in pairs for file, path in low.files.items()}
+        if lm.tokenizer is not None:
+            files[TOKENIZER_ENTRY] = lm.tokenizer
+        notes = [n for pairs in lowered.values() for _, low in pairs for n in low.notes]
+        manifest.build = {"settings": settings.model_dump(mode="json", exclude={"out"}),
+                          "notes": _unique(preps["prefill"].warnings
+                                           + preps["decode"].warnings + notes),
+                          "nondeterminism": target.nondeterminism(preps["prefill"].options)}
+        measured: dict = {}
+        if settings.validate_artifact:
+            from exporter.lm.validate import validate_generation
+            with timed("validate generation (subprocess)"):
+                record = validate_generation(out, manifest, files, lm, settings,
+                                             preload_for(manifest, lm.origin_file))
+            measured.update(record.pop("measured", {}))
+            manifest.validation = record
+        else:
+            manifest.validation = {"passed": None, "skipped": True,
+                                   "warnings": ["validation skipped (--no-validate)"]}
+        with timed("package"):
+            write_artifact(out, manifest.to_dict(), files)
+    finally:
+        scratch.remove(work_dir)
+    return BuildResult(out, manifest, timings, measured)
+
+
+def entry_specs(lm: LanguageModel, wrapper: ExportableCausalLM, layout: CacheLayout,
+                chunk: int) -> dict[str, ModelSpec]:
+    """What torch.export captures for each entry point: the wrapper, example inputs (an
+    empty cache: its contents do not change the graph), and prefill's dynamic length.
+    ``Dim.DYNAMIC`` rather than a named ``Dim``: SDPA's stride arithmetic adds guards a
+    named dim refuses as unprovable (min(1024+16T, 2048+32T) == 1024+16T), true for all T."""
+    device_dtype = getattr(torch, layout.dtype)
+    past = {new_name: torch.zeros(shape, dtype=device_dtype)  # forward's keys: k_0, v_0, ...
+            for (_, new_name), shape in zip(layout.names(), layout.shapes())}
+    vocab = wrapper.model.get_output_embeddings().weight.shape[0]
+    ids = torch.randint(0, vocab, (1, min(EXAMPLE_TOKENS, chunk)),
+                        generator=torch.Generator().manual_seed(0))
+    tokens = Dim.DYNAMIC(min=2, max=chunk)
+    prefill = ModelSpec(lm.source, wrapper, (ids, torch.arange(ids.shape[1]), past), {},
+                        ({1: tokens}, {0: tokens}, {name: None for name in past}),
+                        lm.origin_file, lm.notes)
+    decode = dataclasses.replace(prefill, args=(ids[:, :1], torch.arange(1), past),
+                                 dynamic_shapes=None)
+    return {"prefill": prefill, "decode": decode}
+
+
+def _manifest(preps: dict[str, Prepared], lowered: dict, settings: BuildSettings,
+              lm: LanguageModel, layout: CacheLayout, context: int, chunk: int) -> Manifest:
+    manifest = manifest_for(preps["prefill"], settings, lowered["prefill"])
+    decode = manifest_for(preps["decode"], settings, lowered["decode"])
+    manifest.entry_points = {"decode": EntryPoint(decode.signature, decode.partitions,
+                                                  decode.memory_plan, decode.placement,
+                                                  decode.coverage)}
+    manifest.source = {"spec": lm.source, "model_class": type(lm.model).__qualname__,
+                       "task": "text-generation"}
+    manifest.generation = {
+        "cache": layout.to_json(), "max_context": context, "prefill_chunk": chunk,
+        "tokenizer": TOKENIZER_ENTRY if lm.tokenizer is not None else None,
+        **{f"{key}_token_ids": ids for key, ids in lm.token_ids.items()},
+        "generation_config": lm.generation_config,
+        "cache_bytes": layout.nbytes(torch.empty((), dtype=getattr(torch, layout.dtype))
+                                     .element_size())}
+    return manifest
+
+
+def _refuse_plain_options(settings: BuildSettings) -> None:
+    """Options of a plain forward build that mean nothing for a generating one."""
+    given = [flag for flag, value in (("--dynamic", settings.dynamic),
+                                      ("--inputs", settings.inputs),
+                                      ("--seq-len", settings.seq_len),
+                                      ("--image-size", settings.image_size)) if value]
+    if given:
+        raise UserInputError(f"{', '.join(given)} do not apply to --task text-generation",
+                             hint="the prompt length is dynamic up to --prefill-chunk and the "
+                                  "cache holds --max-context tokens; validation generates "
+                                  "from its own prompts")
+
+
+def _unique(items: list[str]) -> list[str]:
+    return list(dict.fromkeys(items))
+

@@ -1,0 +1,105 @@
+"""The language model a text-generation build starts from, and what generation needs
+beside its weights: the tokenizer file, the special token ids, the generation config.
+
+    hf:PATH        a checkpoint folder (config.json, model.safetensors, tokenizer.json,
+                   generation_config.json); the model class is AutoModelForCausalLM
+    FILE.py:NAME   a factory returning a transformers causal LM (alone, or first in a
+                   tuple); its tokenizer from the folder it was loaded from, if any
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from exporter.errors import SpecError
+from exporter.model.hf_spec import HfOptions, load_pretrained
+from exporter.model.spec import ModelSpec, load_spec
+
+TOKENIZER_FILE = "tokenizer.json"
+MAX_CONTEXT_DEFAULT = 2048
+PREFILL_CHUNK_DEFAULT = 256
+
+
+@dataclass
+class LanguageModel:
+    source: str  # the spec as given
+    model: torch.nn.Module  # a transformers causal LM, float32, eval
+    origin_file: str | None
+    tokenizer: Path | None  # tokenizer.json, when there is one
+    token_ids: dict  # bos/eos/pad ids
+    generation_config: dict  # as generation_config.json holds it (for the manifest)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        """The default artifact's stem (the folder or the factory's name)."""
+        tail = Path(self.source.rsplit(":", 1)[-1].rstrip("/\\")).name
+        return "".join(c if c.isalnum() or c in "-_" else "_" for c in tail) or "model"
+
+    def context_bounds(self, max_context: int | None, prefill_chunk: int | None
+                       ) -> tuple[int, int]:
+        """(max_context, prefill_chunk), from the settings or the model's own limits."""
+        positions = getattr(self.model.config, "max_position_embeddings", None)
+        context = max_context or min(positions or MAX_CONTEXT_DEFAULT, MAX_CONTEXT_DEFAULT)
+        if positions and context > positions:
+            raise SpecError(f"--max-context {context} is over the model's {positions} "
+                            "positions", where=self.source,
+                            hint=f"give --max-context {positions} or less")
+        chunk = min(prefill_chunk or PREFILL_CHUNK_DEFAULT, context)
+        if chunk < 2:
+            raise SpecError("--prefill-chunk must leave room for 2 tokens", where=self.source,
+                            hint="give --prefill-chunk 2 or more")
+        return context, chunk
+
+
+def load_language_model(spec: str | torch.nn.Module, options: HfOptions) -> LanguageModel:
+    if isinstance(spec, torch.nn.Module):
+        return _described(f"python:{type(spec).__qualname__}", spec, None, [])
+    text = spec.strip()
+    if text.startswith("hf:"):
+        model, _, task, notes = load_pretrained(text, text[3:], options)
+        if task != "text-generation":
+            raise SpecError(f"--task {task} does not generate text", where=text,
+                            hint="build with --task text-generation")
+        return _described(text, model, Path(text[3:]).expanduser(), notes)
+    loaded: ModelSpec = load_spec(text, module_only=True)
+    return _described(text, loaded.module, None, loaded.notes, loaded.origin_file)
+
+
+def _described(source: str, model: torch.nn.Module, folder: Path | None, notes: list[str],
+               origin: str | None = None) -> LanguageModel:
+    config = getattr(model, "config", None)
+    if config is None or not hasattr(model, "generation_config") or not getattr(
+            type(model), "can_generate", lambda: False)():
+        raise SpecError(f"{type(model).__name__} is not a transformers causal language model",
+                        where=source, hint="--task text-generation takes a model built by "
+                        "AutoModelForCausalLM (or a factory returning one)")
+    model = model.float().eval()
+    if folder is None and getattr(model, "name_or_path", None):
+        candidate = Path(model.name_or_path)
+        folder = candidate if candidate.is_dir() else None
+    tokenizer = folder / TOKENIZER_FILE if folder and (folder / TOKENIZER_FILE).is_file() else None
+    if tokenizer is None:
+        notes = notes + ["no tokenizer.json beside the model: the artifact takes token ids, "
+                         "not text"]
+    generation = model.generation_config.to_dict()
+    ids = {key: _ids(generation.get(f"{key}_token_id", getattr(config, f"{key}_token_id", None)))
+           for key in ("bos", "eos", "pad")}
+    vocab = getattr(config, "vocab_size", None) or model.get_output_embeddings().weight.shape[0]
+    outside = {k: v for k, v in ids.items() if any(not 0 <= t < vocab for t in v)}
+    if outside:  # a random-weight config copied from elsewhere often keeps 32000/50256
+        notes = notes + [f"{k}_token_id {v} is outside the vocabulary of {vocab}: ignored"
+                         for k, v in outside.items()]
+        ids = {k: ([] if k in outside else v) for k, v in ids.items()}
+    return LanguageModel(source, model, origin, tokenizer, ids,
+                         json.loads(json.dumps(generation, default=str)), notes)
+
+
+def _ids(value) -> list[int]:
+    if value is None:
+        return []
+    return [int(v) for v in (value if isinstance(value, (list, tuple)) else [value])]

@@ -1,0 +1,118 @@
+"""Validation of a generating build is about generation (docs/architecture.md's policy,
+applied to prefill + decode): the staged artifact, loaded by the real runtime in its own
+process, generates greedily from several prompts while this process runs Hugging Face
+``generate`` on the same weights. Then:
+
+(a) fp32 builds: the artifact's tokens equal ``generate``'s, token for token; a divergence
+    is accepted only at a numerical tie (eager's own top-2 margin there is within eager
+    float32's error to float64), and recorded as such.
+(b) cache consistency: prefill of L tokens then one decode step gives the logits of a fresh
+    prefill over the L+1 tokens, and both match eager within the float tolerance.
+(c) fp16/bf16 and quantized builds: teacher-forced (on the artifact's own tokens) top-1
+    agreement and KL divergence against eager float32, a labelled gate.
+(d) on a failure: the first prompt and step that diverged, both tokens, and the largest
+    logit error there.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import torch
+
+from exporter.errors import ValidationFailedError
+from exporter.lm.gate import EagerLogits, GenerationGate, judge_case, summary_lines
+from exporter.lm.source import LanguageModel
+from exporter.settings import BuildSettings
+from exporter.validation.validate import ArtifactRun
+from runtime import scratch
+from runtime.archive_writer import write_artifact
+from runtime.manifest import Manifest
+
+log = logging.getLogger(__name__)
+
+PROMPTS = ("The quick brown fox jumps over the lazy dog because",
+           "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n",
+           "In 1905 Albert Einstein published four papers that changed physics: the "
+           "photoelectric effect, Brownian motion, special relativity and the equivalence "
+           "of mass and energy. Each of them")
+NEW_TOKENS = 64
+
+
+def validate_generation(out: Path, manifest: Manifest, files: dict, lm: LanguageModel,
+                        settings: BuildSettings, preload: list[str]) -> dict:
+    gate = GenerationGate.for_build(settings.dtype, settings.quantize)
+    prompts, new_tokens = generation_cases(lm, manifest.generation, settings.seed)
+    flat = {}
+    for index, prompt in enumerate(prompts):
+        flat[f"case{index}/prompt"] = torch.tensor(prompt, dtype=torch.int64)
+        flat[f"case{index}/new_tokens"] = torch.tensor([new_tokens], dtype=torch.int64)
+    staging = scratch.record(out.with_name(f".{out.name}.validating-{os.getpid()}"))
+    write_artifact(staging, manifest.to_dict(), files)
+    try:
+        run = ArtifactRun(staging, flat, command="generation-cases", preload=preload,
+                          timeout=settings.validation_timeout_s)
+        try:  # the references, while the artifact generates in its own process
+            references = [hf_greedy(lm.model, prompt, new_tokens) for prompt in prompts]
+            results = run.results()
+        finally:
+            run.close()
+    finally:
+        scratch.remove(staging)
+    eager = EagerLogits(lm.model)
+    rows = [judge_case(f"case{i}", eager, prompt, references[i],
+                       results[f"case{i}"], gate) for i, prompt in enumerate(prompts)]
+    record = gate.record(rows, new_tokens)
+    if not record["passed"]:
+        manifest.validation = record
+        raise ValidationFailedError(gate.failure(), record=record, where=str(out),
+                                    details=summary_lines(record),
+                                    hint="no artifact was written; the first divergence above "
+                                         "names the prompt, the step and the logit error")
+    return record
+
+
+def generation_cases(lm: LanguageModel, generation: dict, seed: int
+                     ) -> tuple[list[list[int]], int]:
+    """Prompts that reach every path: a one-token prompt (prefill through ``decode``), a
+    short one, and a long one that crosses a prefill chunk and, where there are sliding
+    layers, the window (so the ring wraps during prefill and during decode)."""
+    context, chunk = generation["max_context"], generation["prefill_chunk"]
+    windows = [layer["window"] for layer in generation["cache"]["layers"] if layer["window"]]
+    new_tokens = min(NEW_TOKENS, context // 2)
+    longest = context - new_tokens
+    long = min(longest, max(chunk + 7, max(windows, default=0) + 5))
+    lengths = [1, min(9, longest), long]
+    texts = _tokenized(lm)
+    vocab = lm.model.get_output_embeddings().weight.shape[0]
+    random = torch.Generator().manual_seed(seed)
+    prompts = []
+    for index, length in enumerate(lengths):
+        ids = texts[index % len(texts)] if texts else []
+        while len(ids) < length:  # text where there is a tokenizer, then random ids
+            ids = ids + torch.randint(0, vocab, (length - len(ids),), generator=random).tolist()
+        prompts.append(ids[:length])
+    return prompts, new_tokens
+
+
+def _tokenized(lm: LanguageModel) -> list[list[int]]:
+    if lm.tokenizer is None:
+        return []
+    from tokenizers import Tokenizer
+    tokenizer = Tokenizer.from_file(str(lm.tokenizer))
+    return [tokenizer.encode(text).ids for text in PROMPTS]
+
+
+def hf_greedy(model: torch.nn.Module, prompt: list[int], new_tokens: int) -> list[int]:
+    """Hugging Face ``generate``, greedy, exactly ``new_tokens`` (eos does not stop it and
+    is not masked: the artifact's raw greedy choice is what is compared)."""
+    from transformers import GenerationConfig
+    config = GenerationConfig(max_new_tokens=new_tokens, do_sample=False, eos_token_id=None,
+                              pad_token_id=0, bos_token_id=None)
+    device = next(model.parameters()).device
+    ids = torch.tensor([prompt], device=device)
+    with torch.no_grad():
+        out = model.generate(ids, generation_config=config, attention_mask=torch.ones_like(ids))
+    return out[0, len(prompt):].tolist()

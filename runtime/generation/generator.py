@@ -1,0 +1,175 @@
+"""Text generation over a generating artifact: prefill the prompt in chunks, then decode
+one token at a time, with the one KV cache the runtime owns (runtime/generation/cache.py).
+
+    program = runtime.load("llama-cpu.artifact")
+    result = program.generate("Once upon a time", max_new_tokens=64)
+    result.text, result.tokens, result.stats
+
+A prompt chunk of one token goes through ``decode`` (``prefill`` takes 2 or more).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import torch
+
+from runtime.errors import ArtifactError, UserInputError
+from runtime.generation.cache import KvCache
+from runtime.generation.layout import CacheLayout
+from runtime.generation.sampling import Sampler, Sampling
+from runtime.generation.tokenizer import Tokenizer
+
+INPUT_IDS, POSITIONS, LOGITS = "input_ids", "positions", "logits"
+
+
+@dataclass
+class GenerationResult:
+    prompt_tokens: list[int]
+    tokens: list[int]  # the new tokens only
+    text: str | None  # the new tokens as text, when the artifact has a tokenizer
+    stop_reason: str  # "eos", "stop_string", "max_new_tokens", "context_full"
+    stats: dict = field(default_factory=dict)  # seconds and tokens/s of each phase
+
+    def to_json(self) -> dict:
+        return {"prompt_tokens": len(self.prompt_tokens), "tokens": self.tokens,
+                "text": self.text, "stop_reason": self.stop_reason, "stats": self.stats}
+
+
+class Generator:
+    def __init__(self, program) -> None:
+        generation = program.manifest.generation
+        where = program.source
+        if generation is None or "decode" not in program.entry_points:
+            raise UserInputError("this artifact does not generate text (it was not built "
+                                 "with --task text-generation)", where=where,
+                                 hint="use program.run / `exporter run` for a plain forward")
+        try:
+            self.layout = CacheLayout.from_json(generation["cache"])
+            self.max_context = int(generation["max_context"])
+            self.prefill_chunk = int(generation["prefill_chunk"])
+            self.eos = frozenset(int(t) for t in generation.get("eos_token_ids") or [])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ArtifactError(f"the generation section is malformed ({exc})", where=where,
+                                hint="rebuild the artifact with `exporter build`") from exc
+        self.where = where
+        self.prefill, self.decode = program, program.entry_points["decode"]
+        self.device = _device_of(self.decode)
+        self.cache = KvCache(self.layout, self.device)
+        self._tokenizer_json = program.tokenizer_json
+        self._tokenizer: Tokenizer | None = None
+
+    @property
+    def tokenizer(self) -> Tokenizer:
+        if self._tokenizer is None:
+            self._tokenizer = Tokenizer(self._tokenizer_json, where=self.where)
+        return self._tokenizer
+
+    # ------------------------------------------------------------------ the two steps
+
+    def step(self, tokens: torch.Tensor, start: int) -> torch.Tensor:
+        """Run ``tokens`` (1-D) at positions ``start...``; returns their logits [T, vocab]
+        and stores their keys/values in the cache."""
+        count = tokens.shape[0]
+        positions = torch.arange(start, start + count, device=self.device)
+        program = self.decode if count == 1 else self.prefill
+        inputs = {INPUT_IDS: tokens.view(1, count).to(self.device), POSITIONS: positions,
+                  **self.cache.buffers}
+        out = program.run(inputs)
+        self.cache.write(positions, out)
+        return out[LOGITS][0]
+
+    def prefill_prompt(self, prompt: Sequence[int]) -> torch.Tensor:
+        """Feed the whole prompt in chunks of at most ``prefill_chunk``; its last logits."""
+        ids = torch.as_tensor(list(prompt), dtype=torch.long)
+        logits = None
+        for start in range(0, ids.shape[0], self.prefill_chunk):
+            logits = self.step(ids[start:start + self.prefill_chunk], start)
+        return logits[-1]
+
+    def forced_logits(self, prompt: Sequence[int], continuation: Sequence[int]) -> torch.Tensor:
+        """Teacher forcing: the logits [len(continuation), vocab] predicting each token of
+        ``continuation`` after the prompt, each decode step fed the given token."""
+        self._check_length(len(prompt), len(continuation))
+        rows = [self.prefill_prompt(prompt).float().cpu()]
+        position = len(prompt)
+        for token in continuation[:-1]:
+            rows.append(self.step(torch.tensor([token]), position)[-1].float().cpu())
+            position += 1
+        return torch.stack(rows)
+
+    # ------------------------------------------------------------------ generation
+
+    def generate(self, prompt: str | Sequence[int], max_new_tokens: int = 128, *,
+                 sampling: Sampling = Sampling(), stop: Sequence[str] = (),
+                 stop_at_eos: bool = True,
+                 stream: Callable[[int, str | None], None] | None = None) -> GenerationResult:
+        prompt_ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else [
+            int(t) for t in prompt]
+        if stop and self._tokenizer_json is None:
+            raise UserInputError("stop strings need the artifact's tokenizer, which this "
+                                 "artifact lacks", where=self.where, hint="stop on eos instead")
+        self._check_length(len(prompt_ids), 0)
+        if max_new_tokens < 0:
+            raise UserInputError(f"max_new_tokens is {max_new_tokens}", where=self.where,
+                                 hint="give 0 or more")
+        budget = min(max_new_tokens, self.max_context - len(prompt_ids))
+        sample = Sampler(sampling)
+        started = time.perf_counter()
+        logits = self.prefill_prompt(prompt_ids)
+        tokens: list[int] = []
+        first_at = None
+        text = "" if self._tokenizer_json is not None else None
+        reason = "max_new_tokens" if budget == max_new_tokens else "context_full"
+        while len(tokens) < budget:
+            token = sample(logits)
+            first_at = first_at or time.perf_counter()
+            if stop_at_eos and token in self.eos:
+                reason = "eos"
+                break
+            tokens.append(token)
+            piece = None
+            if text is not None:
+                text, piece = self._extend_text(tokens, text)
+            if stream is not None:
+                stream(token, piece)
+            if text is not None and any(s in text for s in stop):
+                text = text[:min(text.index(s) for s in stop if s in text)]
+                reason = "stop_string"
+                break
+            if len(tokens) < budget:
+                logits = self.step(torch.tensor([token]), len(prompt_ids) + len(tokens) - 1)[-1]
+        stats = _stats(started, first_at, time.perf_counter(), len(prompt_ids), len(tokens))
+        return GenerationResult(prompt_ids, tokens, text, reason, stats)
+
+    def _extend_text(self, tokens: list[int], text: str) -> tuple[str, str]:
+        """Decoding the whole continuation keeps multi-token characters whole."""
+        full = self.tokenizer.decode(tokens)
+        return full, full[len(text):]
+
+    def _check_length(self, prompt: int, extra: int) -> None:
+        if prompt < 1:
+            raise UserInputError("the prompt is empty", where=self.where,
+                                 hint="give at least one token")
+        if prompt + extra > self.max_context:
+            raise UserInputError(f"{prompt} prompt tokens (+{extra}) do not fit the artifact's "
+                                 f"context of {self.max_context} tokens", where=self.where,
+                                 hint="shorten the prompt, or rebuild with a larger "
+                                      "--max-context")
+
+
+def _device_of(program) -> torch.device:
+    """Where the cache lives: with the partitions that read it (cuda if any does)."""
+    devices = {p.device for p in program.manifest.partitions}
+    return torch.device("cuda" if "cuda" in devices else "cpu")
+
+
+def _stats(started: float, first_at: float | None, ended: float, prompt: int, new: int) -> dict:
+    ttft = (first_at or ended) - started
+    decode_s = ended - (first_at or ended)
+    return {"ttft_s": round(ttft, 6), "prefill_tokens_per_s": round(prompt / ttft, 2)
+            if ttft > 0 else None, "decode_s": round(decode_s, 6),
+            "decode_tokens_per_s": round((new - 1) / decode_s, 2)
+            if new > 1 and decode_s > 0 else None}

@@ -1,0 +1,101 @@
+"""The KV cache of a generating artifact: its layout, as the build fixed it.
+
+A generating artifact's two entry points (``prefill``, ``decode``) are pure functions:
+
+    (input_ids[1, T], positions[T], past_k_0, past_v_0, ...) -> (logits[1, T, V], k_0, v_0, ...)
+
+``past_*`` are the cache's current contents and ``k_i``/``v_i`` the keys and values of the
+T new tokens. The runtime owns one preallocated buffer per ``past_*`` input (``KvCache``)
+and writes the new entries into it after each step, so the cache is allocated once and
+never copied. A layer's buffer has ``slots`` rows: slot ``s`` holds the newest position
+``q < start`` with ``q % slots == s``. A full-attention layer has ``slots ==
+max_context`` (positions map to themselves); a sliding-window layer keeps only its window
+as a ring (``slots == window``), so a 4,096-token window costs 4,096 rows whatever the
+context, and no key inside the window is ever dropped. The graph masks slots by the
+position they hold, so the runtime never clears anything between prompts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+PAST_PREFIX = "past_"  # entry-point inputs past_k_0, past_v_0, ...; outputs k_0, v_0, ...
+
+
+@dataclass(frozen=True)
+class CacheLayer:
+    slots: int  # rows of this layer's buffers
+    window: int | None  # sliding window (keys with position > query - window); None: full
+    key_shape: tuple[int, int]  # (kv heads, key head dim)
+    value_shape: tuple[int, int]  # (kv heads, value head dim)
+
+    def to_json(self) -> dict:
+        return {"slots": self.slots, "window": self.window, "key_shape": list(self.key_shape),
+                "value_shape": list(self.value_shape)}
+
+    @classmethod
+    def from_json(cls, raw: Any) -> "CacheLayer":
+        window = raw.get("window")
+        return cls(slots=_positive(raw["slots"], "slots"),
+                   window=None if window is None else _positive(window, "window"),
+                   key_shape=_shape(raw["key_shape"], "key_shape"),
+                   value_shape=_shape(raw["value_shape"], "value_shape"))
+
+
+@dataclass(frozen=True)
+class CacheLayout:
+    batch: int
+    dtype: str  # torch/numpy dtype name of the buffers, e.g. "float16"
+    layers: tuple[CacheLayer, ...]
+
+    def names(self) -> list[tuple[str, str]]:
+        """(input name, output name) per buffer, in the entry points' order."""
+        pairs = []
+        for index in range(len(self.layers)):
+            pairs += [(f"{PAST_PREFIX}k_{index}", f"k_{index}"),
+                      (f"{PAST_PREFIX}v_{index}", f"v_{index}")]
+        return pairs
+
+    def shapes(self) -> list[tuple[int, ...]]:
+        """Each buffer's shape, in ``names()`` order: (batch, heads, slots, head dim)."""
+        shapes = []
+        for layer in self.layers:
+            for heads, dim in (layer.key_shape, layer.value_shape):
+                shapes.append((self.batch, heads, layer.slots, dim))
+        return shapes
+
+    def nbytes(self, itemsize: int) -> int:
+        total = 0
+        for shape in self.shapes():
+            count = 1
+            for size in shape:
+                count *= size
+            total += count * itemsize
+        return total
+
+    def to_json(self) -> dict:
+        return {"batch": self.batch, "dtype": self.dtype,
+                "layers": [layer.to_json() for layer in self.layers]}
+
+    @classmethod
+    def from_json(cls, raw: Any) -> "CacheLayout":
+        layers = raw["layers"]
+        if not isinstance(layers, list) or not layers:
+            raise ValueError("the cache layout has no layers")
+        if not isinstance(raw["dtype"], str):
+            raise TypeError("the cache layout's dtype must be a string")
+        return cls(batch=_positive(raw["batch"], "batch"), dtype=raw["dtype"],
+                   layers=tuple(CacheLayer.from_json(layer) for layer in layers))
+
+
+def _positive(value: Any, what: str) -> int:
+    if type(value) is not int or not 0 < value < 1 << 31:
+        raise ValueError(f"the cache layout's {what} must be a positive integer, not {value!r:.40}")
+    return value
+
+
+def _shape(value: Any, what: str) -> tuple[int, int]:
+    if not isinstance(value, list) or len(value) != 2:
+        raise ValueError(f"the cache layout's {what} must be [heads, head_dim]")
+    return (_positive(value[0], what), _positive(value[1], what))

@@ -1,0 +1,48 @@
+"""The artifact's own tokenizer: ``tokenizer.json``, read with the ``tokenizers`` package
+(an optional runtime extra: ``pip install 'edge-exporter[generate]'``). Token ids in and out
+need no tokenizer; text does."""
+
+from __future__ import annotations
+
+from runtime.errors import ArtifactError, CompatibilityError, UserInputError
+
+MAX_TOKENIZER_BYTES = 64 << 20
+
+
+def read_tokenizer(generation: dict, reader, *, where: str) -> str | None:
+    """The tokenizer's JSON text from its (hash-checked) entry, or None when the build had
+    no tokenizer."""
+    entry = generation.get("tokenizer")
+    if entry is None:
+        return None
+    if not isinstance(entry, str) or entry not in reader.names():
+        raise ArtifactError(f"the generation section names tokenizer {entry!r}, which is not "
+                            "an entry of the artifact", where=where,
+                            hint="rebuild the artifact with `exporter build`")
+    data = reader.read_bytes(entry)
+    if len(data) > MAX_TOKENIZER_BYTES:
+        raise ArtifactError(f"the tokenizer is {len(data)} bytes, over the "
+                            f"{MAX_TOKENIZER_BYTES} limit", where=where)
+    return data.decode("utf-8")
+
+
+class Tokenizer:
+    def __init__(self, json_text: str | None, *, where: str) -> None:
+        if json_text is None:
+            raise UserInputError("this artifact was built without a tokenizer, so it takes "
+                                 "token ids, not text", where=where,
+                                 hint="give token ids (--prompt-ids 1,2,3), or rebuild from a "
+                                      "checkpoint folder holding tokenizer.json")
+        try:
+            from tokenizers import Tokenizer as HfTokenizer
+        except ImportError:
+            raise CompatibilityError("text prompts need the 'tokenizers' package", where=where,
+                                     hint="pip install tokenizers (or the runtime's "
+                                          "'generate' extra); token ids work without it") from None
+        self._tokenizer = HfTokenizer.from_str(json_text)
+
+    def encode(self, text: str) -> list[int]:
+        return self._tokenizer.encode(text, add_special_tokens=True).ids
+
+    def decode(self, ids: list[int]) -> str:
+        return self._tokenizer.decode(ids, skip_special_tokens=True)
