@@ -26,6 +26,8 @@ from runtime.executors import create_executor
 from runtime.hostinfo import check_requirements
 from runtime.manifest import Manifest
 from runtime.program import Program
+from runtime.shared_weights import ENTRY as SHARED_ENTRY
+from runtime.shared_weights import SharedWeights
 
 __all__ = ["ArtifactError", "CompatibilityError", "ExecutionError", "InputMismatchError",
            "Limits", "Manifest", "Program", "ToolchainError", "UserInputError", "load",
@@ -69,7 +71,8 @@ def load(path: str | Path, *, limits: Limits = Limits(), cuda_graphs: bool = Tru
         # copy is removed when the reader closes. Only the partitions' own entries are
         # copied: an artifact padded with unused entries costs no disk.
         private_dir = reader.extract_private(_partition_entries(manifest, reader.names()))
-        programs = [_program(view, reader, private_dir, where, cuda_graphs=cuda_graphs,
+        shared = SharedWeights.from_manifest(manifest.shared_weights, private_dir, where=where)
+        programs = [_program(view, reader, private_dir, where, shared, cuda_graphs=cuda_graphs,
                              static_outputs=static_outputs, max_graphs=max_graphs,
                              arenas=arenas) for view in views]
         main = programs[0]
@@ -81,7 +84,8 @@ def load(path: str | Path, *, limits: Limits = Limits(), cuda_graphs: bool = Tru
     return main
 
 
-def _program(manifest: Manifest, reader: ArtifactReader, private_dir: Path, where: str, *,
+def _program(manifest: Manifest, reader: ArtifactReader, private_dir: Path, where: str,
+             shared: SharedWeights | None, *,
              cuda_graphs: bool, static_outputs: bool, max_graphs: int, arenas: bool
              ) -> Program:
     planned = (manifest.memory_plan or {}).get("arenas") or {} if arenas else {}
@@ -93,7 +97,7 @@ def _program(manifest: Manifest, reader: ArtifactReader, private_dir: Path, wher
         graphed = cuda_graphs and partition.device == "cuda"
         execute = create_executor(partition, private_dir, where=where,
                                   entries=set(reader.names()),
-                                  run_single_threaded=graphed,
+                                  run_single_threaded=graphed, shared=shared,
                                   arena=allocated.get(partition.device))
         if graphed:
             execute = GraphReplay(execute, partition.device, max_graphs, static_outputs)
@@ -103,4 +107,5 @@ def _program(manifest: Manifest, reader: ArtifactReader, private_dir: Path, wher
 
 def _partition_entries(manifest: Manifest, names: list[str]) -> list[str]:
     folders = tuple(f"partitions/{p.name}/" for p in manifest.all_partitions())
-    return [name for name in names if name.startswith(folders)]
+    return [name for name in names if name.startswith(folders)
+            or (manifest.shared_weights and name == SHARED_ENTRY)]

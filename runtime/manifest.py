@@ -201,6 +201,8 @@ class Manifest:
     # ids and the tokenizer's entry. Both empty for other artifacts.
     entry_points: dict[str, EntryPoint] = field(default_factory=dict)
     generation: dict | None = None
+    # The shared weight store (runtime/shared_weights.py): {"entry", "tensor_index"}.
+    shared_weights: dict | None = None
     entries: dict = field(default_factory=dict)  # filled by the archive writer; read-only here
 
     def to_dict(self) -> dict:
@@ -219,6 +221,7 @@ class Manifest:
             "build": self.build,
             **({"entry_points": {name: ep.to_json() for name, ep in self.entry_points.items()},
                 "generation": self.generation} if self.generation is not None else {}),
+            **({"shared_weights": self.shared_weights} if self.shared_weights else {}),
         }
 
     def entry_point(self, name: str) -> "Manifest":
@@ -253,6 +256,7 @@ class Manifest:
                 entry_points={_str(name, "an entry point's name"): EntryPoint.from_json(ep)
                               for name, ep in (raw.get("entry_points") or {}).items()},
                 generation=_optional_dict(raw.get("generation"), "generation"),
+                shared_weights=_optional_dict(raw.get("shared_weights"), "shared_weights"),
                 entries=dict(raw.get("entries") or {}),
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:

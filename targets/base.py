@@ -73,6 +73,10 @@ class LowerOptions:
     deterministic: bool = False
     partition: str | None = None  # the partition being lowered (names logs and errors)
     log_dir: Path | None = None  # where compiler logs go on failure (kept after the build)
+    # Weights stay out of the partition's files: the lowering returns them in
+    # ``Lowered.weights`` and the build stores them once for every partition that reads
+    # them (a generating artifact's prefill and decode share one copy).
+    shared_weights: bool = False
 
     @property
     def logs(self) -> Path:
@@ -89,6 +93,9 @@ class Lowered:
     notes: list[str] = field(default_factory=list)  # warnings for the user and the manifest
     # how long its steps took: measured, reported, never in the manifest (rebuilds match)
     seconds: dict[str, float] = field(default_factory=dict)
+    # With ``LowerOptions.shared_weights``: the tensors the partition reads, by the name its
+    # executor asks for them (runtime/shared_weights.py); empty otherwise.
+    weights: dict = field(default_factory=dict)
 
 
 # A bench baseline: (artifact's Program, flat inputs) -> a callable timed like the artifact.

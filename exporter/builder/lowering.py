@@ -107,8 +107,8 @@ def lower_with_fallback(prep: Prepared, settings: BuildSettings, work_dir: Path
                 raise
             reason = f"{prep.target.name} failed to compile it: {exc.what}"
             failed.update({name: reason for name in nodes})
-            log.warning("moving %d op(s) to the CPU fallback after a lowering failure: %s",
-                        len(nodes), ", ".join(nodes))
+            log.warning("moving %d op(s) to the CPU fallback after a lowering failure (%s): %s",
+                        len(nodes), exc.what, ", ".join(nodes))
             prep.placement = place(prep.program, prep.target, settings.min_partition_size,
                                    failed)
             prep.warnings.append(f"{len(nodes)} op(s) moved to the CPU fallback after "

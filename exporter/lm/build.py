@@ -23,6 +23,7 @@ from exporter.builder.pipeline import (BuildResult, available_target, check_outp
                                        manifest_for, preload_for, prepare_captured,
                                        stage_timer)
 from exporter.builder.prepared import Prepared
+from exporter.builder.shared_weights import share_weights
 from exporter.errors import UserInputError
 from exporter.lm.source import TOKENIZER_FILE, LanguageModel, load_language_model
 from exporter.lm.wrapper import ExportableCausalLM, probe_layout
@@ -57,8 +58,8 @@ def build_generating(spec: str | torch.nn.Module, settings: BuildSettings, *,
     reference = ModelSpec(lm.source, lm.model, (), {}, None, lm.origin_file, lm.notes)
     preps = {name: prepare_captured(target, reference, entry, out, settings, timed, f" {name}")
              for name, entry in entry_specs(lm, wrapper, layout, chunk).items()}
-    for plan in preps["decode"].placement.plans:  # one folder per partition in the artifact
-        plan.name = f"decode_{plan.name}"
+    for prep in preps.values():  # one copy of the weights for both entry points
+        prep.options = dataclasses.replace(prep.options, shared_weights=True)
     work_dir = scratch.make_dir("exporter-build-")
     try:
         lowered = {}
@@ -66,9 +67,15 @@ def build_generating(spec: str | torch.nn.Module, settings: BuildSettings, *,
             (work_dir / name).mkdir()
             with timed(f"lower {name} ({target.backend})"):
                 lowered[name] = lower_with_fallback(prep, settings, work_dir / name)
+        for plan, _ in lowered["decode"]:  # one folder per partition in the artifact
+            plan.name = f"decode_{plan.name}"
+        store, store_files = share_weights([low for pairs in lowered.values()
+                                            for _, low in pairs], work_dir)
         manifest = _manifest(preps, lowered, settings, lm, layout, context, chunk)
+        manifest.shared_weights = store or None
         files = {f"partitions/{plan.name}/{file}": path for pairs in lowered.values()
                  for plan, low in pairs for file, path in low.files.items()}
+        files.update(store_files)
         if lm.tokenizer is not None:
             files[TOKENIZER_ENTRY] = lm.tokenizer
         notes = [n for pairs in lowered.values() for _, low in pairs for n in low.notes]

@@ -12,9 +12,10 @@ from typing import Iterator
 import torch
 
 from runtime import scratch
-from runtime.errors import ExecutionError
+from runtime.errors import ArtifactError, ExecutionError
 from runtime.executors.meta import Entry, PartitionMeta
 from runtime.manifest import Partition
+from runtime.shared_weights import SharedWeights, missing_store
 
 
 @dataclass(frozen=True)
@@ -35,7 +36,8 @@ class AotiExecutor:
 
     @classmethod
     def load(cls, partition: Partition, meta: AotiMeta, files_dir: Path, *, where: str,
-             run_single_threaded: bool = False, **_: object) -> AotiExecutor:
+             run_single_threaded: bool = False, shared: SharedWeights | None = None,
+             **_: object) -> AotiExecutor:
         # torch's Python loader (aoti_load_package) first compares the package's CPU
         # ISA with this host's by compiling probe programs (6-10 compiler runs: 28-43 s
         # of a load on the GPU machine's cold cache) and then only warns. We load with
@@ -57,6 +59,8 @@ class AotiExecutor:
                 f"({type(exc).__name__}: {text.splitlines()[0] if text else ''})",
                 where=f"{where}: {meta.package}",
                 hint="check that this machine's torch matches the one in `exporter inspect`") from exc
+        if meta.shared_weights:
+            _load_shared(loader, partition, meta, shared, unpacked, where)
         # The loader's flat interface: our Program already flattened the inputs and
         # names the outputs, so the package's pytree specs (which may name model
         # classes that are not importable on the device) are never needed.
@@ -70,6 +74,24 @@ class AotiExecutor:
 
     def report(self) -> dict:
         return {}
+
+
+def _load_shared(loader, partition: Partition, meta: AotiMeta, shared: SharedWeights | None,
+                 unpacked: Path, where: str) -> None:
+    """A package compiled without its weights gets them from the shared store, as
+    user-managed constants: the package keeps pointers to the store's tensors, so every
+    package of the artifact reads one copy."""
+    if shared is None:
+        scratch.remove(unpacked)
+        raise missing_store(partition.name, where=where)
+    tensors = shared.tensors(meta.shared_weights, partition.device, partition=partition.name)
+    try:
+        loader.load_constants(tensors, False, True, True)  # active buffer, all of them, shared
+    except RuntimeError as exc:
+        scratch.remove(unpacked)
+        raise ArtifactError(f"partition '{partition.name}' does not accept the shared weights "
+                            f"({str(exc).strip().splitlines()[0][:200]})", where=where,
+                            hint="rebuild the artifact with `exporter build`") from exc
 
 
 @contextlib.contextmanager

@@ -52,7 +52,11 @@ class _Bad(Exception):
 
 @dataclasses.dataclass(frozen=True)
 class PartitionMeta:
-    """Base of every executor kind's metadata; it has no fields of its own."""
+    """Base of every executor kind's metadata. Its one field, keyword-only (so kinds keep
+    their own required fields), names the tensors the partition takes from the artifact's
+    shared weight store (runtime/shared_weights.py): {name the executor uses: store key}."""
+
+    shared_weights: dict[str, str] | None = dataclasses.field(default=None, kw_only=True)
 
     @classmethod
     def from_json(cls, raw: Any, *, where: str, partition: str | None = None) -> Self:

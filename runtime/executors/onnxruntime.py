@@ -24,6 +24,7 @@ from runtime.errors import ArtifactError, CompatibilityError, ExecutionError
 from runtime.executors.meta import Entry, PartitionMeta
 from runtime.executors.ort_binding import bound_runner
 from runtime.manifest import Partition
+from runtime.shared_weights import SharedWeights, missing_store
 
 log = logging.getLogger(__name__)
 
@@ -54,21 +55,25 @@ class OnnxRuntimeExecutor:
     # method: ``executor(inputs)`` works as for any class, and Program, which resolves
     # ``executor.__call__`` once, calls that function directly, without the method layer
     # (~45 ns a call, a percent of a 5 us model).
-    __slots__ = ("__call__", "session", "_report")
+    __slots__ = ("__call__", "session", "_report", "_weights")
     Meta = OnnxRuntimeMeta
     arena_slots = 0  # ORT allocates its own memory
 
-    def __init__(self, run, session, report: dict) -> None:
+    def __init__(self, run, session, report: dict, weights: dict | None = None) -> None:
         self.__call__ = run
         self.session = session  # for `exporter bench`: plain ORT on this very session
         self._report = report
+        # shared initializers: the session reads these OrtValues' buffers, not copies,
+        # so they live as long as the executor
+        self._weights = weights or {}
 
     def report(self) -> dict:
         return dict(self._report)
 
     @classmethod
     def load(cls, partition: Partition, meta: OnnxRuntimeMeta, files_dir: Path, *, where: str,
-             providers: list[str] | None = None, **_: object) -> OnnxRuntimeExecutor:
+             providers: list[str] | None = None, shared: SharedWeights | None = None,
+             **_: object) -> OnnxRuntimeExecutor:
         try:
             import onnxruntime as ort
         except ImportError:
@@ -96,8 +101,9 @@ class OnnxRuntimeExecutor:
         # Unavailable providers are dropped here, not by ORT (which would only warn).
         usable = [p for p in requested if p in available] or [CPU]
 
+        initializers = _shared_initializers(ort, partition, meta, shared, where)
         session, records, no_fallback = _open_session(ort, model, partition, usable, forbid,
-                                                      where)
+                                                      where, initializers)
         placement = _placement(session) if records else {}
         report = {"requested": requested, "available": available, "missing": missing,
                   "used": list(session.get_providers()), "disable_cpu_ep_fallback": no_fallback,
@@ -109,13 +115,34 @@ class OnnxRuntimeExecutor:
         if on_cpu and CPU not in requested and report["fallback"] == "warn":
             log.warning("partition '%s': %d node(s) fell back to %s", partition.name, on_cpu,
                         CPU)
-        return cls(_runner(ort, session, partition, where), session, report)
+        return cls(_runner(ort, session, partition, where), session, report, initializers)
+
+
+def _shared_initializers(ort, partition: Partition, meta: OnnxRuntimeMeta,
+                         shared: SharedWeights | None, where: str) -> dict:
+    """{name: OrtValue} over the shared store's CPU tensors (no copy): every session of the
+    artifact reads the same buffers (SessionOptions.add_external_initializers)."""
+    if not meta.shared_weights:
+        return {}
+    if shared is None:
+        raise missing_store(partition.name, where=where)
+    tensors = shared.tensors(meta.shared_weights, "cpu", partition=partition.name)
+    values = {}
+    for name, tensor in tensors.items():
+        if tensor.dtype == torch.bfloat16:  # numpy has no bfloat16
+            raise CompatibilityError(f"partition '{partition.name}' shares bfloat16 weights, "
+                                     "which ONNX Runtime cannot take through numpy",
+                                     where=where, hint="build onnx at fp32 or fp16")
+        values[name] = ort.OrtValue.ortvalue_from_numpy(tensor.numpy())
+    return values
 
 
 def _open_session(ort, model: Path, partition: Partition, usable: list[str], forbid: bool,
-                  where: str):
+                  where: str, initializers: dict | None = None):
     """(session, whether ORT records node placement, whether CPU fallback is disabled)."""
     options = ort.SessionOptions()
+    if initializers:  # used in place, not copied, and never looked for on disk
+        options.add_external_initializers(list(initializers), list(initializers.values()))
     # ORT refuses 'no CPU fallback' when the CPU provider is itself requested: the CPU
     # is then a chosen provider, not a fallback, so the setting has nothing to forbid.
     no_fallback = forbid and CPU not in usable

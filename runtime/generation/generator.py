@@ -57,7 +57,19 @@ class Generator:
         self.where = where
         self.prefill, self.decode = program, program.entry_points["decode"]
         self.device = _device_of(self.decode)
+        logits = next(t for t in program.manifest.signature.outputs if t.name == LOGITS)
+        self.vocab = logits.shape[-1].size
         self.cache = KvCache(self.layout, self.device)
+        # each entry point's inputs as a list in its own order (Program.run's fast path):
+        # the two token inputs first, then the cache buffers, which never change identity
+        self._buffers = {id(p): [self.cache.buffers[name] for name in p.input_names[2:]]
+                         for p in (self.prefill, self.decode)}
+        for p in (self.prefill, self.decode):
+            if p.input_names[:2] != [INPUT_IDS, POSITIONS] or set(p.input_names[2:]) != set(
+                    self.cache.buffers):
+                raise ArtifactError(f"the entry points' inputs ({', '.join(p.input_names)}) "
+                                    "do not match the cache layout", where=where,
+                                    hint="rebuild the artifact with `exporter build`")
         self._tokenizer_json = program.tokenizer_json
         self._tokenizer: Tokenizer | None = None
 
@@ -75,9 +87,8 @@ class Generator:
         count = tokens.shape[0]
         positions = torch.arange(start, start + count, device=self.device)
         program = self.decode if count == 1 else self.prefill
-        inputs = {INPUT_IDS: tokens.view(1, count).to(self.device), POSITIONS: positions,
-                  **self.cache.buffers}
-        out = program.run(inputs)
+        out = program.run([tokens.view(1, count).to(self.device), positions,
+                           *self._buffers[id(program)]])
         self.cache.write(positions, out)
         return out[LOGITS][0]
 
@@ -93,6 +104,7 @@ class Generator:
         """Teacher forcing: the logits [len(continuation), vocab] predicting each token of
         ``continuation`` after the prompt, each decode step fed the given token."""
         self._check_length(len(prompt), len(continuation))
+        self._check_tokens([*prompt, *continuation])
         rows = [self.prefill_prompt(prompt).float().cpu()]
         position = len(prompt)
         for token in continuation[:-1]:
@@ -112,6 +124,7 @@ class Generator:
             raise UserInputError("stop strings need the artifact's tokenizer, which this "
                                  "artifact lacks", where=self.where, hint="stop on eos instead")
         self._check_length(len(prompt_ids), 0)
+        self._check_tokens(prompt_ids)
         if max_new_tokens < 0:
             raise UserInputError(f"max_new_tokens is {max_new_tokens}", where=self.where,
                                  hint="give 0 or more")
@@ -148,6 +161,15 @@ class Generator:
         """Decoding the whole continuation keeps multi-token characters whole."""
         full = self.tokenizer.decode(tokens)
         return full, full[len(text):]
+
+    def _check_tokens(self, tokens: Sequence[int]) -> None:
+        """An id outside the vocabulary would index past the embedding table (a crash in
+        compiled code, not an error): refused here."""
+        bad = [t for t in tokens if not 0 <= t < self.vocab]
+        if bad:
+            raise UserInputError(f"{len(bad)} token id(s) outside the vocabulary of "
+                                 f"{self.vocab}: {', '.join(map(str, bad[:5]))}",
+                                 where=self.where, hint=f"ids go from 0 to {self.vocab - 1}")
 
     def _check_length(self, prompt: int, extra: int) -> None:
         if prompt < 1:

@@ -52,6 +52,21 @@ def _is_python_custom_op(op) -> bool:
     return is_custom_op(op) and op.name() in OPDEFS
 
 
+def package_tensors(package: Path, program: ExportedProgram) -> dict[str, torch.Tensor]:
+    """The tensors a package compiled without its constants asks for, by the names it asks
+    for them (its constant FQNs, which are the program's state_dict and constants keys;
+    Inductor inlines some, like a rotary table it computed from a buffer)."""
+    loader = torch._C._aoti.AOTIModelPackageLoader(str(package), "model", False, 1, -1)
+    wanted = set(loader.get_constant_fqns())
+    del loader
+    tensors = {**program.state_dict, **program.constants}
+    missing = sorted(wanted - set(tensors))
+    if missing:
+        raise LoweringError(f"the package asks for constants the program does not hold: "
+                            f"{', '.join(missing[:5])}", nodes=[], movable=False)
+    return {name: tensors[name].detach() for name in sorted(wanted)}
+
+
 def _jsonable(configs: dict) -> dict:
     return {k: list(v) if isinstance(v, tuple) else v for k, v in configs.items()}
 
@@ -108,6 +123,11 @@ class AOTInductorTarget(Target):
             configs["max_autotune"] = True
         if options.deterministic:
             configs["deterministic"] = True  # Inductor: no on-device benchmarking
+        if options.shared_weights:
+            # The weights stay out of the library, as the program's own tensors by name, so
+            # the runtime can hand one copy to several packages (load_constants,
+            # user_managed). Freezing would fold them into new, per-package constants.
+            configs.update({"freezing": False, "aot_inductor.package_constants_in_so": False})
         return configs
 
     def nondeterminism(self, options: LowerOptions) -> list[str]:
@@ -157,7 +177,9 @@ class AOTInductorTarget(Target):
         notes = [choose_cxx().note] if choose_cxx().switched else []
         return Lowered(files={PACKAGE_NAME: package}, meta=meta.to_json(),
                        requirements=self.requirements(options), notes=notes,
-                       seconds={"compile_seconds": round(seconds, 2)})
+                       seconds={"compile_seconds": round(seconds, 2)},
+                       weights=package_tensors(package, program) if options.shared_weights
+                       else {})
 
     def requirements(self, options: LowerOptions):
         return self.base_requirements()

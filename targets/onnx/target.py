@@ -41,6 +41,7 @@ from targets.base import (
 from targets.errors import LoweringError, TargetOptionError
 from targets.fusion import GRAPH_FUSIONS
 from targets.onnx import inside
+from targets.onnx.shared import externalize
 from targets.onnx.providers import provider_names
 from targets.onnx.quantize import RECIPES, quantize_model
 from targets.options import FallbackPolicy, TargetOptions
@@ -221,6 +222,9 @@ class OnnxTarget(Target):
             raise self._error("the ONNX checker rejected the exported model", exc, options,
                               program, where=str(path)) from exc
 
+        weights = {}
+        if options.shared_weights:  # after the checker, which reads every initializer
+            weights, external = externalize(path), []
         files = {MODEL_NAME: path, **{name: options.work_dir / name for name in external}}
         opset = next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
         meta = OnnxRuntimeMeta(
@@ -233,7 +237,7 @@ class OnnxTarget(Target):
         notes = [f"execution provider {p} is not available on this machine; the build's "
                  f"validation runs without it" for p in providers if p not in here]
         return Lowered(files=files, meta=meta, requirements=self.base_requirements(),
-                       notes=notes)
+                       notes=notes, weights=weights)
 
     def _export(self, program: ExportedProgram, options: LowerOptions):
         """torch.onnx with its defaults (opset, optimize=True). An ExportedProgram is taken

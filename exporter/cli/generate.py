@@ -1,0 +1,75 @@
+"""``exporter generate``: text from a generating artifact (``--task text-generation``)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from exporter.cli.common import DEBUG, JSON, QUIET, VERBOSE, app, guarded, print_json, say
+
+ARTIFACT = typer.Argument(..., help="artifact built with --task text-generation")
+
+
+@app.command()
+def generate(
+    artifact: Path = ARTIFACT,
+    prompt: Optional[str] = typer.Option(None, "--prompt", "-p", help="the prompt text "
+                                         "(tokenized with the artifact's own tokenizer)"),
+    prompt_ids: Optional[str] = typer.Option(None, "--prompt-ids", help="the prompt as token "
+                                             "ids, comma-separated (no tokenizer needed)"),
+    max_new_tokens: int = typer.Option(128, "--max-new-tokens", "-n", min=0,
+                                       help="stop after this many new tokens"),
+    temperature: float = typer.Option(0.0, "--temperature", min=0.0,
+                                      help="0: greedy; above 0: sample"),
+    top_k: Optional[int] = typer.Option(None, "--top-k", min=1, help="sample among the k "
+                                        "most likely tokens"),
+    top_p: Optional[float] = typer.Option(None, "--top-p", min=0.0, max=1.0,
+                                          help="sample from the smallest set with this mass"),
+    seed: Optional[int] = typer.Option(None, "--seed", help="seed of the sampling draws"),
+    stop: list[str] = typer.Option([], "--stop", help="stop when the text contains this "
+                                   "(repeatable)"),
+    ignore_eos: bool = typer.Option(False, "--ignore-eos", help="go on past end-of-sequence"),
+    no_cuda_graphs: bool = typer.Option(False, "--no-cuda-graphs",
+                                        help="decode without CUDA-graph replay"),
+    trusted_key: list[Path] = typer.Option([], "--trusted-key", help="require a signature by "
+                                           "this public key (repeatable)"),
+    as_json: bool = JSON, quiet: bool = QUIET, verbose: bool = VERBOSE, debug: bool = DEBUG,
+) -> None:
+    """Generate text: prefill the prompt, then decode token by token (streamed)."""
+    def action() -> int:
+        import runtime
+        from runtime.generation import parse_prompt
+        from runtime.generation.sampling import Sampling
+
+        tokens = parse_prompt(prompt, prompt_ids)
+        sampling = Sampling(temperature, top_k, top_p, seed)
+        program = runtime.load(artifact, cuda_graphs=not no_cuda_graphs,
+                               trusted_keys=trusted_key)
+        streaming = not as_json and not quiet
+        generated = program.generate(tokens, max_new_tokens, sampling=sampling, stop=stop,
+                                     stop_at_eos=not ignore_eos,
+                                     stream=_printer() if streaming else None)
+        if as_json:
+            print_json(generated.to_json())
+            return 0
+        if streaming:
+            sys.stdout.write("\n")
+        else:
+            print(generated.text if generated.text is not None else
+                  " ".join(map(str, generated.tokens)))
+        stats = generated.stats
+        say(f"{len(generated.tokens)} tokens ({generated.stop_reason}); prompt "
+            f"{len(generated.prompt_tokens)} tokens in {stats['ttft_s'] * 1000:.1f} ms; "
+            f"decode {stats['decode_tokens_per_s'] or '-'} tokens/s")
+        return 0
+    guarded(action, quiet=quiet, verbose=verbose, debug=debug, as_json=as_json)
+
+
+def _printer():
+    def stream(token: int, piece: str | None) -> None:
+        sys.stdout.write(piece if piece is not None else f"{token} ")
+        sys.stdout.flush()
+    return stream

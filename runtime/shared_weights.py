@@ -1,0 +1,63 @@
+"""The artifact's shared weight store: one safetensors entry holding every tensor that
+several partitions read (a generating artifact's prefill and decode share all of theirs).
+
+The build keys each tensor by its content (exporter/builder/shared_weights.py), so one
+weight compiled into two entry points, or a tied embedding and output head, is stored
+once. A partition's meta maps the names its executor uses to those keys
+(``PartitionMeta.shared_weights``); executors get the tensors from here, one copy per
+device for the whole artifact: a GPU holds each weight once, whatever reads it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from runtime.errors import ArtifactError
+from runtime.weights import load_checked
+
+ENTRY = "weights/shared.safetensors"
+_REBUILD = "rebuild the artifact with `exporter build`"
+
+
+class SharedWeights:
+    def __init__(self, path: Path, index: dict, *, where: str) -> None:
+        self._path, self._index, self._where = path, index, where
+        self._host: dict[str, torch.Tensor] | None = None
+        self._placed: dict[tuple[str, str], torch.Tensor] = {}
+
+    @classmethod
+    def from_manifest(cls, record: dict | None, private_dir: Path, *, where: str
+                      ) -> "SharedWeights | None":
+        if record is None:
+            return None
+        if not isinstance(record, dict) or record.get("entry") != ENTRY:
+            raise ArtifactError("the manifest's shared_weights record is malformed",
+                                where=where, hint=_REBUILD)
+        return cls(private_dir / ENTRY, record.get("tensor_index"), where=f"{where}: {ENTRY}")
+
+    def tensors(self, names: dict[str, str], device: str | torch.device, *, partition: str
+                ) -> dict[str, torch.Tensor]:
+        """{name the executor uses: tensor on ``device``} for one partition's mapping."""
+        if self._host is None:  # the header is checked against the manifest first
+            self._host = load_checked(self._path, self._index, "cpu", where=self._where)
+        unknown = sorted(key for key in names.values() if key not in self._host)
+        if unknown:
+            raise ArtifactError(f"partition '{partition}' reads {len(unknown)} tensor(s) the "
+                                f"shared store lacks: {', '.join(unknown[:4])}",
+                                where=self._where, hint=_REBUILD)
+        device = str(device)
+        placed = {}
+        for name, key in names.items():
+            tensor = self._placed.get((key, device))
+            if tensor is None:
+                tensor = self._host[key] if device == "cpu" else self._host[key].to(device)
+                self._placed[(key, device)] = tensor
+            placed[name] = tensor
+        return placed
+
+
+def missing_store(partition: str, *, where: str) -> ArtifactError:
+    return ArtifactError(f"partition '{partition}' reads shared weights, but the artifact has "
+                         "no shared weight store", where=where, hint=_REBUILD)
