@@ -13,8 +13,28 @@ from torch.utils._sympy.numbers import int_oo
 from torch.fx import Node
 
 
-def dynamic_shapes_for(inputs: list[Node], program: ExportedProgram) -> tuple:
-    """torch.export dynamic_shapes for the flat inputs, one Dim per symbol (bounds kept)."""
+def export_keeping_dims(module: torch.nn.Module, args: tuple, inputs: list[Node],
+                        program: ExportedProgram, *, nest: bool = False) -> ExportedProgram:
+    """``torch.export`` of ``module`` on ``args`` (the flat values of ``inputs``), with the
+    program's dynamic dims. Named ``Dim``s first; where export refuses them for a guard it
+    cannot prove, though every value satisfies it (SDPA's stride arithmetic asks
+    min(1024+16T, 2048+32T) == 1024+16T of a cached-attention graph), bounded
+    ``Dim.DYNAMIC`` hints, which accept such guards and still keep the bounds."""
+    for hints in (False, True):
+        shapes = dynamic_shapes_for(inputs, program, hints=hints)
+        try:
+            return torch.export.export(module, args, dynamic_shapes=(shapes,) if nest else shapes,
+                                       strict=False)
+        except torch._dynamo.exc.UserError as exc:
+            if hints or "Constraints violated" not in str(exc):
+                raise
+    raise AssertionError("unreachable")
+
+
+def dynamic_shapes_for(inputs: list[Node], program: ExportedProgram, *,
+                       hints: bool = False) -> tuple:
+    """torch.export dynamic_shapes for the flat inputs, one Dim per symbol (bounds kept);
+    ``hints``: bounded ``Dim.DYNAMIC`` per axis instead (see export_keeping_dims)."""
     dims: dict = {}
     shapes = []
     for node in inputs:
@@ -30,7 +50,9 @@ def dynamic_shapes_for(inputs: list[Node], program: ExportedProgram) -> tuple:
                     bounds = program.range_constraints[expr]
                     # unbounded (Dim("b") without max): torch's int_oo, which says is_finite
                     upper = None if bounds.upper == int_oo else int(bounds.upper)
-                    dims[expr] = Dim(f"d{len(dims)}", min=int(bounds.lower), max=upper)
+                    low = int(bounds.lower)
+                    dims[expr] = (Dim.DYNAMIC(min=low, max=upper) if hints else
+                                  Dim(f"d{len(dims)}", min=low, max=upper))
                 entry[axis] = dims[expr]
         shapes.append(entry or None)
     return tuple(shapes)

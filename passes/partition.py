@@ -26,7 +26,7 @@ from torch.fx import Graph, GraphModule, Node
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 
-from passes.dims import dynamic_shapes_for
+from passes.dims import export_keeping_dims
 from passes.rewrite import keep_source_meta
 from runtime.errors import ToolchainError
 
@@ -152,9 +152,7 @@ def materialize(program: ExportedProgram, plans: list[PlannedPartition],
         sub = _submodule(plan.nodes, outside_inputs, outputs, constants, program.graph_module)
         args = tuple(values[n] for n in outside_inputs)
         try:
-            plan.program = torch.export.export(
-                sub, args, dynamic_shapes=dynamic_shapes_for(outside_inputs, program),
-                strict=False)
+            plan.program = export_keeping_dims(sub, args, outside_inputs, program)
         except Exception as exc:  # noqa: BLE001 - torch.export raises many types
             first = (str(exc).strip().splitlines() or [""])[0][:300]
             raise PartitionError(

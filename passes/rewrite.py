@@ -15,7 +15,7 @@ import torch
 from torch.export import ExportedProgram
 
 from passes.base import PassResult
-from passes.dims import dynamic_shapes_for
+from passes.dims import export_keeping_dims
 from runtime.flat_inputs import FlatInputs, flatten_inputs
 
 
@@ -37,9 +37,8 @@ def recapture(module: torch.nn.Module, program: ExportedProgram) -> ExportedProg
     inputs = flatten_inputs(*program.example_inputs)
     user_inputs = [n for n in program.graph.nodes if n.op == "placeholder"
                    and n.name in program.graph_signature.user_inputs]
-    recaptured = torch.export.export(
-        _FlatCall(module, inputs), tuple(inputs.tensors),
-        dynamic_shapes=(dynamic_shapes_for(user_inputs, program),), strict=False)
+    recaptured = export_keeping_dims(_FlatCall(module, inputs), tuple(inputs.tensors),
+                                     user_inputs, program, nest=True)
     keep_source_meta(recaptured, module)
     return recaptured
 

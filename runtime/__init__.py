@@ -72,10 +72,17 @@ def load(path: str | Path, *, limits: Limits = Limits(), cuda_graphs: bool = Tru
         # copied: an artifact padded with unused entries costs no disk.
         private_dir = reader.extract_private(_partition_entries(manifest, reader.names()))
         shared = SharedWeights.from_manifest(manifest.shared_weights, private_dir, where=where)
-        programs = [_program(view, reader, private_dir, where, shared, cuda_graphs=cuda_graphs,
+        # A generating artifact's decode step is captured whole (runtime/generation/
+        # decode_graph.py), so its partitions are not captured one by one; prefill, whose
+        # length varies per prompt, runs without graphs.
+        generating = manifest.generation is not None
+        programs = [_program(view, reader, private_dir, where, shared,
+                             cuda_graphs=cuda_graphs and not generating,
+                             single_threaded=cuda_graphs and generating,
                              static_outputs=static_outputs, max_graphs=max_graphs,
                              arenas=arenas) for view in views]
         main = programs[0]
+        main.decode_graphs = cuda_graphs and generating
         main.entry_points = dict(zip(manifest.entry_points, programs[1:]))
         if manifest.generation is not None:
             from runtime.generation.tokenizer import read_tokenizer
@@ -85,9 +92,8 @@ def load(path: str | Path, *, limits: Limits = Limits(), cuda_graphs: bool = Tru
 
 
 def _program(manifest: Manifest, reader: ArtifactReader, private_dir: Path, where: str,
-             shared: SharedWeights | None, *,
-             cuda_graphs: bool, static_outputs: bool, max_graphs: int, arenas: bool
-             ) -> Program:
+             shared: SharedWeights | None, *, cuda_graphs: bool, single_threaded: bool,
+             static_outputs: bool, max_graphs: int, arenas: bool) -> Program:
     planned = (manifest.memory_plan or {}).get("arenas") or {} if arenas else {}
     if not isinstance(planned, dict):
         raise ArtifactError("the memory plan's arenas are not an object", where=where)
@@ -97,7 +103,8 @@ def _program(manifest: Manifest, reader: ArtifactReader, private_dir: Path, wher
         graphed = cuda_graphs and partition.device == "cuda"
         execute = create_executor(partition, private_dir, where=where,
                                   entries=set(reader.names()),
-                                  run_single_threaded=graphed, shared=shared,
+                                  run_single_threaded=graphed or single_threaded,
+                                  shared=shared,
                                   arena=allocated.get(partition.device))
         if graphed:
             execute = GraphReplay(execute, partition.device, max_graphs, static_outputs)

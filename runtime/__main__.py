@@ -87,6 +87,27 @@ def run_cases(artifact: str, cases_path: str, out_path: str, memory_path: str | 
         Path(memory_path).write_text(json.dumps(peak.record))
 
 
+def _generate(args) -> None:
+    from runtime.generation import parse_prompt
+    from runtime.generation.sampling import Sampling
+
+    prompt = parse_prompt(args.prompt, args.prompt_ids)
+    program = runtime.load(args.artifact, cuda_graphs=not args.no_cuda_graphs,
+                           trusted_keys=args.trusted_key)
+    stream = None if args.json else (lambda token, piece: print(
+        piece if piece is not None else token, end="" if piece is not None else " ", flush=True))
+    result = program.generate(prompt, args.max_new_tokens, stop=args.stop,
+                              sampling=Sampling(args.temperature, args.top_k, args.top_p,
+                                                args.seed),
+                              stop_at_eos=not args.ignore_eos, stream=stream)
+    if args.json:
+        print(json.dumps(result.to_json()))
+    else:
+        print()
+        print(f"{len(result.tokens)} tokens ({result.stop_reason}); "
+              f"decode {result.stats['decode_tokens_per_s'] or '-'} tokens/s", file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m runtime")
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
@@ -102,6 +123,24 @@ def main(argv: list[str] | None = None) -> int:
                      help="require a signature by this Ed25519 public key (PEM)")
     run.add_argument("--quiet", "-q", action="store_true", help="print only errors and outputs")
     run.add_argument("--verbose", "-v", action="store_true", help="debug logs of the runtime")
+    gen = sub.add_parser("generate", help="generate text (artifacts built with --task "
+                         "text-generation)")
+    gen.add_argument("artifact")
+    gen.add_argument("--prompt", help="prompt text (needs the 'tokenizers' package)")
+    gen.add_argument("--prompt-ids", help="prompt as comma-separated token ids")
+    gen.add_argument("--max-new-tokens", type=int, default=128)
+    gen.add_argument("--temperature", type=float, default=0.0)
+    gen.add_argument("--top-k", type=int)
+    gen.add_argument("--top-p", type=float)
+    gen.add_argument("--seed", type=int)
+    gen.add_argument("--stop", action="append", default=[])
+    gen.add_argument("--ignore-eos", action="store_true")
+    gen.add_argument("--no-cuda-graphs", action="store_true")
+    gen.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    gen.add_argument("--preload", action="append", default=[],
+                     help="FILE.py or module to import first (registers custom ops)")
+    gen.add_argument("--trusted-key", action="append", default=[],
+                     help="require a signature by this Ed25519 public key (PEM)")
     cases = sub.add_parser("run-cases", help="(internal) run many input sets, for validation")
     cases.add_argument("artifact")
     cases.add_argument("--cases", required=True)
@@ -134,6 +173,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{name}: {report}", file=sys.stderr)
             for name, tensor in outputs.items():
                 print(f"{name}: {str(tensor.dtype).removeprefix('torch.')}{list(tensor.shape)}")
+        elif args.command == "generate":
+            _generate(args)
         elif args.command == "generation-cases":
             from runtime.generation.check import run_generation_cases
             save_tensors(args.out, run_generation_cases(runtime.load(args.artifact), args.cases))

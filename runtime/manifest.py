@@ -163,12 +163,13 @@ class EntryPoint:
     memory_plan: dict | None = None
     placement: dict = field(default_factory=dict)
     coverage: list[dict] = field(default_factory=list)
+    passes: list[dict] = field(default_factory=list)
 
     def to_json(self) -> dict:
         return {"signature": self.signature.to_json(),
                 "partitions": [p.to_json() for p in self.partitions],
                 "memory_plan": self.memory_plan, "placement": self.placement,
-                "coverage": self.coverage}
+                "coverage": self.coverage, "passes": self.passes}
 
     @classmethod
     def from_json(cls, raw: dict) -> "EntryPoint":
@@ -177,7 +178,8 @@ class EntryPoint:
                                                                       "partitions")],
                    memory_plan=_optional_dict(raw.get("memory_plan"), "memory_plan"),
                    placement=dict(raw.get("placement") or {}),
-                   coverage=list(raw.get("coverage") or []))
+                   coverage=list(raw.get("coverage") or []),
+                   passes=list(raw.get("passes") or []))
 
 
 @dataclass
@@ -230,7 +232,7 @@ class Manifest:
         ep = self.entry_points[name]
         return replace(self, signature=ep.signature, partitions=list(ep.partitions),
                        memory_plan=ep.memory_plan, placement=ep.placement,
-                       coverage=ep.coverage, entry_points={})
+                       coverage=ep.coverage, passes=ep.passes, entry_points={})
 
     def all_partitions(self) -> list[Partition]:
         """Every partition of every entry point (their files, their backends)."""

@@ -30,6 +30,7 @@ class Program:
         # fills them in; ``generate`` drives them (runtime/generation/).
         self.entry_points: dict[str, Program] = {}
         self.tokenizer_json: str | None = None
+        self.decode_graphs = False  # the decode step replays as one CUDA graph (runtime.load)
         self._generator = None
         self._executors = list(executors)
         # A bound method: calling an object's __call__ costs ~45 ns more per run.
@@ -87,10 +88,7 @@ class Program:
         """Generate from a prompt (text, or token ids): see runtime/generation/generator.py
         for the options (sampling, stop strings, streaming). Artifacts built with
         ``--task text-generation`` only."""
-        if self._generator is None:
-            from runtime.generation.generator import Generator
-            self._generator = Generator(self)
-        return self._generator.generate(prompt, max_new_tokens, **options)
+        return self.generator.generate(prompt, max_new_tokens, **options)
 
     @property
     def generator(self) -> Any:

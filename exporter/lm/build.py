@@ -128,7 +128,7 @@ def _manifest(preps: dict[str, Prepared], lowered: dict, settings: BuildSettings
     decode = manifest_for(preps["decode"], settings, lowered["decode"])
     manifest.entry_points = {"decode": EntryPoint(decode.signature, decode.partitions,
                                                   decode.memory_plan, decode.placement,
-                                                  decode.coverage)}
+                                                  decode.coverage, decode.passes)}
     manifest.source = {"spec": lm.source, "model_class": type(lm.model).__qualname__,
                        "task": "text-generation"}
     manifest.generation = {

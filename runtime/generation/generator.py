@@ -72,6 +72,10 @@ class Generator:
                                     hint="rebuild the artifact with `exporter build`")
         self._tokenizer_json = program.tokenizer_json
         self._tokenizer: Tokenizer | None = None
+        self._graph = None
+        if self.device.type == "cuda" and program.decode_graphs:
+            from runtime.generation.decode_graph import DecodeGraph
+            self._graph = DecodeGraph(self, self.device)
 
     @property
     def tokenizer(self) -> Tokenizer:
@@ -85,10 +89,16 @@ class Generator:
         """Run ``tokens`` (1-D) at positions ``start...``; returns their logits [T, vocab]
         and stores their keys/values in the cache."""
         count = tokens.shape[0]
+        if count == 1 and self._graph is not None:
+            return self._graph(int(tokens[0]), start)
         positions = torch.arange(start, start + count, device=self.device)
+        return self.run_step(tokens.to(self.device), positions)
+
+    def run_step(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """The step on device tensors (what the decode graph captures)."""
+        count = tokens.shape[0]
         program = self.decode if count == 1 else self.prefill
-        out = program.run([tokens.view(1, count).to(self.device), positions,
-                           *self._buffers[id(program)]])
+        out = program.run([tokens.view(1, count), positions, *self._buffers[id(program)]])
         self.cache.write(positions, out)
         return out[LOGITS][0]
 

@@ -1,0 +1,77 @@
+"""Tiny causal LMs from configs (random weights, seeded) for the text-generation tests:
+one per family the generation export supports, and a checkpoint folder with a real
+byte-level BPE ``tokenizer.json`` trained here on a few sentences (nothing downloads).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+VOCAB = 384
+_COMMON = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+               num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
+CORPUS = ["the quick brown fox jumps over the lazy dog", "a model that leaves the notebook",
+          "def fibonacci(n): return n if n < 2 else fibonacci(n - 1) + fibonacci(n - 2)",
+          "in 1905 einstein published four papers", "hello world, hello device"] * 20
+
+
+def config(family: str, window: int = 12):
+    """A small config of ``family``; the sliding-window families get ``window``."""
+    import transformers as tf
+    heads16 = dict(head_dim=16)
+    return {
+        "llama": lambda: tf.LlamaConfig(**_COMMON),
+        "mistral": lambda: tf.MistralConfig(**_COMMON, sliding_window=window),
+        "qwen2": lambda: tf.Qwen2Config(**_COMMON),
+        "qwen3": lambda: tf.Qwen3Config(**_COMMON, **heads16),
+        "phi3": lambda: tf.Phi3Config(**_COMMON, pad_token_id=0),
+        "gemma": lambda: tf.GemmaConfig(**_COMMON, **heads16),
+        "gemma2": lambda: tf.Gemma2Config(**_COMMON, **heads16, sliding_window=window),
+        "gemma3": lambda: tf.Gemma3TextConfig(**_COMMON, **heads16, sliding_window=window,
+                                              sliding_window_pattern=2),
+        "gpt2": lambda: tf.GPT2Config(vocab_size=VOCAB, n_embd=64, n_layer=2, n_head=4,
+                                      n_positions=256),
+    }[family]()
+
+
+FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "phi3", "gemma", "gemma2", "gemma3", "gpt2")
+
+
+def model(family: str, window: int = 12, seed: int = 0) -> torch.nn.Module:
+    """Random weights, scaled up (std 0.2) so next-token logits are not near-ties."""
+    import transformers as tf
+    torch.manual_seed(seed)
+    lm = tf.AutoModelForCausalLM.from_config(config(family, window)).eval()
+    with torch.no_grad():
+        for p in lm.parameters():
+            if p.dim() > 1:
+                p.normal_(0.0, 0.2)
+    return lm
+
+
+def checkpoint(folder: Path, family: str = "gemma3", window: int = 12) -> Path:
+    """save_pretrained + tokenizer.json (byte-level BPE, VOCAB tokens, bos/eos set)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    lm = model(family, window)
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=VOCAB, special_tokens=["<pad>", "<s>", "</s>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tokenizer.train_from_iterator(CORPUS, trainer)
+    tokenizer.post_processor = processors.TemplateProcessing(single="<s> $A",
+                                                             special_tokens=[("<s>", 1)])
+    lm.config.bos_token_id, lm.config.eos_token_id, lm.config.pad_token_id = 1, 2, 0
+    lm.generation_config.bos_token_id, lm.generation_config.eos_token_id = 1, 2
+    lm.generation_config.pad_token_id = 0
+    folder.mkdir(parents=True, exist_ok=True)
+    lm.save_pretrained(folder)
+    tokenizer.save(str(folder / "tokenizer.json"))
+    return folder
+
+
+def factory():
+    """A FILE.py:NAME spec: a transformers causal LM returned alone."""
+    return model("llama")

@@ -1,0 +1,186 @@
+"""Text generation (--task text-generation): the cache contract per family (eager), one
+generating ONNX artifact end to end (build, validation, generate from Python and both
+CLIs, bad inputs), and the generation gate's divergence report."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import exporter
+import runtime
+from exporter.lm.wrapper import ExportableCausalLM, probe_layout
+from runtime.generation.cache import KvCache
+from runtime.generation.sampling import Sampling
+from tests.conftest import ROOT
+from tests.models import tiny_lm
+
+pytest.importorskip("transformers")
+
+
+@pytest.mark.parametrize("family", tiny_lm.FAMILIES)
+def test_cache_contract_matches_hf_generate(family):
+    """Prefill in chunks of 8 then decode with the runtime's cache gives Hugging Face's
+    greedy tokens: full layers, rings (prompt and generation cross the window of 12),
+    mixed layers, GQA, GPT-2's absolute positions."""
+    model = tiny_lm.model(family)
+    prompt = torch.randint(3, tiny_lm.VOCAB, (1, 21), generator=torch.Generator().manual_seed(1))
+    from exporter.lm.validate import hf_greedy
+    reference = hf_greedy(model, prompt[0].tolist(), 24)
+    layout = probe_layout(model, 64, torch.float32)
+    wrapper, cache = ExportableCausalLM(model, layout), KvCache(layout, "cpu")
+    past = {name.removeprefix("past_"): buffer for name, buffer in cache.buffers.items()}
+    tokens, position, ids = [], 0, prompt[0]
+    with torch.no_grad():
+        while position < len(ids):
+            chunk = ids[position:position + 8]
+            positions = torch.arange(position, position + len(chunk))
+            out = wrapper(chunk[None], positions, past)
+            cache.write(positions, out)
+            position += len(chunk)
+        for _ in range(24):
+            tokens.append(int(out["logits"][0, -1].argmax()))
+            positions = torch.tensor([position])
+            out = wrapper(torch.tensor([[tokens[-1]]]), positions, past)
+            cache.write(positions, out)
+            position += 1
+    print(family, [layer.window for layer in layout.layers], tokens[:8])
+    assert tokens == reference
+
+
+@pytest.fixture(scope="module")
+def onnx_lm(tmp_path_factory):
+    """Gemma-3-style (sliding window 12 and full layers), with a tokenizer: onnx."""
+    folder = tiny_lm.checkpoint(tmp_path_factory.mktemp("lm") / "tiny-gemma3")
+    out = folder.parent / "tiny-gemma3-onnx.artifact"
+    built = exporter.build(f"hf:{folder}", task="text-generation", target="onnx",
+                           max_context=64, prefill_chunk=16, out=out)
+    return built, runtime.load(out)
+
+
+def test_validation_generates_like_hugging_face(onnx_lm):
+    built, program = onnx_lm
+    record = built.manifest.validation
+    print(json.dumps({k: record[k] for k in ("passed", "cases", "tokens_identical",
+                                             "top1_agreement", "mean_kl")}))
+    assert record["passed"] and record["kind"] == "generation"
+    assert record["tokens_identical"] and record["cases"] == 3
+    lengths = [row["prompt_tokens"] for row in record["outputs"]]
+    assert lengths[0] == 1 and max(lengths) > 16  # decode-only prompt; chunked prefill
+    for row in record["outputs"]:
+        assert row["cache_consistency"]["passed"], row["cache_consistency"]
+        assert row["cache_consistency"]["decode_vs_prefill_max_abs_err"] < 1e-4
+
+
+def test_one_artifact_two_entry_points_one_copy_of_the_weights(onnx_lm):
+    built, program = onnx_lm
+    manifest = runtime.read_manifest(built.artifact)
+    assert list(manifest.entry_points) == ["decode"]
+    params = sum(p.numel() * 4 for p in tiny_lm.model("gemma3").parameters())
+    store = manifest.shared_weights["bytes"]
+    inline = _inline_weight_bytes(built.artifact)
+    print("params", params, "store", store, "inline in the onnx models", inline)
+    assert params * 0.95 <= store <= params * 1.05  # every weight once, tied ones once
+    assert len(inline) == 2 and sum(inline.values()) < params * 0.01
+    generation = manifest.generation
+    assert generation["max_context"] == 64 and generation["prefill_chunk"] == 16
+    assert generation["eos_token_ids"] == [2] and generation["tokenizer"]
+
+
+def _inline_weight_bytes(artifact) -> dict[str, int]:
+    import zipfile
+
+    import onnx
+    sizes = {}
+    with zipfile.ZipFile(artifact) as archive:
+        for name in archive.namelist():
+            if name.endswith(".onnx"):
+                model = onnx.ModelProto()
+                model.ParseFromString(archive.read(name))
+                sizes[name] = sum(len(i.raw_data) for i in model.graph.initializer)
+    return sizes
+
+
+def test_generate_text_stream_stop_and_sampling(onnx_lm):
+    _, program = onnx_lm
+    pieces = []
+    result = program.generate("hello world", 12, stop_at_eos=False,
+                              stream=lambda token, piece: pieces.append(piece))
+    assert isinstance(result.text, str) and len(result.tokens) == 12
+    assert "".join(pieces) == result.text and result.prompt_tokens[0] == 1  # bos added
+    stop = result.text[len(result.text) // 2:][:3]
+    stopped = program.generate("hello world", 12, stop=[stop], stop_at_eos=False)
+    assert stopped.stop_reason == "stop_string" and stop not in stopped.text
+    seeded = [program.generate("hello", 8, sampling=Sampling(0.9, 40, 0.95, seed=7),
+                               stop_at_eos=False).tokens for _ in range(2)]
+    assert seeded[0] == seeded[1]
+    full = program.generate([1] * 60, 20, stop_at_eos=False)
+    assert full.stop_reason == "context_full" and len(full.tokens) == 4
+
+
+def test_cli_generate(onnx_lm, cli):
+    built, program = onnx_lm
+    expected = program.generate([1, 5, 9], 6, stop_at_eos=False).tokens
+    done = cli("generate", str(built.artifact), "--prompt-ids", "1,5,9", "-n", "6",
+               "--ignore-eos", "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["tokens"] == expected
+    device = subprocess.run([sys.executable, "-m", "runtime", "generate", str(built.artifact),
+                             "--prompt-ids", "1,5,9", "--max-new-tokens", "6", "--ignore-eos",
+                             "--json"], capture_output=True, text=True, cwd=ROOT)
+    assert device.returncode == 0, device.stderr
+    assert json.loads(device.stdout)["tokens"] == expected
+
+
+@pytest.mark.parametrize("args, said", [
+    (["--prompt-ids", "1,999"], "outside the vocabulary of 384"),
+    (["--prompt-ids", ",".join(["5"] * 65)], "do not fit the artifact's context of 64"),
+    (["--prompt", "hi", "--prompt-ids", "1"], "one of them"),
+    (["--prompt-ids", "1,x"], "is not a list of integers"),
+    (["--prompt-ids", "1", "--top-p", "0"], "top_p"),
+])
+def test_generate_bad_input_is_exit_2(onnx_lm, cli, args, said):
+    built, _ = onnx_lm
+    done = cli("generate", str(built.artifact), *args)
+    assert done.returncode == 2, done.stderr
+    assert said in done.stderr and "Traceback" not in done.stderr
+
+
+def test_generate_refuses_a_plain_artifact(cli, tmp_path):
+    out = tmp_path / "mlp.artifact"
+    assert cli("build", "zoo:mlp", "--target", "onnx", "--out", str(out), "-q").returncode == 0
+    done = cli("generate", str(out), "--prompt-ids", "1")
+    assert done.returncode == 2 and "--task text-generation" in done.stderr
+
+
+def test_gate_names_the_first_divergence():
+    """fp32: tokens that differ where eager is not at a tie fail, naming prompt, step,
+    both tokens and the logit error there (exporter/lm/gate.py on made-up results)."""
+    from exporter.lm.gate import GenerationGate, judge_case, summary_lines
+
+    vocab, count = 16, 4
+    eager_logits = torch.randn(count, vocab, generator=torch.Generator().manual_seed(0),
+                               dtype=torch.float64) * 3
+
+    class Eager:  # stands in for the model's full forward (our own function under test)
+        def at(self, sequence, start, n, *, float64=False):
+            return eager_logits[:n]
+
+    reference = eager_logits.argmax(-1).tolist()
+    got_logits = eager_logits.clone().float()
+    got_logits[2, 0] = 50.0  # step 2 picks token 0
+    tokens = got_logits.argmax(-1).tolist()
+    gate = GenerationGate.for_build("fp32", None)
+    row = judge_case("case0", Eager(), [1, 2], reference,
+                     {"tokens": torch.tensor(tokens), "logits": got_logits,
+                      "consistency": got_logits[1]}, gate)
+    record = gate.record([row], count)
+    lines = summary_lines(record)
+    print("\n".join(lines))
+    assert not record["passed"]
+    assert record["first_divergence"]["step"] == 2 and not record["first_divergence"]["tie"]
+    assert "case0 step 2" in lines[1] and "artifact token 0" in lines[1]
