@@ -26,7 +26,6 @@ from runtime.executors import create_executor
 from runtime.hostinfo import check_requirements
 from runtime.manifest import Manifest
 from runtime.program import Program
-from runtime.shared_weights import ENTRY as SHARED_ENTRY
 from runtime.shared_weights import SharedWeights
 
 __all__ = ["ArtifactError", "CompatibilityError", "ExecutionError", "InputMismatchError",
@@ -114,5 +113,5 @@ def _program(manifest: Manifest, reader: ArtifactReader, private_dir: Path, wher
 
 def _partition_entries(manifest: Manifest, names: list[str]) -> list[str]:
     folders = tuple(f"partitions/{p.name}/" for p in manifest.all_partitions())
-    return [name for name in names if name.startswith(folders)
-            or (manifest.shared_weights and name == SHARED_ENTRY)]
+    store = set(SharedWeights.entries(manifest.shared_weights))
+    return [name for name in names if name.startswith(folders) or name in store]

@@ -203,7 +203,8 @@ class Manifest:
     # ids and the tokenizer's entry. Both empty for other artifacts.
     entry_points: dict[str, EntryPoint] = field(default_factory=dict)
     generation: dict | None = None
-    # The shared weight store (runtime/shared_weights.py): {"entry", "tensor_index"}.
+    # The shared weight store (runtime/shared_weights.py): {"entries": {entry: its
+    # safetensors index}, "bytes": total}.
     shared_weights: dict | None = None
     entries: dict = field(default_factory=dict)  # filled by the archive writer; read-only here
 

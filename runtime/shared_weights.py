@@ -1,5 +1,5 @@
-"""The artifact's shared weight store: one safetensors entry holding every tensor that
-several partitions read (a generating artifact's prefill and decode share all of theirs).
+"""The artifact's shared weight store: safetensors entries (shards of at most 1 GiB)
+holding every tensor that several partitions read (a generating artifact's prefill and decode share all of theirs).
 
 The build keys each tensor by its content (exporter/builder/shared_weights.py), so one
 weight compiled into two entry points, or a tied embedding and output head, is stored
@@ -17,13 +17,18 @@ import torch
 from runtime.errors import ArtifactError
 from runtime.weights import load_checked
 
-ENTRY = "weights/shared.safetensors"
+PREFIX = "weights/shared-"
+SHARD_BYTES = 1 << 30  # an entry stays well under runtime.archive.Limits.max_entry_bytes
 _REBUILD = "rebuild the artifact with `exporter build`"
 
 
+def shard_entry(number: int) -> str:
+    return f"{PREFIX}{number:05d}.safetensors"
+
+
 class SharedWeights:
-    def __init__(self, path: Path, index: dict, *, where: str) -> None:
-        self._path, self._index, self._where = path, index, where
+    def __init__(self, private_dir: Path, indexes: dict[str, dict], *, where: str) -> None:
+        self._dir, self._indexes, self._where = private_dir, indexes, where
         self._host: dict[str, torch.Tensor] | None = None
         self._placed: dict[tuple[str, str], torch.Tensor] = {}
 
@@ -32,16 +37,27 @@ class SharedWeights:
                       ) -> "SharedWeights | None":
         if record is None:
             return None
-        if not isinstance(record, dict) or record.get("entry") != ENTRY:
+        indexes = record.get("entries") if isinstance(record, dict) else None
+        if not isinstance(indexes, dict) or not indexes or not all(
+                name == shard_entry(n) for n, name in enumerate(sorted(indexes), start=1)):
             raise ArtifactError("the manifest's shared_weights record is malformed",
                                 where=where, hint=_REBUILD)
-        return cls(private_dir / ENTRY, record.get("tensor_index"), where=f"{where}: {ENTRY}")
+        return cls(private_dir, indexes, where=where)
+
+    @staticmethod
+    def entries(record: dict | None) -> list[str]:
+        """The artifact entries of the store (what the loader extracts)."""
+        indexes = record.get("entries") if isinstance(record, dict) else None
+        return sorted(indexes) if isinstance(indexes, dict) else []
 
     def tensors(self, names: dict[str, str], device: str | torch.device, *, partition: str
                 ) -> dict[str, torch.Tensor]:
         """{name the executor uses: tensor on ``device``} for one partition's mapping."""
-        if self._host is None:  # the header is checked against the manifest first
-            self._host = load_checked(self._path, self._index, "cpu", where=self._where)
+        if self._host is None:  # each shard's header is checked against the manifest first
+            self._host = {}
+            for entry, index in sorted(self._indexes.items()):
+                self._host.update(load_checked(self._dir / entry, index, "cpu",
+                                               where=f"{self._where}: {entry}"))
         unknown = sorted(key for key in names.values() if key not in self._host)
         if unknown:
             raise ArtifactError(f"partition '{partition}' reads {len(unknown)} tensor(s) the "

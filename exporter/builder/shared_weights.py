@@ -3,7 +3,7 @@
 Lowerings built with ``LowerOptions.shared_weights`` return their tensors instead of
 packaging them; here each tensor is keyed by its content (dtype, shape and bytes), so
 the same weight lowered for two entry points, or a tied input embedding and output head,
-is one entry of ``weights/shared.safetensors``. Each partition's meta then maps the names
+is one tensor of ``weights/shared-NNNNN.safetensors`` (shards of at most 1 GiB). Each partition's meta then maps the names
 its executor uses to those keys.
 """
 
@@ -15,8 +15,8 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-from runtime.shared_weights import ENTRY
-from runtime.weights import INDEX_KEY, read_index
+from runtime.shared_weights import SHARD_BYTES, shard_entry
+from runtime.weights import read_index
 from targets import Lowered
 
 
@@ -36,10 +36,29 @@ def share_weights(lowered: list[Lowered], work_dir: Path) -> tuple[dict, dict[st
         low.weights = {}
     if not store:
         return {}, {}
-    path = work_dir / "shared.safetensors"
-    save_file(dict(sorted(store.items())), str(path))
-    return {"entry": ENTRY, INDEX_KEY: read_index(path),
-            "bytes": sum(t.numel() * t.element_size() for t in store.values())}, {ENTRY: path}
+    files, indexes = {}, {}
+    for number, shard in enumerate(_shards(store), start=1):
+        entry = shard_entry(number)
+        path = work_dir / entry.rsplit("/", 1)[-1]
+        save_file(shard, str(path))
+        files[entry], indexes[entry] = path, read_index(path)
+    return {"entries": indexes,
+            "bytes": sum(t.numel() * t.element_size() for t in store.values())}, files
+
+
+def _shards(store: dict[str, torch.Tensor]) -> list[dict[str, torch.Tensor]]:
+    """Consecutive runs of the sorted keys, each at most SHARD_BYTES (a bigger tensor is
+    a shard alone): an artifact entry stays under the loader's per-entry limit."""
+    shards: list[dict[str, torch.Tensor]] = [{}]
+    size = 0
+    for key, tensor in sorted(store.items()):
+        nbytes = tensor.numel() * tensor.element_size()
+        if shards[-1] and size + nbytes > SHARD_BYTES:
+            shards.append({})
+            size = 0
+        shards[-1][key] = tensor
+        size += nbytes
+    return shards
 
 
 def content_key(tensor: torch.Tensor) -> str:

@@ -103,11 +103,16 @@ def _crash_error(returncode: int, stdout: str, stderr: str, artifact: Path) -> B
         how = f"was killed by {signal.Signals(-returncode).name}"
     else:
         how = f"exited with status {returncode}"
+    # The runtime's own exit codes (runtime.errors): it refused the artifact or its
+    # inputs (2), or an executor failed (3); anything else is a crash.
+    refused = {2: "the runtime refused the artifact (its error is above); ",
+               3: "a backend failed running it (its error is above); "}.get(returncode)
     return BuildError(
         f"loading and running the artifact in the validation process failed: it {how}",
         where=str(artifact), details=tail,
-        hint="a crash on load often means a compiler/ABI problem (`exporter targets`); "
-             "run with --debug, or --keep-failed to keep the artifact for inspection")
+        hint=(refused or "a crash on load often means a compiler/ABI problem (`exporter "
+              "targets`); ") + "run with --debug, or --keep-failed to keep the artifact for "
+                               "inspection")
 
 
 class EagerRunner:

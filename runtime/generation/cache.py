@@ -31,10 +31,13 @@ class KvCache:
 
     def write(self, positions: torch.Tensor, new: dict[str, torch.Tensor]) -> None:
         """Store the rows of ``positions`` (the step's, in order) from the step's outputs."""
+        count = positions.shape[0]
+        slots_of = {}  # one index tensor per ring size, not per buffer (a kernel each)
+        for slots in {slots for _, _, slots in self._writes}:
+            kept = positions[-slots:] if count > slots else positions
+            slots_of[slots] = torch.remainder(kept, slots)
         for name, buffer, slots in self._writes:
             rows = new[name]
-            if rows.shape[2] > slots:  # a chunk longer than a ring: its last rows survive
-                rows, where = rows[:, :, -slots:], positions[-slots:]
-            else:
-                where = positions
-            buffer.index_copy_(2, torch.remainder(where, slots), rows.to(buffer.dtype))
+            if count > slots:  # a chunk longer than a ring: its last rows survive
+                rows = rows[:, :, -slots:]
+            buffer.index_copy_(2, slots_of[slots], rows.to(buffer.dtype))

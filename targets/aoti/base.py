@@ -19,6 +19,7 @@ from torch.export import ExportedProgram
 from torch.fx import Node
 
 from passes.base import Pass
+from passes.merge_linears import MergeParallelLinears
 from passes.ops import is_custom_op
 from runtime.executors.aoti import AotiMeta
 from targets.base import (
@@ -107,8 +108,10 @@ class AOTInductorTarget(Target):
         return Availability(choice.compiler is not None, choice.note)
 
     def default_passes(self, options: LowerOptions) -> list[Pass]:
-        # no fusion passes: Inductor folds, matches attention and fuses on its own
-        return pipeline(options, self.quantize_pass(options))
+        # Inductor folds batch norm, matches attention and fuses pointwise ops on its own;
+        # it does not merge matmuls that read one input. Merged, a decoder's q/k/v and
+        # gate/up projections are 2 GEMMs instead of 5 (bench/RESULTS.md, "decode step").
+        return pipeline(options, self.quantize_pass(options), fusions=(MergeParallelLinears,))
 
     def inductor_configs(self, options: LowerOptions) -> dict:
         """Freezing folds weights into constants and lets Inductor prepack them
