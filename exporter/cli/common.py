@@ -47,10 +47,17 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
 
 def _console(stderr: bool) -> Console:
     """In a terminal rich wraps text at word boundaries to its width; into a pipe or a
-    file it would hard-wrap at 80 columns mid-sentence, so there lines stay whole."""
+    file it would hard-wrap at 80 columns mid-sentence, so there lines stay whole, and a
+    table row stays one line at its natural width (`exporter targets | grep onnx` finds
+    the whole row; nothing is cut with "…") unless COLUMNS asks for a width."""
     console = Console(stderr=stderr)
     console.soft_wrap = not console.is_terminal
+    if not console.is_terminal and not os.environ.get("COLUMNS", "").isdigit():
+        console.width = _PIPE_WIDTH
     return console
+
+
+_PIPE_WIDTH = 1000  # wider than any row: tables take only the width their cells need
 
 
 err_console = _console(stderr=True)
