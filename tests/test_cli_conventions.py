@@ -120,3 +120,15 @@ def test_artifact_and_program_print_one_useful_line(onnx_mlp):
     artifact = repr(BuildResult(onnx_mlp, runtime.read_manifest(onnx_mlp)))
     assert "validation=passed" in artifact and "outputs=[output: float32[" in artifact
     assert len(artifact) < 300  # not the whole manifest
+
+
+def test_a_reader_that_goes_away_stops_the_command_quietly():
+    """`exporter doctor | head -0`: no 'sys.exit' error blamed on a model, no traceback."""
+    _record(["exporter", "doctor", "|", "head", "-0"])
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-m", "exporter", "doctor"], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc.stdout.close()  # before the command has written anything (its imports take seconds)
+    stderr = proc.stderr.read()
+    assert proc.wait(timeout=300) == 141, stderr
+    assert stderr.strip() == "", stderr

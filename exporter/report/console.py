@@ -131,6 +131,9 @@ def print_manifest(console: Console, manifest: Manifest, path: str) -> None:
                   f"{escape(str(manifest.created_by.get('toolchain')))} with torch "
                   f"{escape(str(manifest.created_by.get('torch')))} from "
                   f"{escape(str(manifest.source.get('spec')))}")
+    line = model_line(manifest.source)
+    if line:
+        console.print(line, markup=False, highlight=False)
     console.print("requires: " + ", ".join(manifest.requirements.describe()))
     console.print(_signature_table(manifest))
     parts = Table(title="partitions", show_edge=False)
