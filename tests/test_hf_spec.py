@@ -118,3 +118,5 @@ def test_weights_the_user_did_not_give_are_refused(checkpoints, cli):
                   "--dry-run", "--json")
     assert allowed.returncode == 0, allowed.stderr
     assert any("initialised at random" in w for w in json.loads(allowed.stdout)["warnings"])
+    # ours says it; transformers' own load report and advice show only with --verbose
+    assert "[transformers]" not in allowed.stderr and "LOAD REPORT" not in allowed.stderr

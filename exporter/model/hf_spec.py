@@ -128,9 +128,9 @@ def load_hf(text: str, path_text: str, options: HfOptions) -> HfModel:
                         hint=f"use one of {', '.join(TASKS)}")
     task = TASKS[name]
     auto_class = getattr(transformers, task.auto_class)
-    if not options.trust_remote_code:  # remote code is sized by running it: not here
-        check_config_size(config, auto_class, options.max_model_size, text)
-    with _progress_bars(transformers):
+    with _quiet_transformers(transformers):
+        if not options.trust_remote_code:  # remote code is sized by running it: not here
+            check_config_size(config, auto_class, options.max_model_size, text)
         model, warnings = _model(auto_class, config, path, text, name, options)
     details = {"task": name, "model_class": type(model).__name__}
     if task.modality == "text":
@@ -168,17 +168,23 @@ def _config(transformers, path: Path, text: str, options: HfOptions):
 
 
 @contextlib.contextmanager
-def _progress_bars(transformers) -> Iterator[None]:
-    """transformers draws a "Loading weights" bar on stderr; a build has its own stage
-    line, so the bar shows only with --verbose (our loggers at DEBUG)."""
+def _quiet_transformers(transformers) -> Iterator[None]:
+    """transformers draws a "Loading weights" bar and logs a load report (keys missing or
+    unused) while it builds the model; the build has its own stage line and says itself
+    what matters (weights left random: refused or warned), so both show only with
+    --verbose (our loggers at DEBUG)."""
+    if log.isEnabledFor(logging.DEBUG):
+        yield
+        return
     hf_logging = transformers.utils.logging
-    was_enabled = hf_logging.is_progress_bar_enabled()
-    if not log.isEnabledFor(logging.DEBUG):
-        hf_logging.disable_progress_bar()
+    bar, verbosity = hf_logging.is_progress_bar_enabled(), hf_logging.get_verbosity()
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
     try:
         yield
     finally:
-        if was_enabled:
+        hf_logging.set_verbosity(verbosity)
+        if bar:
             hf_logging.enable_progress_bar()
 
 
