@@ -86,7 +86,29 @@ def validate(artifact: str | Path, model: str | ModelSpec, *, inputs_file: Path 
                              f"{exc.what}", where=str(artifact), details=exc.details,
                              hint="pass the spec the artifact was built from (`exporter "
                                   "inspect` shows it)") from None
+    eager = EagerRunner(module, inputs.rebuild)
+    _check_outputs(manifest.signature.outputs, eager.run(list(inputs.tensors)), artifact)
     cases, warnings = make_cases(manifest.signature, inputs.tensors, inputs_file, seed)
-    return _validate(Path(artifact), EagerRunner(module, inputs.rebuild), manifest.signature,
+    return _validate(Path(artifact), eager, manifest.signature,
                      cases, gate=Tolerance.for_dtype(dtype), warnings=warnings,
                      preload=preload_for(manifest, spec.origin_file))
+
+
+def _check_outputs(specs, outputs: list[torch.Tensor], artifact: str | Path) -> None:
+    """The model must give the artifact's outputs (count, rank, static sizes): another
+    model that happens to take the same inputs is a usage error, not a failed artifact."""
+    if len(outputs) != len(specs):
+        problems = [f"the model gives {len(outputs)} output tensor(s), the artifact "
+                    f"{len(specs)} ({', '.join(s.name for s in specs)})"]
+    else:
+        problems = [f"output '{spec.name}': the artifact gives {spec.describe().split(': ')[1]}"
+                    f", the model {str(out.dtype).removeprefix('torch.')}{list(out.shape)}"
+                    for spec, out in zip(specs, outputs)
+                    if out.dim() != len(spec.shape) or any(
+                        d.size is not None and d.size != got for d, got in zip(spec.shape,
+                                                                              out.shape))]
+    if problems:
+        raise UserInputError("the model spec's outputs do not fit the artifact: it was built "
+                             "from another model", where=str(artifact), details=problems,
+                             hint="pass the spec the artifact was built from (`exporter "
+                                  "inspect` shows it)")

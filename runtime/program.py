@@ -56,6 +56,19 @@ class Program:
         # ...and when that partition runs on the CPU and gets CPU tensors, nothing moves.
         self._cpu_executor = calls[0] if self._single and only.device == "cpu" else None
 
+    def __repr__(self) -> str:
+        """One line: where it came from, what to call it with, what it returns, and which
+        backends run its partitions."""
+        signature = self.manifest.signature
+        backends: dict[str, int] = {}
+        for partition in self.manifest.partitions:
+            key = f"{partition.backend}@{partition.device}"
+            backends[key] = backends.get(key, 0) + 1
+        return (f"<Program {self.source!r} target={self.manifest.target} "
+                f"inputs=[{', '.join(s.describe() for s in signature.inputs)}] "
+                f"outputs=[{', '.join(s.describe() for s in signature.outputs)}] "
+                f"partitions=[{', '.join(f'{k} x{n}' for k, n in backends.items())}]>")
+
     @property
     def executors(self) -> list[Executor]:
         """One executor per partition, in run order (read-only view)."""

@@ -17,10 +17,13 @@ import torch
 from tests.conftest import ROOT, _record
 
 
-def _piped(*args: str, columns: str = "80") -> subprocess.CompletedProcess:
-    """The CLI with stdout a pipe (as in `exporter doctor | less`), at a given width."""
+def _piped(*args: str, columns: str | None = "80") -> subprocess.CompletedProcess:
+    """The CLI with stdout a pipe (as in `exporter doctor | less`), at a given width
+    (None: no COLUMNS, as in a plain pipe)."""
     _record(["exporter", *args])
     env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": columns}
+    if columns is None:
+        del env["COLUMNS"]
     return subprocess.run([sys.executable, "-m", "exporter", *args], capture_output=True,
                           text=True, cwd=ROOT, env=env, timeout=300)
 
@@ -32,6 +35,15 @@ def test_first_commands_print_no_markup_through_a_pipe(command):
     print(result.stdout[:600])
     assert "[green]" not in result.stdout and "[/" not in result.stdout
     assert "[red]" not in result.stdout and "[yellow]" not in result.stdout
+    assert "…" not in result.stdout  # a long word folds at 80 columns, never cut
+
+
+def test_a_piped_table_keeps_each_row_on_one_line():
+    """`exporter targets | grep onnx` finds the whole row."""
+    rows = _piped("targets", columns=None).stdout.splitlines()
+    onnx = [row for row in rows if row.startswith(" onnx ")]
+    assert len(onnx) == 1 and "providers here: " in onnx[0] and "int8-static" in onnx[0]
+    assert len(rows) == 2 + 4  # header, rule, one line per target
 
 
 def test_version_and_short_help():
@@ -46,8 +58,9 @@ def test_version_and_short_help():
 
 def test_build_help_groups_flags_shows_no_bool_type_and_keeps_choices_whole():
     text = _piped("build", "--help").stdout
-    for panel in ("Model", "Target", "Quantization", "Validation", "Output", "Target options"):
-        assert f"─ {panel}" in text, panel
+    panels = ("Model ", "Target ", "Target options", "Quantization", "Validation", "Output")
+    at = [text.find(f"─ {panel}") for panel in panels]
+    assert -1 not in at and at == sorted(at), at  # all there, in the README's order
     assert "<bool>" not in text  # flags take no value: no type column (--help's row too)
     assert "int4-weight" in text and "image-classification" in text  # not cut with "…"
     assert "tvm: MetaSchedule trials" in text  # a target's option, from its Options model
@@ -82,3 +95,40 @@ def test_a_numpy_array_passed_to_a_program_is_named(mlp_build):
     with pytest.raises(runtime.InputMismatchError, match="numpy ndarray") as info:
         program(np.zeros((2, 64), np.float32))
     assert "torch.from_numpy" in str(info.value)
+
+
+def test_validate_against_another_model_is_a_usage_error(onnx_mlp, tmp_path):
+    """Inputs that fit but outputs that do not: the wrong spec, not a broken artifact."""
+    import exporter
+    from exporter.errors import UserInputError
+    other = tmp_path / "other.py"
+    other.write_text("import torch\n\ndef make():\n    return torch.nn.Linear(64, 3), "
+                     "(torch.randn(2, 64),)\n")
+    with pytest.raises(UserInputError) as info:
+        exporter.validate(onnx_mlp, f"{other}:make")
+    text = str(info.value)
+    assert "built from another model" in text and "output 'output'" in text
+    assert "float32[2, 3]" in text and "compiler" not in text
+
+
+def test_artifact_and_program_print_one_useful_line(onnx_mlp):
+    import runtime
+    from exporter.builder.pipeline import BuildResult
+    program = repr(runtime.load(onnx_mlp))
+    assert program.startswith(f"<Program {str(onnx_mlp)!r} target=onnx inputs=[x: float32[")
+    assert "partitions=[onnxruntime@cpu x1]" in program and "\n" not in program
+    artifact = repr(BuildResult(onnx_mlp, runtime.read_manifest(onnx_mlp)))
+    assert "validation=passed" in artifact and "outputs=[output: float32[" in artifact
+    assert len(artifact) < 300  # not the whole manifest
+
+
+def test_a_reader_that_goes_away_stops_the_command_quietly():
+    """`exporter doctor | head -0`: no 'sys.exit' error blamed on a model, no traceback."""
+    _record(["exporter", "doctor", "|", "head", "-0"])
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-m", "exporter", "doctor"], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc.stdout.close()  # before the command has written anything (its imports take seconds)
+    stderr = proc.stderr.read()
+    assert proc.wait(timeout=300) == 141, stderr
+    assert stderr.strip() == "", stderr

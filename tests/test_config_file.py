@@ -16,6 +16,10 @@ def test_saved_config_replays_the_build_and_flags_win(cli, tmp_path):
     print(saved.read_text())
     assert written["spec"] == "zoo:encoder" and written["target"] == "onnx"
     assert written["memory_budget"] == 64_000_000 and len(written["dynamic"]) == 2
+    flags = _build_flags()
+    for key in set(written) - {"spec", "spec_sha256", "onnx"}:  # a key reads as its flag
+        assert f"--{key.replace('_', '-')}" in flags, key
+    assert set(written["onnx"]) == {"ep"} and "--ep" in flags
     replay = cli("build", "--config", str(saved), "--dry-run", "--json")
     assert replay.returncode == 0, replay.stderr
     a, b = json.loads(first.stdout), json.loads(replay.stdout)
@@ -88,3 +92,12 @@ def test_13_validation_timeout_is_checked_and_applied(cli, tmp_path):
     assert result.returncode == 3 and "in 0.01 s" in result.stderr
     assert "validation_timeout_s" in result.stderr and "Traceback" not in result.stderr
     assert not (tmp_path / "b.artifact").exists()
+
+
+def _build_flags() -> set[str]:
+    """Every long flag of `exporter build`, as click parses them."""
+    import typer.main
+
+    from exporter.cli import app
+    build = typer.main.get_command(app).commands["build"]
+    return {flag for param in build.params for flag in [*param.opts, *param.secondary_opts]}

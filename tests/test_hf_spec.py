@@ -31,31 +31,54 @@ def checkpoints(tmp_path_factory):
     return root, bert
 
 
-def test_text_classification_checkpoint_builds_and_matches_transformers(checkpoints, cli,
-                                                                         tmp_path):
+def test_text_classification_checkpoint_builds_and_matches_transformers(checkpoints, cli):
+    """As a newcomer runs it, from the checkpoint's parent folder with no flags but the
+    target: a clean default name, the task and shapes said, the output named `logits`."""
     root, bert = checkpoints
-    out = tmp_path / "bert.artifact"
-    result = cli("build", f"hf:{root / 'bert'}", "--target", "onnx", "--seq-len", "16",
-                 "--out", str(out), "--json")
+    result = cli("build", "hf:./bert", "--target", "onnx", "--seq-len", "16", cwd=root)
     assert result.returncode == 0, result.stderr
-    assert json.loads(result.stdout)["validation"]["passed"] is True
+    assert "validation: PASSED" in result.stdout
+    assert ("model: BertForSequenceClassification, task text-classification (--task); "
+            "example inputs: batch 1, sequence 16, static") in result.stdout
+    assert "Loading weights" not in result.stderr  # transformers' bar: --verbose only
+    out = root / "bert-onnx.artifact"
     manifest = runtime.read_manifest(out)
     assert [(s.name, s.dtype, [d.size for d in s.shape]) for s in manifest.signature.inputs] == \
         [("input_ids", "int64", [1, 16]), ("attention_mask", "int64", [1, 16])]
+    assert [s.name for s in manifest.signature.outputs] == ["logits"]
+    assert manifest.source == {"spec": "hf:./bert", "task": "text-classification",
+                               "model_class": "BertForSequenceClassification", "seq_len": 16}
+    assert manifest.build["settings"]["task"] == "text-classification"  # chosen, recorded
+    program = runtime.load(out)
+    assert "outputs=[logits: float32[1, 3]]" in repr(program)
     ids = torch.randint(0, 100, (1, 16))
     mask = torch.ones(1, 16, dtype=torch.int64)
     with torch.no_grad():
         expected = bert(input_ids=ids, attention_mask=mask).logits  # the saved weights
-    torch.testing.assert_close(runtime.load(out)(ids, mask), expected, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(program(ids, mask), expected, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("source, stem", [("hf:./tiny-bert", "tiny-bert"),
+                                          ("hf:/tmp/u/tiny-bert/", "tiny-bert"),
+                                          ("hf:.", "{cwd}"), ("models/net.py:make", "make")])
+def test_default_artifact_names_are_clean(source, stem, tmp_path, monkeypatch):
+    from exporter.builder.pipeline import _model_name
+    from exporter.model.spec import ModelSpec
+
+    monkeypatch.chdir(tmp_path)
+    spec = ModelSpec(source, torch.nn.Identity(), (), {}, None, None)
+    assert _model_name(spec) == stem.format(cwd=tmp_path.name)
 
 
 @pytest.mark.parametrize("folder, flags, inputs, output, warned", [
     ("gpt2", ["--random-weights"],
-     [("input_ids", "int64", [1, 64]), ("attention_mask", "int64", [1, 64])], [1, 64, 100], True),
+     [("input_ids", "int64", [1, 64]), ("attention_mask", "int64", [1, 64])],
+     ("logits", [1, 64, 100]), True),
     ("vit", ["--image-size", "48", "--random-weights"],
-     [("pixel_values", "float32", [1, 3, 48, 48])], [1, 5], True),
+     [("pixel_values", "float32", [1, 3, 48, 48])], ("logits", [1, 5]), True),
     ("bert", ["--task", "feature-extraction", "--seq-len", "8"],
-     [("input_ids", "int64", [1, 8]), ("attention_mask", "int64", [1, 8])], [1, 8, 32], False),
+     [("input_ids", "int64", [1, 8]), ("attention_mask", "int64", [1, 8])],
+     ("last_hidden_state", [1, 8, 32]), False),
 ], ids=["causal-lm-from-architectures", "image-classification", "feature-extraction-by-task"])
 def test_tasks_choose_the_class_and_the_inputs(checkpoints, cli, folder, flags, inputs, output,
                                                warned):
@@ -66,7 +89,7 @@ def test_tasks_choose_the_class_and_the_inputs(checkpoints, cli, folder, flags, 
     data = json.loads(result.stdout)
     signature = data["signature"]
     assert [(t["name"], t["dtype"], t["shape"]) for t in signature["inputs"]] == inputs
-    assert signature["outputs"][0]["shape"] == output
+    assert [(signature["outputs"][0]["name"], signature["outputs"][0]["shape"])] == [output]
     assert any("random weights" in w for w in data["warnings"]) == warned
 
 
@@ -95,3 +118,5 @@ def test_weights_the_user_did_not_give_are_refused(checkpoints, cli):
                   "--dry-run", "--json")
     assert allowed.returncode == 0, allowed.stderr
     assert any("initialised at random" in w for w in json.loads(allowed.stdout)["warnings"])
+    # ours says it; transformers' own load report and advice show only with --verbose
+    assert "[transformers]" not in allowed.stderr and "LOAD REPORT" not in allowed.stderr

@@ -67,6 +67,20 @@ class BuildResult:
     measured: dict = field(default_factory=dict)
 
     @property
+    def path(self) -> Path:
+        return self.artifact
+
+    def __repr__(self) -> str:
+        """One line for a REPL: what was built and whether it passed (``.manifest`` has
+        the rest; the dataclass default printed all of it)."""
+        signature, record = self.manifest.signature, self.manifest.validation or {}
+        verdict = {True: "passed", False: "FAILED", None: "skipped"}[record.get("passed")]
+        return (f"<Artifact {str(self.artifact)!r} target={self.manifest.target} "
+                f"inputs=[{', '.join(s.describe() for s in signature.inputs)}] "
+                f"outputs=[{', '.join(s.describe() for s in signature.outputs)}] "
+                f"validation={verdict} warnings={len(self.warnings)}>")
+
+    @property
     def warnings(self) -> list[str]:
         notes = list(self.manifest.build.get("notes", []))
         return notes + list((self.manifest.validation or {}).get("warnings", []))
@@ -167,7 +181,7 @@ def build(spec: str | ModelSpec, settings: BuildSettings, *, stage: StageHook = 
         files = {f"partitions/{plan.name}/{name}": path
                  for plan, low in lowered for name, path in low.files.items()}
         notes = [note for _, low in lowered for note in low.notes]
-        manifest.build = {"settings": settings.model_dump(mode="json", exclude={"out"}),
+        manifest.build = {"settings": _settings_used(settings, prep.model),
                           "notes": prep.warnings + notes,
                           "nondeterminism": prep.target.nondeterminism(prep.options)}
         measured = {"pass_seconds": {r["name"]: r["seconds"] for r in prep.pass_records},
@@ -187,6 +201,16 @@ def build(spec: str | ModelSpec, settings: BuildSettings, *, stage: StageHook = 
     finally:
         scratch.remove(work_dir)
     return BuildResult(prep.out, manifest, timings, measured)
+
+
+def _settings_used(settings: BuildSettings, model: ModelSpec) -> dict:
+    """The settings as given, with what the loader chose where they left it open (hf: the
+    task read from the config, the default --seq-len), so the manifest says what was built."""
+    used = settings.model_dump(mode="json", exclude={"out"})
+    for key, value in model.details.items():
+        if key in used and used[key] is None:
+            used[key] = value
+    return used
 
 
 def stage_timer(timings: dict, stage: StageHook) -> Callable:
@@ -219,8 +243,10 @@ def available_target(settings: BuildSettings) -> Target:
 
 def model_name(model: ModelSpec) -> str:
     """The default artifact's stem: the factory's name, or for hf:FOLDER the folder's
-    (``hf:./tiny-bert`` -> ``tiny-bert``, not ``__tiny-bert``)."""
-    tail = Path(model.source.rsplit(":", 1)[-1].rstrip("/\\")).name
+    (``hf:./tiny-bert`` -> ``tiny-bert``, not ``__tiny-bert``; ``hf:.`` -> the folder's)."""
+    tail = model.source.rsplit(":", 1)[-1].rstrip("/\\")
+    tail = (Path(tail).expanduser().resolve() if model.source.startswith("hf:")
+            else Path(tail)).name
     return "".join(c if c.isalnum() or c in "-_" else "_" for c in tail) or "model"
 
 
@@ -255,7 +281,8 @@ def manifest_for(prep: Prepared, settings: BuildSettings,
     return Manifest(
         target=prep.target.name, signature=prep.captured.signature, partitions=partitions,
         requirements=requirements, created_by=versions.collect(),
-        source={"spec": prep.model.source, "model_class": type(prep.model.module).__qualname__},
+        source={**prep.model.details, "spec": prep.model.source,
+                "model_class": prep.model.model_class},
         passes=[{k: v for k, v in r.items() if k != "seconds"} for r in prep.pass_records],
         coverage=prep.placement.coverage,
         placement=prep.placement.summary(), memory_plan=_memory_plan(prep, lowered))

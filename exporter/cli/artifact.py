@@ -64,6 +64,7 @@ def validate(
     def action() -> int:
         from exporter.api import validate as validate_api
         from exporter.report.console import validation_lines
+        from exporter.validation.validate import summarize_failure
 
         record = validate_api(artifact, model, inputs_file=inputs)
         if as_json:
@@ -71,6 +72,8 @@ def validate(
         else:
             for line in validation_lines(record):
                 result(line)
+            for line in summarize_failure(record):  # what failed, output by output
+                result("  " + line)
             for warning in record.get("warnings", []):
                 warn(warning)
         return 0 if record["passed"] else 1

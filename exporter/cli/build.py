@@ -98,7 +98,7 @@ def _build_settings(spec: str | None, config: Path | None, save_config: Path | N
 
 def _dry_run(spec: str, settings, as_json: bool) -> int:
     from exporter.builder.pipeline import dry_run
-    from exporter.report.console import print_placement
+    from exporter.report.console import model_line, print_placement
 
     prep = dry_run(spec, settings, stage=stage_printer())
     if as_json:
@@ -106,6 +106,9 @@ def _dry_run(spec: str, settings, as_json: bool) -> int:
                      "signature": prep.captured.signature.to_json(),
                      "coverage": prep.placement.coverage, "warnings": prep.warnings})
     else:
+        line = model_line(prep.model.details)
+        if line:
+            out_console.print(line, markup=False, highlight=False, soft_wrap=True)
         print_placement(out_console, prep.placement.coverage, prep.placement.summary())
         for warning in prep.warnings:
             warn(warning)

@@ -24,6 +24,7 @@ from targets.options import flag_name
 MODEL, TARGET, QUANT, CHECK, OUTPUT = ("Model", "Target", "Quantization", "Validation",
                                        "Output")
 TARGET_PANEL = "Target options (each applies to the targets named in its help)"
+PANEL_ORDER = (MODEL, TARGET, TARGET_PANEL, QUANT, CHECK, OUTPUT)
 # field -> (panel, flag declarations or () for --field-name)
 SETTINGS_FLAGS: dict[str, tuple[str, tuple[str, ...]]] = {
     "target": (TARGET, ("--target", "-t")), "cpu_isa": (TARGET, ()), "dtype": (TARGET, ()),
@@ -53,7 +54,13 @@ def with_build_flags(command: Callable) -> Callable:
     generated += [_parameter(name, field, TARGET_PANEL, (flag_name(name, field),),
                              f"{', '.join(owners)}: ")
                   for name, (field, owners) in option_owners().items()]
-    command.__signature__ = signature.replace(parameters=own + generated)
+    # --help lists panels in the order their first flag comes: the README's order
+    rank = {panel: i for i, panel in enumerate(PANEL_ORDER)}
+    parameters = sorted(own + generated, key=lambda p: rank.get(
+        getattr(p.default, "rich_help_panel", None), -1))
+    # typer calls the command by keyword, so every parameter may be keyword-only
+    command.__signature__ = signature.replace(
+        parameters=[p.replace(kind=p.KEYWORD_ONLY) for p in parameters])
     return command
 
 

@@ -13,7 +13,7 @@ Output style (every command):
 
 Exit codes: 0 ok, 1 validation failed, 2 bad usage or input, 3 build failed,
 4 a bug of the exporter's own (the paragraph names the stage and the log with the
-traceback), 130 interrupted.
+traceback), 130 interrupted, 141 stdout's reader went away (`| head`; nothing said).
 """
 
 from __future__ import annotations
@@ -45,12 +45,28 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Export PyTorch models to validated, self-contained device artifacts.")
 
 
+class _ReaderGone(Exception):
+    """stdout's reader went away (`exporter inspect A | head`)."""
+
+
+class _PipeAwareConsole(Console):
+    def on_broken_pipe(self) -> None:  # rich's own raises SystemExit: "the model's sys.exit"
+        raise _ReaderGone
+
+
 def _console(stderr: bool) -> Console:
     """In a terminal rich wraps text at word boundaries to its width; into a pipe or a
-    file it would hard-wrap at 80 columns mid-sentence, so there lines stay whole."""
-    console = Console(stderr=stderr)
+    file it would hard-wrap at 80 columns mid-sentence, so there lines stay whole, and a
+    table row stays one line at its natural width (`exporter targets | grep onnx` finds
+    the whole row; nothing is cut with "…") unless COLUMNS asks for a width."""
+    console = _PipeAwareConsole(stderr=stderr)
     console.soft_wrap = not console.is_terminal
+    if not console.is_terminal and not os.environ.get("COLUMNS", "").isdigit():
+        console.width = _PIPE_WIDTH
     return console
+
+
+_PIPE_WIDTH = 1000  # wider than any row: tables take only the width their cells need
 
 
 err_console = _console(stderr=True)
@@ -218,6 +234,12 @@ def _descendants(pid: int) -> list[int]:
 def _guarded_body(action: Callable[[], int | None], as_json: bool) -> None:
     try:
         code = action() or 0
+    except (_ReaderGone, BrokenPipeError):
+        # Stop quietly, as `git log | head` does; stdout goes to /dev/null so Python's
+        # last flush at exit finds nothing to complain about. 141: killed by SIGPIPE.
+        with contextlib.suppress(OSError, ValueError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise typer.Exit(READER_GONE_EXIT) from None
     except ToolchainError as exc:
         _print_error(str(exc), exc)
         if as_json:
@@ -246,6 +268,7 @@ def _guarded_body(action: Callable[[], int | None], as_json: bool) -> None:
 
 
 INTERNAL_ERROR_EXIT = 4
+READER_GONE_EXIT = 141  # what a shell reports for a process SIGPIPE stopped
 
 
 def _internal_error(exc: BaseException, as_json: bool) -> None:

@@ -25,7 +25,7 @@ def doctor(as_json: bool = JSON, quiet: bool = QUIET, verbose: bool = VERBOSE,
         from rich.text import Text
         table = Table(show_edge=False)
         for column in ("check", "status", "found", "fix"):
-            table.add_column(column)
+            table.add_column(column, overflow="fold")  # a long word breaks, never "…"
         colour = {"ok": "green", "problem": "red", "absent": "yellow"}
         for check in checks:  # Text, not markup: output goes out with markup off
             table.add_row(check.name, Text(check.status, style=colour[check.status]),
@@ -58,7 +58,7 @@ def targets(as_json: bool = JSON, quiet: bool = QUIET, verbose: bool = VERBOSE,
         from rich.text import Text
         table = Table(show_edge=False)
         for column in ("target", "device", "backend", "here", "why", "--quantize"):
-            table.add_column(column)
+            table.add_column(column, overflow="fold")  # a long word breaks, never "…"
         for row in rows:
             here = Text("yes", style="green") if row["available"] else Text("no", style="red")
             table.add_row(row["name"], row["device"], row["backend"], here, row["reason"],

@@ -19,6 +19,7 @@ from torch.utils._pytree import GetAttrKey, MappingKey, SequenceKey, tree_flatte
 from exporter.model.dynamic import DynamicDim, apply_dynamic
 from exporter.errors import ExportFailedError, UserInputError
 from exporter.model.export_errors import explain_export_failure
+from exporter.model.forward_contract import check_call, unregistered_output
 from exporter.model.spec import ModelSpec
 from runtime.flat_inputs import FlatInputs, flatten_inputs
 from runtime.manifest import Dim, Signature, TensorSpec
@@ -38,6 +39,7 @@ class Captured:
 def capture(spec: ModelSpec, dynamic: list[DynamicDim], device: str) -> Captured:
     module = spec.module.to(device)
     args, kwargs = _to_device((spec.args, spec.kwargs), device)
+    check_call(module, args, kwargs)
     dynamic_shapes = apply_dynamic(module, args, kwargs, spec.dynamic_shapes, dynamic)
     # On failure torch.export prints the partial graph straight to stderr; our error
     # paragraph replaces it, and --verbose still shows it through the log.
@@ -48,11 +50,13 @@ def capture(spec: ModelSpec, dynamic: list[DynamicDim], device: str) -> Captured
                                           strict=False)
     except Exception as exc:  # torch.export raises many unrelated types; all become one paragraph
         log.debug("torch.export printed:\n%s", torch_stderr.getvalue())
-        raise explain_export_failure(exc, spec.origin_file) from exc
+        raise (unregistered_output(exc)
+               or explain_export_failure(exc, spec.origin_file)) from exc
     sys.stderr.write(torch_stderr.getvalue())
     with torch.no_grad():
         eager_out = module(*args, **kwargs)
-    signature = read_signature(program, eager_out, _dim_names(dynamic_shapes, module, args, kwargs))
+    signature = read_signature(program, eager_out, _dim_names(dynamic_shapes, module, args, kwargs),
+                               spec.output_names)
     inputs = flatten_inputs(args, reorder_kwargs(kwargs, program.call_spec.in_spec))
     if len(inputs.tensors) != len(signature.inputs):
         raise ExportFailedError(
@@ -66,7 +70,10 @@ def _to_device(tree: Any, device: str) -> Any:
     return torch.utils._pytree.tree_map_only(torch.Tensor, lambda t: t.to(device), tree)
 
 
-def read_signature(program: ExportedProgram, eager_out: Any, dim_names: dict) -> Signature:
+def read_signature(program: ExportedProgram, eager_out: Any, dim_names: dict,
+                   names: tuple[str, ...] | None = None) -> Signature:
+    """``names``: the outputs' names where the spec knows better than the structure does
+    (a bare tensor would be 'output'; the hf: loader knows it is 'logits')."""
     symbols = _SymbolNamer(program, dim_names)
     placeholders = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
     inputs = []
@@ -77,19 +84,19 @@ def read_signature(program: ExportedProgram, eager_out: Any, dim_names: dict) ->
             continue  # ints/None baked in as constants at capture
         val = placeholders[spec.arg.name].meta["val"]
         inputs.append(TensorSpec(spec.arg.name, _dtype(val), symbols.shape(val, spec.arg.name)))
-    outputs = _output_specs(program, eager_out, symbols)
+    outputs = _output_specs(program, eager_out, symbols, names)
     _, out_spec = torch.utils._pytree.tree_flatten(eager_out)
     return Signature(tuple(inputs), tuple(outputs), encode_tree(out_spec))
 
 
-def _output_specs(program: ExportedProgram, eager_out: Any, symbols: "_SymbolNamer"
-                  ) -> list[TensorSpec]:
+def _output_specs(program: ExportedProgram, eager_out: Any, symbols: "_SymbolNamer",
+                  given: tuple[str, ...] | None) -> list[TensorSpec]:
     paths = [path for path, _ in tree_flatten_with_path(eager_out)[0]]
     output_node = next(n for n in program.graph.nodes if n.op == "output")
     values = list(output_node.args[0])
     n_user = len(program.graph_signature.user_outputs)
     values = values[len(values) - n_user:]  # leading entries are buffer mutations
-    names = output_names(paths)
+    names = list(given) if given and len(given) == len(paths) else output_names(paths)
     specs = []
     for name, value in zip(names, values):
         if not isinstance(value, torch.fx.Node) or not isinstance(value.meta.get("val"),

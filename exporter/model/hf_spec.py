@@ -13,19 +13,23 @@ returns; by default it is read from the config's ``architectures``:
     causal-lm             AutoModelForCausalLM (no KV cache)   -> logits
     image-classification  AutoModelForImageClassification      -> logits
 
-Example inputs follow the modality: ``input_ids`` (int64, random ids below the vocab
-size) and ``attention_mask`` of ``--seq-len`` tokens (default min(128, the model's
-maximum positions)), or ``pixel_values`` (float32, ``--image-size``, default the
-config's) for images. Batch 1.
+The artifact's one output keeps the field's name (``logits``), and the manifest records
+the task and the real model class. Example inputs follow the modality: ``input_ids``
+(int64, random ids below the vocab size) and ``attention_mask`` of ``--seq-len`` tokens
+(default min(128, the model's maximum positions)), or ``pixel_values`` (float32,
+``--image-size``, default the config's) for images. Batch 1, static shapes (``--dynamic``
+makes the sequence dynamic). A new task is one row of ``TASKS``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 import torch
 
@@ -34,13 +38,20 @@ from exporter.model.hf_limits import check_config_size
 
 log = logging.getLogger(__name__)
 
+@dataclass(frozen=True)
+class Task:
+    auto_class: str  # the transformers Auto class that builds the model
+    output: str  # the field of the model's output the artifact returns, and its name
+    modality: str = "text"  # the example inputs: "text" (input_ids, attention_mask) or "image"
+
+
 TASKS = {
-    "feature-extraction": ("AutoModel", "last_hidden_state"),
-    "text-classification": ("AutoModelForSequenceClassification", "logits"),
-    "causal-lm": ("AutoModelForCausalLM", "logits"),
-    # prefill + decode with a KV cache: built by exporter/lm/, not by load_hf
-    "text-generation": ("AutoModelForCausalLM", "logits"),
-    "image-classification": ("AutoModelForImageClassification", "logits"),
+    "feature-extraction": Task("AutoModel", "last_hidden_state"),
+    "text-classification": Task("AutoModelForSequenceClassification", "logits"),
+    "causal-lm": Task("AutoModelForCausalLM", "logits"),
+    # prefill + decode over a KV cache: built by exporter/lm/ (load_pretrained), not load_hf
+    "text-generation": Task("AutoModelForCausalLM", "logits", "generation"),
+    "image-classification": Task("AutoModelForImageClassification", "logits", "image"),
 }
 # architectures' name endings -> task, for the default
 _ARCHITECTURE_TASKS = (("ForSequenceClassification", "text-classification"),
@@ -65,6 +76,17 @@ class HfOptions:
         return cls(get("task"), get("seq_len"), get("image_size"),
                    bool(get("random_weights", False)), bool(get("trust_remote_code", False)),
                    get("max_model_size"))
+
+
+@dataclass
+class HfModel:
+    """What ``load_hf`` built: the module to export, its example args, warnings, and what
+    was chosen (for the manifest and the build's summary)."""
+    module: torch.nn.Module
+    args: tuple
+    notes: list[str]
+    output: str  # the artifact's output name: the task's field (logits, last_hidden_state)
+    details: dict  # task, model_class (BertForSequenceClassification), seq_len or image_size
 
 
 class TextOutput(torch.nn.Module):
@@ -92,12 +114,18 @@ class ImageOutput(TextOutput):
         return getattr(self.model(pixel_values=pixel_values, **self.extra), self.output)
 
 
-def load_hf(text: str, path_text: str, options: HfOptions) -> tuple:
-    """``(module, example_args, None, warnings)`` for ``hf:PATH``."""
-    model, config, task, warnings = load_pretrained(text, path_text, options)
-    output = TASKS[task][1]
-    if task != "image-classification":
-        return TextOutput(model.eval(), output).eval(), _text_args(config, options), None, warnings
+def load_hf(text: str, path_text: str, options: HfOptions) -> HfModel:
+    """The model of ``hf:PATH``, wrapped to take its inputs by name and return one tensor."""
+    model, config, name, warnings = load_pretrained(text, path_text, options)
+    task = TASKS[name]
+    if task.modality == "generation":
+        raise SpecError("--task text-generation builds through exporter.lm, not load_hf",
+                        where=text)
+    details = {"task": name, "model_class": type(model).__name__}
+    if task.modality == "text":
+        args = _text_args(config, options)
+        return HfModel(TextOutput(model.eval(), task.output).eval(), args, warnings,
+                       task.output, {**details, "seq_len": args[0].shape[1]})
     size = options.image_size or getattr(config, "image_size", None) or 224
     resize = size != getattr(config, "image_size", size)
     if resize and "interpolate_pos_encoding" not in inspect.signature(model.forward).parameters:
@@ -105,24 +133,42 @@ def load_hf(text: str, path_text: str, options: HfOptions) -> tuple:
                         f"{size} needs a model that can resize", where=text,
                         hint=f"drop --image-size or give {config.image_size}")
     channels = getattr(config, "num_channels", 3)
-    module = ImageOutput(model.eval(), output, resize).eval()
-    return module, (torch.randn(1, channels, size, size),), None, warnings
+    module = ImageOutput(model.eval(), task.output, resize).eval()
+    return HfModel(module, (torch.randn(1, channels, size, size),), warnings, task.output,
+                   {**details, "image_size": size})
 
 
 def load_pretrained(text: str, path_text: str, options: HfOptions) -> tuple:
-    """``(model, config, task, warnings)``: the checkpoint's transformers model for the task
-    (``--task`` or the config's architectures), its weights checked (see ``_model``)."""
+    """``(model, config, task name, warnings)``: the checkpoint's transformers model for the
+    task (``--task`` or the config's architectures), its weights checked (``_model``)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never the network, whatever is asked
     try:
         import transformers
     except ImportError:
         raise SpecError("hf: specs need the 'transformers' package", where=text,
                         hint="pip install '.[hf]'") from None
-    path = checkpoint_folder(text, path_text)
+    path = Path(path_text).expanduser()
+    config = _config(transformers, path, text, options)
+    name = options.task or _task_from(config)
+    if name not in TASKS:
+        raise SpecError(f"unknown --task {name!r}", where=text,
+                        hint=f"use one of {', '.join(TASKS)}")
+    auto_class = getattr(transformers, TASKS[name].auto_class)
+    with _quiet_transformers(transformers):
+        if not options.trust_remote_code:  # remote code is sized by running it: not here
+            check_config_size(config, auto_class, options.max_model_size, text)
+        model, warnings = _model(auto_class, config, path, text, name, options)
+    return model.eval(), config, name, warnings
+
+
+def _config(transformers, path: Path, text: str, options: HfOptions):
+    if not (path / "config.json").is_file():
+        raise SpecError(f"{path} is not a Hugging Face checkpoint folder (no config.json)",
+                        where=text, hint="give a folder written by save_pretrained()")
     try:
         # trust_remote_code=False always unless asked: a checkpoint folder's own .py files
         # (config.json's auto_map) never run, and transformers never prompts on stdin.
-        config = transformers.AutoConfig.from_pretrained(
+        return transformers.AutoConfig.from_pretrained(
             path, local_files_only=True, trust_remote_code=options.trust_remote_code)
     except (OSError, ValueError, KeyError) as exc:
         remote = "custom code" in str(exc)
@@ -131,23 +177,27 @@ def load_pretrained(text: str, path_text: str, options: HfOptions) -> tuple:
                         where=text, hint="the folder's own Python code (config.json's "
                         "auto_map) runs only with --trust-remote-code: read it first"
                         if remote else "check the config's model_type") from None
-    task = options.task or _task_from(config)
-    if task not in TASKS:
-        raise SpecError(f"unknown --task {task!r}", where=text,
-                        hint=f"use one of {', '.join(TASKS)}")
-    auto_class = getattr(transformers, TASKS[task][0])
-    if not options.trust_remote_code:  # remote code is sized by running it: not here
-        check_config_size(config, auto_class, options.max_model_size, text)
-    model, warnings = _model(auto_class, config, path, text, task, options)
-    return model.eval(), config, task, warnings
 
 
-def checkpoint_folder(text: str, path_text: str) -> Path:
-    path = Path(path_text).expanduser()
-    if not (path / "config.json").is_file():
-        raise SpecError(f"{path} is not a Hugging Face checkpoint folder (no config.json)",
-                        where=text, hint="give a folder written by save_pretrained()")
-    return path
+@contextlib.contextmanager
+def _quiet_transformers(transformers) -> Iterator[None]:
+    """transformers draws a "Loading weights" bar and logs a load report (keys missing or
+    unused) while it builds the model; the build has its own stage line and says itself
+    what matters (weights left random: refused or warned), so both show only with
+    --verbose (our loggers at DEBUG)."""
+    if log.isEnabledFor(logging.DEBUG):
+        yield
+        return
+    hf_logging = transformers.utils.logging
+    bar, verbosity = hf_logging.is_progress_bar_enabled(), hf_logging.get_verbosity()
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(verbosity)
+        if bar:
+            hf_logging.enable_progress_bar()
 
 
 def _task_from(config) -> str:

@@ -56,6 +56,17 @@ class ModelSpec:
     dynamic_shapes: Any | None  # torch.export format, as the factory returned it
     origin_file: str | None  # file the model came from: error messages point into it
     notes: list[str] = field(default_factory=list)  # warnings for the build (random weights)
+    # Names for the outputs where the model returns a bare tensor (hf: the task's field,
+    # ``logits``); None: named from the output's structure (capture.output_names)
+    output_names: tuple[str, ...] | None = None
+    # What the loader chose, for the manifest's source and the build's summary (hf: task,
+    # model_class, seq_len or image_size); a key the user's settings left open is recorded
+    details: dict = field(default_factory=dict)
+
+    @property
+    def model_class(self) -> str:
+        """The model's own class (hf: BertForSequenceClassification, not our wrapper)."""
+        return self.details.get("model_class") or type(self.module).__qualname__
 
 
 def load_spec(spec: str, hf: HfOptions | None = None, *, module_only: bool = False
@@ -77,8 +88,9 @@ def load_spec(spec: str, hf: HfOptions | None = None, *, module_only: bool = Fal
     if target == "zoo":
         return _from_zoo(text, name)
     if target == "hf":
-        module, args, dynamic, notes = load_hf(text, name, hf or HfOptions())
-        return ModelSpec(text, module, args, {}, dynamic, None, notes)
+        loaded = load_hf(text, name, hf or HfOptions())
+        return ModelSpec(text, loaded.module, loaded.args, {}, None, None, loaded.notes,
+                         (loaded.output,), loaded.details)
     if target.endswith(".py") or "/" in target or "\\" in target:
         path = _existing_file(target, text)
         with _on_sys_path(path.parent):

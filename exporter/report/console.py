@@ -92,11 +92,28 @@ def _pairs(values: dict) -> str:
     return ", ".join(f"{key} {value}" for key, value in values.items())
 
 
+def model_line(source: dict) -> str | None:
+    """What a loader chose that the user may not have asked for (hf: the task, the model
+    class, the example shapes), or None for a model the user built and shaped."""
+    if "task" not in source:
+        return None
+    if "seq_len" in source:
+        shapes = (f"batch 1, sequence {source['seq_len']}, static (--seq-len N; a dynamic "
+                  "length: --dynamic input_ids:1=MIN..MAX --dynamic attention_mask:1=MIN..MAX)")
+    else:
+        shapes = f"batch 1, {source.get('image_size')}-pixel images, static (--image-size N)"
+    return (f"model: {source.get('model_class')}, task {source['task']} (--task); "
+            f"example inputs: {shapes}")
+
+
 def print_build(console: Console, result) -> None:
     manifest: Manifest = result.manifest
     size = Path(result.artifact).stat().st_size
     console.print(f"[bold]built[/bold] {result.artifact} ({size / 1e6:.2f} MB) "
                   f"for target [bold]{manifest.target}[/bold]")
+    line = model_line(manifest.source)
+    if line:
+        console.print(line, markup=False, highlight=False)
     console.print(_signature_table(manifest))
     memory = memory_lines(manifest, result.measured.get("memory"))
     for line in [*quantization_lines(manifest), *memory]:
@@ -127,6 +144,9 @@ def print_manifest(console: Console, manifest: Manifest, path: str) -> None:
                   f"{escape(str(manifest.created_by.get('toolchain')))} with torch "
                   f"{escape(str(manifest.created_by.get('torch')))} from "
                   f"{escape(str(manifest.source.get('spec')))}")
+    line = model_line(manifest.source)
+    if line:
+        console.print(line, markup=False, highlight=False)
     console.print("requires: " + ", ".join(manifest.requirements.describe()))
     console.print(_signature_table(manifest))
     parts = Table(title="partitions", show_edge=False)
