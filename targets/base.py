@@ -163,6 +163,14 @@ class Target(abc.ABC):
         compares them with eager's."""
         return []
 
+    def op_times(self, folder: Path, partition: Partition, inputs: list, runs: int
+                 ) -> list[dict]:
+        """For `exporter bench`: each node's time inside one of this target's partitions
+        (its files extracted under ``folder``), from the backend's own profiler, over
+        ``runs`` calls on ``inputs``: rows ``{node, op, median_ms, calls}`` and, where the
+        backend says, ``provider``. Empty where it cannot say (bench then skips the copy)."""
+        return []
+
     def baselines(self) -> dict[str, Baseline]:
         """Extra `exporter bench` baselines this target's artifacts can be timed against."""
         return {}

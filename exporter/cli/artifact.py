@@ -114,6 +114,13 @@ def bench(
                    f"p90 {timing['p90_ms']:.3f} ms")
         for name, ratio in timed["ratios"].items():
             result(f"  {name}: {ratio:.3f}x")
+        for name, timing in timed["partitions"].items():
+            result(f"  partition {name} ({timing['backend']} @ {timing['device']}): median "
+                   f"{timing['median_ms']:.3f} ms")
+        host = timed["machine"]
+        say(f"on {host['cpu']}, {host['cores']} cores, threads "
+            + ", ".join(f"{k} {v}" for k, v in host["threads"].items())
+            + (f", {host['gpu']}" if host["gpu"] else ""))
         return 0
     guarded(action, quiet=quiet, verbose=verbose, debug=debug, as_json=as_json)
 
