@@ -92,3 +92,34 @@ def node_times(model_path: Path, inputs: list, runs: int, providers=None) -> lis
     return [{"node": node, "op": kinds[node][0], "provider": kinds[node][1],
              "median_ms": statistics.median(values), "calls": len(values)}
             for node, values in durations.items()]
+
+
+def graph_nodes(model_bytes: bytes, limit: int) -> list[dict]:
+    """The ONNX graph as rows ``{name, op, inputs, outputs, origin}`` (each tensor as
+    ``{name, type, weight}``; ``origin``: the ATen node torch.onnx made it from), at most
+    ``limit`` nodes. The weights' bytes are not read (external data stays unloaded)."""
+    import onnx
+
+    model = onnx.load_model_from_string(model_bytes)
+    graph = model.graph
+    types = {v.name: _onnx_type(v.type) for v in [*graph.input, *graph.value_info, *graph.output]}
+    weights = {t.name: f"{onnx.TensorProto.DataType.Name(t.data_type).lower()}"
+                       f"[{', '.join(map(str, t.dims))}]" for t in graph.initializer}
+    rows = []
+    for node in list(graph.node)[:limit]:
+        meta = {p.key: p.value for p in node.metadata_props}
+        origin = meta.get("pkg.torch.onnx.fx_node", "").split(" ", 1)[0].lstrip("%")
+        rows.append({"name": node.name, "op": node.op_type, "origin": origin,
+                     "inputs": [{"name": i, "type": weights.get(i) or types.get(i, ""),
+                                 "weight": i in weights} for i in node.input if i],
+                     "outputs": [{"name": o, "type": types.get(o, ""), "weight": False}
+                                 for o in node.output if o]})
+    return rows
+
+
+def _onnx_type(value_type) -> str:
+    import onnx
+    tensor = value_type.tensor_type
+    dims = [str(d.dim_value) if d.HasField("dim_value") else d.dim_param or "?"
+            for d in tensor.shape.dim]
+    return f"{onnx.TensorProto.DataType.Name(tensor.elem_type).lower()}[{', '.join(dims)}]"

@@ -288,6 +288,9 @@ class OnnxTarget(Target):
         return inside.node_times(folder / partition.meta["model"], inputs, runs,
                                  partition.meta.get("providers"))
 
+    def graph_nodes(self, read, partition: Partition, limit: int) -> list[dict] | None:
+        return inside.graph_nodes(read(partition.meta["model"]), limit)
+
     def baselines(self) -> dict[str, Baseline]:
         return {"onnxruntime": inside.direct_session}
 
