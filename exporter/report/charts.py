@@ -159,7 +159,7 @@ def nice_axis(span: float, ticks: int = 5) -> tuple[float, float]:
     span = span if span > 0 else 1.0
     power = 10 ** math.floor(math.log10(span / ticks))
     step = next(power * m for m in (1, 2, 2.5, 5, 10) if span / (power * m) <= ticks)
-    return math.ceil(span / step - 1e-9) * step, step
+    return round(math.ceil(span / step - 1e-9) * step, 12), round(step, 12)
 
 
 def latency_chart(timings: dict[str, dict], caption: str, highlight: str = "artifact") -> str:

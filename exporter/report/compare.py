@@ -24,7 +24,7 @@ def render_comparison(paths: list[Path], manifests: list[Manifest], sizes: list[
     cells = [[_cell(row, key, best) for key, _ in COLUMNS] for row in rows]
     spec = manifests[0].source.get("spec")
     body = (f"<header><h1>{len(rows)} builds of <code>{escape(str(spec))}</code></h1>"
-            "<p>side by side; <span class=\"best\">green</span>: the best of its column "
+            "<p>side by side; <span class=\"best key\">green</span>: the best of its column "
             "(smallest file, smallest error, lowest median latency)</p></header>"
             '<section id="comparison"><h2>Builds</h2>'
             + table([title for _, title in COLUMNS], cells, cls="compare", raw=True)

@@ -97,7 +97,8 @@ def render(manifest: Manifest, *, artifact_name: str, size: int, signature: dict
     sections = [_header(manifest, artifact_name, size, signature), _signature(manifest),
                 _placement(manifest), _validation(manifest), latency_section(bench, manifest),
                 layers_section(manifest), quantization_section(manifest),
-                graphs_section(manifest, graphs or {}), _memory(manifest), _passes(manifest)]
+                graphs_section(manifest, graphs) if graphs is not None else "",
+                _memory(manifest), _passes(manifest)]
     rows = [{**row, "colour": charts.placement_colour(row["backend"], row["device"])}
             for row in manifest.coverage]
     return render_page(f"{artifact_name}: {manifest.target}", "\n".join(sections),
