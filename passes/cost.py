@@ -22,7 +22,9 @@ from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind
 from torch.fx import Node
 from torch.utils._pytree import tree_map
-from torch.utils.flop_counter import FlopCounterMode
+from torch.utils.flop_counter import FlopCounterMode, flop_registry
+
+from passes.ops import is_custom_op
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +104,15 @@ def _flops(node: Node) -> int | None:
         return int(counter.get_total_flops())
     except Exception as exc:  # noqa: BLE001 - any op may refuse meta tensors
         log.debug("no FLOP count for %s (%s): %s", node.name, node.target, exc)
-        return None
+        return None if _may_have_flops(node.target) else 0
+
+
+def _may_have_flops(target) -> bool:
+    """Whether torch has a formula for the op or for what it may decompose into (an op
+    that is neither, ``_to_copy`` refusing a meta tensor say, does no matrix math)."""
+    if not isinstance(target, torch._ops.OpOverload) or is_custom_op(target):
+        return True  # a Python callable or a custom op: its insides are unknown
+    return target.overloadpacket in flop_registry or target._can_decompose()
 
 
 def _hint(size) -> int:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from exporter.errors import UserInputError
 from exporter.report import charts
+from exporter.report.compare import render_comparison
 from exporter.report.console import memory_lines, quantization_lines, validation_lines
 from exporter.report.graphs import graphs_section, read_graphs
 from exporter.report.layers import layers_section, quantization_section
@@ -38,8 +39,6 @@ FOLD_OPS, FOLD_PARTITIONS = 30, 12
 def write_report(artifacts: list[Path], out: Path, bench_files: list[Path] = ()) -> None:
     """Read and verify the artifacts, render the page (one artifact: its report; several:
     their comparison), write it whole or not at all."""
-    from exporter.report.compare import render_comparison
-
     checked_output(out, flag="--html")  # before any work
     if not artifacts:
         raise UserInputError("no artifact to report on", hint="exporter report A.artifact "
