@@ -44,7 +44,9 @@ def sample(fn: Callable[[], object], device: str) -> float:
 def stats(values: list[float]) -> dict:
     """Median, p10 and p90 (nearest rank), min, and how many."""
     values = sorted(values)
-    rank = lambda share: values[min(len(values) - 1, int(share * len(values)))]  # noqa: E731
+
+    def rank(share: float) -> float:
+        return values[min(len(values) - 1, int(share * len(values)))]
     return {"median_ms": statistics.median(values), "p10_ms": rank(0.1), "p90_ms": rank(0.9),
             "min_ms": values[0], "runs": len(values)}
 

@@ -171,7 +171,9 @@ def latency_chart(timings: dict[str, dict], caption: str, highlight: str = "arti
     end, step = nice_axis(max(top * 1.15, min(max(p90s, default=top), AXIS_MEDIANS * top)))
     left, width, row_h, head = 150, 470, 34, 10
     height = head + len(timings) * row_h
-    x = lambda value: left + min(max(value, 0.0), end) / end * width  # noqa: E731
+
+    def x(value: float) -> float:  # ms -> px; past the axis: at its end
+        return left + min(max(value, 0.0), end) / end * width
     body: list[str] = []
     for i in range(round(end / step) + 1):
         value = round(i * step, 12)
