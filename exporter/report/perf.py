@@ -119,6 +119,8 @@ def _ops(bench: dict) -> str:
                               raw=True) + "</details>")
     if not blocks:
         return ""
-    return ("<h3>Time per node</h3><p class=\"hint\">from ONNX Runtime's own profiler (its "
-            "kernels after fusion; the profiler's clock has microsecond steps)</p>"
+    return ("<h3>Time per node</h3><p class=\"hint\">from the backend's own profiler in a "
+            "second, profiled session (ONNX Runtime: its kernels after fusion, in microsecond "
+            "steps; on nodes this small the profiler's own cost shows, so read the shares, "
+            "not the sum)</p>"
             + "".join(blocks))
