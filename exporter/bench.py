@@ -2,21 +2,23 @@
 
 Accelerator times come from device events around each call after warm-up (CUDA events
 on an NVIDIA GPU, through torch's device-generic ``torch.Event``); CPU times from
-``perf_counter``. Medians and p90 over ``runs`` calls; ratios are taken within
-the one run because the machines are shared and noisy.
+``perf_counter``. Medians, p10 and p90 over ``runs`` calls; ratios are taken within
+the one run because the machines are shared and noisy. Then each partition is timed
+inside the runtime, and the backends that can profile themselves time their nodes
+(exporter/bench_detail.py); the machine, versions and input shapes go beside.
 """
 
 from __future__ import annotations
 
 import logging
-import statistics
-import time
 from pathlib import Path
 from typing import Callable
 
 import torch
 
 import runtime
+from exporter.bench_detail import (input_shapes, machine, op_times, partition_times, sample,
+                                   stats)
 from exporter.errors import UserInputError
 from exporter.model.cast import CastModel
 from exporter.model.hf_spec import HfOptions
@@ -36,21 +38,6 @@ def baseline_names() -> tuple[str, ...]:
                                      for name in target.baselines())
 
 
-def _sample(fn: Callable[[], object], device: str) -> float:
-    """One call's time in ms: device events on an accelerator, perf_counter on the CPU."""
-    if device != "cpu":
-        start = torch.Event(device=device, enable_timing=True)
-        end = torch.Event(device=device, enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        return start.elapsed_time(end)
-    start_s = time.perf_counter()
-    fn()
-    return (time.perf_counter() - start_s) * 1e3
-
-
 def time_side_by_side(calls: dict[str, Callable[[], object]], device: str, runs: int,
                       warmup: int, rounds: int = 10, stage: StageHook = quiet_stage
                       ) -> dict[str, dict]:
@@ -67,15 +54,8 @@ def time_side_by_side(calls: dict[str, Callable[[], object]], device: str, runs:
     with stage(f"time {', '.join(calls)} ({runs} calls each, interleaved)"):
         while min(len(v) for v in samples.values()) < runs:
             for name, fn in calls.items():
-                samples[name] += [_sample(fn, device) for _ in range(per_round)]
-    return {name: _stats(values[:runs]) for name, values in samples.items()}
-
-
-def _stats(values: list[float]) -> dict:
-    values = sorted(values)
-    return {"median_ms": statistics.median(values),
-            "p90_ms": values[min(len(values) - 1, int(0.9 * len(values)))],
-            "min_ms": values[0], "runs": len(values)}
+                samples[name] += [sample(fn, device) for _ in range(per_round)]
+    return {name: stats(values[:runs]) for name, values in samples.items()}
 
 
 def bench(artifact: str | Path, *, model: str | None = None,
@@ -106,6 +86,8 @@ def bench(artifact: str | Path, *, model: str | None = None,
     if device != "cpu":
         results["gpu"] = torch.get_device_module(device).get_device_name()
     inputs = _inputs(spec, manifest, device)
+    results["machine"] = machine(program, device)
+    results["inputs"] = input_shapes(program, inputs)
     with torch.inference_mode():
         calls = {"artifact": lambda: program.run(inputs, output_device=device)}
         calls.update(_baselines(spec, inputs, device, dtype, baselines))
@@ -114,6 +96,10 @@ def bench(artifact: str | Path, *, model: str | None = None,
                 if name in baselines:
                     calls[name] = make(program, inputs)
         results["timings"] = time_side_by_side(calls, device, runs, warmup, stage=timed)
+        with timed(f"time each partition ({runs} calls)"):
+            results["partitions"], given = partition_times(program, inputs, device, runs)
+        with timed("profile the backends' nodes"):
+            results["ops"] = op_times(Path(artifact), program, given, runs)
     art = results["timings"]["artifact"]["median_ms"]
     results["ratios"] = {f"artifact/{name}": art / t["median_ms"]
                          for name, t in results["timings"].items() if name != "artifact"}

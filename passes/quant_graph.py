@@ -53,7 +53,9 @@ def products_as_linear(module: torch.fx.GraphModule) -> int:
         with graph.inserting_before(node):
             linear = graph.call_function(torch.ops.aten.linear.default, (x, weight_node, bias))
         # Quantizers find linears by source (get_source_partitions): say it is F.linear.
-        linear.meta = {**node.meta, "source_fn_stack": [(linear.name, torch.nn.functional.linear)]}
+        # "replaced": the per-layer error (passes/quant_error.py) finds its float twin
+        linear.meta = {**node.meta, "source_fn_stack": [(linear.name, torch.nn.functional.linear)],
+                       "replaced": node.name}
         linear.meta.pop("torch_fn", None)
         node.replace_all_uses_with(linear)
         graph.erase_node(node)

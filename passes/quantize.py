@@ -21,6 +21,7 @@ import torch
 from torch.export import ExportedProgram
 
 from passes.base import PassResult
+from passes.quant_error import layer_error_record
 from passes.quant_graph import (layer_name, products_as_linear, quiet_torchao, reads_only_weights,
                                 weight_bytes, weighted_op)
 from passes.rewrite import drop_unused_weights, recapture
@@ -60,12 +61,17 @@ class QuantizePT2E:
         # weights); its EmbeddingQuantizer (uint8, float zero points) cost tiny GPT-2
         # 30 dB of SQNR here, torchao's symmetric int8 rows cost nothing measurable.
         tables, tables_float = quantize_weights(converted, "int8-weight", only={"embedding"})
+        errors = layer_error_record(
+            program.module(), converted, tables + quantized, self.calibration or [inputs.tensors],
+            f"{len(self.calibration)} calibration set(s)" if self.calibration
+            else "the example inputs")
         drop_unused_weights(converted)
         recaptured = recapture(converted, program).run_decompositions({})
         info = {"recipe": self.recipe, "how": self.how,
                 "calibration_sets": len(self.calibration), "rewritten_as_linear": rewritten,
                 "layers_quantized": tables + quantized, "layers_float": tables_float + in_float,
-                "weight_bytes_before": before, "weight_bytes_after": weight_bytes(recaptured)}
+                "weight_bytes_before": before, "weight_bytes_after": weight_bytes(recaptured),
+                **errors}
         return PassResult(recaptured, modified=bool(quantized), info=info)
 
 

@@ -23,9 +23,11 @@ import torch
 from torch.export import ExportedProgram
 
 from passes.base import PassResult
+from passes.quant_error import layer_error_record
 from passes.quant_graph import (layer_name, products_as_linear, quiet_torchao, weight_bytes,
                                 weighted_op)
 from passes.rewrite import attribute, drop_unused_weights, recapture
+from runtime.flat_inputs import flatten_inputs
 
 # The layers each recipe quantizes, with the functional form the torchao tensor
 # intercepts. Int8 also takes embedding tables (gathered rows are dequantized); torchao's
@@ -72,12 +74,15 @@ class QuantizeWeightOnly:
         module = copy.deepcopy(program.module())  # the user's model keeps its float weights
         rewritten = products_as_linear(module)
         quantized, in_float = quantize_weights(module, self.recipe)
+        errors = layer_error_record(program.module(), module, quantized,
+                                    [flatten_inputs(*program.example_inputs).tensors],
+                                    "the example inputs")
         drop_unused_weights(module)
         recaptured = recapture(module, program).run_decompositions({})
         info = {"recipe": self.recipe, "how": self.how, "calibration_sets": 0,
                 "rewritten_as_linear": rewritten, "layers_quantized": quantized,
                 "layers_float": in_float, "weight_bytes_before": before,
-                "weight_bytes_after": weight_bytes(recaptured)}
+                "weight_bytes_after": weight_bytes(recaptured), **errors}
         return PassResult(recaptured, modified=bool(quantized), info=info)
 
 

@@ -31,6 +31,20 @@ def cpu_flags() -> frozenset[str] | None:
     return None
 
 
+@functools.cache
+def cpu_model() -> str | None:
+    """The CPU's marketing name ("AMD EPYC 7B13"), or None where the OS does not say."""
+    cpuinfo = Path("/proc/cpuinfo")
+    if not cpuinfo.exists():
+        return None
+    for line in cpuinfo.read_text(errors="replace").splitlines():
+        key, _, value = line.partition(":")
+        # x86 says "model name"; some aarch64 kernels say "Model" or nothing
+        if key.strip() in ("model name", "Model", "Hardware") and value.strip():
+            return value.strip()
+    return None
+
+
 def torch_release(version: str) -> str:
     """'2.13.0+cpu' -> '2.13': AOTInductor code is tied to torch's major.minor."""
     return ".".join(version.split("+")[0].split(".")[:2])

@@ -6,8 +6,9 @@ input checks and the hand-off of tensors between partitions live here.
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import torch
 
@@ -110,6 +111,34 @@ class Program:
             from runtime.generation.generator import Generator
             self._generator = Generator(self)
         return self._generator
+
+    @contextlib.contextmanager
+    def timing_partitions(self, clock: Callable[[Callable[[], Any], str], float]
+                          ) -> Iterator[dict[str, dict]]:
+        """Within the block, every run times each partition's executor call with
+        ``clock(call, device) -> ms`` (``exporter bench`` passes device events on a GPU,
+        perf_counter on the CPU) and keeps the partition's last inputs. Yields
+        ``{partition: {"ms": [one per call], "inputs": [tensors]}}``. The fast paths are
+        off meanwhile (every run goes through the partition loop); not for use from two
+        threads at once."""
+        record = {p.name: {"ms": [], "inputs": []} for p in self.manifest.partitions}
+
+        def timed(call: Callable, name: str, device: str) -> Callable:
+            def run(inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+                result: list = []
+                record[name]["ms"].append(clock(lambda: result.extend(call(inputs)), device))
+                record[name]["inputs"] = inputs
+                return result
+            return run
+
+        saved = self._steps, self._single, self._cpu_executor
+        self._steps = [(timed(call, p.name, p.device), *rest)
+                       for (call, *rest), p in zip(self._steps, self.manifest.partitions)]
+        self._single, self._cpu_executor = False, None
+        try:
+            yield record
+        finally:
+            self._steps, self._single, self._cpu_executor = saved
 
     @property
     def input_names(self) -> list[str]:

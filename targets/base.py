@@ -170,6 +170,23 @@ class Target(abc.ABC):
         compares them with eager's."""
         return []
 
+    def op_times(self, folder: Path, partition: Partition, inputs: list, runs: int
+                 ) -> list[dict]:
+        """For `exporter bench`: each node's time inside one of this target's partitions
+        (its files extracted under ``folder``), from the backend's own profiler, over
+        ``runs`` calls on ``inputs``: rows ``{node, op, median_ms, calls}`` and, where the
+        backend says, ``provider``. Empty where it cannot say (bench then skips the copy)."""
+        return []
+
+    def graph_nodes(self, read: Callable[[str], bytes], partition: Partition, limit: int
+                    ) -> list[dict] | None:
+        """For `exporter report`: the graph one of this target's partitions runs, read from
+        its files (``read(entry name) -> bytes``, verified), as at most ``limit`` rows
+        ``{name, op, inputs, outputs, origin}`` (tensors as ``{name, type, weight}``;
+        ``origin`` the ATen node it came from, or ""). None where the files hold no
+        readable graph (a compiled library): the report lists the ATen ops instead."""
+        return None
+
     def baselines(self) -> dict[str, Baseline]:
         """Extra `exporter bench` baselines this target's artifacts can be timed against."""
         return {}

@@ -14,6 +14,7 @@ from torch.fx import Node
 
 from exporter.errors import UserInputError
 from exporter.model.export_errors import is_model_code
+from passes.cost import op_costs
 from passes.partition import PlannedPartition, is_shape_node, plan_partitions
 from targets import FallbackPolicy, Support, Target
 from targets.fallback import FALLBACK_BACKEND
@@ -63,6 +64,7 @@ def place(program: ExportedProgram, target: Target, min_partition_size: int,
                 if n.op == "call_function" and not is_shape_node(n)}
     plans = plan_partitions(program, lambda n: supports[n].ok, min_partition_size)
     owner = {node: plan for plan in plans for node in plan.nodes}
+    costs = op_costs(program)  # FLOPs and weight bytes per op, for the report
     coverage = []
     for node, support in supports.items():
         plan = owner[node]
@@ -76,7 +78,8 @@ def place(program: ExportedProgram, target: Target, min_partition_size: int,
             backend, device, reason = FALLBACK_BACKEND, "cpu", support.reason
         coverage.append({"node": node.name, "op": str(node.target), "partition": plan.name,
                          "backend": backend, "device": device, "supported": support.ok,
-                         "reason": reason, "source": source_line(node)})
+                         "reason": reason, "source": source_line(node),
+                         **costs.get(node.name, {})})
     return Placement(plans, coverage, _transfers(plans, target.device))
 
 

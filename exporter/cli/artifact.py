@@ -117,6 +117,13 @@ def bench(
                    f"p90 {timing['p90_ms']:.3f} ms")
         for name, ratio in timed["ratios"].items():
             result(f"  {name}: {ratio:.3f}x")
+        for name, timing in timed["partitions"].items():
+            result(f"  partition {name} ({timing['backend']} @ {timing['device']}): median "
+                   f"{timing['median_ms']:.3f} ms")
+        host = timed["machine"]
+        say(f"on {host['cpu']}, {host['cores']} cores, threads "
+            + ", ".join(f"{k} {v or 'default'}" for k, v in host["threads"].items())
+            + (f", {host['gpu']}" if host["gpu"] else ""))
         return 0
     guarded(action, quiet=quiet, verbose=verbose, debug=debug, as_json=as_json)
 
@@ -158,19 +165,24 @@ def inspect(artifact: Path = ARTIFACT,
 
 
 @app.command()
-def report(artifact: Path = ARTIFACT,
+def report(artifacts: list[Path] = typer.Argument(..., help="artifact file; several (builds "
+                                                  "of one model) make a comparison page"),
            html: Path = typer.Option(..., "--html", help="write the page to this file"),
-           bench_file: Optional[Path] = typer.Option(None, "--bench", help="latency bars from "
-                                                     "`exporter bench ARTIFACT --json` output"),
+           bench_file: list[Path] = typer.Option([], "--bench", help="`exporter bench "
+                                                 "ARTIFACT --json` output: the latency chart, "
+                                                 "time per partition and per node (once per "
+                                                 "artifact)"),
            as_json: bool = JSON, quiet: bool = QUIET, verbose: bool = VERBOSE,
            debug: bool = DEBUG) -> None:
-    """Write one self-contained HTML page about an artifact (placement, errors, memory...)."""
+    """Write one self-contained HTML page about an artifact (placement, errors, latency,
+    FLOPs, graphs...), or comparing several builds of one model."""
     def action() -> int:
         from exporter.report.html import write_report
 
-        write_report(artifact, html, bench_file)
+        write_report(artifacts, html, bench_file)
         if as_json:
-            print_json({"html": str(html), "artifact": str(artifact)})
+            print_json({"html": str(html), "artifact": str(artifacts[0]),
+                        "artifacts": [str(a) for a in artifacts]})
         else:
             wrote(html, "open it in a browser; it loads nothing from the network")
         return 0

@@ -147,24 +147,78 @@ def histogram(counts: dict[str, int], bins: tuple[str, ...], marker_bin: str | N
     return _svg(40 + len(bins) * (bar + gap) + 50, base + 24, body, caption)
 
 
-def bars(timings: dict[str, dict], unit: str = "ms") -> str:
-    """Median latency per runner (bar) with its p90 (whisker)."""
-    longest = max((t.get("p90_ms", t["median_ms"]) for t in timings.values()), default=1) or 1
-    scale, row_h = 420 / longest, 30
-    body = []
+# The latency axis ends past the largest median, or at the largest p90 when that is
+# within this many medians: one slow call on a shared machine must not squeeze every
+# median into a tick. A whisker past the axis is cut, ends in an arrow, and says its value.
+AXIS_MEDIANS = 3.0
+
+
+def nice_axis(span: float, ticks: int = 5) -> tuple[float, float]:
+    """(axis end, tick step) for an axis from 0 covering ``span``: a step of 1, 2, 2.5 or
+    5 times a power of ten, at most ``ticks`` steps."""
+    span = span if span > 0 else 1.0
+    power = 10 ** math.floor(math.log10(span / ticks))
+    step = next(power * m for m in (1, 2, 2.5, 5, 10) if span / (power * m) <= ticks)
+    return round(math.ceil(span / step - 1e-9) * step, 12), round(step, 12)
+
+
+def latency_chart(timings: dict[str, dict], caption: str, highlight: str = "artifact") -> str:
+    """Median latency per runner (bar, with a dark mark at the median) and its p10-p90
+    spread (whisker), on a linear axis in ms that starts at 0, with ticks and its title."""
+    medians = [t["median_ms"] for t in timings.values()]
+    p90s = [t.get("p90_ms", t["median_ms"]) for t in timings.values()]
+    top = max(medians, default=1.0)
+    end, step = nice_axis(max(top * 1.15, min(max(p90s, default=top), AXIS_MEDIANS * top)))
+    left, width, row_h, head = 150, 470, 34, 10
+    height = head + len(timings) * row_h
+
+    def x(value: float) -> float:  # ms -> px; past the axis: at its end
+        return left + min(max(value, 0.0), end) / end * width
+    body: list[str] = []
+    for i in range(round(end / step) + 1):
+        value = round(i * step, 12)
+        body.append(f'<line class="grid" x1="{x(value):.1f}" y1="{head - 4}" x2="{x(value):.1f}" '
+                    f'y2="{height + 4}" stroke="#dee2e6"/>'
+                    + _text(x(value), height + 18, f"{value:g}", size=11, anchor="middle",
+                            extra='class="tick"'))
+    body.append(f'<line x1="{left}" y1="{height + 4}" x2="{left + width}" y2="{height + 4}" '
+                f'stroke="#495057"/>' + _text(left + width / 2, height + 34,
+                                              "latency per call (ms)", size=12, anchor="middle",
+                                              extra='class="axis-title"'))
     for index, (name, timing) in enumerate(timings.items()):
-        y = 10 + index * row_h
-        median, p90 = timing["median_ms"], timing.get("p90_ms", timing["median_ms"])
-        colour = "#1c7ed6" if name == "artifact" else "#adb5bd"
-        body.append(_text(110, y + 15, name, anchor="end")
-                    + f'<rect class="bar" x="120" y="{y}" width="{max(median * scale, 1):.1f}" '
-                    f'height="20" fill="{colour}"><title>{escape(name)}: median {median:.4f} '
-                    f'{unit}, p90 {p90:.4f} {unit}</title></rect>'
-                    + f'<line x1="{120 + median * scale:.1f}" y1="{y + 10}" '
-                    f'x2="{120 + p90 * scale:.1f}" y2="{y + 10}" stroke="#495057"/>'
-                    + _text(126 + max(median, p90) * scale, y + 15,
-                            f"{median:.3f} {unit} (p90 {p90:.3f})", size=11))
-    return _svg(720, 20 + len(timings) * row_h, body, "latency")
+        body.append(_latency_row(name, timing, head + index * row_h, x, end,
+                                 "#1c7ed6" if name == highlight else "#adb5bd"))
+    return (f'<div class="latency" data-axis-max-ms="{end:g}" data-plot-left="{left}" '
+            f'data-plot-width="{width}">'
+            + _svg(left + width + 230, height + 44, body, caption) + "</div>")
+
+
+def _latency_row(name: str, timing: dict, y: float, x, end: float, colour: str) -> str:
+    median = timing["median_ms"]
+    low = timing.get("p10_ms", timing.get("min_ms", median))
+    high = timing.get("p90_ms", median)
+    mid = y + 12
+    title = escape(f"{name}: median {median:.4f} ms, p10 {low:.4f} ms, p90 {high:.4f} ms, "
+                   f"{timing.get('runs', '?')} calls")
+    parts = [_text(x(0) - 8, mid + 4, name, anchor="end"),
+             f'<rect class="bar" x="{x(0):.1f}" y="{y}" width="{max(x(median) - x(0), 1):.1f}" '
+             f'height="24" fill="{colour}" fill-opacity="0.55"><title>{title}</title></rect>',
+             f'<line class="whisker" x1="{x(low):.1f}" y1="{mid}" x2="{x(high):.1f}" y2="{mid}" '
+             f'stroke="#212529" stroke-width="1.5"/>',
+             f'<line x1="{x(low):.1f}" y1="{mid - 5}" x2="{x(low):.1f}" y2="{mid + 5}" '
+             f'stroke="#212529" stroke-width="1.5"/>']
+    if high > end:  # cut at the axis: an arrow says it goes on
+        parts.append(f'<path class="off-scale" d="M{x(end) + 8:.1f},{mid} L{x(end):.1f},'
+                     f'{mid - 5} L{x(end):.1f},{mid + 5} z" fill="#212529"/>')
+    else:
+        parts.append(f'<line x1="{x(high):.1f}" y1="{mid - 5}" x2="{x(high):.1f}" '
+                     f'y2="{mid + 5}" stroke="#212529" stroke-width="1.5"/>')
+    parts.append(f'<rect class="median" data-median-ms="{median:.6g}" x="{x(median) - 1.5:.1f}" '
+                 f'y="{y - 2}" width="3" height="28" fill="#0b3d91"><title>{title}</title></rect>')
+    label = (f"median {median:.4g} ms (p10 {low:.3g}, p90 {high:.3g}"
+             + (", off the axis" if high > end else "") + ")")
+    parts.append(_text(x(end) + 14, mid + 4, label, size=11))
+    return f'<g class="runner" data-name="{escape(name)}">' + "".join(parts) + "</g>"
 
 
 def timeline(live: list[int], arena: int, lower_bound: int) -> str:

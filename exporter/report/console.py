@@ -159,7 +159,9 @@ def print_manifest(console: Console, manifest: Manifest, path: str) -> None:
     print_placement(console, manifest.coverage, manifest.placement)
     for record in manifest.passes:
         changed = "changed the graph" if record["modified"] else "no change"
-        info = _pairs(record["info"]) if isinstance(record.get("info"), dict) else ""
+        info = (_pairs({k: v for k, v in record["info"].items()  # lists: quantization_lines
+                        if not isinstance(v, (list, dict))})
+                if isinstance(record.get("info"), dict) else "")
         console.print(f"pass {record['name']}: {changed}" + (f" ({info})" if info else ""),
                       markup=False, highlight=False)
     for line in [*quantization_lines(manifest), *memory_lines(manifest)]:
@@ -209,6 +211,12 @@ def quantization_lines(manifest: Manifest) -> list[str]:
                      f"({before / max(after, 1):.1f}x smaller)")
         lines += [f"  left in float: {row['layer']} ({row['op']}): {row['why']}"
                   for row in info["layers_float"]]
+        measured = [r for r in info.get("layer_errors") or [] if r.get("sqnr_db") is not None]
+        if measured:
+            worst = min(measured, key=lambda r: r["sqnr_db"])
+            lines.append(f"  per-layer error on {info.get('layer_errors_on')}: worst "
+                         f"{worst['layer']} at SQNR {worst['sqnr_db']:.1f} dB (cosine "
+                         f"{worst['cosine']:.5f}) of {len(measured)} layer(s)")
     return lines
 
 

@@ -1,96 +1,127 @@
-"""``exporter report ARTIFACT --html FILE``: one self-contained page about an artifact.
+"""``exporter report ARTIFACT --html FILE``: one self-contained page about an artifact;
+``exporter report A B ... --html FILE``: one page comparing artifacts of one model
+(exporter/report/compare.py).
 
-Everything comes from the verified manifest (plus an ``exporter bench --json`` result
-when given): the signature, where each op runs (partition graph and per-op strip), the
-validation errors as histograms, latency bars, the memory timeline, the passes. No
-external resource: the page's Content-Security-Policy forbids any, so a page that would
-need the network shows that as a violation in the browser test rather than silently.
+Everything comes from the verified manifest and the artifact's own files (plus an
+``exporter bench --json`` result when given): the signature, where each op runs
+(partition graph and per-op strip), the validation errors as histograms, the latency
+chart with the machine it was measured on and the time per partition and per node,
+FLOPs and weight bytes per layer, the per-layer quantization error, each partition's
+own graph, the memory timeline, the passes.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from collections import Counter
 from html import escape
 from pathlib import Path
 
-from exporter.report import charts
 from exporter.errors import UserInputError
-from runtime.outfiles import checked_output, written_whole
-from exporter.report.memory_plot import live_bytes_per_step
+from exporter.report import charts
+from exporter.report.compare import render_comparison
 from exporter.report.console import memory_lines, quantization_lines, validation_lines
+from exporter.report.graphs import graphs_section, read_graphs
+from exporter.report.layers import layers_section, quantization_section
+from exporter.report.memory_plot import live_bytes_per_step
+from exporter.report.page import prose, render_page, table
+from exporter.report.perf import latency_section, read_bench
 from exporter.validation.gates import ERROR_BINS, error_bin
 from runtime.manifest import Manifest
+from runtime.outfiles import checked_output, written_whole
 from runtime.signing import describe_signature, signature_status
 
-CSP = ("default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; "
-       "img-src data:")
 # Past these, the op table and the partition graph start folded (one click opens them):
 # the page should open on the summary, not on a screen-high list.
 FOLD_OPS, FOLD_PARTITIONS = 30, 12
 
 
-def write_report(artifact: Path, out: Path, bench_file: Path | None = None) -> None:
-    """Read and verify the artifact, render the page, write it whole or not at all."""
-    from runtime.archive import ArtifactReader
-
+def write_report(artifacts: list[Path], out: Path, bench_files: list[Path] = ()) -> None:
+    """Read and verify the artifacts, render the page (one artifact: its report; several:
+    their comparison), write it whole or not at all."""
     checked_output(out, flag="--html")  # before any work
-    bench = _read_bench(bench_file) if bench_file else None
-    with ArtifactReader.open(artifact) as reader:
-        manifest = Manifest.from_dict(reader.manifest, where=str(artifact))
-        signature = signature_status(reader)  # no key here: never claims "verified"
-    page = render(manifest, artifact_name=artifact.name, size=artifact.stat().st_size,
-                  signature=signature, bench=bench)
+    if not artifacts:
+        raise UserInputError("no artifact to report on", hint="exporter report A.artifact "
+                                                              "--html report.html")
+    benches = [read_bench(path) for path in bench_files]
+    loaded = [load(path) for path in artifacts]
+    matched = match_benches(artifacts, benches, bench_files)
+    if len(loaded) == 1:
+        manifest, size, signature, graphs = loaded[0]
+        page = render(manifest, artifact_name=artifacts[0].name, size=size,
+                      signature=signature, bench=matched[0], graphs=graphs)
+    else:
+        page = render_comparison(artifacts, [m for m, *_ in loaded], [s for _, s, *_ in loaded],
+                                 matched)
     with written_whole(out, flag="--html") as partial:
         partial.write_text(page, encoding="utf-8")
 
 
-def _read_bench(path: Path) -> dict:
-    try:
-        data = json.loads(path.read_text())
-        timings = data["timings"]
-        if not all(isinstance(t["median_ms"], (int, float)) for t in timings.values()):
-            raise TypeError("median_ms is not a number")
-        return data
-    except OSError as exc:
-        raise UserInputError(f"cannot read the bench result ({exc.strerror})",
-                             where=str(path)) from None
-    except (ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise UserInputError(f"not an `exporter bench --json` result ({exc})", where=str(path),
-                             hint="write one with: exporter bench ARTIFACT --json > bench.json"
-                             ) from None
+def load(path: Path) -> tuple[Manifest, int, dict | None, dict]:
+    """The verified manifest, file size, signature status and partition graphs."""
+    from runtime.archive import ArtifactReader
+
+    with ArtifactReader.open(path) as reader:
+        manifest = Manifest.from_dict(reader.manifest, where=str(path))
+        signature = signature_status(reader)  # no key here: never claims "verified"
+        graphs = read_graphs(manifest, reader)
+    return manifest, path.stat().st_size, signature, graphs
+
+
+def match_benches(artifacts: list[Path], benches: list[dict], files: list[Path]
+                  ) -> list[dict | None]:
+    """Each artifact's bench result: the one whose ``artifact`` names it (one artifact
+    and one result: that result). A result that names none of them is an error."""
+    if len(artifacts) == 1 and len(benches) == 1:
+        return [benches[0]]
+    found: list[dict | None] = [None] * len(artifacts)
+    for bench, file in zip(benches, files):
+        named = Path(str(bench.get("artifact", "")))
+        index = next((i for i, path in enumerate(artifacts)
+                      if named.resolve() == path.resolve()), None)
+        if index is None:
+            index = next((i for i, path in enumerate(artifacts) if named.name == path.name),
+                         None)
+        if index is None:
+            raise UserInputError(f"the bench result is of {named}, which is not among the "
+                                 "artifacts given", where=str(file),
+                                 hint="give one `exporter bench ARTIFACT --json` result per "
+                                      "artifact, of those artifacts")
+        found[index] = bench
+    return found
 
 
 def render(manifest: Manifest, *, artifact_name: str, size: int, signature: dict | None,
-           bench: dict | None) -> str:
+           bench: dict | None, graphs: dict | None = None) -> str:
     sections = [_header(manifest, artifact_name, size, signature), _signature(manifest),
-                _placement(manifest), _validation(manifest), _latency(bench),
+                _placement(manifest), _validation(manifest), latency_section(bench, manifest),
+                layers_section(manifest), quantization_section(manifest),
+                graphs_section(manifest, graphs) if graphs is not None else "",
                 _memory(manifest), _passes(manifest)]
     rows = [{**row, "colour": charts.placement_colour(row["backend"], row["device"])}
             for row in manifest.coverage]
-    data = json.dumps({"coverage": rows}, sort_keys=True).replace("<", "\\u003c")
-    return _PAGE.format(title=escape(f"{artifact_name}: {manifest.target}"), csp=CSP, css=_CSS,
-                        body="\n".join(sections), data=data, script=_SCRIPT)
+    return render_page(f"{artifact_name}: {manifest.target}", "\n".join(sections),
+                       {"coverage": rows}, _SCRIPT)
 
 
 def _header(manifest: Manifest, name: str, size: int, signature: dict | None) -> str:
     made = manifest.created_by
-    signed = (f'<span class="warn">{escape(describe_signature(signature))}</span>'
-              if signature else '<span class="warn">not signed</span> (exporter sign)')
+    signed = (f'<span class="warn">{prose(describe_signature(signature))}</span>'
+              if signature else '<span class="warn">not signed</span> (<code>exporter sign'
+                                '</code>)')
     needs = ", ".join(manifest.requirements.describe())
     return (f"<header><h1>{escape(name)}</h1><p>target <b>{escape(manifest.target)}</b> · "
-            f"from <code>{escape(str(manifest.source.get('spec')))}</code> · "
-            f"{size / 1e6:.2f} MB · {signed}</p><p>built by "
-            f"{escape(str(made.get('toolchain')))} with torch {escape(str(made.get('torch')))}"
-            f" · requires {escape(needs)}</p></header>")
+            f"{escape(build_kind(manifest))} · from "
+            f"<code>{escape(str(manifest.source.get('spec')))}</code> · {size / 1e6:.2f} MB · "
+            f"{signed}</p><p>built by {escape(str(made.get('toolchain')))} with torch "
+            f"{escape(str(made.get('torch')))} · requires {escape(needs)}</p></header>")
 
 
-def _table(headers: list[str], rows: list[list], cls: str = "") -> str:
-    head = "".join(f"<th>{escape(h)}</th>" for h in headers)
-    body = "".join("<tr>" + "".join(f"<td>{escape(str(c))}</td>" for c in row) + "</tr>"
-                   for row in rows)
-    return f'<table class="{cls}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+def build_kind(manifest: Manifest) -> str:
+    """'fp16', 'fp32, int8-dynamic': the dtype and quantization recipe of the build."""
+    settings = manifest.build.get("settings", {})
+    recipe = settings.get("quantize")
+    return str(settings.get("dtype", "fp32")) + (f", {recipe}" if recipe else "")
 
 
 def _signature(manifest: Manifest) -> str:
@@ -98,7 +129,7 @@ def _signature(manifest: Manifest) -> str:
             for kind, specs in (("input", manifest.signature.inputs),
                                 ("output", manifest.signature.outputs)) for spec in specs]
     return ('<section id="signature"><h2>Signature</h2>'
-            + _table(["kind", "name", "dtype", "shape"], rows) + "</section>")
+            + table(["kind", "name", "dtype", "shape"], rows) + "</section>")
 
 
 def _placement(manifest: Manifest) -> str:
@@ -123,7 +154,7 @@ def _placement(manifest: Manifest) -> str:
         graph = (f'<details id="graph-details"><summary>the partition graph '
                  f"({len(partitions)} partitions)</summary>{graph}</details>")
     return ('<section id="placement"><h2>Where each op runs</h2>'
-            f"<p>{legend}</p><p>{escape(totals)}</p>{graph}"
+            f"<p>{legend}</p><p>{prose(totals)}</p>{graph}"
             "<h3>Ops in run order</h3><p class=\"hint\">hover a square: op, reason, source</p>"
             + charts.op_strip(manifest.coverage)
             + '<h3>Every op</h3><input id="op-filter" placeholder="filter: op, partition, '
@@ -147,7 +178,7 @@ def _op_kind(op: str) -> str:
 
 def _validation(manifest: Manifest) -> str:
     record = manifest.validation
-    lines = "".join(f"<p>{escape(line)}</p>" for line in validation_lines(record))
+    lines = "".join(f"<p>{prose(line)}</p>" for line in validation_lines(record))
     if not record or record.get("skipped"):
         return f'<section id="validation"><h2>Validation</h2>{lines}</section>'
     per_output: dict[str, Counter] = {}
@@ -166,7 +197,7 @@ def _validation(manifest: Manifest) -> str:
     rows = [[r["case"], r["output"], "passed" if r["passed"] else "FAILED",
              r.get("criterion", ""), _figure(r)] for r in record.get("outputs", [])]
     return ('<section id="validation"><h2>Validation against eager</h2>' + lines + charts_html
-            + _table(["case", "output", "verdict", "criterion", "figures"], rows) + "</section>")
+            + table(["case", "output", "verdict", "criterion", "figures"], rows) + "</section>")
 
 
 def _figure(row: dict) -> str:
@@ -178,22 +209,9 @@ def _figure(row: dict) -> str:
     return row.get("problem") or f"{row.get('mismatches', 0)} mismatches"
 
 
-def _latency(bench: dict | None) -> str:
-    if bench is None:
-        return ('<section id="latency"><h2>Latency</h2><p class="hint">not measured: pass '
-                "<code>--bench FILE</code> from <code>exporter bench ARTIFACT --json</code>"
-                "</p></section>")
-    ratios = ", ".join(f"{name} {value:.2f}x" for name, value in bench.get("ratios", {}).items())
-    return ('<section id="latency"><h2>Latency</h2>'
-            f"<p>{escape(str(bench.get('device')))} {escape(str(bench.get('dtype')))}, "
-            f"{escape(str(bench.get('runs')))} runs side by side, timer "
-            f"{escape(str(bench.get('timer')))}; {escape(ratios)}</p>"
-            + charts.bars(bench["timings"]) + "</section>")
-
-
 def _memory(manifest: Manifest) -> str:
     plan = manifest.memory_plan
-    lines = "".join(f"<p>{escape(line)}</p>" for line in
+    lines = "".join(f"<p>{prose(line)}</p>" for line in
                     [*memory_lines(manifest), *quantization_lines(manifest)])
     if not plan or not plan.get("offsets"):
         return f'<section id="memory"><h2>Memory</h2>{lines or "<p>no plan</p>"}</section>'
@@ -206,26 +224,14 @@ def _passes(manifest: Manifest) -> str:
     rows = [[r["name"], "yes" if r.get("modified") else "no",
              ", ".join(f"{k} {v}" for k, v in sorted((r.get("info") or {}).items())
                        if not isinstance(v, (list, dict)))] for r in manifest.passes]
-    notes = "".join(f"<li>{escape(n)}</li>" for n in [*manifest.build.get("notes", []),
+    notes = "".join(f"<li>{prose(n)}</li>" for n in [*manifest.build.get("notes", []),
                                                      *manifest.build.get("nondeterminism", [])])
     return ('<section id="passes"><h2>Passes</h2>'
-            + _table(["pass", "changed the graph", "figures"], rows)
+            + table(["pass", "changed the graph", "figures"], rows)
             + (f"<h3>Build notes</h3><ul>{notes}</ul>" if notes else "") + "</section>")
 
 
-_CSS = """
-body{font:14px/1.45 system-ui,sans-serif;margin:24px auto;max-width:1100px;color:#212529}
-h1{font-size:22px;margin:0 0 4px}h2{border-bottom:1px solid #dee2e6;padding-bottom:4px}
-section{margin:28px 0}table{border-collapse:collapse;margin:8px 0}
-td,th{border:1px solid #dee2e6;padding:3px 8px;text-align:left;vertical-align:top}
-th{background:#f1f3f5}code{background:#f1f3f5;padding:0 3px}.hint{color:#868e96}
-.chip{color:#fff;border-radius:4px;padding:2px 8px;margin-right:6px}
-.ok{color:#2f9e44;font-weight:600}.warn{color:#e8590c;font-weight:600}
-#ops td:first-child{border-left-width:6px}svg{display:block;margin:8px 0;overflow:visible}
-"""
-
-# Errors and CSP violations are counted on <html data-errors>; the last script sets
-# data-rendered, so a test (or a person) can tell a page that ran from one that broke.
+# The op table's filter (the op rows come as JSON in #report-data).
 _SCRIPT = """
 (function () {
   const data = JSON.parse(document.getElementById('report-data').textContent);
@@ -255,28 +261,5 @@ _SCRIPT = """
     render();
   });
   render();
-  document.documentElement.dataset.rendered = 'yes';
 })();
-"""
-
-_PAGE = """<!DOCTYPE html>
-<html lang="en" data-errors="0"><head><meta charset="utf-8">
-<meta http-equiv="Content-Security-Policy" content="{csp}">
-<title>{title}</title><style>{css}</style>
-<script>
-(function () {{
-  function count(message) {{
-    const html = document.documentElement;
-    html.dataset.errors = String(Number(html.dataset.errors) + 1);
-    html.dataset.lastError = message;
-  }}
-  window.addEventListener('error', (e) => count(String(e.message)));
-  document.addEventListener('securitypolicyviolation', (e) => count('CSP: ' + e.blockedURI));
-}})();
-</script></head>
-<body>
-{body}
-<script id="report-data" type="application/json">{data}</script>
-<script>{script}</script>
-</body></html>
 """

@@ -18,11 +18,12 @@ builder/quantization.py both use it, and it must not close a circle between them
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Protocol
 
 import torch
+
+from passes.quant_error import sqnr_cosine
 
 
 class Gate(Protocol):
@@ -138,11 +139,7 @@ def compare_quantized(got: torch.Tensor, eager: torch.Tensor, min_sqnr_db: float
     if not got.dtype.is_floating_point:
         return _exact(got, eager)
     g, e = got.double().flatten(), eager.double().flatten()
-    noise = float((g - e).pow(2).mean())
-    signal = float(e.pow(2).mean())
-    sqnr = math.inf if noise == 0 else (10 * math.log10(signal / noise) if signal else -math.inf)
-    norms = float(g.norm() * e.norm())
-    cosine = float(g @ e) / norms if norms else float(torch.equal(g, e))
+    sqnr, cosine = sqnr_cosine(g, e)
     row = {"passed": sqnr >= min_sqnr_db or cosine >= min_cosine, "criterion": "quantized",
            "sqnr_db": sqnr, "cosine": cosine, "min_sqnr_db": min_sqnr_db,
            "min_cosine": min_cosine, "abs_err_histogram": error_histogram((g - e).abs())}

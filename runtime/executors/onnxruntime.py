@@ -108,7 +108,9 @@ class OnnxRuntimeExecutor:
         report = {"requested": requested, "available": available, "missing": missing,
                   "used": list(session.get_providers()), "disable_cpu_ep_fallback": no_fallback,
                   "fallback": meta.fallback or "allow", "placement_recorded": records,
-                  "placement": placement}
+                  "placement": placement,
+                  # 0: ORT's default, one intra-op thread per physical core
+                  "intra_op_threads": session.get_session_options().intra_op_num_threads}
         log.info("partition '%s' on ONNX Runtime %s: requested %s, session uses %s",
                  partition.name, ort.__version__, requested, report["used"])
         on_cpu = placement.get(CPU, {}).get("nodes", 0)

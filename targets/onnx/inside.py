@@ -54,3 +54,72 @@ def direct_session(program, inputs: list[torch.Tensor]) -> Callable:
                                 hint="use --baseline eager,compile for this artifact")
     feeds = {arg.name: t.cpu().numpy() for arg, t in zip(session.get_inputs(), inputs)}
     return lambda: session.run(None, feeds)
+
+
+def node_times(model_path: Path, inputs: list, runs: int, providers=None) -> list[dict]:
+    """Each node's kernel time from ONNX Runtime's own profiler (SessionOptions.
+    enable_profiling) over ``runs`` calls on ``inputs``, after a few untimed ones: rows
+    ``{node, op, provider, median_ms, calls}``. ``op`` is the kernel ORT ran, after its
+    fusions ("FusedGemm" for a Gemm and its Relu); ``node`` the first node of the fusion."""
+    import json
+    import statistics
+
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.enable_profiling = True
+    options.profile_file_prefix = str(model_path.parent / "ort-profile")
+    usable = [p for p in (providers or []) if p in ort.get_available_providers()]
+    session = ort.InferenceSession(str(model_path), options,
+                                   providers=usable or ["CPUExecutionProvider"])
+    feeds = {arg.name: t.detach().cpu().numpy() for arg, t in zip(session.get_inputs(), inputs)}
+    warmup = max(2, runs // 10)
+    for _ in range(warmup + runs):
+        session.run(None, feeds)
+    events = json.loads(Path(session.end_profiling()).read_text())
+    durations: dict[str, list[float]] = {}
+    kinds: dict[str, tuple[str, str]] = {}
+    finished = 0  # model_run events seen: node events of the first `warmup` runs are dropped
+    for event in events:
+        if event.get("cat") == "Session" and event.get("name") == "model_run":
+            finished += 1
+        elif (event.get("cat") == "Node" and finished >= warmup
+              and event.get("name", "").endswith("_kernel_time")):
+            node = event["name"].removesuffix("_kernel_time").removeprefix("fused ")
+            durations.setdefault(node, []).append(event["dur"] / 1e3)  # us -> ms
+            args = event.get("args") or {}
+            kinds[node] = (str(args.get("op_name", "")), str(args.get("provider", "")))
+    return [{"node": node, "op": kinds[node][0], "provider": kinds[node][1],
+             "median_ms": statistics.median(values), "calls": len(values)}
+            for node, values in durations.items()]
+
+
+def graph_nodes(model_bytes: bytes, limit: int) -> list[dict]:
+    """The ONNX graph as rows ``{name, op, inputs, outputs, origin}`` (each tensor as
+    ``{name, type, weight}``; ``origin``: the ATen node torch.onnx made it from), at most
+    ``limit`` nodes. The weights' bytes are not read (external data stays unloaded)."""
+    import onnx
+
+    model = onnx.load_model_from_string(model_bytes)
+    graph = model.graph
+    types = {v.name: _onnx_type(v.type) for v in [*graph.input, *graph.value_info, *graph.output]}
+    weights = {t.name: f"{onnx.TensorProto.DataType.Name(t.data_type).lower()}"
+                       f"[{', '.join(map(str, t.dims))}]" for t in graph.initializer}
+    rows = []
+    for node in list(graph.node)[:limit]:
+        meta = {p.key: p.value for p in node.metadata_props}
+        origin = meta.get("pkg.torch.onnx.fx_node", "").split(" ", 1)[0].lstrip("%")
+        rows.append({"name": node.name, "op": node.op_type, "origin": origin,
+                     "inputs": [{"name": i, "type": weights.get(i) or types.get(i, ""),
+                                 "weight": i in weights} for i in node.input if i],
+                     "outputs": [{"name": o, "type": types.get(o, ""), "weight": False}
+                                 for o in node.output if o]})
+    return rows
+
+
+def _onnx_type(value_type) -> str:
+    import onnx
+    tensor = value_type.tensor_type
+    dims = [str(d.dim_value) if d.HasField("dim_value") else d.dim_param or "?"
+            for d in tensor.shape.dim]
+    return f"{onnx.TensorProto.DataType.Name(tensor.elem_type).lower()}[{', '.join(dims)}]"

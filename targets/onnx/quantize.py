@@ -11,6 +11,9 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
+import torch
+
+from passes.quant_error import ErrorSums, layer_rows
 from targets.errors import TargetOptionError
 
 RECIPES = {
@@ -43,9 +46,11 @@ class _Calibration:
         return next(self._feeds, None)
 
 
-def quantize_model(path: Path, recipe: str, calibration: list):
+def quantize_model(path: Path, recipe: str, calibration: list, examples: list | None = None):
     """(the quantized ModelProto, with its weights loaded, and the report). ORT writes to
-    a scratch folder; the caller saves the model under the artifact's own file names."""
+    a scratch folder; the caller saves the model under the artifact's own file names.
+    ``examples``: flat input sets (the partition's own inputs) the per-layer error is
+    measured on when there is no calibration data."""
     import onnx
 
     with tempfile.TemporaryDirectory(prefix="ort-quantize-", dir=path.parent) as scratch:
@@ -62,17 +67,26 @@ def quantize_model(path: Path, recipe: str, calibration: list):
                         all_tensors_to_one_file=True, location="model.onnx.data")
         _run_ort(source, quantized_path, recipe, calibration, before)
         after = onnx.load(str(quantized_path))
-    weighted = _weighted_nodes(before)
-    done = _quantized_nodes(after)
+        weighted = _weighted_nodes(before)
+        done = _quantized_nodes(after)
+        # ORT rewrites a Gemm as MatMul + Add before quantizing it: "<gemm>_MatMul"
+        quantized = sorted(n for n in weighted if n in done or f"{n}_MatMul" in done)
+        sets, on = ((calibration, f"{len(calibration)} calibration set(s)") if calibration
+                    else (examples or [], "the example inputs"))
+        try:  # a diagnostic: the build goes on without it, and says why
+            errors = _layer_errors(before, after, quantized, sets, Path(scratch)) if sets else []
+        except Exception as exc:  # noqa: BLE001 - ORT raises its own pybind types
+            errors, on = [], f"not computed ({type(exc).__name__}: {str(exc)[:200]})"
     return after, {
         "recipe": recipe, "how": RECIPES[recipe],
         "calibration_sets": len(calibration) if recipe == "int8-static" else 0,
-        "layers_quantized": sorted(n for n in weighted if n in done),
+        "layers_quantized": quantized,
         "layers_float": [{"layer": n, "op": op, "why": _WHY_FLOAT.get(
                              (recipe, op), "ONNX Runtime's quantizer left it in float")}
-                         for n, op in weighted.items() if n not in done],
+                         for n, op in weighted.items() if n not in quantized],
         "weight_bytes_before": _initializer_bytes(before),
-        "weight_bytes_after": _initializer_bytes(after)}
+        "weight_bytes_after": _initializer_bytes(after),
+        "layer_errors": errors, "layer_errors_on": on if sets else "no inputs to run on"}
 
 
 def _run_ort(path: Path, quantized_path: Path, recipe: str, calibration: list, before) -> None:
@@ -94,6 +108,45 @@ def _run_ort(path: Path, quantized_path: Path, recipe: str, calibration: list, b
         ortq.quantize_static(str(path), str(quantized_path), _Calibration(names, calibration),
                              quant_format=ortq.QuantFormat.QDQ,
                              activation_type=ortq.QuantType.QInt8, **common)
+
+
+def _layer_errors(before, after, layers: list[str], input_sets: list, scratch: Path
+                  ) -> list[dict]:
+    """Each quantized layer's output (the tensor the float node wrote: ORT's replacement
+    writes the same name) in the quantized model against the float model's, over the
+    input sets (passes/quant_error.py's measure, as the PT2E pass reports it)."""
+    ops = {n.name: (n.output[0], n.op_type) for n in before.graph.node if n.name in layers}
+    values = [ops[name][0] for name in layers]
+    sums: dict[str, ErrorSums] = {}
+    reference = _marked_session(before, values, scratch, "float-marked")
+    quantized = _marked_session(after, values, scratch, "int8-marked")
+    for flat in input_sets:
+        feeds = {arg.name: t.detach().cpu().numpy()
+                 for arg, t in zip(reference.get_inputs(), flat)}
+        want = dict(zip(values, reference.run(values, feeds)))
+        got = dict(zip(values, quantized.run(values, feeds)))
+        for name in layers:
+            value = ops[name][0]
+            if want[value].shape == got[value].shape:
+                sums.setdefault(name, ErrorSums()).add(torch.from_numpy(got[value]),
+                                                      torch.from_numpy(want[value]))
+    return layer_rows(sums, {name: (name, ops[name][1]) for name in layers})
+
+
+def _marked_session(model, values: list[str], folder: Path, stem: str):
+    """An ONNX Runtime session of ``model`` with ``values`` made graph outputs."""
+    import onnx
+    import onnxruntime as ort
+
+    marked = onnx.ModelProto()
+    marked.CopyFrom(model)
+    outputs = {o.name for o in marked.graph.output}
+    marked.graph.output.extend(onnx.helper.make_empty_tensor_value_info(v)
+                               for v in values if v not in outputs)
+    path = folder / f"{stem}.onnx"
+    onnx.save_model(marked, str(path), save_as_external_data=True,
+                    all_tensors_to_one_file=True, location=f"{stem}.onnx.data")
+    return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
 
 
 def _weighted_nodes(model) -> dict[str, str]:

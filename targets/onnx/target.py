@@ -28,6 +28,7 @@ from passes.decompose import Decompose
 from passes.ops import is_custom_op
 from runtime import scratch
 from runtime.executors.onnxruntime import OnnxRuntimeMeta
+from runtime.flat_inputs import flatten_inputs
 from runtime.manifest import Partition
 from targets.base import (
     Availability,
@@ -203,7 +204,8 @@ class OnnxTarget(Target):
         if options.quantize:
             try:
                 quantized, quantization = quantize_model(path, options.quantize,
-                                                         list(options.calibration))
+                                                         list(options.calibration),
+                                                         _example_sets(program))
             except TargetOptionError:
                 raise
             except Exception as exc:  # noqa: BLE001 - ORT's quantizer raises many kinds
@@ -285,6 +287,14 @@ class OnnxTarget(Target):
                             inputs: list) -> list[tuple[str, str, torch.Tensor]]:
         return inside.intermediate_values(folder / partition.meta["model"], wanted, inputs)
 
+    def op_times(self, folder: Path, partition: Partition, inputs: list, runs: int
+                 ) -> list[dict]:
+        return inside.node_times(folder / partition.meta["model"], inputs, runs,
+                                 partition.meta.get("providers"))
+
+    def graph_nodes(self, read, partition: Partition, limit: int) -> list[dict] | None:
+        return inside.graph_nodes(read(partition.meta["model"]), limit)
+
     def baselines(self) -> dict[str, Baseline]:
         return {"onnxruntime": inside.direct_session}
 
@@ -298,6 +308,14 @@ def _report_dir(options: LowerOptions) -> Path:
     parent = options.log_dir or Path(tempfile.gettempdir())
     parent.mkdir(parents=True, exist_ok=True)
     return scratch.make_dir(f"{REPORT_DIR_PREFIX}{time.strftime('%Y%m%d-%H%M%S')}-", parent)
+
+
+def _example_sets(program: ExportedProgram) -> list[list[torch.Tensor]]:
+    """The partition's example inputs (the capture's, or what the earlier partitions
+    computed from them), flat, as one input set; none when the program kept none."""
+    if program.example_inputs is None:
+        return []
+    return [flatten_inputs(*program.example_inputs).tensors]
 
 
 def _external_locations(model) -> list[str]:
