@@ -8,30 +8,45 @@ alone with ``pip install '.[runtime]'``.
     program = runtime.load("model.artifact")
     outputs = program(x)                    # model's own output structure
     named = program.run({"x": x})           # {output name: tensor}
+
+Torch tensors in and out; on a device without torch, an artifact whose partitions all
+run on ONNX Runtime or TVM (runtime/requires.py) takes and gives numpy arrays instead
+(an ArrayProgram), and torch is never imported. Torch is imported only where the
+artifact needs it, or where it is installed.
 """
 
 from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
 from runtime.archive import ArtifactReader, Limits
-from runtime.arena import Arena
+from runtime.array_program import ArrayProgram
 from runtime.consistency import check_dataflow, check_host_devices
-from runtime.cuda_graphs import GraphReplay
 from runtime.errors import (ArtifactError, CompatibilityError, ExecutionError,
                             InputMismatchError, ToolchainError, UserInputError)
 from runtime.executors import create_executor
 from runtime.hostinfo import check_requirements
 from runtime.manifest import Manifest
-from runtime.program import Program
+from runtime.requires import torch_or_none, torch_reasons
 
-__all__ = ["ArtifactError", "CompatibilityError", "ExecutionError", "InputMismatchError",
-           "Limits", "Manifest", "Program", "ToolchainError", "UserInputError", "load",
-           "read_manifest"]
+__all__ = ["ArrayProgram", "ArtifactError", "CompatibilityError", "ExecutionError",
+           "InputMismatchError", "Limits", "Manifest", "Program", "ToolchainError",
+           "UserInputError", "load", "read_manifest"]
+
+if TYPE_CHECKING:
+    from runtime.program import Program
 
 log = logging.getLogger(__name__)
+
+
+def __getattr__(name: str):
+    """``runtime.Program`` imports torch: only when asked for (PEP 562)."""
+    if name == "Program":
+        from runtime.program import Program
+        return Program
+    raise AttributeError(f"module 'runtime' has no attribute {name!r}")
 
 
 def read_manifest(path: str | Path, *, limits: Limits = Limits()) -> Manifest:
@@ -42,7 +57,7 @@ def read_manifest(path: str | Path, *, limits: Limits = Limits()) -> Manifest:
 
 def load(path: str | Path, *, limits: Limits = Limits(), cuda_graphs: bool = True,
          static_outputs: bool = False, max_graphs: int = 8, arenas: bool = True,
-         trusted_keys: Iterable[str | Path | bytes] = ()) -> Program:
+         trusted_keys: Iterable[str | Path | bytes] = ()) -> Program | ArrayProgram:
     """Verify, check compatibility, then load every partition from a private verified copy.
 
     GPU partitions of static or dynamic shape are captured into CUDA graphs and
@@ -52,7 +67,9 @@ def load(path: str | Path, *, limits: Limits = Limits(), cuda_graphs: bool = Tru
     ``arenas=False`` ignores the build's memory plan: every tensor comes from the
     allocator (to compare, or where the plan's preallocation is not wanted).
     With ``trusted_keys`` (Ed25519 public keys, PEM), the artifact must be signed by one
-    of them (runtime/signing.py), checked before anything in it is parsed or loaded."""
+    of them (runtime/signing.py), checked before anything in it is parsed or loaded.
+    Without torch installed, an artifact that does not need it loads as an ArrayProgram
+    (numpy arrays in and out; the options about CUDA and arenas have nothing to do)."""
     where = str(path)
     with ArtifactReader.open(path, limits) as reader:
         if trusted_keys:
@@ -60,29 +77,47 @@ def load(path: str | Path, *, limits: Limits = Limits(), cuda_graphs: bool = Tru
             verify(reader, trusted_keys)
         manifest = Manifest.from_dict(reader.manifest, where=where)
         check_dataflow(manifest, where=where)
-        check_requirements(manifest.requirements, where=where)
+        torch = torch_or_none(manifest, where=where)
+        check_requirements(manifest.requirements, where=where,
+                           torch=torch if torch_reasons(manifest) else None)
         check_host_devices(manifest, where=where)
         # Compiled libraries are opened from this private copy, never from a
         # user-writable location; on Linux the mapping outlives the files, so the
         # copy is removed when the reader closes. Only the partitions' own entries are
         # copied: an artifact padded with unused entries costs no disk.
         private_dir = reader.extract_private(_partition_entries(manifest, reader.names()))
-        planned = (manifest.memory_plan or {}).get("arenas") or {} if arenas else {}
-        if not isinstance(planned, dict):
-            raise ArtifactError("the memory plan's arenas are not an object", where=where)
-        allocated = {device: Arena(device, plan, where=where) for device, plan in planned.items()}
-        executors = []
-        for partition in manifest.partitions:
-            graphed = cuda_graphs and partition.device == "cuda"
-            execute = create_executor(partition, private_dir, where=where,
-                                      entries=set(reader.names()),
-                                      run_single_threaded=graphed,
-                                      arena=allocated.get(partition.device))
-            if graphed:
-                execute = GraphReplay(execute, partition.device, max_graphs, static_outputs)
-            executors.append(execute)
+        if torch is None:
+            executors = [create_executor(partition, private_dir, where=where,
+                                         entries=set(reader.names()), arrays=True)
+                         for partition in manifest.partitions]
+            log.debug("loaded %s without torch: %d partition(s)", where, len(executors))
+            return ArrayProgram(manifest, executors, source=where)
+        from runtime.program import Program
+        allocated = _arenas(manifest, where) if arenas else {}
+        executors = [_tensor_executor(partition, private_dir, reader, allocated, where,
+                                      cuda_graphs, max_graphs, static_outputs)
+                     for partition in manifest.partitions]
     log.debug("loaded %s: %d partition(s)", where, len(executors))
     return Program(manifest, executors, source=where, arenas=allocated)
+
+
+def _arenas(manifest: Manifest, where: str) -> dict:
+    from runtime.arena import Arena
+    planned = (manifest.memory_plan or {}).get("arenas") or {}
+    if not isinstance(planned, dict):
+        raise ArtifactError("the memory plan's arenas are not an object", where=where)
+    return {device: Arena(device, plan, where=where) for device, plan in planned.items()}
+
+
+def _tensor_executor(partition, private_dir: Path, reader: ArtifactReader, arenas: dict,
+                     where: str, cuda_graphs: bool, max_graphs: int, static_outputs: bool):
+    graphed = cuda_graphs and partition.device == "cuda"
+    execute = create_executor(partition, private_dir, where=where, entries=set(reader.names()),
+                              run_single_threaded=graphed, arena=arenas.get(partition.device))
+    if graphed:
+        from runtime.cuda_graphs import GraphReplay
+        execute = GraphReplay(execute, partition.device, max_graphs, static_outputs)
+    return execute
 
 
 def _partition_entries(manifest: Manifest, names: list[str]) -> list[str]:
