@@ -6,10 +6,6 @@ The processes here block `import torch` (a meta-path finder), as a device lacks 
 from __future__ import annotations
 
 import collections
-import json
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -22,24 +18,10 @@ from runtime.array_program import _leaves
 from runtime.archive import ArtifactReader
 from runtime.archive_writer import write_artifact
 from runtime.dtypes import NAMES
-from runtime.errors import CompatibilityError
 from runtime.requires import packages, torch_reasons
+from tests.helpers import assert_runs_on_numpy_without_torch, run_without_torch
 
 pytest.importorskip("onnxruntime")
-ROOT = Path(__file__).resolve().parent.parent
-BLOCK_TORCH = textwrap.dedent("""
-    import sys
-    class _NoTorch:
-        def find_spec(self, name, path=None, target=None):
-            if name.split('.')[0] == 'torch':
-                raise ImportError('No module named torch (blocked by the test)')
-    sys.meta_path.insert(0, _NoTorch())
-""")
-
-
-def _without_torch(ran, code: str, *args: str) -> subprocess.CompletedProcess:
-    return ran(subprocess.run, [sys.executable, "-c", BLOCK_TORCH + textwrap.dedent(code),
-                                *args], cwd=ROOT, capture_output=True, text=True, timeout=120)
 
 
 def _rewritten(src: Path, dst: Path, change) -> Path:
@@ -53,30 +35,13 @@ def _rewritten(src: Path, dst: Path, change) -> Path:
 
 def test_onnx_artifact_runs_on_numpy_arrays_without_torch(onnx_mlp, ran, tmp_path):
     x = np.random.default_rng(0).standard_normal((3, 64)).astype(np.float32)
-    np.save(tmp_path / "x.npy", x)
-    expected = runtime.load(onnx_mlp)(torch.from_numpy(x)).numpy()  # with torch, as built
-    done = _without_torch(ran, """
-        import json, sys
-        import numpy as np
-        import runtime
-        x = np.load(sys.argv[1])
-        program = runtime.load(sys.argv[2])
-        called, named = program(x), program.run({"x": x})["output"]
-        assert type(called) is np.ndarray and type(named) is np.ndarray
-        np.save(sys.argv[3], called)
-        print(json.dumps({"same": bool((called == named).all()), "class": type(program).__name__,
-                          "torch": sorted(m for m in sys.modules if m.startswith('torch'))}))
-    """, str(tmp_path / "x.npy"), str(onnx_mlp), str(tmp_path / "y.npy"))
-    assert done.returncode == 0, done.stderr
-    said = json.loads(done.stdout)
-    assert said == {"same": True, "class": "ArrayProgram", "torch": []}
-    np.testing.assert_allclose(np.load(tmp_path / "y.npy"), expected, rtol=1e-6, atol=1e-6)
+    assert_runs_on_numpy_without_torch(ran, onnx_mlp, x, tmp_path)
 
 
 def test_runtime_cli_runs_without_torch_and_prints_readable_lines(onnx_mlp, ran, tmp_path):
     x = np.random.default_rng(1).standard_normal((5, 64)).astype(np.float32)
     np.savez(tmp_path / "in.npz", x=x)
-    done = _without_torch(ran, """
+    done = run_without_torch(ran, """
         import sys
         from runtime.__main__ import main
         sys.exit(main(sys.argv[1:]))
@@ -94,7 +59,7 @@ def test_runtime_cli_runs_without_torch_and_prints_readable_lines(onnx_mlp, ran,
 
 
 def test_bad_numpy_inputs_are_named_without_torch(onnx_mlp, ran):
-    done = _without_torch(ran, """
+    done = run_without_torch(ran, """
         import sys
         import numpy as np
         import runtime
@@ -121,7 +86,7 @@ def test_artifact_that_needs_torch_names_the_partition_and_the_pip_command(
     needs = _rewritten(onnx_mlp, tmp_path / "needs-torch.artifact",
                        lambda m: change(m["partitions"][0]))
     np.savez(tmp_path / "in.npz", x=np.ones((2, 64), np.float32))
-    done = _without_torch(ran, """
+    done = run_without_torch(ran, """
         import sys
         from runtime.__main__ import main
         sys.exit(main(sys.argv[1:]))

@@ -197,3 +197,8 @@ def test_runtime_wheel_is_reproducible_and_holds_only_the_runtime(tmp_path):
     names = zipfile.ZipFile(first).namelist()
     assert "runtime/__init__.py" in names and "runtime/executors/onnxruntime.py" in names
     assert not [n for n in names if n.startswith(("exporter/", "passes/", "targets/"))]
+    metadata = zipfile.ZipFile(first).read(next(n for n in names if n.endswith("/METADATA")))
+    metadata = metadata.decode()
+    required = [line for line in metadata.splitlines() if line.startswith("Requires-Dist")]
+    assert [r for r in required if "extra ==" not in r] == ["Requires-Dist: numpy>=1.26"]
+    assert 'Requires-Dist: torch>=2.11; extra == "torch"' in required  # torch only on request
