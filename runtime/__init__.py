@@ -2,7 +2,7 @@
 
 This package is the bottom floor. It must never import ``exporter``, ``passes``
 or ``targets`` (tests/test_layering.py checks it), so a device can install it
-alone with ``pip install '.[runtime]'``.
+alone: the runtime wheel in an ``exporter package`` bundle, with what its artifacts need.
 
     import runtime
     program = runtime.load("model.artifact")
