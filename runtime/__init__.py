@@ -2,37 +2,52 @@
 
 This package is the bottom floor. It must never import ``exporter``, ``passes``
 or ``targets`` (tests/test_layering.py checks it), so a device can install it
-alone with ``pip install '.[runtime]'``.
+alone: the runtime wheel in an ``exporter package`` bundle, with what its artifacts need.
 
     import runtime
     program = runtime.load("model.artifact")
     outputs = program(x)                    # model's own output structure
     named = program.run({"x": x})           # {output name: tensor}
+
+Torch tensors in and out; on a device without torch, an artifact whose partitions all
+run on ONNX Runtime or TVM (runtime/requires.py) takes and gives numpy arrays instead
+(an ArrayProgram), and torch is never imported. Torch is imported only where the
+artifact needs it, or where it is installed.
 """
 
 from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
 from runtime.archive import ArtifactReader, Limits
-from runtime.arena import Arena
+from runtime.array_program import ArrayProgram
 from runtime.consistency import check_dataflow, check_host_devices
-from runtime.cuda_graphs import GraphReplay
 from runtime.errors import (ArtifactError, CompatibilityError, ExecutionError,
                             InputMismatchError, ToolchainError, UserInputError)
 from runtime.executors import create_executor
 from runtime.hostinfo import check_requirements
 from runtime.manifest import Manifest
-from runtime.program import Program
-from runtime.shared_weights import SharedWeights
+from runtime.requires import torch_or_none, torch_reasons
+from runtime.shared_weights import shared_entries
 
-__all__ = ["ArtifactError", "CompatibilityError", "ExecutionError", "InputMismatchError",
-           "Limits", "Manifest", "Program", "ToolchainError", "UserInputError", "load",
-           "read_manifest"]
+__all__ = ["ArrayProgram", "ArtifactError", "CompatibilityError", "ExecutionError",
+           "InputMismatchError", "Limits", "Manifest", "Program", "ToolchainError",
+           "UserInputError", "load", "read_manifest"]
+
+if TYPE_CHECKING:
+    from runtime.program import Program
 
 log = logging.getLogger(__name__)
+
+
+def __getattr__(name: str):
+    """``runtime.Program`` imports torch: only when asked for (PEP 562)."""
+    if name == "Program":
+        from runtime.program import Program
+        return Program
+    raise AttributeError(f"module 'runtime' has no attribute {name!r}")
 
 
 def read_manifest(path: str | Path, *, limits: Limits = Limits()) -> Manifest:
@@ -43,7 +58,7 @@ def read_manifest(path: str | Path, *, limits: Limits = Limits()) -> Manifest:
 
 def load(path: str | Path, *, limits: Limits = Limits(), cuda_graphs: bool = True,
          static_outputs: bool = False, max_graphs: int = 8, arenas: bool = True,
-         trusted_keys: Iterable[str | Path | bytes] = ()) -> Program:
+         trusted_keys: Iterable[str | Path | bytes] = ()) -> Program | ArrayProgram:
     """Verify, check compatibility, then load every partition from a private verified copy.
 
     GPU partitions of static or dynamic shape are captured into CUDA graphs and
@@ -53,7 +68,9 @@ def load(path: str | Path, *, limits: Limits = Limits(), cuda_graphs: bool = Tru
     ``arenas=False`` ignores the build's memory plan: every tensor comes from the
     allocator (to compare, or where the plan's preallocation is not wanted).
     With ``trusted_keys`` (Ed25519 public keys, PEM), the artifact must be signed by one
-    of them (runtime/signing.py), checked before anything in it is parsed or loaded."""
+    of them (runtime/signing.py), checked before anything in it is parsed or loaded.
+    Without torch installed, an artifact that does not need it loads as an ArrayProgram
+    (numpy arrays in and out; the options about CUDA and arenas have nothing to do)."""
     where = str(path)
     with ArtifactReader.open(path, limits) as reader:
         if trusted_keys:
@@ -63,55 +80,81 @@ def load(path: str | Path, *, limits: Limits = Limits(), cuda_graphs: bool = Tru
         views = [manifest, *(manifest.entry_point(name) for name in manifest.entry_points)]
         for view in views:
             check_dataflow(view, where=where)
+        torch = torch_or_none(manifest, where=where)
+        check_requirements(manifest.requirements, where=where,
+                           torch=torch if torch_reasons(manifest) else None)
+        for view in views:
             check_host_devices(view, where=where)
-        check_requirements(manifest.requirements, where=where)
         # Compiled libraries are opened from this private copy, never from a
         # user-writable location; on Linux the mapping outlives the files, so the
         # copy is removed when the reader closes. Only the partitions' own entries are
         # copied: an artifact padded with unused entries costs no disk.
         private_dir = reader.extract_private(_partition_entries(manifest, reader.names()))
-        shared = SharedWeights.from_manifest(manifest.shared_weights, private_dir, where=where)
-        # A generating artifact's decode step is captured whole (runtime/generation/
-        # decode_graph.py), so its partitions are not captured one by one; prefill, whose
-        # length varies per prompt, runs without graphs.
-        generating = manifest.generation is not None
-        programs = [_program(view, reader, private_dir, where, shared,
-                             cuda_graphs=cuda_graphs and not generating,
-                             single_threaded=cuda_graphs and generating,
-                             static_outputs=static_outputs, max_graphs=max_graphs,
-                             arenas=arenas) for view in views]
-        main = programs[0]
-        main.decode_graphs = cuda_graphs and generating
-        main.entry_points = dict(zip(manifest.entry_points, programs[1:]))
-        if manifest.generation is not None:
-            from runtime.generation.tokenizer import read_tokenizer
-            main.tokenizer_json = read_tokenizer(manifest.generation, reader, where=where)
+        if torch is None:
+            executors = [create_executor(partition, private_dir, where=where,
+                                         entries=set(reader.names()), arrays=True)
+                         for partition in manifest.partitions]
+            log.debug("loaded %s without torch: %d partition(s)", where, len(executors))
+            return ArrayProgram(manifest, executors, source=where)
+        return _tensor_programs(manifest, views, reader, private_dir, where,
+                                cuda_graphs=cuda_graphs, max_graphs=max_graphs,
+                                static_outputs=static_outputs, arenas=arenas)
+
+
+def _tensor_programs(manifest: Manifest, views: list[Manifest], reader: ArtifactReader,
+                     private_dir: Path, where: str, *, cuda_graphs: bool, max_graphs: int,
+                     static_outputs: bool, arenas: bool) -> Program:
+    """The main program, its entry points (a generating artifact's decode) on the one
+    shared weight store, and what generation needs."""
+    from runtime.program import Program
+    from runtime.shared_weights import SharedWeights
+
+    shared = SharedWeights.from_manifest(manifest.shared_weights, private_dir, where=where)
+    # A generating artifact's decode step is captured whole (runtime/generation/
+    # decode_graph.py), so its partitions are not captured one by one; prefill, whose
+    # length varies per prompt, runs without graphs.
+    generating = manifest.generation is not None
+    programs = []
+    for view in views:
+        allocated = _arenas(view, where) if arenas else {}
+        executors = [_tensor_executor(partition, private_dir, reader, allocated, where,
+                                      cuda_graphs and not generating, max_graphs,
+                                      static_outputs, shared,
+                                      single_threaded=cuda_graphs and generating)
+                     for partition in view.partitions]
+        programs.append(Program(view, executors, source=where, arenas=allocated))
+    main = programs[0]
+    main.entry_points = dict(zip(manifest.entry_points, programs[1:]))
+    main.decode_graphs = cuda_graphs and generating
+    if generating:
+        from runtime.generation.tokenizer import read_tokenizer
+        main.tokenizer_json = read_tokenizer(manifest.generation, reader, where=where)
     log.debug("loaded %s: %d program(s)", where, len(programs))
     return main
 
 
-def _program(manifest: Manifest, reader: ArtifactReader, private_dir: Path, where: str,
-             shared: SharedWeights | None, *, cuda_graphs: bool, single_threaded: bool,
-             static_outputs: bool, max_graphs: int, arenas: bool) -> Program:
-    planned = (manifest.memory_plan or {}).get("arenas") or {} if arenas else {}
+def _arenas(manifest: Manifest, where: str) -> dict:
+    from runtime.arena import Arena
+    planned = (manifest.memory_plan or {}).get("arenas") or {}
     if not isinstance(planned, dict):
         raise ArtifactError("the memory plan's arenas are not an object", where=where)
-    allocated = {device: Arena(device, plan, where=where) for device, plan in planned.items()}
-    executors = []
-    for partition in manifest.partitions:
-        graphed = cuda_graphs and partition.device == "cuda"
-        execute = create_executor(partition, private_dir, where=where,
-                                  entries=set(reader.names()),
-                                  run_single_threaded=graphed or single_threaded,
-                                  shared=shared,
-                                  arena=allocated.get(partition.device))
-        if graphed:
-            execute = GraphReplay(execute, partition.device, max_graphs, static_outputs)
-        executors.append(execute)
-    return Program(manifest, executors, source=where, arenas=allocated)
+    return {device: Arena(device, plan, where=where) for device, plan in planned.items()}
+
+
+def _tensor_executor(partition, private_dir: Path, reader: ArtifactReader, arenas: dict,
+                     where: str, cuda_graphs: bool, max_graphs: int, static_outputs: bool,
+                     shared, *, single_threaded: bool = False):
+    graphed = cuda_graphs and partition.device == "cuda"
+    execute = create_executor(partition, private_dir, where=where, entries=set(reader.names()),
+                              run_single_threaded=graphed or single_threaded, shared=shared,
+                              arena=arenas.get(partition.device))
+    if graphed:
+        from runtime.cuda_graphs import GraphReplay
+        execute = GraphReplay(execute, partition.device, max_graphs, static_outputs)
+    return execute
 
 
 def _partition_entries(manifest: Manifest, names: list[str]) -> list[str]:
     folders = tuple(f"partitions/{p.name}/" for p in manifest.all_partitions())
-    store = set(SharedWeights.entries(manifest.shared_weights))
+    store = set(shared_entries(manifest.shared_weights))
     return [name for name in names if name.startswith(folders) or name in store]

@@ -20,6 +20,7 @@ import traceback
 from pathlib import Path
 
 import runtime
+from runtime.dtypes import name_of
 from runtime.errors import ToolchainError, UserInputError
 from runtime.memory import PeakMemory
 from runtime.outfiles import checked_output
@@ -54,6 +55,27 @@ def run_npz(artifact: str | Path, inputs: str | Path, out: str | Path | None, *,
     if out is not None:
         save_npz(out, outputs)
     return outputs, program.backend_reports
+
+
+def backend_lines(reports: dict[str, dict]) -> list[str]:
+    """The backends' load reports (Program.backend_reports) as lines a person reads: per
+    partition, ONNX Runtime's providers used (and any requested but missing) and how many
+    nodes of which op types each runs; other backends' plain facts (TVM's version and
+    target)."""
+    lines = []
+    for name, report in reports.items():
+        if "used" in report:
+            missing = report.get("missing") or []
+            lines.append(f"{name}: providers used: {', '.join(report['used'])}"
+                         + (f"; requested but missing: {', '.join(missing)}" if missing else ""))
+            for provider, placed in (report.get("placement") or {}).items():
+                ops = ", ".join(f"{op} x{count}" for op, count in placed["op_types"].items())
+                lines.append(f"  {provider} runs {placed['nodes']} node(s): {ops}")
+        else:
+            facts = [f"{key} {value}" for key, value in report.items()
+                     if isinstance(value, (str, int, float)) and not isinstance(value, bool)]
+            lines.append(f"{name}: {', '.join(facts)}")
+    return lines
 
 
 def input_bytes_bound(manifest) -> int:
@@ -169,10 +191,10 @@ def main(argv: list[str] | None = None) -> int:
             outputs, reports = run_npz(args.artifact, args.inputs, args.out,
                                        cuda_graphs=not args.no_cuda_graphs,
                                        trusted_keys=args.trusted_key)
-            for name, report in reports.items() if not quiet else ():
-                print(f"{name}: {report}", file=sys.stderr)
+            for line in backend_lines(reports) if not quiet else ():
+                print(line, file=sys.stderr)
             for name, tensor in outputs.items():
-                print(f"{name}: {str(tensor.dtype).removeprefix('torch.')}{list(tensor.shape)}")
+                print(f"{name}: {name_of(tensor)}{list(tensor.shape)}")
         elif args.command == "generate":
             _generate(args)
         elif args.command == "generation-cases":

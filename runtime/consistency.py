@@ -11,8 +11,6 @@ from __future__ import annotations
 import os
 from typing import Any, Mapping
 
-import torch
-
 from runtime.errors import ArtifactError, CompatibilityError
 from runtime.manifest import Manifest, Partition
 
@@ -96,7 +94,7 @@ def check_host_devices(manifest: Manifest, *, where: str) -> None:
     planned = (manifest.memory_plan or {}).get("arenas") or {}
     devices = {p.device for p in manifest.partitions} | set(planned if isinstance(planned, dict)
                                                            else ())
-    if "cuda" in devices and not torch.cuda.is_available():
+    if "cuda" in devices and not _cuda_available():
         raise CompatibilityError("the artifact runs partitions on CUDA, and this machine has "
                                  "no usable CUDA device", where=where,
                                  hint="run it on a GPU machine, or rebuild with --target cpu")
@@ -106,7 +104,8 @@ def check_arena_fits(device: str, nbytes: int, *, where: str) -> None:
     """An arena larger than this machine's memory is refused before it is allocated."""
     if device == "cpu":
         total = _physical_memory()
-    elif torch.cuda.is_available():
+    elif _cuda_available():
+        import torch
         total = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
     else:
         total = None
@@ -116,6 +115,12 @@ def check_arena_fits(device: str, nbytes: int, *, where: str) -> None:
             f"this machine's {total / 2**30:.1f} GiB", where=where,
             hint="run it on a larger machine, or load with arenas=False (each tensor from "
                  "the allocator); rebuild if the number is not what the model needs")
+
+
+def _cuda_available() -> bool:
+    """Asked only of artifacts with CUDA parts, which need torch (runtime/requires.py)."""
+    import torch
+    return torch.cuda.is_available()
 
 
 def _physical_memory() -> int | None:

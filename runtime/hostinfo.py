@@ -2,7 +2,9 @@
 
 The check runs before any compiled library is loaded: a library built for an ISA
 the CPU lacks would die with SIGILL, and one built for another torch may crash in
-its constructor. Both become a CompatibilityError that names both sides.
+its constructor. Both become a CompatibilityError that names both sides. The checks that
+ask torch (its version, the GPU) apply only to artifacts whose partitions run on torch
+(runtime/requires.py): a device without torch runs ONNX Runtime and TVM partitions.
 """
 
 from __future__ import annotations
@@ -10,8 +12,6 @@ from __future__ import annotations
 import functools
 import platform
 from pathlib import Path
-
-import torch
 
 from runtime.errors import CompatibilityError
 from runtime.manifest import Requirements
@@ -50,22 +50,26 @@ def torch_release(version: str) -> str:
     return ".".join(version.split("+")[0].split(".")[:2])
 
 
-def check_requirements(req: Requirements, *, where: str) -> None:
-    """Raise CompatibilityError naming both sides if this host cannot run the artifact."""
+def check_requirements(req: Requirements, *, where: str, torch=None) -> None:
+    """Raise CompatibilityError naming both sides if this host cannot run the artifact.
+    ``torch``: the module when a partition runs on it (then its version and the GPU are
+    checked too), else None."""
     host_arch = platform.machine()
     if req.arch != host_arch:
         raise CompatibilityError(
             f"the artifact was built for {req.arch} but this machine is {host_arch}", where=where,
             hint=f"build it again on (or for) a {host_arch} machine")
+    _check_cpu_flags(req, where)
+    if torch is None:
+        return
     if torch_release(req.torch) != torch_release(torch.__version__):
         raise CompatibilityError(
             f"the artifact was built with torch {req.torch} but this runtime has torch "
             f"{torch.__version__}; compiled AOTInductor code is only loadable by the same "
             "torch major.minor", where=where,
             hint=f"install torch=={req.torch.split('+')[0]} here, or rebuild with this torch")
-    _check_cpu_flags(req, where)
     if req.cuda_capability is not None:
-        _check_cuda(req, where)
+        _check_cuda(req, where, torch)
 
 
 def _check_cpu_flags(req: Requirements, where: str) -> None:
@@ -80,7 +84,7 @@ def _check_cpu_flags(req: Requirements, where: str) -> None:
             hint="rebuild with a lower --cpu-isa (e.g. `--cpu-isa avx2` or `--cpu-isa generic`)")
 
 
-def _check_cuda(req: Requirements, where: str) -> None:
+def _check_cuda(req: Requirements, where: str, torch) -> None:
     if not torch.cuda.is_available():
         raise CompatibilityError(
             f"the artifact needs a CUDA GPU of compute capability {req.cuda_capability} or newer, "

@@ -1,8 +1,9 @@
 """Typed view of ``manifest.json``.
 
 Plain dataclasses rather than pydantic on purpose: the runtime is what a device
-installs alone, docs/architecture.md limits it to torch, numpy and safetensors, and the GPU
-machine's image has no pydantic. The exporter builds these objects and the
+installs alone, docs/architecture.md limits it to torch, numpy and safetensors (and torch
+only where a partition needs it: runtime/requires.py), and the GPU machine's image has no
+pydantic. The exporter builds these objects and the
 runtime reads them; ``to_dict``/``from_dict`` are the only (de)serialisers.
 Unknown optional keys are ignored when reading, so a newer minor format loads.
 """
@@ -12,8 +13,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-import torch
-
+from runtime.dtypes import NAMES as DTYPE_NAMES
 from runtime.errors import ArtifactError
 
 
@@ -60,8 +60,8 @@ class TensorSpec:
     @classmethod
     def from_json(cls, raw: dict) -> "TensorSpec":
         dtype = _str(raw["dtype"], "a tensor's dtype")
-        if not isinstance(getattr(torch, dtype, None), torch.dtype):
-            raise ValueError(f"{dtype!r} is not a torch dtype")
+        if dtype not in DTYPE_NAMES:
+            raise ValueError(f"{dtype!r:.40} is not a torch dtype")
         return cls(name=_str(raw["name"], "a tensor's name"), dtype=dtype,
                    shape=tuple(Dim.from_json(d) for d in _list(raw["shape"], "a shape")))
 

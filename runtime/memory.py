@@ -15,8 +15,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import torch
-
 
 class PeakMemory:
     def __init__(self, program) -> None:
@@ -27,7 +25,8 @@ class PeakMemory:
 
     def __enter__(self) -> "PeakMemory":
         self.rss_start = _reset_high_water_mark()
-        if self.uses_cuda:
+        if self.uses_cuda:  # CUDA partitions need torch (runtime/requires.py)
+            import torch
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
             self.cuda_start = torch.cuda.memory_allocated()
@@ -40,6 +39,7 @@ class PeakMemory:
             self.record["cpu_peak_bytes"] = max(0, _status_bytes("VmHWM") - self.rss_start)
             self.record["cpu_how"] = "resident-set growth while running (VmHWM reset after load)"
         if self.uses_cuda:
+            import torch
             torch.cuda.synchronize()
             peak = torch.cuda.max_memory_allocated() - self.cuda_start + self.cuda_arena
             self.record["cuda_peak_bytes"] = peak

@@ -10,9 +10,10 @@ dicts with their keys; any other container becomes a tuple.
 from __future__ import annotations
 
 import itertools
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
-from torch.utils._pytree import TreeSpec
+if TYPE_CHECKING:  # encode_tree runs in the exporter; decode_tree on devices without torch
+    from torch.utils._pytree import TreeSpec
 
 
 def encode_tree(spec: TreeSpec) -> Any:

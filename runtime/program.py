@@ -1,7 +1,10 @@
 """``Program``: a loaded artifact. It checks inputs and runs the partitions in order.
 
 Executors (one per backend kind) only turn tensors into tensors; scheduling,
-input checks and the hand-off of tensors between partitions live here.
+input checks and the hand-off of tensors between partitions live here. Torch tensors in
+and out (numpy arrays are taken too); on a device without torch, ``runtime.load`` gives
+an ArrayProgram instead (runtime/array_program.py). What both share is in
+runtime/program_base.py.
 """
 
 from __future__ import annotations
@@ -10,30 +13,30 @@ import contextlib
 import functools
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
+import numpy as np
 import torch
+from torch.utils._pytree import tree_map
 
 from runtime.arena import Arena
-from runtime.errors import InputMismatchError
 from runtime.executors.base import Executor
 from runtime.flat_inputs import flatten_inputs
 from runtime.manifest import Manifest, TensorSpec
 from runtime.outputs import decode_tree
+from runtime.program_base import ProgramBase, check_inputs, shape_rules, shapes_fit
 
 __all__ = ["Executor", "Program", "check_inputs"]
 
 
-class Program:
+class Program(ProgramBase):
     def __init__(self, manifest: Manifest, executors: Sequence[Executor], *, source: str,
                  arenas: Mapping[str, Arena] | None = None) -> None:
-        self.manifest = manifest
-        self.source = source
+        super().__init__(manifest, executors, source=source)
         # A generating artifact's further programs (``decode``) and tokenizer: runtime.load
         # fills them in; ``generate`` drives them (runtime/generation/).
         self.entry_points: dict[str, Program] = {}
         self.tokenizer_json: str | None = None
         self.decode_graphs = False  # the decode step replays as one CUDA graph (runtime.load)
         self._generator = None
-        self._executors = list(executors)
         # A bound method: calling an object's __call__ costs ~45 ns more per run.
         self._fast_check = _FastCheck(manifest.signature.inputs).check
         # Per device, the preallocated bytes that hand-offs between devices are copied into
@@ -47,8 +50,6 @@ class Program:
         self._steps = [(call, p.inputs, p.outputs, torch.device(p.device),
                         self._arenas.get(p.device))
                        for p, call in zip(manifest.partitions, calls)]
-        self._input_names = self.input_names
-        self._output_names = self.output_names
         # The common case, one partition that takes the program's inputs and gives its
         # outputs in order, skips the named-value bookkeeping (a few us per call).
         only = manifest.partitions[0] if len(manifest.partitions) == 1 else None
@@ -56,47 +57,6 @@ class Program:
                         and list(only.outputs) == self._output_names)
         # ...and when that partition runs on the CPU and gets CPU tensors, nothing moves.
         self._cpu_executor = calls[0] if self._single and only.device == "cpu" else None
-
-    def __repr__(self) -> str:
-        """One line: where it came from, what to call it with, what it returns, and which
-        backends run its partitions."""
-        signature = self.manifest.signature
-        backends: dict[str, int] = {}
-        for partition in self.manifest.partitions:
-            key = f"{partition.backend}@{partition.device}"
-            backends[key] = backends.get(key, 0) + 1
-        return (f"<Program {self.source!r} target={self.manifest.target} "
-                f"inputs=[{', '.join(s.describe() for s in signature.inputs)}] "
-                f"outputs=[{', '.join(s.describe() for s in signature.outputs)}] "
-                f"partitions=[{', '.join(f'{k} x{n}' for k, n in backends.items())}]>")
-
-    @property
-    def executors(self) -> list[Executor]:
-        """One executor per partition, in run order (read-only view)."""
-        return list(self._executors)
-
-    @property
-    def backend_reports(self) -> dict[str, dict]:
-        """What each partition's backend said at load (e.g. ONNX Runtime's providers and
-        node placement), by partition name: CPU fallback inside a backend is never silent.
-        Backends with nothing to say are left out; every report has a ``placement`` (None
-        where the backend cannot say), which `exporter run` prints."""
-        reports = {}
-        for partition, execute in zip(self.manifest.partitions, self._executors):
-            report = execute.report()
-            if report:
-                reports[partition.name] = dict(report, placement=report.get("placement"))
-        return reports
-
-    @property
-    def memory_report(self) -> dict[str, dict]:
-        """Per device: the arena's bytes and how many planned tensors live there (hand-off
-        copies, and CPU-fallback intermediates that run in it)."""
-        slots = sum(execute.arena_slots for execute in self._executors)
-        return {device: {"arena_bytes": arena.nbytes, "planned": len(arena.slots),
-                         "handoffs": sum(key.startswith("handoff/") for key in arena.slots),
-                         "fallback_slots_in_use": slots if device == "cpu" else 0}
-                for device, arena in self._arenas.items()}
 
     def generate(self, prompt: Any, max_new_tokens: int = 128, **options: Any) -> Any:
         """Generate from a prompt (text, or token ids): see runtime/generation/generator.py
@@ -140,31 +100,20 @@ class Program:
         finally:
             self._steps, self._single, self._cpu_executor = saved
 
-    @property
-    def input_names(self) -> list[str]:
-        return [t.name for t in self.manifest.signature.inputs]
-
-    @property
-    def output_names(self) -> list[str]:
-        return [t.name for t in self.manifest.signature.outputs]
-
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Call like the original model; tensors are taken from args/kwargs in pytree order,
         and the outputs come back in the model's structure (dicts, tuples, lists)."""
         flat = flatten_inputs(args, kwargs)
-        arrays = [type(leaf).__name__ for leaf in flat.leaves
-                  if type(leaf).__module__ == "numpy" and hasattr(leaf, "shape")]
-        if arrays:  # dropped as constants otherwise, and then "0 inputs were given"
-            raise InputMismatchError(
-                f"the artifact takes torch tensors; {len(arrays)} input(s) are numpy "
-                f"{arrays[0]}", where=self.source,
-                hint="wrap them with torch.from_numpy(...), or use program.run with tensors")
+        if any(type(leaf) is np.ndarray for leaf in flat.leaves):
+            # taken as tensors sharing their memory (dropped as constants otherwise)
+            flat = flatten_inputs(*tree_map(_as_tensor, (args, kwargs)))
         outputs = self.run(flat.tensors)
         return decode_tree(self.manifest.signature.output_tree, list(outputs.values()))
 
     def run(self, inputs: Mapping[str, torch.Tensor] | Sequence[torch.Tensor], *,
             output_device: str | torch.device | None = None) -> dict[str, torch.Tensor]:
-        """Run on named or positional inputs; returns outputs by name.
+        """Run on named or positional inputs; returns outputs by name. Numpy arrays are
+        taken as tensors sharing their memory.
 
         Outputs land on ``output_device``, by default the device of the first input."""
         # Hot path: a list of CPU tensors shaped as last time, one CPU partition.
@@ -179,6 +128,7 @@ class Program:
                      ) -> dict[str, torch.Tensor]:
         tensors = self._order_inputs(inputs)
         if on_cpu is None:
+            tensors = [_as_tensor(t) for t in tensors]
             on_cpu = self._fast_check(tensors)
             if on_cpu is None:  # the slow path explains what is wrong
                 check_inputs(self.manifest.signature.inputs, tensors, where=self.source)
@@ -217,31 +167,12 @@ class Program:
             return tensor.clone()
         return tensor
 
-    def _order_inputs(self, inputs: Mapping[str, torch.Tensor] | Sequence[torch.Tensor]
-                      ) -> list[torch.Tensor]:
-        names = self._input_names
-        if type(inputs) in (list, tuple) and len(inputs) == len(names):
-            return inputs
-        if isinstance(inputs, Mapping):
-            missing = [n for n in names if n not in inputs]
-            unexpected = sorted(set(inputs) - set(names))
-            if missing or unexpected:
-                details = [f"missing input '{n}'" for n in missing]
-                details += [f"unexpected input '{n}'" for n in unexpected]
-                raise InputMismatchError(
-                    "the inputs given do not match the artifact's input names", where=self.source,
-                    details=details, hint=f"give exactly these inputs: {', '.join(names)}")
-            return [inputs[n] for n in names]
-        tensors = list(inputs)
-        if len(tensors) != len(names):
-            raise InputMismatchError(
-                f"the artifact takes {len(names)} input tensor(s) and {len(tensors)} were given",
-                where=self.source, details=[spec.describe() for spec in self.manifest.signature.inputs],
-                hint="pass one tensor per input, in this order")
-        return tensors
-
 
 _CPU = torch.device("cpu")
+
+
+def _as_tensor(value: Any) -> Any:
+    return torch.from_numpy(value) if type(value) is np.ndarray else value
 
 
 @functools.lru_cache(maxsize=16)
@@ -265,10 +196,8 @@ class _FastCheck:
     memo of the shapes that passed last time.)"""
 
     def __init__(self, specs: Sequence[TensorSpec]) -> None:
-        self.rules = [(getattr(torch, spec.dtype, None), len(spec.shape),
-                       [(axis, d.size, d.symbol, d.min, d.max) for axis, d in enumerate(spec.shape)])
-                      for spec in specs]
-        self.dtypes = [dtype for dtype, _, _ in self.rules]
+        self.rules = shape_rules(specs)
+        self.dtypes = [getattr(torch, spec.dtype, None) for spec in specs]
         self.passed: list = [None] * len(specs)  # the shapes of the last inputs that fitted
 
     def check(self, tensors: Sequence[Any]) -> bool | None:
@@ -300,62 +229,7 @@ class _FastCheck:
         except AttributeError:
             return None
         if shapes != self.passed:
-            if not self._shapes_fit(shapes):
+            if not shapes_fit(self.rules, shapes):
                 return None
             self.passed = shapes
         return on_cpu
-
-    def _shapes_fit(self, shapes: list) -> bool:
-        symbols: dict[str, int] = {}
-        for (_, rank, dims), shape in zip(self.rules, shapes):
-            if len(shape) != rank:
-                return False
-            for axis, size, symbol, low, high in dims:
-                got = shape[axis]
-                if size is not None:
-                    if got != size:
-                        return False
-                elif not low <= got <= high or symbols.setdefault(symbol, got) != got:
-                    return False
-        return True
-
-
-def check_inputs(specs: Sequence[TensorSpec], tensors: Sequence[Any], *, where: str) -> None:
-    """Raise one InputMismatchError listing every input that does not fit its spec."""
-    problems: list[str] = []
-    symbols: dict[str, tuple[int, str]] = {}  # symbol -> (value, first input that set it)
-    for spec, tensor in zip(specs, tensors):
-        if not isinstance(tensor, torch.Tensor):
-            problems.append(f"input '{spec.name}': expected a tensor, got {type(tensor).__name__}")
-            continue
-        problems += _check_one(spec, tensor, symbols)
-    if problems:
-        raise InputMismatchError(
-            f"{len(problems)} problem(s) with the inputs", where=where, details=problems,
-            hint="the artifact expects " + "; ".join(s.describe() for s in specs))
-
-
-def _check_one(spec: TensorSpec, tensor: torch.Tensor, symbols: dict) -> list[str]:
-    problems = []
-    got_dtype = str(tensor.dtype).removeprefix("torch.")
-    if got_dtype != spec.dtype:
-        problems.append(f"input '{spec.name}': expected dtype {spec.dtype}, got {got_dtype}")
-    if tensor.device.type not in ("cpu", "cuda"):
-        problems.append(f"input '{spec.name}': tensors on device '{tensor.device}' are not "
-                        "supported (give cpu or cuda tensors)")
-    if tensor.dim() != len(spec.shape):
-        return problems + [f"input '{spec.name}': expected rank {len(spec.shape)} "
-                           f"({spec.describe()}), got shape {tuple(tensor.shape)}"]
-    for axis, (dim, got) in enumerate(zip(spec.shape, tensor.shape)):
-        if not dim.is_dynamic:
-            if got != dim.size:
-                problems.append(f"input '{spec.name}' dim {axis}: expected {dim.size}, got {got}")
-            continue
-        if not dim.min <= got <= dim.max:
-            problems.append(f"input '{spec.name}' dim {axis} ({dim.symbol}): {got} is outside "
-                            f"the built range {dim.min}..{dim.max}")
-        seen = symbols.setdefault(dim.symbol, (got, spec.name))
-        if seen[0] != got:
-            problems.append(f"input '{spec.name}' dim {axis} ({dim.symbol}) is {got} but input "
-                            f"'{seen[1]}' has {dim.symbol}={seen[0]}; they must be equal")
-    return problems

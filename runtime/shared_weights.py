@@ -11,11 +11,12 @@ device for the whole artifact: a GPU holds each weight once, whatever reads it.
 from __future__ import annotations
 
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from runtime.errors import ArtifactError
-from runtime.weights import load_checked
+
+if TYPE_CHECKING:  # imported where tensors are made: listing entries needs no torch
+    import torch
 
 PREFIX = "weights/shared-"
 SHARD_BYTES = 1 << 30  # an entry stays well under runtime.archive.Limits.max_entry_bytes
@@ -44,15 +45,11 @@ class SharedWeights:
                                 where=where, hint=_REBUILD)
         return cls(private_dir, indexes, where=where)
 
-    @staticmethod
-    def entries(record: dict | None) -> list[str]:
-        """The artifact entries of the store (what the loader extracts)."""
-        indexes = record.get("entries") if isinstance(record, dict) else None
-        return sorted(indexes) if isinstance(indexes, dict) else []
 
     def tensors(self, names: dict[str, str], device: str | torch.device, *, partition: str
                 ) -> dict[str, torch.Tensor]:
         """{name the executor uses: tensor on ``device``} for one partition's mapping."""
+        from runtime.weights import load_checked
         if self._host is None:  # each shard's header is checked against the manifest first
             self._host = {}
             for entry, index in sorted(self._indexes.items()):
@@ -72,6 +69,12 @@ class SharedWeights:
                 self._placed[(key, device)] = tensor
             placed[name] = tensor
         return placed
+
+
+def shared_entries(record: dict | None) -> list[str]:
+    """The artifact entries of a manifest's store (what the loader extracts)."""
+    indexes = record.get("entries") if isinstance(record, dict) else None
+    return sorted(indexes) if isinstance(indexes, dict) else []
 
 
 def missing_store(partition: str, *, where: str) -> ArtifactError:

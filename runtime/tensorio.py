@@ -1,8 +1,9 @@
 """Reading and writing named tensors: ``.npz`` for users, safetensors between processes.
 
-``np.load`` runs with ``allow_pickle=False``: an ``.npz`` is data, never code.
-safetensors carries bfloat16, which numpy cannot, so the build's validation
-subprocess exchanges tensors through it.
+``np.load`` runs with ``allow_pickle=False``: an ``.npz`` is data, never code. An ``.npz``
+is read as numpy arrays (a torch Program takes them as tensors; a device without torch
+runs on them) and written from tensors or arrays. safetensors carries bfloat16, which
+numpy cannot, so the build's validation subprocess exchanges torch tensors through it.
 """
 
 from __future__ import annotations
@@ -10,14 +11,15 @@ from __future__ import annotations
 import math
 import zipfile
 from pathlib import Path
-from typing import Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
-import torch
-from safetensors.torch import load_file, save_file
 
 from runtime.errors import UserInputError
 from runtime.outfiles import written_whole
+
+if TYPE_CHECKING:
+    import torch
 
 
 # What an inputs .npz may inflate to unless the caller knows better (run_npz bounds it by
@@ -27,8 +29,8 @@ _MAX_ARRAYS = 4096
 _NUMBER_KINDS = "biufc"  # bool, int, uint, float, complex: what a tensor can hold
 
 
-def load_npz(path: str | Path, *, max_bytes: int = MAX_INPUT_BYTES) -> dict[str, torch.Tensor]:
-    """The arrays of an ``.npz`` as tensors. Sizes, dtypes and keys are checked from the
+def load_npz(path: str | Path, *, max_bytes: int = MAX_INPUT_BYTES) -> dict[str, np.ndarray]:
+    """The arrays of an ``.npz``, each C-contiguous. Sizes, dtypes and keys are checked from the
     zip directory and each array's header first: a small file that claims terabytes (or
     inflates to them) is refused before a byte of it is inflated."""
     path = Path(path)
@@ -40,7 +42,7 @@ def load_npz(path: str | Path, *, max_bytes: int = MAX_INPUT_BYTES) -> dict[str,
     try:
         _check_npz_headers(path, max_bytes)
         with np.load(path, allow_pickle=False) as data:
-            return {key: torch.from_numpy(np.ascontiguousarray(data[key])) for key in data.files}
+            return {key: np.ascontiguousarray(data[key]) for key in data.files}
     except UserInputError:
         raise
     except (ValueError, OSError, zipfile.BadZipFile, EOFError, TypeError) as exc:
@@ -83,13 +85,16 @@ def _check_npz_headers(path: Path, max_bytes: int) -> None:
                              f"inputs can take (at {key!r}, shape {shape})")
 
 
-def save_npz(path: str | Path, tensors: Mapping[str, torch.Tensor]) -> None:
+def save_npz(path: str | Path, tensors: Mapping[str, Any]) -> None:
+    """Torch tensors or numpy arrays, by name."""
     arrays = {}
     for name, tensor in tensors.items():
-        tensor = tensor.detach().cpu()
-        if tensor.dtype == torch.bfloat16:  # numpy has no bfloat16; widen without loss
-            tensor = tensor.float()
-        arrays[name] = tensor.numpy()
+        if not isinstance(tensor, np.ndarray):  # a torch tensor
+            tensor = tensor.detach().cpu()
+            if str(tensor.dtype) == "torch.bfloat16":  # numpy has none; widen without loss
+                tensor = tensor.float()
+            tensor = tensor.numpy()
+        arrays[name] = tensor
     # A file object, so numpy writes exactly ``path`` (a name alone gets ".npz" appended),
     # whole or not at all (a full disk leaves the previous outputs in place).
     with written_whole(path) as partial, open(partial, "wb") as fh:
@@ -99,6 +104,7 @@ def save_npz(path: str | Path, tensors: Mapping[str, torch.Tensor]) -> None:
 def save_tensors(path: str | Path, tensors: Mapping[str, torch.Tensor]) -> None:
     """safetensors refuses tensors sharing memory (``mha(x, x, x)`` passes one tensor
     three times), so a tensor whose storage was already written is written as a copy."""
+    from safetensors.torch import save_file
     seen: set[int] = set()
     flat = {}
     for name, tensor in tensors.items():
@@ -110,4 +116,5 @@ def save_tensors(path: str | Path, tensors: Mapping[str, torch.Tensor]) -> None:
 
 
 def load_tensors(path: str | Path) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
     return load_file(str(path))

@@ -16,8 +16,7 @@ import json
 import math
 import struct
 from pathlib import Path
-
-import torch
+from typing import Any
 
 from runtime.errors import ArtifactError
 
@@ -73,9 +72,10 @@ def read_index(path: Path, *, where: str | None = None) -> dict[str, list]:
     return index
 
 
-def load_checked(path: Path, expected: dict | None, device: str, *, where: str
-                 ) -> dict[str, torch.Tensor]:
-    """The tensors of ``path``, once its header matches ``expected`` (the manifest's index)."""
+def load_checked(path: Path, expected: dict | None, device: str, *, where: str,
+                 arrays: bool = False) -> dict[str, Any]:
+    """The tensors of ``path``, once its header matches ``expected`` (the manifest's index);
+    numpy arrays instead with ``arrays`` (no torch needed; ``device`` must be "cpu")."""
     if not isinstance(expected, dict):
         raise ArtifactError("the manifest has no index of this weights file", where=where,
                             hint=_REBUILD)
@@ -88,8 +88,11 @@ def load_checked(path: Path, expected: dict | None, device: str, *, where: str
         raise ArtifactError("the weights file does not match the manifest's index",
                             where=where, details=problems[:20], hint=_REBUILD)
     from safetensors import SafetensorError
-    from safetensors.torch import load_file
     try:
+        if arrays:
+            from safetensors.numpy import load_file as load_arrays
+            return load_arrays(str(path))
+        from safetensors.torch import load_file
         return load_file(str(path), device=device)
     except (SafetensorError, OSError, ValueError, RuntimeError) as exc:
         raise ArtifactError(f"the weights cannot be read ({type(exc).__name__}: {exc})",

@@ -127,3 +127,91 @@ def test_gates_load_with_the_rest_of_exporter_unimportable(ran):
                text=True)
     assert proc.returncode == 0, proc.stderr
     assert "10 x max|eager - ref|" in proc.stdout
+
+
+# What a device without torch imports: loading and running an artifact whose partitions
+# all run on ONNX Runtime or TVM (runtime/requires.py), and `python -m runtime run`.
+TORCH_FREE_ROOTS = ("runtime", "runtime.__main__", "runtime.array_program",
+                    "runtime.executors.onnxruntime", "runtime.executors.tvm")
+_TORCH = ("torch", "safetensors.torch")
+
+
+def _module_level_imports(path: Path) -> set[str]:
+    """The modules a file imports when it is imported: statements of the module body, of
+    top-level ``if``/``try``/``with`` blocks and class bodies; not function bodies (run
+    later, where a partition needs them) nor ``if TYPE_CHECKING:`` blocks."""
+    import ast
+    named: set[str] = set()
+
+    def visit(statements: list) -> None:
+        for node in statements:
+            if isinstance(node, ast.Import):
+                named.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                named.update({node.module, *(f"{node.module}.{a.name}" for a in node.names)})
+            elif isinstance(node, ast.If):
+                if "TYPE_CHECKING" not in ast.unparse(node.test):
+                    visit(node.body)
+                visit(node.orelse)
+            elif isinstance(node, ast.Try):
+                for block in (node.body, *(h.body for h in node.handlers), node.orelse,
+                              node.finalbody):
+                    visit(block)
+            elif isinstance(node, (ast.With, ast.ClassDef)):
+                visit(node.body)
+
+    visit(ast.parse(path.read_text()).body)
+    return named
+
+
+def _torch_at_import(roots: tuple[str, ...]) -> list[tuple[str, str]]:
+    """(module, what it imports) for each torch import at module level in the modules
+    importing ``roots`` runs (the packages above each module run first, so they count)."""
+    modules = _modules()
+    seen, todo, found = set(), list(roots), []
+    while todo:
+        name = todo.pop()
+        if name in seen or name not in modules:
+            continue
+        seen.add(name)
+        todo.extend(".".join(name.split(".")[:i]) for i in range(1, name.count(".") + 1))
+        named = _module_level_imports(modules[name])
+        found += [(name, n) for n in sorted(named)
+                  if any(n == t or n.startswith(t + ".") for t in _TORCH)]
+        todo.extend(n for n in named if n in modules)
+    return found
+
+
+def test_an_onnx_or_tvm_load_imports_no_torch_at_module_level():
+    """A device with only ONNX Runtime (or TVM) and numpy imports these modules; one
+    module-level `import torch` among them and the runtime does not start there."""
+    assert _torch_at_import(TORCH_FREE_ROOTS) == []
+
+
+def test_the_torch_import_check_sees_module_level_imports(tmp_path):
+    sample = tmp_path / "sample.py"
+    sample.write_text("from typing import TYPE_CHECKING\n"
+                      "try:\n    import torch.nn\nexcept ImportError:\n    pass\n"
+                      "if TYPE_CHECKING:\n    import safetensors.torch\n"
+                      "def f():\n    import torch\n")
+    assert _module_level_imports(sample) & {"torch", "torch.nn", "safetensors.torch"} == {
+        "torch.nn"}
+    assert _torch_at_import(("runtime.program",)) != []  # the torch Program: it does
+
+
+def test_the_runtime_imports_with_torch_blocked(ran):
+    """The same modules, imported for real in a process where `import torch` fails."""
+    code = textwrap.dedent(f"""
+        import sys
+        class Block:
+            def find_spec(self, name, path=None, target=None):
+                if name.split('.')[0] == 'torch':
+                    raise ImportError('torch is blocked')
+        sys.meta_path.insert(0, Block())
+        for name in {TORCH_FREE_ROOTS!r}:
+            __import__(name)
+        print(sorted(m for m in sys.modules if m.split('.')[0] == 'torch'))
+    """)
+    proc = ran(subprocess.run, [sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+               text=True)
+    assert proc.returncode == 0 and proc.stdout.strip() == "[]", proc.stderr

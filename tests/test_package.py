@@ -1,5 +1,6 @@
 """`exporter package`: a bundle a device installs into a fresh virtual environment (only
-the runtime wheel and the locked versions, no exporter) and runs there, matching eager."""
+the runtime wheel and the locked versions, no exporter) and runs there, matching eager;
+an onnx-only bundle installs no torch (runtime/requires.py) and stays under 150 MB."""
 
 from __future__ import annotations
 
@@ -37,16 +38,34 @@ def bundle(mlp_build, custom_onnx, cli, tmp_path_factory):
 @pytest.fixture(scope="module")
 def installed(bundle, ran, tmp_path_factory):
     """The bundle unpacked and installed by its own install.sh into a new venv."""
-    out, _ = bundle
+    return _install(bundle[0], ran, tmp_path_factory)
+
+
+def _install(bundle: Path, ran, tmp_path_factory) -> tuple[Path, dict]:
+    """(the unpacked folder, the environment to run its scripts in): no PYTHONPATH, so
+    nothing of this checkout is importable there."""
     where = tmp_path_factory.mktemp("device")
-    with tarfile.open(out) as tar:
+    with tarfile.open(bundle) as tar:
         tar.extractall(where, filter="data")
-    folder = where / "edge-bundle"
+    folder = where / bundle.name.removesuffix(".tar.gz")
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     done = ran(subprocess.run, [str(folder / "install.sh")], capture_output=True, text=True,
                env={**env, "PYTHON": sys.executable}, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     return folder, env
+
+
+def _distributions(ran, folder: Path, env: dict) -> dict[str, str]:
+    """`pip list` of the bundle's venv (which holds no pip: this one looks in)."""
+    listed = ran(subprocess.run, [sys.executable, "-m", "pip", "--python",
+                                  str(folder / ".venv" / "bin" / "python"), "list", "--format",
+                                  "json"], capture_output=True, text=True, env=env, check=True)
+    return {p["name"].lower().replace("_", "-"): p["version"] for p in json.loads(listed.stdout)}
+
+
+def _locked(folder: Path) -> dict[str, str]:
+    lines = (folder / "requirements.lock").read_text().splitlines()
+    return dict(line.split("==") for line in lines if "==" in line)
 
 
 def test_bundle_holds_artifacts_wheel_lock_and_scripts(bundle, mlp_build, custom_onnx):
@@ -72,13 +91,11 @@ def test_bundle_holds_artifacts_wheel_lock_and_scripts(bundle, mlp_build, custom
 def test_bundle_installs_in_a_fresh_venv_and_runs_like_eager(installed, ran, tmp_path):
     folder, env = installed
     python = folder / ".venv" / "bin" / "python"
-    listed = ran(subprocess.run, [str(python), "-m", "pip", "list", "--format", "json"],
-                 capture_output=True, text=True, env=env, check=True).stdout
-    have = {p["name"].lower().replace("_", "-"): p["version"] for p in json.loads(listed)}
-    lock = (folder / "requirements.lock").read_text().splitlines()
-    for name, version in (line.split("==") for line in lock if "==" in line):
+    have = _distributions(ran, folder, env)
+    for name, version in _locked(folder).items():
         assert have.get(name) == version, f"{name}: {have.get(name)} installed, {version} locked"
     assert "edge-runtime" in have and "edge-exporter" not in have and "onnxscript" not in have
+    assert "torch" in have  # an AOTInductor artifact and a CPU-fallback partition need it
 
     from tests.models.custom_op import factory
     from exporter.model.zoo import ZOO
@@ -107,6 +124,42 @@ def test_bundle_installs_in_a_fresh_venv_and_runs_like_eager(installed, ran, tmp
     no_exporter = ran(subprocess.run, [str(python), "-c", "import exporter"],
                       capture_output=True, text=True, env=env, cwd=tmp_path)
     assert no_exporter.returncode != 0, "the device venv holds only the runtime"
+
+
+ONNX_ONLY_LIMIT_MB = 150  # issue 22: ONNX Runtime and numpy, no torch
+
+
+@pytest.fixture(scope="module")
+def onnx_only(onnx_mlp, cli, ran, tmp_path_factory):
+    out = tmp_path_factory.mktemp("onnx-bundle") / "onnx-only.tar.gz"
+    result = cli("package", str(onnx_mlp), "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    return _install(out, ran, tmp_path_factory)
+
+
+def test_onnx_only_bundle_installs_no_torch_and_runs_like_the_build(onnx_only, onnx_mlp, ran,
+                                                                     tmp_path):
+    folder, env = onnx_only
+    have = _distributions(ran, folder, env)
+    locked = _locked(folder)
+    assert "torch" not in have and "safetensors" not in locked
+    assert {"onnxruntime", "numpy"} <= set(locked)
+    assert set(have) == set(locked) | {"edge-runtime"}, "the venv holds the lock, exactly"
+    site = next((folder / ".venv" / "lib").glob("python3*/site-packages"))
+    kib = int(ran(subprocess.run, ["du", "-sk", str(site)], capture_output=True, text=True,
+                  check=True).stdout.split()[0])
+    assert kib <= ONNX_ONLY_LIMIT_MB * 1024, f"{kib / 1024:.0f} MB installed"
+
+    x = np.random.default_rng(3).standard_normal((7, 64)).astype(np.float32)
+    np.savez(tmp_path / "in.npz", x=x)
+    done = ran(subprocess.run, [str(folder / "run.sh"), onnx_mlp.name, "--inputs",
+                                str(tmp_path / "in.npz"), "--out", str(tmp_path / "out.npz")],
+               capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "providers used: CPUExecutionProvider" in done.stderr and "{" not in done.stderr
+    with np.load(tmp_path / "out.npz") as got:
+        built = runtime.load(onnx_mlp)(torch.from_numpy(x)).numpy()
+        np.testing.assert_allclose(got["output"], built, rtol=1e-6, atol=1e-6)
 
 
 def test_package_refuses_a_damaged_artifact_and_keeps_the_old_bundle(bundle, mlp_build, cli,
@@ -144,3 +197,8 @@ def test_runtime_wheel_is_reproducible_and_holds_only_the_runtime(tmp_path):
     names = zipfile.ZipFile(first).namelist()
     assert "runtime/__init__.py" in names and "runtime/executors/onnxruntime.py" in names
     assert not [n for n in names if n.startswith(("exporter/", "passes/", "targets/"))]
+    metadata = zipfile.ZipFile(first).read(next(n for n in names if n.endswith("/METADATA")))
+    metadata = metadata.decode()
+    required = [line for line in metadata.splitlines() if line.startswith("Requires-Dist")]
+    assert [r for r in required if "extra ==" not in r] == ["Requires-Dist: numpy>=1.26"]
+    assert 'Requires-Dist: torch>=2.11; extra == "torch"' in required  # torch only on request

@@ -11,7 +11,7 @@ import json
 import pytest
 import torch
 
-from exporter.builder.pipeline import prepare, _timer
+from exporter.builder.pipeline import prepare, stage_timer
 from exporter.settings import BuildSettings
 from passes.partition import materialize
 
@@ -56,7 +56,7 @@ def test_partition_carries_the_body_of_a_higher_order_op():
     attribute; cut into partitions (a Python custom op forces a CPU fallback on 'cpu'),
     the subgraph is copied into the partition, not taken as a run-time input."""
     prep = prepare(f"{MODELS}:no_grad_rotary", BuildSettings(target="cpu", out="x.artifact"),
-                   _timer({}, lambda name: contextlib.nullcontext()))
+                   stage_timer({}, lambda name: contextlib.nullcontext()))
     assert any("set_grad" in str(n.target) for n in prep.program.graph.nodes)
     plans = prep.placement.plans
     assert [p.delegated for p in plans] == [True, False, True]

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 import runtime
 from exporter.model.zoo import ZOO
-from tests.helpers import assert_zoo_artifact_matches_eager
+from tests.helpers import assert_runs_on_numpy_without_torch, assert_zoo_artifact_matches_eager
 
 pytest.importorskip("tvm")
 CUSTOM = "tests/models/custom_op.py:factory"
@@ -37,6 +38,15 @@ def test_zoo_builds_and_runs_on_tvm_with_dynamic_batch(name, artifacts_dir, cli)
     # every zoo model has matmuls or convolutions: tiled, not TVM's scalar default
     assert partition.meta["schedules"]["rules"].get("TiledContraction", 0) > 0
     assert_zoo_artifact_matches_eager(out, name)
+
+
+def test_a_tvm_artifact_runs_on_numpy_arrays_without_torch(artifacts_dir, cli, ran, tmp_path):
+    """A device with TVM and numpy, no torch (the zoo test above builds this artifact)."""
+    out = artifacts_dir / "zoo-mlp-tvm.artifact"
+    if not out.exists():
+        _build(cli, out, "zoo:mlp")
+    x = np.random.default_rng(0).standard_normal((5, 64)).astype(np.float32)
+    assert_runs_on_numpy_without_torch(ran, out, x, tmp_path)
 
 
 def test_a_partition_tvm_cannot_compile_moves_the_op_to_cpu(artifacts_dir, cli):

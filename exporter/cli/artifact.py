@@ -28,23 +28,21 @@ def run(
 ) -> None:
     """Run an artifact on inputs from an .npz file."""
     def action() -> int:
+        from runtime.__main__ import backend_lines, run_npz
+        from runtime.dtypes import name_of
         from runtime.__main__ import preload as preload_modules
-        from runtime.__main__ import run_npz
 
         preload_modules(preload)
         outputs, reports = run_npz(artifact, inputs, out, cuda_graphs=not no_cuda_graphs,
                                    trusted_keys=trusted_key)
-        summary = {name: {"dtype": str(t.dtype).removeprefix("torch."), "shape": list(t.shape)}
+        summary = {name: {"dtype": name_of(t), "shape": list(t.shape)}
                    for name, t in outputs.items()}
         if as_json:
             print_json({"outputs": summary, "out": str(out) if out else None,
                         "backends": reports})
             return 0
-        for name, report in reports.items():  # where ONNX Runtime put the nodes: never silent
-            used, missing = report.get("used") or [], report.get("missing") or []
-            say(f"{name}: providers used: {', '.join(used)}"
-                + (f"; requested but missing: {', '.join(missing)}" if missing else "")
-                + f"; nodes: {report.get('placement')}")
+        for line in backend_lines(reports):  # where ONNX Runtime put the nodes: never silent
+            say(line)
         for name, info in summary.items():
             result(f"{name}: {info['dtype']}{info['shape']}")
         if out:

@@ -21,6 +21,7 @@ from exporter.errors import ExportFailedError, UserInputError
 from exporter.model.export_errors import explain_export_failure
 from exporter.model.forward_contract import check_call, unregistered_output
 from exporter.model.spec import ModelSpec
+from runtime.dtypes import name_of
 from runtime.flat_inputs import FlatInputs, flatten_inputs
 from runtime.manifest import Dim, Signature, TensorSpec
 from runtime.outputs import encode_tree
@@ -83,7 +84,7 @@ def read_signature(program: ExportedProgram, eager_out: Any, dim_names: dict,
         if not isinstance(spec.arg, TensorArgument):
             continue  # ints/None baked in as constants at capture
         val = placeholders[spec.arg.name].meta["val"]
-        inputs.append(TensorSpec(spec.arg.name, _dtype(val), symbols.shape(val, spec.arg.name)))
+        inputs.append(TensorSpec(spec.arg.name, name_of(val), symbols.shape(val, spec.arg.name)))
     outputs = _output_specs(program, eager_out, symbols, names)
     _, out_spec = torch.utils._pytree.tree_flatten(eager_out)
     return Signature(tuple(inputs), tuple(outputs), encode_tree(out_spec))
@@ -104,7 +105,7 @@ def _output_specs(program: ExportedProgram, eager_out: Any, symbols: "_SymbolNam
             raise ExportFailedError(f"model output '{name}' is not a tensor ({value!r})",
                                     hint="return only tensors (in tuples, lists or dicts)")
         val = value.meta["val"]
-        specs.append(TensorSpec(name, _dtype(val), symbols.shape(val, name)))
+        specs.append(TensorSpec(name, name_of(val), symbols.shape(val, name)))
     return specs
 
 
@@ -128,10 +129,6 @@ def output_names(paths: list[tuple]) -> list[str]:
     if len(set(names)) != len(names):  # e.g. dict keys '0' and tuple index 0
         names = [f"output_{i}" for i in range(len(names))]
     return names
-
-
-def _dtype(val: torch.Tensor) -> str:
-    return str(val.dtype).removeprefix("torch.")
 
 
 def _dim_names(dynamic_shapes: Any, module, args, kwargs) -> dict[tuple[str, int], str]:

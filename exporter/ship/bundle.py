@@ -2,9 +2,10 @@
 
     NAME/artifacts/*.artifact   the artifacts, verified before they are packed
     NAME/wheels/edge_runtime-*.whl   the runtime package alone (exporter/ship/wheel.py)
-    NAME/requirements.lock      exact versions: the ones the artifacts were built with
-                                (torch, numpy, safetensors and each backend's library, from their
-                                manifests) and everything those need, as installed here
+    NAME/requirements.lock      exact versions: the ones the artifacts were built with (numpy,
+                                each backend's library, and torch and safetensors only where a
+                                partition needs them: runtime/requires.py), from their
+                                manifests, and everything those need, as installed here
     NAME/install.sh             a new venv with the lock, then the runtime wheel (no deps)
     NAME/run.sh                 python -m runtime run artifacts/ARTIFACT --inputs ...
     NAME/README.txt, SHA256SUMS
@@ -25,6 +26,7 @@ from packaging.utils import canonicalize_name
 
 import runtime
 from exporter.errors import UserInputError
+from runtime.requires import packages as runtime_packages
 from exporter.ship.wheel import build_runtime_wheel
 from runtime import scratch
 from runtime.manifest import Manifest
@@ -102,10 +104,11 @@ def lock_lines(manifests: list[Manifest]) -> tuple[list[str], list[str]]:
 
 
 def _roots(manifests: list[Manifest]) -> dict[str, str]:
-    """What the runtime imports for these artifacts, at the versions they were built with."""
+    """What the runtime imports for these artifacts, at the versions they were built with:
+    no torch for artifacts that run on numpy arrays (ONNX Runtime, TVM on the CPU)."""
     wanted: dict[str, set[str]] = {}
     for manifest in manifests:
-        for dist in ("torch", "numpy", "safetensors"):
+        for dist in runtime_packages(manifest):
             wanted.setdefault(dist, set()).add(manifest.created_by.get(dist) or _installed(dist))
         for partition in manifest.partitions:
             target = for_backend(partition.backend)
@@ -185,7 +188,11 @@ def _readme(name: str, artifacts: list[Path], manifests: list[Manifest],
                      + ", ".join(s.describe() for s in m.signature.inputs)
                      for p, m in zip(artifacts, manifests))
     first = artifacts[0].name
+    needs = sorted({dist for m in manifests for dist in runtime_packages(m)})
+    torch_free = "" if "torch" in needs else " (no torch: numpy arrays in and out)"
     return (f"{name}: edge-exporter artifacts and what runs them\n\n{rows}\n\n"
+            f"The runtime needs {', '.join(needs)} and each backend's library{torch_free};\n"
+            "requirements.lock pins them and what they need.\n\n"
             "On the device (Python 3.11+, Linux, same CPU architecture):\n"
             f"  tar xzf {name}.tar.gz && cd {name}\n"
             "  ./install.sh              # .venv with requirements.lock and the runtime wheel\n"
@@ -197,12 +204,25 @@ def _readme(name: str, artifacts: list[Path], manifests: list[Manifest],
 _INSTALL = """#!/bin/sh
 # A new virtual environment (default: .venv next to this script) with the locked
 # versions, then the runtime wheel without dependencies (the lock already has them).
+# pip runs from a throwaway venv and installs into the new one (pip --python), so the
+# device's venv holds what runs the artifacts, not the installer (pip and setuptools,
+# 25 MB); bytecode is written as modules are first imported, not for every file
+# (--no-compile: 20 MB less for ONNX Runtime and numpy). To add packages later:
+# .venv/bin/python -m ensurepip, then .venv/bin/python -m pip install ...
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 venv=${1:-$here/.venv}
-"${PYTHON:-python3}" -m venv "$venv"
-"$venv/bin/python" -m pip install --quiet --disable-pip-version-check -r "$here/requirements.lock"
-"$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps "$here"/wheels/*.whl
+python=${PYTHON:-python3}
+"$python" -m venv --without-pip "$venv"
+tools=$(mktemp -d)
+trap 'rm -rf "$tools"' EXIT
+"$python" -m venv "$tools"
+pip_install() {
+    "$tools/bin/python" -m pip --python "$venv/bin/python" install --quiet \\
+        --disable-pip-version-check --no-compile "$@"
+}
+pip_install -r "$here/requirements.lock"
+pip_install --no-deps "$here"/wheels/*.whl
 echo "installed into $venv; run: $here/run.sh ARTIFACT --inputs in.npz --out out.npz"
 """
 

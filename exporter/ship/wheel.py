@@ -21,16 +21,18 @@ from targets import all_targets
 DIST_NAME = "edge-runtime"
 _FIXED_TIME = (2020, 1, 1, 0, 0, 0)  # reproducible zip entries
 
-# What the runtime imports: torch, numpy and safetensors always; a backend's library
-# only when an artifact has a partition for it (runtime/executors import them lazily).
-BASE_REQUIRES = ("torch>=2.11", "numpy>=1.26", "safetensors>=0.4")
-# Each target names its own extra (Target.runtime_extra); signing is the runtime's.
-SIGNING_EXTRA = {"signing": ("cryptography>=42",)}
+# What the runtime imports: numpy always; torch (and safetensors) only for artifacts with
+# partitions that need it, a backend's library only when an artifact has a partition for
+# it (runtime/requires.py; the executors import them lazily).
+BASE_REQUIRES = ("numpy>=1.26",)
+# Each target names its own extra (Target.runtime_extra); torch and signing are the runtime's.
+RUNTIME_EXTRAS = {"torch": ("torch>=2.11", "safetensors>=0.4"),
+                  "signing": ("cryptography>=42",)}
 
 
 def extras() -> dict[str, tuple[str, ...]]:
     found = dict(t.runtime_extra for t in all_targets().values() if t.runtime_extra)
-    return {**dict(sorted(found.items())), **SIGNING_EXTRA}
+    return {**dict(sorted(found.items())), **RUNTIME_EXTRAS}
 
 
 def wheel_name() -> str:

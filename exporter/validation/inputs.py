@@ -57,7 +57,7 @@ def load_input_file(signature: Signature, path: Path) -> dict[str, torch.Tensor]
             f"{path} does not hold the model's inputs",
             details=[f"missing '{n}'" for n in missing] + [f"unexpected '{n}'" for n in extra],
             where=str(path), hint=f"save arrays named {', '.join(names)} with numpy.savez")
-    tensors = [data[n] for n in names]
+    tensors = [torch.from_numpy(data[n]) for n in names]
     check_inputs(signature.inputs, tensors, where=str(path))
     return dict(zip(names, tensors))
 

@@ -6,7 +6,8 @@ inside ``load`` so a device without them can still run other backends.
 The executor's ``report()``: providers requested / available / used, fallback settings,
 and ``placement`` ({provider: {"nodes": n, "op_types": {...}}}, empty when this
 onnxruntime cannot say which provider runs which node). Its ``session`` is the
-InferenceSession itself (`exporter bench` times plain ORT on it).
+InferenceSession itself (`exporter bench` times plain ORT on it). It takes and gives torch
+tensors, or numpy arrays when loaded with ``arrays=True`` (a device without torch).
 """
 
 from __future__ import annotations
@@ -15,14 +16,10 @@ import logging
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath, PureWindowsPath
-from typing import Callable
-
-import numpy as np
-import torch
+from typing import Any, Callable
 
 from runtime.errors import ArtifactError, CompatibilityError, ExecutionError
 from runtime.executors.meta import Entry, PartitionMeta
-from runtime.executors.ort_binding import bound_runner
 from runtime.manifest import Partition
 from runtime.shared_weights import SharedWeights, missing_store
 
@@ -72,8 +69,8 @@ class OnnxRuntimeExecutor:
 
     @classmethod
     def load(cls, partition: Partition, meta: OnnxRuntimeMeta, files_dir: Path, *, where: str,
-             providers: list[str] | None = None, shared: SharedWeights | None = None,
-             **_: object) -> OnnxRuntimeExecutor:
+             providers: list[str] | None = None, arrays: bool = False,
+             shared: SharedWeights | None = None, **_: object) -> OnnxRuntimeExecutor:
         try:
             import onnxruntime as ort
         except ImportError:
@@ -117,7 +114,8 @@ class OnnxRuntimeExecutor:
         if on_cpu and CPU not in requested and report["fallback"] == "warn":
             log.warning("partition '%s': %d node(s) fell back to %s", partition.name, on_cpu,
                         CPU)
-        return cls(_runner(ort, session, partition, where), session, report, initializers)
+        return cls(_runner(ort, session, partition, where, arrays), session, report,
+                   initializers)
 
 
 def _shared_initializers(ort, partition: Partition, meta: OnnxRuntimeMeta,
@@ -131,7 +129,7 @@ def _shared_initializers(ort, partition: Partition, meta: OnnxRuntimeMeta,
     tensors = shared.tensors(meta.shared_weights, "cpu", partition=partition.name)
     values = {}
     for name, tensor in tensors.items():
-        if tensor.dtype == torch.bfloat16:  # numpy has no bfloat16
+        if str(tensor.dtype) == "torch.bfloat16":  # numpy has no bfloat16
             raise CompatibilityError(f"partition '{partition.name}' shares bfloat16 weights, "
                                      "which ONNX Runtime cannot take through numpy",
                                      where=where, hint="build onnx at fp32 or fp16")
@@ -166,10 +164,10 @@ def _open_session(ort, model: Path, partition: Partition, usable: list[str], for
     return session, records, no_fallback
 
 
-def _runner(ort, session, partition: Partition, where: str
-            ) -> Callable[[list[torch.Tensor]], list[torch.Tensor]]:
-    """IO binding over the tensors' memory where it applies (ort_binding.py), else
-    ``run`` with numpy feeds."""
+def _runner(ort, session, partition: Partition, where: str, arrays: bool
+            ) -> Callable[[list[Any]], list[Any]]:
+    """Numpy arrays straight to ``run`` (``arrays``); torch tensors by IO binding over
+    their memory where it applies (ort_binding.py), else ``run`` with numpy feeds."""
     names = [i.name for i in session.get_inputs()]
     output_names = [o.name for o in session.get_outputs()]
     # The binding under InferenceSession.run: the wrapper re-validates the feed names
@@ -182,11 +180,23 @@ def _runner(ort, session, partition: Partition, where: str
     # Shared by threads: a run only reads them.
     options = ort.RunOptions()
 
-    def run(inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+    def check_count(inputs: list) -> None:
         # Positional: the exporter keeps the partition's inputs, in order, as graph inputs.
         if len(inputs) != len(names):
             raise ExecutionError(f"partition '{partition.name}' takes {len(names)} inputs, "
                                  f"got {len(inputs)}", where=where)
+
+    if arrays:
+        def run_arrays(inputs: list) -> list:
+            check_count(inputs)
+            return session_run(output_names, dict(zip(names, inputs)), options)
+        return run_arrays
+
+    import torch
+    from runtime.executors.ort_binding import bound_runner
+
+    def run(inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+        check_count(inputs)
         try:  # the common case, plain CPU tensors, costs one call each
             feeds = dict(zip(names, map(torch.Tensor.numpy, inputs)))
         except (TypeError, RuntimeError):  # bfloat16, GPU, requires_grad: see why
@@ -198,8 +208,8 @@ def _runner(ort, session, partition: Partition, where: str
     return bound_runner(ort, session, options, fallback=run)
 
 
-def _to_numpy(tensor: torch.Tensor, name: str, where: str) -> np.ndarray:
-    if tensor.dtype == torch.bfloat16:  # numpy has no bfloat16
+def _to_numpy(tensor, name: str, where: str):
+    if str(tensor.dtype) == "torch.bfloat16":  # numpy has no bfloat16
         raise ExecutionError(f"input '{name}' is bfloat16, which the ONNX Runtime executor "
                              "cannot pass through numpy", where=where,
                              hint="build with --dtype fp32 or fp16 for the onnx target")

@@ -28,15 +28,14 @@ import re
 import threading
 from typing import Callable
 
-import numpy as np
 import torch
+
+from runtime.dtypes import NUMPY_TWINS, numpy_dtype
 
 COPY_LIMIT = 64 * 1024  # bytes of all outputs; copy vs fresh buffer crossed at 64-256 KiB
 
-_ELEMENT_TYPES = {torch.float32: np.float32, torch.float16: np.float16,
-                  torch.float64: np.float64, torch.int64: np.int64, torch.int32: np.int32,
-                  torch.int16: np.int16, torch.int8: np.int8, torch.uint8: np.uint8,
-                  torch.bool: np.bool_}
+# torch dtype -> the numpy scalar type ORT's binding takes as the element type
+_ELEMENT_TYPES = {getattr(torch, name): numpy_dtype(name).type for name in NUMPY_TWINS}
 
 
 class _ThreadState:

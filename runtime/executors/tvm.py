@@ -3,7 +3,8 @@
 ``tvm`` is imported inside ``load``, so a device without it can still run other
 backends. Weights come from the partition's safetensors file (checked against the
 manifest like every entry) and are handed to ``main`` after the inputs, as the
-exporter's ``detach_params`` left them. Tensors cross by DLPack, without copies.
+exporter's ``detach_params`` left them. Tensors cross by DLPack, without copies: torch
+tensors, or numpy arrays when loaded with ``arrays=True`` (a device without torch).
 """
 
 from __future__ import annotations
@@ -11,8 +12,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-
-import torch
+from typing import Any
 
 from runtime.errors import CompatibilityError, ExecutionError
 from runtime.executors.meta import Entry, PartitionMeta
@@ -38,8 +38,9 @@ class TvmExecutor:
     arena_slots = 0  # the VM allocates its own memory
 
     def __init__(self, tvm, main, params: list, partition: str, where: str,
-                 report: dict) -> None:
+                 report: dict, from_dlpack) -> None:
         self._tvm = tvm  # the module, imported by load
+        self._from_dlpack = from_dlpack  # torch.from_dlpack, or numpy's (arrays)
         self._main = main
         self._params = params
         self._partition = partition
@@ -48,7 +49,7 @@ class TvmExecutor:
 
     @classmethod
     def load(cls, partition: Partition, meta: TvmMeta, files_dir: Path, *, where: str,
-             **_: object) -> TvmExecutor:
+             arrays: bool = False, **_: object) -> TvmExecutor:
         # TVM's thread pool counts physical cores by its own rule and used 1 thread on a
         # 2-vCPU machine; it reads TVM_NUM_THREADS when it starts. A user's setting wins.
         os.environ.setdefault("TVM_NUM_THREADS", str(len(os.sched_getaffinity(0))
@@ -71,34 +72,46 @@ class TvmExecutor:
                                  f"({_last_line(exc)})", where=where,
                                  hint="check the TVM version in `exporter inspect`") from exc
         weights = load_checked(files_dir / meta.params, (meta.tensor_index or {}).get("params"),
-                               "cpu", where=where)
+                               "cpu", where=where, arrays=True)
         if len(weights) != meta.num_params:
             raise ExecutionError(f"partition '{partition.name}' has {len(weights)} weights, its "
                                  f"manifest says {meta.num_params}", where=where)
         # Copied into TVM's allocations: TVM needs 64-byte aligned data, and tensors in a
         # safetensors file are packed back to back.
-        params = [tvm.runtime.tensor(weights[name].numpy()) for name in sorted(weights)]
+        params = [tvm.runtime.tensor(weights[name]) for name in sorted(weights)]
         report = {"tvm": tvm.__version__, "tvm_target": meta.tvm_target,
                   "schedules": meta.schedules}
-        return cls(tvm, vm["main"], params, partition.name, where, report)
+        if arrays:
+            import numpy
+            from_dlpack = numpy.from_dlpack
+        else:
+            import torch
+            from_dlpack = torch.from_dlpack
+        return cls(tvm, vm["main"], params, partition.name, where, report, from_dlpack)
 
-    def __call__(self, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+    def __call__(self, inputs: list[Any]) -> list[Any]:
         try:
             out = self._main(*[self._to_tvm(t) for t in inputs], *self._params)
         except Exception as exc:  # a shape the VM's own checks refuse, and the like
             raise ExecutionError(f"TVM failed running partition '{self._partition}' "
                                  f"({_last_line(exc)})", where=self._where) from exc
         # main returns a tuple (an ffi Array) of outputs; a lone tensor has a shape.
-        return [torch.from_dlpack(o) for o in ([out] if hasattr(out, "shape") else out)]
+        return [self._from_dlpack(o) for o in ([out] if hasattr(out, "shape") else out)]
 
     def report(self) -> dict:
         return dict(self._report)
 
-    def _to_tvm(self, tensor: torch.Tensor):
-        tensor = tensor.contiguous()
-        if tensor.data_ptr() % 64 == 0:
-            return self._tvm.runtime.from_dlpack(tensor)  # no copy
-        return self._tvm.runtime.tensor(tensor.numpy())  # a view into a larger tensor, say
+    def _to_tvm(self, tensor: Any):
+        """A torch tensor or a numpy array as a TVM tensor: shared when it is dense and
+        64-byte aligned, as TVM requires, else copied (a view into a larger one, say)."""
+        if hasattr(tensor, "data_ptr"):  # torch
+            tensor = tensor.contiguous()
+            if tensor.data_ptr() % 64 == 0:
+                return self._tvm.runtime.from_dlpack(tensor)
+            return self._tvm.runtime.tensor(tensor.numpy())
+        if tensor.flags.c_contiguous and tensor.ctypes.data % 64 == 0:
+            return self._tvm.runtime.from_dlpack(tensor)
+        return self._tvm.runtime.tensor(tensor)  # numpy's copy is C-ordered
 
 
 def _last_line(exc: BaseException) -> str:

@@ -1,0 +1,69 @@
+"""What an artifact needs installed to run: torch only where a partition needs it.
+
+ONNX Runtime and TVM partitions on the CPU run on numpy arrays (their executors take
+and give them when torch is missing), so a device that runs only those needs their own
+library and numpy, about a tenth of a torch install. AOTInductor and CPU-fallback
+partitions are torch code; CUDA partitions use torch for devices, copies and graphs; a
+plug-in kind is handed torch tensors (runtime/executors/base.py); and an input or output
+of a dtype numpy lacks (bfloat16) can only be a tensor. ``runtime.load`` asks
+this before it loads anything, and ``exporter package`` locks exactly these packages.
+"""
+
+from __future__ import annotations
+
+from runtime.dtypes import NUMPY_TWINS
+from runtime.errors import CompatibilityError
+from runtime.manifest import Manifest, Partition
+
+# Executor kinds that run on numpy arrays, and what each imports beyond numpy
+# (TVM reads its weights with safetensors; its own library comes from the target's
+# runtime_packages, with the version the build used).
+ARRAY_KINDS: dict[str, tuple[str, ...]] = {"onnxruntime": (), "tvm": ("safetensors",)}
+# What the runtime imports when torch is in use (runtime/weights.py, tensorio.py).
+TORCH_STACK = ("torch", "numpy", "safetensors")
+
+
+def why_torch(partition: Partition) -> str | None:
+    """Why this partition needs torch at run time, or None when numpy arrays do."""
+    if partition.backend not in ARRAY_KINDS:
+        return f"partition '{partition.name}' runs on {partition.backend}"
+    if partition.device != "cpu":
+        return f"partition '{partition.name}' runs on {partition.device}"
+    return None
+
+
+def torch_reasons(manifest: Manifest) -> list[str]:
+    """One line per partition (or input, output) that needs torch; empty: numpy arrays
+    run the artifact."""
+    signature = manifest.signature
+    return [why for why in map(why_torch, manifest.partitions) if why] + [
+        f"{spec.name!r} is {spec.dtype}, which numpy does not hold"
+        for spec in (*signature.inputs, *signature.outputs) if spec.dtype not in NUMPY_TWINS]
+
+
+def packages(manifest: Manifest) -> tuple[str, ...]:
+    """The distributions the runtime imports for this artifact, beyond each backend's own
+    library: torch, numpy, safetensors when a partition needs torch; else numpy and what
+    the array kinds used need."""
+    if torch_reasons(manifest):
+        return TORCH_STACK
+    extra = {dist for p in manifest.partitions for dist in ARRAY_KINDS[p.backend]}
+    return ("numpy", *sorted(extra))
+
+
+def torch_or_none(manifest: Manifest, *, where: str):
+    """The torch module when it is installed (the program then takes and gives tensors, as
+    it always has); None when it is not and no partition needs it (numpy arrays in and
+    out); CompatibilityError naming the partitions when they need it and it is missing."""
+    try:
+        import torch
+    except ImportError:
+        reasons = torch_reasons(manifest)
+        if reasons:
+            raise CompatibilityError(
+                "this artifact needs torch, which is not installed", where=where,
+                details=reasons, hint=f"pip install torch=={manifest.requirements.torch.split('+')[0]}"
+                " (the version it was built with), or install the bundle `exporter package` "
+                "makes for it") from None
+        return None
+    return torch
