@@ -36,9 +36,15 @@ def torch_reasons(manifest: Manifest) -> list[str]:
     """One line per partition (or input, output) that needs torch; empty: numpy arrays
     run the artifact."""
     signature = manifest.signature
-    return [why for why in map(why_torch, manifest.partitions) if why] + [
+    reasons = [why for why in map(why_torch, manifest.all_partitions()) if why] + [
         f"{spec.name!r} is {spec.dtype}, which numpy does not hold"
         for spec in (*signature.inputs, *signature.outputs) if spec.dtype not in NUMPY_TWINS]
+    if manifest.generation is not None:
+        reasons.append("it generates text: the KV cache and the decode loop "
+                       "(runtime/generation/) run on torch")
+    if manifest.shared_weights:
+        reasons.append("its partitions read one shared weight store, loaded with torch")
+    return reasons
 
 
 def packages(manifest: Manifest) -> tuple[str, ...]:

@@ -92,18 +92,28 @@ def bench(
                                  + ", ".join(_baseline_help())),
     model: Optional[str] = typer.Option(None, "--model", help="spec for baselines and inputs "
                                         "(default: the one in the manifest)"),
-    runs: int = typer.Option(100, "--runs", help="timed calls per candidate (medians, p90)"),
+    runs: Optional[int] = typer.Option(None, "--runs", help="timed calls per candidate "
+                                       "(medians, p90; default 100, generations 5)"),
     warmup: int = typer.Option(20, "--warmup", help="untimed calls first, per candidate"),
+    prompt_tokens: int = typer.Option(128, "--prompt-tokens", min=1, help="generating "
+                                      "artifacts: the prompt's length"),
+    new_tokens: int = typer.Option(128, "--new-tokens", min=2, help="generating artifacts: "
+                                   "tokens generated per run"),
     no_cuda_graphs: bool = typer.Option(False, "--no-cuda-graphs",
                                         help="run GPU partitions without CUDA-graph replay"),
     as_json: bool = JSON, quiet: bool = QUIET, verbose: bool = VERBOSE, debug: bool = DEBUG,
 ) -> None:
-    """Time the artifact against eager and torch.compile(reduce-overhead), in one process."""
+    """Time the artifact against eager and torch.compile(reduce-overhead), in one process
+    (a generating artifact: time to first token and tokens/s against transformers)."""
     def action() -> int:
         from exporter.bench import bench as bench_api
 
         names = tuple(b.strip() for b in baseline.split(",") if b.strip())
-        timed = bench_api(artifact, model=model, baselines=names, runs=runs, warmup=warmup,
+        if runtime_generates(artifact):
+            return _bench_generation(artifact, names, runs or 5, prompt_tokens, new_tokens,
+                                     not no_cuda_graphs, as_json)
+        runs_ = runs or 100
+        timed = bench_api(artifact, model=model, baselines=names, runs=runs_, warmup=warmup,
                           cuda_graphs=not no_cuda_graphs, stage=stage_printer())
         if as_json:
             print_json(timed)
@@ -124,6 +134,36 @@ def bench(
             + (f", {host['gpu']}" if host["gpu"] else ""))
         return 0
     guarded(action, quiet=quiet, verbose=verbose, debug=debug, as_json=as_json)
+
+
+def runtime_generates(artifact: Path) -> bool:
+    import runtime
+    return runtime.read_manifest(artifact).generation is not None
+
+
+def _bench_generation(artifact: Path, names: tuple[str, ...], runs: int, prompt_tokens: int,
+                      new_tokens: int, cuda_graphs: bool, as_json: bool) -> int:
+    from exporter.lm.bench import bench_generation
+    aliases = {"eager": "hf-eager", "compile": "hf-static"}  # the plain bench's names
+    timed = bench_generation(artifact, baselines=tuple(aliases.get(n, n) for n in names),
+                             prompt_tokens=prompt_tokens, new_tokens=new_tokens, runs=runs,
+                             cuda_graphs=cuda_graphs, stage=stage_printer())
+    if as_json:
+        print_json(timed)
+        return 0
+    say(f"{artifact}: {timed['device']} {timed['dtype']}, {timed['prompt_tokens']}-token "
+        f"prompt, {timed['new_tokens']} new tokens, {timed['threads']} threads, median of "
+        f"{timed['runs']} runs; {timed['file_bytes'] / 1e6:.1f} MB file, KV cache "
+        f"{timed['cache_bytes'] / 1e6:.1f} MB")
+    for name, row in timed["engines"].items():
+        memory = row.get("peak_gpu_mb") or row.get("peak_rss_mb")
+        result(f"  {name:>10}: first token {row['ttft_s'] * 1000:.1f} ms, prefill "
+               f"{row['prefill_tokens_per_s']:.1f} tokens/s, decode "
+               f"{row['decode_tokens_per_s']:.1f} tokens/s"
+               + (f", peak {memory:.0f} MB" if memory else ""))
+    for name, ratio in timed["ratios"].items():
+        result(f"  decode {name}: {ratio:.2f}x")
+    return 0
 
 
 @app.command()

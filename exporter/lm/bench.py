@@ -1,0 +1,171 @@
+"""``exporter bench`` for a generating artifact: time to first token, prefill and decode
+tokens/s, peak memory and file size, against Hugging Face on the same weights.
+
+Engines (``--baseline``): the artifact; ``hf-eager`` (transformers ``generate``, greedy,
+DynamicCache); ``hf-static`` (transformers' static-cache recipe: ``cache_implementation=
+"static"``, the forward compiled with ``torch.compile``; on a GPU transformers compiles it
+itself with CUDA graphs). One process, the same prompt of random token ids, greedy, eos
+ignored, exactly ``new_tokens`` tokens; after a warm-up each, the engines take turns run
+by run and the medians are reported (the machines are shared and noisy). Peak memory: GPU
+engines' own peak allocation; on the CPU the artifact's peak resident memory, measured in
+a child process that generates (`python -m runtime generate`), the figure a device sees.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+import runtime
+from exporter.errors import UserInputError
+from exporter.lm.source import load_language_model
+from exporter.model.cast import DTYPES
+from exporter.model.hf_spec import HfOptions
+
+BASELINES = ("hf-eager", "hf-static")
+
+
+def bench_generation(artifact: str | Path, *, baselines: tuple[str, ...] = BASELINES,
+                     prompt_tokens: int = 128, new_tokens: int = 128, runs: int = 5,
+                     cuda_graphs: bool = True, stage: Callable) -> dict:
+    unknown = set(baselines) - set(BASELINES)
+    if unknown:
+        raise UserInputError(f"unknown baseline(s) for a generating artifact: "
+                             f"{', '.join(sorted(unknown))}", hint=f"choose from: "
+                             f"{', '.join(BASELINES)}")
+    with stage("load artifact"):
+        program = runtime.load(artifact, cuda_graphs=cuda_graphs)
+    manifest, generator = program.manifest, program.generator
+    if prompt_tokens + new_tokens > generator.max_context:
+        raise UserInputError(f"a {prompt_tokens}-token prompt and {new_tokens} new tokens do "
+                             f"not fit the artifact's context of {generator.max_context}",
+                             hint="lower --prompt-tokens/--new-tokens, or rebuild with a "
+                                  "larger --max-context")
+    device = generator.device
+    prompt = torch.randint(0, generator.vocab, (prompt_tokens,),
+                           generator=torch.Generator().manual_seed(0)).tolist()
+    engines = {"artifact": _artifact_engine(program, prompt, new_tokens)}
+    if baselines:
+        with stage("load the Hugging Face model"):
+            model = _reference(manifest, device)
+        for name in baselines:
+            engines[name] = _hf_engine(model, prompt, new_tokens, static=name == "hf-static")
+    rows = _take_turns(engines, runs, device, stage)
+    result = {"artifact": str(artifact), "target": manifest.target, "device": str(device),
+              "dtype": manifest.build.get("settings", {}).get("dtype", "fp32"),
+              "prompt_tokens": prompt_tokens, "new_tokens": new_tokens, "runs": runs,
+              "threads": torch.get_num_threads(), "file_bytes": Path(artifact).stat().st_size,
+              "cache_bytes": generator.cache.nbytes, "engines": rows}
+    if device.type == "cpu":
+        with stage("peak memory of the artifact (child process)"):
+            result["engines"]["artifact"]["peak_rss_mb"] = _child_peak_rss(
+                artifact, prompt, new_tokens)
+    artifact_decode = rows["artifact"]["decode_tokens_per_s"]
+    result["ratios"] = {f"artifact/{name}": artifact_decode / row["decode_tokens_per_s"]
+                        for name, row in rows.items()
+                        if name != "artifact" and row.get("decode_tokens_per_s")}
+    return result
+
+
+def _take_turns(engines: dict, runs: int, device: torch.device, stage: Callable) -> dict:
+    samples: dict[str, list[dict]] = {name: [] for name in engines}
+    for name, run in engines.items():
+        with stage(f"warm up {name}"):
+            run()
+    peaks = {}
+    with stage(f"generate ({runs} runs per engine, taking turns)"):
+        for _ in range(runs):
+            for name, run in engines.items():
+                if device.type == "cuda":
+                    torch.cuda.reset_peak_memory_stats(device)
+                samples[name].append(run())
+                if device.type == "cuda":
+                    peaks[name] = max(peaks.get(name, 0), torch.cuda.max_memory_allocated(device))
+    rows = {}
+    for name, values in samples.items():
+        rows[name] = {key: statistics.median(v[key] for v in values) for key in values[0]}
+        if name in peaks:
+            rows[name]["peak_gpu_mb"] = round(peaks[name] / 2**20, 1)
+    return rows
+
+
+def _artifact_engine(program, prompt: list[int], new_tokens: int) -> Callable[[], dict]:
+    def run() -> dict:
+        result = program.generate(prompt, new_tokens, stop_at_eos=False)
+        stats = result.stats
+        return {"ttft_s": stats["ttft_s"], "prefill_tokens_per_s": stats["prefill_tokens_per_s"],
+                "decode_tokens_per_s": stats["decode_tokens_per_s"]}
+    return run
+
+
+def _reference(manifest, device: torch.device) -> torch.nn.Module:
+    settings = manifest.build.get("settings", {})
+    lm = load_language_model(manifest.source["spec"], HfOptions.from_settings(settings))
+    dtype = DTYPES.get(settings.get("dtype"), torch.float32)
+    return lm.model.to(device=device, dtype=dtype).eval()
+
+
+def _hf_engine(model: torch.nn.Module, prompt: list[int], new_tokens: int, *,
+               static: bool) -> Callable[[], dict]:
+    from transformers import GenerationConfig, StoppingCriteria
+
+    device = next(model.parameters()).device
+    config = GenerationConfig(max_new_tokens=new_tokens, min_new_tokens=new_tokens,
+                              do_sample=False, pad_token_id=0,
+                              cache_implementation="static" if static else None)
+    forward = model.forward
+    if static and device.type == "cpu":  # on GPUs transformers compiles it itself
+        forward = torch.compile(model.forward)
+    ids = torch.tensor([prompt], device=device)
+
+    class FirstToken(StoppingCriteria):
+        first: float | None = None
+
+        def __call__(self, input_ids, scores, **kwargs):
+            if self.first is None:
+                if device.type == "cuda":
+                    torch.cuda.synchronize(device)
+                self.first = time.perf_counter()
+            return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
+
+    def run() -> dict:
+        first = FirstToken()
+        model.forward = forward
+        start = time.perf_counter()
+        with torch.no_grad():
+            out = model.generate(ids, generation_config=config, stopping_criteria=[first],
+                                 attention_mask=torch.ones_like(ids))
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        end = time.perf_counter()
+        if out.shape[1] != len(prompt) + new_tokens:
+            raise RuntimeError(f"transformers generated {out.shape[1] - len(prompt)} tokens")
+        ttft = first.first - start
+        return {"ttft_s": ttft, "prefill_tokens_per_s": len(prompt) / ttft,
+                "decode_tokens_per_s": (new_tokens - 1) / (end - first.first)}
+    return run
+
+
+def _child_peak_rss(artifact: str | Path, prompt: list[int], new_tokens: int) -> float:
+    """Peak resident MB of a fresh process that loads the artifact and generates."""
+    root = str(Path(__file__).resolve().parents[2])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        p for p in (root, os.environ.get("PYTHONPATH")) if p)}
+    cmd = [sys.executable, "-m", "runtime", "generate", str(artifact), "--prompt-ids",
+           ",".join(map(str, prompt)), "--max-new-tokens", str(new_tokens), "--ignore-eos",
+           "--json"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    _, status, usage = os.wait4(proc.pid, 0)
+    out = proc.stdout.read()
+    if os.waitstatus_to_exitcode(status) != 0 or not json.loads(out or b"{}").get("tokens"):
+        raise UserInputError("the artifact did not generate in a child process",
+                             details=[proc.stderr.read().decode()[-500:]])
+    return round(usage.ru_maxrss / 1024, 1)  # Linux reports KiB
