@@ -10,12 +10,7 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-
-def cpu_name() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.machine()
+from runtime.hostinfo import cpu_name  # noqa: F401 (the scripts import it from here)
 
 
 def read_rows(paths: list[str]) -> list[dict]:

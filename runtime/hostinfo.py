@@ -7,6 +7,7 @@ its constructor. Both become a CompatibilityError that names both sides.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import platform
 from pathlib import Path
@@ -29,6 +30,15 @@ def cpu_flags() -> frozenset[str] | None:
         if key.strip() in ("flags", "Features"):
             return frozenset(value.split())
     return None
+
+
+def cpu_name() -> str:
+    """The CPU's model name (Linux), else the architecture: benchmark rows say which machine."""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text(errors="replace").splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.machine()
 
 
 def torch_release(version: str) -> str:
