@@ -48,16 +48,17 @@ def read(path: Path) -> tuple[str | None, dict]:
     return fields_of(load_toml(path), path.parent, str(path))
 
 
-def load_toml(path: Path) -> dict:
+def load_toml(path: Path, what: str = "config file",
+              hint: str = "see `exporter build --save-config` for the format") -> dict:
     """The file's keys; an unreadable or malformed file is a UserInputError (exit 2)."""
     try:
         return tomllib.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
-        raise UserInputError(f"cannot read the config file ({exc.strerror})",
+        raise UserInputError(f"cannot read the {what} ({exc.strerror})",
                              where=str(path)) from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise UserInputError(f"the config file is not valid TOML ({exc})", where=str(path),
-                             hint="see `exporter build --save-config` for the format") from None
+        raise UserInputError(f"the {what} is not valid TOML ({exc})", where=str(path),
+                             hint=hint) from None
 
 
 def fields_of(raw: dict, folder: Path, where: str) -> tuple[str | None, dict]:

@@ -63,7 +63,9 @@ def run_matrix(path: Path, out: Path, *, executor: str = "local", workers: int |
     jobs = run.plan(tools, rebuild, threads=max(1, (os.cpu_count() or 1) // workers)
                     if workers else 1)
     try:
-        if executor == "ray":
+        if not jobs:  # the cache answered every cell: no executor to start
+            pass
+        elif executor == "ray":
             executors.run_ray(jobs, workers, ray_address, matrix.retries, run.started, run.done)
         else:
             executors.run_local(jobs, workers or 1, run.started, run.done)

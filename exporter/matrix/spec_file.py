@@ -47,6 +47,7 @@ from targets import all_targets
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")  # models and columns name files
 _MODEL_ONLY = ("spec", "group", "depends")
+_HINT = "the format is in docs/matrix.md"
 
 
 class BenchSettings(BaseModel):
@@ -94,13 +95,13 @@ class Matrix:
 
 def read(path: Path) -> Matrix:
     path = Path(path)
-    raw = load_toml(path)
+    raw = load_toml(path, "matrix file", hint=_HINT)
     try:
         data = _File(**raw)
     except pydantic.ValidationError as exc:
         raise UserInputError("the matrix file is not as expected", where=str(path),
                              details=[_problem(e) for e in exc.errors()],
-                             hint="see `exporter matrix --help` and docs/matrix.md") from None
+                             hint=_HINT) from None
     folder = path.resolve().parent
     for name in [*data.models, *data.targets]:
         if not _NAME.fullmatch(name):
@@ -165,5 +166,5 @@ def _refuse(fields: dict, keys: tuple[str, ...], where: str, path: Path) -> None
 
 
 def _problem(error: dict) -> str:
-    where = ".".join(map(str, error["loc"]))
-    return f"{where}: {error['msg'].removeprefix('Value error, ')}" if where else error["msg"]
+    where, message = ".".join(map(str, error["loc"])), error["msg"].removeprefix("Value error, ")
+    return f"{where}: {message}" if where else message

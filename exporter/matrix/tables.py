@@ -98,9 +98,7 @@ def markdown(data: dict) -> str:
     for model, group in _models(data):
         marks = []
         for column in data["columns"]:
-            verdict, details = cell_text(grid[model].get(column))
-            marks.append(f"{verdict} {details[0]}" if verdict == "ok" and details
-                         else f"**{verdict}**")
+            marks.append(_markdown_mark(grid[model].get(column)))
         lines.append(f"| {model} | {group or ''} | " + " | ".join(marks) + " |")
     failures = [r for r in data["cells"] if r["status"] not in ("ok", "not-run")]
     if failures:
@@ -109,6 +107,15 @@ def markdown(data: dict) -> str:
             verdict, details = cell_text(row)
             lines.append(f"- {row['model']} on {row['column']}: {verdict}: {details[0]}")
     return "\n".join(lines) + "\n"
+
+
+def _markdown_mark(row: dict | None) -> str:
+    """Short: "ok 12 s, 3 on CPU" or the failure's status in bold."""
+    verdict, _ = cell_text(row)
+    if verdict != "ok":
+        return f"**{row['status']}**" if row else ""
+    fallback = f", {row['fallback_ops']} on CPU" if row.get("fallback_ops") else ""
+    return f"ok {_seconds(row.get('build_s'))} s{fallback}"
 
 
 def _grid(data: dict) -> dict[str, dict[str, dict]]:
