@@ -24,7 +24,7 @@ def matrix(
     ray_address: Optional[str] = typer.Option(None, "--ray-address", help="join this Ray "
                                               "cluster (default: start one here)"),
     workers: Optional[int] = typer.Option(None, "--workers", "-j", min=1, help="cells at a "
-                                          "time (default: half the cores; with "
+                                          "time (default: half the cores, at least 2; with "
                                           "--ray-address the cluster's CPUs)"),
     cache: Optional[Path] = typer.Option(None, "--cache", help="the build cache folder "
                                          "(default OUT/cache); matrices may share one"),

@@ -41,9 +41,11 @@ Progress = Callable[[str, Board, str, dict | None], None]  # (event, board, cell
 
 
 def default_workers() -> int:
-    """Half the cores: a build's own threads (compilers, validation) use the rest; on 2
-    cores one at a time, which measured fastest there (bench/RESULTS.md)."""
-    return max(1, (os.cpu_count() or 2) // 2)
+    """Half the cores, at least two where there are two: a build spends part of its time
+    starting processes, importing and waiting on its validation subprocess, so two cells
+    on two cores finished the coverage slice 1.8x sooner than one (bench/RESULTS.md)."""
+    cores = os.cpu_count() or 1
+    return min(cores, max(2, cores // 2))
 
 
 def run_matrix(path: Path, out: Path, *, executor: str = "local", workers: int | None = None,
@@ -62,12 +64,10 @@ def run_matrix(path: Path, out: Path, *, executor: str = "local", workers: int |
     workers = workers or (None if ray_address else default_workers())
     jobs = run.plan(tools, rebuild, threads=max(1, (os.cpu_count() or 1) // workers)
                     if workers else 1)
-    try:
-        if not jobs:  # the cache answered every cell: no executor to start
-            pass
-        elif executor == "ray":
+    try:  # no jobs (the cache answered every cell): no executor to start
+        if jobs and executor == "ray":
             executors.run_ray(jobs, workers, ray_address, matrix.retries, run.started, run.done)
-        else:
+        elif jobs:
             executors.run_local(jobs, workers or 1, run.started, run.done)
     finally:
         data = run.table(executor, workers, next(iter(tools.values()), {}))
