@@ -1,4 +1,4 @@
-"""`exporter matrix`: three tiny models x two onnx recipes, run as a user runs it.
+"""`exporter matrix`: three tiny models x two onnx recipes (benched), run as a user runs it.
 
 The models: zoo:mlp (builds everywhere), a custom op no backend knows (on the CPU fallback
 under `--fallback warn`, refused under `forbid`) and a model file whose factory raises. The
@@ -44,6 +44,9 @@ def _write_matrix(folder: Path) -> Path:
         [targets.onnx-forbid]
         target = "onnx"
         fallback = "forbid"
+        [bench]
+        runs = 5
+        warmup = 1
     """))
     return path
 
@@ -94,6 +97,7 @@ def test_the_table_is_right_and_bad_cells_fail_alone(ray_run):
         row = cells[cell]
         assert row["status"] == "ok" and row["error_ratio"] <= 1.0, row
         assert Path(row["artifact"]).is_file() and row["artifact_bytes"] > 0
+        assert row["bench"]["latency_ms"] > 0 and row["bench"]["ratios"]["artifact/eager"] > 0
     assert cells["mlp--onnx"]["fallback_ops"] == 0
     assert cells["softclip--onnx"]["fallback_ops"] == 1  # the custom op, on the fallback
     refused = cells["softclip--onnx-forbid"]
@@ -105,6 +109,7 @@ def test_the_table_is_right_and_bad_cells_fail_alone(ray_run):
         assert "broken on purpose" in broken["error"] and "load model" in broken["stage"]
     html = Path(data["files"]["html"]).read_text()
     assert "UnsupportedOpsError" in html and "1 of 4 ops on the CPU fallback" in html
+    assert html.count("x eager)") == 3  # latency and its ratio, where a cell was benched
     csv_lines = Path(data["files"]["csv"]).read_text().splitlines()
     assert len(csv_lines) == 7 and csv_lines[0].startswith("model,group,column")
 
