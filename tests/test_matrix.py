@@ -210,3 +210,25 @@ def test_matrix_file_mistakes_stop_before_any_build(tmp_path, text, named):
     assert result.exit_code == 2, result.output
     assert result.stderr.startswith("error: ") and named in result.stderr, result.stderr
     assert "m.toml" in result.stderr and not (tmp_path / "out" / "matrix.json").exists()
+
+
+def test_ctrl_c_stops_the_builds_and_keeps_the_table(tmp_path):
+    """Interrupted mid-build: exit 130, no build left running, the table so far written
+    (the cell in flight says not-run; finished cells are in the cache, see the rerun)."""
+    (tmp_path / "slow.py").write_text("import time\ndef factory():\n    time.sleep(300)\n")
+    (tmp_path / "m.toml").write_text('[models]\nslow = "slow.py:factory"\n[targets.onnx]\n')
+    out = tmp_path / "out"
+    proc = subprocess.Popen(_command(tmp_path / "m.toml", out), cwd=tmp_path, env=_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    marker_file = out / "running" / "slow--onnx.json"
+    deadline = time.monotonic() + 120
+    while not marker_file.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    build_pid = json.loads(marker_file.read_text())["build_pid"]
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "run the same command again" in stderr, stderr
+    data = json.loads((out / "matrix.json").read_text())
+    assert [c["status"] for c in data["cells"]] == ["not-run"]
+    status = Path(f"/proc/{build_pid}/status")
+    assert not status.exists() or "\nState:\tZ" in status.read_text()
