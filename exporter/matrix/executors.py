@@ -17,6 +17,7 @@ from typing import Callable
 
 from exporter.errors import TargetUnavailableError
 from exporter.matrix.cell import Job, run_job, stop_all
+from runtime.hostinfo import usable_cores
 
 Started = Callable[[Job], None]
 Done = Callable[[Job, dict], None]
@@ -90,7 +91,7 @@ def _init(ray, workers: int | None, address: str | None) -> None:
     if address:
         ray.init(address=address, **options)
     else:
-        ray.init(num_cpus=workers or os.cpu_count(), **options)
+        ray.init(num_cpus=workers or usable_cores(), **options)
 
 
 def _import_ray():

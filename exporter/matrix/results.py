@@ -15,12 +15,11 @@ import csv
 import datetime
 import io
 import json
-import os
 import platform
 from pathlib import Path
 
 from exporter.matrix import tables
-from runtime.hostinfo import cpu_name
+from runtime.hostinfo import cpu_name, usable_cores
 from runtime.outfiles import written_whole
 
 CSV_FIELDS = ("model", "group", "column", "target", "dtype", "quantize", "status", "stage",
@@ -34,7 +33,7 @@ def table(matrix, rows: list[dict], *, executor: str, workers: int | None, wall_
           built: int, versions: dict) -> dict:
     return {"matrix": str(matrix.path), "date": datetime.date.today().isoformat(),
             "executor": executor, "workers": workers, "wall_s": round(wall_s, 1),
-            "machine": {"cpu": cpu_name(), "cores": os.cpu_count(),
+            "machine": {"cpu": cpu_name(), "cores": usable_cores(),
                         "platform": platform.platform()},
             "versions": {k: v for k, v in versions.items() if k not in ("packages", "gpu")},
             "models": matrix.models, "columns": matrix.columns, "cells": rows,

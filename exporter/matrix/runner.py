@@ -23,6 +23,7 @@ from exporter.matrix import executors, results, spec_file
 from exporter.matrix.cache import Cache
 from exporter.matrix.cell import Job
 from exporter.matrix.spec_file import Cell, Matrix
+from runtime.hostinfo import usable_cores
 
 @dataclass
 class Board:
@@ -44,7 +45,7 @@ def default_workers() -> int:
     """Half the cores, at least two where there are two: a build spends part of its time
     starting processes, importing and waiting on its validation subprocess, so two cells
     on two cores finished the coverage slice 1.8x sooner than one (bench/RESULTS.md)."""
-    cores = os.cpu_count() or 1
+    cores = usable_cores()
     return min(cores, max(2, cores // 2))
 
 
@@ -62,7 +63,7 @@ def run_matrix(path: Path, out: Path, *, executor: str = "local", workers: int |
     tools = cache_keys.toolchain({c.settings.target for c in matrix.cells})
     run = _Run(matrix, out, store, progress or (lambda *_: None))
     workers = workers or (None if ray_address else default_workers())
-    jobs = run.plan(tools, rebuild, threads=max(1, (os.cpu_count() or 1) // workers)
+    jobs = run.plan(tools, rebuild, threads=max(1, usable_cores() // workers)
                     if workers else 1)
     try:  # no jobs (the cache answered every cell): no executor to start
         if jobs and executor == "ray":
