@@ -37,6 +37,7 @@ def table(matrix, rows: list[dict], *, executor: str, workers: int | None, wall_
                         "platform": platform.platform()},
             "versions": {k: v for k, v in versions.items() if k not in ("packages", "gpu")},
             "models": matrix.models, "columns": matrix.columns, "cells": rows,
+            "recipes": matrix.recipes,
             "totals": totals(rows, built)}
 
 

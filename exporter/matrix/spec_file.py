@@ -91,6 +91,7 @@ class Matrix:
     timeout: float
     retries: int
     bench: BenchSettings | None
+    recipes: dict[str, dict]  # column -> the keys its table sets (for the table's header)
 
 
 def read(path: Path) -> Matrix:
@@ -112,7 +113,7 @@ def read(path: Path) -> Matrix:
     cells = [_cell(name, entry, column, fields, defaults, folder, path)
              for name, entry in data.models.items() for column, fields in columns.items()]
     return Matrix(path, list(data.models), list(data.targets), cells, data.timeout,
-                  data.retries, data.bench)
+                  data.retries, data.bench, columns)
 
 
 def _column(name: str, table: dict, folder: Path, path: Path) -> dict:

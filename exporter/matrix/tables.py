@@ -51,7 +51,8 @@ def by_column(data: dict) -> list[dict]:
     for column in data["columns"]:
         mine = [r for r in data["cells"] if r["column"] == column]
         builds = [r["build_s"] for r in mine if r.get("build_s") is not None]
-        rows.append({"column": column, "target": mine[0]["target"], "dtype": mine[0]["dtype"],
+        rows.append({"column": column, "recipe": (data.get("recipes") or {}).get(column),
+                     "target": mine[0]["target"], "dtype": mine[0]["dtype"],
                      "quantize": mine[0].get("quantize"), "cells": len(mine),
                      "passed": sum(r["status"] == "ok" for r in mine),
                      "slowest_s": max(builds, default=None)})
@@ -87,7 +88,7 @@ def html(data: dict) -> str:
 
 def markdown(data: dict) -> str:
     """Totals per column, the grid (verdict and first detail per cell), every failure."""
-    lines = ["| target | recipe | built and validated | slowest build (s) |",
+    lines = ["| column | recipe | built and validated | slowest build (s) |",
              "|---|---|---|---|"]
     lines += [f"| {c['column']} | {_recipe(c)} | {c['passed']} of {c['cells']} "
               f"({100 * c['passed'] / max(1, c['cells']):.0f}%) | {_seconds(c['slowest_s'])} |"
@@ -139,6 +140,11 @@ def _html_cell(row: dict | None) -> str:
 
 
 def _recipe(column: dict) -> str:
+    """The column's own keys (target first), or for older results its target and dtype."""
+    recipe = dict(column.get("recipe") or {})
+    if recipe:
+        return ", ".join([str(recipe.pop("target", column["target"])),
+                          *(f"{k} {v}" for k, v in recipe.items())])
     return " ".join(filter(None, [column["target"], column["dtype"], column.get("quantize")]))
 
 
