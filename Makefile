@@ -26,7 +26,7 @@ $(CORE_STAMP): $(PY) pyproject.toml
 	touch $(CORE_STAMP)
 
 $(STAMP): $(CORE_STAMP)
-	@echo "installing the dev extra: pytest, transformers, onnxruntime, apache-tvm, torchao (2-3 minutes)"
+	@echo "installing the dev extra: pytest, transformers, onnxruntime, apache-tvm, torchao, ray (2-3 minutes)"
 	$(PY) -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
@@ -59,20 +59,22 @@ test: install browser
 test-slow: install
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile -m "slow and not cuda"
 
-# The coverage matrix (bench/coverage/): every suite model (77 Hugging Face architectures
-# from configs) on cpu, onnx and tvm, each build in its own process with a 5-minute limit;
-# rows go to build/coverage/results.jsonl (and .csv) as they finish, then the table.
-# About 2 hours on 2 cores; COVERAGE_FLAGS="--models llama,t5 --resume" narrows or resumes.
+# The coverage matrix (bench/coverage/) through `exporter matrix`: every suite model (77
+# Hugging Face architectures from configs) on cpu, onnx and tvm, each build in its own
+# process with a 5-minute limit; build/coverage/matrix.json, .csv and .html, then the table.
+# About 2 hours on 2 cores. Settled cells are cached: running it again resumes (and an
+# unchanged suite builds nothing); COVERAGE_FLAGS="--models llama,t5" narrows it,
+# "--jobs N" or "--executor ray" spreads it.
 coverage: install
 	$(PY) -m bench.coverage.matrix --targets cpu,onnx,tvm --out build/coverage $(COVERAGE_FLAGS)
-	$(PY) -m bench.coverage.matrix --render build/coverage/results.jsonl
+	$(PY) -m bench.coverage.matrix --render build/coverage/matrix.json
 
 # The same on the GPU machine (torch, torchvision and timm preinstalled there): cuda at
 # fp32, fp16 and bf16, plus the torchvision/timm models, several builds at a time.
 coverage-gpu:
 	$(PYTHON) -m bench.coverage.matrix --targets cuda --dtypes fp32,fp16,bf16 --jobs 12 \
 	  --out build/coverage-gpu $(COVERAGE_FLAGS)
-	$(PYTHON) -m bench.coverage.matrix --render build/coverage-gpu/results.jsonl
+	$(PYTHON) -m bench.coverage.matrix --render build/coverage-gpu/matrix.json
 
 # On the GPU machine (torch preinstalled there): runs the CUDA-marked tests.
 test-gpu:

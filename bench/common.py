@@ -10,12 +10,7 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-
-def cpu_name() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.machine()
+from runtime.hostinfo import cpu_model
 
 
 def read_rows(paths: list[str]) -> list[dict]:
@@ -60,7 +55,7 @@ def machine_header(**versions: str) -> dict:
     import os
 
     return {"date": datetime.date.today().isoformat(), "python": platform.python_version(),
-            "cores": len(os.sched_getaffinity(0)), "cpu": cpu_name(), **versions}
+            "cores": len(os.sched_getaffinity(0)), "cpu": cpu_model() or platform.machine(), **versions}
 
 
 def append_row(sink, row: dict) -> None:

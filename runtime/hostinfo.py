@@ -9,7 +9,9 @@ ask torch (its version, the GPU) apply only to artifacts whose partitions run on
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import os
 import platform
 from pathlib import Path
 
@@ -43,6 +45,14 @@ def cpu_model() -> str | None:
         if key.strip() in ("model name", "Model", "Hardware") and value.strip():
             return value.strip()
     return None
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (a container's share, not the host's count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
 
 
 def torch_release(version: str) -> str:

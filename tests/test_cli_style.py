@@ -72,6 +72,7 @@ def _commands(d: Path, keys: str = "keys") -> dict[str, list[str]]:
     onnx tests and below, with their fixtures' own JSON). keygen never overwrites a key,
     so each caller names a new folder for it."""
     (d / keys).mkdir(exist_ok=True)
+    (d / "m.toml").write_text('[models]\nmlp = "zoo:mlp"\n[targets.onnx]\n')
     return {
         "targets": ["targets"],
         "doctor": ["doctor"],
@@ -83,6 +84,8 @@ def _commands(d: Path, keys: str = "keys") -> dict[str, list[str]]:
         "run": ["run", d / "a.artifact", "--inputs", d / "in.npz"],
         "validate": ["validate", d / "a.artifact", "--model", "zoo:mlp"],
         "build --dry-run": ["build", "zoo:mlp", "--target", "onnx", "--dry-run"],
+        # one cell, built once: the calls after the first find it in the matrix's cache
+        "matrix": ["matrix", d / "m.toml", "--out", d / "matrix"],
     }
 
 
@@ -131,6 +134,7 @@ def test_user_mistakes_are_one_error_paragraph_with_exit_2(invoke, workdir, tmp_
         "validate": (["validate", d / "a.artifact", "--model", "nofile.py:f"], "nofile.py"),
         "bench": (["bench", d / "a.artifact", "--baseline", "nosuch"], "nosuch"),
         "build": (["build", "zoo:mlp", "--target", "nosuch"], "nosuch"),
+        "matrix": (["matrix", tmp_path / "none.toml"], "none.toml"),
     }
     for name, (args, named) in mistakes.items():
         code, out, err = invoke(*args)

@@ -1,8 +1,9 @@
 """The coverage matrix's fast slice (bench/coverage/suite.py, ``fast=True``): real Hugging
 Face architectures from configs (a ResNet, a ViT, BERT, a LLaMA with grouped-query
-attention, T5, wav2vec2), each built in its own process by the matrix runner exactly as
-`make coverage` builds the whole suite. Every cell must build and validate; a failure
-prints the row (stage, typed error). The whole matrix: `make coverage` (RESULTS.md)."""
+attention, T5, wav2vec2), each built in its own process by `exporter matrix` (through
+bench/coverage/matrix.py) exactly as `make coverage` builds the whole suite. Every cell must
+build and validate; a failure prints the row (stage, typed error). The whole matrix:
+`make coverage` (RESULTS.md)."""
 
 from __future__ import annotations
 
@@ -25,11 +26,11 @@ def _matrix(tmp_path, targets: str, models: str | None = None) -> list[dict]:
     _record(cmd)
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=1800)
     assert done.returncode == 0, done.stderr[-3000:]
-    rows = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
+    rows = json.loads((tmp_path / "matrix.json").read_text())["cells"]
     for row in rows:
         print(f"{row['model']:>10} {row['target']:>5}: {row['status']} {row['build_s']} s "
               f"{row.get('stage') or ''} {row.get('error') or ''}")
-    assert (tmp_path / "results.csv").read_text().count("\n") == len(rows) + 1
+    assert (tmp_path / "matrix.csv").read_text().count("\n") == len(rows) + 1
     return rows
 
 
@@ -46,7 +47,7 @@ def _assert_all_built(rows: list[dict], expected: int) -> None:
 def test_fast_slice_builds_and_validates_on_onnx(tmp_path):
     rows = _matrix(tmp_path, "onnx")
     _assert_all_built(rows, 6)
-    assert {r["family"] for r in rows} >= {"cnn", "vit", "encoder", "decoder",
+    assert {r["group"] for r in rows} >= {"cnn", "vit", "encoder", "decoder",
                                             "encoder-decoder", "audio"}
 
 

@@ -5,7 +5,7 @@ style, exit codes and ``--json`` envelope every command shares are in ``common``
 """
 
 # registers the commands, in the order --help lists them
-from exporter.cli import build, artifact, generate, machine  # noqa: F401  isort: skip
+from exporter.cli import build, artifact, generate, machine, matrix  # noqa: F401  isort: skip
 from exporter.cli.common import app
 
 

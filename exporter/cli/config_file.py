@@ -45,26 +45,37 @@ _PATH_FIELDS = ("out", "inputs")
 
 def read(path: Path) -> tuple[str | None, dict]:
     """The spec (or None) and the settings fields a config file sets."""
+    return fields_of(load_toml(path), path.parent, str(path))
+
+
+def load_toml(path: Path, what: str = "config file",
+              hint: str = "see `exporter build --save-config` for the format") -> dict:
+    """The file's keys; an unreadable or malformed file is a UserInputError (exit 2)."""
     try:
-        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+        return tomllib.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
-        raise UserInputError(f"cannot read the config file ({exc.strerror})",
+        raise UserInputError(f"cannot read the {what} ({exc.strerror})",
                              where=str(path)) from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise UserInputError(f"the config file is not valid TOML ({exc})", where=str(path),
-                             hint="see `exporter build --save-config` for the format") from None
+        raise UserInputError(f"the {what} is not valid TOML ({exc})", where=str(path),
+                             hint=hint) from None
+
+
+def fields_of(raw: dict, folder: Path, where: str) -> tuple[str | None, dict]:
+    """The spec (or None) and settings fields of one table of config keys (a config file,
+    or a model's or target's table in ``exporter matrix``'s file), its paths made relative
+    to ``folder``."""
     fields = {config_field(key): value for key, value in raw.items()}
     spec, expected = fields.pop(SPEC_KEY, None), fields.pop(HASH_KEY, None)
     if spec is not None and not isinstance(spec, str):
-        raise UserInputError("the config's spec must be a string", where=str(path))
-    folder = path.parent
+        raise UserInputError("the config's spec must be a string", where=where)
     for key in _PATH_FIELDS:
         if isinstance(fields.get(key), str):
             fields[key] = str(folder / Path(fields[key]).expanduser())
     if spec is not None:
         spec = _with_location(spec, lambda loc: str(folder / Path(loc).expanduser()))
         if expected is not None:
-            _check_hash(spec, expected, path)
+            _check_hash(spec, expected, Path(where))
     return spec, fields
 
 
@@ -73,16 +84,24 @@ def merge(spec: str | None, cli_fields: dict, given: set[str], config: Path | No
     """The spec and settings fields: the CLI's defaults, then the file, then the flags
     the command line gave."""
     file_spec, file_fields = read(config) if config else (None, {})
-    fields = {**cli_fields, **file_fields, **{k: cli_fields[k] for k in given}}
-    tables = {name: fields.pop(name) for name in all_targets() if isinstance(fields.get(name), dict)}
-    table = tables.get(str(fields.get("target")))
-    if table is not None:  # the flags given win over the table (they stay flat)
-        fields["target_options"] = {config_field(k): v for k, v in table.items()}
+    fields = with_target_table({**cli_fields, **file_fields,
+                                **{k: cli_fields[k] for k in given}})
     spec = spec or file_spec
     if not spec:
         raise UserInputError("no model spec given",
                              hint="give SPEC on the command line or `spec = ...` in --config")
     return spec, fields
+
+
+def with_target_table(fields: dict) -> dict:
+    """Fields with the table named after their target as its options (flat option keys
+    stay flat, and BuildSettings lets them win); other targets' tables are dropped."""
+    fields = dict(fields)
+    tables = {name: fields.pop(name) for name in all_targets() if isinstance(fields.get(name), dict)}
+    table = tables.get(str(fields.get("target")))
+    if table is not None:
+        fields["target_options"] = {config_field(k): v for k, v in table.items()}
+    return fields
 
 
 def write(path: Path, spec: str, settings) -> Path:
@@ -108,7 +127,7 @@ def write(path: Path, spec: str, settings) -> Path:
     return path
 
 
-def _location(spec: str) -> tuple[str, str, str] | None:
+def spec_location(spec: str) -> tuple[str, str, str] | None:
     """(prefix, path, suffix) of a spec that names a file or folder, else None: ``hf:``
     folders and ``FILE.py:factory`` (zoo: and module specs name no path)."""
     if spec.startswith("hf:"):
@@ -121,7 +140,7 @@ def _location(spec: str) -> tuple[str, str, str] | None:
 
 def _with_location(spec: str, change) -> str:
     """``spec`` with its path (if it names one) replaced by ``change(path)``."""
-    parts = _location(spec)
+    parts = spec_location(spec)
     if parts is None:
         return spec
     prefix, location, suffix = parts
@@ -129,7 +148,7 @@ def _with_location(spec: str, change) -> str:
 
 
 def _source_file(spec: str) -> Path | None:
-    parts = _location(spec)
+    parts = spec_location(spec)
     if parts is None:
         return None
     prefix, location, _ = parts

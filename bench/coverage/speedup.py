@@ -1,0 +1,114 @@
+"""Wall time of one coverage slice: a sequential loop of builds vs `exporter matrix` with
+the local executor and on Ray, at several worker counts (the speed-up in bench/RESULTS.md).
+
+    python -m bench.coverage.speedup --fast --targets cpu,onnx,tvm --runs loop,local:1,ray:1
+    python -m bench.coverage.speedup --fast --targets cpu,onnx,tvm --runs ray:2,ray:8
+    python -m bench.coverage.speedup --render build/speedup/speedup.jsonl
+
+``loop`` is the plain way: one ``exporter build --config CELL.toml --json`` after the other,
+each with all the cores, over the cells `exporter matrix` would run. ``local:N`` and
+``ray:N`` are `exporter matrix` with N workers (Ray: a local cluster of N CPUs), each from
+an empty cache, so every cell is built. One JSON row per run is appended to
+``--json-out`` as it ends, so the runs may be split over several commands.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from bench.common import machine_header  # noqa: E402
+from bench.coverage.matrix import matrix_toml  # noqa: E402
+from bench.coverage.suite import select  # noqa: E402
+
+
+def run_loop(matrix: Path, out: Path) -> dict:
+    """Every cell's build, one after the other (the cells' configs as the matrix writes
+    them, read here without building anything)."""
+    from exporter.cli import config_file
+    from exporter.matrix import spec_file
+
+    cells = spec_file.read(matrix).cells
+    (out / "cells").mkdir(parents=True, exist_ok=True)
+    start, passed = time.monotonic(), 0
+    for cell in cells:
+        config = config_file.write(out / "cells" / f"{cell.id}.toml", cell.spec, cell.settings)
+        done = subprocess.run([sys.executable, "-m", "exporter", "build", "--config",
+                               str(config), "--out", str(out / f"{cell.id}.artifact"),
+                               "--json"], cwd=ROOT, capture_output=True, text=True)
+        passed += done.returncode == 0
+    return {"cells": len(cells), "passed": passed, "wall_s": round(time.monotonic() - start, 1)}
+
+
+def run_matrix(matrix: Path, out: Path, executor: str, workers: int) -> dict:
+    start = time.monotonic()
+    subprocess.run([sys.executable, "-m", "exporter", "matrix", str(matrix), "--out", str(out),
+                    "--executor", executor, "--workers", str(workers), "--quiet"], cwd=ROOT)
+    data = json.loads((out / "matrix.json").read_text())
+    return {"cells": data["totals"]["cells"], "passed": data["totals"]["passed"],
+            "built": data["totals"]["built"], "wall_s": round(time.monotonic() - start, 1)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--targets", default="onnx")
+    parser.add_argument("--models", help="comma-separated names (default: the fast slice)")
+    parser.add_argument("--fast", action="store_true", help="the suite's fast slice")
+    parser.add_argument("--runs", default="loop,local:1,local:2,ray:1,ray:2",
+                        help="loop, local:N, ray:N (comma-separated)")
+    parser.add_argument("--timeout", type=float, default=600.0)
+    parser.add_argument("--out", default="build/speedup")
+    parser.add_argument("--json-out", default="build/speedup/speedup.jsonl")
+    parser.add_argument("--render", nargs="*", help="print the markdown table of JSONL files")
+    args = parser.parse_args()
+    if args.render:
+        sys.stdout.write(render(args.render))
+        return
+    models = select(args.models.split(",") if args.models else None, False)
+    models = [m for m in models if m.fast] if args.fast or not args.models else models
+    out = Path(args.out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    matrix = out / "slice.toml"
+    matrix.write_text(matrix_toml(models, args.targets.split(","), ["fp32"], args.timeout))
+    for run in args.runs.split(","):
+        executor, _, workers = run.partition(":")
+        folder = out / run.replace(":", "-")
+        subprocess.run(["rm", "-rf", str(folder)], check=True)  # an empty cache: build all
+        figures = (run_loop(matrix, folder) if executor == "loop"
+                   else run_matrix(matrix, folder, executor, int(workers)))
+        row = {**machine_header(), "run": run, "targets": args.targets,
+               "models": [m.name for m in models], "load_before": os.getloadavg()[0],
+               **figures}
+        with open(args.json_out, "a") as sink:
+            sink.write(json.dumps(row) + "\n")
+        print(json.dumps({k: row[k] for k in ("run", "cells", "passed", "wall_s")}), flush=True)
+
+
+def render(paths: list[str]) -> str:
+    rows = [json.loads(line) for p in paths for line in Path(p).read_text().splitlines() if line]
+    loop = next((r["wall_s"] for r in rows if r["run"].startswith("loop")), None)
+    lines = ["| run | cells | passed | wall (s) | vs the loop | 1-min load average |",
+             "|---|---|---|---|---|---|"]
+    lines += [f"| {r['run']} | {r['cells']} | {r['passed']} | {r['wall_s']:.0f} | "
+              + (f"{loop / r['wall_s']:.2f}x" if loop else "-") + f" | {_load(r)} |"
+              for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+def _load(row: dict) -> str:
+    """The machine's load when the run started (or ended, in rows that say so)."""
+    if "load_before" in row:
+        return f"{row['load_before']:.1f} before"
+    return f"{row['load_after']:.1f} after" if "load_after" in row else "-"
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,76 @@
+"""The matrix's result: one object (matrix.json, and ``exporter matrix --json``), the
+same cells flat in matrix.csv, and the table as a page (matrix.html, exporter/matrix/tables.py).
+
+Each cell is one row: who (model, group, column, target, dtype, quantize, spec, key),
+the outcome (status, stage, error_type, error, exit_code), the build (build_s,
+artifact, artifact_bytes, ops, partitions, fallback_ops, arena_over_lower_bound), the
+validation (error_ratio: the worst output's error over what it was allowed,
+max_abs_err, min_sqnr_db for quantized builds), the bench when asked (latency_ms,
+baselines_ms, ratios), and how it ran (cached, attempts, worker).
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime
+import io
+import json
+import platform
+from pathlib import Path
+
+from exporter.matrix import tables
+from runtime.hostinfo import cpu_model, usable_cores
+from runtime.outfiles import written_whole
+
+CSV_FIELDS = ("model", "group", "column", "target", "dtype", "quantize", "status", "stage",
+              "error_type", "error", "exit_code", "build_s", "artifact_bytes", "ops",
+              "partitions", "fallback_ops", "error_ratio", "max_abs_err", "min_sqnr_db",
+              "arena_over_lower_bound", "latency_ms", "ratio_to_eager", "cached", "attempts",
+              "worker", "artifact", "spec", "key")
+
+
+def table(matrix, rows: list[dict], *, executor: str, workers: int | None, wall_s: float,
+          built: int, versions: dict) -> dict:
+    return {"matrix": str(matrix.path), "date": datetime.date.today().isoformat(),
+            "executor": executor, "workers": workers, "wall_s": round(wall_s, 1),
+            "machine": {"cpu": cpu_model() or platform.machine(), "cores": usable_cores(),
+                        "platform": platform.platform()},
+            "versions": {k: v for k, v in versions.items() if k not in ("packages", "gpu")},
+            "models": matrix.models, "columns": matrix.columns, "cells": rows,
+            "recipes": matrix.recipes,
+            "totals": totals(rows, built)}
+
+
+def totals(rows: list[dict], built: int) -> dict:
+    passed = sum(r["status"] == "ok" for r in rows)
+    not_run = sum(r["status"] == "not-run" for r in rows)
+    return {"cells": len(rows), "passed": passed, "failed": len(rows) - passed - not_run,
+            "not_run": not_run, "built": built, "cached": sum(bool(r.get("cached")) for r in rows)}
+
+
+def write_all(out: Path, data: dict) -> dict:
+    """matrix.json, matrix.csv and matrix.html in ``out``, each written whole."""
+    files = {kind: str(out / f"matrix.{kind}") for kind in ("json", "csv", "html")}
+    data["files"] = files
+    texts = {"json": json.dumps(data, indent=1, sort_keys=True) + "\n",
+             "csv": _csv(data["cells"]), "html": tables.html(data)}
+    for kind, text in texts.items():
+        with written_whole(files[kind], flag="--out") as partial:
+            partial.write_text(text, encoding="utf-8")
+    return files
+
+
+def flat(row: dict) -> dict:
+    """A cell with its bench figures as columns (latency_ms, ratio_to_eager)."""
+    bench = row.get("bench") or {}
+    return {**row, "latency_ms": bench.get("latency_ms"),
+            "ratio_to_eager": (bench.get("ratios") or {}).get("artifact/eager")}
+
+
+def _csv(rows: list[dict]) -> str:
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=CSV_FIELDS, extrasaction="ignore")
+    writer.writeheader()
+    writer.writerows(flat(r) for r in rows)
+    return buffer.getvalue()
+

@@ -1,0 +1,234 @@
+"""`exporter matrix`: three tiny models x two onnx recipes (benched), run as a user runs it.
+
+The models: zoo:mlp (builds everywhere), a custom op no backend knows (on the CPU fallback
+under `--fallback warn`, refused under `forbid`) and a model file whose factory raises. The
+Ray run starts a local cluster of 2 CPUs, and the worker running one cell is killed (by
+pid) mid-build: Ray runs the cell again and the matrix completes. A rerun builds nothing
+(every cell from the cache); the local executor gives the same table (make test-slow).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, _record
+
+pytest.importorskip("onnxruntime")
+KILLED = "mlp--onnx"  # the cell whose worker is killed
+# what must match between runs and executors (timings, workers and paths may differ)
+SAME = ("status", "stage", "error_type", "exit_code", "ops", "partitions", "fallback_ops",
+        "target", "dtype")
+
+
+def _write_matrix(folder: Path) -> Path:
+    (folder / "raises.py").write_text("def factory():\n    raise RuntimeError('broken "
+                                      "on purpose')\n")
+    path = folder / "tiny.toml"
+    path.write_text(textwrap.dedent(f"""
+        timeout = 300
+        retries = 2
+        [models]
+        mlp = "zoo:mlp"
+        softclip = {{ spec = "{ROOT}/tests/models/custom_op.py:factory", group = "custom" }}
+        broken = "raises.py:factory"
+        [targets.onnx]
+        [targets.onnx-forbid]
+        target = "onnx"
+        fallback = "forbid"
+        [bench]
+        runs = 5
+        warmup = 1
+    """))
+    return path
+
+
+def _command(matrix: Path, out: Path, *extra: str) -> list[str]:
+    cmd = [sys.executable, "-m", "exporter", "matrix", str(matrix), "--out", str(out),
+           "--json", *extra]
+    _record(["exporter", *cmd[3:]])
+    return cmd
+
+
+def _env() -> dict:
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(
+        filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+
+
+def _cells(data: dict) -> dict[str, dict]:
+    return {f"{c['model']}--{c['column']}": c for c in data["cells"]}
+
+
+@pytest.fixture(scope="module")
+def ray_run(tmp_path_factory):
+    """The matrix on a 2-CPU Ray cluster; the worker building KILLED is killed with
+    SIGKILL as soon as that build has started. Returns (data, the killed marker)."""
+    pytest.importorskip("ray")
+    folder = tmp_path_factory.mktemp("matrix")
+    matrix, out = _write_matrix(folder), folder / "ray"
+    proc = subprocess.Popen(_command(matrix, out, "--executor", "ray", "--workers", "2"),
+                            cwd=folder, env=_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    marker_file = out / "running" / f"{KILLED}.json"
+    deadline = time.monotonic() + 240
+    while not marker_file.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    marker = json.loads(marker_file.read_text())
+    os.kill(marker["worker_pid"], signal.SIGKILL)
+    stdout, stderr = proc.communicate(timeout=600)
+    assert proc.returncode == 1, stderr[-3000:]  # 1: some cells failed, as they should
+    return folder, matrix, json.loads(stdout), marker
+
+
+def test_the_table_is_right_and_bad_cells_fail_alone(ray_run):
+    _, _, data, _ = ray_run
+    cells = _cells(data)
+    assert data["totals"] == {"cells": 6, "passed": 3, "failed": 3, "not_run": 0, "built": 6,
+                              "cached": 0}
+    for cell in ("mlp--onnx", "mlp--onnx-forbid", "softclip--onnx"):
+        row = cells[cell]
+        assert row["status"] == "ok" and row["error_ratio"] <= 1.0, row
+        assert Path(row["artifact"]).is_file() and row["artifact_bytes"] > 0
+        assert row["bench"]["latency_ms"] > 0 and row["bench"]["ratios"]["artifact/eager"] > 0
+    assert cells["mlp--onnx"]["fallback_ops"] == 0
+    assert cells["softclip--onnx"]["fallback_ops"] == 1  # the custom op, on the fallback
+    refused = cells["softclip--onnx-forbid"]
+    assert (refused["status"], refused["error_type"]) == ("bad-input", "UnsupportedOpsError")
+    assert "forbid" in refused["error"]
+    for column in ("onnx", "onnx-forbid"):
+        broken = cells[f"broken--{column}"]
+        assert (broken["status"], broken["error_type"]) == ("bad-input", "SpecError")
+        assert "broken on purpose" in broken["error"] and "load model" in broken["stage"]
+    html = Path(data["files"]["html"]).read_text()
+    assert "UnsupportedOpsError" in html and "1 of 4 ops on the CPU fallback" in html
+    assert html.count("x eager)") == 3  # latency and its ratio, where a cell was benched
+    csv_lines = Path(data["files"]["csv"]).read_text().splitlines()
+    assert len(csv_lines) == 7 and csv_lines[0].startswith("model,group,column")
+
+
+def test_a_killed_worker_has_its_cell_run_again(ray_run):
+    _, _, data, marker = ray_run
+    row = _cells(data)[KILLED]
+    assert marker["attempt"] == 1
+    assert row["attempts"] == 2 and row["status"] == "ok", row
+    assert row["worker"] != f"{marker['host']}:{marker['worker_pid']}"
+    # the build the worker was running died with it (gone, or a zombie awaiting init)
+    status = Path(f"/proc/{marker['build_pid']}/status")
+    assert not status.exists() or "\nState:\tZ" in status.read_text()
+
+
+def test_a_rerun_builds_nothing(ray_run):
+    folder, matrix, first, _ = ray_run
+    done = subprocess.run(_command(matrix, folder / "ray", "--executor", "ray"), cwd=folder,
+                          env=_env(), capture_output=True, text=True, timeout=300)
+    data = json.loads(done.stdout)
+    assert data["totals"]["built"] == 0 and data["totals"]["cached"] == 6, done.stderr
+    before, after = _cells(first), _cells(data)
+    for cell, row in after.items():
+        assert row["cached"] and {k: row.get(k) for k in SAME} == {
+            k: before[cell].get(k) for k in SAME}, cell
+
+
+@pytest.mark.slow  # six more builds; the local executor also runs in test_coverage_slice
+def test_the_local_executor_gives_the_same_table(ray_run):
+    folder, matrix, ray_data, _ = ray_run
+    done = subprocess.run(_command(matrix, folder / "local", "--workers", "2"), cwd=folder,
+                          env=_env(), capture_output=True, text=True, timeout=600)
+    data = json.loads(done.stdout)
+    assert data["executor"] == "local" and data["totals"]["built"] == 6, done.stderr
+    local, ray = _cells(data), _cells(ray_data)
+    assert local.keys() == ray.keys()
+    for cell in local:
+        assert {k: local[cell].get(k) for k in SAME} == {k: ray[cell].get(k) for k in SAME}
+        assert local[cell]["key"] == ray[cell]["key"]  # the same cache key either way
+
+
+def test_a_cache_hit_rechecks_the_artifact(ray_run, tmp_path):
+    """A cached artifact changed on disk is not trusted: the cell is built again."""
+    import shutil
+
+    from exporter.matrix.cache import Cache
+    folder, _, data, _ = ray_run
+    row = _cells(data)["mlp--onnx"]
+    shutil.copytree(folder / "ray" / "cache", tmp_path / "cache")
+    cache = Cache(tmp_path / "cache")
+    assert cache.lookup(row["key"])["status"] == "ok"
+    artifact = cache.artifact(row["key"])
+    blob = bytearray(artifact.read_bytes())
+    blob[len(blob) // 2] ^= 0xFF
+    artifact.write_bytes(bytes(blob))
+    assert cache.lookup(row["key"]) is None
+    assert not (tmp_path / "cache" / f"{row['key']}.json").exists()
+
+
+def test_the_key_follows_the_model_source_and_the_settings(tmp_path):
+    from exporter.matrix import cache, spec_file
+
+    (tmp_path / "m.py").write_text("import torch\ndef f():\n    return torch.nn.Linear(2, 2), "
+                                   "(torch.randn(2, 2),)\n")
+    matrix = tmp_path / "m.toml"
+
+    def keys(dtype: str = "fp32") -> dict[str, str]:
+        matrix.write_text(f'[models]\nm = "m.py:f"\nmlp = "zoo:mlp"\n[targets.onnx]\n'
+                          f'[targets.cpu]\ndtype = "{dtype}"\n')
+        cells = spec_file.read(matrix).cells
+        tools = cache.toolchain({"onnx", "cpu"})
+        return {c.id: cache.cell_key(c, tools) for c in cells}
+
+    first = keys()
+    assert len(set(first.values())) == 4 and keys() == first
+    (tmp_path / "m.py").write_text((tmp_path / "m.py").read_text() + "# changed\n")
+    changed = keys()
+    assert changed["m--onnx"] != first["m--onnx"] and changed["mlp--onnx"] == first["mlp--onnx"]
+    fp16 = keys("fp16")
+    assert fp16["mlp--cpu"] != first["mlp--cpu"] and fp16["mlp--onnx"] == first["mlp--onnx"]
+
+
+@pytest.mark.parametrize("text, named", [
+    ('[models]\nm = "zoo:mlp"\n[targets.onnxx]\n', "did you mean 'onnx'"),
+    ('[models]\nm = { spec = "zoo:mlp", dtyp = "fp16" }\n[targets.onnx]\n', "dtyp"),
+    ('[models]\nm = "zoo:mlp"\n[targets.onnx]\ndtype = "fp8"\n', "dtype"),
+    ('[targets.onnx]\n', "models"),
+    ('[models]\n"a b" = "zoo:mlp"\n[targets.onnx]\n', "'a b'"),
+    ('[models]\nm = { spec = "zoo:mlp", target = "cpu" }\n[targets.onnx]\n', "cannot set"),
+])
+def test_matrix_file_mistakes_stop_before_any_build(tmp_path, text, named):
+    from typer.testing import CliRunner
+
+    from exporter.cli import app
+    (tmp_path / "m.toml").write_text(text)
+    result = CliRunner().invoke(app, ["matrix", str(tmp_path / "m.toml"), "--out",
+                                      str(tmp_path / "out")])
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith("error: ") and named in result.stderr, result.stderr
+    assert "m.toml" in result.stderr and not (tmp_path / "out" / "matrix.json").exists()
+
+
+def test_ctrl_c_stops_the_builds_and_keeps_the_table(tmp_path):
+    """Interrupted mid-build: exit 130, no build left running, the table so far written
+    (the cell in flight says not-run; finished cells are in the cache, see the rerun)."""
+    (tmp_path / "slow.py").write_text("import time\ndef factory():\n    time.sleep(300)\n")
+    (tmp_path / "m.toml").write_text('[models]\nslow = "slow.py:factory"\n[targets.onnx]\n')
+    out = tmp_path / "out"
+    proc = subprocess.Popen(_command(tmp_path / "m.toml", out), cwd=tmp_path, env=_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    marker_file = out / "running" / "slow--onnx.json"
+    deadline = time.monotonic() + 120
+    while not marker_file.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    build_pid = json.loads(marker_file.read_text())["build_pid"]
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "run the same command again" in stderr, stderr
+    data = json.loads((out / "matrix.json").read_text())
+    assert [c["status"] for c in data["cells"]] == ["not-run"]
+    status = Path(f"/proc/{build_pid}/status")
+    assert not status.exists() or "\nState:\tZ" in status.read_text()
