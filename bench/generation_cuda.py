@@ -174,13 +174,16 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--context", type=int, default=512)
     parser.add_argument("--skip-tiny", action="store_true")
-    parser.add_argument("--families", default="llama,gemma3")
+    parser.add_argument("--families", default="llama,gemma3",
+                        help="comma list of tests/models/tiny_lm.py families, or 'all'")
     parser.add_argument("--dtypes", default="fp32,fp16,bf16")
     parser.add_argument("--skip-big", action="store_true")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     if not args.skip_tiny:
-        tiny_builds(args.out, args.families.split(","), args.dtypes.split(","))
+        from tests.models import tiny_lm
+        families = tiny_lm.FAMILIES if args.families == "all" else args.families.split(",")
+        tiny_builds(args.out, list(families), args.dtypes.split(","))
     if not args.skip_big:
         big_bench(args.out, args.size, args.std, args.runs, args.context)
 

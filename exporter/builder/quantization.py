@@ -36,7 +36,11 @@ def check_recipe(target: Target, settings: BuildSettings) -> None:
         raise UserInputError(f"target '{target.name}' cannot run --quantize {recipe}",
                              details=can, hint="choose a recipe the target lists, or "
                                                "another target")
-    if settings.dtype != "fp32":
+    # A decoder's weight-only recipe keeps the activations at --dtype: decode steps are
+    # memory-bound, and fp16 activations beside int8/int4 weights are what they run at
+    # (the generation gate judges against eager fp32, exporter/lm/gate.py).
+    weight_only = recipe.endswith("-weight") and settings.task == "text-generation"
+    if settings.dtype != "fp32" and not weight_only:
         raise UserInputError(f"--quantize {recipe} with --dtype {settings.dtype}",
                              hint="quantized builds keep float math in fp32; drop --dtype")
     if recipe != "int8-static" and settings.calibration is not None:
