@@ -129,7 +129,8 @@ def _tensor_programs(manifest: Manifest, views: list[Manifest], reader: Artifact
     if generating:
         from runtime.generation.tokenizer import read_tokenizer
         main.tokenizer_json = read_tokenizer(manifest.generation, reader, where=where)
-    log.debug("loaded %s: %d program(s)", where, len(programs))
+    log.debug("loaded %s: %d partition(s)%s", where, sum(len(v.partitions) for v in views),
+              f" in {len(views)} entry points" if len(views) > 1 else "")
     return main
 
 

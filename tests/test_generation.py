@@ -22,7 +22,14 @@ from tests.models import tiny_lm
 pytest.importorskip("transformers")
 
 
-@pytest.mark.parametrize("family", tiny_lm.FAMILIES)
+# make test runs one family per cache shape (full layers, rings, mixed layers, absolute
+# positions); make test-slow runs all nine.
+FAST_FAMILIES = ("llama", "mistral", "gemma3", "gpt2")
+
+
+@pytest.mark.parametrize("family", [f if f in FAST_FAMILIES else
+                                    pytest.param(f, marks=pytest.mark.slow)
+                                    for f in tiny_lm.FAMILIES])
 def test_cache_contract_matches_hf_generate(family):
     """Prefill in chunks of 8 then decode with the runtime's cache gives Hugging Face's
     greedy tokens: full layers, rings (prompt and generation cross the window of 12),
@@ -150,10 +157,8 @@ def test_generate_bad_input_is_exit_2(onnx_lm, cli, args, said):
     assert said in done.stderr and "Traceback" not in done.stderr
 
 
-def test_generate_refuses_a_plain_artifact(cli, tmp_path):
-    out = tmp_path / "mlp.artifact"
-    assert cli("build", "zoo:mlp", "--target", "onnx", "--out", str(out), "-q").returncode == 0
-    done = cli("generate", str(out), "--prompt-ids", "1")
+def test_generate_refuses_a_plain_artifact(cli, onnx_mlp):
+    done = cli("generate", str(onnx_mlp), "--prompt-ids", "1")
     assert done.returncode == 2 and "--task text-generation" in done.stderr
 
 

@@ -39,7 +39,7 @@ def test_build_reports_every_stage_to_the_callback_and_the_log(tmp_path, caplog)
     bench_stages = [s for s, state in _pairs(bench_events) if state == "done"]
     assert bench_stages[:2] == ["load model", "load artifact"]
     assert "warm up eager (1 calls)" in bench_stages
-    assert bench_stages[-1].startswith("time artifact, eager")
+    assert any(s.startswith("time artifact, eager") for s in bench_stages)
     assert set(timed["timings"]) == {"artifact", "eager"}
 
 

@@ -123,6 +123,7 @@ def test_compare_quantized_figures():
     print(json.dumps(row))
 
 
+@pytest.mark.slow  # a second quantized transformer build; the encoder tests cover the recipes in make test
 def test_gpt2_decoder_has_every_linear_quantized(cli, tmp_path):
     """HF GPT-2 writes its layers as Conv1D (addmm), which PT2E's quantizer skipped:
     they are rewritten as linears first, so all 8 plus lm_head are int8, and the token
@@ -138,6 +139,7 @@ def test_gpt2_decoder_has_every_linear_quantized(cli, tmp_path):
     assert sum(":embedding" in layer for layer in info["layers_quantized"]) == 2
 
 
+@pytest.mark.slow  # a second quantized transformer build; the encoder tests cover the recipes in make test
 def test_dead_pooler_is_cleaned_before_prepare(cli, tmp_path):
     pytest.importorskip("transformers")
     out = tmp_path / "bert.artifact"

@@ -34,6 +34,7 @@ def test_stock_pytorch_attention_builds_and_validates(cli, tmp_path, factory, ta
     assert not any("skipped" in w for w in data["warnings"]), data["warnings"]
 
 
+@pytest.mark.slow  # a large model captured twice; test_onnx_target's dry run covers the table
 def test_dry_run_places_what_the_onnx_exporter_cannot_translate_on_the_cpu(cli, tmp_path):
     """special_i0 decomposes to prims.bessel_i0 inside torch.onnx: placement judges the
     decomposed graph, so the dry run, the build and --fallback forbid agree."""

@@ -66,6 +66,7 @@ def test_forbid_names_the_op_tvm_failed_on(cli, tmp_path):
     assert not out.exists()
 
 
+@pytest.mark.slow  # minutes of TVM compiles; the coverage suite builds these architectures on tvm
 def test_hf_encoder_and_gpt2_decoder_on_tvm(artifacts_dir, cli):
     pytest.importorskip("transformers")
     _build(cli, artifacts_dir / "bert-tvm.artifact", "tests/models/hf_bert.py:tiny_bert",
