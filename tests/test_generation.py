@@ -135,7 +135,10 @@ def test_cli_generate(onnx_lm, cli):
     done = cli("generate", str(built.artifact), "--prompt-ids", "1,5,9", "-n", "6",
                "--ignore-eos", "--json")
     assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout)["tokens"] == expected
+    printed = json.loads(done.stdout)
+    assert printed["tokens"] == expected
+    from tests.test_cli_style import DOCUMENTED
+    assert DOCUMENTED["generate"] <= set(printed), "generate --json lacks documented keys"
     device = subprocess.run([sys.executable, "-m", "runtime", "generate", str(built.artifact),
                              "--prompt-ids", "1,5,9", "--max-new-tokens", "6", "--ignore-eos",
                              "--json"], capture_output=True, text=True, cwd=ROOT)
