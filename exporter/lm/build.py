@@ -130,7 +130,8 @@ def _manifest(preps: dict[str, Prepared], lowered: dict, settings: BuildSettings
                                                   decode.memory_plan, decode.placement,
                                                   decode.coverage, decode.passes)}
     manifest.source = {"spec": lm.source, "model_class": type(lm.model).__qualname__,
-                       "task": "text-generation"}
+                       "task": "text-generation", "max_context": context,
+                       "prefill_chunk": chunk}
     manifest.generation = {
         "cache": layout.to_json(), "max_context": context, "prefill_chunk": chunk,
         "tokenizer": TOKENIZER_ENTRY if lm.tokenizer is not None else None,

@@ -97,6 +97,10 @@ def model_line(source: dict) -> str | None:
     class, the example shapes), or None for a model the user built and shaped."""
     if "task" not in source:
         return None
+    if "max_context" in source:  # --task text-generation
+        return (f"model: {source.get('model_class')}, task {source['task']}; entry points "
+                f"prefill (2..{source['prefill_chunk']} tokens, --prefill-chunk N) and decode "
+                f"(1 token) over a KV cache of {source['max_context']} tokens (--max-context N)")
     if "seq_len" in source:
         shapes = (f"batch 1, sequence {source['seq_len']}, static (--seq-len N; a dynamic "
                   "length: --dynamic input_ids:1=MIN..MAX --dynamic attention_mask:1=MIN..MAX)")

@@ -21,7 +21,15 @@ RECIPES = {
                     "quantized per call (MatMulInteger / ConvInteger)",
     "int8-static": "ONNX Runtime quantize_static: QDQ format, int8 per-channel weights and "
                    "activations, scales from --calibration (MinMax)",
+    # ORT's MatMulNBits, as ONNX Runtime GenAI builds its int4/int8 decoders: weights in
+    # symmetric blocks of 32, activations quantized to int8 inside the kernel (accuracy
+    # level 4), the memory-bound decode step reading a quarter / half of fp32's bytes
+    "int8-weight": "ONNX Runtime MatMulNBits: 8-bit weights in blocks of 32, int8 "
+                   "activations inside the kernel (accuracy level 4)",
+    "int4-weight": "ONNX Runtime MatMulNBits: 4-bit weights in blocks of 32, int8 "
+                   "activations inside the kernel (accuracy level 4)",
 }
+NBITS_BLOCK = 32
 _WEIGHTED = {"MatMul", "Gemm", "Conv"}
 # ORT's advice: dynamic quantization for transformers and RNNs, static for CNNs. Its
 # ConvInteger has no fast CPU kernel: the zoo CNN ran 17x slower than fp32 (3.07 vs 0.18 ms,
@@ -33,7 +41,8 @@ _WHY_FLOAT = {
     ("int8-dynamic", "Gemm"): "ONNX Runtime's dynamic quantizer has no int8 Gemm; a "
                               "MatMul-shaped layer (3-D input) is quantized",
 }
-_INT8_OPS = {"MatMulInteger", "ConvInteger", "QLinearMatMul", "QLinearConv", "DynamicQuantizeMatMul"}
+_INT8_OPS = {"MatMulInteger", "ConvInteger", "QLinearMatMul", "QLinearConv", "DynamicQuantizeMatMul",
+             "MatMulNBits"}
 
 
 class _Calibration:
@@ -94,7 +103,9 @@ def _run_ort(path: Path, quantized_path: Path, recipe: str, calibration: list, b
 
     common = {"per_channel": True, "weight_type": ortq.QuantType.QInt8,
               "use_external_data_format": True}  # weights of any size; loaded back whole
-    if recipe == "int8-dynamic":
+    if recipe.endswith("-weight"):
+        _run_nbits(path, quantized_path, bits=4 if recipe == "int4-weight" else 8)
+    elif recipe == "int8-dynamic":
         ortq.quantize_dynamic(str(path), str(quantized_path),
                               op_types_to_quantize=DYNAMIC_OP_TYPES, **common)
     else:
@@ -108,6 +119,17 @@ def _run_ort(path: Path, quantized_path: Path, recipe: str, calibration: list, b
         ortq.quantize_static(str(path), str(quantized_path), _Calibration(names, calibration),
                              quant_format=ortq.QuantFormat.QDQ,
                              activation_type=ortq.QuantType.QInt8, **common)
+
+
+def _run_nbits(path: Path, quantized_path: Path, *, bits: int) -> None:
+    import onnx
+    from onnxruntime.quantization import matmul_nbits_quantizer as nbits
+
+    config = nbits.DefaultWeightOnlyQuantConfig(block_size=NBITS_BLOCK, is_symmetric=True,
+                                                accuracy_level=4, bits=bits)
+    quantizer = nbits.MatMulNBitsQuantizer(onnx.load(str(path)), algo_config=config)
+    quantizer.process()
+    quantizer.model.save_model_to_file(str(quantized_path), use_external_data_format=True)
 
 
 def _layer_errors(before, after, layers: list[str], input_sets: list, scratch: Path
@@ -162,8 +184,8 @@ def _quantized_nodes(model) -> set[str]:
     producers = {out: n for n in model.graph.node for out in n.output}
     names = set()
     for node in model.graph.node:
-        if node.op_type in _INT8_OPS:
-            names.add(node.name.removesuffix("_quant"))
+        if node.op_type in _INT8_OPS:  # ORT names them <name>_quant, MatMulNBits <name>_Q4/_Q8
+            names.add(node.name.removesuffix("_quant").removesuffix("_Q4").removesuffix("_Q8"))
         elif node.op_type in _WEIGHTED and len(node.input) > 1:
             source = producers.get(node.input[1])
             if source is not None and source.op_type == "DequantizeLinear":
