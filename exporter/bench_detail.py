@@ -54,9 +54,10 @@ def stats(values: list[float]) -> dict:
 def machine(program, device: str) -> dict:
     """Where the figures were taken: CPU model, cores, threads, GPU, versions."""
     threads: dict[str, Any] = {"torch": torch.get_num_threads()}
-    for report in program.backend_reports.values():
-        if "intra_op_threads" in report:  # 0: ONNX Runtime's default, one per physical core
-            threads["onnxruntime"] = report["intra_op_threads"]
+    backends = {p.name: p.backend for p in program.manifest.partitions}
+    for name, report in program.backend_reports.items():
+        if "intra_op_threads" in report:  # a backend's own pool (0: its default)
+            threads[backends[name]] = report["intra_op_threads"]
     affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
     return {"cpu": cpu_model() or platform.processor() or platform.machine(),
             "cores": os.cpu_count(), "usable_cores": affinity, "threads": threads,

@@ -1,0 +1,74 @@
+"""Our generating artifacts as engines of the language-model comparison (bench/llm/):
+``artifact-cpu`` (AOTInductor, fp32), ``artifact-onnx`` (ONNX Runtime, fp32) and
+``artifact-onnx-int8`` / ``artifact-onnx-int4`` (MatMulNBits weights, int8 activations:
+ONNX Runtime GenAI's kernels, our graph). ``prepare`` builds with ``exporter build``
+(validation included) into the engine's work folder; ``load`` generates through the
+runtime, greedy, end of sequence masked as the protocol asks (bench/llm/protocol.py).
+
+    python -m bench.llm.compare --engine-module bench.llm.engines_artifact \\
+        --engines artifact-onnx-int4,ortgenai-int4,llamacpp-q4_0 ...
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from bench.llm.registry import EngineRequest, Loaded, register_engine
+
+ROOT = Path(__file__).resolve().parents[2]
+BUILDS = {"artifact-cpu": ("cpu", None), "artifact-onnx": ("onnx", None),
+          "artifact-onnx-int8": ("onnx", "int8-weight"),
+          "artifact-onnx-int4": ("onnx", "int4-weight")}
+
+
+def _artifact(name: str, req: EngineRequest) -> Path:
+    return req.work_dir / f"{name}.artifact"
+
+
+def preparer(name: str):
+    target, recipe = BUILDS[name]
+
+    def prepare(req: EngineRequest) -> None:
+        out = _artifact(name, req)
+        if out.exists():
+            return
+        cmd = [sys.executable, "-m", "exporter", "build", f"hf:{req.checkpoint}",
+               "--task", "text-generation", "--target", target, "--max-context",
+               str(req.max_tokens), "--prefill-chunk", "128", "--out", str(out), "-q"]
+        if recipe:
+            cmd += ["--quantize", recipe]
+        subprocess.run(cmd, check=True, cwd=ROOT)
+    return prepare
+
+
+def loader(name: str):
+    def load(req: EngineRequest) -> Loaded:
+        import torch
+
+        import runtime
+        torch.set_num_threads(req.threads)
+        program = runtime.load(_artifact(name, req))
+        generator = program.generator
+        eos = sorted(generator.eos)
+
+        def generate(prompt: list[int], new_tokens: int, on_token) -> None:
+            logits = generator.prefill_prompt(prompt)
+            position = len(prompt)
+            for step in range(new_tokens):
+                if eos:  # the protocol masks the end of sequence, as min_new_tokens does
+                    logits[eos] = float("-inf")
+                token = int(logits.argmax())
+                on_token(token)
+                if step + 1 < new_tokens:
+                    logits = generator.step(torch.tensor([token]), position)[-1]
+                    position += 1
+        target, recipe = BUILDS[name]
+        return Loaded(generate, f"{target} {recipe or 'fp32'} (our artifact)",
+                      [_artifact(name, req)])
+    return load
+
+
+for _name in BUILDS:
+    register_engine(_name, loader(_name), prepare=preparer(_name))
