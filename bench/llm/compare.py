@@ -155,6 +155,7 @@ def _summary(row: dict) -> str:
     prefix = f"{row['prefix']}/{row['new_tokens']}" if "prefix" in row else "n/a"
     return (f"{row['engine']}: TTFT {row['ttft_s'] * 1e3:.0f} ms, prefill "
             f"{row['prefill_tok_s']:.1f} tok/s, decode {row['decode_tok_s']:.2f} tok/s, "
+            f"{row['decode_cpu_ms_per_tok']:.0f} CPU ms/tok, "
             f"peak RSS {row['peak_rss_mb']:.0f} MB, ids shared with {row.get('prefix_ref')}: {prefix}")
 
 
@@ -174,19 +175,20 @@ def _render_run(rows: list[dict]) -> str:
     lines = [f"{first['date']}, {first['cpu']} ({first['cores']} cores), size {first['size']}"
              f" ({first['params'] / 1e6:.0f}M parameters), {vers}", "",
              "| engine | variant | threads | TTFT (ms) | prefill tok/s | decode tok/s "
-             "| peak RSS (MB) | file (MB) | prepare (s) | warm-up (s) | same ids as "
-             f"{first.get('prefix_ref', '-')} | load |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| decode CPU ms/tok | peak RSS (MB) | file (MB) | prepare (s) | warm-up (s) "
+             f"| same ids as {first.get('prefix_ref', '-')} | load |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if "error" in r:
             lines.append(f"| {r['engine']} | failed: {r['error'].splitlines()[-1][:80]} "
-                         "| | | | | | | | | | |")
+                         "| | | | | | | | | | | |")
             continue
         mem = (f"{r['peak_gpu_mb']:.0f} GPU" if r.get("peak_gpu_mb")
                else f"{r['peak_rss_mb']:.0f}")
         lines.append(
             f"| {r['engine']} | {r['variant']} | {r['threads']} | {r['ttft_s'] * 1e3:.0f} "
-            f"| {r['prefill_tok_s']:.1f} | {r['decode_tok_s']:.2f} | {mem} "
+            f"| {r['prefill_tok_s']:.1f} | {r['decode_tok_s']:.2f} "
+            f"| {r.get('decode_cpu_ms_per_tok', float('nan')):.0f} | {mem} "
             f"| {r['file_bytes'] / 1e6:.0f} | {r.get('prepare_s', 0):.0f} "
             f"| {r['warmup_s']:.1f} | {r.get('prefix', '-')}/{r['new_tokens']} "
             f"| {r['loadavg_1m'][0]:.1f}-{r['loadavg_1m'][1]:.1f} |")

@@ -18,6 +18,10 @@ The protocol stamps each call with ``perf_counter``:
 
 One warm-up call first (it carries compilation, e.g. torch.compile), then ``repeats``
 calls; each figure is the median over them.
+
+Each stamp also reads the process's CPU time (all its threads). On a machine shared with
+other work, wall-clock figures fall with the load while CPU ms per decoded token mostly
+does not (threads that spin while waiting count too), so both are recorded.
 """
 
 from __future__ import annotations
@@ -46,7 +50,8 @@ class GenRecord:
     prefill_tok_s: float
     decode_tok_s: float
     warmup_s: float  # the warm-up call's whole time (compilation included)
-    runs: list[dict]  # every timed call: ttft_s, decode_s
+    decode_cpu_ms_per_tok: float  # process CPU time per decode step (median call)
+    runs: list[dict]  # every timed call: ttft_s, decode_s, decode_cpu_s
     deterministic: bool  # every call generated the same ids
     file_bytes: int  # the model file(s) the engine runs
     peak_rss_mb: float | None = None  # ru_maxrss of the engine's own process
@@ -67,15 +72,18 @@ def prompt_ids(vocab_size: int, length: int = 128, seed: int = 0, low: int = 3) 
 class Call:
     ttft_s: float
     decode_s: float
+    decode_cpu_s: float
     token_ids: list[int]
 
 
 def time_call(generate: Generate, prompt: list[int], new_tokens: int) -> Call:
     stamps: list[float] = []
+    cpu: list[float] = []
     ids: list[int] = []
 
     def on_token(token_id: int) -> None:
         stamps.append(time.perf_counter())
+        cpu.append(time.process_time())
         ids.append(int(token_id))
 
     start = time.perf_counter()
@@ -83,7 +91,7 @@ def time_call(generate: Generate, prompt: list[int], new_tokens: int) -> Call:
     if len(ids) != new_tokens:
         raise RuntimeError(f"the engine generated {len(ids)} tokens, not {new_tokens}: "
                            "end of sequence must be suppressed")
-    return Call(stamps[0] - start, stamps[-1] - stamps[0], ids)
+    return Call(stamps[0] - start, stamps[-1] - stamps[0], cpu[-1] - cpu[0], ids)
 
 
 def measure(engine: str, variant: str, generate: Generate, prompt: list[int],
@@ -98,12 +106,15 @@ def measure(engine: str, variant: str, generate: Generate, prompt: list[int],
     calls = [time_call(generate, prompt, new_tokens) for _ in range(repeats)]
     ttft = statistics.median(c.ttft_s for c in calls)
     decode = statistics.median(c.decode_s for c in calls)
+    decode_cpu = statistics.median(c.decode_cpu_s for c in calls)
     steps = new_tokens - 1
     return GenRecord(
         engine=engine, variant=variant, device=device, threads=threads,
         prompt_tokens=len(prompt), new_tokens=new_tokens, decode_steps=steps,
         ttft_s=ttft, prefill_tok_s=len(prompt) / ttft, decode_tok_s=steps / decode,
-        warmup_s=warmup_s, runs=[{"ttft_s": c.ttft_s, "decode_s": c.decode_s} for c in calls],
+        warmup_s=warmup_s, decode_cpu_ms_per_tok=decode_cpu / steps * 1e3,
+        runs=[{"ttft_s": c.ttft_s, "decode_s": c.decode_s, "decode_cpu_s": c.decode_cpu_s}
+              for c in calls],
         deterministic=all(c.token_ids == warm.token_ids for c in calls),
         file_bytes=file_bytes, token_ids=calls[0].token_ids)
 
