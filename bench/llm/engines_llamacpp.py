@@ -124,8 +124,13 @@ def loader(quant: str):
 
         path = gguf_path(req, quant)
         types = json.loads(path.with_suffix(".json").read_text())
+        # llamacpp-f32 is the cross-check against Hugging Face: float32 KV cache too (the
+        # default f16 cache alone made its greedy ids leave hf-eager's after 10 of 128 on
+        # the 300m checkpoint); the quantized engines keep llama.cpp's default f16 cache
+        kv = {"type_k": llama_cpp.GGML_TYPE_F32, "type_v": llama_cpp.GGML_TYPE_F32} \
+            if quant == "F32" else {}
         llm = llama_cpp.Llama(str(path), n_ctx=req.max_tokens, n_threads=req.threads,
-                              n_threads_batch=req.threads, verbose=False)
+                              n_threads_batch=req.threads, verbose=False, **kv)
         n_vocab, eos = llm.n_vocab(), llm.token_eos()
 
         def generate(prompt, new_tokens, on_token):
@@ -144,7 +149,8 @@ def loader(quant: str):
 
         variant = (f"{quant} (output {types.get('output.weight')}, "
                    f"embeddings {types.get('token_embd.weight')})")
-        return Loaded(generate, variant, [path],
+        kv_cache = "f32" if kv else "f16"
+        return Loaded(generate, f"{variant}, KV {kv_cache}", [path],
                       notes=f"llama-cpp-python {llama_cpp.__version__}, flash_attn off "
                             "(its default), mmap")
     return load
