@@ -153,10 +153,11 @@ def _summary(row: dict) -> str:
     if "error" in row:
         return f"{row['engine']}: FAILED\n{row['error']}"
     prefix = f"{row['prefix']}/{row['new_tokens']}" if "prefix" in row else "n/a"
+    ref = row.get("prefix_ref", "the reference")
     return (f"{row['engine']}: TTFT {row['ttft_s'] * 1e3:.0f} ms, prefill "
             f"{row['prefill_tok_s']:.1f} tok/s, decode {row['decode_tok_s']:.2f} tok/s, "
             f"{row['decode_cpu_ms_per_tok']:.0f} CPU ms/tok, "
-            f"peak RSS {row['peak_rss_mb']:.0f} MB, ids shared with {row.get('prefix_ref')}: {prefix}")
+            f"peak RSS {row['peak_rss_mb']:.0f} MB, ids shared with {ref}: {prefix}")
 
 
 def render(paths: list[str]) -> str:
