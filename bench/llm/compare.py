@@ -89,7 +89,16 @@ def prepare_engine(args, engine: str, checkpoint: Path) -> float | str:
 
 
 def run_engine(args, engine: str, checkpoint: Path) -> dict:
-    """prepare, then measure, each in its own process; the record, or the error."""
+    """prepare, then measure, each in its own process; the record, or the error (a process
+    past ``--timeout`` too: the other engines still run)."""
+    try:
+        return _prepare_and_measure(args, engine, checkpoint)
+    except subprocess.TimeoutExpired as exc:
+        phase = exc.cmd[exc.cmd.index("--phase") + 1]
+        return {"engine": engine, "error": f"{phase}: over --timeout {args.timeout:.0f} s"}
+
+
+def _prepare_and_measure(args, engine: str, checkpoint: Path) -> dict:
     env = thread_env(args.threads)
     prepare_s = prepare_engine(args, engine, checkpoint)
     if isinstance(prepare_s, str):
