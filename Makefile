@@ -10,7 +10,7 @@ TEST_WORKERS ?= 2
 CORE_STAMP := $(VENV)/.installed-core-$(TORCH_VERSION)
 STAMP := $(VENV)/.installed-$(TORCH_VERSION)
 
-.PHONY: install browser demo test test-slow test-gpu coverage coverage-gpu clean
+.PHONY: install browser demo test test-slow test-gpu coverage coverage-gpu bench-llm clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -79,6 +79,34 @@ coverage-gpu:
 # On the GPU machine (torch preinstalled there): runs the CUDA-marked tests.
 test-gpu:
 	$(PYTHON) -m pytest -m cuda
+
+# Language-model baselines (issue 23, bench/llm): a random-weight LLaMA-shaped checkpoint,
+# Hugging Face eager and static cache + torch.compile, llama.cpp (f32, Q8_0, Q4_0) and ONNX
+# Runtime GenAI (fp32, int8, int4), each engine in its own process, rows appended to
+# build/llm-bench.jsonl, then the table. The llama-cpp-python sdist is downloaded once:
+# pip builds llama.cpp from it (native CPU flags) and its GGUF converter comes out of it.
+# Its version must equal the llm-bench extra's pin (pip refuses otherwise).
+LLAMA_CPP_PYTHON_VERSION ?= 0.3.36
+LLM_SIZE ?= 300m
+LLM_THREADS ?= 2
+LLM_ENGINES ?= hf-eager,hf-static-compile,llamacpp-f32,llamacpp-q8_0,llamacpp-q4_0,ortgenai-fp32,ortgenai-int8,ortgenai-int4
+LLM_SDIST := build/llm/dl/llama_cpp_python-$(LLAMA_CPP_PYTHON_VERSION).tar.gz
+LLM_STAMP := $(VENV)/.installed-llm-bench-$(LLAMA_CPP_PYTHON_VERSION)
+
+$(LLM_SDIST):
+	$(PY) -m pip download --quiet --no-deps --no-binary llama-cpp-python \
+	  llama-cpp-python==$(LLAMA_CPP_PYTHON_VERSION) -d build/llm/dl
+
+$(LLM_STAMP): $(STAMP) $(LLM_SDIST)
+	@echo "installing the llm-bench extra: llama-cpp-python compiles llama.cpp (10-30 minutes)"
+	CMAKE_ARGS="-DGGML_NATIVE=ON" $(PY) -m pip install --quiet -e '.[llm-bench]' $(LLM_SDIST)
+	$(PY) -m bench.llm.engines_llamacpp --extract $(LLM_SDIST)
+	touch $(LLM_STAMP)
+
+bench-llm: $(LLM_STAMP)
+	$(PY) -m bench.llm.compare --size $(LLM_SIZE) --threads $(LLM_THREADS) \
+	  --engines $(LLM_ENGINES) --out build/llm-bench.jsonl
+	$(PY) -m bench.llm.compare --render build/llm-bench.jsonl
 
 clean:
 	rm -rf build .pytest_cache
