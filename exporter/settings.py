@@ -60,6 +60,15 @@ class BuildSettings(BaseModel):
                                      "gate in dB (an output passes on SQNR or cosine)")
     quant_min_cosine: float = Field(0.99, description="quantized builds: per-output cosine gate")
     seed: int = Field(0, description="seed of the random validation inputs")
+    # The generation gate of fp16/bf16 and quantized text-generation builds (exporter/lm/
+    # gate.py): None takes the default for the build's kind.
+    min_top1: float | None = Field(None, ge=0.0, le=1.0, description="text-generation, "
+                                   "fp16/bf16/quantized: least teacher-forced top-1 agreement "
+                                   "with eager fp32 (default per kind: fp16 0.9 ... int4 0.7)")
+    max_kl: float | None = Field(None, ge=0.0, allow_inf_nan=False, description="text-"
+                                 "generation, fp16/bf16/quantized: largest mean KL divergence "
+                                 "from eager fp32, nats (default per kind: fp16 0.02 ... "
+                                 "int4 0.2)")
     validation_timeout_s: float = Field(900.0, gt=0, allow_inf_nan=False, description="seconds "
                                         "the validation subprocess may take")
     memory_budget: int | None = Field(None, gt=0, description="fail when weights plus planned "

@@ -37,6 +37,7 @@ SETTINGS_FLAGS: dict[str, tuple[str, tuple[str, ...]]] = {
     "quant_min_sqnr_db": (QUANT, ("--min-sqnr",)), "quant_min_cosine": (QUANT, ("--min-cosine",)),
     "validate_artifact": (CHECK, ("--validate/--no-validate",)), "inputs": (CHECK, ()),
     "keep_failed": (CHECK, ()), "seed": (CHECK, ()), "validation_timeout_s": (CHECK, ()),
+    "min_top1": (CHECK, ()), "max_kl": (CHECK, ()),
     "out": (OUTPUT, ("--out", "-o")),
 }
 # sizes are parsed by the settings ("64MB"), so the flag takes text

@@ -14,10 +14,11 @@ import torch
 
 from exporter.validation.gates import TOLERANCES, Tolerance, compare_output
 
-# (min top-1 agreement, max mean KL in nats) against eager float32, per kind of build.
-# Random-weight models have flat next-token distributions, where rounding flips the
-# argmax between near-equal logits; these bounds were set from the coverage families'
-# measured figures (bench/RESULTS.md, "Generation gate") with headroom.
+# (min top-1 agreement, max mean KL in nats) against eager float32, per kind of build:
+# bounds for trained weights (fp16 and bf16 rounding, int8 and int4 weights as llama.cpp and
+# ONNX Runtime GenAI quantize them). A random-weight model is no test of them: rounding its
+# weights to int4 in eager itself gives top-1 0.0 and KL 6.4 on the 300m bench model, int8
+# top-1 0.5 and KL 0.29 (bench/RESULTS.md); such builds set --min-top1/--max-kl.
 TEACHER_FORCED = {"fp16": (0.90, 0.02), "bf16": (0.80, 0.05),
                   "int8": (0.85, 0.05), "int4": (0.70, 0.20)}
 
@@ -31,12 +32,17 @@ class GenerationGate:
     label: str  # "fp32", "fp16", "int8-weight", ...
 
     @classmethod
-    def for_build(cls, dtype: str, quantize: str | None) -> "GenerationGate":
+    def for_build(cls, dtype: str, quantize: str | None, *, min_top1: float | None = None,
+                  max_kl: float | None = None) -> "GenerationGate":
+        """``min_top1``/``max_kl``: the user's bounds (--min-top1, --max-kl), else the kind's.
+        A random-weight model can need wide ones: its flat, chaotic logits turn rounding into
+        large changes (bench/RESULTS.md: int4 rounding in eager itself, KL 6.4)."""
         if quantize is None and dtype == "fp32":
             return cls(True, TOLERANCES["fp32"], 1.0, 0.0, "fp32")
         kind = dtype if quantize is None else ("int4" if "int4" in quantize else "int8")
         top1, kl = TEACHER_FORCED[kind]
-        return cls(False, TOLERANCES[dtype], top1, kl, quantize or dtype)
+        return cls(False, TOLERANCES[dtype], top1 if min_top1 is None else min_top1,
+                   kl if max_kl is None else max_kl, quantize or dtype)
 
     def describe(self) -> str:
         if self.exact_tokens:
@@ -51,7 +57,8 @@ class GenerationGate:
     def failure(self) -> str:
         if self.exact_tokens:
             return "the artifact does not generate what Hugging Face generate does"
-        return f"the {self.label} artifact misses the generation gate against eager float32"
+        return (f"the {self.label} artifact misses the generation gate against eager float32 "
+                f"(top-1 >= {self.min_top1:g}, KL <= {self.max_kl:g}; --min-top1, --max-kl)")
 
     def record(self, rows: list[dict], new_tokens: int) -> dict:
         positions = sum(r["new_tokens"] for r in rows)

@@ -43,7 +43,8 @@ NEW_TOKENS = 64
 
 def validate_generation(out: Path, manifest: Manifest, files: dict, lm: LanguageModel,
                         settings: BuildSettings, preload: list[str]) -> dict:
-    gate = GenerationGate.for_build(settings.dtype, settings.quantize)
+    gate = GenerationGate.for_build(settings.dtype, settings.quantize,
+                                    min_top1=settings.min_top1, max_kl=settings.max_kl)
     prompts, new_tokens = generation_cases(lm, manifest.generation, settings.seed)
     flat = {}
     for index, prompt in enumerate(prompts):
