@@ -192,3 +192,27 @@ def test_gate_names_the_first_divergence():
     assert not record["passed"]
     assert record["first_divergence"]["step"] == 2 and not record["first_divergence"]["tie"]
     assert "case0 step 2" in lines[1] and "artifact token 0" in lines[1]
+
+
+def test_dry_run_places_both_entry_points(onnx_lm, cli):
+    """--dry-run on a generating build: prefill's placement and signature, and decode's,
+    nothing compiled."""
+    built, _ = onnx_lm
+    folder = built.artifact.parent / "tiny-gemma3"
+    done = cli("build", f"hf:{folder}", "--task", "text-generation", "--target", "cpu",
+               "--max-context", "32", "--prefill-chunk", "8", "--dry-run", "--json")
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    ids = data["signature"]["inputs"][0]
+    assert ids["name"] == "input_ids" and ids["shape"][1]["max"] == 8
+    decode = data["entry_points"]["decode"]
+    assert decode["signature"]["inputs"][0]["shape"] == [1, 1]
+    assert decode["placement"]["ops"] > 0
+
+
+def test_gate_bounds_are_the_users_when_given():
+    from exporter.lm.gate import GenerationGate
+    default = GenerationGate.for_build("fp32", "int4-weight")
+    given = GenerationGate.for_build("fp32", "int4-weight", min_top1=0.0, max_kl=10.0)
+    assert (default.min_top1, default.max_kl) == (0.70, 0.20)
+    assert (given.min_top1, given.max_kl) == (0.0, 10.0) and "--max-kl" in given.failure()

@@ -100,6 +100,8 @@ def _dry_run(spec: str, settings, as_json: bool) -> int:
     from exporter.builder.pipeline import dry_run
     from exporter.report.console import model_line, print_placement
 
+    if settings.task == "text-generation":
+        return _dry_run_generating(spec, settings, as_json)
     prep = dry_run(spec, settings, stage=stage_printer())
     if as_json:
         print_json({"target": prep.target.name, "placement": prep.placement.summary(),
@@ -112,6 +114,31 @@ def _dry_run(spec: str, settings, as_json: bool) -> int:
         print_placement(out_console, prep.placement.coverage, prep.placement.summary())
         for warning in prep.warnings:
             warn(warning)
+    return 0
+
+
+def _dry_run_generating(spec: str, settings, as_json: bool) -> int:
+    """Both entry points' placement (prefill first), as the plain dry run shows one."""
+    from exporter.lm.build import dry_run_generating
+    from exporter.report.console import print_placement
+
+    prepared = dry_run_generating(spec, settings, stage=stage_printer())
+    preps = prepared.preps
+    if as_json:
+        first = preps["prefill"]
+        print_json({"target": first.target.name, "placement": first.placement.summary(),
+                    "signature": first.captured.signature.to_json(),
+                    "coverage": first.placement.coverage, "warnings": first.warnings,
+                    "entry_points": {name: {"placement": p.placement.summary(),
+                                            "signature": p.captured.signature.to_json(),
+                                            "coverage": p.placement.coverage}
+                                     for name, p in preps.items() if name != "prefill"}})
+        return 0
+    for name, prep in preps.items():
+        out_console.print(f"entry point {name}", markup=False, highlight=False)
+        print_placement(out_console, prep.placement.coverage, prep.placement.summary())
+    for warning in dict.fromkeys(w for p in preps.values() for w in p.warnings):
+        warn(warning)
     return 0
 
 

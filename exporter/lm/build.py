@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import torch
 from torch.export import Dim
@@ -41,11 +43,20 @@ TOKENIZER_ENTRY = f"generation/{TOKENIZER_FILE}"
 EXAMPLE_TOKENS = 8  # the prefill example's length (any in 2..chunk: the dim is dynamic)
 
 
-def build_generating(spec: str | torch.nn.Module, settings: BuildSettings, *,
-                     stage: StageHook = quiet_stage) -> BuildResult:
+@dataclass
+class PreparedGeneration:
+    """Everything up to lowering, per entry point (what ``--dry-run`` reports)."""
+
+    lm: LanguageModel
+    layout: CacheLayout
+    context: int
+    chunk: int
+    preps: dict[str, Prepared]  # "prefill", "decode"
+
+
+def prepare_generating(spec: str | torch.nn.Module, settings: BuildSettings,
+                       timed: Callable) -> PreparedGeneration:
     _refuse_plain_options(settings)
-    timings: dict[str, float] = {}
-    timed = stage_timer(timings, stage)
     target = available_target(settings)
     with timed("load model"):
         lm = load_language_model(spec, HfOptions.from_settings(settings))
@@ -58,6 +69,22 @@ def build_generating(spec: str | torch.nn.Module, settings: BuildSettings, *,
     reference = ModelSpec(lm.source, lm.model, (), {}, None, lm.origin_file, lm.notes)
     preps = {name: prepare_captured(target, reference, entry, out, settings, timed, f" {name}")
              for name, entry in entry_specs(lm, wrapper, layout, chunk).items()}
+    return PreparedGeneration(lm, layout, context, chunk, preps)
+
+
+def dry_run_generating(spec: str | torch.nn.Module, settings: BuildSettings, *,
+                       stage: StageHook = quiet_stage) -> PreparedGeneration:
+    """Capture both entry points, run the passes and plan the partitions; compile nothing."""
+    return prepare_generating(spec, settings, stage_timer({}, stage))
+
+
+def build_generating(spec: str | torch.nn.Module, settings: BuildSettings, *,
+                     stage: StageHook = quiet_stage) -> BuildResult:
+    timings: dict[str, float] = {}
+    timed = stage_timer(timings, stage)
+    prepared = prepare_generating(spec, settings, timed)
+    lm, preps = prepared.lm, prepared.preps
+    target, out = preps["prefill"].target, preps["prefill"].out
     for prep in preps.values():  # one copy of the weights for both entry points
         prep.options = dataclasses.replace(prep.options, shared_weights=True)
     work_dir = scratch.make_dir("exporter-build-")
@@ -69,20 +96,7 @@ def build_generating(spec: str | torch.nn.Module, settings: BuildSettings, *,
                 lowered[name] = lower_with_fallback(prep, settings, work_dir / name)
         for plan, _ in lowered["decode"]:  # one folder per partition in the artifact
             plan.name = f"decode_{plan.name}"
-        store, store_files = share_weights([low for pairs in lowered.values()
-                                            for _, low in pairs], work_dir)
-        manifest = _manifest(preps, lowered, settings, lm, layout, context, chunk)
-        manifest.shared_weights = store or None
-        files = {f"partitions/{plan.name}/{file}": path for pairs in lowered.values()
-                 for plan, low in pairs for file, path in low.files.items()}
-        files.update(store_files)
-        if lm.tokenizer is not None:
-            files[TOKENIZER_ENTRY] = lm.tokenizer
-        notes = [n for pairs in lowered.values() for _, low in pairs for n in low.notes]
-        manifest.build = {"settings": settings.model_dump(mode="json", exclude={"out"}),
-                          "notes": _unique(preps["prefill"].warnings
-                                           + preps["decode"].warnings + notes),
-                          "nondeterminism": target.nondeterminism(preps["prefill"].options)}
+        manifest, files = _assemble(prepared, lowered, settings, work_dir)
         measured: dict = {}
         if settings.validate_artifact:
             from exporter.lm.validate import validate_generation
@@ -99,6 +113,30 @@ def build_generating(spec: str | torch.nn.Module, settings: BuildSettings, *,
     finally:
         scratch.remove(work_dir)
     return BuildResult(out, manifest, timings, measured)
+
+
+def _assemble(prepared: PreparedGeneration, lowered: dict, settings: BuildSettings,
+              work_dir: Path) -> tuple[Manifest, dict[str, Path]]:
+    """The manifest and the artifact's files: both entry points' partitions, the weights
+    once (exporter/builder/shared_weights.py), the tokenizer."""
+    lm, preps = prepared.lm, prepared.preps
+    store, store_files = share_weights([low for pairs in lowered.values()
+                                        for _, low in pairs], work_dir)
+    manifest = _manifest(preps, lowered, settings, lm, prepared.layout, prepared.context,
+                         prepared.chunk)
+    manifest.shared_weights = store or None
+    files = {f"partitions/{plan.name}/{file}": path for pairs in lowered.values()
+             for plan, low in pairs for file, path in low.files.items()}
+    files.update(store_files)
+    if lm.tokenizer is not None:
+        files[TOKENIZER_ENTRY] = lm.tokenizer
+    notes = [n for pairs in lowered.values() for _, low in pairs for n in low.notes]
+    manifest.build = {"settings": settings.model_dump(mode="json", exclude={"out"}),
+                      "notes": _unique(preps["prefill"].warnings + preps["decode"].warnings
+                                       + notes),
+                      "nondeterminism": preps["prefill"].target.nondeterminism(
+                          preps["prefill"].options)}
+    return manifest, files
 
 
 def entry_specs(lm: LanguageModel, wrapper: ExportableCausalLM, layout: CacheLayout,
