@@ -17,6 +17,7 @@ for many tokens, quantized ones for few (random weights); it is reported, never 
 
 from __future__ import annotations
 
+import platform
 import argparse
 import datetime
 import json
@@ -28,7 +29,7 @@ import time
 from importlib import metadata
 from pathlib import Path
 
-from bench.common import cpu_name
+from runtime.hostinfo import cpu_model
 from bench.llm.checkpoint import param_count
 from bench.llm.protocol import common_prefix
 
@@ -125,7 +126,7 @@ def run(args) -> None:
             print(engine, "prepared:", prepare_engine(args, engine, checkpoint), flush=True)
         return
     header = {"run": datetime.datetime.now().isoformat(timespec="seconds"),
-              "date": datetime.date.today().isoformat(), "cpu": cpu_name(),
+              "date": datetime.date.today().isoformat(), "cpu": cpu_model() or platform.machine(),
               "cores": len(os.sched_getaffinity(0)), "size": args.size,
               "params": param_count(args.size), "seed": args.seed,
               "python": sys.version.split()[0],
