@@ -256,6 +256,9 @@ class OnnxTarget(Target):
             scratch.release(report_dir)
             raise self._error("torch.onnx could not export the program", exc, options,
                               program, report_dir=report_dir) from exc
+        except BaseException:  # Ctrl-C or SIGTERM mid-export: nothing of it stays behind
+            scratch.remove(report_dir)
+            raise
         # report=True writes a report on success too; it is only useful on failure.
         scratch.remove(report_dir)
         log.info("torch.onnx exported %s in %.1f s", options.work_dir,
