@@ -19,10 +19,10 @@ $(PY):
 # What a user needs for the cpu target (make demo): torch and the project's own
 # dependencies. The tests add the dev extra: ONNX Runtime, TVM, torchao, transformers...
 $(CORE_STAMP): $(PY) pyproject.toml
-	@echo "installing torch $(TORCH_VERSION) (about 1 minute)"
-	$(PY) -m pip install --quiet torch==$(TORCH_VERSION)
+	@echo "installing torch $(TORCH_VERSION) (about 1 minute; pip shows each package)"
+	$(PY) -m pip install --progress-bar on torch==$(TORCH_VERSION)
 	@echo "installing edge-exporter and its dependencies (typer, rich, pydantic, ...)"
-	$(PY) -m pip install --quiet -e .
+	$(PY) -m pip install --progress-bar on -e .
 	touch $(CORE_STAMP)
 
 $(STAMP): $(CORE_STAMP)

@@ -87,6 +87,16 @@ def test_inputs_with_wrong_keys_are_refused_before_compiling(cli, tmp_path):
     assert result.returncode == 2 and "does not hold the model's inputs" in result.stderr
     assert "unexpected 'not_x'" in result.stderr
     assert not (tmp_path / "a.artifact").exists()
+    # the stages that ran (the Python API's progress events): capture, and nothing after it
+    import exporter
+    from exporter.errors import UserInputError
+    started = []
+    with pytest.raises(UserInputError, match="does not hold the model's inputs"):
+        exporter.build("zoo:mlp", inputs=str(bad), out=str(tmp_path / "b.artifact"),
+                       progress=lambda event: started.append(event.stage))
+    print("stages before the refusal:", started)
+    assert any(s.startswith("capture") for s in started)
+    assert not any(s.startswith(("passes", "partition", "lower", "validate")) for s in started)
 
 
 def test_a_numpy_array_passed_to_a_program_is_taken_as_a_tensor(mlp_build):

@@ -137,6 +137,24 @@ def test_a_rerun_builds_nothing(ray_run):
             k: before[cell].get(k) for k in SAME}, cell
 
 
+def test_cells_start_longest_first_from_their_last_build_times(ray_run):
+    """Each built cell's time is kept beside the cache (whatever its outcome), and the
+    next run starts the cells never built first, then the longest: the order that lets
+    N workers finish close to 1/N of the loop."""
+    from exporter.matrix.cell import Job
+    from exporter.matrix.runner import longest_first
+
+    folder, _, data, _ = ray_run
+    recorded = json.loads((folder / "ray" / "cache" / "durations.json").read_text())
+    assert set(recorded) == set(_cells(data)) and all(s > 0 for s in recorded.values())
+    jobs = [Job(name, "c.toml", "a.artifact", "r.json", ".", 60.0, 1, None)
+            for name in ("short", "new", "long", "middle")]
+    seconds = {"short": 5.0, "long": 90.0, "middle": 30.0}
+    assert [job.cell_id for job in longest_first(jobs, seconds)] == [
+        "new", "long", "middle", "short"]
+    print("start order:", [job.cell_id for job in longest_first(jobs, seconds)])
+
+
 @pytest.mark.slow  # six more builds; the local executor also runs in test_coverage_slice
 def test_the_local_executor_gives_the_same_table(ray_run):
     folder, matrix, ray_data, _ = ray_run

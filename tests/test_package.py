@@ -145,10 +145,11 @@ def test_onnx_only_bundle_installs_no_torch_and_runs_like_the_build(onnx_only, o
     assert "torch" not in have and "safetensors" not in locked
     assert {"onnxruntime", "numpy"} <= set(locked)
     assert set(have) == set(locked) | {"edge-runtime"}, "the venv holds the lock, exactly"
-    site = next((folder / ".venv" / "lib").glob("python3*/site-packages"))
-    kib = int(ran(subprocess.run, ["du", "-sk", str(site)], capture_output=True, text=True,
-                  check=True).stdout.split()[0])
-    assert kib <= ONNX_ONLY_LIMIT_MB * 1024, f"{kib / 1024:.0f} MB installed"
+    # the whole device venv (pip and the interpreter's links included), on disk, in MB
+    kib = int(ran(subprocess.run, ["du", "-sk", str(folder / ".venv")], capture_output=True,
+                  text=True, check=True).stdout.split()[0])
+    print(f"onnx-only device venv: {kib * 1024 / 1e6:.1f} MB")
+    assert kib * 1024 <= ONNX_ONLY_LIMIT_MB * 1e6, f"{kib * 1024 / 1e6:.1f} MB installed"
 
     x = np.random.default_rng(3).standard_normal((7, 64)).astype(np.float32)
     np.savez(tmp_path / "in.npz", x=x)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -38,23 +39,49 @@ def run_loop(matrix: Path, out: Path) -> dict:
 
     cells = spec_file.read(matrix).cells
     (out / "cells").mkdir(parents=True, exist_ok=True)
-    start, passed = time.monotonic(), 0
+    start, passed, seconds, failed = time.monotonic(), 0, {}, {}
     for cell in cells:
         config = config_file.write(out / "cells" / f"{cell.id}.toml", cell.spec, cell.settings)
+        began = time.monotonic()
         done = subprocess.run([sys.executable, "-m", "exporter", "build", "--config",
                                str(config), "--out", str(out / f"{cell.id}.artifact"),
                                "--json"], cwd=ROOT, capture_output=True, text=True)
+        seconds[cell.id] = round(time.monotonic() - began, 1)
         passed += done.returncode == 0
-    return {"cells": len(cells), "passed": passed, "wall_s": round(time.monotonic() - start, 1)}
+        if done.returncode:
+            failed[cell.id] = _failure(done)
+    (out / "durations.json").write_text(json.dumps(seconds, indent=0))
+    return {"cells": len(cells), "passed": passed, "wall_s": round(time.monotonic() - start, 1),
+            "cell_s": seconds, "failed": failed}
 
 
-def run_matrix(matrix: Path, out: Path, executor: str, workers: int) -> dict:
+def _failure(done: subprocess.CompletedProcess) -> str:
+    """A failed build's typed error, from its --json object (or its last stderr line)."""
+    try:
+        error = json.loads(done.stdout).get("error") or {}
+        return f"exit {done.returncode} {error.get('type')}: {str(error.get('message'))[:200]}"
+    except ValueError:
+        return f"exit {done.returncode}: " + (done.stderr.strip().splitlines() or [""])[-1][:200]
+
+
+def run_matrix(matrix: Path, out: Path, executor: str, workers: int,
+               known_times: Path | None) -> dict:
+    """``known_times``: a durations.json (the loop's) placed in the empty cache first, so
+    the matrix starts the longest cells first as it does once it has built them before."""
+    if known_times is not None:
+        (out / "cache").mkdir(parents=True)
+        shutil.copyfile(known_times, out / "cache" / "durations.json")
     start = time.monotonic()
     subprocess.run([sys.executable, "-m", "exporter", "matrix", str(matrix), "--out", str(out),
                     "--executor", executor, "--workers", str(workers), "--quiet"], cwd=ROOT)
+    wall = round(time.monotonic() - start, 1)
     data = json.loads((out / "matrix.json").read_text())
+    failed = {f"{c['model']}--{c['column']}": f"{c['status']} {c.get('error_type')}: "
+              f"{str(c.get('error'))[:200]}" for c in data["cells"] if c["status"] != "ok"}
     return {"cells": data["totals"]["cells"], "passed": data["totals"]["passed"],
-            "built": data["totals"]["built"], "wall_s": round(time.monotonic() - start, 1)}
+            "built": data["totals"]["built"], "wall_s": wall, "failed": failed,
+            "known_times": known_times is not None,
+            "cell_s": {f"{c['model']}--{c['column']}": c.get("build_s") for c in data["cells"]}}
 
 
 def main() -> None:
@@ -65,6 +92,9 @@ def main() -> None:
     parser.add_argument("--runs", default="loop,local:1,local:2,ray:1,ray:2",
                         help="loop, local:N, ray:N (comma-separated)")
     parser.add_argument("--timeout", type=float, default=600.0)
+    parser.add_argument("--known-times", action="store_true",
+                        help="matrix runs start from the loop's cell times (run the loop "
+                             "first): longest cells first, as on a matrix's later runs")
     parser.add_argument("--out", default="build/speedup")
     parser.add_argument("--json-out", default="build/speedup/speedup.jsonl")
     parser.add_argument("--render", nargs="*", help="print the markdown table of JSONL files")
@@ -82,14 +112,16 @@ def main() -> None:
         executor, _, workers = run.partition(":")
         folder = out / run.replace(":", "-")
         subprocess.run(["rm", "-rf", str(folder)], check=True)  # an empty cache: build all
+        known = out / "loop" / "durations.json" if args.known_times else None
         figures = (run_loop(matrix, folder) if executor == "loop"
-                   else run_matrix(matrix, folder, executor, int(workers)))
+                   else run_matrix(matrix, folder, executor, int(workers), known))
         row = {**machine_header(), "run": run, "targets": args.targets,
                "models": [m.name for m in models], "load_before": os.getloadavg()[0],
                **figures}
         with open(args.json_out, "a") as sink:
             sink.write(json.dumps(row) + "\n")
-        print(json.dumps({k: row[k] for k in ("run", "cells", "passed", "wall_s")}), flush=True)
+        print(json.dumps({k: row[k] for k in ("run", "cells", "passed", "wall_s", "failed")}),
+              flush=True)
 
 
 def render(paths: list[str]) -> str:
@@ -97,7 +129,8 @@ def render(paths: list[str]) -> str:
     loop = next((r["wall_s"] for r in rows if r["run"].startswith("loop")), None)
     lines = ["| run | cells | passed | wall (s) | vs the loop | 1-min load average |",
              "|---|---|---|---|---|---|"]
-    lines += [f"| {r['run']} | {r['cells']} | {r['passed']} | {r['wall_s']:.0f} | "
+    lines += [f"| {r['run']}{' (known times)' if r.get('known_times') else ''} | "
+              f"{r['cells']} | {r['passed']} | {r['wall_s']:.0f} | "
               + (f"{loop / r['wall_s']:.2f}x" if loop else "-") + f" | {_load(r)} |"
               for r in rows]
     return "\n".join(lines) + "\n"

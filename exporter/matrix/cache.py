@@ -34,6 +34,7 @@ from runtime.outfiles import written_whole
 log = logging.getLogger(__name__)
 _CODE_ROOMS = ("runtime", "passes", "targets", "exporter")
 _ALWAYS = ("transformers",)  # model factories use it more often than not
+_DURATIONS = "durations.json"  # cell id -> seconds its last build took (not part of a key)
 
 
 def cell_key(cell: Cell, toolchain: dict) -> str | None:
@@ -91,6 +92,22 @@ class Cache:
             return
         with written_whole(self.folder / f"{key}.json", flag="--cache") as partial:
             partial.write_text(json.dumps(row, sort_keys=True))
+
+    def durations(self) -> dict[str, float]:
+        """Each cell's last build time in seconds (cell id -> s), whatever its outcome:
+        the executor starts the longest first (see ``runner.longest_first``)."""
+        try:
+            found = json.loads((self.folder / _DURATIONS).read_text())
+        except (OSError, ValueError):
+            return {}
+        return {k: float(v) for k, v in found.items() if isinstance(v, (int, float))}
+
+    def record_durations(self, seconds: dict[str, float]) -> None:
+        if not seconds:
+            return
+        merged = {**self.durations(), **seconds}
+        with written_whole(self.folder / _DURATIONS, flag="--cache") as partial:
+            partial.write_text(json.dumps(merged, sort_keys=True, indent=0))
 
     def _intact(self, key: str, sha256: str) -> bool:
         from runtime.archive import ArtifactReader

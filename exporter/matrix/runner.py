@@ -63,17 +63,29 @@ def run_matrix(path: Path, out: Path, *, executor: str = "local", workers: int |
     tools = cache_keys.toolchain({c.settings.target for c in matrix.cells})
     run = _Run(matrix, out, store, progress or (lambda *_: None))
     workers = workers or (None if ray_address else default_workers())
-    jobs = run.plan(tools, rebuild, threads=max(1, usable_cores() // workers)
-                    if workers else 1)
+    jobs = longest_first(run.plan(tools, rebuild, threads=max(1, usable_cores() // workers)
+                                  if workers else 1), store.durations())
     try:  # no jobs (the cache answered every cell): no executor to start
         if jobs and executor == "ray":
             executors.run_ray(jobs, workers, ray_address, matrix.retries, run.started, run.done)
         elif jobs:
             executors.run_local(jobs, workers or 1, run.started, run.done)
     finally:
+        store.record_durations(run.seconds)
         data = run.table(executor, workers, next(iter(tools.values()), {}))
         results.write_all(out, data)
     return data
+
+
+def longest_first(jobs: list[Job], seconds: dict[str, float]) -> list[Job]:
+    """The order cells start in: cells never built before first (their time is unknown,
+    and a long one started last would leave every other worker idle), then the rest by
+    their last build time, longest first. With N workers, the matrix then ends at most
+    one cell's time after the busiest worker would (longest-processing-time scheduling);
+    in file order, two waves of 8 workers over 12 cells took 3.9x where 8x was the aim."""
+    known = sorted((job for job in jobs if job.cell_id in seconds),
+                   key=lambda job: -seconds[job.cell_id])
+    return [job for job in jobs if job.cell_id not in seconds] + known
 
 
 class _Run:
@@ -84,6 +96,7 @@ class _Run:
         self.hits: dict[str, dict] = {}
         self.rows: dict[str, dict] = {}
         self.board = Board(len(matrix.cells))
+        self.seconds: dict[str, float] = {}  # cell id -> its build's time, this run
 
     def plan(self, tools: dict, rebuild: bool, threads: int) -> list[Job]:
         """Jobs for the cells the cache cannot answer; the hits go straight to the table."""
@@ -117,6 +130,8 @@ class _Run:
             Path(job.running).unlink()
         if job.build:
             self.board.built += 1
+            if row.get("build_s") is not None:
+                self.seconds[job.cell_id] = row["build_s"]
             row = {**row, "cached": False}
         else:  # a cached build, benched now
             row = {**self.hits[job.cell_id], "bench": row.get("bench"), "cached": True}
