@@ -21,6 +21,7 @@ from pydantic import (
 
 from targets import FallbackPolicy, TargetOptions, all_targets
 from targets.options import flag_name
+from targets.registry import DEFAULT_TARGET
 
 ARTIFACT_SUFFIX = ".artifact"
 
@@ -28,7 +29,7 @@ ARTIFACT_SUFFIX = ".artifact"
 class BuildSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    target: str = Field("cpu", description="where the artifact runs (`exporter targets` says "
+    target: str = Field(DEFAULT_TARGET, description="where the artifact runs (`exporter targets` says "
                         "which work here)")
     out: Path | None = Field(None, description="artifact path; default <model>-<target>.artifact")
     dynamic: list[str] = Field(default_factory=list, description="INPUT:DIM=MIN..MAX, "
@@ -106,7 +107,7 @@ class BuildSettings(BaseModel):
             return data
         data = dict(data)
         table = dict(data.pop("target_options", None) or {})
-        target = all_targets().get(str(data.get("target", "cpu")))
+        target = all_targets().get(str(data.get("target", DEFAULT_TARGET)))
         if target is None:
             return {**data, "target_options": table}  # exporter.build says "unknown target"
         own = target.Options.model_fields

@@ -23,14 +23,21 @@ BUILTIN = (
     "targets.tvm.target:TvmTarget",
 )
 
+# Where a build goes when no target is named: the host's own CPU, which every machine has.
+DEFAULT_TARGET = "cpu"
+
 _TARGETS: dict[str, Target] = {}
 
 
 def register(target: Target) -> Target:
-    """Add a target (a plug-in's, or a test's); a second one under a taken name is refused."""
+    """Add a target (a plug-in's, or a test's); a second one under a taken name is refused.
+    Its ``runtime_modules`` are imported, so its executor kind is known in this process
+    too: one call is all a new target needs."""
     known = _targets()
     if target.name in known and type(known[target.name]) is not type(target):
         raise ValueError(f"a target named '{target.name}' is already registered")
+    for module in target.runtime_modules:
+        importlib.import_module(module)
     known[target.name] = target
     return target
 

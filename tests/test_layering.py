@@ -1,6 +1,7 @@
 """The rooms' rules (docs/architecture.md): imports go down only (runtime, passes, targets, exporter),
 no module imports itself back, and the runtime, the device's bottom floor, loads alone."""
 
+import re
 import subprocess
 import sys
 import textwrap
@@ -25,6 +26,9 @@ def test_runtime_imports_no_upper_room(ran):
 
 ROOMS = ("runtime", "passes", "targets", "exporter")  # bottom to top: imports go down only
 _DYNAMIC = ("import_module", "__import__")  # importlib.import_module("x"), __import__("x")
+# a project module's dotted name as a string, "module" or "module:attribute": what a
+# registry keeps and imports by variable
+_IMPORT_STRING = re.compile(rf"(?:{'|'.join(ROOMS)})(?:\.\w+)+(?::\w+)?")
 
 
 def _modules() -> dict[str, Path]:
@@ -49,6 +53,10 @@ def _named_imports(path: Path) -> set[str]:
             name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
             if name in _DYNAMIC and isinstance(node.args[0].value, str):
                 named.add(node.args[0].value.split(":")[0])
+        elif (isinstance(node, ast.Constant) and isinstance(node.value, str)
+              and _IMPORT_STRING.fullmatch(node.value)):
+            # "targets.onnx.target:OnnxTarget" in a registry, imported later by variable
+            named.add(node.value.split(":")[0])
     return named
 
 
@@ -76,8 +84,10 @@ def test_each_room_imports_only_the_rooms_below_it():
 def test_the_layering_check_sees_importlib_imports(tmp_path):
     sample = tmp_path / "sample.py"
     sample.write_text("import importlib\n"
-                      "def f():\n    return importlib.import_module('exporter.settings')\n")
-    assert "exporter.settings" in _named_imports(sample)
+                      "def f():\n    return importlib.import_module('exporter.settings')\n"
+                      "PLUGINS = ('exporter.bench:Baseline',)\n"
+                      "def g(line):\n    return importlib.import_module(line.split(':')[0])\n")
+    assert {"exporter.settings", "exporter.bench"} <= _named_imports(sample)
 
 
 def test_no_import_circles():
@@ -215,3 +225,14 @@ def test_the_runtime_imports_with_torch_blocked(ran):
     proc = ran(subprocess.run, [sys.executable, "-c", code], cwd=ROOT, capture_output=True,
                text=True)
     assert proc.returncode == 0 and proc.stdout.strip() == "[]", proc.stderr
+
+
+def test_loading_every_target_loads_no_exporter_module(ran):
+    """The registry imports targets by name at run time: what they load is checked live."""
+    code = ("import sys\nfrom targets import all_targets\nprint(sorted(all_targets()))\n"
+            "bad = sorted(m for m in sys.modules if m.split('.')[0] == 'exporter')\n"
+            "print(bad)\nsys.exit(1 if bad else 0)\n")
+    proc = ran(subprocess.run, [sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+               text=True)
+    print(proc.stdout)
+    assert proc.returncode == 0, f"targets loaded exporter modules: {proc.stdout} {proc.stderr}"

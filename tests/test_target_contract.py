@@ -26,11 +26,11 @@ from exporter.builder.placement import UnsupportedOpsError
 from exporter.cli import config_file
 from exporter.model.zoo import ZOO
 from exporter.settings import BuildSettings
-from runtime.executors import register_executor, unregister_executor
+from runtime.executors import kinds, unregister_executor
 from targets import Lowered, Support, all_targets, get_target, register
 from targets.registry import unregister
 from tests.toy_target import ToyTarget
-from tests.toy_target.executor import BACKEND, ToyExecutor
+from tests.toy_target.executor import BACKEND
 
 # imported as a module, not loaded by path: a second load of the file would register its
 # custom op again in this process (other tests import tests.models.custom_op too)
@@ -40,10 +40,10 @@ NAMES = sorted({*all_targets(), ToyTarget.name})
 
 @pytest.fixture(scope="module", autouse=True)
 def toy_registered():
-    """The registry line a new target needs (here for this module only), and its executor
-    kind in this process (the validation process imports tests/toy_target/register.py)."""
+    """The registry line a new target needs (here for this module only); it registers the
+    toy's executor kind too (its runtime_modules; the validation process imports them)."""
     register(ToyTarget())
-    register_executor(BACKEND, ToyExecutor, replace=True)
+    assert BACKEND in kinds(), "registering the target registered its executor kind"
     yield
     unregister(ToyTarget.name)
     unregister_executor(BACKEND)
@@ -78,20 +78,83 @@ def built(tmp_path_factory):
     return get
 
 
+# What this process writes while a watched lower() runs: (event, path). An audit hook
+# cannot be removed, so it is installed once and records only while _WRITES is a list.
+_WRITES: list[tuple[str, str]] | None = None
+_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
+
+
+def _audit(event: str, args: tuple) -> None:
+    if _WRITES is None:
+        return
+    if event == "open" and isinstance(args[0], (str, bytes, os.PathLike)):
+        mode, flags = args[1], args[2] or 0
+        if (any(c in mode for c in "wax+") if isinstance(mode, str) else flags & _WRITE_FLAGS):
+            _WRITES.append((event, os.fsdecode(args[0])))
+    elif event in ("os.mkdir", "os.remove", "os.rmdir"):
+        # (path, [mode,] dir_fd): a name under a directory descriptor is inside a folder
+        # whose own removal is seen (shutil.rmtree); making a folder that exists is no write
+        if args[-1] is None and not (event == "os.mkdir" and os.path.isdir(args[0])):
+            _WRITES.append((event, os.fsdecode(args[0])))
+    elif event in ("os.symlink", "os.link"):
+        _WRITES.append((event, os.fsdecode(args[1])))
+    elif event in ("os.rename", "shutil.copyfile", "shutil.copytree", "shutil.move"):
+        _WRITES.append((event, os.fsdecode(args[1])))
+
+
+sys.addaudithook(_audit)
+
+
+def _outside(writes: list[tuple[str, str]], allowed: list[Path], temp: Path, test_root: Path
+             ) -> list[tuple[str, str]]:
+    """Writes under none of ``allowed`` and not in the temporary folder (the test's own
+    folder, which holds the output and the working directory, is not temporary here);
+    Python's own bytecode caches aside."""
+    def under(path: Path, roots: list[Path]) -> bool:
+        return any(path == root or root in path.parents for root in roots)
+    wrong = []
+    for event, name in writes:
+        path = Path(os.path.abspath(name))
+        if "__pycache__" in path.parts or under(path, allowed):
+            continue
+        if under(path, [temp]) and not under(path, [test_root]):
+            continue
+        wrong.append((event, name))
+    return wrong
+
+
 def _watched_build(target, root: Path):
-    """Build with lower() watched: every file it returns lies under its work folder, and
-    nothing is written beside the output or in the current directory meanwhile."""
+    """Build with lower() watched: every file it returns lies under its work folder; every
+    write this process makes meanwhile lands there, in the system's temporary folder
+    (compiler caches), or in a temporary the toolchain recorded (runtime/scratch.py,
+    removed or swept later); nothing is left beside the output or in the current
+    directory."""
+    import tempfile
+
+    from runtime import scratch
     sandbox, out_dir = root / "cwd", root / "out"
     sandbox.mkdir()
     out_dir.mkdir()
     calls: list[dict] = []
-    real_lower = target.lower
+    real_lower, real_record = target.lower, scratch.record
 
     def watched(program, options) -> Lowered:
-        lowered = real_lower(program, options)
-        work = options.work_dir.resolve()
+        global _WRITES
+        work, recorded = options.work_dir.resolve(), []
+
+        def record(path: Path) -> Path:
+            recorded.append(Path(os.path.abspath(path)))
+            return real_record(path)
+        scratch.record, _WRITES = record, []
+        try:
+            lowered = real_lower(program, options)
+        finally:
+            writes, _WRITES, scratch.record = _WRITES, None, real_record
+        temp = Path(os.path.abspath(tempfile.gettempdir()))
         calls.append({"work_dir": work, "outside": [
             str(p) for p in lowered.files.values() if work not in Path(p).resolve().parents],
+            "writes": len(writes), "writes_elsewhere": _outside(
+                writes, [work, *recorded], temp, Path(os.path.abspath(root))),
             "beside_output": sorted(os.listdir(out_dir)), "in_cwd": sorted(os.listdir(sandbox))})
         return lowered
 
@@ -126,7 +189,9 @@ def test_lower_writes_only_under_its_work_folder(name, built):
     result, calls, sandbox, out_dir = built(name)
     assert calls, f"{name}: no partition was lowered"
     for call in calls:
+        print(f"{name}: lower() made {call['writes']} write(s) in this process")
         assert not call["outside"], f"{name} returned files outside its work folder: {call}"
+        assert not call["writes_elsewhere"], f"{name} wrote outside its folders: {call}"
         assert call["beside_output"] == [] and call["in_cwd"] == [], call
     assert os.listdir(sandbox) == [] and os.listdir(out_dir) == [result.artifact.name]
 
@@ -165,20 +230,43 @@ def test_the_artifact_loads_fresh_matches_eager_and_delegates(name, built, tmp_p
 @pytest.mark.parametrize("name", NAMES)
 def test_fallback_forbid_lists_every_unsupported_op(name, tmp_path):
     _available(name)
-    spec = CUSTOM
+    spec = "tests.models.custom_op:twice_factory"  # two custom-op nodes at least
     prep = dry_run(spec, BuildSettings(target=name, fallback="allow", out=tmp_path / "a"))
     unsupported = {row["node"] for row in prep.placement.coverage if not row["supported"]}
-    assert unsupported, f"{name} supports the custom op?"
+    assert len(unsupported) >= 2, f"{name}: {unsupported} (it supports the custom op?)"
     with pytest.raises(UnsupportedOpsError) as info:
         dry_run(spec, BuildSettings(target=name, fallback="forbid", out=tmp_path / "a"))
     listed = {line.split("(", 1)[1].split(")", 1)[0] for line in info.value.details}
+    print(f"{name}: --fallback forbid lists {sorted(listed)}")
     assert listed == unsupported, (name, listed, unsupported)
+
+
+def _not_default(field) -> object:
+    """A value of an option field other than its default: the field's first other
+    example, else one the type gives (a text option without examples is refused: a
+    round trip of its default proves nothing)."""
+    others = [e for e in (field.examples or []) if e != field.default]
+    if others:
+        return others[0]
+    if field.annotation is bool:
+        return not field.default
+    if field.annotation in (int, float):
+        return field.default + 1
+    raise AssertionError(f"option {field} needs examples=[...] for the contract suite")
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_options_round_trip_through_the_toml_config(name, tmp_path):
+    """Every option of the target set to a value other than its default, written to a
+    config file by --save-config's writer, read back, the same settings; and each is a
+    flag of `exporter build`."""
+    from exporter.cli.build_flags import option_owners
     target = get_target(name)
-    settings = BuildSettings(target=name, out=tmp_path / "x.artifact")
+    given = {key: _not_default(field) for key, field in target.Options.model_fields.items()}
+    flags = option_owners()
+    assert all(name in flags[key][1] for key in given), "each option is a build flag"
+    settings = BuildSettings(target=name, out=tmp_path / "x.artifact", **given)
+    assert settings.target_options == {**settings.target_options, **given}, given
     path = config_file.write(tmp_path / "build.toml", "zoo:mlp", settings)
     text = path.read_text()
     spec, fields = config_file.merge(None, {}, set(), path)
@@ -189,3 +277,40 @@ def test_options_round_trip_through_the_toml_config(name, tmp_path):
     if target.Options.model_fields:
         assert f"[{name}]" in text  # the target's own table
     json.dumps(again.target_options)  # the manifest records them as JSON
+
+
+class _StrayToy(ToyTarget):
+    """A broken target: its lower() also leaves a file in the working directory, and one
+    of its support decisions has no reason."""
+    name = "stray-toy"
+
+    def supports(self, node):
+        support = super().supports(node)
+        return support if support.ok else Support(False, "")
+
+    def lower(self, program, options):
+        Path("stray.txt").write_text("written outside the work folder")
+        return super().lower(program, options)
+
+
+def test_the_contract_checks_catch_a_broken_target(tmp_path, zoo_programs):
+    """The suite's checks fail where they should: a write outside the work folder is
+    seen (by the audit hook and in the working directory), an empty reason is an error,
+    and a text option without examples cannot be round-tripped."""
+    target = register(_StrayToy())
+    try:
+        _, calls, sandbox, _ = _watched_build(target, tmp_path)
+    finally:
+        unregister(_StrayToy.name)
+    print("caught:", calls[0]["writes_elsewhere"], calls[0]["in_cwd"])
+    assert any(path.endswith("stray.txt") for _, path in calls[0]["writes_elsewhere"])
+    assert calls[0]["in_cwd"] == ["stray.txt"]
+    node = next(n for n in zoo_programs["mlp"].graph.nodes
+                if n.op == "call_function" and not target.supports(n).ok)
+    assert target.supports(node).reason.strip() == ""  # what the decision check rejects
+    from pydantic import Field
+    from pydantic.fields import FieldInfo
+    field: FieldInfo = Field("a", description="text")
+    field.annotation = str
+    with pytest.raises(AssertionError, match="examples"):
+        _not_default(field)

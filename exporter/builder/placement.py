@@ -5,15 +5,13 @@ The same table goes to ``exporter build --dry-run``, the manifest and ``exporter
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from dataclasses import dataclass
 
 from torch.export import ExportedProgram
-from torch.fx import Node
 
 from exporter.errors import UserInputError
-from exporter.model.export_errors import is_model_code
+from exporter.model.source_lines import source_line
 from passes.cost import op_costs
 from passes.partition import PlannedPartition, is_shape_node, plan_partitions
 from targets import FallbackPolicy, Support, Target
@@ -41,17 +39,6 @@ class Placement:
                 "delegated_partitions": sum(p.delegated for p in self.plans),
                 "fallback_partitions": sum(not p.delegated for p in self.plans),
                 "device_transfers": self.transfers}
-
-
-def source_line(node: Node) -> str | None:
-    """The innermost frame of the node's stack trace in the model's own code (the line
-    calling ``self.linear(x)``, not torch's linear.py), else the innermost frame."""
-    trace = node.meta.get("stack_trace") or ""
-    matches = re.findall(r'File "([^"]+)", line (\d+), in (\S+)', trace)
-    if not matches:
-        return None
-    path, line, func = ([m for m in matches if is_model_code(m[0])] or matches)[-1]
-    return f"{path}:{line} in {func}"
 
 
 def place(program: ExportedProgram, target: Target, min_partition_size: int,

@@ -11,6 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from runtime.manifest import Manifest
+from targets.fallback import FALLBACK_BACKEND
 
 
 def _signature_table(manifest: Manifest) -> Table:
@@ -74,7 +75,7 @@ def print_placement(console: Console, coverage: list[dict], summary: dict) -> No
         table.add_row(op, backend, device, str(count), reason)
     console.print(table)
     for row in coverage:
-        if row["backend"] == "torch":
+        if row["backend"] == FALLBACK_BACKEND:
             console.print(f"  fallback: {row['node']} {row['op']} in {row['partition']}"
                           + (f" at {row['source']}" if row.get("source") else ""),
                           markup=False, highlight=False)

@@ -120,7 +120,6 @@ def _ops(bench: dict) -> str:
     if not blocks:
         return ""
     return ("<h3>Time per node</h3><p class=\"hint\">from the backend's own profiler in a "
-            "second, profiled session (ONNX Runtime: its kernels after fusion, in microsecond "
-            "steps; on nodes this small the profiler's own cost shows, so read the shares, "
-            "not the sum)</p>"
+            "second, profiled session (the kernels it ran, after its own fusion; on nodes "
+            "this small the profiler's own cost shows, so read the shares, not the sum)</p>"
             + "".join(blocks))

@@ -21,7 +21,7 @@ import torch
 from torch.export import ExportedProgram
 
 import runtime
-from exporter.builder.placement import source_line
+from exporter.model.source_lines import source_line
 from exporter.validation.gates import Tolerance, compare_output
 from exporter.validation.inputs import Case
 from passes.partition import node_values, value_names
@@ -112,8 +112,9 @@ def look_inside(artifact: Path, target, partition, sub_program: ExportedProgram,
             origin = (node.meta.get("from_node") or [None])[0]
             source = sources.get(getattr(origin, "name", None)) or source_line(node)
             return {"value": name, "backend_op": backend_op, "op": str(node.target),
-                    "source": source, "compared": len(produced), **judged}
-    return {"compared": len(produced), "diverges": False}
+                    "source": source, "compared": len(produced),
+                    "backend": partition.backend, **judged}
+    return {"compared": len(produced), "diverges": False, "backend": partition.backend}
 
 
 def _judge(partition, execute, values: dict, limit: float) -> dict:
@@ -171,13 +172,13 @@ def bisect_lines(result: dict) -> list[str]:
                          "exporter inspect lists them")
         inside = result.get("inside")
         if inside and not inside["diverges"]:
-            lines.append(f"inside {first}, none of {inside['compared']} ONNX values compared "
-                         "with eager diverges: the difference lies in values the ONNX graph "
-                         "does not name after the program's nodes")
+            lines.append(f"inside {first}, none of {inside['compared']} {inside['backend']} "
+                         "values compared with eager diverges: the difference lies in values "
+                         "the backend's graph does not name after the program's nodes")
         elif inside:
-            lines.append(f"inside {first}, of {inside['compared']} ONNX values compared with "
-                         f"eager, the first to diverge is {_describe(inside)}: ONNX "
-                         f"{inside['backend_op']} from {inside['op']} at "
+            lines.append(f"inside {first}, of {inside['compared']} {inside['backend']} values "
+                         f"compared with eager, the first to diverge is {_describe(inside)}: "
+                         f"{inside['backend']} op {inside['backend_op']} from {inside['op']} at "
                          f"{inside['source'] or 'unknown source'}")
         return lines
     differs = [c for c in result["capture"] if c["diverges"]]

@@ -63,7 +63,8 @@ _DROPPED_CHECKS = {
 
 
 class OnnxOptions(TargetOptions):
-    ep: str = Field("cpu", description="execution providers in order, e.g. cuda,cpu")
+    ep: str = Field("cpu", description="execution providers in order, e.g. cuda,cpu",
+                    examples=["cuda,cpu"])
 
     @field_validator("ep")
     @classmethod

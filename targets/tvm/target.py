@@ -51,7 +51,8 @@ _CHECKS = {"_assert_scalar.default", "_assert_tensor_metadata.default",
 
 class TvmOptions(TargetOptions):
     tvm_target: str | None = Field(None, description="TVM target string (default: llvm for "
-                                   "the --cpu-isa level)")
+                                   "the --cpu-isa level)",
+                                   examples=["llvm -mcpu=skylake-avx512"])
     tune: int = Field(0, ge=0, description="MetaSchedule trials (slow; 0 = off)")
 
     def measured_choices(self) -> list[str]:

@@ -45,3 +45,15 @@ class SoftClipHead(torch.nn.Module):
 def head_factory():
     torch.manual_seed(0)
     return SoftClipHead().eval(), (torch.randn(2, 16),), ({0: Dim("batch", min=1, max=16)},)
+
+
+class SoftClipTwice(SoftClipHead):
+    """Two custom-op nodes: `--fallback forbid` must name both, not the first it meets."""
+
+    def forward(self, x):
+        return soft_clip(torch.relu(soft_clip(self.inp(x), 2.0)), 1.0)
+
+
+def twice_factory():
+    torch.manual_seed(0)
+    return SoftClipTwice().eval(), (torch.randn(2, 16),), ({0: Dim("batch", min=1, max=16)},)

@@ -18,7 +18,8 @@ from tests.toy_target.executor import BACKEND, ToyMeta
 
 
 class ToyOptions(TargetOptions):
-    toy_note: str = Field("relu", description="a note the toy writes into its partition file")
+    toy_note: str = Field("relu", description="a note the toy writes into its partition file",
+                          examples=["a note"])
 
 
 class ToyTarget(Target):
