@@ -64,6 +64,22 @@ def test_build_help_groups_flags_shows_no_bool_type_and_keeps_choices_whole():
     assert "<bool>" not in text  # flags take no value: no type column (--help's row too)
     assert "int4-weight" in text and "image-classification" in text  # not cut with "…"
     assert "tvm: MetaSchedule trials" in text  # a target's option, from its Options model
+    assert "`" not in text and "<list[str]>" not in text  # rich would print them as is
+
+
+def test_the_command_list_gives_each_command_one_unbroken_summary():
+    """rich wraps a summary at the panel's width only: a line that ends while the next
+    word would still have fitted is a docstring's own line break showing through."""
+    text = _piped("--help").stdout
+    print(text)
+    rows = [line[1:-1] for line in text.splitlines() if line.startswith("│")]
+    start = rows[0].index(rows[0].split()[1])  # the summaries' column
+    width = len(rows[0]) - start
+    early = [(a.strip(), b.strip()) for a, b in zip(rows, rows[1:])
+             if not b[:start].strip() and b.strip()  # b continues a's summary
+             and len(a[start:].rstrip()) + 1 + len(b.split()[0]) < width]
+    assert not early, early
+    assert "`" not in text
 
 
 def test_a_mistyped_target_gets_a_did_you_mean(cli):

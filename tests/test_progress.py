@@ -67,3 +67,38 @@ def test_cli_build_in_a_pipe_prints_one_line_per_stage(tmp_path):
     memory = next(line for line in lines if line.startswith("memory plan"))
     assert "without reuse" in memory and len(memory) > 80
     assert not any(line.startswith("pass ") and "{" in line for line in lines)  # no raw dicts
+
+
+def test_cli_build_in_a_terminal_shows_each_stage_running_with_its_clock(tmp_path):
+    """Under a terminal (a pty) a stage shows a spinner and the time so far while it runs
+    (rich's elapsed column, 0:00:SS), before its "✓ name 1.2s" line."""
+    import os
+    import pty
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT, _record
+    args = ["build", "zoo:mlp", "--target", "onnx", "--no-validate",
+            "--out", str(tmp_path / "m.artifact")]
+    _record(["exporter", *args, "(under a pty)"])
+    main, child = pty.openpty()
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "120", "TERM": "xterm"}
+    env.pop("NO_COLOR", None)
+    proc = subprocess.Popen([sys.executable, "-m", "exporter", *args], cwd=ROOT, env=env,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=child)
+    os.close(child)
+    seen = b""
+    while True:
+        try:
+            chunk = os.read(main, 65536)
+        except OSError:  # the child closed its end
+            break
+        if not chunk:
+            break
+        seen += chunk
+    os.close(main)
+    assert proc.wait(timeout=300) == 0, seen.decode(errors="replace")[-2000:]
+    text = seen.decode(errors="replace")
+    print(text[-600:])
+    assert "lower (onnxruntime)..." in text and "0:00:0" in text  # running, with its clock
+    assert "✓" in text and "lower (onnxruntime)" in text

@@ -22,6 +22,9 @@ def _tidy_help(command) -> None:
     an argument reads ``ARTIFACT`` in the usage line, not ``{ARTIFACT}``."""
     for sub in getattr(command, "commands", {}).values():
         _tidy_help(sub)
+        if not sub.short_help and sub.help:  # the command list: one summary, not the
+            # docstring's line breaks (rich keeps them, breaking lines mid-sentence)
+            sub.short_help = " ".join(sub.help.split("\n\n")[0].split()).replace("`", "'")
     make_help_option = command.get_help_option  # click adds --help itself, at parse time
 
     def help_option(ctx, make=make_help_option):
@@ -31,8 +34,12 @@ def _tidy_help(command) -> None:
         return option
     command.get_help_option = help_option
     for param in command.params:  # typer's own (vendored) click classes: asked by kind
+        if getattr(param, "help", None):  # rich prints `code` with its backticks
+            param.help = param.help.replace("`", "'")
         if param.param_type_name == "option" and param.is_flag:
             param.metavar = ""
+        elif param.param_type_name == "option" and param.multiple and param.metavar is None:
+            param.metavar = "TEXT"  # repeatable; typer would print <list[str]>
         elif param.param_type_name == "argument":
             if param.metavar is None:
                 param.metavar = param.name.upper()
