@@ -64,12 +64,16 @@ def resolve(requested: str) -> IsaLevel | None:
 def inductor_configs(level: IsaLevel | None) -> dict:
     if level is None:
         return {}
+    if not _inductor_takes_march():
+        return {"cpp.simdlen": level.simdlen}
     return {"cpp.simdlen": level.simdlen, "cpp.march": level.march}
 
 
 def required_flags(level: IsaLevel | None) -> tuple[str, tuple[str, ...]]:
     """(ISA name, cpuinfo flags) the compiled library needs, from the vector ISA Inductor picks."""
-    if level is None:  # non-x86: -march=native, so the library needs what this host has
+    if level is None or not _inductor_takes_march():
+        # -march=native (non-x86, or a torch whose Inductor has no cpp.march setting: 2.11
+        # compiles every x86 library for the build host): it needs what this host has
         return platform.machine(), tuple(sorted(cpu_flags() or ()))
     from torch._inductor import config
     from torch._inductor.cpu_vec_isa import pick_vec_isa
@@ -80,3 +84,11 @@ def required_flags(level: IsaLevel | None) -> tuple[str, tuple[str, ...]]:
              if m in _GCC_TO_CPUINFO}
     name = str(isa).replace(" ", "+") if isa else level.name
     return name or level.name, tuple(sorted(set(level.flags) | extra))
+
+
+def _inductor_takes_march() -> bool:
+    """Whether this torch's Inductor lets us name -march (config.cpp.march); torch 2.11's
+    has no such setting, and patching it raised "cpp.march does not exist" (every cpu
+    build failed on the GPU machine's torch 2.11)."""
+    from torch._inductor import config
+    return hasattr(config.cpp, "march")

@@ -179,3 +179,22 @@ def test_validate_judges_through_either_gate(monkeypatch):
     assert validation.summarize_failure(record)[0].startswith("example / y: SQNR 8.5 dB")
     assert gate.failure() == ("the int8-dynamic artifact misses the accuracy gate against "
                               "eager float32") and not gate.bisects and Tolerance().bisects
+
+
+def test_a_torch_without_cpp_march_builds_for_this_host(monkeypatch):
+    """torch 2.11's Inductor has no cpp.march (patching it raised, so every cpu build
+    failed there) and compiles with -march=native: the build then leaves the setting out
+    and the library requires this host's own CPU flags."""
+    import platform
+
+    from runtime.hostinfo import cpu_flags
+    from targets import cpu_isa
+    if platform.machine() not in ("x86_64", "AMD64"):
+        pytest.skip("the x86-64 levels apply on x86-64 hosts")
+    level = cpu_isa.X86_LEVELS["avx2"]
+    assert cpu_isa.inductor_configs(level)["cpp.march"] == "x86-64-v3"  # this torch has it
+    monkeypatch.setattr(cpu_isa, "_inductor_takes_march", lambda: False)
+    assert cpu_isa.inductor_configs(level) == {"cpp.simdlen": 256}
+    name, flags = cpu_isa.required_flags(level)
+    assert flags == tuple(sorted(cpu_flags() or ()))
+    print("without cpp.march:", name, len(flags), "host flags required")
