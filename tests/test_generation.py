@@ -59,6 +59,42 @@ def test_cache_contract_matches_hf_generate(family):
     assert tokens == reference
 
 
+@pytest.mark.parametrize("family", ["llama", "gemma2", "gpt2"])
+def test_the_step_reads_the_cache_in_place(family):
+    """The exported step attends over the past slots as they are: no copy of a layer's
+    cache by a concatenation with the new rows or by repeating its key/value heads
+    (exporter/lm/attention.py), and its logits are those of transformers' own attention."""
+    model = tiny_lm.model(family)
+    layout = probe_layout(model, 32, torch.float32)
+    wrapper = ExportableCausalLM(model, layout).eval()
+    past = {f"{kind}_{i}": torch.randn(1, *shape[:1], layer.slots, shape[1])
+            for i, layer in enumerate(layout.layers)
+            for kind, shape in (("k", layer.key_shape), ("v", layer.value_shape))}
+    ids, positions = torch.tensor([[5, 7]]), torch.tensor([9, 10])
+    program = torch.export.export(wrapper, (ids, positions, past), strict=False)
+    program.graph.eliminate_dead_code()  # as the build's first pass does: transformers'
+    # cat(past, new), handed to the attention and unused there, goes
+    past_inputs = {node for node in program.graph.nodes
+                   if node.op == "placeholder" and "past" in node.name}
+    copies = [f"{node.target} of {[a.name for a in past_inputs if a in node.all_input_nodes]}"
+              for node in program.graph.nodes if node.op == "call_function"
+              and set(node.all_input_nodes) & past_inputs
+              and any(word in str(node.target) for word in ("cat", "expand", "repeat", "clone"))]
+    print(family, len(past_inputs), "cache inputs; copies of them:", copies)
+    assert len(past_inputs) == 2 * len(layout.layers) and not copies
+    import exporter.lm.attention as attention
+    with torch.no_grad():
+        ours = wrapper(ids, positions, past)["logits"]
+        real = attention._layer_of
+        attention._layer_of = lambda *args: None  # every call takes the model's own path
+        try:
+            theirs = wrapper(ids, positions, past)["logits"]
+        finally:
+            attention._layer_of = real
+    torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-4)
+    assert not torch.equal(ours, theirs)  # two computations, not one path twice
+
+
 @pytest.fixture(scope="module")
 def onnx_lm(tmp_path_factory):
     """Gemma-3-style (sliding window 12 and full layers), with a tokenizer: onnx."""

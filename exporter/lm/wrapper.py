@@ -20,6 +20,7 @@ from typing import Any
 import torch
 from transformers.cache_utils import Cache, CacheLayerMixin
 
+from exporter.lm.attention import attending_in_place
 from runtime.generation.layout import CacheLayer, CacheLayout
 
 FULL, SLIDING = "full_attention", "sliding_attention"
@@ -129,9 +130,10 @@ class ExportableCausalLM(torch.nn.Module):
             if kind not in masks:
                 masks[kind] = attention_mask(positions, spec.slots, spec.window, dtype)
         mask = masks if self._mixed else next(iter(masks.values()))
-        out = self.model(input_ids=input_ids, position_ids=positions[None],
-                         attention_mask=mask, use_cache=True,
-                         **{self._cache_keyword: _ChunkCache(layers)})
+        with attending_in_place(self.model, layers):  # exporter/lm/attention.py: why
+            out = self.model(input_ids=input_ids, position_ids=positions[None],
+                             attention_mask=mask, use_cache=True,
+                             **{self._cache_keyword: _ChunkCache(layers)})
         result = {"logits": out.logits}
         for i, layer in enumerate(layers):
             result[f"k_{i}"], result[f"v_{i}"] = layer.new
