@@ -236,3 +236,34 @@ def test_loading_every_target_loads_no_exporter_module(ran):
                text=True)
     print(proc.stdout)
     assert proc.returncode == 0, f"targets loaded exporter modules: {proc.stdout} {proc.stderr}"
+
+
+def test_the_exporter_rooms_import_each_other_in_one_direction():
+    """exporter/'s folders (model, builder, validation, report, ship, cli, config, matrix,
+    lm) form no circle: whichever of two imports the other, not both (a module on its
+    own, such as exporter.settings, belongs to no folder)."""
+    def room(module: str) -> str | None:
+        parts = module.split(".")
+        return parts[1] if parts[0] == "exporter" and len(parts) > 2 else None
+    edges: dict[str, set[str]] = {}
+    for module, names in _import_graph().items():
+        for name in names:
+            a, b = room(module), room(name)
+            if a and b and a != b:
+                edges.setdefault(a, set()).add(b)
+    both = sorted((a, b) for a in edges for b in edges[a] if a < b and a in edges.get(b, ()))
+    print({a: sorted(b) for a, b in sorted(edges.items())})
+    assert not both, f"folders importing each other: {both}"
+    # and no longer circle: a depth-first search over the folders
+    state: dict[str, int] = {}
+
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = 1
+        for nxt in edges.get(node, ()):
+            assert state.get(nxt) != 1, f"circle: {' -> '.join(path + [node, nxt])}"
+            if nxt not in state:
+                visit(nxt, path + [node])
+        state[node] = 2
+    for node in list(edges):
+        if node not in state:
+            visit(node, [])

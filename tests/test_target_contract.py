@@ -23,7 +23,7 @@ import torch
 import runtime
 from exporter.builder.pipeline import build, dry_run, preload_for
 from exporter.builder.placement import UnsupportedOpsError
-from exporter.cli import config_file
+from exporter.config import config_file
 from exporter.model.zoo import ZOO
 from exporter.settings import BuildSettings
 from runtime.executors import kinds, unregister_executor
@@ -260,7 +260,7 @@ def test_options_round_trip_through_the_toml_config(name, tmp_path):
     """Every option of the target set to a value other than its default, written to a
     config file by --save-config's writer, read back, the same settings; and each is a
     flag of `exporter build`."""
-    from exporter.cli.build_flags import option_owners
+    from exporter.config.keys import option_owners
     target = get_target(name)
     given = {key: _not_default(field) for key, field in target.Options.model_fields.items()}
     flags = option_owners()

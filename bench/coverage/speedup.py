@@ -34,7 +34,7 @@ from bench.coverage.suite import select  # noqa: E402
 def run_loop(matrix: Path, out: Path) -> dict:
     """Every cell's build, one after the other (the cells' configs as the matrix writes
     them, read here without building anything)."""
-    from exporter.cli import config_file
+    from exporter.config import config_file
     from exporter.matrix import spec_file
 
     cells = spec_file.read(matrix).cells

@@ -7,12 +7,7 @@ from typing import Optional
 
 import typer
 
-from exporter.cli.build_flags import (
-    OUTPUT,
-    given_flags,
-    option_owners,
-    with_build_flags,
-)
+from exporter.cli.build_flags import OUTPUT, given_flags, with_build_flags
 from exporter.cli.common import (
     DEBUG,
     QUIET,
@@ -24,6 +19,7 @@ from exporter.cli.common import (
     stage_printer,
     warn,
 )
+from exporter.config.keys import option_owners
 from runtime.errors import ToolchainError
 
 
@@ -85,7 +81,7 @@ def _build_settings(spec: str | None, config: Path | None, save_config: Path | N
     """The spec and BuildSettings: the flags' defaults, over them --config's values, over
     both the flags the command line actually gave; written to --save-config if asked.
     Target options go only where given (another target's default would be refused)."""
-    from exporter.cli import config_file
+    from exporter.config import config_file
 
     options = option_owners()
     fields = {k: v for k, v in flags.items() if k not in options or k in given}

@@ -2,8 +2,8 @@
 ``BuildSettings`` and of every registered target's ``Options``, with its type, default and
 help from the field. The CLI restates nothing; a new setting or target option is a field.
 
-``SETTINGS_FLAGS`` is the one CLI-only fact per setting: its panel in ``--help`` and the
-flag's name where it is not ``--field-name``.
+``SETTINGS_PANELS`` is the one CLI-only fact per setting: its panel in ``--help``. A flag's
+name, where it is not ``--field-name``, is also its --config key: ``exporter.config.keys``.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from typing import Any, Callable, Optional
 import typer
 from pydantic.fields import FieldInfo
 
+from exporter.config.keys import FLAG_NAMES, option_owners
 from exporter.settings import BuildSettings
 from targets import all_targets
 from targets.options import flag_name
@@ -25,20 +26,19 @@ MODEL, TARGET, QUANT, CHECK, OUTPUT = ("Model", "Target", "Quantization", "Valid
                                        "Output")
 TARGET_PANEL = "Target options (each applies to the targets named in its help)"
 PANEL_ORDER = (MODEL, TARGET, TARGET_PANEL, QUANT, CHECK, OUTPUT)
-# field -> (panel, flag declarations or () for --field-name)
-SETTINGS_FLAGS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "target": (TARGET, ("--target", "-t")), "cpu_isa": (TARGET, ()), "dtype": (TARGET, ()),
-    "fallback": (TARGET, ()), "min_partition_size": (TARGET, ()), "fuse": (TARGET, ()),
-    "deterministic": (TARGET, ()), "memory_budget": (TARGET, ()),
-    "dynamic": (MODEL, ()), "task": (MODEL, ()), "seq_len": (MODEL, ()),
-    "image_size": (MODEL, ()), "random_weights": (MODEL, ()), "trust_remote_code": (MODEL, ()),
-    "max_model_size": (MODEL, ()), "max_context": (MODEL, ()), "prefill_chunk": (MODEL, ()),
-    "quantize": (QUANT, ()), "calibration": (QUANT, ()),
-    "quant_min_sqnr_db": (QUANT, ("--min-sqnr",)), "quant_min_cosine": (QUANT, ("--min-cosine",)),
-    "validate_artifact": (CHECK, ("--validate/--no-validate",)), "inputs": (CHECK, ()),
-    "keep_failed": (CHECK, ()), "seed": (CHECK, ()), "validation_timeout_s": (CHECK, ()),
-    "min_top1": (CHECK, ()), "max_kl": (CHECK, ()),
-    "out": (OUTPUT, ("--out", "-o")),
+# field -> its panel in --help (its flag's name, where not --field-name: config.keys)
+SETTINGS_PANELS: dict[str, str] = {
+    "target": TARGET, "cpu_isa": TARGET, "dtype": TARGET, "fallback": TARGET,
+    "min_partition_size": TARGET, "fuse": TARGET, "deterministic": TARGET,
+    "memory_budget": TARGET,
+    "dynamic": MODEL, "task": MODEL, "seq_len": MODEL, "image_size": MODEL,
+    "random_weights": MODEL, "trust_remote_code": MODEL, "max_model_size": MODEL,
+    "max_context": MODEL, "prefill_chunk": MODEL,
+    "quantize": QUANT, "calibration": QUANT, "quant_min_sqnr_db": QUANT,
+    "quant_min_cosine": QUANT,
+    "validate_artifact": CHECK, "inputs": CHECK, "keep_failed": CHECK, "seed": CHECK,
+    "validation_timeout_s": CHECK, "min_top1": CHECK, "max_kl": CHECK,
+    "out": OUTPUT,
 }
 # sizes are parsed by the settings ("64MB"), so the flag takes text
 _TEXT_FIELDS = ("memory_budget", "max_model_size")
@@ -50,8 +50,8 @@ def with_build_flags(command: Callable) -> Callable:
     signature = inspect.signature(command)
     own = [p for p in signature.parameters.values() if p.kind is not p.VAR_KEYWORD]
     fields = BuildSettings.model_fields
-    generated = [_parameter(name, fields[name], panel, decls)
-                 for name, (panel, decls) in SETTINGS_FLAGS.items()]
+    generated = [_parameter(name, fields[name], panel, FLAG_NAMES.get(name, ()))
+                 for name, panel in SETTINGS_PANELS.items()]
     generated += [_parameter(name, field, TARGET_PANEL, (flag_name(name, field),),
                              f"{', '.join(owners)}: ")
                   for name, (field, owners) in option_owners().items()]
@@ -65,48 +65,9 @@ def with_build_flags(command: Callable) -> Callable:
     return command
 
 
-def config_key(field: str) -> str:
-    """A setting's (or target option's) key in a --config file: its flag's long name
-    (``quant_min_sqnr_db`` -> ``min_sqnr``, ``validate_artifact`` -> ``validate``), so a
-    flag and its key read alike."""
-    return _keys().get(field, field)
-
-
-def config_field(key: str) -> str:
-    """The field a --config key names: a flag-named key, or the field name itself."""
-    key = key.replace("-", "_")
-    return {k: f for f, k in _keys().items()}.get(key, key)
-
-
-def _keys() -> dict[str, str]:
-    def key(decl: str) -> str:
-        return decl.split("/")[0].removeprefix("--").replace("-", "_")
-    keys = {name: key(decls[0]) for name, (_, decls) in SETTINGS_FLAGS.items() if decls}
-    keys.update({name: key(flag_name(name, field))
-                 for name, (field, _) in option_owners().items()})
-    return {field: k for field, k in keys.items() if k != field}
-
-
 def given_flags(ctx: typer.Context, values: dict[str, Any]) -> set[str]:
     """The flags the command line gave (the rest are defaults, under --config's values)."""
     return {name for name in values if ctx.get_parameter_source(name).name == "COMMANDLINE"}
-
-
-def option_owners() -> dict[str, tuple[FieldInfo, list[str]]]:
-    """Target option field -> (its declaration, the targets that take it). Targets sharing
-    a field (cpu and cuda share AOTInductor's) must declare it alike: one flag serves both."""
-    found: dict[str, tuple[FieldInfo, list[str]]] = {}
-    for target in all_targets().values():
-        for name, field in target.Options.model_fields.items():
-            if name in found:
-                first, owners = found[name]
-                if (first.annotation, first.default) != (field.annotation, field.default):
-                    raise TypeError(f"targets {owners[0]} and {target.name} declare option "
-                                    f"'{name}' differently")
-                owners.append(target.name)
-            else:
-                found[name] = (field, [target.name])
-    return found
 
 
 def _parameter(name: str, field: FieldInfo, panel: str, decls: tuple[str, ...],

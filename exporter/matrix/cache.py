@@ -25,7 +25,7 @@ import os
 import sys
 from pathlib import Path
 
-from exporter.cli.config_file import spec_location
+from exporter.config.config_file import spec_location
 from exporter.errors import ArtifactError
 from exporter.matrix.cell import SETTLED, file_sha256
 from exporter.matrix.spec_file import Cell

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from exporter.cli import config_file
+from exporter.config import config_file
 from exporter.matrix import cache as cache_keys
 from exporter.matrix import executors, results, spec_file
 from exporter.matrix.cache import Cache

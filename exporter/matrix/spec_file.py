@@ -40,7 +40,7 @@ from pathlib import Path
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field
 
-from exporter.cli.config_file import fields_of, load_toml, with_target_table
+from exporter.config.config_file import fields_of, load_toml, with_target_table
 from exporter.errors import UserInputError
 from exporter.settings import BuildSettings
 from targets import all_targets

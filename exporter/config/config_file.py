@@ -34,7 +34,7 @@ import tomllib
 from pathlib import Path
 
 from exporter.errors import UserInputError
-from exporter.cli.build_flags import config_field, config_key
+from exporter.config.keys import config_field, config_key
 from runtime.outfiles import written_whole
 from targets import all_targets
 
