@@ -85,3 +85,35 @@ def test_pipeline_records_each_pass():
     program = torch.export.export(_Dangling().eval(), (x,))
     _, records = run_pipeline(program, [EliminateDeadCode()])
     assert records[0]["name"] == "eliminate_dead_code" and records[0]["modified"] is True
+
+
+class _RmsNorm(torch.nn.Module):
+    """LLaMA's RMSNorm, and an rsqrt used beyond a product (left alone)."""
+
+    def __init__(self):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.randn(8))
+
+    def forward(self, x):
+        r = torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
+        other = torch.rsqrt(x.abs() + 1.0)
+        return self.weight * (x * r), other + 1.0
+
+
+def test_rsqrt_products_become_divisions_by_the_root():
+    """x * rsqrt(v) -> x / sqrt(v) (ONNX Runtime fuses that form of RMSNorm into one
+    kernel); an rsqrt with another use stays; the values agree to a rounding."""
+    from passes.rsqrt_as_division import RsqrtAsDivision
+    x = torch.randn(2, 3, 8)
+    program = torch.export.export(_RmsNorm().eval(), (x,))
+    expected = program.module()(x)
+    before = _ops(program)
+    result = RsqrtAsDivision()(program)
+    after = _ops(result.program)
+    print("before:", before, "\nafter: ", after)
+    assert result.modified and result.info["products_rewritten"] == 1
+    assert after.count("aten.rsqrt.default") == 1 and "aten.sqrt.default" in after
+    assert after.count("aten.div.Tensor") == 1
+    for got, want in zip(result.program.module()(x), expected):
+        torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
+    assert not RsqrtAsDivision()(result.program).modified

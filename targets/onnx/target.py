@@ -25,6 +25,7 @@ from torch.fx import Node
 from passes.base import Pass
 from passes.contiguous_views import ContiguousBeforeReshape
 from passes.decompose import Decompose
+from passes.rsqrt_as_division import RsqrtAsDivision
 from passes.ops import is_custom_op
 from runtime import scratch
 from runtime.executors.onnxruntime import OnnxRuntimeMeta
@@ -177,9 +178,11 @@ class OnnxTarget(Target):
     quant_recipes = RECIPES  # ONNX Runtime's tools, applied in lower() to the exported model
 
     def default_passes(self, options: LowerOptions) -> list[Pass]:
-        # no PT2E pass: ORT quantizes the exported ONNX model (lower()); torch.onnx's own
+        # no PT2E pass: ORT quantizes the exported ONNX model (lower()); RMSNorms written
+        # in the form ORT fuses into one kernel (its fusion wants a Div); torch.onnx's own
         # decomposition last, so placement judges the graph the exporter will translate
-        return pipeline(options, fusions=GRAPH_FUSIONS) + [
+        fusable_norms = [RsqrtAsDivision()] if options.fuse else []
+        return pipeline(options, fusions=GRAPH_FUSIONS) + fusable_norms + [
             Decompose(lambda: _exporter_tables()[1], "torch.onnx"), ContiguousBeforeReshape()]
 
     def quantize_pass(self, options: LowerOptions) -> Pass | None:
