@@ -21,9 +21,12 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import logging
 from typing import Callable, Iterator
 
 import torch
+
+log = logging.getLogger(__name__)
 
 ATTENTION_NAME = "edge_exporter_cached"
 # keywords transformers passes that this function honours or that do not change the result
@@ -44,12 +47,20 @@ def attending_in_place(model: torch.nn.Module, layers: list) -> Iterator[None]:
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
     before = model.config._attn_implementation
-    AttentionInterface.register(ATTENTION_NAME, cached_attention)
-    _register_mask()
     fallback = (ALL_ATTENTION_FUNCTIONS[before] if before in ALL_ATTENTION_FUNCTIONS
                 else _eager(model))
+    if fallback is None:  # attention written inline (BLOOM): the model's own, as it is
+        yield
+        return
+    AttentionInterface.register(ATTENTION_NAME, cached_attention)
+    _register_mask()
+    try:
+        model.set_attn_implementation(ATTENTION_NAME)
+    except ValueError as exc:  # a model class that takes no registered attention
+        log.debug("%s keeps its own attention: %s", type(model).__name__, exc)
+        yield
+        return
     token = _ACTIVE.set((layers, fallback))
-    model.set_attn_implementation(ATTENTION_NAME)
     try:
         yield
     finally:
@@ -99,15 +110,12 @@ def _layer_of(layers: list, module: torch.nn.Module, key: torch.Tensor):
     return layer
 
 
-def _eager(model: torch.nn.Module) -> Callable:
-    """The model's own eager attention function (defined in its modeling file)."""
+def _eager(model: torch.nn.Module) -> Callable | None:
+    """The model's own eager attention function (defined in its modeling file), or None
+    where its attention does not go through transformers' interface."""
     import importlib
     module = importlib.import_module(type(model).__module__)
-    found = getattr(module, "eager_attention_forward", None)
-    if found is None:
-        raise NotImplementedError(f"{type(model).__name__}: no eager attention function to "
-                                  "fall back on")
-    return found
+    return getattr(module, "eager_attention_forward", None)
 
 
 def _register_mask() -> None:
