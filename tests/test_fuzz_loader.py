@@ -40,7 +40,8 @@ COUNT = {"bytes": 0, "structure": 0}
 @pytest.fixture(scope="module")
 def seed(artifacts_dir) -> bytes:
     out = artifacts_dir / "fuzz-seed.artifact"
-    exporter.build("tests/models/custom_op.py:factory", target="onnx", min_partition_size=3,
+    # a module spec, as tests/test_reliability.py says why
+    exporter.build("tests.models.custom_op:factory", target="onnx", min_partition_size=3,
                    out=out)
     return out.read_bytes()
 

@@ -28,7 +28,10 @@ from runtime.errors import ArtifactError, InputMismatchError
 from runtime.signing import SignatureError
 from tests.conftest import ROOT
 
-CUSTOM = "tests/models/custom_op.py:factory"
+# as a module, not a file path: built in this process, a path would load the file again and
+# register its custom op a second time, leaving the module's op object stale
+# ("basic_string::_M_create" when a later test in the process called it)
+CUSTOM = "tests.models.custom_op:factory"
 WEIGHTS = "partitions/p0/weights.safetensors"
 
 
