@@ -29,8 +29,8 @@ ARTIFACT_SUFFIX = ".artifact"
 class BuildSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    target: str = Field(DEFAULT_TARGET, description="where the artifact runs (`exporter targets` says "
-                        "which work here)")
+    target: str = Field(DEFAULT_TARGET, description="where the artifact runs (`exporter "
+                        "targets` says which work here)")
     out: Path | None = Field(None, description="artifact path; default <model>-<target>.artifact")
     dynamic: list[str] = Field(default_factory=list, description="INPUT:DIM=MIN..MAX, "
                                "repeatable: a dynamic dimension and its bounds")

@@ -5,8 +5,9 @@ An RMSNorm (LLaMA, Mistral, Qwen, Gemma, T5...) is ``x * rsqrt(mean(x^2) + eps) 
 torch.onnx writes rsqrt as Sqrt then Reciprocal, and ONNX Runtime's
 SimplifiedLayerNormFusion matches only Pow, ReduceMean, Add, Sqrt, **Div**, Mul: with the
 Reciprocal the norm stays six nodes (a 300M LLaMA's decode step under ORT's profiler:
-41 norms of six nodes, about 1.1 ms of a 20 ms step; fused, 41 kernels, 0.25 ms). Dividing by the square root is the same value within a
-rounding (the division rounds once where the reciprocal and the product round twice).
+41 norms of six nodes, about 1.1 ms of a 20 ms step; fused, 41 kernels, 0.25 ms).
+Dividing by the square root is the same value within a rounding (the division rounds
+once where the reciprocal and the product round twice).
 
     before: r = rsqrt(add(mean(pow(x, 2)), eps)); y = mul(x, r)
     after:  s = sqrt(add(mean(pow(x, 2)), eps));  y = div(x, s)

@@ -29,6 +29,7 @@ sys.path.insert(0, str(ROOT))
 from bench.common import machine_header  # noqa: E402
 from bench.coverage.matrix import matrix_toml  # noqa: E402
 from bench.coverage.suite import select  # noqa: E402
+from exporter.matrix.cache import DURATIONS_FILE  # noqa: E402
 
 
 def run_loop(matrix: Path, out: Path) -> dict:
@@ -50,7 +51,7 @@ def run_loop(matrix: Path, out: Path) -> dict:
         passed += done.returncode == 0
         if done.returncode:
             failed[cell.id] = _failure(done)
-    (out / "durations.json").write_text(json.dumps(seconds, indent=0))
+    (out / DURATIONS_FILE).write_text(json.dumps(seconds, indent=0))
     return {"cells": len(cells), "passed": passed, "wall_s": round(time.monotonic() - start, 1),
             "cell_s": seconds, "failed": failed}
 
@@ -70,18 +71,19 @@ def run_matrix(matrix: Path, out: Path, executor: str, workers: int,
     the matrix starts the longest cells first as it does once it has built them before."""
     if known_times is not None:
         (out / "cache").mkdir(parents=True)
-        shutil.copyfile(known_times, out / "cache" / "durations.json")
+        shutil.copyfile(known_times, out / "cache" / DURATIONS_FILE)
     start = time.monotonic()
     subprocess.run([sys.executable, "-m", "exporter", "matrix", str(matrix), "--out", str(out),
                     "--executor", executor, "--workers", str(workers), "--quiet"], cwd=ROOT)
     wall = round(time.monotonic() - start, 1)
     data = json.loads((out / "matrix.json").read_text())
-    failed = {f"{c['model']}--{c['column']}": f"{c['status']} {c.get('error_type')}: "
-              f"{str(c.get('error'))[:200]}" for c in data["cells"] if c["status"] != "ok"}
+    cells = {f"{c['model']}--{c['column']}": c for c in data["cells"]}  # the cells' ids
+    failed = {cell: f"{c['status']} {c.get('error_type')}: {str(c.get('error'))[:200]}"
+              for cell, c in cells.items() if c["status"] != "ok"}
     return {"cells": data["totals"]["cells"], "passed": data["totals"]["passed"],
             "built": data["totals"]["built"], "wall_s": wall, "failed": failed,
             "known_times": known_times is not None,
-            "cell_s": {f"{c['model']}--{c['column']}": c.get("build_s") for c in data["cells"]}}
+            "cell_s": {cell: c.get("build_s") for cell, c in cells.items()}}
 
 
 def main() -> None:
@@ -112,7 +114,7 @@ def main() -> None:
         executor, _, workers = run.partition(":")
         folder = out / run.replace(":", "-")
         subprocess.run(["rm", "-rf", str(folder)], check=True)  # an empty cache: build all
-        known = out / "loop" / "durations.json" if args.known_times else None
+        known = out / "loop" / DURATIONS_FILE if args.known_times else None
         figures = (run_loop(matrix, folder) if executor == "loop"
                    else run_matrix(matrix, folder, executor, int(workers), known))
         row = {**machine_header(), "run": run, "targets": args.targets,

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import logging
 from typing import Callable, Iterator
 
@@ -43,7 +44,6 @@ def attending_in_place(model: torch.nn.Module, layers: list) -> Iterator[None]:
     """While the block runs, ``model`` attends through this module, over ``layers`` (the
     ``_ChunkLayer`` of each decoder layer); then it has its own implementation back,
     which also serves the calls this function cannot take."""
-    from transformers import AttentionInterface
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
     before = model.config._attn_implementation
@@ -52,8 +52,7 @@ def attending_in_place(model: torch.nn.Module, layers: list) -> Iterator[None]:
     if fallback is None:  # attention written inline (BLOOM): the model's own, as it is
         yield
         return
-    AttentionInterface.register(ATTENTION_NAME, cached_attention)
-    _register_mask()
+    _register()
     try:
         model.set_attn_implementation(ATTENTION_NAME)
     except ValueError as exc:  # a model class that takes no registered attention
@@ -118,8 +117,12 @@ def _eager(model: torch.nn.Module) -> Callable | None:
     return getattr(module, "eager_attention_forward", None)
 
 
-def _register_mask() -> None:
-    """The masks transformers builds for this name are SDPA's (boolean or additive 4D);
-    the exported step passes its own 4D masks, which transformers hands through."""
+@functools.cache
+def _register() -> None:
+    """This function under ``ATTENTION_NAME``, once per process. The masks transformers
+    builds for the name are SDPA's (boolean or additive 4D); the exported step passes its
+    own 4D masks, which transformers hands through."""
+    from transformers import AttentionInterface
     from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
+    AttentionInterface.register(ATTENTION_NAME, cached_attention)
     ALL_MASK_ATTENTION_FUNCTIONS.register(ATTENTION_NAME, sdpa_mask)

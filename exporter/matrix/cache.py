@@ -34,7 +34,7 @@ from runtime.outfiles import written_whole
 log = logging.getLogger(__name__)
 _CODE_ROOMS = ("runtime", "passes", "targets", "exporter")
 _ALWAYS = ("transformers",)  # model factories use it more often than not
-_DURATIONS = "durations.json"  # cell id -> seconds its last build took (not part of a key)
+DURATIONS_FILE = "durations.json"  # cell id -> seconds its last build took (not part of a key)
 
 
 def cell_key(cell: Cell, toolchain: dict) -> str | None:
@@ -97,7 +97,7 @@ class Cache:
         """Each cell's last build time in seconds (cell id -> s), whatever its outcome:
         the executor starts the longest first (see ``runner.longest_first``)."""
         try:
-            found = json.loads((self.folder / _DURATIONS).read_text())
+            found = json.loads((self.folder / DURATIONS_FILE).read_text())
         except (OSError, ValueError):
             return {}
         return {k: float(v) for k, v in found.items() if isinstance(v, (int, float))}
@@ -106,7 +106,7 @@ class Cache:
         if not seconds:
             return
         merged = {**self.durations(), **seconds}
-        with written_whole(self.folder / _DURATIONS, flag="--cache") as partial:
+        with written_whole(self.folder / DURATIONS_FILE, flag="--cache") as partial:
             partial.write_text(json.dumps(merged, sort_keys=True, indent=0))
 
     def _intact(self, key: str, sha256: str) -> bool:
