@@ -99,6 +99,9 @@ def test_the_table_is_right_and_bad_cells_fail_alone(ray_run):
         assert Path(row["artifact"]).is_file() and row["artifact_bytes"] > 0
         assert row["bench"]["latency_ms"] > 0 and row["bench"]["ratios"]["artifact/eager"] > 0
     assert cells["mlp--onnx"]["fallback_ops"] == 0
+    for row in cells.values():  # the timeline: each cell ran within the matrix's run
+        began, ended = row["ran"]
+        assert data["started_at"] <= began <= ended <= data["started_at"] + data["wall_s"] + 1
     assert cells["softclip--onnx"]["fallback_ops"] == 1  # the custom op, on the fallback
     refused = cells["softclip--onnx-forbid"]
     assert (refused["status"], refused["error_type"]) == ("bad-input", "UnsupportedOpsError")

@@ -72,18 +72,36 @@ def run_matrix(matrix: Path, out: Path, executor: str, workers: int,
     if known_times is not None:
         (out / "cache").mkdir(parents=True)
         shutil.copyfile(known_times, out / "cache" / DURATIONS_FILE)
-    start = time.monotonic()
+    start, launched_at = time.monotonic(), time.time()
     subprocess.run([sys.executable, "-m", "exporter", "matrix", str(matrix), "--out", str(out),
                     "--executor", executor, "--workers", str(workers), "--quiet"], cwd=ROOT)
     wall = round(time.monotonic() - start, 1)
     data = json.loads((out / "matrix.json").read_text())
+    timeline = where_time_went(data, launched_at, wall, workers)
     cells = {f"{c['model']}--{c['column']}": c for c in data["cells"]}  # the cells' ids
     failed = {cell: f"{c['status']} {c.get('error_type')}: {str(c.get('error'))[:200]}"
               for cell, c in cells.items() if c["status"] != "ok"}
     return {"cells": data["totals"]["cells"], "passed": data["totals"]["passed"],
             "built": data["totals"]["built"], "wall_s": wall, "failed": failed,
-            "known_times": known_times is not None,
+            "known_times": known_times is not None, "timeline": timeline,
             "cell_s": {cell: c.get("build_s") for cell, c in cells.items()}}
+
+
+def where_time_went(data: dict, launched_at: float, wall: float, workers: int) -> dict:
+    """The run's wall time in parts, from the cells' ``ran`` times (epoch seconds):
+    ``startup_s`` from launching the command to its first cell running (imports, the
+    toolchain digest and cache keys, Ray's start), ``cells_s`` from then to the last cell's
+    end, ``after_s`` the rest (the table, Ray's shutdown), and ``idle_share``: the share of
+    the workers' time in ``cells_s`` with no cell running (uneven waves, the last cells)."""
+    ran = [c["ran"] for c in data["cells"] if c.get("ran")]
+    if not ran:
+        return {}
+    first, last = min(r[0] for r in ran), max(r[1] for r in ran)
+    busy = sum(r[1] - r[0] for r in ran)
+    return {"startup_s": round(first - launched_at, 1), "cells_s": round(last - first, 1),
+            "after_s": round(launched_at + wall - last, 1),
+            "matrix_start_s": round(data["started_at"] - launched_at, 1),
+            "idle_share": round(1 - busy / (workers * (last - first)), 3)}
 
 
 def main() -> None:

@@ -56,7 +56,7 @@ def stop_all() -> None:
 
 def run_job(job: Job) -> dict:
     """The cell's measured fields: status, stage, typed error, figures, attempt, worker."""
-    start = time.monotonic()
+    start, began_at = time.monotonic(), time.time()
     attempt = _attempt(job)
     row: dict = {"attempts": attempt, "worker": f"{socket.gethostname()}:{os.getpid()}"}
     if job.build:
@@ -69,6 +69,8 @@ def run_job(job: Job) -> dict:
                        artifact_bytes=Path(job.artifact).stat().st_size)
     if job.bench and Path(job.artifact).is_file() and row.get("status", "ok") == "ok":
         row["bench"] = _bench(job, job.timeout - (time.monotonic() - start), attempt)
+    # when the worker ran it (epoch seconds; a matrix's timeline: where its wall time went)
+    row["ran"] = [round(began_at, 2), round(time.time(), 2)]
     return row
 
 

@@ -30,6 +30,7 @@ class Board:
     """What the terminal shows while the matrix runs."""
     total: int
     started: float = field(default_factory=time.monotonic)
+    started_at: float = field(default_factory=time.time)  # the same moment, epoch seconds
     done: int = 0
     failed: int = 0
     cached: int = 0
@@ -143,6 +144,8 @@ class _Run:
 
     def _finish(self, cell: Cell, row: dict) -> None:
         row = {**row, **_identity(cell, self.keys[cell.id])}
+        if row.get("cached"):  # its build ran in an earlier matrix, not on this timeline
+            row.pop("ran", None)
         artifact = self.store.artifact(row["key"]) if row["key"] else None
         if artifact is not None and row.get("artifact_sha256") and artifact.is_file():
             _link_file(artifact, self._link(cell))
@@ -167,6 +170,7 @@ class _Run:
                 for cell in self.matrix.cells]
         return results.table(self.matrix, rows, executor=executor, workers=workers,
                              wall_s=time.monotonic() - self.board.started,
+                             started_at=self.board.started_at,
                              built=self.board.built, versions=versions)
 
 
