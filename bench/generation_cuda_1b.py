@@ -21,6 +21,8 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--context", type=int, default=512)
+    parser.add_argument("--builds", default="fp16,fp16-int8-weight",
+                        help="which of fp16, fp16-int8-weight (comma-separated)")
     args = parser.parse_args()
     import exporter
     from bench.generation_cuda import big_checkpoint, emit
@@ -30,6 +32,7 @@ def main() -> None:
         big_checkpoint(folder, "1b", 0.02)
     builds = {"fp16": dict(dtype="fp16", validate_artifact=False),
               "fp16-int8-weight": dict(dtype="fp16", quantize="int8-weight")}
+    builds = {name: builds[name] for name in args.builds.split(",")}
     for name, settings in builds.items():
         artifact = args.out / f"llama-1b-{name}.artifact"
         start = time.perf_counter()
