@@ -33,12 +33,12 @@ def run_or_render(parser: argparse.ArgumentParser, run: Callable, render: Callab
 def time_artifacts(paths: dict[str, str], inputs: list, runs: int, warmup: int,
                    extra_calls: dict | None = None, device: str = "cpu") -> dict:
     """Every artifact (and ``extra_calls``, e.g. eager) on the same inputs in this one
-    process, interleaved by ``exporter.bench.time_side_by_side``: medians per label. On
+    process, interleaved by ``exporter.benchmark.time_side_by_side``: medians per label. On
     ``cuda`` the inputs live on the GPU and the timer is CUDA events."""
     import torch
 
     import runtime
-    from exporter.bench import time_side_by_side
+    from exporter.benchmark import time_side_by_side
 
     inputs = [t.to(device) for t in inputs]
     calls = dict(extra_calls or {})

@@ -29,7 +29,7 @@ def run(args) -> None:
     import torch
 
     import runtime
-    from exporter.bench import time_side_by_side
+    from exporter.benchmark import time_side_by_side
     from exporter.builder.pipeline import build
     from exporter.settings import BuildSettings
     from exporter.model.spec import load_spec

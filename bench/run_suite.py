@@ -35,7 +35,7 @@ def _stage(name: str):
 
 
 def measure(name: str, spec: str, args) -> dict:
-    from exporter.bench import bench
+    from exporter.benchmark import bench
     from exporter.builder.pipeline import build
     from exporter.settings import BuildSettings
 

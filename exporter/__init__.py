@@ -11,9 +11,26 @@ Long calls take ``progress=print`` (a ``StageEvent`` per stage start and end) an
 their stages on the ``exporter`` logger.
 """
 
-from exporter.api import Artifact, build, validate
-from exporter.bench import bench
-from exporter.progress import StageEvent
-from exporter.settings import BuildSettings
+import importlib
 
-__all__ = ["Artifact", "BuildSettings", "StageEvent", "bench", "build", "validate"]
+# Imported on first use (PEP 562): a process that needs one light module of the package
+# (a matrix cell's Ray worker runs exporter.matrix.cell, which only starts subprocesses)
+# should not import torch to get it: eight workers doing so at once took ~19 s of a
+# 200 s matrix on 16 cores (bench/RESULTS.md, issue 24).
+_PUBLIC = {"Artifact": "exporter.api", "build": "exporter.api", "validate": "exporter.api",
+           "bench": "exporter.benchmark", "StageEvent": "exporter.progress",
+           "BuildSettings": "exporter.settings"}
+
+__all__ = sorted(_PUBLIC)
+
+
+def __getattr__(name: str):
+    if name not in _PUBLIC:
+        raise AttributeError(f"module 'exporter' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_PUBLIC[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_PUBLIC))

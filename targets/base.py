@@ -102,6 +102,9 @@ class Lowered:
 Baseline = Callable[[object, list], Callable[[], object]]
 
 
+STEP_ATTENTION = ("grouped", "fused", "model")  # Target.step_attention's values
+
+
 class Target(abc.ABC):
     name: str
     device: str  # where the delegated partitions run: "cpu" or "cuda"
@@ -118,6 +121,12 @@ class Target(abc.ABC):
     # imports them, as a device does through the entry point
     runtime_modules: tuple[str, ...] = ()
     loggers_to_quiet: tuple[str, ...] = ()  # chatty third-party loggers (the CLI quiets them)
+    # how a generating step's attention reaches this target (exporter/lm/attention.py):
+    # "grouped": the cache read in place by plain matmuls (no repeated heads, no concat);
+    # "fused": full-attention layers as runtime/generation/attention_op.py's op, which
+    # the target lowers to one kernel; "model": the model's own attention (transformers'
+    # SDPA over concat(past, new), for GPU attention kernels)
+    step_attention: str = "grouped"  # one of STEP_ATTENTION
     colour: str = "#868e96"  # the report's colour for ops placed here
 
     @abc.abstractmethod

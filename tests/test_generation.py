@@ -95,6 +95,29 @@ def test_the_step_reads_the_cache_in_place(family):
     assert not torch.equal(ours, theirs)  # two computations, not one path twice
 
 
+@pytest.mark.parametrize("family", ["llama", "gemma2", "gpt2"])
+def test_the_fused_attention_op_computes_the_plain_step(family):
+    """With "fused" attention (what the onnx target asks for) each full-attention layer
+    is one ``edge_exporter::cached_attention`` call and a sliding ring keeps the plain
+    math; the logits are the plain step's, at a start where slots are empty and full."""
+    model = tiny_lm.model(family)
+    layout = probe_layout(model, 32, torch.float32)
+    past = {f"{kind}_{i}": torch.randn(1, *shape[:1], layer.slots, shape[1])
+            for i, layer in enumerate(layout.layers)
+            for kind, shape in (("k", layer.key_shape), ("v", layer.value_shape))}
+    ids, positions = torch.tensor([[5, 7, 11]]), torch.tensor([13, 14, 15])
+    plain = ExportableCausalLM(model, layout).eval()
+    fused = ExportableCausalLM(model, layout, attention="fused").eval()
+    program = torch.export.export(fused, (ids, positions, past), strict=False)
+    calls = [n for n in program.graph.nodes if "cached_attention" in str(n.target)]
+    full = [layer for layer in layout.layers if layer.window is None]
+    print(family, "layers", [layer.window for layer in layout.layers], "op calls", len(calls))
+    assert len(calls) == len(full) > 0
+    with torch.no_grad():
+        torch.testing.assert_close(fused(ids, positions, past)["logits"],
+                                   plain(ids, positions, past)["logits"], rtol=1e-5, atol=1e-5)
+
+
 @pytest.fixture(scope="module")
 def onnx_lm(tmp_path_factory):
     """Gemma-3-style (sliding window 12 and full layers), with a tokenizer: onnx."""
@@ -117,6 +140,32 @@ def test_validation_generates_like_hugging_face(onnx_lm):
     for row in record["outputs"]:
         assert row["cache_consistency"]["passed"], row["cache_consistency"]
         assert row["cache_consistency"]["decode_vs_prefill_max_abs_err"] < 1e-4
+
+
+def test_onnx_full_layers_run_group_query_attention(onnx_lm):
+    """The onnx entry points attend through ONNX Runtime's GroupQueryAttention on each
+    full-attention layer (one node where ~35 small ones were); the sliding layer keeps
+    its ring and the plain graph. Tokens identical: test_validation_generates_like_..."""
+    built, _ = onnx_lm
+    layers = runtime.read_manifest(built.artifact).generation["cache"]["layers"]
+    full = sum(layer["window"] is None for layer in layers)
+    counts = _op_counts(built.artifact, "GroupQueryAttention")
+    print("full layers", full, "of", len(layers), "GroupQueryAttention per model", counts)
+    assert len(counts) == 2 and set(counts.values()) == {full} and 0 < full < len(layers)
+
+
+def _op_counts(artifact, op_type: str) -> dict[str, int]:
+    import zipfile
+
+    import onnx
+    counts = {}
+    with zipfile.ZipFile(artifact) as archive:
+        for name in archive.namelist():
+            if name.endswith(".onnx"):
+                model = onnx.ModelProto()
+                model.ParseFromString(archive.read(name))
+                counts[name] = sum(node.op_type == op_type for node in model.graph.node)
+    return counts
 
 
 def test_one_artifact_two_entry_points_one_copy_of_the_weights(onnx_lm):

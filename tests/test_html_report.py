@@ -279,7 +279,7 @@ def mlp_int8(artifacts_dir):
 def comparison(onnx_mlp, mlp_int8, cli, tmp_path_factory):
     """The fp32 and int8 builds of zoo:mlp, each benched (exporter.bench, in this process:
     the CLI's bench is test_bench_cpu's), on one comparison page."""
-    from exporter.bench import bench
+    from exporter.benchmark import bench
 
     scratch = tmp_path_factory.mktemp("compare")
     benches = []

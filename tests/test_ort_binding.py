@@ -27,15 +27,19 @@ from runtime.manifest import Partition  # noqa: E402
 FLOAT = TensorProto.FLOAT
 
 
-def _executor(tmp_path, nodes, inputs, outputs, initializers=()):
+def _executor(tmp_path, nodes, inputs, outputs, initializers=(), in_place=None):
     graph = helper.make_graph(nodes, "g", inputs, outputs, list(initializers))
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)], ir_version=10)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20),
+                                                    helper.make_opsetid("com.microsoft", 1)],
+                              ir_version=10)
     (tmp_path / "p0").mkdir(exist_ok=True)
     onnx.save(model, str(tmp_path / "p0" / "model.onnx"))
     partition = Partition(
         name="p0", backend="onnxruntime", device="cpu", files=("p0/model.onnx",),
-        inputs=tuple(i.name for i in inputs), outputs=tuple(o.name for o in outputs),
-        meta={"model": "p0/model.onnx", "providers": ["CPUExecutionProvider"]})
+        inputs=tuple(i.name for i in inputs),
+        outputs=tuple(o.name for o in outputs if o.name not in (in_place or {})),
+        meta={"model": "p0/model.onnx", "providers": ["CPUExecutionProvider"],
+              **({"in_place": in_place} if in_place else {})})
     run = create_executor(partition, tmp_path, where="test")
     print(f"ONNX model {[n.op_type for n in nodes]} on the executor")
     return run
@@ -163,3 +167,36 @@ def test_inputs_it_cannot_bind_take_the_plain_path(affine):
     wide = torch.randn(2, 8)[:, ::2]  # strided: ORT gets numpy's copy
     assert torch.equal(affine([wide])[0], _plain(affine, [wide.contiguous()])[0])
     assert torch.equal(affine([torch.ones(2, 4)])[1], torch.full((2, 4), 2.0))
+
+
+def test_a_cache_updated_in_place_is_written_where_it_lies(tmp_path):
+    """GroupQueryAttention's present outputs bound onto the past inputs' memory
+    (``in_place``): the new rows land in the caller's cache tensors, only the attention
+    comes back, and it equals plain ORT's (which fills a present buffer of its own)."""
+    heads, kv_heads, dim, slots = 4, 2, 8, 16
+    info = helper.make_tensor_value_info
+    cache = [info(name, FLOAT, [1, kv_heads, slots, dim]) for name in ("pk", "pv")]
+    run = _executor(
+        tmp_path,
+        [helper.make_node("GroupQueryAttention", ["q", "k", "v", "pk", "pv", "seqlens",
+                                                  "total"], ["o", "prk", "prv"],
+                          domain="com.microsoft", num_heads=heads, kv_num_heads=kv_heads)],
+        [info("q", FLOAT, [1, "t", heads * dim]), info("k", FLOAT, [1, "t", kv_heads * dim]),
+         info("v", FLOAT, [1, "t", kv_heads * dim]), *cache,
+         info("seqlens", TensorProto.INT32, [1]), info("total", TensorProto.INT32, [])],
+        [info("o", FLOAT, [1, "t", heads * dim]), info("prk", FLOAT, [1, kv_heads, slots, dim]),
+         info("prv", FLOAT, [1, kv_heads, slots, dim])],
+        in_place={"prk": "pk", "prv": "pv"})
+    past_k, past_v = torch.randn(1, kv_heads, slots, dim), torch.randn(1, kv_heads, slots, dim)
+    for start, length in ((0, 3), (3, 1), (4, 2)):
+        new = [torch.randn(1, length, n * dim) for n in (heads, kv_heads, kv_heads)]
+        lengths = [torch.tensor([start + length - 1], dtype=torch.int32),
+                   torch.tensor(start + length, dtype=torch.int32)]
+        inputs = [*new, past_k, past_v, *lengths]
+        expected = _plain(run, [t.clone() for t in inputs])[0]
+        got = run(inputs)
+        rows = new[1].view(1, length, kv_heads, dim).transpose(1, 2)
+        print(f"start {start} length {length}: outputs {len(got)}, max error "
+              f"{(got[0] - expected).abs().max():.2e}")
+        assert len(got) == 1 and torch.allclose(got[0], expected, atol=1e-6)
+        assert torch.equal(past_k[:, :, start:start + length], rows)  # written in place

@@ -185,6 +185,16 @@ def test_every_op_of_the_zoo_gets_a_decision_with_a_reason(name, zoo_programs):
 
 
 @pytest.mark.parametrize("name", NAMES)
+def test_declared_attributes_are_ones_the_exporter_knows(name):
+    """What a target declares as data, the exporter acts on without asking again: its
+    device, and how a generating step's attention reaches it."""
+    from targets.base import STEP_ATTENTION
+    target = get_target(name)  # available here or not: these are declarations
+    print(name, target.device, target.step_attention)
+    assert target.device in ("cpu", "cuda") and target.step_attention in STEP_ATTENTION
+
+
+@pytest.mark.parametrize("name", NAMES)
 def test_lower_writes_only_under_its_work_folder(name, built):
     result, calls, sandbox, out_dir = built(name)
     assert calls, f"{name}: no partition was lowered"

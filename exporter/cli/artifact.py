@@ -106,7 +106,7 @@ def bench(
     """Time the artifact against eager and torch.compile(reduce-overhead), in one process
     (a generating artifact: time to first token and tokens/s against transformers)."""
     def action() -> int:
-        from exporter.bench import bench as bench_api
+        from exporter.benchmark import bench as bench_api
 
         names = tuple(b.strip() for b in baseline.split(",") if b.strip())
         if runtime_generates(artifact):

@@ -9,7 +9,17 @@ over) and 1.1 ms in 82 Concat nodes, against 7.5 ms in all its weight GEMVs (ORT
 profiler, 2 cores, bench/RESULTS.md). Here each group of query heads meets its one
 key/value head by a reshape, and the scores of the past slots and of the new rows are
 computed apart and joined (a [heads, T, slots + T] tensor, small), so the cache is read
-once, in place, by every target.
+once, in place, by every target (the math: runtime/generation/attention_op.py).
+
+Each target says which attention its steps get (``Target.step_attention``):
+- "grouped", the above (cpu, tvm);
+- "fused": the full-attention layers as one op, ``edge_exporter::cached_attention``, that
+  the target lowers to a fused kernel (onnx: ONNX Runtime's GroupQueryAttention, which
+  took the 300M int4 decode step from ~48 to ~35 ONNX nodes a layer); sliding-window
+  layers (a ring, not slot = position) keep the grouped math;
+- "model": the model's own attention, as transformers runs it (cuda: over concat(past,
+  new) with repeated heads, SDPA picks cuDNN or flash kernels; the grouped matmuls took
+  the 1.1B fp16 decode step on an H100 from 1.76 to 1.85 ms, 571 -> 527 tokens/s).
 
 Registered with transformers' ``AttentionInterface`` under ``ATTENTION_NAME``; while
 ``ExportableCausalLM`` runs it sets the layers of the call (``attending_in_place``). Where a
@@ -23,9 +33,13 @@ import contextlib
 import contextvars
 import functools
 import logging
+from dataclasses import dataclass
 from typing import Callable, Iterator
 
 import torch
+
+from runtime.generation.attention_op import cached_attention as cached_attention_op
+from runtime.generation.attention_op import grouped_attention
 
 log = logging.getLogger(__name__)
 
@@ -34,22 +48,33 @@ ATTENTION_NAME = "edge_exporter_cached"
 _UNDERSTOOD = {"scaling", "dropout", "softcap", "sliding_window", "position_ids",
                "cache_position", "output_attentions", "use_cache", "is_causal"}
 
-# (the layers of the call, the model's own attention function) while a step is traced
-_ACTIVE: contextvars.ContextVar[tuple[list, Callable] | None] = contextvars.ContextVar(
-    "_ACTIVE", default=None)
+
+
+@dataclass(frozen=True)
+class _Step:
+    """What the attention of one traced step needs besides its arguments."""
+    layers: list  # the _ChunkLayer of each decoder layer
+    fallback: Callable  # the model's own attention (calls this module cannot take)
+    start: torch.Tensor  # the first new token's position (0-d)
+    fused: bool  # full-attention layers through edge_exporter::cached_attention
+
+
+_ACTIVE: contextvars.ContextVar[_Step | None] = contextvars.ContextVar("_ACTIVE", default=None)
 
 
 @contextlib.contextmanager
-def attending_in_place(model: torch.nn.Module, layers: list) -> Iterator[None]:
+def attending_in_place(model: torch.nn.Module, layers: list, start: torch.Tensor,
+                       attention: str = "grouped") -> Iterator[None]:
     """While the block runs, ``model`` attends through this module, over ``layers`` (the
     ``_ChunkLayer`` of each decoder layer); then it has its own implementation back,
-    which also serves the calls this function cannot take."""
+    which also serves the calls this function cannot take. ``attention``: the target's
+    ``step_attention`` (this module's docstring); "model" leaves the model as it is."""
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
     before = model.config._attn_implementation
     fallback = (ALL_ATTENTION_FUNCTIONS[before] if before in ALL_ATTENTION_FUNCTIONS
                 else _eager(model))
-    if fallback is None:  # attention written inline (BLOOM): the model's own, as it is
+    if fallback is None or attention == "model":  # BLOOM's attention is written inline
         yield
         return
     _register()
@@ -59,7 +84,7 @@ def attending_in_place(model: torch.nn.Module, layers: list) -> Iterator[None]:
         log.debug("%s keeps its own attention: %s", type(model).__name__, exc)
         yield
         return
-    token = _ACTIVE.set((layers, fallback))
+    token = _ACTIVE.set(_Step(layers, fallback, start, attention == "fused"))
     try:
         yield
     finally:
@@ -73,29 +98,26 @@ def cached_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Te
     """``query`` [B, H, T, D]; the layer's past [B, KVH, S, D] and new rows [B, KVH, T, D]
     come from ``attending_in_place`` (``key``/``value``, their concatenation, go unused and
     drop out of the exported graph). Returns [B, T, H, Dv] as transformers expects."""
-    layers, fallback = _ACTIVE.get()
-    layer = _layer_of(layers, module, key)
+    active = _ACTIVE.get()
+    layer = _layer_of(active.layers, module, key)
     scaling, softcap = kwargs.get("scaling"), kwargs.get("softcap")
     if layer is None or scaling is None or kwargs.get("dropout") or set(kwargs) - _UNDERSTOOD:
-        return fallback(module, query, key, value, attention_mask, **kwargs)
+        return active.fallback(module, query, key, value, attention_mask, **kwargs)
     (past_k, past_v), (new_k, new_v) = layer.past, layer.new
-    batch, heads, length, _ = query.shape
-    groups = heads // new_k.shape[1]
-    # head h attends with key/value head h // groups (transformers' repeat_kv order)
-    grouped = query.reshape(batch, new_k.shape[1], groups * length, query.shape[-1])
-    scores = torch.cat([grouped @ past_k.transpose(-1, -2),
-                        grouped @ new_k.transpose(-1, -2)], dim=-1) * scaling
-    if softcap is not None:
-        scores = torch.tanh(scores / softcap) * softcap
-    slots = past_k.shape[-2]
-    shape = scores.shape
-    if attention_mask is not None:  # [1 or B, 1, T, slots + T], the same for every head
-        scores = (scores.view(batch, new_k.shape[1], groups, length, -1)
-                  + attention_mask[:, :, None]).view(shape)
-    probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
-    out = probs[..., :slots] @ past_v + probs[..., slots:] @ new_v  # [B, KVH, G*T, Dv]
-    out = out.reshape(batch, heads, length, out.shape[-1]).transpose(1, 2)
-    return out, None
+    if active.fused and _fusable(layer, query):
+        return cached_attention_op(query, new_k, new_v, past_k, past_v, active.start,
+                                   float(scaling), float(softcap or 0.0)), None
+    return grouped_attention(query, past_k, past_v, new_k, new_v, attention_mask, scaling,
+                             softcap), None
+
+
+def _fusable(layer, query: torch.Tensor) -> bool:
+    """A full-attention layer (slot = position, as the op assumes; a ring is not) of one
+    sequence whose query, key and value heads share one size (GroupQueryAttention's)."""
+    new_k, new_v = layer.new
+    return (not layer.is_sliding and query.shape[0] == 1
+            and query.shape[-1] == new_k.shape[-1] == new_v.shape[-1]
+            and query.shape[1] % new_k.shape[1] == 0)
 
 
 def _layer_of(layers: list, module: torch.nn.Module, key: torch.Tensor):

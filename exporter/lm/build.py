@@ -65,7 +65,7 @@ def prepare_generating(spec: str | torch.nn.Module, settings: BuildSettings,
     model = lm.model if settings.dtype == "fp32" else copy.deepcopy(lm.model).to(
         DTYPES[settings.dtype])
     layout = probe_layout(model, context, next(model.parameters()).dtype)
-    wrapper = ExportableCausalLM(model, layout).eval()
+    wrapper = ExportableCausalLM(model, layout, target.step_attention).eval()
     reference = ModelSpec(lm.source, lm.model, (), {}, None, lm.origin_file, lm.notes)
     preps = {name: prepare_captured(target, reference, entry, out, settings, timed, f" {name}")
              for name, entry in entry_specs(lm, wrapper, layout, chunk).items()}

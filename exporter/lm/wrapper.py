@@ -109,10 +109,13 @@ def probe_layout(model: torch.nn.Module, max_context: int, dtype: torch.dtype) -
 
 
 class ExportableCausalLM(torch.nn.Module):
-    def __init__(self, model: torch.nn.Module, layout: CacheLayout) -> None:
+    def __init__(self, model: torch.nn.Module, layout: CacheLayout,
+                 attention: str = "grouped") -> None:
+        """``attention``: the target's ``step_attention`` (exporter/lm/attention.py)."""
         super().__init__()
         self.model = model
         self.layout = layout
+        self.attention = attention
         self._cache_keyword = cache_keyword(model)
         kinds = {layer.window is not None for layer in layout.layers}
         # models with both kinds take a dict of masks by layer type; others one tensor
@@ -130,7 +133,8 @@ class ExportableCausalLM(torch.nn.Module):
             if kind not in masks:
                 masks[kind] = attention_mask(positions, spec.slots, spec.window, dtype)
         mask = masks if self._mixed else next(iter(masks.values()))
-        with attending_in_place(self.model, layers):  # exporter/lm/attention.py: why
+        with attending_in_place(self.model, layers, positions[0],  # attention.py: why
+                                self.attention):
             out = self.model(input_ids=input_ids, position_ids=positions[None],
                              attention_mask=mask, use_cache=True,
                              **{self._cache_keyword: _ChunkCache(layers)})

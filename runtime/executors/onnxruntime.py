@@ -45,6 +45,9 @@ class OnnxRuntimeMeta(PartitionMeta):
     onnxruntime: str | None = None  # versions the build used (report, `exporter bundle`)
     onnx: str | None = None
     quantization: dict | None = None  # what ORT's quantizer did, when the build quantized
+    # graph output -> the input whose memory it is written into: a KV-cache buffer that a
+    # GroupQueryAttention updates in place (targets/onnx/contrib_ops.py). Not returned.
+    in_place: dict[str, str] | None = None
 
 
 class OnnxRuntimeExecutor:
@@ -114,8 +117,8 @@ class OnnxRuntimeExecutor:
         if on_cpu and CPU not in requested and report["fallback"] == "warn":
             log.warning("partition '%s': %d node(s) fell back to %s", partition.name, on_cpu,
                         CPU)
-        return cls(_runner(ort, session, partition, where, arrays), session, report,
-                   initializers)
+        runner = _runner(ort, session, partition, where, arrays, meta.in_place or {})
+        return cls(runner, session, report, initializers)
 
 
 def _shared_initializers(ort, partition: Partition, meta: OnnxRuntimeMeta,
@@ -164,12 +167,14 @@ def _open_session(ort, model: Path, partition: Partition, usable: list[str], for
     return session, records, no_fallback
 
 
-def _runner(ort, session, partition: Partition, where: str, arrays: bool
-            ) -> Callable[[list[Any]], list[Any]]:
+def _runner(ort, session, partition: Partition, where: str, arrays: bool,
+            in_place: dict[str, str]) -> Callable[[list[Any]], list[Any]]:
     """Numpy arrays straight to ``run`` (``arrays``); torch tensors by IO binding over
-    their memory where it applies (ort_binding.py), else ``run`` with numpy feeds."""
+    their memory where it applies (ort_binding.py), else ``run`` with numpy feeds.
+    ``in_place`` outputs are bound onto their input's memory by the binding; the plain
+    ``run`` does not ask for them (ORT then fills a buffer of its own: same results)."""
     names = [i.name for i in session.get_inputs()]
-    output_names = [o.name for o in session.get_outputs()]
+    output_names = [o.name for o in session.get_outputs() if o.name not in in_place]
     # The binding under InferenceSession.run: the wrapper re-validates the feed names
     # (our Program checked the inputs already) and, on an execution-provider failure,
     # silently re-runs on other providers, which this runtime must not do. ~1 us a call.
@@ -205,7 +210,8 @@ def _runner(ort, session, partition: Partition, where: str, arrays: bool
 
     if getattr(session, "_sess", None) is None or not hasattr(session._sess, "run_with_iobinding"):
         return run
-    return bound_runner(ort, session, options, fallback=run)
+    return bound_runner(ort, session, options, fallback=run,
+                        in_place={out: names.index(source) for out, source in in_place.items()})
 
 
 def _to_numpy(tensor, name: str, where: str):

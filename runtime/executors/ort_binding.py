@@ -18,6 +18,11 @@ Output modes, per thread and input shapes:
 The first call with new input shapes runs in view mode and picks the mode from the
 outputs it got.
 
+In-place outputs (a KV cache that GroupQueryAttention updates where it lies) are bound
+onto the memory of their input whenever that input is bound, and never returned; a
+session with them always runs in view mode (copy mode's ``copy_outputs_to_cpu`` would
+copy the whole cache out).
+
 Anything else (GPU tensors, strided views, dtypes without a numpy twin) takes the plain
 path given as ``fallback``.
 """
@@ -42,16 +47,19 @@ class _ThreadState:
     """One thread's binding: ORT's IOBinding is not safe to share between threads."""
     __slots__ = ("io", "bound", "copy_out")
 
-    def __init__(self, io, inputs: int) -> None:
+    def __init__(self, io, inputs: int, outputs: list[str], cpu) -> None:
         self.io = io
+        for name in outputs:  # in the session's order, which get_outputs() then keeps:
+            io.bind_output(name, cpu)  # rebinding a name later keeps its place
         # (data_ptr, shape, dtype) per input as bound; the placeholder matches no tensor.
         self.bound: list[tuple] = [(None, None, None)] * inputs
         self.copy_out = False
 
 
-def bound_runner(ort, session, options, fallback: Callable[[list], list]
-                 ) -> Callable[[list], list]:
+def bound_runner(ort, session, options, fallback: Callable[[list], list],
+                 in_place: dict[str, int] | None = None) -> Callable[[list], list]:
     """The executor's callable: list of input tensors -> list of output tensors.
+    ``in_place``: {output name: index of the input whose memory it is written into}.
 
     A closure rather than a class: calling an instance costs ~45 ns more per call, and
     the executor is called once per run of a 5 us model."""
@@ -60,15 +68,22 @@ def bound_runner(ort, session, options, fallback: Callable[[list], list]
     new_binding = ort.capi._pybind_state.SessionIOBinding
     cpu = ort.OrtDevice.make("cpu", 0)._get_c_device()
     input_names = [i.name for i in session.get_inputs()]
-    output_names = [o.name for o in session.get_outputs()]
-    shapes_follow = outputs_follow_inputs(session)
+    all_outputs = [o.name for o in session.get_outputs()]
+    in_place = in_place or {}
+    output_names = [name for name in all_outputs if name not in in_place]
+    returned = [all_outputs.index(name) for name in output_names]
+    onto_input: dict[int, list[str]] = {}  # input index -> outputs bound onto its memory
+    for name, index in in_place.items():
+        onto_input.setdefault(index, []).append(name)
+    shapes_follow = outputs_follow_inputs(session) and not in_place
     local = threading.local()
 
     def run(inputs: list[torch.Tensor]) -> list[torch.Tensor]:
         try:
             state = local.state
         except AttributeError:
-            state = local.state = _ThreadState(new_binding(raw), len(input_names))
+            state = local.state = _ThreadState(new_binding(raw), len(input_names),
+                                               all_outputs, cpu)
         if state.copy_out and len(inputs) == len(input_names):
             for tensor, (pointer, shape, dtype) in zip(inputs, state.bound):
                 # Strides are not in the key: a transposed view can share pointer, shape
@@ -93,6 +108,8 @@ def bound_runner(ort, session, options, fallback: Callable[[list], list]
             key = (tensor.data_ptr(), tensor.shape, tensor.dtype)
             if key != state.bound[index]:
                 state.io.bind_input(input_names[index], cpu, element, key[1], key[0])
+                for name in onto_input.get(index, ()):
+                    state.io.bind_output(name, cpu, element, key[1], key[0])
                 new_shapes = new_shapes or key[1] != state.bound[index][1]
                 state.bound[index] = key
         if new_shapes or not state.copy_out:
@@ -114,7 +131,7 @@ def bound_runner(ort, session, options, fallback: Callable[[list], list]
         run_bound(io, options)
         values = io.get_outputs()
         # By index: iterating pybind's vector ends in a C++ stop_iteration, ~30 us.
-        arrays = [values[i].numpy() for i in range(len(output_names))]
+        arrays = [values[i].numpy() for i in returned]
         if choose_mode:
             state.copy_out = shapes_follow and sum(a.nbytes for a in arrays) <= COPY_LIMIT
             if state.copy_out:  # let go of the buffers just handed out

@@ -17,6 +17,7 @@ class CudaTarget(AOTInductorTarget):
     name = "cuda"
     device = "cuda"
     description = "AOTInductor Triton kernels for NVIDIA GPUs, replayed as CUDA graphs"
+    step_attention = "model"  # SDPA's GPU kernels (exporter/lm/attention.py: measured)
     quant_recipes = {
         "int8-weight": "torchao Int8WeightOnlyConfig: int8 per-channel linear and "
                        "embedding weights, float activations (Triton mixed-dtype GEMM)",

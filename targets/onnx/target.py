@@ -42,7 +42,7 @@ from targets.base import (
 )
 from targets.errors import LoweringError, TargetOptionError
 from targets.fusion import GRAPH_FUSIONS
-from targets.onnx import inside
+from targets.onnx import contrib_ops, inside
 from targets.onnx.shared import externalize
 from targets.onnx.providers import provider_names
 from targets.onnx.quantize import RECIPES, quantize_model
@@ -130,6 +130,7 @@ class OnnxTarget(Target):
     device = "cpu"
     backend = "onnxruntime"
     description = "ONNX model per partition (torch.onnx dynamo exporter), run by ONNX Runtime"
+    step_attention = "fused"  # GroupQueryAttention (targets/onnx/contrib_ops.py)
     Options = OnnxOptions
     build_packages = (("onnxruntime", "onnx"), ("onnxscript", "onnx"))
     runtime_extra = ("onnx", ("onnxruntime>=1.18",))
@@ -154,6 +155,8 @@ class OnnxTarget(Target):
         if missing:  # the exporter's registry is built from onnxscript's torchlib
             return Support(False, f"{', '.join(missing)} not installed, so torch.onnx has "
                                   "no translations; pip install '.[onnx]'")
+        if contrib_ops.supports(op):
+            return Support(True, "ONNX Runtime contrib op (targets/onnx/contrib_ops.py)")
         registry, decompositions = _exporter_tables()
         # Lookup is by exact overload, as the exporter's dispatcher does (it keys
         # OpOverloads by op.name(), e.g. 'aten::add.Tensor'; no packet fallback).
@@ -201,6 +204,7 @@ class OnnxTarget(Target):
         options.work_dir.mkdir(parents=True, exist_ok=True)
         path = options.work_dir / MODEL_NAME
         onnx_program = self._export(program, options)
+        in_place = contrib_ops.expose_in_place_cache(onnx_program.model)
         weights = sum(v.const_value.nbytes for v in onnx_program.model.graph.initializers.values()
                       if v.const_value is not None)
         onnx_program.save(str(path), external_data=weights > EXTERNAL_DATA_BYTES)
@@ -238,7 +242,7 @@ class OnnxTarget(Target):
             opset=opset, fallback=fallback,
             disable_cpu_ep_fallback=fallback == FallbackPolicy.FORBID.value,
             onnxruntime=onnxruntime.__version__, onnx=onnx.__version__,
-            quantization=quantization).to_json()
+            quantization=quantization, in_place=in_place or None).to_json()
         here = onnxruntime.get_available_providers()
         notes = [f"execution provider {p} is not available on this machine; the build's "
                  f"validation runs without it" for p in providers if p not in here]
@@ -253,9 +257,10 @@ class OnnxTarget(Target):
         start = time.perf_counter()
         try:
             with _quiet_registry():
-                onnx_program = torch.onnx.export(program, (), dynamo=True, optimize=True,
-                                                 report=True, artifacts_dir=report_dir,
-                                                 verbose=False)
+                onnx_program = torch.onnx.export(
+                    program, (), dynamo=True, optimize=True, report=True,
+                    artifacts_dir=report_dir, verbose=False,
+                    custom_translation_table=contrib_ops.translations())
         except Exception as exc:  # torch.onnx raises several types; keep the full text
             scratch.release(report_dir)
             raise self._error("torch.onnx could not export the program", exc, options,
