@@ -145,13 +145,18 @@ def test_validation_generates_like_hugging_face(onnx_lm):
 def test_onnx_full_layers_run_group_query_attention(onnx_lm):
     """The onnx entry points attend through ONNX Runtime's GroupQueryAttention on each
     full-attention layer (one node where ~35 small ones were); the sliding layer keeps
-    its ring and the plain graph. Tokens identical: test_validation_generates_like_..."""
+    its ring and the plain graph; every layer's rotary embedding is one RotaryEmbedding
+    node per query and key (targets/onnx/rotary.py). Tokens identical:
+    test_validation_generates_like_hugging_face."""
     built, _ = onnx_lm
     layers = runtime.read_manifest(built.artifact).generation["cache"]["layers"]
     full = sum(layer["window"] is None for layer in layers)
     counts = _op_counts(built.artifact, "GroupQueryAttention")
-    print("full layers", full, "of", len(layers), "GroupQueryAttention per model", counts)
+    rotary = _op_counts(built.artifact, "RotaryEmbedding")
+    print("full layers", full, "of", len(layers), "GroupQueryAttention per model", counts,
+          "RotaryEmbedding", rotary)
     assert len(counts) == 2 and set(counts.values()) == {full} and 0 < full < len(layers)
+    assert set(rotary.values()) == {2 * len(layers)}  # each layer's query and key
 
 
 def _op_counts(artifact, op_type: str) -> dict[str, int]:

@@ -101,7 +101,9 @@ def test_the_table_is_right_and_bad_cells_fail_alone(ray_run):
     assert cells["mlp--onnx"]["fallback_ops"] == 0
     for row in cells.values():  # the timeline: each cell ran within the matrix's run
         began, ended = row["ran"]
-        assert data["started_at"] <= began <= ended <= data["started_at"] + data["wall_s"] + 1
+        start = data["marks"]["started_at"]
+        assert start <= data["marks"]["planned_at"] <= data["marks"]["first_submitted_at"]
+        assert data["marks"]["first_submitted_at"] <= began <= ended <= start + data["wall_s"] + 1
     assert cells["softclip--onnx"]["fallback_ops"] == 1  # the custom op, on the fallback
     refused = cells["softclip--onnx-forbid"]
     assert (refused["status"], refused["error_type"]) == ("bad-input", "UnsupportedOpsError")

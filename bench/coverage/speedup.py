@@ -92,15 +92,23 @@ def where_time_went(data: dict, launched_at: float, wall: float, workers: int) -
     ``startup_s`` from launching the command to its first cell running (imports, the
     toolchain digest and cache keys, Ray's start), ``cells_s`` from then to the last cell's
     end, ``after_s`` the rest (the table, Ray's shutdown), and ``idle_share``: the share of
-    the workers' time in ``cells_s`` with no cell running (uneven waves, the last cells)."""
+    the workers' time in ``cells_s`` with no cell running (uneven waves, the last cells).
+    Start-up in parts: ``launch_s`` to the matrix's start (the command's imports),
+    ``plan_s`` (the toolchain digest, cache keys, cell configs), ``executor_s`` (Ray's
+    start, or the pool's) and ``pickup_s`` (from the first cell's submission to a worker
+    running it)."""
     ran = [c["ran"] for c in data["cells"] if c.get("ran")]
     if not ran:
         return {}
     first, last = min(r[0] for r in ran), max(r[1] for r in ran)
     busy = sum(r[1] - r[0] for r in ran)
+    marks = data["marks"]
     return {"startup_s": round(first - launched_at, 1), "cells_s": round(last - first, 1),
             "after_s": round(launched_at + wall - last, 1),
-            "matrix_start_s": round(data["started_at"] - launched_at, 1),
+            "launch_s": round(marks["started_at"] - launched_at, 1),
+            "plan_s": round(marks["planned_at"] - marks["started_at"], 1),
+            "executor_s": round(marks["first_submitted_at"] - marks["planned_at"], 1),
+            "pickup_s": round(first - marks["first_submitted_at"], 1),
             "idle_share": round(1 - busy / (workers * (last - first)), 3)}
 
 

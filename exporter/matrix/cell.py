@@ -78,7 +78,12 @@ def _exporter(args: list[str], job: Job, timeout: float, attempt: int
               ) -> tuple[int | None, dict, dict]:
     """Run ``exporter ARGS`` for the cell: (exit code, its JSON, {}) or, when it printed
     no JSON, (code, {}, a crash or timeout record)."""
+    # The cell's share of the cores, for each pool a build starts: OpenMP's, and torch
+    # Inductor's compile workers (by default one per core in every build: eight builds
+    # on 16 cores started 128 compile processes, and each cpu cell took ~20% longer
+    # than alone; bench/RESULTS.md).
     env = {**os.environ, "OMP_NUM_THREADS": str(job.threads),
+           "TORCHINDUCTOR_COMPILE_THREADS": str(job.threads),
            # the cell runs the exporter this process imported, whatever the worker's path
            "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[2]),
                                           *filter(None, [os.environ.get("PYTHONPATH")])])}

@@ -7,7 +7,8 @@ artifact, artifact_bytes, ops, partitions, fallback_ops, arena_over_lower_bound)
 validation (error_ratio: the worst output's error over what it was allowed,
 max_abs_err, min_sqnr_db for quantized builds), the bench when asked (latency_ms,
 baselines_ms, ratios), and how it ran (cached, attempts, worker, and ``ran``: when its
-worker began and ended it, epoch seconds, beside the matrix's own ``started_at``).
+worker began and ended it, epoch seconds, beside the run's own ``marks``: started_at,
+planned_at, first_submitted_at).
 """
 
 from __future__ import annotations
@@ -31,10 +32,10 @@ CSV_FIELDS = ("model", "group", "column", "target", "dtype", "quantize", "status
 
 
 def table(matrix, rows: list[dict], *, executor: str, workers: int | None, wall_s: float,
-          started_at: float, built: int, versions: dict) -> dict:
+          marks: dict[str, float], built: int, versions: dict) -> dict:
     return {"matrix": str(matrix.path), "date": datetime.date.today().isoformat(),
             "executor": executor, "workers": workers, "wall_s": round(wall_s, 1),
-            "started_at": round(started_at, 2),
+            "marks": {name: round(at, 2) for name, at in marks.items()},
             "machine": {"cpu": cpu_model() or platform.machine(), "cores": usable_cores(),
                         "platform": platform.platform()},
             "versions": {k: v for k, v in versions.items() if k not in ("packages", "gpu")},

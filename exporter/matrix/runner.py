@@ -30,7 +30,9 @@ class Board:
     """What the terminal shows while the matrix runs."""
     total: int
     started: float = field(default_factory=time.monotonic)
-    started_at: float = field(default_factory=time.time)  # the same moment, epoch seconds
+    # when the run began, its cells were planned (keys, cache), and the executor took
+    # its first cell (after starting Ray or the pool): epoch seconds, for matrix.json
+    marks: dict[str, float] = field(default_factory=lambda: {"started_at": time.time()})
     done: int = 0
     failed: int = 0
     cached: int = 0
@@ -66,6 +68,7 @@ def run_matrix(path: Path, out: Path, *, executor: str = "local", workers: int |
     workers = workers or (None if ray_address else default_workers())
     jobs = longest_first(run.plan(tools, rebuild, threads=max(1, usable_cores() // workers)
                                   if workers else 1), store.durations())
+    run.board.marks["planned_at"] = time.time()
     try:  # no jobs (the cache answered every cell): no executor to start
         if jobs and executor == "ray":
             executors.run_ray(jobs, workers, ray_address, matrix.retries, run.started, run.done)
@@ -122,6 +125,7 @@ class _Run:
         return jobs
 
     def started(self, job: Job) -> None:
+        self.board.marks.setdefault("first_submitted_at", time.time())
         self.board.running[job.cell_id] = time.monotonic()
         self.progress("start", self.board, job.cell_id, None)
 
@@ -170,7 +174,7 @@ class _Run:
                 for cell in self.matrix.cells]
         return results.table(self.matrix, rows, executor=executor, workers=workers,
                              wall_s=time.monotonic() - self.board.started,
-                             started_at=self.board.started_at,
+                             marks=self.board.marks,
                              built=self.board.built, versions=versions)
 
 

@@ -1,0 +1,85 @@
+"""The rotary-embedding rewrite of the onnx target (targets/onnx/rotary.py): transformers'
+``x * cos + rotate_half(x) * sin`` becomes ONNX Runtime's RotaryEmbedding with the same
+numbers, and a variant it does not cover (cos and sin scaled after the fact, as YaRN and
+LongRoPE do) is left as it is."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("onnxruntime")
+
+import onnx  # noqa: E402
+import onnx_ir as ir  # noqa: E402
+import onnxruntime as ort  # noqa: E402
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+from targets.onnx.rotary import fuse_rotary_embeddings  # noqa: E402
+
+HEADS, HEAD, LENGTH = 4, 16, 3
+
+
+def _rope_model(scale: float | None) -> onnx.ModelProto:
+    """x [1, HEADS, T, HEAD], positions [T] -> HF's rotary embedding of x."""
+    half = HEAD // 2
+    inv_freq = 1.0 / (10000 ** (np.arange(0, HEAD, 2, dtype=np.float32) / HEAD))
+    consts = {"inv_freq": inv_freq, "ax0": np.array([0], np.int64),
+              "ax1": np.array([1], np.int64), "ax3": np.array([3], np.int64),
+              "zero": np.array([0], np.int64), "half": np.array([half], np.int64),
+              "end": np.array([2 ** 62], np.int64), "one": np.array([1], np.int64),
+              "scale": np.array(scale or 1.0, np.float32)}
+    nodes = [helper.make_node("Unsqueeze", ["positions", "ax0"], ["p2"]),
+             helper.make_node("Unsqueeze", ["p2", "ax0"], ["p3"]),  # [1, 1, T]
+             helper.make_node("Transpose", ["p3"], ["pt"], perm=[0, 2, 1]),  # [1, T, 1]
+             helper.make_node("Cast", ["pt"], ["pf"], to=TensorProto.FLOAT),
+             helper.make_node("Mul", ["pf", "inv_freq"], ["freqs"]),  # [1, T, HEAD/2]
+             helper.make_node("Concat", ["freqs", "freqs"], ["angles"], axis=-1),
+             helper.make_node("Cos", ["angles"], ["cos0"]),
+             helper.make_node("Sin", ["angles"], ["sin0"])]
+    cos, sin = "cos0", "sin0"
+    if scale is not None:
+        nodes += [helper.make_node("Mul", ["cos0", "scale"], ["cos1"]),
+                  helper.make_node("Mul", ["sin0", "scale"], ["sin1"])]
+        cos, sin = "cos1", "sin1"
+    nodes += [helper.make_node("Unsqueeze", [cos, "ax1"], ["cos4"]),
+              helper.make_node("Unsqueeze", [sin, "ax1"], ["sin4"]),
+              helper.make_node("Slice", ["x", "zero", "half", "ax3", "one"], ["x1"]),
+              helper.make_node("Slice", ["x", "half", "end", "ax3", "one"], ["x2"]),
+              helper.make_node("Neg", ["x2"], ["nx2"]),
+              helper.make_node("Concat", ["nx2", "x1"], ["rot"], axis=-1),
+              helper.make_node("Mul", ["x", "cos4"], ["a"]),
+              helper.make_node("Mul", ["rot", "sin4"], ["b"]),
+              helper.make_node("Add", ["a", "b"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "rope",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, HEADS, "t", HEAD]),
+         helper.make_tensor_value_info("positions", TensorProto.INT64, ["t"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, HEADS, "t", HEAD])],
+        [numpy_helper.from_array(v, k) for k, v in consts.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)],
+                              ir_version=10)
+    return onnx.shape_inference.infer_shapes(model)
+
+
+def _run(model: onnx.ModelProto, feeds: dict) -> np.ndarray:
+    session = ort.InferenceSession(model.SerializeToString(),
+                                   providers=["CPUExecutionProvider"])
+    return session.run(None, feeds)[0]
+
+
+@pytest.mark.parametrize("scale", [None, 2.0])
+def test_rotary_embedding_becomes_one_node_only_where_exact(scale):
+    proto = _rope_model(scale)
+    model = ir.from_proto(proto)
+    count = fuse_rotary_embeddings(model)
+    rewritten = ir.to_proto(model)
+    kinds = [node.op_type for node in rewritten.graph.node]
+    print(f"cos scaled by {scale}: {count} rewrite(s); nodes {kinds}")
+    feeds = {"x": np.random.default_rng(0).standard_normal((1, HEADS, LENGTH, HEAD))
+             .astype(np.float32), "positions": np.array([7, 8, 9], np.int64)}
+    np.testing.assert_allclose(_run(rewritten, feeds), _run(proto, feeds), atol=2e-6)
+    if scale is None:
+        assert count == 1 and "RotaryEmbedding" in kinds and "Neg" not in kinds
+    else:
+        assert count == 0 and "RotaryEmbedding" not in kinds
