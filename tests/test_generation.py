@@ -306,3 +306,23 @@ def test_gate_bounds_are_the_users_when_given():
     given = GenerationGate.for_build("fp32", "int4-weight", min_top1=0.0, max_kl=10.0)
     assert (default.min_top1, default.max_kl) == (0.70, 0.20)
     assert (given.min_top1, given.max_kl) == (0.0, 10.0) and "--max-kl" in given.failure()
+
+
+def test_incremental_text_is_the_whole_decode(tmp_path):
+    """The streamed text (a short window decoded per token, runtime/generation/
+    tokenizer.py) is what decoding all the tokens at once gives, on ids that split
+    multi-byte characters, and costs the same per token at any length."""
+    import random
+
+    from runtime.generation.tokenizer import IncrementalText, Tokenizer
+    folder = tiny_lm.checkpoint(tmp_path / "tok")
+    tokenizer = Tokenizer((folder / "tokenizer.json").read_text(), where="test")
+    rng = random.Random(0)
+    for ids in (tokenizer.encode("hello device, ünïcödé 🙂 " * 4),
+                [rng.randrange(tiny_lm.VOCAB) for _ in range(400)]):
+        growing = IncrementalText(tokenizer)
+        pieces = [growing.extend(ids[:n + 1]) for n in range(len(ids))]
+        whole = tokenizer.decode(ids)
+        print(len(ids), "ids;", sum(p == "" for p in pieces), "waited on a split character")
+        assert "".join(pieces) == growing.text
+        assert whole.startswith(growing.text) and len(whole) - len(growing.text) <= 1

@@ -20,7 +20,7 @@ from runtime.errors import ArtifactError, UserInputError
 from runtime.generation.cache import KvCache
 from runtime.generation.layout import CacheLayout
 from runtime.generation.sampling import Sampler, Sampling
-from runtime.generation.tokenizer import Tokenizer
+from runtime.generation.tokenizer import IncrementalText, Tokenizer
 
 INPUT_IDS, POSITIONS, LOGITS = "input_ids", "positions", "logits"
 
@@ -144,7 +144,9 @@ class Generator:
         logits = self.prefill_prompt(prompt_ids)
         tokens: list[int] = []
         first_at = None
-        text = "" if self._tokenizer_json is not None else None
+        # the text as it grows: for stop strings and the stream; else decoded once at the end
+        growing = (IncrementalText(self.tokenizer) if self._tokenizer_json is not None
+                   and (stop or stream is not None) else None)
         reason = "max_new_tokens" if budget == max_new_tokens else "context_full"
         while len(tokens) < budget:
             token = sample(logits)
@@ -153,24 +155,29 @@ class Generator:
                 reason = "eos"
                 break
             tokens.append(token)
-            piece = None
-            if text is not None:
-                text, piece = self._extend_text(tokens, text)
+            piece = growing.extend(tokens) if growing is not None else None
             if stream is not None:
                 stream(token, piece)
-            if text is not None and any(s in text for s in stop):
-                text = text[:min(text.index(s) for s in stop if s in text)]
+            if stop and any(s in growing.text for s in stop):
                 reason = "stop_string"
                 break
             if len(tokens) < budget:
                 logits = self.step(torch.tensor([token]), len(prompt_ids) + len(tokens) - 1)[-1]
         stats = _stats(started, first_at, time.perf_counter(), len(prompt_ids), len(tokens))
-        return GenerationResult(prompt_ids, tokens, text, reason, stats)
+        return GenerationResult(prompt_ids, tokens, self._text(tokens, growing, stop), reason,
+                                stats)
 
-    def _extend_text(self, tokens: list[int], text: str) -> tuple[str, str]:
-        """Decoding the whole continuation keeps multi-token characters whole."""
-        full = self.tokenizer.decode(tokens)
-        return full, full[len(text):]
+    def _text(self, tokens: list[int], growing: IncrementalText | None,
+              stop: Sequence[str]) -> str | None:
+        """The result's text: what was streamed (cut before a stop string), or, with no
+        stream and no stop strings, the tokens decoded once."""
+        if self._tokenizer_json is None:
+            return None
+        if growing is None:
+            return self.tokenizer.decode(tokens)
+        text = growing.text
+        found = [text.index(s) for s in stop if s in text]
+        return text[:min(found)] if found else text
 
     def _check_tokens(self, tokens: Sequence[int]) -> None:
         """An id outside the vocabulary would index past the embedding table (a crash in
