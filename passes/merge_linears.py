@@ -49,15 +49,19 @@ def _merge_all(module: torch.fx.GraphModule) -> dict:
 
 def _merge(module: torch.fx.GraphModule, linears: list[torch.fx.Node],
            weights: list[torch.Tensor]) -> None:
-    biases = [attribute(module, n.args[2]) if len(n.args) > 2 and n.args[2] is not None
-              else torch.zeros(w.shape[0], dtype=w.dtype, device=w.device)
-              for n, w in zip(linears, weights)]
+    given = [attribute(module, n.args[2]) if len(n.args) > 2 and n.args[2] is not None
+             else None for n in linears]
+    # zeros where some linears have a bias; none at all where none has (a bias of zeros
+    # is one more Add per layer on targets that do not fold it: LLaMA's q/k/v, gate/up)
+    biases = [b if b is not None else torch.zeros(w.shape[0], dtype=w.dtype, device=w.device)
+              for b, w in zip(given, weights)]
     # The merged linear must come after every operand and before every user: put it
     # right before the first of the linears (groups are collected in graph order; their
     # common input x is above all of them).
     first = linears[0]
     weight = add_constant(module, f"{first.name}_merged_weight", torch.cat(weights), first)
-    bias = add_constant(module, f"{first.name}_merged_bias", torch.cat(biases), first)
+    bias = (add_constant(module, f"{first.name}_merged_bias", torch.cat(biases), first)
+            if any(b is not None for b in given) else None)
     with module.graph.inserting_before(first):
         fused = module.graph.call_function(_LINEAR, (first.args[0], weight, bias))
         parts = module.graph.call_function(torch.ops.aten.split_with_sizes.default,

@@ -82,6 +82,28 @@ def test_merge_parallel_linears_reading_one_input():
     assert info == {"linears_merged": 3, "groups": 1} and after["split_with_sizes"] == 1
 
 
+class _GateUp(nn.Module):  # LLaMA's MLP: two linears without a bias read one input
+    def __init__(self):
+        super().__init__()
+        self.gate, self.up = nn.Linear(16, 32, bias=False), nn.Linear(16, 32, bias=False)
+
+    def forward(self, x):
+        return torch.nn.functional.silu(self.gate(x)) * self.up(x)
+
+
+def test_merged_linears_without_a_bias_get_none():
+    """A bias of zeros would cost an Add per layer where a target does not fold it."""
+    torch.manual_seed(0)
+    _, after, info = _apply_twice(MergeParallelLinears(), _GateUp().eval(),
+                                  (torch.randn(2, 5, 16),))
+    program = torch.export.export(_GateUp().eval(), (torch.randn(2, 5, 16),))
+    merged = MergeParallelLinears()(program).program
+    linears = [n for n in merged.graph.nodes if n.target is torch.ops.aten.linear.default]
+    print("merged linear args:", [str(a) for a in linears[0].args])
+    assert info["linears_merged"] == 2 and after["linear"] == 1 and len(linears) == 1
+    assert len(linears[0].args) < 3 or linears[0].args[2] is None
+
+
 class _Attention(nn.Module):
     def forward(self, q, k, v, mask):
         scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]) + mask

@@ -25,11 +25,17 @@ def fuse_rotary_embeddings(model) -> int:
     import onnx_ir.passes.common as common_passes
     from onnxscript.rewriter import pattern
 
+    from onnxscript.rewriter import _basic_rules
+
     rules = pattern.RewriteRuleSet([_rule_class().rule()], commute=True)
     count = rules.apply_to_model(model)
     if count:
         # the angles' Cos/Sin/Range are built once per match: one copy of each stays
         common_passes.CommonSubexpressionEliminationPass()(model)
+        common_passes.RemoveUnusedNodesPass()(model)
+        # the heads' transposes now meet the attention's own: onnxscript's basic rules
+        # (those torch.onnx ran before) cancel the pairs and merge the reshapes between
+        _basic_rules.basic_optimization_rules().apply_to_model(model)
         common_passes.RemoveUnusedNodesPass()(model)
         model.opset_imports.setdefault("com.microsoft", 1)
     return count
@@ -83,8 +89,36 @@ def _rule_class():
             positions = op.Unsqueeze(op.Range(op.Constant(value_int=0), length,
                                               op.Constant(value_int=1)),
                                      op.Constant(value_ints=[0]))
-            return op.RotaryEmbedding(x, positions, op.Reshape(op.Cos(freqs), table),
-                                      op.Reshape(op.Sin(freqs), table), interleaved=0,
-                                      _domain="com.microsoft")
+            cos, sin = op.Reshape(op.Cos(freqs), table), op.Reshape(op.Sin(freqs), table)
+            rows = _rows_of(x)
+            if rows is None:
+                return op.RotaryEmbedding(x, positions, cos, sin, interleaved=0,
+                                          _domain="com.microsoft")
+            # rotate the projection's [1, T, heads * head] rows, then split the heads as
+            # before: the transposes around the heads then cancel in ONNX Runtime (the
+            # attention takes [1, T, heads * head] rows too)
+            flat, heads_shape = rows
+            rotated = op.RotaryEmbedding(flat, positions, cos, sin, interleaved=0,
+                                         num_heads=x.shape[1], _domain="com.microsoft")
+            return op.Transpose(op.Reshape(rotated, heads_shape), perm=[0, 2, 1, 3])
 
     return HalfTableRotary
+
+
+def _rows_of(x):
+    """(rows [1, T, heads * head], the reshape's shape) when ``x`` is
+    ``Transpose(Reshape(rows, [1, T, heads, head]), perm=[0, 2, 1, 3])``, else None."""
+    transpose = x.producer()
+    if transpose is None or transpose.op_type != "Transpose" or transpose.domain != "":
+        return None
+    perm = transpose.attributes.get("perm")
+    if perm is None or list(perm.value) != [0, 2, 1, 3]:
+        return None
+    reshape = transpose.inputs[0].producer()
+    if reshape is None or reshape.op_type != "Reshape" or reshape.domain != "":
+        return None
+    rows = reshape.inputs[0]
+    heads, head = x.shape[1], x.shape[3]
+    if rows.shape is None or len(rows.shape) != 3 or rows.shape[2] != heads * head:
+        return None
+    return rows, reshape.inputs[1]
