@@ -1,0 +1,74 @@
+"""Decode tokens/s of several engines in ONE process, taking turns: the ratio between
+them, which the shared machine's load moves far less than it moves each engine's own
+figure (``bench.llm.compare`` runs each engine in a fresh process, one after the other,
+for its peak memory; two of its runs gave our int4 artifact 93.6 and 80.1 tokens/s).
+
+    python -m bench.llm.interleave --engine-module bench.llm.engines_artifact \\
+        --engines artifact-onnx-int4,ortgenai-int4 --rounds 7
+
+Engines must be prepared first (``bench.llm.compare --prepare-only``). Same protocol as
+the comparison (bench/llm/protocol.py: 128-token prompt, 128 new tokens, greedy, eos
+masked); one warm-up call each, then ``--rounds`` rounds of one call per engine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from bench.common import machine_header  # noqa: E402
+from bench.llm.protocol import prompt_ids, time_call  # noqa: E402
+from bench.llm.registry import (EngineRequest, get_engine,  # noqa: E402
+                                import_engine_modules)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--engines", required=True)
+    parser.add_argument("--engine-module", action="append", default=[])
+    parser.add_argument("--checkpoint", default="build/llm/ckpt-300m")
+    parser.add_argument("--work-dir", default="build/llm")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--new-tokens", type=int, default=128)
+    parser.add_argument("--out", help="append the result as one JSON line")
+    args = parser.parse_args()
+    import_engine_modules(args.engine_module)
+    import torch
+    torch.set_num_threads(args.threads)
+    checkpoint = Path(args.checkpoint).resolve()
+    vocab = json.loads((checkpoint / "config.json").read_text())["vocab_size"]
+    prompt = prompt_ids(vocab)
+    work = Path(args.work_dir).resolve() / f"engines-{checkpoint.name}"
+    loaded = {}
+    for name in args.engines.split(","):
+        request = EngineRequest(checkpoint, work / name, args.threads,
+                                max_tokens=len(prompt) + args.new_tokens)
+        loaded[name] = get_engine(name).load(request)
+        time_call(loaded[name].generate, prompt, args.new_tokens)  # warm-up
+    rates: dict[str, list[float]] = {name: [] for name in loaded}
+    for _ in range(args.rounds):
+        for name, engine in loaded.items():
+            call = time_call(engine.generate, prompt, args.new_tokens)
+            rates[name].append((args.new_tokens - 1) / call.decode_s)
+    medians = {name: round(statistics.median(r), 2) for name, r in rates.items()}
+    first = next(iter(medians))
+    row = {**machine_header(), "threads": args.threads, "rounds": args.rounds,
+           "decode_tokens_per_s": medians,
+           "each": {name: [round(x, 1) for x in r] for name, r in rates.items()},
+           "ratio_to_" + first: {name: round(m / medians[first], 3)
+                                 for name, m in medians.items()}}
+    print(json.dumps(row))
+    if args.out:
+        with open(args.out, "a") as sink:
+            sink.write(json.dumps(row) + "\n")
+
+
+if __name__ == "__main__":
+    main()
