@@ -141,11 +141,12 @@ def main() -> None:
         folder = out / run.replace(":", "-")
         subprocess.run(["rm", "-rf", str(folder)], check=True)  # an empty cache: build all
         known = out / "loop" / DURATIONS_FILE if args.known_times else None
+        load_before = os.getloadavg()[0]  # the machine's load as the run starts
         figures = (run_loop(matrix, folder) if executor == "loop"
                    else run_matrix(matrix, folder, executor, int(workers), known))
         row = {**machine_header(), "run": run, "targets": args.targets,
-               "models": [m.name for m in models], "load_before": os.getloadavg()[0],
-               **figures}
+               "models": [m.name for m in models], "load_before": load_before,
+               "load_after": os.getloadavg()[0], **figures}
         with open(args.json_out, "a") as sink:
             sink.write(json.dumps(row) + "\n")
         print(json.dumps({k: row[k] for k in ("run", "cells", "passed", "wall_s", "failed")}),
