@@ -159,18 +159,23 @@ def test_onnx_full_layers_run_group_query_attention(onnx_lm):
     assert set(rotary.values()) == {2 * len(layers)}  # each layer's query and key
 
 
-def _op_counts(artifact, op_type: str) -> dict[str, int]:
+def _onnx_models(artifact) -> dict:
+    """{entry name: ModelProto} of every .onnx model in the artifact."""
     import zipfile
 
     import onnx
-    counts = {}
+    models = {}
     with zipfile.ZipFile(artifact) as archive:
         for name in archive.namelist():
             if name.endswith(".onnx"):
-                model = onnx.ModelProto()
-                model.ParseFromString(archive.read(name))
-                counts[name] = sum(node.op_type == op_type for node in model.graph.node)
-    return counts
+                models[name] = onnx.ModelProto()
+                models[name].ParseFromString(archive.read(name))
+    return models
+
+
+def _op_counts(artifact, op_type: str) -> dict[str, int]:
+    return {name: sum(node.op_type == op_type for node in model.graph.node)
+            for name, model in _onnx_models(artifact).items()}
 
 
 def test_one_artifact_two_entry_points_one_copy_of_the_weights(onnx_lm):
@@ -189,17 +194,8 @@ def test_one_artifact_two_entry_points_one_copy_of_the_weights(onnx_lm):
 
 
 def _inline_weight_bytes(artifact) -> dict[str, int]:
-    import zipfile
-
-    import onnx
-    sizes = {}
-    with zipfile.ZipFile(artifact) as archive:
-        for name in archive.namelist():
-            if name.endswith(".onnx"):
-                model = onnx.ModelProto()
-                model.ParseFromString(archive.read(name))
-                sizes[name] = sum(len(i.raw_data) for i in model.graph.initializer)
-    return sizes
+    return {name: sum(len(i.raw_data) for i in model.graph.initializer)
+            for name, model in _onnx_models(artifact).items()}
 
 
 def test_generate_text_stream_stop_and_sampling(onnx_lm):
