@@ -47,6 +47,7 @@ from targets.onnx.shared import externalize
 from targets.onnx.providers import provider_names
 from targets.onnx.quantize import RECIPES, quantize_model
 from targets.onnx.rotary import fuse_rotary_embeddings
+from targets.onnx.skip_norm import fuse_skip_rms_norms
 from targets.options import FallbackPolicy, TargetOptions
 
 log = logging.getLogger(__name__)
@@ -205,9 +206,11 @@ class OnnxTarget(Target):
         options.work_dir.mkdir(parents=True, exist_ok=True)
         path = options.work_dir / MODEL_NAME
         onnx_program = self._export(program, options)
-        if options.fuse:  # graph patterns ORT runs as one kernel (targets/onnx/rotary.py)
-            log.info("%d rotary embedding(s) as RotaryEmbedding",
-                     fuse_rotary_embeddings(onnx_program.model))
+        if options.fuse:  # graph patterns ORT runs as one kernel (rotary.py, skip_norm.py)
+            log.info("%d rotary embedding(s) as RotaryEmbedding, %d Add + RMSNorm as "
+                     "SkipSimplifiedLayerNormalization",
+                     fuse_rotary_embeddings(onnx_program.model),
+                     fuse_skip_rms_norms(onnx_program.model))
         in_place = contrib_ops.expose_in_place_cache(onnx_program.model)
         weights = sum(v.const_value.nbytes for v in onnx_program.model.graph.initializers.values()
                       if v.const_value is not None)

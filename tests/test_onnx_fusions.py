@@ -1,7 +1,9 @@
-"""The rotary-embedding rewrite of the onnx target (targets/onnx/rotary.py): transformers'
-``x * cos + rotate_half(x) * sin`` becomes ONNX Runtime's RotaryEmbedding with the same
-numbers, and a variant it does not cover (cos and sin scaled after the fact, as YaRN and
-LongRoPE do) is left as it is."""
+"""The onnx target's rewrites into ONNX Runtime's fused ops, each with the same numbers
+as the nodes it replaces and only where the match is exact:
+- targets/onnx/rotary.py: transformers' ``x * cos + rotate_half(x) * sin`` becomes
+  RotaryEmbedding; cos and sin scaled after the fact (YaRN, LongRoPE) stay as they are;
+- targets/onnx/skip_norm.py: a residual Add and the RMSNorm after it become
+  SkipSimplifiedLayerNormalization; a mean over another dim stays."""
 
 from __future__ import annotations
 
@@ -83,3 +85,46 @@ def test_rotary_embedding_becomes_one_node_only_where_exact(scale):
         assert count == 1 and "RotaryEmbedding" in kinds and "Neg" not in kinds
     else:
         assert count == 0 and "RotaryEmbedding" not in kinds
+
+
+def _skip_norm_model(axis: int) -> onnx.ModelProto:
+    """y = scale * (s / sqrt(mean(s^2) + eps)) with s = x + skip (the mean over ``axis``),
+    and s itself as a second output (the residual stream)."""
+    width = 8
+    consts = {"two": np.array(2.0, np.float32), "eps": np.array(1e-6, np.float32),
+              "axes": np.array([axis], np.int64),
+              "scale": np.linspace(0.5, 1.5, width, dtype=np.float32)}
+    nodes = [helper.make_node("Add", ["x", "skip"], ["s"]),
+             helper.make_node("Pow", ["s", "two"], ["sq"]),
+             helper.make_node("ReduceMean", ["sq", "axes"], ["ms"], keepdims=1),
+             helper.make_node("Add", ["ms", "eps"], ["mse"]),
+             helper.make_node("Sqrt", ["mse"], ["rms"]),
+             helper.make_node("Div", ["s", "rms"], ["normed"]),
+             helper.make_node("Mul", ["scale", "normed"], ["y"])]
+    info = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, "t", width])
+            for n in ("x", "skip", "y", "s")]
+    graph = helper.make_graph(nodes, "norm", info[:2], info[2:],
+                              [numpy_helper.from_array(v, k) for k, v in consts.items()])
+    return onnx.shape_inference.infer_shapes(helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10))
+
+
+@pytest.mark.parametrize("axis", [-1, 1])
+def test_add_and_rmsnorm_become_one_node_only_over_the_features(axis):
+    from targets.onnx.skip_norm import fuse_skip_rms_norms
+    proto = _skip_norm_model(axis)
+    model = ir.from_proto(proto)
+    count = fuse_skip_rms_norms(model)
+    rewritten = ir.to_proto(model)
+    kinds = [node.op_type for node in rewritten.graph.node]
+    print(f"mean over axis {axis}: {count} rewrite(s); nodes {kinds}")
+    rng = np.random.default_rng(0)
+    feeds = {"x": rng.standard_normal((1, 3, 8)).astype(np.float32),
+             "skip": rng.standard_normal((1, 3, 8)).astype(np.float32)}
+    session = ort.InferenceSession(rewritten.SerializeToString(),
+                                   providers=["CPUExecutionProvider"])
+    plain = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    for got, want in zip(session.run(None, feeds), plain.run(None, feeds)):
+        np.testing.assert_allclose(got, want, atol=2e-6)
+    assert (count, "SkipSimplifiedLayerNormalization" in kinds) == (
+        (1, True) if axis == -1 else (0, False))
