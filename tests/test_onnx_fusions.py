@@ -64,23 +64,30 @@ def _rope_model(scale: float | None) -> onnx.ModelProto:
     return onnx.shape_inference.infer_shapes(model)
 
 
-def _run(model: onnx.ModelProto, feeds: dict) -> np.ndarray:
+def _run(model: onnx.ModelProto, feeds: dict) -> list[np.ndarray]:
     session = ort.InferenceSession(model.SerializeToString(),
                                    providers=["CPUExecutionProvider"])
-    return session.run(None, feeds)[0]
+    return session.run(None, feeds)
+
+
+def _rewritten(proto: onnx.ModelProto, fuse, case: str) -> tuple[int, onnx.ModelProto, list]:
+    """(rewrites made, the rewritten model, its node types) of ``fuse`` on a copy."""
+    model = ir.from_proto(proto)
+    count = fuse(model)
+    rewritten = ir.to_proto(model)
+    kinds = [node.op_type for node in rewritten.graph.node]
+    print(f"{case}: {count} rewrite(s); nodes {kinds}")
+    return count, rewritten, kinds
 
 
 @pytest.mark.parametrize("scale", [None, 2.0])
 def test_rotary_embedding_becomes_one_node_only_where_exact(scale):
     proto = _rope_model(scale)
-    model = ir.from_proto(proto)
-    count = fuse_rotary_embeddings(model)
-    rewritten = ir.to_proto(model)
-    kinds = [node.op_type for node in rewritten.graph.node]
-    print(f"cos scaled by {scale}: {count} rewrite(s); nodes {kinds}")
+    count, rewritten, kinds = _rewritten(proto, fuse_rotary_embeddings,
+                                         f"cos scaled by {scale}")
     feeds = {"x": np.random.default_rng(0).standard_normal((1, HEADS, LENGTH, HEAD))
              .astype(np.float32), "positions": np.array([7, 8, 9], np.int64)}
-    np.testing.assert_allclose(_run(rewritten, feeds), _run(proto, feeds), atol=2e-6)
+    np.testing.assert_allclose(_run(rewritten, feeds)[0], _run(proto, feeds)[0], atol=2e-6)
     if scale is None:
         assert count == 1 and "RotaryEmbedding" in kinds and "Neg" not in kinds
     else:
@@ -113,18 +120,11 @@ def _skip_norm_model(axis: int) -> onnx.ModelProto:
 def test_add_and_rmsnorm_become_one_node_only_over_the_features(axis):
     from targets.onnx.skip_norm import fuse_skip_rms_norms
     proto = _skip_norm_model(axis)
-    model = ir.from_proto(proto)
-    count = fuse_skip_rms_norms(model)
-    rewritten = ir.to_proto(model)
-    kinds = [node.op_type for node in rewritten.graph.node]
-    print(f"mean over axis {axis}: {count} rewrite(s); nodes {kinds}")
+    count, rewritten, kinds = _rewritten(proto, fuse_skip_rms_norms, f"mean over axis {axis}")
     rng = np.random.default_rng(0)
     feeds = {"x": rng.standard_normal((1, 3, 8)).astype(np.float32),
              "skip": rng.standard_normal((1, 3, 8)).astype(np.float32)}
-    session = ort.InferenceSession(rewritten.SerializeToString(),
-                                   providers=["CPUExecutionProvider"])
-    plain = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
-    for got, want in zip(session.run(None, feeds), plain.run(None, feeds)):
+    for got, want in zip(_run(rewritten, feeds), _run(proto, feeds)):
         np.testing.assert_allclose(got, want, atol=2e-6)
     assert (count, "SkipSimplifiedLayerNormalization" in kinds) == (
         (1, True) if axis == -1 else (0, False))

@@ -69,12 +69,7 @@ def bound_runner(ort, session, options, fallback: Callable[[list], list],
     cpu = ort.OrtDevice.make("cpu", 0)._get_c_device()
     input_names = [i.name for i in session.get_inputs()]
     all_outputs = [o.name for o in session.get_outputs()]
-    in_place = in_place or {}
-    output_names = [name for name in all_outputs if name not in in_place]
-    returned = [all_outputs.index(name) for name in output_names]
-    onto_input: dict[int, list[str]] = {}  # input index -> outputs bound onto its memory
-    for name, index in in_place.items():
-        onto_input.setdefault(index, []).append(name)
+    output_names, returned, onto_input = _split_outputs(all_outputs, in_place or {})
     shapes_follow = outputs_follow_inputs(session) and not in_place
     local = threading.local()
 
@@ -140,6 +135,17 @@ def bound_runner(ort, session, options, fallback: Callable[[list], list],
         return list(map(torch.from_numpy, arrays))
 
     return run
+
+
+def _split_outputs(outputs: list[str], in_place: dict[str, int]
+                   ) -> tuple[list[str], list[int], dict[int, list[str]]]:
+    """(the outputs returned, their indices among all, {input index: the in-place outputs
+    bound onto that input's memory})."""
+    returned = [name for name in outputs if name not in in_place]
+    onto_input: dict[int, list[str]] = {}
+    for name, index in in_place.items():
+        onto_input.setdefault(index, []).append(name)
+    return returned, [outputs.index(name) for name in returned], onto_input
 
 
 _SYMBOL = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
