@@ -30,6 +30,7 @@ def fuse_rotary_embeddings(model) -> int:
     rules = pattern.RewriteRuleSet([_rule_class().rule()], commute=True)
     count = rules.apply_to_model(model)
     if count:
+        model.graph.sort()  # new nodes stand where each match ended: readers may be above
         # the angles' Cos/Sin/Range are built once per match: one copy of each stays
         common_passes.CommonSubexpressionEliminationPass()(model)
         common_passes.RemoveUnusedNodesPass()(model)

@@ -22,6 +22,9 @@ def fuse_skip_rms_norms(model) -> int:
 
     count = pattern.RewriteRuleSet([_rule_class().rule()], commute=True).apply_to_model(model)
     if count:
+        # the fused node stands where the norm's last node stood; the sum it hands on
+        # may have readers above that (an MoE's residual): order the graph again
+        model.graph.sort()
         common_passes.RemoveUnusedNodesPass()(model)
         model.opset_imports.setdefault("com.microsoft", 1)
     return count
