@@ -66,6 +66,16 @@ def products_as_linear(module: torch.fx.GraphModule) -> int:
     return count
 
 
+def label_linears(module: torch.fx.GraphModule) -> None:
+    """Say where each ``aten.linear`` came from, where a re-capture forgot. PT2E's X86
+    quantizer finds linears by source (``get_source_partitions``), and a graph re-captured
+    after a rewrite (merge_linears, any fusion) calls ``aten.linear`` directly, with no
+    ``source_fn_stack``: int8-dynamic then left every linear of a decoder in float."""
+    for node in module.graph.nodes:
+        if node.target is torch.ops.aten.linear.default and not node.meta.get("source_fn_stack"):
+            node.meta["source_fn_stack"] = [(node.name, torch.nn.functional.linear)]
+
+
 _TRANSPOSES = {torch.ops.aten.t.default, torch.ops.aten.numpy_T.default}
 
 

@@ -22,7 +22,7 @@ from torch.export import ExportedProgram
 
 from passes.base import PassResult
 from passes.quant_error import layer_error_record
-from passes.quant_graph import (layer_name, products_as_linear, quiet_torchao, reads_only_weights,
+from passes.quant_graph import (label_linears, layer_name, products_as_linear, quiet_torchao, reads_only_weights,
                                 weight_bytes, weighted_op)
 from passes.rewrite import drop_unused_weights, recapture
 from passes.quantize_weight_only import quantize_weights
@@ -50,6 +50,7 @@ class QuantizePT2E:
         # eager validation still needs in float32.
         module = copy.deepcopy(program.module())
         rewritten = products_as_linear(module)
+        label_linears(module)
         prepared = prepare_pt2e(module, self.make_quantizer())
         with torch.no_grad():
             for flat in self.calibration or [inputs.tensors]:

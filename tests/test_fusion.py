@@ -173,3 +173,19 @@ def test_zoo_models_after_every_fusion_pass_match_eager(name):
     for want, have in zip(torch.utils._pytree.tree_leaves(expected),
                           torch.utils._pytree.tree_leaves(got)):
         torch.testing.assert_close(have, want, rtol=1e-4, atol=1e-5)
+
+
+def test_linears_merged_by_a_fusion_are_still_quantized():
+    """A fusion's re-capture calls aten.linear with no source_fn_stack, and PT2E's X86
+    quantizer finds linears by source: int8-dynamic left a whole decoder in float."""
+    pytest.importorskip("torchao")
+    from passes.quantize import QuantizePT2E
+    from targets.registry import get_target
+    torch.manual_seed(0)
+    program = torch.export.export(_QKV().eval(), (torch.randn(2, 5, 16),))
+    merged = MergeParallelLinears()(program).program
+    cpu = get_target("cpu")
+    info = QuantizePT2E("int8-dynamic", lambda: cpu.quantizer("int8-dynamic"), [],
+                        "test")(merged).info
+    print("quantized:", info["layers_quantized"], "float:", info["layers_float"])
+    assert len(info["layers_quantized"]) == 2 and info["layers_float"] == []
