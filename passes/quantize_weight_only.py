@@ -6,6 +6,8 @@ float, so the gain is memory traffic (GPU, memory-bound decoders), not int8 math
     after:  mm(x, dequant(w: int8 per row))                      int8-weight
             _weight_int4pack_mm(x.bf16, w: int4 tiles, scales per group of 128/64/32)
                                                               int4-weight (CUDA)
+            _weight_int4pack_mm_for_cpu(x.bf16, w: int4, groups of 32)
+                                                              int4-weight (CPU: int4_cpu.py)
 
 torchao quantizes modules (``quantize_``), not graphs, so each linear's weight is
 quantized through a throwaway ``nn.Linear`` holding it, put back into the captured
@@ -22,6 +24,7 @@ import copy
 import torch
 from torch.export import ExportedProgram
 
+from passes import int4_cpu
 from passes.base import PassResult
 from passes.quant_error import layer_error_record
 from passes.quant_graph import (layer_name, products_as_linear, quiet_torchao, weight_bytes,
@@ -66,14 +69,14 @@ class QuantizeWeightOnly:
     required = True  # the user asked for it: a failure fails the build
     recipes = tuple(_FUNCTIONAL)
 
-    def __init__(self, recipe: str, how: str) -> None:
-        self.recipe, self.how = recipe, how
+    def __init__(self, recipe: str, how: str, device: str) -> None:
+        self.recipe, self.how, self.device = recipe, how, device
 
     def __call__(self, program: ExportedProgram) -> PassResult:
         before = weight_bytes(program)
         module = copy.deepcopy(program.module())  # the user's model keeps its float weights
         rewritten = products_as_linear(module)
-        quantized, in_float = quantize_weights(module, self.recipe)
+        quantized, in_float = quantize_weights(module, self.recipe, device=self.device)
         errors = layer_error_record(program.module(), module, quantized,
                                     [flatten_inputs(*program.example_inputs).tensors],
                                     "the example inputs")
@@ -87,10 +90,12 @@ class QuantizeWeightOnly:
 
 
 def quantize_weights(module: torch.fx.GraphModule, recipe: str,
-                     only: set[str] | None = None) -> tuple[list[str], list[dict]]:
+                     only: set[str] | None = None,
+                     device: str = "") -> tuple[list[str], list[dict]]:
     """Swap the weights of the recipe's layers (of ``only`` these ops, if given) for
-    torchao's quantized tensors, in place; the caller re-captures (then
-    ``run_decompositions``). Returns the layers quantized and those left in float, why."""
+    torchao's quantized tensors (int4 on ``device`` "cpu": ATen's CPU format, int4_cpu.py),
+    in place; the caller re-captures (then ``run_decompositions``). Returns the layers
+    quantized and those left in float, why."""
     quiet_torchao()
     quantized, in_float = [], []
     for node in list(module.graph.nodes):
@@ -99,7 +104,10 @@ def quantize_weights(module: torch.fx.GraphModule, recipe: str,
             continue
         if attribute(module, weight) is None and op != "linear":
             continue  # activation x activation (attention scores): not a layer
-        why = _swap_weight(module, node, op, weight, recipe)
+        if recipe == "int4-weight" and device == "cpu":
+            why = _swap_for_cpu_int4(module, node, op, weight)
+        else:
+            why = _swap_weight(module, node, op, weight, recipe)
         if why is None:
             quantized.append(layer_name(node))
         else:
@@ -156,4 +164,28 @@ def _quantized_copy(module: torch.fx.GraphModule, name: str, weight: torch.Tenso
     if type(holder.weight.data) is torch.Tensor:  # torchao skips with a log line only
         return "torchao left it unquantized (its log says why)"
     module.register_parameter(name, holder.weight)
+    return None
+
+
+def _swap_for_cpu_int4(module: torch.fx.GraphModule, node: torch.fx.Node, op: str,
+                       weight_node: object) -> str | None:
+    """Like ``_swap_weight``, for ATen's CPU int4 layout: two stored tensors (packed values,
+    scales and zeros) and a call of ``int4_cpu.linear`` in place of the linear."""
+    if op != "linear":
+        return "int4-weight quantizes linear layers"
+    weight = attribute(module, weight_node)
+    if weight is None:
+        return "its weight is computed in the graph, not a stored tensor"
+    name = f"{weight_node.target.replace('.', '_')}_int4_cpu"
+    if not hasattr(module, f"{name}_packed"):
+        packed = int4_cpu.pack(weight)
+        if isinstance(packed, str):
+            return packed
+        module.register_buffer(f"{name}_packed", packed[0])
+        module.register_buffer(f"{name}_scales", packed[1])
+    with module.graph.inserting_before(node):
+        stored = [module.graph.get_attr(f"{name}_{part}") for part in ("packed", "scales")]
+    bias = node.args[2] if len(node.args) > 2 else None
+    node.target = int4_cpu.linear
+    node.args = (node.args[0], *stored, weight.shape[0], bias)
     return None

@@ -213,7 +213,7 @@ class Target(abc.ABC):
             raise ValueError(f"target {self.name} cannot run recipe {recipe}")
         how = self.quant_recipes[recipe]
         if recipe in QuantizeWeightOnly.recipes:
-            return QuantizeWeightOnly(recipe, how)
+            return QuantizeWeightOnly(recipe, how, self.device)
         return QuantizePT2E(recipe, lambda: self.quantizer(recipe), list(options.calibration),
                             how)
 

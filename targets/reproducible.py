@@ -59,7 +59,7 @@ def normalize_package(package: Path) -> None:
         records = {}
         for info in zf.infolist():
             name = info.filename.split("/", 1)[1]  # records sit under "<archive name>/"
-            if name not in _WRITTEN_BY_WRITER:
+            if name not in _WRITTEN_BY_WRITER and not _weights_copy(name):
                 data = zf.read(info)
                 records[name] = data.split(_COMMANDS)[0] if name.endswith(".cpp") else data
     rewritten = package.parent / "normalized" / package.name  # same name: same record prefix
@@ -70,6 +70,12 @@ def normalize_package(package: Path) -> None:
     pin_serialization_id(rewritten)
     rewritten.replace(package)
     rewritten.parent.rmdir()
+
+
+def _weights_copy(name: str) -> bool:
+    """The on-disk weights of a package whose weights travel apart (shared weights): read
+    once at build (targets/aoti/base.py package_tensors), then dropped."""
+    return name.startswith("data/weights/") or name.endswith("/weights_config.json")
 
 
 def pin_serialization_id(package: Path) -> bool:

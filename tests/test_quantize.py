@@ -206,9 +206,34 @@ def test_weight_only_reports_each_layer_it_leaves_in_float():
     model = torch.nn.Sequential(torch.nn.Conv1d(4, 40, 1), torch.nn.Flatten(),
                                 torch.nn.Linear(40 * 3, 8), torch.nn.Linear(8, 40)).eval()
     program = torch.export.export(model, (torch.randn(2, 4, 3),))
-    info = QuantizeWeightOnly("int4-weight", "test").__call__(program).info
+    info = QuantizeWeightOnly("int4-weight", "test", "cuda").__call__(program).info
     why = {row["op"]: row["why"] for row in info["layers_float"]}
     print(json.dumps(info["layers_float"], indent=1))
     assert info["layers_quantized"] == []
     assert "int4-weight quantizes linear layers" in why["conv1d"]
     assert "in_features 8 is not a multiple of an int4 group (128, 64, 32)" in why["linear"]
+
+
+def test_cpu_int4_linear_multiplies_by_the_grouped_int4_weight():
+    """ATen's CPU int4 GEMM over our packing computes x @ dequantized(w).T: the values
+    torchao's asymmetric quantization chose, per group of 32 (bf16 rows inside)."""
+    from torchao.quantization.utils import groupwise_affine_quantize_tensor
+
+    from passes import int4_cpu
+    torch.manual_seed(0)
+    weight, x, bias = torch.randn(96, 256), torch.randn(2, 5, 256), torch.randn(96)
+    packed, scales_and_zeros = int4_cpu.pack(weight)
+    values, _ = groupwise_affine_quantize_tensor(weight, 4, int4_cpu.GROUP, dtype=torch.bfloat16)
+    scale, zero = (t.float().T[..., None] for t in scales_and_zeros.unbind(-1))  # [out, groups, 1]
+    dequantized = ((values.float().view(96, -1, int4_cpu.GROUP) - 8) * scale + zero).view(96, 256)
+    got = int4_cpu.linear(x, packed, scales_and_zeros, 96, bias)
+    expected = x.bfloat16().float() @ dequantized.T + bias
+    sqnr = 10 * torch.log10(weight.pow(2).mean() / (weight - dequantized).pow(2).mean())
+    print(f"packed {tuple(packed.shape)} {packed.dtype}, weight SQNR {sqnr:.1f} dB, "
+          f"max error vs the dequantized product {(got - expected).abs().max():.3f}")
+    assert got.shape == (2, 5, 96) and got.dtype == torch.float32
+    assert packed.dtype == torch.uint8 and packed.numel() == weight.numel() // 2
+    torch.testing.assert_close(got, expected, rtol=0.02, atol=0.3)  # bf16 output rounding
+    assert sqnr > 18  # 4 bits of a Gaussian in groups of 32: ~22 dB measured
+    assert int4_cpu.pack(torch.randn(8, 40)) == ("in_features 40 is not a multiple of the "
+                                                 "int4 group (32)")

@@ -1,7 +1,8 @@
 """Our generating artifacts as engines of the language-model comparison (bench/llm/):
-``artifact-cpu`` (AOTInductor, fp32), ``artifact-onnx`` (ONNX Runtime, fp32) and
-``artifact-onnx-int8`` / ``artifact-onnx-int4`` (MatMulNBits weights, int8 activations:
-ONNX Runtime GenAI's kernels, our graph). ``prepare`` builds with ``exporter build``
+``artifact-cpu`` (AOTInductor, fp32), ``artifact-cpu-int8`` (int8-dynamic: oneDNN int8
+GEMMs), ``artifact-cpu-int4`` (ATen's int4 CPU GEMM, passes/int4_cpu.py),
+``artifact-onnx`` (ONNX Runtime, fp32) and ``artifact-onnx-int8`` / ``artifact-onnx-int4``
+(MatMulNBits weights, int8 activations: ONNX Runtime GenAI's kernels, our graph). ``prepare`` builds with ``exporter build``
 (validation included) into the engine's work folder; ``load`` generates through the
 runtime, greedy, end of sequence masked as the protocol asks (bench/llm/protocol.py).
 
@@ -18,7 +19,8 @@ from pathlib import Path
 from bench.llm.registry import EngineRequest, Loaded, register_engine
 
 ROOT = Path(__file__).resolve().parents[2]
-BUILDS = {"artifact-cpu": ("cpu", None), "artifact-onnx": ("onnx", None),
+BUILDS = {"artifact-cpu": ("cpu", None), "artifact-cpu-int8": ("cpu", "int8-dynamic"),
+          "artifact-cpu-int4": ("cpu", "int4-weight"), "artifact-onnx": ("onnx", None),
           "artifact-onnx-int8": ("onnx", "int8-weight"),
           "artifact-onnx-int4": ("onnx", "int4-weight")}
 

@@ -65,5 +65,5 @@ def content_key(tensor: torch.Tensor) -> str:
     """What the tensor holds, not what a graph calls it: equal tensors, one key."""
     data = tensor.detach().cpu().contiguous()
     digest = hashlib.sha256(f"{data.dtype}{tuple(data.shape)}".encode())
-    digest.update(data.view(torch.uint8).numpy().data if data.numel() else b"")
+    digest.update(data.reshape(-1).view(torch.uint8).numpy().data if data.numel() else b"")
     return digest.hexdigest()[:32]

@@ -124,6 +124,9 @@ def judge_case(case: str, eager: EagerLogits, prompt: list[int], reference: list
                          and row.get("cache_consistency", {"passed": True})["passed"])
     else:
         row["passed"] = None  # judged over all prompts together (GenerationGate.record)
+        if count >= 2:  # recorded, not gated: the cache holds what a fresh prefill computes
+            row["decode_vs_prefill_max_abs_err"] = float(
+                (got["consistency"].double() - logits[1]).abs().max())
         if first is not None:
             row["divergence"] = _divergence(case, first, tokens, reference, logits, l32, l32,
                                             gate.tolerance)

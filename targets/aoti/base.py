@@ -7,10 +7,13 @@ support table reports which of the two each op gets.
 
 from __future__ import annotations
 
+import io
+import json
 import logging
 import shutil
 import tempfile
 import time
+import zipfile
 from pathlib import Path
 
 import torch
@@ -55,17 +58,36 @@ def _is_python_custom_op(op) -> bool:
 
 def package_tensors(package: Path, program: ExportedProgram) -> dict[str, torch.Tensor]:
     """The tensors a package compiled without its constants asks for, by the names it asks
-    for them (its constant FQNs, which are the program's state_dict and constants keys;
-    Inductor inlines some, like a rotary table it computed from a buffer)."""
+    for them: the program's state_dict and constants keys, and constants Inductor made
+    itself (a lowering's scalar, like the group size of ATen's int4 CPU GEMM), read from
+    the package's own on-disk copy (``package_constants_on_disk_format``)."""
     loader = torch._C._aoti.AOTIModelPackageLoader(str(package), "model", False, 1, -1)
     wanted = set(loader.get_constant_fqns())
     del loader
     tensors = {**program.state_dict, **program.constants}
-    missing = sorted(wanted - set(tensors))
+    made = _packaged_constants(package, wanted - set(tensors))
+    missing = sorted(wanted - set(tensors) - set(made))
     if missing:
         raise LoweringError(f"the package asks for constants the program does not hold: "
                             f"{', '.join(missing[:5])}", nodes=[], movable=False)
-    return {name: tensors[name].detach() for name in sorted(wanted)}
+    return {name: (tensors[name] if name in tensors else made[name]).detach()
+            for name in sorted(wanted)}
+
+
+def _packaged_constants(package: Path, names: set[str]) -> dict[str, torch.Tensor]:
+    """``names`` as the package's pickled copies hold them (``weights_config.json`` maps a
+    name to its file under data/weights/)."""
+    if not names:
+        return {}
+    with zipfile.ZipFile(package) as zf:
+        files = zf.namelist()
+        configs = [f for f in files if f.endswith("/weights_config.json")]
+        where = json.loads(zf.read(configs[0])) if configs else {}
+        found = {}
+        for name in sorted(names & set(where)):
+            entry = next(f for f in files if f.endswith(f"/data/weights/{where[name][0]}"))
+            found[name] = torch.load(io.BytesIO(zf.read(entry)), weights_only=True)
+    return found
 
 
 def _jsonable(configs: dict) -> dict:
@@ -130,7 +152,10 @@ class AOTInductorTarget(Target):
             # The weights stay out of the library, as the program's own tensors by name, so
             # the runtime can hand one copy to several packages (load_constants,
             # user_managed). Freezing would fold them into new, per-package constants.
-            configs.update({"freezing": False, "aot_inductor.package_constants_in_so": False})
+            # A copy on disk too: the only place the values of constants Inductor makes
+            # itself exist (package_tensors); normalize_package drops it after.
+            configs.update({"freezing": False, "aot_inductor.package_constants_in_so": False,
+                            "aot_inductor.package_constants_on_disk_format": "pickle_weights"})
         return configs
 
     def nondeterminism(self, options: LowerOptions) -> list[str]:
@@ -172,6 +197,7 @@ class AOTInductorTarget(Target):
                     program, package_path=str(package), inductor_configs=configs)
         except Exception as exc:  # compiler errors come in many types; keep the full text
             raise self._lowering_error(exc, options) from exc
+        weights = package_tensors(package, program) if options.shared_weights else {}
         normalize_package(package)
         seconds = time.perf_counter() - start
         log.info("AOTInductor compiled %s in %.1f s", package, seconds)
@@ -181,8 +207,7 @@ class AOTInductorTarget(Target):
         return Lowered(files={PACKAGE_NAME: package}, meta=meta.to_json(),
                        requirements=self.requirements(options), notes=notes,
                        seconds={"compile_seconds": round(seconds, 2)},
-                       weights=package_tensors(package, program) if options.shared_weights
-                       else {})
+                       weights=weights)
 
     def requirements(self, options: LowerOptions):
         return self.base_requirements()

@@ -20,6 +20,9 @@ class CpuTarget(AOTInductorTarget):
                        "per row",
         "int8-weight": "torchao Int8WeightOnlyConfig: int8 per-channel linear and "
                        "embedding weights, float activations (Inductor's weight-only int8 GEMM)",
+        "int4-weight": "int4 linear weights in groups of 32 (torchao's asymmetric "
+                       "quantization), ATen's int4 CPU GEMM with bfloat16 rows inside, "
+                       "float in and out (passes/int4_cpu.py)",
     }
 
     def quantizer(self, recipe: str) -> object:
