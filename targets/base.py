@@ -156,6 +156,12 @@ class Target(abc.ABC):
         raise TypeError(f"target {self.name} got {type(given).__name__}, not "
                         f"{self.Options.__name__}")
 
+    def shares_weights(self, options: LowerOptions) -> bool:
+        """Whether partitions built with these options can take their weights from the
+        artifact's one shared copy (``LowerOptions.shared_weights``), as a generating
+        artifact's two entry points want; False where the lowering must own them."""
+        return True
+
     def nondeterminism(self, options: LowerOptions) -> list[str]:
         """What can make two builds of one spec differ in bytes (the manifest says so)."""
         return []

@@ -326,17 +326,22 @@ def test_incremental_text_is_the_whole_decode(tmp_path):
 
 @pytest.mark.skipif(not hasattr(torch.ops.aten, "_weight_int4pack_mm_for_cpu"),
                     reason="this torch has no ATen int4 CPU GEMM")
-def test_cpu_int4_generating_build(tmp_path_factory):
-    """int4-weight on cpu: every linear on ATen's int4 GEMM, in both entry points, whose
-    weights live outside the libraries (the group size is a constant Inductor makes
-    itself, which the shared store must carry); prefill and decode agree through the
-    cache. The tiny random model misses the default int4 gate as ONNX Runtime's
-    MatMulNBits does on it (top-1 0.50 here, 0.46 there), so the test sets its own."""
+@pytest.mark.parametrize("recipe", ["int4-weight",
+                                    pytest.param("int8-dynamic", marks=pytest.mark.slow)])
+def test_cpu_quantized_generating_build(tmp_path_factory, recipe):
+    """int4-weight on cpu: every linear on ATen's int4 GEMM and the token table in int8
+    rows, in both entry points, whose weights live outside the libraries (the GEMM's group
+    size is a constant Inductor makes itself, which the shared store must carry).
+    int8-dynamic: every linear on oneDNN's int8 GEMM, which needs frozen weights, so each
+    entry point holds its own (targets/aoti/base.py shares_weights). Prefill and decode
+    agree through the cache. The tiny random model misses the default int4
+    gate as ONNX Runtime's MatMulNBits does on it (top-1 0.50 here, 0.46 there), so the
+    test sets its own."""
     from exporter.report.console import quantization_records
     folder = tiny_lm.checkpoint(tmp_path_factory.mktemp("lm") / "tiny-llama", "llama")
-    out = folder.parent / "tiny-llama-cpu-int4.artifact"
+    out = folder.parent / f"tiny-llama-cpu-{recipe}.artifact"
     built = exporter.build(f"hf:{folder}", task="text-generation", target="cpu",
-                           quantize="int4-weight", max_context=64, prefill_chunk=16,
+                           quantize=recipe, max_context=64, prefill_chunk=16,
                            min_top1=0.3, max_kl=0.5, out=out)
     record = built.manifest.validation
     (info, *_) = quantization_records(built.manifest)
@@ -344,9 +349,15 @@ def test_cpu_int4_generating_build(tmp_path_factory):
     print(json.dumps({"top1": record["top1_agreement"], "kl": record["mean_kl"],
                       "quantized": len(info["layers_quantized"]),
                       "bytes": [info["weight_bytes_before"], info["weight_bytes_after"]],
+                      "shared_weights": built.manifest.shared_weights is not None,
                       "decode_vs_prefill": consistency}))
-    assert record["passed"] and len(info["layers_quantized"]) == 9  # 4 per layer + lm_head
-    assert [row["op"] for row in info["layers_float"]] == ["embedding"]  # rows are gathered
-    assert max(consistency) < 0.05  # bf16 rows: the same kernel for 1 and for T tokens
+    # 4 linears a layer + lm_head, and the token table in int8 rows
+    assert record["passed"] and len(info["layers_quantized"]) == 9 + 1
+    assert info["layers_float"] == [] and info["weight_bytes_after"] * 3 < info["weight_bytes_before"]
+    assert (built.manifest.shared_weights is not None) == (recipe == "int4-weight")
+    # int4: bf16 rows, the same kernel for 1 and for T tokens; int8-dynamic: one activation
+    # scale per call (PT2E's X86 default is per tensor), so a chunk's scale differs from
+    # a token's (0.13-0.30 here, on logits of std 1.6)
+    assert max(consistency) < (0.05 if recipe == "int4-weight" else 1.0)
     result = runtime.load(out).generate("hello world", 8, stop_at_eos=False)
     assert len(result.tokens) == 8

@@ -86,7 +86,8 @@ def build_generating(spec: str | torch.nn.Module, settings: BuildSettings, *,
     lm, preps = prepared.lm, prepared.preps
     target, out = preps["prefill"].target, preps["prefill"].out
     for prep in preps.values():  # one copy of the weights for both entry points
-        prep.options = dataclasses.replace(prep.options, shared_weights=True)
+        prep.options = dataclasses.replace(prep.options,
+                                           shared_weights=target.shares_weights(prep.options))
     work_dir = scratch.make_dir("exporter-build-")
     try:
         lowered = {}

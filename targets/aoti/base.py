@@ -24,6 +24,7 @@ from torch.fx import Node
 from passes.base import Pass
 from passes.merge_linears import MergeParallelLinears
 from passes.ops import is_custom_op
+from passes.quantize_weight_only import QuantizeWeightOnly
 from runtime.executors.aoti import AotiMeta
 from targets.base import (
     OK,
@@ -157,6 +158,13 @@ class AOTInductorTarget(Target):
             configs.update({"freezing": False, "aot_inductor.package_constants_in_so": False,
                             "aot_inductor.package_constants_on_disk_format": "pickle_weights"})
         return configs
+
+    def shares_weights(self, options: LowerOptions) -> bool:
+        """Not for PT2E int8 recipes: Inductor turns their dequantize + linear into oneDNN
+        int8 GEMMs only while freezing, which packs the weights into the library. Shared
+        (unfrozen), a 300M decoder's int8-dynamic decode ran at 6.7 tokens/s, half of
+        fp32; frozen, each entry point carries its own int8 copy (bench/RESULTS.md)."""
+        return options.quantize is None or options.quantize in QuantizeWeightOnly.recipes
 
     def nondeterminism(self, options: LowerOptions) -> list[str]:
         # Measured (tests/test_reproducible.py): cold or warm, one Inductor cache directory
