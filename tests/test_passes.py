@@ -117,3 +117,27 @@ def test_rsqrt_products_become_divisions_by_the_root():
     for got, want in zip(result.program.module()(x), expected):
         torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
     assert not RsqrtAsDivision()(result.program).modified
+
+
+class _WholeHeadRotary(torch.nn.Module):
+    """Phi-3's rotary: cat(rotated part, untouched part), the latter empty here, on a
+    transposed view, then a view that needs the contiguous result eager's cat returns."""
+
+    def forward(self, x):  # x [1, T, 4, 16]
+        q = x.transpose(1, 2)
+        out = torch.cat([q * 2.0, q[..., 16:]], dim=-1)
+        return out.view(1, 2, 2 * out.shape[2], 16)
+
+
+def test_empty_concat_operands_are_dropped_and_the_result_stays_contiguous():
+    from passes.empty_concat import DropEmptyConcatOperands
+    x = torch.randn(1, 5, 4, 16)
+    program = torch.export.export(_WholeHeadRotary(), (x,),
+                                  dynamic_shapes=({1: torch.export.Dim("t", min=2, max=16)},))
+    result = DropEmptyConcatOperands()(program)
+    ops = _ops(result.program)
+    print(ops, result.info)
+    assert result.info == {"operands_dropped": 1} and "cat" not in " ".join(ops)
+    assert any("clone" in op for op in ops)
+    torch.testing.assert_close(result.program.module()(x), _WholeHeadRotary()(x))
+    assert DropEmptyConcatOperands()(result.program).modified is False

@@ -22,6 +22,7 @@ from torch.export import ExportedProgram
 from torch.fx import Node
 
 from passes.base import Pass
+from passes.empty_concat import DropEmptyConcatOperands
 from passes.merge_linears import MergeParallelLinears
 from passes.ops import is_custom_op
 from passes.quantize_weight_only import QuantizeWeightOnly
@@ -134,7 +135,9 @@ class AOTInductorTarget(Target):
         # Inductor folds batch norm, matches attention and fuses pointwise ops on its own;
         # it does not merge matmuls that read one input. Merged, a decoder's q/k/v and
         # gate/up projections are 2 GEMMs instead of 5 (bench/RESULTS.md, "decode step").
-        return pipeline(options, self.quantize_pass(options), fusions=(MergeParallelLinears,))
+        passes = pipeline(options, self.quantize_pass(options), fusions=(MergeParallelLinears,))
+        # not a fusion: Inductor's CPU cat mislaid such a cat's output (empty_concat.py)
+        return [passes[0], DropEmptyConcatOperands(), *passes[1:]]
 
     def inductor_configs(self, options: LowerOptions) -> dict:
         """Freezing folds weights into constants and lets Inductor prepack them
