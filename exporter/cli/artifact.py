@@ -151,7 +151,8 @@ def _bench_generation(artifact: Path, names: tuple[str, ...], runs: int, prompt_
     if as_json:
         print_json(timed)
         return 0
-    say(f"{artifact}: {timed['device']} {timed['dtype']}, {timed['prompt_tokens']}-token "
+    recipe = f" {timed['quantize']}" if timed.get("quantize") else ""
+    say(f"{artifact}: {timed['device']} {timed['dtype']}{recipe}, {timed['prompt_tokens']}-token "
         f"prompt, {timed['new_tokens']} new tokens, {timed['threads']} threads, median of "
         f"{timed['runs']} runs; {timed['file_bytes'] / 1e6:.1f} MB file, KV cache "
         f"{timed['cache_bytes'] / 1e6:.1f} MB")

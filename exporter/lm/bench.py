@@ -61,6 +61,7 @@ def bench_generation(artifact: str | Path, *, baselines: tuple[str, ...] = BASEL
     rows = _take_turns(engines, runs, device, stage)
     result = {"artifact": str(artifact), "target": manifest.target, "device": str(device),
               "dtype": manifest.build.get("settings", {}).get("dtype", "fp32"),
+              "quantize": manifest.build.get("settings", {}).get("quantize"),
               "prompt_tokens": prompt_tokens, "new_tokens": new_tokens, "runs": runs,
               "threads": torch.get_num_threads(), "file_bytes": Path(artifact).stat().st_size,
               "cache_bytes": generator.cache.nbytes, "engines": rows}
