@@ -361,3 +361,22 @@ def test_cpu_quantized_generating_build(tmp_path_factory, recipe):
     assert max(consistency) < (0.05 if recipe == "int4-weight" else 1.0)
     result = runtime.load(out).generate("hello world", 8, stop_at_eos=False)
     assert len(result.tokens) == 8
+
+
+def test_the_float64_reference_runs_mixture_of_experts_models():
+    """transformers' default experts kernel (grouped_mm) has no float64 kernel: the
+    exact-tokens gate's float64 reference of Qwen2-MoE failed before it ran."""
+    import transformers as tf
+
+    from exporter.lm.gate import EagerLogits
+    torch.manual_seed(0)
+    config = tf.Qwen2MoeConfig(vocab_size=tiny_lm.VOCAB, hidden_size=64, intermediate_size=128,
+                               num_hidden_layers=1, num_attention_heads=4,
+                               num_key_value_heads=2, num_experts=4, num_experts_per_tok=2,
+                               moe_intermediate_size=32, shared_expert_intermediate_size=64)
+    model = tf.AutoModelForCausalLM.from_config(config).eval()
+    eager = EagerLogits(model)
+    l32, l64 = eager.at([5, 6, 7, 8], 1, 3), eager.at([5, 6, 7, 8], 1, 3, float64=True)
+    print("max |float32 - float64| logit:", float((l32.double() - l64).abs().max()))
+    assert l64.dtype == torch.float64 and l64.shape == (3, tiny_lm.VOCAB)
+    torch.testing.assert_close(l32.double(), l64, rtol=1e-4, atol=1e-4)

@@ -88,12 +88,26 @@ class EagerLogits:
         model = self.model
         if float64:
             if self._model64 is None:
-                self._model64 = copy.deepcopy(self.model).double().eval()
+                self._model64 = _float64_copy(self.model)
             model = self._model64
         device = next(model.parameters()).device
         with torch.no_grad():
             logits = model(input_ids=torch.tensor([sequence], device=device)).logits
         return logits[0, start:start + count].cpu()
+
+
+def _float64_copy(model: torch.nn.Module) -> torch.nn.Module:
+    """The reference model in float64. Mixture-of-experts layers run transformers' eager
+    experts: its default ``grouped_mm`` has no float64 kernel (Qwen2-MoE's validation
+    failed with "Expected mat_a to be Float32, BFloat16 or Float16")."""
+    copied = copy.deepcopy(model).double().eval()
+    setter = getattr(copied, "set_experts_implementation", None)
+    if setter is not None:
+        try:
+            setter("eager")
+        except ValueError:  # a model without experts (or that cannot switch them)
+            pass
+    return copied
 
 
 def judge_case(case: str, eager: EagerLogits, prompt: list[int], reference: list[int],
