@@ -23,6 +23,7 @@ import torch
 # One scale and zero per 32 weights along in_features: the block of llama.cpp's Q4_0 and of
 # ONNX Runtime's MatMulNBits on the onnx target, so int4 builds of one model compare alike.
 GROUP = 32
+OUT_TILE = 16  # _convert_weight_to_int4pack_for_cpu: "expect N to be dividable by 16"
 
 
 def pack(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | str:
@@ -32,6 +33,9 @@ def pack(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | str:
     out_features, in_features = weight.shape
     if in_features % GROUP:
         return f"in_features {in_features} is not a multiple of the int4 group ({GROUP})"
+    if out_features % OUT_TILE:
+        return (f"out_features {out_features} is not a multiple of {OUT_TILE} "
+                "(ATen's int4 CPU layout packs rows in tiles of 16)")
     values, scales_and_zeros = groupwise_affine_quantize_tensor(
         weight.detach().float(), 4, GROUP, dtype=torch.bfloat16)
     # inner_k_tiles is unused by the CPU layout (one layout for every shape)

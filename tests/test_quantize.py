@@ -98,7 +98,7 @@ def test_missing_the_gate_exits_1_saying_by_how_much(cli, tmp_path):
 
 @pytest.mark.parametrize("args, needle", [
     (["--target", "tvm", "--quantize", "int8-dynamic"], "cpu: int8-dynamic, int8-static"),
-    (["--target", "cpu", "--quantize", "int4-weight"], "cuda: int8-weight, int4-weight"),
+    (["--target", "tvm", "--quantize", "int4-weight"], "cuda: int8-weight, int4-weight"),
     (["--target", "cpu", "--quantize", "int8-weight", "--calibration", "random"],
      "does not calibrate"),
     (["--target", "cpu", "--quantize", "int8-static"], "needs calibration data"),
@@ -237,3 +237,4 @@ def test_cpu_int4_linear_multiplies_by_the_grouped_int4_weight():
     assert sqnr > 18  # 4 bits of a Gaussian in groups of 32: ~22 dB measured
     assert int4_cpu.pack(torch.randn(8, 40)) == ("in_features 40 is not a multiple of the "
                                                  "int4 group (32)")
+    assert "out_features 10 is not a multiple of 16" in int4_cpu.pack(torch.randn(10, 64))
