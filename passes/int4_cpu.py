@@ -51,4 +51,3 @@ def linear(x: torch.Tensor, packed: torch.Tensor, scales_and_zeros: torch.Tensor
     y = torch.ops.aten._weight_int4pack_mm_for_cpu(rows, packed, GROUP, scales_and_zeros)
     y = y.reshape(*x.shape[:-1], out_features).to(x.dtype)
     return y if bias is None else y + bias
-

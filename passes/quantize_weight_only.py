@@ -93,10 +93,9 @@ def quantize_weights(module: torch.fx.GraphModule, recipe: str,
                      only: set[str] | None = None,
                      device: str = "") -> tuple[list[str], list[dict]]:
     """Swap the weights of the recipe's layers (of ``only`` these ops, if given) for
-    torchao's quantized tensors (int4 on ``device`` "cpu": ATen's CPU format, int4_cpu.py,
-    and int8 embedding tables),
-    in place; the caller re-captures (then ``run_decompositions``). Returns the layers
-    quantized and those left in float, why."""
+    torchao's quantized tensors, in place (int4 on ``device`` "cpu": ATen's CPU format,
+    int4_cpu.py, with int8 embedding tables); the caller re-captures (then
+    ``run_decompositions``). Returns the layers quantized and those left in float, why."""
     quiet_torchao()
     quantized, in_float = [], []
     for node in list(module.graph.nodes):
