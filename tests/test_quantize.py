@@ -30,21 +30,13 @@ def _linears_and_embeddings(name):
             sum(isinstance(m, torch.nn.Embedding) for m in modules))
 
 
-# Seen on 2026-11-23 on a fresh install, at the last landed commit (0e893fd) too, so not
-# caused by that day's changes: the zoo encoder's 'pooled' output misses the 20 dB / 0.99
-# gate by 4-5 dB after int8 activation quantization, on cpu (torchao PT2E) and on onnx
-# (ONNX Runtime 1.31.1 and 1.32.0 alike). Open: find which package drifted. They run in
-# `make test-slow` (slow: about 90 s of builds that, xfailing, assert nothing in `make test`).
-_XFAIL_DRIFT = pytest.mark.xfail(reason="int8 activation gate drift on the zoo encoder since "
-                                 "2026-11-23 (see the comment above)", strict=False)
-_GATE_DRIFT = [pytest.mark.slow, _XFAIL_DRIFT]
+# The int8-activation gate tests of the zoo encoder (cpu and onnx) and of the trained CNN:
+# from 2026-11-23 they missed the 20 dB / 0.99 gate by 4-5 dB and were marked xfail; on
+# 2026-11-25 (session 32) all four passed twice in a row, so they assert again. They stay
+# in `make test-slow` (about 90 s of builds; `make test` is near its 15 minutes).
 
 
-def _gate_drift(test):
-    return pytest.mark.slow(_XFAIL_DRIFT(test))
-
-
-@pytest.mark.parametrize("recipe", [pytest.param("int8-dynamic", marks=_GATE_DRIFT),
+@pytest.mark.parametrize("recipe", [pytest.param("int8-dynamic", marks=pytest.mark.slow),
                                     "int8-weight"])
 def test_encoder_quantizes_every_linear_and_embedding_and_passes_the_gate(
         artifacts_dir, cli, recipe):
@@ -150,7 +142,7 @@ def test_dead_pooler_is_cleaned_before_prepare(cli, tmp_path):
     assert not any("pooler" in layer for layer in info["layers_quantized"])
 
 
-@_gate_drift
+@pytest.mark.slow
 @pytest.mark.parametrize("recipe", ["int8-dynamic", "int8-static"])
 def test_onnx_recipes_use_onnx_runtime_tools(cli, tmp_path, recipe):
     pytest.importorskip("onnxruntime")
@@ -180,7 +172,7 @@ def test_trained_zoo_weights_solve_their_tasks():
     assert pooled.shape == (200, 64) and torch.isfinite(pooled).all()
 
 
-@_gate_drift
+@pytest.mark.slow
 def test_gate_on_a_trained_model_with_task_data(cli, tmp_path):
     from exporter.model.zoo_trained import task_inputs
 
