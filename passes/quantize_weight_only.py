@@ -20,6 +20,8 @@ so partitioning, safetensors and AOTInductor see ordinary parameters.
 from __future__ import annotations
 
 import copy
+import functools
+from typing import Callable
 
 import torch
 from torch.export import ExportedProgram
@@ -104,20 +106,24 @@ def quantize_weights(module: torch.fx.GraphModule, recipe: str,
             continue
         if attribute(module, weight) is None and op != "linear":
             continue  # activation x activation (attention scores): not a layer
-        if recipe == "int4-weight" and device == "cpu" and op == "embedding":
-            # tables in int8 rows (only the gathered rows are dequantized): a 32k-token
-            # vocabulary's float table was 45% of a 300M decoder's int4 artifact
-            why = _swap_weight(module, node, op, weight, "int8-weight")
-        elif recipe == "int4-weight" and device == "cpu":
-            why = _swap_for_cpu_int4(module, node, op, weight)
-        else:
-            why = _swap_weight(module, node, op, weight, recipe)
+        why = _swapper(recipe, device, op)(module, node, op, weight)
         if why is None:
             quantized.append(layer_name(node))
         else:
             in_float.append({"layer": layer_name(node), "op": op, "why": why})
     module.recompile()
     return quantized, in_float
+
+
+def _swapper(recipe: str, device: str, op: str) -> Callable:
+    """How one layer's weight is swapped: ATen's CPU int4 layout for int4-weight on cpu,
+    whose embedding tables go to int8 rows (only the gathered rows are dequantized; a
+    32k-token vocabulary's float table was 45% of a 300M decoder's int4 artifact);
+    torchao's tensors otherwise."""
+    if recipe == "int4-weight" and device == "cpu":
+        return (functools.partial(_swap_weight, recipe="int8-weight") if op == "embedding"
+                else _swap_for_cpu_int4)
+    return functools.partial(_swap_weight, recipe=recipe)
 
 
 def _swap_weight(module: torch.fx.GraphModule, node: torch.fx.Node, op: str,
