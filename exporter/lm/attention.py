@@ -125,6 +125,8 @@ def _layer_of(layers: list, module: torch.nn.Module, key: torch.Tensor):
     if index is None or not 0 <= index < len(layers):
         return None
     layer = layers[index]
+    if key is getattr(layer, "cross_keys", None):  # an encoder-decoder's cross-attention
+        return None  # (the same layer_idx as its self-attention): the model's own
     past, new = layer.past, layer.new
     if past[0] is None or new is None or key.shape[-2] != past[0].shape[-2] + new[0].shape[-2]:
         return None

@@ -26,8 +26,10 @@ from exporter.builder.pipeline import (BuildResult, available_target, check_outp
                                        stage_timer)
 from exporter.builder.prepared import Prepared
 from exporter.builder.shared_weights import share_weights
-from exporter.errors import UserInputError
+from exporter.errors import SpecError, UserInputError
 from exporter.lm.source import TOKENIZER_FILE, LanguageModel, load_language_model
+from exporter.lm.seq2seq import (ExportableEncoder, ExportableSeq2SeqStep, Source,
+                                 example_source, probe_seq2seq_layout, source_of)
 from exporter.lm.wrapper import ExportableCausalLM, probe_layout
 from exporter.model.cast import DTYPES
 from exporter.model.hf_spec import HfOptions
@@ -41,6 +43,7 @@ from runtime.manifest import EntryPoint, Manifest
 
 TOKENIZER_ENTRY = f"generation/{TOKENIZER_FILE}"
 EXAMPLE_TOKENS = 8  # the prefill example's length (any in 2..chunk: the dim is dynamic)
+MAX_SOURCE_DEFAULT = 1024  # a text encoder's longest source (the cross cache's rows)
 
 
 @dataclass
@@ -51,7 +54,8 @@ class PreparedGeneration:
     layout: CacheLayout
     context: int
     chunk: int
-    preps: dict[str, Prepared]  # "prefill", "decode"
+    preps: dict[str, Prepared]  # "prefill", "decode" (and "encode": an encoder-decoder)
+    source: Source | None = None  # an encoder-decoder's encoder input
 
 
 def prepare_generating(spec: str | torch.nn.Module, settings: BuildSettings,
@@ -64,12 +68,29 @@ def prepare_generating(spec: str | torch.nn.Module, settings: BuildSettings,
     context, chunk = lm.context_bounds(settings.max_context, settings.prefill_chunk)
     model = lm.model if settings.dtype == "fp32" else copy.deepcopy(lm.model).to(
         DTYPES[settings.dtype])
-    layout = probe_layout(model, context, next(model.parameters()).dtype)
-    wrapper = ExportableCausalLM(model, layout, target.step_attention).eval()
+    dtype = next(model.parameters()).dtype
+    if lm.encoder_decoder:
+        source = _source_of(lm, model)
+        layout = probe_seq2seq_layout(model, source, context, dtype)
+        entries = seq2seq_entry_specs(lm, model, layout, source, chunk, target.step_attention)
+    else:
+        source = None
+        layout = probe_layout(model, context, dtype)
+        wrapper = ExportableCausalLM(model, layout, target.step_attention).eval()
+        entries = entry_specs(lm, wrapper, layout, chunk)
     reference = ModelSpec(lm.source, lm.model, (), {}, None, lm.origin_file, lm.notes)
     preps = {name: prepare_captured(target, reference, entry, out, settings, timed, f" {name}")
-             for name, entry in entry_specs(lm, wrapper, layout, chunk).items()}
-    return PreparedGeneration(lm, layout, context, chunk, preps)
+             for name, entry in entries.items()}
+    return PreparedGeneration(lm, layout, context, chunk, preps, source)
+
+
+def _source_of(lm: LanguageModel, model: torch.nn.Module) -> Source:
+    try:
+        return source_of(model, MAX_SOURCE_DEFAULT)
+    except NotImplementedError as exc:
+        raise SpecError(f"{type(model).__name__}: {exc}", where=lm.source,
+                        hint="encoder-decoders with a text encoder or Whisper's speech "
+                             "encoder build") from None
 
 
 def dry_run_generating(spec: str | torch.nn.Module, settings: BuildSettings, *,
@@ -95,8 +116,9 @@ def build_generating(spec: str | torch.nn.Module, settings: BuildSettings, *,
             (work_dir / name).mkdir()
             with timed(f"lower {name} ({target.backend})"):
                 lowered[name] = lower_with_fallback(prep, settings, work_dir / name)
-        for plan, _ in lowered["decode"]:  # one folder per partition in the artifact
-            plan.name = f"decode_{plan.name}"
+        for name, pairs in lowered.items():  # one folder per partition in the artifact
+            for plan, _ in pairs if name != "prefill" else ():
+                plan.name = f"{name}_{plan.name}"
         manifest, files = _assemble(prepared, lowered, settings, work_dir)
         measured: dict = {}
         if settings.validate_artifact:
@@ -123,8 +145,7 @@ def _assemble(prepared: PreparedGeneration, lowered: dict, settings: BuildSettin
     lm, preps = prepared.lm, prepared.preps
     store, store_files = share_weights([low for pairs in lowered.values()
                                         for _, low in pairs], work_dir)
-    manifest = _manifest(preps, lowered, settings, lm, prepared.layout, prepared.context,
-                         prepared.chunk)
+    manifest = _manifest(preps, lowered, settings, prepared)
     manifest.shared_weights = store or None
     files = {f"partitions/{plan.name}/{file}": path for pairs in lowered.values()
              for plan, low in pairs for file, path in low.files.items()}
@@ -133,7 +154,7 @@ def _assemble(prepared: PreparedGeneration, lowered: dict, settings: BuildSettin
         files[TOKENIZER_ENTRY] = lm.tokenizer
     notes = [n for pairs in lowered.values() for _, low in pairs for n in low.notes]
     manifest.build = {"settings": settings.model_dump(mode="json", exclude={"out"}),
-                      "notes": _unique(preps["prefill"].warnings + preps["decode"].warnings
+                      "notes": _unique([w for prep in preps.values() for w in prep.warnings]
                                        + notes),
                       "nondeterminism": preps["prefill"].target.nondeterminism(
                           preps["prefill"].options)}
@@ -161,13 +182,44 @@ def entry_specs(lm: LanguageModel, wrapper: ExportableCausalLM, layout: CacheLay
     return {"prefill": prefill, "decode": decode}
 
 
+def seq2seq_entry_specs(lm: LanguageModel, model: torch.nn.Module, layout: CacheLayout,
+                        source: Source, chunk: int, attention: str) -> dict[str, ModelSpec]:
+    """An encoder-decoder's three entry points (exporter/lm/seq2seq.py): the steps as a
+    causal LM's, reading the cross cache (and the source mask of a text encoder) too, and
+    ``encode`` over a source of dynamic length (text) or the model's fixed one (speech)."""
+    step = ExportableSeq2SeqStep(model, layout, source, attention).eval()
+    steps = entry_specs(lm, step, layout, chunk)
+    dtype = getattr(torch, layout.dtype)
+    cross = {new: torch.zeros(shape, dtype=dtype)
+             for (_, new), shape in zip(layout.cross_names(), layout.cross_shapes())}
+    mask = torch.ones(1, source.bound, dtype=torch.long) if source.masked else None
+    for name, entry in steps.items():
+        shapes = entry.dynamic_shapes and (*entry.dynamic_shapes, {k: None for k in cross},
+                                           None)
+        steps[name] = dataclasses.replace(entry, args=(*entry.args, cross, mask),
+                                          dynamic_shapes=shapes)
+    example = example_source(model, source, min(EXAMPLE_TOKENS, source.bound))
+    if example.is_floating_point():  # speech features, in the build's dtype
+        example = example.to(dtype)
+    length = {1: Dim.DYNAMIC(min=1, max=source.bound)} if source.masked else None
+    encoder = ExportableEncoder(model, layout, source).eval()
+    steps["encode"] = ModelSpec(lm.source, encoder, (example,), {}, (length,),
+                                lm.origin_file, lm.notes)
+    return steps
+
+
 def _manifest(preps: dict[str, Prepared], lowered: dict, settings: BuildSettings,
-              lm: LanguageModel, layout: CacheLayout, context: int, chunk: int) -> Manifest:
+              prepared: PreparedGeneration) -> Manifest:
+    lm, layout, context, chunk = (prepared.lm, prepared.layout, prepared.context,
+                                  prepared.chunk)
     manifest = manifest_for(preps["prefill"], settings, lowered["prefill"])
-    decode = manifest_for(preps["decode"], settings, lowered["decode"])
-    manifest.entry_points = {"decode": EntryPoint(decode.signature, decode.partitions,
-                                                  decode.memory_plan, decode.placement,
-                                                  decode.coverage, decode.passes)}
+    manifest.entry_points = {}
+    for name in preps:
+        if name != "prefill":
+            entry = manifest_for(preps[name], settings, lowered[name])
+            manifest.entry_points[name] = EntryPoint(entry.signature, entry.partitions,
+                                                     entry.memory_plan, entry.placement,
+                                                     entry.coverage, entry.passes)
     manifest.source = {"spec": lm.source, "model_class": type(lm.model).__qualname__,
                        "task": "text-generation", "max_context": context,
                        "prefill_chunk": chunk}
@@ -176,6 +228,7 @@ def _manifest(preps: dict[str, Prepared], lowered: dict, settings: BuildSettings
         "tokenizer": TOKENIZER_ENTRY if lm.tokenizer is not None else None,
         **{f"{key}_token_ids": ids for key, ids in lm.token_ids.items()},
         "generation_config": lm.generation_config,
+        **({"source": prepared.source.to_json()} if prepared.source else {}),
         "cache_bytes": layout.nbytes(torch.empty((), dtype=getattr(torch, layout.dtype))
                                      .element_size())}
     return manifest

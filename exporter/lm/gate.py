@@ -83,16 +83,24 @@ class EagerLogits:
         self.model = model
         self._model64: torch.nn.Module | None = None
 
-    def at(self, sequence: list[int], start: int, count: int, *, float64: bool = False
-           ) -> torch.Tensor:
+    def at(self, sequence: list[int], start: int, count: int, *, float64: bool = False,
+           encoder: dict | None = None) -> torch.Tensor:
+        """``encoder``: an encoder-decoder's source (``sequence`` is then its decoder's)."""
         model = self.model
         if float64:
             if self._model64 is None:
                 self._model64 = _float64_copy(self.model)
             model = self._model64
         device = next(model.parameters()).device
+        ids = torch.tensor([sequence], device=device)
         with torch.no_grad():
-            logits = model(input_ids=torch.tensor([sequence], device=device)).logits
+            if encoder:
+                dtype = next(model.parameters()).dtype
+                given = {k: v.to(dtype) if v.is_floating_point() else v
+                         for k, v in encoder.items()}
+                logits = model(**given, decoder_input_ids=ids).logits
+            else:
+                logits = model(input_ids=ids).logits
         return logits[0, start:start + count].cpu()
 
 
@@ -111,11 +119,12 @@ def _float64_copy(model: torch.nn.Module) -> torch.nn.Module:
 
 
 def judge_case(case: str, eager: EagerLogits, prompt: list[int], reference: list[int],
-               got: dict[str, torch.Tensor], gate: GenerationGate) -> dict:
+               got: dict[str, torch.Tensor], gate: GenerationGate,
+               encoder: dict | None = None) -> dict:
     tokens = got["tokens"].tolist()
     logits = got["logits"].double()
     count = len(tokens)
-    l32 = eager.at(prompt + tokens, len(prompt) - 1, count).double()
+    l32 = eager.at(prompt + tokens, len(prompt) - 1, count, encoder=encoder).double()
     row = {"case": case, "prompt_tokens": len(prompt), "new_tokens": count,
            "tokens": tokens, "reference_tokens": reference,
            "tokens_match": tokens == reference,
@@ -123,7 +132,8 @@ def judge_case(case: str, eager: EagerLogits, prompt: list[int], reference: list
            "mean_kl": _mean_kl(l32, logits)}
     first = next((i for i, (a, b) in enumerate(zip(tokens, reference)) if a != b), None)
     if gate.exact_tokens:
-        l64 = eager.at(prompt + tokens, len(prompt) - 1, count, float64=True).double()
+        l64 = eager.at(prompt + tokens, len(prompt) - 1, count, float64=True,
+                       encoder=encoder).double()
         row["logits"] = compare_output(logits, l64, l32, gate.tolerance)
         if count >= 2:  # decode after prefill == a fresh prefill over one more token
             row["cache_consistency"] = compare_output(got["consistency"].double(), l64[1],

@@ -2,8 +2,9 @@
 beside its weights: the tokenizer file, the special token ids, the generation config.
 
     hf:PATH        a checkpoint folder (config.json, model.safetensors, tokenizer.json,
-                   generation_config.json); the model class is AutoModelForCausalLM
-    FILE.py:NAME   a factory returning a transformers causal LM (alone, or first in a
+                   generation_config.json); the model class is AutoModelForCausalLM, or
+                   for an encoder-decoder AutoModelForSeq2SeqLM / AutoModelForSpeechSeq2Seq
+    FILE.py:NAME   a factory returning such a transformers model (alone, or first in a
                    tuple); its tokenizer from the folder it was loaded from, if any
 """
 
@@ -35,6 +36,11 @@ class LanguageModel:
     notes: list[str] = field(default_factory=list)
 
     @property
+    def encoder_decoder(self) -> bool:
+        """Whisper, BART, Marian, ...: an ``encode`` entry point and a cross cache."""
+        return bool(getattr(self.model.config, "is_encoder_decoder", False))
+
+    @property
     def name(self) -> str:
         """The default artifact's stem (the folder or the factory's name)."""
         tail = Path(self.source.rsplit(":", 1)[-1].rstrip("/\\")).name
@@ -43,7 +49,9 @@ class LanguageModel:
     def context_bounds(self, max_context: int | None, prefill_chunk: int | None
                        ) -> tuple[int, int]:
         """(max_context, prefill_chunk), from the settings or the model's own limits."""
-        positions = getattr(self.model.config, "max_position_embeddings", None)
+        config = self.model.config  # a decoder's positions (Whisper: max_target_positions)
+        positions = (getattr(config, "max_target_positions", None)
+                     or getattr(config, "max_position_embeddings", None))
         context = max_context or min(positions or MAX_CONTEXT_DEFAULT, MAX_CONTEXT_DEFAULT)
         if positions and context > positions:
             raise SpecError(f"--max-context {context} is over the model's {positions} "
@@ -75,9 +83,10 @@ def _described(source: str, model: torch.nn.Module, folder: Path | None, notes: 
     config = getattr(model, "config", None)
     if config is None or not hasattr(model, "generation_config") or not getattr(
             type(model), "can_generate", lambda: False)():
-        raise SpecError(f"{type(model).__name__} is not a transformers causal language model",
+        raise SpecError(f"{type(model).__name__} is not a transformers model that generates",
                         where=source, hint="--task text-generation takes a model built by "
-                        "AutoModelForCausalLM (or a factory returning one)")
+                        "AutoModelForCausalLM or AutoModelForSeq2SeqLM / "
+                        "AutoModelForSpeechSeq2Seq (or a factory returning one)")
     model = model.float().eval()
     if folder is None and getattr(model, "name_or_path", None):
         candidate = Path(model.name_or_path)
@@ -87,8 +96,10 @@ def _described(source: str, model: torch.nn.Module, folder: Path | None, notes: 
         notes = notes + ["no tokenizer.json beside the model: the artifact takes token ids, "
                          "not text"]
     generation = model.generation_config.to_dict()
+    keys = ("bos", "eos", "pad") + (("decoder_start",) if getattr(
+        config, "is_encoder_decoder", False) else ())
     ids = {key: _ids(generation.get(f"{key}_token_id", getattr(config, f"{key}_token_id", None)))
-           for key in ("bos", "eos", "pad")}
+           for key in keys}
     vocab = getattr(config, "vocab_size", None) or model.get_output_embeddings().weight.shape[0]
     outside = {k: v for k, v in ids.items() if any(not 0 <= t < vocab for t in v)}
     if outside:  # a random-weight config copied from elsewhere often keeps 32000/50256

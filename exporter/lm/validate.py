@@ -46,25 +46,29 @@ def validate_generation(out: Path, manifest: Manifest, files: dict, lm: Language
     gate = GenerationGate.for_build(settings.dtype, settings.quantize,
                                     min_top1=settings.min_top1, max_kl=settings.max_kl)
     prompts, new_tokens = generation_cases(lm, manifest.generation, settings.seed)
+    sources = source_cases(lm, manifest.generation, len(prompts), settings.seed)
     flat = {}
     for index, prompt in enumerate(prompts):
         flat[f"case{index}/prompt"] = torch.tensor(prompt, dtype=torch.int64)
         flat[f"case{index}/new_tokens"] = torch.tensor([new_tokens], dtype=torch.int64)
+        if sources[index] is not None:
+            flat[f"case{index}/source"] = sources[index][0]
     staging = scratch.record(out.with_name(f".{out.name}.validating-{os.getpid()}"))
     write_artifact(staging, manifest.to_dict(), files)
     try:
         run = ArtifactRun(staging, flat, command="generation-cases", preload=preload,
                           timeout=settings.validation_timeout_s)
         try:  # the references, while the artifact generates in its own process
-            references = [hf_greedy(lm.model, prompt, new_tokens) for prompt in prompts]
+            references = [hf_greedy(lm.model, prompt, new_tokens, encoder_inputs(lm, source))
+                          for prompt, source in zip(prompts, sources)]
             results = run.results()
         finally:
             run.close()
     finally:
         scratch.remove(staging)
     eager = EagerLogits(lm.model)
-    rows = [judge_case(f"case{i}", eager, prompt, references[i],
-                       results[f"case{i}"], gate) for i, prompt in enumerate(prompts)]
+    rows = [judge_case(f"case{i}", eager, prompt, references[i], results[f"case{i}"], gate,
+                       encoder_inputs(lm, sources[i])) for i, prompt in enumerate(prompts)]
     record = gate.record(rows, new_tokens)
     if not record["passed"]:
         manifest.validation = record
@@ -86,16 +90,49 @@ def generation_cases(lm: LanguageModel, generation: dict, seed: int
     longest = context - new_tokens
     long = min(longest, max(chunk + 7, max(windows, default=0) + 5))
     lengths = [1, min(9, longest), long]
-    texts = _tokenized(lm)
+    # an encoder-decoder's decoder prompts start as generate's do, then go on as text
+    start = generation.get("decoder_start_token_ids") or []
+    texts = [] if start else _tokenized(lm)
     vocab = lm.model.get_output_embeddings().weight.shape[0]
     random = torch.Generator().manual_seed(seed)
     prompts = []
     for index, length in enumerate(lengths):
-        ids = texts[index % len(texts)] if texts else []
+        ids = list(start) + (texts[index % len(texts)] if texts else [])
         while len(ids) < length:  # text where there is a tokenizer, then random ids
             ids = ids + torch.randint(0, vocab, (length - len(ids),), generator=random).tolist()
         prompts.append(ids[:length])
     return prompts, new_tokens
+
+
+def source_cases(lm: LanguageModel, generation: dict, count: int, seed: int
+                 ) -> list[torch.Tensor | None]:
+    """An encoder-decoder's sources, one a case (None each for a decoder-only model): text
+    sources as long as the encoder takes, short and in between (the cross cache's unused
+    rows masked), from the prompts' text where there is a tokenizer; speech features of
+    the model's fixed shape, random."""
+    source = generation.get("source")
+    if source is None:
+        return [None] * count
+    random = torch.Generator().manual_seed(seed + 1)
+    if source["input"] == "input_features":
+        return [torch.randn(1, *source["shape"], generator=random) for _ in range(count)]
+    bound, texts = source["bound"], _tokenized(lm)
+    vocab = lm.model.get_encoder().get_input_embeddings().weight.shape[0]
+    lengths = [bound, min(5, bound), max(1, bound // 2)]
+    sources = []
+    for index in range(count):
+        length = lengths[index % len(lengths)]
+        ids = texts[index % len(texts)][:length] if texts else []
+        ids = ids + torch.randint(0, vocab, (length - len(ids),), generator=random).tolist()
+        sources.append(torch.tensor([ids], dtype=torch.long))
+    return sources
+
+
+def encoder_inputs(lm: LanguageModel, source: torch.Tensor | None) -> dict:
+    """The keyword arguments that give the Hugging Face model a case's source."""
+    if source is None:
+        return {}
+    return {lm.model.main_input_name: source.to(next(lm.model.parameters()).device)}
 
 
 def _tokenized(lm: LanguageModel) -> list[list[int]]:
@@ -106,14 +143,31 @@ def _tokenized(lm: LanguageModel) -> list[list[int]]:
     return [tokenizer.encode(text).ids for text in PROMPTS]
 
 
-def hf_greedy(model: torch.nn.Module, prompt: list[int], new_tokens: int) -> list[int]:
+def hf_greedy(model: torch.nn.Module, prompt: list[int], new_tokens: int,
+              encoder: dict | None = None) -> list[int]:
     """Hugging Face ``generate``, greedy, exactly ``new_tokens`` (eos does not stop it and
-    is not masked: the artifact's raw greedy choice is what is compared)."""
-    from transformers import GenerationConfig
+    is not masked: the artifact's raw greedy choice is what is compared). An
+    encoder-decoder gets its source in ``encoder`` and the prompt as its decoder's;
+    Whisper's own ``generate`` (language detection, timestamps, token suppression) is
+    passed over for the plain one that every model shares."""
+    from transformers import GenerationConfig, GenerationMixin
     config = GenerationConfig(max_new_tokens=new_tokens, do_sample=False, eos_token_id=None,
-                              pad_token_id=0, bos_token_id=None)
+                              pad_token_id=0, bos_token_id=None,
+                              decoder_start_token_id=prompt[0] if encoder else None)
     device = next(model.parameters()).device
     ids = torch.tensor([prompt], device=device)
-    with torch.no_grad():
-        out = model.generate(ids, generation_config=config, attention_mask=torch.ones_like(ids))
+    # generate fills every setting left None from the model's own generation config: BART's
+    # forced_eos_token_id, a checkpoint's repetition_penalty or suppress_tokens would change
+    # the tokens. The artifact's raw greedy choice is compared, so the model's is set aside.
+    own, model.generation_config = model.generation_config, GenerationConfig()
+    try:
+        with torch.no_grad():
+            if encoder:
+                out = GenerationMixin.generate(model, **encoder, decoder_input_ids=ids,
+                                               generation_config=config)
+            else:
+                out = model.generate(ids, generation_config=config,
+                                     attention_mask=torch.ones_like(ids))
+    finally:
+        model.generation_config = own
     return out[0, len(prompt):].tolist()

@@ -153,12 +153,22 @@ def load_pretrained(text: str, path_text: str, options: HfOptions) -> tuple:
     if name not in TASKS:
         raise SpecError(f"unknown --task {name!r}", where=text,
                         hint=f"use one of {', '.join(TASKS)}")
-    auto_class = getattr(transformers, TASKS[name].auto_class)
+    auto_class = getattr(transformers, _auto_class(transformers, TASKS[name], config))
     with _quiet_transformers(transformers):
         if not options.trust_remote_code:  # remote code is sized by running it: not here
             check_config_size(config, auto_class, options.max_model_size, text)
         model, warnings = _model(auto_class, config, path, text, name, options)
     return model.eval(), config, name, warnings
+
+
+def _auto_class(transformers, task: Task, config) -> str:
+    """The task's Auto class; text generation from an encoder-decoder checkpoint (Whisper,
+    BART, Marian, ...) takes its sequence-to-sequence class (exporter/lm/seq2seq.py)."""
+    if task.modality != "generation" or not getattr(config, "is_encoder_decoder", False):
+        return task.auto_class
+    speech = transformers.AutoModelForSpeechSeq2Seq._model_mapping
+    return ("AutoModelForSpeechSeq2Seq" if type(config) in speech
+            else "AutoModelForSeq2SeqLM")
 
 
 def _config(transformers, path: Path, text: str, options: HfOptions):

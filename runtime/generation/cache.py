@@ -4,6 +4,10 @@ After each step the entry point returns the new tokens' keys and values; ``write
 them in their slots (``position % slots``, runtime/generation/layout.py). A chunk longer
 than a ring keeps only its last ``slots`` rows, which are exactly the ones the window can
 still see. Nothing is cleared between prompts: the graph masks slots by position.
+
+An encoder-decoder's cache also holds the cross-attention keys/values ``encode`` returned
+(``cross_*``, fixed buffers of the source bound's rows) and, for a text source,
+``source_mask`` (1 on the rows a source fills): ``set_source`` writes them once a source.
 """
 
 from __future__ import annotations
@@ -12,14 +16,24 @@ import torch
 
 from runtime.generation.layout import CacheLayout
 
+SOURCE_MASK = "source_mask"
+
 
 class KvCache:
-    def __init__(self, layout: CacheLayout, device: str | torch.device) -> None:
+    def __init__(self, layout: CacheLayout, device: str | torch.device,
+                 source_mask: bool = False) -> None:
         self.layout = layout
         dtype = getattr(torch, layout.dtype)
         names = layout.names()
         self.buffers = {past: torch.zeros(shape, dtype=dtype, device=device)
                         for (past, _), shape in zip(names, layout.shapes())}
+        self._cross = [(new, torch.zeros(shape, dtype=dtype, device=device))
+                       for (_, new), shape in zip(layout.cross_names(), layout.cross_shapes())]
+        self.buffers.update((past, buffer) for (past, _), (_, buffer) in
+                            zip(layout.cross_names(), self._cross))
+        if source_mask:
+            rows = layout.cross[0].slots
+            self.buffers[SOURCE_MASK] = torch.zeros(1, rows, dtype=torch.long, device=device)
         # (new-rows output name, its buffer, the buffer's slot count), in layer order
         self._writes = [(new, self.buffers[past], buffer_slots)
                         for (past, new), buffer_slots in
@@ -41,3 +55,18 @@ class KvCache:
             if count > slots:  # a chunk longer than a ring: its last rows survive
                 rows = rows[:, :, -slots:]
             buffer.index_copy_(2, slots_of[slots], rows.to(buffer.dtype))
+
+    def set_source(self, encoded: dict[str, torch.Tensor]) -> int:
+        """Store what ``encode`` returned for one source (its rows first, the rest zero and
+        masked); returns the source's length in rows."""
+        length = None
+        for name, buffer in self._cross:
+            rows = encoded[name]
+            length = rows.shape[2]
+            buffer[:, :, :length].copy_(rows)
+            buffer[:, :, length:].zero_()
+        mask = self.buffers.get(SOURCE_MASK)
+        if mask is not None:
+            mask.zero_()
+            mask[:, :length] = 1
+        return length

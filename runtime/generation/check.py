@@ -3,7 +3,8 @@ generation-cases``): greedy generation from each prompt, keeping every step's lo
 a fresh prefill over prompt + first token, whose logits must equal the decode step's
 (the cache is consistent). exporter/lm/validate.py judges the results against eager.
 
-Inputs are keyed ``{case}/prompt`` (int64 [L]) and ``{case}/new_tokens`` (int64 [1]);
+Inputs are keyed ``{case}/prompt`` (int64 [L]) and ``{case}/new_tokens`` (int64 [1]), and
+for an encoder-decoder ``{case}/source`` (token ids or input features);
 outputs ``{case}/tokens`` [n], ``{case}/logits`` [n, vocab] (float32, the logits each token
 was chosen from) and ``{case}/consistency`` [vocab].
 """
@@ -24,6 +25,8 @@ def run_generation_cases(program, cases_path: str) -> dict[str, torch.Tensor]:
     results = {}
     for case, inputs in sorted(grouped.items()):
         prompt = inputs["prompt"].tolist()
+        if "source" in inputs:  # an encoder-decoder: its cross cache, for this case
+            generator.set_source(inputs["source"])
         tokens, logits = greedy_with_logits(generator, prompt, int(inputs["new_tokens"][0]))
         results[f"{case}/tokens"] = torch.tensor(tokens, dtype=torch.int64)
         results[f"{case}/logits"] = torch.stack(logits)

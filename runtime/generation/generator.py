@@ -6,6 +6,11 @@ one token at a time, with the one KV cache the runtime owns (runtime/generation/
     result.text, result.tokens, result.stats
 
 A prompt chunk of one token goes through ``decode`` (``prefill`` takes 2 or more).
+
+An encoder-decoder artifact (Whisper, BART, ...) also has ``encode``: ``generate(prompt,
+source=...)`` encodes the source (text, token ids, or a speech model's input features)
+into the cross-attention cache first; the prompt is the decoder's, by default its start
+token.
 """
 
 from __future__ import annotations
@@ -51,6 +56,10 @@ class Generator:
             self.max_context = int(generation["max_context"])
             self.prefill_chunk = int(generation["prefill_chunk"])
             self.eos = frozenset(int(t) for t in generation.get("eos_token_ids") or [])
+            self.source = generation.get("source")  # an encoder-decoder's encoder input
+            self.decoder_start = [int(t) for t in
+                                  generation.get("decoder_start_token_ids") or []]
+            masked = self.source is not None and self.source["input"] == "input_ids"
         except (KeyError, TypeError, ValueError) as exc:
             raise ArtifactError(f"the generation section is malformed ({exc})", where=where,
                                 hint="rebuild the artifact with `exporter build`") from exc
@@ -59,7 +68,13 @@ class Generator:
         self.device = _device_of(self.decode)
         logits = next(t for t in program.manifest.signature.outputs if t.name == LOGITS)
         self.vocab = logits.shape[-1].size
-        self.cache = KvCache(self.layout, self.device)
+        self.cache = KvCache(self.layout, self.device, source_mask=masked)
+        self.encode = program.entry_points.get("encode")
+        if (self.source is None) != (self.encode is None) or (
+                self.source is not None and not self.layout.cross):
+            raise ArtifactError("the artifact's encode entry point, source and cross cache "
+                                "do not agree", where=where,
+                                hint="rebuild the artifact with `exporter build`")
         # each entry point's inputs as a list in its own order (Program.run's fast path):
         # the two token inputs first, then the cache buffers, which never change identity
         self._buffers = {id(p): [self.cache.buffers[name] for name in p.input_names[2:]]
@@ -122,14 +137,69 @@ class Generator:
             position += 1
         return torch.stack(rows)
 
+    # ------------------------------------------------------------------ encoder-decoders
+
+    def set_source(self, source) -> int:
+        """Encode ``source`` into the cross-attention cache; returns its length in rows.
+        Text (the artifact's tokenizer) or token ids for a text encoder; input features
+        ([mel bins, frames], optionally with a batch of 1) for a speech one."""
+        if self.encode is None:
+            raise UserInputError("this artifact has no encoder: it takes no source",
+                                 where=self.where, hint="give only the prompt")
+        spec = self.source
+        if spec["input"] == "input_ids":
+            ids = self.tokenizer.encode(source) if isinstance(source, str) else [
+                int(t) for t in torch.as_tensor(source).reshape(-1).tolist()]
+            if not 0 < len(ids) <= spec["bound"]:
+                raise UserInputError(f"the source has {len(ids)} tokens; the encoder takes 1 "
+                                     f"to {spec['bound']}", where=self.where,
+                                     hint="shorten the source")
+            self._check_tokens(ids)
+            value = torch.tensor([ids], dtype=torch.long)
+        else:
+            value = torch.as_tensor(source)
+            if value.dim() == len(spec["shape"]):
+                value = value[None]
+            if tuple(value.shape[1:]) != tuple(spec["shape"]) or not value.is_floating_point():
+                raise UserInputError(f"input features of shape {tuple(value.shape)} "
+                                     f"({value.dtype}); the encoder takes float "
+                                     f"{tuple(spec['shape'])}", where=self.where,
+                                     hint="compute them with the model's feature extractor "
+                                          "(padded to its fixed length)")
+            value = value.to(getattr(torch, self.layout.dtype))
+        return self.cache.set_source(self.encode.run([value.to(self.device)]))
+
+    def _decoder_prompt(self, prompt) -> list[int]:
+        if prompt is None or (not isinstance(prompt, str) and len(prompt) == 0):
+            if not self.decoder_start:
+                raise UserInputError("the artifact names no decoder start token",
+                                     where=self.where, hint="give the decoder prompt's ids")
+            return list(self.decoder_start)
+        return self.tokenizer.encode(prompt) if isinstance(prompt, str) else [
+            int(t) for t in prompt]
+
     # ------------------------------------------------------------------ generation
 
-    def generate(self, prompt: str | Sequence[int], max_new_tokens: int = 128, *,
+    def generate(self, prompt: str | Sequence[int] | None, max_new_tokens: int = 128, *,
                  sampling: Sampling = Sampling(), stop: Sequence[str] = (),
                  stop_at_eos: bool = True,
-                 stream: Callable[[int, str | None], None] | None = None) -> GenerationResult:
-        prompt_ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else [
-            int(t) for t in prompt]
+                 stream: Callable[[int, str | None], None] | None = None,
+                 source=None) -> GenerationResult:
+        """``source``: an encoder-decoder's input (``set_source``), required there; its
+        ``prompt`` is the decoder's (None: the decoder start token)."""
+        if self.encode is not None:
+            if source is None:
+                raise UserInputError("an encoder-decoder artifact needs a source to encode",
+                                     where=self.where, hint="give source= (text, token ids "
+                                     "or input features); the prompt is the decoder's")
+            self.set_source(source)
+            prompt_ids = self._decoder_prompt(prompt)
+        elif source is not None:
+            raise UserInputError("this artifact has no encoder: it takes no source",
+                                 where=self.where, hint="give only the prompt")
+        else:
+            prompt_ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else [
+                int(t) for t in prompt]
         if stop and self._tokenizer_json is None:
             raise UserInputError("stop strings need the artifact's tokenizer, which this "
                                  "artifact lacks", where=self.where, hint="stop on eos instead")

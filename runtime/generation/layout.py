@@ -21,6 +21,9 @@ from dataclasses import dataclass
 from typing import Any
 
 PAST_PREFIX = "past_"  # entry-point inputs past_k_0, past_v_0, ...; outputs k_0, v_0, ...
+# an encoder-decoder's steps also read cross_k_0, cross_v_0, ... (what ``encode`` returned
+# as k_0, v_0, ...): one buffer a decoder layer, written once per source, never by a step
+CROSS_PREFIX = "cross_"
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,7 @@ class CacheLayout:
     batch: int
     dtype: str  # torch/numpy dtype name of the buffers, e.g. "float16"
     layers: tuple[CacheLayer, ...]
+    cross: tuple[CacheLayer, ...] = ()  # an encoder-decoder's cross-attention buffers
 
     def names(self) -> list[tuple[str, str]]:
         """(input name, output name) per buffer, in the entry points' order."""
@@ -59,15 +63,25 @@ class CacheLayout:
 
     def shapes(self) -> list[tuple[int, ...]]:
         """Each buffer's shape, in ``names()`` order: (batch, heads, slots, head dim)."""
+        return self._shapes(self.layers)
+
+    def cross_names(self) -> list[tuple[str, str]]:
+        """(the steps' input name, ``encode``'s output name) per cross-attention buffer."""
+        return [(f"{CROSS_PREFIX}{new}", new) for _, new in self.names()[:2 * len(self.cross)]]
+
+    def cross_shapes(self) -> list[tuple[int, ...]]:
+        return self._shapes(self.cross)
+
+    def _shapes(self, layers: tuple[CacheLayer, ...]) -> list[tuple[int, ...]]:
         shapes = []
-        for layer in self.layers:
+        for layer in layers:
             for heads, dim in (layer.key_shape, layer.value_shape):
                 shapes.append((self.batch, heads, layer.slots, dim))
         return shapes
 
     def nbytes(self, itemsize: int) -> int:
         total = 0
-        for shape in self.shapes():
+        for shape in self.shapes() + self.cross_shapes():
             count = 1
             for size in shape:
                 count *= size
@@ -75,8 +89,11 @@ class CacheLayout:
         return total
 
     def to_json(self) -> dict:
-        return {"batch": self.batch, "dtype": self.dtype,
-                "layers": [layer.to_json() for layer in self.layers]}
+        raw = {"batch": self.batch, "dtype": self.dtype,
+               "layers": [layer.to_json() for layer in self.layers]}
+        if self.cross:
+            raw["cross"] = [layer.to_json() for layer in self.cross]
+        return raw
 
     @classmethod
     def from_json(cls, raw: Any) -> "CacheLayout":
@@ -86,7 +103,8 @@ class CacheLayout:
         if not isinstance(raw["dtype"], str):
             raise TypeError("the cache layout's dtype must be a string")
         return cls(batch=_positive(raw["batch"], "batch"), dtype=raw["dtype"],
-                   layers=tuple(CacheLayer.from_json(layer) for layer in layers))
+                   layers=tuple(CacheLayer.from_json(layer) for layer in layers),
+                   cross=tuple(CacheLayer.from_json(layer) for layer in raw.get("cross", [])))
 
 
 def _positive(value: Any, what: str) -> int:
