@@ -110,18 +110,20 @@ def run_cases(artifact: str, cases_path: str, out_path: str, memory_path: str | 
 
 
 def _generate(args) -> None:
-    from runtime.generation import parse_prompt
+    from runtime.generation import parse_prompt, parse_source
     from runtime.generation.sampling import Sampling
 
-    prompt = parse_prompt(args.prompt, args.prompt_ids)
+    source = parse_source(args.source, args.source_ids, args.source_features)
     program = runtime.load(args.artifact, cuda_graphs=not args.no_cuda_graphs,
                            trusted_keys=args.trusted_key)
+    prompt = parse_prompt(args.prompt, args.prompt_ids, optional="encode" in program.entry_points)
     stream = None if args.json else (lambda token, piece: print(
         piece if piece is not None else token, end="" if piece is not None else " ", flush=True))
     result = program.generate(prompt, args.max_new_tokens, stop=args.stop,
                               sampling=Sampling(args.temperature, args.top_k, args.top_p,
                                                 args.seed),
-                              stop_at_eos=not args.ignore_eos, stream=stream)
+                              stop_at_eos=not args.ignore_eos, stream=stream,
+                              **({"source": source} if source is not None else {}))
     if args.json:
         print(json.dumps(result.to_json()))
     else:
@@ -150,6 +152,10 @@ def main(argv: list[str] | None = None) -> int:
     gen.add_argument("artifact")
     gen.add_argument("--prompt", help="prompt text (needs the 'tokenizers' package)")
     gen.add_argument("--prompt-ids", help="prompt as comma-separated token ids")
+    gen.add_argument("--source", help="an encoder-decoder's source text")
+    gen.add_argument("--source-ids", help="an encoder-decoder's source as token ids")
+    gen.add_argument("--source-features", help="a speech encoder's input features "
+                     "(.npy or .safetensors)")
     gen.add_argument("--max-new-tokens", type=int, default=128)
     gen.add_argument("--temperature", type=float, default=0.0)
     gen.add_argument("--top-k", type=int)

@@ -20,6 +20,13 @@ def generate(
                                          "(tokenized with the artifact's own tokenizer)"),
     prompt_ids: Optional[str] = typer.Option(None, "--prompt-ids", help="the prompt as token "
                                              "ids, comma-separated (no tokenizer needed)"),
+    source: Optional[str] = typer.Option(None, "--source", help="an encoder-decoder's "
+                                         "source text (translation, summary: what it encodes)"),
+    source_ids: Optional[str] = typer.Option(None, "--source-ids", help="an encoder-decoder's "
+                                             "source as token ids, comma-separated"),
+    source_features: Optional[str] = typer.Option(None, "--source-features", help="a speech "
+                                                  "encoder's input features (.npy or "
+                                                  ".safetensors; Whisper: its log-mel frames)"),
     max_new_tokens: int = typer.Option(128, "--max-new-tokens", "-n", min=0,
                                        help="stop after this many new tokens"),
     temperature: float = typer.Option(0.0, "--temperature", min=0.0,
@@ -38,20 +45,25 @@ def generate(
                                            "this public key (repeatable)"),
     as_json: bool = JSON, quiet: bool = QUIET, verbose: bool = VERBOSE, debug: bool = DEBUG,
 ) -> None:
-    """Generate text: prefill the prompt, then decode token by token (streamed)."""
+    """Generate text: prefill the prompt, then decode token by token (streamed). An
+    encoder-decoder (Whisper, BART, T5, ...) encodes --source first; --prompt is then its
+    decoder's (by default the decoder start token)."""
     def action() -> int:
         import runtime
-        from runtime.generation import parse_prompt
+        from runtime.generation import parse_prompt, parse_source
         from runtime.generation.sampling import Sampling
 
-        tokens = parse_prompt(prompt, prompt_ids)
+        encoded = parse_source(source, source_ids, source_features)
         sampling = Sampling(temperature, top_k, top_p, seed)
         program = runtime.load(artifact, cuda_graphs=not no_cuda_graphs,
                                trusted_keys=trusted_key)
+        # an encoder-decoder's decoder prompt may be left out (it starts on its own)
+        tokens = parse_prompt(prompt, prompt_ids, optional="encode" in program.entry_points)
         streaming = not as_json and not quiet
         generated = program.generate(tokens, max_new_tokens, sampling=sampling, stop=stop,
                                      stop_at_eos=not ignore_eos,
-                                     stream=_printer() if streaming else None)
+                                     stream=_printer() if streaming else None,
+                                     **({"source": encoded} if encoded is not None else {}))
         if as_json:
             print_json(generated.to_json())
             return 0

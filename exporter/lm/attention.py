@@ -101,14 +101,30 @@ def cached_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Te
     active = _ACTIVE.get()
     layer = _layer_of(active.layers, module, key)
     scaling, softcap = kwargs.get("scaling"), kwargs.get("softcap")
-    if layer is None or scaling is None or kwargs.get("dropout") or set(kwargs) - _UNDERSTOOD:
+    bias = kwargs.get("position_bias")
+    if layer is None or scaling is None or kwargs.get("dropout") or (
+            set(kwargs) - _UNDERSTOOD - {"position_bias"}) or (
+            bias is not None and bias.shape[-1] != key.shape[-2]):
         return active.fallback(module, query, key, value, attention_mask, **kwargs)
     (past_k, past_v), (new_k, new_v) = layer.past, layer.new
-    if active.fused and _fusable(layer, query):
+    if bias is not None:  # T5's relative position bias: one more additive mask, per head
+        bias = _bias_over_slots(bias, past_k.shape[-2], active.start, query.shape[2])
+        attention_mask = bias if attention_mask is None else attention_mask + bias
+    elif active.fused and _fusable(layer, query):
         return cached_attention_op(query, new_k, new_v, past_k, past_v, active.start,
                                    float(scaling), float(softcap or 0.0)), None
     return grouped_attention(query, past_k, past_v, new_k, new_v, attention_mask, scaling,
                              softcap), None
+
+
+def _bias_over_slots(bias: torch.Tensor, slots: int, start: torch.Tensor,
+                     length: int) -> torch.Tensor:
+    """T5 computes its relative position bias [1, H, T, K] for keys at positions 0..K-1,
+    K = slots + T, the length of what the cache hands it. A full layer's slot s does hold
+    position s, but the T new keys sit at columns slots.. while their positions are
+    start..: their bias is the columns of those positions (start + T <= slots)."""
+    new = start + torch.arange(length, device=bias.device)
+    return torch.cat([bias[..., :slots], bias.index_select(-1, new)], dim=-1)
 
 
 def _fusable(layer, query: torch.Tensor) -> bool:

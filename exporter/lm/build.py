@@ -222,7 +222,8 @@ def _manifest(preps: dict[str, Prepared], lowered: dict, settings: BuildSettings
                                                      entry.coverage, entry.passes)
     manifest.source = {"spec": lm.source, "model_class": type(lm.model).__qualname__,
                        "task": "text-generation", "max_context": context,
-                       "prefill_chunk": chunk}
+                       "prefill_chunk": chunk,
+                       **({"encoder": prepared.source.to_json()} if prepared.source else {})}
     manifest.generation = {
         "cache": layout.to_json(), "max_context": context, "prefill_chunk": chunk,
         "tokenizer": TOKENIZER_ENTRY if lm.tokenizer is not None else None,

@@ -99,9 +99,16 @@ def model_line(source: dict) -> str | None:
     if "task" not in source:
         return None
     if "max_context" in source:  # --task text-generation
+        encoder = source.get("encoder")  # an encoder-decoder's encode entry point
+        encode = "" if encoder is None else (
+            f"; encode ({encoder['input']} [1, {', '.join(map(str, encoder['shape']))}]) "
+            if encoder["input"] != "input_ids" else
+            f"; encode (input_ids, 1..{encoder['bound']} tokens) ") + (
+            "" if encoder is None else "fills their cross-attention cache")
         return (f"model: {source.get('model_class')}, task {source['task']}; entry points "
                 f"prefill (2..{source['prefill_chunk']} tokens, --prefill-chunk N) and decode "
-                f"(1 token) over a KV cache of {source['max_context']} tokens (--max-context N)")
+                f"(1 token) over a KV cache of {source['max_context']} tokens (--max-context N)"
+                + encode)
     if "seq_len" in source:
         shapes = (f"batch 1, sequence {source['seq_len']}, static (--seq-len N; a dynamic "
                   "length: --dynamic input_ids:1=MIN..MAX --dynamic attention_mask:1=MIN..MAX)")

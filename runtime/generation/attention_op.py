@@ -25,7 +25,7 @@ def grouped_attention(query: torch.Tensor, past_k: torch.Tensor, past_v: torch.T
                       new_k: torch.Tensor, new_v: torch.Tensor, mask: torch.Tensor | None,
                       scaling: float, softcap: float | None) -> torch.Tensor:
     """``query`` [B, H, T, D], past [B, KVH, S, D], new rows [B, KVH, T, D], ``mask``
-    additive [1 or B, 1, T, S + T] (the same for every head). Returns [B, T, H, Dv]."""
+    additive [1 or B, 1 or H, T, S + T]. Returns [B, T, H, Dv]."""
     batch, heads, length, _ = query.shape
     kv_heads = new_k.shape[1]
     groups = heads // kv_heads
@@ -37,9 +37,10 @@ def grouped_attention(query: torch.Tensor, past_k: torch.Tensor, past_v: torch.T
         scores = torch.tanh(scores / softcap) * softcap
     slots = past_k.shape[-2]
     shape = scores.shape
-    if mask is not None:
-        scores = (scores.view(batch, kv_heads, groups, length, -1)
-                  + mask[:, :, None]).view(shape)
+    if mask is not None:  # one mask for all heads, or one a head (T5's position bias)
+        per_head = mask.view(mask.shape[0], kv_heads, groups, length, -1) if mask.shape[1] > 1 \
+            else mask[:, :, None]
+        scores = (scores.view(batch, kv_heads, groups, length, -1) + per_head).view(shape)
     probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
     out = probs[..., :slots] @ past_v + probs[..., slots:] @ new_v  # [B, KVH, G*T, Dv]
     return out.reshape(batch, heads, length, out.shape[-1]).transpose(1, 2)

@@ -190,8 +190,9 @@ class Generator:
         if self.encode is not None:
             if source is None:
                 raise UserInputError("an encoder-decoder artifact needs a source to encode",
-                                     where=self.where, hint="give source= (text, token ids "
-                                     "or input features); the prompt is the decoder's")
+                                     where=self.where, hint="give the source (--source, "
+                                     "--source-ids or --source-features; source= in Python); "
+                                     "the prompt is the decoder's")
             self.set_source(source)
             prompt_ids = self._decoder_prompt(prompt)
         elif source is not None:

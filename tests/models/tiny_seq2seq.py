@@ -1,0 +1,76 @@
+"""Tiny encoder-decoders from configs (random weights, seeded) for the text-generation tests:
+Whisper (speech features in), BART, Marian and T5 (text in; T5 with its relative position
+bias), and a BART checkpoint folder with a tokenizer trained here (nothing downloads).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from tests.models.tiny_lm import CORPUS
+
+VOCAB = 320
+_TEXT = dict(vocab_size=VOCAB, d_model=64, encoder_layers=2, decoder_layers=2,
+             encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=128,
+             decoder_ffn_dim=128, max_position_embeddings=96)
+FAMILIES = ("whisper", "bart", "marian", "t5")
+
+
+def config(family: str):
+    import transformers as tf
+    return {
+        "whisper": lambda: tf.WhisperConfig(
+            **{k: v for k, v in _TEXT.items() if k != "max_position_embeddings"},
+            num_mel_bins=16, max_source_positions=24, max_target_positions=96,
+            decoder_start_token_id=1, pad_token_id=0, eos_token_id=2, bos_token_id=1),
+        "bart": lambda: tf.BartConfig(**_TEXT, decoder_start_token_id=2),
+        "marian": lambda: tf.MarianConfig(**_TEXT, decoder_start_token_id=0, pad_token_id=0),
+        "t5": lambda: tf.T5Config(vocab_size=VOCAB, d_model=64, d_kv=16, d_ff=128,
+                                  num_layers=2, num_decoder_layers=2, num_heads=4,
+                                  relative_attention_num_buckets=8,
+                                  relative_attention_max_distance=20,
+                                  decoder_start_token_id=0, pad_token_id=0, eos_token_id=1),
+    }[family]()
+
+
+def model(family: str, seed: int = 0) -> torch.nn.Module:
+    """Random weights, scaled up (std 0.2) so next-token logits are not near-ties."""
+    import transformers as tf
+    torch.manual_seed(seed)
+    cfg = config(family)
+    auto = tf.AutoModelForSpeechSeq2Seq if family == "whisper" else tf.AutoModelForSeq2SeqLM
+    built = auto.from_config(cfg).eval()
+    with torch.no_grad():
+        for p in built.parameters():
+            if p.dim() > 1:
+                p.normal_(0.0, 0.2)
+    return built
+
+
+def whisper():
+    return model("whisper")
+
+
+def t5():
+    return model("t5")
+
+
+def checkpoint(folder: Path, family: str = "bart") -> Path:
+    """save_pretrained + tokenizer.json (byte-level BPE of VOCAB tokens; the source is
+    wrapped in bos ... eos as BART's own tokenizer does)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    built = model(family)
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    tokenizer.train_from_iterator(CORPUS, trainers.BpeTrainer(
+        vocab_size=VOCAB, special_tokens=["<s>", "<pad>", "</s>", "<unk>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single="<s> $A </s>", special_tokens=[("<s>", 0), ("</s>", 2)])
+    folder.mkdir(parents=True, exist_ok=True)
+    built.save_pretrained(folder)
+    tokenizer.save(str(folder / "tokenizer.json"))
+    return folder
