@@ -156,3 +156,23 @@ def test_slow_builds_validate(spec, target, tmp_path):
     record = built.manifest.validation
     print(spec, target, record["passed"], record["tokens_identical"])
     assert record["passed"] and record["tokens_identical"]
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("dtype", ["fp32", "fp16"])
+def test_whisper_on_cuda_replays_decode_as_a_graph(dtype, tmp_path):
+    """The cross cache lives in fixed buffers, so the decode step is one CUDA graph as a
+    decoder-only model's: its tokens equal plain launches' and the validation passes."""
+    out = tmp_path / f"whisper-cuda-{dtype}.artifact"
+    built = exporter.build(f"{MODELS}:whisper", task="text-generation", target="cuda",
+                           dtype=dtype, max_context=48, out=out)
+    record = built.manifest.validation
+    print(dtype, record["passed"], record["top1_agreement"], record["mean_kl"])
+    assert record["passed"]
+    features = torch.randn(16, 48, generator=torch.Generator().manual_seed(5))
+    graphs, plain = runtime.load(out), runtime.load(out, cuda_graphs=False)
+    assert graphs.generator._graph is not None
+    tokens = [p.generate(None, 24, source=features, stop_at_eos=False).tokens
+              for p in (graphs, plain)]
+    assert tokens[0] == tokens[1]

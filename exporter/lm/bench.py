@@ -52,12 +52,19 @@ def bench_generation(artifact: str | Path, *, baselines: tuple[str, ...] = BASEL
     device = generator.device
     prompt = torch.randint(0, generator.vocab, (prompt_tokens,),
                            generator=torch.Generator().manual_seed(0)).tolist()
-    engines = {"artifact": _artifact_engine(program, prompt, new_tokens)}
+    source = _source(generator)
+    if source is not None:  # an encoder-decoder: the decoder prompt starts as generate's
+        prompt = (generator.decoder_start + prompt)[:prompt_tokens]
+    engines = {"artifact": _artifact_engine(program, prompt, new_tokens, source)}
     if baselines:
         with stage("load the Hugging Face model"):
             model = _reference(manifest, device)
+        encoder = {} if source is None else {model.main_input_name: source[None].to(
+            device=device, dtype=next(model.parameters()).dtype)
+            if source.is_floating_point() else source[None].to(device)}
         for name in baselines:
-            engines[name] = _hf_engine(model, prompt, new_tokens, static=name == "hf-static")
+            engines[name] = _hf_engine(model, prompt, new_tokens, static=name == "hf-static",
+                                       encoder=encoder)
     rows = _take_turns(engines, runs, device, stage)
     result = {"artifact": str(artifact), "target": manifest.target, "device": str(device),
               "dtype": manifest.build.get("settings", {}).get("dtype", "fp32"),
@@ -65,10 +72,12 @@ def bench_generation(artifact: str | Path, *, baselines: tuple[str, ...] = BASEL
               "prompt_tokens": prompt_tokens, "new_tokens": new_tokens, "runs": runs,
               "threads": torch.get_num_threads(), "file_bytes": Path(artifact).stat().st_size,
               "cache_bytes": generator.cache.nbytes, "engines": rows}
+    if source is not None:
+        result["source"] = list(source.shape)
     if device.type == "cpu":
         with stage("peak memory of the artifact (child process)"):
             result["engines"]["artifact"]["peak_rss_mb"] = _child_peak_rss(
-                artifact, prompt, new_tokens)
+                artifact, prompt, new_tokens, source)
     artifact_decode = rows["artifact"]["decode_tokens_per_s"]
     result["ratios"] = {f"artifact/{name}": artifact_decode / row["decode_tokens_per_s"]
                         for name, row in rows.items()
@@ -98,9 +107,24 @@ def _take_turns(engines: dict, runs: int, device: torch.device, stage: Callable)
     return rows
 
 
-def _artifact_engine(program, prompt: list[int], new_tokens: int) -> Callable[[], dict]:
+def _source(generator) -> torch.Tensor | None:
+    """An encoder-decoder's source for the bench (its time is in time to first token):
+    random token ids as many as the encoder takes, or random features of its shape."""
+    spec = generator.source
+    if spec is None:
+        return None
+    random = torch.Generator().manual_seed(1)
+    if spec["input"] == "input_features":
+        return torch.randn(*spec["shape"], generator=random)
+    return torch.randint(0, generator.vocab, (spec["bound"],), generator=random)
+
+
+def _artifact_engine(program, prompt: list[int], new_tokens: int,
+                     source: torch.Tensor | None) -> Callable[[], dict]:
+    given = {} if source is None else {"source": source}
+
     def run() -> dict:
-        result = program.generate(prompt, new_tokens, stop_at_eos=False)
+        result = program.generate(prompt, new_tokens, stop_at_eos=False, **given)
         stats = result.stats
         return {"ttft_s": stats["ttft_s"], "prefill_tokens_per_s": stats["prefill_tokens_per_s"],
                 "decode_tokens_per_s": stats["decode_tokens_per_s"]}
@@ -115,12 +139,15 @@ def _reference(manifest, device: torch.device) -> torch.nn.Module:
 
 
 def _hf_engine(model: torch.nn.Module, prompt: list[int], new_tokens: int, *,
-               static: bool) -> Callable[[], dict]:
-    from transformers import GenerationConfig, StoppingCriteria
+               static: bool, encoder: dict) -> Callable[[], dict]:
+    """``encoder``: an encoder-decoder's source (``prompt`` is then its decoder's; the
+    shared ``generate``, not Whisper's own, which adds its task tokens)."""
+    from transformers import GenerationConfig, GenerationMixin, StoppingCriteria
 
     device = next(model.parameters()).device
     config = GenerationConfig(max_new_tokens=new_tokens, min_new_tokens=new_tokens,
                               do_sample=False, pad_token_id=0,
+                              decoder_start_token_id=prompt[0] if encoder else None,
                               cache_implementation="static" if static else None)
     forward = model.forward
     if static and device.type == "cpu":  # on GPUs transformers compiles it itself
@@ -142,8 +169,13 @@ def _hf_engine(model: torch.nn.Module, prompt: list[int], new_tokens: int, *,
         model.forward = forward
         start = time.perf_counter()
         with torch.no_grad():
-            out = model.generate(ids, generation_config=config, stopping_criteria=[first],
-                                 attention_mask=torch.ones_like(ids))
+            if encoder:
+                out = GenerationMixin.generate(model, **encoder, decoder_input_ids=ids,
+                                               generation_config=config,
+                                               stopping_criteria=[first])
+            else:
+                out = model.generate(ids, generation_config=config, stopping_criteria=[first],
+                                     attention_mask=torch.ones_like(ids))
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         end = time.perf_counter()
@@ -155,14 +187,27 @@ def _hf_engine(model: torch.nn.Module, prompt: list[int], new_tokens: int, *,
     return run
 
 
-def _child_peak_rss(artifact: str | Path, prompt: list[int], new_tokens: int) -> float:
+def _child_peak_rss(artifact: str | Path, prompt: list[int], new_tokens: int,
+                    source: torch.Tensor | None) -> float:
     """Peak resident MB of a fresh process that loads the artifact and generates."""
+    import tempfile
     root = str(Path(__file__).resolve().parents[2])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         p for p in (root, os.environ.get("PYTHONPATH")) if p)}
     cmd = [sys.executable, "-m", "runtime", "generate", str(artifact), "--prompt-ids",
            ",".join(map(str, prompt)), "--max-new-tokens", str(new_tokens), "--ignore-eos",
            "--json"]
+    with tempfile.TemporaryDirectory() as folder:
+        if source is not None and source.is_floating_point():
+            from safetensors.torch import save_file
+            save_file({"features": source.contiguous()}, f"{folder}/features.safetensors")
+            cmd += ["--source-features", f"{folder}/features.safetensors"]
+        elif source is not None:
+            cmd += ["--source-ids", ",".join(map(str, source.tolist()))]
+        return _peak_rss_of(cmd, env)
+
+
+def _peak_rss_of(cmd: list[str], env: dict) -> float:
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
     _, status, usage = os.wait4(proc.pid, 0)
     out = proc.stdout.read()
