@@ -47,7 +47,7 @@ def linear(x: torch.Tensor, packed: torch.Tensor, scales_and_zeros: torch.Tensor
            out_features: int, bias: torch.Tensor | None = None) -> torch.Tensor:
     """``F.linear`` over a packed int4 weight; the kernel takes bfloat16 rows (its float32
     path ran 30x slower here), the result comes back in ``x``'s dtype."""
-    rows = x.reshape(-1, x.shape[-1]).to(torch.bfloat16)
+    rows = x.reshape(-1, x.shape[-1]).to(torch.bfloat16)  # contiguous: targets/aoti/cpu.py
     y = torch.ops.aten._weight_int4pack_mm_for_cpu(rows, packed, GROUP, scales_and_zeros)
     y = y.reshape(*x.shape[:-1], out_features).to(x.dtype)
     return y if bias is None else y + bias

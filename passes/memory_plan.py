@@ -316,7 +316,9 @@ def _bytes(node: torch.fx.Node, alignment: int) -> tuple[int, bool]:
             for size in v.shape:
                 upper = _upper(size)
                 bounded &= upper is not None
-                numel *= upper if upper is not None else size.node.hint
+                # no bound: the example's size; a data-dependent size (MVP's positions,
+                # arange(cache length, cache length + T)) has none either: 1, unbounded
+                numel *= upper if upper is not None else (size.node.hint or 1)
             total += -(-numel * v.element_size() // alignment) * alignment
     return total, bounded
 
@@ -325,7 +327,12 @@ def _upper(size: int | torch.SymInt) -> int | None:
     if not isinstance(size, torch.SymInt):
         return int(size)
     upper = size.node.shape_env.bound_sympy(size.node.expr).upper
-    return int(upper) if upper.is_finite else None
+    if not upper.is_finite:
+        return None
+    try:  # sympy can call a bound finite and still fail to round it (MVP's, LED's encoders:
+        return int(upper)  # "'Infinity' object has no attribute '_mpf_'"): unbounded then
+    except (TypeError, AttributeError, OverflowError, ValueError):
+        return None
 
 
 def _end(buffers: list[Buffer], offsets: dict[str, int]) -> int:

@@ -27,11 +27,12 @@ from exporter.builder.pipeline import (BuildResult, available_target, check_outp
 from exporter.builder.prepared import Prepared
 from exporter.builder.shared_weights import share_weights
 from exporter.errors import SpecError, UserInputError
-from exporter.lm.source import TOKENIZER_FILE, LanguageModel, load_language_model
 from exporter.lm.seq2seq import (ExportableEncoder, ExportableSeq2SeqStep, Source,
                                  example_source, probe_seq2seq_layout, source_of)
+from exporter.lm.source import TOKENIZER_FILE, LanguageModel, load_language_model
 from exporter.lm.wrapper import ExportableCausalLM, probe_layout
 from exporter.model.cast import DTYPES
+from exporter.model.export_errors import find_user_frame
 from exporter.model.hf_spec import HfOptions
 from exporter.model.spec import ModelSpec
 from exporter.progress import StageHook, quiet_stage
@@ -71,7 +72,7 @@ def prepare_generating(spec: str | torch.nn.Module, settings: BuildSettings,
     dtype = next(model.parameters()).dtype
     if lm.encoder_decoder:
         source = _source_of(lm, model)
-        layout = probe_seq2seq_layout(model, source, context, dtype)
+        layout = _probed(lm, lambda: probe_seq2seq_layout(model, source, context, dtype))
         entries = seq2seq_entry_specs(lm, model, layout, source, chunk, target.step_attention)
     else:
         source = None
@@ -82,6 +83,22 @@ def prepare_generating(spec: str | torch.nn.Module, settings: BuildSettings,
     preps = {name: prepare_captured(target, reference, entry, out, settings, timed, f" {name}")
              for name, entry in entries.items()}
     return PreparedGeneration(lm, layout, context, chunk, preps, source)
+
+
+def _probed(lm: LanguageModel, probe: Callable[[], CacheLayout]) -> CacheLayout:
+    """An encoder-decoder whose forward does not take given encoder states and a cross
+    cache as transformers' shared ones do (Switch Transformers wants its router logits
+    among the encoder outputs) is the model's limit, said with its source line."""
+    try:
+        return probe()
+    except (AttributeError, TypeError, ValueError, IndexError, NotImplementedError) as exc:
+        where = find_user_frame(exc)
+        raise SpecError(f"{type(lm.model).__name__} does not decode from precomputed encoder "
+                        f"states and a cross-attention cache ({type(exc).__name__}: "
+                        f"{str(exc)[:160]})", where=str(where) if where else lm.source,
+                        hint="stage: probe the cache layout; encoder-decoders whose decoder "
+                             "takes encoder_outputs and an EncoderDecoderCache (Whisper, "
+                             "BART, Marian, T5, ...) build") from exc
 
 
 def _source_of(lm: LanguageModel, model: torch.nn.Module) -> Source:

@@ -127,7 +127,9 @@ def _caches(self_layers: list, cross_layers: list, start, computed: bool
 
 
 def _encoder_states(model: torch.nn.Module, source: Source, value: torch.Tensor):
-    return model.get_encoder()(**{source.input: value}).last_hidden_state
+    # a text source is all tokens (no padding): said as a mask, which LongT5's blocks need
+    mask = {"attention_mask": torch.ones_like(value)} if source.masked else {}
+    return model.get_encoder()(**{source.input: value}, **mask).last_hidden_state
 
 
 def _decoder_call(model: torch.nn.Module, ids: torch.Tensor, positions: torch.Tensor,
@@ -151,7 +153,10 @@ def probe_seq2seq_layout(model: torch.nn.Module, source: Source, max_context: in
     windows = [None] * _decoder_layer_count(model)
     device = next(model.parameters()).device
     with torch.no_grad():
-        states = _encoder_states(model, source, example_source(model, source, 4, device))
+        value = example_source(model, source, 4, device)
+        if value.is_floating_point():  # speech features, in the model's dtype (fp16 builds)
+            value = value.to(dtype)
+        states = _encoder_states(model, source, value)
         self_layers = [_ChunkLayer(None, None, w is not None) for w in windows]
         cross_layers = [_CrossLayer() for _ in windows]
         ids = torch.zeros(1, 2, dtype=torch.long, device=device)
@@ -190,8 +195,16 @@ def example_source(model: torch.nn.Module, source: Source, length: int,
     generator = torch.Generator().manual_seed(seed)
     if source.input == "input_features":
         return torch.randn(1, *source.shape, generator=generator).to(device)
-    vocab = model.get_encoder().get_input_embeddings().weight.shape[0]
+    vocab = source_vocab(model)
     return torch.randint(0, vocab, (1, length), generator=generator).to(device)
+
+
+def source_vocab(model: torch.nn.Module) -> int:
+    encoder = model.get_encoder()
+    try:
+        return encoder.get_input_embeddings().weight.shape[0]
+    except (AttributeError, NotImplementedError):  # FSMT's encoder has only the attribute
+        return encoder.embed_tokens.weight.shape[0]
 
 
 class ExportableEncoder(torch.nn.Module):

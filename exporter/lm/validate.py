@@ -24,6 +24,7 @@ import torch
 
 from exporter.errors import ValidationFailedError
 from exporter.lm.gate import EagerLogits, GenerationGate, judge_case, summary_lines
+from exporter.lm.seq2seq import source_vocab
 from exporter.lm.source import LanguageModel
 from exporter.settings import BuildSettings
 from exporter.validation.validate import ArtifactRun
@@ -117,7 +118,7 @@ def source_cases(lm: LanguageModel, generation: dict, count: int, seed: int
     if source["input"] == "input_features":
         return [torch.randn(1, *source["shape"], generator=random) for _ in range(count)]
     bound, texts = source["bound"], _tokenized(lm)
-    vocab = lm.model.get_encoder().get_input_embeddings().weight.shape[0]
+    vocab = source_vocab(lm.model)
     lengths = [bound, min(5, bound), max(1, bound // 2)]
     sources = []
     for index in range(count):

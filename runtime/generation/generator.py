@@ -187,6 +187,8 @@ class Generator:
                  source=None) -> GenerationResult:
         """``source``: an encoder-decoder's input (``set_source``), required there; its
         ``prompt`` is the decoder's (None: the decoder start token)."""
+        started = time.perf_counter()  # time to first token counts the encoder too
+        encode_s = None
         if self.encode is not None:
             if source is None:
                 raise UserInputError("an encoder-decoder artifact needs a source to encode",
@@ -194,6 +196,9 @@ class Generator:
                                      "--source-ids or --source-features; source= in Python); "
                                      "the prompt is the decoder's")
             self.set_source(source)
+            if self.device.type == "cuda":
+                torch.cuda.synchronize(self.device)
+            encode_s = round(time.perf_counter() - started, 6)
             prompt_ids = self._decoder_prompt(prompt)
         elif source is not None:
             raise UserInputError("this artifact has no encoder: it takes no source",
@@ -211,7 +216,6 @@ class Generator:
                                  hint="give 0 or more")
         budget = min(max_new_tokens, self.max_context - len(prompt_ids))
         sample = Sampler(sampling)
-        started = time.perf_counter()
         logits = self.prefill_prompt(prompt_ids)
         tokens: list[int] = []
         first_at = None
@@ -235,6 +239,8 @@ class Generator:
             if len(tokens) < budget:
                 logits = self.step(torch.tensor([token]), len(prompt_ids) + len(tokens) - 1)[-1]
         stats = _stats(started, first_at, time.perf_counter(), len(prompt_ids), len(tokens))
+        if encode_s is not None:
+            stats["encode_s"] = encode_s
         return GenerationResult(prompt_ids, tokens, self._text(tokens, growing, stop), reason,
                                 stats)
 

@@ -7,6 +7,8 @@ support table reports which of the two each op gets.
 
 from __future__ import annotations
 
+import contextlib
+
 import io
 import json
 import logging
@@ -192,6 +194,10 @@ class AOTInductorTarget(Target):
                                          "links libstdc++ dynamically)")
         return choice.compiler
 
+    def lowering_fixes(self) -> contextlib.AbstractContextManager:
+        """Corrections to Inductor's lowerings while this target compiles (none here)."""
+        return contextlib.nullcontext()
+
     def lower(self, program: ExportedProgram, options: LowerOptions) -> Lowered:
         configs = self.inductor_configs(options)
         package = options.work_dir / PACKAGE_NAME
@@ -203,7 +209,7 @@ class AOTInductorTarget(Target):
             # qlinear fusions, leaving PT2E models as dequantize + float GEMM (slower
             # than fp32; pytorch/ao#4566).
             with torch.no_grad(), torch._inductor.config.patch(configs), \
-                    canonical_mkldnn_metadata():
+                    canonical_mkldnn_metadata(), self.lowering_fixes():
                 torch._inductor.aoti_compile_and_package(
                     program, package_path=str(package), inductor_configs=configs)
         except Exception as exc:  # compiler errors come in many types; keep the full text

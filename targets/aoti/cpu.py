@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+from typing import Iterator
+
 from runtime.manifest import Requirements
 from targets import cpu_isa
 from targets.aoti.base import AOTInductorTarget
@@ -31,6 +34,9 @@ class CpuTarget(AOTInductorTarget):
             is_dynamic=recipe == "int8-dynamic")
         return x86.X86InductorQuantizer().set_global(config)
 
+    def lowering_fixes(self) -> contextlib.AbstractContextManager:
+        return _int4_rows_contiguous()
+
     def inductor_configs(self, options: LowerOptions) -> dict:
         level = cpu_isa.resolve(options.cpu_isa)
         return {**super().inductor_configs(options), **cpu_isa.inductor_configs(level)}
@@ -39,3 +45,30 @@ class CpuTarget(AOTInductorTarget):
         isa, flags = cpu_isa.required_flags(cpu_isa.resolve(options.cpu_isa))
         base = self.base_requirements()
         return Requirements(arch=base.arch, torch=base.torch, cpu_isa=isa, cpu_flags=flags)
+
+
+@contextlib.contextmanager
+def _int4_rows_contiguous() -> Iterator[None]:
+    """ATen's int4 CPU GEMM takes contiguous rows only ("_weight_int4pack_mm_cpu : expect A
+    to be contiguous"), and Inductor's lowering of it (torch 2.13) hands it whatever layout
+    its producer had: Whisper's encoder, whose rows come transposed from its convolutions,
+    built and then failed at its first call. The rows are made contiguous first (a copy
+    only where they are not); ``.contiguous()`` in the graph cannot say it, as the traced
+    tensor already is."""
+    import torch
+    from torch._inductor import ir
+    from torch._inductor.lowering import lowerings
+    op = torch.ops.aten._weight_int4pack_mm_for_cpu.default
+    original = lowerings.get(op)
+    if original is None:
+        yield
+        return
+
+    def contiguous_rows(rows, *args, **kwargs):
+        return original(ir.ExternKernel.require_contiguous(rows), *args, **kwargs)
+
+    lowerings[op] = contiguous_rows
+    try:
+        yield
+    finally:
+        lowerings[op] = original
