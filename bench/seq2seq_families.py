@@ -69,6 +69,21 @@ def model(family: str) -> torch.nn.Module:
     return built
 
 
+def whisper_tiny_shape() -> torch.nn.Module:
+    """openai/whisper-tiny's dimensions (39M parameters, 80 mel bins x 3000 frames), random
+    weights: the bench model of bench/RESULTS.md (``exporter build
+    bench/seq2seq_families.py:whisper_tiny_shape --task text-generation ...``)."""
+    import transformers as t
+    torch.manual_seed(0)
+    config = t.WhisperConfig(vocab_size=51865, num_mel_bins=80, encoder_layers=4,
+                             decoder_layers=4, encoder_attention_heads=6,
+                             decoder_attention_heads=6, d_model=384, encoder_ffn_dim=1536,
+                             decoder_ffn_dim=1536, max_source_positions=1500,
+                             max_target_positions=448, decoder_start_token_id=50258,
+                             pad_token_id=50257, eos_token_id=50257, bos_token_id=50257)
+    return t.WhisperForConditionalGeneration(config).eval()
+
+
 def main() -> None:
     import exporter
     parser = argparse.ArgumentParser()
