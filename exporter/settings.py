@@ -86,6 +86,10 @@ class BuildSettings(BaseModel):
     prefill_chunk: int | None = Field(None, gt=1, description="text-generation: the most "
                                       "prompt tokens one prefill step takes (default 256); "
                                       "longer prompts go in chunks")
+    max_source: int | None = Field(None, gt=0, description="text-generation, encoder-decoders "
+                                   "with a text encoder: the longest source in tokens (the "
+                                   "cross-attention cache's rows; default: the encoder's "
+                                   "positions, at most 1024)")
     image_size: int | None = Field(None, gt=0, description="hf: image models' example size")
     random_weights: bool = Field(False, description="hf: build even where the checkpoint "
                                  "lacks weights (random, warned); refused otherwise")

@@ -30,7 +30,7 @@ def test_encode_prefill_decode_equal_the_models_forward(family):
     """The cross cache from ``encode`` (a short source in a longer buffer, the rest masked),
     a prefill of 5 decoder tokens and a decode step each give Hugging Face's logits."""
     model = tiny_seq2seq.model(family)
-    source = source_of(model, 40)
+    source = source_of(model, None)
     layout = probe_seq2seq_layout(model, source, 32, torch.float32)
     encoder = ExportableEncoder(model, layout, source).eval()
     step = ExportableSeq2SeqStep(model, layout, source).eval()
@@ -144,6 +144,18 @@ def test_a_text_source_too_long_or_outside_the_vocabulary_is_exit_2(bart_onnx, c
         done = cli("generate", artifact, "--source-ids", ids, "-n", "2")
         print(done.stderr)
         assert done.returncode == 2 and said in done.stderr
+
+
+@pytest.mark.parametrize("spec,flags,said", [
+    ("bart", ("--max-source", "500"), "over the encoder's 96 positions"),
+    ("whisper", ("--max-source", "8"), "applies to text encoders"),
+])
+def test_bad_max_source_is_exit_2_before_any_capture(cli, tmp_path, spec, flags, said):
+    out = tmp_path / "x.artifact"
+    done = cli("build", f"{MODELS}:{spec}", "--task", "text-generation", "--target", "onnx",
+               *flags, "--out", str(out))
+    print(done.stderr)
+    assert done.returncode == 2 and said in done.stderr and not out.exists()
 
 
 @pytest.mark.slow

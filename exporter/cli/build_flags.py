@@ -33,7 +33,7 @@ SETTINGS_PANELS: dict[str, str] = {
     "memory_budget": TARGET,
     "dynamic": MODEL, "task": MODEL, "seq_len": MODEL, "image_size": MODEL,
     "random_weights": MODEL, "trust_remote_code": MODEL, "max_model_size": MODEL,
-    "max_context": MODEL, "prefill_chunk": MODEL,
+    "max_context": MODEL, "prefill_chunk": MODEL, "max_source": MODEL,
     "quantize": QUANT, "calibration": QUANT, "quant_min_sqnr_db": QUANT,
     "quant_min_cosine": QUANT,
     "validate_artifact": CHECK, "inputs": CHECK, "keep_failed": CHECK, "seed": CHECK,

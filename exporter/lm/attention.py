@@ -53,7 +53,7 @@ _UNDERSTOOD = {"scaling", "dropout", "softcap", "sliding_window", "position_ids"
 @dataclass(frozen=True)
 class _Step:
     """What the attention of one traced step needs besides its arguments."""
-    layers: list  # the _ChunkLayer of each decoder layer
+    layers: list  # the ChunkLayer of each decoder layer
     fallback: Callable  # the model's own attention (calls this module cannot take)
     start: torch.Tensor  # the first new token's position (0-d)
     fused: bool  # full-attention layers through edge_exporter::cached_attention
@@ -66,7 +66,7 @@ _ACTIVE: contextvars.ContextVar[_Step | None] = contextvars.ContextVar("_ACTIVE"
 def attending_in_place(model: torch.nn.Module, layers: list, start: torch.Tensor,
                        attention: str = "grouped") -> Iterator[None]:
     """While the block runs, ``model`` attends through this module, over ``layers`` (the
-    ``_ChunkLayer`` of each decoder layer); then it has its own implementation back,
+    ``ChunkLayer`` of each decoder layer); then it has its own implementation back,
     which also serves the calls this function cannot take. ``attention``: the target's
     ``step_attention`` (this module's docstring); "model" leaves the model as it is."""
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
@@ -141,8 +141,8 @@ def _layer_of(layers: list, module: torch.nn.Module, key: torch.Tensor):
     if index is None or not 0 <= index < len(layers):
         return None
     layer = layers[index]
-    if key is getattr(layer, "cross_keys", None):  # an encoder-decoder's cross-attention
-        return None  # (the same layer_idx as its self-attention): the model's own
+    if layer.cross_keys is not None and key is layer.cross_keys:
+        return None  # an encoder-decoder's cross-attention (its self-attention's layer_idx)
     past, new = layer.past, layer.new
     if past[0] is None or new is None or key.shape[-2] != past[0].shape[-2] + new[0].shape[-2]:
         return None

@@ -44,7 +44,6 @@ from runtime.manifest import EntryPoint, Manifest
 
 TOKENIZER_ENTRY = f"generation/{TOKENIZER_FILE}"
 EXAMPLE_TOKENS = 8  # the prefill example's length (any in 2..chunk: the dim is dynamic)
-MAX_SOURCE_DEFAULT = 1024  # a text encoder's longest source (the cross cache's rows)
 
 
 @dataclass
@@ -71,10 +70,13 @@ def prepare_generating(spec: str | torch.nn.Module, settings: BuildSettings,
         DTYPES[settings.dtype])
     dtype = next(model.parameters()).dtype
     if lm.encoder_decoder:
-        source = _source_of(lm, model)
+        source = _source_of(lm, model, settings.max_source)
         layout = _probed(lm, lambda: probe_seq2seq_layout(model, source, context, dtype))
         entries = seq2seq_entry_specs(lm, model, layout, source, chunk, target.step_attention)
     else:
+        if settings.max_source is not None:
+            raise UserInputError("--max-source applies to encoder-decoders (Whisper, BART, "
+                                 "T5, ...)", where=lm.source, hint="leave it out")
         source = None
         layout = probe_layout(model, context, dtype)
         wrapper = ExportableCausalLM(model, layout, target.step_attention).eval()
@@ -101,9 +103,12 @@ def _probed(lm: LanguageModel, probe: Callable[[], CacheLayout]) -> CacheLayout:
                              "BART, Marian, T5, ...) build") from exc
 
 
-def _source_of(lm: LanguageModel, model: torch.nn.Module) -> Source:
+def _source_of(lm: LanguageModel, model: torch.nn.Module, max_source: int | None) -> Source:
     try:
-        return source_of(model, MAX_SOURCE_DEFAULT)
+        return source_of(model, max_source)
+    except ValueError as exc:
+        raise UserInputError(str(exc), where=lm.source,
+                             hint="give a smaller --max-source, or leave it out") from None
     except NotImplementedError as exc:
         raise SpecError(f"{type(model).__name__}: {exc}", where=lm.source,
                         hint="encoder-decoders with a text encoder or Whisper's speech "

@@ -29,11 +29,11 @@ from transformers.cache_utils import Cache, CacheLayerMixin, EncoderDecoderCache
 from transformers.modeling_outputs import BaseModelOutput
 
 from exporter.lm.attention import attending_in_place
-from exporter.lm.wrapper import _ChunkCache, _ChunkLayer, attention_mask
-from runtime.generation.layout import CROSS_PREFIX, CacheLayer, CacheLayout
+from exporter.lm.wrapper import ChunkCache, ChunkLayer, attention_mask
+from runtime.generation.layout import CacheLayer, CacheLayout
 
 
-SOURCE_MASK = "source_mask"
+MAX_SOURCE_DEFAULT = 1024  # a text encoder's longest source (the cross cache's rows)
 
 
 @dataclass(frozen=True)
@@ -52,8 +52,9 @@ class Source:
         return {"input": self.input, "shape": list(self.shape), "bound": self.bound}
 
 
-def source_of(model: torch.nn.Module, max_source: int) -> Source:
-    """The encoder's input and how long its output is, from the model itself."""
+def source_of(model: torch.nn.Module, max_source: int | None) -> Source:
+    """The encoder's input and how long its output is, from the model itself; a text
+    encoder's bound is ``max_source`` (None: its positions, at most MAX_SOURCE_DEFAULT)."""
     config, encoder = model.config, model.get_encoder()
     if model.main_input_name == "input_features":
         positions = getattr(encoder, "max_source_positions", None)
@@ -64,11 +65,17 @@ def source_of(model: torch.nn.Module, max_source: int) -> Source:
         stride = 1
         for conv in convs:
             stride *= conv.stride[0]
+        if max_source is not None:
+            raise ValueError("--max-source applies to text encoders; a speech encoder's "
+                             f"length is fixed ({positions} positions)")
         return Source("input_features", (config.num_mel_bins, positions * stride), positions)
     if model.main_input_name != "input_ids":
         raise NotImplementedError(f"an encoder taking {model.main_input_name} has no export")
-    positions = getattr(config, "max_position_embeddings", None) or max_source
-    bound = min(positions, max_source)
+    positions = getattr(config, "max_position_embeddings", None)  # T5's are relative: none
+    if max_source is not None and positions is not None and max_source > positions:
+        raise ValueError(f"--max-source {max_source} is over the encoder's {positions} "
+                         "positions")
+    bound = max_source or min(positions or MAX_SOURCE_DEFAULT, MAX_SOURCE_DEFAULT)
     return Source("input_ids", (bound,), bound)
 
 
@@ -107,11 +114,11 @@ class _CrossCache(Cache):
         super().__init__(layers=layers)
 
 
-class _StepCache(_ChunkCache):
+class _StepCache(ChunkCache):
     """The self-attention cache of a step: its length is the first new position, which a
     decoder that numbers positions itself (BART's ``arange(T) + cache length``) reads."""
 
-    def __init__(self, layers: list[_ChunkLayer], start: torch.Tensor | int) -> None:
+    def __init__(self, layers: list[ChunkLayer], start: torch.Tensor | int) -> None:
         super().__init__(layers)
         self.start = start
 
@@ -157,7 +164,7 @@ def probe_seq2seq_layout(model: torch.nn.Module, source: Source, max_context: in
         if value.is_floating_point():  # speech features, in the model's dtype (fp16 builds)
             value = value.to(dtype)
         states = _encoder_states(model, source, value)
-        self_layers = [_ChunkLayer(None, None, w is not None) for w in windows]
+        self_layers = [ChunkLayer(None, None, w is not None) for w in windows]
         cross_layers = [_CrossLayer() for _ in windows]
         ids = torch.zeros(1, 2, dtype=torch.long, device=device)
         _decoder_call(model, ids, torch.arange(2, device=device), states,
@@ -216,7 +223,7 @@ class ExportableEncoder(torch.nn.Module):
 
     def forward(self, source: torch.Tensor) -> dict[str, torch.Tensor]:
         states = _encoder_states(self.model, self.source, source)
-        self_layers = [_ChunkLayer(None, None, False) for _ in self.layout.layers]
+        self_layers = [ChunkLayer(None, None, False) for _ in self.layout.layers]
         cross_layers = [_CrossLayer() for _ in self.layout.cross]
         ids = torch.zeros(1, 1, dtype=torch.long, device=source.device)
         _decoder_call(self.model, ids, torch.zeros(1, dtype=torch.long, device=source.device),
@@ -242,7 +249,7 @@ class ExportableSeq2SeqStep(torch.nn.Module):
                 source_mask: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
         layers = []
         for i, spec in enumerate(self.layout.layers):
-            layer = _ChunkLayer(past[f"k_{i}"], past[f"v_{i}"], spec.window is not None)
+            layer = ChunkLayer(past[f"k_{i}"], past[f"v_{i}"], spec.window is not None)
             layer.cross_keys = cross[f"k_{i}"]  # attention.py: not this layer's self keys
             layers.append(layer)
         cross_layers = [_CrossLayer(cross[f"k_{i}"], cross[f"v_{i}"])

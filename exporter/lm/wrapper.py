@@ -26,7 +26,7 @@ from runtime.generation.layout import CacheLayer, CacheLayout
 FULL, SLIDING = "full_attention", "sliding_attention"
 
 
-class _ChunkLayer(CacheLayerMixin):
+class ChunkLayer(CacheLayerMixin):
     """One layer's view for one call: its past slots, and the new keys it is handed."""
 
     is_compileable = True
@@ -37,6 +37,9 @@ class _ChunkLayer(CacheLayerMixin):
         self.past = (past_k, past_v)
         self.is_sliding = sliding
         self.new: tuple[torch.Tensor, torch.Tensor] | None = None
+        # an encoder-decoder's cross keys for this layer (exporter/lm/seq2seq.py): the
+        # attention call that gets them is the cross-attention, not this layer's own
+        self.cross_keys: torch.Tensor | None = None
         self.is_initialized = True
 
     def lazy_initialization(self, key_states, value_states) -> None:  # never lazy
@@ -62,8 +65,8 @@ class _ChunkLayer(CacheLayerMixin):
         return -1
 
 
-class _ChunkCache(Cache):
-    def __init__(self, layers: list[_ChunkLayer]) -> None:
+class ChunkCache(Cache):
+    def __init__(self, layers: list[ChunkLayer]) -> None:
         super().__init__(layers=layers)
 
 
@@ -91,12 +94,12 @@ def probe_layout(model: torch.nn.Module, max_context: int, dtype: torch.dtype) -
     """Run two tokens through the model with a recording cache: each layer's key/value
     heads and head dims, as the model itself computes them (MQA, GQA, odd head dims)."""
     windows = layer_kinds(model.config, max_context)
-    layers = [_ChunkLayer(None, None, w is not None) for w in windows]
+    layers = [ChunkLayer(None, None, w is not None) for w in windows]
     device = next(model.parameters()).device
     ids = torch.zeros(1, 2, dtype=torch.long, device=device)
     with torch.no_grad():
         model(input_ids=ids, position_ids=torch.arange(2, device=device)[None],
-              use_cache=True, **{cache_keyword(model): _ChunkCache(layers)})
+              use_cache=True, **{cache_keyword(model): ChunkCache(layers)})
     if any(layer.new is None for layer in layers):
         raise NotImplementedError("some layers never wrote to the KV cache")
     shapes = []
@@ -124,7 +127,7 @@ class ExportableCausalLM(torch.nn.Module):
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
                 past: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """``past`` is keyed k_0, v_0, ... (torch.export names the inputs past_k_0, ...)."""
-        layers = [_ChunkLayer(past[f"k_{i}"], past[f"v_{i}"], spec.window is not None)
+        layers = [ChunkLayer(past[f"k_{i}"], past[f"v_{i}"], spec.window is not None)
                   for i, spec in enumerate(self.layout.layers)]
         dtype = past["k_0"].dtype
         masks = {}
@@ -137,7 +140,7 @@ class ExportableCausalLM(torch.nn.Module):
                                 self.attention):
             out = self.model(input_ids=input_ids, position_ids=positions[None],
                              attention_mask=mask, use_cache=True,
-                             **{self._cache_keyword: _ChunkCache(layers)})
+                             **{self._cache_keyword: ChunkCache(layers)})
         result = {"logits": out.logits}
         for i, layer in enumerate(layers):
             result[f"k_{i}"], result[f"v_{i}"] = layer.new

@@ -57,6 +57,10 @@ def t5():
     return model("t5")
 
 
+def bart():
+    return model("bart")
+
+
 def checkpoint(folder: Path, family: str = "bart") -> Path:
     """save_pretrained + tokenizer.json (byte-level BPE of VOCAB tokens; the source is
     wrapped in bos ... eos as BART's own tokenizer does)."""
