@@ -194,3 +194,13 @@ def test_whisper_on_cuda_replays_decode_as_a_graph(dtype, tmp_path):
     tokens = [p.generate(None, 24, source=features, stop_at_eos=False).tokens
               for p in (graphs, plain)]
     assert tokens[0] == tokens[1]
+
+
+def test_an_encoder_decoder_checkpoint_without_task_says_to_generate(bart_onnx, cli, tmp_path):
+    """Its config's default was a plain forward (feature-extraction), which cannot run
+    without decoder inputs: now a clear exit 2 naming the task to give."""
+    out = tmp_path / "plain.artifact"
+    done = cli("build", f"hf:{bart_onnx[2]}", "--target", "onnx", "--out", str(out))
+    print(done.stderr)
+    assert done.returncode == 2 and "--task text-generation" in done.stderr
+    assert not out.exists()

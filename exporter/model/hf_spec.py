@@ -118,6 +118,10 @@ def load_hf(text: str, path_text: str, options: HfOptions) -> HfModel:
     """The model of ``hf:PATH``, wrapped to take its inputs by name and return one tensor."""
     model, config, name, warnings = load_pretrained(text, path_text, options)
     task = TASKS[name]
+    if task.modality == "generation" and options.task is None:  # from the config
+        raise SpecError(f"{type(model).__name__} is an encoder-decoder: it builds as a "
+                        "generating artifact (encode, prefill, decode), not one forward",
+                        where=text, hint="add --task text-generation")
     if task.modality == "generation":
         raise SpecError("--task text-generation builds through exporter.lm, not load_hf",
                         where=text)
@@ -211,7 +215,9 @@ def _quiet_transformers(transformers) -> Iterator[None]:
 
 
 def _task_from(config) -> str:
-    for architecture in getattr(config, "architectures", None) or []:
+    if getattr(config, "is_encoder_decoder", False):  # Whisper, BART, T5, Marian...: they
+        return "text-generation"  # generate (exporter/lm/seq2seq.py); a plain forward needs
+    for architecture in getattr(config, "architectures", None) or []:  # decoder inputs
         for ending, task in _ARCHITECTURE_TASKS:
             if architecture.endswith(ending):
                 return task
