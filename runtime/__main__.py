@@ -113,7 +113,8 @@ def _generate(args) -> None:
     from runtime.generation import parse_prompt, parse_source
     from runtime.generation.sampling import Sampling
 
-    source = parse_source(args.source, args.source_ids, args.source_features)
+    source = parse_source(args.source, args.source_ids, args.source_features,
+                          args.source_audio)
     program = runtime.load(args.artifact, cuda_graphs=not args.no_cuda_graphs,
                            trusted_keys=args.trusted_key)
     prompt = parse_prompt(args.prompt, args.prompt_ids, optional="encode" in program.entry_points)
@@ -156,6 +157,8 @@ def main(argv: list[str] | None = None) -> int:
     gen.add_argument("--source-ids", help="an encoder-decoder's source as token ids")
     gen.add_argument("--source-features", help="a speech encoder's input features "
                      "(.npy or .safetensors)")
+    gen.add_argument("--source-audio", help="a Whisper artifact's audio (PCM WAV at the "
+                     "model's rate, 16 kHz)")
     gen.add_argument("--max-new-tokens", type=int, default=128)
     gen.add_argument("--temperature", type=float, default=0.0)
     gen.add_argument("--top-k", type=int)

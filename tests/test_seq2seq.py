@@ -124,38 +124,104 @@ def test_whisper_generates_from_features_on_both_clis(whisper_onnx, cli, tmp_pat
     assert json.loads(runtime_cli.stdout)["tokens"] == expected
 
 
-@pytest.mark.parametrize("args,said", [
-    ((), "needs a source"),
-    (("--source-ids", "1,2"), "input features of shape"),
-    (("--source-features", "missing.npy"), "no such file"),
-    (("--source", "x", "--source-ids", "1"), "give the source once"),
-])
-def test_whisper_bad_sources_are_exit_2(whisper_onnx, cli, args, said):
-    done = cli("generate", str(whisper_onnx[1].source), *args, "-n", "2")
-    print(done.stderr)
-    assert done.returncode == 2 and said in done.stderr and "Traceback" not in done.stderr
+def test_log_mel_equals_whisper_feature_extractor():
+    """The runtime's numpy front end against transformers' on 7 s of audio (padded to
+    30 s), at Whisper's 80 and large-v3's 128 mel bins."""
+    import numpy as np
+    from transformers import WhisperFeatureExtractor
+
+    from runtime.generation.audio import Waveform, log_mel
+    rng = np.random.default_rng(0)
+    samples = (rng.standard_normal(16000 * 7) * 0.1
+               * np.sin(np.linspace(0, 300, 16000 * 7))).astype(np.float32)
+    audio = {"sampling_rate": 16000, "n_fft": 400, "hop_length": 160}
+    for mels in (80, 128):
+        reference = WhisperFeatureExtractor(feature_size=mels)(
+            samples, sampling_rate=16000, return_tensors="np").input_features[0]
+        ours = log_mel(Waveform(samples, 16000), audio, mels, 3000)
+        print(mels, float(np.abs(reference - ours).max()))
+        assert ours.shape == reference.shape and np.abs(reference - ours).max() < 1e-4
 
 
-def test_a_text_source_too_long_or_outside_the_vocabulary_is_exit_2(bart_onnx, cli):
-    artifact = str(bart_onnx[1].source)
-    bound = bart_onnx[0].manifest.generation["source"]["bound"]
-    for ids, said in ((",".join(["5"] * (bound + 1)), "the encoder takes 1"),
-                      ("5,9999", "outside the vocabulary")):
-        done = cli("generate", artifact, "--source-ids", ids, "-n", "2")
+def _wav(path, samples, rate: int):
+    import wave
+
+    import numpy as np
+    with wave.open(str(path), "wb") as out:
+        out.setnchannels(1)
+        out.setsampwidth(2)
+        out.setframerate(rate)
+        out.writeframes((np.clip(samples, -1, 1) * 32767).astype("<i2").tobytes())
+    return path
+
+
+def test_whisper_generates_from_a_wav_file(whisper_onnx, cli, tmp_path):
+    import numpy as np
+
+    from runtime.generation.audio import log_mel, read_wav
+    _, program = whisper_onnx
+    samples = np.random.default_rng(3).uniform(-0.5, 0.5, 5000)
+    path = _wav(tmp_path / "speech.wav", samples, 16000)
+    source = program.manifest.generation["source"]
+    features = log_mel(read_wav(path), source["audio"], *source["shape"])
+    expected = program.generate(None, 6, source=torch.from_numpy(features),
+                                stop_at_eos=False).tokens
+    assert program.generate(None, 6, source=read_wav(path), stop_at_eos=False).tokens == expected
+    done = cli("generate", str(program.source), "--source-audio", str(path), "-n", "6",
+               "--ignore-eos", "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["tokens"] == expected
+    for bad, said in ((_wav(tmp_path / "8k.wav", samples, 8000), "sampled at 8000 Hz"),
+                      (tmp_path / "features.npy", "not a readable PCM WAV")):
+        if not bad.exists():
+            bad.write_bytes(b"not audio")
+        done = cli("generate", str(program.source), "--source-audio", str(bad), "-n", "2")
         print(done.stderr)
         assert done.returncode == 2 and said in done.stderr
 
 
-@pytest.mark.parametrize("spec,flags,said", [
-    ("bart", ("--max-source", "500"), "over the encoder's 96 positions"),
-    ("whisper", ("--max-source", "8"), "applies to text encoders"),
-])
-def test_bad_max_source_is_exit_2_before_any_capture(cli, tmp_path, spec, flags, said):
-    out = tmp_path / "x.artifact"
-    done = cli("build", f"{MODELS}:{spec}", "--task", "text-generation", "--target", "onnx",
-               *flags, "--out", str(out))
+def test_whisper_without_a_source_is_exit_2(whisper_onnx, cli):
+    done = cli("generate", str(whisper_onnx[1].source), "-n", "2")
     print(done.stderr)
-    assert done.returncode == 2 and said in done.stderr and not out.exists()
+    assert done.returncode == 2 and "needs a source" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_bad_sources_are_user_errors_naming_the_input(whisper_onnx, bart_onnx):
+    """In process (the CLI's exit 2 for a UserInputError is the test above's): each bad
+    source names what is wrong with it."""
+    from runtime.errors import UserInputError
+    from runtime.generation import parse_source
+    from runtime.generation.audio import Waveform
+    whisper, bart = whisper_onnx[1], bart_onnx[1]
+    bound = bart.manifest.generation["source"]["bound"]
+    cases = [
+        (lambda: whisper.generate(None, 2, source=[1, 2]), "input features of shape"),
+        (lambda: parse_source(None, None, "missing.npy"), "no such file"),
+        (lambda: parse_source("x", "1", None), "give the source once"),
+        (lambda: bart.generate(None, 2, source=[5] * (bound + 1)), "the encoder takes 1"),
+        (lambda: bart.generate(None, 2, source=[5, 9999]), "outside the vocabulary"),
+        (lambda: bart.generate(None, 2, source=Waveform(torch.zeros(8).numpy(), 16000)),
+         "takes no audio"),
+    ]
+    for call, said in cases:
+        with pytest.raises(UserInputError, match=said) as caught:
+            call()
+        print(caught.value)
+
+
+def test_bad_max_source_is_exit_2_before_any_capture(cli, tmp_path):
+    out = tmp_path / "x.artifact"
+    done = cli("build", f"{MODELS}:bart", "--task", "text-generation", "--target", "onnx",
+               "--max-source", "500", "--out", str(out))
+    print(done.stderr)
+    assert done.returncode == 2 and "over the encoder's 96 positions" in done.stderr
+    assert not out.exists()
+    from exporter.errors import UserInputError
+    with pytest.raises(UserInputError, match="applies to text encoders"):
+        exporter.build(f"{MODELS}:whisper", task="text-generation", target="onnx",
+                       max_source=8, out=out)
+    assert not out.exists()
 
 
 @pytest.mark.slow

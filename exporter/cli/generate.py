@@ -27,6 +27,9 @@ def generate(
     source_features: Optional[str] = typer.Option(None, "--source-features", help="a speech "
                                                   "encoder's input features (.npy or "
                                                   ".safetensors; Whisper: its log-mel frames)"),
+    source_audio: Optional[str] = typer.Option(None, "--source-audio", help="a Whisper "
+                                               "artifact's audio: a PCM WAV file at its rate "
+                                               "(16 kHz); cut or padded to 30 s"),
     max_new_tokens: int = typer.Option(128, "--max-new-tokens", "-n", min=0,
                                        help="stop after this many new tokens"),
     temperature: float = typer.Option(0.0, "--temperature", min=0.0,
@@ -53,7 +56,7 @@ def generate(
         from runtime.generation import parse_prompt, parse_source
         from runtime.generation.sampling import Sampling
 
-        encoded = parse_source(source, source_ids, source_features)
+        encoded = parse_source(source, source_ids, source_features, source_audio)
         sampling = Sampling(temperature, top_k, top_p, seed)
         program = runtime.load(artifact, cuda_graphs=not no_cuda_graphs,
                                trusted_keys=trusted_key)

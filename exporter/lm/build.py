@@ -105,7 +105,7 @@ def _probed(lm: LanguageModel, probe: Callable[[], CacheLayout]) -> CacheLayout:
 
 def _source_of(lm: LanguageModel, model: torch.nn.Module, max_source: int | None) -> Source:
     try:
-        return source_of(model, max_source)
+        return source_of(model, max_source, lm.folder)
     except ValueError as exc:
         raise UserInputError(str(exc), where=lm.source,
                              hint="give a smaller --max-source, or leave it out") from None

@@ -23,7 +23,10 @@ frames after its convolutions), so its steps take no mask.
 from __future__ import annotations
 
 import inspect
+import json
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 import torch
 from transformers.cache_utils import Cache, CacheLayerMixin, EncoderDecoderCache
 from transformers.modeling_outputs import BaseModelOutput
@@ -43,18 +46,23 @@ class Source:
     input: str  # "input_ids" or "input_features"
     shape: tuple[int, ...]  # features: (mel bins, frames); ids: (bound,)
     bound: int  # rows of the cross cache (encoder positions)
+    audio: dict | None = None  # Whisper's log-mel parameters (runtime/generation/audio.py)
 
     @property
     def masked(self) -> bool:
         return self.input == "input_ids"
 
     def to_json(self) -> dict:
-        return {"input": self.input, "shape": list(self.shape), "bound": self.bound}
+        raw = {"input": self.input, "shape": list(self.shape), "bound": self.bound}
+        return {**raw, "audio": self.audio} if self.audio else raw
 
 
-def source_of(model: torch.nn.Module, max_source: int | None) -> Source:
+def source_of(model: torch.nn.Module, max_source: int | None,
+              folder: Path | None = None) -> Source:
     """The encoder's input and how long its output is, from the model itself; a text
-    encoder's bound is ``max_source`` (None: its positions, at most MAX_SOURCE_DEFAULT)."""
+    encoder's bound is ``max_source`` (None: its positions, at most MAX_SOURCE_DEFAULT).
+    ``folder``: the checkpoint's, whose preprocessor_config.json gives Whisper's audio
+    parameters."""
     config, encoder = model.config, model.get_encoder()
     if model.main_input_name == "input_features":
         positions = getattr(encoder, "max_source_positions", None)
@@ -68,7 +76,8 @@ def source_of(model: torch.nn.Module, max_source: int | None) -> Source:
         if max_source is not None:
             raise ValueError("--max-source applies to text encoders; a speech encoder's "
                              f"length is fixed ({positions} positions)")
-        return Source("input_features", (config.num_mel_bins, positions * stride), positions)
+        return Source("input_features", (config.num_mel_bins, positions * stride), positions,
+                      _audio(config, folder))
     if model.main_input_name != "input_ids":
         raise NotImplementedError(f"an encoder taking {model.main_input_name} has no export")
     positions = getattr(config, "max_position_embeddings", None)  # T5's are relative: none
@@ -77,6 +86,23 @@ def source_of(model: torch.nn.Module, max_source: int | None) -> Source:
                          "positions")
     bound = max_source or min(positions or MAX_SOURCE_DEFAULT, MAX_SOURCE_DEFAULT)
     return Source("input_ids", (bound,), bound)
+
+
+_AUDIO_DEFAULTS = {"sampling_rate": 16000, "n_fft": 400, "hop_length": 160}
+
+
+def _audio(config: Any, folder: Path | None) -> dict | None:
+    """Whisper's feature extractor settings (its preprocessor_config.json, else
+    WhisperFeatureExtractor's defaults): what the runtime needs to turn audio into the
+    encoder's frames. None for other speech models (their front ends differ)."""
+    if getattr(config, "model_type", None) != "whisper":
+        return None
+    audio = dict(_AUDIO_DEFAULTS, max_frequency=8000.0)
+    path = folder / "preprocessor_config.json" if folder else None
+    if path is not None and path.is_file():
+        saved = json.loads(path.read_text())
+        audio.update({k: saved[k] for k in _AUDIO_DEFAULTS if isinstance(saved.get(k), int)})
+    return audio
 
 
 class _CrossLayer(CacheLayerMixin):

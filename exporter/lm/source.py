@@ -34,6 +34,7 @@ class LanguageModel:
     token_ids: dict  # bos/eos/pad ids
     generation_config: dict  # as generation_config.json holds it (for the manifest)
     notes: list[str] = field(default_factory=list)
+    folder: Path | None = None  # the checkpoint folder, when there is one
 
     @property
     def encoder_decoder(self) -> bool:
@@ -107,7 +108,7 @@ def _described(source: str, model: torch.nn.Module, folder: Path | None, notes: 
                          for k, v in outside.items()]
         ids = {k: ([] if k in outside else v) for k, v in ids.items()}
     return LanguageModel(source, model, origin, tokenizer, ids,
-                         json.loads(json.dumps(generation, default=str)), notes)
+                         json.loads(json.dumps(generation, default=str)), notes, folder)
 
 
 def _ids(value) -> list[int]:

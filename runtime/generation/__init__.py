@@ -22,13 +22,18 @@ def parse_prompt(text: str | None, ids: str | None, *, optional: bool = False
     return _ids(ids, "--prompt-ids")
 
 
-def parse_source(text: str | None, ids: str | None, features: str | None):
+def parse_source(text: str | None, ids: str | None, features: str | None,
+                 audio: str | None = None):
     """An encoder-decoder's source from the command line (at most one): text, token ids,
-    or a file of input features (.npy, or a .safetensors holding one tensor); None: none."""
-    given = [value for value in (text, ids, features) if value is not None]
+    a file of input features (.npy, or a .safetensors holding one tensor), or a WAV file
+    (Whisper); None: none."""
+    given = [value for value in (text, ids, features, audio) if value is not None]
     if len(given) > 1:
-        raise UserInputError("give the source once: --source TEXT, --source-ids 1,2,3 or "
-                             "--source-features FILE")
+        raise UserInputError("give the source once: --source TEXT, --source-ids 1,2,3, "
+                             "--source-features FILE or --source-audio FILE.wav")
+    if audio is not None:
+        from runtime.generation.audio import read_wav
+        return read_wav(audio)
     if ids is not None:
         return _ids(ids, "--source-ids")
     if features is not None:

@@ -22,6 +22,7 @@ from typing import Callable, Sequence
 import torch
 
 from runtime.errors import ArtifactError, UserInputError
+from runtime.generation.audio import Waveform, log_mel
 from runtime.generation.cache import KvCache
 from runtime.generation.layout import CacheLayout
 from runtime.generation.sampling import Sampler, Sampling
@@ -142,11 +143,18 @@ class Generator:
     def set_source(self, source) -> int:
         """Encode ``source`` into the cross-attention cache; returns its length in rows.
         Text (the artifact's tokenizer) or token ids for a text encoder; input features
-        ([mel bins, frames], optionally with a batch of 1) for a speech one."""
+        ([mel bins, frames], optionally with a batch of 1) or a ``Waveform`` for Whisper."""
         if self.encode is None:
             raise UserInputError("this artifact has no encoder: it takes no source",
                                  where=self.where, hint="give only the prompt")
         spec = self.source
+        if isinstance(source, Waveform):  # runtime/generation/audio.py
+            if not spec.get("audio"):
+                raise UserInputError("this artifact takes no audio", where=self.where,
+                                     hint="only Whisper artifacts compute their features "
+                                          "from audio; give input features or a text source")
+            mels, frames = spec["shape"]
+            source = torch.from_numpy(log_mel(source, spec["audio"], mels, frames))
         if spec["input"] == "input_ids":
             ids = self.tokenizer.encode(source) if isinstance(source, str) else [
                 int(t) for t in torch.as_tensor(source).reshape(-1).tolist()]

@@ -1,0 +1,104 @@
+"""Audio in for a Whisper artifact: a WAV file or samples -> the log-mel frames its ``encode``
+takes, as transformers' ``WhisperFeatureExtractor`` computes them (its numpy path: a
+centred STFT with a periodic Hann window, power, Slaney mel filters, log10, the top 80 dB
+kept, scaled to about [-1, 1]).
+
+Written here with numpy, not taken from transformers: the runtime on a device has numpy and
+torch, not transformers (pyproject's ``runtime`` extra). tests/test_seq2seq.py checks it
+against ``WhisperFeatureExtractor`` on a 30-second waveform. The build records the
+parameters (``manifest.generation.source.audio``); the mel filters are recomputed from
+them (201 x 80 numbers need no entry of their own).
+"""
+
+from __future__ import annotations
+
+import wave
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from runtime.errors import UserInputError
+
+MEL_FLOOR = 1e-10
+TOP_DB = 8.0  # log10 units kept below the loudest frame: 80 dB
+
+
+@dataclass(frozen=True)
+class Waveform:
+    """Mono samples in [-1, 1] and their rate (Hz)."""
+    samples: np.ndarray
+    rate: int
+
+
+def read_wav(path: str | Path) -> Waveform:
+    """A PCM WAV file (8-, 16- or 32-bit; channels averaged) as a ``Waveform``."""
+    try:
+        with wave.open(str(path), "rb") as wav:
+            width, channels, rate = wav.getsampwidth(), wav.getnchannels(), wav.getframerate()
+            data = wav.readframes(wav.getnframes())
+    except (OSError, EOFError, wave.Error) as exc:
+        raise UserInputError(f"{path} is not a readable PCM WAV file ({exc})",
+                             hint="convert it: ffmpeg -i IN -ac 1 -ar 16000 OUT.wav") from None
+    kinds = {1: (np.uint8, 128.0, 128.0), 2: (np.int16, 0.0, 32768.0),
+             4: (np.int32, 0.0, 2147483648.0)}
+    if width not in kinds:
+        raise UserInputError(f"{path}: {8 * width}-bit samples are not read here",
+                             hint="convert it: ffmpeg -i IN -ac 1 -ar 16000 -sample_fmt s16 "
+                                  "OUT.wav")
+    kind, offset, scale = kinds[width]
+    samples = (np.frombuffer(data, dtype=kind).astype(np.float64) - offset) / scale
+    samples = samples.reshape(-1, channels).mean(axis=1)
+    return Waveform(samples.astype(np.float32), rate)
+
+
+def log_mel(waveform: Waveform, audio: dict, mels: int, frames: int) -> np.ndarray:
+    """[mels, frames] float32: ``waveform`` cut or zero-padded to ``frames`` hops (30 s for
+    Whisper), then the log-mel spectrogram of ``audio``'s parameters."""
+    rate, n_fft, hop = audio["sampling_rate"], audio["n_fft"], audio["hop_length"]
+    if waveform.rate != rate:
+        raise UserInputError(f"the audio is sampled at {waveform.rate} Hz; the model takes "
+                             f"{rate} Hz", hint=f"resample it: ffmpeg -i IN -ac 1 -ar {rate} "
+                                                "OUT.wav")
+    samples = np.zeros(frames * hop, dtype=np.float64)
+    given = np.asarray(waveform.samples, dtype=np.float64).reshape(-1)[:samples.shape[0]]
+    samples[:given.shape[0]] = given
+    padded = np.pad(samples, n_fft // 2, mode="reflect")
+    count = 1 + (padded.shape[0] - n_fft) // hop
+    starts = np.arange(count)[:, None] * hop + np.arange(n_fft)[None, :]
+    window = np.hanning(n_fft + 1)[:-1]  # periodic
+    power = np.abs(np.fft.rfft(padded[starts] * window, n=n_fft, axis=1)) ** 2
+    filters = mel_filters(n_fft // 2 + 1, mels, rate, audio.get("max_frequency", 8000.0))
+    spectrum = np.log10(np.maximum(MEL_FLOOR, power @ filters)).T[:, :-1]
+    spectrum = np.maximum(spectrum, spectrum.max() - TOP_DB)
+    return ((spectrum + 4.0) / 4.0).astype(np.float32)
+
+
+def mel_filters(frequencies: int, mels: int, rate: int, max_frequency: float) -> np.ndarray:
+    """[frequencies, mels]: triangular filters evenly spaced on the Slaney mel scale from 0
+    to ``max_frequency``, each normalised to unit area (Slaney's norm)."""
+    fft_hz = np.linspace(0, rate // 2, frequencies)
+    edges = _mel_to_hz(np.linspace(_hz_to_mel(0.0), _hz_to_mel(max_frequency), mels + 2))
+    widths = np.diff(edges)
+    slopes = edges[None, :] - fft_hz[:, None]
+    down = -slopes[:, :-2] / widths[:-1]
+    up = slopes[:, 2:] / widths[1:]
+    filters = np.maximum(0.0, np.minimum(down, up))
+    return filters * (2.0 / (edges[2:mels + 2] - edges[:mels]))[None, :]
+
+
+_SLANEY_STEP = 200.0 / 3  # Hz per mel below 1 kHz
+_LOG_STEP = np.log(6.4) / 27.0  # mels above 1 kHz are logarithmic
+
+
+def _hz_to_mel(hz):
+    hz = np.asarray(hz, dtype=np.float64)
+    linear = hz / _SLANEY_STEP
+    return np.where(hz >= 1000.0, 1000.0 / _SLANEY_STEP + np.log(np.maximum(hz, 1e-12) / 1000.0)
+                    / _LOG_STEP, linear)
+
+
+def _mel_to_hz(mel):
+    mel = np.asarray(mel, dtype=np.float64)
+    knee = 1000.0 / _SLANEY_STEP
+    return np.where(mel >= knee, 1000.0 * np.exp(_LOG_STEP * (mel - knee)), mel * _SLANEY_STEP)
