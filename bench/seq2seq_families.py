@@ -84,6 +84,16 @@ def whisper_tiny_shape() -> torch.nn.Module:
     return t.WhisperForConditionalGeneration(config).eval()
 
 
+def t5_small_shape() -> torch.nn.Module:
+    """t5-small's dimensions (60M parameters; 6+6 layers, d_model 512, 32 relative
+    buckets), random weights."""
+    import transformers as t
+    torch.manual_seed(0)
+    return t.T5ForConditionalGeneration(t.T5Config(
+        vocab_size=32128, d_model=512, d_kv=64, d_ff=2048, num_layers=6, num_decoder_layers=6,
+        num_heads=8, decoder_start_token_id=0, pad_token_id=0, eos_token_id=1)).eval()
+
+
 def main() -> None:
     import exporter
     parser = argparse.ArgumentParser()

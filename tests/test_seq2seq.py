@@ -25,15 +25,17 @@ pytest.importorskip("transformers")
 MODELS = ROOT / "tests" / "models" / "tiny_seq2seq.py"
 
 
+@pytest.mark.parametrize("attention", ["grouped", "model"])
 @pytest.mark.parametrize("family", tiny_seq2seq.FAMILIES)
-def test_encode_prefill_decode_equal_the_models_forward(family):
+def test_encode_prefill_decode_equal_the_models_forward(family, attention):
     """The cross cache from ``encode`` (a short source in a longer buffer, the rest masked),
-    a prefill of 5 decoder tokens and a decode step each give Hugging Face's logits."""
+    a prefill of 5 decoder tokens and a decode step each give Hugging Face's logits, with
+    our attention (cpu, onnx) and with the model's own (cuda; T5's bias corrected)."""
     model = tiny_seq2seq.model(family)
     source = source_of(model, None)
     layout = probe_seq2seq_layout(model, source, 32, torch.float32)
     encoder = ExportableEncoder(model, layout, source).eval()
-    step = ExportableSeq2SeqStep(model, layout, source).eval()
+    step = ExportableSeq2SeqStep(model, layout, source, attention).eval()
     value = example_source(model, source, 7, seed=3)
     cache = KvCache(layout, "cpu", source_mask=source.masked)
     decoder = torch.tensor([[model.config.decoder_start_token_id, 5, 17, 9, 30, 11]])
@@ -51,7 +53,7 @@ def test_encode_prefill_decode_equal_the_models_forward(family):
         prefill = run(decoder[:, :5], torch.arange(5))
         decode = run(decoder[:, 5:], torch.arange(5, 6))
         reference = model(**{model.main_input_name: value}, decoder_input_ids=decoder).logits
-    print(family, float((prefill - reference[:, :5]).abs().max()),
+    print(family, attention, float((prefill - reference[:, :5]).abs().max()),
           float((decode[0, -1] - reference[0, 5]).abs().max()))
     torch.testing.assert_close(prefill, reference[:, :5], rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(decode[0, -1], reference[0, 5], rtol=1e-5, atol=1e-5)
@@ -244,20 +246,23 @@ def test_slow_builds_validate(spec, target, quantize, tmp_path):
 
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-@pytest.mark.parametrize("dtype", ["fp32", "fp16"])
-def test_whisper_on_cuda_replays_decode_as_a_graph(dtype, tmp_path):
+@pytest.mark.parametrize("spec,dtype", [("whisper", "fp32"), ("whisper", "fp16"),
+                                        ("t5", "fp32")])
+def test_on_cuda_decode_replays_as_a_graph(spec, dtype, tmp_path):
     """The cross cache lives in fixed buffers, so the decode step is one CUDA graph as a
-    decoder-only model's: its tokens equal plain launches' and the validation passes."""
-    out = tmp_path / f"whisper-cuda-{dtype}.artifact"
-    built = exporter.build(f"{MODELS}:whisper", task="text-generation", target="cuda",
+    decoder-only model's: its tokens equal plain launches' and the validation passes (T5:
+    the model's own attention, as cuda runs it, with its position bias corrected)."""
+    out = tmp_path / f"{spec}-cuda-{dtype}.artifact"
+    built = exporter.build(f"{MODELS}:{spec}", task="text-generation", target="cuda",
                            dtype=dtype, max_context=48, out=out)
     record = built.manifest.validation
-    print(dtype, record["passed"], record["top1_agreement"], record["mean_kl"])
+    print(spec, dtype, record["passed"], record["top1_agreement"], record["mean_kl"])
     assert record["passed"]
-    features = torch.randn(16, 48, generator=torch.Generator().manual_seed(5))
+    source = (torch.randn(16, 48, generator=torch.Generator().manual_seed(5))
+              if spec == "whisper" else [5, 17, 9, 30, 11, 4])
     graphs, plain = runtime.load(out), runtime.load(out, cuda_graphs=False)
     assert graphs.generator._graph is not None
-    tokens = [p.generate(None, 24, source=features, stop_at_eos=False).tokens
+    tokens = [p.generate(None, 24, source=source, stop_at_eos=False).tokens
               for p in (graphs, plain)]
     assert tokens[0] == tokens[1]
 

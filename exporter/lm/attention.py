@@ -19,7 +19,8 @@ Each target says which attention its steps get (``Target.step_attention``):
   layers (a ring, not slot = position) keep the grouped math;
 - "model": the model's own attention, as transformers runs it (cuda: over concat(past,
   new) with repeated heads, SDPA picks cuDNN or flash kernels; the grouped matmuls took
-  the 1.1B fp16 decode step on an H100 from 1.76 to 1.85 ms, 571 -> 527 tokens/s).
+  the 1.1B fp16 decode step on an H100 from 1.76 to 1.85 ms, 571 -> 527 tokens/s),
+  called through this module all the same, which corrects T5's position bias for it.
 
 Registered with transformers' ``AttentionInterface`` under ``ATTENTION_NAME``; while
 ``ExportableCausalLM`` runs it sets the layers of the call (``attending_in_place``). Where a
@@ -56,7 +57,7 @@ class _Step:
     layers: list  # the ChunkLayer of each decoder layer
     fallback: Callable  # the model's own attention (calls this module cannot take)
     start: torch.Tensor  # the first new token's position (0-d)
-    fused: bool  # full-attention layers through edge_exporter::cached_attention
+    attention: str  # the target's step_attention: "grouped", "fused" or "model"
 
 
 _ACTIVE: contextvars.ContextVar[_Step | None] = contextvars.ContextVar("_ACTIVE", default=None)
@@ -68,13 +69,13 @@ def attending_in_place(model: torch.nn.Module, layers: list, start: torch.Tensor
     """While the block runs, ``model`` attends through this module, over ``layers`` (the
     ``ChunkLayer`` of each decoder layer); then it has its own implementation back,
     which also serves the calls this function cannot take. ``attention``: the target's
-    ``step_attention`` (this module's docstring); "model" leaves the model as it is."""
+    ``step_attention`` (this module's docstring)."""
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
     before = model.config._attn_implementation
     fallback = (ALL_ATTENTION_FUNCTIONS[before] if before in ALL_ATTENTION_FUNCTIONS
                 else _eager(model))
-    if fallback is None or attention == "model":  # BLOOM's attention is written inline
+    if fallback is None:  # BLOOM's attention is written inline
         yield
         return
     _register()
@@ -84,7 +85,7 @@ def attending_in_place(model: torch.nn.Module, layers: list, start: torch.Tensor
         log.debug("%s keeps its own attention: %s", type(model).__name__, exc)
         yield
         return
-    token = _ACTIVE.set(_Step(layers, fallback, start, attention == "fused"))
+    token = _ACTIVE.set(_Step(layers, fallback, start, attention))
     try:
         yield
     finally:
@@ -101,16 +102,19 @@ def cached_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Te
     active = _ACTIVE.get()
     layer = _layer_of(active.layers, module, key)
     scaling, softcap = kwargs.get("scaling"), kwargs.get("softcap")
-    bias = kwargs.get("position_bias")
-    if layer is None or scaling is None or kwargs.get("dropout") or (
-            set(kwargs) - _UNDERSTOOD - {"position_bias"}) or (
-            bias is not None and bias.shape[-1] != key.shape[-2]):
+    bias = kwargs.get("position_bias")  # T5's relative position bias, per head
+    if layer is not None and bias is not None and bias.shape[-1] == key.shape[-2]:
+        bias = _bias_over_slots(bias, layer.past[0].shape[-2], active.start, query.shape[2])
+        kwargs = {**kwargs, "position_bias": bias}
+    elif bias is not None:
+        layer = None  # a bias this module cannot place: the model's own, as it is
+    if active.attention == "model" or layer is None or scaling is None or kwargs.get(
+            "dropout") or set(kwargs) - _UNDERSTOOD - {"position_bias"}:
         return active.fallback(module, query, key, value, attention_mask, **kwargs)
     (past_k, past_v), (new_k, new_v) = layer.past, layer.new
-    if bias is not None:  # T5's relative position bias: one more additive mask, per head
-        bias = _bias_over_slots(bias, past_k.shape[-2], active.start, query.shape[2])
+    if bias is not None:  # one more additive mask
         attention_mask = bias if attention_mask is None else attention_mask + bias
-    elif active.fused and _fusable(layer, query):
+    elif active.attention == "fused" and _fusable(layer, query):
         return cached_attention_op(query, new_k, new_v, past_k, past_v, active.start,
                                    float(scaling), float(softcap or 0.0)), None
     return grouped_attention(query, past_k, past_v, new_k, new_v, attention_mask, scaling,

@@ -53,16 +53,8 @@ def model(family: str, window: int = 12, seed: int = 0) -> torch.nn.Module:
 
 def checkpoint(folder: Path, family: str = "gemma3", window: int = 12) -> Path:
     """save_pretrained + tokenizer.json (byte-level BPE, VOCAB tokens, bos/eos set)."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
     lm = model(family, window)
-    tokenizer = Tokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tokenizer.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=VOCAB, special_tokens=["<pad>", "<s>", "</s>"],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tokenizer.train_from_iterator(CORPUS, trainer)
-    tokenizer.post_processor = processors.TemplateProcessing(single="<s> $A",
-                                                             special_tokens=[("<s>", 1)])
+    tokenizer = bpe_tokenizer(VOCAB, ["<pad>", "<s>", "</s>"], "<s> $A")
     lm.config.bos_token_id, lm.config.eos_token_id, lm.config.pad_token_id = 1, 2, 0
     lm.generation_config.bos_token_id, lm.generation_config.eos_token_id = 1, 2
     lm.generation_config.pad_token_id = 0
@@ -70,6 +62,22 @@ def checkpoint(folder: Path, family: str = "gemma3", window: int = 12) -> Path:
     lm.save_pretrained(folder)
     tokenizer.save(str(folder / "tokenizer.json"))
     return folder
+
+
+def bpe_tokenizer(vocab: int, special: list[str], template: str):
+    """A byte-level BPE of ``vocab`` tokens trained on CORPUS; ``special`` first (ids 0..),
+    ``template`` the single-sequence post-processor (e.g. "<s> $A")."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    tokenizer.train_from_iterator(CORPUS, trainers.BpeTrainer(
+        vocab_size=vocab, special_tokens=special,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    used = [token for token in special if token in template]
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single=template, special_tokens=[(token, special.index(token)) for token in used])
+    return tokenizer
 
 
 def factory():

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from tests.models.tiny_lm import CORPUS
+from tests.models.tiny_lm import bpe_tokenizer
 
 VOCAB = 320
 _TEXT = dict(vocab_size=VOCAB, d_model=64, encoder_layers=2, decoder_layers=2,
@@ -64,16 +64,8 @@ def bart():
 def checkpoint(folder: Path, family: str = "bart") -> Path:
     """save_pretrained + tokenizer.json (byte-level BPE of VOCAB tokens; the source is
     wrapped in bos ... eos as BART's own tokenizer does)."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
     built = model(family)
-    tokenizer = Tokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tokenizer.decoder = decoders.ByteLevel()
-    tokenizer.train_from_iterator(CORPUS, trainers.BpeTrainer(
-        vocab_size=VOCAB, special_tokens=["<s>", "<pad>", "</s>", "<unk>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-    tokenizer.post_processor = processors.TemplateProcessing(
-        single="<s> $A </s>", special_tokens=[("<s>", 0), ("</s>", 2)])
+    tokenizer = bpe_tokenizer(VOCAB, ["<s>", "<pad>", "</s>", "<unk>"], "<s> $A </s>")
     folder.mkdir(parents=True, exist_ok=True)
     built.save_pretrained(folder)
     tokenizer.save(str(folder / "tokenizer.json"))
