@@ -48,21 +48,25 @@ def tiny_builds(out: Path, families: list[str], dtypes: list[str]) -> None:
 
     for family in families:
         folder = tiny_lm.checkpoint(out / f"tiny-{family}", family)
-        for dtype in dtypes:
-            path = out / f"tiny-{family}-{dtype}.artifact"
+        for spec in dtypes:  # "fp16", or "fp16+int4-weight" (a weight-only recipe)
+            dtype, _, recipe = spec.partition("+")
+            # random weights: the labelled gate's bounds widened, the figures recorded
+            quant = dict(quantize=recipe, min_top1=0.5, max_kl=1.0) if recipe else {}
+            path = out / f"tiny-{family}-{spec}.artifact"
             start = time.perf_counter()
             try:
                 built = exporter.build(f"hf:{folder}", task="text-generation", target="cuda",
-                                       dtype=dtype, max_context=64, prefill_chunk=16, out=path)
+                                       dtype=dtype, max_context=64, prefill_chunk=16, out=path,
+                                       **quant)
             except Exception as exc:  # noqa: BLE001 - recorded, the run goes on
-                emit(out, {"what": "tiny build", "family": family, "dtype": dtype,
+                emit(out, {"what": "tiny build", "family": family, "dtype": spec,
                            "error": f"{type(exc).__name__}: {exc}"[:2000]})
                 continue
             record = built.manifest.validation
             graphed = runtime.load(path).generate([1, 5, 9], 40, stop_at_eos=False)
             plain = runtime.load(path, cuda_graphs=False).generate([1, 5, 9], 40,
                                                                    stop_at_eos=False)
-            emit(out, {"what": "tiny build", "family": family, "dtype": dtype,
+            emit(out, {"what": "tiny build", "family": family, "dtype": spec,
                        "seconds": round(time.perf_counter() - start, 1),
                        "passed": record["passed"], "tokens_identical": record["tokens_identical"],
                        "top1": record["top1_agreement"], "kl": record["mean_kl"],
@@ -176,7 +180,9 @@ def main() -> None:
     parser.add_argument("--skip-tiny", action="store_true")
     parser.add_argument("--families", default="llama,gemma3",
                         help="comma list of tests/models/tiny_lm.py families, or 'all'")
-    parser.add_argument("--dtypes", default="fp32,fp16,bf16")
+    parser.add_argument("--dtypes", default="fp32,fp16,bf16",
+                        help="comma list; DTYPE+RECIPE adds a weight-only recipe "
+                             "(fp16+int4-weight)")
     parser.add_argument("--skip-big", action="store_true")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
