@@ -14,7 +14,7 @@ decoder call is unused and leaves the graph). The steps hand them back through
 transformers' ``EncoderDecoderCache`` with every layer marked as already computed, the path
 ``generate`` itself takes after its first step.
 
-The runtime keeps the cross cache in fixed buffers of ``source_bound`` rows; a text source
+The runtime keeps the cross cache in fixed buffers of ``Source.bound`` rows; a text source
 shorter than that fills the first rows and ``source_mask`` (1 where a row holds a source
 token) hides the rest. A speech encoder's length is fixed by the model (Whisper: 1500
 frames after its convolutions), so its steps take no mask.
@@ -27,6 +27,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
 import torch
 from transformers.cache_utils import Cache, CacheLayerMixin, EncoderDecoderCache
 from transformers.modeling_outputs import BaseModelOutput
@@ -34,7 +35,6 @@ from transformers.modeling_outputs import BaseModelOutput
 from exporter.lm.attention import attending_in_place
 from exporter.lm.wrapper import ChunkCache, ChunkLayer, attention_mask
 from runtime.generation.layout import CacheLayer, CacheLayout
-
 
 MAX_SOURCE_DEFAULT = 1024  # a text encoder's longest source (the cross cache's rows)
 
@@ -100,7 +100,12 @@ def _audio(config: Any, folder: Path | None) -> dict | None:
     audio = dict(_AUDIO_DEFAULTS, max_frequency=8000.0)
     path = folder / "preprocessor_config.json" if folder else None
     if path is not None and path.is_file():
-        saved = json.loads(path.read_text())
+        try:
+            saved = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"{path} cannot be read ({exc})") from None
+        if not isinstance(saved, dict):
+            raise ValueError(f"{path} is not a JSON object")
         audio.update({k: saved[k] for k in _AUDIO_DEFAULTS if isinstance(saved.get(k), int)})
     return audio
 
