@@ -133,7 +133,8 @@ def _generate(args) -> None:
               f"decode {result.stats['decode_tokens_per_s'] or '-'} tokens/s", file=sys.stderr)
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
+    """The commands: run, generate, and the two the exporter's validation calls."""
     parser = argparse.ArgumentParser(prog="python -m runtime")
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -184,7 +185,11 @@ def main(argv: list[str] | None = None) -> int:
     generation.add_argument("--cases", required=True)
     generation.add_argument("--out", required=True)
     generation.add_argument("--preload", action="append", default=[])
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
     quiet, verbose = getattr(args, "quiet", False), getattr(args, "verbose", False)
     # the exporter CLI's style: "warning: ...", "error: ..." on stderr; debug logs name the part
     for level in (logging.DEBUG, logging.INFO, logging.WARNING, logging.ERROR):

@@ -140,14 +140,14 @@ def _reference(manifest, device: torch.device) -> torch.nn.Module:
 
 def _hf_engine(model: torch.nn.Module, prompt: list[int], new_tokens: int, *,
                static: bool, encoder: dict) -> Callable[[], dict]:
-    """``encoder``: an encoder-decoder's source (``prompt`` is then its decoder's; the
-    shared ``generate``, not Whisper's own, which adds its task tokens)."""
-    from transformers import GenerationConfig, GenerationMixin, StoppingCriteria
+    """``encoder``: an encoder-decoder's source (``prompt`` is then its decoder's)."""
+    from transformers import GenerationConfig, StoppingCriteria
+
+    from exporter.lm.validate import hf_generate
 
     device = next(model.parameters()).device
     config = GenerationConfig(max_new_tokens=new_tokens, min_new_tokens=new_tokens,
                               do_sample=False, pad_token_id=0,
-                              decoder_start_token_id=prompt[0] if encoder else None,
                               cache_implementation="static" if static else None)
     forward = model.forward
     if static and device.type == "cpu":  # on GPUs transformers compiles it itself
@@ -168,14 +168,7 @@ def _hf_engine(model: torch.nn.Module, prompt: list[int], new_tokens: int, *,
         first = FirstToken()
         model.forward = forward
         start = time.perf_counter()
-        with torch.no_grad():
-            if encoder:
-                out = GenerationMixin.generate(model, **encoder, decoder_input_ids=ids,
-                                               generation_config=config,
-                                               stopping_criteria=[first])
-            else:
-                out = model.generate(ids, generation_config=config, stopping_criteria=[first],
-                                     attention_mask=torch.ones_like(ids))
+        out = hf_generate(model, ids, config, encoder, stopping_criteria=[first])
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         end = time.perf_counter()

@@ -33,7 +33,7 @@ from transformers.cache_utils import Cache, CacheLayerMixin, EncoderDecoderCache
 from transformers.modeling_outputs import BaseModelOutput
 
 from exporter.lm.attention import attending_in_place
-from exporter.lm.wrapper import ChunkCache, ChunkLayer, attention_mask
+from exporter.lm.wrapper import ChunkCache, ChunkLayer, attention_mask, cache_keyword
 from runtime.generation.layout import CacheLayer, CacheLayout
 
 MAX_SOURCE_DEFAULT = 1024  # a text encoder's longest source (the cross cache's rows)
@@ -174,12 +174,11 @@ def _decoder_call(model: torch.nn.Module, ids: torch.Tensor, positions: torch.Te
                   encoder_states: torch.Tensor, cache: EncoderDecoderCache, **extra):
     """The whole model's forward from given encoder states: its head (BART's logits bias,
     T5's rescaling) applies as in ``generate``."""
-    keyword = "cache" if "cache" in inspect.signature(model.forward).parameters else (
-        "past_key_values")
     if "decoder_position_ids" in inspect.signature(model.forward).parameters:
         extra["decoder_position_ids"] = positions[None]
     return model(encoder_outputs=BaseModelOutput(last_hidden_state=encoder_states),
-                 decoder_input_ids=ids, use_cache=True, **{keyword: cache}, **extra)
+                 decoder_input_ids=ids, use_cache=True, **{cache_keyword(model): cache},
+                 **extra)
 
 
 def probe_seq2seq_layout(model: torch.nn.Module, source: Source, max_context: int,

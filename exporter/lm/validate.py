@@ -147,14 +147,10 @@ def _tokenized(lm: LanguageModel) -> list[list[int]]:
 def hf_greedy(model: torch.nn.Module, prompt: list[int], new_tokens: int,
               encoder: dict | None = None) -> list[int]:
     """Hugging Face ``generate``, greedy, exactly ``new_tokens`` (eos does not stop it and
-    is not masked: the artifact's raw greedy choice is what is compared). An
-    encoder-decoder gets its source in ``encoder`` and the prompt as its decoder's;
-    Whisper's own ``generate`` (language detection, timestamps, token suppression) is
-    passed over for the plain one that every model shares."""
-    from transformers import GenerationConfig, GenerationMixin
+    is not masked: the artifact's raw greedy choice is what is compared)."""
+    from transformers import GenerationConfig
     config = GenerationConfig(max_new_tokens=new_tokens, do_sample=False, eos_token_id=None,
-                              pad_token_id=0, bos_token_id=None,
-                              decoder_start_token_id=prompt[0] if encoder else None)
+                              pad_token_id=0, bos_token_id=None)
     device = next(model.parameters()).device
     ids = torch.tensor([prompt], device=device)
     # generate fills every setting left None from the model's own generation config: BART's
@@ -162,13 +158,23 @@ def hf_greedy(model: torch.nn.Module, prompt: list[int], new_tokens: int,
     # the tokens. The artifact's raw greedy choice is compared, so the model's is set aside.
     own, model.generation_config = model.generation_config, GenerationConfig()
     try:
-        with torch.no_grad():
-            if encoder:
-                out = GenerationMixin.generate(model, **encoder, decoder_input_ids=ids,
-                                               generation_config=config)
-            else:
-                out = model.generate(ids, generation_config=config,
-                                     attention_mask=torch.ones_like(ids))
+        out = hf_generate(model, ids, config, encoder)
     finally:
         model.generation_config = own
     return out[0, len(prompt):].tolist()
+
+
+def hf_generate(model: torch.nn.Module, ids: torch.Tensor, config, encoder: dict | None,
+                **options) -> torch.Tensor:
+    """Hugging Face ``generate`` from ``ids`` [1, L]. An encoder-decoder gets its source in
+    ``encoder`` and ``ids`` as its decoder's prompt; Whisper's own ``generate`` (language
+    detection, timestamps, token suppression) is passed over for the plain one that every
+    model shares. The validation's reference and ``exporter bench``'s baselines."""
+    from transformers import GenerationMixin
+    with torch.no_grad():
+        if encoder:
+            config.decoder_start_token_id = int(ids[0, 0])
+            return GenerationMixin.generate(model, **encoder, decoder_input_ids=ids,
+                                            generation_config=config, **options)
+        return model.generate(ids, generation_config=config,
+                              attention_mask=torch.ones_like(ids), **options)

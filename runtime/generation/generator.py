@@ -156,8 +156,8 @@ class Generator:
             mels, frames = spec["shape"]
             source = torch.from_numpy(log_mel(source, spec["audio"], mels, frames))
         if spec["input"] == "input_ids":
-            ids = self.tokenizer.encode(source) if isinstance(source, str) else [
-                int(t) for t in torch.as_tensor(source).reshape(-1).tolist()]
+            ids = self._token_ids(source if isinstance(source, str)
+                                  else torch.as_tensor(source).reshape(-1).tolist())
             if not 0 < len(ids) <= spec["bound"]:
                 raise UserInputError(f"the source has {len(ids)} tokens; the encoder takes 1 "
                                      f"to {spec['bound']}", where=self.where,
@@ -183,8 +183,13 @@ class Generator:
                 raise UserInputError("the artifact names no decoder start token",
                                      where=self.where, hint="give the decoder prompt's ids")
             return list(self.decoder_start)
-        return self.tokenizer.encode(prompt) if isinstance(prompt, str) else [
-            int(t) for t in prompt]
+        return self._token_ids(prompt)
+
+    def _token_ids(self, text_or_ids: str | Sequence[int]) -> list[int]:
+        """Text through the artifact's tokenizer; ids as they are."""
+        if isinstance(text_or_ids, str):
+            return self.tokenizer.encode(text_or_ids)
+        return [int(t) for t in text_or_ids]
 
     # ------------------------------------------------------------------ generation
 
@@ -197,23 +202,18 @@ class Generator:
         ``prompt`` is the decoder's (None: the decoder start token)."""
         started = time.perf_counter()  # time to first token counts the encoder too
         encode_s = None
-        if self.encode is not None:
-            if source is None:
-                raise UserInputError("an encoder-decoder artifact needs a source to encode",
-                                     where=self.where, hint="give the source (--source, "
-                                     "--source-ids or --source-features; source= in Python); "
-                                     "the prompt is the decoder's")
+        if source is not None:  # set_source refuses it where there is no encoder
             self.set_source(source)
             if self.device.type == "cuda":
                 torch.cuda.synchronize(self.device)
             encode_s = round(time.perf_counter() - started, 6)
-            prompt_ids = self._decoder_prompt(prompt)
-        elif source is not None:
-            raise UserInputError("this artifact has no encoder: it takes no source",
-                                 where=self.where, hint="give only the prompt")
-        else:
-            prompt_ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else [
-                int(t) for t in prompt]
+        elif self.encode is not None:
+            raise UserInputError("an encoder-decoder artifact needs a source to encode",
+                                 where=self.where, hint="give the source (--source, "
+                                 "--source-ids, --source-features or --source-audio; source= "
+                                 "in Python); the prompt is the decoder's")
+        prompt_ids = (self._decoder_prompt(prompt) if self.encode is not None
+                      else self._token_ids(prompt))
         if stop and self._tokenizer_json is None:
             raise UserInputError("stop strings need the artifact's tokenizer, which this "
                                  "artifact lacks", where=self.where, hint="stop on eos instead")
