@@ -159,6 +159,29 @@ def test_onnx_full_layers_run_group_query_attention(onnx_lm):
     assert set(rotary.values()) == {2 * len(layers)}  # each layer's query and key
 
 
+def test_onnx_sessions_read_the_shared_store_in_place(onnx_lm):
+    """Both entry points' ONNX Runtime sessions read the weights from the artifact's one
+    store, in place (runtime/executors/ort_shared.py): zeroing the store's memory after
+    loading changes what prefill and decode compute. ORT's add_external_initializers
+    copied each tensor into every session, which this would not see."""
+    built, _ = onnx_lm
+    program = runtime.load(built.artifact)  # its own copy: the fixture's stays intact
+    generator = program.generator
+    prompt, continuation = [2, 5, 7, 11], [13, 17]
+    before = generator.forced_logits(prompt, continuation)
+    executors = [*program._executors, *program.entry_points["decode"]._executors]
+    buffers = [b for e in executors for b in e._weights]
+    print("shared buffers per session", [len(e._weights) for e in executors],
+          "bytes", sum(b.nbytes for b in buffers))
+    assert all(e._weights for e in executors)
+    for buffer in buffers:  # the embedding table and the norms: weights no kernel repacks
+        buffer[:] = 0
+    after = generator.forced_logits(prompt, continuation)
+    print("largest change prefill row", float((after[0] - before[0]).abs().max()),
+          "decode row", float((after[1] - before[1]).abs().max()))
+    assert not torch.allclose(after[0], before[0]) and not torch.allclose(after[1], before[1])
+
+
 def _onnx_models(artifact) -> dict:
     """{entry name: ModelProto} of every .onnx model in the artifact."""
     import zipfile

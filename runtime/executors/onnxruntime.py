@@ -20,6 +20,7 @@ from typing import Any, Callable
 
 from runtime.errors import ArtifactError, CompatibilityError, ExecutionError
 from runtime.executors.meta import Entry, PartitionMeta
+from runtime.executors.ort_shared import supply_shared
 from runtime.manifest import Partition
 from runtime.shared_weights import SharedWeights, missing_store
 
@@ -48,6 +49,9 @@ class OnnxRuntimeMeta(PartitionMeta):
     # graph output -> the input whose memory it is written into: a KV-cache buffer that a
     # GroupQueryAttention updates in place (targets/onnx/contrib_ops.py). Not returned.
     in_place: dict[str, str] | None = None
+    # The shared initializers' external data are files named by ort_shared.shared_location,
+    # which the executor supplies from the store's memory (read in place, not copied).
+    shared_files: bool = False
 
 
 class OnnxRuntimeExecutor:
@@ -59,13 +63,13 @@ class OnnxRuntimeExecutor:
     Meta = OnnxRuntimeMeta
     arena_slots = 0  # ORT allocates its own memory
 
-    def __init__(self, run, session, report: dict, weights: dict | None = None) -> None:
+    def __init__(self, run, session, report: dict, weights: list | None = None) -> None:
         self.__call__ = run
         self.session = session  # for `exporter bench`: plain ORT on this very session
         self._report = report
-        # shared initializers: the session reads these OrtValues' buffers, not copies,
-        # so they live as long as the executor
-        self._weights = weights or {}
+        # shared initializers: the session reads these buffers, not copies, so they live
+        # as long as the executor (ort_shared.py)
+        self._weights = weights or []
 
     def report(self) -> dict:
         return dict(self._report)
@@ -101,9 +105,9 @@ class OnnxRuntimeExecutor:
         # Unavailable providers are dropped here, not by ORT (which would only warn).
         usable = [p for p in requested if p in available] or [CPU]
 
-        initializers = _shared_initializers(ort, partition, meta, shared, where)
-        session, records, no_fallback = _open_session(ort, model, partition, usable, forbid,
-                                                      where, initializers)
+        shared_tensors = _shared_tensors(partition, meta, shared, where)
+        session, records, no_fallback, weights = _open_session(
+            ort, model, partition, usable, forbid, where, shared_tensors, meta.shared_files)
         placement = _placement(session) if records else {}
         report = {"requested": requested, "available": available, "missing": missing,
                   "used": list(session.get_providers()), "disable_cpu_ep_fallback": no_fallback,
@@ -118,34 +122,26 @@ class OnnxRuntimeExecutor:
             log.warning("partition '%s': %d node(s) fell back to %s", partition.name, on_cpu,
                         CPU)
         runner = _runner(ort, session, partition, where, arrays, meta.in_place or {})
-        return cls(runner, session, report, initializers)
+        return cls(runner, session, report, weights)
 
 
-def _shared_initializers(ort, partition: Partition, meta: OnnxRuntimeMeta,
-                         shared: SharedWeights | None, where: str) -> dict:
-    """{name: OrtValue} over the shared store's CPU tensors (no copy): every session of the
-    artifact reads the same buffers (SessionOptions.add_external_initializers)."""
+def _shared_tensors(partition: Partition, meta: OnnxRuntimeMeta, shared: SharedWeights | None,
+                    where: str) -> dict:
+    """{initializer name: the shared store's CPU tensor} of this partition."""
     if not meta.shared_weights:
         return {}
     if shared is None:
         raise missing_store(partition.name, where=where)
-    tensors = shared.tensors(meta.shared_weights, "cpu", partition=partition.name)
-    values = {}
-    for name, tensor in tensors.items():
-        if str(tensor.dtype) == "torch.bfloat16":  # numpy has no bfloat16
-            raise CompatibilityError(f"partition '{partition.name}' shares bfloat16 weights, "
-                                     "which ONNX Runtime cannot take through numpy",
-                                     where=where, hint="build onnx at fp32 or fp16")
-        values[name] = ort.OrtValue.ortvalue_from_numpy(tensor.numpy())
-    return values
+    return shared.tensors(meta.shared_weights, "cpu", partition=partition.name)
 
 
 def _open_session(ort, model: Path, partition: Partition, usable: list[str], forbid: bool,
-                  where: str, initializers: dict | None = None):
-    """(session, whether ORT records node placement, whether CPU fallback is disabled)."""
+                  where: str, shared_tensors: dict, shared_files: bool):
+    """(session, whether ORT records node placement, whether CPU fallback is disabled,
+    what the session reads in place and must outlive it)."""
     options = ort.SessionOptions()
-    if initializers:  # used in place, not copied, and never looked for on disk
-        options.add_external_initializers(list(initializers), list(initializers.values()))
+    weights = supply_shared(ort, options, shared_tensors, in_memory_files=shared_files,
+                            partition=partition.name, where=where) if shared_tensors else []
     # ORT refuses 'no CPU fallback' when the CPU provider is itself requested: the CPU
     # is then a chosen provider, not a fallback, so the setting has nothing to forbid.
     no_fallback = forbid and CPU not in usable
@@ -164,7 +160,7 @@ def _open_session(ort, model: Path, partition: Partition, usable: list[str], for
             hint="if CPU fallback is forbidden, every node must run on the requested "
                  "providers; check the onnxruntime version in `exporter inspect`") from exc
 
-    return session, records, no_fallback
+    return session, records, no_fallback, weights
 
 
 def _runner(ort, session, partition: Partition, where: str, arrays: bool,

@@ -1,8 +1,9 @@
 """ONNX models whose weights come from the artifact's shared store (LowerOptions.
-shared_weights): each large initializer stays in the graph, declared as external data at a
-location no file fills, and the runtime hands ONNX Runtime the store's tensor for it
-(``SessionOptions.add_external_initializers``: the buffer is used in place, never read
-from disk). Small initializers (scalars, shapes) stay inline: sharing them saves nothing.
+shared_weights): each large initializer stays in the graph, declared as external data in a
+file of its own that no artifact holds (``shared_location``), and the runtime supplies that
+file's bytes from the store, which ONNX Runtime reads in place
+(runtime/executors/ort_shared.py). Small initializers (scalars, shapes) stay inline:
+sharing them saves nothing.
 """
 
 from __future__ import annotations
@@ -11,8 +12,8 @@ from pathlib import Path
 
 import torch
 
-# Where the graph says the data is. Never a file: the executor supplies every such tensor.
-SHARED_LOCATION = "shared-weights"
+from runtime.executors.ort_shared import shared_location
+
 INLINE_BELOW_BYTES = 1024
 
 
@@ -36,7 +37,7 @@ def externalize(path: Path) -> dict[str, torch.Tensor]:
         for field in ("raw_data", "float_data", "int32_data", "int64_data", "double_data",
                       "uint64_data", "external_data"):
             init.ClearField(field)
-        for key, value in (("location", SHARED_LOCATION), ("offset", "0"),
+        for key, value in (("location", shared_location(init.name)), ("offset", "0"),
                            ("length", str(array.nbytes))):
             entry = init.external_data.add()
             entry.key, entry.value = key, value
