@@ -127,6 +127,11 @@ class Target(abc.ABC):
     # the target lowers to one kernel; "model": the model's own attention (transformers'
     # SDPA over concat(past, new), for GPU attention kernels)
     step_attention: str = "grouped"  # one of STEP_ATTENTION
+    # A generating build's one-token step is its prefill program (a length of 1 to the
+    # chunk) rather than a program of its own: where a second program would cost a second
+    # copy of the weights at run time and the fixed length buys nothing measurable
+    # (exporter/lm/build.py, onnx).
+    decode_on_prefill: bool = False
     colour: str = "#868e96"  # the report's colour for ops placed here
 
     @abc.abstractmethod

@@ -155,7 +155,7 @@ def test_onnx_full_layers_run_group_query_attention(onnx_lm):
     rotary = _op_counts(built.artifact, "RotaryEmbedding")
     print("full layers", full, "of", len(layers), "GroupQueryAttention per model", counts,
           "RotaryEmbedding", rotary)
-    assert len(counts) == 2 and set(counts.values()) == {full} and 0 < full < len(layers)
+    assert len(counts) == 1 and set(counts.values()) == {full} and 0 < full < len(layers)
     assert set(rotary.values()) == {2 * len(layers)}  # each layer's query and key
 
 
@@ -169,7 +169,8 @@ def test_onnx_sessions_read_the_shared_store_in_place(onnx_lm):
     generator = program.generator
     prompt, continuation = [2, 5, 7, 11], [13, 17]
     before = generator.forced_logits(prompt, continuation)
-    executors = [*program._executors, *program.entry_points["decode"]._executors]
+    assert generator.decode is generator.prefill  # one program (the next test)
+    executors = program._executors
     buffers = [b for e in executors for b in e._weights]
     print("shared buffers per session", [len(e._weights) for e in executors],
           "bytes", sum(b.nbytes for b in buffers))
@@ -201,16 +202,24 @@ def _op_counts(artifact, op_type: str) -> dict[str, int]:
             for name, model in _onnx_models(artifact).items()}
 
 
-def test_one_artifact_two_entry_points_one_copy_of_the_weights(onnx_lm):
+def test_onnx_one_program_prefills_and_decodes_one_copy_of_the_weights(onnx_lm):
+    """onnx (Target.decode_on_prefill): the prefill program takes 1..chunk tokens and is
+    the decode step too, so ONNX Runtime packs the weights once (one session); its
+    validation above ran every decode step through it. The weights are stored once."""
     built, program = onnx_lm
     manifest = runtime.read_manifest(built.artifact)
-    assert list(manifest.entry_points) == ["decode"]
+    assert list(manifest.entry_points) == [] and manifest.source["decode_on_prefill"]
+    ids = manifest.signature.inputs[0]
+    assert (ids.name, ids.shape[1].min, ids.shape[1].max) == ("input_ids", 1, 16)
+    one = program.run([torch.tensor([[5]]), torch.tensor([0]), *[
+        torch.zeros(*(d.size for d in spec.shape)) for spec in manifest.signature.inputs[2:]]])
+    assert one["logits"].shape[:2] == (1, 1)
     params = sum(p.numel() * 4 for p in tiny_lm.model("gemma3").parameters())
     store = manifest.shared_weights["bytes"]
     inline = _inline_weight_bytes(built.artifact)
     print("params", params, "store", store, "inline in the onnx models", inline)
     assert params * 0.95 <= store <= params * 1.05  # every weight once, tied ones once
-    assert len(inline) == 2 and sum(inline.values()) < params * 0.01
+    assert len(inline) == 1 and sum(inline.values()) < params * 0.01
     generation = manifest.generation
     assert generation["max_context"] == 64 and generation["prefill_chunk"] == 16
     assert generation["eos_token_ids"] == [2] and generation["tokenizer"]

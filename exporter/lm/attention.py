@@ -110,6 +110,8 @@ def cached_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Te
         layer = None  # a bias this module cannot place: the model's own, as it is
     if active.attention == "model" or layer is None or scaling is None or kwargs.get(
             "dropout") or set(kwargs) - _UNDERSTOOD - {"position_bias"}:
+        if _bidirectional_sdpa(active, module, scaling, kwargs):
+            return _sdpa(query, key, value, attention_mask, scaling), None
         return active.fallback(module, query, key, value, attention_mask, **kwargs)
     (past_k, past_v), (new_k, new_v) = layer.past, layer.new
     if bias is not None:  # one more additive mask
@@ -119,6 +121,29 @@ def cached_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Te
                                    float(scaling), float(softcap or 0.0)), None
     return grouped_attention(query, past_k, past_v, new_k, new_v, attention_mask, scaling,
                              softcap), None
+
+
+def _bidirectional_sdpa(active: _Step, module: torch.nn.Module, scaling, kwargs: dict) -> bool:
+    """A call transformers' SDPA would serve without a causal mask (a cross-attention):
+    ``_sdpa`` serves it the same. transformers' own tests ``q_length > 1`` first, which
+    under torch.export pins a dynamic prompt length to 2 or more, so one prefill program
+    could not decode (exporter/lm/build.py, decode_on_prefill)."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+    return (active.fallback is sdpa_attention_forward and scaling is not None
+            and not getattr(module, "is_causal", True) and not kwargs.get("dropout")
+            and not kwargs.get("is_causal") and not set(kwargs) - _UNDERSTOOD)
+
+
+def _sdpa(query, key, value, mask, scaling) -> torch.Tensor:
+    """``query`` [B, H, T, D], key/value [B, KVH, S, D] -> [B, T, H, Dv], not causal."""
+    groups = query.shape[1] // key.shape[1]
+    if groups > 1:  # transformers' repeat_kv order
+        key, value = key.repeat_interleave(groups, 1), value.repeat_interleave(groups, 1)
+    if mask is not None:
+        mask = mask[:, :, :, :key.shape[-2]]
+    out = torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=mask,
+                                                           scale=scaling)
+    return out.transpose(1, 2).contiguous()
 
 
 def _bias_over_slots(bias: torch.Tensor, slots: int, start: torch.Tensor,

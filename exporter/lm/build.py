@@ -6,11 +6,15 @@
 
 ``prefill`` takes 2..prefill_chunk tokens, ``decode`` exactly one; both read the cache as
 inputs and return the new rows (exporter/lm/wrapper.py, runtime/generation/layout.py).
+A target that says ``decode_on_prefill`` (onnx) gets one program for both: prefill takes
+1..prefill_chunk tokens and there is no decode entry point, unless the capture could not
+keep a length of one (then decode is captured as usual).
 The stages are the plain build's (exporter/builder/pipeline.py), run once per entry point.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 from dataclasses import dataclass
@@ -72,7 +76,8 @@ def prepare_generating(spec: str | torch.nn.Module, settings: BuildSettings,
     if lm.encoder_decoder:
         source = _source_of(lm, model, settings.max_source)
         layout = _probed(lm, lambda: probe_seq2seq_layout(model, source, context, dtype))
-        entries = seq2seq_entry_specs(lm, model, layout, source, chunk, target.step_attention)
+        entries = seq2seq_entry_specs(lm, model, layout, source, chunk, target.step_attention,
+                                      target.decode_on_prefill)
     else:
         if settings.max_source is not None:
             raise UserInputError("--max-source applies to encoder-decoders (Whisper, BART, "
@@ -80,11 +85,40 @@ def prepare_generating(spec: str | torch.nn.Module, settings: BuildSettings,
         source = None
         layout = probe_layout(model, context, dtype)
         wrapper = ExportableCausalLM(model, layout, target.step_attention).eval()
-        entries = entry_specs(lm, wrapper, layout, chunk)
+        entries = entry_specs(lm, wrapper, layout, chunk, target.decode_on_prefill)
     reference = ModelSpec(lm.source, lm.model, (), {}, None, lm.origin_file, lm.notes)
-    preps = {name: prepare_captured(target, reference, entry, out, settings, timed, f" {name}")
-             for name, entry in entries.items()}
+    preps = {}
+    for name, entry in entries.items():
+        with _length_from_one(name == "prefill" and "decode" not in entries):
+            preps[name] = prepare_captured(target, reference, entry, out, settings, timed,
+                                           f" {name}")
+    if "decode" not in entries and _shortest_prompt(preps["prefill"].program) > 1:
+        # torch.export specialized the length away from 1: decode gets its own program
+        preps["decode"] = prepare_captured(target, reference, one_token(entries["prefill"]),
+                                           out, settings, timed, " decode")
     return PreparedGeneration(lm, layout, context, chunk, preps, source)
+
+
+def _length_from_one(wanted: bool) -> contextlib.AbstractContextManager:
+    """torch.export keeps a dynamic dim's lower bound of 1 only with size-oblivious
+    reasoning: otherwise it assumes 2 or more (its 0/1 specialization) and the prefill
+    program would refuse one token. Size-oblivious, a check such as ``T == 1`` takes the
+    general branch, which the validation's decode steps then run at T = 1."""
+    if not wanted:
+        return contextlib.nullcontext()
+    from torch.fx.experimental import _config
+    return _config.patch(backed_size_oblivious=True)
+
+
+def _shortest_prompt(program: torch.export.ExportedProgram) -> int:
+    """The fewest tokens the captured step takes (its input_ids' length, dim 1)."""
+    name = program.graph_signature.user_inputs[0]
+    ids = next(n for n in program.graph.nodes if n.op == "placeholder" and n.name == name)
+    length = ids.meta["val"].shape[1]
+    if isinstance(length, int):
+        return length
+    bounds = program.range_constraints.get(length.node.expr)
+    return int(bounds.lower) if bounds is not None else 2
 
 
 def _probed(lm: LanguageModel, probe: Callable[[], CacheLayout]) -> CacheLayout:
@@ -185,33 +219,42 @@ def _assemble(prepared: PreparedGeneration, lowered: dict, settings: BuildSettin
 
 
 def entry_specs(lm: LanguageModel, wrapper: ExportableCausalLM, layout: CacheLayout,
-                chunk: int) -> dict[str, ModelSpec]:
+                chunk: int, decode_on_prefill: bool = False) -> dict[str, ModelSpec]:
     """What torch.export captures for each entry point: the wrapper, example inputs (an
-    empty cache: its contents do not change the graph), and prefill's dynamic length.
+    empty cache: its contents do not change the graph), and prefill's dynamic length
+    (from 1 and no decode entry with ``decode_on_prefill``).
     ``Dim.DYNAMIC`` rather than a named ``Dim``: SDPA's stride arithmetic adds guards a
-    named dim refuses as unprovable (min(1024+16T, 2048+32T) == 1024+16T), true for all T."""
+    named dim refuses as unprovable (min(1024+16T, 2048+32T) == 1024+16T), true for all T;
+    and it lets the capture raise a lower bound of 1 to 2 (_shortest_prompt sees it)."""
     device_dtype = getattr(torch, layout.dtype)
     past = {new_name: torch.zeros(shape, dtype=device_dtype)  # forward's keys: k_0, v_0, ...
             for (_, new_name), shape in zip(layout.names(), layout.shapes())}
     vocab = wrapper.model.get_output_embeddings().weight.shape[0]
     ids = torch.randint(0, vocab, (1, min(EXAMPLE_TOKENS, chunk)),
                         generator=torch.Generator().manual_seed(0))
-    tokens = Dim.DYNAMIC(min=2, max=chunk)
+    tokens = Dim.DYNAMIC(min=1 if decode_on_prefill else 2, max=chunk)
     prefill = ModelSpec(lm.source, wrapper, (ids, torch.arange(ids.shape[1]), past), {},
                         ({1: tokens}, {0: tokens}, {name: None for name in past}),
                         lm.origin_file, lm.notes)
-    decode = dataclasses.replace(prefill, args=(ids[:, :1], torch.arange(1), past),
-                                 dynamic_shapes=None)
-    return {"prefill": prefill, "decode": decode}
+    return {"prefill": prefill} if decode_on_prefill else {"prefill": prefill,
+                                                           "decode": one_token(prefill)}
+
+
+def one_token(prefill: ModelSpec) -> ModelSpec:
+    """The decode entry: prefill's capture at exactly one token (fixed shapes)."""
+    ids, _, *rest = prefill.args
+    return dataclasses.replace(prefill, args=(ids[:, :1], torch.arange(1), *rest),
+                               dynamic_shapes=None)
 
 
 def seq2seq_entry_specs(lm: LanguageModel, model: torch.nn.Module, layout: CacheLayout,
-                        source: Source, chunk: int, attention: str) -> dict[str, ModelSpec]:
+                        source: Source, chunk: int, attention: str,
+                        decode_on_prefill: bool = False) -> dict[str, ModelSpec]:
     """An encoder-decoder's three entry points (exporter/lm/seq2seq.py): the steps as a
     causal LM's, reading the cross cache (and the source mask of a text encoder) too, and
     ``encode`` over a source of dynamic length (text) or the model's fixed one (speech)."""
     step = ExportableSeq2SeqStep(model, layout, source, attention).eval()
-    steps = entry_specs(lm, step, layout, chunk)
+    steps = entry_specs(lm, step, layout, chunk, decode_on_prefill)
     dtype = getattr(torch, layout.dtype)
     cross = {new: torch.zeros(shape, dtype=dtype)
              for (_, new), shape in zip(layout.cross_names(), layout.cross_shapes())}
@@ -245,7 +288,7 @@ def _manifest(preps: dict[str, Prepared], lowered: dict, settings: BuildSettings
                                                      entry.coverage, entry.passes)
     manifest.source = {"spec": lm.source, "model_class": type(lm.model).__qualname__,
                        "task": "text-generation", "max_context": context,
-                       "prefill_chunk": chunk,
+                       "prefill_chunk": chunk, "decode_on_prefill": "decode" not in preps,
                        **({"encoder": prepared.source.to_json()} if prepared.source else {})}
     manifest.generation = {
         "cache": layout.to_json(), "max_context": context, "prefill_chunk": chunk,

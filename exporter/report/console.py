@@ -105,9 +105,12 @@ def model_line(source: dict) -> str | None:
             if encoder["input"] != "input_ids" else
             f"; encode (input_ids, 1..{encoder['bound']} tokens) ") + (
             "" if encoder is None else "fills their cross-attention cache")
+        steps = (f"prefill (1..{source['prefill_chunk']} tokens, --prefill-chunk N), which "
+                 "also decodes," if source.get("decode_on_prefill") else
+                 f"prefill (2..{source['prefill_chunk']} tokens, --prefill-chunk N) and decode "
+                 "(1 token)")
         return (f"model: {source.get('model_class')}, task {source['task']}; entry points "
-                f"prefill (2..{source['prefill_chunk']} tokens, --prefill-chunk N) and decode "
-                f"(1 token) over a KV cache of {source['max_context']} tokens (--max-context N)"
+                f"{steps} over a KV cache of {source['max_context']} tokens (--max-context N)"
                 + encode)
     if "seq_len" in source:
         shapes = (f"batch 1, sequence {source['seq_len']}, static (--seq-len N; a dynamic "

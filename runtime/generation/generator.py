@@ -48,7 +48,7 @@ class Generator:
     def __init__(self, program) -> None:
         generation = program.manifest.generation
         where = program.source
-        if generation is None or "decode" not in program.entry_points:
+        if generation is None:
             raise UserInputError("this artifact does not generate text (it was not built "
                                  "with --task text-generation)", where=where,
                                  hint="use program.run / `exporter run` for a plain forward")
@@ -65,7 +65,9 @@ class Generator:
             raise ArtifactError(f"the generation section is malformed ({exc})", where=where,
                                 hint="rebuild the artifact with `exporter build`") from exc
         self.where = where
-        self.prefill, self.decode = program, program.entry_points["decode"]
+        # no decode entry point: the prefill program takes one token too (exporter/lm/build.py)
+        self.prefill = program
+        self.decode = program.entry_points.get("decode") or _one_token_prefill(program, where)
         self.device = _device_of(self.decode)
         logits = next(t for t in program.manifest.signature.outputs if t.name == LOGITS)
         self.vocab = logits.shape[-1].size
@@ -282,6 +284,18 @@ class Generator:
                                  f"context of {self.max_context} tokens", where=self.where,
                                  hint="shorten the prompt, or rebuild with a larger "
                                       "--max-context")
+
+
+def _one_token_prefill(program, where: str):
+    """The prefill program as the decode step, when its length goes down to one token."""
+    ids = next((spec for spec in program.manifest.signature.inputs if spec.name == INPUT_IDS),
+               None)
+    length = ids.shape[1] if ids is not None and len(ids.shape) == 2 else None
+    if length is None or not (length.size == 1 or (length.is_dynamic and (length.min or 0) <= 1)):
+        raise ArtifactError("the artifact has no decode entry point, and its prefill does not "
+                            "take a single token", where=where,
+                            hint="rebuild the artifact with `exporter build`")
+    return program
 
 
 def _device_of(program) -> torch.device:
