@@ -111,7 +111,7 @@ def cached_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Te
     if active.attention == "model" or layer is None or scaling is None or kwargs.get(
             "dropout") or set(kwargs) - _UNDERSTOOD - {"position_bias"}:
         if _bidirectional_sdpa(active, module, scaling, kwargs):
-            return _sdpa(query, key, value, attention_mask, scaling), None
+            return _sdpa(query, key, value, attention_mask, scaling, bias), None
         return active.fallback(module, query, key, value, attention_mask, **kwargs)
     (past_k, past_v), (new_k, new_v) = layer.past, layer.new
     if bias is not None:  # one more additive mask
@@ -131,16 +131,21 @@ def _bidirectional_sdpa(active: _Step, module: torch.nn.Module, scaling, kwargs:
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
     return (active.fallback is sdpa_attention_forward and scaling is not None
             and not getattr(module, "is_causal", True) and not kwargs.get("dropout")
-            and not kwargs.get("is_causal") and not set(kwargs) - _UNDERSTOOD)
+            and not kwargs.get("is_causal") and not set(kwargs) - _UNDERSTOOD - {"position_bias"})
 
 
-def _sdpa(query, key, value, mask, scaling) -> torch.Tensor:
-    """``query`` [B, H, T, D], key/value [B, KVH, S, D] -> [B, T, H, Dv], not causal."""
+def _sdpa(query, key, value, mask, scaling, bias=None) -> torch.Tensor:
+    """``query`` [B, H, T, D], key/value [B, KVH, S, D] -> [B, T, H, Dv], not causal;
+    ``bias`` (T5's position bias) joins the mask as transformers' SDPA joins them."""
     groups = query.shape[1] // key.shape[1]
     if groups > 1:  # transformers' repeat_kv order
         key, value = key.repeat_interleave(groups, 1), value.repeat_interleave(groups, 1)
     if mask is not None:
         mask = mask[:, :, :, :key.shape[-2]]
+    if bias is not None:
+        mask = bias if mask is None else (
+            torch.where(mask, bias, torch.finfo(bias.dtype).min) if mask.dtype == torch.bool
+            else bias + mask)
     out = torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=mask,
                                                            scale=scaling)
     return out.transpose(1, 2).contiguous()
