@@ -71,6 +71,63 @@ def _cached_attention(query, key, value, past_key, past_value, start, scaling: f
     return op.Reshape(out, op.Constant(value_ints=[0, 0, heads, -1]))
 
 
+def share_sequence_lengths(model) -> int:
+    """Give every GroupQueryAttention of ``model`` the first one's ``seqlens_k`` and
+    ``total_sequence_length``, and drop the copies; returns how many nodes read the shared
+    pair. Each translated call above computes the pair from the step's ``start`` and its
+    own query's length (six nodes a layer: Shape, Reshape, Add, Sub, Squeeze, two Casts),
+    which no common-subexpression pass merges because each layer's query is another
+    tensor. Every layer of a step attends from the same start over the same new tokens,
+    so a node whose pair comes from the same ``start`` and a query of the same symbolic
+    length reads the first one's; any other keeps its own. ONNX Runtime GenAI's decoders
+    compute the pair once for all layers too."""
+    import onnx_ir.passes.common as common_passes
+    from onnxscript.rewriter import _basic_rules
+
+    first, shared = None, 0
+    for node in list(model.graph):
+        if (node.domain, node.op_type) != ("com.microsoft", "GroupQueryAttention"):
+            continue
+        key = _length_source(node)
+        if key is None:
+            continue
+        if first is None:
+            first = (key, node.inputs[5], node.inputs[6])
+        elif key == first[0]:
+            node.replace_input_with(5, first[1])
+            node.replace_input_with(6, first[2])
+            shared += 1
+    if shared:
+        common_passes.RemoveUnusedNodesPass()(model)
+        # the queries' transposes back to [B, T, heads * D] now meet their one reader:
+        # onnxscript's basic rules cancel those pairs and merge the reshapes between
+        _basic_rules.basic_optimization_rules().apply_to_model(model)
+        common_passes.RemoveUnusedNodesPass()(model)
+    return shared
+
+
+def _length_source(node):
+    """(the ``start`` value, the query's symbolic length) that ``_cached_attention`` built
+    ``node``'s sequence lengths from, or None where they were built otherwise."""
+    def made_by(value, op_type):
+        producer = value.producer() if value is not None else None
+        return producer if producer is not None and producer.op_type == op_type else None
+
+    sub = made_by(node.inputs[5], "Cast") and made_by(node.inputs[5].producer().inputs[0], "Sub")
+    add = sub and made_by(sub.inputs[0], "Add")
+    squeeze = made_by(node.inputs[6], "Cast") and made_by(
+        node.inputs[6].producer().inputs[0], "Squeeze")
+    if not add or not squeeze or squeeze.inputs[0] is not add.outputs[0]:
+        return None
+    reshape, shape = made_by(add.inputs[0], "Reshape"), made_by(add.inputs[1], "Shape")
+    if not reshape or not shape or shape.inputs[0].shape is None:
+        return None
+    query = shape.inputs[0]
+    dims = query.shape
+    begin, end = shape.attributes.get_int("start", 0), shape.attributes.get_int("end", len(dims))
+    return (id(reshape.inputs[0]), tuple(str(d) for d in list(dims)[begin:end]))
+
+
 def supports(op) -> bool:
     return op in translations()
 

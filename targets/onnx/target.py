@@ -216,6 +216,8 @@ class OnnxTarget(Target):
                      "SkipSimplifiedLayerNormalization",
                      fuse_rotary_embeddings(onnx_program.model),
                      fuse_skip_rms_norms(onnx_program.model))
+        log.info("%d GroupQueryAttention node(s) share the first's sequence lengths",
+                 contrib_ops.share_sequence_lengths(onnx_program.model))
         in_place = contrib_ops.expose_in_place_cache(onnx_program.model)
         weights = sum(v.const_value.nbytes for v in onnx_program.model.graph.initializers.values()
                       if v.const_value is not None)
