@@ -51,7 +51,7 @@ class OnnxRuntimeMeta(PartitionMeta):
     in_place: dict[str, str] | None = None
     # The shared initializers' external data are files named by ort_shared.shared_location,
     # which the executor supplies from the store's memory (read in place, not copied).
-    shared_files: bool = False
+    shared_files: bool | None = None
 
 
 class OnnxRuntimeExecutor:
@@ -136,11 +136,11 @@ def _shared_tensors(partition: Partition, meta: OnnxRuntimeMeta, shared: SharedW
 
 
 def _open_session(ort, model: Path, partition: Partition, usable: list[str], forbid: bool,
-                  where: str, shared_tensors: dict, shared_files: bool):
+                  where: str, shared_tensors: dict, shared_files: bool | None):
     """(session, whether ORT records node placement, whether CPU fallback is disabled,
     what the session reads in place and must outlive it)."""
     options = ort.SessionOptions()
-    weights = supply_shared(ort, options, shared_tensors, in_memory_files=shared_files,
+    weights = supply_shared(ort, options, shared_tensors, in_memory_files=bool(shared_files),
                             partition=partition.name, where=where) if shared_tensors else []
     # ORT refuses 'no CPU fallback' when the CPU provider is itself requested: the CPU
     # is then a chosen provider, not a fallback, so the setting has nothing to forbid.

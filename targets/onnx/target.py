@@ -257,7 +257,7 @@ class OnnxTarget(Target):
             disable_cpu_ep_fallback=fallback == FallbackPolicy.FORBID.value,
             onnxruntime=onnxruntime.__version__, onnx=onnx.__version__,
             quantization=quantization, in_place=in_place or None,
-            shared_files=bool(weights)).to_json()
+            shared_files=True if weights else None).to_json()
         here = onnxruntime.get_available_providers()
         notes = [f"execution provider {p} is not available on this machine; the build's "
                  f"validation runs without it" for p in providers if p not in here]
