@@ -135,17 +135,16 @@ def _bidirectional_sdpa(active: _Step, module: torch.nn.Module, scaling, kwargs:
 
 
 def _sdpa(query, key, value, mask, scaling, bias=None) -> torch.Tensor:
-    """``query`` [B, H, T, D], key/value [B, KVH, S, D] -> [B, T, H, Dv], not causal;
-    ``bias`` (T5's position bias) joins the mask as transformers' SDPA joins them."""
+    """``query`` [B, H, T, D], key/value [B, KVH, S, D] -> [B, T, H, Dv], not causal:
+    transformers' SDPA without its length test, joining ``bias`` (T5's position bias) to
+    the mask with transformers' own helper."""
+    from transformers.integrations.sdpa_attention import create_position_bias_mask, repeat_kv
     groups = query.shape[1] // key.shape[1]
-    if groups > 1:  # transformers' repeat_kv order
-        key, value = key.repeat_interleave(groups, 1), value.repeat_interleave(groups, 1)
+    key, value = repeat_kv(key, groups), repeat_kv(value, groups)
     if mask is not None:
         mask = mask[:, :, :, :key.shape[-2]]
     if bias is not None:
-        mask = bias if mask is None else (
-            torch.where(mask, bias, torch.finfo(bias.dtype).min) if mask.dtype == torch.bool
-            else bias + mask)
+        mask = create_position_bias_mask(bias, mask, False, query, key)
     out = torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=mask,
                                                            scale=scaling)
     return out.transpose(1, 2).contiguous()

@@ -43,6 +43,7 @@ from exporter.progress import StageHook, quiet_stage
 from exporter.settings import BuildSettings
 from runtime import scratch
 from runtime.archive_writer import write_artifact
+from runtime.generation.generator import takes_one_token
 from runtime.generation.layout import CacheLayout
 from runtime.manifest import EntryPoint, Manifest
 
@@ -92,7 +93,7 @@ def prepare_generating(spec: str | torch.nn.Module, settings: BuildSettings,
         with _length_from_one(name == "prefill" and "decode" not in entries):
             preps[name] = prepare_captured(target, reference, entry, out, settings, timed,
                                            f" {name}")
-    if "decode" not in entries and _shortest_prompt(preps["prefill"].program) > 1:
+    if "decode" not in entries and not takes_one_token(preps["prefill"].captured.signature):
         # torch.export specialized the length away from 1: decode gets its own program
         preps["decode"] = prepare_captured(target, reference, one_token(entries["prefill"]),
                                            out, settings, timed, " decode")
@@ -108,17 +109,6 @@ def _length_from_one(wanted: bool) -> contextlib.AbstractContextManager:
         return contextlib.nullcontext()
     from torch.fx.experimental import _config
     return _config.patch(backed_size_oblivious=True)
-
-
-def _shortest_prompt(program: torch.export.ExportedProgram) -> int:
-    """The fewest tokens the captured step takes (its input_ids' length, dim 1)."""
-    name = program.graph_signature.user_inputs[0]
-    ids = next(n for n in program.graph.nodes if n.op == "placeholder" and n.name == name)
-    length = ids.meta["val"].shape[1]
-    if isinstance(length, int):
-        return length
-    bounds = program.range_constraints.get(length.node.expr)
-    return int(bounds.lower) if bounds is not None else 2
 
 
 def _probed(lm: LanguageModel, probe: Callable[[], CacheLayout]) -> CacheLayout:
@@ -225,7 +215,7 @@ def entry_specs(lm: LanguageModel, wrapper: ExportableCausalLM, layout: CacheLay
     (from 1 and no decode entry with ``decode_on_prefill``).
     ``Dim.DYNAMIC`` rather than a named ``Dim``: SDPA's stride arithmetic adds guards a
     named dim refuses as unprovable (min(1024+16T, 2048+32T) == 1024+16T), true for all T;
-    and it lets the capture raise a lower bound of 1 to 2 (_shortest_prompt sees it)."""
+    and it lets the capture raise a lower bound of 1 to 2 (takes_one_token sees it)."""
     device_dtype = getattr(torch, layout.dtype)
     past = {new_name: torch.zeros(shape, dtype=device_dtype)  # forward's keys: k_0, v_0, ...
             for (_, new_name), shape in zip(layout.names(), layout.shapes())}

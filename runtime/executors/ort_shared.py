@@ -43,11 +43,12 @@ def supply_shared(ort, options, tensors: dict, *, in_memory_files: bool, partiti
     """Hand ``tensors`` ({initializer name: CPU torch tensor}) to ``options``; returns
     what must live as long as the session (ORT reads these buffers, not copies)."""
     if in_memory_files and hasattr(options, "add_external_initializers_from_files_in_memory"):
+        import torch
         names, buffers = [], []
         for name, tensor in tensors.items():
             names.append(shared_location(name))
             # bytes of any dtype (bfloat16 too): ORT takes the declared type from the graph
-            buffers.append(tensor.contiguous().view(-1).view(_uint8()).numpy())
+            buffers.append(tensor.contiguous().view(-1).view(torch.uint8).numpy())
         options.add_external_initializers_from_files_in_memory(
             names, buffers, [b.nbytes for b in buffers])
         options.add_session_config_entry(_IN_PLACE, "1")
@@ -62,8 +63,3 @@ def supply_shared(ort, options, tensors: dict, *, in_memory_files: bool, partiti
         values.append(ort.OrtValue.ortvalue_from_numpy(tensor.numpy()))
     options.add_external_initializers(list(tensors), values)
     return values
-
-
-def _uint8():
-    import torch
-    return torch.uint8

@@ -286,12 +286,18 @@ class Generator:
                                       "--max-context")
 
 
+def takes_one_token(signature) -> bool:
+    """Whether a step program of this signature takes a single token (its input_ids'
+    length, dim 1, is 1 or may be): a prefill that is the decode step too."""
+    ids = next((spec for spec in signature.inputs if spec.name == INPUT_IDS), None)
+    length = ids.shape[1] if ids is not None and len(ids.shape) == 2 else None
+    return length is not None and (length.size == 1 or (length.is_dynamic
+                                                         and (length.min or 0) <= 1))
+
+
 def _one_token_prefill(program, where: str):
     """The prefill program as the decode step, when its length goes down to one token."""
-    ids = next((spec for spec in program.manifest.signature.inputs if spec.name == INPUT_IDS),
-               None)
-    length = ids.shape[1] if ids is not None and len(ids.shape) == 2 else None
-    if length is None or not (length.size == 1 or (length.is_dynamic and (length.min or 0) <= 1)):
+    if not takes_one_token(program.manifest.signature):
         raise ArtifactError("the artifact has no decode entry point, and its prefill does not "
                             "take a single token", where=where,
                             hint="rebuild the artifact with `exporter build`")

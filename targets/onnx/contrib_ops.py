@@ -113,10 +113,10 @@ def _length_source(node):
         producer = value.producer() if value is not None else None
         return producer if producer is not None and producer.op_type == op_type else None
 
-    sub = made_by(node.inputs[5], "Cast") and made_by(node.inputs[5].producer().inputs[0], "Sub")
+    cast_lengths, cast_total = made_by(node.inputs[5], "Cast"), made_by(node.inputs[6], "Cast")
+    sub = cast_lengths and made_by(cast_lengths.inputs[0], "Sub")
+    squeeze = cast_total and made_by(cast_total.inputs[0], "Squeeze")
     add = sub and made_by(sub.inputs[0], "Add")
-    squeeze = made_by(node.inputs[6], "Cast") and made_by(
-        node.inputs[6].producer().inputs[0], "Squeeze")
     if not add or not squeeze or squeeze.inputs[0] is not add.outputs[0]:
         return None
     reshape, shape = made_by(add.inputs[0], "Reshape"), made_by(add.inputs[1], "Shape")
