@@ -24,7 +24,14 @@ def main() -> None:
     parser.add_argument("--builds", default="fp16,fp16-int8-weight",
                         help="which of fp16, fp16-int8-weight, fp16-int4-weight "
                              "(comma-separated)")
+    parser.add_argument("--inductor", action="append", default=[], metavar="KEY=VALUE",
+                        help="an Inductor config set in this process before the builds, "
+                             "under the target's own (an experiment: combo_kernels=True)")
     args = parser.parse_args()
+    import torch._inductor.config as inductor
+    for setting in args.inductor:
+        key, _, value = setting.partition("=")
+        setattr(inductor, key, {"True": True, "False": False}.get(value, value))
     import exporter
     from bench.generation_cuda import big_checkpoint, emit
     args.out.mkdir(parents=True, exist_ok=True)

@@ -102,7 +102,7 @@ class Lowered:
 Baseline = Callable[[object, list], Callable[[], object]]
 
 
-STEP_ATTENTION = ("grouped", "fused", "model")  # Target.step_attention's values
+STEP_ATTENTION = ("grouped", "fused", "sdpa")  # Target.step_attention's values
 
 
 class Target(abc.ABC):
@@ -124,8 +124,8 @@ class Target(abc.ABC):
     # how a generating step's attention reaches this target (exporter/lm/attention.py):
     # "grouped": the cache read in place by plain matmuls (no repeated heads, no concat);
     # "fused": full-attention layers as runtime/generation/attention_op.py's op, which
-    # the target lowers to one kernel; "model": the model's own attention (transformers'
-    # SDPA over concat(past, new), for GPU attention kernels)
+    # the target lowers to one kernel; "sdpa": one SDPA call over concat(past, new) with
+    # the query heads grouped by its enable_gqa (GPU attention kernels)
     step_attention: str = "grouped"  # one of STEP_ATTENTION
     # A generating build's one-token step is its prefill program (a length of 1 to the
     # chunk) rather than a program of its own: where a second program would cost a second

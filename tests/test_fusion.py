@@ -15,6 +15,7 @@ from passes.attention_to_sdpa import AttentionToSDPA
 from passes.fold_batchnorm import FoldBatchNorm
 from passes.merge_linears import MergeParallelLinears
 from passes.remove_noops import RemoveNoOps
+from passes.row_linears import SingleRowLinearsAsReductions
 
 
 def _ops(program) -> collections.Counter:
@@ -102,6 +103,35 @@ def test_merged_linears_without_a_bias_get_none():
     print("merged linear args:", [str(a) for a in linears[0].args])
     assert info["linears_merged"] == 2 and after["linear"] == 1 and len(linears) == 1
     assert len(linears[0].args) < 3 or linears[0].args[2] is None
+
+
+class _QkvAndMlp(nn.Module):  # a decoder layer's linears: with and without a bias
+    def __init__(self):
+        super().__init__()
+        self.qkv, self.mlp = nn.Linear(16, 48), nn.Linear(48, 16, bias=False)
+
+    def forward(self, x):
+        return self.mlp(torch.relu(self.qkv(x)))
+
+
+def test_single_row_linears_become_reductions():
+    """A batch-1 decode step's linears (one row, known at capture) become float32
+    multiply-and-sums; the numbers stay the linear's."""
+    torch.manual_seed(0)
+    before, after, info = _apply_twice(SingleRowLinearsAsReductions(), _QkvAndMlp().eval(),
+                                       (torch.randn(1, 1, 16),))
+    assert before["linear"] == 2 and after.get("linear", 0) == 0
+    assert info == {"linears_rewritten": 2} and after["sum.dim_IntList"] == 2
+
+
+def test_linears_over_a_dynamic_or_longer_input_stay_gemms():
+    """A prompt of dynamic length may be 1 or 256 rows: the GEMM stays; so do 2 rows."""
+    for args, dims in (((torch.randn(1, 4, 16),), ({1: torch.export.Dim("t", max=64)},)),
+                       ((torch.randn(2, 1, 16),), None)):
+        program = torch.export.export(_QkvAndMlp().eval(), args, dynamic_shapes=dims)
+        result = SingleRowLinearsAsReductions()(program)
+        print(tuple(args[0].shape), dims, result.info)
+        assert not result.modified and result.info == {"linears_rewritten": 0}
 
 
 class _Attention(nn.Module):

@@ -4,6 +4,7 @@ CLIs, bad inputs), and the generation gate's divergence report."""
 
 from __future__ import annotations
 
+import collections
 import json
 import subprocess
 import sys
@@ -116,6 +117,33 @@ def test_the_fused_attention_op_computes_the_plain_step(family):
     with torch.no_grad():
         torch.testing.assert_close(fused(ids, positions, past)["logits"],
                                    plain(ids, positions, past)["logits"], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("family", tiny_lm.FAMILIES)
+def test_the_sdpa_step_computes_the_plain_step(family):
+    """With "sdpa" attention (what the cuda target asks for) a layer's attention is one
+    SDPA call with grouped-query heads, no repeated key/value heads (a softcap, Gemma 2's,
+    keeps the model's own); the logits are the plain step's, for a prompt and one token."""
+    model = tiny_lm.model(family)
+    layout = probe_layout(model, 32, torch.float32)
+    past = {f"{kind}_{i}": torch.randn(1, *shape[:1], layer.slots, shape[1])
+            for i, layer in enumerate(layout.layers)
+            for kind, shape in (("k", layer.key_shape), ("v", layer.value_shape))}
+    plain = ExportableCausalLM(model, layout).eval()
+    sdpa = ExportableCausalLM(model, layout, attention="sdpa").eval()
+    for ids, positions in ((torch.tensor([[5, 7, 11]]), torch.tensor([13, 14, 15])),
+                           (torch.tensor([[9]]), torch.tensor([30]))):
+        program = torch.export.export(sdpa, (ids, positions, past), strict=False)
+        ops = collections.Counter(str(n.target) for n in program.graph.nodes
+                                  if n.op == "call_function")
+        calls = sum(n for op, n in ops.items() if "scaled_dot_product" in op)
+        print(family, ids.shape[1], "tokens: SDPA calls", calls, "expands",
+              ops["aten.expand.default"])
+        assert calls == (0 if family == "gemma2" else len(layout.layers))
+        with torch.no_grad():
+            torch.testing.assert_close(sdpa(ids, positions, past)["logits"],
+                                       plain(ids, positions, past)["logits"],
+                                       rtol=1e-5, atol=1e-5)
 
 
 @pytest.fixture(scope="module")

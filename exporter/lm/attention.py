@@ -17,10 +17,13 @@ Each target says which attention its steps get (``Target.step_attention``):
   the target lowers to a fused kernel (onnx: ONNX Runtime's GroupQueryAttention, which
   took the 300M int4 decode step from ~48 to ~35 ONNX nodes a layer); sliding-window
   layers (a ring, not slot = position) keep the grouped math;
-- "model": the model's own attention, as transformers runs it (cuda: over concat(past,
-  new) with repeated heads, SDPA picks cuDNN or flash kernels; the grouped matmuls took
-  the 1.1B fp16 decode step on an H100 from 1.76 to 1.85 ms, 571 -> 527 tokens/s),
-  called through this module all the same, which corrects T5's position bias for it.
+- "sdpa": one ``scaled_dot_product_attention`` call over concat(past, new) and the step's
+  mask, the query heads grouped onto their key/value head by SDPA's ``enable_gqa`` (cuda:
+  its GPU kernels; cuBLAS ran the grouped matmuls as slow batched GEMMs, 1.76 -> 1.85 ms a
+  1.1B fp16 decode step on an H100; transformers' SDPA repeats the key/value heads under
+  torch.export, 14.7 us a layer against 6.6 us with ``enable_gqa``,
+  bench/decode_kernels_microbench.py). Calls it cannot take (softcap, a position bias,
+  unknown keywords) run the model's own attention, T5's bias corrected by this module.
 
 Registered with transformers' ``AttentionInterface`` under ``ATTENTION_NAME``; while
 ``ExportableCausalLM`` runs it sets the layers of the call (``attending_in_place``). Where a
@@ -57,7 +60,7 @@ class _Step:
     layers: list  # the ChunkLayer of each decoder layer
     fallback: Callable  # the model's own attention (calls this module cannot take)
     start: torch.Tensor  # the first new token's position (0-d)
-    attention: str  # the target's step_attention: "grouped", "fused" or "model"
+    attention: str  # the target's step_attention: "grouped", "fused" or "sdpa"
 
 
 _ACTIVE: contextvars.ContextVar[_Step | None] = contextvars.ContextVar("_ACTIVE", default=None)
@@ -108,8 +111,12 @@ def cached_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Te
         kwargs = {**kwargs, "position_bias": bias}
     elif bias is not None:
         layer = None  # a bias this module cannot place: the model's own, as it is
-    if active.attention == "model" or layer is None or scaling is None or kwargs.get(
-            "dropout") or set(kwargs) - _UNDERSTOOD - {"position_bias"}:
+    plain = (layer is not None and scaling is not None and not kwargs.get("dropout")
+             and not set(kwargs) - _UNDERSTOOD - {"position_bias"})
+    if active.attention == "sdpa" and plain and bias is None and not kwargs.get("softcap") \
+            and attention_mask is not None:  # the step's mask is all the masking there is
+        return _sdpa(query, key, value, attention_mask, scaling, grouped=True), None
+    if active.attention == "sdpa" or not plain:
         if _bidirectional_sdpa(active, module, scaling, kwargs):
             return _sdpa(query, key, value, attention_mask, scaling, bias), None
         return active.fallback(module, query, key, value, attention_mask, **kwargs)
@@ -134,19 +141,24 @@ def _bidirectional_sdpa(active: _Step, module: torch.nn.Module, scaling, kwargs:
             and not kwargs.get("is_causal") and not set(kwargs) - _UNDERSTOOD - {"position_bias"})
 
 
-def _sdpa(query, key, value, mask, scaling, bias=None) -> torch.Tensor:
-    """``query`` [B, H, T, D], key/value [B, KVH, S, D] -> [B, T, H, Dv], not causal:
-    transformers' SDPA without its length test, joining ``bias`` (T5's position bias) to
-    the mask with transformers' own helper."""
+def _sdpa(query, key, value, mask, scaling, bias=None, grouped: bool = False
+          ) -> torch.Tensor:
+    """``query`` [B, H, T, D], key/value [B, KVH, S, D] -> [B, T, H, Dv], where ``mask``
+    (if any) is all the masking: transformers' SDPA without its length test, joining
+    ``bias`` (T5's position bias) to the mask with transformers' own helper. ``grouped``:
+    the query heads meet their key/value head through SDPA's ``enable_gqa`` (GPU kernels
+    take it; the ONNX exporter and the CPU targets get the heads repeated)."""
     from transformers.integrations.sdpa_attention import create_position_bias_mask, repeat_kv
-    groups = query.shape[1] // key.shape[1]
-    key, value = repeat_kv(key, groups), repeat_kv(value, groups)
+    if not grouped:
+        groups = query.shape[1] // key.shape[1]
+        key, value = repeat_kv(key, groups), repeat_kv(value, groups)
     if mask is not None:
         mask = mask[:, :, :, :key.shape[-2]]
     if bias is not None:
         mask = create_position_bias_mask(bias, mask, False, query, key)
-    out = torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=mask,
-                                                           scale=scaling)
+    out = torch.nn.functional.scaled_dot_product_attention(
+        query, key, value, attn_mask=mask, scale=scaling,
+        enable_gqa=grouped and query.shape[1] != key.shape[1])
     return out.transpose(1, 2).contiguous()
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import torch
 
+from passes.row_linears import SingleRowLinearsAsReductions
 from runtime.manifest import Requirements
 from targets.aoti.base import AOTInductorTarget
 from targets.base import ABSENT, OK, PROBLEM, Availability, Check, LowerOptions
@@ -17,7 +18,7 @@ class CudaTarget(AOTInductorTarget):
     name = "cuda"
     device = "cuda"
     description = "AOTInductor Triton kernels for NVIDIA GPUs, replayed as CUDA graphs"
-    step_attention = "model"  # SDPA's GPU kernels (exporter/lm/attention.py: measured)
+    step_attention = "sdpa"  # SDPA's GPU kernels (exporter/lm/attention.py: measured)
     quant_recipes = {
         "int8-weight": "torchao Int8WeightOnlyConfig: int8 per-channel linear and "
                        "embedding weights, float activations (Triton mixed-dtype GEMM)",
@@ -44,10 +45,21 @@ class CudaTarget(AOTInductorTarget):
     def doctor_checks(self) -> list[Check]:
         return [*super().doctor_checks(), _gpu_check()]
 
+    def default_passes(self, options: LowerOptions) -> list:
+        passes = super().default_passes(options)
+        # last, after --quantize: its linears keep their own kernels (passes/row_linears.py)
+        return [*passes, SingleRowLinearsAsReductions()] if options.fuse else passes
+
     def inductor_configs(self, options: LowerOptions) -> dict:
         # The CPU vector ISA only labels the package here (no CPU kernels are
         # vectorised for a GPU program); skip Inductor's compile-and-run probes of it.
-        return {**super().inductor_configs(options), "cpp.vec_isa_ok": True}
+        configs = {**super().inductor_configs(options), "cpp.vec_isa_ok": True}
+        if not options.deterministic:
+            # Time each Triton reduction's block sizes on this GPU: the batch-1 decode
+            # step's matrix-vector products (passes/row_linears.py) went from 1.56 to
+            # 1.36 ms a 1.1B fp16 step on an H100 (bench/RESULTS.md, session 35).
+            configs["coordinate_descent_tuning"] = True
+        return configs
 
     def nondeterminism(self, options: LowerOptions) -> list[str]:
         found = super().nondeterminism(options)
