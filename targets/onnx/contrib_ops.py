@@ -144,7 +144,9 @@ def expose_in_place_cache(model) -> dict[str, str]:
             continue
         for past, present in ((node.inputs[3], node.outputs[1]),
                               (node.inputs[4], node.outputs[2])):
-            if past is None or not past.is_graph_input() or present.uses() \
+            # (a present read inside the step reads the cache as the kernel left it:
+            # packed_attention.py's new rows)
+            if past is None or not past.is_graph_input() \
                     or present.is_graph_output() or past.name in exposed.values():
                 continue
             present.name = f"{past.name}.in_place"

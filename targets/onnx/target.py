@@ -44,6 +44,7 @@ from targets.errors import LoweringError, TargetOptionError
 from targets.fusion import GRAPH_FUSIONS
 from targets.onnx import contrib_ops, inside
 from targets.onnx.shared import externalize
+from targets.onnx.packed_attention import pack_attention_inputs
 from targets.onnx.providers import provider_names
 from targets.onnx.quantize import RECIPES, quantize_model
 from targets.onnx.rotary import fuse_rotary_embeddings
@@ -218,6 +219,9 @@ class OnnxTarget(Target):
                      fuse_skip_rms_norms(onnx_program.model))
         log.info("%d GroupQueryAttention node(s) share the first's sequence lengths",
                  contrib_ops.share_sequence_lengths(onnx_program.model))
+        if options.fuse:  # packed Q/K/V, rotary inside (packed_attention.py)
+            log.info("%d GroupQueryAttention node(s) take packed rows and rotate them",
+                     pack_attention_inputs(onnx_program.model))
         in_place = contrib_ops.expose_in_place_cache(onnx_program.model)
         weights = sum(v.const_value.nbytes for v in onnx_program.model.graph.initializers.values()
                       if v.const_value is not None)

@@ -1,0 +1,70 @@
+"""onnx generating builds: a decoder layer's projection rows, rotary embedding and
+attention become one GroupQueryAttention with packed Q/K/V and the rotary inside
+(targets/onnx/packed_attention.py), and the step still generates what transformers
+generates (the build's own validation: greedy tokens over 3 prompts, one longer than a
+prefill chunk, teacher-forced logits and cache consistency)."""
+
+from __future__ import annotations
+
+import collections
+import io
+import zipfile
+
+import pytest
+
+pytest.importorskip("onnxruntime")
+pytest.importorskip("transformers")
+
+import onnx  # noqa: E402
+
+import exporter  # noqa: E402
+import runtime  # noqa: E402
+from tests.models import tiny_lm  # noqa: E402
+
+CONTEXT = 64
+
+
+@pytest.fixture(scope="module", params=["llama", "qwen2"])  # qwen2: a bias on q/k/v
+def packed_build(request, tmp_path_factory):
+    folder = tiny_lm.checkpoint(tmp_path_factory.mktemp("packed") / request.param,
+                                request.param)
+    out = folder.parent / f"{request.param}-onnx.artifact"
+    built = exporter.build(f"hf:{folder}", task="text-generation", target="onnx",
+                           max_context=CONTEXT, prefill_chunk=16, out=out)
+    return request.param, built
+
+
+def _model(artifact) -> onnx.ModelProto:
+    with zipfile.ZipFile(artifact) as archive:
+        name = next(n for n in archive.namelist() if n.endswith(".onnx"))
+        return onnx.load(io.BytesIO(archive.read(name)), load_external_data=False)
+
+
+def test_layers_attend_with_packed_rows_and_rotary_inside(packed_build):
+    family, built = packed_build
+    graph = _model(built.artifact).graph
+    ops = collections.Counter(node.op_type for node in graph.node)
+    attention = [node for node in graph.node if node.op_type == "GroupQueryAttention"]
+    initializers = {t.name: list(t.dims) for t in graph.initializer}
+    print(family, len(graph.node), "nodes", dict(ops))
+    assert len(attention) == 2 and not ops["RotaryEmbedding"] and not ops["Transpose"]
+    for node in attention:
+        attributes = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+        assert attributes["do_rotary"] == 1 and attributes["rotary_interleaved"] == 0
+        assert list(node.input[1:3]) == ["", ""]  # q, k and v packed in the first input
+        head = 64 // 4
+        assert initializers[node.input[7]] == initializers[node.input[8]] == [CONTEXT, head // 2]
+    # each layer's new key and value rows are read back from the cache the kernel wrote
+    assert ops["Slice"] == 2 * len(attention)
+
+
+def test_the_packed_step_generates_like_transformers(packed_build):
+    family, built = packed_build
+    record = built.manifest.validation
+    print(family, {k: record[k] for k in ("passed", "tokens_identical", "top1_agreement")},
+          [case["prompt_tokens"] for case in record["outputs"]])
+    assert record["passed"] and record["tokens_identical"]
+    assert max(case["prompt_tokens"] for case in record["outputs"]) > 16  # two chunks
+    program = runtime.load(built.artifact)
+    first = program.generate([5, 9, 11], max_new_tokens=8).tokens
+    assert program.generate([5, 9, 11], max_new_tokens=8).tokens == first  # cache reused
