@@ -119,7 +119,9 @@ def test_the_fused_attention_op_computes_the_plain_step(family):
                                    plain(ids, positions, past)["logits"], rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("family", tiny_lm.FAMILIES)
+@pytest.mark.parametrize("family", [f if f in (*FAST_FAMILIES, "gemma2") else
+                                    pytest.param(f, marks=pytest.mark.slow)
+                                    for f in tiny_lm.FAMILIES])
 def test_the_sdpa_step_computes_the_plain_step(family):
     """With "sdpa" attention (what the cuda target asks for) a layer's attention is one
     SDPA call with grouped-query heads, no repeated key/value heads (a softcap, Gemma 2's,

@@ -24,7 +24,8 @@ from tests.models import tiny_lm  # noqa: E402
 CONTEXT = 64
 
 
-@pytest.fixture(scope="module", params=["llama", "qwen2"])  # qwen2: a bias on q/k/v
+@pytest.fixture(scope="module", params=[  # qwen2: a bias on q/k/v
+    "llama", pytest.param("qwen2", marks=pytest.mark.slow)])
 def packed_build(request, tmp_path_factory):
     folder = tiny_lm.checkpoint(tmp_path_factory.mktemp("packed") / request.param,
                                 request.param)
