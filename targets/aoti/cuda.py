@@ -59,11 +59,12 @@ class CudaTarget(AOTInductorTarget):
             # step's matrix-vector products (passes/row_linears.py) went from 1.56 to
             # 1.36 ms a 1.1B fp16 step on an H100 (bench/RESULTS.md, session 35).
             configs["coordinate_descent_tuning"] = True
-        if options.shared_weights:  # a generating build's entry points
+        if options.shared_weights and not options.deterministic:  # a generating build
             # Independent small kernels (a layer's rotary, cache rows, mask) as one launch:
             # 1.36 -> 1.28 ms that step, where ~350 kernels each cost a launch gap. Only
             # where it was measured and checked: plain builds keep Inductor's default
-            # until the cuda coverage suite has run with it.
+            # until the cuda coverage suite has run with it. (It times its groupings on
+            # the GPU, hence not with --deterministic.)
             configs["combo_kernels"] = True
         return configs
 
