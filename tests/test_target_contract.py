@@ -324,3 +324,26 @@ def test_the_contract_checks_catch_a_broken_target(tmp_path, zoo_programs):
     field.annotation = str
     with pytest.raises(AssertionError, match="examples"):
         _not_default(field)
+
+
+def test_cuda_settings_for_decode_steps_need_no_gpu_to_read(tmp_path):
+    """The cuda target's recipe for batch-1 decode steps (bench/RESULTS.md, session 35):
+    single-row linears become reductions last, after --quantize (--no-fuse keeps them);
+    Inductor tunes reductions unless --deterministic; combo kernels only in generating
+    builds (shared weights), where they were measured, and not with --deterministic."""
+    from passes.row_linears import SingleRowLinearsAsReductions
+    from targets.base import LowerOptions
+    cuda = get_target("cuda")
+    passes = [type(p).__name__ for p in cuda.default_passes(LowerOptions(tmp_path))]
+    unfused = cuda.default_passes(LowerOptions(tmp_path, fuse=False))
+    print(passes)
+    assert passes[-1] == SingleRowLinearsAsReductions.__name__
+    assert not any(isinstance(p, SingleRowLinearsAsReductions) for p in unfused)
+    settings = {(shared, deterministic): cuda.inductor_configs(
+        LowerOptions(tmp_path, shared_weights=shared, deterministic=deterministic))
+        for shared in (False, True) for deterministic in (False, True)}
+    for (shared, deterministic), configs in settings.items():
+        print(shared, deterministic, {k: configs.get(k) for k in
+                                      ("coordinate_descent_tuning", "combo_kernels")})
+        assert configs.get("coordinate_descent_tuning", False) is (not deterministic)
+        assert configs.get("combo_kernels", False) is (shared and not deterministic)
