@@ -106,26 +106,45 @@ def share_sequence_lengths(model) -> int:
     return shared
 
 
+def step_bounds(node) -> tuple | None:
+    """(start, total) as ``_cached_attention`` built ``node``'s sequence lengths from: int64
+    [1] values holding the first new token's position and that plus the step's length
+    (the new rows' slots are start..total-1), or None where they were built otherwise."""
+    add = _lengths_add(node)
+    return None if add is None else (add.inputs[0], add.outputs[0])
+
+
 def _length_source(node):
     """(the ``start`` value, the query's symbolic length) that ``_cached_attention`` built
     ``node``'s sequence lengths from, or None where they were built otherwise."""
-    def made_by(value, op_type):
-        producer = value.producer() if value is not None else None
-        return producer if producer is not None and producer.op_type == op_type else None
-
-    cast_lengths, cast_total = made_by(node.inputs[5], "Cast"), made_by(node.inputs[6], "Cast")
-    sub = cast_lengths and made_by(cast_lengths.inputs[0], "Sub")
-    squeeze = cast_total and made_by(cast_total.inputs[0], "Squeeze")
-    add = sub and made_by(sub.inputs[0], "Add")
-    if not add or not squeeze or squeeze.inputs[0] is not add.outputs[0]:
+    add = _lengths_add(node)
+    if add is None:
         return None
-    reshape, shape = made_by(add.inputs[0], "Reshape"), made_by(add.inputs[1], "Shape")
+    reshape, shape = _made_by(add.inputs[0], "Reshape"), _made_by(add.inputs[1], "Shape")
     if not reshape or not shape or shape.inputs[0].shape is None:
         return None
     query = shape.inputs[0]
     dims = query.shape
     begin, end = shape.attributes.get_int("start", 0), shape.attributes.get_int("end", len(dims))
     return (id(reshape.inputs[0]), tuple(str(d) for d in list(dims)[begin:end]))
+
+
+def _lengths_add(node):
+    """The ``Add(Reshape(start), length)`` behind ``node``'s seqlens_k and
+    total_sequence_length (through their Sub/Squeeze and Casts), or None."""
+    cast_lengths = _made_by(node.inputs[5], "Cast")
+    cast_total = _made_by(node.inputs[6], "Cast")
+    sub = cast_lengths and _made_by(cast_lengths.inputs[0], "Sub")
+    squeeze = cast_total and _made_by(cast_total.inputs[0], "Squeeze")
+    add = sub and _made_by(sub.inputs[0], "Add")
+    if not add or not squeeze or squeeze.inputs[0] is not add.outputs[0]:
+        return None
+    return add
+
+
+def _made_by(value, op_type):
+    producer = value.producer() if value is not None else None
+    return producer if producer is not None and producer.op_type == op_type else None
 
 
 def supports(op) -> bool:

@@ -33,8 +33,11 @@ Only exact matches are rewritten; anything else keeps its nodes.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 
 import numpy as np
+
+from targets.onnx.contrib_ops import step_bounds
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +51,6 @@ def pack_attention_inputs(model) -> int:
     import onnx_ir.passes.common as common_passes
 
     tables: dict = {}  # (cos, sin, slots) -> initializers, shared by the layers
-    bounds: dict = {}  # total_sequence_length -> (start, end) of the new rows' slots
     packed = 0
     for node in list(model.graph):
         if (node.domain, node.op_type) != (_MS, "GroupQueryAttention"):
@@ -57,7 +59,7 @@ def pack_attention_inputs(model) -> int:
         table = match and _tables(model, match, tables)
         if table is None:
             continue
-        _rewrite(model, match, table, bounds)
+        _rewrite(model, match, table)
         packed += 1
     if packed:
         model.graph.sort()
@@ -65,10 +67,14 @@ def pack_attention_inputs(model) -> int:
     return packed
 
 
+@dataclass
 class _Match:
-    def __init__(self, node, split, rotary_q, rotary_k, head: int) -> None:
-        self.node, self.split, self.rotary_q, self.rotary_k = node, split, rotary_q, rotary_k
-        self.head = head
+    node: object  # the GroupQueryAttention
+    split: object  # the Split of the packed rows into q, k, v
+    rotary_q: object
+    rotary_k: object
+    head: int
+    bounds: tuple  # (start, total): the new rows' slots (contrib_ops.step_bounds)
 
 
 def _match(node) -> _Match | None:
@@ -104,7 +110,10 @@ def _match(node) -> _Match | None:
     head = width // kv_heads
     if head % 16:  # GroupQueryAttention's rotary wants a multiple of 16
         return _no(node, f"a head of {head}")
-    return _Match(node, split, rotary_q, rotary_k, head)
+    bounds = step_bounds(node)
+    if bounds is None:
+        return _no(node, "its sequence lengths are not built from the step's start")
+    return _Match(node, split, rotary_q, rotary_k, head, bounds)
 
 
 def _split_sizes(split) -> list | None:
@@ -228,7 +237,7 @@ def _subgraph(model, outputs: list):
     return [n for n in model.graph if id(n) in needed], inputs, constants
 
 
-def _rewrite(model, match: _Match, tables: tuple, bounds: dict) -> None:
+def _rewrite(model, match: _Match, tables: tuple) -> None:
     import onnx_ir as ir
 
     old = match.node
@@ -245,7 +254,7 @@ def _rewrite(model, match: _Match, tables: tuple, bounds: dict) -> None:
         after.name = name
         before.replace_all_uses_with(after)
     _read_length_from_rows(old.inputs[0], match.split.inputs[0])
-    start, end = _bounds(model, old.inputs[6], match.split.inputs[0], new, bounds)
+    start, end = match.bounds
     for present, top in ((new.outputs[1], match.rotary_k.outputs[0]),
                          (new.outputs[2], match.split.outputs[2])):
         for index, output in enumerate(list(model.graph.outputs)):
@@ -293,25 +302,6 @@ def _is_new_rows(output, top, match: _Match) -> bool:
             and shape[3] == match.head)
 
 
-def _bounds(model, total, rows, anchor, cache: dict):
-    """(start, end) int64 [1]: the new rows' slots, start = total - T."""
-    import onnx_ir as ir
-
-    if id(total) in cache:
-        return cache[id(total)]
-
-    def node(op_type, inputs, **attributes):
-        made = ir.Node("", op_type, inputs, [_attribute(k, v) for k, v in attributes.items()])
-        model.graph.insert_before(anchor, made)
-        return made.outputs[0]
-
-    shape_one = _constant(model, "gqa_rows_shape", np.array([1], dtype=np.int64))
-    end = node("Reshape", [node("Cast", [total], to=ir.DataType.INT64), shape_one])
-    length = node("Shape", [rows], start=1, end=2)
-    cache[id(total)] = (node("Sub", [end, length]), end)
-    return cache[id(total)]
-
-
 def _slice(model, present, start, end, replaced, anchor):
     import onnx_ir as ir
 
@@ -335,8 +325,3 @@ def _constant(model, name: str, array: np.ndarray):
                      type=ir.TensorType(tensor.dtype))
     model.graph.register_initializer(value)
     return value
-
-
-def _attribute(name: str, value):
-    import onnx_ir as ir
-    return ir.Attr(name, ir.AttributeType.INT, int(value))
