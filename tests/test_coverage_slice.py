@@ -44,6 +44,8 @@ def _assert_all_built(rows: list[dict], expected: int) -> None:
         assert row["arena_over_lower_bound"] is not None and row["arena_over_lower_bound"] >= 1
 
 
+@pytest.mark.slow  # ~60 s of six builds: `make test` ran 13-14 of its 15 minutes with it; the
+# whole onnx matrix (77 models) is run each session instead (bench/RESULTS.md)
 def test_fast_slice_builds_and_validates_on_onnx(tmp_path):
     rows = _matrix(tmp_path, "onnx")
     _assert_all_built(rows, 6)
