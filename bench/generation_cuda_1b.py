@@ -39,7 +39,9 @@ def main() -> None:
     if not folder.exists():
         big_checkpoint(folder, "1b", 0.02)
     builds = {"fp16": dict(dtype="fp16", validate_artifact=False),
-              "fp16-int8-weight": dict(dtype="fp16", quantize="int8-weight"),
+              # random weights of std 0.02: top-2 margins of 0.05 logits, which int8 rounding
+              # flips (top-1 0.81 on the H100, KL 0.0025); the KL bound is the default's
+              "fp16-int8-weight": dict(dtype="fp16", quantize="int8-weight", min_top1=0.5),
               # speed only: random weights of std 0.02 leave near-ties a gate cannot judge
               "fp16-int4-weight": dict(dtype="fp16", quantize="int4-weight",
                                        validate_artifact=False)}

@@ -16,9 +16,11 @@ pytest.importorskip("onnxruntime")
 pytest.importorskip("transformers")
 
 import onnx  # noqa: E402
+import torch  # noqa: E402
 
 import exporter  # noqa: E402
 import runtime  # noqa: E402
+from runtime.generation.cache import KvCache  # noqa: E402
 from tests.models import tiny_lm  # noqa: E402
 
 CONTEXT = 64
@@ -55,8 +57,39 @@ def test_layers_attend_with_packed_rows_and_rotary_inside(packed_build):
         assert list(node.input[1:3]) == ["", ""]  # q, k and v packed in the first input
         head = 64 // 4
         assert initializers[node.input[7]] == initializers[node.input[8]] == [CONTEXT, head // 2]
-    # each layer's new key and value rows are read back from the cache the kernel wrote
-    assert ops["Slice"] == 2 * len(attention)
+    # the kernel stores each layer's new key and value rows in the cache it is given: they
+    # are not graph outputs (targets/onnx/stored_rows.py); the in-place presents are
+    assert not ops["Slice"] and len(graph.output) == 1 + 2 * len(attention)
+    meta = built.manifest.partitions[0].meta
+    assert meta["stored_outputs"] == [1, 2, 3, 4] and meta["stored_into"] == [2, 3, 4, 5]
+
+
+def test_the_step_returns_the_rows_it_stored_as_views_of_the_cache(packed_build):
+    """The partition's outputs stay what they were: k_i/v_i are the new rows, now views of
+    the cache input at the step's slots. The plain-run path (a non-contiguous input
+    skips the IO binding) copies the kernel's presents into the cache and gives the same."""
+    _, built = packed_build
+    program = runtime.load(built.artifact)
+    layout = program.generator.layout
+    ids = torch.tensor([[5, 9, 11, 4, 2]])
+
+    def step(positions):
+        buffers = KvCache(layout, "cpu").buffers
+        names = program.input_names[2:]
+        out = program.run([ids, positions, *(buffers[name] for name in names)])
+        return out, buffers
+
+    bound, bound_cache = step(torch.arange(3, 8))
+    plain, plain_cache = step(torch.tensor([[p, 0] for p in range(3, 8)])[:, 0])
+    torch.testing.assert_close(bound["logits"], plain["logits"])
+    for past, new in layout.names():
+        rows = bound[new]
+        print(new, tuple(rows.shape), float(rows.abs().max()))
+        assert rows.data_ptr() == bound_cache[past][:, :, 3].data_ptr()  # a view, in place
+        torch.testing.assert_close(rows, plain[new])
+        torch.testing.assert_close(bound_cache[past], plain_cache[past])
+        assert rows.abs().max() > 0 and not bound_cache[past][:, :, :3].any() \
+            and not bound_cache[past][:, :, 8:].any()
 
 
 def test_the_packed_step_generates_like_transformers(packed_build):

@@ -49,6 +49,13 @@ class OnnxRuntimeMeta(PartitionMeta):
     # graph output -> the input whose memory it is written into: a KV-cache buffer that a
     # GroupQueryAttention updates in place (targets/onnx/contrib_ops.py). Not returned.
     in_place: dict[str, str] | None = None
+    # Partition outputs the graph does not return because the kernel stored them in its
+    # cache inputs (targets/onnx/stored_rows.py), by index, ascending: output
+    # ``stored_outputs[k]`` is input ``stored_into[k]``'s rows p..p+T-1 along dim 2, where
+    # p is element 0 of input ``rows_start`` and T its length. Returned as views of those.
+    stored_outputs: tuple[int, ...] | None = None
+    stored_into: tuple[int, ...] | None = None
+    rows_start: int | None = None
     # The shared initializers' external data are files named by ort_shared.shared_location,
     # which the executor supplies from the store's memory (read in place, not copied).
     shared_files: bool | None = None
@@ -121,7 +128,7 @@ class OnnxRuntimeExecutor:
         if on_cpu and CPU not in requested and report["fallback"] == "warn":
             log.warning("partition '%s': %d node(s) fell back to %s", partition.name, on_cpu,
                         CPU)
-        runner = _runner(ort, session, partition, where, arrays, meta.in_place or {})
+        runner = _runner(ort, session, partition, where, arrays, meta)
         return cls(runner, session, report, weights)
 
 
@@ -164,13 +171,18 @@ def _open_session(ort, model: Path, partition: Partition, usable: list[str], for
 
 
 def _runner(ort, session, partition: Partition, where: str, arrays: bool,
-            in_place: dict[str, str]) -> Callable[[list[Any]], list[Any]]:
+            meta: OnnxRuntimeMeta) -> Callable[[list[Any]], list[Any]]:
     """Numpy arrays straight to ``run`` (``arrays``); torch tensors by IO binding over
     their memory where it applies (ort_binding.py), else ``run`` with numpy feeds.
     ``in_place`` outputs are bound onto their input's memory by the binding; the plain
-    ``run`` does not ask for them (ORT then fills a buffer of its own: same results)."""
+    ``run`` asks ORT for them and copies each into its input, so after either path the
+    cache input holds what the kernel wrote."""
     names = [i.name for i in session.get_inputs()]
+    in_place = meta.in_place or {}
     output_names = [o.name for o in session.get_outputs() if o.name not in in_place]
+    written = [(name, names.index(source)) for name, source in in_place.items()]
+    asked = output_names + [name for name, _ in written]
+    returned = len(output_names)
     # The binding under InferenceSession.run: the wrapper re-validates the feed names
     # (our Program checked the inputs already) and, on an execution-provider failure,
     # silently re-runs on other providers, which this runtime must not do. ~1 us a call.
@@ -190,8 +202,12 @@ def _runner(ort, session, partition: Partition, where: str, arrays: bool,
     if arrays:
         def run_arrays(inputs: list) -> list:
             check_count(inputs)
-            return session_run(output_names, dict(zip(names, inputs)), options)
-        return run_arrays
+            values = session_run(asked, dict(zip(names, inputs)), options)
+            for (_, index), value in zip(written, values[returned:]):
+                inputs[index][...] = value
+            return values[:returned]
+        return _returning_stored_rows(run_arrays, meta, partition, len(names), where,
+                                      lambda a, start, end: a[:, :, start:end])
 
     import torch
     from runtime.executors.ort_binding import bound_runner
@@ -202,12 +218,45 @@ def _runner(ort, session, partition: Partition, where: str, arrays: bool,
             feeds = dict(zip(names, map(torch.Tensor.numpy, inputs)))
         except (TypeError, RuntimeError):  # bfloat16, GPU, requires_grad: see why
             feeds = {name: _to_numpy(t, name, where) for name, t in zip(names, inputs)}
-        return list(map(torch.from_numpy, session_run(output_names, feeds, options)))
+        values = list(map(torch.from_numpy, session_run(asked, feeds, options)))
+        with torch.no_grad():
+            for (_, index), value in zip(written, values[returned:]):
+                inputs[index].copy_(value)
+        return values[:returned]
 
     if getattr(session, "_sess", None) is None or not hasattr(session._sess, "run_with_iobinding"):
+        runner = run
+    else:
+        runner = bound_runner(ort, session, options, fallback=run, in_place=dict(written))
+    return _returning_stored_rows(runner, meta, partition, len(names), where,
+                                  lambda t, start, end: t.narrow(2, start, end - start))
+
+
+def _returning_stored_rows(run: Callable, meta: OnnxRuntimeMeta, partition: Partition,
+                           inputs: int, where: str, rows: Callable) -> Callable:
+    """``run`` with the partition's stored outputs put back in their places, each a view of
+    the cache input the kernel wrote its rows into (OnnxRuntimeMeta.stored_outputs)."""
+    stored = tuple(zip(meta.stored_outputs or (), meta.stored_into or ()))
+    if not stored:
         return run
-    return bound_runner(ort, session, options, fallback=run,
-                        in_place={out: names.index(source) for out, source in in_place.items()})
+    start_at = meta.rows_start
+    if len(stored) != len(meta.stored_outputs) or len(stored) != len(meta.stored_into or ()) \
+            or start_at is None or start_at >= inputs \
+            or any(out >= len(partition.outputs) or source >= inputs for out, source in stored) \
+            or list(meta.stored_outputs) != sorted(set(meta.stored_outputs)):
+        raise ArtifactError(f"partition '{partition.name}' names stored outputs that do not "
+                            "fit its inputs and outputs", where=where,
+                            hint="rebuild the artifact with `exporter build`")
+
+    def run_storing(inputs: list) -> list:
+        values = run(inputs)
+        positions = inputs[start_at]
+        start = int(positions[0])
+        end = start + positions.shape[0]
+        for out, source in stored:  # ascending: each lands at its final index
+            values.insert(out, rows(inputs[source], start, end))
+        return values
+    return run_storing
 
 
 def _to_numpy(tensor, name: str, where: str):

@@ -7,8 +7,10 @@ A generating artifact's two entry points (``prefill``, ``decode``) are pure func
 ``past_*`` are the cache's current contents and ``k_i``/``v_i`` the keys and values of the
 T new tokens. The runtime owns one preallocated buffer per ``past_*`` input (``KvCache``)
 and writes the new entries into it after each step, so the cache is allocated once and
-never copied. A layer's buffer has ``slots`` rows: slot ``s`` holds the newest position
-``q < start`` with ``q % slots == s``. A full-attention layer has ``slots ==
+never copied. (A step whose kernel stores its rows in the buffer itself returns them as
+views of their slots, and the write leaves them: targets/onnx/stored_rows.py.) A layer's
+buffer has ``slots`` rows: slot ``s`` holds the newest position ``q < start`` with
+``q % slots == s``. A full-attention layer has ``slots ==
 max_context`` (positions map to themselves); a sliding-window layer keeps only its window
 as a ring (``slots == window``), so a 4,096-token window costs 4,096 rows whatever the
 context, and no key inside the window is ever dropped. The graph masks slots by the

@@ -46,6 +46,7 @@ from targets.onnx import contrib_ops, inside
 from targets.onnx.shared import externalize
 from targets.onnx.packed_attention import pack_attention_inputs
 from targets.onnx.providers import provider_names
+from targets.onnx.stored_rows import store_new_rows
 from targets.onnx.quantize import RECIPES, quantize_model
 from targets.onnx.rotary import fuse_rotary_embeddings
 from targets.onnx.skip_norm import fuse_skip_rms_norms
@@ -223,6 +224,9 @@ class OnnxTarget(Target):
             log.info("%d GroupQueryAttention node(s) take packed rows and rotate them",
                      pack_attention_inputs(onnx_program.model))
         in_place = contrib_ops.expose_in_place_cache(onnx_program.model)
+        stored = store_new_rows(onnx_program.model, in_place)  # stored_rows.py: why
+        log.info("%d new-row output(s) left where the attention kernel stored them",
+                 len(stored.outputs))
         weights = sum(v.const_value.nbytes for v in onnx_program.model.graph.initializers.values()
                       if v.const_value is not None)
         onnx_program.save(str(path), external_data=weights > EXTERNAL_DATA_BYTES)
@@ -261,6 +265,8 @@ class OnnxTarget(Target):
             disable_cpu_ep_fallback=fallback == FallbackPolicy.FORBID.value,
             onnxruntime=onnxruntime.__version__, onnx=onnx.__version__,
             quantization=quantization, in_place=in_place or None,
+            stored_outputs=stored.outputs or None, stored_into=stored.into or None,
+            rows_start=stored.positions,
             shared_files=True if weights else None).to_json()
         here = onnxruntime.get_available_providers()
         notes = [f"execution provider {p} is not available on this machine; the build's "
