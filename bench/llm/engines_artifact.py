@@ -22,7 +22,11 @@ ROOT = Path(__file__).resolve().parents[2]
 BUILDS = {"artifact-cpu": ("cpu", None), "artifact-cpu-int8": ("cpu", "int8-dynamic"),
           "artifact-cpu-int4": ("cpu", "int4-weight"), "artifact-onnx": ("onnx", None),
           "artifact-onnx-int8": ("onnx", "int8-weight"),
-          "artifact-onnx-int4": ("onnx", "int4-weight")}
+          "artifact-onnx-int4": ("onnx", "int4-weight"),
+          # MatMulNBits blocks of 32 (llama.cpp Q4_0's and ORT GenAI's default); the
+          # onnx target's default is 128 (targets/onnx/quantize.py)
+          "artifact-onnx-int8-b32": ("onnx", "int8-weight", "--quant-block", "32"),
+          "artifact-onnx-int4-b32": ("onnx", "int4-weight", "--quant-block", "32")}
 
 
 def _artifact(name: str, req: EngineRequest) -> Path:
@@ -30,7 +34,7 @@ def _artifact(name: str, req: EngineRequest) -> Path:
 
 
 def preparer(name: str):
-    target, recipe = BUILDS[name]
+    target, recipe, *flags = BUILDS[name]
 
     def prepare(req: EngineRequest) -> None:
         out = _artifact(name, req)
@@ -41,7 +45,7 @@ def preparer(name: str):
                str(req.max_tokens), "--prefill-chunk", "128", "--out", str(out), "-q"]
         if recipe:  # a random-weight model misses the gate's defaults (made for trained
             # weights) even when rounded in eager: bench/RESULTS.md, "our generating artifacts"
-            cmd += ["--quantize", recipe, "--min-top1", "0", "--max-kl", "10"]
+            cmd += ["--quantize", recipe, "--min-top1", "0", "--max-kl", "10", *flags]
         subprocess.run(cmd, check=True, cwd=ROOT)
     return prepare
 
@@ -67,8 +71,8 @@ def loader(name: str):
                 if step + 1 < new_tokens:
                     logits = generator.step(torch.tensor([token]), position)[-1]
                     position += 1
-        target, recipe = BUILDS[name]
-        return Loaded(generate, f"{target} {recipe or 'fp32'} (our artifact)",
+        target, recipe, *flags = BUILDS[name]
+        return Loaded(generate, f"{target} {recipe or 'fp32'} {' '.join(flags)} (our artifact)",
                       [_artifact(name, req)])
     return load
 

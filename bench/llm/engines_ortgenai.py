@@ -14,7 +14,9 @@ import sys
 
 from bench.llm.registry import EngineRequest, Loaded
 
-PRECISIONS = ("int4", "int8", "fp32")
+# "-b128": MatMulNBits blocks of 128 weights (the builder's block_size), as our onnx
+# target's default (targets/onnx/quantize.py); plain int4/int8 are the builder's 32
+PRECISIONS = ("int4", "int8", "fp32", "int4-b128", "int8-b128")
 
 
 def model_dir(req: EngineRequest, precision: str):
@@ -27,9 +29,11 @@ def preparer(precision: str):
         if (out / "genai_config.json").is_file():
             return
         cache = req.work_dir.parent / "ortgenai-cache"
+        base, _, block = precision.partition("-b")
+        extra = ["--extra_options", f"block_size={block}"] if block else []
         subprocess.run([sys.executable, "-m", "onnxruntime_genai.models.builder",
-                        "-i", str(req.checkpoint), "-o", str(out), "-p", precision,
-                        "-e", "cpu", "-c", str(cache)], check=True)
+                        "-i", str(req.checkpoint), "-o", str(out), "-p", base,
+                        "-e", "cpu", "-c", str(cache), *extra], check=True)
     return prepare
 
 
@@ -57,9 +61,9 @@ def loader(precision: str):
                 on_token(int(generator.get_next_tokens()[0]))
 
         files = sorted(p for p in path.iterdir() if p.name.startswith("model.onnx"))
-        variant = {"int4": "int4 MatMulNBits block 32, int8 activations",
-                   "int8": "int8 MatMulNBits block 32, int8 activations",
-                   "fp32": "fp32"}[precision]
+        base, _, block = precision.partition("-b")
+        variant = "fp32" if base == "fp32" else \
+            f"{base} MatMulNBits block {block or 32}, int8 activations"
         return Loaded(generate, variant, files,
                       notes=f"onnxruntime-genai {og.__version__}, GQA, shared KV buffer")
     return load

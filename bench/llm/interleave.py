@@ -8,7 +8,9 @@ for its peak memory; two of its runs gave our int4 artifact 93.6 and 80.1 tokens
 
 Engines must be prepared first (``bench.llm.compare --prepare-only``). Same protocol as
 the comparison (bench/llm/protocol.py: 128-token prompt, 128 new tokens, greedy, eos
-masked); one warm-up call each, then ``--rounds`` rounds of one call per engine.
+masked); one warm-up call each, then ``--rounds`` rounds of one call per engine. The
+ratios to the first engine are given twice: of the medians, and the median of each
+round's ratio (paired, the steadier one on a shared machine).
 """
 
 from __future__ import annotations
@@ -63,7 +65,12 @@ def main() -> None:
            "decode_tokens_per_s": medians,
            "each": {name: [round(x, 1) for x in r] for name, r in rates.items()},
            "ratio_to_" + first: {name: round(m / medians[first], 3)
-                                 for name, m in medians.items()}}
+                                 for name, m in medians.items()},
+           # the median over rounds of each round's own ratio: the load moves within a
+           # round far less than across rounds, so this is the steadier figure
+           "paired_ratio_to_" + first: {
+               name: round(statistics.median(x / y for x, y in zip(r, rates[first])), 3)
+               for name, r in rates.items()}}
     print(json.dumps(row))
     if args.out:
         with open(args.out, "a") as sink:

@@ -22,14 +22,20 @@ RECIPES = {
     "int8-static": "ONNX Runtime quantize_static: QDQ format, int8 per-channel weights and "
                    "activations, scales from --calibration (MinMax)",
     # ORT's MatMulNBits, as ONNX Runtime GenAI builds its int4/int8 decoders: weights in
-    # symmetric blocks of 32, activations quantized to int8 inside the kernel (accuracy
-    # level 4), the memory-bound decode step reading a quarter / half of fp32's bytes
-    "int8-weight": "ONNX Runtime MatMulNBits: 8-bit weights in blocks of 32, int8 "
-                   "activations inside the kernel (accuracy level 4)",
-    "int4-weight": "ONNX Runtime MatMulNBits: 4-bit weights in blocks of 32, int8 "
-                   "activations inside the kernel (accuracy level 4)",
+    # symmetric blocks (one scale each; the onnx target's --quant-block), activations
+    # quantized to int8 inside the kernel (accuracy level 4), the memory-bound decode step
+    # reading a quarter / half of fp32's bytes
+    "int8-weight": "ONNX Runtime MatMulNBits: 8-bit weights in blocks, int8 activations "
+                   "inside the kernel (accuracy level 4)",
+    "int4-weight": "ONNX Runtime MatMulNBits: 4-bit weights in blocks, int8 activations "
+                   "inside the kernel (accuracy level 4)",
 }
-NBITS_BLOCK = 32
+# Weights per scale. 128, as AWQ/GPTQ groups and the cuda target's int4 (passes/
+# quantize_weight_only.py): ORT's kernel pays per block, and one 1024x2816 GEMV at int4
+# took 71 us in blocks of 32, 43 in blocks of 128 (2 cores, onnxruntime 1.32; bench/
+# RESULTS.md, session 36). 32 is llama.cpp's Q4_0/Q8_0 and ONNX Runtime GenAI's default.
+NBITS_BLOCK = 128
+NBITS_BLOCKS = (16, 32, 64, 128, 256)  # MatMulNBits takes powers of two from 16
 _WEIGHTED = {"MatMul", "Gemm", "Conv"}
 # ORT's advice: dynamic quantization for transformers and RNNs, static for CNNs. Its
 # ConvInteger has no fast CPU kernel: the zoo CNN ran 17x slower than fp32 (3.07 vs 0.18 ms,
@@ -55,7 +61,8 @@ class _Calibration:
         return next(self._feeds, None)
 
 
-def quantize_model(path: Path, recipe: str, calibration: list, examples: list | None = None):
+def quantize_model(path: Path, recipe: str, calibration: list, examples: list | None = None,
+                   block: int = NBITS_BLOCK):
     """(the quantized ModelProto, with its weights loaded, and the report). ORT writes to
     a scratch folder; the caller saves the model under the artifact's own file names.
     ``examples``: flat input sets (the partition's own inputs) the per-layer error is
@@ -74,7 +81,7 @@ def quantize_model(path: Path, recipe: str, calibration: list, examples: list | 
         source = Path(scratch) / "model.onnx"
         onnx.save_model(plain, str(source), save_as_external_data=True,
                         all_tensors_to_one_file=True, location="model.onnx.data")
-        _run_ort(source, quantized_path, recipe, calibration, before)
+        _run_ort(source, quantized_path, recipe, calibration, before, block)
         after = onnx.load(str(quantized_path))
         weighted = _weighted_nodes(before)
         done = _quantized_nodes(after)
@@ -88,6 +95,7 @@ def quantize_model(path: Path, recipe: str, calibration: list, examples: list | 
             errors, on = [], f"not computed ({type(exc).__name__}: {str(exc)[:200]})"
     return after, {
         "recipe": recipe, "how": RECIPES[recipe],
+        **({"block_size": block} if recipe.endswith("-weight") else {}),
         "calibration_sets": len(calibration) if recipe == "int8-static" else 0,
         "layers_quantized": quantized,
         "layers_float": [{"layer": n, "op": op, "why": _WHY_FLOAT.get(
@@ -98,13 +106,14 @@ def quantize_model(path: Path, recipe: str, calibration: list, examples: list | 
         "layer_errors": errors, "layer_errors_on": on if sets else "no inputs to run on"}
 
 
-def _run_ort(path: Path, quantized_path: Path, recipe: str, calibration: list, before) -> None:
+def _run_ort(path: Path, quantized_path: Path, recipe: str, calibration: list, before,
+             block: int) -> None:
     from onnxruntime import quantization as ortq
 
     common = {"per_channel": True, "weight_type": ortq.QuantType.QInt8,
               "use_external_data_format": True}  # weights of any size; loaded back whole
     if recipe.endswith("-weight"):
-        _run_nbits(path, quantized_path, bits=4 if recipe == "int4-weight" else 8)
+        _run_nbits(path, quantized_path, bits=4 if recipe == "int4-weight" else 8, block=block)
     elif recipe == "int8-dynamic":
         ortq.quantize_dynamic(str(path), str(quantized_path),
                               op_types_to_quantize=DYNAMIC_OP_TYPES, **common)
@@ -121,11 +130,11 @@ def _run_ort(path: Path, quantized_path: Path, recipe: str, calibration: list, b
                              activation_type=ortq.QuantType.QInt8, **common)
 
 
-def _run_nbits(path: Path, quantized_path: Path, *, bits: int) -> None:
+def _run_nbits(path: Path, quantized_path: Path, *, bits: int, block: int) -> None:
     import onnx
     from onnxruntime.quantization import matmul_nbits_quantizer as nbits
 
-    config = nbits.DefaultWeightOnlyQuantConfig(block_size=NBITS_BLOCK, is_symmetric=True,
+    config = nbits.DefaultWeightOnlyQuantConfig(block_size=block, is_symmetric=True,
                                                 accuracy_level=4, bits=bits)
     quantizer = nbits.MatMulNBitsQuantizer(onnx.load(str(path)), algo_config=config)
     quantizer.process()
