@@ -60,6 +60,9 @@ def test_layers_attend_with_packed_rows_and_rotary_inside(packed_build):
     # the kernel stores each layer's new key and value rows in the cache it is given: they
     # are not graph outputs (targets/onnx/stored_rows.py); the in-place presents are
     assert not ops["Slice"] and len(graph.output) == 1 + 2 * len(attention)
+    # its [1, T, hidden] output feeds o_proj as it is (no flattening Reshape between)
+    readers = [n.op_type for n in graph.node for a in attention if a.output[0] in n.input]
+    assert readers == ["MatMul"] * len(attention)
     meta = built.manifest.partitions[0].meta
     assert meta["stored_outputs"] == [1, 2, 3, 4] and meta["stored_into"] == [2, 3, 4, 5]
 

@@ -147,6 +147,15 @@ def _made_by(value, op_type):
     return producer if producer is not None and producer.op_type == op_type else None
 
 
+def const_ints(value) -> list[int] | None:
+    """The integers a constant (an initializer or a Constant node's output) holds, or None
+    for a value computed at run time."""
+    import onnx_ir.convenience as convenience
+
+    tensor = convenience.get_const_tensor(value) if value is not None else None
+    return None if tensor is None else [int(x) for x in tensor.numpy().reshape(-1)]
+
+
 def supports(op) -> bool:
     return op in translations()
 

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from targets.onnx.contrib_ops import step_bounds
+from targets.onnx.contrib_ops import const_ints, step_bounds
 
 log = logging.getLogger(__name__)
 
@@ -254,12 +254,33 @@ def _rewrite(model, match: _Match, tables: tuple) -> None:
         after.name = name
         before.replace_all_uses_with(after)
     _read_length_from_rows(old.inputs[0], match.split.inputs[0])
+    _skip_flattening_reshapes(new, match.split.inputs[0])
     start, end = match.bounds
     for present, top in ((new.outputs[1], match.rotary_k.outputs[0]),
                          (new.outputs[2], match.split.outputs[2])):
         for index, output in enumerate(list(model.graph.outputs)):
             if _is_new_rows(output, top, match):
                 model.graph.outputs[index] = _slice(model, present, start, end, output, new)
+
+
+def _skip_flattening_reshapes(node, rows) -> None:
+    """GroupQueryAttention's output is [B, T, heads * head] already, as its packed rows'
+    B and T; torch.onnx's ``view(1, -1, hidden)`` after it (one Reshape a layer, ~6 us
+    each on 2 cores) then changes nothing, and its readers read the output itself."""
+    heads, kv_heads = (node.attributes.get_int(k) for k in ("num_heads", "kv_num_heads"))
+    width = rows.shape[-1] if rows.shape is not None else None
+    if not isinstance(width, int) or rows.shape[0] != 1:
+        return
+    hidden = heads * width // (heads + 2 * kv_heads)  # q's share of the packed rows
+    out = node.outputs[0]
+    for use in list(out.uses()):
+        reshape = use.node
+        target = const_ints(reshape.inputs[1]) if reshape.op_type == "Reshape" \
+            and reshape.domain == "" and len(reshape.inputs) > 1 else None
+        if target is not None and len(target) == 3 and target[0] in (0, 1) \
+                and target[1] in (0, -1) and target[2] == hidden \
+                and not reshape.outputs[0].is_graph_output():
+            reshape.outputs[0].replace_all_uses_with(out)
 
 
 def _read_length_from_rows(query, rows) -> None:

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from targets.onnx.contrib_ops import const_ints
+
 
 @dataclass(frozen=True)
 class StoredRows:
@@ -65,7 +67,7 @@ def _rows_at_positions(output, into_of: dict):
             or len(slice_.inputs) != 4 or id(slice_.inputs[0]) not in into_of:
         return None
     present, start, end, axes = slice_.inputs
-    if _ints(axes) != [2]:
+    if const_ints(axes) != [2]:
         return None
     positions = _first_element_of(start)
     if positions is None or positions.shape is None or len(positions.shape) != 1:
@@ -84,11 +86,11 @@ def _rows_at_positions(output, into_of: dict):
 def _first_element_of(value):
     """The 1-D graph input ``x`` when ``value`` is ``Reshape(Gather(x, 0, axis=0), [1])``."""
     reshape = value.producer()
-    if reshape is None or reshape.op_type != "Reshape" or _ints(reshape.inputs[1]) != [1]:
+    if reshape is None or reshape.op_type != "Reshape" or const_ints(reshape.inputs[1]) != [1]:
         return None
     gather = reshape.inputs[0].producer()
     if gather is None or gather.op_type != "Gather" or gather.attributes.get_int("axis", 0) \
-            or _ints(gather.inputs[1]) != [0]:
+            or const_ints(gather.inputs[1]) != [0]:
         return None
     source = gather.inputs[0]
     return source if source.is_graph_input() else None
@@ -104,10 +106,3 @@ def _counts(value, length) -> bool:
     end = shape.attributes.get_int("end", len(dims))
     picked = dims[begin:end]
     return len(picked) == 1 and str(picked[0]) == str(length)
-
-
-def _ints(value) -> list[int] | None:
-    import onnx_ir.convenience as convenience
-
-    tensor = convenience.get_const_tensor(value) if value is not None else None
-    return None if tensor is None else [int(x) for x in tensor.numpy().reshape(-1)]
