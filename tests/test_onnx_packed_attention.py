@@ -105,3 +105,24 @@ def test_the_packed_step_generates_like_transformers(packed_build):
     program = runtime.load(built.artifact)
     first = program.generate([5, 9, 11], max_new_tokens=8).tokens
     assert program.generate([5, 9, 11], max_new_tokens=8).tokens == first  # cache reused
+
+
+def test_stored_outputs_that_name_no_cache_input_are_refused(packed_build, tmp_path):
+    """A manifest whose stored outputs point at an input the kernel does not write (here
+    the positions) would hand out rows nobody stored: the load refuses it, naming the
+    partition."""
+    from runtime.archive import ArtifactReader
+    from runtime.archive_writer import write_artifact
+    from runtime.errors import ArtifactError
+
+    _, built = packed_build
+    with ArtifactReader.open(built.artifact) as reader:
+        manifest = dict(reader.manifest)
+        files = {name: reader.read_bytes(name) for name in reader.names()}
+    partition = manifest["partitions"][0]
+    partition["meta"] = {**partition["meta"], "stored_into": [1, 3, 4, 5]}
+    bad = tmp_path / "bad.artifact"
+    write_artifact(bad, manifest, files)
+    with pytest.raises(ArtifactError, match="stored outputs") as caught:
+        runtime.load(bad)
+    print(caught.value)

@@ -206,7 +206,7 @@ def _runner(ort, session, partition: Partition, where: str, arrays: bool,
             for (_, index), value in zip(written, values[returned:]):
                 inputs[index][...] = value
             return values[:returned]
-        return _returning_stored_rows(run_arrays, meta, partition, len(names), where,
+        return _returning_stored_rows(run_arrays, meta, partition, names, written, where,
                                       lambda a, start, end: a[:, :, start:end])
 
     import torch
@@ -228,21 +228,24 @@ def _runner(ort, session, partition: Partition, where: str, arrays: bool,
         runner = run
     else:
         runner = bound_runner(ort, session, options, fallback=run, in_place=dict(written))
-    return _returning_stored_rows(runner, meta, partition, len(names), where,
+    return _returning_stored_rows(runner, meta, partition, names, written, where,
                                   lambda t, start, end: t.narrow(2, start, end - start))
 
 
 def _returning_stored_rows(run: Callable, meta: OnnxRuntimeMeta, partition: Partition,
-                           inputs: int, where: str, rows: Callable) -> Callable:
+                           names: list[str], written: list[tuple[str, int]], where: str,
+                           rows: Callable) -> Callable:
     """``run`` with the partition's stored outputs put back in their places, each a view of
     the cache input the kernel wrote its rows into (OnnxRuntimeMeta.stored_outputs)."""
     stored = tuple(zip(meta.stored_outputs or (), meta.stored_into or ()))
     if not stored:
         return run
     start_at = meta.rows_start
+    kept_in_place = {index for _, index in written}  # only those hold the kernel's rows
     if len(stored) != len(meta.stored_outputs) or len(stored) != len(meta.stored_into or ()) \
-            or start_at is None or start_at >= inputs \
-            or any(out >= len(partition.outputs) or source >= inputs for out, source in stored) \
+            or start_at is None or start_at >= len(names) \
+            or any(out >= len(partition.outputs) or source not in kept_in_place
+                   for out, source in stored) \
             or list(meta.stored_outputs) != sorted(set(meta.stored_outputs)):
         raise ArtifactError(f"partition '{partition.name}' names stored outputs that do not "
                             "fit its inputs and outputs", where=where,
