@@ -73,7 +73,8 @@ class OnnxOptions(TargetOptions):
     quant_block: int = Field(NBITS_BLOCK, description="weights per scale for --quantize "
                              "int8-weight/int4-weight: 32 as llama.cpp's Q4_0 and ONNX "
                              "Runtime GenAI, 128 as AWQ/GPTQ (faster here, a little less "
-                             "exact)", json_schema_extra={"flag": "--quant-block"})
+                             "exact)", examples=[32],
+                             json_schema_extra={"flag": "--quant-block"})
 
     @field_validator("quant_block")
     @classmethod
