@@ -181,8 +181,8 @@ def _runner(ort, session, partition: Partition, where: str, arrays: bool,
     in_place = meta.in_place or {}
     output_names = [o.name for o in session.get_outputs() if o.name not in in_place]
     written = [(name, names.index(source)) for name, source in in_place.items()]
-    asked = output_names + [name for name, _ in written]
-    returned = len(output_names)
+    asked = output_names + [name for name, _ in written]  # the plain run's: presents last
+    returned = len(output_names)  # how many of ``asked`` the caller gets
     # The binding under InferenceSession.run: the wrapper re-validates the feed names
     # (our Program checked the inputs already) and, on an execution-provider failure,
     # silently re-runs on other providers, which this runtime must not do. ~1 us a call.
@@ -237,19 +237,19 @@ def _returning_stored_rows(run: Callable, meta: OnnxRuntimeMeta, partition: Part
                            rows: Callable) -> Callable:
     """``run`` with the partition's stored outputs put back in their places, each a view of
     the cache input the kernel wrote its rows into (OnnxRuntimeMeta.stored_outputs)."""
-    stored = tuple(zip(meta.stored_outputs or (), meta.stored_into or ()))
-    if not stored:
+    outputs, into = meta.stored_outputs or (), meta.stored_into or ()
+    if not outputs and not into:
         return run
     start_at = meta.rows_start
     kept_in_place = {index for _, index in written}  # only those hold the kernel's rows
-    if len(stored) != len(meta.stored_outputs) or len(stored) != len(meta.stored_into or ()) \
+    if len(outputs) != len(into) or list(outputs) != sorted(set(outputs)) \
             or start_at is None or start_at >= len(names) \
-            or any(out >= len(partition.outputs) or source not in kept_in_place
-                   for out, source in stored) \
-            or list(meta.stored_outputs) != sorted(set(meta.stored_outputs)):
+            or any(out >= len(partition.outputs) for out in outputs) \
+            or not set(into) <= kept_in_place:
         raise ArtifactError(f"partition '{partition.name}' names stored outputs that do not "
                             "fit its inputs and outputs", where=where,
                             hint="rebuild the artifact with `exporter build`")
+    stored = tuple(zip(outputs, into))
 
     def run_storing(inputs: list) -> list:
         values = run(inputs)
