@@ -241,6 +241,21 @@ def test_interrupted_build_keeps_the_previous_artifact(good_mlp, tmp_path, sig, 
     runtime.load(out)
 
 
+def test_ctrl_c_while_the_cli_starts_says_so_without_a_traceback(tmp_path):
+    """A Ctrl-C before any command runs (while torch imports: seconds on a loaded
+    machine) exits 130 with one line, as one during a build does."""
+    proc = subprocess.Popen(_build_cmd(tmp_path / "model.artifact"), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=_env(), cwd=ROOT)
+    time.sleep(1.0)  # the interpreter is up; torch takes seconds more (or the build runs:
+    # then the command says the same)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+    print(f"exit {proc.returncode}: {stderr!r}")
+    assert "Traceback" not in stderr
+    assert proc.returncode == 130 and "interrupted" in stderr
+    assert not (tmp_path / "model.artifact").exists()
+
+
 def test_two_builds_to_one_path_leave_one_whole_artifact(tmp_path):
     out = tmp_path / "model.artifact"
     procs = [subprocess.Popen(_build_cmd(out), stdout=subprocess.PIPE, stderr=subprocess.PIPE,

@@ -330,7 +330,8 @@ def test_cuda_settings_for_decode_steps_need_no_gpu_to_read(tmp_path):
     """The cuda target's recipe for batch-1 decode steps (bench/RESULTS.md, session 35):
     single-row linears become reductions last, after --quantize (--no-fuse keeps them);
     Inductor tunes reductions unless --deterministic; combo kernels only in generating
-    builds (shared weights), where they were measured, and not with --deterministic."""
+    builds (shared weights), where they were measured, not with --deterministic, and not in
+    programs of dynamic shapes (Inductor's combo kernels refuse a dynamic reduction dim)."""
     from passes.row_linears import SingleRowLinearsAsReductions
     from targets.base import LowerOptions
     cuda = get_target("cuda")
@@ -339,11 +340,20 @@ def test_cuda_settings_for_decode_steps_need_no_gpu_to_read(tmp_path):
     print(passes)
     assert passes[-1] == SingleRowLinearsAsReductions.__name__
     assert not any(isinstance(p, SingleRowLinearsAsReductions) for p in unfused)
-    settings = {(shared, deterministic): cuda.inductor_configs(
-        LowerOptions(tmp_path, shared_weights=shared, deterministic=deterministic))
-        for shared in (False, True) for deterministic in (False, True)}
-    for (shared, deterministic), configs in settings.items():
-        print(shared, deterministic, {k: configs.get(k) for k in
-                                      ("coordinate_descent_tuning", "combo_kernels")})
+    settings = {(shared, deterministic, dynamic): cuda.inductor_configs(
+        LowerOptions(tmp_path, shared_weights=shared, deterministic=deterministic), dynamic)
+        for shared in (False, True) for deterministic in (False, True)
+        for dynamic in (False, True)}
+    for (shared, deterministic, dynamic), configs in settings.items():
+        print(shared, deterministic, dynamic, {k: configs.get(k) for k in
+                                               ("coordinate_descent_tuning", "combo_kernels")})
         assert configs.get("coordinate_descent_tuning", False) is (not deterministic)
-        assert configs.get("combo_kernels", False) is (shared and not deterministic)
+        assert configs.get("combo_kernels", False) is (shared and not deterministic
+                                                       and not dynamic)
+    # what lower() passes as ``dynamic``: a symbolic input dim (a prefill's length)
+    from targets.aoti.base import has_dynamic_inputs
+    rows = torch.nn.Linear(4, 4)
+    x = torch.randn(3, 4)
+    fixed = torch.export.export(rows, (x,))
+    sized = torch.export.export(rows, (x,), dynamic_shapes=({0: torch.export.Dim.DYNAMIC},))
+    assert not has_dynamic_inputs(fixed) and has_dynamic_inputs(sized)

@@ -4,17 +4,34 @@ One module per group of commands, all on one typer app (``common.app``); the out
 style, exit codes and ``--json`` envelope every command shares are in ``common``.
 """
 
-# registers the commands, in the order --help lists them
-from exporter.cli import build, artifact, generate, machine, matrix  # noqa: F401  isort: skip
-from exporter.cli.common import app
+import sys
 
 
 def main() -> None:
-    import typer.main
-
+    try:  # the commands' modules import torch: seconds, longer on a loaded machine
+        app = _registered_app()
+        import typer.main
+    except KeyboardInterrupt:  # Ctrl-C before any command ran: nothing to clean up
+        print("interrupted: nothing was written", file=sys.stderr)
+        raise SystemExit(130) from None
     command = typer.main.get_command(app)
     _tidy_help(command)
     command()
+
+
+def _registered_app():
+    """The typer app with every command on it, in the order --help lists them."""
+    from exporter.cli import build, artifact, generate, machine, matrix  # noqa: F401  isort: skip
+    from exporter.cli.common import app
+    return app
+
+
+def __getattr__(name: str):
+    """``from exporter.cli import app`` (tests, tools that embed the CLI): imported on first
+    use, so the console script can catch a Ctrl-C that lands while torch imports."""
+    if name == "app":
+        return _registered_app()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _tidy_help(command) -> None:

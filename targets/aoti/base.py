@@ -60,6 +60,13 @@ def _is_python_custom_op(op) -> bool:
     return is_custom_op(op) and op.name() in OPDEFS
 
 
+def has_dynamic_inputs(program: ExportedProgram) -> bool:
+    """Whether any input of ``program`` has a dim of no fixed size (a symbol)."""
+    return any(isinstance(dim, torch.SymInt)
+               for node in program.graph.nodes if node.op == "placeholder"
+               for dim in getattr(node.meta.get("val"), "shape", ()))
+
+
 def package_tensors(package: Path, program: ExportedProgram) -> dict[str, torch.Tensor]:
     """The tensors a package compiled without its constants asks for, by the names it asks
     for them: the program's state_dict and constants keys, and constants Inductor made
@@ -141,8 +148,8 @@ class AOTInductorTarget(Target):
         # not a fusion: Inductor's CPU cat mislaid such a cat's output (empty_concat.py)
         return [passes[0], DropEmptyConcatOperands(), *passes[1:]]
 
-    def inductor_configs(self, options: LowerOptions) -> dict:
-        """Freezing folds weights into constants and lets Inductor prepack them
+    def inductor_configs(self, options: LowerOptions, dynamic: bool = False) -> dict:
+        """``dynamic``: whether the program's inputs have dims of no fixed size. Freezing folds weights into constants and lets Inductor prepack them
         (1.4-1.6x faster on CNNs on CPU here). The compiler is the one choose_cxx()
         vetted (a statically linked libstdc++ crashes on load)."""
         # size_asserts: debug checks that run only under an environment variable, and
@@ -199,7 +206,7 @@ class AOTInductorTarget(Target):
         return contextlib.nullcontext()
 
     def lower(self, program: ExportedProgram, options: LowerOptions) -> Lowered:
-        configs = self.inductor_configs(options)
+        configs = self.inductor_configs(options, dynamic=has_dynamic_inputs(program))
         package = options.work_dir / PACKAGE_NAME
         start = time.perf_counter()
         try:

@@ -37,9 +37,9 @@ class CpuTarget(AOTInductorTarget):
     def lowering_fixes(self) -> contextlib.AbstractContextManager:
         return _int4_rows_contiguous()
 
-    def inductor_configs(self, options: LowerOptions) -> dict:
+    def inductor_configs(self, options: LowerOptions, dynamic: bool = False) -> dict:
         level = cpu_isa.resolve(options.cpu_isa)
-        return {**super().inductor_configs(options), **cpu_isa.inductor_configs(level)}
+        return {**super().inductor_configs(options, dynamic), **cpu_isa.inductor_configs(level)}
 
     def requirements(self, options: LowerOptions) -> Requirements:
         isa, flags = cpu_isa.required_flags(cpu_isa.resolve(options.cpu_isa))

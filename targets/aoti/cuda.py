@@ -50,21 +50,24 @@ class CudaTarget(AOTInductorTarget):
         # last, after --quantize: its linears keep their own kernels (passes/row_linears.py)
         return [*passes, SingleRowLinearsAsReductions()] if options.fuse else passes
 
-    def inductor_configs(self, options: LowerOptions) -> dict:
+    def inductor_configs(self, options: LowerOptions, dynamic: bool = False) -> dict:
         # The CPU vector ISA only labels the package here (no CPU kernels are
         # vectorised for a GPU program); skip Inductor's compile-and-run probes of it.
-        configs = {**super().inductor_configs(options), "cpp.vec_isa_ok": True}
+        configs = {**super().inductor_configs(options, dynamic), "cpp.vec_isa_ok": True}
         if not options.deterministic:
             # Time each Triton reduction's block sizes on this GPU: the batch-1 decode
             # step's matrix-vector products (passes/row_linears.py) went from 1.56 to
             # 1.36 ms a 1.1B fp16 step on an H100 (bench/RESULTS.md, session 35).
             configs["coordinate_descent_tuning"] = True
-        if options.shared_weights and not options.deterministic:  # a generating build
-            # Independent small kernels (a layer's rotary, cache rows, mask) as one launch:
-            # 1.36 -> 1.28 ms that step, where ~350 kernels each cost a launch gap. Only
-            # where it was measured and checked: plain builds keep Inductor's default
-            # until the cuda coverage suite has run with it. (It times its groupings on
-            # the GPU, hence not with --deterministic.)
+        if options.shared_weights and not options.deterministic and not dynamic:
+            # A generating build's decode step: independent small kernels (a layer's
+            # rotary, cache rows, mask) as one launch: 1.36 -> 1.28 ms that step, where
+            # ~350 kernels each cost a launch gap. Only where it was measured and checked:
+            # plain builds keep Inductor's default until the cuda coverage suite has run
+            # with it. (It times its groupings on the GPU, hence not with --deterministic.)
+            # Not in programs of dynamic shapes (prefill, a text encoder): Inductor's combo
+            # kernels refuse a persistent reduction over a dynamic dim ("Dynamic shape on
+            # reduction dimension is not supported": T5's softmax over cache + chunk).
             configs["combo_kernels"] = True
         return configs
 
