@@ -82,18 +82,43 @@ def attending_in_place(model: torch.nn.Module, layers: list, start: torch.Tensor
         yield
         return
     _register()
+    # (model, its implementation before), all read first: switching the outer model may
+    # switch the inner ones too
+    switched = [(owner, owner.config._attn_implementation) for owner in _config_owners(model)]
     try:
-        model.set_attn_implementation(ATTENTION_NAME)
+        for owner, _ in switched:
+            owner.set_attn_implementation(ATTENTION_NAME)
     except ValueError as exc:  # a model class that takes no registered attention
         log.debug("%s keeps its own attention: %s", type(model).__name__, exc)
+        _restore(switched)
         yield
         return
     token = _ACTIVE.set(_Step(layers, fallback, start, attention))
     try:
         yield
     finally:
-        model.set_attn_implementation(before)
+        _restore(switched)
         _ACTIVE.reset(token)
+
+
+def _config_owners(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """The model and each sub-model with a config of its own, outermost first. T5 gives
+    its encoder and decoder stacks copies of its config; transformers 5.17 sets the
+    attention on the outer config only, so T5's layers kept SDPA, without this module's
+    position-bias correction (its cuda builds failed the exact gate on the H100 machine,
+    which has 5.17); 5.24 sets the copies too."""
+    from transformers import PreTrainedModel
+    owners, configs = [], set()
+    for module in model.modules():
+        if isinstance(module, PreTrainedModel) and id(module.config) not in configs:
+            configs.add(id(module.config))
+            owners.append(module)
+    return owners
+
+
+def _restore(switched: list[tuple[torch.nn.Module, str]]) -> None:
+    for owner, before in switched:  # outermost first: it may reset the inner ones too
+        owner.set_attn_implementation(before)
 
 
 def cached_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor,
