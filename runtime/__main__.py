@@ -124,6 +124,7 @@ def _generate(args) -> None:
                               sampling=Sampling(args.temperature, args.top_k, args.top_p,
                                                 args.seed),
                               stop_at_eos=not args.ignore_eos, stream=stream,
+                              language=args.language, task=args.task,
                               **({"source": source} if source is not None else {}))
     if args.json:
         print(json.dumps(result.to_json()))
@@ -160,6 +161,9 @@ def _parser() -> argparse.ArgumentParser:
                      "(.npy or .safetensors)")
     gen.add_argument("--source-audio", help="a Whisper artifact's audio (PCM WAV at the "
                      "model's rate, 16 kHz)")
+    gen.add_argument("--language", help="Whisper: the speech's language code (default: "
+                     "detected)")
+    gen.add_argument("--task", help="Whisper: transcribe or translate")
     gen.add_argument("--max-new-tokens", type=int, default=128)
     gen.add_argument("--temperature", type=float, default=0.0)
     gen.add_argument("--top-k", type=int)

@@ -18,6 +18,7 @@ from exporter.lm.seq2seq import (ExportableEncoder, ExportableSeq2SeqStep, examp
                                  probe_seq2seq_layout, source_of)
 from exporter.lm.validate import hf_greedy
 from runtime.generation.cache import KvCache
+from runtime.generation.prompting import Suppression
 from tests.conftest import ROOT
 from tests.models import tiny_seq2seq
 
@@ -203,6 +204,83 @@ def test_whisper_generates_from_a_wav_file(whisper_onnx, cli, tmp_path):
         done = cli("generate", str(program.source), "--source-audio", str(bad), "-n", "2")
         print(done.stderr)
         assert done.returncode == 2 and said in done.stderr
+
+
+def test_whisper_prompts_and_suppresses_as_transformers_generate(whisper_onnx):
+    """With no decoder prompt given, the artifact starts as transformers' Whisper
+    ``generate`` does (start, language (detected when not given), task, no timestamps)
+    and never emits the config's suppressed ids: the same tokens, on a multilingual
+    checkpoint's generation config (tests/models/tiny_seq2seq.py)."""
+    _, program = whisper_onnx
+    generator = program.generator
+    model = tiny_seq2seq.whisper()
+    eos = model.generation_config.eos_token_id
+    features = torch.randn(16, 48, generator=torch.Generator().manual_seed(7))
+    suppression_mattered = []
+    for language, task in ((None, None), ("fr", "translate"), ("en", None), (None, "translate")):
+        with torch.no_grad():
+            want = model.generate(input_features=features[None], language=language,
+                                  task=task, max_new_tokens=8)[0].tolist()
+        got = program.generate(None, 8, source=features, language=language, task=task)
+        kept, generator.suppress = generator.suppress, Suppression({}, generator.vocab)
+        try:
+            raw = program.generate(None, 8, source=features, language=language, task=task)
+        finally:
+            generator.suppress = kept
+        print(language, task, got.prompt_tokens, got.tokens, want, "unsuppressed", raw.tokens)
+        assert got.tokens == [t for t in want if t != eos]
+        assert got.stop_reason == ("eos" if eos in want else "max_new_tokens")
+        assert got.prompt_tokens[0] == 1 and got.prompt_tokens[-1] == 305  # <|notimestamps|>
+        assert got.prompt_tokens[1] in (300, 301, 302)  # a language, given or detected
+        suppression_mattered.append(raw.tokens != got.tokens)
+    assert any(suppression_mattered)  # the suppressed ids are ones this model picks
+
+
+def test_older_whisper_configs_prompt_from_forced_decoder_ids():
+    """Checkpoints saved before transformers' language/task flags carry
+    ``forced_decoder_ids`` ([[1, None], [2, transcribe]]: language left to detection);
+    transformers prompts from them when no language or task is given, as here."""
+    from runtime.generation.prompting import speech_prompt
+    config = {**tiny_seq2seq.WHISPER_GENERATION, "forced_decoder_ids": [[1, None], [2, 304]]}
+    asked = []
+
+    def detect(prompt, candidates):
+        asked.append((prompt, candidates))
+        return 301
+    assert speech_prompt(config, [1], None, None, detect, "t") == [1, 301, 304, 305]
+    assert asked == [([1], [300, 301, 302])]
+    config["forced_decoder_ids"] = [[1, 300], [2, 303]]
+    assert speech_prompt(config, [1], None, None, detect, "t") == [1, 300, 303, 305]
+    assert speech_prompt(config, [1], "de", None, detect, "t") == [1, 302, 304, 305]
+    assert len(asked) == 1  # a language in the forced ids, or given: nothing to detect
+
+
+def test_language_and_task_are_checked(whisper_onnx, bart_onnx, cli, tmp_path):
+    whisper, bart = whisper_onnx[1], bart_onnx[1]
+    features = torch.zeros(16, 48)
+    for call, said in (
+            (lambda: whisper.generate(None, 2, source=features, language="xx"),
+             "language 'xx' is not one this model knows"),
+            (lambda: whisper.generate(None, 2, source=features, task="summarize"),
+             "task 'summarize' is not one this model knows"),
+            (lambda: whisper.generate([1, 300], 2, source=features, language="en"),
+             "this call gives its own"),
+            (lambda: bart.generate(None, 2, source="hello", language="en"),
+             "takes no language or task tokens")):
+        with pytest.raises(runtime.UserInputError, match=said):
+            call()
+    import numpy
+    numpy.save(tmp_path / "features.npy", features.numpy())
+    done = cli("generate", str(whisper.source), "--source-features",
+               str(tmp_path / "features.npy"), "--language", "xx", "-n", "2")
+    print(done.stderr)
+    assert done.returncode == 2 and "language 'xx'" in done.stderr
+    done = cli("generate", str(whisper.source), "--source-features",
+               str(tmp_path / "features.npy"), "--language", "fr", "--task", "translate",
+               "-n", "3", "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["tokens"] == whisper.generate(
+        None, 3, source=features, language="fr", task="translate").tokens
 
 
 def test_whisper_without_a_source_is_exit_2(whisper_onnx, cli):

@@ -30,6 +30,11 @@ def generate(
     source_audio: Optional[str] = typer.Option(None, "--source-audio", help="a Whisper "
                                                "artifact's audio: a PCM WAV file at its rate "
                                                "(16 kHz); cut or padded to 30 s"),
+    language: Optional[str] = typer.Option(None, "--language", help="Whisper: the language "
+                                           "of the speech (a code: en, fr, ...); by default "
+                                           "detected, as transformers does"),
+    speech_task: Optional[str] = typer.Option(None, "--task", help="Whisper: transcribe or "
+                                              "translate (to English)"),
     max_new_tokens: int = typer.Option(128, "--max-new-tokens", "-n", min=0,
                                        help="stop after this many new tokens"),
     temperature: float = typer.Option(0.0, "--temperature", min=0.0,
@@ -66,6 +71,7 @@ def generate(
         generated = program.generate(tokens, max_new_tokens, sampling=sampling, stop=stop,
                                      stop_at_eos=not ignore_eos,
                                      stream=_printer() if streaming else None,
+                                     language=language, task=speech_task,
                                      **({"source": encoded} if encoded is not None else {}))
         if as_json:
             print_json(generated.to_json())

@@ -25,6 +25,7 @@ from runtime.errors import ArtifactError, UserInputError
 from runtime.generation.audio import Waveform, log_mel
 from runtime.generation.cache import KvCache
 from runtime.generation.layout import CacheLayout
+from runtime.generation.prompting import Suppression, speech_prompt, takes_language
 from runtime.generation.sampling import Sampler, Sampling
 from runtime.generation.tokenizer import IncrementalText, Tokenizer
 
@@ -61,6 +62,7 @@ class Generator:
             self.decoder_start = [int(t) for t in
                                   generation.get("decoder_start_token_ids") or []]
             masked = self.source is not None and self.source["input"] == "input_ids"
+            self.config = dict(generation.get("generation_config") or {})
         except (KeyError, TypeError, ValueError) as exc:
             raise ArtifactError(f"the generation section is malformed ({exc})", where=where,
                                 hint="rebuild the artifact with `exporter build`") from exc
@@ -71,6 +73,7 @@ class Generator:
         self.device = _device_of(self.decode)
         logits = next(t for t in program.manifest.signature.outputs if t.name == LOGITS)
         self.vocab = logits.shape[-1].size
+        self.suppress = Suppression(self.config, self.vocab)  # runtime/generation/prompting.py
         self.cache = KvCache(self.layout, self.device, source_mask=masked)
         self.encode = program.entry_points.get("encode")
         if (self.source is None) != (self.encode is None) or (
@@ -179,13 +182,34 @@ class Generator:
             value = value.to(getattr(torch, self.layout.dtype))
         return self.cache.set_source(self.encode.run([value.to(self.device)]))
 
-    def _decoder_prompt(self, prompt) -> list[int]:
-        if prompt is None or (not isinstance(prompt, str) and len(prompt) == 0):
-            if not self.decoder_start:
-                raise UserInputError("the artifact names no decoder start token",
-                                     where=self.where, hint="give the decoder prompt's ids")
-            return list(self.decoder_start)
-        return self._token_ids(prompt)
+    def _decoder_prompt(self, prompt, language: str | None, task: str | None) -> list[int]:
+        """The decoder's prompt: the one given, else its start token, which a speech model
+        follows with its language and task tokens (runtime/generation/prompting.py)."""
+        if prompt is not None and (isinstance(prompt, str) or len(prompt) > 0):
+            if language is not None or task is not None:
+                raise UserInputError("a language or task is for the default decoder prompt; "
+                                     "this call gives its own", where=self.where,
+                                     hint="leave out the prompt, or put those tokens in it")
+            return self._token_ids(prompt)
+        if not self.decoder_start:
+            raise UserInputError("the artifact names no decoder start token",
+                                 where=self.where, hint="give the decoder prompt's ids")
+        if takes_language(self.config):
+            return speech_prompt(self.config, self.decoder_start, language, task,
+                                 self._likeliest, self.where)
+        return list(self.decoder_start) + self._no_language(language, task)
+
+    def _no_language(self, language: str | None, task: str | None) -> list[int]:
+        if language is not None or task is not None:
+            raise UserInputError("this model's prompt takes no language or task tokens",
+                                 where=self.where, hint="leave out --language and --task")
+        return []
+
+    def _likeliest(self, prompt: list[int], candidates: list[int]) -> int:
+        """Of ``candidates``, the token the model scores highest after ``prompt``
+        (Whisper's language detection: the source is already encoded)."""
+        scores = self.prefill_prompt(prompt).float()
+        return candidates[int(scores[torch.tensor(candidates, device=scores.device)].argmax())]
 
     def _token_ids(self, text_or_ids: str | Sequence[int]) -> list[int]:
         """Text through the artifact's tokenizer; ids as they are."""
@@ -199,9 +223,12 @@ class Generator:
                  sampling: Sampling = Sampling(), stop: Sequence[str] = (),
                  stop_at_eos: bool = True,
                  stream: Callable[[int, str | None], None] | None = None,
-                 source=None) -> GenerationResult:
+                 source=None, language: str | None = None,
+                 task: str | None = None) -> GenerationResult:
         """``source``: an encoder-decoder's input (``set_source``), required there; its
-        ``prompt`` is the decoder's (None: the decoder start token)."""
+        ``prompt`` is the decoder's (None: the decoder start token, which Whisper follows
+        with ``language`` (else detected) and ``task`` tokens, as transformers does).
+        The generation config's suppressed tokens never come out."""
         started = time.perf_counter()  # time to first token counts the encoder too
         encode_s = None
         if source is not None:  # set_source refuses it where there is no encoder
@@ -214,8 +241,8 @@ class Generator:
                                  where=self.where, hint="give the source (--source, "
                                  "--source-ids, --source-features or --source-audio; source= "
                                  "in Python); the prompt is the decoder's")
-        prompt_ids = (self._decoder_prompt(prompt) if self.encode is not None
-                      else self._token_ids(prompt))
+        prompt_ids = (self._decoder_prompt(prompt, language, task) if self.encode is not None
+                      else self._token_ids(prompt) + self._no_language(language, task))
         if stop and self._tokenizer_json is None:
             raise UserInputError("stop strings need the artifact's tokenizer, which this "
                                  "artifact lacks", where=self.where, hint="stop on eos instead")
@@ -234,7 +261,7 @@ class Generator:
                    and (stop or stream is not None) else None)
         reason = "max_new_tokens" if budget == max_new_tokens else "context_full"
         while len(tokens) < budget:
-            token = sample(logits)
+            token = sample(self.suppress(logits, not tokens) if self.suppress else logits)
             first_at = first_at or time.perf_counter()
             if stop_at_eos and token in self.eos:
                 reason = "eos"

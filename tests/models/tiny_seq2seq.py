@@ -46,7 +46,19 @@ def model(family: str, seed: int = 0) -> torch.nn.Module:
         for p in built.parameters():
             if p.dim() > 1:
                 p.normal_(0.0, 0.2)
+    if family == "whisper":  # set, not update(): update() skips fields the config lacks
+        for key, value in WHISPER_GENERATION.items():
+            setattr(built.generation_config, key, value)
     return built
+
+
+# A multilingual Whisper checkpoint's generation config, in this vocabulary: language and
+# task tokens, <|notimestamps|>, and the ids its generate suppresses (openai/whisper-*'s
+# generation_config.json has these fields, with ~90 suppressed ids)
+WHISPER_GENERATION = dict(
+    lang_to_id={"<|en|>": 300, "<|fr|>": 301, "<|de|>": 302},
+    task_to_id={"translate": 303, "transcribe": 304}, no_timestamps_token_id=305,
+    is_multilingual=True, suppress_tokens=[5, 6, 7, 257], begin_suppress_tokens=[220, 2, 237])
 
 
 def whisper():
