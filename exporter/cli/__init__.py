@@ -4,6 +4,7 @@ One module per group of commands, all on one typer app (``common.app``); the out
 style, exit codes and ``--json`` envelope every command shares are in ``common``.
 """
 
+import os
 import sys
 
 
@@ -12,8 +13,10 @@ def main() -> None:
         app = _registered_app()
         import typer.main
     except KeyboardInterrupt:  # Ctrl-C before any command ran: nothing to clean up
-        print("interrupted: nothing was written", file=sys.stderr)
-        raise SystemExit(130) from None
+        print("interrupted: nothing was written", file=sys.stderr, flush=True)
+        # Not SystemExit: a half-imported torch can turn the interpreter's shutdown into a
+        # death by SIGINT (exit -2, seen when the signal landed ~1 s in); nothing is open.
+        os._exit(130)
     command = typer.main.get_command(app)
     _tidy_help(command)
     command()
