@@ -18,6 +18,7 @@ from exporter.lm.seq2seq import (ExportableEncoder, ExportableSeq2SeqStep, examp
                                  probe_seq2seq_layout, source_of)
 from exporter.lm.validate import hf_greedy
 from runtime.generation.cache import KvCache
+from runtime.generation.generator import takes_one_token
 from runtime.generation.prompting import Suppression
 from tests.conftest import ROOT
 from tests.models import tiny_seq2seq
@@ -253,6 +254,33 @@ def test_older_whisper_configs_prompt_from_forced_decoder_ids():
     assert speech_prompt(config, [1], None, None, detect, "t") == [1, 300, 303, 305]
     assert speech_prompt(config, [1], "de", None, detect, "t") == [1, 302, 304, 305]
     assert len(asked) == 1  # a language in the forced ids, or given: nothing to detect
+
+
+def test_a_decode_step_that_cannot_be_captured_decodes_on_prefill():
+    """MVP numbers its decoder positions arange(t, t + T) from two reads of the cache
+    length: at a fixed T = 1 that size is unknown to torch.export. The cpu build then
+    decodes on its prefill program (from one token, as onnx's always does) and says so
+    (the build, validated, is in make test-slow)."""
+    from exporter.lm.build import dry_run_generating
+    from exporter.settings import BuildSettings
+    settings = BuildSettings(target="cpu", task="text-generation", max_context=32)
+    preps = dry_run_generating(f"{MODELS}:mvp", settings).preps
+    warnings = preps["prefill"].warnings
+    print(sorted(preps), warnings[-1][:160])
+    assert sorted(preps) == ["encode", "prefill"]
+    assert takes_one_token(preps["prefill"].captured.signature)
+    assert any("decode runs on the prefill program" in w and "modeling_mvp.py" in w
+               for w in warnings)
+
+
+@pytest.mark.slow
+def test_a_model_decoding_on_prefill_builds_for_cpu_and_generates_like_hugging_face(tmp_path):
+    built = exporter.build(f"{MODELS}:mvp", task="text-generation", target="cpu",
+                           max_context=32, out=tmp_path / "mvp.artifact")
+    record = built.manifest.validation
+    print(json.dumps({k: record[k] for k in ("passed", "tokens_identical", "cases")}))
+    assert record["passed"] and record["tokens_identical"]
+    assert "decode" not in built.manifest.entry_points
 
 
 def test_language_and_task_are_checked(whisper_onnx, bart_onnx, cli, tmp_path):

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -30,7 +31,7 @@ from exporter.builder.pipeline import (BuildResult, available_target, check_outp
                                        stage_timer)
 from exporter.builder.prepared import Prepared
 from exporter.builder.shared_weights import share_weights
-from exporter.errors import SpecError, UserInputError
+from exporter.errors import ExportFailedError, SpecError, UserInputError
 from exporter.lm.seq2seq import (ExportableEncoder, ExportableSeq2SeqStep, Source,
                                  example_source, probe_seq2seq_layout, source_of)
 from exporter.lm.source import TOKENIZER_FILE, LanguageModel, load_language_model
@@ -74,30 +75,83 @@ def prepare_generating(spec: str | torch.nn.Module, settings: BuildSettings,
     model = lm.model if settings.dtype == "fp32" else copy.deepcopy(lm.model).to(
         DTYPES[settings.dtype])
     dtype = next(model.parameters()).dtype
+    layout, source, entries_for = _entry_points(lm, model, target, settings, context, chunk,
+                                                dtype)
+    reference = ModelSpec(lm.source, lm.model, (), {}, None, lm.origin_file, lm.notes)
+    capture = functools.partial(_capture_entry_points, target, reference, out, settings, timed)
+    try:
+        preps = capture(entries_for(target.decode_on_prefill))
+    except _DecodeNotCaptured as failed:
+        if target.decode_on_prefill:  # that was the fallback already
+            raise failed.error from None
+        preps = _decoding_on_prefill(failed, lambda: capture(entries_for(True)))
+    return PreparedGeneration(lm, layout, context, chunk, preps, source)
+
+
+def _entry_points(lm: LanguageModel, model: torch.nn.Module, target, settings: BuildSettings,
+                  context: int, chunk: int, dtype: torch.dtype
+                  ) -> tuple[CacheLayout, Source | None, Callable[[bool], dict[str, ModelSpec]]]:
+    """The cache layout, an encoder-decoder's source, and what to capture for each entry
+    point, given whether one program (prefill from one token) serves decode too."""
     if lm.encoder_decoder:
         source = _source_of(lm, model, settings.max_source)
         layout = _probed(lm, lambda: probe_seq2seq_layout(model, source, context, dtype))
-        entries = seq2seq_entry_specs(lm, model, layout, source, chunk, target.step_attention,
-                                      target.decode_on_prefill)
-    else:
-        if settings.max_source is not None:
-            raise UserInputError("--max-source applies to encoder-decoders (Whisper, BART, "
-                                 "T5, ...)", where=lm.source, hint="leave it out")
-        source = None
-        layout = probe_layout(model, context, dtype)
-        wrapper = ExportableCausalLM(model, layout, target.step_attention).eval()
-        entries = entry_specs(lm, wrapper, layout, chunk, target.decode_on_prefill)
-    reference = ModelSpec(lm.source, lm.model, (), {}, None, lm.origin_file, lm.notes)
-    preps = {}
-    for name, entry in entries.items():
-        with _length_from_one(name == "prefill" and "decode" not in entries):
-            preps[name] = prepare_captured(target, reference, entry, out, settings, timed,
-                                           f" {name}")
+        return layout, source, lambda one_program: seq2seq_entry_specs(
+            lm, model, layout, source, chunk, target.step_attention, one_program)
+    if settings.max_source is not None:
+        raise UserInputError("--max-source applies to encoder-decoders (Whisper, BART, "
+                             "T5, ...)", where=lm.source, hint="leave it out")
+    layout = probe_layout(model, context, dtype)
+    wrapper = ExportableCausalLM(model, layout, target.step_attention).eval()
+    return layout, None, lambda one_program: entry_specs(lm, wrapper, layout, chunk,
+                                                         one_program)
+
+
+def _capture_entry_points(target, reference: ModelSpec, out: Path, settings: BuildSettings,
+                          timed: Callable, entries: dict[str, ModelSpec]
+                          ) -> dict[str, Prepared]:
+    """Capture, passes and placement of each entry point; a decode step that torch.export
+    cannot capture raises ``_DecodeNotCaptured``."""
+    def prepared(name: str, entry: ModelSpec, from_one: bool) -> Prepared:
+        try:
+            with _length_from_one(from_one):
+                return prepare_captured(target, reference, entry, out, settings, timed,
+                                        f" {name}")
+        except ExportFailedError as exc:
+            if name == "decode":
+                raise _DecodeNotCaptured(exc) from exc
+            raise
+
+    preps = {name: prepared(name, entry, name == "prefill" and "decode" not in entries)
+             for name, entry in entries.items()}
     if "decode" not in entries and not takes_one_token(preps["prefill"].captured.signature):
         # torch.export specialized the length away from 1: decode gets its own program
-        preps["decode"] = prepare_captured(target, reference, one_token(entries["prefill"]),
-                                           out, settings, timed, " decode")
-    return PreparedGeneration(lm, layout, context, chunk, preps, source)
+        preps["decode"] = prepared("decode", one_token(entries["prefill"]), False)
+    return preps
+
+
+class _DecodeNotCaptured(Exception):
+    def __init__(self, error: ExportFailedError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def _decoding_on_prefill(failed: _DecodeNotCaptured,
+                         capture: Callable[[], dict[str, Prepared]]) -> dict[str, Prepared]:
+    """A one-token decode step that torch.export cannot capture decodes on the prefill
+    program instead, captured from one token, as onnx's always is. MVP numbers its
+    positions ``arange(t, t + T)`` from two reads of the cache length: at a fixed T = 1 the
+    size is a difference of two unknowns; with T dynamic it is T. The build says so."""
+    try:
+        preps = capture()
+    except _DecodeNotCaptured:
+        raise failed.error from None
+    reason = str(failed.error).splitlines()[0]
+    preps["prefill"].warnings.append(
+        f"the one-token decode step could not be captured ({reason}); decode runs on the "
+        "prefill program, which takes one token too (slower per token than a fixed-shape "
+        "step)")
+    return preps
 
 
 def _length_from_one(wanted: bool) -> contextlib.AbstractContextManager:

@@ -94,7 +94,10 @@ class Generator:
         self._tokenizer_json = program.tokenizer_json
         self._tokenizer: Tokenizer | None = None
         self._graph = None
-        if self.device.type == "cuda" and program.decode_graphs:
+        # a fixed-shape decode step only: one that runs on the prefill program (a model
+        # whose one-token step could not be captured, exporter/lm/build.py) runs plain
+        if self.device.type == "cuda" and program.decode_graphs and \
+                "decode" in program.entry_points:
             from runtime.generation.decode_graph import DecodeGraph
             self._graph = DecodeGraph(self, self.device)
 

@@ -26,6 +26,8 @@ def config(family: str):
             num_mel_bins=16, max_source_positions=24, max_target_positions=96,
             decoder_start_token_id=1, pad_token_id=0, eos_token_id=2, bos_token_id=1),
         "bart": lambda: tf.BartConfig(**_TEXT, decoder_start_token_id=2),
+        # BART's shape, numbering its decoder positions from the cache length itself
+        "mvp": lambda: tf.MvpConfig(**_TEXT, decoder_start_token_id=2),
         "marian": lambda: tf.MarianConfig(**_TEXT, decoder_start_token_id=0, pad_token_id=0),
         "t5": lambda: tf.T5Config(vocab_size=VOCAB, d_model=64, d_kv=16, d_ff=128,
                                   num_layers=2, num_decoder_layers=2, num_heads=4,
@@ -71,6 +73,10 @@ def t5():
 
 def bart():
     return model("bart")
+
+
+def mvp():
+    return model("mvp")
 
 
 def checkpoint(folder: Path, family: str = "bart") -> Path:
