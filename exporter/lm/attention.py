@@ -84,15 +84,17 @@ def attending_in_place(model: torch.nn.Module, layers: list, start: torch.Tensor
     _register()
     # (model, its implementation before), all read first: switching the outer model may
     # switch the inner ones too
-    switched = [(owner, owner.config._attn_implementation) for owner in _config_owners(model)]
-    try:
-        for owner, _ in switched:
+    owners = [(owner, owner.config._attn_implementation) for owner in _config_owners(model)]
+    switched = []
+    for owner, own in owners:
+        try:
             owner.set_attn_implementation(ATTENTION_NAME)
-    except ValueError as exc:  # a model class that takes no registered attention
-        log.debug("%s keeps its own attention: %s", type(model).__name__, exc)
-        _restore(switched)
-        yield
-        return
+            switched.append((owner, own))
+        except ValueError as exc:  # a model class that takes no registered attention
+            log.debug("%s keeps its own attention: %s", type(owner).__name__, exc)
+            if owner is model:  # the model itself: it attends as it always did
+                yield
+                return
     token = _ACTIVE.set(_Step(layers, fallback, start, attention))
     try:
         yield
