@@ -223,7 +223,7 @@ def test_whisper_prompts_and_suppresses_as_transformers_generate(whisper_onnx):
             want = model.generate(input_features=features[None], language=language,
                                   task=task, max_new_tokens=8)[0].tolist()
         got = program.generate(None, 8, source=features, language=language, task=task)
-        kept, generator.suppress = generator.suppress, Suppression({}, generator.vocab)
+        kept, generator.suppress = generator.suppress, Suppression({}, generator.vocab, generator.device)
         try:
             raw = program.generate(None, 8, source=features, language=language, task=task)
         finally:

@@ -351,7 +351,7 @@ def test_cuda_settings_for_decode_steps_need_no_gpu_to_read(tmp_path):
         assert configs.get("combo_kernels", False) is (shared and not deterministic
                                                        and not dynamic)
     # what lower() passes as ``dynamic``: a symbolic input dim (a prefill's length)
-    from targets.aoti.base import has_dynamic_inputs
+    from runtime.executors.torch_fallback import has_dynamic_inputs
     rows = torch.nn.Linear(4, 4)
     x = torch.randn(3, 4)
     fixed = torch.export.export(rows, (x,))

@@ -89,7 +89,7 @@ class TorchFallbackExecutor:
         # dims a slot changes shape per call: emptied first, so the out= op resizes it quietly.
         slots = run_in_arena(module, arena, f"{partition.name}/") if arena is not None else []
         return cls(module, program.call_spec.in_spec, slots,
-                   slots if _dynamic(program) else [], partition.name, where)
+                   slots if has_dynamic_inputs(program) else [], partition.name, where)
 
     def __call__(self, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
         try:
@@ -108,7 +108,9 @@ class TorchFallbackExecutor:
         return {}
 
 
-def _dynamic(program) -> bool:
+def has_dynamic_inputs(program) -> bool:
+    """Whether any input of ``program`` has a dim of no fixed size (a symbol). Also the
+    AOTInductor targets' test for settings that only fixed shapes take."""
     return any(isinstance(size, torch.SymInt) for node in program.graph.find_nodes(op="placeholder")
                if isinstance(node.meta.get("val"), torch.Tensor) for size in node.meta["val"].shape)
 

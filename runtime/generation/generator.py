@@ -73,7 +73,8 @@ class Generator:
         self.device = _device_of(self.decode)
         logits = next(t for t in program.manifest.signature.outputs if t.name == LOGITS)
         self.vocab = logits.shape[-1].size
-        self.suppress = Suppression(self.config, self.vocab)  # runtime/generation/prompting.py
+        # runtime/generation/prompting.py; the step's logits are on the cache's device
+        self.suppress = Suppression(self.config, self.vocab, self.device)
         self.cache = KvCache(self.layout, self.device, source_mask=masked)
         self.encode = program.entry_points.get("encode")
         if (self.source is None) != (self.encode is None) or (

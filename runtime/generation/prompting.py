@@ -97,10 +97,10 @@ class Suppression:
     """``suppress_tokens`` (every step) and ``begin_suppress_tokens`` (the first new
     token) of the generation config, as -inf logits."""
 
-    def __init__(self, config: dict, vocab: int) -> None:
-        def ids(key: str) -> torch.Tensor | None:
+    def __init__(self, config: dict, vocab: int, device: str | torch.device = "cpu") -> None:
+        def ids(key: str) -> torch.Tensor | None:  # on the logits' device: no copy a token
             kept = sorted({int(t) for t in config.get(key) or [] if 0 <= int(t) < vocab})
-            return torch.tensor(kept, dtype=torch.long) if kept else None
+            return torch.tensor(kept, dtype=torch.long, device=device) if kept else None
         self.always = ids("suppress_tokens")
         self.at_begin = ids("begin_suppress_tokens")
 
@@ -111,5 +111,5 @@ class Suppression:
         """``logits`` [vocab] with the suppressed ids at -inf (a copy where any are)."""
         for index in (self.always, self.at_begin if first else None):
             if index is not None:
-                logits = logits.index_fill(0, index.to(logits.device), float("-inf"))
+                logits = logits.index_fill(0, index, float("-inf"))
         return logits

@@ -29,6 +29,7 @@ from passes.merge_linears import MergeParallelLinears
 from passes.ops import is_custom_op
 from passes.quantize_weight_only import QuantizeWeightOnly
 from runtime.executors.aoti import AotiMeta
+from runtime.executors.torch_fallback import has_dynamic_inputs
 from targets.base import (
     OK,
     PROBLEM,
@@ -58,13 +59,6 @@ def _is_python_custom_op(op) -> bool:
     from torch._library.custom_ops import OPDEFS
 
     return is_custom_op(op) and op.name() in OPDEFS
-
-
-def has_dynamic_inputs(program: ExportedProgram) -> bool:
-    """Whether any input of ``program`` has a dim of no fixed size (a symbol)."""
-    return any(isinstance(dim, torch.SymInt)
-               for node in program.graph.nodes if node.op == "placeholder"
-               for dim in getattr(node.meta.get("val"), "shape", ()))
 
 
 def package_tensors(package: Path, program: ExportedProgram) -> dict[str, torch.Tensor]:
@@ -149,9 +143,10 @@ class AOTInductorTarget(Target):
         return [passes[0], DropEmptyConcatOperands(), *passes[1:]]
 
     def inductor_configs(self, options: LowerOptions, dynamic: bool = False) -> dict:
-        """``dynamic``: whether the program's inputs have dims of no fixed size. Freezing folds weights into constants and lets Inductor prepack them
-        (1.4-1.6x faster on CNNs on CPU here). The compiler is the one choose_cxx()
-        vetted (a statically linked libstdc++ crashes on load)."""
+        """Freezing folds weights into constants and lets Inductor prepack them (1.4-1.6x
+        faster on CNNs on CPU here). The compiler is the one choose_cxx() vetted (a
+        statically linked libstdc++ crashes on load). ``dynamic``: whether the program's
+        inputs have dims of no fixed size."""
         # size_asserts: debug checks that run only under an environment variable, and
         # whose messages embed Python object addresses, so the library differed per build.
         aoti: AotiOptions = self.own_options(options)
