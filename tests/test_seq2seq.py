@@ -397,6 +397,24 @@ def test_on_cuda_decode_replays_as_a_graph(spec, dtype, tmp_path):
     assert tokens[0] == tokens[1]
 
 
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_on_cuda_a_model_decoding_on_prefill_generates_like_hugging_face(tmp_path):
+    """MVP's one-token step cannot be captured, so its cuda build has no fixed-shape decode
+    entry: the generator runs the prefill program a token at a time, without a CUDA graph,
+    and still gives Hugging Face's tokens."""
+    out = tmp_path / "mvp-cuda.artifact"
+    built = exporter.build(f"{MODELS}:mvp", task="text-generation", target="cuda",
+                           max_context=32, out=out)
+    record = built.manifest.validation
+    print(json.dumps({k: record[k] for k in ("passed", "tokens_identical", "cases")}))
+    assert record["passed"] and record["tokens_identical"]
+    assert "decode" not in built.manifest.entry_points
+    program = runtime.load(out)
+    assert program.generator._graph is None
+    assert len(program.generate(None, 12, source=[5, 17, 9, 30], stop_at_eos=False).tokens) == 12
+
+
 def test_an_encoder_decoder_checkpoint_without_task_says_to_generate(bart_onnx, cli, tmp_path):
     """Its config's default was a plain forward (feature-extraction), which cannot run
     without decoder inputs: now a clear exit 2 naming the task to give."""

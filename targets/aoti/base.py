@@ -95,6 +95,14 @@ def _packaged_constants(package: Path, names: set[str]) -> dict[str, torch.Tenso
     return found
 
 
+def has_data_dependent_sizes(program: ExportedProgram) -> bool:
+    """Whether ``program`` reads a size or an index from a tensor's value (``.item()``, a
+    ``nonzero``): symbols torch.export knows no example value of."""
+    from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
+    return any(free_unbacked_symbols(node.meta.get("val")) for node in program.graph.nodes
+               if node.meta.get("val") is not None)
+
+
 def _jsonable(configs: dict) -> dict:
     return {k: list(v) if isinstance(v, tuple) else v for k, v in configs.items()}
 
@@ -142,11 +150,13 @@ class AOTInductorTarget(Target):
         # not a fusion: Inductor's CPU cat mislaid such a cat's output (empty_concat.py)
         return [passes[0], DropEmptyConcatOperands(), *passes[1:]]
 
-    def inductor_configs(self, options: LowerOptions, dynamic: bool = False) -> dict:
+    def inductor_configs(self, options: LowerOptions, dynamic: bool = False,
+                         data_sizes: bool = False) -> dict:
         """Freezing folds weights into constants and lets Inductor prepack them (1.4-1.6x
         faster on CNNs on CPU here). The compiler is the one choose_cxx() vetted (a
         statically linked libstdc++ crashes on load). ``dynamic``: whether the program's
-        inputs have dims of no fixed size."""
+        inputs have dims of no fixed size; ``data_sizes``: whether it reads sizes from
+        tensor values (``has_data_dependent_sizes``)."""
         # size_asserts: debug checks that run only under an environment variable, and
         # whose messages embed Python object addresses, so the library differed per build.
         aoti: AotiOptions = self.own_options(options)
@@ -201,7 +211,8 @@ class AOTInductorTarget(Target):
         return contextlib.nullcontext()
 
     def lower(self, program: ExportedProgram, options: LowerOptions) -> Lowered:
-        configs = self.inductor_configs(options, dynamic=has_dynamic_inputs(program))
+        configs = self.inductor_configs(options, dynamic=has_dynamic_inputs(program),
+                                        data_sizes=has_data_dependent_sizes(program))
         package = options.work_dir / PACKAGE_NAME
         start = time.perf_counter()
         try:

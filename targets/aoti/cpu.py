@@ -37,9 +37,11 @@ class CpuTarget(AOTInductorTarget):
     def lowering_fixes(self) -> contextlib.AbstractContextManager:
         return _int4_rows_contiguous()
 
-    def inductor_configs(self, options: LowerOptions, dynamic: bool = False) -> dict:
+    def inductor_configs(self, options: LowerOptions, dynamic: bool = False,
+                         data_sizes: bool = False) -> dict:
         level = cpu_isa.resolve(options.cpu_isa)
-        return {**super().inductor_configs(options, dynamic), **cpu_isa.inductor_configs(level)}
+        return {**super().inductor_configs(options, dynamic, data_sizes),
+                **cpu_isa.inductor_configs(level)}
 
     def requirements(self, options: LowerOptions) -> Requirements:
         isa, flags = cpu_isa.required_flags(cpu_isa.resolve(options.cpu_isa))

@@ -50,10 +50,20 @@ class CudaTarget(AOTInductorTarget):
         # last, after --quantize: its linears keep their own kernels (passes/row_linears.py)
         return [*passes, SingleRowLinearsAsReductions()] if options.fuse else passes
 
-    def inductor_configs(self, options: LowerOptions, dynamic: bool = False) -> dict:
+    def inductor_configs(self, options: LowerOptions, dynamic: bool = False,
+                         data_sizes: bool = False) -> dict:
         # The CPU vector ISA only labels the package here (no CPU kernels are
         # vectorised for a GPU program); skip Inductor's compile-and-run probes of it.
-        configs = {**super().inductor_configs(options, dynamic), "cpp.vec_isa_ok": True}
+        configs = {**super().inductor_configs(options, dynamic, data_sizes),
+                   "cpp.vec_isa_ok": True}
+        if options.shared_weights and data_sizes:
+            # Inductor runs Triton kernels while it compiles (timing their configurations),
+            # on inputs sized by each symbol's hint; a value read from a tensor has none,
+            # and stands in as 8192. In a generating build such a value is a position read
+            # from the cache length (MVP numbers its positions arange(t, t + T) from it), so
+            # the lookup at 8192 + T fell outside the position table, a device-side assert
+            # that killed the build. 0 is what a position is at a prompt's first chunk.
+            configs["unbacked_symint_fallback"] = 0
         if not options.deterministic:
             # Time each Triton reduction's block sizes on this GPU: the batch-1 decode
             # step's matrix-vector products (passes/row_linears.py) went from 1.56 to
