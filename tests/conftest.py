@@ -88,6 +88,76 @@ def onnx_mlp(artifacts_dir):
     return exporter.build("zoo:mlp", target="onnx", out=artifacts_dir / "mlp-onnx.artifact").artifact
 
 
+def _built_once(tmp_path_factory, name: str, build):
+    """``build(folder)`` once per test run, across pytest-xdist's workers too (its
+    documented recipe: a lock in the run's shared temp dir): the worker that comes first
+    builds, the others read the same artifact. Returns (BuildResult, loaded program,
+    folder); a reader's BuildResult holds the artifact's own manifest."""
+    import filelock
+
+    import runtime
+    from exporter.builder.pipeline import BuildResult
+    base = tmp_path_factory.getbasetemp()
+    shared = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "built-once"
+    folder = shared / name
+    with filelock.FileLock(str(shared / f"{name}.lock")):
+        done = folder / "built.ok"
+        if done.exists():
+            path = Path(done.read_text())
+            built = BuildResult(artifact=path, manifest=runtime.read_manifest(path))
+        else:
+            folder.mkdir(parents=True, exist_ok=True)
+            built = build(folder)
+            done.write_text(str(built.artifact))
+    return built, runtime.load(built.artifact), folder
+
+
+@pytest.fixture(scope="session")
+def onnx_lm(tmp_path_factory):
+    """A tiny Gemma-3-style decoder (sliding window 12 and full layers) with a tokenizer,
+    built for onnx as a generating artifact: (build result, loaded program)."""
+    def build(folder):
+        import exporter
+        from tests.models import tiny_lm
+        checkpoint = tiny_lm.checkpoint(folder / "tiny-gemma3")
+        _record("python: exporter.build('hf:tiny-gemma3', task='text-generation', "
+                "target='onnx')")
+        return exporter.build(f"hf:{checkpoint}", task="text-generation", target="onnx",
+                              max_context=64, prefill_chunk=16,
+                              out=folder / "tiny-gemma3-onnx.artifact")
+    return _built_once(tmp_path_factory, "onnx-lm", build)[:2]
+
+
+@pytest.fixture(scope="session")
+def bart_onnx(tmp_path_factory):
+    """A tiny BART checkpoint folder with a tokenizer, through hf: (AutoModelForSeq2SeqLM),
+    built for onnx as a generating artifact: (build result, loaded program, folder)."""
+    def build(folder):
+        import exporter
+        from tests.models import tiny_seq2seq
+        checkpoint = tiny_seq2seq.checkpoint(folder / "tiny-bart")
+        _record("python: exporter.build('hf:tiny-bart', task='text-generation', "
+                "target='onnx')")
+        return exporter.build(f"hf:{checkpoint}", task="text-generation", target="onnx",
+                              max_context=48, prefill_chunk=16,
+                              out=folder / "tiny-bart-onnx.artifact")
+    built, program, folder = _built_once(tmp_path_factory, "bart-onnx", build)
+    return built, program, folder / "tiny-bart"
+
+
+@pytest.fixture(scope="session")
+def whisper_onnx(tmp_path_factory):
+    """tests/models/tiny_seq2seq.py:whisper built for onnx: (build result, program)."""
+    def build(folder):
+        import exporter
+        _record("python: exporter.build('tests/models/tiny_seq2seq.py:whisper', "
+                "task='text-generation', target='onnx')")
+        return exporter.build(f"{ROOT / 'tests' / 'models' / 'tiny_seq2seq.py'}:whisper",
+                              task="text-generation", target="onnx", max_context=48,
+                              out=folder / "tiny-whisper-onnx.artifact")
+    return _built_once(tmp_path_factory, "whisper-onnx", build)[:2]
+
+
 @pytest.fixture(scope="session")
 def custom_onnx(artifacts_dir, cli):
     """tests/models/custom_op.py on onnx: ONNX Runtime, a CPU-fallback partition for the

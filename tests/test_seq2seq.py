@@ -1,13 +1,12 @@
 """Encoder-decoders under --task text-generation (exporter/lm/seq2seq.py): the contract of
 encode + prefill + decode per family in eager (Whisper, BART, Marian, T5), and built
 artifacts end to end: validation against Hugging Face generate, generation on sources the
-build never saw, both CLIs, and the bad inputs."""
+build never saw, the decode-on-prefill fallback, cuda, and the bad inputs (Whisper's own:
+tests/test_whisper.py)."""
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -19,7 +18,6 @@ from exporter.lm.seq2seq import (ExportableEncoder, ExportableSeq2SeqStep, examp
 from exporter.lm.validate import hf_greedy
 from runtime.generation.cache import KvCache
 from runtime.generation.generator import takes_one_token
-from runtime.generation.prompting import Suppression
 from tests.conftest import ROOT
 from tests.models import tiny_seq2seq
 
@@ -81,24 +79,6 @@ def test_every_config_copy_attends_through_the_step_and_gets_its_own_back():
     assert after == before
 
 
-@pytest.fixture(scope="module")
-def bart_onnx(tmp_path_factory):
-    """A BART checkpoint folder with a tokenizer, through hf: (AutoModelForSeq2SeqLM)."""
-    folder = tiny_seq2seq.checkpoint(tmp_path_factory.mktemp("s2s") / "tiny-bart")
-    out = folder.parent / "tiny-bart-onnx.artifact"
-    built = exporter.build(f"hf:{folder}", task="text-generation", target="onnx",
-                           max_context=48, prefill_chunk=16, out=out)
-    return built, runtime.load(out), folder
-
-
-@pytest.fixture(scope="module")
-def whisper_onnx(tmp_path_factory):
-    out = tmp_path_factory.mktemp("s2s") / "tiny-whisper-onnx.artifact"
-    built = exporter.build(f"{MODELS}:whisper", task="text-generation", target="onnx",
-                           max_context=48, out=out)
-    return built, runtime.load(out)
-
-
 @pytest.mark.parametrize("fixture", ["bart_onnx", "whisper_onnx"])
 def test_validation_generates_like_hugging_face(fixture, request):
     built = request.getfixturevalue(fixture)[0]
@@ -132,130 +112,6 @@ def test_generates_like_hugging_face_on_a_new_source(bart_onnx):
     assert len(set(map(tuple, tokens.values()))) == 2
 
 
-def test_whisper_generates_from_features_on_both_clis(whisper_onnx, cli, tmp_path):
-    _, program = whisper_onnx
-    features = torch.randn(16, 48, generator=torch.Generator().manual_seed(7))
-    import numpy
-    numpy.save(tmp_path / "features.npy", features.numpy())
-    expected = program.generate(None, 6, source=features, stop_at_eos=False).tokens
-    artifact = str(program.source)
-    done = cli("generate", artifact, "--source-features", str(tmp_path / "features.npy"),
-               "-n", "6", "--ignore-eos", "--json")
-    assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout)["tokens"] == expected
-    runtime_cli = subprocess.run(
-        [sys.executable, "-m", "runtime", "generate", artifact, "--source-features",
-         str(tmp_path / "features.npy"), "--max-new-tokens", "6", "--ignore-eos", "--json"],
-        capture_output=True, text=True, cwd=ROOT, timeout=120)
-    assert runtime_cli.returncode == 0, runtime_cli.stderr
-    assert json.loads(runtime_cli.stdout)["tokens"] == expected
-
-
-def test_log_mel_equals_whisper_feature_extractor():
-    """The runtime's numpy front end against transformers' on 7 s of audio (padded to
-    30 s), at Whisper's 80 and large-v3's 128 mel bins."""
-    import numpy as np
-    from transformers import WhisperFeatureExtractor
-
-    from runtime.generation.audio import Waveform, log_mel
-    rng = np.random.default_rng(0)
-    samples = (rng.standard_normal(16000 * 7) * 0.1
-               * np.sin(np.linspace(0, 300, 16000 * 7))).astype(np.float32)
-    audio = {"sampling_rate": 16000, "n_fft": 400, "hop_length": 160}
-    for mels in (80, 128):
-        reference = WhisperFeatureExtractor(feature_size=mels)(
-            samples, sampling_rate=16000, return_tensors="np").input_features[0]
-        ours = log_mel(Waveform(samples, 16000), audio, mels, 3000)
-        print(mels, float(np.abs(reference - ours).max()))
-        assert ours.shape == reference.shape and np.abs(reference - ours).max() < 1e-4
-
-
-def _wav(path, samples, rate: int):
-    import wave
-
-    import numpy as np
-    with wave.open(str(path), "wb") as out:
-        out.setnchannels(1)
-        out.setsampwidth(2)
-        out.setframerate(rate)
-        out.writeframes((np.clip(samples, -1, 1) * 32767).astype("<i2").tobytes())
-    return path
-
-
-def test_whisper_generates_from_a_wav_file(whisper_onnx, cli, tmp_path):
-    import numpy as np
-
-    from runtime.generation.audio import log_mel, read_wav
-    _, program = whisper_onnx
-    samples = np.random.default_rng(3).uniform(-0.5, 0.5, 5000)
-    path = _wav(tmp_path / "speech.wav", samples, 16000)
-    source = program.manifest.generation["source"]
-    features = log_mel(read_wav(path), source["audio"], *source["shape"])
-    expected = program.generate(None, 6, source=torch.from_numpy(features),
-                                stop_at_eos=False).tokens
-    assert program.generate(None, 6, source=read_wav(path), stop_at_eos=False).tokens == expected
-    done = cli("generate", str(program.source), "--source-audio", str(path), "-n", "6",
-               "--ignore-eos", "--json")
-    assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout)["tokens"] == expected
-    for bad, said in ((_wav(tmp_path / "8k.wav", samples, 8000), "sampled at 8000 Hz"),
-                      (tmp_path / "features.npy", "not a readable PCM WAV")):
-        if not bad.exists():
-            bad.write_bytes(b"not audio")
-        done = cli("generate", str(program.source), "--source-audio", str(bad), "-n", "2")
-        print(done.stderr)
-        assert done.returncode == 2 and said in done.stderr
-
-
-def test_whisper_prompts_and_suppresses_as_transformers_generate(whisper_onnx):
-    """With no decoder prompt given, the artifact starts as transformers' Whisper
-    ``generate`` does (start, language (detected when not given), task, no timestamps)
-    and never emits the config's suppressed ids: the same tokens, on a multilingual
-    checkpoint's generation config (tests/models/tiny_seq2seq.py)."""
-    _, program = whisper_onnx
-    generator = program.generator
-    model = tiny_seq2seq.whisper()
-    eos = model.generation_config.eos_token_id
-    features = torch.randn(16, 48, generator=torch.Generator().manual_seed(7))
-    suppression_mattered = []
-    for language, task in ((None, None), ("fr", "translate"), ("en", None), (None, "translate")):
-        with torch.no_grad():
-            want = model.generate(input_features=features[None], language=language,
-                                  task=task, max_new_tokens=8)[0].tolist()
-        got = program.generate(None, 8, source=features, language=language, task=task)
-        kept, generator.suppress = generator.suppress, Suppression({}, generator.vocab, generator.device)
-        try:
-            raw = program.generate(None, 8, source=features, language=language, task=task)
-        finally:
-            generator.suppress = kept
-        print(language, task, got.prompt_tokens, got.tokens, want, "unsuppressed", raw.tokens)
-        assert got.tokens == [t for t in want if t != eos]
-        assert got.stop_reason == ("eos" if eos in want else "max_new_tokens")
-        assert got.prompt_tokens[0] == 1 and got.prompt_tokens[-1] == 305  # <|notimestamps|>
-        assert got.prompt_tokens[1] in (300, 301, 302)  # a language, given or detected
-        suppression_mattered.append(raw.tokens != got.tokens)
-    assert any(suppression_mattered)  # the suppressed ids are ones this model picks
-
-
-def test_older_whisper_configs_prompt_from_forced_decoder_ids():
-    """Checkpoints saved before transformers' language/task flags carry
-    ``forced_decoder_ids`` ([[1, None], [2, transcribe]]: language left to detection);
-    transformers prompts from them when no language or task is given, as here."""
-    from runtime.generation.prompting import speech_prompt
-    config = {**tiny_seq2seq.WHISPER_GENERATION, "forced_decoder_ids": [[1, None], [2, 304]]}
-    asked = []
-
-    def detect(prompt, candidates):
-        asked.append((prompt, candidates))
-        return 301
-    assert speech_prompt(config, [1], None, None, detect, "t") == [1, 301, 304, 305]
-    assert asked == [([1], [300, 301, 302])]
-    config["forced_decoder_ids"] = [[1, 300], [2, 303]]
-    assert speech_prompt(config, [1], None, None, detect, "t") == [1, 300, 303, 305]
-    assert speech_prompt(config, [1], "de", None, detect, "t") == [1, 302, 304, 305]
-    assert len(asked) == 1  # a language in the forced ids, or given: nothing to detect
-
-
 def test_a_decode_step_that_cannot_be_captured_decodes_on_prefill():
     """MVP numbers its decoder positions arange(t, t + T) from two reads of the cache
     length: at a fixed T = 1 that size is unknown to torch.export. The cpu build then
@@ -281,41 +137,6 @@ def test_a_model_decoding_on_prefill_builds_for_cpu_and_generates_like_hugging_f
     print(json.dumps({k: record[k] for k in ("passed", "tokens_identical", "cases")}))
     assert record["passed"] and record["tokens_identical"]
     assert "decode" not in built.manifest.entry_points
-
-
-def test_language_and_task_are_checked(whisper_onnx, bart_onnx, cli, tmp_path):
-    whisper, bart = whisper_onnx[1], bart_onnx[1]
-    features = torch.zeros(16, 48)
-    for call, said in (
-            (lambda: whisper.generate(None, 2, source=features, language="xx"),
-             "language 'xx' is not one this model knows"),
-            (lambda: whisper.generate(None, 2, source=features, task="summarize"),
-             "task 'summarize' is not one this model knows"),
-            (lambda: whisper.generate([1, 300], 2, source=features, language="en"),
-             "this call gives its own"),
-            (lambda: bart.generate(None, 2, source="hello", language="en"),
-             "takes no language or task tokens")):
-        with pytest.raises(runtime.UserInputError, match=said):
-            call()
-    import numpy
-    numpy.save(tmp_path / "features.npy", features.numpy())
-    done = cli("generate", str(whisper.source), "--source-features",
-               str(tmp_path / "features.npy"), "--language", "xx", "-n", "2")
-    print(done.stderr)
-    assert done.returncode == 2 and "language 'xx'" in done.stderr
-    done = cli("generate", str(whisper.source), "--source-features",
-               str(tmp_path / "features.npy"), "--language", "fr", "--task", "translate",
-               "-n", "3", "--json")
-    assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout)["tokens"] == whisper.generate(
-        None, 3, source=features, language="fr", task="translate").tokens
-
-
-def test_whisper_without_a_source_is_exit_2(whisper_onnx, cli):
-    done = cli("generate", str(whisper_onnx[1].source), "-n", "2")
-    print(done.stderr)
-    assert done.returncode == 2 and "needs a source" in done.stderr
-    assert "Traceback" not in done.stderr
 
 
 def test_bad_sources_are_user_errors_naming_the_input(whisper_onnx, bart_onnx):

@@ -1,0 +1,101 @@
+"""A generating ONNX artifact inside (the session's tiny Gemma-3-style ``onnx_lm``): its
+full-attention layers as GroupQueryAttention, rotary as RotaryEmbedding, one program that
+prefills and decodes, and one copy of the weights that both sessions read in place."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import runtime
+from tests.models import tiny_lm
+
+pytest.importorskip("transformers")
+
+
+def test_onnx_full_layers_run_group_query_attention(onnx_lm):
+    """The onnx entry points attend through ONNX Runtime's GroupQueryAttention on each
+    full-attention layer (one node where ~35 small ones were); the sliding layer keeps
+    its ring and the plain graph; every layer's rotary embedding is one RotaryEmbedding
+    node per query and key (targets/onnx/rotary.py). Tokens identical:
+    test_validation_generates_like_hugging_face."""
+    built, _ = onnx_lm
+    layers = runtime.read_manifest(built.artifact).generation["cache"]["layers"]
+    full = sum(layer["window"] is None for layer in layers)
+    counts = _op_counts(built.artifact, "GroupQueryAttention")
+    rotary = _op_counts(built.artifact, "RotaryEmbedding")
+    print("full layers", full, "of", len(layers), "GroupQueryAttention per model", counts,
+          "RotaryEmbedding", rotary)
+    assert len(counts) == 1 and set(counts.values()) == {full} and 0 < full < len(layers)
+    assert set(rotary.values()) == {2 * len(layers)}  # each layer's query and key
+
+
+def test_onnx_sessions_read_the_shared_store_in_place(onnx_lm):
+    """Both entry points' ONNX Runtime sessions read the weights from the artifact's one
+    store, in place (runtime/executors/ort_shared.py): zeroing the store's memory after
+    loading changes what prefill and decode compute. ORT's add_external_initializers
+    copied each tensor into every session, which this would not see."""
+    built, _ = onnx_lm
+    program = runtime.load(built.artifact)  # its own copy: the fixture's stays intact
+    generator = program.generator
+    prompt, continuation = [2, 5, 7, 11], [13, 17]
+    before = generator.forced_logits(prompt, continuation)
+    assert generator.decode is generator.prefill  # one program (the next test)
+    executors = program._executors
+    buffers = [b for e in executors for b in e._weights]
+    print("shared buffers per session", [len(e._weights) for e in executors],
+          "bytes", sum(b.nbytes for b in buffers))
+    assert all(e._weights for e in executors)
+    for buffer in buffers:  # the embedding table and the norms: weights no kernel repacks
+        buffer[:] = 0
+    after = generator.forced_logits(prompt, continuation)
+    print("largest change prefill row", float((after[0] - before[0]).abs().max()),
+          "decode row", float((after[1] - before[1]).abs().max()))
+    assert not torch.allclose(after[0], before[0]) and not torch.allclose(after[1], before[1])
+
+
+def _onnx_models(artifact) -> dict:
+    """{entry name: ModelProto} of every .onnx model in the artifact."""
+    import zipfile
+
+    import onnx
+    models = {}
+    with zipfile.ZipFile(artifact) as archive:
+        for name in archive.namelist():
+            if name.endswith(".onnx"):
+                models[name] = onnx.ModelProto()
+                models[name].ParseFromString(archive.read(name))
+    return models
+
+
+def _op_counts(artifact, op_type: str) -> dict[str, int]:
+    return {name: sum(node.op_type == op_type for node in model.graph.node)
+            for name, model in _onnx_models(artifact).items()}
+
+
+def test_onnx_one_program_prefills_and_decodes_one_copy_of_the_weights(onnx_lm):
+    """onnx (Target.decode_on_prefill): the prefill program takes 1..chunk tokens and is
+    the decode step too, so ONNX Runtime packs the weights once (one session); its
+    validation above ran every decode step through it. The weights are stored once."""
+    built, program = onnx_lm
+    manifest = runtime.read_manifest(built.artifact)
+    assert list(manifest.entry_points) == [] and manifest.source["decode_on_prefill"]
+    ids = manifest.signature.inputs[0]
+    assert (ids.name, ids.shape[1].min, ids.shape[1].max) == ("input_ids", 1, 16)
+    one = program.run([torch.tensor([[5]]), torch.tensor([0]), *[
+        torch.zeros(*(d.size for d in spec.shape)) for spec in manifest.signature.inputs[2:]]])
+    assert one["logits"].shape[:2] == (1, 1)
+    params = sum(p.numel() * 4 for p in tiny_lm.model("gemma3").parameters())
+    store = manifest.shared_weights["bytes"]
+    inline = _inline_weight_bytes(built.artifact)
+    print("params", params, "store", store, "inline in the onnx models", inline)
+    assert params * 0.95 <= store <= params * 1.05  # every weight once, tied ones once
+    assert len(inline) == 1 and sum(inline.values()) < params * 0.01
+    generation = manifest.generation
+    assert generation["max_context"] == 64 and generation["prefill_chunk"] == 16
+    assert generation["eos_token_ids"] == [2] and generation["tokenizer"]
+
+
+def _inline_weight_bytes(artifact) -> dict[str, int]:
+    return {name: sum(len(i.raw_data) for i in model.graph.initializer)
+            for name, model in _onnx_models(artifact).items()}
