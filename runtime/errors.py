@@ -23,6 +23,11 @@ class ToolchainError(Exception):
         self.details = list(details or [])
         super().__init__(self.paragraph())
 
+    def __str__(self) -> str:
+        # From the fields as they are now: a raiser may set ``hint`` or ``where`` after
+        # construction (targets/onnx names its report), and the CLI prints str(error).
+        return self.paragraph()
+
     def paragraph(self) -> str:
         parts = [self.what.rstrip(".") + "."]
         if self.where:

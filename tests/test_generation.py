@@ -211,6 +211,18 @@ def test_generate_bad_input_is_exit_2(onnx_lm, cli, args, said):
     assert said in done.stderr and "Traceback" not in done.stderr
 
 
+def test_int8_static_is_refused_for_generating_builds(cli, tmp_path):
+    """It calibrates on one forward pass's inputs; a step's are cache states (ONNX
+    Runtime's attention op refused random positions): exit 2 before any capture."""
+    out = tmp_path / "x.artifact"
+    done = cli("build", f"{ROOT / 'tests' / 'models' / 'tiny_lm.py'}:factory", "--task",
+               "text-generation", "--target", "onnx", "--quantize", "int8-static",
+               "--calibration", "random", "--out", str(out))
+    print(done.stderr)
+    assert done.returncode == 2 and "int8-static does not apply" in done.stderr
+    assert "int8-dynamic" in done.stderr and not out.exists()
+
+
 def test_generate_refuses_a_plain_artifact(cli, onnx_mlp):
     done = cli("generate", str(onnx_mlp), "--prompt-ids", "1")
     assert done.returncode == 2 and "--task text-generation" in done.stderr

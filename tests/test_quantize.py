@@ -157,6 +157,25 @@ def test_onnx_recipes_use_onnx_runtime_tools(cli, tmp_path, recipe):
     assert manifest.validation["passed"] and manifest.validation["policy"].startswith("quantized")
 
 
+def test_a_quantizer_failure_stops_the_build_instead_of_running_float(monkeypatch, tmp_path):
+    """Moving the partition to the CPU fallback would run it in float and pass the build as
+    a quantized one: a quantizer failure stops the build and says what to try instead."""
+    import exporter
+    import targets.onnx.target as onnx_target
+    from targets.errors import LoweringError
+
+    def refuses(*args, **kwargs):
+        raise RuntimeError("Unable to find data type for weight_name='linear_1'")
+    monkeypatch.setattr(onnx_target, "quantize_model", refuses)
+    out = tmp_path / "mlp.artifact"
+    with pytest.raises(LoweringError) as caught:
+        exporter.build("zoo:mlp", target="onnx", quantize="int8-dynamic", out=out)
+    print(caught.value)
+    assert not caught.value.movable and not out.exists()
+    assert "int8-dynamic quantization failed" in str(caught.value)
+    assert "another --quantize recipe" in str(caught.value)  # the hint, set after creation
+
+
 def test_onnx_weight_only_blocks_follow_quant_block(cli, tmp_path):
     """MatMulNBits blocks: 128 weights a scale by default (the faster kernel on ORT's CPU
     provider), 32 with --quant-block 32 (llama.cpp Q4_0's): the graph and the record say

@@ -356,6 +356,15 @@ def _refuse_plain_options(settings: BuildSettings) -> None:
                              hint="the prompt length is dynamic up to --prefill-chunk and the "
                                   "cache holds --max-context tokens; validation generates "
                                   "from its own prompts")
+    if settings.quantize == "int8-static":
+        # Its activation ranges come from running the program on calibration inputs: a
+        # step's inputs are cache states and positions, which random or user-given sets
+        # cannot stand for (ONNX Runtime's attention op refused random positions).
+        raise UserInputError("--quantize int8-static does not apply to --task "
+                             "text-generation: it calibrates on one forward pass's inputs, "
+                             "and a generating step's are cache states",
+                             hint="use int8-dynamic (activations quantized per call), "
+                                  "int8-weight or int4-weight")
 
 
 def _unique(items: list[str]) -> list[str]:

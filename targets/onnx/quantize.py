@@ -8,6 +8,8 @@ quantized, layers left in float with why, weight bytes before and after.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import tempfile
 from pathlib import Path
 
@@ -81,7 +83,8 @@ def quantize_model(path: Path, recipe: str, calibration: list, examples: list | 
         source = Path(scratch) / "model.onnx"
         onnx.save_model(plain, str(source), save_as_external_data=True,
                         all_tensors_to_one_file=True, location="model.onnx.data")
-        _run_ort(source, quantized_path, recipe, calibration, before, block)
+        with _without_preprocessing_advice():
+            _run_ort(source, quantized_path, recipe, calibration, before, block)
         after = onnx.load(str(quantized_path))
         weighted = _weighted_nodes(before)
         done = _quantized_nodes(after)
@@ -110,8 +113,13 @@ def _run_ort(path: Path, quantized_path: Path, recipe: str, calibration: list, b
              block: int) -> None:
     from onnxruntime import quantization as ortq
 
+    # DefaultTensorType: ONNX shape inference gives no type to the outputs of ONNX
+    # Runtime's own ops (SimplifiedLayerNormalization, GroupQueryAttention: the decoders'
+    # fusions), and the quantizer then refused the MatMul after them ("Unable to find
+    # data type for weight_name"). Such an output has the model's float type.
     common = {"per_channel": True, "weight_type": ortq.QuantType.QInt8,
-              "use_external_data_format": True}  # weights of any size; loaded back whole
+              "use_external_data_format": True,  # weights of any size; loaded back whole
+              "extra_options": {"DefaultTensorType": _float_type(before)}}
     if recipe.endswith("-weight"):
         _run_nbits(path, quantized_path, bits=4 if recipe == "int4-weight" else 8, block=block)
     elif recipe == "int8-dynamic":
@@ -128,6 +136,37 @@ def _run_ort(path: Path, quantized_path: Path, recipe: str, calibration: list, b
         ortq.quantize_static(str(path), str(quantized_path), _Calibration(names, calibration),
                              quant_format=ortq.QuantFormat.QDQ,
                              activation_type=ortq.QuantType.QInt8, **common)
+
+
+class _QuantizerAdvice(logging.Filter):
+    """ONNX Runtime's quantizer warns, on the root logger, to run its pre-processing script
+    first, and of each tensor whose type it did not infer (an ONNX Runtime op's output,
+    which DefaultTensorType types): advice to whoever wrote the ONNX file, which is us."""
+
+    _SAID = ("pre-processing before quantization", "Failed to infer data type of tensor")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not any(said in record.getMessage() for said in self._SAID)
+
+
+@contextlib.contextmanager
+def _without_preprocessing_advice():
+    advice = _QuantizerAdvice()
+    root = logging.getLogger()
+    root.addFilter(advice)
+    try:
+        yield
+    finally:
+        root.removeFilter(advice)
+
+
+def _float_type(model) -> int:
+    """The ONNX element type of the model's first floating-point output (float32 if none)."""
+    import onnx
+    floats = (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16,
+              onnx.TensorProto.DOUBLE)
+    return next((o.type.tensor_type.elem_type for o in model.graph.output
+                 if o.type.tensor_type.elem_type in floats), onnx.TensorProto.FLOAT)
 
 
 def _run_nbits(path: Path, quantized_path: Path, *, bits: int, block: int) -> None:

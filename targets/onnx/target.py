@@ -252,8 +252,11 @@ class OnnxTarget(Target):
             except TargetOptionError:
                 raise
             except Exception as exc:  # noqa: BLE001 - ORT's quantizer raises many kinds
+                # Not movable: the CPU fallback would run these ops in float, and the build
+                # would pass as a quantized one that quantized nothing.
                 raise self._error(f"ONNX Runtime's {options.quantize} quantization "
-                                  "failed", exc, options, program, where=str(path)) from exc
+                                  "failed", exc, options, program, where=str(path),
+                                  movable=False) from exc
             exported = onnx.load(str(path), load_external_data=False)
             for name in [MODEL_NAME, *_external_locations(exported)]:
                 (options.work_dir / name).unlink()  # replaced by the quantized model's files
@@ -313,7 +316,8 @@ class OnnxTarget(Target):
         return onnx_program
 
     def _error(self, what: str, exc: Exception, options: LowerOptions, program: ExportedProgram,
-               *, where: str | None = None, report_dir: Path | None = None) -> LoweringError:
+               *, where: str | None = None, report_dir: Path | None = None,
+               movable: bool = True) -> LoweringError:
         partition = options.partition or options.work_dir.name
         found = re.search(r"saved to '([^']+)'", str(exc))  # torch.onnx's own report
         report = found.group(1) if found else None
@@ -323,11 +327,13 @@ class OnnxTarget(Target):
         error = LoweringError.from_exception(
             exc, f"{what} (partition '{partition}')", target=self.name, partition=partition,
             log_dir=report_dir or options.logs, details=unsupported, where=where or report,
-            hint="run with --debug")
+            hint="run with --debug", movable=movable)
         report = report or (None if where else error.where)
         error.hint = ((f"read the report at {report}" if report else "run with --debug")
                       + ("; the ops listed have no ONNX translation: place them on another "
-                         "target" if unsupported else ""))
+                         "target" if unsupported and movable else "")
+                      + ("" if movable else "; or build with another --quantize recipe "
+                         "(`exporter targets` lists them), or none"))
         return error
 
     def runtime_packages(self, partition: Partition) -> dict[str, str | None]:
