@@ -223,6 +223,31 @@ def test_int8_static_is_refused_for_generating_builds(cli, tmp_path):
     assert "int8-dynamic" in done.stderr and not out.exists()
 
 
+def test_models_that_cannot_generate_from_a_cache_are_refused_before_capture(cli, tmp_path):
+    """An encoder loaded as a causal LM (BERT: BertLMHeadModel) attends both ways, and a
+    tokenizer.json that does not load would fail only at validation: both exit 2 at load,
+    naming the cause."""
+    import shutil
+
+    import transformers
+    torch.manual_seed(0)
+    bert = tmp_path / "bert-mlm"
+    transformers.BertForMaskedLM(transformers.BertConfig(
+        vocab_size=120, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+        intermediate_size=64)).save_pretrained(bert)
+    folder = tiny_lm.checkpoint(tmp_path / "lm", "llama")
+    broken = shutil.copytree(folder, tmp_path / "broken-tokenizer")
+    (broken / "tokenizer.json").write_text('{"version": "1.0", ')
+    for spec, said in ((bert, "is not a causal decoder"),
+                       (broken, "tokenizer.json cannot be read")):
+        out = tmp_path / f"{spec.name}.artifact"
+        done = cli("build", f"hf:{spec}", "--task", "text-generation", "--target", "onnx",
+                   "--out", str(out))
+        print(done.stderr)
+        assert done.returncode == 2 and said in done.stderr
+        assert "capture" not in done.stderr and not out.exists()
+
+
 def test_generate_refuses_a_plain_artifact(cli, onnx_mlp):
     done = cli("generate", str(onnx_mlp), "--prompt-ids", "1")
     assert done.returncode == 2 and "--task text-generation" in done.stderr

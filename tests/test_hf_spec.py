@@ -120,3 +120,23 @@ def test_weights_the_user_did_not_give_are_refused(checkpoints, cli):
     assert any("initialised at random" in w for w in json.loads(allowed.stdout)["warnings"])
     # ours says it; transformers' own load report and advice show only with --verbose
     assert "[transformers]" not in allowed.stderr and "LOAD REPORT" not in allowed.stderr
+
+
+def test_damaged_checkpoint_files_are_usage_errors_naming_the_file(checkpoints, cli, tmp_path):
+    """A truncated model.safetensors, a config.json that is not JSON, a path to the config
+    file instead of its folder: the user's files, exit 2 naming them, not an internal
+    error (exit 4, "a bug in the exporter")."""
+    import shutil
+    root, _ = checkpoints
+    cut = shutil.copytree(root / "bert", tmp_path / "cut")
+    with open(cut / "model.safetensors", "r+b") as weights:
+        weights.truncate(1000)
+    garbled = shutil.copytree(root / "bert", tmp_path / "garbled")
+    (garbled / "config.json").write_text("{ not json")
+    for spec, said in ((f"hf:{cut}", "a safetensors file is damaged or incomplete"),
+                       (f"hf:{garbled}", "not valid JSON"),
+                       (f"hf:{root / 'bert' / 'config.json'}", "hf: takes the checkpoint's folder")):
+        done = cli("build", spec, "--target", "onnx", "--dry-run")
+        print(done.stderr)
+        assert done.returncode == 2 and said in done.stderr, done.stderr
+        assert "Traceback" not in done.stderr and "bug in the exporter" not in done.stderr

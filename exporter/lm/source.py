@@ -89,11 +89,15 @@ def _described(source: str, model: torch.nn.Module, folder: Path | None, notes: 
                         "AutoModelForCausalLM or AutoModelForSeq2SeqLM / "
                         "AutoModelForSpeechSeq2Seq (or a factory returning one)")
     model = model.float().eval()
+    if not getattr(config, "is_encoder_decoder", False):
+        _refuse_bidirectional(model, source)
     if folder is None and getattr(model, "name_or_path", None):
         candidate = Path(model.name_or_path)
         folder = candidate if candidate.is_dir() else None
     tokenizer = folder / TOKENIZER_FILE if folder and (folder / TOKENIZER_FILE).is_file() else None
-    if tokenizer is None:
+    if tokenizer is not None:
+        _check_tokenizer(tokenizer)
+    else:
         notes = notes + ["no tokenizer.json beside the model: the artifact takes token ids, "
                          "not text"]
     generation = model.generation_config.to_dict()
@@ -109,6 +113,47 @@ def _described(source: str, model: torch.nn.Module, folder: Path | None, notes: 
         ids = {k: ([] if k in outside else v) for k, v in ids.items()}
     return LanguageModel(source, model, origin, tokenizer, ids,
                          json.loads(json.dumps(generation, default=str)), notes, folder)
+
+
+def _refuse_bidirectional(model: torch.nn.Module, source: str) -> None:
+    """A decoder's logits at a position do not change when a token is appended: generating
+    from a cache rests on it. An encoder loaded as a causal LM (BERT as BertLMHeadModel)
+    attends both ways; its build ran to the validation's cache check (exit 1). Two eager
+    forwards of a few tokens say so before any capture."""
+    vocab = getattr(model.config, "vocab_size", None) or 2
+    ids = torch.arange(1, 6)[None] % vocab
+    try:
+        with torch.no_grad():
+            longer = model(input_ids=ids, use_cache=False).logits[0, :4].float()
+            shorter = model(input_ids=ids[:, :4], use_cache=False).logits[0].float()
+    except Exception:  # noqa: BLE001 - a model this probe cannot call: the build will say why
+        return
+    # Decoders (28 tiny families, MoE and ALiBi ones too) moved by <= 6e-7 of their
+    # largest logit, float32 rounding; a BERT with its own init's small weights by 2.4e-3
+    change = float((longer - shorter).abs().max())
+    if change > 1e-4 * max(1.0, float(shorter.abs().max())):
+        raise SpecError(f"{type(model).__name__} is not a causal decoder: its logits at earlier "
+                        f"positions change when a token is appended (by up to {change:.3g}), so "
+                        "it cannot generate from a cache", where=source,
+                        hint="--task text-generation takes decoders (LLaMA, GPT-2, ...) and "
+                             "encoder-decoders (T5, Whisper, ...); an encoder-only model "
+                             "(BERT, RoBERTa, ...) builds with its own task (--task fill-mask, "
+                             "feature-extraction, ...)")
+
+
+def _check_tokenizer(path: Path) -> None:
+    """The tokenizer file loads, before a build that would find out at its validation."""
+    try:
+        from tokenizers import Tokenizer
+    except ImportError:
+        return  # generation then takes token ids; the runtime says so
+    try:
+        Tokenizer.from_file(str(path))
+    except Exception as exc:  # noqa: BLE001 - the Rust side raises one Exception type
+        raise SpecError(f"{path.name} cannot be read by the tokenizers package "
+                        f"({str(exc).splitlines()[0][:200]})", where=str(path),
+                        hint="write it again with the tokenizer's save_pretrained(), or "
+                             "remove it to build an artifact that takes token ids") from None
 
 
 def _ids(value) -> list[int]:

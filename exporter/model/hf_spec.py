@@ -176,6 +176,9 @@ def _auto_class(transformers, task: Task, config) -> str:
 
 
 def _config(transformers, path: Path, text: str, options: HfOptions):
+    if path.is_file():
+        raise SpecError(f"{path} is a file; hf: takes the checkpoint's folder", where=text,
+                        hint=f"give hf:{path.parent} (the folder that holds config.json)")
     if not (path / "config.json").is_file():
         raise SpecError(f"{path} is not a Hugging Face checkpoint folder (no config.json)",
                         where=text, hint="give a folder written by save_pretrained()")
@@ -190,7 +193,9 @@ def _config(transformers, path: Path, text: str, options: HfOptions):
                         f"({type(exc).__name__}: {str(exc).splitlines()[0][:200]})",
                         where=text, hint="the folder's own Python code (config.json's "
                         "auto_map) runs only with --trust-remote-code: read it first"
-                        if remote else "check the config's model_type") from None
+                        if remote else "fix config.json: it is not valid JSON"
+                        if "valid JSON" in str(exc) else "check the config's model_type"
+                        ) from None
 
 
 @contextlib.contextmanager
@@ -256,6 +261,14 @@ def _model(auto_class, config, path: Path, text: str, task: str, options: HfOpti
                         f"({type(exc).__name__}: {str(exc).splitlines()[0][:200]})",
                         where=text, hint="check --task against the checkpoint's "
                                          "architectures") from None
+    except Exception as exc:
+        from safetensors import SafetensorError  # a transformers dependency
+        if not isinstance(exc, SafetensorError):
+            raise
+        raise SpecError(f"the weights in {path} cannot be read: a safetensors file is "
+                        f"damaged or incomplete ({str(exc).splitlines()[0][:200]})",
+                        where=str(path / weights[0]),
+                        hint="copy or save the checkpoint again (save_pretrained)") from None
     return model, [f"{path} has no model.safetensors: built with random weights (seed 0, "
                    "--random-weights); the artifact computes what those weights compute"]
 
