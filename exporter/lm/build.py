@@ -32,6 +32,7 @@ from exporter.builder.pipeline import (BuildResult, available_target, check_outp
 from exporter.builder.prepared import Prepared
 from exporter.builder.shared_weights import share_weights
 from exporter.errors import ExportFailedError, SpecError, UserInputError
+from exporter.lm.rope import check_rope, longrope_switch, static_rope
 from exporter.lm.seq2seq import (ExportableEncoder, ExportableSeq2SeqStep, Source,
                                  example_source, probe_seq2seq_layout, source_of)
 from exporter.lm.source import TOKENIZER_FILE, LanguageModel, load_language_model
@@ -72,6 +73,10 @@ def prepare_generating(spec: str | torch.nn.Module, settings: BuildSettings,
         lm = load_language_model(spec, HfOptions.from_settings(settings))
     out = check_output_path(settings.output_path(lm.name))
     context, chunk = lm.context_bounds(settings.max_context, settings.prefill_chunk)
+    switch = longrope_switch(lm.model)
+    if settings.max_context is None and switch and context > switch:  # the default: fit
+        context, chunk = lm.context_bounds(switch, settings.prefill_chunk)
+    check_rope(lm.model, context, lm.source)
     model = lm.model if settings.dtype == "fp32" else copy.deepcopy(lm.model).to(
         DTYPES[settings.dtype])
     dtype = next(model.parameters()).dtype
@@ -79,12 +84,13 @@ def prepare_generating(spec: str | torch.nn.Module, settings: BuildSettings,
                                                 dtype)
     reference = ModelSpec(lm.source, lm.model, (), {}, None, lm.origin_file, lm.notes)
     capture = functools.partial(_capture_entry_points, target, reference, out, settings, timed)
-    try:
-        preps = capture(entries_for(target.decode_on_prefill))
-    except _DecodeNotCaptured as failed:
-        if target.decode_on_prefill:  # that was the fallback already
-            raise failed.error from None
-        preps = _decoding_on_prefill(failed, lambda: capture(entries_for(True)))
+    with static_rope(model):
+        try:
+            preps = capture(entries_for(target.decode_on_prefill))
+        except _DecodeNotCaptured as failed:
+            if target.decode_on_prefill:  # that was the fallback already
+                raise failed.error from None
+            preps = _decoding_on_prefill(failed, lambda: capture(entries_for(True)))
     return PreparedGeneration(lm, layout, context, chunk, preps, source)
 
 

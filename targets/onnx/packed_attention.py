@@ -195,11 +195,25 @@ def _evaluated_tables(model, cos, sin, slots: int):
               for domain, version in model.opset_imports.items()]
     proto = onnx.helper.make_model(graph, opset_imports=opsets)
     dtype = np.int64 if position.dtype == ir.DataType.INT64 else np.int32
-    feed = np.arange(slots, dtype=dtype).reshape([1] * (len(position.shape) - 1) + [slots])
+
+    def angles(count: int) -> list:
+        feed = np.arange(count, dtype=dtype).reshape([1] * (len(position.shape) - 1) + [count])
+        return session.run([cos.name, sin.name], {position.name: feed})
     try:
         session = onnxruntime.InferenceSession(proto.SerializeToString(),
                                                providers=["CPUExecutionProvider"])
-        values = session.run([cos.name, sin.name], {position.name: feed})
+        values = angles(slots)
+        # One table holds only if a position's angles do not depend on the call: Phi-3's
+        # longrope takes its long factors once the call's last position passes the
+        # original context, so a step of early positions has other angles than the table's
+        # rows (tokens differed from transformers past that context). Such a layer keeps
+        # its own angle nodes.
+        for count in {1, max(1, slots // 2)}:
+            if not all(np.allclose(short.reshape(count, -1), full.reshape(slots, -1)[:count],
+                                   rtol=1e-6, atol=1e-7)
+                       for short, full in zip(angles(count), values)):
+                log.debug("the rotary angles depend on the call's length: not tabled")
+                return None
     except Exception as exc:  # noqa: BLE001 - ORT's own error types; the layer stays as is
         log.debug("the rotary angles could not run on their own: %s", exc)
         return None

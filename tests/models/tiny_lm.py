@@ -33,6 +33,15 @@ def config(family: str, window: int = 12):
                                               sliding_window_pattern=2),
         "gpt2": lambda: tf.GPT2Config(vocab_size=VOCAB, n_embd=64, n_layer=2, n_head=4,
                                       n_positions=256),
+        # rotaries whose angles follow the sequence length (exporter/lm/rope.py)
+        "llama-dynamic-rope": lambda: tf.LlamaConfig(**_COMMON, rope_parameters=dict(
+            rope_type="dynamic", rope_theta=10000.0, factor=2.0)),
+        "phi3-longrope": lambda: tf.Phi3Config(
+            **{**_COMMON, "max_position_embeddings": 128}, pad_token_id=0,
+            original_max_position_embeddings=32, rope_parameters=dict(
+                rope_type="longrope", rope_theta=10000.0,
+                short_factor=[1.0 + 0.1 * i for i in range(8)],
+                long_factor=[2.0 + 0.3 * i for i in range(8)])),
     }[family]()
 
 
@@ -83,3 +92,11 @@ def bpe_tokenizer(vocab: int, special: list[str], template: str):
 def factory():
     """A FILE.py:NAME spec: a transformers causal LM returned alone."""
     return model("llama")
+
+
+def llama_dynamic_rope():
+    return model("llama-dynamic-rope")
+
+
+def phi3_longrope():
+    return model("phi3-longrope")
