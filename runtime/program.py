@@ -58,7 +58,7 @@ class Program(ProgramBase):
         # ...and when that partition runs on the CPU and gets CPU tensors, nothing moves.
         self._cpu_executor = calls[0] if self._single and only.device == "cpu" else None
 
-    def generate(self, prompt: Any, max_new_tokens: int = 128, **options: Any) -> Any:
+    def generate(self, prompt: Any, max_new_tokens: int | None = None, **options: Any) -> Any:
         """Generate from a prompt (text, or token ids): see runtime/generation/generator.py
         for the options (sampling, stop strings, streaming). Artifacts built with
         ``--task text-generation`` only."""

@@ -1,14 +1,12 @@
-"""Text generation (--task text-generation): the cache contract per family (eager), one
-generating ONNX artifact end to end (build, validation, generate from Python and both
-CLIs, bad inputs; its inside: tests/test_generation_onnx.py), and the generation gate's
-divergence report."""
+"""Text generation (--task text-generation): the cache contract per family (eager), a
+generating build's validation and what it refuses before capture, and the generation
+gate's divergence report. Generating with the artifact: tests/test_generate_runtime.py;
+its ONNX inside: tests/test_generation_onnx.py."""
 
 from __future__ import annotations
 
 import collections
 import json
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -17,7 +15,6 @@ import exporter
 import runtime
 from exporter.lm.wrapper import ExportableCausalLM, probe_layout
 from runtime.generation.cache import KvCache
-from runtime.generation.sampling import Sampling
 from tests.conftest import ROOT
 from tests.models import tiny_lm
 
@@ -163,54 +160,6 @@ def test_validation_generates_like_hugging_face(onnx_lm):
         assert row["cache_consistency"]["decode_vs_prefill_max_abs_err"] < 1e-4
 
 
-def test_generate_text_stream_stop_and_sampling(onnx_lm):
-    _, program = onnx_lm
-    pieces = []
-    result = program.generate("hello world", 12, stop_at_eos=False,
-                              stream=lambda token, piece: pieces.append(piece))
-    assert isinstance(result.text, str) and len(result.tokens) == 12
-    assert "".join(pieces) == result.text and result.prompt_tokens[0] == 1  # bos added
-    stop = result.text[len(result.text) // 2:][:3]
-    stopped = program.generate("hello world", 12, stop=[stop], stop_at_eos=False)
-    assert stopped.stop_reason == "stop_string" and stop not in stopped.text
-    seeded = [program.generate("hello", 8, sampling=Sampling(0.9, 40, 0.95, seed=7),
-                               stop_at_eos=False).tokens for _ in range(2)]
-    assert seeded[0] == seeded[1]
-    full = program.generate([1] * 60, 20, stop_at_eos=False)
-    assert full.stop_reason == "context_full" and len(full.tokens) == 4
-
-
-def test_cli_generate(onnx_lm, cli):
-    built, program = onnx_lm
-    expected = program.generate([1, 5, 9], 6, stop_at_eos=False).tokens
-    done = cli("generate", str(built.artifact), "--prompt-ids", "1,5,9", "-n", "6",
-               "--ignore-eos", "--json")
-    assert done.returncode == 0, done.stderr
-    printed = json.loads(done.stdout)
-    assert printed["tokens"] == expected
-    from tests.test_cli_style import DOCUMENTED
-    assert DOCUMENTED["generate"] <= set(printed), "generate --json lacks documented keys"
-    device = subprocess.run([sys.executable, "-m", "runtime", "generate", str(built.artifact),
-                             "--prompt-ids", "1,5,9", "--max-new-tokens", "6", "--ignore-eos",
-                             "--json"], capture_output=True, text=True, cwd=ROOT)
-    assert device.returncode == 0, device.stderr
-    assert json.loads(device.stdout)["tokens"] == expected
-
-
-@pytest.mark.parametrize("args, said", [
-    (["--prompt-ids", "1,999"], "outside the vocabulary of 384"),
-    (["--prompt-ids", ",".join(["5"] * 65)], "do not fit the artifact's context of 64"),
-    (["--prompt", "hi", "--prompt-ids", "1"], "one of them"),
-    (["--prompt-ids", "1,x"], "is not a list of integers"),
-    (["--prompt-ids", "1", "--top-p", "0"], "top_p"),
-])
-def test_generate_bad_input_is_exit_2(onnx_lm, cli, args, said):
-    built, _ = onnx_lm
-    done = cli("generate", str(built.artifact), *args)
-    assert done.returncode == 2, done.stderr
-    assert said in done.stderr and "Traceback" not in done.stderr
-
-
 def test_int8_static_is_refused_for_generating_builds(cli, tmp_path):
     """It calibrates on one forward pass's inputs; a step's are cache states (ONNX
     Runtime's attention op refused random positions): exit 2 before any capture."""
@@ -273,11 +222,6 @@ def test_rotaries_that_follow_the_sequence_length(cli, tmp_path):
     assert inputs["past_k_0"][2] == 32  # the cache's slots: the default context
 
 
-def test_generate_refuses_a_plain_artifact(cli, onnx_mlp):
-    done = cli("generate", str(onnx_mlp), "--prompt-ids", "1")
-    assert done.returncode == 2 and "--task text-generation" in done.stderr
-
-
 def test_gate_names_the_first_divergence():
     """fp32: tokens that differ where eager is not at a tie fail, naming prompt, step,
     both tokens and the logit error there (exporter/lm/gate.py on made-up results)."""
@@ -329,26 +273,6 @@ def test_gate_bounds_are_the_users_when_given():
     given = GenerationGate.for_build("fp32", "int4-weight", min_top1=0.0, max_kl=10.0)
     assert (default.min_top1, default.max_kl) == (0.70, 0.20)
     assert (given.min_top1, given.max_kl) == (0.0, 10.0) and "--max-kl" in given.failure()
-
-
-def test_incremental_text_is_the_whole_decode(tmp_path):
-    """The streamed text (a short window decoded per token, runtime/generation/
-    tokenizer.py) is what decoding all the tokens at once gives, on ids that split
-    multi-byte characters, and costs the same per token at any length."""
-    import random
-
-    from runtime.generation.tokenizer import IncrementalText, Tokenizer
-    folder = tiny_lm.checkpoint(tmp_path / "tok")
-    tokenizer = Tokenizer((folder / "tokenizer.json").read_text(), where="test")
-    rng = random.Random(0)
-    for ids in (tokenizer.encode("hello device, ünïcödé 🙂 " * 4),
-                [rng.randrange(tiny_lm.VOCAB) for _ in range(400)]):
-        growing = IncrementalText(tokenizer)
-        pieces = [growing.extend(ids[:n + 1]) for n in range(len(ids))]
-        whole = tokenizer.decode(ids)
-        print(len(ids), "ids;", sum(p == "" for p in pieces), "waited on a split character")
-        assert "".join(pieces) == growing.text
-        assert whole.startswith(growing.text) and len(whole) - len(growing.text) <= 1
 
 
 @pytest.mark.skipif(not hasattr(torch.ops.aten, "_weight_int4pack_mm_for_cpu"),

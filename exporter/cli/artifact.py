@@ -7,8 +7,8 @@ from typing import Optional
 
 import typer
 
-from exporter.cli.common import (DEBUG, JSON, QUIET, VERBOSE, app, guarded, print_json, result,
-                                 say, stage_printer, warn, wrote)
+from exporter.cli.common import (DEBUG, JSON, PRELOAD, QUIET, VERBOSE, app, guarded, print_json,
+                                 result, say, stage_printer, warn, wrote)
 
 ARTIFACT = typer.Argument(..., help="artifact file")
 
@@ -20,8 +20,7 @@ def run(
     out: Optional[Path] = typer.Option(None, "--out", help="write outputs to this .npz"),
     no_cuda_graphs: bool = typer.Option(False, "--no-cuda-graphs",
                                         help="run GPU partitions without CUDA-graph replay"),
-    preload: list[str] = typer.Option([], "--preload", help="FILE.py or module defining custom "
-                                      "ops the artifact's CPU fallback calls"),
+    preload: list[str] = PRELOAD,
     trusted_key: list[Path] = typer.Option([], "--trusted-key", help="require a signature by "
                                            "this public key (repeatable; `exporter keygen`)"),
     as_json: bool = JSON, quiet: bool = QUIET, verbose: bool = VERBOSE, debug: bool = DEBUG,

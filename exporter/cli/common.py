@@ -77,6 +77,8 @@ VERBOSE = typer.Option(False, "--verbose", "-v", help="debug logs of the exporte
                        "backends")
 DEBUG = typer.Option(False, "--debug", help="show tracebacks on errors")
 JSON = typer.Option(False, "--json", help="print one JSON object (docs/json.md)")
+PRELOAD = typer.Option([], "--preload", help="FILE.py or module defining custom ops the "
+                       "artifact's CPU fallback calls (repeatable)")
 
 
 @dataclass

@@ -8,7 +8,8 @@ from typing import Optional
 
 import typer
 
-from exporter.cli.common import DEBUG, JSON, QUIET, VERBOSE, app, guarded, print_json, say
+from exporter.cli.common import (DEBUG, JSON, PRELOAD, QUIET, VERBOSE, app, guarded, print_json,
+                                 say, warn)
 
 ARTIFACT = typer.Argument(..., help="artifact built with --task text-generation")
 
@@ -35,14 +36,17 @@ def generate(
                                            "detected, as transformers does"),
     speech_task: Optional[str] = typer.Option(None, "--task", help="Whisper: transcribe or "
                                               "translate (to English)"),
-    max_new_tokens: int = typer.Option(128, "--max-new-tokens", "-n", min=0,
-                                       help="stop after this many new tokens"),
-    temperature: float = typer.Option(0.0, "--temperature", min=0.0,
-                                      help="0: greedy; above 0: sample"),
-    top_k: Optional[int] = typer.Option(None, "--top-k", min=1, help="sample among the k "
-                                        "most likely tokens"),
-    top_p: Optional[float] = typer.Option(None, "--top-p", min=0.0, max=1.0,
-                                          help="sample from the smallest set with this mass"),
+    # The ranges are checked by Sampling and generate, not by the parser: one error style,
+    # and a JSON error object under --json (docs/json.md)
+    max_new_tokens: Optional[int] = typer.Option(
+        None, "--max-new-tokens", "-n", help="stop after this many new tokens (0 or more; "
+        "default: the checkpoint's max_new_tokens, else 128)"),
+    temperature: float = typer.Option(0.0, "--temperature", help="0: greedy; above 0 (up to "
+                                      "100): sample"),
+    top_k: Optional[int] = typer.Option(None, "--top-k", help="sample among the k (1 or "
+                                        "more) most likely tokens"),
+    top_p: Optional[float] = typer.Option(None, "--top-p", help="sample from the smallest "
+                                          "set with this mass, in (0, 1]"),
     seed: Optional[int] = typer.Option(None, "--seed", help="seed of the sampling draws"),
     stop: list[str] = typer.Option([], "--stop", help="stop when the text contains this "
                                    "(repeatable)"),
@@ -51,6 +55,7 @@ def generate(
                                         help="decode without CUDA-graph replay"),
     trusted_key: list[Path] = typer.Option([], "--trusted-key", help="require a signature by "
                                            "this public key (repeatable)"),
+    preload: list[str] = PRELOAD,
     as_json: bool = JSON, quiet: bool = QUIET, verbose: bool = VERBOSE, debug: bool = DEBUG,
 ) -> None:
     """Generate text: prefill the prompt, then decode token by token (streamed). An
@@ -61,8 +66,14 @@ def generate(
         from runtime.generation import parse_prompt, parse_source
         from runtime.generation.sampling import Sampling
 
+        from runtime.__main__ import preload as preload_modules
+
+        preload_modules(preload)
         encoded = parse_source(source, source_ids, source_features, source_audio)
         sampling = Sampling(temperature, top_k, top_p, seed)
+        if sampling.greedy and (top_k is not None or top_p is not None or seed is not None):
+            warn("--top-k, --top-p and --seed shape sampling, and --temperature 0 is greedy: "
+                 "give a temperature above 0 to sample")
         program = runtime.load(artifact, cuda_graphs=not no_cuda_graphs,
                                trusted_keys=trusted_key)
         # an encoder-decoder's decoder prompt may be left out (it starts on its own)

@@ -15,6 +15,7 @@ token.
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
@@ -24,10 +25,14 @@ import torch
 from runtime.errors import ArtifactError, UserInputError
 from runtime.generation.audio import Waveform, log_mel
 from runtime.generation.cache import KvCache
+from runtime.generation.config_notes import default_new_tokens, sampling_note, unapplied
 from runtime.generation.layout import CacheLayout
-from runtime.generation.prompting import Suppression, speech_prompt, takes_language
+from runtime.generation.prompting import (Suppression, speech_prompt, takes_language,
+                                         token_ids)
 from runtime.generation.sampling import Sampler, Sampling
 from runtime.generation.tokenizer import IncrementalText, Tokenizer
+
+log = logging.getLogger(__name__)
 
 INPUT_IDS, POSITIONS, LOGITS = "input_ids", "positions", "logits"
 
@@ -92,6 +97,7 @@ class Generator:
                 raise ArtifactError(f"the entry points' inputs ({', '.join(p.input_names)}) "
                                     "do not match the cache layout", where=where,
                                     hint="rebuild the artifact with `exporter build`")
+        self._noted = self._noted_sampling = False  # _say_config_notes: once each
         self._tokenizer_json = program.tokenizer_json
         self._tokenizer: Tokenizer | None = None
         self._graph = None
@@ -216,14 +222,14 @@ class Generator:
         return candidates[int(scores[torch.tensor(candidates, device=scores.device)].argmax())]
 
     def _token_ids(self, text_or_ids: str | Sequence[int]) -> list[int]:
-        """Text through the artifact's tokenizer; ids as they are."""
+        """Text through the artifact's tokenizer; ids as ``token_ids`` reads them."""
         if isinstance(text_or_ids, str):
             return self.tokenizer.encode(text_or_ids)
-        return [int(t) for t in text_or_ids]
+        return token_ids(text_or_ids, self.where)
 
     # ------------------------------------------------------------------ generation
 
-    def generate(self, prompt: str | Sequence[int] | None, max_new_tokens: int = 128, *,
+    def generate(self, prompt: str | Sequence[int] | None, max_new_tokens: int | None = None, *,
                  sampling: Sampling = Sampling(), stop: Sequence[str] = (),
                  stop_at_eos: bool = True,
                  stream: Callable[[int, str | None], None] | None = None,
@@ -232,8 +238,13 @@ class Generator:
         """``source``: an encoder-decoder's input (``set_source``), required there; its
         ``prompt`` is the decoder's (None: the decoder start token, which Whisper follows
         with ``language`` (else detected) and ``task`` tokens, as transformers does).
-        The generation config's suppressed tokens never come out."""
+        The generation config's suppressed tokens never come out; ``max_new_tokens`` None
+        is its ``max_new_tokens``, else 128; what else it sets is said once
+        (runtime/generation/config_notes.py)."""
         started = time.perf_counter()  # time to first token counts the encoder too
+        self._say_config_notes(sampling)
+        if max_new_tokens is None:
+            max_new_tokens = default_new_tokens(self.config)
         encode_s = None
         if source is not None:  # set_source refuses it where there is no encoder
             self.set_source(source)
@@ -255,7 +266,8 @@ class Generator:
         if max_new_tokens < 0:
             raise UserInputError(f"max_new_tokens is {max_new_tokens}", where=self.where,
                                  hint="give 0 or more")
-        budget = min(max_new_tokens, self.max_context - len(prompt_ids))
+        # the last new token is never fed back: it needs no slot of the cache
+        budget = min(max_new_tokens, self.max_context - len(prompt_ids) + 1)
         sample = Sampler(sampling)
         logits = self.prefill_prompt(prompt_ids)
         tokens: list[int] = []
@@ -284,6 +296,18 @@ class Generator:
             stats["encode_s"] = encode_s
         return GenerationResult(prompt_ids, tokens, self._text(tokens, growing, stop), reason,
                                 stats)
+
+    def _say_config_notes(self, sampling: Sampling) -> None:
+        notes = [] if self._noted else [", ".join(unapplied(self.config))]
+        notes = [f"the checkpoint's generation config sets {n}, which this generator does not "
+                 "apply" for n in notes if n]
+        note = sampling_note(self.config, sampling)
+        if note and not self._noted_sampling:
+            notes.append(note)
+            self._noted_sampling = True
+        self._noted = True
+        for line in notes:
+            log.warning(line)
 
     def _text(self, tokens: list[int], growing: IncrementalText | None,
               stop: Sequence[str]) -> str | None:

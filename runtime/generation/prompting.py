@@ -1,6 +1,6 @@
 """What an artifact's generation config (Hugging Face's, carried in the manifest) asks of
 ``generate`` besides the sampling: a speech model's decoder prompt, and tokens never to
-emit.
+emit; and a prompt's token ids as callers give them.
 
 Whisper does not start from its decoder start token alone: transformers' Whisper
 ``generate`` prompts ``<|startoftranscript|> <|lang|> <|task|> <|notimestamps|>``, taking
@@ -21,6 +21,7 @@ installed, and these rules are short.
 
 from __future__ import annotations
 
+import numbers
 from typing import Callable, Sequence
 
 import torch
@@ -113,3 +114,25 @@ class Suppression:
             if index is not None:
                 logits = logits.index_fill(0, index, float("-inf"))
         return logits
+
+
+def token_ids(ids, where: str) -> list[int]:
+    """A prompt's token ids: a list, or a tensor or array of [L] or [1, L] (what a
+    tokenizer's ``return_tensors`` gives); anything else is the caller's mistake."""
+    if hasattr(ids, "shape") and hasattr(ids, "tolist"):  # a tensor or an array
+        if len(ids.shape) == 2 and ids.shape[0] == 1:
+            ids = ids[0]
+        if len(ids.shape) != 1:
+            raise UserInputError(f"the prompt's ids have shape {list(ids.shape)}: one "
+                                 "sequence is generated at a time", where=where,
+                                 hint="give ids of shape [L] or [1, L]")
+        ids = ids.tolist()
+    try:
+        values = list(ids)
+    except TypeError:
+        raise UserInputError(f"the prompt is a {type(ids).__name__}", where=where,
+                             hint="give text or a list of token ids") from None
+    if not all(isinstance(t, numbers.Integral) for t in values):
+        raise UserInputError("the prompt's ids are not all integers", where=where,
+                             hint="give token ids as integers")
+    return [int(t) for t in values]

@@ -1,0 +1,131 @@
+"""Generating with an artifact (the session's tiny Gemma-3-style ``onnx_lm``): text, streams,
+stop strings and seeded sampling from Python, both CLIs, the prompt's forms, the carried
+generation config (its defaults, and what the generator says it does not apply), and the
+bad inputs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import runtime
+from runtime.generation.sampling import Sampling
+from tests.conftest import ROOT
+from tests.models import tiny_lm
+
+pytest.importorskip("transformers")
+
+
+def test_generate_text_stream_stop_and_sampling(onnx_lm):
+    _, program = onnx_lm
+    pieces = []
+    result = program.generate("hello world", 12, stop_at_eos=False,
+                              stream=lambda token, piece: pieces.append(piece))
+    assert isinstance(result.text, str) and len(result.tokens) == 12
+    assert "".join(pieces) == result.text and result.prompt_tokens[0] == 1  # bos added
+    stop = result.text[len(result.text) // 2:][:3]
+    stopped = program.generate("hello world", 12, stop=[stop], stop_at_eos=False)
+    assert stopped.stop_reason == "stop_string" and stop not in stopped.text
+    seeded = [program.generate("hello", 8, sampling=Sampling(0.9, 40, 0.95, seed=7),
+                               stop_at_eos=False).tokens for _ in range(2)]
+    assert seeded[0] == seeded[1]
+    full = program.generate([1] * 60, 20, stop_at_eos=False)
+    # 60 + 5 = 65: the last token is never fed back, so it needs no slot of the 64
+    assert full.stop_reason == "context_full" and len(full.tokens) == 5
+
+
+def test_generation_config_settings_are_applied_or_said_once(onnx_lm, caplog):
+    """The carried generation config's max_new_tokens is the default length, as in
+    transformers' generate; a setting the generator does not apply (repetition_penalty,
+    ...) and a config that samples are each said once, not dropped in silence."""
+    _, program = onnx_lm
+    generator = runtime.load(program.source).generator  # its own copy of the config
+    generator.config.update(repetition_penalty=1.5, no_repeat_ngram_size=2, do_sample=True,
+                            temperature=0.6, top_p=0.9, max_new_tokens=5)
+    with caplog.at_level("WARNING", logger="runtime.generation.generator"):
+        first = generator.generate([1, 5, 9], stop_at_eos=False)
+        again = generator.generate([1, 5, 9], stop_at_eos=False)
+    notes = [record.getMessage() for record in caplog.records]
+    print(notes)
+    assert len(first.tokens) == 5 and first.tokens == again.tokens  # greedy unless asked
+    assert len(notes) == 2 and "repetition_penalty=1.5, no_repeat_ngram_size=2" in notes[0]
+    assert "--temperature 0.6 --top-p 0.9" in notes[1]
+
+
+def test_prompt_ids_as_a_tokenizer_gives_them_and_bad_forms(onnx_lm):
+    import numpy as np
+    _, program = onnx_lm
+    want = program.generate([1, 5, 9], 3, stop_at_eos=False).tokens
+    for ids in (torch.tensor([[1, 5, 9]]), np.array([1, 5, 9]), (1, 5, 9)):
+        assert program.generate(ids, 3, stop_at_eos=False).tokens == want
+    for bad, said in (([1.5, 2], "not all integers"), (torch.ones(2, 3, dtype=torch.long),
+                      "one sequence is generated at a time"), (5, "the prompt is a int")):
+        with pytest.raises(runtime.UserInputError, match=said):
+            program.generate(bad, 2)
+
+
+def test_cli_generate(onnx_lm, cli):
+    built, program = onnx_lm
+    expected = program.generate([1, 5, 9], 6, stop_at_eos=False).tokens
+    done = cli("generate", str(built.artifact), "--prompt-ids", "1,5,9", "-n", "6",
+               "--ignore-eos", "--json")
+    assert done.returncode == 0, done.stderr
+    printed = json.loads(done.stdout)
+    assert printed["tokens"] == expected
+    from tests.test_cli_style import DOCUMENTED
+    assert DOCUMENTED["generate"] <= set(printed), "generate --json lacks documented keys"
+    device = subprocess.run([sys.executable, "-m", "runtime", "generate", str(built.artifact),
+                             "--prompt-ids", "1,5,9", "--max-new-tokens", "6", "--ignore-eos",
+                             "--json"], capture_output=True, text=True, cwd=ROOT)
+    assert device.returncode == 0, device.stderr
+    assert json.loads(device.stdout)["tokens"] == expected
+
+
+@pytest.mark.parametrize("args, said", [
+    (["--prompt-ids", "1,999"], "outside the vocabulary of 384"),
+    (["--prompt-ids", ",".join(["5"] * 65)], "do not fit the artifact's context of 64"),
+    (["--prompt", "hi", "--prompt-ids", "1"], "one of them"),
+    (["--prompt-ids", "1,x"], "is not a list of integers"),
+    (["--prompt-ids", "1", "--top-p", "0"], "top_p"),
+])
+def test_generate_bad_input_is_exit_2(onnx_lm, cli, args, said):
+    built, _ = onnx_lm
+    done = cli("generate", str(built.artifact), *args)
+    assert done.returncode == 2, done.stderr
+    assert said in done.stderr and "Traceback" not in done.stderr
+
+
+def test_generate_preloads_the_custom_ops_an_artifact_calls(cli):
+    """The runtime's hint for an unregistered custom op says --preload: both CLIs take it
+    (Mixtral's CPU fallback calls transformers::grouped_mm_fallback)."""
+    done = cli("generate", "--help")
+    assert done.returncode == 0 and "--preload" in done.stdout
+
+
+def test_generate_refuses_a_plain_artifact(cli, onnx_mlp):
+    done = cli("generate", str(onnx_mlp), "--prompt-ids", "1")
+    assert done.returncode == 2 and "--task text-generation" in done.stderr
+
+
+def test_incremental_text_is_the_whole_decode(tmp_path):
+    """The streamed text (a short window decoded per token, runtime/generation/
+    tokenizer.py) is what decoding all the tokens at once gives, on ids that split
+    multi-byte characters, and costs the same per token at any length."""
+    import random
+
+    from runtime.generation.tokenizer import IncrementalText, Tokenizer
+    folder = tiny_lm.checkpoint(tmp_path / "tok")
+    tokenizer = Tokenizer((folder / "tokenizer.json").read_text(), where="test")
+    rng = random.Random(0)
+    for ids in (tokenizer.encode("hello device, ünïcödé 🙂 " * 4),
+                [rng.randrange(tiny_lm.VOCAB) for _ in range(400)]):
+        growing = IncrementalText(tokenizer)
+        pieces = [growing.extend(ids[:n + 1]) for n in range(len(ids))]
+        whole = tokenizer.decode(ids)
+        print(len(ids), "ids;", sum(p == "" for p in pieces), "waited on a split character")
+        assert "".join(pieces) == growing.text
+        assert whole.startswith(growing.text) and len(whole) - len(growing.text) <= 1
