@@ -19,6 +19,7 @@ from exporter.builder.pipeline import build as _build
 from exporter.builder.pipeline import preload_for
 from exporter.progress import ProgressCallback, StageHook, callback_stage, quiet_stage
 from exporter.settings import BuildSettings
+from exporter.model.hf_spec import HfOptions
 from exporter.model.spec import ModelSpec, load_spec
 from exporter.validation.gates import Tolerance
 from exporter.validation.validate import EagerRunner
@@ -66,11 +67,21 @@ def run_build(spec: str | ModelSpec | torch.nn.Module, settings: BuildSettings, 
     return _build(spec, settings, stage=stage)
 
 
-def validate(artifact: str | Path, model: str | ModelSpec, *, inputs_file: Path | None = None,
-             dtype: str = "fp32", seed: int = 0) -> dict:
-    """Re-check an existing artifact against eager PyTorch; returns the validation record."""
+def validate(artifact: str | Path, model: str | ModelSpec | None = None, *,
+             inputs_file: Path | None = None, dtype: str = "fp32", seed: int = 0) -> dict:
+    """Re-check an existing artifact against eager PyTorch; returns the validation record.
+    ``model`` None: the spec the artifact was built from (its manifest's, with the build's
+    hf: options). A generating artifact is judged by the generation gate its build used."""
     manifest = read_manifest(artifact)
-    spec = model if isinstance(model, ModelSpec) else load_spec(model)
+    if manifest.generation:
+        if inputs_file is not None:
+            raise UserInputError("--inputs does not apply to a generating artifact: it is "
+                                 "judged on generating from its own prompts",
+                                 where=str(artifact), hint="leave --inputs out")
+        return _validate_generating(Path(artifact), manifest, model, seed)
+    settings = manifest.build.get("settings", {})
+    spec = (model if isinstance(model, ModelSpec) else load_spec(model) if model is not None
+            else load_spec(manifest.source["spec"], HfOptions.from_settings(settings)))
     device = manifest.partitions[0].device if manifest.partitions else "cpu"
     module = spec.module.to(device)
     inputs = flatten_inputs(spec.args, spec.kwargs)
@@ -92,6 +103,23 @@ def validate(artifact: str | Path, model: str | ModelSpec, *, inputs_file: Path 
     return _validate(Path(artifact), eager, manifest.signature,
                      cases, gate=Tolerance.for_dtype(dtype), warnings=warnings,
                      preload=preload_for(manifest, spec.origin_file))
+
+
+def _validate_generating(artifact: Path, manifest, model: str | None, seed: int) -> dict:
+    from exporter.lm.gate import GenerationGate
+    from exporter.lm.source import load_language_model
+    from exporter.lm.validate import judge_generation
+    if isinstance(model, ModelSpec):
+        raise UserInputError("a generating artifact is validated against a transformers "
+                             "model spec (hf:PATH or FILE.py:NAME)", where=str(artifact))
+    settings = manifest.build.get("settings", {})
+    lm = load_language_model(model or manifest.source["spec"], HfOptions.from_settings(settings))
+    gate = GenerationGate.for_build(settings.get("dtype") or "fp32", settings.get("quantize"),
+                                    min_top1=settings.get("min_top1"),
+                                    max_kl=settings.get("max_kl"))
+    return judge_generation(artifact, manifest.generation, lm, gate, seed,
+                            settings.get("validation_timeout_s"),
+                            preload_for(manifest, lm.origin_file))
 
 
 def _check_outputs(specs, outputs: list[torch.Tensor], artifact: str | Path) -> None:

@@ -129,3 +129,16 @@ def test_incremental_text_is_the_whole_decode(tmp_path):
         print(len(ids), "ids;", sum(p == "" for p in pieces), "waited on a split character")
         assert "".join(pieces) == growing.text
         assert whole.startswith(growing.text) and len(whole) - len(growing.text) <= 1
+
+
+def test_validate_rechecks_a_generating_artifact_by_its_gate(onnx_lm, onnx_mlp, cli):
+    """`exporter validate` on a generating artifact generates against transformers again,
+    with the model its manifest names when --model is left out (as `exporter bench`)."""
+    built, _ = onnx_lm
+    done = cli("validate", str(built.artifact), "--json")
+    assert done.returncode == 0, done.stderr
+    record = json.loads(done.stdout)["validation"]
+    print({k: record[k] for k in ("passed", "kind", "tokens_identical", "cases")})
+    assert record["passed"] and record["kind"] == "generation" and record["tokens_identical"]
+    plain = cli("validate", str(onnx_mlp))  # a plain artifact: its own spec, zoo:mlp
+    assert plain.returncode == 0 and "PASSED" in plain.stdout, plain.stderr

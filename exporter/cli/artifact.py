@@ -53,11 +53,13 @@ def run(
 @app.command()
 def validate(
     artifact: Path = ARTIFACT,
-    model: str = typer.Option(..., "--model", help="the spec the artifact was built from"),
+    model: Optional[str] = typer.Option(None, "--model", help="the spec to compare with "
+                                        "(default: the one the artifact was built from)"),
     inputs: Optional[Path] = typer.Option(None, "--inputs", help=".npz of inputs"),
     as_json: bool = JSON, quiet: bool = QUIET, verbose: bool = VERBOSE, debug: bool = DEBUG,
 ) -> None:
-    """Check an existing artifact against eager PyTorch (exit 1 on mismatch)."""
+    """Check an existing artifact against eager PyTorch (exit 1 on mismatch); a generating
+    artifact against transformers' generate, by the gate its build used."""
     def action() -> int:
         from exporter.api import validate as validate_api
         from exporter.report.console import validation_lines

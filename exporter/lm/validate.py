@@ -44,33 +44,16 @@ NEW_TOKENS = 64
 
 def validate_generation(out: Path, manifest: Manifest, files: dict, lm: LanguageModel,
                         settings: BuildSettings, preload: list[str]) -> dict:
+    """The build's check: the staged artifact beside ``out`` generates; a miss raises."""
     gate = GenerationGate.for_build(settings.dtype, settings.quantize,
                                     min_top1=settings.min_top1, max_kl=settings.max_kl)
-    prompts, new_tokens = generation_cases(lm, manifest.generation, settings.seed)
-    sources = source_cases(lm, manifest.generation, len(prompts), settings.seed)
-    flat = {}
-    for index, prompt in enumerate(prompts):
-        flat[f"case{index}/prompt"] = torch.tensor(prompt, dtype=torch.int64)
-        flat[f"case{index}/new_tokens"] = torch.tensor([new_tokens], dtype=torch.int64)
-        if sources[index] is not None:
-            flat[f"case{index}/source"] = sources[index][0]
     staging = scratch.record(out.with_name(f".{out.name}.validating-{os.getpid()}"))
     write_artifact(staging, manifest.to_dict(), files)
     try:
-        run = ArtifactRun(staging, flat, command="generation-cases", preload=preload,
-                          timeout=settings.validation_timeout_s)
-        try:  # the references, while the artifact generates in its own process
-            references = [hf_greedy(lm.model, prompt, new_tokens, encoder_inputs(lm, source))
-                          for prompt, source in zip(prompts, sources)]
-            results = run.results()
-        finally:
-            run.close()
+        record = judge_generation(staging, manifest.generation, lm, gate, settings.seed,
+                                  settings.validation_timeout_s, preload)
     finally:
         scratch.remove(staging)
-    eager = EagerLogits(lm.model)
-    rows = [judge_case(f"case{i}", eager, prompt, references[i], results[f"case{i}"], gate,
-                       encoder_inputs(lm, sources[i])) for i, prompt in enumerate(prompts)]
-    record = gate.record(rows, new_tokens)
     if not record["passed"]:
         manifest.validation = record
         raise ValidationFailedError(gate.failure(), record=record, where=str(out),
@@ -78,6 +61,33 @@ def validate_generation(out: Path, manifest: Manifest, files: dict, lm: Language
                                     hint="no artifact was written; the first divergence above "
                                          "names the prompt, the step and the logit error")
     return record
+
+
+def judge_generation(artifact: Path, generation: dict, lm: LanguageModel,
+                     gate: GenerationGate, seed: int, timeout: float | None,
+                     preload: list[str]) -> dict:
+    """``artifact`` generates from the cases in its own process while this one runs
+    transformers' ``generate``; the gate's record (also ``exporter validate``'s)."""
+    prompts, new_tokens = generation_cases(lm, generation, seed)
+    sources = source_cases(lm, generation, len(prompts), seed)
+    flat = {}
+    for index, prompt in enumerate(prompts):
+        flat[f"case{index}/prompt"] = torch.tensor(prompt, dtype=torch.int64)
+        flat[f"case{index}/new_tokens"] = torch.tensor([new_tokens], dtype=torch.int64)
+        if sources[index] is not None:
+            flat[f"case{index}/source"] = sources[index][0]
+    run = ArtifactRun(artifact, flat, command="generation-cases", preload=preload,
+                      timeout=timeout)
+    try:  # the references, while the artifact generates in its own process
+        references = [hf_greedy(lm.model, prompt, new_tokens, encoder_inputs(lm, source))
+                      for prompt, source in zip(prompts, sources)]
+        results = run.results()
+    finally:
+        run.close()
+    eager = EagerLogits(lm.model)
+    rows = [judge_case(f"case{i}", eager, prompt, references[i], results[f"case{i}"], gate,
+                       encoder_inputs(lm, sources[i])) for i, prompt in enumerate(prompts)]
+    return gate.record(rows, new_tokens)
 
 
 def generation_cases(lm: LanguageModel, generation: dict, seed: int
