@@ -128,6 +128,19 @@ class BuildSettings(BaseModel):
         return {**data, "target_options": options.model_dump(mode="json")}
 
     @model_validator(mode="after")
+    def _generation_options_need_the_task(self) -> "BuildSettings":
+        given = [flag for flag, value in (("--max-context", self.max_context),
+                                          ("--prefill-chunk", self.prefill_chunk),
+                                          ("--max-source", self.max_source)) if value is not None]
+        if given and self.task != "text-generation":
+            verb = "applies" if len(given) == 1 else "apply"
+            task = f" for --task {self.task}" if self.task else ""
+            raise ValueError(f"{', '.join(given)} {verb} to --task text-generation only (this "
+                             f"build is a plain forward pass{task}); give --task "
+                             "text-generation, or leave it out")
+        return self
+
+    @model_validator(mode="after")
     def _deterministic_excludes_tuning(self) -> "BuildSettings":
         tuned = self.options().measured_choices() if self.target in all_targets() else []
         if self.deterministic and tuned:

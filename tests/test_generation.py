@@ -173,9 +173,9 @@ def test_int8_static_is_refused_for_generating_builds(cli, tmp_path):
 
 
 def test_models_that_cannot_generate_from_a_cache_are_refused_before_capture(cli, tmp_path):
-    """An encoder loaded as a causal LM (BERT: BertLMHeadModel) attends both ways, and a
-    tokenizer.json that does not load would fail only at validation: both exit 2 at load,
-    naming the cause."""
+    """An encoder loaded as a causal LM (BERT: BertLMHeadModel) attends both ways, ALiBi
+    (BLOOM) builds its biases from a 2D mask over the whole sequence, and a tokenizer.json
+    that does not load would fail only at validation: each exits 2 at load, naming it."""
     import shutil
 
     import transformers
@@ -184,10 +184,13 @@ def test_models_that_cannot_generate_from_a_cache_are_refused_before_capture(cli
     transformers.BertForMaskedLM(transformers.BertConfig(
         vocab_size=120, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
         intermediate_size=64)).save_pretrained(bert)
+    bloom = tmp_path / "bloom"
+    transformers.BloomForCausalLM(transformers.BloomConfig(
+        vocab_size=120, hidden_size=32, n_layer=1, n_head=2)).save_pretrained(bloom)
     folder = tiny_lm.checkpoint(tmp_path / "lm", "llama")
     broken = shutil.copytree(folder, tmp_path / "broken-tokenizer")
     (broken / "tokenizer.json").write_text('{"version": "1.0", ')
-    for spec, said in ((bert, "is not a causal decoder"),
+    for spec, said in ((bert, "is not a causal decoder"), (bloom, "uses ALiBi position biases"),
                        (broken, "tokenizer.json cannot be read")):
         out = tmp_path / f"{spec.name}.artifact"
         done = cli("build", f"hf:{spec}", "--task", "text-generation", "--target", "onnx",
@@ -331,3 +334,15 @@ def test_the_float64_reference_runs_mixture_of_experts_models():
     print("max |float32 - float64| logit:", float((l32.double() - l64).abs().max()))
     assert l64.dtype == torch.float64 and l64.shape == (3, tiny_lm.VOCAB)
     torch.testing.assert_close(l32.double(), l64, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.slow  # ~30 s of TVM compiles
+def test_tvm_generating_build_validates_token_for_token(tmp_path):
+    """The tvm target builds generating artifacts too (README: untimed), tokens equal to
+    transformers'."""
+    built = exporter.build(f"{ROOT / 'tests' / 'models' / 'tiny_lm.py'}:factory",
+                           task="text-generation", target="tvm", max_context=32,
+                           out=tmp_path / "llama-tvm.artifact")
+    record = built.manifest.validation
+    print(record["passed"], record["tokens_identical"], sorted(built.manifest.entry_points))
+    assert record["passed"] and record["tokens_identical"]

@@ -90,6 +90,7 @@ def _described(source: str, model: torch.nn.Module, folder: Path | None, notes: 
                         "AutoModelForSpeechSeq2Seq (or a factory returning one)")
     model = model.float().eval()
     if not getattr(config, "is_encoder_decoder", False):
+        _refuse_alibi(config, source)
         _refuse_bidirectional(model, source)
     if folder is None and getattr(model, "name_or_path", None):
         candidate = Path(model.name_or_path)
@@ -113,6 +114,24 @@ def _described(source: str, model: torch.nn.Module, folder: Path | None, notes: 
         ids = {k: ([] if k in outside else v) for k, v in ids.items()}
     return LanguageModel(source, model, origin, tokenizer, ids,
                          json.loads(json.dumps(generation, default=str)), notes, folder)
+
+
+def _refuse_alibi(config, source: str) -> None:
+    """ALiBi models (BLOOM; MPT and Falcon where their config says ``alibi``) build their
+    position biases from a [batch, length] attention mask over the whole sequence, and the
+    cache's steps hand the model a 4D mask over their slots: torch.export then failed in
+    ``build_alibi_tensor`` with a message about the mask's shape."""
+    attention = getattr(config, "attn_config", None)
+    in_attention = (attention.get("alibi") if isinstance(attention, dict)
+                    else getattr(attention, "alibi", False))
+    if getattr(config, "model_type", None) == "bloom" or getattr(config, "alibi", False) \
+            or in_attention:
+        raise SpecError(f"{getattr(config, 'model_type', 'this model')} uses ALiBi position "
+                        "biases, which --task text-generation does not support yet (they are "
+                        "built from a 2D mask over the whole sequence, not over a static "
+                        "cache's slots)", where=source,
+                        hint="build its plain forward pass (--task causal-lm), or a rotary "
+                             "or learned-position model for generation")
 
 
 def _refuse_bidirectional(model: torch.nn.Module, source: str) -> None:
