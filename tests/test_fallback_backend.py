@@ -6,6 +6,8 @@ the runtime's executor registry and compares with the ExportedProgram's own modu
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 from pathlib import Path
 
@@ -150,6 +152,13 @@ def test_unregistered_custom_op_names_it(tmp_path):
     with pytest.raises(CompatibilityError, match="'mylib::foo'.*not registered") as info:
         create_executor(partition, tmp_path, where="test")
     assert "import the library" in str(info.value)
+    # the build records the installed module that registers a custom op: the hint names it
+    named = dataclasses.replace(partition, meta={
+        **partition.meta, "custom_op_modules": {"mylib.foo": "mylib.ops"}})
+    with pytest.raises(CompatibilityError) as info:
+        create_executor(named, tmp_path, where="test")
+    print(info.value)
+    assert "--preload mylib.ops" in str(info.value)
 
 
 def test_newer_schema_major_is_a_compatibility_error(tmp_path):

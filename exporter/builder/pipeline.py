@@ -266,6 +266,8 @@ def manifest_for(prep: Prepared, settings: BuildSettings,
         if not plan.delegated:
             meta["custom_ops"] = sorted({str(n.target).rsplit(".", 1)[0] for n in plan.nodes
                                          if is_custom_op(n.target)})
+            modules = {op: _defining_module(op) for op in meta["custom_ops"]}
+            meta["custom_op_modules"] = {op: m for op, m in modules.items() if m}
         partition = Partition(
             name=plan.name, backend=prep.target.backend if plan.delegated else FALLBACK_BACKEND,
             device=prep.target.device if plan.delegated else "cpu",

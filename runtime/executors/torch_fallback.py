@@ -54,6 +54,9 @@ class TorchFallbackMeta(PartitionMeta):
     # Custom ops the graph calls ("namespace.op"): the build adds these, so that the code
     # registering them can be imported before loading (runtime.__main__'s preload).
     custom_ops: tuple[str, ...] | None = None
+    # the installed module that registers each of them, where the build knew it
+    # (transformers.integrations.moe for Mixtral's grouped_mm_fallback): named in the hint
+    custom_op_modules: dict[str, str] | None = None
 
 
 class TorchFallbackExecutor:
@@ -78,7 +81,8 @@ class TorchFallbackExecutor:
         at_program = f"{where}: {meta.program}"
         raw = _read_json(program_path, where=at_program)
         _check_schema(raw, where=at_program)
-        _check_ops(raw, where=f"{where}: partition '{partition.name}'")
+        _check_ops(raw, where=f"{where}: partition '{partition.name}'",
+                   modules=sorted(set((meta.custom_op_modules or {}).values())))
         state_dict, constants = _read_weights(weights_path, partition, meta,
                                               where=f"{where}: {meta.weights}")
         program = _deserialize(raw, state_dict, constants, where=at_program)
@@ -148,8 +152,9 @@ def _check_schema(raw: dict, *, where: str) -> None:
             hint="install the torch version shown by `exporter inspect`")
 
 
-def _check_ops(raw: dict, *, where: str) -> None:
-    """List every operator this process lacks at once (torch stops at the first)."""
+def _check_ops(raw: dict, *, where: str, modules: list[str] = ()) -> None:
+    """List every operator this process lacks at once (torch stops at the first);
+    ``modules``: those the build recorded as registering the custom ones."""
     missing = sorted({t for t in _targets(raw) if not _resolves(t)})
     builtin = [t for t in missing if t.split(".")[2] in _TORCH_NAMESPACES]
     custom = [t for t in missing if t not in builtin]
@@ -159,8 +164,10 @@ def _check_ops(raw: dict, *, where: str) -> None:
             f"the partition calls custom op{'s' if len(custom) > 1 else ''} {names}, which "
             f"{'are' if len(custom) > 1 else 'is'} not registered in this process",
             where=where, details=custom,
-            hint="import the library that defines it before runtime.load "
-                 "(CLI: --preload FILE.py or MODULE)")
+            hint=(f"load {' and '.join(modules)} first: --preload "
+                  f"{' --preload '.join(modules)} (Python: import it before runtime.load)"
+                  if modules else "import the library that defines it before runtime.load "
+                  "(CLI: --preload FILE.py or MODULE)"))
     if builtin:
         raise CompatibilityError(
             f"the partition calls {len(builtin)} operator(s) this torch {torch.__version__} "
