@@ -44,6 +44,9 @@ def test_bad_dynamic_and_unknown_target_exit_2(cli):
     _assert_clean_error(cli("build", "zoo:mlp", "--dynamic", "x:0=9..2"), 2, "--dynamic")
     _assert_clean_error(cli("build", "zoo:mlp", "--dynamic", "nope:0=1..4"), 2, "nope")
     _assert_clean_error(cli("build", "zoo:mlp", "--target", "toaster"), 2, "toaster")
+    # ONNX Runtime's CPU provider has no bfloat16 kernels: every op ran on the fallback
+    _assert_clean_error(cli("build", "zoo:mlp", "--target", "onnx", "--dtype", "bf16"), 2,
+                        "--dtype bf16 on target onnx", "--dtype fp16")
     # generation options on a plain forward build meant nothing, and were accepted
     _assert_clean_error(cli("build", "zoo:mlp", "--max-context", "32", "--prefill-chunk",
                             "8", "--dry-run"), 2, "--max-context, --prefill-chunk apply to "

@@ -33,7 +33,7 @@ def externalize(path: Path) -> dict[str, torch.Tensor]:
         array = numpy_helper.to_array(init)
         if array.nbytes < INLINE_BELOW_BYTES:
             continue
-        weights[init.name] = torch.from_numpy(array.copy())
+        weights[init.name] = _torch_tensor(array)
         for field in ("raw_data", "float_data", "int32_data", "int64_data", "double_data",
                       "uint64_data", "external_data"):
             init.ClearField(field)
@@ -46,3 +46,11 @@ def externalize(path: Path) -> dict[str, torch.Tensor]:
         (path.parent / name).unlink(missing_ok=True)
     onnx.save_model(model, str(path))
     return weights
+
+
+def _torch_tensor(array) -> torch.Tensor:
+    """numpy to torch; bfloat16 (ml_dtypes' numpy type, which torch.from_numpy refuses)
+    through its 16-bit pattern."""
+    if array.dtype.name == "bfloat16":
+        return torch.from_numpy(array.view("uint16").copy()).view(torch.bfloat16)
+    return torch.from_numpy(array.copy())

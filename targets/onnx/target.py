@@ -220,6 +220,15 @@ class OnnxTarget(Target):
         if missing:
             raise TargetOptionError(f"target 'onnx' needs {', '.join(missing)}",
                                     hint="pip install '.[onnx]'")
+        if options.dtype == "bf16" and providers == ["CPUExecutionProvider"]:
+            # Every op then ran on the CPU fallback (its Mul, MatMul, ... have no bfloat16
+            # kernel there), a build that passed and ran as slowly as eager.
+            raise TargetOptionError("--dtype bf16 on target onnx needs an execution provider "
+                                    "with bfloat16 kernels: ONNX Runtime's CPU provider has "
+                                    "none for most ops",
+                                    hint="use --dtype fp16 or fp32 (or --quantize int8-weight / "
+                                         "int4-weight), --ep cuda,cpu on an NVIDIA GPU, or "
+                                         "--target cpu for bf16")
         import onnx
         import onnxruntime
 
