@@ -263,9 +263,10 @@ class OnnxTarget(Target):
             except Exception as exc:  # noqa: BLE001 - ORT's quantizer raises many kinds
                 # Not movable: the CPU fallback would run these ops in float, and the build
                 # would pass as a quantized one that quantized nothing.
+                # Where: the log of its full text (the model is in a scratch folder that
+                # goes with the failed build)
                 raise self._error(f"ONNX Runtime's {options.quantize} quantization "
-                                  "failed", exc, options, program, where=str(path),
-                                  movable=False) from exc
+                                  "failed", exc, options, program, movable=False) from exc
             exported = onnx.load(str(path), load_external_data=False)
             for name in [MODEL_NAME, *_external_locations(exported)]:
                 (options.work_dir / name).unlink()  # replaced by the quantized model's files
