@@ -100,6 +100,8 @@ def test_generates_like_hugging_face_on_a_new_source(bart_onnx):
     _, program, folder = bart_onnx
     import transformers
     model = transformers.AutoModelForSeq2SeqLM.from_pretrained(folder).eval()
+    program = runtime.load(program.source)  # the raw greedy choice: BART's forced eos aside
+    program.generator.config["forced_eos_token_id"] = None
     tokens = {}
     for text in ("hello device, the fox", "a notebook"):
         got = program.generate(None, 20, source=text, stop_at_eos=False)
@@ -110,6 +112,52 @@ def test_generates_like_hugging_face_on_a_new_source(bart_onnx):
         assert got.tokens == reference
         tokens[text] = got.tokens
     assert len(set(map(tuple, tokens.values()))) == 2
+
+
+def test_a_given_decoder_prompt_starts_as_transformers_generate_starts_it(bart_onnx):
+    """transformers' generate puts the decoder start token before decoder_input_ids that
+    lack it (Whisper's excepted); a text prompt is the text's own tokens, not the
+    tokenizer's bos ... eos template. The artifact's tokens are then generate's."""
+    _, program, folder = bart_onnx
+    import transformers
+    model = transformers.AutoModelForSeq2SeqLM.from_pretrained(folder).eval()
+    program = runtime.load(program.source)  # its own config: BART's forced eos set aside
+    program.generator.config["forced_eos_token_id"] = None
+    source = program.generator.tokenizer.encode("hello device, the fox")
+    start = model.config.decoder_start_token_id
+    words = program.generator.tokenizer.encode("the quick", special=False)
+    for prompt, ids in (([5, 6], [5, 6]), ([start, 5, 6], [5, 6]), ("the quick", words)):
+        got = program.generate(prompt, 8, source=source, stop_at_eos=False)
+        with torch.no_grad():
+            want = model.generate(input_ids=torch.tensor([source]),
+                                  decoder_input_ids=torch.tensor([ids]), max_new_tokens=8,
+                                  min_new_tokens=8, do_sample=False, num_beams=1,
+                                  forced_eos_token_id=None)[0].tolist()
+        print(prompt, got.prompt_tokens, got.tokens, want)
+        assert got.prompt_tokens == [start, *ids] and got.prompt_tokens + got.tokens == want
+
+
+def test_forced_first_and_last_tokens_are_transformers_generates(bart_onnx):
+    """The generation config's forced_eos_token_id (BART's: eos as the last of
+    max_new_tokens) and forced_bos_token_id (mBART-50's and M2M100's target language, first)
+    apply as transformers' generate applies them."""
+    _, program, folder = bart_onnx
+    import transformers
+    model = transformers.AutoModelForSeq2SeqLM.from_pretrained(folder).eval()
+    generator = runtime.load(program.source).generator  # its own copy of the config
+    source = generator.tokenizer.encode("hello device, the fox")
+    eos = model.generation_config.forced_eos_token_id
+    for bos in (None, 7):
+        generator.config["forced_bos_token_id"] = bos
+        got = generator.generate(None, 6, source=source)
+        with torch.no_grad():
+            want = model.generate(input_ids=torch.tensor([source]), max_new_tokens=6,
+                                  min_new_tokens=0, do_sample=False, num_beams=1,
+                                  forced_bos_token_id=bos)[0, 1:].tolist()
+        print(bos, got.tokens, got.stop_reason, want)
+        assert got.tokens + ([eos] if got.stop_reason == "eos" else []) == want
+        assert bos is None or got.tokens[0] == bos
+    assert eos is not None and got.stop_reason == "eos"  # forced as the 6th
 
 
 def test_a_decode_step_that_cannot_be_captured_decodes_on_prefill():
@@ -148,7 +196,10 @@ def test_bad_sources_are_user_errors_naming_the_input(whisper_onnx, bart_onnx):
     whisper, bart = whisper_onnx[1], bart_onnx[1]
     bound = bart.manifest.generation["source"]["bound"]
     cases = [
-        (lambda: whisper.generate(None, 2, source=[1, 2]), "input features of shape"),
+        (lambda: whisper.generate(None, 2, source=[1, 2]), "takes input features, not "
+                                                             "token ids"),
+        (lambda: whisper.generate(None, 2, source="hello"), "takes input features, not text"),
+        (lambda: whisper.generate(None, 2, source=torch.zeros(3, 5)), "input features of shape"),
         (lambda: parse_source(None, None, "missing.npy"), "no such file"),
         (lambda: parse_source("x", "1", None), "give the source once"),
         (lambda: bart.generate(None, 2, source=[5] * (bound + 1)), "the encoder takes 1"),
@@ -173,7 +224,26 @@ def test_bad_max_source_is_exit_2_before_any_capture(cli, tmp_path):
     with pytest.raises(UserInputError, match="applies to text encoders"):
         exporter.build(f"{MODELS}:whisper", task="text-generation", target="onnx",
                        max_source=8, out=out)
+    # T5's relative positions set no limit; its attention over the source is N x N
+    with pytest.raises(UserInputError, match="over 8192, the most this export takes"):
+        exporter.build(f"{MODELS}:t5", task="text-generation", target="onnx",
+                       max_source=100_000, out=out)
     assert not out.exists()
+
+
+def test_a_source_vocabulary_of_its_own_is_the_sources_bound(tmp_path):
+    """Marian checkpoints with two vocabularies (the source's larger here): source ids are
+    checked against the encoder's table, not the decoder's logits (the build's own
+    validation failed on a source id of 316 < 320)."""
+    out = tmp_path / "marian.artifact"
+    built = exporter.build(f"{MODELS}:marian_two_vocabs", task="text-generation",
+                           target="onnx", max_context=24, max_source=12, out=out)
+    assert built.manifest.validation["passed"]
+    program = runtime.load(out)
+    assert program.generator.vocab == tiny_seq2seq.VOCAB - 20
+    program.generate(None, 2, source=[5, tiny_seq2seq.VOCAB - 5, 7])  # past the target's
+    with pytest.raises(runtime.UserInputError, match=f"vocabulary of {tiny_seq2seq.VOCAB}"):
+        program.generate(None, 2, source=[5, tiny_seq2seq.VOCAB + 1])
 
 
 @pytest.mark.slow

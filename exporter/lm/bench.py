@@ -116,7 +116,8 @@ def _source(generator) -> torch.Tensor | None:
     random = torch.Generator().manual_seed(1)
     if spec["input"] == "input_features":
         return torch.randn(*spec["shape"], generator=random)
-    return torch.randint(0, generator.vocab, (spec["bound"],), generator=random)
+    return torch.randint(0, spec.get("vocab") or generator.vocab, (spec["bound"],),
+                         generator=random)
 
 
 def _artifact_engine(program, prompt: list[int], new_tokens: int,

@@ -192,8 +192,9 @@ def _source_of(lm: LanguageModel, model: torch.nn.Module, max_source: int | None
         return source_of(model, max_source, lm.folder)
     except ValueError as exc:
         raise UserInputError(str(exc), where=lm.source,
-                             hint="check --max-source (or leave it out) and the checkpoint's "
-                                  "preprocessor_config.json") from None
+                             hint="check --max-source (or leave it out)" + (
+                                 "" if "max-source" in str(exc) else " and the checkpoint's "
+                                 "preprocessor_config.json")) from None
     except NotImplementedError as exc:
         raise SpecError(f"{type(model).__name__}: {exc}", where=lm.source,
                         hint="encoder-decoders with a text encoder or Whisper's speech "

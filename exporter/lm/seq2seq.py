@@ -36,6 +36,7 @@ from exporter.lm.attention import attending_in_place
 from exporter.lm.wrapper import ChunkCache, ChunkLayer, attention_mask, cache_keyword
 from runtime.generation.layout import CacheLayer, CacheLayout
 
+MAX_SOURCE_UNBOUNDED = 8192  # an encoder without a positions limit (T5)
 MAX_SOURCE_DEFAULT = 1024  # a text encoder's longest source (the cross cache's rows)
 
 
@@ -47,6 +48,7 @@ class Source:
     shape: tuple[int, ...]  # features: (mel bins, frames); ids: (bound,)
     bound: int  # rows of the cross cache (encoder positions)
     audio: dict | None = None  # Whisper's log-mel parameters (runtime/generation/audio.py)
+    vocab: int | None = None  # a text encoder's own vocabulary (Marian's may differ)
 
     @property
     def masked(self) -> bool:
@@ -54,6 +56,8 @@ class Source:
 
     def to_json(self) -> dict:
         raw = {"input": self.input, "shape": list(self.shape), "bound": self.bound}
+        if self.vocab is not None:
+            raw["vocab"] = self.vocab
         return {**raw, "audio": self.audio} if self.audio else raw
 
 
@@ -84,8 +88,14 @@ def source_of(model: torch.nn.Module, max_source: int | None,
     if max_source is not None and positions is not None and max_source > positions:
         raise ValueError(f"--max-source {max_source} is over the encoder's {positions} "
                          "positions")
+    if max_source is not None and positions is None and max_source > MAX_SOURCE_UNBOUNDED:
+        # T5's relative positions set no limit, but its full attention over the source is
+        # N x N per head: the validation's encode of 100,000 tokens asked for 80 GB
+        raise ValueError(f"--max-source {max_source} is over {MAX_SOURCE_UNBOUNDED}, the most "
+                         "this export takes for an encoder without a positions limit (its "
+                         "attention over the source grows with the square of its length)")
     bound = max_source or min(positions or MAX_SOURCE_DEFAULT, MAX_SOURCE_DEFAULT)
-    return Source("input_ids", (bound,), bound)
+    return Source("input_ids", (bound,), bound, vocab=source_vocab(model))
 
 
 _AUDIO_DEFAULTS = {"sampling_rate": 16000, "n_fft": 400, "hop_length": 160}

@@ -3,8 +3,9 @@ artifact) asks of transformers' ``generate`` beyond what this generator does: sa
 not dropped in silence. An outside check found a ``repetition_penalty`` of 1.5 ignored
 without a word, the tokens then differing from ``model.generate(ids)`` at the 13th.
 
-The generator applies: eos ids, ``suppress_tokens``/``begin_suppress_tokens``, Whisper's
-prompt, and ``max_new_tokens`` as the default length. Sampling is the caller's choice
+The generator applies: eos ids, ``suppress_tokens``/``begin_suppress_tokens``,
+``forced_bos_token_id``/``forced_eos_token_id``, Whisper's prompt, and ``max_new_tokens`` as
+the default length. Sampling is the caller's choice
 (greedy unless asked), so a config that samples gets a note saying how to sample as it does.
 """
 
@@ -18,7 +19,7 @@ DEFAULT_NEW_TOKENS = 128
 _NEUTRAL = {"repetition_penalty": 1.0, "no_repeat_ngram_size": 0, "num_beams": 1,
             "encoder_repetition_penalty": 1.0, "encoder_no_repeat_ngram_size": 0,
             "min_new_tokens": 0, "min_length": 0, "bad_words_ids": None, "sequence_bias": None,
-            "forced_bos_token_id": None, "forced_eos_token_id": None, "min_p": None,
+            "min_p": None,
             "typical_p": 1.0, "epsilon_cutoff": 0.0, "eta_cutoff": 0.0, "penalty_alpha": None,
             "exponential_decay_length_penalty": None, "guidance_scale": None}
 
@@ -44,3 +45,19 @@ def sampling_note(config: dict, sampling: Sampling) -> str | None:
     asked = " ".join(flags) or "--temperature 1"
     return (f"the checkpoint's generation config samples (do_sample), and this run is greedy; "
             f"to sample as it does: {asked} (Python: sampling=Sampling(...))")
+
+
+def forced_tokens(config: dict, prompt: int, max_new_tokens: int) -> dict[int, int]:
+    """{new token's index: id} the generation config forces, as transformers' generate
+    does: ``forced_bos_token_id`` first after a one-token prompt (mBART-50's and M2M100's
+    target language), ``forced_eos_token_id`` as the last of ``max_new_tokens`` (BART's)."""
+    def first(value):
+        value = value[0] if isinstance(value, (list, tuple)) and value else value
+        return value if isinstance(value, int) else None
+    forced = {}
+    eos, bos = first(config.get("forced_eos_token_id")), first(config.get("forced_bos_token_id"))
+    if eos is not None and max_new_tokens > 0:
+        forced[max_new_tokens - 1] = eos
+    if bos is not None and prompt == 1:
+        forced[0] = bos
+    return forced

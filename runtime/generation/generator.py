@@ -25,7 +25,8 @@ import torch
 from runtime.errors import ArtifactError, UserInputError
 from runtime.generation.audio import Waveform, log_mel
 from runtime.generation.cache import KvCache
-from runtime.generation.config_notes import default_new_tokens, sampling_note, unapplied
+from runtime.generation.config_notes import (default_new_tokens, forced_tokens, sampling_note,
+                                             unapplied)
 from runtime.generation.layout import CacheLayout
 from runtime.generation.prompting import (Suppression, speech_prompt, takes_language,
                                          token_ids)
@@ -177,9 +178,15 @@ class Generator:
                 raise UserInputError(f"the source has {len(ids)} tokens; the encoder takes 1 "
                                      f"to {spec['bound']}", where=self.where,
                                      hint="shorten the source")
-            self._check_tokens(ids)
+            self._check_tokens(ids, spec.get("vocab"))
             value = torch.tensor([ids], dtype=torch.long)
         else:
+            if isinstance(source, str) or (isinstance(source, (list, tuple)) and all(
+                    isinstance(t, int) for t in source)):
+                raise UserInputError("this artifact's encoder takes input features, not "
+                                     f"{'text' if isinstance(source, str) else 'token ids'}",
+                                     where=self.where, hint="give --source-features FILE.npy "
+                                     "or --source-audio FILE.wav")
             value = torch.as_tensor(source)
             if value.dim() == len(spec["shape"]):
                 value = value[None]
@@ -194,13 +201,20 @@ class Generator:
 
     def _decoder_prompt(self, prompt, language: str | None, task: str | None) -> list[int]:
         """The decoder's prompt: the one given, else its start token, which a speech model
-        follows with its language and task tokens (runtime/generation/prompting.py)."""
+        follows with its language and task tokens (runtime/generation/prompting.py). A
+        given one starts with the decoder start token, as transformers' ``generate`` makes
+        it (Whisper's excepted); text, without the tokenizer's template (bos ... eos)."""
         if prompt is not None and (isinstance(prompt, str) or len(prompt) > 0):
             if language is not None or task is not None:
                 raise UserInputError("a language or task is for the default decoder prompt; "
                                      "this call gives its own", where=self.where,
                                      hint="leave out the prompt, or put those tokens in it")
-            return self._token_ids(prompt)
+            ids = (self.tokenizer.encode(prompt, special=False) if isinstance(prompt, str)
+                   else token_ids(prompt, self.where))
+            start = self.decoder_start[:1]
+            if start and not takes_language(self.config) and ids[:1] != start:
+                ids = start + ids
+            return ids
         if not self.decoder_start:
             raise UserInputError("the artifact names no decoder start token",
                                  where=self.where, hint="give the decoder prompt's ids")
@@ -276,8 +290,10 @@ class Generator:
         growing = (IncrementalText(self.tokenizer) if self._tokenizer_json is not None
                    and (stop or stream is not None) else None)
         reason = "max_new_tokens" if budget == max_new_tokens else "context_full"
+        forced = forced_tokens(self.config, len(prompt_ids), max_new_tokens)
         while len(tokens) < budget:
             token = sample(self.suppress(logits, not tokens) if self.suppress else logits)
+            token = forced.get(len(tokens), token)
             first_at = first_at or time.perf_counter()
             if stop_at_eos and token in self.eos:
                 reason = "eos"
@@ -321,14 +337,16 @@ class Generator:
         found = [text.index(s) for s in stop if s in text]
         return text[:min(found)] if found else text
 
-    def _check_tokens(self, tokens: Sequence[int]) -> None:
+    def _check_tokens(self, tokens: Sequence[int], vocab: int | None = None) -> None:
         """An id outside the vocabulary would index past the embedding table (a crash in
-        compiled code, not an error): refused here."""
-        bad = [t for t in tokens if not 0 <= t < self.vocab]
+        compiled code, not an error): refused here. ``vocab``: a text encoder's own, where
+        the manifest gives it (Marian's source vocabulary may differ from its target's)."""
+        vocab = vocab or self.vocab
+        bad = [t for t in tokens if not 0 <= t < vocab]
         if bad:
             raise UserInputError(f"{len(bad)} token id(s) outside the vocabulary of "
-                                 f"{self.vocab}: {', '.join(map(str, bad[:5]))}",
-                                 where=self.where, hint=f"ids go from 0 to {self.vocab - 1}")
+                                 f"{vocab}: {', '.join(map(str, bad[:5]))}",
+                                 where=self.where, hint=f"ids go from 0 to {vocab - 1}")
 
     def _check_length(self, prompt: int, extra: int) -> None:
         if prompt < 1:

@@ -41,8 +41,9 @@ class Tokenizer:
                                           "'generate' extra); token ids work without it") from None
         self._tokenizer = HfTokenizer.from_str(json_text)
 
-    def encode(self, text: str) -> list[int]:
-        return self._tokenizer.encode(text, add_special_tokens=True).ids
+    def encode(self, text: str, special: bool = True) -> list[int]:
+        """``special``: with the tokenizer's template (bos, eos) around the text."""
+        return self._tokenizer.encode(text, add_special_tokens=special).ids
 
     def decode(self, ids: list[int]) -> str:
         return self._tokenizer.decode(ids, skip_special_tokens=True)

@@ -29,6 +29,10 @@ def config(family: str):
         # BART's shape, numbering its decoder positions from the cache length itself
         "mvp": lambda: tf.MvpConfig(**_TEXT, decoder_start_token_id=2),
         "marian": lambda: tf.MarianConfig(**_TEXT, decoder_start_token_id=0, pad_token_id=0),
+        # opus-mt-tc-*'s kind: the source's vocabulary larger than the target's
+        "marian-two-vocabs": lambda: tf.MarianConfig(
+            **_TEXT, decoder_vocab_size=VOCAB - 20, share_encoder_decoder_embeddings=False,
+            tie_word_embeddings=False, decoder_start_token_id=0, pad_token_id=0),
         "t5": lambda: tf.T5Config(vocab_size=VOCAB, d_model=64, d_kv=16, d_ff=128,
                                   num_layers=2, num_decoder_layers=2, num_heads=4,
                                   relative_attention_num_buckets=8,
@@ -77,6 +81,10 @@ def bart():
 
 def mvp():
     return model("mvp")
+
+
+def marian_two_vocabs():
+    return model("marian-two-vocabs")
 
 
 def checkpoint(folder: Path, family: str = "bart") -> Path:
