@@ -164,7 +164,7 @@ def _parser() -> argparse.ArgumentParser:
     gen.add_argument("--language", help="Whisper: the speech's language code (default: "
                      "detected)")
     gen.add_argument("--task", help="Whisper: transcribe or translate")
-    gen.add_argument("--max-new-tokens", type=int, default=None,
+    gen.add_argument("--max-new-tokens", "-n", type=int, default=None,
                      help="default: the checkpoint's max_new_tokens, else 128")
     gen.add_argument("--temperature", type=float, default=0.0)
     gen.add_argument("--top-k", type=int)

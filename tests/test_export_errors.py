@@ -67,6 +67,22 @@ def test_data_dependent_control_flow(tmp_path):
     assert err.details[0].startswith("torch said: GuardOnDataDependentSymNode")
 
 
+def test_a_branch_in_installed_library_code_is_not_the_users_to_rewrite(tmp_path):
+    """LED's `if is_global_attn:` is transformers' line: the hint says whose code it is,
+    not to rewrite it with torch.cond."""
+    package = tmp_path / "site-packages" / "somelib"
+    package.mkdir(parents=True)
+    path = _model_file(package, """
+        if x.sum() > 0:
+            return x * 2
+        return x - 1
+    """)
+    err = _explain(path)
+    print(err)
+    assert "data-dependent control flow" in str(err)
+    assert "somelib package's code" in err.hint and "torch.cond" not in err.hint
+
+
 def test_branch_on_data_dependent_size_is_control_flow(tmp_path):
     path = _model_file(tmp_path, """
         idx = x.nonzero()

@@ -120,6 +120,17 @@ def _audio(config: Any, folder: Path | None) -> dict | None:
     return audio
 
 
+def _encoder_width(config: Any) -> int:
+    """The encoder's output width: BART's d_model, or hidden_size, on the model's config or
+    its encoder's (T5Gemma keeps one config per side)."""
+    for part in (getattr(config, "encoder", None), config):
+        width = getattr(part, "d_model", None) or getattr(part, "hidden_size", None)
+        if isinstance(width, int):
+            return width
+    raise NotImplementedError(f"{type(config).__name__} names no hidden size this export knows "
+                              "(d_model, hidden_size)")
+
+
 class _CrossLayer(CacheLayerMixin):
     """One decoder layer's cross-attention keys/values: given (a step), or recorded as the
     model projects them (``encode``)."""
@@ -282,7 +293,7 @@ class ExportableSeq2SeqStep(torch.nn.Module):
         super().__init__()
         self.model, self.layout, self.source = model, layout, source
         self.attention = attention
-        self._width = getattr(model.config, "d_model", None) or model.config.hidden_size
+        self._width = _encoder_width(model.config)
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
                 past: dict[str, torch.Tensor], cross: dict[str, torch.Tensor],

@@ -258,9 +258,14 @@ def _data_dependent(exc: BaseException, where: SourceLine | None) -> _Explanatio
         cond = match.group(1) if match else "?"
     checks = _CHECK_SUGGESTION.findall(message)
     if where and _CONTROL_FLOW_LINE.search(where.code):
+        library = _installed_package(where.file)
         return _Explanation(
             f"The model branches on tensor data (data-dependent control flow), which "
             f"torch.export cannot capture: the condition `{cond}` is unknown while tracing",
+            # a branch in transformers' own code is not the user's to rewrite
+            f"the branch is in the {library} package's code for this model, not yours: it "
+            "cannot be captured as it is; look for a config option that avoids that branch, "
+            "or report the line above" if library else
             "rewrite the branch with torch.cond(pred, true_fn, false_fn, operands) so both "
             "sides are captured, or move the decision out of the model and export one fixed "
             "branch", [])
@@ -271,6 +276,16 @@ def _data_dependent(exc: BaseException, where: SourceLine | None) -> _Explanatio
     return _Explanation(
         f"A shape depends on tensor data (data-dependent shape), and torch.export cannot "
         f"decide `{cond}` for it while tracing", hint, [f"suggested by torch: {c}" for c in checks])
+
+
+def _installed_package(file: str) -> str | None:
+    """The installed package a source file belongs to (``transformers``), or None for the
+    user's own code."""
+    parts = Path(file).parts
+    for marker in ("site-packages", "dist-packages"):
+        if marker in parts and parts.index(marker) + 1 < len(parts):
+            return parts[parts.index(marker) + 1]
+    return None
 
 
 _LOCAL_NAME = re.compile(r"L\['(\w+)'\]")

@@ -66,7 +66,8 @@ def _features(path_text: str):
 
 def _ids(ids: str, flag: str) -> list[int]:
     try:
-        tokens = [int(part) for part in ids.replace(" ", "").split(",") if part]
+        # an empty field ("1,,2") is a typo, not nothing: refused as any non-integer
+        tokens = [int(part) for part in ids.replace(" ", "").strip(",").split(",")]
     except ValueError:
         raise UserInputError(f"{flag} {ids!r} is not a list of integers",
                              hint=f"e.g. {flag} 1,415,2936") from None
