@@ -142,3 +142,19 @@ def test_validate_rechecks_a_generating_artifact_by_its_gate(onnx_lm, onnx_mlp, 
     assert record["passed"] and record["kind"] == "generation" and record["tokens_identical"]
     plain = cli("validate", str(onnx_mlp))  # a plain artifact: its own spec, zoo:mlp
     assert plain.returncode == 0 and "PASSED" in plain.stdout, plain.stderr
+
+
+def test_bench_times_a_generating_artifact_as_asked(onnx_lm, cli):
+    """`exporter bench` on a generating artifact: the artifact and transformers in turns,
+    with the runs and untimed warm-ups asked for (--warmup was ignored); --runs 0 is exit 2."""
+    built, _ = onnx_lm
+    done = cli("bench", str(built.artifact), "--baseline", "eager", "--prompt-tokens", "8",
+               "--new-tokens", "8", "--runs", "2", "--warmup", "0", "--json")
+    assert done.returncode == 0, done.stderr
+    timed = json.loads(done.stdout)
+    print({k: timed[k] for k in ("runs", "warmup", "ratios")})
+    assert (timed["runs"], timed["warmup"]) == (2, 0)
+    assert set(timed["engines"]) == {"artifact", "hf-eager"}
+    assert all(row["decode_tokens_per_s"] > 0 for row in timed["engines"].values())
+    refused = cli("bench", str(built.artifact), "--runs", "0")
+    assert refused.returncode == 2 and "--runs 1 or more" in refused.stderr

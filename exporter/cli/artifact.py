@@ -95,7 +95,8 @@ def bench(
                                         "(default: the one in the manifest)"),
     runs: Optional[int] = typer.Option(None, "--runs", help="timed calls per candidate "
                                        "(medians, p90; default 100, generations 5)"),
-    warmup: int = typer.Option(20, "--warmup", help="untimed calls first, per candidate"),
+    warmup: Optional[int] = typer.Option(None, "--warmup", help="untimed calls first, per "
+                                         "candidate (default 20, generations 1)"),
     prompt_tokens: int = typer.Option(128, "--prompt-tokens", min=1, help="generating "
                                       "artifacts: the prompt's length"),
     new_tokens: int = typer.Option(128, "--new-tokens", min=2, help="generating artifacts: "
@@ -108,13 +109,19 @@ def bench(
     (a generating artifact: time to first token and tokens/s against transformers)."""
     def action() -> int:
         from exporter.benchmark import bench as bench_api
+        from exporter.errors import UserInputError
 
         names = tuple(b.strip() for b in baseline.split(",") if b.strip())
+        if (runs is not None and runs < 1) or (warmup is not None and warmup < 0):
+            raise UserInputError(f"--runs {runs} / --warmup {warmup}",
+                                 hint="give --runs 1 or more and --warmup 0 or more")
         if runtime_generates(artifact):
-            return _bench_generation(artifact, names, runs or 5, prompt_tokens, new_tokens,
+            return _bench_generation(artifact, names, runs or 5, 1 if warmup is None
+                                     else warmup, prompt_tokens, new_tokens,
                                      not no_cuda_graphs, as_json)
         runs_ = runs or 100
-        timed = bench_api(artifact, model=model, baselines=names, runs=runs_, warmup=warmup,
+        timed = bench_api(artifact, model=model, baselines=names, runs=runs_,
+                          warmup=20 if warmup is None else warmup,
                           cuda_graphs=not no_cuda_graphs, stage=stage_printer())
         if as_json:
             print_json(timed)
@@ -142,13 +149,14 @@ def runtime_generates(artifact: Path) -> bool:
     return runtime.read_manifest(artifact).generation is not None
 
 
-def _bench_generation(artifact: Path, names: tuple[str, ...], runs: int, prompt_tokens: int,
-                      new_tokens: int, cuda_graphs: bool, as_json: bool) -> int:
+def _bench_generation(artifact: Path, names: tuple[str, ...], runs: int, warmup: int,
+                      prompt_tokens: int, new_tokens: int, cuda_graphs: bool,
+                      as_json: bool) -> int:
     from exporter.lm.bench import bench_generation
     aliases = {"eager": "hf-eager", "compile": "hf-static"}  # the plain bench's names
     timed = bench_generation(artifact, baselines=tuple(aliases.get(n, n) for n in names),
                              prompt_tokens=prompt_tokens, new_tokens=new_tokens, runs=runs,
-                             cuda_graphs=cuda_graphs, stage=stage_printer())
+                             warmup=warmup, cuda_graphs=cuda_graphs, stage=stage_printer())
     if as_json:
         print_json(timed)
         return 0

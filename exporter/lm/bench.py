@@ -35,7 +35,7 @@ BASELINES = ("hf-eager", "hf-static")
 
 def bench_generation(artifact: str | Path, *, baselines: tuple[str, ...] = BASELINES,
                      prompt_tokens: int = 128, new_tokens: int = 128, runs: int = 5,
-                     cuda_graphs: bool = True, stage: Callable) -> dict:
+                     warmup: int = 1, cuda_graphs: bool = True, stage: Callable) -> dict:
     unknown = set(baselines) - set(BASELINES)
     if unknown:
         raise UserInputError(f"unknown baseline(s) for a generating artifact: "
@@ -65,11 +65,12 @@ def bench_generation(artifact: str | Path, *, baselines: tuple[str, ...] = BASEL
         for name in baselines:
             engines[name] = _hf_engine(model, prompt, new_tokens, static=name == "hf-static",
                                        encoder=encoder)
-    rows = _take_turns(engines, runs, device, stage)
+    rows = _take_turns(engines, runs, warmup, device, stage)
     result = {"artifact": str(artifact), "target": manifest.target, "device": str(device),
               "dtype": manifest.build.get("settings", {}).get("dtype", "fp32"),
               "quantize": manifest.build.get("settings", {}).get("quantize"),
               "prompt_tokens": prompt_tokens, "new_tokens": new_tokens, "runs": runs,
+              "warmup": warmup,
               "threads": torch.get_num_threads(), "file_bytes": Path(artifact).stat().st_size,
               "cache_bytes": generator.cache.nbytes, "engines": rows}
     if source is not None:
@@ -85,11 +86,13 @@ def bench_generation(artifact: str | Path, *, baselines: tuple[str, ...] = BASEL
     return result
 
 
-def _take_turns(engines: dict, runs: int, device: torch.device, stage: Callable) -> dict:
+def _take_turns(engines: dict, runs: int, warmup: int, device: torch.device,
+                stage: Callable) -> dict:
     samples: dict[str, list[dict]] = {name: [] for name in engines}
     for name, run in engines.items():
-        with stage(f"warm up {name}"):
-            run()
+        with stage(f"warm up {name} ({warmup} untimed)"):
+            for _ in range(warmup):
+                run()
     peaks = {}
     with stage(f"generate ({runs} runs per engine, taking turns)"):
         for _ in range(runs):
