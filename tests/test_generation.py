@@ -200,12 +200,15 @@ def test_models_that_cannot_generate_from_a_cache_are_refused_before_capture(cli
         assert "capture" not in done.stderr and not out.exists()
 
 
-def test_rotaries_that_follow_the_sequence_length(cli, tmp_path):
+def test_rotaries_that_follow_the_sequence_length(tmp_path):
     """Dynamic-NTK rope branches on the call's last position, which torch.export cannot
     capture; within the model's positions (every --max-context) it is the default rope, and
     builds token for token. Phi-3's longrope past its original context makes transformers
-    recompute the whole cache with its long factors: refused (exit 2, naming the limit),
-    and the default context stops at that limit."""
+    recompute the whole cache with its long factors: refused (a UserInputError: exit 2,
+    naming the limit), and the default context stops at that limit."""
+    from exporter.errors import UserInputError
+    from exporter.lm.build import dry_run_generating
+    from exporter.settings import BuildSettings
     models = ROOT / "tests" / "models" / "tiny_lm.py"
     out = tmp_path / "dynamic.artifact"
     built = exporter.build(f"{models}:llama_dynamic_rope", task="text-generation",
@@ -213,16 +216,13 @@ def test_rotaries_that_follow_the_sequence_length(cli, tmp_path):
     record = built.manifest.validation
     print("dynamic rope", record["passed"], record["tokens_identical"])
     assert record["passed"] and record["tokens_identical"]
-    refused = cli("build", f"{models}:phi3_longrope", "--task", "text-generation",
-                  "--target", "onnx", "--max-context", "40", "--out", str(tmp_path / "x"))
-    print(refused.stderr)
-    assert refused.returncode == 2 and "original context of 32" in refused.stderr
-    assert "--max-context 32 or less" in refused.stderr
-    planned = cli("build", f"{models}:phi3_longrope", "--task", "text-generation",
-                  "--target", "onnx", "--dry-run", "--json")
-    assert planned.returncode == 0, planned.stderr
-    inputs = {i["name"]: i["shape"] for i in json.loads(planned.stdout)["signature"]["inputs"]}
-    assert inputs["past_k_0"][2] == 32  # the cache's slots: the default context
+    with pytest.raises(UserInputError, match="original context of 32") as refused:
+        exporter.build(f"{models}:phi3_longrope", task="text-generation", target="onnx",
+                       max_context=40, out=tmp_path / "x")
+    assert "--max-context 32 or less" in str(refused.value)
+    planned = dry_run_generating(f"{models}:phi3_longrope",
+                                 BuildSettings(target="onnx", task="text-generation"))
+    assert planned.context == 32  # the default context
 
 
 def test_gate_names_the_first_divergence():
