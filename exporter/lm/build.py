@@ -38,7 +38,7 @@ from exporter.lm.seq2seq import (ExportableEncoder, ExportableSeq2SeqStep, Sourc
 from exporter.lm.source import TOKENIZER_FILE, LanguageModel, load_language_model
 from exporter.lm.wrapper import ExportableCausalLM, probe_layout
 from exporter.model.cast import DTYPES
-from exporter.model.export_errors import find_user_frame
+from exporter.model.source_lines import find_user_frame
 from exporter.model.hf_spec import HfOptions
 from exporter.model.spec import ModelSpec
 from exporter.progress import StageHook, quiet_stage

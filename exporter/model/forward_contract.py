@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from exporter.errors import SpecError
-from exporter.model.export_errors import SourceLine, exception_chain
+from exporter.model.source_lines import SourceLine, exception_chain
 
 _KWARGS_HINT = ("from a factory: `return model, (x,), {{{example}}}` (the third element is "
                 "forward()'s keyword args); in Python: exporter.build(model, (x,), "

@@ -36,7 +36,7 @@ from typing import Any, Callable, Iterator
 import torch
 
 from exporter.errors import SpecError
-from exporter.model.export_errors import SourceLine, find_user_frame
+from exporter.model.source_lines import SourceLine, find_user_frame
 from exporter.model.hf_spec import HfOptions, load_hf
 
 SPEC_FORMS = "expected FILE.py:NAME, package.module:NAME, zoo:NAME or hf:PATH"
