@@ -266,8 +266,8 @@ def manifest_for(prep: Prepared, settings: BuildSettings,
         if not plan.delegated:
             meta["custom_ops"] = sorted({str(n.target).rsplit(".", 1)[0] for n in plan.nodes
                                          if is_custom_op(n.target)})
-            modules = {op: _defining_module(op) for op in meta["custom_ops"]}
-            meta["custom_op_modules"] = {op: m for op, m in modules.items() if m}
+            meta["custom_op_modules"] = {op: m for op in meta["custom_ops"]
+                                         if (m := _defining_module(op))}
         partition = Partition(
             name=plan.name, backend=prep.target.backend if plan.delegated else FALLBACK_BACKEND,
             device=prep.target.device if plan.delegated else "cpu",
@@ -306,16 +306,13 @@ def preload_for(manifest: Manifest, origin_file: str | None) -> list[str]:
     registered the op (``transformers.integrations.moe`` for Mixtral's
     ``grouped_mm_fallback``), else the model's own file."""
     sources: list[str] = []
-    for partition in manifest.partitions:
-        target = for_backend(partition.backend)
-        for module in (target.runtime_modules if target else ()):
-            if module not in sources:
-                sources.append(module)
-    custom = [op for p in manifest.partitions for op in p.meta.get("custom_ops", [])]
-    for op in custom:
-        source = _defining_module(op) or origin_file
-        if source and source not in sources:
-            sources.append(source)
+    for partition in manifest.partitions:  # custom ops: the modules manifest_for found
+        target, modules = for_backend(partition.backend), partition.meta.get("custom_op_modules")
+        for source in [*(target.runtime_modules if target else ()),  # (older: look them up)
+                       *((modules or {}).get(op) or _defining_module(op) or origin_file
+                         for op in partition.meta.get("custom_ops", []))]:
+            if source and source not in sources:
+                sources.append(source)
     return sources
 
 
