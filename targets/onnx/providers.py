@@ -1,5 +1,5 @@
 """ONNX Runtime execution providers by short name ('cpu', 'cuda', ...): the one place
-that knows them (the onnx target's ``ep`` option and its lowering)."""
+that knows them (the onnx target's ``ep`` option and its lowering), and what they lack."""
 
 from __future__ import annotations
 
@@ -46,3 +46,14 @@ def _requested_providers(value) -> list[str]:
     if isinstance(value, str):
         return provider_names(value)
     return provider_names(",".join(str(v) for v in value))
+
+
+def refuse_bf16_on_cpu_only(dtype: str, providers: list[str]) -> None:
+    """ONNX Runtime's CPU provider has no bfloat16 kernel for most ops (Mul, MatMul, ...):
+    every op ran on the CPU fallback, a build that passed and ran as slowly as eager."""
+    if dtype == "bf16" and providers == ["CPUExecutionProvider"]:
+        raise TargetOptionError("--dtype bf16 on target onnx needs an execution provider with "
+                                "bfloat16 kernels: ONNX Runtime's CPU provider has none for "
+                                "most ops", hint="use --dtype fp16 or fp32 (or --quantize "
+                                "int8-weight / int4-weight), --ep cuda,cpu on an NVIDIA GPU, "
+                                "or --target cpu for bf16")

@@ -45,7 +45,7 @@ from targets.fusion import GRAPH_FUSIONS
 from targets.onnx import contrib_ops, inside
 from targets.onnx.shared import externalize
 from targets.onnx.packed_attention import pack_attention_inputs
-from targets.onnx.providers import provider_names
+from targets.onnx.providers import provider_names, refuse_bf16_on_cpu_only
 from targets.onnx.stored_rows import store_new_rows
 from targets.onnx.quantize import NBITS_BLOCK, NBITS_BLOCKS, RECIPES, quantize_model
 from targets.onnx.rotary import fuse_rotary_embeddings
@@ -220,15 +220,7 @@ class OnnxTarget(Target):
         if missing:
             raise TargetOptionError(f"target 'onnx' needs {', '.join(missing)}",
                                     hint="pip install '.[onnx]'")
-        if options.dtype == "bf16" and providers == ["CPUExecutionProvider"]:
-            # Every op then ran on the CPU fallback (its Mul, MatMul, ... have no bfloat16
-            # kernel there), a build that passed and ran as slowly as eager.
-            raise TargetOptionError("--dtype bf16 on target onnx needs an execution provider "
-                                    "with bfloat16 kernels: ONNX Runtime's CPU provider has "
-                                    "none for most ops",
-                                    hint="use --dtype fp16 or fp32 (or --quantize int8-weight / "
-                                         "int4-weight), --ep cuda,cpu on an NVIDIA GPU, or "
-                                         "--target cpu for bf16")
+        refuse_bf16_on_cpu_only(options.dtype, providers)
         import onnx
         import onnxruntime
 
@@ -252,26 +244,8 @@ class OnnxTarget(Target):
         weights = sum(v.const_value.nbytes for v in onnx_program.model.graph.initializers.values()
                       if v.const_value is not None)
         onnx_program.save(str(path), external_data=weights > EXTERNAL_DATA_BYTES)
-        quantization = None
-        if options.quantize:
-            try:
-                quantized, quantization = quantize_model(
-                    path, options.quantize, list(options.calibration), _example_sets(program),
-                    block=self.own_options(options).quant_block)
-            except TargetOptionError:
-                raise
-            except Exception as exc:  # noqa: BLE001 - ORT's quantizer raises many kinds
-                # Not movable: the CPU fallback would run these ops in float, and the build
-                # would pass as a quantized one that quantized nothing.
-                # Where: the log of its full text (the model is in a scratch folder that
-                # goes with the failed build)
-                raise self._error(f"ONNX Runtime's {options.quantize} quantization "
-                                  "failed", exc, options, program, movable=False) from exc
-            exported = onnx.load(str(path), load_external_data=False)
-            for name in [MODEL_NAME, *_external_locations(exported)]:
-                (options.work_dir / name).unlink()  # replaced by the quantized model's files
-            onnx.save_model(quantized, str(path), save_as_external_data=weights > EXTERNAL_DATA_BYTES,
-                            all_tensors_to_one_file=True, location=MODEL_NAME + ".data")
+        quantization = (self._quantize(program, options, path, weights > EXTERNAL_DATA_BYTES)
+                        if options.quantize else None)
         model = onnx.load(str(path), load_external_data=False)
         external = _external_locations(model)
         try:
@@ -325,6 +299,33 @@ class OnnxTarget(Target):
                  time.perf_counter() - start)
         return onnx_program
 
+    def _quantize(self, program: ExportedProgram, options: LowerOptions, path: Path,
+                  external: bool) -> dict:
+        """ONNX Runtime's quantizer over the saved model at ``path``, which it replaces;
+        the quantization report."""
+        import onnx
+        try:
+            quantized, quantization = quantize_model(
+                path, options.quantize, list(options.calibration), _example_sets(program),
+                block=self.own_options(options).quant_block)
+        except TargetOptionError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - ORT's quantizer raises many kinds
+            # Not movable: the CPU fallback would run these ops in float, and the build would
+            # pass as a quantized one that quantized nothing. Where: the log of its full
+            # text (the model's scratch folder goes with the failed build).
+            error = self._error(f"ONNX Runtime's {options.quantize} quantization failed", exc,
+                                options, program, movable=False)
+            error.hint += ("; or build with another --quantize recipe (`exporter targets` "
+                           "lists them), or none")
+            raise error from exc
+        exported = onnx.load(str(path), load_external_data=False)
+        for name in [MODEL_NAME, *_external_locations(exported)]:
+            (options.work_dir / name).unlink()  # replaced by the quantized model's files
+        onnx.save_model(quantized, str(path), save_as_external_data=external,
+                        all_tensors_to_one_file=True, location=MODEL_NAME + ".data")
+        return quantization
+
     def _error(self, what: str, exc: Exception, options: LowerOptions, program: ExportedProgram,
                *, where: str | None = None, report_dir: Path | None = None,
                movable: bool = True) -> LoweringError:
@@ -341,9 +342,7 @@ class OnnxTarget(Target):
         report = report or (None if where else error.where)
         error.hint = ((f"read the report at {report}" if report else "run with --debug")
                       + ("; the ops listed have no ONNX translation: place them on another "
-                         "target" if unsupported and movable else "")
-                      + ("" if movable else "; or build with another --quantize recipe "
-                         "(`exporter targets` lists them), or none"))
+                         "target" if unsupported and movable else ""))
         return error
 
     def runtime_packages(self, partition: Partition) -> dict[str, str | None]:
