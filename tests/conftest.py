@@ -112,50 +112,45 @@ def _built_once(tmp_path_factory, name: str, build):
     return built, runtime.load(built.artifact), folder
 
 
+def _generating_onnx(tmp_path_factory, name: str, spec_in, **settings):
+    """``spec_in(folder)``: the spec (a checkpoint it writes there, or a factory), built for
+    onnx as a generating artifact once per run: (BuildResult, program, folder)."""
+    def build(folder):
+        import exporter
+        spec = spec_in(folder)
+        _record(f"python: exporter.build('{spec}', task='text-generation', target='onnx')")
+        return exporter.build(spec, task="text-generation", target="onnx",
+                              out=folder / f"{name}.artifact", **settings)
+    return _built_once(tmp_path_factory, name, build)
+
+
 @pytest.fixture(scope="session")
 def onnx_lm(tmp_path_factory):
     """A tiny Gemma-3-style decoder (sliding window 12 and full layers) with a tokenizer,
     built for onnx as a generating artifact: (build result, loaded program)."""
-    def build(folder):
-        import exporter
-        from tests.models import tiny_lm
-        checkpoint = tiny_lm.checkpoint(folder / "tiny-gemma3")
-        _record("python: exporter.build('hf:tiny-gemma3', task='text-generation', "
-                "target='onnx')")
-        return exporter.build(f"hf:{checkpoint}", task="text-generation", target="onnx",
-                              max_context=64, prefill_chunk=16,
-                              out=folder / "tiny-gemma3-onnx.artifact")
-    return _built_once(tmp_path_factory, "onnx-lm", build)[:2]
+    from tests.models import tiny_lm
+    return _generating_onnx(tmp_path_factory, "tiny-gemma3-onnx", lambda folder: (
+        f"hf:{tiny_lm.checkpoint(folder / 'tiny-gemma3')}"), max_context=64,
+        prefill_chunk=16)[:2]
 
 
 @pytest.fixture(scope="session")
 def bart_onnx(tmp_path_factory):
     """A tiny BART checkpoint folder with a tokenizer, through hf: (AutoModelForSeq2SeqLM),
     built for onnx as a generating artifact: (build result, loaded program, folder)."""
-    def build(folder):
-        import exporter
-        from tests.models import tiny_seq2seq
-        checkpoint = tiny_seq2seq.checkpoint(folder / "tiny-bart")
-        _record("python: exporter.build('hf:tiny-bart', task='text-generation', "
-                "target='onnx')")
-        return exporter.build(f"hf:{checkpoint}", task="text-generation", target="onnx",
-                              max_context=48, prefill_chunk=16,
-                              out=folder / "tiny-bart-onnx.artifact")
-    built, program, folder = _built_once(tmp_path_factory, "bart-onnx", build)
+    from tests.models import tiny_seq2seq
+    built, program, folder = _generating_onnx(
+        tmp_path_factory, "tiny-bart-onnx", lambda folder: (
+            f"hf:{tiny_seq2seq.checkpoint(folder / 'tiny-bart')}"), max_context=48,
+        prefill_chunk=16)
     return built, program, folder / "tiny-bart"
 
 
 @pytest.fixture(scope="session")
 def whisper_onnx(tmp_path_factory):
     """tests/models/tiny_seq2seq.py:whisper built for onnx: (build result, program)."""
-    def build(folder):
-        import exporter
-        _record("python: exporter.build('tests/models/tiny_seq2seq.py:whisper', "
-                "task='text-generation', target='onnx')")
-        return exporter.build(f"{ROOT / 'tests' / 'models' / 'tiny_seq2seq.py'}:whisper",
-                              task="text-generation", target="onnx", max_context=48,
-                              out=folder / "tiny-whisper-onnx.artifact")
-    return _built_once(tmp_path_factory, "whisper-onnx", build)[:2]
+    return _generating_onnx(tmp_path_factory, "tiny-whisper-onnx", lambda folder: (
+        f"{ROOT / 'tests' / 'models' / 'tiny_seq2seq.py'}:whisper"), max_context=48)[:2]
 
 
 @pytest.fixture(scope="session")

@@ -64,16 +64,12 @@ def generate(
     def action() -> int:
         import runtime
         from runtime.generation import parse_prompt, parse_source
-        from runtime.generation.sampling import Sampling
 
         from runtime.__main__ import preload as preload_modules
 
         preload_modules(preload)
         encoded = parse_source(source, source_ids, source_features, source_audio)
-        sampling = Sampling(temperature, top_k, top_p, seed)
-        if sampling.greedy and (top_k is not None or top_p is not None or seed is not None):
-            warn("--top-k, --top-p and --seed shape sampling, and --temperature 0 is greedy: "
-                 "give a temperature above 0 to sample")
+        sampling = _sampling(temperature, top_k, top_p, seed)
         program = runtime.load(artifact, cuda_graphs=not no_cuda_graphs,
                                trusted_keys=trusted_key)
         # an encoder-decoder's decoder prompt may be left out (it starts on its own)
@@ -98,6 +94,17 @@ def generate(
             f"decode {stats['decode_tokens_per_s'] or '-'} tokens/s")
         return 0
     guarded(action, quiet=quiet, verbose=verbose, debug=debug, as_json=as_json)
+
+
+def _sampling(temperature: float, top_k: int | None, top_p: float | None, seed: int | None):
+    """The flags as a Sampling (which checks their ranges); sampling flags on a greedy run
+    are said, not dropped in silence."""
+    from runtime.generation.sampling import Sampling
+    sampling = Sampling(temperature, top_k, top_p, seed)
+    if sampling.greedy and (top_k is not None or top_p is not None or seed is not None):
+        warn("--top-k, --top-p and --seed shape sampling, and --temperature 0 is greedy: "
+             "give a temperature above 0 to sample")
+    return sampling
 
 
 def _printer():
