@@ -270,6 +270,19 @@ def test_dry_run_places_both_entry_points(onnx_lm, cli):
     assert decode["placement"]["ops"] > 0
 
 
+def test_a_prefill_chunk_over_the_context_is_refused(onnx_lm):
+    """Not cut down to the context in silence: the user asked for something else."""
+    from exporter.errors import SpecError
+    from exporter.lm.source import load_language_model
+    from exporter.model.hf_spec import HfOptions
+    built, _ = onnx_lm
+    lm = load_language_model(f"hf:{built.artifact.parent / 'tiny-gemma3'}",
+                             HfOptions(task="text-generation"))
+    assert lm.context_bounds(32, 32) == (32, 32) and lm.context_bounds(32, None) == (32, 32)
+    with pytest.raises(SpecError, match="--prefill-chunk 64 is over the context of 32"):
+        lm.context_bounds(32, 64)
+
+
 def test_gate_bounds_are_the_users_when_given():
     from exporter.lm.gate import GenerationGate
     default = GenerationGate.for_build("fp32", "int4-weight")

@@ -58,6 +58,25 @@ def test_log_mel_equals_whisper_feature_extractor():
         assert ours.shape == reference.shape and np.abs(reference - ours).max() < 1e-4
 
 
+def test_audio_with_nothing_to_hear_is_refused_and_long_audio_is_cut_with_a_warning(caplog):
+    """Empty audio and NaN samples are exit-2 errors (a NaN spectrogram transcribes as
+    anything); audio past the window is cut, and the cut is said."""
+    import numpy as np
+
+    from runtime.generation.audio import Waveform, log_mel
+    audio = {"sampling_rate": 16000, "n_fft": 400, "hop_length": 160}
+    for samples, said in ((np.zeros(0, np.float32), "no samples"),
+                          (np.array([0.1, np.nan, 0.2], np.float32), "1 samples that are NaN")):
+        with pytest.raises(runtime.UserInputError, match=said):
+            log_mel(Waveform(samples, 16000), audio, 80, 3000)
+    long = np.random.default_rng(0).standard_normal(16000 * 31).astype(np.float32) * 0.1
+    with caplog.at_level("WARNING", logger="runtime.generation.audio"):
+        cut = log_mel(Waveform(long, 16000), audio, 80, 3000)
+    assert cut.shape == (80, 3000) and np.array_equal(
+        cut, log_mel(Waveform(long[:16000 * 30], 16000), audio, 80, 3000))
+    assert "31.0 s long; only its first 30.0 s" in caplog.text
+
+
 def _wav(path, samples, rate: int):
     import wave
 
@@ -106,7 +125,8 @@ def test_whisper_prompts_and_suppresses_as_transformers_generate(whisper_onnx):
     eos = model.generation_config.eos_token_id
     features = torch.randn(16, 48, generator=torch.Generator().manual_seed(7))
     suppression_mattered = []
-    for language, task in ((None, None), ("fr", "translate"), ("en", None), (None, "translate")):
+    for language, task in ((None, None), ("fr", "translate"), ("en", None), (None, "translate"),
+                           ("German", None)):  # a name, as transformers takes it too
         with torch.no_grad():
             want = model.generate(input_features=features[None], language=language,
                                   task=task, max_new_tokens=8)[0].tolist()

@@ -58,6 +58,11 @@ class LanguageModel:
             raise SpecError(f"--max-context {context} is over the model's {positions} "
                             "positions", where=self.source,
                             hint=f"give --max-context {positions} or less")
+        if prefill_chunk and prefill_chunk > context:  # said, not cut down in silence
+            raise SpecError(f"--prefill-chunk {prefill_chunk} is over the context of "
+                            f"{context} tokens", where=self.source,
+                            hint=f"give --prefill-chunk {context} or less, or a larger "
+                                 "--max-context")
         chunk = min(prefill_chunk or PREFILL_CHUNK_DEFAULT, context)
         if chunk < 2:
             raise SpecError("--prefill-chunk must leave room for 2 tokens", where=self.source,
@@ -102,6 +107,8 @@ def _described(source: str, model: torch.nn.Module, folder: Path | None, notes: 
         notes = notes + ["no tokenizer.json beside the model: the artifact takes token ids, "
                          "not text"]
     generation = model.generation_config.to_dict()
+    if generation.get("lang_to_id"):  # Whisper: full names too, as its generate takes them
+        generation["language_codes"] = _language_codes(generation["lang_to_id"])
     keys = ("bos", "eos", "pad") + (("decoder_start",) if getattr(
         config, "is_encoder_decoder", False) else ())
     ids = {key: _ids(generation.get(f"{key}_token_id", getattr(config, f"{key}_token_id", None)))
@@ -114,6 +121,15 @@ def _described(source: str, model: torch.nn.Module, folder: Path | None, notes: 
         ids = {k: ([] if k in outside else v) for k, v in ids.items()}
     return LanguageModel(source, model, origin, tokenizer, ids,
                          json.loads(json.dumps(generation, default=str)), notes, folder)
+
+
+def _language_codes(lang_to_id: dict) -> dict[str, str]:
+    """{"french": "fr", ...} for the languages the checkpoint has tokens for: transformers'
+    Whisper ``generate`` takes a language's name or its code, and the runtime, which has no
+    transformers, reads this table from the manifest (runtime/generation/prompting.py)."""
+    from transformers.models.whisper.tokenization_whisper import TO_LANGUAGE_CODE
+    return {name: code for name, code in TO_LANGUAGE_CODE.items()
+            if f"<|{code}|>" in lang_to_id}
 
 
 def _refuse_alibi(config, source: str) -> None:

@@ -12,6 +12,7 @@ them (201 x 80 numbers need no entry of their own).
 
 from __future__ import annotations
 
+import logging
 import wave
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +20,8 @@ from pathlib import Path
 import numpy as np
 
 from runtime.errors import UserInputError
+
+log = logging.getLogger(__name__)
 
 MEL_FLOOR = 1e-10
 TOP_DB = 8.0  # log10 units kept below the loudest frame: 80 dB
@@ -61,7 +64,7 @@ def log_mel(waveform: Waveform, audio: dict, mels: int, frames: int) -> np.ndarr
                              f"{rate} Hz", hint=f"resample it: ffmpeg -i IN -ac 1 -ar {rate} "
                                                 "OUT.wav")
     samples = np.zeros(frames * hop, dtype=np.float64)
-    given = np.asarray(waveform.samples, dtype=np.float64).reshape(-1)[:samples.shape[0]]
+    given = _checked(waveform, samples.shape[0], rate)
     samples[:given.shape[0]] = given
     padded = np.pad(samples, n_fft // 2, mode="reflect")
     count = 1 + (padded.shape[0] - n_fft) // hop
@@ -72,6 +75,24 @@ def log_mel(waveform: Waveform, audio: dict, mels: int, frames: int) -> np.ndarr
     spectrum = np.log10(np.maximum(MEL_FLOOR, power @ filters)).T[:, :-1]
     spectrum = np.maximum(spectrum, spectrum.max() - TOP_DB)
     return ((spectrum + 4.0) / 4.0).astype(np.float32)
+
+
+def _checked(waveform: Waveform, limit: int, rate: int) -> np.ndarray:
+    """The samples as float64, at most ``limit`` of them. Nothing to hear and samples that
+    are not numbers are refused (the spectrogram of a NaN is NaN everywhere, and the model
+    then writes whatever it writes); audio past the window is cut with a warning, as this
+    generator transcribes one window (transformers' long-form mode slides over the rest)."""
+    given = np.asarray(waveform.samples, dtype=np.float64).reshape(-1)
+    if given.shape[0] == 0:
+        raise UserInputError("the audio has no samples", hint="give a recording of at least "
+                             "a fraction of a second")
+    if not np.isfinite(given).all():
+        raise UserInputError(f"the audio has {int((~np.isfinite(given)).sum())} samples that "
+                             "are NaN or infinite", hint="give samples in [-1, 1]")
+    if given.shape[0] > limit:
+        log.warning("the audio is %.1f s long; only its first %.1f s are transcribed (one "
+                    "window of the model's encoder)", given.shape[0] / rate, limit / rate)
+    return given[:limit]
 
 
 def mel_filters(frequencies: int, mels: int, rate: int, max_frequency: float) -> np.ndarray:

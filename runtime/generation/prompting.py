@@ -54,7 +54,8 @@ def speech_prompt(config: dict, start: Sequence[int], language: str | None,
     lang_to_id = {str(k): int(v) for k, v in config["lang_to_id"].items()}
     task_to_id = {str(k): int(v) for k, v in config["task_to_id"].items()}
     if language is not None:
-        lang = _language_id(language, lang_to_id, where)
+        lang = _language_id(language, lang_to_id, config.get("language_codes") or {},
+                            where)
     elif len(prompt) <= 1 or prompt[1] is None:  # undefined: detected from the source
         lang = detect([int(t) for t in prompt[:1]], sorted(lang_to_id.values()))
     else:
@@ -82,14 +83,17 @@ def speech_prompt(config: dict, start: Sequence[int], language: str | None,
     return [int(t) for t in prompt]
 
 
-def _language_id(language: str, lang_to_id: dict[str, int], where: str) -> int:
-    """A language code ("fr") or its token ("<|fr|>")."""
+def _language_id(language: str, lang_to_id: dict[str, int], names: dict[str, str],
+                 where: str) -> int:
+    """A language code ("fr"), its token ("<|fr|>") or its name ("French"; ``names`` is
+    the table the build recorded, exporter/lm/source.py)."""
     token = language.lower()
+    token = names.get(token, token)
     token = token if token.startswith("<|") else f"<|{token}|>"
     if token not in lang_to_id:
         codes = [k.strip("<|>") for k in sorted(lang_to_id)]
         raise UserInputError(f"language '{language}' is not one this model knows",
-                             where=where, hint=f"give a language code: {', '.join(codes[:12])}"
+                             where=where, hint=f"give a language code or name: {', '.join(codes[:12])}"
                                                + (", ..." if len(codes) > 12 else ""))
     return lang_to_id[token]
 
