@@ -146,9 +146,11 @@ def test_validate_rechecks_a_generating_artifact_by_its_gate(onnx_lm, onnx_mlp, 
 
 def test_bench_times_a_generating_artifact_as_asked(onnx_lm, cli):
     """`exporter bench` on a generating artifact: the artifact and transformers in turns,
-    with the runs and untimed warm-ups asked for (--warmup was ignored); --runs 0 is exit 2."""
+    with the runs and untimed warm-ups asked for (--warmup was ignored); --runs 0 is exit 2.
+    The context counts as in ``generate``: 57 + 8 tokens fit 64 slots (the last new token
+    is not fed back), 58 + 8 do not."""
     built, _ = onnx_lm
-    done = cli("bench", str(built.artifact), "--baseline", "eager", "--prompt-tokens", "8",
+    done = cli("bench", str(built.artifact), "--baseline", "eager", "--prompt-tokens", "57",
                "--new-tokens", "8", "--runs", "2", "--warmup", "0", "--json")
     assert done.returncode == 0, done.stderr
     timed = json.loads(done.stdout)
@@ -158,3 +160,5 @@ def test_bench_times_a_generating_artifact_as_asked(onnx_lm, cli):
     assert all(row["decode_tokens_per_s"] > 0 for row in timed["engines"].values())
     refused = cli("bench", str(built.artifact), "--runs", "0")
     assert refused.returncode == 2 and "--runs 1 or more" in refused.stderr
+    over = cli("bench", str(built.artifact), "--prompt-tokens", "58", "--new-tokens", "8")
+    assert over.returncode == 2 and "do not fit the artifact's context of 64" in over.stderr

@@ -44,9 +44,11 @@ def bench_generation(artifact: str | Path, *, baselines: tuple[str, ...] = BASEL
     with stage("load artifact"):
         program = runtime.load(artifact, cuda_graphs=cuda_graphs)
     manifest, generator = program.manifest, program.generator
-    if prompt_tokens + new_tokens > generator.max_context:
+    # as ``generate`` counts: the last new token is never fed back, so it takes no slot
+    if prompt_tokens + new_tokens > generator.max_context + 1:
         raise UserInputError(f"a {prompt_tokens}-token prompt and {new_tokens} new tokens do "
-                             f"not fit the artifact's context of {generator.max_context}",
+                             f"not fit the artifact's context of {generator.max_context} "
+                             "(the last new token takes no slot)",
                              hint="lower --prompt-tokens/--new-tokens, or rebuild with a "
                                   "larger --max-context")
     device = generator.device
