@@ -8,9 +8,9 @@ import shutil
 import subprocess
 import sys
 
-import torch
-
 TOOLCHAIN_NAME = "edge-exporter"
+# of the objects `--json` prints (docs/json.md) and matrix.json holds
+JSON_VERSION = 1  # bump when a documented key changes meaning or disappears
 
 
 def toolchain_version() -> str:
@@ -36,6 +36,7 @@ def compiler_version() -> str | None:
 
 
 def collect() -> dict:
+    import torch  # here, not at the top: the CLI reads JSON_VERSION before it needs torch
     return {
         "toolchain": f"{TOOLCHAIN_NAME} {toolchain_version()}",
         "python": platform.python_version(),

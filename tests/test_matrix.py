@@ -91,8 +91,8 @@ def ray_run(tmp_path_factory):
 def test_the_table_is_right_and_bad_cells_fail_alone(ray_run):
     _, _, data, _ = ray_run
     cells = _cells(data)
-    assert data["totals"] == {"cells": 6, "passed": 3, "failed": 3, "not_run": 0, "built": 6,
-                              "cached": 0}
+    assert data["totals"] == {"cells": 6, "passed": 3, "failed": 3, "unvalidated": 0, "not_run": 0,
+                              "built": 6, "cached": 0}
     for cell in ("mlp--onnx", "mlp--onnx-forbid", "softclip--onnx"):
         row = cells[cell]
         assert row["status"] == "ok" and row["error_ratio"] <= 1.0, row
@@ -222,6 +222,10 @@ def test_the_key_follows_the_model_source_and_the_settings(tmp_path):
     ('[targets.onnx]\n', "models"),
     ('[models]\n"a b" = "zoo:mlp"\n[targets.onnx]\n', "'a b'"),
     ('[models]\nm = { spec = "zoo:mlp", target = "cpu" }\n[targets.onnx]\n', "cannot set"),
+    ('[models]\na = "zoo:mlp"\n"a--b" = "zoo:mlp"\n[targets.onnx]\n[targets."b--onnx"]\n'
+     'target = "onnx"\n', "would both be cell 'a--b--onnx'"),
+    ('[models]\nm = { spec = "zoo:mlp", depends = ["nope.py"] }\n[targets.onnx]\n',
+     "depends names no file"),
 ])
 def test_matrix_file_mistakes_stop_before_any_build(tmp_path, text, named):
     from typer.testing import CliRunner
@@ -235,23 +239,95 @@ def test_matrix_file_mistakes_stop_before_any_build(tmp_path, text, named):
     assert "m.toml" in result.stderr and not (tmp_path / "out" / "matrix.json").exists()
 
 
-def test_ctrl_c_stops_the_builds_and_keeps_the_table(tmp_path):
-    """Interrupted mid-build: exit 130, no build left running, the table so far written
-    (the cell in flight says not-run; finished cells are in the cache, see the rerun)."""
+@pytest.mark.parametrize("executor, stop", [("local", signal.SIGINT), ("ray", signal.SIGTERM)])
+def test_ctrl_c_stops_the_builds_and_keeps_the_table(tmp_path, executor, stop):
+    """Interrupted mid-build (Ctrl-C, or SIGTERM, which Ray's own handler took over):
+    exit 130, no build left running, the table so far written (the cell in flight says
+    not-run; finished cells are in the cache, see the rerun)."""
+    if executor == "ray":
+        pytest.importorskip("ray")
     (tmp_path / "slow.py").write_text("import time\ndef factory():\n    time.sleep(300)\n")
     (tmp_path / "m.toml").write_text('[models]\nslow = "slow.py:factory"\n[targets.onnx]\n')
     out = tmp_path / "out"
-    proc = subprocess.Popen(_command(tmp_path / "m.toml", out), cwd=tmp_path, env=_env(),
+    proc = subprocess.Popen(_command(tmp_path / "m.toml", out, "--executor", executor,
+                                     "--workers", "1"), cwd=tmp_path, env=_env(),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     marker_file = out / "running" / "slow--onnx.json"
     deadline = time.monotonic() + 120
     while not marker_file.exists() and time.monotonic() < deadline:
         time.sleep(0.1)
     build_pid = json.loads(marker_file.read_text())["build_pid"]
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(stop)
     _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 130 and "run the same command again" in stderr, stderr
     data = json.loads((out / "matrix.json").read_text())
     assert [c["status"] for c in data["cells"]] == ["not-run"]
     status = Path(f"/proc/{build_pid}/status")
     assert not status.exists() or "\nState:\tZ" in status.read_text()
+
+
+def test_an_out_that_is_a_file_or_a_cluster_nobody_runs_is_exit_2_and_keeps_the_table(tmp_path):
+    """Checked before anything is written: the last run's matrix.json stays."""
+    from typer.testing import CliRunner
+
+    from exporter.cli import app
+    (tmp_path / "m.toml").write_text('[models]\nm = "zoo:mlp"\n[targets.onnx]\n')
+    (tmp_path / "afile").write_text("")
+    result = CliRunner().invoke(app, ["matrix", str(tmp_path / "m.toml"), "--out",
+                                      str(tmp_path / "afile")])
+    assert result.exit_code == 2 and "is a file, not a folder" in result.stderr, result.output
+    pytest.importorskip("ray")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "matrix.json").write_text("the last run's table")
+    result = CliRunner().invoke(app, ["matrix", str(tmp_path / "m.toml"), "--out", str(out),
+                                      "--executor", "ray", "--ray-address", "127.0.0.1:1"])
+    print(result.stderr)
+    assert result.exit_code == 2 and "nothing answers at --ray-address 127.0.0.1:1" in \
+        result.stderr
+    assert (out / "matrix.json").read_text() == "the last run's table"
+
+
+def test_a_failed_rebuild_does_not_report_the_artifact_an_earlier_build_left(
+        tmp_path, monkeypatch):
+    """The cell's key path held a good artifact; the rebuild failed: the row has no
+    artifact, and OUT/artifacts no longer links the old one."""
+    from exporter.matrix.runner import run_matrix
+    (tmp_path / "flaky.py").write_text(
+        "import os, torch\ndef factory():\n    if os.environ.get('MATRIX_TEST_BREAK'):\n"
+        "        raise RuntimeError('broken now')\n"
+        "    return torch.nn.Linear(4, 2), (torch.randn(3, 4),)\n")
+    (tmp_path / "m.toml").write_text('[models]\nflaky = "flaky.py:factory"\n[targets.onnx]\n')
+    out = tmp_path / "out"
+    first = run_matrix(tmp_path / "m.toml", out, workers=1)["cells"][0]
+    assert first["status"] == "ok" and (out / "artifacts" / "flaky--onnx.artifact").is_file()
+    monkeypatch.setenv("MATRIX_TEST_BREAK", "1")
+    again = run_matrix(tmp_path / "m.toml", out, workers=1, rebuild=True)["cells"][0]
+    print({k: again.get(k) for k in ("status", "error", "artifact", "artifact_sha256")})
+    assert again["status"] == "bad-input" and "broken now" in again["error"]
+    assert not {"artifact", "artifact_sha256", "artifact_bytes"} & set(again)
+    assert not (out / "artifacts" / "flaky--onnx.artifact").exists()
+
+
+def test_a_bench_without_a_result_is_run_again_and_no_bench_shows_none():
+    from exporter.matrix.runner import _needs_bench
+    asked = {"runs": 5, "warmup": 1, "baseline": "eager"}
+    benched = {"status": "ok", "bench": {"settings": asked, "latency_ms": 0.1}}
+    timed_out = {"status": "ok", "bench": {"settings": asked, "error": "no result after 15 s"}}
+    assert not _needs_bench(benched, asked) and _needs_bench(timed_out, asked)
+    assert _needs_bench(benched, {**asked, "runs": 6}) and _needs_bench({"status": "ok"}, asked)
+    assert not _needs_bench({"status": "build-failed"}, asked)
+    assert not _needs_bench(timed_out, None)
+
+
+def test_config_paths_are_the_files_folder_normalised(tmp_path):
+    """calibration is a path too ("random" is not); a spec reached through ../ is
+    recorded without it, so an artifact does not name the matrix's cells/ folder."""
+    from exporter.config.config_file import fields_of
+    folder = tmp_path / "out" / "cells"
+    spec, fields = fields_of({"spec": "../../models/m.py:f", "calibration": "c.npz",
+                              "inputs": "x.npz"}, folder, "t.toml")
+    assert spec == f"{tmp_path}/models/m.py:f"
+    assert fields["calibration"] == str(folder / "c.npz") and fields["inputs"] == str(
+        folder / "x.npz")
+    assert fields_of({"calibration": "random"}, folder, "t.toml")[1]["calibration"] == "random"

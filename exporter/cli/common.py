@@ -36,9 +36,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
+from exporter.versions import JSON_VERSION
 from runtime.errors import ToolchainError
-
-JSON_VERSION = 1  # bump when a documented key changes meaning or disappears
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   context_settings={"help_option_names": ["-h", "--help"]},

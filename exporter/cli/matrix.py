@@ -56,7 +56,8 @@ def matrix(
                                   "command again to go on from here", highlight=False)
                 raise typer.Exit(130) from None
         _report(data, as_json)
-        return 0 if data["totals"]["passed"] == data["totals"]["cells"] else 1
+        totals = data["totals"]
+        return 0 if totals["failed"] == 0 and totals["not_run"] == 0 else 1
     guarded(action, quiet=quiet, verbose=verbose, debug=debug, as_json=as_json)
 
 
@@ -79,13 +80,16 @@ def _report(data: dict, as_json: bool) -> None:
         marks = []
         for column in data["columns"]:
             verdict, details = cell_text(cells.get((model, column)))
-            colour = "green" if verdict == "ok" else "yellow" if verdict == "not run" else "red"
+            colour = ("green" if verdict == "ok" else "red" if verdict not in (
+                "not run", "unvalidated") else "yellow")
             marks.append(Text(verdict, style=colour) + Text(
-                "".join(f"\n{line}" for line in details[:2]), style="dim"))
+                "".join(f"\n{line}" for line in details), style="dim"))
         table.add_row(model, *marks)
     result(table)
     totals = data["totals"]
-    result(f"{totals['passed']} of {totals['cells']} cells passed; {totals['built']} built, "
+    result(f"{totals['passed']} of {totals['cells']} cells passed"
+           + (f", {totals['unvalidated']} not validated (as asked)" if totals["unvalidated"]
+              else "") + f"; {totals['built']} built, "
            f"{totals['cached']} from the cache, {data['wall_s']:.0f} s")
     for kind in ("html", "json", "csv"):
         wrote(data["files"][kind])
@@ -117,7 +121,7 @@ class _Display:
             return
         from exporter.matrix.tables import cell_text
         verdict, details = cell_text(row)
-        mark = "✓" if verdict == "ok" else "✗"
+        mark = "✓" if verdict in ("ok", "unvalidated") else "✗"
         say(f"{mark} {row['model']} / {row['column']}: {verdict}"
             + (f": {details[0]}" if details and details[0] else "")
             + f"  [{board.done}/{board.total}]")

@@ -16,9 +16,9 @@ the command line win over the file; ``--save-config`` writes what the build used
     [onnx]
     ep = "cpu"
 
-Paths in the file (the spec's FILE.py or hf:FOLDER, ``out``, ``inputs``) are relative
-to the file's own folder, as in pyproject.toml, so a replay from another directory builds
-the same model. ``--save-config`` also stores ``spec_sha256``, the hash of the model's
+Paths in the file (the spec's FILE.py or hf:FOLDER, ``out``, ``inputs``, ``calibration``)
+are relative to the file's own folder, as in pyproject.toml, so a replay from another
+directory builds the same model. ``--save-config`` also stores ``spec_sha256``, the hash of the model's
 source file (hf: its config.json); a replay whose file changed since is refused.
 
 The writer is ours (tomllib reads, the standard library writes no TOML): the settings
@@ -40,7 +40,8 @@ from targets import all_targets
 
 SPEC_KEY = "spec"
 HASH_KEY = "spec_sha256"
-_PATH_FIELDS = ("out", "inputs")
+_PATH_FIELDS = ("out", "inputs", "calibration")
+_NOT_PATHS = {"calibration": "random"}  # a field's word that names no file
 
 
 def read(path: Path) -> tuple[str | None, dict]:
@@ -70,13 +71,24 @@ def fields_of(raw: dict, folder: Path, where: str) -> tuple[str | None, dict]:
     if spec is not None and not isinstance(spec, str):
         raise UserInputError("the config's spec must be a string", where=where)
     for key in _PATH_FIELDS:
-        if isinstance(fields.get(key), str):
-            fields[key] = str(folder / Path(fields[key]).expanduser())
+        if _is_path(key, fields.get(key)):
+            fields[key] = _under(folder, fields[key])
     if spec is not None:
-        spec = _with_location(spec, lambda loc: str(folder / Path(loc).expanduser()))
+        spec = _with_location(spec, lambda loc: _under(folder, loc))
         if expected is not None:
             _check_hash(spec, expected, Path(where))
     return spec, fields
+
+
+def _is_path(key: str, value) -> bool:
+    return isinstance(value, str) and value != _NOT_PATHS.get(key)
+
+
+def _under(folder: Path, location: str) -> str:
+    """``location`` from the file's folder, normalised: a config written into a matrix's
+    cells/ folder names ``../../models/x.py``, and the artifact records its spec, which
+    must not depend on where the matrix wrote its output."""
+    return os.path.normpath(folder / Path(location).expanduser())
 
 
 def merge(spec: str | None, cli_fields: dict, given: set[str], config: Path | None
@@ -116,7 +128,7 @@ def write(path: Path, spec: str, settings) -> Path:
     data.update(settings.model_dump(mode="json", exclude_none=True))
     options = {k: v for k, v in data.pop("target_options", {}).items() if v is not None}
     for key in _PATH_FIELDS:
-        if isinstance(data.get(key), str):
+        if _is_path(key, data.get(key)):
             data[key] = relative(data[key])
     lines = [f"{config_key(key)} = {_value(value)}" for key, value in data.items()]
     if options:  # a TOML table comes after the top-level keys

@@ -59,7 +59,8 @@ def run_job(job: Job) -> dict:
     start, began_at = time.monotonic(), time.time()
     attempt = _attempt(job)
     row: dict = {"attempts": attempt, "worker": f"{socket.gethostname()}:{os.getpid()}"}
-    if job.build:
+    if job.build:  # what sits at the key's path belongs to no record: not this build's
+        Path(job.artifact).unlink(missing_ok=True)
         command = ["build", "--config", job.config, "--out", job.artifact, "--json"]
         code, payload, problem = _exporter(command, job, job.timeout, attempt)
         row["build_s"] = round(time.monotonic() - start, 1)
@@ -139,7 +140,8 @@ def read_build(payload: dict) -> dict:
     memory = payload.get("memory_plan") or {}
     lower = memory.get("lower_bound_bytes") or 0
     passed = validation.get("passed")
-    return {"status": "ok" if passed else "unvalidated", "stage": None,
+    return {"status": "ok" if passed else "unvalidated", "stage": None, "error_type": None,
+            "error": None,
             "ops": placement.get("ops"), "partitions": placement.get("partitions"),
             "fallback_ops": sum(v for k, v in by_backend.items() if k.startswith("torch@")),
             "arena_over_lower_bound": round(memory["arena_bytes"] / lower, 3) if lower else None,

@@ -12,10 +12,13 @@ from __future__ import annotations
 import concurrent.futures
 import logging
 import os
+import signal
+import socket
+import threading
 from pathlib import Path
 from typing import Callable
 
-from exporter.errors import TargetUnavailableError
+from exporter.errors import TargetUnavailableError, UserInputError
 from exporter.matrix.cell import Job, run_job, stop_all
 from runtime.hostinfo import usable_cores
 
@@ -43,12 +46,38 @@ def run_local(jobs: list[Job], workers: int, started: Started, done: Done) -> No
     pool.shutdown()
 
 
-def run_ray(jobs: list[Job], workers: int | None, address: str | None, retries: int,
+def connect_ray(workers: int | None, address: str | None):
+    """The ray module, with a local cluster started or the one at ``address`` joined.
+    Before the matrix writes anything: an address nobody answers at is exit 2 at once
+    (Ray itself retries for minutes), and a cluster that cannot start is said plainly."""
+    ray = _import_ray()
+    if address:
+        _check_reachable(address)
+    # ray.init installs its own SIGINT/SIGTERM handlers; the CLI's (exit 130, the
+    # builds stopped, the table so far written) must stay
+    main = threading.current_thread() is threading.main_thread()
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        _init(ray, workers, address)
+    except Exception as exc:  # Ray raises ConnectionError, RuntimeError, its own types
+        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+        doing = f"join the cluster at {address}" if address else "start a local cluster"
+        raise TargetUnavailableError(
+            f"Ray could not {doing}: {reason}",
+            hint="a ray:// address needs pip install 'ray[client]'; check `ray status` on "
+                 "the head node, or use --executor local") from None
+    finally:
+        if main:
+            for sig, handler in handlers.items():
+                signal.signal(sig, handler)
+    return ray
+
+
+def run_ray(ray, jobs: list[Job], workers: int | None, retries: int,
             started: Started, done: Done) -> None:
     """Each cell a Ray task asking one CPU (a GPU for cuda cells), retried up to
-    ``retries`` times when its worker dies; at most ``workers`` in flight."""
-    ray = _import_ray()
-    _init(ray, workers, address)
+    ``retries`` times when its worker dies; at most ``workers`` in flight. ``ray``:
+    what ``connect_ray`` returned; the cluster is let go at the end."""
     try:
         task = ray.remote(run_job)
         limit = workers or max(1, int(ray.cluster_resources().get("CPU", 1)))
@@ -92,6 +121,23 @@ def _init(ray, workers: int | None, address: str | None) -> None:
         ray.init(address=address, **options)
     else:
         ray.init(num_cpus=workers or usable_cores(), **options)
+
+
+def _check_reachable(address: str) -> None:
+    """``host:port`` or ``ray://host:port`` must take a TCP connection ("auto" and other
+    words are Ray's to resolve)."""
+    host, colon, port = address.removeprefix("ray://").rpartition(":")
+    if not colon or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host.strip("[]") or "localhost", int(port)),
+                                 timeout=5).close()
+    except OSError as exc:
+        raise UserInputError(f"nothing answers at --ray-address {address} "
+                             f"({exc.strerror or exc})",
+                             hint="start the cluster (ray start --head) or check the address "
+                                  "and port; without --ray-address a local cluster starts "
+                                  "here") from None
 
 
 def _import_ray():

@@ -21,6 +21,7 @@ import platform
 from pathlib import Path
 
 from exporter.matrix import tables
+from exporter.versions import JSON_VERSION
 from runtime.hostinfo import cpu_model, usable_cores
 from runtime.outfiles import written_whole
 
@@ -33,7 +34,8 @@ CSV_FIELDS = ("model", "group", "column", "target", "dtype", "quantize", "status
 
 def table(matrix, rows: list[dict], *, executor: str, workers: int | None, wall_s: float,
           marks: dict[str, float], built: int, versions: dict) -> dict:
-    return {"matrix": str(matrix.path), "date": datetime.date.today().isoformat(),
+    return {"json_version": JSON_VERSION, "matrix": str(matrix.path),
+            "date": datetime.date.today().isoformat(),
             "executor": executor, "workers": workers, "wall_s": round(wall_s, 1),
             "marks": {name: round(at, 2) for name, at in marks.items()},
             "machine": {"cpu": cpu_model() or platform.machine(), "cores": usable_cores(),
@@ -47,7 +49,10 @@ def table(matrix, rows: list[dict], *, executor: str, workers: int | None, wall_
 def totals(rows: list[dict], built: int) -> dict:
     passed = sum(r["status"] == "ok" for r in rows)
     not_run = sum(r["status"] == "not-run" for r in rows)
-    return {"cells": len(rows), "passed": passed, "failed": len(rows) - passed - not_run,
+    # built as asked with `validate = false`: neither a pass nor a failure
+    unvalidated = sum(r["status"] == "unvalidated" for r in rows)
+    return {"cells": len(rows), "passed": passed,
+            "failed": len(rows) - passed - not_run - unvalidated, "unvalidated": unvalidated,
             "not_run": not_run, "built": built, "cached": sum(bool(r.get("cached")) for r in rows)}
 
 

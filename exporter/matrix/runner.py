@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Callable
 
 from exporter.config import config_file
+from exporter.errors import UserInputError
 from exporter.matrix import cache as cache_keys
 from exporter.matrix import executors, results, spec_file
 from exporter.matrix.cache import Cache
@@ -58,6 +59,9 @@ def run_matrix(path: Path, out: Path, *, executor: str = "local", workers: int |
     """Run the matrix file at ``path`` into ``out``; return what matrix.json holds."""
     matrix = spec_file.read(Path(path))
     out = Path(out).resolve()
+    if out.exists() and not out.is_dir():
+        raise UserInputError(f"--out {out} is a file, not a folder",
+                             hint="give a folder for matrix.json, the cells and the artifacts")
     for sub in ("cells", "running", "artifacts"):
         (out / sub).mkdir(parents=True, exist_ok=True)
     for stale in (out / "running").iterdir():  # markers of a run that was cut short
@@ -69,9 +73,12 @@ def run_matrix(path: Path, out: Path, *, executor: str = "local", workers: int |
     jobs = longest_first(run.plan(tools, rebuild, threads=max(1, usable_cores() // workers)
                                   if workers else 1), store.durations())
     run.board.marks["planned_at"] = time.time()
-    try:  # no jobs (the cache answered every cell): no executor to start
-        if jobs and executor == "ray":
-            executors.run_ray(jobs, workers, ray_address, matrix.retries, run.started, run.done)
+    # no jobs (the cache answered every cell): no executor to start. A cluster that cannot
+    # be joined stops the command before the table is written: the last run's stays.
+    ray = executors.connect_ray(workers, ray_address) if jobs and executor == "ray" else None
+    try:
+        if ray is not None:
+            executors.run_ray(ray, jobs, workers, matrix.retries, run.started, run.done)
         elif jobs:
             executors.run_local(jobs, workers or 1, run.started, run.done)
     finally:
@@ -112,6 +119,8 @@ class _Run:
             config = config_file.write(self.out / "cells" / f"{cell.id}.toml", cell.spec,
                                        cell.settings)
             hit = self.store.lookup(key) if key and not rebuild else None
+            if hit is not None and bench is None:  # a bench of an earlier [bench] is not shown
+                hit = {k: v for k, v in hit.items() if k != "bench"}
             if hit is not None and not _needs_bench(hit, bench):
                 self._finish(cell, {**hit, "cached": True})
                 continue
@@ -155,6 +164,8 @@ class _Run:
             _link_file(artifact, self._link(cell))
         if row.get("artifact_sha256"):
             row["artifact"] = str(self._link(cell))
+        elif row["key"]:  # no artifact now: an earlier run's link would pass for this one's
+            self._link(cell).unlink(missing_ok=True)
         self.rows[cell.id] = row
         board = self.board
         board.done += 1
@@ -186,9 +197,11 @@ def _identity(cell: Cell, key: str | None) -> dict:
 
 
 def _needs_bench(hit: dict, bench: dict | None) -> bool:
-    """A cached build that passed, benched with other settings (or never): bench it now."""
+    """A cached build that passed, benched with other settings, never, or without a
+    result (a bench that timed out or crashed is run again, as a build would be)."""
+    benched = hit.get("bench") or {}
     return (bench is not None and hit.get("status") == "ok"
-            and (hit.get("bench") or {}).get("settings") != bench)
+            and (benched.get("settings") != bench or "error" in benched))
 
 
 def _device(cell: Cell) -> str:

@@ -112,6 +112,7 @@ def read(path: Path) -> Matrix:
     columns = {name: _column(name, table, folder, path) for name, table in data.targets.items()}
     cells = [_cell(name, entry, column, fields, defaults, folder, path)
              for name, entry in data.models.items() for column, fields in columns.items()]
+    _refuse_same_ids(cells, path)
     return Matrix(path, list(data.models), list(data.targets), cells, data.timeout,
                   data.retries, data.bench, columns)
 
@@ -147,8 +148,28 @@ def _cell(model: str, entry: str | dict, column: str, column_fields: dict, defau
         raise UserInputError(f"invalid build options for model {model} on {column}",
                              where=str(path), details=[_problem(e) for e in exc.errors()]
                              ) from None
+    depends = tuple((folder / d).resolve() for d in depends)
+    missing = [str(d) for d in depends if not d.is_file()]
+    if missing:  # a typo would leave the real file out of the cache key, unseen
+        raise UserInputError(f"{where}.depends names no file at {', '.join(missing)}",
+                             where=str(path), hint="depends paths are relative to the "
+                                                   "matrix file's folder")
     return Cell(model, column, spec, settings, str(group) if group is not None else None,
-                tuple(str((folder / d).resolve()) for d in depends))
+                tuple(map(str, depends)))
+
+
+def _refuse_same_ids(cells: list[Cell], path: Path) -> None:
+    """A cell's id names its config, artifact and row: model "a" on column "b--onnx" and
+    model "a--b" on "onnx" would share one and a cell would vanish from the table."""
+    seen: dict[str, Cell] = {}
+    for cell in cells:
+        other = seen.setdefault(cell.id, cell)
+        if other is not cell:
+            raise UserInputError(
+                f"model {other.model!r} on {other.column!r} and model {cell.model!r} on "
+                f"{cell.column!r} would both be cell {cell.id!r}", where=str(path),
+                hint="rename a model or a target column (a cell is named MODEL--COLUMN, so "
+                     "avoid '--' in names)")
 
 
 def _keys(table: dict, folder: Path, path: Path, where: str, forbid: tuple[str, ...]) -> dict:

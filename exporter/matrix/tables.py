@@ -21,19 +21,18 @@ def cell_text(row: dict | None) -> tuple[str, list[str]]:
     """(verdict, detail lines) of one cell."""
     if row is None or row.get("status") == "not-run":
         return "not run", []
-    if row["status"] != "ok":
+    if row["status"] not in ("ok", "unvalidated"):
         where = f" in {row['stage']}" if row.get("stage") else ""
-        reason = f"{row.get('error_type') or row['status']}: {_first_line(row.get('error'))}"
-        return f"{row['status']}{where}", [reason]
+        # the verdict already says the status: the line names the error's type, if any
+        reason = ": ".join(filter(None, [row.get("error_type"), _first_line(row.get("error"))]))
+        return f"{row['status']}{where}", list(filter(None, [reason, _accuracy(row)]))
     lines = [" · ".join(filter(None, [
         f"{row['build_s']:.0f} s" if row.get("build_s") is not None else None,
         f"{row['artifact_bytes'] / 1e6:.2f} MB" if row.get("artifact_bytes") else None,
         "cached" if row.get("cached") else None]))]
-    if row.get("min_sqnr_db") is not None:
-        lines.append(f"SQNR {row['min_sqnr_db']:.1f} dB")
-    elif row.get("error_ratio") is not None:
-        lines.append(f"error {row['error_ratio']:.2g} of allowed"
-                     + (f" (max {row['max_abs_err']:.2g})" if row.get("max_abs_err") else ""))
+    lines.append(_accuracy(row) or ("not validated (validate = false)"
+                                    if row["status"] == "unvalidated" else None))
+    lines = [line for line in lines if line]
     if row.get("fallback_ops"):
         lines.append(f"{row['fallback_ops']} of {row.get('ops')} ops on the CPU fallback")
     bench = row.get("bench") or {}
@@ -42,7 +41,18 @@ def cell_text(row: dict | None) -> tuple[str, list[str]]:
         lines.append(f"{bench['latency_ms']:.3g} ms" + (f" ({ratio:.2f}x eager)" if ratio else ""))
     elif bench.get("error"):
         lines.append(f"bench failed: {_first_line(bench['error'])}")
-    return "ok", lines
+    return row["status"], lines
+
+
+def _accuracy(row: dict) -> str | None:
+    """The validation's worst output: SQNR for quantized builds, else its error against
+    what it was allowed."""
+    if row.get("min_sqnr_db") is not None:
+        return f"SQNR {row['min_sqnr_db']:.1f} dB"
+    if row.get("error_ratio") is not None:
+        return (f"error {row['error_ratio']:.2g} of allowed"
+                + (f" (max {row['max_abs_err']:.2g})" if row.get("max_abs_err") else ""))
+    return None
 
 
 def by_column(data: dict) -> list[dict]:
@@ -133,7 +143,8 @@ def _models(data: dict) -> list[tuple[str, str | None]]:
 
 def _html_cell(row: dict | None) -> str:
     verdict, details = cell_text(row)
-    kind = "ok" if verdict == "ok" else "not-run" if verdict == "not run" else "fail"
+    kind = ("ok" if verdict in ("ok", "unvalidated") else "not-run" if verdict == "not run"
+            else "fail")
     lines = "".join(f'<br><span class="{"why" if kind == "fail" else "hint"}">'
                     f"{escape(line)}</span>" for line in details)
     return f'<td class="cell {kind}"><b>{escape(verdict)}</b>{lines}</td>'
