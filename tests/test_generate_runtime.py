@@ -38,6 +38,56 @@ def test_generate_text_stream_stop_and_sampling(onnx_lm):
     assert full.stop_reason == "context_full" and len(full.tokens) == 5
 
 
+class _Pieces:
+    """A tokenizer whose ids are pieces of text (decode joins them)."""
+    def __init__(self, *pieces: str) -> None:
+        self.pieces = pieces
+
+    def decode(self, ids: list[int]) -> str:
+        return "".join(self.pieces[i] for i in ids)
+
+
+@pytest.mark.parametrize("stops, text, reason", [
+    (["d e"], "abc ", "stop"),  # spans two tokens: held back, then cut before it
+    (["xyz"], "abc d ef", None),  # never found: what was held back comes at the end
+    (["b", "e"], "a", "stop"),  # the first stop string in the text wins
+    ([], "abc d ef", None),
+])
+def test_stop_strings_cut_the_text_and_the_stream_never_runs_past_it(stops, text, reason):
+    """The streamed pieces join to the result's text, even when a stop string begins in
+    one token and ends in the next (an outside check saw the stream print past it)."""
+    from runtime.generation.stopping import StoppingText
+    tokenizer = _Pieces("ab", "c", " d", " e", "f")
+    calls = []
+    stopping = StoppingText(tokenizer, tuple(stops), lambda t, piece: calls.append((t, piece)))
+    stopped = None
+    for n in range(1, 6):
+        if stopping.add(list(range(n))):
+            stopped = n
+            break
+    final = stopping.finish()
+    print(stops, calls, final)
+    assert final == text and "".join(piece for _, piece in calls) == text
+    assert (stopped is not None) == (reason == "stop")
+    assert all(token is not None for token, _ in calls[:-1])
+
+
+def test_stop_and_sampling_mistakes_are_user_errors(onnx_lm):
+    _, program = onnx_lm
+    for call, said in (
+            (lambda: program.generate([1, 5], 3, stop=[""]), "stop string is empty"),
+            (lambda: program.generate([1, 5], 3, stop="ab"), "a list of strings"),
+            (lambda: program.generate([1, 5], 2.5), "max_new_tokens is 2.5"),
+            (lambda: Sampling(1.0, top_k=2.5), "top_k 2.5"),
+            (lambda: Sampling(1.0, seed=2**70), "seed"),
+            (lambda: Sampling(float("nan")), "temperature nan")):
+        with pytest.raises(runtime.UserInputError, match=said):
+            call()
+    # a temperature far below 1 is greedy in effect, not NaN probabilities
+    tiny = program.generate([1, 5], 4, sampling=Sampling(1e-45, seed=1), stop_at_eos=False)
+    assert tiny.tokens == program.generate([1, 5], 4, stop_at_eos=False).tokens
+
+
 def test_generation_config_settings_are_applied_or_said_once(onnx_lm, caplog):
     """The carried generation config's max_new_tokens is the default length, as in
     transformers' generate; a setting the generator does not apply (repetition_penalty,
@@ -142,6 +192,25 @@ def test_validate_rechecks_a_generating_artifact_by_its_gate(onnx_lm, onnx_mlp, 
     assert record["passed"] and record["kind"] == "generation" and record["tokens_identical"]
     plain = cli("validate", str(onnx_mlp))  # a plain artifact: its own spec, zoo:mlp
     assert plain.returncode == 0 and "PASSED" in plain.stdout, plain.stderr
+
+
+def test_validate_against_other_weights_is_exit_1_with_the_first_divergence(onnx_lm, cli,
+                                                                           tmp_path):
+    """Logits (and so, on most models, tokens) that differ: exit 1 and what failed where
+    (it was exit 4, a KeyError in the plain records' failure lines)."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+    built, _ = onnx_lm
+    other = shutil.copytree(built.artifact.parent / "tiny-gemma3", tmp_path / "other")
+    weights = load_file(other / "model.safetensors")
+    torch.manual_seed(0)
+    save_file({k: v + 0.05 * torch.randn_like(v) if v.is_floating_point() else v
+               for k, v in weights.items()}, other / "model.safetensors")
+    done = cli("validate", str(built.artifact), "--model", f"hf:{other}")
+    print(done.stdout, done.stderr)
+    assert done.returncode == 1 and "FAILED" in done.stdout, done.stderr
+    assert "case0 logits: max abs error" in done.stdout and "internal error" not in done.stderr
 
 
 def test_bench_times_a_generating_artifact_as_asked(onnx_lm, cli):

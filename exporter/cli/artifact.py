@@ -63,7 +63,6 @@ def validate(
     def action() -> int:
         from exporter.api import validate as validate_api
         from exporter.report.console import validation_lines
-        from exporter.validation.validate import summarize_failure
 
         record = validate_api(artifact, model, inputs_file=inputs)
         if as_json:
@@ -71,12 +70,22 @@ def validate(
         else:
             for line in validation_lines(record):
                 result(line)
-            for line in summarize_failure(record):  # what failed, output by output
+            for line in _failure_lines(record):  # what failed, output by output
                 result("  " + line)
             for warning in record.get("warnings", []):
                 warn(warning)
         return 0 if record["passed"] else 1
     guarded(action, quiet=quiet, verbose=verbose, debug=debug, as_json=as_json)
+
+
+def _failure_lines(record: dict) -> list[str]:
+    """A plain record's failing outputs; a generating one's first divergence and the
+    judgements that failed (its figures are in validation_lines already)."""
+    if record.get("kind") == "generation":
+        from exporter.lm.gate import summary_lines
+        return summary_lines(record)[1:]
+    from exporter.validation.validate import summarize_failure
+    return summarize_failure(record)
 
 
 def _baseline_help() -> list[str]:

@@ -108,7 +108,7 @@ def _sampling(temperature: float, top_k: int | None, top_p: float | None, seed: 
 
 
 def _printer():
-    def stream(token: int, piece: str | None) -> None:
+    def stream(token: int | None, piece: str | None) -> None:
         sys.stdout.write(piece if piece is not None else f"{token} ")
         sys.stdout.flush()
     return stream

@@ -16,6 +16,7 @@ token.
 from __future__ import annotations
 
 import logging
+import numbers
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
@@ -31,7 +32,8 @@ from runtime.generation.layout import CacheLayout
 from runtime.generation.prompting import (Suppression, speech_prompt, takes_language,
                                          token_ids)
 from runtime.generation.sampling import Sampler, Sampling
-from runtime.generation.tokenizer import IncrementalText, Tokenizer
+from runtime.generation.stopping import StoppingText, checked_stops
+from runtime.generation.tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -246,7 +248,7 @@ class Generator:
     def generate(self, prompt: str | Sequence[int] | None, max_new_tokens: int | None = None, *,
                  sampling: Sampling = Sampling(), stop: Sequence[str] = (),
                  stop_at_eos: bool = True,
-                 stream: Callable[[int, str | None], None] | None = None,
+                 stream: Callable[[int | None, str | None], None] | None = None,
                  source=None, language: str | None = None,
                  task: str | None = None) -> GenerationResult:
         """``source``: an encoder-decoder's input (``set_source``), required there; its
@@ -272,14 +274,16 @@ class Generator:
                                  "in Python); the prompt is the decoder's")
         prompt_ids = (self._decoder_prompt(prompt, language, task) if self.encode is not None
                       else self._token_ids(prompt) + self._no_language(language, task))
+        stop = checked_stops(stop, self.where)
         if stop and self._tokenizer_json is None:
             raise UserInputError("stop strings need the artifact's tokenizer, which this "
                                  "artifact lacks", where=self.where, hint="stop on eos instead")
         self._check_length(len(prompt_ids), 0)
         self._check_tokens(prompt_ids)
-        if max_new_tokens < 0:
-            raise UserInputError(f"max_new_tokens is {max_new_tokens}", where=self.where,
-                                 hint="give 0 or more")
+        if not isinstance(max_new_tokens, numbers.Integral) or isinstance(max_new_tokens, bool) \
+                or max_new_tokens < 0:
+            raise UserInputError(f"max_new_tokens is {max_new_tokens!r}", where=self.where,
+                                 hint="give a whole number, 0 or more")
         # the last new token is never fed back: it needs no slot of the cache
         budget = min(max_new_tokens, self.max_context - len(prompt_ids) + 1)
         sample = Sampler(sampling)
@@ -287,8 +291,8 @@ class Generator:
         tokens: list[int] = []
         first_at = None
         # the text as it grows: for stop strings and the stream; else decoded once at the end
-        growing = (IncrementalText(self.tokenizer) if self._tokenizer_json is not None
-                   and (stop or stream is not None) else None)
+        text = (StoppingText(self.tokenizer, stop, stream) if self._tokenizer_json is not None
+                and (stop or stream is not None) else None)
         reason = "max_new_tokens" if budget == max_new_tokens else "context_full"
         forced = forced_tokens(self.config, len(prompt_ids), max_new_tokens)
         while len(tokens) < budget:
@@ -299,10 +303,9 @@ class Generator:
                 reason = "eos"
                 break
             tokens.append(token)
-            piece = growing.extend(tokens) if growing is not None else None
-            if stream is not None:
-                stream(token, piece)
-            if stop and any(s in growing.text for s in stop):
+            if text is None and stream is not None:  # no tokenizer: ids only
+                stream(token, None)
+            if text is not None and text.add(tokens):
                 reason = "stop_string"
                 break
             if len(tokens) < budget:
@@ -310,8 +313,9 @@ class Generator:
         stats = _stats(started, first_at, time.perf_counter(), len(prompt_ids), len(tokens))
         if encode_s is not None:
             stats["encode_s"] = encode_s
-        return GenerationResult(prompt_ids, tokens, self._text(tokens, growing, stop), reason,
-                                stats)
+        decoded = (text.finish() if text is not None else self.tokenizer.decode(tokens)
+                   if self._tokenizer_json is not None else None)
+        return GenerationResult(prompt_ids, tokens, decoded, reason, stats)
 
     def _say_config_notes(self, sampling: Sampling) -> None:
         notes = [] if self._noted else [", ".join(unapplied(self.config))]
@@ -324,18 +328,6 @@ class Generator:
         self._noted = True
         for line in notes:
             log.warning(line)
-
-    def _text(self, tokens: list[int], growing: IncrementalText | None,
-              stop: Sequence[str]) -> str | None:
-        """The result's text: what was streamed (cut before a stop string), or, with no
-        stream and no stop strings, the tokens decoded once."""
-        if self._tokenizer_json is None:
-            return None
-        if growing is None:
-            return self.tokenizer.decode(tokens)
-        text = growing.text
-        found = [text.index(s) for s in stop if s in text]
-        return text[:min(found)] if found else text
 
     def _check_tokens(self, tokens: Sequence[int], vocab: int | None = None) -> None:
         """An id outside the vocabulary would index past the embedding table (a crash in

@@ -8,6 +8,7 @@ devices without transformers, and these four rules are the whole of what it need
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 
 import torch
@@ -24,15 +25,19 @@ class Sampling:
 
     def __post_init__(self) -> None:
         problems = []
-        if not 0.0 <= self.temperature <= 100.0:
-            problems.append(f"temperature {self.temperature} (give 0 for greedy, or up to 100)")
-        if self.top_k is not None and self.top_k < 1:
-            problems.append(f"top_k {self.top_k} (give 1 or more)")
-        if self.top_p is not None and not 0.0 < self.top_p <= 1.0:
-            problems.append(f"top_p {self.top_p} (give a number in (0, 1])")
+        if not _number(self.temperature) or not 0.0 <= self.temperature <= 100.0:
+            problems.append(f"temperature {self.temperature!r} (give 0 for greedy, or up to "
+                            "100)")
+        if self.top_k is not None and (not _integer(self.top_k) or self.top_k < 1):
+            problems.append(f"top_k {self.top_k!r} (give a whole number, 1 or more)")
+        if self.top_p is not None and (not _number(self.top_p) or not 0.0 < self.top_p <= 1.0):
+            problems.append(f"top_p {self.top_p!r} (give a number in (0, 1])")
+        if self.seed is not None and (not _integer(self.seed) or not 0 <= self.seed < 2**64):
+            problems.append(f"seed {self.seed!r} (give a whole number from 0 to 2**64 - 1)")
         if problems:
             raise UserInputError("sampling settings out of range: " + "; ".join(problems),
-                                 hint="temperature >= 0, top_k >= 1, 0 < top_p <= 1")
+                                 hint="temperature >= 0, top_k >= 1, 0 < top_p <= 1, "
+                                      "0 <= seed < 2**64")
 
     @property
     def greedy(self) -> bool:
@@ -46,7 +51,7 @@ class Sampler:
         if not sampling.greedy:
             self._generator = torch.Generator()
             if sampling.seed is not None:
-                self._generator.manual_seed(sampling.seed)
+                self._generator.manual_seed(int(sampling.seed))
             else:
                 self._generator.seed()
 
@@ -58,7 +63,8 @@ class Sampler:
 
     def sample(self, logits: torch.Tensor) -> torch.Tensor:
         s = self.sampling
-        scores = logits / s.temperature
+        # from the largest logit down: a temperature of 1e-45 gives -inf and 0, not inf/inf
+        scores = (logits - logits.max()) / s.temperature
         if s.top_k is not None and s.top_k < scores.numel():
             kth = torch.topk(scores, s.top_k).values[-1]
             scores = scores.masked_fill(scores < kth, float("-inf"))
@@ -70,3 +76,11 @@ class Sampler:
             scores = scores.scatter(0, order, ordered.masked_fill(drop, float("-inf")))
         probs = torch.softmax(scores, dim=-1)
         return torch.multinomial(probs, 1, generator=self._generator)[0]
+
+
+def _number(value) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def _integer(value) -> bool:  # numpy's integers too
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
