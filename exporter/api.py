@@ -7,6 +7,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import inspect
 from pathlib import Path
 from typing import Any
@@ -80,8 +82,11 @@ def validate(artifact: str | Path, model: str | ModelSpec | None = None, *,
                                  where=str(artifact), hint="leave --inputs out")
         return _validate_generating(Path(artifact), manifest, model, seed)
     settings = manifest.build.get("settings", {})
-    spec = (model if isinstance(model, ModelSpec) else load_spec(model) if model is not None
-            else load_spec(manifest.source["spec"], HfOptions.from_settings(settings)))
+    if model is None:
+        with _recorded_spec(manifest, artifact):
+            spec = load_spec(manifest.source["spec"], HfOptions.from_settings(settings))
+    else:
+        spec = model if isinstance(model, ModelSpec) else load_spec(model)
     device = manifest.partitions[0].device if manifest.partitions else "cpu"
     module = spec.module.to(device)
     inputs = flatten_inputs(spec.args, spec.kwargs)
@@ -105,6 +110,21 @@ def validate(artifact: str | Path, model: str | ModelSpec | None = None, *,
                      preload=preload_for(manifest, spec.origin_file))
 
 
+@contextlib.contextmanager
+def _recorded_spec(manifest, artifact):
+    """The manifest's spec is as the build was given it, often relative to where it ran:
+    from elsewhere it names nothing, and the error says so and what to give instead."""
+    try:
+        yield
+    except UserInputError as exc:
+        exc.hint = (f"the artifact records the spec it was built from, "
+                    f"{manifest.source['spec']!r}, as given to the build (relative paths "
+                    f"are from where it ran); give --model with the model's spec from here "
+                    f"(or run this from the build's folder)")
+        exc.where = exc.where or str(artifact)
+        raise
+
+
 def _validate_generating(artifact: Path, manifest, model: str | None, seed: int) -> dict:
     from exporter.lm.gate import GenerationGate
     from exporter.lm.source import load_language_model
@@ -113,7 +133,9 @@ def _validate_generating(artifact: Path, manifest, model: str | None, seed: int)
         raise UserInputError("a generating artifact is validated against a transformers "
                              "model spec (hf:PATH or FILE.py:NAME)", where=str(artifact))
     settings = manifest.build.get("settings", {})
-    lm = load_language_model(model or manifest.source["spec"], HfOptions.from_settings(settings))
+    with _recorded_spec(manifest, artifact) if model is None else contextlib.nullcontext():
+        lm = load_language_model(model or manifest.source["spec"],
+                                 HfOptions.from_settings(settings))
     gate = GenerationGate.for_build(settings.get("dtype") or "fp32", settings.get("quantize"),
                                     min_top1=settings.get("min_top1"),
                                     max_kl=settings.get("max_kl"))

@@ -231,3 +231,18 @@ def test_bench_times_a_generating_artifact_as_asked(onnx_lm, cli):
     assert refused.returncode == 2 and "--runs 1 or more" in refused.stderr
     over = cli("bench", str(built.artifact), "--prompt-tokens", "58", "--new-tokens", "8")
     assert over.returncode == 2 and "do not fit the artifact's context of 64" in over.stderr
+
+
+def test_bench_lengths_fit_a_short_context_and_a_plain_artifact_takes_none(onnx_lm, onnx_mlp,
+                                                                          cli):
+    """128 + 128 by default, or what a shorter context holds (it was exit 2 on any
+    artifact under 255 tokens); --new-tokens on a plain artifact is exit 2, not ignored."""
+    import contextlib
+
+    from exporter.lm.bench import bench_generation
+    built, _ = onnx_lm
+    fitted = bench_generation(built.artifact, baselines=(), runs=1, warmup=0,
+                              stage=lambda name: contextlib.nullcontext())
+    assert (fitted["prompt_tokens"], fitted["new_tokens"]) == (32, 33)
+    plain = cli("bench", str(onnx_mlp), "--new-tokens", "8")
+    assert plain.returncode == 2 and "apply to generating artifacts" in plain.stderr

@@ -255,6 +255,14 @@ def test_weight_only_reports_each_layer_it_leaves_in_float():
     assert info["layers_quantized"] == []
     assert "int4-weight quantizes linear layers" in why["conv1d"]
     assert "in_features 8 is not a multiple of an int4 group (128, 64, 32)" in why["linear"]
+    # and the build says it among its warnings (--json's too), not only in the summary
+    from types import SimpleNamespace
+
+    from exporter.report.console import float_layer_notes
+    (note,) = float_layer_notes(SimpleNamespace(passes=[{"name": "quantize", "info": info}],
+                                                partitions=[]))
+    print(note)
+    assert note.startswith("--quantize int4-weight left 3 of 3 weighted layer(s) in float")
 
 
 def test_cpu_int4_linear_multiplies_by_the_grouped_int4_weight():

@@ -82,7 +82,8 @@ class BuildResult:
 
     @property
     def warnings(self) -> list[str]:
-        notes = list(self.manifest.build.get("notes", []))
+        from exporter.report.console import float_layer_notes
+        notes = list(self.manifest.build.get("notes", [])) + float_layer_notes(self.manifest)
         return notes + list((self.manifest.validation or {}).get("warnings", []))
 
     def to_json(self) -> dict:

@@ -106,10 +106,12 @@ def bench(
                                        "(medians, p90; default 100, generations 5)"),
     warmup: Optional[int] = typer.Option(None, "--warmup", help="untimed calls first, per "
                                          "candidate (default 20, generations 1)"),
-    prompt_tokens: int = typer.Option(128, "--prompt-tokens", min=1, help="generating "
-                                      "artifacts: the prompt's length"),
-    new_tokens: int = typer.Option(128, "--new-tokens", min=2, help="generating artifacts: "
-                                   "tokens generated per run"),
+    prompt_tokens: Optional[int] = typer.Option(None, "--prompt-tokens", min=1, help="generating "
+                                                "artifacts: the prompt's length (default 128, "
+                                                "or half the context)"),
+    new_tokens: Optional[int] = typer.Option(None, "--new-tokens", min=2, help="generating "
+                                             "artifacts: tokens generated per run (default "
+                                             "128, or what the context has left)"),
     no_cuda_graphs: bool = typer.Option(False, "--no-cuda-graphs",
                                         help="run GPU partitions without CUDA-graph replay"),
     as_json: bool = JSON, quiet: bool = QUIET, verbose: bool = VERBOSE, debug: bool = DEBUG,
@@ -121,10 +123,21 @@ def bench(
         from exporter.errors import UserInputError
 
         names = tuple(b.strip() for b in baseline.split(",") if b.strip())
-        if (runs is not None and runs < 1) or (warmup is not None and warmup < 0):
-            raise UserInputError(f"--runs {runs} / --warmup {warmup}",
+        wrong = []
+        if runs is not None and runs < 1:
+            wrong.append(f"--runs {runs}")
+        if warmup is not None and warmup < 0:
+            wrong.append(f"--warmup {warmup}")
+        if wrong:
+            raise UserInputError(f"{' and '.join(wrong)} cannot be timed",
                                  hint="give --runs 1 or more and --warmup 0 or more")
-        if runtime_generates(artifact):
+        generates = runtime_generates(artifact)
+        if not generates and (prompt_tokens is not None or new_tokens is not None):
+            raise UserInputError("--prompt-tokens and --new-tokens apply to generating "
+                                 "artifacts; this one runs a plain forward pass",
+                                 where=str(artifact), hint="drop them (the inputs come from "
+                                 "the signature, or --model's example)")
+        if generates:
             return _bench_generation(artifact, names, runs or 5, 1 if warmup is None
                                      else warmup, prompt_tokens, new_tokens,
                                      not no_cuda_graphs, as_json)
@@ -159,7 +172,7 @@ def runtime_generates(artifact: Path) -> bool:
 
 
 def _bench_generation(artifact: Path, names: tuple[str, ...], runs: int, warmup: int,
-                      prompt_tokens: int, new_tokens: int, cuda_graphs: bool,
+                      prompt_tokens: int | None, new_tokens: int | None, cuda_graphs: bool,
                       as_json: bool) -> int:
     from exporter.lm.bench import bench_generation
     aliases = {"eager": "hf-eager", "compile": "hf-static"}  # the plain bench's names

@@ -34,7 +34,8 @@ BASELINES = ("hf-eager", "hf-static")
 
 
 def bench_generation(artifact: str | Path, *, baselines: tuple[str, ...] = BASELINES,
-                     prompt_tokens: int = 128, new_tokens: int = 128, runs: int = 5,
+                     prompt_tokens: int | None = None, new_tokens: int | None = None,
+                     runs: int = 5,
                      warmup: int = 1, cuda_graphs: bool = True, stage: Callable) -> dict:
     unknown = set(baselines) - set(BASELINES)
     if unknown:
@@ -44,6 +45,7 @@ def bench_generation(artifact: str | Path, *, baselines: tuple[str, ...] = BASEL
     with stage("load artifact"):
         program = runtime.load(artifact, cuda_graphs=cuda_graphs)
     manifest, generator = program.manifest, program.generator
+    prompt_tokens, new_tokens = _lengths(prompt_tokens, new_tokens, generator.max_context)
     # as ``generate`` counts: the last new token is never fed back, so it takes no slot
     if prompt_tokens + new_tokens > generator.max_context + 1:
         raise UserInputError(f"a {prompt_tokens}-token prompt and {new_tokens} new tokens do "
@@ -86,6 +88,17 @@ def bench_generation(artifact: str | Path, *, baselines: tuple[str, ...] = BASEL
                         for name, row in rows.items()
                         if name != "artifact" and row.get("decode_tokens_per_s")}
     return result
+
+
+def _lengths(prompt: int | None, new: int | None, context: int) -> tuple[int, int]:
+    """The issue's 128-token prompt and 128 new tokens, or, where the context is shorter
+    and a length is not given, what fits: half the context for the prompt, the rest (the
+    last new token takes no slot) for the new tokens."""
+    if prompt is None:
+        prompt = min(128, max(1, context // 2) if new is None else max(1, context + 1 - new))
+    if new is None:
+        new = max(2, min(128, context + 1 - prompt))
+    return prompt, new
 
 
 def _take_turns(engines: dict, runs: int, warmup: int, device: torch.device,

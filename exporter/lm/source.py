@@ -172,8 +172,8 @@ def _refuse_bidirectional(model: torch.nn.Module, source: str) -> None:
                         "it cannot generate from a cache", where=source,
                         hint="--task text-generation takes decoders (LLaMA, GPT-2, ...) and "
                              "encoder-decoders (T5, Whisper, ...); an encoder-only model "
-                             "(BERT, RoBERTa, ...) builds with its own task (--task fill-mask, "
-                             "feature-extraction, ...)")
+                             "(BERT, RoBERTa, ...) builds its forward pass with --task "
+                             "feature-extraction or text-classification")
 
 
 def _check_tokenizer(path: Path) -> None:
