@@ -226,6 +226,11 @@ def quantization_lines(manifest: Manifest) -> list[str]:
                      f"({before / max(after, 1):.1f}x smaller)")
         lines += [f"  left in float: {row['layer']} ({row['op']}): {row['why']}"
                   for row in info["layers_float"]]
+        copies = 1 + len(manifest.entry_points or {})
+        if copies > 1 and not manifest.shared_weights:  # targets/aoti/base.py shares_weights
+            lines.append(f"  each of the {copies} entry points holds its own copy of these "
+                         "weights (packed into its library for the int8 kernels), so the "
+                         f"file holds about {copies} x {after / 1e6:.2f} MB of them")
         measured = [r for r in info.get("layer_errors") or [] if r.get("sqnr_db") is not None]
         if measured:
             worst = min(measured, key=lambda r: r["sqnr_db"])
