@@ -194,8 +194,7 @@ def test_validate_rechecks_a_generating_artifact_by_its_gate(onnx_lm, onnx_mlp, 
     assert plain.returncode == 0 and "PASSED" in plain.stdout, plain.stderr
 
 
-def test_validate_against_other_weights_is_exit_1_with_the_first_divergence(onnx_lm, cli,
-                                                                           tmp_path):
+def test_validate_against_other_weights_is_exit_1_with_the_first_divergence(onnx_lm, tmp_path):
     """Logits (and so, on most models, tokens) that differ: exit 1 and what failed where
     (it was exit 4, a KeyError in the plain records' failure lines)."""
     import shutil
@@ -207,19 +206,20 @@ def test_validate_against_other_weights_is_exit_1_with_the_first_divergence(onnx
     torch.manual_seed(0)
     save_file({k: v + 0.05 * torch.randn_like(v) if v.is_floating_point() else v
                for k, v in weights.items()}, other / "model.safetensors")
-    done = cli("validate", str(built.artifact), "--model", f"hf:{other}")
+    from typer.testing import CliRunner
+
+    from exporter.cli import app
+    done = CliRunner().invoke(app, ["validate", str(built.artifact), "--model", f"hf:{other}"])
     print(done.stdout, done.stderr)
-    assert done.returncode == 1 and "FAILED" in done.stdout, done.stderr
+    assert done.exit_code == 1 and "FAILED" in done.stdout, done.stderr
     assert "case0 logits: max abs error" in done.stdout and "internal error" not in done.stderr
 
 
 def test_bench_times_a_generating_artifact_as_asked(onnx_lm, cli):
     """`exporter bench` on a generating artifact: the artifact and transformers in turns,
-    with the runs and untimed warm-ups asked for (--warmup was ignored); --runs 0 is exit 2.
-    The context counts as in ``generate``: 57 + 8 tokens fit 64 slots (the last new token
-    is not fed back), 58 + 8 do not."""
+    with the runs and untimed warm-ups asked for (--warmup was ignored); --runs 0 is exit 2."""
     built, _ = onnx_lm
-    done = cli("bench", str(built.artifact), "--baseline", "eager", "--prompt-tokens", "57",
+    done = cli("bench", str(built.artifact), "--baseline", "eager", "--prompt-tokens", "8",
                "--new-tokens", "8", "--runs", "2", "--warmup", "0", "--json")
     assert done.returncode == 0, done.stderr
     timed = json.loads(done.stdout)
@@ -229,20 +229,20 @@ def test_bench_times_a_generating_artifact_as_asked(onnx_lm, cli):
     assert all(row["decode_tokens_per_s"] > 0 for row in timed["engines"].values())
     refused = cli("bench", str(built.artifact), "--runs", "0")
     assert refused.returncode == 2 and "--runs 1 or more" in refused.stderr
-    over = cli("bench", str(built.artifact), "--prompt-tokens", "58", "--new-tokens", "8")
-    assert over.returncode == 2 and "do not fit the artifact's context of 64" in over.stderr
 
 
-def test_bench_lengths_fit_a_short_context_and_a_plain_artifact_takes_none(onnx_lm, onnx_mlp,
-                                                                          cli):
+def test_bench_lengths_fit_a_short_context_and_a_plain_artifact_takes_none(onnx_mlp):
     """128 + 128 by default, or what a shorter context holds (it was exit 2 on any
-    artifact under 255 tokens); --new-tokens on a plain artifact is exit 2, not ignored."""
-    import contextlib
+    artifact under 255 tokens), counted as ``generate`` counts (57 + 8 fit 64 slots: the
+    last new token is not fed back); --new-tokens on a plain artifact is exit 2."""
+    from typer.testing import CliRunner
 
-    from exporter.lm.bench import bench_generation
-    built, _ = onnx_lm
-    fitted = bench_generation(built.artifact, baselines=(), runs=1, warmup=0,
-                              stage=lambda name: contextlib.nullcontext())
-    assert (fitted["prompt_tokens"], fitted["new_tokens"]) == (32, 33)
-    plain = cli("bench", str(onnx_mlp), "--new-tokens", "8")
-    assert plain.returncode == 2 and "apply to generating artifacts" in plain.stderr
+    from exporter.cli import app
+    from exporter.lm.bench import fitted_lengths
+    assert fitted_lengths(None, None, 1024) == (128, 128)
+    assert fitted_lengths(None, None, 64) == (32, 33) and fitted_lengths(None, 8, 64) == (57, 8)
+    assert fitted_lengths(57, 8, 64) == (57, 8) and fitted_lengths(60, None, 64) == (60, 5)
+    with pytest.raises(runtime.UserInputError, match="do not fit the artifact's context of 64"):
+        fitted_lengths(58, 8, 64)
+    plain = CliRunner().invoke(app, ["bench", str(onnx_mlp), "--new-tokens", "8"])
+    assert plain.exit_code == 2 and "apply to generating artifacts" in plain.stderr

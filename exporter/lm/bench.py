@@ -45,14 +45,7 @@ def bench_generation(artifact: str | Path, *, baselines: tuple[str, ...] = BASEL
     with stage("load artifact"):
         program = runtime.load(artifact, cuda_graphs=cuda_graphs)
     manifest, generator = program.manifest, program.generator
-    prompt_tokens, new_tokens = _lengths(prompt_tokens, new_tokens, generator.max_context)
-    # as ``generate`` counts: the last new token is never fed back, so it takes no slot
-    if prompt_tokens + new_tokens > generator.max_context + 1:
-        raise UserInputError(f"a {prompt_tokens}-token prompt and {new_tokens} new tokens do "
-                             f"not fit the artifact's context of {generator.max_context} "
-                             "(the last new token takes no slot)",
-                             hint="lower --prompt-tokens/--new-tokens, or rebuild with a "
-                                  "larger --max-context")
+    prompt_tokens, new_tokens = fitted_lengths(prompt_tokens, new_tokens, generator.max_context)
     device = generator.device
     prompt = torch.randint(0, generator.vocab, (prompt_tokens,),
                            generator=torch.Generator().manual_seed(0)).tolist()
@@ -90,14 +83,20 @@ def bench_generation(artifact: str | Path, *, baselines: tuple[str, ...] = BASEL
     return result
 
 
-def _lengths(prompt: int | None, new: int | None, context: int) -> tuple[int, int]:
+def fitted_lengths(prompt: int | None, new: int | None, context: int) -> tuple[int, int]:
     """The issue's 128-token prompt and 128 new tokens, or, where the context is shorter
-    and a length is not given, what fits: half the context for the prompt, the rest (the
-    last new token takes no slot) for the new tokens."""
+    and a length is not given, what fits: half the context for the prompt, the rest for
+    the new tokens. Counted as ``generate`` counts: the last new token is never fed back,
+    so it takes no slot."""
     if prompt is None:
         prompt = min(128, max(1, context // 2) if new is None else max(1, context + 1 - new))
     if new is None:
         new = max(2, min(128, context + 1 - prompt))
+    if prompt + new > context + 1:
+        raise UserInputError(f"a {prompt}-token prompt and {new} new tokens do not fit the "
+                             f"artifact's context of {context} (the last new token takes "
+                             "no slot)", hint="lower --prompt-tokens/--new-tokens, or rebuild "
+                                              "with a larger --max-context")
     return prompt, new
 
 
