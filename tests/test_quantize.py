@@ -265,6 +265,30 @@ def test_weight_only_reports_each_layer_it_leaves_in_float():
     assert note.startswith("--quantize int4-weight left 3 of 3 weighted layer(s) in float")
 
 
+def test_inspect_lists_each_entry_points_quantized_weights_and_their_sum_when_not_shared():
+    """A cpu int8-dynamic encoder-decoder packs weights into each of its three libraries:
+    inspect said only the main program's 2.5x (the file had grown 25% over fp32)."""
+    from types import SimpleNamespace
+
+    from exporter.report.console import quantization_lines
+
+    def program(before: int, after: int):
+        info = {"recipe": "int8-dynamic", "how": "PT2E", "layers_quantized": ["l"],
+                "layers_float": [], "weight_bytes_before": before, "weight_bytes_after": after}
+        return SimpleNamespace(passes=[{"name": "quantize", "info": info}], partitions=[])
+    main, decode = program(660_000, 270_000), program(660_000, 270_000)
+    encode = program(1_050_000, 300_000)
+    manifest = SimpleNamespace(passes=main.passes, partitions=[], shared_weights=None,
+                               entry_points={"decode": decode, "encode": encode})
+    lines = quantization_lines(manifest)
+    print("\n".join(lines))
+    assert [line.split("[")[1].split("]")[0] for line in lines[:3]] == [
+        "prefill", "decode", "encode"]
+    assert "each of the 3 entry points holds its own" in lines[3] and "about 0.84 MB" in lines[3]
+    manifest.shared_weights = {"entries": {}}
+    assert len(quantization_lines(manifest)) == 3  # shared: one copy, nothing to add
+
+
 def test_cpu_int4_linear_multiplies_by_the_grouped_int4_weight():
     """ATen's CPU int4 GEMM over our packing computes x @ dequantized(w).T: the values
     torchao's asymmetric quantization chose, per group of 32 (bf16 rows inside)."""

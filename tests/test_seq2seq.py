@@ -103,15 +103,15 @@ def test_generates_like_hugging_face_on_a_new_source(bart_onnx):
     program = runtime.load(program.source)  # the raw greedy choice: BART's forced eos aside
     program.generator.config["forced_eos_token_id"] = None
     tokens = {}
-    for text in ("hello device, the fox", "a notebook"):
+    for text in ("hello device, the fox", "a notebook", [5, 9]):
         got = program.generate(None, 20, source=text, stop_at_eos=False)
-        ids = program.generator.tokenizer.encode(text)
+        ids = program.generator.tokenizer.encode(text) if isinstance(text, str) else text
         reference = hf_greedy(model, [model.config.decoder_start_token_id], 20,
                               {"input_ids": torch.tensor([ids])})
         print(text, got.tokens, reference)
         assert got.tokens == reference
-        tokens[text] = got.tokens
-    assert len(set(map(tuple, tokens.values()))) == 2
+        tokens[str(text)] = got.tokens
+    assert len(set(map(tuple, tokens.values()))) == 3
 
 
 def test_a_given_decoder_prompt_starts_as_transformers_generate_starts_it(bart_onnx):
@@ -202,7 +202,13 @@ def test_bad_sources_are_user_errors_naming_the_input(whisper_onnx, bart_onnx):
         (lambda: whisper.generate(None, 2, source=torch.zeros(3, 5)), "input features of shape"),
         (lambda: parse_source(None, None, "missing.npy"), "no such file"),
         (lambda: parse_source("x", "1", None), "give the source once"),
-        (lambda: bart.generate(None, 2, source=[5] * (bound + 1)), "the encoder takes 1"),
+        (lambda: bart.generate(None, 2, source=[5] * (bound + 1)), "encoder takes 2 to"),
+        (lambda: bart.generate(None, 2, source=[]), "the source has 0 token"),
+        (lambda: bart.generate(None, 2, source=[5]), "encoder takes 2 to"),  # its capture's
+        (lambda: bart.generate(None, 2, source=torch.zeros(16, 48)), "takes text or token ids, "
+                                                                       "not input features"),
+        (lambda: whisper.generate(None, 2, source=torch.full((16, 48), float("nan"))),
+         "768 input feature value\\(s\\) are NaN"),
         (lambda: bart.generate(None, 2, source=[5, 9999]), "outside the vocabulary"),
         (lambda: bart.generate(None, 2, source=Waveform(torch.zeros(8).numpy(), 16000)),
          "takes no audio"),

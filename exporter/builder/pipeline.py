@@ -369,8 +369,9 @@ def _validate(out: Path, manifest: Manifest, files: dict, eager: EagerRunner,
             raise ValidationFailedError(
                 gate.failure(), record=record, where=str(kept or out),
                 details=summarize_failure(record) + (bisect_lines(found) if found else []),
-                hint="no artifact was written; --keep-failed keeps it beside the output for "
-                     "inspection" if kept is None else f"the failed artifact was kept at {kept}")
+                hint="no new artifact was written (a file already at the output is left as "
+                     "it was); --keep-failed keeps it beside the output for inspection"
+                if kept is None else f"the failed artifact was kept at {kept}")
         return record
     finally:
         scratch.remove(staging)

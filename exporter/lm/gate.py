@@ -69,7 +69,8 @@ class GenerationGate:
         else:
             passed = top1 >= self.min_top1 and kl <= self.max_kl
         first = next((r["divergence"] for r in rows if r.get("divergence")), None)
-        return {"passed": passed, "kind": "generation", "policy": self.describe(),
+        return {"passed": passed, "kind": "generation", "exact_tokens": self.exact_tokens,
+                "policy": self.describe(),
                 "cases": len(rows), "new_tokens_per_case": new_tokens,
                 "top1_agreement": top1, "mean_kl": kl,
                 "tokens_identical": all(r["tokens_match"] for r in rows),
@@ -188,11 +189,13 @@ def summary_lines(record: dict) -> list[str]:
              f"{record['mean_kl']:.2e} over {record['cases']} prompts"]
     first = record.get("first_divergence")
     if first:
+        # a labelled gate (fp16, quantized) judges top-1 and KL: fp32's logit bound means nothing
+        allowed = (f", allowed {first['allowed_logit_err']:.3g}"
+                   if record.get("exact_tokens", True) else "")
         lines.append(f"first divergence: {first['case']} step {first['step']}: artifact token "
                      f"{first['artifact_token']}, Hugging Face {first['reference_token']} "
-                     f"(largest logit error there {first['max_logit_err']:.3g}, allowed "
-                     f"{first['allowed_logit_err']:.3g}; eager top-2 margin "
-                     f"{first['eager_top2_margin']:.3g})")
+                     f"(largest logit error there {first['max_logit_err']:.3g}{allowed}; eager "
+                     f"top-2 margin {first['eager_top2_margin']:.3g})")
     for row in record["outputs"]:
         for key in ("logits", "cache_consistency"):
             judged = row.get(key)

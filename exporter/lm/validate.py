@@ -58,8 +58,9 @@ def validate_generation(out: Path, manifest: Manifest, files: dict, lm: Language
         manifest.validation = record
         raise ValidationFailedError(gate.failure(), record=record, where=str(out),
                                     details=summary_lines(record),
-                                    hint="no artifact was written; the first divergence above "
-                                         "names the prompt, the step and the logit error")
+                                    hint="no new artifact was written (a file already at the "
+                                         "output is left as it was); the first divergence "
+                                         "above names the prompt, the step and the logit error")
     return record
 
 

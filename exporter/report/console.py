@@ -103,7 +103,7 @@ def model_line(source: dict) -> str | None:
         encode = "" if encoder is None else (
             f"; encode ({encoder['input']} [1, {', '.join(map(str, encoder['shape']))}]) "
             if encoder["input"] != "input_ids" else
-            f"; encode (input_ids, 1..{encoder['bound']} tokens) ") + (
+            f"; encode (input_ids, up to {encoder['bound']} tokens) ") + (
             "" if encoder is None else "fills their cross-attention cache")
         steps = (f"prefill (1..{source['prefill_chunk']} tokens, --prefill-chunk N), which "
                  "also decodes," if source.get("decode_on_prefill") else
@@ -215,29 +215,42 @@ def _mb(size: int) -> str:
 
 
 def quantization_lines(manifest: Manifest) -> list[str]:
-    """Recipe, layers quantized and left in float (with why), weight bytes before/after."""
+    """Recipe, layers quantized and left in float (with why), weight bytes before/after;
+    per entry point where there are several (each quantizes its own graph)."""
     lines = []
-    for info in quantization_records(manifest):
+    programs = programs_quantized(manifest)
+    for name, info in programs:
         before, after = info["weight_bytes_before"], info["weight_bytes_after"]
-        lines.append(f"quantized {info['recipe']} ({info['how']}): "
+        lines.append(f"quantized {info['recipe']} ({info['how']})"
+                     + (f" [{name}]" if len(programs) > 1 else "") + ": "
                      f"{len(info['layers_quantized'])} layer(s) quantized, "
                      f"{len(info['layers_float'])} left in float; weights "
                      f"{before / 1e6:.2f} MB -> {after / 1e6:.2f} MB "
                      f"({before / max(after, 1):.1f}x smaller)")
         lines += [f"  left in float: {row['layer']} ({row['op']}): {row['why']}"
                   for row in info["layers_float"]]
-        copies = 1 + len(manifest.entry_points or {})
-        if copies > 1 and not manifest.shared_weights:  # targets/aoti/base.py shares_weights
-            lines.append(f"  each of the {copies} entry points holds its own copy of these "
-                         "weights (packed into its library for the int8 kernels), so the "
-                         f"file holds about {copies} x {after / 1e6:.2f} MB of them")
         measured = [r for r in info.get("layer_errors") or [] if r.get("sqnr_db") is not None]
         if measured:
             worst = min(measured, key=lambda r: r["sqnr_db"])
             lines.append(f"  per-layer error on {info.get('layer_errors_on')}: worst "
                          f"{worst['layer']} at SQNR {worst['sqnr_db']:.1f} dB (cosine "
                          f"{worst['cosine']:.5f}) of {len(measured)} layer(s)")
+    if len(programs) > 1 and not manifest.shared_weights:  # targets/aoti/base.py shares_weights
+        total = sum(info["weight_bytes_after"] for _, info in programs)
+        lines.append(f"each of the {len(programs)} entry points holds its own quantized weights "
+                     "(packed into its library for the int8 kernels, not shared): about "
+                     f"{total / 1e6:.2f} MB in the file, which can be more than the float build")
     return lines
+
+
+def programs_quantized(manifest: Manifest) -> list[tuple[str, dict]]:
+    """(program, record) for the main program ("main", or "prefill" in a generating
+    artifact) and each entry point that quantized."""
+    main = "prefill" if manifest.entry_points else "main"
+    found = [(main, info) for info in quantization_records(manifest)]
+    for name, entry in (manifest.entry_points or {}).items():
+        found += [(name, info) for info in _records(entry.passes, entry.partitions)]
+    return found
 
 
 def float_layer_notes(manifest: Manifest) -> list[str]:
@@ -258,6 +271,9 @@ def float_layer_notes(manifest: Manifest) -> list[str]:
 def quantization_records(manifest: Manifest) -> list[dict]:
     """What --quantize did: the PT2E pass's record or, where the backend's own tools
     quantized (in the lowering), each partition's."""
-    records = [r["info"] for r in manifest.passes if r["name"] == "quantize"]
-    return records + [p.meta["quantization"] for p in manifest.partitions
-                      if "quantization" in p.meta]
+    return _records(manifest.passes, manifest.partitions)
+
+
+def _records(passes: list[dict], partitions: list) -> list[dict]:
+    records = [r["info"] for r in passes if r["name"] == "quantize"]
+    return records + [p.meta["quantization"] for p in partitions if "quantization" in p.meta]

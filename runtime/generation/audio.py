@@ -77,6 +77,31 @@ def log_mel(waveform: Waveform, audio: dict, mels: int, frames: int) -> np.ndarr
     return ((spectrum + 4.0) / 4.0).astype(np.float32)
 
 
+def checked_features(source, shape: list[int], where: str):
+    """A speech encoder's input features as a float tensor [1, *shape]: text, ids, another
+    shape or an integer dtype, and values that are NaN or infinite, are refused."""
+    import torch
+    if isinstance(source, str) or (isinstance(source, (list, tuple)) and all(
+            isinstance(t, int) for t in source)):
+        raise UserInputError("this artifact's encoder takes input features, not "
+                             f"{'text' if isinstance(source, str) else 'token ids'}",
+                             where=where, hint="give --source-features FILE.npy "
+                             "or --source-audio FILE.wav")
+    value = torch.as_tensor(source)
+    if value.dim() == len(shape):
+        value = value[None]
+    if tuple(value.shape[1:]) != tuple(shape) or not value.is_floating_point():
+        raise UserInputError(f"input features of shape {tuple(value.shape)} ({value.dtype}); "
+                             f"the encoder takes float {tuple(shape)}", where=where,
+                             hint="compute them with the model's feature extractor (padded "
+                                  "to its fixed length)")
+    if not torch.isfinite(value).all():  # a NaN spectrogram transcribes as anything
+        raise UserInputError(f"{int((~torch.isfinite(value)).sum())} input feature value(s) "
+                             "are NaN or infinite", where=where,
+                             hint="compute them again from the audio")
+    return value
+
+
 def _checked(waveform: Waveform, limit: int, rate: int) -> np.ndarray:
     """The samples as float64, at most ``limit`` of them. Nothing to hear and samples that
     are not numbers are refused (the spectrogram of a NaN is NaN everywhere, and the model

@@ -24,7 +24,7 @@ from typing import Callable, Sequence
 import torch
 
 from runtime.errors import ArtifactError, UserInputError
-from runtime.generation.audio import Waveform, log_mel
+from runtime.generation.audio import Waveform, checked_features, log_mel
 from runtime.generation.cache import KvCache
 from runtime.generation.config_notes import (default_new_tokens, forced_tokens, sampling_note,
                                              unapplied)
@@ -174,32 +174,32 @@ class Generator:
             mels, frames = spec["shape"]
             source = torch.from_numpy(log_mel(source, spec["audio"], mels, frames))
         if spec["input"] == "input_ids":
+            given = None if isinstance(source, str) else torch.as_tensor(source)
+            if given is not None and given.numel() and given.is_floating_point():
+                raise UserInputError("this artifact's encoder takes text or token ids, not "
+                                     "input features", where=self.where,
+                                     hint="give --source TEXT or --source-ids 1,2,3")
             ids = self._token_ids(source if isinstance(source, str)
                                   else torch.as_tensor(source).reshape(-1).tolist())
-            if not 0 < len(ids) <= spec["bound"]:
-                raise UserInputError(f"the source has {len(ids)} tokens; the encoder takes 1 "
-                                     f"to {spec['bound']}", where=self.where,
-                                     hint="shorten the source")
+            low = self._shortest_source()
+            if not low <= len(ids) <= spec["bound"]:
+                raise UserInputError(f"the source has {len(ids)} token(s); this artifact's "
+                                     f"encoder takes {low} to {spec['bound']}", where=self.where,
+                                     hint="shorten the source" if len(ids) > spec["bound"]
+                                     else "torch.export captured this encoder for 2 tokens or "
+                                          "more (a guard in the model's code); give a longer "
+                                          "source")
             self._check_tokens(ids, spec.get("vocab"))
             value = torch.tensor([ids], dtype=torch.long)
         else:
-            if isinstance(source, str) or (isinstance(source, (list, tuple)) and all(
-                    isinstance(t, int) for t in source)):
-                raise UserInputError("this artifact's encoder takes input features, not "
-                                     f"{'text' if isinstance(source, str) else 'token ids'}",
-                                     where=self.where, hint="give --source-features FILE.npy "
-                                     "or --source-audio FILE.wav")
-            value = torch.as_tensor(source)
-            if value.dim() == len(spec["shape"]):
-                value = value[None]
-            if tuple(value.shape[1:]) != tuple(spec["shape"]) or not value.is_floating_point():
-                raise UserInputError(f"input features of shape {tuple(value.shape)} "
-                                     f"({value.dtype}); the encoder takes float "
-                                     f"{tuple(spec['shape'])}", where=self.where,
-                                     hint="compute them with the model's feature extractor "
-                                          "(padded to its fixed length)")
-            value = value.to(getattr(torch, self.layout.dtype))
+            value = checked_features(source, spec["shape"], self.where).to(
+                getattr(torch, self.layout.dtype))
         return self.cache.set_source(self.encode.run([value.to(self.device)]))
+
+    def _shortest_source(self) -> int:
+        """The fewest tokens the encode program takes, as its capture bounded them."""
+        length = self.encode.manifest.signature.inputs[0].shape[1]
+        return (length.min or 1) if length.is_dynamic else length.size
 
     def _decoder_prompt(self, prompt, language: str | None, task: str | None) -> list[int]:
         """The decoder's prompt: the one given, else its start token, which a speech model
@@ -310,7 +310,8 @@ class Generator:
                 break
             if len(tokens) < budget:
                 logits = self.step(torch.tensor([token]), len(prompt_ids) + len(tokens) - 1)[-1]
-        stats = _stats(started, first_at, time.perf_counter(), len(prompt_ids), len(tokens))
+        stats = _stats(started, first_at, time.perf_counter(), len(prompt_ids), len(tokens),
+                       encode_s or 0.0)
         if encode_s is not None:
             stats["encode_s"] = encode_s
         decoded = (text.finish() if text is not None else self.tokenizer.decode(tokens)
@@ -345,7 +346,8 @@ class Generator:
             raise UserInputError("the prompt is empty", where=self.where,
                                  hint="give at least one token")
         if prompt + extra > self.max_context:
-            raise UserInputError(f"{prompt} prompt tokens (+{extra}) do not fit the artifact's "
+            given = f"{prompt} prompt tokens" + (f" and {extra} more" if extra else "")
+            raise UserInputError(f"{given} do not fit the artifact's "
                                  f"context of {self.max_context} tokens", where=self.where,
                                  hint="shorten the prompt, or rebuild with a larger "
                                       "--max-context")
@@ -375,10 +377,13 @@ def _device_of(program) -> torch.device:
     return torch.device("cuda" if "cuda" in devices else "cpu")
 
 
-def _stats(started: float, first_at: float | None, ended: float, prompt: int, new: int) -> dict:
+def _stats(started: float, first_at: float | None, ended: float, prompt: int, new: int,
+           encode_s: float) -> dict:
+    """Time to first token counts an encoder's time; prefill's rate does not."""
     ttft = (first_at or ended) - started
+    prefill_s = ttft - encode_s
     decode_s = ended - (first_at or ended)
-    return {"ttft_s": round(ttft, 6), "prefill_tokens_per_s": round(prompt / ttft, 2)
-            if ttft > 0 else None, "decode_s": round(decode_s, 6),
+    return {"ttft_s": round(ttft, 6), "prefill_tokens_per_s": round(prompt / prefill_s, 2)
+            if prefill_s > 0 else None, "decode_s": round(decode_s, 6),
             "decode_tokens_per_s": round((new - 1) / decode_s, 2)
             if new > 1 and decode_s > 0 else None}
