@@ -8,7 +8,6 @@
 from __future__ import annotations
 
 import contextlib
-
 import inspect
 from pathlib import Path
 from typing import Any

@@ -83,8 +83,8 @@ class BuildResult:
     @property
     def warnings(self) -> list[str]:
         from exporter.report.console import float_layer_notes
-        notes = list(self.manifest.build.get("notes", [])) + float_layer_notes(self.manifest)
-        return notes + list((self.manifest.validation or {}).get("warnings", []))
+        return (list(self.manifest.build.get("notes", [])) + float_layer_notes(self.manifest)
+                + list((self.manifest.validation or {}).get("warnings", [])))
 
     def to_json(self) -> dict:
         return {"artifact": str(self.artifact), "target": self.manifest.target,
@@ -369,9 +369,8 @@ def _validate(out: Path, manifest: Manifest, files: dict, eager: EagerRunner,
             raise ValidationFailedError(
                 gate.failure(), record=record, where=str(kept or out),
                 details=summarize_failure(record) + (bisect_lines(found) if found else []),
-                hint="no new artifact was written (a file already at the output is left as "
-                     "it was); --keep-failed keeps it beside the output for inspection"
-                if kept is None else f"the failed artifact was kept at {kept}")
+                hint=f"the failed artifact was kept at {kept}" if kept else "no new artifact "
+                     "was written (a file at the output is left as it was); --keep-failed keeps it")
         return record
     finally:
         scratch.remove(staging)

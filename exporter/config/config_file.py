@@ -18,8 +18,8 @@ the command line win over the file; ``--save-config`` writes what the build used
 
 Paths in the file (the spec's FILE.py or hf:FOLDER, ``out``, ``inputs``, ``calibration``)
 are relative to the file's own folder, as in pyproject.toml, so a replay from another
-directory builds the same model. ``--save-config`` also stores ``spec_sha256``, the hash of the model's
-source file (hf: its config.json); a replay whose file changed since is refused.
+directory builds the same model. ``--save-config`` also stores ``spec_sha256``, the hash of
+the model's source file (hf: its config.json); a replay whose file changed since is refused.
 
 The writer is ours (tomllib reads, the standard library writes no TOML): the settings
 are flat strings, numbers, booleans and lists of strings.

@@ -35,8 +35,8 @@ BASELINES = ("hf-eager", "hf-static")
 
 def bench_generation(artifact: str | Path, *, baselines: tuple[str, ...] = BASELINES,
                      prompt_tokens: int | None = None, new_tokens: int | None = None,
-                     runs: int = 5,
-                     warmup: int = 1, cuda_graphs: bool = True, stage: Callable) -> dict:
+                     runs: int = 5, warmup: int = 1, cuda_graphs: bool = True,
+                     stage: Callable) -> dict:
     unknown = set(baselines) - set(BASELINES)
     if unknown:
         raise UserInputError(f"unknown baseline(s) for a generating artifact: "

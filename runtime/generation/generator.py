@@ -179,16 +179,15 @@ class Generator:
                 raise UserInputError("this artifact's encoder takes text or token ids, not "
                                      "input features", where=self.where,
                                      hint="give --source TEXT or --source-ids 1,2,3")
-            ids = self._token_ids(source if isinstance(source, str)
-                                  else torch.as_tensor(source).reshape(-1).tolist())
+            ids = self._token_ids(source if given is None else given.reshape(-1).tolist())
             low = self._shortest_source()
             if not low <= len(ids) <= spec["bound"]:
                 raise UserInputError(f"the source has {len(ids)} token(s); this artifact's "
                                      f"encoder takes {low} to {spec['bound']}", where=self.where,
                                      hint="shorten the source" if len(ids) > spec["bound"]
-                                     else "torch.export captured this encoder for 2 tokens or "
-                                          "more (a guard in the model's code); give a longer "
-                                          "source")
+                                     else f"give a longer source (torch.export captured this "
+                                          f"encoder for {low} or more)" if low > 1
+                                     else "give a source")
             self._check_tokens(ids, spec.get("vocab"))
             value = torch.tensor([ids], dtype=torch.long)
         else:
