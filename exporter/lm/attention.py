@@ -160,8 +160,8 @@ def cached_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Te
 def _bidirectional_sdpa(active: _Step, module: torch.nn.Module, scaling, kwargs: dict) -> bool:
     """A call transformers' SDPA would serve without a causal mask (a cross-attention):
     ``_sdpa`` serves it the same. transformers' own tests ``q_length > 1`` first, which
-    under torch.export pins a dynamic prompt length to 2 or more, so one prefill program
-    could not decode (exporter/lm/build.py, decode_on_prefill)."""
+    under torch.export pins a dynamic length to 2 or more: one prefill program could not
+    decode (exporter/lm/build.py, decode_on_prefill), an encoder not take one token."""
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
     return (active.fallback is sdpa_attention_forward and scaling is not None
             and not getattr(module, "is_causal", True) and not kwargs.get("dropout")

@@ -18,6 +18,7 @@ import contextlib
 import copy
 import dataclasses
 import functools
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -45,9 +46,11 @@ from exporter.progress import StageHook, quiet_stage
 from exporter.settings import BuildSettings
 from runtime import scratch
 from runtime.archive_writer import write_artifact
-from runtime.generation.generator import takes_one_token
+from runtime.generation.generator import shortest_source, takes_one_token
 from runtime.generation.layout import CacheLayout
 from runtime.manifest import EntryPoint, Manifest
+
+log = logging.getLogger(__name__)
 
 TOKENIZER_ENTRY = f"generation/{TOKENIZER_FILE}"
 EXAMPLE_TOKENS = 8  # the prefill example's length (any in 2..chunk: the dim is dynamic)
@@ -126,9 +129,19 @@ def _capture_entry_points(target, reference: ModelSpec, out: Path, settings: Bui
         except ExportFailedError as exc:
             if name == "decode":
                 raise _DecodeNotCaptured(exc) from exc
+            if name == "encode" and from_one:  # the encoder then takes 2 tokens or more
+                log.info("encode from one source token not captured (%s); capturing it "
+                         "as torch.export assumes, 2 or more", str(exc).splitlines()[0])
+                return prepared(name, entry, False)
             raise
 
-    preps = {name: prepared(name, entry, name == "prefill" and "decode" not in entries)
+    def from_one(name: str, entry: ModelSpec) -> bool:
+        """prefill serving decode too, and a text encoder (a one-token source)"""
+        if name == "encode":
+            return bool(entry.dynamic_shapes and entry.dynamic_shapes[0])
+        return name == "prefill" and "decode" not in entries
+
+    preps = {name: prepared(name, entry, from_one(name, entry))
              for name, entry in entries.items()}
     if "decode" not in entries and not takes_one_token(preps["prefill"].captured.signature):
         # torch.export specialized the length away from 1: decode gets its own program
@@ -346,10 +359,19 @@ def _manifest(preps: dict[str, Prepared], lowered: dict, settings: BuildSettings
         "tokenizer": TOKENIZER_ENTRY if lm.tokenizer is not None else None,
         **{f"{key}_token_ids": ids for key, ids in lm.token_ids.items()},
         "generation_config": lm.generation_config,
-        **({"source": prepared.source.to_json()} if prepared.source else {}),
+        **({"source": _source_record(prepared.source, manifest)} if prepared.source else {}),
         "cache_bytes": layout.nbytes(torch.empty((), dtype=getattr(torch, layout.dtype))
                                      .element_size())}
     return manifest
+
+
+def _source_record(source: Source, manifest: Manifest) -> dict:
+    """The source as the runtime reads it, with the fewest tokens ``encode`` takes (the
+    validation generates from a source that short)."""
+    record = source.to_json()
+    if source.masked:
+        record["shortest"] = shortest_source(manifest.entry_points["encode"].signature)
+    return record
 
 
 def _refuse_plain_options(settings: BuildSettings) -> None:

@@ -273,12 +273,16 @@ class ExportableEncoder(torch.nn.Module):
         self.model, self.layout, self.source = model, layout, source
 
     def forward(self, source: torch.Tensor) -> dict[str, torch.Tensor]:
-        states = _encoder_states(self.model, self.source, source)
         self_layers = [ChunkLayer(None, None, False) for _ in self.layout.layers]
         cross_layers = [_CrossLayer() for _ in self.layout.cross]
-        ids = torch.zeros(1, 1, dtype=torch.long, device=source.device)
-        _decoder_call(self.model, ids, torch.zeros(1, dtype=torch.long, device=source.device),
-                      states, _caches(self_layers, cross_layers, 0, computed=False))
+        zero = torch.zeros(1, dtype=torch.long, device=source.device)
+        # with no cache layers given, attending_in_place only serves the bidirectional
+        # calls without transformers' ``q_length > 1`` test, which under torch.export
+        # pinned a text source's length to 2 or more (a one-token source was refused)
+        with attending_in_place(self.model, [], zero[0]):
+            states = _encoder_states(self.model, self.source, source)
+            _decoder_call(self.model, zero[None], zero, states,
+                          _caches(self_layers, cross_layers, 0, computed=False))
         result = {}
         for i, layer in enumerate(cross_layers):
             result[f"k_{i}"], result[f"v_{i}"] = layer.new

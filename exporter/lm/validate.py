@@ -119,9 +119,9 @@ def generation_cases(lm: LanguageModel, generation: dict, seed: int
 def source_cases(lm: LanguageModel, generation: dict, count: int, seed: int
                  ) -> list[torch.Tensor | None]:
     """An encoder-decoder's sources, one a case (None each for a decoder-only model): text
-    sources as long as the encoder takes, short and in between (the cross cache's unused
-    rows masked), from the prompts' text where there is a tokenizer; speech features of
-    the model's fixed shape, random."""
+    sources as long as the encoder takes, short, and as short as it takes (the cross
+    cache's unused rows masked), from the prompts' text where there is a tokenizer; speech
+    features of the model's fixed shape, random."""
     source = generation.get("source")
     if source is None:
         return [None] * count
@@ -130,7 +130,8 @@ def source_cases(lm: LanguageModel, generation: dict, count: int, seed: int
         return [torch.randn(1, *source["shape"], generator=random) for _ in range(count)]
     bound, texts = source["bound"], _tokenized(lm)
     vocab = source_vocab(lm.model)
-    lengths = [bound, min(5, bound), max(1, bound // 2)]
+    # artifacts built before "shortest" was recorded: half the bound
+    lengths = [bound, min(5, bound), source.get("shortest", max(1, bound // 2))]
     sources = []
     for index in range(count):
         length = lengths[index % len(lengths)]

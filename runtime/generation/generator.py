@@ -196,9 +196,7 @@ class Generator:
         return self.cache.set_source(self.encode.run([value.to(self.device)]))
 
     def _shortest_source(self) -> int:
-        """The fewest tokens the encode program takes, as its capture bounded them."""
-        length = self.encode.manifest.signature.inputs[0].shape[1]
-        return (length.min or 1) if length.is_dynamic else length.size
+        return shortest_source(self.encode.manifest.signature)
 
     def _decoder_prompt(self, prompt, language: str | None, task: str | None) -> list[int]:
         """The decoder's prompt: the one given, else its start token, which a speech model
@@ -350,6 +348,13 @@ class Generator:
                                  f"context of {self.max_context} tokens", where=self.where,
                                  hint="shorten the prompt, or rebuild with a larger "
                                       "--max-context")
+
+
+def shortest_source(encode) -> int:
+    """The fewest tokens an ``encode`` program of this signature takes, as its capture
+    bounded them (exporter/lm/build.py captures a text encoder from one token)."""
+    length = encode.inputs[0].shape[1]
+    return (length.min or 1) if length.is_dynamic else length.size
 
 
 def takes_one_token(signature) -> bool:
