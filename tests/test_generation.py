@@ -299,9 +299,10 @@ def test_cpu_quantized_generating_build(tmp_path_factory, recipe):
     """int4-weight on cpu: every linear on ATen's int4 GEMM and the token table in int8
     rows, in both entry points, whose weights live outside the libraries (the GEMM's group
     size is a constant Inductor makes itself, which the shared store must carry).
-    int8-dynamic: every linear on oneDNN's int8 GEMM, which needs frozen weights, so each
-    entry point holds its own (targets/aoti/base.py shares_weights). Prefill and decode
-    agree through the cache. The tiny random model misses the default int4
+    int8-dynamic: every linear on oneDNN's int8 GEMM, which needs frozen weights packed
+    into the library (targets/aoti/base.py shares_weights), so one program is prefill and
+    decode: a decode program of its own doubled the file. Prefill and decode agree
+    through the cache. The tiny random model misses the default int4
     gate as ONNX Runtime's MatMulNBits does on it (top-1 0.50 here, 0.46 there), so the
     test sets its own."""
     from exporter.report.console import quantization_records
@@ -322,6 +323,7 @@ def test_cpu_quantized_generating_build(tmp_path_factory, recipe):
     assert record["passed"] and len(info["layers_quantized"]) == 9 + 1
     assert info["layers_float"] == [] and info["weight_bytes_after"] * 3 < info["weight_bytes_before"]
     assert (built.manifest.shared_weights is not None) == (recipe == "int4-weight")
+    assert ("decode" in built.manifest.entry_points) == (recipe == "int4-weight")
     # int4: bf16 rows, the same kernel for 1 and for T tokens; int8-dynamic: one activation
     # scale per call (PT2E's X86 default is per tensor), so a chunk's scale differs from
     # a token's (0.13-0.30 here, on logits of std 1.6)

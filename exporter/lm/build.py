@@ -6,9 +6,11 @@
 
 ``prefill`` takes 2..prefill_chunk tokens, ``decode`` exactly one; both read the cache as
 inputs and return the new rows (exporter/lm/wrapper.py, runtime/generation/layout.py).
-A target that says ``decode_on_prefill`` (onnx) gets one program for both: prefill takes
+A target that says ``decode_on_prefill`` (onnx), or whose entry points could not share
+their weights (``_one_program``), gets one program for both: prefill takes
 1..prefill_chunk tokens and there is no decode entry point, unless the capture could not
-keep a length of one (then decode is captured as usual).
+keep a length of one (then decode is captured as usual). What is captured for each entry
+point: exporter/lm/entries.py.
 The stages are the plain build's (exporter/builder/pipeline.py), run once per entry point.
 """
 
@@ -24,18 +26,17 @@ from pathlib import Path
 from typing import Callable
 
 import torch
-from torch.export import Dim
 
-from exporter.builder.lowering import lower_with_fallback
+from exporter.builder.lowering import lower_options, lower_with_fallback
 from exporter.builder.pipeline import (BuildResult, available_target, check_output_path,
                                        manifest_for, preload_for, prepare_captured,
                                        stage_timer)
 from exporter.builder.prepared import Prepared
 from exporter.builder.shared_weights import share_weights
 from exporter.errors import ExportFailedError, SpecError, UserInputError
+from exporter.lm.entries import entry_specs, one_token, seq2seq_entry_specs
 from exporter.lm.rope import check_rope, longrope_switch, static_rope
-from exporter.lm.seq2seq import (ExportableEncoder, ExportableSeq2SeqStep, Source,
-                                 example_source, probe_seq2seq_layout, source_of)
+from exporter.lm.seq2seq import Source, probe_seq2seq_layout, source_of
 from exporter.lm.source import TOKENIZER_FILE, LanguageModel, load_language_model
 from exporter.lm.wrapper import ExportableCausalLM, probe_layout
 from exporter.model.cast import DTYPES
@@ -53,7 +54,6 @@ from runtime.manifest import EntryPoint, Manifest
 log = logging.getLogger(__name__)
 
 TOKENIZER_ENTRY = f"generation/{TOKENIZER_FILE}"
-EXAMPLE_TOKENS = 8  # the prefill example's length (any in 2..chunk: the dim is dynamic)
 
 
 @dataclass
@@ -87,14 +87,22 @@ def prepare_generating(spec: str | torch.nn.Module, settings: BuildSettings,
                                                 dtype)
     reference = ModelSpec(lm.source, lm.model, (), {}, None, lm.origin_file, lm.notes)
     capture = functools.partial(_capture_entry_points, target, reference, out, settings, timed)
+    one_program = _one_program(target, settings, out)
     with static_rope(model):
         try:
-            preps = capture(entries_for(target.decode_on_prefill))
+            preps = capture(entries_for(one_program))
         except _DecodeNotCaptured as failed:
-            if target.decode_on_prefill:  # that was the fallback already
+            if one_program:  # that was the fallback already
                 raise failed.error from None
             preps = _decoding_on_prefill(failed, lambda: capture(entries_for(True)))
     return PreparedGeneration(lm, layout, context, chunk, preps, source)
+
+
+def _one_program(target, settings: BuildSettings, out: Path) -> bool:
+    """Whether prefill is the decode step too: where the target says so (onnx), and where
+    the entry points could not share their weights (the cpu target's PT2E int8 recipes
+    pack them into each library: a decode program of its own was a second int8 copy)."""
+    return target.decode_on_prefill or not target.shares_weights(lower_options(settings, out))
 
 
 def _entry_points(lm: LanguageModel, model: torch.nn.Module, target, settings: BuildSettings,
@@ -280,62 +288,6 @@ def _assemble(prepared: PreparedGeneration, lowered: dict, settings: BuildSettin
                       "nondeterminism": preps["prefill"].target.nondeterminism(
                           preps["prefill"].options)}
     return manifest, files
-
-
-def entry_specs(lm: LanguageModel, wrapper: ExportableCausalLM, layout: CacheLayout,
-                chunk: int, decode_on_prefill: bool = False) -> dict[str, ModelSpec]:
-    """What torch.export captures for each entry point: the wrapper, example inputs (an
-    empty cache: its contents do not change the graph), and prefill's dynamic length
-    (from 1 and no decode entry with ``decode_on_prefill``).
-    ``Dim.DYNAMIC`` rather than a named ``Dim``: SDPA's stride arithmetic adds guards a
-    named dim refuses as unprovable (min(1024+16T, 2048+32T) == 1024+16T), true for all T;
-    and it lets the capture raise a lower bound of 1 to 2 (takes_one_token sees it)."""
-    device_dtype = getattr(torch, layout.dtype)
-    past = {new_name: torch.zeros(shape, dtype=device_dtype)  # forward's keys: k_0, v_0, ...
-            for (_, new_name), shape in zip(layout.names(), layout.shapes())}
-    vocab = wrapper.model.get_output_embeddings().weight.shape[0]
-    ids = torch.randint(0, vocab, (1, min(EXAMPLE_TOKENS, chunk)),
-                        generator=torch.Generator().manual_seed(0))
-    tokens = Dim.DYNAMIC(min=1 if decode_on_prefill else 2, max=chunk)
-    prefill = ModelSpec(lm.source, wrapper, (ids, torch.arange(ids.shape[1]), past), {},
-                        ({1: tokens}, {0: tokens}, {name: None for name in past}),
-                        lm.origin_file, lm.notes)
-    return {"prefill": prefill} if decode_on_prefill else {"prefill": prefill,
-                                                           "decode": one_token(prefill)}
-
-
-def one_token(prefill: ModelSpec) -> ModelSpec:
-    """The decode entry: prefill's capture at exactly one token (fixed shapes)."""
-    ids, _, *rest = prefill.args
-    return dataclasses.replace(prefill, args=(ids[:, :1], torch.arange(1), *rest),
-                               dynamic_shapes=None)
-
-
-def seq2seq_entry_specs(lm: LanguageModel, model: torch.nn.Module, layout: CacheLayout,
-                        source: Source, chunk: int, attention: str,
-                        decode_on_prefill: bool = False) -> dict[str, ModelSpec]:
-    """An encoder-decoder's three entry points (exporter/lm/seq2seq.py): the steps as a
-    causal LM's, reading the cross cache (and the source mask of a text encoder) too, and
-    ``encode`` over a source of dynamic length (text) or the model's fixed one (speech)."""
-    step = ExportableSeq2SeqStep(model, layout, source, attention).eval()
-    steps = entry_specs(lm, step, layout, chunk, decode_on_prefill)
-    dtype = getattr(torch, layout.dtype)
-    cross = {new: torch.zeros(shape, dtype=dtype)
-             for (_, new), shape in zip(layout.cross_names(), layout.cross_shapes())}
-    mask = torch.ones(1, source.bound, dtype=torch.long) if source.masked else None
-    for name, entry in steps.items():
-        shapes = entry.dynamic_shapes and (*entry.dynamic_shapes, {k: None for k in cross},
-                                           None)
-        steps[name] = dataclasses.replace(entry, args=(*entry.args, cross, mask),
-                                          dynamic_shapes=shapes)
-    example = example_source(model, source, min(EXAMPLE_TOKENS, source.bound))
-    if example.is_floating_point():  # speech features, in the build's dtype
-        example = example.to(dtype)
-    length = {1: Dim.DYNAMIC(min=1, max=source.bound)} if source.masked else None
-    encoder = ExportableEncoder(model, layout, source).eval()
-    steps["encode"] = ModelSpec(lm.source, encoder, (example,), {}, (length,),
-                                lm.origin_file, lm.notes)
-    return steps
 
 
 def _manifest(preps: dict[str, Prepared], lowered: dict, settings: BuildSettings,
