@@ -125,3 +125,24 @@ def test_onnx_int8_dynamic_generating_build_quantizes_every_linear(tmp_path):
     assert len(info["layers_quantized"]) >= 8 and not info["layers_float"]
     assert info["weight_bytes_after"] < info["weight_bytes_before"] / 2
     assert record["passed"] and record["mean_kl"] > 0  # int8: not the float step
+
+
+@pytest.mark.parametrize("head", [12, 16])
+def test_onnx_fuses_attention_only_at_head_sizes_group_query_attention_takes(head):
+    """ONNX Runtime's GroupQueryAttention takes heads in multiples of 8: a GPT-2 with heads
+    of 12 failed its validation on load ("head_size must be a multiple of 8", exit 3). Such
+    layers keep the grouped math (a build then generates token for token); heads of 16
+    still fuse. A dry run: the captured step's attention ops."""
+    import transformers as tf
+
+    from exporter.lm.build import dry_run_generating
+    from exporter.settings import BuildSettings
+    torch.manual_seed(0)
+    model = tf.GPT2LMHeadModel(tf.GPT2Config(vocab_size=64, n_embd=4 * head, n_layer=1,
+                                             n_head=4, n_positions=32)).eval()
+    planned = dry_run_generating(model, BuildSettings(target="onnx", task="text-generation",
+                                                      max_context=32))
+    fused = sum("cached_attention" in str(node.target)
+                for node in planned.preps["prefill"].program.graph.nodes)
+    print("head", head, "fused attention ops", fused)
+    assert fused == (1 if head % 8 == 0 else 0)

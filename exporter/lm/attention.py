@@ -201,11 +201,13 @@ def _bias_over_slots(bias: torch.Tensor, slots: int, start: torch.Tensor,
 
 def _fusable(layer, query: torch.Tensor) -> bool:
     """A full-attention layer (slot = position, as the op assumes; a ring is not) of one
-    sequence whose query, key and value heads share one size (GroupQueryAttention's)."""
+    sequence whose query, key and value heads share one size that is a multiple of 8:
+    what ONNX Runtime's GroupQueryAttention, the one fused kernel, takes (a GPT-2 of
+    heads of 12 failed on load: "head_size must be a multiple of 8")."""
     new_k, new_v = layer.new
     return (not layer.is_sliding and query.shape[0] == 1
             and query.shape[-1] == new_k.shape[-1] == new_v.shape[-1]
-            and query.shape[1] % new_k.shape[1] == 0)
+            and query.shape[-1] % 8 == 0 and query.shape[1] % new_k.shape[1] == 0)
 
 
 def _layer_of(layers: list, module: torch.nn.Module, key: torch.Tensor):

@@ -98,19 +98,24 @@ def _child_env() -> dict:
 
 
 def _crash_error(returncode: int, stdout: str, stderr: str, artifact: Path) -> BuildError:
-    tail = (stderr or stdout or "").strip().splitlines()[-6:]
+    # a Python traceback's frames are the runtime's insides, not the user's: its last
+    # lines (the exception) are what the paragraph quotes
+    lines = [line for line in (stderr or stdout or "").strip().splitlines()
+             if line.strip() and not line[0].isspace() and not line.startswith("Traceback")]
     if returncode < 0:
         how = f"was killed by {signal.Signals(-returncode).name}"
     else:
         how = f"exited with status {returncode}"
     # The runtime's own exit codes (runtime.errors): it refused the artifact or its
-    # inputs (2), or an executor failed (3); anything else is a crash.
-    refused = {2: "the runtime refused the artifact (its error is above); ",
-               3: "a backend failed running it (its error is above); "}.get(returncode)
+    # inputs (2), or an executor failed (3); 1 is an exception it did not expect; a
+    # signal is a crash in compiled code.
+    why = {1: "the runtime raised the error above while running the validation inputs; ",
+           2: "the runtime refused the artifact (its error is above); ",
+           3: "a backend failed running it (its error is above); "}.get(returncode)
     return BuildError(
         f"loading and running the artifact in the validation process failed: it {how}",
-        where=str(artifact), details=tail,
-        hint=(refused or "a crash on load often means a compiler/ABI problem (`exporter "
+        where=str(artifact), details=lines[-6:],
+        hint=(why or "a crash on load often means a compiler/ABI problem (`exporter "
               "targets`); ") + "run with --debug, or --keep-failed to keep the artifact for "
                                "inspection")
 
