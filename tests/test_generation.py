@@ -361,3 +361,24 @@ def test_tvm_generating_build_validates_token_for_token(tmp_path):
     record = built.manifest.validation
     print(record["passed"], record["tokens_identical"], sorted(built.manifest.entry_points))
     assert record["passed"] and record["tokens_identical"]
+
+
+def test_a_tokenizer_larger_than_the_vocabulary_is_a_note_and_the_validation_stays_inside(
+        tmp_path):
+    """A tokenizer.json of more tokens than the model's vocabulary: the validation's text
+    prompts indexed past the embedding table (exit 4, "IndexError"). Now a note, and the
+    prompts keep only ids the model has."""
+    from types import SimpleNamespace
+
+    from exporter.lm.source import _check_tokenizer
+    from exporter.lm.validate import _tokenized
+    path = tmp_path / "tokenizer.json"
+    tokenizer = tiny_lm.bpe_tokenizer(tiny_lm.VOCAB, ["<pad>", "<s>", "</s>"], "<s> $A")
+    tokenizer.save(str(path))
+    size = tokenizer.get_vocab_size(with_added_tokens=True)
+    assert _check_tokenizer(path, size) == []
+    (note,) = _check_tokenizer(path, 200)
+    prompts = _tokenized(SimpleNamespace(tokenizer=path), 200)
+    print(note, [max(p) for p in prompts])
+    assert f"has {size} tokens, the model's vocabulary 200" in note
+    assert all(p and max(p) < 200 for p in prompts)

@@ -101,8 +101,9 @@ def _described(source: str, model: torch.nn.Module, folder: Path | None, notes: 
         candidate = Path(model.name_or_path)
         folder = candidate if candidate.is_dir() else None
     tokenizer = folder / TOKENIZER_FILE if folder and (folder / TOKENIZER_FILE).is_file() else None
+    vocab = getattr(config, "vocab_size", None) or model.get_output_embeddings().weight.shape[0]
     if tokenizer is not None:
-        _check_tokenizer(tokenizer)
+        notes = notes + _check_tokenizer(tokenizer, vocab)
     else:
         notes = notes + ["no tokenizer.json beside the model: the artifact takes token ids, "
                          "not text"]
@@ -113,7 +114,6 @@ def _described(source: str, model: torch.nn.Module, folder: Path | None, notes: 
         config, "is_encoder_decoder", False) else ())
     ids = {key: _ids(generation.get(f"{key}_token_id", getattr(config, f"{key}_token_id", None)))
            for key in keys}
-    vocab = getattr(config, "vocab_size", None) or model.get_output_embeddings().weight.shape[0]
     outside = {k: v for k, v in ids.items() if any(not 0 <= t < vocab for t in v)}
     if outside:  # a random-weight config copied from elsewhere often keeps 32000/50256
         notes = notes + [f"{k}_token_id {v} is outside the vocabulary of {vocab}: ignored"
@@ -176,19 +176,25 @@ def _refuse_bidirectional(model: torch.nn.Module, source: str) -> None:
                              "feature-extraction or text-classification")
 
 
-def _check_tokenizer(path: Path) -> None:
-    """The tokenizer file loads, before a build that would find out at its validation."""
+def _check_tokenizer(path: Path, vocab: int) -> list[str]:
+    """The tokenizer file loads, before a build that would find out at its validation;
+    a note where it has ids past the model's vocabulary (text that reaches them is refused
+    at run time; the validation's prompts leave them out)."""
     try:
         from tokenizers import Tokenizer
     except ImportError:
-        return  # generation then takes token ids; the runtime says so
+        return []  # generation then takes token ids; the runtime says so
     try:
-        Tokenizer.from_file(str(path))
+        size = Tokenizer.from_file(str(path)).get_vocab_size(with_added_tokens=True)
     except Exception as exc:  # noqa: BLE001 - the Rust side raises one Exception type
         raise SpecError(f"{path.name} cannot be read by the tokenizers package "
                         f"({str(exc).splitlines()[0][:200]})", where=str(path),
                         hint="write it again with the tokenizer's save_pretrained(), or "
                              "remove it to build an artifact that takes token ids") from None
+    if size <= vocab:
+        return []
+    return [f"{path.name} has {size} tokens, the model's vocabulary {vocab}: text that "
+            f"tokenizes to ids {vocab} or more is refused when generating"]
 
 
 def _ids(value) -> list[int]:

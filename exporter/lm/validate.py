@@ -104,8 +104,8 @@ def generation_cases(lm: LanguageModel, generation: dict, seed: int
     lengths = [1, min(9, longest), long]
     # an encoder-decoder's decoder prompts start as generate's do, then go on as text
     start = generation.get("decoder_start_token_ids") or []
-    texts = [] if start else _tokenized(lm)
     vocab = lm.model.get_output_embeddings().weight.shape[0]
+    texts = [] if start else _tokenized(lm, vocab)
     random = torch.Generator().manual_seed(seed)
     prompts = []
     for index, length in enumerate(lengths):
@@ -128,8 +128,8 @@ def source_cases(lm: LanguageModel, generation: dict, count: int, seed: int
     random = torch.Generator().manual_seed(seed + 1)
     if source["input"] == "input_features":
         return [torch.randn(1, *source["shape"], generator=random) for _ in range(count)]
-    bound, texts = source["bound"], _tokenized(lm)
-    vocab = source_vocab(lm.model)
+    bound, vocab = source["bound"], source_vocab(lm.model)
+    texts = _tokenized(lm, vocab)
     # artifacts built before "shortest" was recorded: half the bound
     lengths = [bound, min(5, bound), source.get("shortest", max(1, bound // 2))]
     sources = []
@@ -148,12 +148,14 @@ def encoder_inputs(lm: LanguageModel, source: torch.Tensor | None) -> dict:
     return {lm.model.main_input_name: source.to(next(lm.model.parameters()).device)}
 
 
-def _tokenized(lm: LanguageModel) -> list[list[int]]:
+def _tokenized(lm: LanguageModel, vocab: int) -> list[list[int]]:
+    """PROMPTS as the artifact's tokenizer makes them, without ids past ``vocab`` (a
+    tokenizer may have more tokens than the model: exporter/lm/source.py notes it)."""
     if lm.tokenizer is None:
         return []
     from tokenizers import Tokenizer
     tokenizer = Tokenizer.from_file(str(lm.tokenizer))
-    return [tokenizer.encode(text).ids for text in PROMPTS]
+    return [[t for t in tokenizer.encode(text).ids if t < vocab] for text in PROMPTS]
 
 
 def hf_greedy(model: torch.nn.Module, prompt: list[int], new_tokens: int,
