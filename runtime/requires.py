@@ -49,10 +49,12 @@ def torch_reasons(manifest: Manifest) -> list[str]:
 
 def packages(manifest: Manifest) -> tuple[str, ...]:
     """The distributions the runtime imports for this artifact, beyond each backend's own
-    library: torch, numpy, safetensors when a partition needs torch; else numpy and what
-    the array kinds used need."""
-    if torch_reasons(manifest):
-        return TORCH_STACK
+    library: torch, numpy, safetensors when a partition needs torch (and tokenizers for a
+    generating artifact that carries a tokenizer); else numpy and what the array kinds
+    used need."""
+    if torch_reasons(manifest):  # a generating artifact's text needs its tokenizer too
+        text = manifest.generation is not None and manifest.generation.get("tokenizer")
+        return TORCH_STACK + (("tokenizers",) if text else ())
     extra = {dist for p in manifest.partitions for dist in ARRAY_KINDS[p.backend]}
     return ("numpy", *sorted(extra))
 

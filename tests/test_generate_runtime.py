@@ -246,3 +246,25 @@ def test_bench_lengths_fit_a_short_context_and_a_plain_artifact_takes_none(onnx_
         fitted_lengths(58, 8, 64)
     plain = CliRunner().invoke(app, ["bench", str(onnx_mlp), "--new-tokens", "8"])
     assert plain.exit_code == 2 and "apply to generating artifacts" in plain.stderr
+
+
+def test_ids_generate_without_the_tokenizers_package(onnx_lm, monkeypatch, caplog):
+    """A device without `tokenizers` (an optional extra): generating from ids failed after
+    the tokens were made, decoding them to text. Ids now come out as ids, said once; text
+    in (or stop strings) is a CompatibilityError naming the package."""
+    from runtime.errors import CompatibilityError
+    from runtime.generation import generator
+    built, _ = onnx_lm
+    program = runtime.load(built.artifact)  # its own: no tokenizer loaded yet
+    monkeypatch.setattr(generator, "tokenizers_installed", lambda: False)
+    monkeypatch.setattr("runtime.generation.tokenizer.tokenizers_installed", lambda: False)
+    streamed = []
+    result = program.generate([1, 5, 9], 4, stop_at_eos=False,
+                              stream=lambda token, piece: streamed.append((token, piece)))
+    print(result.tokens, result.text, streamed, caplog.text)
+    assert len(result.tokens) == 4 and result.text is None
+    assert streamed == [(t, None) for t in result.tokens]
+    assert "'tokenizers' package is not installed" in caplog.text
+    for call in (lambda: program.generate("hello", 2), lambda: program.generate([1], 2, stop=["x"])):
+        with pytest.raises(CompatibilityError, match="needs the 'tokenizers' package"):
+            call()

@@ -203,3 +203,26 @@ def test_runtime_wheel_is_reproducible_and_holds_only_the_runtime(tmp_path):
     required = [line for line in metadata.splitlines() if line.startswith("Requires-Dist")]
     assert [r for r in required if "extra ==" not in r] == ["Requires-Dist: numpy>=1.26"]
     assert 'Requires-Dist: torch>=2.11; extra == "torch"' in required  # torch only on request
+
+
+def test_a_generating_artifacts_bundle_locks_its_tokenizer_and_its_run_sh_generates(
+        onnx_lm, ran, tmp_path):
+    """A bundle of a generating artifact locked no `tokenizers` (a device could not turn a
+    prompt into ids) and its run.sh and README offered only a forward call. Now the lock
+    has it and `./run.sh generate ARTIFACT ...` generates (here with this tree's python)."""
+    from exporter.ship.bundle import package
+    built, _ = onnx_lm
+    info = package([built.artifact], tmp_path / "lm-bundle.tar.gz")
+    print(info["lock"])
+    assert any(line.startswith("tokenizers==") for line in info["lock"])
+    with tarfile.open(tmp_path / "lm-bundle.tar.gz") as tar:
+        tar.extractall(tmp_path, filter="data")
+    folder = tmp_path / "lm-bundle"
+    assert f"./run.sh generate {built.artifact.name}" in (folder / "README.txt").read_text()
+    env = {**os.environ, "PYTHON": sys.executable, "PYTHONPATH": str(ROOT)}
+    done = ran(subprocess.run, [str(folder / "run.sh"), "generate", built.artifact.name,
+                                "--prompt", "hello", "-n", "3", "--json"],
+               capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert len(result["tokens"]) == 3 and result["text"] is not None

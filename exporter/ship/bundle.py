@@ -196,8 +196,10 @@ def _readme(name: str, artifacts: list[Path], manifests: list[Manifest],
             "On the device (Python 3.11+, Linux, same CPU architecture):\n"
             f"  tar xzf {name}.tar.gz && cd {name}\n"
             "  ./install.sh              # .venv with requirements.lock and the runtime wheel\n"
-            f"  ./run.sh {first} --inputs in.npz --out out.npz\n\n"
-            "in.npz holds one array per input name. sha256sum -c SHA256SUMS checks the files.\n"
+            f"  ./run.sh {first} --inputs in.npz --out out.npz\n"
+            + "".join(f"  ./run.sh generate {p.name} --prompt 'Hello' -n 32\n"
+                      for p, m in zip(artifacts, manifests) if m.generation is not None)
+            + "\nin.npz holds one array per input name. sha256sum -c SHA256SUMS checks the files.\n"
             + "".join(f"note: {n}\n" for n in notes))
 
 
@@ -228,16 +230,23 @@ echo "installed into $venv; run: $here/run.sh ARTIFACT --inputs in.npz --out out
 
 _RUN = """#!/bin/sh
 # Usage: run.sh ARTIFACT --inputs in.npz [--out out.npz] [--trusted-key KEY.pub]
+#        run.sh generate ARTIFACT --prompt TEXT [-n N] [--json]   (--task text-generation)
 # ARTIFACT: a file name in artifacts/ or a path. PYTHON overrides the venv's python.
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 usage() {
     echo "usage: ./run.sh ARTIFACT --inputs in.npz [--out out.npz] [--trusted-key KEY.pub]"
+    echo "       ./run.sh generate ARTIFACT --prompt TEXT [-n N] [--json]"
     echo "artifacts in this bundle:"; ls "$here/artifacts"
 }
 if [ $# -eq 0 ]; then usage >&2; exit 2; fi
 case "$1" in -h|--help) usage; exit 0 ;; esac
+command=run
+if [ "$1" = generate ]; then
+    command=generate; shift
+    if [ $# -eq 0 ]; then usage >&2; exit 2; fi
+fi
 artifact=$1; shift
 [ -f "$artifact" ] || artifact=$here/artifacts/$artifact
-exec "${PYTHON:-$here/.venv/bin/python}" -m runtime run "$artifact" "$@"
+exec "${PYTHON:-$here/.venv/bin/python}" -m runtime "$command" "$artifact" "$@"
 """

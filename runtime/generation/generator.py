@@ -33,7 +33,7 @@ from runtime.generation.prompting import (Suppression, speech_prompt, takes_lang
                                          token_ids)
 from runtime.generation.sampling import Sampler, Sampling
 from runtime.generation.stopping import StoppingText, checked_stops
-from runtime.generation.tokenizer import Tokenizer
+from runtime.generation.tokenizer import Tokenizer, tokenizers_installed
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +103,7 @@ class Generator:
         self._noted = self._noted_sampling = False  # _say_config_notes: once each
         self._tokenizer_json = program.tokenizer_json
         self._tokenizer: Tokenizer | None = None
+        self._noted_ids = False  # said once: ids out, the tokenizers package missing
         self._graph = None
         # a fixed-shape decode step only: one that runs on the prefill program (a model
         # whose one-token step could not be captured, exporter/lm/build.py) runs plain
@@ -110,6 +111,13 @@ class Generator:
                 "decode" in program.entry_points:
             from runtime.generation.decode_graph import DecodeGraph
             self._graph = DecodeGraph(self, self.device)
+
+    @property
+    def _writes_text(self) -> bool:
+        """Whether new tokens come out as text too: the artifact has a tokenizer and the
+        ``tokenizers`` package is here (ids in and out need neither)."""
+        return self._tokenizer_json is not None and (self._tokenizer is not None
+                                                     or tokenizers_installed())
 
     @property
     def tokenizer(self) -> Tokenizer:
@@ -289,7 +297,7 @@ class Generator:
         first_at = None
         # the text as it grows: for stop strings and the stream; else decoded once at the end
         text = (StoppingText(self.tokenizer, stop, stream) if self._tokenizer_json is not None
-                and (stop or stream is not None) else None)
+                and (stop or (stream is not None and self._writes_text)) else None)
         reason = "max_new_tokens" if budget == max_new_tokens else "context_full"
         forced = forced_tokens(self.config, len(prompt_ids), max_new_tokens)
         while len(tokens) < budget:
@@ -312,7 +320,11 @@ class Generator:
         if encode_s is not None:
             stats["encode_s"] = encode_s
         decoded = (text.finish() if text is not None else self.tokenizer.decode(tokens)
-                   if self._tokenizer_json is not None else None)
+                   if self._writes_text else None)
+        if decoded is None and self._tokenizer_json is not None and not self._noted_ids:
+            self._noted_ids = True
+            log.warning("the 'tokenizers' package is not installed: the new tokens come out "
+                        "as ids, not text (pip install tokenizers)")
         return GenerationResult(prompt_ids, tokens, decoded, reason, stats)
 
     def _say_config_notes(self, sampling: Sampling) -> None:

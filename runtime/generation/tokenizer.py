@@ -26,6 +26,16 @@ def read_tokenizer(generation: dict, reader, *, where: str) -> str | None:
     return data.decode("utf-8")
 
 
+def tokenizers_installed() -> bool:
+    """Whether the ``tokenizers`` package imports here (a device may lack it: token ids in
+    and out need none)."""
+    try:
+        import tokenizers  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 class Tokenizer:
     def __init__(self, json_text: str | None, *, where: str) -> None:
         if json_text is None:
@@ -33,12 +43,12 @@ class Tokenizer:
                                  "token ids, not text", where=where,
                                  hint="give token ids (--prompt-ids 1,2,3), or rebuild from a "
                                       "checkpoint folder holding tokenizer.json")
-        try:
-            from tokenizers import Tokenizer as HfTokenizer
-        except ImportError:
-            raise CompatibilityError("text prompts need the 'tokenizers' package", where=where,
+        if not tokenizers_installed():
+            raise CompatibilityError("text (a prompt, a source, stop strings) needs the "
+                                     "'tokenizers' package", where=where,
                                      hint="pip install tokenizers (or the runtime's "
-                                          "'generate' extra); token ids work without it") from None
+                                          "'generate' extra); token ids work without it")
+        from tokenizers import Tokenizer as HfTokenizer
         self._tokenizer = HfTokenizer.from_str(json_text)
 
     def encode(self, text: str, special: bool = True) -> list[int]:
