@@ -333,7 +333,8 @@ def _refuse_plain_options(settings: BuildSettings) -> None:
                                       ("--seq-len", settings.seq_len),
                                       ("--image-size", settings.image_size)) if value]
     if given:
-        raise UserInputError(f"{', '.join(given)} do not apply to --task text-generation",
+        raise UserInputError(f"{', '.join(given)} {'does' if len(given) == 1 else 'do'} not "
+                             "apply to --task text-generation",
                              hint="the prompt length is dynamic up to --prefill-chunk and the "
                                   "cache holds --max-context tokens; validation generates "
                                   "from its own prompts")

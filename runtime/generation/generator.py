@@ -355,7 +355,9 @@ class Generator:
             raise UserInputError("the prompt is empty", where=self.where,
                                  hint="give at least one token")
         if prompt + extra > self.max_context:
-            given = f"{prompt} prompt tokens" + (f" and {extra} more" if extra else "")
+            given = (f"{prompt} prompt tokens" + (" (the decoder's start tokens included)"
+                                                  if self.encode is not None else "")
+                     + (f" and {extra} more" if extra else ""))
             raise UserInputError(f"{given} do not fit the artifact's "
                                  f"context of {self.max_context} tokens", where=self.where,
                                  hint="shorten the prompt, or rebuild with a larger "
