@@ -331,3 +331,26 @@ def test_config_paths_are_the_files_folder_normalised(tmp_path):
     assert fields["calibration"] == str(folder / "c.npz") and fields["inputs"] == str(
         folder / "x.npz")
     assert fields_of({"calibration": "random"}, folder, "t.toml")[1]["calibration"] == "random"
+
+
+def test_a_generating_cell_is_benched_in_tokens_per_second(onnx_lm, tmp_path):
+    """A matrix with a `task = "text-generation"` model and [bench] ended in a KeyError
+    (exit 4): the cell read a plain bench's latencies from `exporter bench --json`, which
+    for a generating artifact gives tokens/s. The cell's bench (as a worker runs it, in its
+    own process) now keeps decode tokens/s and the first token's time, and the table says
+    them beside the greedy tokens' verdict."""
+    from exporter.matrix import tables
+    from exporter.matrix.cell import Job, _bench, _validation_figures
+    built, _ = onnx_lm
+    job = Job("lm--onnx", "", str(built.artifact), str(tmp_path / "running"), str(tmp_path),
+              timeout=300, threads=2, bench={"runs": 2, "warmup": 1, "baseline": "eager"})
+    bench = _bench(job, 300, 1)
+    row = {"status": "ok", "bench": bench, **_validation_figures(built.manifest.validation)}
+    _, lines = tables.cell_text(row)
+    print(bench, lines)
+    assert bench["decode_tokens_per_s"] > 0 and bench["ttft_ms"] > 0
+    assert bench["decode_ratios"]["artifact/hf-eager"] > 0 and row["tokens_identical"]
+    assert lines == ["greedy tokens identical to transformers'",
+                     f"decode {bench['decode_tokens_per_s']:.0f} tok/s "
+                     f"({bench['decode_ratios']['artifact/hf-eager']:.2f}x transformers'), "
+                     f"first token {bench['ttft_ms']:.3g} ms"]

@@ -150,7 +150,10 @@ def read_build(payload: dict) -> dict:
 
 def _validation_figures(record: dict) -> dict:
     """The worst output: its error over what was allowed, and its absolute error (float
-    gates) or its SQNR (quantized builds)."""
+    gates) or its SQNR (quantized builds); a generating build's tokens and top-1."""
+    if "tokens_identical" in record:  # a generating build's gate (exporter/lm/gate.py)
+        return {"tokens_identical": record["tokens_identical"],
+                "top1_agreement": record.get("top1_agreement"), "mean_kl": record.get("mean_kl")}
     rows = record.get("outputs") or []
     ratios = [r["ratio_to_allowed"] for r in rows if r.get("ratio_to_allowed") is not None]
     errors = [r["max_abs_err"] for r in rows if r.get("max_abs_err") is not None]
@@ -168,12 +171,28 @@ def _bench(job: Job, time_left: float, attempt: int) -> dict:
     if problem or "error" in payload:
         return {"settings": settings, "error": problem.get("error") if problem
                 else payload["error"].get("what")}
+    if "engines" in payload:  # a generating artifact: tokens/s (exporter/lm/bench.py)
+        return _generation_bench(settings, payload)
     timings = payload["timings"]
     return {"settings": settings, "device": payload.get("device"),
             "latency_ms": round(timings["artifact"]["median_ms"], 4),
             "baselines_ms": {k: round(v["median_ms"], 4) for k, v in timings.items()
                              if k != "artifact"},
             "ratios": {k: round(v, 4) for k, v in payload.get("ratios", {}).items()}}
+
+
+def _generation_bench(settings: dict, payload: dict) -> dict:
+    """Decode tokens/s and time to first token, and the artifact's decode speed over each
+    baseline's (above 1: faster; a plain bench's ratios are of latencies)."""
+    engines = payload["engines"]
+    own = engines["artifact"]
+    return {"settings": settings, "device": payload.get("device"),
+            "prompt_tokens": payload.get("prompt_tokens"), "new_tokens": payload.get("new_tokens"),
+            "decode_tokens_per_s": round(own["decode_tokens_per_s"], 1),
+            "ttft_ms": round(own["ttft_s"] * 1e3, 3),
+            "baselines_tokens_per_s": {name: round(row["decode_tokens_per_s"], 1)
+                                       for name, row in engines.items() if name != "artifact"},
+            "decode_ratios": {k: round(v, 4) for k, v in payload.get("ratios", {}).items()}}
 
 
 def file_sha256(path: str | Path) -> str:

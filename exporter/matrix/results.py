@@ -5,8 +5,9 @@ Each cell is one row: who (model, group, column, target, dtype, quantize, spec, 
 the outcome (status, stage, error_type, error, exit_code), the build (build_s,
 artifact, artifact_bytes, ops, partitions, fallback_ops, arena_over_lower_bound), the
 validation (error_ratio: the worst output's error over what it was allowed,
-max_abs_err, min_sqnr_db for quantized builds), the bench when asked (latency_ms,
-baselines_ms, ratios), and how it ran (cached, attempts, worker, and ``ran``: when its
+max_abs_err, min_sqnr_db for quantized builds; a generating build's tokens_identical,
+top1_agreement, mean_kl), the bench when asked (latency_ms, baselines_ms, ratios; a
+generating artifact's decode_tokens_per_s, ttft_ms, decode_ratios), and how it ran (cached, attempts, worker, and ``ran``: when its
 worker began and ended it, epoch seconds, beside the run's own ``marks``: started_at,
 planned_at, first_submitted_at).
 """
@@ -28,7 +29,9 @@ from runtime.outfiles import written_whole
 CSV_FIELDS = ("model", "group", "column", "target", "dtype", "quantize", "status", "stage",
               "error_type", "error", "exit_code", "build_s", "artifact_bytes", "ops",
               "partitions", "fallback_ops", "error_ratio", "max_abs_err", "min_sqnr_db",
-              "arena_over_lower_bound", "latency_ms", "ratio_to_eager", "cached", "attempts",
+              "tokens_identical", "top1_agreement", "mean_kl",
+              "arena_over_lower_bound", "latency_ms", "ratio_to_eager", "decode_tokens_per_s",
+              "decode_vs_eager", "ttft_ms", "cached", "attempts",
               "worker", "artifact", "spec", "key")
 
 
@@ -69,10 +72,14 @@ def write_all(out: Path, data: dict) -> dict:
 
 
 def flat(row: dict) -> dict:
-    """A cell with its bench figures as columns (latency_ms, ratio_to_eager)."""
+    """A cell with its bench figures as columns (latency_ms, ratio_to_eager; a generating
+    artifact's decode_tokens_per_s, decode_vs_eager, ttft_ms)."""
     bench = row.get("bench") or {}
     return {**row, "latency_ms": bench.get("latency_ms"),
-            "ratio_to_eager": (bench.get("ratios") or {}).get("artifact/eager")}
+            "ratio_to_eager": (bench.get("ratios") or {}).get("artifact/eager"),
+            "decode_tokens_per_s": bench.get("decode_tokens_per_s"),
+            "decode_vs_eager": (bench.get("decode_ratios") or {}).get("artifact/hf-eager"),
+            "ttft_ms": bench.get("ttft_ms")}
 
 
 def _csv(rows: list[dict]) -> str:

@@ -39,6 +39,11 @@ def cell_text(row: dict | None) -> tuple[str, list[str]]:
     if bench.get("latency_ms") is not None:
         ratio = (bench.get("ratios") or {}).get("artifact/eager")
         lines.append(f"{bench['latency_ms']:.3g} ms" + (f" ({ratio:.2f}x eager)" if ratio else ""))
+    elif bench.get("decode_tokens_per_s") is not None:
+        ratio = (bench.get("decode_ratios") or {}).get("artifact/hf-eager")
+        lines.append(f"decode {bench['decode_tokens_per_s']:.0f} tok/s"
+                     + (f" ({ratio:.2f}x transformers')" if ratio else "")
+                     + f", first token {bench['ttft_ms']:.3g} ms")
     elif bench.get("error"):
         lines.append(f"bench failed: {_first_line(bench['error'])}")
     return row["status"], lines
@@ -46,7 +51,12 @@ def cell_text(row: dict | None) -> tuple[str, list[str]]:
 
 def _accuracy(row: dict) -> str | None:
     """The validation's worst output: SQNR for quantized builds, else its error against
-    what it was allowed."""
+    what it was allowed; a generating build: its greedy tokens against transformers', or
+    its teacher-forced top-1 agreement and KL (fp16, quantized)."""
+    if row.get("tokens_identical"):
+        return "greedy tokens identical to transformers'"
+    if row.get("top1_agreement") is not None:
+        return f"top-1 {row['top1_agreement']:.1%}, KL {row['mean_kl']:.2g}"
     if row.get("min_sqnr_db") is not None:
         return f"SQNR {row['min_sqnr_db']:.1f} dB"
     if row.get("error_ratio") is not None:
