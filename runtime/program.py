@@ -57,6 +57,11 @@ class Program(ProgramBase):
                         and list(only.outputs) == self._output_names)
         # ...and when that partition runs on the CPU and gets CPU tensors, nothing moves.
         self._cpu_executor = calls[0] if self._single and only.device == "cpu" else None
+        # ...and whether it can leave out what it stored into its inputs (run_in_place)
+        stored = getattr(self._cpu_executor, "stored_outputs", None)
+        self._in_place = None if stored is None else (
+            self._cpu_executor.computing,
+            [name for i, name in enumerate(self._output_names) if i not in stored])
 
     def generate(self, prompt: Any, max_new_tokens: int | None = None, **options: Any) -> Any:
         """Generate from a prompt (text, or token ids): see runtime/generation/generator.py
@@ -91,14 +96,14 @@ class Program(ProgramBase):
                 return result
             return run
 
-        saved = self._steps, self._single, self._cpu_executor
+        saved = self._steps, self._single, self._cpu_executor, self._in_place
         self._steps = [(timed(call, p.name, p.device), *rest)
                        for (call, *rest), p in zip(self._steps, self.manifest.partitions)]
-        self._single, self._cpu_executor = False, None
+        self._single, self._cpu_executor, self._in_place = False, None, None
         try:
             yield record
         finally:
-            self._steps, self._single, self._cpu_executor = saved
+            self._steps, self._single, self._cpu_executor, self._in_place = saved
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Call like the original model; tensors are taken from args/kwargs in pytree order,
@@ -122,6 +127,17 @@ class Program(ProgramBase):
                 output_device is None or output_device == "cpu" or output_device == _CPU):
             return dict(zip(self._output_names, self._cpu_executor(inputs)))
         return self._run_general(inputs, output_device, on_cpu)
+
+    def run_in_place(self, inputs: list[torch.Tensor]) -> dict[str, torch.Tensor]:
+        """``run`` for a caller that reads where the program stored its results: outputs a
+        partition wrote into its inputs' memory (an ONNX generating step's new cache rows,
+        ``OnnxRuntimeMeta.stored_outputs``) are left out rather than handed back as views
+        of those inputs. Other programs, and other inputs than the fast path takes, give
+        every output, as ``run``."""
+        if self._in_place is not None and self._fast_check(inputs):
+            run, names = self._in_place
+            return dict(zip(names, run(inputs)))
+        return self.run(inputs)
 
     def _run_general(self, inputs: Mapping[str, torch.Tensor] | Sequence[torch.Tensor],
                      output_device: str | torch.device | None, on_cpu: bool | None

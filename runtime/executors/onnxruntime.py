@@ -259,6 +259,9 @@ def _returning_stored_rows(run: Callable, meta: OnnxRuntimeMeta, partition: Part
         for out, source in stored:  # ascending: each lands at its final index
             values.insert(out, rows(inputs[source], start, end))
         return values
+    # Without the views, for a caller that reads the rows where they were stored
+    # (Program.run_in_place): making 40 of them was ~0.2 ms of a 7.5 ms decode step.
+    run_storing.computing, run_storing.stored_outputs = run, tuple(outputs)
     return run_storing
 
 

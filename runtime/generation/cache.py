@@ -55,7 +55,9 @@ class KvCache:
         first = None  # the first new position, read once, only when a step stored rows
         slots_of = {}  # one index tensor per ring size, not per buffer (a kernel each)
         for name, buffer, slots, (base, end, row_bytes) in self._writes:
-            rows = new[name]
+            rows = new.get(name)
+            if rows is None:  # stored by the step itself, and left out (run_in_place)
+                continue
             pointer = rows.data_ptr()
             if base <= pointer < end:  # a view of this buffer: rows the step stored itself
                 if first is None:

@@ -140,7 +140,8 @@ class Generator:
         """The step on device tensors (what the decode graph captures)."""
         count = tokens.shape[0]
         program = self.decode if count == 1 else self.prefill
-        out = program.run([tokens.view(1, count), positions, *self._buffers[id(program)]])
+        out = program.run_in_place([tokens.view(1, count), positions,
+                                    *self._buffers[id(program)]])
         self.cache.write(positions, out)
         return out[LOGITS][0]
 
