@@ -17,7 +17,7 @@ from exporter.lm.seq2seq import (ExportableEncoder, ExportableSeq2SeqStep, examp
                                  probe_seq2seq_layout, source_of)
 from exporter.lm.validate import hf_greedy
 from runtime.generation.cache import KvCache
-from runtime.generation.generator import takes_one_token
+from runtime.generation.layout import takes_one_token
 from tests.conftest import ROOT
 from tests.models import tiny_seq2seq
 

@@ -47,8 +47,7 @@ from exporter.progress import StageHook, quiet_stage
 from exporter.settings import BuildSettings
 from runtime import scratch
 from runtime.archive_writer import write_artifact
-from runtime.generation.generator import shortest_source, takes_one_token
-from runtime.generation.layout import CacheLayout
+from runtime.generation.layout import CacheLayout, shortest_source, takes_one_token
 from runtime.manifest import EntryPoint, Manifest
 
 log = logging.getLogger(__name__)

@@ -28,7 +28,8 @@ from runtime.generation.audio import Waveform, checked_features, log_mel
 from runtime.generation.cache import KvCache
 from runtime.generation.config_notes import (default_new_tokens, forced_tokens, sampling_note,
                                              unapplied)
-from runtime.generation.layout import CacheLayout
+from runtime.generation.layout import (INPUT_IDS, LOGITS, POSITIONS, CacheLayout,
+                                       shortest_source, takes_one_token)
 from runtime.generation.prompting import (Suppression, speech_prompt, takes_language,
                                          token_ids)
 from runtime.generation.sampling import Sampler, Sampling
@@ -37,7 +38,6 @@ from runtime.generation.tokenizer import Tokenizer, tokenizers_installed
 
 log = logging.getLogger(__name__)
 
-INPUT_IDS, POSITIONS, LOGITS = "input_ids", "positions", "logits"
 
 
 @dataclass
@@ -189,7 +189,7 @@ class Generator:
                                      "input features", where=self.where,
                                      hint="give --source TEXT or --source-ids 1,2,3")
             ids = self._token_ids(source if given is None else given.reshape(-1).tolist())
-            low = self._shortest_source()
+            low = shortest_source(self.encode.manifest.signature)
             if not low <= len(ids) <= spec["bound"]:
                 raise UserInputError(f"the source has {len(ids)} token(s); this artifact's "
                                      f"encoder takes {low} to {spec['bound']}", where=self.where,
@@ -203,9 +203,6 @@ class Generator:
             value = checked_features(source, spec["shape"], self.where).to(
                 getattr(torch, self.layout.dtype))
         return self.cache.set_source(self.encode.run([value.to(self.device)]))
-
-    def _shortest_source(self) -> int:
-        return shortest_source(self.encode.manifest.signature)
 
     def _decoder_prompt(self, prompt, language: str | None, task: str | None) -> list[int]:
         """The decoder's prompt: the one given, else its start token, which a speech model
@@ -363,22 +360,6 @@ class Generator:
                                  f"context of {self.max_context} tokens", where=self.where,
                                  hint="shorten the prompt, or rebuild with a larger "
                                       "--max-context")
-
-
-def shortest_source(encode) -> int:
-    """The fewest tokens an ``encode`` program of this signature takes, as its capture
-    bounded them (exporter/lm/build.py captures a text encoder from one token)."""
-    length = encode.inputs[0].shape[1]
-    return (length.min or 1) if length.is_dynamic else length.size
-
-
-def takes_one_token(signature) -> bool:
-    """Whether a step program of this signature takes a single token (its input_ids'
-    length, dim 1, is 1 or may be): a prefill that is the decode step too."""
-    ids = next((spec for spec in signature.inputs if spec.name == INPUT_IDS), None)
-    length = ids.shape[1] if ids is not None and len(ids.shape) == 2 else None
-    return length is not None and (length.size == 1 or (length.is_dynamic
-                                                         and (length.min or 0) <= 1))
 
 
 def _one_token_prefill(program, where: str):

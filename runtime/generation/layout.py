@@ -8,7 +8,8 @@ A generating artifact's two entry points (``prefill``, ``decode``) are pure func
 T new tokens. The runtime owns one preallocated buffer per ``past_*`` input (``KvCache``)
 and writes the new entries into it after each step, so the cache is allocated once and
 never copied. (A step whose kernel stores its rows in the buffer itself returns them as
-views of their slots, and the write leaves them: targets/onnx/stored_rows.py.) A layer's
+views of their slots, or to the generator not at all (``Program.run_in_place``), and the
+write leaves them: targets/onnx/stored_rows.py.) A layer's
 buffer has ``slots`` rows: slot ``s`` holds the newest position ``q < start`` with
 ``q % slots == s``. A full-attention layer has ``slots ==
 max_context`` (positions map to themselves); a sliding-window layer keeps only its window
@@ -22,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+INPUT_IDS, POSITIONS, LOGITS = "input_ids", "positions", "logits"  # the steps' names
 PAST_PREFIX = "past_"  # entry-point inputs past_k_0, past_v_0, ...; outputs k_0, v_0, ...
 # an encoder-decoder's steps also read cross_k_0, cross_v_0, ... (what ``encode`` returned
 # as k_0, v_0, ...): one buffer a decoder layer, written once per source, never by a step
@@ -119,3 +121,19 @@ def _shape(value: Any, what: str) -> tuple[int, int]:
     if not isinstance(value, list) or len(value) != 2:
         raise ValueError(f"the cache layout's {what} must be [heads, head_dim]")
     return (_positive(value[0], what), _positive(value[1], what))
+
+
+def shortest_source(encode) -> int:
+    """The fewest tokens an ``encode`` program of this signature takes, as its capture
+    bounded them (exporter/lm/build.py captures a text encoder from one token)."""
+    length = encode.inputs[0].shape[1]
+    return (length.min or 1) if length.is_dynamic else length.size
+
+
+def takes_one_token(signature) -> bool:
+    """Whether a step program of this signature takes a single token (its input_ids'
+    length, dim 1, is 1 or may be): a prefill that is the decode step too."""
+    ids = next((spec for spec in signature.inputs if spec.name == INPUT_IDS), None)
+    length = ids.shape[1] if ids is not None and len(ids.shape) == 2 else None
+    return length is not None and (length.size == 1 or (length.is_dynamic
+                                                         and (length.min or 0) <= 1))
