@@ -141,6 +141,24 @@ class BuildSettings(BaseModel):
         return self
 
     @model_validator(mode="after")
+    def _no_flag_that_does_nothing(self) -> "BuildSettings":
+        recipe = f"--quantize {self.quantize}" if self.quantize else "a float build"
+        unused = self.options().unused_with(self.quantize) if self.target in all_targets() else []
+        if unused:
+            raise ValueError(f"{'; '.join(unused)} does nothing in {recipe}; leave it "
+                             "out or give the recipe it applies to")
+        gate = [flag for flag, value in (("--min-top1", self.min_top1),
+                                         ("--max-kl", self.max_kl)) if value is not None]
+        graded = self.task == "text-generation" and (self.dtype != "fp32" or self.quantize)
+        if gate and not graded:
+            build = ("an fp32 text-generation build, whose tokens must equal transformers' "
+                     "exactly" if self.task == "text-generation" else "a plain forward pass")
+            verb = "bounds" if len(gate) == 1 else "bound"
+            raise ValueError(f"{', '.join(gate)} {verb} the generation gate of fp16/bf16 and "
+                             f"quantized text-generation builds, not {build}; leave it out")
+        return self
+
+    @model_validator(mode="after")
     def _deterministic_excludes_tuning(self) -> "BuildSettings":
         tuned = self.options().measured_choices() if self.target in all_targets() else []
         if self.deterministic and tuned:

@@ -36,6 +36,12 @@ class TargetOptions(BaseModel):
         tuning): ``--deterministic`` refuses them."""
         return []
 
+    def unused_with(self, quantize: str | None) -> list[str]:
+        """Flags set away from their defaults that a build with this ``--quantize``
+        recipe (None: float) would not read, each with what it applies to: the settings
+        refuse them rather than build something the user did not ask for."""
+        return []
+
 
 def flag_name(name: str, field: FieldInfo) -> str:
     extra: Any = field.json_schema_extra or {}

@@ -51,6 +51,25 @@ def test_bad_dynamic_and_unknown_target_exit_2(cli):
     _assert_clean_error(cli("build", "zoo:mlp", "--max-context", "32", "--prefill-chunk",
                             "8", "--dry-run"), 2, "--max-context, --prefill-chunk apply to "
                         "--task text-generation only")
+    # so were --quant-block without a weight-only recipe...
+    _assert_clean_error(cli("build", "zoo:mlp", "--target", "onnx", "--quant-block", "32",
+                            "--dry-run"), 2, "--quant-block (blocks of --quantize "
+                        "int8-weight or int4-weight) does nothing in a float build")
+
+
+def test_a_generation_gate_bound_on_a_build_without_that_gate_is_refused():
+    """...and --min-top1/--max-kl where no gate reads them: an fp32 generating build
+    (its tokens must be transformers'), or a plain forward pass."""
+    from pydantic import ValidationError
+
+    from exporter.settings import BuildSettings
+    for settings, said in [
+            (dict(task="text-generation", min_top1=0.5), "not an fp32 text-generation build"),
+            (dict(quantize="int8-weight", max_kl=0.5), "not a plain forward pass")]:
+        with pytest.raises(ValidationError, match=said) as caught:
+            BuildSettings(**settings)
+        print(caught.value.errors()[0]["msg"])
+    BuildSettings(task="text-generation", dtype="fp16", min_top1=0.5)  # its gate reads it
 
 
 def test_debug_flag_shows_the_traceback(cli):

@@ -76,6 +76,11 @@ class OnnxOptions(TargetOptions):
                              "exact)", examples=[32],
                              json_schema_extra={"flag": "--quant-block"})
 
+    def unused_with(self, quantize: str | None) -> list[str]:
+        blocks = quantize in ("int8-weight", "int4-weight")
+        return ([] if blocks or self.quant_block == NBITS_BLOCK
+                else ["--quant-block (blocks of --quantize int8-weight or int4-weight)"])
+
     @field_validator("quant_block")
     @classmethod
     def _block(cls, value: int) -> int:
