@@ -36,7 +36,7 @@ from runtime.flat_inputs import flatten_inputs
 
 # The layers each recipe quantizes, with the functional form the torchao tensor
 # intercepts. Int8 also takes embedding tables (gathered rows are dequantized); torchao's
-# int4 tinygemm layout has no embedding.
+# int4 tinygemm layout has no embedding, so int4-weight stores tables as int8 (_swapper).
 _FUNCTIONAL = {
     "int8-weight": {"linear": torch.nn.functional.linear,
                     "embedding": torch.nn.functional.embedding},
@@ -116,13 +116,14 @@ def quantize_weights(module: torch.fx.GraphModule, recipe: str,
 
 
 def _swapper(recipe: str, device: str, op: str) -> Callable:
-    """How one layer's weight is swapped: ATen's CPU int4 layout for int4-weight on cpu,
-    whose embedding tables go to int8 rows (only the gathered rows are dequantized; a
-    32k-token vocabulary's float table was 45% of a 300M decoder's int4 artifact);
-    torchao's tensors otherwise."""
+    """How one layer's weight is swapped: int4-weight's embedding tables go to int8 rows
+    on every device (only the gathered rows are dequantized; a 32k-token vocabulary's
+    float table was 45% of a 300M decoder's int4 artifact), its linears to ATen's CPU int4
+    layout on cpu; torchao's tensors otherwise."""
+    if recipe == "int4-weight" and op == "embedding":
+        return functools.partial(_swap_weight, recipe="int8-weight")
     if recipe == "int4-weight" and device == "cpu":
-        return (functools.partial(_swap_weight, recipe="int8-weight") if op == "embedding"
-                else _swap_for_cpu_int4)
+        return _swap_for_cpu_int4
     return functools.partial(_swap_weight, recipe=recipe)
 
 

@@ -24,7 +24,8 @@ class CudaTarget(AOTInductorTarget):
                        "embedding weights, float activations (Triton mixed-dtype GEMM)",
         "int4-weight": "torchao Int4WeightOnlyConfig (groups of 128, or 64/32 where "
                        "in_features needs, tinygemm layout): int4 "
-                       "linear weights, bfloat16 GEMM inside, float32 in and out",
+                       "linear weights, bfloat16 GEMM inside, float32 in and out; "
+                       "embeddings int8 per row",
     }
 
     def availability(self) -> Availability:

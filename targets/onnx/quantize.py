@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 
 from passes.quant_error import ErrorSums, layer_rows
+from targets.onnx.embedding_tables import quantize_embedding_tables
 from targets.errors import TargetOptionError
 
 RECIPES = {
@@ -28,9 +29,9 @@ RECIPES = {
     # quantized to int8 inside the kernel (accuracy level 4), the memory-bound decode step
     # reading a quarter / half of fp32's bytes
     "int8-weight": "ONNX Runtime MatMulNBits: 8-bit weights in blocks, int8 activations "
-                   "inside the kernel (accuracy level 4)",
+                   "inside the kernel (accuracy level 4); embedding tables int8 in blocks",
     "int4-weight": "ONNX Runtime MatMulNBits: 4-bit weights in blocks, int8 activations "
-                   "inside the kernel (accuracy level 4)",
+                   "inside the kernel (accuracy level 4); embedding tables int8 in blocks",
 }
 # Weights per scale. 128, as AWQ/GPTQ groups and the cuda target's int4 (passes/
 # quantize_weight_only.py): ORT's kernel pays per block, and one 1024x2816 GEMV at int4
@@ -90,6 +91,9 @@ def quantize_model(path: Path, recipe: str, calibration: list, examples: list | 
         done = _quantized_nodes(after)
         # ORT rewrites a Gemm as MatMul + Add before quantizing it: "<gemm>_MatMul"
         quantized = sorted(n for n in weighted if n in done or f"{n}_MatMul" in done)
+        tables = (quantize_embedding_tables(after, block) if recipe.endswith("-weight")
+                  else {})
+        quantized += sorted(n for n, how in tables.items() if how == "int8")
         sets, on = ((calibration, f"{len(calibration)} calibration set(s)") if calibration
                     else (examples or [], "the example inputs"))
         try:  # a diagnostic: the build goes on without it, and says why
@@ -103,7 +107,9 @@ def quantize_model(path: Path, recipe: str, calibration: list, examples: list | 
         "layers_quantized": quantized,
         "layers_float": [{"layer": n, "op": op, "why": _WHY_FLOAT.get(
                              (recipe, op), "ONNX Runtime's quantizer left it in float")}
-                         for n, op in weighted.items() if n not in quantized],
+                         for n, op in weighted.items() if n not in quantized]
+                        + [{"layer": n, "op": "Gather", "why": why}
+                           for n, why in tables.items() if why != "int8"],
         "weight_bytes_before": _initializer_bytes(before),
         "weight_bytes_after": _initializer_bytes(after),
         "layer_errors": errors, "layer_errors_on": on if sets else "no inputs to run on"}

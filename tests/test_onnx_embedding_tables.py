@@ -1,0 +1,68 @@
+"""The onnx target's weight-only recipes store embedding tables as int8 rows
+(targets/onnx/embedding_tables.py): ONNX Runtime's GatherBlockQuantized gives each
+gathered row back within half a quantization step; a table that something else reads too
+(a tied output projection), or a tiny one, stays float and says why."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+ort = pytest.importorskip("onnxruntime")
+onnx = pytest.importorskip("onnx")
+
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+from targets.onnx.embedding_tables import quantize_embedding_tables  # noqa: E402
+
+
+def _model(table: np.ndarray, tied: bool = False):
+    nodes = [helper.make_node("Gather", ["table", "ids"], ["rows"], name="embed", axis=0)]
+    outputs = [helper.make_tensor_value_info("rows", TensorProto.FLOAT, None)]
+    if tied:  # the output projection reads the same table, transposed
+        nodes += [helper.make_node("Transpose", ["table"], ["table_t"], name="t"),
+                  helper.make_node("MatMul", ["rows", "table_t"], ["logits"], name="head")]
+        outputs.append(helper.make_tensor_value_info("logits", TensorProto.FLOAT, None))
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("ids", TensorProto.INT64, [None, None])],
+        outputs, [numpy_helper.from_array(table, "table")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
+
+
+def _run(model, ids):
+    session = ort.InferenceSession(model.SerializeToString(),
+                                   providers=["CPUExecutionProvider"])
+    return session.run(None, {"ids": ids})
+
+
+@pytest.mark.parametrize("width", [256, 200, 48])  # a short last block; one short block
+def test_a_table_becomes_int8_rows_within_half_a_step(width):
+    rng = np.random.default_rng(0)
+    table = rng.standard_normal((1000, width)).astype(np.float32)
+    model = _model(table)
+    done = quantize_embedding_tables(model, block=128)
+    ids = np.array([[0, 7, 999], [3, 3, 500]], dtype=np.int64)
+    got = _run(model, ids)[0]
+    ops = [n.op_type for n in model.graph.node]
+    stored = {t.name: t.data_type for t in model.graph.initializer}
+    # one scale per row block: its largest magnitude over 127; rounding errs by half a step
+    blocks = [table[:, i:i + 128] for i in range(0, width, 128)]
+    half_step = max(np.abs(b).max(axis=1).max() for b in blocks) / 127 / 2
+    error = np.abs(got - table[ids]).max()
+    print(width, done, ops, error, half_step)
+    assert done == {"embed": "int8"} and ops == ["GatherBlockQuantized"]
+    assert stored == {"table_int8": TensorProto.UINT8, "table_scales": TensorProto.FLOAT}
+    assert got.shape == (2, 3, width) and error <= half_step * 1.001
+
+
+def test_a_tied_or_tiny_table_stays_float_and_says_why():
+    rng = np.random.default_rng(0)
+    tied = _model(rng.standard_normal((1000, 64)).astype(np.float32), tied=True)
+    tiny = _model(rng.standard_normal((16, 64)).astype(np.float32))
+    said = {"tied": quantize_embedding_tables(tied, block=128),
+            "tiny": quantize_embedding_tables(tiny, block=128)}
+    print(said)
+    assert "also read by Transpose" in said["tied"]["embed"]
+    assert "too small" in said["tiny"]["embed"]
+    for model in (tied, tiny):
+        assert [t.data_type for t in model.graph.initializer] == [TensorProto.FLOAT]
