@@ -58,6 +58,47 @@ def quantize_embedding_tables(model, block: int) -> dict[str, str]:
     return done
 
 
+def untie_output_projections(model) -> list[str]:
+    """Give each MatMul that reads a float table through a Transpose (a tied output
+    projection, x @ table.T, as torch.onnx writes it) the transposed table as its own
+    initializer, in place. ORT's MatMulNBits quantizer takes only a stored B, so a tied
+    head stayed float: a 32k x 1024 table read in fp32 every token (and ONNX Runtime's
+    constant folding held a second, transposed fp32 copy). Untied, the head is quantized
+    with the other layers and the table, now the Gather's alone, becomes int8 rows.
+    Returns the MatMuls' names."""
+    from onnx import numpy_helper
+
+    tables = {t.name: t for t in model.graph.initializer}
+    readers: dict[str, list] = {}
+    for node in model.graph.node:
+        for name in node.input:
+            readers.setdefault(name, []).append(node)
+    outputs = {o.name for o in model.graph.output}
+    untied: list[str] = []
+    for node in list(model.graph.node):
+        table = tables.get(node.input[0]) if node.op_type == "Transpose" else None
+        if (table is None or len(table.dims) != 2 or table.data_type not in _FLOATS
+                or _perm(node) not in (None, [1, 0]) or node.output[0] in outputs):
+            continue
+        users = readers.get(node.output[0], [])
+        read_as_b = [u for u in users if u.op_type == "MatMul"
+                     and list(u.input)[1:] == [node.output[0]] and u.input[0] != node.output[0]]
+        if not users or len(read_as_b) != len(users):
+            continue  # something else reads the transposed table: leave it
+        transposed = numpy_helper.from_array(
+            np.ascontiguousarray(numpy_helper.to_array(table).T), f"{table.name}_transposed")
+        model.graph.initializer.append(transposed)
+        for user in users:
+            user.input[1] = transposed.name
+            untied.append(user.name)
+        model.graph.node.remove(node)
+    return untied
+
+
+def _perm(node) -> list[int] | None:
+    return next((list(a.ints) for a in node.attribute if a.name == "perm"), None)
+
+
 def _why_float(table, readers: list) -> str | None:
     rows, width = table.dims
     if rows * width < MIN_TABLE_ELEMENTS:

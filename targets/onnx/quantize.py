@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 from passes.quant_error import ErrorSums, layer_rows
-from targets.onnx.embedding_tables import quantize_embedding_tables
+from targets.onnx.embedding_tables import quantize_embedding_tables, untie_output_projections
 from targets.errors import TargetOptionError
 
 RECIPES = {
@@ -75,6 +75,9 @@ def quantize_model(path: Path, recipe: str, calibration: list, examples: list | 
     with tempfile.TemporaryDirectory(prefix="ort-quantize-", dir=path.parent) as scratch:
         quantized_path = Path(scratch) / "model.int8.onnx"
         before = onnx.load(str(path))
+        bytes_before = _initializer_bytes(before)
+        if recipe.endswith("-weight"):  # a tied head gets its own table to quantize
+            untie_output_projections(before)
         # ORT's quantizer re-runs ONNX shape inference, which refused the exporter's own
         # intermediate shapes on the zoo CNN ("Inferred shape and existing shape differ"):
         # it infers them again from the inputs instead.
@@ -110,7 +113,7 @@ def quantize_model(path: Path, recipe: str, calibration: list, examples: list | 
                          for n, op in weighted.items() if n not in quantized]
                         + [{"layer": n, "op": "Gather", "why": why}
                            for n, why in tables.items() if why != "int8"],
-        "weight_bytes_before": _initializer_bytes(before),
+        "weight_bytes_before": bytes_before,
         "weight_bytes_after": _initializer_bytes(after),
         "layer_errors": errors, "layer_errors_on": on if sets else "no inputs to run on"}
 
