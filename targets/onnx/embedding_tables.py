@@ -61,10 +61,11 @@ def quantize_embedding_tables(model, block: int) -> dict[str, str]:
 def untie_output_projections(model) -> list[str]:
     """Give each MatMul that reads a float table through a Transpose (a tied output
     projection, x @ table.T, as torch.onnx writes it) the transposed table as its own
-    initializer, in place. ORT's MatMulNBits quantizer takes only a stored B, so a tied
-    head stayed float: a 32k x 1024 table read in fp32 every token (and ONNX Runtime's
+    initializer, in place. ORT's quantizers take only a stored B, so a tied head
+    stayed float: a 32k x 1024 table read in fp32 every token (and ONNX Runtime's
     constant folding held a second, transposed fp32 copy). Untied, the head is quantized
-    with the other layers and the table, now the Gather's alone, becomes int8 rows.
+    with the other layers, and the table, now the Gather's alone, becomes int8 rows
+    (quantize_embedding_tables; ORT's dynamic quantizer's own Gather for int8-dynamic).
     Returns the MatMuls' names."""
     from onnx import numpy_helper
 

@@ -76,8 +76,7 @@ def quantize_model(path: Path, recipe: str, calibration: list, examples: list | 
         quantized_path = Path(scratch) / "model.int8.onnx"
         before = onnx.load(str(path))
         bytes_before = _initializer_bytes(before)
-        if recipe.endswith("-weight"):  # a tied head gets its own table to quantize
-            untie_output_projections(before)
+        untie_output_projections(before)  # a tied head gets its own table to quantize
         # ORT's quantizer re-runs ONNX shape inference, which refused the exporter's own
         # intermediate shapes on the zoo CNN ("Inferred shape and existing shape differ"):
         # it infers them again from the inputs instead.
