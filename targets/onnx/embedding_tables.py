@@ -1,6 +1,8 @@
-"""Embedding tables in int8 for the onnx target's weight-only recipes (int8-weight,
-int4-weight): ONNX Runtime's ``GatherBlockQuantized`` (com.microsoft), uint8 rows with one
-scale per block, only the gathered rows dequantized.
+"""Embedding tables under the onnx target's --quantize: int8 rows for the weight-only
+recipes (int8-weight, int4-weight) as ONNX Runtime's ``GatherBlockQuantized``
+(com.microsoft), uint8 rows with one scale per block, only the gathered rows dequantized;
+and, for every recipe, a tied output projection given its own table to quantize
+(``untie_output_projections``).
 
 Why our own rewrite: ORT's MatMulNBits quantizer turns a Gather into int4 only (its
 ``quantize_gather``), and ONNX Runtime GenAI's builder leaves the table in float. A 32k-token
@@ -26,10 +28,7 @@ def quantize_embedding_tables(model, block: int) -> dict[str, str]:
     from onnx import helper, numpy_helper
 
     tables = {t.name: t for t in model.graph.initializer}
-    readers: dict[str, list] = {}
-    for node in model.graph.node:
-        for name in node.input:
-            readers.setdefault(name, []).append(node)
+    readers = _readers(model)
     done: dict[str, str] = {}
     replaced: dict[str, object] = {}  # table name -> its uint8 initializer, scales
     for index, node in enumerate(list(model.graph.node)):
@@ -70,10 +69,7 @@ def untie_output_projections(model) -> list[str]:
     from onnx import numpy_helper
 
     tables = {t.name: t for t in model.graph.initializer}
-    readers: dict[str, list] = {}
-    for node in model.graph.node:
-        for name in node.input:
-            readers.setdefault(name, []).append(node)
+    readers = _readers(model)
     outputs = {o.name for o in model.graph.output}
     untied: list[str] = []
     for node in list(model.graph.node):
@@ -94,6 +90,15 @@ def untie_output_projections(model) -> list[str]:
             untied.append(user.name)
         model.graph.node.remove(node)
     return untied
+
+
+def _readers(model) -> dict[str, list]:
+    """{value name: the nodes that read it}."""
+    readers: dict[str, list] = {}
+    for node in model.graph.node:
+        for name in node.input:
+            readers.setdefault(name, []).append(node)
+    return readers
 
 
 def _perm(node) -> list[int] | None:
