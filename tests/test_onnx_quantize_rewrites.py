@@ -1,7 +1,8 @@
-"""The onnx target's weight-only recipes store embedding tables as int8 rows
-(targets/onnx/embedding_tables.py): ONNX Runtime's GatherBlockQuantized gives each
-gathered row back within half a quantization step; a table that something else reads too
-(a tied output projection), or a tiny one, stays float and says why."""
+"""What the onnx target rewrites before ONNX Runtime's quantizers, on small ONNX graphs
+(no export): embedding tables as int8 rows (targets/onnx/embedding_tables.py), whose
+GatherBlockQuantized gives each gathered row back within half a quantization step; a
+table that something else reads too, or a tiny one, stays float and says why; a tied head
+untied; a Gemm (GPT-2's Conv1D) as MatMul + Add, which MatMulNBits then takes."""
 
 from __future__ import annotations
 
@@ -92,7 +93,39 @@ def test_a_tied_head_is_untied_and_both_quantized(tmp_path, recipe, ops):
     print(graph_ops, report["layers_quantized"], report["layers_float"], cosine,
           report["weight_bytes_before"], report["weight_bytes_after"])
     assert ops <= graph_ops and not {"Transpose", "MatMul"} & graph_ops
-    assert "head" in report["layers_quantized"] and report["layers_float"] == []
+    assert set(report["layers_quantized"]) == {"embed", "head"} and report["layers_float"] == []
     # an int4 or int8 head + int8 rows + their scales against one float table
     assert report["weight_bytes_after"] * 1.9 < report["weight_bytes_before"] == table.nbytes
     assert cosine > 0.99
+
+
+@pytest.mark.parametrize("trans_b", [0, 1])
+def test_gemm_layers_are_quantized_by_the_weight_only_recipes(tmp_path, trans_b):
+    """GPT-2's Conv1D layers export as Gemm (with a bias): int4-weight left each in float
+    (ORT's MatMulNBits quantizer takes MatMuls only). Now each is a MatMulNBits + Add,
+    reported under the Gemm's own name, its output near float's, and the [out, in]
+    original weight of a transposed Gemm is not kept beside the quantized copy."""
+    from targets.onnx.quantize import quantize_model
+
+    rng = np.random.default_rng(0)
+    weight = rng.standard_normal((256, 128) if trans_b else (128, 256)).astype(np.float32)
+    bias = rng.standard_normal(256).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("Gemm", ["x", "w", "b"], ["y"], name="fc", transB=trans_b)], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 128])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(weight, "w"), numpy_helper.from_array(bias, "b")])
+    path = tmp_path / "gemm.onnx"
+    onnx.save_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)]),
+                    str(path))
+    x = rng.standard_normal((3, 128)).astype(np.float32)
+    want = (x @ (weight.T if trans_b else weight)) + bias
+    model, report = quantize_model(path, "int4-weight", [], [[torch.from_numpy(x)]])
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    got = session.run(None, {"x": x})[0]
+    cosine = float((got * want).sum() / np.linalg.norm(got) / np.linalg.norm(want))
+    ops = sorted(n.op_type for n in model.graph.node)
+    stored = sorted(t.name for t in model.graph.initializer)
+    print(trans_b, ops, stored, report["layers_quantized"], cosine)
+    assert ops == ["Add", "MatMulNBits"] and report["layers_quantized"] == ["fc"]
+    assert "w" not in stored and report["layers_float"] == [] and cosine > 0.99
