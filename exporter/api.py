@@ -124,6 +124,20 @@ def _recorded_spec(manifest, artifact):
         raise
 
 
+def _check_same_vocabulary(manifest, lm, artifact: Path) -> None:
+    """--model naming another vocabulary than the artifact's: its prompts would index past
+    one embedding table or the other (an IndexError in eager, exit 4, before this)."""
+    from runtime.generation.layout import LOGITS
+    logits = next(t for t in manifest.signature.outputs if t.name == LOGITS)
+    theirs = lm.model.get_output_embeddings().weight.shape[0]
+    if logits.shape[-1].size != theirs:
+        raise UserInputError(f"the artifact's vocabulary has {logits.shape[-1].size} tokens "
+                             f"and the model's {theirs}: it was built from another model",
+                             where=str(artifact),
+                             hint="give --model the spec the artifact was built from "
+                                  f"({manifest.source['spec']!r})")
+
+
 def _validate_generating(artifact: Path, manifest, model: str | None, seed: int) -> dict:
     from exporter.lm.gate import GenerationGate
     from exporter.lm.source import load_language_model
@@ -135,6 +149,7 @@ def _validate_generating(artifact: Path, manifest, model: str | None, seed: int)
     with _recorded_spec(manifest, artifact) if model is None else contextlib.nullcontext():
         lm = load_language_model(model or manifest.source["spec"],
                                  HfOptions.from_settings(settings))
+    _check_same_vocabulary(manifest, lm, artifact)
     gate = GenerationGate.for_build(settings.get("dtype") or "fp32", settings.get("quantize"),
                                     min_top1=settings.get("min_top1"),
                                     max_kl=settings.get("max_kl"))

@@ -127,7 +127,10 @@ def _generate(args) -> None:
                               language=args.language, task=args.task,
                               **({"source": source} if source is not None else {}))
     if args.json:
-        print(json.dumps(result.to_json()))
+        from runtime.memory import peak_resident_bytes
+        peak = peak_resident_bytes()
+        print(json.dumps({"json_version": 1, **result.to_json(),
+                          "peak_rss_mb": round(peak / 2**20, 1) if peak else None}))
     else:
         print()
         print(f"{len(result.tokens)} tokens ({result.stop_reason}); "

@@ -47,6 +47,17 @@ class PeakMemory:
                                        "loaded program, arenas included")
 
 
+def peak_resident_bytes() -> int | None:
+    """This process's peak resident set since it started (VmHWM, Linux), or None.
+    Not ``getrusage``'s ru_maxrss: Linux carries the parent's high-water mark into a
+    child across fork and exec, so a small child of a large process reported the
+    parent's size (`exporter bench`'s figure moved with the baselines it had loaded)."""
+    try:
+        return _status_bytes("VmHWM")
+    except OSError:
+        return None
+
+
 def _reset_high_water_mark() -> int | None:
     """Reset VmHWM to the current RSS and return that RSS; None where Linux cannot."""
     try:

@@ -213,6 +213,15 @@ def test_validate_against_other_weights_is_exit_1_with_the_first_divergence(onnx
     print(done.stdout, done.stderr)
     assert done.exit_code == 1 and "FAILED" in done.stdout, done.stderr
     assert "case0 logits: max abs error" in done.stdout and "internal error" not in done.stderr
+    # a model of another vocabulary: its prompts indexed past a table (exit 4, IndexError)
+    config = json.loads((other / "config.json").read_text())
+    (other / "config.json").write_text(json.dumps({**config, "vocab_size": 300}))
+    save_file({k: v[:300] if v.shape[:1] == (384,) else v
+               for k, v in load_file(other / "model.safetensors").items()},
+              other / "model.safetensors")
+    done = CliRunner().invoke(app, ["validate", str(built.artifact), "--model", f"hf:{other}"])
+    print(done.stderr)
+    assert done.exit_code == 2 and "vocabulary has 384 tokens and the model's 300" in done.stderr
 
 
 def test_bench_times_a_generating_artifact_as_asked(onnx_lm, cli):
@@ -229,6 +238,19 @@ def test_bench_times_a_generating_artifact_as_asked(onnx_lm, cli):
     assert all(row["decode_tokens_per_s"] > 0 for row in timed["engines"].values())
     refused = cli("bench", str(built.artifact), "--runs", "0")
     assert refused.returncode == 2 and "--runs 1 or more" in refused.stderr
+
+
+def test_bench_peak_memory_is_the_artifacts_own(onnx_lm):
+    """The peak resident memory of the child that generates is its own: the wait's
+    ru_maxrss carried the parent's size into it (the figure moved with the baselines the
+    bench had loaded), so a parent holding 1 GiB more must not move it."""
+    from exporter.lm.bench import _child_peak_rss
+    built, _ = onnx_lm
+    alone = _child_peak_rss(built.artifact, [5, 9, 11], 4, None)
+    ballast = torch.ones(2**28)  # 1 GiB resident in this, the parent, process
+    beside = _child_peak_rss(built.artifact, [5, 9, 11], 4, None)
+    print({"alone_mb": alone, "beside_1GiB_mb": beside, "ballast": ballast.numel()})
+    assert alone is not None and abs(beside - alone) < 0.2 * alone
 
 
 def test_bench_lengths_fit_a_short_context_and_a_plain_artifact_takes_none(onnx_mlp):

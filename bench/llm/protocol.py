@@ -130,17 +130,17 @@ def common_prefix(a: list[int], b: list[int]) -> int:
     return n
 
 
-def rss_mb() -> float:
-    """This process's resident set now (VmRSS), in MiB."""
+def rss_mb(field: str = "VmRSS") -> float:
+    """This process's resident set now (VmRSS), or its peak (VmHWM), in MiB."""
     with open("/proc/self/status") as f:
         for line in f:
-            if line.startswith("VmRSS:"):
+            if line.startswith(field + ":"):
                 return int(line.split()[1]) / 1024
     return float("nan")
 
 
 def peak_rss_mb() -> float:
-    """The process's peak resident set so far (ru_maxrss, KiB on Linux), in MiB."""
-    import resource
-
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    """The process's peak resident set so far (VmHWM), in MiB. Not ru_maxrss: Linux
+    carries the parent's high-water mark into a child across fork and exec, so each
+    engine's figure held the driver's size at the spawn (runtime/memory.py)."""
+    return rss_mb("VmHWM")

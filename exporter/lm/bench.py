@@ -218,11 +218,12 @@ def _child_peak_rss(artifact: str | Path, prompt: list[int], new_tokens: int,
         return _peak_rss_of(cmd, env)
 
 
-def _peak_rss_of(cmd: list[str], env: dict) -> float:
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
-    _, status, usage = os.wait4(proc.pid, 0)
-    out = proc.stdout.read()
-    if os.waitstatus_to_exitcode(status) != 0 or not json.loads(out or b"{}").get("tokens"):
+def _peak_rss_of(cmd: list[str], env: dict) -> float | None:
+    """The child's own peak, as `runtime generate --json` reads it (VmHWM): the wait's
+    ru_maxrss carried this process's size, baselines included, into the child's."""
+    done = subprocess.run(cmd, capture_output=True, env=env)
+    result = json.loads(done.stdout or b"{}") if done.returncode == 0 else {}
+    if not result.get("tokens"):
         raise UserInputError("the artifact did not generate in a child process",
-                             details=[proc.stderr.read().decode()[-500:]])
-    return round(usage.ru_maxrss / 1024, 1)  # Linux reports KiB
+                             details=[done.stderr.decode()[-500:]])
+    return result.get("peak_rss_mb")
