@@ -147,16 +147,35 @@ class BuildSettings(BaseModel):
         if unused:
             raise ValueError(f"{'; '.join(unused)} does nothing in {recipe}; leave it "
                              "out or give the recipe it applies to")
-        gate = [flag for flag, value in (("--min-top1", self.min_top1),
-                                         ("--max-kl", self.max_kl)) if value is not None]
-        graded = self.task == "text-generation" and (self.dtype != "fp32" or self.quantize)
-        if gate and not graded:
-            build = ("an fp32 text-generation build, whose tokens must equal transformers' "
-                     "exactly" if self.task == "text-generation" else "a plain forward pass")
-            verb = "bounds" if len(gate) == 1 else "bound"
-            raise ValueError(f"{', '.join(gate)} {verb} the generation gate of fp16/bf16 and "
-                             f"quantized text-generation builds, not {build}; leave it out")
+        problem = self._gate_bounds_without_their_gate()
+        if problem:
+            raise ValueError(problem)
         return self
+
+    def _gate_bounds_without_their_gate(self) -> str | None:
+        """The generation gate's bounds (--min-top1, --max-kl) judge fp16/bf16 and
+        quantized text-generation builds; the output gate's (--min-sqnr, --min-cosine)
+        quantized forward passes. Either given where the other, or none, judges: why."""
+        generating = self.task == "text-generation"
+        top1 = [flag for flag, value in (("--min-top1", self.min_top1),
+                                         ("--max-kl", self.max_kl)) if value is not None]
+        if top1 and not (generating and (self.dtype != "fp32" or self.quantize)):
+            build = ("an fp32 text-generation build, whose tokens must equal transformers' "
+                     "exactly" if generating else "a plain forward pass")
+            verb = "bounds" if len(top1) == 1 else "bound"
+            return (f"{', '.join(top1)} {verb} the generation gate of fp16/bf16 and "
+                    f"quantized text-generation builds, not {build}; leave it out")
+        fields = type(self).model_fields
+        sqnr = [flag for flag, name in (("--min-sqnr", "quant_min_sqnr_db"),
+                                        ("--min-cosine", "quant_min_cosine"))
+                if getattr(self, name) != fields[name].default]
+        if sqnr and (generating or not self.quantize):
+            build = ("a text-generation build (its gate: --min-top1, --max-kl)" if generating
+                     else "a float build")
+            verb = "bounds" if len(sqnr) == 1 else "bound"
+            return (f"{', '.join(sqnr)} {verb} the output gate of quantized forward passes, "
+                    f"not {build}; leave it out")
+        return None
 
     @model_validator(mode="after")
     def _deterministic_excludes_tuning(self) -> "BuildSettings":

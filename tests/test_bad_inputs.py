@@ -59,13 +59,18 @@ def test_bad_dynamic_and_unknown_target_exit_2(cli):
 
 def test_a_generation_gate_bound_on_a_build_without_that_gate_is_refused():
     """...and --min-top1/--max-kl where no gate reads them: an fp32 generating build
-    (its tokens must be transformers'), or a plain forward pass."""
+    (its tokens must be transformers'), or a plain forward pass; --min-sqnr/--min-cosine
+    on a generating build (judged by top-1 and KL) or a float one."""
     from pydantic import ValidationError
 
     from exporter.settings import BuildSettings
     for settings, said in [
             (dict(task="text-generation", min_top1=0.5), "not an fp32 text-generation build"),
-            (dict(quantize="int8-weight", max_kl=0.5), "not a plain forward pass")]:
+            (dict(quantize="int8-weight", max_kl=0.5), "not a plain forward pass"),
+            (dict(task="text-generation", quantize="int8-weight", min_top1=0.5,
+                  quant_min_sqnr_db=30.0), "--min-sqnr bounds the output gate of quantized "
+                                           "forward passes, not a text-generation build"),
+            (dict(quant_min_cosine=0.999), "not a float build")]:
         with pytest.raises(ValidationError, match=said) as caught:
             BuildSettings(**settings)
         print(caught.value.errors()[0]["msg"])

@@ -127,6 +127,23 @@ def test_onnx_int8_dynamic_generating_build_quantizes_every_linear(tmp_path):
     assert record["passed"] and record["mean_kl"] > 0  # int8: not the float step
 
 
+def test_keep_failed_keeps_a_generating_build_that_missed_its_gate(tmp_path):
+    """--keep-failed on a text-generation build: the artifact that missed the gate is kept
+    beside the output, named so, and runs (it was dropped: "no new artifact was written")."""
+    out = tmp_path / "llama-int8-dynamic.artifact"
+    from exporter.errors import ValidationFailedError
+    with pytest.raises(ValidationFailedError) as caught:
+        exporter.build(f"{ROOT / 'tests' / 'models' / 'tiny_lm.py'}:factory",
+                       task="text-generation", target="onnx", max_context=32,
+                       quantize="int8-dynamic", min_top1=1.0, max_kl=0.0, keep_failed=True,
+                       out=out)
+    kept = tmp_path / "llama-int8-dynamic.FAILED-VALIDATION.artifact"
+    print(caught.value.hint)
+    assert not out.exists() and kept.exists() and str(kept) in caught.value.hint
+    assert runtime.read_manifest(kept).validation["passed"] is False
+    assert len(runtime.load(kept).generate([5, 9], 4, stop_at_eos=False).tokens) == 4
+
+
 @pytest.mark.parametrize("head", [12, 16])
 def test_onnx_fuses_attention_only_at_head_sizes_group_query_attention_takes(head):
     """ONNX Runtime's GroupQueryAttention takes heads in multiples of 8: a GPT-2 with heads

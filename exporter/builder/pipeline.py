@@ -355,7 +355,7 @@ def _validate(out: Path, manifest: Manifest, files: dict, eager: EagerRunner,
                               warnings=warnings, preload=preload,
                               timeout=settings.validation_timeout_s)
         except BuildError as exc:  # the artifact crashed the validation process
-            kept = _keep_failed(out, manifest, files) if settings.keep_failed else None
+            kept = keep_failed(out, manifest, files) if settings.keep_failed else None
             raise BuildError(exc.what, where=str(kept or out), details=exc.details,
                              hint=(f"the artifact was kept at {kept}; " if kept else "")
                              + (exc.hint or "")) from exc
@@ -365,7 +365,7 @@ def _validate(out: Path, manifest: Manifest, files: dict, eager: EagerRunner,
             if found is not None:
                 record["bisect"] = found
             manifest.validation = record
-            kept = _keep_failed(out, manifest, files) if settings.keep_failed else None
+            kept = keep_failed(out, manifest, files) if settings.keep_failed else None
             raise ValidationFailedError(
                 gate.failure(), record=record, where=str(kept or out),
                 details=summarize_failure(record) + (bisect_lines(found) if found else []),
@@ -394,7 +394,9 @@ def _bisect(staging: Path, manifest: Manifest, prep: Prepared, cases: list, reco
         return None
 
 
-def _keep_failed(out: Path, manifest: Manifest, files: dict) -> Path:
+def keep_failed(out: Path, manifest: Manifest, files: dict) -> Path:
+    """The artifact that failed validation, beside ``out`` under a name that says so
+    (--keep-failed), for `exporter inspect` or a run by hand."""
     failed = out.with_name(f"{out.stem}.FAILED-VALIDATION{out.suffix}")
     write_artifact(failed, manifest.to_dict(), files)
     return failed

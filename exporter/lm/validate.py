@@ -22,6 +22,7 @@ from pathlib import Path
 
 import torch
 
+from exporter.builder.pipeline import keep_failed
 from exporter.errors import ValidationFailedError
 from exporter.lm.gate import EagerLogits, GenerationGate, judge_case, summary_lines
 from exporter.lm.seq2seq import source_vocab
@@ -56,11 +57,13 @@ def validate_generation(out: Path, manifest: Manifest, files: dict, lm: Language
         scratch.remove(staging)
     if not record["passed"]:
         manifest.validation = record
-        raise ValidationFailedError(gate.failure(), record=record, where=str(out),
-                                    details=summary_lines(record),
-                                    hint="no new artifact was written (a file already at the "
-                                         "output is left as it was); the first divergence "
-                                         "above names the prompt, the step and the logit error")
+        kept = keep_failed(out, manifest, files) if settings.keep_failed else None
+        raise ValidationFailedError(
+            gate.failure(), record=record, where=str(kept or out), details=summary_lines(record),
+            hint=(f"the failed artifact was kept at {kept}" if kept else "no new artifact was "
+                  "written (a file already at the output is left as it was; --keep-failed "
+                  "keeps it)") + "; the first divergence above names the prompt, the step "
+                 "and the logit error")
     return record
 
 
