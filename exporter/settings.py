@@ -63,7 +63,8 @@ class BuildSettings(BaseModel):
     seed: int = Field(0, description="seed of the random validation inputs")
     # The generation gate of fp16/bf16 and quantized text-generation builds (exporter/lm/
     # gate.py): None takes the default for the build's kind.
-    min_top1: float | None = Field(None, ge=0.0, le=1.0, description="text-generation, "
+    min_top1: float | None = Field(None, ge=0.0, le=1.0, allow_inf_nan=False,
+                                   description="text-generation, "
                                    "fp16/bf16/quantized: least teacher-forced top-1 agreement "
                                    "with eager fp32 (default per kind: fp16 0.9 ... int4 0.7)")
     max_kl: float | None = Field(None, ge=0.0, allow_inf_nan=False, description="text-"

@@ -218,11 +218,14 @@ def test_a_generating_artifacts_bundle_locks_its_tokenizer_and_its_run_sh_genera
     with tarfile.open(tmp_path / "lm-bundle.tar.gz") as tar:
         tar.extractall(tmp_path, filter="data")
     folder = tmp_path / "lm-bundle"
-    assert f"./run.sh generate {built.artifact.name}" in (folder / "README.txt").read_text()
+    readme = (folder / "README.txt").read_text()
+    assert f"./run.sh generate {built.artifact.name}" in readme and "--inputs" not in readme
     env = {**os.environ, "PYTHON": sys.executable, "PYTHONPATH": str(ROOT)}
     done = ran(subprocess.run, [str(folder / "run.sh"), "generate", built.artifact.name,
                                 "--prompt", "hello", "-n", "3", "--json"],
                capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
+    print({k: result[k] for k in ("json_version", "peak_rss_mb", "stop_reason")})
     assert len(result["tokens"]) == 3 and result["text"] is not None
+    assert result["json_version"] == 1 and result["peak_rss_mb"] > 0

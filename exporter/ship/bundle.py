@@ -187,7 +187,7 @@ def _readme(name: str, artifacts: list[Path], manifests: list[Manifest],
     rows = "\n".join(f"  {p.name}: target {m.target}, from {m.source.get('spec')}, inputs "
                      + ", ".join(s.describe() for s in m.signature.inputs)
                      for p, m in zip(artifacts, manifests))
-    first = artifacts[0].name
+    plain = [p.name for p, m in zip(artifacts, manifests) if m.generation is None]
     needs = sorted({dist for m in manifests for dist in runtime_packages(m)})
     torch_free = "" if "torch" in needs else " (no torch: numpy arrays in and out)"
     return (f"{name}: edge-exporter artifacts and what runs them\n\n{rows}\n\n"
@@ -196,10 +196,11 @@ def _readme(name: str, artifacts: list[Path], manifests: list[Manifest],
             "On the device (Python 3.11+, Linux, same CPU architecture):\n"
             f"  tar xzf {name}.tar.gz && cd {name}\n"
             "  ./install.sh              # .venv with requirements.lock and the runtime wheel\n"
-            f"  ./run.sh {first} --inputs in.npz --out out.npz\n"
+            + (f"  ./run.sh {plain[0]} --inputs in.npz --out out.npz\n" if plain else "")
             + "".join(f"  ./run.sh generate {p.name} --prompt 'Hello' -n 32\n"
                       for p, m in zip(artifacts, manifests) if m.generation is not None)
-            + "\nin.npz holds one array per input name. sha256sum -c SHA256SUMS checks the files.\n"
+            + ("\nin.npz holds one array per input name." if plain else "\n")
+            + " sha256sum -c SHA256SUMS checks the files.\n"
             + "".join(f"note: {n}\n" for n in notes))
 
 
@@ -225,7 +226,7 @@ pip_install() {
 }
 pip_install -r "$here/requirements.lock"
 pip_install --no-deps "$here"/wheels/*.whl
-echo "installed into $venv; run: $here/run.sh ARTIFACT --inputs in.npz --out out.npz"
+echo "installed into $venv; $here/run.sh --help says how to run the artifacts"
 """
 
 _RUN = """#!/bin/sh
