@@ -132,7 +132,7 @@ def _generate(args) -> None:
         print(json.dumps({"json_version": 1, **result.to_json(),
                           "peak_rss_mb": round(peak / 2**20, 1) if peak else None}))
     else:
-        print()
+        print(flush=True)
         print(f"{len(result.tokens)} tokens ({result.stop_reason}); "
               f"decode {result.stats['decode_tokens_per_s'] or '-'} tokens/s", file=sys.stderr)
 

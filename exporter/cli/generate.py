@@ -83,8 +83,9 @@ def generate(
         if as_json:
             print_json(generated.to_json())
             return 0
-        if streaming:
+        if streaming:  # flushed: the stats line goes to stderr, after the text
             sys.stdout.write("\n")
+            sys.stdout.flush()
         else:
             print(generated.text if generated.text is not None else
                   " ".join(map(str, generated.tokens)))

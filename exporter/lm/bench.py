@@ -118,7 +118,9 @@ def _take_turns(engines: dict, runs: int, warmup: int, device: torch.device,
                     peaks[name] = max(peaks.get(name, 0), torch.cuda.max_memory_allocated(device))
     rows = {}
     for name, values in samples.items():
-        rows[name] = {key: statistics.median(v[key] for v in values) for key in values[0]}
+        # rounded alike for every engine: seconds to the microsecond, rates to 0.01
+        rows[name] = {key: round(statistics.median(v[key] for v in values),
+                                 6 if key.endswith("_s") else 2) for key in values[0]}
         if name in peaks:
             rows[name]["peak_gpu_mb"] = round(peaks[name] / 2**20, 1)
     return rows
