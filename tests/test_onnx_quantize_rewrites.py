@@ -1,5 +1,5 @@
 """What the onnx target rewrites before ONNX Runtime's quantizers, on small ONNX graphs
-(no export): embedding tables as int8 rows (targets/onnx/embedding_tables.py), whose
+(no export): embedding tables as int8 rows (targets/onnx/quant_rewrites.py), whose
 GatherBlockQuantized gives each gathered row back within half a quantization step; a
 table that something else reads too, or a tiny one, stays float and says why; a tied head
 untied; a Gemm (GPT-2's Conv1D) as MatMul + Add, which MatMulNBits then takes."""
@@ -15,7 +15,7 @@ onnx = pytest.importorskip("onnx")
 
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
-from targets.onnx.embedding_tables import quantize_embedding_tables  # noqa: E402
+from targets.onnx.quant_rewrites import quantize_embedding_tables  # noqa: E402
 
 
 def _model(table: np.ndarray, tied: bool = False):

@@ -16,7 +16,8 @@ from pathlib import Path
 import torch
 
 from passes.quant_error import ErrorSums, layer_rows
-from targets.onnx.embedding_tables import quantize_embedding_tables, untie_output_projections
+from targets.onnx.quant_rewrites import (gemms_as_matmuls, quantize_embedding_tables,
+                                        untie_output_projections)
 from targets.errors import TargetOptionError
 
 RECIPES = {
@@ -84,7 +85,7 @@ def quantize_model(path: Path, recipe: str, calibration: list, examples: list | 
         plain.CopyFrom(before)
         del plain.graph.value_info[:]
         if recipe.endswith("-weight"):
-            _gemms_as_matmuls(plain)
+            gemms_as_matmuls(plain)
         source = Path(scratch) / "model.onnx"
         onnx.save_model(plain, str(source), save_as_external_data=True,
                         all_tensors_to_one_file=True, location="model.onnx.data")
@@ -94,7 +95,7 @@ def quantize_model(path: Path, recipe: str, calibration: list, examples: list | 
         weighted = _weighted_nodes(before)
         done = _quantized_nodes(after)
         # A Gemm is quantized as MatMul + Add, "<gemm>_MatMul" (ORT's dynamic quantizer
-        # rewrites it so; _gemms_as_matmuls for MatMulNBits)
+        # rewrites it so; quant_rewrites.gemms_as_matmuls for MatMulNBits)
         quantized = sorted(n for n in weighted if n in done or f"{n}_MatMul" in done)
         tables = (quantize_embedding_tables(after, block) if recipe.endswith("-weight")
                   else _gathers_made_int8(before, after))
@@ -200,42 +201,6 @@ def _gathers_made_int8(before, after) -> dict[str, str]:
     was_float = {n.name for n in before.graph.node if n.op_type == "Gather" and n.input[0] in floats}
     return {n.name: "int8" for n in after.graph.node
             if n.op_type == "Gather" and n.name in was_float and n.input[0] in eight}
-
-
-def _gemms_as_matmuls(model) -> None:
-    """Each plain Gemm (alpha = beta = 1, A not transposed) on a stored 2-D weight as
-    MatMul + Add, in place, named as ORT's dynamic quantizer names its own rewrite: ORT's
-    MatMulNBits quantizer takes MatMuls only, and GPT-2's Conv1D layers export as Gemm,
-    so int4-weight left every one of its block layers in float."""
-    from onnx import helper, numpy_helper
-
-    weights = {t.name: t for t in model.graph.initializer}
-    transposed = set()
-    for index, node in reversed(list(enumerate(model.graph.node))):
-        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
-        weight = weights.get(node.input[1]) if node.op_type == "Gemm" else None
-        if (weight is None or len(weight.dims) != 2 or attrs.get("transA", 0)
-                or attrs.get("alpha", 1.0) != 1.0 or attrs.get("beta", 1.0) != 1.0):
-            continue
-        b = node.input[1]
-        if attrs.get("transB", 0):  # the weight's own copy, as [in, out]
-            b = f"{node.name}_weight"
-            model.graph.initializer.append(numpy_helper.from_array(
-                numpy_helper.to_array(weight).T.copy(), b))
-            transposed.add(weight.name)
-        bias = node.input[2] if len(node.input) > 2 and node.input[2] else None
-        product = f"{node.output[0]}_matmul" if bias else node.output[0]
-        rewrite = [helper.make_node("MatMul", [node.input[0], b], [product],
-                                    name=f"{node.name}_MatMul")]
-        if bias:
-            rewrite.append(helper.make_node("Add", [product, bias], [node.output[0]],
-                                            name=f"{node.name}_Add"))
-        model.graph.node.remove(node)
-        for offset, new in enumerate(rewrite):
-            model.graph.node.insert(index + offset, new)
-    read = {name for node in model.graph.node for name in node.input}
-    for name in transposed - read:  # nothing reads the [out, in] original any more
-        model.graph.initializer.remove(weights[name])
 
 
 def _layer_errors(before, after, layers: list[str], input_sets: list, scratch: Path

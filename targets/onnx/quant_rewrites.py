@@ -1,14 +1,17 @@
-"""Embedding tables under the onnx target's --quantize: int8 rows for the weight-only
-recipes (int8-weight, int4-weight) as ONNX Runtime's ``GatherBlockQuantized``
-(com.microsoft), uint8 rows with one scale per block, only the gathered rows dequantized;
-and, for every recipe, a tied output projection given its own table to quantize
-(``untie_output_projections``).
+"""What the onnx target rewrites in an exported model before ONNX Runtime's quantizers, so
+that they reach every weight a decoder has:
 
-Why our own rewrite: ORT's MatMulNBits quantizer turns a Gather into int4 only (its
-``quantize_gather``), and ONNX Runtime GenAI's builder leaves the table in float. A 32k-token
-vocabulary's float table was 49% of a 300M decoder's int4 artifact (131 of 269 MB); the
-issue asks for int8 tables, as the cpu target's recipes have them (passes/
-quantize_weight_only.py) and llama.cpp's files do.
+- ``untie_output_projections`` (every recipe): a tied head, x @ table.T through a
+  Transpose, gets its own transposed table, which the quantizers take (a stored B only);
+- ``gemms_as_matmuls`` (weight-only recipes): a Gemm (GPT-2's Conv1D) as MatMul + Add,
+  which ORT's MatMulNBits quantizer takes (MatMuls only);
+- ``quantize_embedding_tables`` (weight-only recipes, after ORT): tables as
+  ``GatherBlockQuantized`` (com.microsoft), uint8 rows with one scale per block, only the
+  gathered rows dequantized. Our own: ORT's MatMulNBits quantizer makes a Gather int4
+  only, and ONNX Runtime GenAI's builder leaves the table in float. A 32k-token
+  vocabulary's float table was 49% of a 300M decoder's int4 artifact (131 of 269 MB);
+  the issue asks for int8 tables, as the cpu target's recipes have them (passes/
+  quantize_weight_only.py) and llama.cpp's files do.
 """
 
 from __future__ import annotations
@@ -136,3 +139,39 @@ def _quantized(table: np.ndarray, name: str, block: int):
     data = q.reshape(rows, blocks * block)[:, :width].astype(np.uint8)
     return (numpy_helper.from_array(data, f"{name}_int8"),
             numpy_helper.from_array(scales.astype(table.dtype), f"{name}_scales"))
+
+
+def gemms_as_matmuls(model) -> None:
+    """Each plain Gemm (alpha = beta = 1, A not transposed) on a stored 2-D weight as
+    MatMul + Add, in place, named as ORT's dynamic quantizer names its own rewrite: ORT's
+    MatMulNBits quantizer takes MatMuls only, and GPT-2's Conv1D layers export as Gemm,
+    so int4-weight left every one of its block layers in float."""
+    from onnx import helper, numpy_helper
+
+    weights = {t.name: t for t in model.graph.initializer}
+    transposed = set()
+    for index, node in reversed(list(enumerate(model.graph.node))):
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        weight = weights.get(node.input[1]) if node.op_type == "Gemm" else None
+        if (weight is None or len(weight.dims) != 2 or attrs.get("transA", 0)
+                or attrs.get("alpha", 1.0) != 1.0 or attrs.get("beta", 1.0) != 1.0):
+            continue
+        b = node.input[1]
+        if attrs.get("transB", 0):  # the weight's own copy, as [in, out]
+            b = f"{node.name}_weight"
+            model.graph.initializer.append(numpy_helper.from_array(
+                numpy_helper.to_array(weight).T.copy(), b))
+            transposed.add(weight.name)
+        bias = node.input[2] if len(node.input) > 2 and node.input[2] else None
+        product = f"{node.output[0]}_matmul" if bias else node.output[0]
+        rewrite = [helper.make_node("MatMul", [node.input[0], b], [product],
+                                    name=f"{node.name}_MatMul")]
+        if bias:
+            rewrite.append(helper.make_node("Add", [product, bias], [node.output[0]],
+                                            name=f"{node.name}_Add"))
+        model.graph.node.remove(node)
+        for offset, new in enumerate(rewrite):
+            model.graph.node.insert(index + offset, new)
+    read = {name for node in model.graph.node for name in node.input}
+    for name in transposed - read:  # nothing reads the [out, in] original any more
+        model.graph.initializer.remove(weights[name])
