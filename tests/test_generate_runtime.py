@@ -243,14 +243,17 @@ def test_bench_times_a_generating_artifact_as_asked(onnx_lm, cli):
 def test_bench_peak_memory_is_the_artifacts_own(onnx_lm):
     """The peak resident memory of the child that generates is its own: the wait's
     ru_maxrss carried the parent's size into it (the figure moved with the baselines the
-    bench had loaded), so a parent holding 1 GiB more must not move it."""
+    bench had loaded), so beside a parent holding 1 GiB more it stays well below it."""
+    import psutil
+
     from exporter.lm.bench import _child_peak_rss
     built, _ = onnx_lm
-    alone = _child_peak_rss(built.artifact, [5, 9, 11], 4, None)
     ballast = torch.ones(2**28)  # 1 GiB resident in this, the parent, process
-    beside = _child_peak_rss(built.artifact, [5, 9, 11], 4, None)
-    print({"alone_mb": alone, "beside_1GiB_mb": beside, "ballast": ballast.numel()})
-    assert alone is not None and abs(beside - alone) < 0.2 * alone
+    parent = psutil.Process().memory_info().rss / 2**20
+    child = _child_peak_rss(built.artifact, [5, 9, 11], 4, None)
+    print({"parent_mb": round(parent), "child_peak_mb": child, "ballast": ballast.numel()})
+    # ru_maxrss gave the child at least the parent's size; its own is a few hundred MB
+    assert child is not None and 50 < child < min(parent - 1024, 900)
 
 
 def test_bench_lengths_fit_a_short_context_and_a_plain_artifact_takes_none(onnx_mlp):
