@@ -127,11 +127,10 @@ def _recorded_spec(manifest, artifact):
 def _check_same_vocabulary(manifest, lm, artifact: Path) -> None:
     """--model naming another vocabulary than the artifact's: its prompts would index past
     one embedding table or the other (an IndexError in eager, exit 4, before this)."""
-    from runtime.generation.layout import LOGITS
-    logits = next(t for t in manifest.signature.outputs if t.name == LOGITS)
-    theirs = lm.model.get_output_embeddings().weight.shape[0]
-    if logits.shape[-1].size != theirs:
-        raise UserInputError(f"the artifact's vocabulary has {logits.shape[-1].size} tokens "
+    from runtime.generation.layout import vocabulary
+    ours, theirs = vocabulary(manifest.signature), lm.model.get_output_embeddings().weight.shape[0]
+    if ours != theirs:
+        raise UserInputError(f"the artifact's vocabulary has {ours} tokens "
                              f"and the model's {theirs}: it was built from another model",
                              where=str(artifact),
                              hint="give --model the spec the artifact was built from "

@@ -130,11 +130,11 @@ def common_prefix(a: list[int], b: list[int]) -> int:
     return n
 
 
-def rss_mb(field: str = "VmRSS") -> float:
-    """This process's resident set now (VmRSS), or its peak (VmHWM), in MiB."""
+def rss_mb() -> float:
+    """This process's resident set now (VmRSS), in MiB."""
     with open("/proc/self/status") as f:
         for line in f:
-            if line.startswith(field + ":"):
+            if line.startswith("VmRSS:"):
                 return int(line.split()[1]) / 1024
     return float("nan")
 
@@ -143,4 +143,6 @@ def peak_rss_mb() -> float:
     """The process's peak resident set so far (VmHWM), in MiB. Not ru_maxrss: Linux
     carries the parent's high-water mark into a child across fork and exec, so each
     engine's figure held the driver's size at the spawn (runtime/memory.py)."""
-    return rss_mb("VmHWM")
+    from runtime.memory import peak_resident_bytes
+    peak = peak_resident_bytes()
+    return peak / 2**20 if peak is not None else float("nan")

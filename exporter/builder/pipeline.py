@@ -40,7 +40,8 @@ from exporter.settings import BuildSettings
 from exporter.validation.bisect import bisect, bisect_lines
 from exporter.validation.gates import QuantGate, Tolerance
 from exporter.validation.inputs import load_input_file, make_cases
-from exporter.validation.validate import EagerRunner, summarize_failure, validate
+from exporter.validation.validate import (EagerRunner, keep_failed, summarize_failure,
+                                          validate)
 from passes import memory_plan
 from passes.base import run_pipeline
 from passes.ops import is_custom_op
@@ -392,11 +393,3 @@ def _bisect(staging: Path, manifest: Manifest, prep: Prepared, cases: list, reco
         log.warning("could not bisect the mismatch (%s: %s)", type(exc).__name__, exc)
         log.debug("the bisect's traceback", exc_info=True)
         return None
-
-
-def keep_failed(out: Path, manifest: Manifest, files: dict) -> Path:
-    """The artifact that failed validation, beside ``out`` under a name that says so
-    (--keep-failed), for `exporter inspect` or a run by hand."""
-    failed = out.with_name(f"{out.stem}.FAILED-VALIDATION{out.suffix}")
-    write_artifact(failed, manifest.to_dict(), files)
-    return failed

@@ -22,13 +22,12 @@ from pathlib import Path
 
 import torch
 
-from exporter.builder.pipeline import keep_failed
 from exporter.errors import ValidationFailedError
 from exporter.lm.gate import EagerLogits, GenerationGate, judge_case, summary_lines
 from exporter.lm.seq2seq import source_vocab
 from exporter.lm.source import LanguageModel
 from exporter.settings import BuildSettings
-from exporter.validation.validate import ArtifactRun
+from exporter.validation.validate import ArtifactRun, keep_failed
 from runtime import scratch
 from runtime.archive_writer import write_artifact
 from runtime.manifest import Manifest

@@ -26,6 +26,7 @@ from exporter.errors import BuildError
 from exporter.validation.gates import Gate
 from exporter.validation.inputs import Case
 from runtime import scratch
+from runtime.archive_writer import write_artifact
 from runtime.manifest import Signature
 from runtime.tensorio import load_tensors, save_tensors
 
@@ -226,3 +227,11 @@ def summarize_failure(record: dict) -> list[str]:
                          f"{row['eager_max_abs_err']:.3g}); NaN/Inf positions match: "
                          f"{row['nan_inf_positions_match']}")
     return lines
+
+
+def keep_failed(out: Path, manifest, files: dict) -> Path:
+    """--keep-failed (a plain or a generating build): the artifact that failed validation,
+    beside ``out`` under a name that says so, for `exporter inspect` or a run by hand."""
+    failed = out.with_name(f"{out.stem}.FAILED-VALIDATION{out.suffix}")
+    write_artifact(failed, manifest.to_dict(), files)
+    return failed

@@ -29,7 +29,7 @@ from runtime.generation.cache import KvCache
 from runtime.generation.config_notes import (default_new_tokens, forced_tokens, sampling_note,
                                              unapplied)
 from runtime.generation.layout import (INPUT_IDS, LOGITS, POSITIONS, CacheLayout,
-                                       shortest_source, takes_one_token)
+                                       shortest_source, takes_one_token, vocabulary)
 from runtime.generation.prompting import (Suppression, speech_prompt, takes_language,
                                          token_ids)
 from runtime.generation.sampling import Sampler, Sampling
@@ -79,8 +79,7 @@ class Generator:
         self.prefill = program
         self.decode = program.entry_points.get("decode") or _one_token_prefill(program, where)
         self.device = _device_of(self.decode)
-        logits = next(t for t in program.manifest.signature.outputs if t.name == LOGITS)
-        self.vocab = logits.shape[-1].size
+        self.vocab = vocabulary(program.manifest.signature)
         # runtime/generation/prompting.py; the step's logits are on the cache's device
         self.suppress = Suppression(self.config, self.vocab, self.device)
         self.cache = KvCache(self.layout, self.device, source_mask=masked)

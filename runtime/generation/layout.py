@@ -123,6 +123,11 @@ def _shape(value: Any, what: str) -> tuple[int, int]:
     return (_positive(value[0], what), _positive(value[1], what))
 
 
+def vocabulary(signature) -> int:
+    """The vocabulary a step program of this signature scores: its logits' last dim."""
+    return next(t for t in signature.outputs if t.name == LOGITS).shape[-1].size
+
+
 def shortest_source(encode) -> int:
     """The fewest tokens an ``encode`` program of this signature takes, as its capture
     bounded them (exporter/lm/build.py captures a text encoder from one token)."""

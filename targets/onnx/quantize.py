@@ -196,8 +196,10 @@ def _gathers_made_int8(before, after) -> dict[str, str]:
     """{Gather name: "int8"} for the tables ORT's own quantizers stored as int8 (its
     dynamic quantizer's Gather reads the int8 table and dequantizes the rows), so the
     report names them as it names the weight-only recipes' tables."""
-    floats = {t.name for t in before.graph.initializer if t.data_type in (1, 10, 16)}
-    eight = {t.name for t in after.graph.initializer if t.data_type in (2, 3)}  # uint8, int8
+    from onnx import TensorProto as T
+    floats = {t.name for t in before.graph.initializer
+              if t.data_type in (T.FLOAT, T.FLOAT16, T.BFLOAT16)}
+    eight = {t.name for t in after.graph.initializer if t.data_type in (T.UINT8, T.INT8)}
     was_float = {n.name for n in before.graph.node if n.op_type == "Gather" and n.input[0] in floats}
     return {n.name: "int8" for n in after.graph.node
             if n.op_type == "Gather" and n.name in was_float and n.input[0] in eight}
