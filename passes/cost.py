@@ -25,6 +25,7 @@ from torch.utils._pytree import tree_map
 from torch.utils.flop_counter import FlopCounterMode, flop_registry
 
 from passes.ops import is_custom_op
+from passes.rewrite import module_path
 
 log = logging.getLogger(__name__)
 
@@ -55,12 +56,6 @@ def op_costs(program: ExportedProgram) -> dict[str, dict]:
                             "weight_bytes": 0 if passes_on else sum(weights[w] for w in read),
                             "module": module_path(node)}
     return costs
-
-
-def module_path(node: Node) -> str:
-    """The innermost nn.Module that called the op ("encoder.layer.0.attention.self")."""
-    stack = node.meta.get("nn_module_stack") or {}
-    return list(stack.values())[-1][0] if stack else ""
 
 
 def _weight_sizes(program: ExportedProgram) -> dict[Node, int]:

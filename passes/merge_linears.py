@@ -15,7 +15,8 @@ import torch
 from torch.export import ExportedProgram
 
 from passes.base import PassResult
-from passes.rewrite import add_constant, attribute, rewrite_and_recapture
+from passes.rewrite import (add_constant, attribute, module_path, rewrite_and_recapture,
+                            set_module_path)
 
 _LINEAR = torch.ops.aten.linear.default
 
@@ -71,5 +72,16 @@ def _merge(module: torch.fx.GraphModule, linears: list[torch.fx.Node],
             piece.meta = dict(linear.meta)
             linear.replace_all_uses_with(piece)
     fused.meta = dict(first.meta)
+    set_module_path(fused, merged_path([module_path(n) for n in linears]))
     for linear in linears:
         module.graph.erase_node(linear)
+
+
+def merged_path(paths: list[str]) -> str:
+    """One label for a merged linear: "layers.0.self_attn.q_proj+k_proj+v_proj" where the
+    modules share a parent, else the paths joined."""
+    parents = {path.rpartition(".")[0] for path in paths}
+    if len(parents) == 1 and all(paths):
+        parent = parents.pop()
+        return (f"{parent}." if parent else "") + "+".join(p.rpartition(".")[2] for p in paths)
+    return "+".join(p for p in paths if p)

@@ -9,7 +9,7 @@ import logging
 import torch
 from torch.export import ExportedProgram
 
-from passes.rewrite import attribute
+from passes.rewrite import attribute, module_path
 
 # Ops whose second argument is a weight a recipe can quantize (ATen names, as captured);
 # embedding takes its table first.
@@ -123,8 +123,8 @@ def reads_only_weights(node: torch.fx.Node) -> bool:
 
 
 def layer_name(node: torch.fx.Node) -> str:
-    stack = node.meta.get("nn_module_stack") or {}
-    path = list(stack.values())[-1][0] if stack else ""
+    """"model.layers.0.mlp.down_proj:linear_6": the module, then the op's own name."""
+    path = module_path(node)
     return f"{path}:{node.name}" if path else node.name
 
 

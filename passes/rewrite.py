@@ -64,10 +64,33 @@ def keep_source_meta(program: ExportedProgram, module: torch.fx.GraphModule) -> 
         index = lines.get(ours[-1] - start) if ours else None
         if index is None or index >= len(sources):
             continue
-        # only the line: nn_module_stack and source_fn_stack steer PT2E quantizers'
-        # pattern matching, and the re-capture's own are what they were built against
+        # the line, and the module path under a key of our own: nn_module_stack and
+        # source_fn_stack steer PT2E quantizers' pattern matching, and the re-capture's
+        # own are what they were built against
         if "stack_trace" in sources[index].meta:
             node.meta["stack_trace"] = sources[index].meta["stack_trace"]
+        set_module_path(node, module_path(sources[index]))
+
+
+# The module path a node's op came from, kept across re-captures (whose own
+# nn_module_stack is the rewritten GraphModule's, empty) for reports and error messages.
+# In the node's "custom" meta: fx's retracing (run_decompositions, torch.onnx's) copies
+# that dict to the nodes an op becomes; a key of our own at the top level it drops.
+SOURCE_MODULE = "exporter_source_module"
+
+
+def module_path(node: torch.fx.Node) -> str:
+    """The innermost nn.Module that called the op ("model.layers.0.self_attn.q_proj"), or
+    "" where none did (the model's own forward)."""
+    kept = node.meta.get("custom") or {}
+    if SOURCE_MODULE in kept:
+        return kept[SOURCE_MODULE]
+    stack = node.meta.get("nn_module_stack") or {}
+    return list(stack.values())[-1][0] if stack else ""
+
+
+def set_module_path(node: torch.fx.Node, path: str) -> None:
+    node.meta["custom"] = {**(node.meta.get("custom") or {}), SOURCE_MODULE: path}
 
 
 def attribute(module: torch.fx.GraphModule, node: object) -> torch.Tensor | None:

@@ -321,6 +321,8 @@ def test_cpu_quantized_generating_build(tmp_path_factory, recipe):
                       "decode_vs_prefill": consistency}))
     # 4 linears a layer + lm_head, and the token table in int8 rows
     assert record["passed"] and len(info["layers_quantized"]) == 9 + 1
+    assert {layer.split(":")[0] for layer in info["layers_quantized"]} >= {
+        "model.embed_tokens", "lm_head", "model.layers.0.mlp.down_proj"}  # the user's paths
     assert info["layers_float"] == [] and info["weight_bytes_after"] * 3 < info["weight_bytes_before"]
     assert (built.manifest.shared_weights is not None) == (recipe == "int4-weight")
     assert ("decode" in built.manifest.entry_points) == (recipe == "int4-weight")

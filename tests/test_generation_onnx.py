@@ -123,6 +123,10 @@ def test_onnx_int8_dynamic_generating_build_quantizes_every_linear(tmp_path):
           record["top1_agreement"], record["mean_kl"])
     assert set(backends.values()) == {"onnxruntime"}
     assert len(info["layers_quantized"]) >= 8 and not info["layers_float"]
+    # named as the user's model names its modules, not by the ONNX node alone (or our
+    # wrapper's "model." in front): q/k/v merged into one MatMul say so
+    assert "model.layers.0.self_attn.q_proj+k_proj+v_proj" in {
+        layer.split(":")[0] for layer in info["layers_quantized"]}
     assert info["weight_bytes_after"] < info["weight_bytes_before"] / 2
     assert record["passed"] and record["mean_kl"] > 0  # int8: not the float step
 

@@ -328,7 +328,9 @@ def test_int8_report_shows_each_layers_error(mlp_int8, tmp_path):
     import runtime
 
     record = runtime.read_manifest(mlp_int8).partitions[0].meta["quantization"]
-    assert record["layers_quantized"] == ["node_linear", "node_linear_1", "node_linear_2"]
+    # named by the module each came from, as the cpu target's PT2E report names them
+    assert record["layers_quantized"] == ["fc1:node_linear", "fc2:node_linear_1",
+                                          "fc3:node_linear_2"]
     errors = record["layer_errors"]
     assert [r["layer"] for r in errors] == record["layers_quantized"]
     assert all(r["sqnr_db"] > 20 and r["cosine"] > 0.99 for r in errors), errors

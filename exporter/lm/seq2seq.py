@@ -268,6 +268,8 @@ def source_vocab(model: torch.nn.Module) -> int:
 class ExportableEncoder(torch.nn.Module):
     """``encode``: the source -> every decoder layer's cross-attention keys and values."""
 
+    user_model_attribute = "model"  # exporter/model/capture.py: module paths as the user's
+
     def __init__(self, model: torch.nn.Module, layout: CacheLayout, source: Source) -> None:
         super().__init__()
         self.model, self.layout, self.source = model, layout, source
@@ -291,6 +293,8 @@ class ExportableEncoder(torch.nn.Module):
 
 class ExportableSeq2SeqStep(torch.nn.Module):
     """``prefill``/``decode`` of the decoder (the contract: this module's docstring)."""
+
+    user_model_attribute = "model"  # exporter/model/capture.py: module paths as the user's
 
     def __init__(self, model: torch.nn.Module, layout: CacheLayout, source: Source,
                  attention: str = "grouped") -> None:

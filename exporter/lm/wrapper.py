@@ -112,6 +112,8 @@ def probe_layout(model: torch.nn.Module, max_context: int, dtype: torch.dtype) -
 
 
 class ExportableCausalLM(torch.nn.Module):
+    user_model_attribute = "model"  # exporter/model/capture.py: module paths as the user's
+
     def __init__(self, model: torch.nn.Module, layout: CacheLayout,
                  attention: str = "grouped") -> None:
         """``attention``: the target's ``step_attention`` (exporter/lm/attention.py)."""

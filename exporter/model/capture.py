@@ -21,6 +21,7 @@ from exporter.errors import ExportFailedError, UserInputError
 from exporter.model.export_errors import explain_export_failure
 from exporter.model.forward_contract import check_call, unregistered_output
 from exporter.model.spec import ModelSpec
+from passes.rewrite import module_path, set_module_path
 from runtime.dtypes import name_of
 from runtime.flat_inputs import FlatInputs, flatten_inputs
 from runtime.manifest import Dim, Signature, TensorSpec
@@ -54,6 +55,7 @@ def capture(spec: ModelSpec, dynamic: list[DynamicDim], device: str) -> Captured
         raise (unregistered_output(exc)
                or explain_export_failure(exc, spec.origin_file)) from exc
     sys.stderr.write(torch_stderr.getvalue())
+    _paths_from_user_model(program, spec.module)
     with torch.no_grad():
         eager_out = module(*args, **kwargs)
     signature = read_signature(program, eager_out, _dim_names(dynamic_shapes, module, args, kwargs),
@@ -65,6 +67,20 @@ def capture(spec: ModelSpec, dynamic: list[DynamicDim], device: str) -> Captured
             f"{len(signature.inputs)} inputs of the captured program",
             hint="pass each tensor to forward() once, as its own argument")
     return Captured(program, signature, dynamic_shapes, inputs)
+
+
+def _paths_from_user_model(program: ExportedProgram, module: torch.nn.Module) -> None:
+    """Module paths as the user's model names them ("model.layers.0.mlp", as its
+    named_modules() does): without the attributes our wrappers hold it under (hf_spec's
+    TextOutput, exporter/lm's, CastModel), which each name in ``user_model_attribute``."""
+    prefix = ""
+    while attribute := getattr(type(module), "user_model_attribute", None):
+        prefix, module = f"{prefix}{attribute}.", getattr(module, attribute)
+    if prefix:
+        for node in program.graph.nodes:
+            path = module_path(node)
+            if f"{path}.".startswith(prefix):
+                set_module_path(node, path[len(prefix):])
 
 
 def _to_device(tree: Any, device: str) -> Any:

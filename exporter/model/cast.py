@@ -27,6 +27,8 @@ DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 class CastModel(torch.nn.Module):
     """A float32 model run at ``dtype``: a cast copy (the user's model is untouched)."""
 
+    user_model_attribute = "model"  # exporter/model/capture.py: module paths as the user's
+
     def __init__(self, model: torch.nn.Module, dtype: str) -> None:
         super().__init__()
         if dtype not in DTYPES:

@@ -93,6 +93,8 @@ class TextOutput(torch.nn.Module):
     """Calls the model by keyword and returns the task's one output (HF models take other
     arguments positionally, and return dataclasses with optional fields)."""
 
+    user_model_attribute = "model"  # exporter/model/capture.py: module paths as the user's
+
     def __init__(self, model: torch.nn.Module, output: str) -> None:
         super().__init__()
         self.model, self.output = model, output

@@ -12,6 +12,7 @@ from typing import Callable
 
 import torch
 
+from passes.rewrite import module_path
 from targets.errors import TargetOptionError
 
 
@@ -107,14 +108,37 @@ def graph_nodes(model_bytes: bytes, limit: int) -> list[dict]:
                        f"[{', '.join(map(str, t.dims))}]" for t in graph.initializer}
     rows = []
     for node in list(graph.node)[:limit]:
-        meta = {p.key: p.value for p in node.metadata_props}
-        origin = meta.get("pkg.torch.onnx.fx_node", "").split(" ", 1)[0].lstrip("%")
+        origin = fx_origin({p.key: p.value for p in node.metadata_props})
         rows.append({"name": node.name, "op": node.op_type, "origin": origin,
                      "inputs": [{"name": i, "type": weights.get(i) or types.get(i, ""),
                                  "weight": i in weights} for i in node.input if i],
                      "outputs": [{"name": o, "type": types.get(o, ""), "weight": False}
                                  for o in node.output if o]})
     return rows
+
+
+# The module path of the op an ONNX node came from ("model.layers.0.mlp.down_proj"), as a
+# node property: quantization reports and bisect name layers by it (torch.onnx's own
+# "namespace" holds the class names of the re-captured program's modules, not the user's).
+MODULE_KEY = "exporter.module"
+
+
+def fx_origin(metadata: dict[str, str]) -> str:
+    """The name of the ATen node torch.onnx made a node from ("linear_5"), or ""."""
+    return metadata.get("pkg.torch.onnx.fx_node", "").split(" ", 1)[0].lstrip("%")
+
+
+def label_modules(model, program) -> int:
+    """Give each node of ``model`` (torch.onnx's IR of ``program``) the module path of the
+    ATen node it came from, under ``MODULE_KEY``; how many got one."""
+    paths = {node.name: module_path(node) for node in program.graph.nodes}
+    labelled = 0
+    for node in model.graph:
+        path = paths.get(fx_origin(node.metadata_props))
+        if path:
+            node.metadata_props[MODULE_KEY] = path
+            labelled += 1
+    return labelled
 
 
 def _onnx_type(value_type) -> str:

@@ -12,6 +12,7 @@ import contextlib
 import logging
 import tempfile
 from pathlib import Path
+from typing import Callable
 
 import torch
 
@@ -19,6 +20,7 @@ from passes.quant_error import ErrorSums, layer_rows
 from targets.onnx.quant_rewrites import (gemms_as_matmuls, quantize_embedding_tables,
                                         untie_output_projections)
 from targets.errors import TargetOptionError
+from targets.onnx.inside import MODULE_KEY
 
 RECIPES = {
     "int8-dynamic": "ONNX Runtime quantize_dynamic: int8 per-channel weights, activations "
@@ -92,29 +94,30 @@ def quantize_model(path: Path, recipe: str, calibration: list, examples: list | 
         with _without_preprocessing_advice():
             _run_ort(source, quantized_path, recipe, calibration, before, block)
         after = onnx.load(str(quantized_path))
-        weighted = _weighted_nodes(before)
+        weighted, label = _weighted_nodes(before), _layer_labels(before)
         done = _quantized_nodes(after)
         # A Gemm is quantized as MatMul + Add, "<gemm>_MatMul" (ORT's dynamic quantizer
         # rewrites it so; quant_rewrites.gemms_as_matmuls for MatMulNBits)
-        quantized = sorted(n for n in weighted if n in done or f"{n}_MatMul" in done)
+        quantized = [n for n in weighted if n in done or f"{n}_MatMul" in done]  # graph order
         tables = (quantize_embedding_tables(after, block) if recipe.endswith("-weight")
                   else _gathers_made_int8(before, after))
-        quantized += sorted(n for n, how in tables.items() if how == "int8")
+        quantized += [n for n, how in tables.items() if how == "int8"]
         sets, on = ((calibration, f"{len(calibration)} calibration set(s)") if calibration
                     else (examples or [], "the example inputs"))
         try:  # a diagnostic: the build goes on without it, and says why
-            errors = _layer_errors(before, after, quantized, sets, Path(scratch)) if sets else []
+            errors = (_layer_errors(before, after, quantized, sets, Path(scratch), label)
+                      if sets else [])
         except Exception as exc:  # noqa: BLE001 - ORT raises its own pybind types
             errors, on = [], f"not computed ({type(exc).__name__}: {str(exc)[:200]})"
     return after, {
         "recipe": recipe, "how": RECIPES[recipe],
         **({"block_size": block} if recipe.endswith("-weight") else {}),
         "calibration_sets": len(calibration) if recipe == "int8-static" else 0,
-        "layers_quantized": quantized,
-        "layers_float": [{"layer": n, "op": op, "why": _WHY_FLOAT.get(
+        "layers_quantized": [label(n) for n in quantized],
+        "layers_float": [{"layer": label(n), "op": op, "why": _WHY_FLOAT.get(
                              (recipe, op), "ONNX Runtime's quantizer left it in float")}
                          for n, op in weighted.items() if n not in quantized]
-                        + [{"layer": n, "op": "Gather", "why": why}
+                        + [{"layer": label(n), "op": "Gather", "why": why}
                            for n, why in tables.items() if why != "int8"],
         "weight_bytes_before": bytes_before,
         "weight_bytes_after": _initializer_bytes(after),
@@ -205,8 +208,8 @@ def _gathers_made_int8(before, after) -> dict[str, str]:
             if n.op_type == "Gather" and n.name in was_float and n.input[0] in eight}
 
 
-def _layer_errors(before, after, layers: list[str], input_sets: list, scratch: Path
-                  ) -> list[dict]:
+def _layer_errors(before, after, layers: list[str], input_sets: list, scratch: Path,
+                  label: Callable[[str], str]) -> list[dict]:
     """Each quantized layer's output (the tensor the float node wrote: ORT's replacement
     writes the same name) in the quantized model against the float model's, over the
     input sets (passes/quant_error.py's measure, as the PT2E pass reports it)."""
@@ -225,7 +228,15 @@ def _layer_errors(before, after, layers: list[str], input_sets: list, scratch: P
             if want[value].shape == got[value].shape:
                 sums.setdefault(name, ErrorSums()).add(torch.from_numpy(got[value]),
                                                       torch.from_numpy(want[value]))
-    return layer_rows(sums, {name: (name, ops[name][1]) for name in layers})
+    return layer_rows(sums, {name: (label(name), ops[name][1]) for name in layers})
+
+
+def _layer_labels(model) -> Callable[[str], str]:
+    """A node's name in reports: "model.layers.0.mlp.down_proj:node_linear_6", the module
+    it came from first where the export labelled it (inside.label_modules)."""
+    modules = {node.name: prop.value for node in model.graph.node
+               for prop in node.metadata_props if prop.key == MODULE_KEY}
+    return lambda name: f"{modules[name]}:{name}" if name in modules else name
 
 
 def _marked_session(model, values: list[str], folder: Path, stem: str):

@@ -232,6 +232,7 @@ class OnnxTarget(Target):
         options.work_dir.mkdir(parents=True, exist_ok=True)
         path = options.work_dir / MODEL_NAME
         onnx_program = self._export(program, options)
+        inside.label_modules(onnx_program.model, program)  # reports name layers by module
         if options.fuse:  # graph patterns ORT runs as one kernel (rotary.py, skip_norm.py)
             log.info("%d rotary embedding(s) as RotaryEmbedding, %d Add + RMSNorm as "
                      "SkipSimplifiedLayerNormalization",
