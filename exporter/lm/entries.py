@@ -56,19 +56,34 @@ def seq2seq_entry_specs(lm: LanguageModel, model: torch.nn.Module, layout: Cache
     step = ExportableSeq2SeqStep(model, layout, source, attention).eval()
     steps = entry_specs(lm, step, layout, chunk, decode_on_prefill)
     dtype = getattr(torch, layout.dtype)
-    cross = {new: torch.zeros(shape, dtype=dtype)
-             for (_, new), shape in zip(layout.cross_names(), layout.cross_shapes())}
+    example = example_source(model, source, min(EXAMPLE_TOKENS, source.bound))
+    if example.is_floating_point():  # speech features, in the build's dtype
+        example = example.to(dtype)
+    encoder = ExportableEncoder(model, layout, source).eval()
+    cross = _encoded_cross_cache(encoder, example, layout)
     mask = torch.ones(1, source.bound, dtype=torch.long) if source.masked else None
     for name, entry in steps.items():
         shapes = entry.dynamic_shapes and (*entry.dynamic_shapes, {k: None for k in cross},
                                            None)
         steps[name] = dataclasses.replace(entry, args=(*entry.args, cross, mask),
                                           dynamic_shapes=shapes)
-    example = example_source(model, source, min(EXAMPLE_TOKENS, source.bound))
-    if example.is_floating_point():  # speech features, in the build's dtype
-        example = example.to(dtype)
     length = {1: Dim.DYNAMIC(min=1, max=source.bound)} if source.masked else None
-    encoder = ExportableEncoder(model, layout, source).eval()
     steps["encode"] = ModelSpec(lm.source, encoder, (example,), {}, (length,),
                                 lm.origin_file, lm.notes)
     return steps
+
+
+def _encoded_cross_cache(encoder: ExportableEncoder, example: torch.Tensor,
+                         layout: CacheLayout) -> dict[str, torch.Tensor]:
+    """The steps' example cross cache: the example source encoded, in slots of the
+    source's bound. Not zeros: the steps' example inputs are what quantization measures
+    each layer's error on, and over an all-zero cross cache every cross-attention's
+    output projection read zeros and came out exact."""
+    dtype = getattr(torch, layout.dtype)
+    cross = {new: torch.zeros(shape, dtype=dtype)
+             for (_, new), shape in zip(layout.cross_names(), layout.cross_shapes())}
+    with torch.no_grad():
+        encoded = encoder(example)
+    for new, value in encoded.items():  # k_0, v_0, ...: the cross inputs' own names
+        cross[new][:, :, :value.shape[2]] = value.to(dtype)
+    return cross

@@ -229,12 +229,15 @@ def quantization_lines(manifest: Manifest) -> list[str]:
                      f"({before / max(after, 1):.1f}x smaller)")
         lines += [f"  left in float: {row['layer']} ({row['op']}): {row['why']}"
                   for row in info["layers_float"]]
-        measured = [r for r in info.get("layer_errors") or [] if r.get("sqnr_db") is not None]
-        if measured:
+        rows = info.get("layer_errors") or []
+        measured = [r for r in rows if r.get("sqnr_db") is not None]
+        if measured:  # null SQNR: the layer's output came out exact (infinite SQNR)
             worst = min(measured, key=lambda r: r["sqnr_db"])
+            exact = len(rows) - len(measured)
             lines.append(f"  per-layer error on {info.get('layer_errors_on')}: worst "
                          f"{worst['layer']} at SQNR {worst['sqnr_db']:.1f} dB (cosine "
-                         f"{worst['cosine']:.5f}) of {len(measured)} layer(s)")
+                         f"{worst['cosine']:.5f}) of {len(rows)} layer(s)"
+                         + (f", {exact} of them exact on these inputs" if exact else ""))
     if len(programs) > 1 and not manifest.shared_weights:  # targets/aoti/base.py shares_weights
         total = sum(info["weight_bytes_after"] for _, info in programs)
         lines.append(f"each of the {len(programs)} entry points holds its own quantized weights "
