@@ -246,3 +246,23 @@ def test_export_accepts_dim_min_1_with_example_batch_2(dim_min):
     with pytest.raises(Exception, match="specialized it to be a constant"):
         torch.export.export(Double(), (torch.randn(1, 4),),
                             dynamic_shapes=({0: Dim("b", min=dim_min, max=32)},))
+
+
+def test_a_failure_in_the_exporters_own_code_is_not_blamed_on_the_model():
+    """A generating step's attention (ours) that fails under tracing named the model's
+    attention call and said "check that the model runs eagerly", which it did (an outside
+    check on DeepSeek-V3). Now the paragraph names our frame and calls it our gap."""
+    from runtime.generation.attention_op import grouped_attention
+
+    class Model(torch.nn.Module):
+        def forward(self, query, keys):
+            return grouped_attention(query, keys, keys, keys, keys, None, 1.0, None)
+
+    try:
+        torch.export.export(Model(), (torch.randn(1, 2, 3, 8), torch.randn(1, 2, 3, 6)),
+                            strict=False)
+    except Exception as exc:  # noqa: BLE001 - whatever torch raises
+        error = explain_export_failure(exc, None)
+    print(error)
+    assert "exporter's own code" in str(error) and "attention_op.py" in str(error)
+    assert "runs eagerly" not in str(error)

@@ -23,16 +23,17 @@ pytest.importorskip("transformers")
 
 # make test runs one family per cache shape (full layers, rings, mixed layers, absolute
 # positions); make test-slow runs all nine.
-FAST_FAMILIES = ("llama", "mistral", "gemma3", "gpt2")
+FAST_FAMILIES = ("llama", "mistral", "gemma3", "gpt2", "deepseek_v3")
 
 
 @pytest.mark.parametrize("family", [f if f in FAST_FAMILIES else
                                     pytest.param(f, marks=pytest.mark.slow)
-                                    for f in tiny_lm.FAMILIES])
+                                    for f in (*tiny_lm.FAMILIES, "deepseek_v3")])
 def test_cache_contract_matches_hf_generate(family):
     """Prefill in chunks of 8 then decode with the runtime's cache gives Hugging Face's
     greedy tokens: full layers, rings (prompt and generation cross the window of 12),
-    mixed layers, GQA, GPT-2's absolute positions."""
+    mixed layers, GQA, GPT-2's absolute positions, DeepSeek-V3's cached latents (its
+    attention is the model's own: the cache rows are not its keys)."""
     model = tiny_lm.model(family)
     prompt = torch.randint(3, tiny_lm.VOCAB, (1, 21), generator=torch.Generator().manual_seed(1))
     from exporter.lm.validate import hf_greedy
@@ -223,6 +224,9 @@ def test_rotaries_that_follow_the_sequence_length(tmp_path):
     planned = dry_run_generating(f"{models}:phi3_longrope",
                                  BuildSettings(target="onnx", task="text-generation"))
     assert planned.context == 32  # the default context
+    planned = dry_run_generating(f"{models}:gemma3_longrope",  # longrope per layer type
+                                 BuildSettings(target="onnx", task="text-generation"))
+    assert planned.context == 32
 
 
 def test_gate_names_the_first_divergence():

@@ -130,7 +130,7 @@ def cached_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Te
     come from ``attending_in_place`` (``key``/``value``, their concatenation, go unused and
     drop out of the exported graph). Returns [B, T, H, Dv] as transformers expects."""
     active = _ACTIVE.get()
-    layer = _layer_of(active.layers, module, key)
+    layer = _layer_of(active.layers, module, key, value)
     scaling, softcap = kwargs.get("scaling"), kwargs.get("softcap")
     bias = kwargs.get("position_bias")  # T5's relative position bias, per head
     if layer is not None and bias is not None and bias.shape[-1] == key.shape[-2]:
@@ -210,7 +210,10 @@ def _fusable(layer, query: torch.Tensor) -> bool:
             and query.shape[-1] % 8 == 0 and query.shape[1] % new_k.shape[1] == 0)
 
 
-def _layer_of(layers: list, module: torch.nn.Module, key: torch.Tensor):
+def _layer_of(layers: list, module: torch.nn.Module, key: torch.Tensor,
+              value: torch.Tensor):
+    """The ChunkLayer whose rows this call attends with, or None: the model's own attention
+    then runs over the ``key``/``value`` it was handed."""
     index = getattr(module, "layer_idx", None)
     if index is None or not 0 <= index < len(layers):
         return None
@@ -219,6 +222,11 @@ def _layer_of(layers: list, module: torch.nn.Module, key: torch.Tensor):
         return None  # an encoder-decoder's cross-attention (its self-attention's layer_idx)
     past, new = layer.past, layer.new
     if past[0] is None or new is None or key.shape[-2] != past[0].shape[-2] + new[0].shape[-2]:
+        return None
+    # the cache rows must be the keys and values themselves: multi-head latent attention
+    # (DeepSeek-V3) caches compressed latents and expands them after reading the cache
+    if (new[0].shape[1], new[0].shape[-1], new[1].shape[1], new[1].shape[-1]) != \
+            (key.shape[1], key.shape[-1], value.shape[1], value.shape[-1]):
         return None
     return layer
 

@@ -77,6 +77,10 @@ def prepare_generating(spec: str | torch.nn.Module, settings: BuildSettings,
     context, chunk = lm.context_bounds(settings.max_context, settings.prefill_chunk)
     switch = longrope_switch(lm.model)
     if settings.max_context is None and switch and context > switch:  # the default: fit
+        lm.notes.append(f"the KV cache holds {switch} tokens, not {context}: past the "
+                        f"model's original context of {switch} positions its longrope "
+                        "switches to its long factors, which a static cache cannot follow "
+                        "(a larger --max-context is refused)")
         context, chunk = lm.context_bounds(switch, settings.prefill_chunk)
     check_rope(lm.model, context, lm.source)
     model = lm.model if settings.dtype == "fp32" else copy.deepcopy(lm.model).to(

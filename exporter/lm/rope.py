@@ -5,10 +5,11 @@
   positions, a branch on a tensor that torch.export cannot capture. ``--max-context`` is
   never over those positions (``LanguageModel.context_bounds``), so inside an artifact the
   branch never fires: the capture runs the rotary as the default rope it then is.
-- ``longrope`` (Phi-3) takes its long factors once the sequence passes the original
-  context, and transformers' ``generate`` then computes the whole cache again with them
-  (Phi3ForCausalLM.prepare_inputs_for_generation). Steps over a static cache cannot redo
-  the keys already in it, so a context past that point is refused.
+- ``longrope`` (Phi-3) takes its long factors once a call's sequence passes the original
+  context, for every position of that call: the same token's keys then depend on how the
+  prompt was cut into calls, and transformers' Phi-3 even computes the whole cache again
+  with them (Phi3ForCausalLM.prepare_inputs_for_generation). Steps over a static cache
+  can do neither, so a context past that point is refused.
 """
 
 from __future__ import annotations
@@ -28,13 +29,19 @@ def _rope_types(module: torch.nn.Module) -> list[str]:
 
 
 def longrope_switch(model: torch.nn.Module) -> int | None:
-    """The sequence length past which a longrope model takes its long factors, or None."""
+    """The sequence length past which a longrope model takes its long factors, or None.
+    The rope settings may be per layer type (Gemma 3's ``rope_parameters``: one dict for
+    full, one for sliding layers): the smallest switch of any longrope among them."""
     if not any("longrope" in _rope_types(m) for m in model.modules()):
         return None
     config = model.config
     parameters = getattr(config, "rope_parameters", None) or {}
-    return (getattr(config, "original_max_position_embeddings", None)
-            or parameters.get("original_max_position_embeddings"))
+    nested = [p for p in parameters.values() if isinstance(p, dict)]
+    switches = [getattr(config, "original_max_position_embeddings", None),
+                parameters.get("original_max_position_embeddings"),
+                *(p.get("original_max_position_embeddings") for p in nested
+                  if p.get("rope_type", p.get("type")) == "longrope")]
+    return min((s for s in switches if isinstance(s, int)), default=None)
 
 
 def check_rope(model: torch.nn.Module, context: int, source: str) -> None:
@@ -42,9 +49,11 @@ def check_rope(model: torch.nn.Module, context: int, source: str) -> None:
     switch = longrope_switch(model)
     if switch and context > switch:
         raise SpecError(f"--max-context {context} is past this model's original context of "
-                        f"{switch} positions: its longrope then takes its long factors and "
-                        "transformers computes the whole cache again with them, which steps "
-                        "over a static cache cannot do", where=source,
+                        f"{switch} positions, where its longrope switches to its long "
+                        "factors for a whole call (in transformers, the keys of a token "
+                        "past that point depend on how the prompt was cut into calls; "
+                        "Phi-3 computes its whole cache again): steps over a static cache "
+                        "cannot follow that", where=source,
                         hint=f"give --max-context {switch} or less")
 
 

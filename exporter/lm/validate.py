@@ -61,8 +61,10 @@ def validate_generation(out: Path, manifest: Manifest, files: dict, lm: Language
             gate.failure(), record=record, where=str(kept or out), details=summary_lines(record),
             hint=(f"the failed artifact was kept at {kept}" if kept else "no new artifact was "
                   "written (a file already at the output is left as it was; --keep-failed "
-                  "keeps it)") + "; the first divergence above names the prompt, the step "
-                 "and the logit error")
+                  "keeps it)") + ("; the first divergence above names the prompt, the "
+                                  "step and the logit error" if record.get("first_divergence")
+                                  else "; the lines above name each prompt's largest logit "
+                                  "and cache errors"))
     return record
 
 

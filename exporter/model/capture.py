@@ -47,7 +47,7 @@ def capture(spec: ModelSpec, dynamic: list[DynamicDim], device: str) -> Captured
     # paragraph replaces it, and --verbose still shows it through the log.
     torch_stderr = io.StringIO()
     try:
-        with contextlib.redirect_stderr(torch_stderr):
+        with contextlib.redirect_stderr(torch_stderr), _fake_tensor_errors_to(torch_stderr):
             program = torch.export.export(module, args, kwargs, dynamic_shapes=dynamic_shapes,
                                           strict=False)
     except Exception as exc:  # torch.export raises many unrelated types; all become one paragraph
@@ -67,6 +67,20 @@ def capture(spec: ModelSpec, dynamic: list[DynamicDim], device: str) -> Captured
             f"{len(signature.inputs)} inputs of the captured program",
             hint="pass each tensor to forward() once, as its own argument")
     return Captured(program, signature, dynamic_shapes, inputs)
+
+
+@contextlib.contextmanager
+def _fake_tensor_errors_to(stream: io.StringIO):
+    """FakeTensor logs an op that fails under tracing (its traceback, ~25 lines) through
+    a handler that writes to the real stderr, before torch.export raises: send it where
+    the rest of torch.export's output goes (our error paragraph names the failure)."""
+    logger = logging.getLogger("torch._subclasses.fake_tensor")
+    kept = (logger.handlers, logger.propagate)  # torch gives it a stderr handler of its own
+    logger.handlers, logger.propagate = [logging.StreamHandler(stream)], False
+    try:
+        yield
+    finally:
+        logger.handlers, logger.propagate = kept
 
 
 def _paths_from_user_model(program: ExportedProgram, module: torch.nn.Module) -> None:

@@ -31,7 +31,7 @@ from exporter.errors import ExportFailedError
 from exporter.model.source_lines import (MAX_GUARDS_SHOWN, SourceLine, display_path,
                                          exception_chain, find_user_frame, graph_location,
                                          guard_locations, installed_package,
-                                         location_in_message)
+                                         location_in_message, toolchain_frame)
 
 def locate(exc: BaseException, origin_file: str | None) -> SourceLine | None:
     return (find_user_frame(exc, skip_to_torch=True)
@@ -181,6 +181,19 @@ def _unsupported(exc: BaseException, where: SourceLine | None) -> _Explanation |
         "wrap it in a custom op with torch.library.custom_op, or move it out of forward()", [])
 
 
+def _in_the_exporter(exc: BaseException, where: SourceLine | None) -> _Explanation | None:
+    """Raised in our own code (the generating step's attention, a wrapper): not the
+    model's fault, and "check that it runs eagerly" would send the user the wrong way."""
+    ours = toolchain_frame(exc)
+    if ours is None:
+        return None
+    called = f" (called from {where})" if where else ""
+    return _Explanation(
+        f"the exporter's own code failed while capturing this model, at {ours}{called}",
+        "this is a gap in the exporter, not in the model: --debug shows the traceback; "
+        "please report it with the model's config", [])
+
+
 def _generic(exc: BaseException, where: SourceLine | None) -> _Explanation:
     return _Explanation(
         f"torch.export failed with {type(exc).__name__} while capturing the model",
@@ -190,7 +203,7 @@ def _generic(exc: BaseException, where: SourceLine | None) -> _Explanation:
 
 # Each takes (exc, where) and returns None when the failure is not its kind; the first
 # that recognizes it wins, and _generic explains the rest.
-_CLASSIFIERS = (_specialized_dim, _data_dependent, _unsupported)
+_CLASSIFIERS = (_specialized_dim, _data_dependent, _unsupported, _in_the_exporter)
 
 
 def _where_unknown(explanation: _Explanation, origin_file: str | None) -> str | None:

@@ -111,6 +111,20 @@ def find_user_frame(exc: BaseException, *, skip_to_torch: bool = False) -> Sourc
     return _source_line(best.filename, best.lineno, best.name) if best else None
 
 
+def toolchain_frame(exc: BaseException) -> SourceLine | None:
+    """The exporter's own frame where ``exc`` was raised, when the innermost frame that is
+    neither torch nor Python's is ours (not the model's): a gap in the exporter."""
+    for e in reversed(list(exception_chain(exc))):  # the root cause first
+        for fs in reversed(traceback.extract_tb(e.__traceback__)):  # innermost first
+            if _is_framework(fs.filename) or fs.filename.startswith("<") or (
+                    fs.filename.startswith(_STDLIB_DIR) and not _is_site_packages(fs.filename)):
+                continue
+            if fs.filename.startswith(_TOOLCHAIN_DIRS) and fs.filename != _ZOO_FILE:
+                return _source_line(fs.filename, fs.lineno, fs.name)
+            return None
+    return None
+
+
 _FILE_LINE = re.compile(r'File "([^"]+)", line (\d+)(?:, in (\w+))?')
 _SHORT_LOC = re.compile(r"\(([^()\s]+\.py):(\d+) in (\w+)\)")
 

@@ -42,6 +42,20 @@ def config(family: str, window: int = 12):
                 rope_type="longrope", rope_theta=10000.0,
                 short_factor=[1.0 + 0.1 * i for i in range(8)],
                 long_factor=[2.0 + 0.3 * i for i in range(8)])),
+        # longrope on the full layers only (rope settings per layer type)
+        "gemma3-longrope": lambda: tf.Gemma3TextConfig(
+            **{**_COMMON, "max_position_embeddings": 128}, **heads16, sliding_window=window,
+            sliding_window_pattern=2, rope_parameters={
+                "full_attention": dict(rope_type="longrope", rope_theta=1e6,
+                                       original_max_position_embeddings=32,
+                                       short_factor=[1.0] * 8, long_factor=[2.0] * 8),
+                "sliding_attention": dict(rope_type="default", rope_theta=1e4)}),
+        # multi-head latent attention: the cache holds compressed latents, not keys/values
+        "deepseek_v3": lambda: tf.DeepseekV3Config(
+            **{**_COMMON, "num_key_value_heads": 4}, q_lora_rank=48, kv_lora_rank=32,
+            qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=12, first_k_dense_replace=2,
+            n_routed_experts=4, num_experts_per_tok=2, n_group=1, topk_group=1,
+            moe_intermediate_size=32),
     }[family]()
 
 
@@ -92,6 +106,10 @@ def bpe_tokenizer(vocab: int, special: list[str], template: str):
 def factory():
     """A FILE.py:NAME spec: a transformers causal LM returned alone."""
     return model("llama")
+
+
+def gemma3_longrope():
+    return model("gemma3-longrope")
 
 
 def llama_dynamic_rope():
