@@ -141,3 +141,38 @@ def test_empty_concat_operands_are_dropped_and_the_result_stays_contiguous():
     assert any("clone" in op for op in ops)
     torch.testing.assert_close(result.program.module()(x), _WholeHeadRotary()(x))
     assert DropEmptyConcatOperands()(result.program).modified is False
+
+
+def test_a_recapture_keeps_a_length_of_one_and_bounds_derived_dims():
+    """A generating build's prefill takes one token (captured size-oblivious, T >= 1). A
+    partition re-captured later (ops moved to the CPU fallback while lowering) ran
+    without that, and one taking 2*T rows (a mixture of experts' token-expert pairs,
+    gpt-oss on onnx) refused the one-token decode step: "shape[0] >= 4, got 2"."""
+    from torch.export import Dim
+    from torch.fx.experimental import _config
+
+    from passes.dims import export_keeping_dims
+
+    class Pairs(torch.nn.Module):
+        def forward(self, x, pairs):
+            return x.sum(-1) + pairs.view(2, -1).sum(0)
+
+    class Step(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.pairs = Pairs()
+
+        def forward(self, x):
+            return self.pairs(x, torch.cat([x[:, 0], x[:, 1]]))
+
+    x = torch.randn(8, 4)
+    with _config.patch(backed_size_oblivious=True):
+        program = torch.export.export(Step(), (x,), dynamic_shapes=({0: Dim("T", min=1,
+                                                                               max=64)},))
+    nodes = {n.name: n for n in program.graph.nodes}
+    cut = [nodes["x"], next(n for n in program.graph.nodes if "cat" in str(n.target))]
+    part = export_keeping_dims(Pairs(), (x, torch.cat([x[:, 0], x[:, 1]])), cut, program)
+    print(part.range_constraints)
+    one = torch.randn(1, 4)
+    got = part.module()(one, torch.cat([one[:, 0], one[:, 1]]))
+    assert torch.allclose(got, Step()(one))

@@ -290,12 +290,15 @@ def test_artifact_crashing_in_validation_is_a_build_error(good_mlp, tmp_path):
     out = tmp_path / "model.artifact"
     shutil.copy(good_mlp, out)
     before = out.read_bytes()
-    result = subprocess.run(_build_cmd(out, "tests/models/crashing_op.py:factory"),
+    result = subprocess.run(_build_cmd(out, "tests/models/crashing_op.py:factory")
+                            + ["--keep-failed"],
                             capture_output=True, text=True, env=_env(), cwd=ROOT, timeout=300)
     print(result.stderr[-400:])
     assert result.returncode == 3 and "Traceback" not in result.stderr
     assert "SIGSEGV" in result.stderr and out.read_bytes() == before
-    assert _leftovers(tmp_path, out) == []
+    # --keep-failed keeps it (the hint says where, and no longer offers the flag again)
+    assert _leftovers(tmp_path, out) == ["model.FAILED-VALIDATION.artifact"]
+    assert "kept at" in result.stderr and "--keep-failed to keep" not in result.stderr
 
 
 # ---------------------------------------------------------------------------- reproducible

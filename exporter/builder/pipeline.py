@@ -40,7 +40,7 @@ from exporter.settings import BuildSettings
 from exporter.validation.bisect import bisect, bisect_lines
 from exporter.validation.gates import QuantGate, Tolerance
 from exporter.validation.inputs import load_input_file, make_cases
-from exporter.validation.validate import (EagerRunner, keep_failed, summarize_failure,
+from exporter.validation.validate import (EagerRunner, crashed, keep_failed, summarize_failure,
                                           validate)
 from passes import memory_plan
 from passes.base import run_pipeline
@@ -356,10 +356,7 @@ def _validate(out: Path, manifest: Manifest, files: dict, eager: EagerRunner,
                               warnings=warnings, preload=preload,
                               timeout=settings.validation_timeout_s)
         except BuildError as exc:  # the artifact crashed the validation process
-            kept = keep_failed(out, manifest, files) if settings.keep_failed else None
-            raise BuildError(exc.what, where=str(kept or out), details=exc.details,
-                             hint=(f"the artifact was kept at {kept}; " if kept else "")
-                             + (exc.hint or "")) from exc
+            raise crashed(exc, out, manifest, files, settings.keep_failed) from exc
         if not record["passed"]:
             found = _bisect(staging, manifest, prep, cases, record, eager,
                             settings.dtype) if gate.bisects else None

@@ -22,12 +22,12 @@ from pathlib import Path
 
 import torch
 
-from exporter.errors import ValidationFailedError
+from exporter.errors import BuildError, ValidationFailedError
 from exporter.lm.gate import EagerLogits, GenerationGate, judge_case, summary_lines
 from exporter.lm.seq2seq import source_vocab
 from exporter.lm.source import LanguageModel
 from exporter.settings import BuildSettings
-from exporter.validation.validate import ArtifactRun, keep_failed
+from exporter.validation.validate import ArtifactRun, crashed, keep_failed
 from runtime import scratch
 from runtime.archive_writer import write_artifact
 from runtime.manifest import Manifest
@@ -52,6 +52,8 @@ def validate_generation(out: Path, manifest: Manifest, files: dict, lm: Language
     try:
         record = judge_generation(staging, manifest.generation, lm, gate, settings.seed,
                                   settings.validation_timeout_s, preload)
+    except BuildError as exc:  # the artifact crashed the validation process
+        raise crashed(exc, out, manifest, files, settings.keep_failed) from exc
     finally:
         scratch.remove(staging)
     if not record["passed"]:

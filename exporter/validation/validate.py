@@ -117,8 +117,10 @@ def _crash_error(returncode: int, stdout: str, stderr: str, artifact: Path) -> B
         f"loading and running the artifact in the validation process failed: it {how}",
         where=str(artifact), details=lines[-6:],
         hint=(why or "a crash on load often means a compiler/ABI problem (`exporter "
-              "targets`); ") + "run with --debug, or --keep-failed to keep the artifact for "
-                               "inspection")
+              "targets`); ") + "run with --debug, or " + _KEEP_IT)
+
+
+_KEEP_IT = "--keep-failed to keep the artifact for inspection"
 
 
 class EagerRunner:
@@ -235,3 +237,13 @@ def keep_failed(out: Path, manifest, files: dict) -> Path:
     failed = out.with_name(f"{out.stem}.FAILED-VALIDATION{out.suffix}")
     write_artifact(failed, manifest.to_dict(), files)
     return failed
+
+
+def crashed(error: BuildError, out: Path, manifest, files: dict, keep: bool) -> BuildError:
+    """The validation process's crash, said of ``out`` (not the staging file), the
+    artifact kept first with --keep-failed."""
+    kept = keep_failed(out, manifest, files) if keep else None
+    hint = error.hint or ""
+    if kept:
+        hint = f"the artifact was kept at {kept}; " + hint.replace(f", or {_KEEP_IT}", "")
+    return BuildError(error.what, where=str(kept or out), details=error.details, hint=hint)
