@@ -31,10 +31,13 @@ class LoweringError(ToolchainError):
     toolchain): the build stops and names the log."""
 
     def __init__(self, *args, nodes: Sequence[str] = (), movable: bool = True,
-                 **kwargs) -> None:
+                 kept: Sequence[Path] = (), **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.nodes = list(nodes)
         self.movable = movable
+        # logs and reports written for the user: a build that recovers by moving the ops
+        # to the fallback removes them (exporter/builder/lowering.py)
+        self.kept = list(kept)
 
     @classmethod
     def from_exception(cls, exc: BaseException, what: str, *, target: str, log_dir: Path,
@@ -56,7 +59,7 @@ class LoweringError(ToolchainError):
         return cls(f"{what} ({type(exc).__name__}: {first})", where=where or str(log_path),
                    details=details if details is not None
                    else [f"{n.name}: {n.target}" for n in nodes],
-                   nodes=[n.name for n in nodes], movable=movable,
+                   nodes=[n.name for n in nodes], movable=movable, kept=[log_path],
                    hint=hint or (MOVES_HINT if nodes and movable else
                                  f"read the log at {log_path}; --debug shows the traceback"))
 

@@ -14,6 +14,7 @@ from exporter.builder.placement import place
 from exporter.builder.prepared import Prepared
 from exporter.settings import BuildSettings
 from passes.partition import PartitionError, PlannedPartition, materialize
+from runtime import scratch
 from runtime.errors import ToolchainError
 from targets import FallbackPolicy, Lowered, LoweringError, LowerOptions
 from targets.fallback import lower_fallback
@@ -105,6 +106,8 @@ def lower_with_fallback(prep: Prepared, settings: BuildSettings, work_dir: Path
             if (not nodes or not exc.movable or settings.fallback == FallbackPolicy.FORBID
                     or attempt == MAX_LOWERING_RETRIES):
                 raise
+            for path in exc.kept:  # the build goes on: no log of it left beside the output
+                scratch.remove(path)
             reason = f"{prep.target.name} failed to compile it: {exc.what}"
             failed.update({name: reason for name in nodes})
             log.warning("moving %d op(s) to the CPU fallback after a lowering failure (%s): %s",
@@ -113,5 +116,6 @@ def lower_with_fallback(prep: Prepared, settings: BuildSettings, work_dir: Path
                                    failed)
             prep.warnings.append(f"{len(nodes)} op(s) moved to the CPU fallback after "
                                  f"{prep.target.name} failed on them: {', '.join(nodes)} "
-                                 f"({exc.what})")
+                                 f"({exc.what}; --fallback forbid stops there instead and "
+                                 "keeps the backend's log)")
     raise AssertionError("unreachable")

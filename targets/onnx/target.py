@@ -345,6 +345,8 @@ class OnnxTarget(Target):
             exc, f"{what} (partition '{partition}')", target=self.name, partition=partition,
             log_dir=report_dir or options.logs, details=unsupported, where=where or report,
             hint="run with --debug", movable=movable)
+        if report_dir is not None:
+            error.kept.append(report_dir)
         report = report or (None if where else error.where)
         error.hint = ((f"read the report at {report}" if report else "run with --debug")
                       + ("; the ops listed have no ONNX translation: place them on another "
