@@ -132,6 +132,11 @@ class Target(abc.ABC):
     # copy of the weights at run time and the fixed length buys nothing measurable
     # (exporter/lm/build.py, onnx).
     decode_on_prefill: bool = False
+    # Whether its partitions exchange complex tensors with the CPU fallback as torch
+    # does: ONNX has no complex type (torch.onnx carries one as real pairs, [..., 2]), so
+    # a complex value must not cross between an onnx partition and the fallback
+    # (exporter/builder/placement.py keeps the ops on either side together).
+    complex_boundaries: bool = True
     colour: str = "#868e96"  # the report's colour for ops placed here
 
     @abc.abstractmethod

@@ -193,3 +193,27 @@ def test_unserializable_op_is_named(tmp_path):
     with pytest.raises(FallbackSerializationError, match="serializer") as info:
         lower_fallback(program, tmp_path)
     assert any("double" in line for line in info.value.details)
+
+
+def test_complex_values_do_not_cross_between_onnx_and_the_fallback():
+    """ONNX has no complex tensors (torch.onnx passes one as real pairs): DeepSeek-V2's
+    complex rotary had an op the ONNX translation refuses (a complex unsqueeze) between
+    ops it takes, and the fallback's program refused the [..., 2] value it was handed.
+    Placement now keeps the ops on either side of a complex value together."""
+    from exporter.builder.placement import place
+    from targets import get_target
+
+    class ComplexRotary(torch.nn.Module):
+        def forward(self, x, angles):
+            rotated = torch.view_as_complex(x.view(4, 8, 2))
+            turn = torch.polar(torch.ones_like(angles), angles).unsqueeze(0)
+            return torch.view_as_real(rotated * turn).flatten(1) + 1
+
+    program = torch.export.export(ComplexRotary(), (torch.randn(4, 16), torch.randn(8)))
+    placement = place(program, get_target("onnx"), 1)
+    side = {node: plan.delegated for plan in placement.plans for node in plan.nodes}
+    crossing = [(node.name, user.name) for node, on_onnx in side.items()
+                if isinstance(node.meta.get("val"), torch.Tensor) and node.meta["val"].is_complex()
+                for user in node.users if side.get(user, on_onnx) != on_onnx]
+    print({node.name: on_onnx for node, on_onnx in side.items()}, crossing)
+    assert crossing == [] and any(side.values())  # the real ops still run on onnx

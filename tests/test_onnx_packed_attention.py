@@ -168,7 +168,7 @@ def test_an_int4_step_keeps_its_packed_layers_and_stored_rows(tmp_path_factory):
     assert ops["MatMulNBits"] == 2 * 4 + 1 and ops["GroupQueryAttention"] == 2
     # the token table as int8 rows (an untied head: the table is the Gather's alone)
     assert ops["GatherBlockQuantized"] == 1
-    assert "node_embedding" in meta["quantization"]["layers_quantized"]
+    assert "model.embed_tokens:node_embedding" in meta["quantization"]["layers_quantized"]
     assert meta["quantization"]["block_size"] == 128 and meta["stored_outputs"] == [1, 2, 3, 4]
     # int8 activations are quantized inside the kernel per call: a decode row and the same
     # row inside a prefill chunk differ by up to 0.09 here (logits of std ~1.6); fp32

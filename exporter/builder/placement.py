@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
+import torch
 from torch.export import ExportedProgram
 
 from exporter.errors import UserInputError
@@ -50,6 +51,12 @@ def place(program: ExportedProgram, target: Target, min_partition_size: int,
                 for n in program.graph.nodes
                 if n.op == "call_function" and not is_shape_node(n)}
     plans = plan_partitions(program, lambda n: supports[n].ok, min_partition_size)
+    while not target.complex_boundaries and (crossing := _complex_crossings(plans)):
+        for node in crossing:  # each round moves ops to the fallback: it ends
+            supports[node] = Support(False, f"a complex value it takes or makes would cross "
+                                            f"between {target.name} and the CPU fallback, and "
+                                            f"{target.name} has no complex tensors")
+        plans = plan_partitions(program, lambda n: supports[n].ok, min_partition_size)
     owner = {node: plan for plan in plans for node in plan.nodes}
     costs = op_costs(program)  # FLOPs and weight bytes per op, for the report
     coverage = []
@@ -68,6 +75,24 @@ def place(program: ExportedProgram, target: Target, min_partition_size: int,
                          "reason": reason, "source": source_line(node),
                          **costs.get(node.name, {})})
     return Placement(plans, coverage, _transfers(plans, target.device))
+
+
+def _complex_crossings(plans: list[PlannedPartition]) -> set:
+    """Ops on the target whose complex input or output is on the other side of a
+    boundary with the CPU fallback (DeepSeek-V2's complex rotary: torch.onnx hands such a
+    value over as real pairs, and the fallback's program refused their shape)."""
+    delegated = {node: plan.delegated for plan in plans for node in plan.nodes}
+    moving = set()
+    for node, on_target in delegated.items():
+        value = node.meta.get("val")
+        if not (isinstance(value, torch.Tensor) and value.is_complex()):
+            continue
+        across = [user for user in node.users if delegated.get(user, on_target) != on_target]
+        if on_target and across:  # made on the target, read on the fallback
+            moving.add(node)
+        elif not on_target:  # made on the fallback, read on the target
+            moving.update(across)
+    return moving
 
 
 def _transfers(plans: list[PlannedPartition], device: str) -> int:

@@ -8,12 +8,10 @@ translating. Asking the exporter's tables, not a hand-written list, keeps
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import importlib.util
 import logging
 import re
-import tempfile
 import time
 from pathlib import Path
 
@@ -47,6 +45,7 @@ from targets.onnx.shared import externalize
 from targets.onnx.packed_attention import pack_attention_inputs
 from targets.onnx.providers import provider_names, refuse_bf16_on_cpu_only
 from targets.onnx.stored_rows import store_new_rows
+from targets.onnx.torch_onnx import new_report_dir, quiet_registry, without_input_guards
 from targets.onnx.quantize import NBITS_BLOCK, NBITS_BLOCKS, RECIPES, quantize_model
 from targets.onnx.rotary import fuse_rotary_embeddings
 from targets.onnx.skip_norm import fuse_skip_rms_norms
@@ -108,26 +107,13 @@ def _missing_packages() -> list[str]:
     return [name for name in _PACKAGES if importlib.util.find_spec(name) is None]
 
 
-@contextlib.contextmanager
-def _quiet_registry():
-    """Building torch.onnx's registry warns once per torchvision op when torchvision is
-    absent (four lines per partition); models that use no torchvision op don't care."""
-    logger = logging.getLogger("torch.onnx._internal.exporter._registration")
-    level = logger.level
-    logger.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        logger.setLevel(level)
-
-
 @functools.cache
 def _exporter_tables():
     """The exporter's registry and pre-translation decomposition table, built the way
     torch.onnx builds them (_compat.export_compat, _fx_passes.decompose_with_registry).
     Built once: the registry takes about a second."""
     from torch.onnx._internal.exporter import _decomp, _registration
-    with _quiet_registry():
+    with quiet_registry():
         registry = _registration.ONNXRegistry.from_torchlib()
     translated = set(_decomp.get_onnx_implemented_overloads(registry))
     return registry, _decomp.create_onnx_friendly_decomposition_table(translated)
@@ -158,6 +144,7 @@ class OnnxTarget(Target):
     # packed copy (154 MB of a 300M int4 LLaMA's 293 MB file). The prefill session run at
     # one token decoded as fast (89-92 against 87-96 tokens/s here, interleaved).
     decode_on_prefill = True
+    complex_boundaries = False
     Options = OnnxOptions
     build_packages = (("onnxruntime", "onnx"), ("onnxscript", "onnx"))
     runtime_extra = ("onnx", ("onnxruntime>=1.18",))
@@ -284,10 +271,10 @@ class OnnxTarget(Target):
         """torch.onnx with its defaults (opset, optimize=True). An ExportedProgram is taken
         as is: its symbolic dims (s0, ...) become ONNX dim_params, so a dynamic batch stays
         dynamic without passing dynamic_shapes again."""
-        report_dir = _report_dir(options)
+        report_dir = new_report_dir(options)
         start = time.perf_counter()
         try:
-            with _quiet_registry():
+            with quiet_registry(), without_input_guards(program):
                 onnx_program = torch.onnx.export(
                     program, (), dynamo=True, optimize=True, report=True,
                     artifacts_dir=report_dir, verbose=False,
@@ -374,13 +361,6 @@ class OnnxTarget(Target):
 
 # torch.onnx's export report: removed on success, kept (and released from the scratch
 # registry, so no later build sweeps it) when an error message points the user to it.
-REPORT_DIR_PREFIX = "exporter-onnx-"
-
-
-def _report_dir(options: LowerOptions) -> Path:
-    parent = options.log_dir or Path(tempfile.gettempdir())
-    parent.mkdir(parents=True, exist_ok=True)
-    return scratch.make_dir(f"{REPORT_DIR_PREFIX}{time.strftime('%Y%m%d-%H%M%S')}-", parent)
 
 
 def _example_sets(program: ExportedProgram) -> list[list[torch.Tensor]]:
