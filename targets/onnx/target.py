@@ -148,7 +148,8 @@ class OnnxTarget(Target):
     Options = OnnxOptions
     build_packages = (("onnxruntime", "onnx"), ("onnxscript", "onnx"))
     runtime_extra = ("onnx", ("onnxruntime>=1.18",))
-    loggers_to_quiet = ("onnxscript",)  # constant-folding chatter
+    # constant-folding chatter; onnx_ir types each empty list attribute as INTS, a line each
+    loggers_to_quiet = ("onnxscript", "onnx_ir")
     colour = "#1c7ed6"
 
     def availability(self) -> Availability:
