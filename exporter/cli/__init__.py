@@ -5,10 +5,14 @@ style, exit codes and ``--json`` envelope every command shares are in ``common``
 """
 
 import os
+import signal
 import sys
 
 
 def main() -> None:
+    # SIGTERM while torch imports (seconds, more on a loaded machine) as Ctrl-C then: exit
+    # 130 with a word, not a death by signal; each command installs its own handler after
+    signal.signal(signal.SIGTERM, _interrupt)
     try:  # the commands' modules import torch: seconds, longer on a loaded machine
         app = _registered_app()
         import typer.main
@@ -20,6 +24,10 @@ def main() -> None:
     command = typer.main.get_command(app)
     _tidy_help(command)
     command()
+
+
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
 
 
 def _registered_app():
