@@ -388,3 +388,16 @@ def test_a_tokenizer_larger_than_the_vocabulary_is_a_note_and_the_validation_sta
     print(note, [max(p) for p in prompts])
     assert f"has {size} tokens, the model's vocabulary 200" in note
     assert all(p and max(p) < 200 for p in prompts)
+
+
+def test_layers_without_a_kv_cache_are_refused_as_the_models_limit():
+    """Linear-attention (Qwen3-Next, Jamba, Mamba 2 hybrids) and chunked (Llama 4) layers
+    were "an internal error ... a bug in the exporter"; they are a limit of the export:
+    exit 2 (a SpecError) naming the layer kind, before any capture."""
+    from exporter.errors import SpecError
+    from exporter.lm.build import dry_run_generating
+    from exporter.settings import BuildSettings
+    lm = tiny_lm.model("llama")
+    lm.config.layer_types = ["full_attention", "linear_attention"]
+    with pytest.raises(SpecError, match="linear_attention layers have no KV-cache export"):
+        dry_run_generating(lm, BuildSettings(target="onnx", task="text-generation"))

@@ -121,7 +121,13 @@ def _entry_points(lm: LanguageModel, model: torch.nn.Module, target, settings: B
     if settings.max_source is not None:
         raise UserInputError("--max-source applies to encoder-decoders (Whisper, BART, "
                              "T5, ...)", where=lm.source, hint="leave it out")
-    layout = probe_layout(model, context, dtype)
+    try:
+        layout = probe_layout(model, context, dtype)
+    except NotImplementedError as exc:  # layers of no KV cache (linear attention, chunked)
+        raise SpecError(f"{type(model).__name__}: {exc}", where=lm.source,
+                        hint="--task text-generation builds decoders of full and "
+                             "sliding-window attention layers; build its plain forward "
+                             "pass (--task causal-lm) instead") from None
     wrapper = ExportableCausalLM(model, layout, target.step_attention).eval()
     return layout, None, lambda one_program: entry_specs(lm, wrapper, layout, chunk,
                                                          one_program)

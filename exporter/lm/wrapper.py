@@ -79,7 +79,8 @@ def layer_kinds(config: Any, max_context: int) -> list[int | None]:
         [SLIDING if window else FULL] * count)
     unknown = sorted(set(types) - {FULL, SLIDING})
     if unknown:
-        raise NotImplementedError(f"attention kind {', '.join(unknown)} has no KV-cache export")
+        raise NotImplementedError(f"its {', '.join(unknown)} layers have no KV-cache export "
+                                  "(a static cache of keys and values)")
     return [window if kind == SLIDING and window and window < max_context else None
             for kind in types[:count]]
 
