@@ -23,17 +23,19 @@ pytest.importorskip("transformers")
 
 # make test runs one family per cache shape (full layers, rings, mixed layers, absolute
 # positions); make test-slow runs all nine.
-FAST_FAMILIES = ("llama", "mistral", "gemma3", "gpt2", "deepseek_v3")
+FAST_FAMILIES = ("llama", "mistral", "gemma3", "gpt2", "deepseek_v3", "llama4-temperature")
 
 
 @pytest.mark.parametrize("family", [f if f in FAST_FAMILIES else
                                     pytest.param(f, marks=pytest.mark.slow)
-                                    for f in (*tiny_lm.FAMILIES, "deepseek_v3")])
+                                    for f in (*tiny_lm.FAMILIES, "deepseek_v3",
+                                              "llama4-temperature")])
 def test_cache_contract_matches_hf_generate(family):
     """Prefill in chunks of 8 then decode with the runtime's cache gives Hugging Face's
     greedy tokens: full layers, rings (prompt and generation cross the window of 12),
     mixed layers, GQA, GPT-2's absolute positions, DeepSeek-V3's cached latents (its
-    attention is the model's own: the cache rows are not its keys)."""
+    attention is the model's own: the cache rows are not its keys), Llama 4's temperature
+    by position (read from the cache's length in every chunk and step)."""
     model = tiny_lm.model(family)
     prompt = torch.randint(3, tiny_lm.VOCAB, (1, 21), generator=torch.Generator().manual_seed(1))
     from exporter.lm.validate import hf_greedy
@@ -153,9 +155,11 @@ def test_validation_generates_like_hugging_face(onnx_lm):
     print(json.dumps({k: record[k] for k in ("passed", "cases", "tokens_identical",
                                              "top1_agreement", "mean_kl")}))
     assert record["passed"] and record["kind"] == "generation"
-    assert record["tokens_identical"] and record["cases"] == 3
+    assert record["tokens_identical"] and record["cases"] == 4
     lengths = [row["prompt_tokens"] for row in record["outputs"]]
     assert lengths[0] == 1 and max(lengths) > 16  # decode-only prompt; chunked prefill
+    last = record["outputs"][-1]  # the last generates up to the context's last position
+    assert last["prompt_tokens"] + last["new_tokens"] == built.manifest.generation["max_context"]
     for row in record["outputs"]:
         assert row["cache_consistency"]["passed"], row["cache_consistency"]
         assert row["cache_consistency"]["decode_vs_prefill_max_abs_err"] < 1e-4

@@ -84,7 +84,9 @@ def test_validation_generates_like_hugging_face(fixture, request):
     built = request.getfixturevalue(fixture)[0]
     record = built.manifest.validation
     print(fixture, json.dumps({k: record[k] for k in ("passed", "cases", "tokens_identical")}))
-    assert record["passed"] and record["tokens_identical"] and record["cases"] == 3
+    assert record["passed"] and record["tokens_identical"] and record["cases"] == 4
+    last = record["outputs"][-1]  # the last generates up to the context's last position
+    assert last["prompt_tokens"] + last["new_tokens"] == built.manifest.generation["max_context"]
     # onnx: prefill decodes too, unless the capture could not keep one token
     one_program = built.manifest.source["decode_on_prefill"]
     print(fixture, "decode on prefill", one_program)

@@ -166,21 +166,9 @@ class _CrossCache(Cache):
         super().__init__(layers=layers)
 
 
-class _StepCache(ChunkCache):
-    """The self-attention cache of a step: its length is the first new position, which a
-    decoder that numbers positions itself (BART's ``arange(T) + cache length``) reads."""
-
-    def __init__(self, layers: list[ChunkLayer], start: torch.Tensor | int) -> None:
-        super().__init__(layers)
-        self.start = start
-
-    def get_seq_length(self, layer_idx: int = 0):
-        return self.start
-
-
 def _caches(self_layers: list, cross_layers: list, start, computed: bool
             ) -> EncoderDecoderCache:
-    cache = EncoderDecoderCache(_StepCache(self_layers, start), _CrossCache(cross_layers))
+    cache = EncoderDecoderCache(ChunkCache(self_layers, start), _CrossCache(cross_layers))
     cache.is_updated = {i: computed for i in range(len(cross_layers))}
     return cache
 

@@ -40,6 +40,7 @@ PROMPTS = ("The quick brown fox jumps over the lazy dog because",
            "photoelectric effect, Brownian motion, special relativity and the equivalence "
            "of mass and energy. Each of them")
 NEW_TOKENS = 64
+END_TOKENS = 16  # the new tokens of the case that ends at the context bound
 
 
 def validate_generation(out: Path, manifest: Manifest, files: dict, lm: LanguageModel,
@@ -75,10 +76,10 @@ def judge_generation(artifact: Path, generation: dict, lm: LanguageModel,
                      preload: list[str]) -> dict:
     """``artifact`` generates from the cases in its own process while this one runs
     transformers' ``generate``; the gate's record (also ``exporter validate``'s)."""
-    prompts, new_tokens = generation_cases(lm, generation, seed)
-    sources = source_cases(lm, generation, len(prompts), seed)
+    cases = generation_cases(lm, generation, seed)
+    sources = source_cases(lm, generation, len(cases), seed)
     flat = {}
-    for index, prompt in enumerate(prompts):
+    for index, (prompt, new_tokens) in enumerate(cases):
         flat[f"case{index}/prompt"] = torch.tensor(prompt, dtype=torch.int64)
         flat[f"case{index}/new_tokens"] = torch.tensor([new_tokens], dtype=torch.int64)
         if sources[index] is not None:
@@ -87,39 +88,45 @@ def judge_generation(artifact: Path, generation: dict, lm: LanguageModel,
                       timeout=timeout)
     try:  # the references, while the artifact generates in its own process
         references = [hf_greedy(lm.model, prompt, new_tokens, encoder_inputs(lm, source))
-                      for prompt, source in zip(prompts, sources)]
+                      for (prompt, new_tokens), source in zip(cases, sources)]
         results = run.results()
     finally:
         run.close()
     eager = EagerLogits(lm.model)
     rows = [judge_case(f"case{i}", eager, prompt, references[i], results[f"case{i}"], gate,
-                       encoder_inputs(lm, sources[i])) for i, prompt in enumerate(prompts)]
-    return gate.record(rows, new_tokens)
+                       encoder_inputs(lm, sources[i])) for i, (prompt, _) in enumerate(cases)]
+    return gate.record(rows, cases[0][1])
 
 
 def generation_cases(lm: LanguageModel, generation: dict, seed: int
-                     ) -> tuple[list[list[int]], int]:
-    """Prompts that reach every path: a one-token prompt (prefill through ``decode``), a
-    short one, and a long one that crosses a prefill chunk and, where there are sliding
-    layers, the window (so the ring wraps during prefill and during decode)."""
+                     ) -> list[tuple[list[int], int]]:
+    """(prompt, new tokens) pairs that reach every path: a one-token prompt (prefill
+    through ``decode``), a short one, a long one that crosses a prefill chunk and, where
+    there are sliding layers, the window (so the ring wraps during prefill and during
+    decode), and one whose generation ends at the context's last position. That last one
+    checks what depends on how deep a token is: Llama 4's attention temperature changed
+    at position 399 of 512 while the other prompts stopped near 200 and passed."""
     context, chunk = generation["max_context"], generation["prefill_chunk"]
     windows = [layer["window"] for layer in generation["cache"]["layers"] if layer["window"]]
     new_tokens = min(NEW_TOKENS, context // 2)
     longest = context - new_tokens
     long = min(longest, max(chunk + 7, max(windows, default=0) + 5))
-    lengths = [1, min(9, longest), long]
+    lengths = [(1, new_tokens), (min(9, longest), new_tokens), (long, new_tokens)]
+    end_tokens = min(END_TOKENS, new_tokens)
+    if context - end_tokens > long:
+        lengths.append((context - end_tokens, end_tokens))
     # an encoder-decoder's decoder prompts start as generate's do, then go on as text
     start = generation.get("decoder_start_token_ids") or []
     vocab = lm.model.get_output_embeddings().weight.shape[0]
     texts = [] if start else _tokenized(lm, vocab)
     random = torch.Generator().manual_seed(seed)
-    prompts = []
-    for index, length in enumerate(lengths):
+    cases = []
+    for index, (length, count) in enumerate(lengths):
         ids = list(start) + (texts[index % len(texts)] if texts else [])
         while len(ids) < length:  # text where there is a tokenizer, then random ids
             ids = ids + torch.randint(0, vocab, (length - len(ids),), generator=random).tolist()
-        prompts.append(ids[:length])
-    return prompts, new_tokens
+        cases.append((ids[:length], count))
+    return cases
 
 
 def source_cases(lm: LanguageModel, generation: dict, count: int, seed: int

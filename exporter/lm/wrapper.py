@@ -41,6 +41,7 @@ class ChunkLayer(CacheLayerMixin):
         # attention call that gets them is the cross-attention, not this layer's own
         self.cross_keys: torch.Tensor | None = None
         self.is_initialized = True
+        self.start: torch.Tensor | int = 0  # set by ChunkCache: the call's first position
 
     def lazy_initialization(self, key_states, value_states) -> None:  # never lazy
         return None
@@ -58,16 +59,25 @@ class ChunkLayer(CacheLayerMixin):
         past = 0 if self.past[0] is None else self.past[0].shape[-2]
         return past + query_length, 0
 
-    def get_seq_length(self) -> int:
-        return 0
+    def get_seq_length(self):
+        return self.start
 
     def get_max_length(self) -> int:
         return -1
 
 
 class ChunkCache(Cache):
-    def __init__(self, layers: list[ChunkLayer]) -> None:
+    """The cache of one call. Its length is the call's first position (a 0-dim tensor of
+    the graph's input), the same for every layer: models that number positions
+    themselves read it (BART's ``arange(T) + cache length``, Llama 4's attention
+    temperature on its NoPE layers). A constant 0 here made Llama 4 scale every chunk
+    after the first, and every decode step, as if it started the sequence: the tokens
+    differed past ``floor_scale`` positions while validation passed."""
+
+    def __init__(self, layers: list[ChunkLayer], start: torch.Tensor | int = 0) -> None:
         super().__init__(layers=layers)
+        for layer in layers:
+            layer.start = start
 
 
 def layer_kinds(config: Any, max_context: int) -> list[int | None]:
@@ -143,7 +153,7 @@ class ExportableCausalLM(torch.nn.Module):
                                 self.attention):
             out = self.model(input_ids=input_ids, position_ids=positions[None],
                              attention_mask=mask, use_cache=True,
-                             **{self._cache_keyword: ChunkCache(layers)})
+                             **{self._cache_keyword: ChunkCache(layers, positions[0])})
         result = {"logits": out.logits}
         for i, layer in enumerate(layers):
             result[f"k_{i}"], result[f"v_{i}"] = layer.new

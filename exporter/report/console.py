@@ -56,9 +56,13 @@ def validation_lines(record: dict | None) -> list[str]:
 def _generation_lines(record: dict, verdict: str) -> list[str]:
     rows = record["outputs"]
     same = sum(r["tokens_match"] for r in rows)
-    lines = [f"validation: {verdict}: generation from {record['cases']} prompts, "
-             f"{record['new_tokens_per_case']} new tokens each, against Hugging Face generate: "
-             f"{same} of {len(rows)} token for token; teacher-forced top-1 agreement "
+    lengths = ", ".join(str(r["prompt_tokens"]) for r in rows)
+    each = f"{rows[0]['new_tokens']} new tokens each" + (
+        f" ({rows[-1]['new_tokens']} for the last, to the context's end)"
+        if rows[-1]["new_tokens"] != rows[0]["new_tokens"] else "")
+    lines = [f"validation: {verdict}: generation from {record['cases']} prompts ({lengths} "
+             f"tokens), {each}, against Hugging Face "
+             f"generate: {same} of {len(rows)} token for token; teacher-forced top-1 agreement "
              f"{record['top1_agreement']:.1%}, mean KL {record['mean_kl']:.2e}",
              f"  policy: {record['policy']}"]
     return lines + [f"  note: {note}" for note in record.get("warnings", [])]

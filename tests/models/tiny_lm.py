@@ -50,6 +50,13 @@ def config(family: str, window: int = 12):
                                        original_max_position_embeddings=32,
                                        short_factor=[1.0] * 8, long_factor=[2.0] * 8),
                 "sliding_attention": dict(rope_type="default", rope_theta=1e4)}),
+        # Llama 4's attention temperature on its NoPE layer: a scale by absolute position,
+        # which transformers numbers from the cache's length (exporter/lm/wrapper.py)
+        "llama4-temperature": lambda: tf.Llama4TextConfig(
+            **_COMMON, head_dim=16, intermediate_size_mlp=128, num_local_experts=4,
+            num_experts_per_tok=1, moe_layers=[1], no_rope_layers=[1, 0],
+            attention_chunk_size=None, layer_types=["full_attention"] * 2,
+            floor_scale=4, attn_scale=0.5, pad_token_id=0),
         # multi-head latent attention: the cache holds compressed latents, not keys/values
         "deepseek_v3": lambda: tf.DeepseekV3Config(
             **{**_COMMON, "num_key_value_heads": 4}, q_lora_rank=48, kv_lora_rank=32,
