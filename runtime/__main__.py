@@ -31,16 +31,30 @@ def preload(sources: list[str]) -> None:
     """Import the modules that register custom ops a CPU-fallback partition calls
     (like ExecuTorch's kernel registration, the device must have the op's kernel)."""
     for source in sources:
-        if source.endswith(".py"):
-            name = "_preload_" + Path(source).stem
-            spec = importlib.util.spec_from_file_location(name, source)
-            if spec is None or spec.loader is None:
-                raise UserInputError(f"cannot import {source}", where=source)
-            module = importlib.util.module_from_spec(spec)
-            sys.modules[name] = module
-            spec.loader.exec_module(module)
-        else:
-            importlib.import_module(source)
+        try:
+            _import(source)
+        except UserInputError:
+            raise
+        except Exception as exc:  # a missing module or file, or one that fails to import
+            raise UserInputError(f"--preload {source}: cannot import it ({type(exc).__name__}: "
+                                 f"{exc})", where=source,
+                                 hint="install the package that provides it, or give the "
+                                 "path of a FILE.py that registers the op") from exc
+
+
+def _import(source: str) -> None:
+    if not source.endswith(".py"):
+        importlib.import_module(source)
+        return
+    if not Path(source).is_file():
+        raise UserInputError(f"--preload {source}: no such file", where=source)
+    name = "_preload_" + Path(source).stem
+    spec = importlib.util.spec_from_file_location(name, source)
+    if spec is None or spec.loader is None:
+        raise UserInputError(f"cannot import {source}", where=source)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
 
 
 def run_npz(artifact: str | Path, inputs: str | Path, out: str | Path | None, *,

@@ -217,3 +217,65 @@ def test_complex_values_do_not_cross_between_onnx_and_the_fallback():
                 for user in node.users if side.get(user, on_onnx) != on_onnx]
     print({node.name: on_onnx for node, on_onnx in side.items()}, crossing)
     assert crossing == [] and any(side.values())  # the real ops still run on onnx
+
+
+class Experts(torch.nn.Module):
+    """transformers' CPU experts kernel as its MoE layers call it (rows sorted by expert)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.randn(4, 8, 6))
+
+    def forward(self, rows, offs):
+        return (torch.ops.transformers.grouped_mm_fallback(rows, self.weight, offs),)
+
+
+_BLOCKED_RUN = """
+import json, sys
+from pathlib import Path
+class Block:  # a device without transformers
+    def find_spec(self, name, path=None, target=None):
+        if name.split('.')[0] == 'transformers':
+            raise ModuleNotFoundError(name)
+sys.meta_path.insert(0, Block())
+import torch
+from runtime.executors import create_executor
+from runtime.manifest import Partition
+folder, = sys.argv[1:]
+raw = json.load(open(folder + '/partition.json'))
+partition = Partition(**{**raw, 'files': tuple(raw['files']), 'inputs': tuple(raw['inputs']),
+                         'outputs': tuple(raw['outputs'])})
+inputs = torch.load(folder + '/inputs.pt')
+torch.save(create_executor(partition, Path(folder), where='test')(inputs), folder + '/got.pt')
+print('transformers' in sys.modules)
+"""
+
+
+def test_transformers_experts_run_without_transformers(tmp_path):
+    """A MoE artifact's fallback partition calls transformers::grouped_mm_fallback; on a
+    device without transformers the runtime registers its own kernel (runtime/custom_ops.py),
+    equal to transformers' (empty experts included), with no --preload."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("transformers.integrations.moe")
+    from runtime.custom_ops import _grouped_mm_fallback
+    rows, weight = torch.randn(7, 8), torch.randn(4, 8, 6)
+    for offs in ([2, 2, 5, 7], [0, 0, 0, 7], [7, 7, 7, 7]):
+        offs = torch.tensor(offs)
+        torch.testing.assert_close(_grouped_mm_fallback(rows, weight, offs),
+                                   torch.ops.transformers.grouped_mm_fallback(rows, weight, offs),
+                                   rtol=0, atol=0)
+    offs = torch.tensor([1, 3, 3, 7])
+    program = torch.export.export(Experts().eval(), (rows, offs))
+    partition = _build(program, tmp_path)
+    assert "torch.ops.transformers.grouped_mm_fallback" in (tmp_path / "program.json").read_text()
+    (tmp_path / "partition.json").write_text(json.dumps(dataclasses.asdict(partition)))
+    torch.save([rows, offs], tmp_path / "inputs.pt")
+    done = subprocess.run([sys.executable, "-c", _BLOCKED_RUN, str(tmp_path)],
+                          capture_output=True, text=True, timeout=120,
+                          cwd=Path(__file__).resolve().parents[1])
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "False"  # transformers was not imported
+    want = program.module()(rows, offs)[0]
+    torch.testing.assert_close(torch.load(tmp_path / "got.pt")[0], want, rtol=0, atol=0)

@@ -156,6 +156,15 @@ def test_generate_preloads_the_custom_ops_an_artifact_calls(cli):
     assert done.returncode == 0 and "--preload" in done.stdout
 
 
+@pytest.mark.parametrize("source", ["edge_no_such_module", "no_such_ops.py"])
+def test_a_preload_that_cannot_be_imported_is_exit_2(onnx_lm, cli, source):
+    done = cli("generate", str(onnx_lm[0].artifact), "--prompt-ids", "1", "-n", "1",
+               "--preload", source)
+    print(done.stderr)
+    assert done.returncode == 2 and f"--preload {source}" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
 def test_generate_refuses_a_plain_artifact(cli, onnx_mlp):
     done = cli("generate", str(onnx_mlp), "--prompt-ids", "1")
     assert done.returncode == 2 and "--task text-generation" in done.stderr

@@ -80,6 +80,8 @@ def test_bundle_holds_artifacts_wheel_lock_and_scripts(bundle, mlp_build, custom
     assert {"edge-bundle/artifacts/mlp.artifact", "edge-bundle/artifacts/custom-onnx.artifact",
             f"edge-bundle/wheels/{packed['wheel']}", "edge-bundle/requirements.lock",
             "edge-bundle/install.sh", "edge-bundle/run.sh", "edge-bundle/README.txt"} <= names
+    # the runtime does not register the model file's own op: the README says to ship it
+    assert any("edgetest::soft_clip" in n and "--preload" in n for n in packed["notes"])
     pins = dict(line.split("==") for line in packed["lock"] if "==" in line)
     manifest = runtime.read_manifest(mlp_build.artifact)
     assert pins["torch"] == manifest.created_by["torch"]  # the version it was built with

@@ -29,6 +29,7 @@ from exporter.errors import UserInputError
 from runtime.requires import packages as runtime_packages
 from exporter.ship.wheel import build_runtime_wheel
 from runtime import scratch
+from runtime.custom_ops import KNOWN
 from runtime.manifest import Manifest
 from runtime.outfiles import checked_output, written_whole
 from targets import for_backend
@@ -50,6 +51,7 @@ def package(artifacts: list[Path], out: Path) -> dict:
         _check_member_name(what, text)
     manifests = _verified(artifacts)
     lock, notes = lock_lines(manifests)
+    notes += custom_op_notes(artifacts, manifests)
     with scratch.directory("exporter-package-") as work:
         wheel = build_runtime_wheel(work)
         # artifacts (hundreds of MB each) stay files, streamed into the tar; the rest is small
@@ -85,6 +87,21 @@ def _verified(artifacts: list[Path]) -> list[Manifest]:
         raise UserInputError(f"two artifacts share the name {repeated[0]}",
                              hint="rename one: the bundle keeps artifacts by file name")
     return [runtime.read_manifest(path) for path in artifacts]  # hashes checked, each named
+
+
+def custom_op_notes(artifacts: list[Path], manifests: list[Manifest]) -> list[str]:
+    """Custom ops a CPU-fallback partition calls that the runtime does not register
+    itself (runtime/custom_ops.py): the device needs their code, which a bundle cannot
+    know to ship (a model file's own op), so the README says so."""
+    notes = []
+    for path, manifest in zip(artifacts, manifests):
+        ops = sorted({op.replace(".", "::", 1) for partition in manifest.partitions
+                      for op in partition.meta.get("custom_ops") or ()} - KNOWN.keys())
+        if ops:
+            notes.append(f"{path.name} calls custom op(s) {', '.join(ops)}, which the runtime "
+                         "does not register: copy the file that defines them onto the device "
+                         "and add --preload FILE.py to run.sh's command")
+    return notes
 
 
 def lock_lines(manifests: list[Manifest]) -> tuple[list[str], list[str]]:

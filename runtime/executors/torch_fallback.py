@@ -28,6 +28,7 @@ import torch
 from torch.utils._pytree import tree_leaves, tree_unflatten
 
 from runtime.arena import Arena, run_in_arena
+from runtime.custom_ops import register_known
 from runtime.errors import ArtifactError, CompatibilityError, ExecutionError
 from runtime.executors.meta import Entry, PartitionMeta
 from runtime.manifest import Partition
@@ -156,6 +157,9 @@ def _check_ops(raw: dict, *, where: str, modules: list[str] = ()) -> None:
     """List every operator this process lacks at once (torch stops at the first);
     ``modules``: those the build recorded as registering the custom ones."""
     missing = sorted({t for t in _targets(raw) if not _resolves(t)})
+    if missing:  # those the runtime has kernels for, it registers (runtime/custom_ops.py)
+        register_known({_op_name(t) for t in missing})
+        missing = [t for t in missing if not _resolves(t)]
     builtin = [t for t in missing if t.split(".")[2] in _TORCH_NAMESPACES]
     custom = [t for t in missing if t not in builtin]
     if custom:
