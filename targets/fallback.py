@@ -10,7 +10,8 @@ Files (names relative to the partition folder; the build stores them as
 * ``program.json``: graph, signature, range constraints (meta["program"]);
 * ``weights.safetensors``: keys ``param/<name>``, ``buffer/<name>``,
   ``constant/<name>`` so the loader knows which dict each tensor goes to
-  (meta["weights"]).
+  (meta["weights"]); with shared weights (a generating build) the same keys name
+  tensors of the artifact's shared store instead (meta["shared_weights"]).
 """
 
 from __future__ import annotations
@@ -48,7 +49,10 @@ class FallbackSerializationError(ToolchainError):
     """A partition cannot be written as export JSON + safetensors (exit code 3)."""
 
 
-def lower_fallback(program: ExportedProgram, work_dir: Path) -> Lowered:
+def lower_fallback(program: ExportedProgram, work_dir: Path, *, shared: bool = False) -> Lowered:
+    """``shared`` (``LowerOptions.shared_weights``, a generating build): the tensors go back
+    in ``Lowered.weights`` for the artifact's one store instead of the partition's own
+    file, so an MoE's experts on the fallback of both entry points are stored once."""
     work_dir = Path(work_dir)
     work_dir.mkdir(parents=True, exist_ok=True)
     tensors = _weights(program)  # first: it names unsupported weights better than serde does
@@ -57,14 +61,17 @@ def lower_fallback(program: ExportedProgram, work_dir: Path) -> Lowered:
 
     program_path, weights_path = work_dir / PROGRAM_FILE, work_dir / WEIGHTS_FILE
     program_path.write_bytes(program_bytes)
-    _save_weights(tensors, weights_path)
+    files = {PROGRAM_FILE: program_path}
+    if not shared:
+        _save_weights(tensors, weights_path)
+        files[WEIGHTS_FILE] = weights_path
     meta = TorchFallbackMeta(
-        program=PROGRAM_FILE, weights=WEIGHTS_FILE,
+        program=PROGRAM_FILE, weights=None if shared else WEIGHTS_FILE,
         schema_version=f"{schema['major']}.{schema['minor']}",
-        tensor_index={WEIGHTS_KEY: read_index(weights_path)}, weights_count=len(tensors),
+        tensor_index=None if shared else {WEIGHTS_KEY: read_index(weights_path)},
+        weights_count=len(tensors),
         weights_bytes=sum(t.numel() * t.element_size() for t in tensors.values()))
-    return Lowered(files={PROGRAM_FILE: program_path, WEIGHTS_FILE: weights_path},
-                   meta=meta.to_json(),
+    return Lowered(files=files, meta=meta.to_json(), weights=tensors if shared else {},
                    requirements=Requirements(arch=platform.machine(), torch=torch.__version__))
 
 

@@ -260,7 +260,8 @@ def test_weight_only_reports_each_layer_it_leaves_in_float():
 
     from exporter.report.console import float_layer_notes
     (note,) = float_layer_notes(SimpleNamespace(passes=[{"name": "quantize", "info": info}],
-                                                partitions=[]))
+                                                partitions=[], shared_weights=None,
+                                                entry_points=None))
     print(note)
     assert note.startswith("--quantize int4-weight left 3 of 3 weighted layer(s) in float")
 

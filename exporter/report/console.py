@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from collections import Counter
 from pathlib import Path
@@ -242,12 +243,47 @@ def quantization_lines(manifest: Manifest) -> list[str]:
                          f"{worst['layer']} at SQNR {worst['sqnr_db']:.1f} dB (cosine "
                          f"{worst['cosine']:.5f}) of {len(rows)} layer(s)"
                          + (f", {exact} of them exact on these inputs" if exact else ""))
+    left = fallback_float_weights(manifest) if programs else None
+    if left:
+        lines.append(f"  left in float on the CPU fallback: {left['tensors']} weight tensor(s), "
+                     f"{left['bytes'] / 1e6:.2f} MB ({left['ops']}): --quantize reaches only the "
+                     "target's partitions")
     if len(programs) > 1 and not manifest.shared_weights:  # targets/aoti/base.py shares_weights
         total = sum(info["weight_bytes_after"] for _, info in programs)
         lines.append(f"each of the {len(programs)} entry points holds its own quantized weights "
                      "(packed into its library for the int8 kernels, not shared): about "
                      f"{total / 1e6:.2f} MB in the file, which can be more than the float build")
     return lines
+
+
+_FLOATS = {"F32", "F16", "BF16", "F64"}
+_BYTES = {"F32": 4, "F16": 2, "BF16": 2, "F64": 8}
+
+
+def fallback_float_weights(manifest: Manifest) -> dict | None:
+    """The float weight matrices (2-D and up) the CPU-fallback partitions read, each
+    tensor once (entry points share the store's copies), and the custom ops there (an
+    MoE's experts: transformers::grouped_mm_fallback): what --quantize did not reach."""
+    store = {key: spec for index in ((manifest.shared_weights or {}).get("entries") or {}).values()
+             for key, spec in index.items()}
+    tensors, ops = {}, set()
+    for partition in [*manifest.partitions, *(p for entry in (manifest.entry_points or {}).values()
+                                              for p in entry.partitions)]:
+        if partition.backend != FALLBACK_BACKEND:
+            continue
+        specs = {key: store.get(key) for key in (partition.meta.get("shared_weights") or {}).values()}
+        for index in (partition.meta.get("tensor_index") or {}).values():
+            specs.update({f"{partition.name}/{name}": spec for name, spec in index.items()})
+        found = {key: spec for key, spec in specs.items()
+                 if spec and spec[0] in _FLOATS and len(spec[1]) >= 2}
+        tensors.update(found)
+        if found:
+            ops.update(op.replace(".", "::", 1) for op in partition.meta.get("custom_ops") or ())
+    if not tensors:
+        return None
+    size = sum(_BYTES[dtype] * math.prod(shape) for dtype, shape in tensors.values())
+    return {"tensors": len(tensors), "bytes": size,
+            "ops": ", ".join(sorted(ops)) or "ops no target claims"}
 
 
 def programs_quantized(manifest: Manifest) -> list[tuple[str, dict]]:
@@ -264,6 +300,10 @@ def float_layer_notes(manifest: Manifest) -> list[str]:
     """A recipe that left layers in float, as a warning (--json's ``warnings`` too, not
     only the text summary): 9 of 10 layers in float made an int4 build 1.2x smaller."""
     notes = []
+    left = fallback_float_weights(manifest) if quantization_records(manifest) else None
+    if left:
+        notes.append(f"--quantize left {left['tensors']} weight tensor(s) ({left['bytes'] / 1e6:.2f}"
+                     f" MB) in float on the CPU fallback ({left['ops']}), where it does not reach")
     for info in quantization_records(manifest):
         left, done = info.get("layers_float") or [], info.get("layers_quantized") or []
         if left:
@@ -283,4 +323,18 @@ def quantization_records(manifest: Manifest) -> list[dict]:
 
 def _records(passes: list[dict], partitions: list) -> list[dict]:
     records = [r["info"] for r in passes if r["name"] == "quantize"]
-    return records + [p.meta["quantization"] for p in partitions if "quantization" in p.meta]
+    return records + _merged([p.meta["quantization"] for p in partitions
+                              if "quantization" in p.meta])
+
+
+def _merged(records: list[dict]) -> list[dict]:
+    """One program's partitions quantized apart (an MoE's layers between fallback calls:
+    ten partitions): one record, their layers and bytes summed."""
+    if len(records) < 2:
+        return records
+    merged = dict(records[0])
+    for key in ("layers_quantized", "layers_float", "layer_errors"):
+        merged[key] = [row for r in records for row in (r.get(key) or [])]
+    for key in ("weight_bytes_before", "weight_bytes_after"):
+        merged[key] = sum(r[key] for r in records)
+    return [merged]

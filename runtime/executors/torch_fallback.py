@@ -32,6 +32,7 @@ from runtime.custom_ops import register_known
 from runtime.errors import ArtifactError, CompatibilityError, ExecutionError
 from runtime.executors.meta import Entry, PartitionMeta
 from runtime.manifest import Partition
+from runtime.shared_weights import SharedWeights, missing_store
 from runtime.weights import load_checked
 
 # TorchFallbackMeta's file keys by name, for the lowering's index (tensor_index[WEIGHTS_KEY])
@@ -46,7 +47,8 @@ _REBUILD = "rebuild the artifact with `exporter build`"
 @dataclass(frozen=True)
 class TorchFallbackMeta(PartitionMeta):
     program: Entry  # the graph as torch's export JSON
-    weights: Entry  # every tensor it reads, as safetensors
+    # every tensor it reads, as safetensors; None where they are in the shared store
+    weights: Entry | None = None
     schema_version: str | None = None  # torch's export schema, "major.minor" (report)
     # runtime.weights.INDEX_KEY: {"weights": the weights file's index}, checked before reading
     tensor_index: dict[str, dict] | None = None
@@ -76,16 +78,15 @@ class TorchFallbackExecutor:
 
     @classmethod
     def load(cls, partition: Partition, meta: TorchFallbackMeta, files_dir: Path, *,
-             where: str, arena: Arena | None = None, **_: object) -> TorchFallbackExecutor:
+             where: str, arena: Arena | None = None, shared: SharedWeights | None = None,
+             **_: object) -> TorchFallbackExecutor:
         program_path = _entry(partition, files_dir, PROGRAM_KEY, meta.program, where)
-        weights_path = _entry(partition, files_dir, WEIGHTS_KEY, meta.weights, where)
         at_program = f"{where}: {meta.program}"
         raw = _read_json(program_path, where=at_program)
         _check_schema(raw, where=at_program)
         _check_ops(raw, where=f"{where}: partition '{partition.name}'",
                    modules=sorted(set((meta.custom_op_modules or {}).values())))
-        state_dict, constants = _read_weights(weights_path, partition, meta,
-                                              where=f"{where}: {meta.weights}")
+        state_dict, constants = _weights(partition, meta, files_dir, shared, where)
         program = _deserialize(raw, state_dict, constants, where=at_program)
         # module() puts the weights back into the graph (they are lifted inputs in the
         # program) and applies buffer mutations, so it is the one correct way to run it.
@@ -211,10 +212,25 @@ def _op_name(target: str) -> str:
     return f"{parts[2]}::{parts[3]}" if len(parts) >= 4 else target
 
 
-def _read_weights(path: Path, partition: Partition, meta: TorchFallbackMeta, *, where: str
-                  ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
-    index = (meta.tensor_index or {}).get(WEIGHTS_KEY)
-    tensors = load_checked(path, index, partition.device, where=where)
+def _weights(partition: Partition, meta: TorchFallbackMeta, files_dir: Path,
+             shared: SharedWeights | None, where: str
+             ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """(state dict, constants) from the partition's own file or the shared store."""
+    if meta.weights is not None:
+        path = _entry(partition, files_dir, WEIGHTS_KEY, meta.weights, where)
+        index = (meta.tensor_index or {}).get(WEIGHTS_KEY)
+        return _split(load_checked(path, index, partition.device,
+                                   where=f"{where}: {meta.weights}"), f"{where}: {meta.weights}")
+    if not meta.shared_weights:
+        return {}, {}
+    if shared is None:
+        raise missing_store(partition.name, where=where)
+    return _split(shared.tensors(meta.shared_weights, partition.device,
+                                 partition=partition.name), where)
+
+
+def _split(tensors: dict[str, torch.Tensor], where: str
+           ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
     state_dict: dict[str, torch.Tensor] = {}
     constants: dict[str, torch.Tensor] = {}
     for key, tensor in tensors.items():
