@@ -7,6 +7,8 @@ bare ``pip install '.[runtime]'`` without ``--preload``:
 
 - ``edge_exporter::cached_attention``: ours (runtime/generation/attention_op.py); a
   partition holds it where a target could not fuse it (Cohere2-MoE on onnx).
+- ``edge_exporter::grouped_mm_int8`` / ``grouped_mm_int4``: ours, a quantized MoE's
+  experts (runtime/generation/experts_op.py).
 - ``transformers::grouped_mm_fallback``: the experts of every transformers MoE model
   (Mixtral, Qwen-MoE, gpt-oss, ...) on the CPU. Where transformers is installed its own
   registration is imported; where it is not (a device), the kernel below, written here
@@ -17,6 +19,7 @@ bare ``pip install '.[runtime]'`` without ``--preload``:
 
 from __future__ import annotations
 
+import functools
 import importlib
 from typing import Callable
 
@@ -55,14 +58,16 @@ def _transformers_moe() -> None:
                                 _grouped_mm_fallback_fake)
 
 
-def _edge_exporter() -> None:
-    importlib.import_module("runtime.generation.attention_op")
+def _module(name: str) -> Callable[[], object]:
+    return functools.partial(importlib.import_module, name)
 
 
 # "namespace::op" -> what registers it; each runs at most once a process
-KNOWN: dict[str, Callable[[], None]] = {
+KNOWN: dict[str, Callable[[], object]] = {
     "transformers::grouped_mm_fallback": _transformers_moe,
-    "edge_exporter::cached_attention": _edge_exporter,
+    "edge_exporter::cached_attention": _module("runtime.generation.attention_op"),
+    "edge_exporter::grouped_mm_int8": _module("runtime.generation.experts_op"),
+    "edge_exporter::grouped_mm_int4": _module("runtime.generation.experts_op"),
 }
 _registered: set[str] = set()
 

@@ -24,6 +24,7 @@ from torch.fx import Node
 from passes.base import Pass
 from passes.dead_code import EliminateDeadCode
 from passes.quantize import QuantizePT2E
+from passes.quantize_experts import QuantizeExperts
 from passes.quantize_weight_only import QuantizeWeightOnly
 from runtime.manifest import Partition, Requirements
 from targets.options import FallbackPolicy, TargetOptions
@@ -241,11 +242,14 @@ def pipeline(options: LowerOptions, quantize: Pass | None = None,
              fusions: Sequence[Callable[[], Pass]] = ()) -> list[Pass]:
     """A target's pass list, in order: dead-code cleanup first (PT2E's prepare failed on
     dead code, and the fusion patterns assume single users); the target's fusion passes
-    (targets.fusion, unless --no-fuse); the quantizer if --quantize. (--dtype is not a
+    (targets.fusion, unless --no-fuse); with --quantize, an MoE's experts
+    (passes/quantize_experts.py), then the quantizer. (--dtype is not a
     pass: the model is cast before capture, exporter/model/cast.py says why.)"""
     passes: list[Pass] = [EliminateDeadCode()]
     if options.fuse:
         passes += [make() for make in fusions]
+    if options.quantize:  # an MoE's experts, on the CPU fallback whatever the target
+        passes.append(QuantizeExperts(options.quantize))
     if quantize is not None:
         passes.append(quantize)
     return passes

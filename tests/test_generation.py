@@ -342,6 +342,41 @@ def test_cpu_quantized_generating_build(tmp_path_factory, recipe):
     assert len(result.tokens) == 8
 
 
+def test_an_onnx_int8_build_quantizes_the_experts_and_stores_them_once(tmp_path):
+    """A mixture of experts' experts run on the CPU fallback (no ONNX translation of
+    transformers' grouped matmul). --quantize reaches them there (int8 per expert and
+    column; passes/quantize_experts.py): the prefill and decode partitions read one copy
+    from the shared store, no float expert is left, the report says so, and the gate
+    holds (the tiny random model's own gate, as for the cpu builds above)."""
+    from exporter.report.console import fallback_float_weights, quantization_records
+    folder = tiny_lm.checkpoint(tmp_path / "tiny-mixtral", "mixtral")
+    built = exporter.build(f"hf:{folder}", task="text-generation", target="onnx",
+                           quantize="int8-weight", max_context=32, prefill_chunk=8,
+                           min_top1=0.3, max_kl=0.5, out=tmp_path / "moe.artifact")
+    manifest = built.manifest
+    experts = [info for info in quantization_records(manifest) if "expert" in info["how"]]
+    store = {key: spec for index in manifest.shared_weights["entries"].values()
+             for key, spec in index.items()}
+    fallback = [p for entry in [manifest, *manifest.entry_points.values()]
+                for p in entry.partitions if p.backend == "torch"]
+    read = [set(p.meta["shared_weights"].values()) for p in fallback]
+    print(json.dumps({"experts": experts[0]["layers_quantized"],
+                      "bytes": [experts[0]["weight_bytes_before"],
+                                experts[0]["weight_bytes_after"]],
+                      "fallback": [p.name for p in fallback],
+                      "top1": manifest.validation["top1_agreement"]}))
+    assert manifest.validation["passed"]
+    assert len(experts) == 1 and len(experts[0]["layers_quantized"]) == 2 * 2  # 2 layers
+    assert experts[0]["weight_bytes_after"] * 3.5 < experts[0]["weight_bytes_before"]
+    assert fallback_float_weights(manifest) is None  # nothing left in float there
+    assert any(p.name.startswith("decode") for p in fallback) and len(fallback) > 2
+    prefill_keys = set().union(*(k for p, k in zip(fallback, read) if not p.name.startswith("decode")))
+    decode_keys = set().union(*(k for p, k in zip(fallback, read) if p.name.startswith("decode")))
+    assert prefill_keys == decode_keys  # one copy for both entry points
+    assert {store[k][0] for k in prefill_keys} == {"I8", "F32"}  # values, scales
+    assert not any(p.meta.get("weights") for p in fallback)  # none in a file of its own
+
+
 def test_the_float64_reference_runs_mixture_of_experts_models():
     """transformers' default experts kernel (grouped_mm) has no float64 kernel: the
     exact-tokens gate's float64 reference of Qwen2-MoE failed before it ran."""

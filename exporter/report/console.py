@@ -227,7 +227,7 @@ def quantization_lines(manifest: Manifest) -> list[str]:
     for name, info in programs:
         before, after = info["weight_bytes_before"], info["weight_bytes_after"]
         lines.append(f"quantized {info['recipe']} ({info['how']})"
-                     + (f" [{name}]" if len(programs) > 1 else "") + ": "
+                     + (f" [{name}]" if len({n for n, _ in programs}) > 1 else "") + ": "
                      f"{len(info['layers_quantized'])} layer(s) quantized, "
                      f"{len(info['layers_float'])} left in float; weights "
                      f"{before / 1e6:.2f} MB -> {after / 1e6:.2f} MB "
@@ -248,9 +248,10 @@ def quantization_lines(manifest: Manifest) -> list[str]:
         lines.append(f"  left in float on the CPU fallback: {left['tensors']} weight tensor(s), "
                      f"{left['bytes'] / 1e6:.2f} MB ({left['ops']}): --quantize reaches only the "
                      "target's partitions")
-    if len(programs) > 1 and not manifest.shared_weights:  # targets/aoti/base.py shares_weights
+    entries = len({name for name, _ in programs})
+    if entries > 1 and not manifest.shared_weights:  # targets/aoti/base.py shares_weights
         total = sum(info["weight_bytes_after"] for _, info in programs)
-        lines.append(f"each of the {len(programs)} entry points holds its own quantized weights "
+        lines.append(f"each of the {entries} entry points holds its own quantized weights "
                      "(packed into its library for the int8 kernels, not shared): about "
                      f"{total / 1e6:.2f} MB in the file, which can be more than the float build")
     return lines
@@ -274,8 +275,9 @@ def fallback_float_weights(manifest: Manifest) -> dict | None:
         specs = {key: store.get(key) for key in (partition.meta.get("shared_weights") or {}).values()}
         for index in (partition.meta.get("tensor_index") or {}).values():
             specs.update({f"{partition.name}/{name}": spec for name, spec in index.items()})
+        # weights: float, 2-D and up; a quantized tensor's scales (a dim of 1) are not
         found = {key: spec for key, spec in specs.items()
-                 if spec and spec[0] in _FLOATS and len(spec[1]) >= 2}
+                 if spec and spec[0] in _FLOATS and len(spec[1]) >= 2 and 1 not in spec[1]}
         tensors.update(found)
         if found:
             ops.update(op.replace(".", "::", 1) for op in partition.meta.get("custom_ops") or ())
@@ -322,7 +324,9 @@ def quantization_records(manifest: Manifest) -> list[dict]:
 
 
 def _records(passes: list[dict], partitions: list) -> list[dict]:
-    records = [r["info"] for r in passes if r["name"] == "quantize"]
+    # the experts' pass records only where there were experts (passes/quantize_experts.py)
+    records = [r["info"] for r in passes if r["name"] == "quantize"
+               or r["name"] == "quantize_experts" and r.get("info")]
     return records + _merged([p.meta["quantization"] for p in partitions
                               if "quantization" in p.meta])
 
