@@ -23,19 +23,21 @@ pytest.importorskip("transformers")
 
 # make test runs one family per cache shape (full layers, rings, mixed layers, absolute
 # positions); make test-slow runs all nine.
-FAST_FAMILIES = ("llama", "mistral", "gemma3", "gpt2", "deepseek_v3", "llama4-temperature")
+FAST_FAMILIES = ("llama", "mistral", "gemma3", "gpt2", "deepseek_v3", "llama4-temperature",
+                 "diffllama")
 
 
 @pytest.mark.parametrize("family", [f if f in FAST_FAMILIES else
                                     pytest.param(f, marks=pytest.mark.slow)
                                     for f in (*tiny_lm.FAMILIES, "deepseek_v3",
-                                              "llama4-temperature")])
+                                              "llama4-temperature", "diffllama")])
 def test_cache_contract_matches_hf_generate(family):
     """Prefill in chunks of 8 then decode with the runtime's cache gives Hugging Face's
     greedy tokens: full layers, rings (prompt and generation cross the window of 12),
     mixed layers, GQA, GPT-2's absolute positions, DeepSeek-V3's cached latents (its
     attention is the model's own: the cache rows are not its keys), Llama 4's temperature
-    by position (read from the cache's length in every chunk and step)."""
+    by position (read from the cache's length in every chunk and step), DiffLlama's
+    differential attention (its values are not the cache's rows)."""
     model = tiny_lm.model(family)
     prompt = torch.randint(3, tiny_lm.VOCAB, (1, 21), generator=torch.Generator().manual_seed(1))
     from exporter.lm.validate import hf_greedy

@@ -220,13 +220,11 @@ def _layer_of(layers: list, module: torch.nn.Module, key: torch.Tensor,
     layer = layers[index]
     if layer.cross_keys is not None and key is layer.cross_keys:
         return None  # an encoder-decoder's cross-attention (its self-attention's layer_idx)
-    past, new = layer.past, layer.new
-    if past[0] is None or new is None or key.shape[-2] != past[0].shape[-2] + new[0].shape[-2]:
-        return None
-    # the cache rows must be the keys and values themselves: multi-head latent attention
-    # (DeepSeek-V3) caches compressed latents and expands them after reading the cache
-    if (new[0].shape[1], new[0].shape[-1], new[1].shape[1], new[1].shape[-1]) != \
-            (key.shape[1], key.shape[-1], value.shape[1], value.shape[-1]):
+    # the call must attend with the very rows the cache handed out: multi-head latent
+    # attention (DeepSeek-V3) caches compressed latents and expands them after reading
+    # the cache; differential attention (DiffLlama) splits and repeats the values (of the
+    # cache's shape: a shape check let its steps compute with the wrong values)
+    if layer.handed is None or key is not layer.handed[0] or value is not layer.handed[1]:
         return None
     return layer
 

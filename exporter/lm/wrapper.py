@@ -37,6 +37,7 @@ class ChunkLayer(CacheLayerMixin):
         self.past = (past_k, past_v)
         self.is_sliding = sliding
         self.new: tuple[torch.Tensor, torch.Tensor] | None = None
+        self.handed: tuple[torch.Tensor, torch.Tensor] | None = None
         # an encoder-decoder's cross keys for this layer (exporter/lm/seq2seq.py): the
         # attention call that gets them is the cross-attention, not this layer's own
         self.cross_keys: torch.Tensor | None = None
@@ -51,8 +52,11 @@ class ChunkLayer(CacheLayerMixin):
         past_k, past_v = self.past
         if past_k is None:  # the layout probe: no past
             return key_states, value_states
-        return (torch.cat([past_k, key_states], dim=-2),
-                torch.cat([past_v, value_states], dim=-2))
+        # what the attention call must be handed for the in-place step to stand in for it
+        # (exporter/lm/attention.py _layer_of)
+        self.handed = (torch.cat([past_k, key_states], dim=-2),
+                       torch.cat([past_v, value_states], dim=-2))
+        return self.handed
 
     def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
         # asked only by the layout probe (the entry points pass their own 4D masks)

@@ -57,6 +57,9 @@ def config(family: str, window: int = 12):
             num_experts_per_tok=1, moe_layers=[1], no_rope_layers=[1, 0],
             attention_chunk_size=None, layer_types=["full_attention"] * 2,
             floor_scale=4, attn_scale=0.5, pad_token_id=0),
+        # differential attention: its attention calls get the cached values split and
+        # repeated (the in-place step must not stand in for them)
+        "diffllama": lambda: tf.DiffLlamaConfig(**_COMMON),
         # a mixture of experts (transformers' grouped experts op on the CPU fallback)
         "mixtral": lambda: tf.MixtralConfig(**_COMMON, num_local_experts=4,
                                             num_experts_per_tok=2),
