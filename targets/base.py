@@ -187,13 +187,15 @@ class Target(abc.ABC):
         return {}
 
     def intermediate_values(self, folder: Path, partition: Partition,
-                            wanted: dict[str, torch.dtype], inputs: list
+                            wanted: dict[str, torch.dtype], inputs: list,
+                            shared: dict[str, torch.Tensor] | None = None
                             ) -> list[tuple[str, str, torch.Tensor]]:
         """For bisect, once it has blamed one of this target's partitions (its files
         extracted under ``folder``): ``(backend op, value name, value)`` for the values of
         ``wanted`` (node name of the partition's program -> dtype) the backend can expose,
-        run on ``inputs``, in its own graph order. Empty where it cannot say; the exporter
-        compares them with eager's."""
+        run on ``inputs``, in its own graph order. ``shared``: the tensors the partition
+        reads from the artifact's shared store, by the names its meta gives them. Empty
+        where it cannot say; the exporter compares them with eager's."""
         return []
 
     def op_times(self, folder: Path, partition: Partition, inputs: list, runs: int

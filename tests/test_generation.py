@@ -379,6 +379,44 @@ def test_an_onnx_int8_build_quantizes_the_experts_and_stores_them_once(tmp_path)
     assert not any(p.meta.get("weights") for p in fallback)  # none in a file of its own
 
 
+def test_a_divergence_is_bisected_to_the_op_that_parts_from_eager(cli, tmp_path):
+    """An fp32 generating build that does not generate transformers' tokens says where:
+    the step of the first divergence is re-created (the cache filled eagerly), bisected to
+    a partition and, inside ONNX Runtime's, to the first value that differs: here the
+    router's TopK breaking a tie of all-underflowed scores as torch.topk does not."""
+    out = tmp_path / "tie.artifact"
+    done = cli("build", f"{ROOT / 'tests' / 'models' / 'tie_router.py'}:factory",
+               "--task", "text-generation", "--target", "onnx", "--max-context", "32",
+               "--json", "--out", str(out))
+    print(done.stderr[-1500:])
+    assert done.returncode == 1 and not out.exists()
+    found = json.loads(done.stdout)["validation"]["bisect"]
+    assert found["first_divergent"] is not None and "step" in found["case"]
+    inside = found["inside"]
+    assert inside["backend_op"] == "TopK" and "modeling_afmoe.py" in inside["source"]
+    assert "<- first to diverge" in done.stderr and "onnxruntime op TopK" in done.stderr
+    kl = json.loads(done.stdout)["validation"]["mean_kl"]
+    assert isinstance(kl, float) and kl < 1  # finite: the router's + 1e-20 survived the export
+
+
+def test_a_model_that_fails_eagerly_is_said_so_with_its_line(tmp_path):
+    """AFMoE's masks need a sliding_window in its config: without one the model raises on
+    any input. That is the model's (exit 2, its line), not 'an internal error' (exit 4)."""
+    import transformers as tf
+
+    from exporter.errors import SpecError
+    config = tf.AfmoeConfig(vocab_size=64, hidden_size=32, intermediate_size=64,
+                            num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
+                            head_dim=16, num_experts=2, num_experts_per_tok=1,
+                            moe_intermediate_size=16, sliding_window=None)
+    model = tf.AutoModelForCausalLM.from_config(config).eval()
+    with pytest.raises(SpecError, match="fails in eager PyTorch") as info:
+        exporter.build(model, task="text-generation", target="onnx", max_context=16,
+                       out=tmp_path / "a.artifact")
+    print(info.value)
+    assert "sliding_window" in str(info.value) and "masking_utils.py" in str(info.value)
+
+
 def test_the_float64_reference_runs_mixture_of_experts_models():
     """transformers' default experts kernel (grouped_mm) has no float64 kernel: the
     exact-tokens gate's float64 reference of Qwen2-MoE failed before it ran."""

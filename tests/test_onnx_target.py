@@ -185,3 +185,24 @@ def test_inspect_plots_the_memory_plan(custom_onnx, cli, tmp_path):
     assert list(tmp_path.iterdir()) == [png], "no partial file left beside it"
     missing = cli("inspect", str(out), "--plot", str(tmp_path / "no" / "plan.png"))
     assert missing.returncode == 2 and "does not exist" in missing.stderr
+
+
+class _EpsilonDenominator(torch.nn.Module):
+    """A router's normalization: weights / (their sum + 1e-20), as AFMoE and DeepSeek
+    routers write it; all-zero weights (scores that underflowed) must give 0, not NaN."""
+
+    def forward(self, weights):
+        return weights / (weights.sum(-1, keepdim=True) + 1e-20)
+
+
+def test_tiny_epsilons_survive_the_onnx_optimizer(tmp_path):
+    """torch.onnx's optimizer took ``x + 1e-20`` for ``x + 0`` and dropped it
+    (targets/onnx/torch_onnx.py exact_no_op_rules): an AFMoE build generated NaN logits."""
+    import exporter
+    import runtime
+    zeros = torch.zeros(3, 4)
+    built = exporter.build(_EpsilonDenominator(), (zeros,), target="onnx",
+                           out=tmp_path / "eps.artifact")
+    got = runtime.load(built.artifact)(zeros)
+    print(got)
+    assert torch.equal(got, torch.zeros(3, 4))

@@ -128,9 +128,35 @@ def _entry_points(lm: LanguageModel, model: torch.nn.Module, target, settings: B
                         hint="--task text-generation builds decoders of full and "
                              "sliding-window attention layers; build its plain forward "
                              "pass (--task causal-lm) instead") from None
+    except Exception as exc:  # noqa: BLE001 - the model's own forward raised
+        raise _probe_failed(lm, model, exc) from exc
     wrapper = ExportableCausalLM(model, layout, target.step_attention).eval()
     return layout, None, lambda one_program: entry_specs(lm, wrapper, layout, chunk,
                                                          one_program)
+
+
+def _probe_failed(lm: LanguageModel, model: torch.nn.Module, exc: Exception) -> Exception:
+    """The model raised when run on two tokens with the step's cache. If it raises without
+    a cache too, it does not run in eager PyTorch at all (its config: AFMoE without a
+    sliding_window): the user's to fix, exit 2. Otherwise the step's cache is what it
+    cannot take: this exporter's limit, exit 3. Either way: the stage, the error and its
+    line, not "an internal error"."""
+    where = find_user_frame(exc)
+    said = f"{type(exc).__name__}: {str(exc).strip()[:200]}"
+    try:
+        with torch.no_grad():
+            model(input_ids=torch.zeros(1, 2, dtype=torch.long,
+                                        device=next(model.parameters()).device))
+    except Exception:  # noqa: BLE001 - the same failure without our cache
+        return SpecError(f"{type(model).__name__} fails in eager PyTorch on two tokens "
+                         f"({said})", where=str(where) if where else lm.source,
+                         hint="fix the model or its config so that model(input_ids) runs; "
+                              "the build starts from a model that runs eagerly")
+    return ExportFailedError(
+        f"{type(model).__name__} runs eagerly but not with the generating step's KV cache "
+        f"({said})", where=str(where) if where else lm.source,
+        hint="stage: probe the cache layout (exporter/lm/wrapper.py); build its plain "
+             "forward pass (--task causal-lm) instead, and please report the model")
 
 
 def _capture_entry_points(target, reference: ModelSpec, out: Path, settings: BuildSettings,
@@ -263,7 +289,7 @@ def build_generating(spec: str | torch.nn.Module, settings: BuildSettings, *,
             from exporter.lm.validate import validate_generation
             with timed("validate generation (subprocess)"):
                 record = validate_generation(out, manifest, files, lm, settings,
-                                             preload_for(manifest, lm.origin_file))
+                                             preload_for(manifest, lm.origin_file), preps)
             measured.update(record.pop("measured", {}))
             manifest.validation = record
         else:

@@ -17,16 +17,19 @@ process, generates greedily from several prompts while this process runs Hugging
 from __future__ import annotations
 
 import logging
+import math
 import os
 from pathlib import Path
 
 import torch
 
 from exporter.errors import BuildError, ValidationFailedError
+from exporter.lm.bisect import bisect_generation
 from exporter.lm.gate import EagerLogits, GenerationGate, judge_case, summary_lines
 from exporter.lm.seq2seq import source_vocab
 from exporter.lm.source import LanguageModel
 from exporter.settings import BuildSettings
+from exporter.validation.bisect import bisect_lines
 from exporter.validation.validate import ArtifactRun, crashed, keep_failed
 from runtime import scratch
 from runtime.archive_writer import write_artifact
@@ -44,8 +47,11 @@ END_TOKENS = 16  # the new tokens of the case that ends at the context bound
 
 
 def validate_generation(out: Path, manifest: Manifest, files: dict, lm: LanguageModel,
-                        settings: BuildSettings, preload: list[str]) -> dict:
-    """The build's check: the staged artifact beside ``out`` generates; a miss raises."""
+                        settings: BuildSettings, preload: list[str],
+                        preps: dict | None = None) -> dict:
+    """The build's check: the staged artifact beside ``out`` generates; a miss raises,
+    an fp32 one with the bisect of its first divergence (``preps``: the entry points'
+    prepared programs, exporter/lm/bisect.py)."""
     gate = GenerationGate.for_build(settings.dtype, settings.quantize,
                                     min_top1=settings.min_top1, max_kl=settings.max_kl)
     staging = scratch.record(out.with_name(f".{out.name}.validating-{os.getpid()}"))
@@ -53,15 +59,22 @@ def validate_generation(out: Path, manifest: Manifest, files: dict, lm: Language
     try:
         record = judge_generation(staging, manifest.generation, lm, gate, settings.seed,
                                   settings.validation_timeout_s, preload)
+        if not record["passed"] and gate.exact_tokens and preps:
+            found = _bisect(staging, manifest, preps, lm, record, settings)
+            if found is not None:
+                record["bisect"] = found
     except BuildError as exc:  # the artifact crashed the validation process
         raise crashed(exc, out, manifest, files, settings.keep_failed) from exc
     finally:
         scratch.remove(staging)
     if not record["passed"]:
+        details = summary_lines(record) + (bisect_lines(record["bisect"])
+                                           if "bisect" in record else [])
+        record = json_safe(record)  # an artifact's NaN logits make a NaN KL
         manifest.validation = record
         kept = keep_failed(out, manifest, files) if settings.keep_failed else None
         raise ValidationFailedError(
-            gate.failure(), record=record, where=str(kept or out), details=summary_lines(record),
+            gate.failure(), record=record, where=str(kept or out), details=details,
             hint=(f"the failed artifact was kept at {kept}" if kept else "no new artifact was "
                   "written (a file already at the output is left as it was; --keep-failed "
                   "keeps it)") + ("; the first divergence above names the prompt, the "
@@ -69,6 +82,33 @@ def validate_generation(out: Path, manifest: Manifest, files: dict, lm: Language
                                   else "; the lines above name each prompt's largest logit "
                                   "and cache errors"))
     return record
+
+
+def json_safe(value):
+    """``value`` with each NaN or infinite float written as a string ("nan", "inf"): the
+    manifest is strict JSON, and a failed record is kept (--keep-failed) and printed
+    (--json) as it is."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {key: json_safe(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(item) for item in value]
+    return value
+
+
+def _bisect(staging: Path, manifest: Manifest, preps: dict, lm: LanguageModel, record: dict,
+            settings: BuildSettings) -> dict | None:
+    """The first divergence's step, bisected to a partition (or the first failing case's
+    first step when its tokens agree but its logits do not)."""
+    first = record.get("first_divergence")
+    row = next((r for r in record["outputs"] if r["case"] == (first or {}).get("case")),
+               None) or next(r for r in record["outputs"] if not r["passed"])
+    index = int(row["case"].removeprefix("case"))
+    prompt = generation_cases(lm, manifest.generation, settings.seed)[index][0]
+    step = first["step"] if first and first["case"] == row["case"] else 0
+    return bisect_generation(staging, manifest, preps, prompt, row["tokens"], step,
+                             row["case"], settings.dtype)
 
 
 def judge_generation(artifact: Path, generation: dict, lm: LanguageModel,

@@ -39,50 +39,55 @@ MAX_OPS_LISTED = 8
 
 def bisect(artifact: Path, manifest: Manifest, program: ExportedProgram, case: Case,
            eager_outputs: list[torch.Tensor], dtype: str, device: str,
-           partition_programs: dict[str, ExportedProgram]) -> dict:
+           partition_programs: dict[str, ExportedProgram], entry: str | None = None) -> dict:
     """{"case", "partitions": [rows in run order], "first_divergent": name or None,
     "ops": [...of that partition], "inside": {...} where its target can look inside (the first value
     inside that diverges, or how many were compared), "capture": {...} when
     no partition diverged}. ``device``: where the program was captured (its weights live
-    there); ``partition_programs``: each partition's own program, as lowered."""
-    inputs = [case.inputs[spec.name].to(device) for spec in manifest.signature.inputs]
-    names = value_names(program, [s.name for s in manifest.signature.inputs],
-                        [s.name for s in manifest.signature.outputs])
+    there); ``partition_programs``: each partition's own program, as lowered; ``entry``:
+    a further entry point's program (a generating artifact's ``decode``), not the main one."""
+    view = manifest.entry_points[entry] if entry else manifest  # signature, partitions, coverage
+    inputs = [case.inputs[spec.name].to(device) for spec in view.signature.inputs]
+    names = value_names(program, [s.name for s in view.signature.inputs],
+                        [s.name for s in view.signature.outputs])
     values = {names[node]: value for node, value in node_values(program, inputs).items()
               if node in names and node.op != "output"}  # the output node may share a name
     loaded = runtime.load(artifact, cuda_graphs=False, arenas=False)
+    executors = (loaded.entry_points[entry] if entry else loaded).executors
     limit = DIVERGES.get(dtype, DIVERGES["fp32"])
     rows = [_judge(partition, execute, values, limit)
-            for partition, execute in zip(manifest.partitions, loaded.executors)]
+            for partition, execute in zip(view.partitions, executors)]
     first = next((row["partition"] for row in rows if row["diverges"]), None)
     result: dict = {"case": case.name, "limit": limit, "partitions": rows,
                     "first_divergent": first}
     if first is not None:
+        # an entry point's coverage names its partitions without the entry's prefix
+        named = {first, first.removeprefix(f"{entry}_")} if entry else {first}
         result["ops"] = [{"node": c["node"], "op": c["op"], "source": c.get("source")}
-                         for c in manifest.coverage if c.get("partition") == first]
-        partition = next(p for p in manifest.partitions if p.name == first)
+                         for c in view.coverage if c.get("partition") in named]
+        partition = next(p for p in view.partitions if p.name == first)
         sub_program = partition_programs.get(first)
         target = for_backend(partition.backend)
         if target is not None and sub_program is not None:
             try:
                 result["inside"] = look_inside(
-                    artifact, target, partition, sub_program,
+                    artifact, manifest, target, partition, sub_program,
                     [values[name] for name in partition.inputs], limit,
                     {c["node"]: c.get("source") for c in manifest.coverage})
             except Exception as exc:  # optional detail: the partition is already named
                 log.warning("could not look inside partition %s (%s: %s)", first,
                             type(exc).__name__, exc)
     else:
-        outputs = [values[spec.name] for spec in manifest.signature.outputs]
+        outputs = [values[spec.name] for spec in view.signature.outputs]
         result["capture"] = [_difference(spec.name, got, want.to(got.device), limit)
-                             for spec, got, want in zip(manifest.signature.outputs, outputs,
+                             for spec, got, want in zip(view.signature.outputs, outputs,
                                                         eager_outputs)]
     return result
 
 
-def look_inside(artifact: Path, target, partition, sub_program: ExportedProgram,
-                inputs: list[torch.Tensor], limit: float, sources: dict[str, str | None]
-                ) -> dict | None:
+def look_inside(artifact: Path, manifest: Manifest, target, partition,
+                sub_program: ExportedProgram, inputs: list[torch.Tensor], limit: float,
+                sources: dict[str, str | None]) -> dict | None:
     """The first value inside a partition that parts from eager, as Polygraphy's "mark
     all" finds it: the target exposes what its backend computed for the nodes of the
     partition's own program (``Target.intermediate_values``), in its graph order, and
@@ -96,10 +101,18 @@ def look_inside(artifact: Path, target, partition, sub_program: ExportedProgram,
     nodes = {node.name: node for node in sub_program.graph.nodes if node.op == "call_function"}
     reference = {node.name: value for node, value in node_values(sub_program, inputs).items()
                  if node.name in nodes and isinstance(value, torch.Tensor)}
+    from runtime.shared_weights import SharedWeights, shared_entries
+
+    names = partition.meta.get("shared_weights")
     with ArtifactReader.open(artifact) as reader:
-        folder = reader.extract_private(partition.files)
-        produced = target.intermediate_values(
-            folder, partition, {name: value.dtype for name, value in reference.items()}, inputs)
+        store = shared_entries(manifest.shared_weights) if names else []
+        folder = reader.extract_private([*partition.files, *store])
+        shared = (SharedWeights.from_manifest(manifest.shared_weights, folder, where=str(artifact))
+                  .tensors(names, "cpu", partition=partition.name) if names else None)
+        wanted = {name: value.dtype for name, value in reference.items()}
+        # a plug-in target written before ``shared`` existed is called as it was
+        produced = (target.intermediate_values(folder, partition, wanted, inputs, shared=shared)
+                    if shared else target.intermediate_values(folder, partition, wanted, inputs))
     if not produced:
         return None
     for backend_op, name, value in produced:

@@ -13,13 +13,16 @@ from typing import Callable
 import torch
 
 from passes.rewrite import module_path
+from runtime.executors.ort_shared import supply_shared
 from targets.errors import TargetOptionError
 
 
-def intermediate_values(model_path: Path, wanted: dict[str, torch.dtype], inputs: list
+def intermediate_values(model_path: Path, wanted: dict[str, torch.dtype], inputs: list,
+                        shared: dict[str, torch.Tensor] | None = None
                         ) -> list[tuple[str, str, torch.Tensor]]:
     """(ONNX op type, value name, value) for each value of ``wanted`` (name -> dtype) the
-    ONNX graph produces, in graph order. bfloat16 values are skipped (numpy has none)."""
+    ONNX graph produces, in graph order. bfloat16 values are skipped (numpy has none).
+    ``shared``: the initializers the partition takes from the artifact's shared store."""
     import numpy as np
     import onnx
     import onnxruntime as ort
@@ -35,10 +38,14 @@ def intermediate_values(model_path: Path, wanted: dict[str, torch.dtype], inputs
             model.graph.output.append(onnx.helper.make_tensor_value_info(name, element, None))
     marked = model_path.with_name(model_path.stem + ".marked.onnx")  # beside its external data
     onnx.save(model, str(marked))
-    session = ort.InferenceSession(str(marked), providers=["CPUExecutionProvider"])
+    options = ort.SessionOptions()
+    kept = supply_shared(ort, options, shared, in_memory_files=True, partition=model_path.parent.name,
+                         where=str(model_path)) if shared else []
+    session = ort.InferenceSession(str(marked), options, providers=["CPUExecutionProvider"])
     feeds = {arg.name: t.detach().cpu().numpy() for arg, t in zip(session.get_inputs(), inputs)}
     names = [name for _, name in produced]
     got = dict(zip(names, session.run(names, feeds)))
+    del kept  # ORT read the shared tensors' buffers in place until here
     return [(op_type, name, torch.from_numpy(got[name])) for op_type, name in produced]
 
 

@@ -45,7 +45,8 @@ from targets.onnx.shared import externalize
 from targets.onnx.packed_attention import pack_attention_inputs
 from targets.onnx.providers import provider_names, refuse_bf16_on_cpu_only
 from targets.onnx.stored_rows import store_new_rows
-from targets.onnx.torch_onnx import new_report_dir, quiet_registry, without_input_guards
+from targets.onnx.torch_onnx import (exact_no_op_rules, new_report_dir, quiet_registry,
+                                     without_input_guards)
 from targets.onnx.quantize import NBITS_BLOCK, NBITS_BLOCKS, RECIPES, quantize_model
 from targets.onnx.rotary import fuse_rotary_embeddings
 from targets.onnx.skip_norm import fuse_skip_rms_norms
@@ -275,7 +276,7 @@ class OnnxTarget(Target):
         report_dir = new_report_dir(options)
         start = time.perf_counter()
         try:
-            with quiet_registry(), without_input_guards(program):
+            with quiet_registry(), without_input_guards(program), exact_no_op_rules():
                 onnx_program = torch.onnx.export(
                     program, (), dynamo=True, optimize=True, report=True,
                     artifacts_dir=report_dir, verbose=False,
@@ -345,8 +346,10 @@ class OnnxTarget(Target):
         return {"onnxruntime": partition.meta.get("onnxruntime")}
 
     def intermediate_values(self, folder: Path, partition: Partition, wanted: dict,
-                            inputs: list) -> list[tuple[str, str, torch.Tensor]]:
-        return inside.intermediate_values(folder / partition.meta["model"], wanted, inputs)
+                            inputs: list, shared: dict | None = None
+                            ) -> list[tuple[str, str, torch.Tensor]]:
+        return inside.intermediate_values(folder / partition.meta["model"], wanted, inputs,
+                                          shared or {})
 
     def op_times(self, folder: Path, partition: Partition, inputs: list, runs: int
                  ) -> list[dict]:

@@ -1,6 +1,7 @@
 """Calling torch.onnx on a partition: what the onnx target wraps around the call.
 
-Its registry quiet, the program's input guards off, and a report folder for a failure.
+Its registry quiet, the program's input guards off, its optimizer's no-op rules exact,
+and a report folder for a failure.
 """
 
 from __future__ import annotations
@@ -44,6 +45,51 @@ def without_input_guards(program: ExportedProgram):
         yield
     finally:
         program.example_inputs = kept
+
+
+@contextlib.contextmanager
+def exact_no_op_rules():
+    """torch.onnx's optimizer (onnxscript, ``optimize=True``) drops ``x + c``, ``x - c``,
+    ``x * c`` and ``x / c`` as no-ops where ``c`` is within 1e-8 (absolute) or 1e-5
+    (relative) of 0 or 1. An epsilon is not a no-op: AFMoE's router divides by
+    ``sum + 1e-20``, and with the add gone a token whose expert scores all underflowed got
+    0 / 0 = NaN logits on onnx (tests/test_onnx_target.py keeps such an add). For the
+    export, the constants of those rules match exactly."""
+    constants = list(_no_op_constants())
+    saved = [(c, c._rel_tol, c._abs_tol) for c in constants]
+    for constant in constants:
+        constant._rel_tol = constant._abs_tol = 0.0
+    try:
+        yield
+    finally:
+        for constant, rel, absolute in saved:
+            constant._rel_tol, constant._abs_tol = rel, absolute
+
+
+def _no_op_constants():
+    """The scalar constant patterns (``_pattern_ir.Constant``) inside onnxscript's no-op
+    rules, found by walking the rules' attributes (their layout is onnxscript's own)."""
+    try:
+        from onnxscript.rewriter import _pattern_ir
+        from onnxscript.rewriter.rules.common import _no_op
+    except ImportError:  # another onnxscript: its test in tests/test_onnx_target.py says
+        return
+    seen: set[int] = set()
+    stack = list(_no_op.rules.rules)
+    while stack:
+        item = stack.pop()
+        if id(item) in seen or isinstance(item, str | int | float | bytes | type(None)):
+            continue
+        seen.add(id(item))
+        if isinstance(item, _pattern_ir.Constant):
+            yield item
+        elif isinstance(item, list | tuple | set):
+            stack.extend(item)
+        elif isinstance(item, dict):
+            stack.extend(item.values())
+        elif type(item).__module__.startswith("onnxscript.rewriter"):
+            stack.extend(vars(item).values() if hasattr(item, "__dict__") else ())
+            stack.extend(getattr(item, slot, None) for slot in getattr(type(item), "__slots__", ()))
 
 
 def new_report_dir(options: LowerOptions) -> Path:
