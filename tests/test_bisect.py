@@ -72,7 +72,7 @@ def test_a_correct_artifact_has_nothing_to_blame(monkeypatch, tmp_path):
         (partition,) = manifest.partitions
         inputs = [case.inputs[name] for name in partition.inputs]
         seen["inside"] = bisect_module.look_inside(
-            artifact, get_target("onnx"), partition, programs[partition.name], inputs,
+            artifact, manifest, get_target("onnx"), partition, programs[partition.name], inputs,
             result["limit"], {})
         seen["result"] = result
         return result
