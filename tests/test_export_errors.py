@@ -266,3 +266,24 @@ def test_a_failure_in_the_exporters_own_code_is_not_blamed_on_the_model():
     print(error)
     assert "exporter's own code" in str(error) and "attention_op.py" in str(error)
     assert "runs eagerly" not in str(error)
+
+
+def test_a_loop_over_data_in_a_library_is_not_the_users_to_fix(tmp_path):
+    """DBRX's experts loop over the experts a batch hit (transformers' code): a
+    data-dependent loop, said as control flow in that package, without proposing
+    torch._check in a file the user does not own."""
+    transformers = pytest.importorskip("transformers")
+    import exporter
+    from exporter.errors import ExportFailedError
+    config = transformers.DbrxConfig(
+        d_model=32, n_heads=2, n_layers=1, max_seq_len=64, vocab_size=64,
+        attn_config={"kv_n_heads": 1, "rope_theta": 10000.0, "clip_qkv": 8.0},
+        ffn_config={"ffn_hidden_size": 32, "moe_num_experts": 2, "moe_top_k": 1})
+    model = transformers.AutoModelForCausalLM.from_config(config).eval()
+    with pytest.raises(ExportFailedError) as info:
+        exporter.build(model, task="text-generation", target="onnx", max_context=16,
+                       out=tmp_path / "dbrx.artifact")
+    err = info.value
+    print(err, "|", err.hint)
+    assert "data-dependent control flow" in str(err) and "modeling_dbrx.py" in str(err)
+    assert "transformers package's code" in err.hint and "torch._check" not in err.hint

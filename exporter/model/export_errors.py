@@ -61,7 +61,9 @@ def _find(exc: BaseException, type_name: str) -> BaseException | None:
     return next((e for e in exception_chain(exc) if type(e).__name__ == type_name), None)
 
 
-_CONTROL_FLOW_LINE = re.compile(r"^(if|elif|while|assert)\b|\bif\b.+\belse\b")
+# a loop over a tensor's rows (DBRX's ``for expert_idx in expert_hit:``) runs as many
+# times as the data says: control flow too
+_CONTROL_FLOW_LINE = re.compile(r"^(if|elif|while|assert|for)\b|\bif\b.+\belse\b")
 _CHECK_SUGGESTION = re.compile(r"^\s*\d+\.\s+(torch\._check\(.*\))\s*$", re.M)
 _DATA_DEP_COND = re.compile(r"data-dependent expression (.+?) \(unhinted")
 
@@ -76,8 +78,8 @@ def _data_dependent(exc: BaseException, where: SourceLine | None) -> _Explanatio
     if cond is None:
         cond = match.group(1) if match else "?"
     checks = _CHECK_SUGGESTION.findall(message)
+    library = installed_package(where.file) if where else None  # not the user's to edit
     if where and _CONTROL_FLOW_LINE.search(where.code):
-        library = installed_package(where.file)  # transformers' code: not the user's to edit
         return _Explanation(
             f"The model branches on tensor data (data-dependent control flow), which "
             f"torch.export cannot capture: the condition `{cond}` is unknown while tracing",
@@ -87,6 +89,15 @@ def _data_dependent(exc: BaseException, where: SourceLine | None) -> _Explanatio
             "rewrite the branch with torch.cond(pred, true_fn, false_fn, operands) so both "
             "sides are captured, or move the decision out of the model and export one fixed "
             "branch", [])
+    if library:
+        return _Explanation(
+            f"A shape depends on tensor data (data-dependent shape) in the {library} "
+            f"package's code for this model, and torch.export cannot decide `{cond}` for it "
+            "while tracing",
+            f"the line above is {library}'s, not yours: look for a config option or an "
+            "implementation switch that avoids it (for a transformers mixture of experts, "
+            "a newer transformers whose experts take set_experts_implementation), or report "
+            "the line", [f"suggested by torch: {c}" for c in checks])
     hint = ("tell torch.export what holds with torch._check before that line"
             + (f", e.g. {' or '.join(f'`{c}`' for c in checks)}" if checks else "")
             + "; for a size computed with .item(), add torch._check_is_size(n) (and "
