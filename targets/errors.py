@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import time
+import traceback
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -55,7 +56,8 @@ class LoweringError(ToolchainError):
         log_dir.mkdir(parents=True, exist_ok=True)
         stamp = time.strftime("%Y%m%d-%H%M%S")
         log_path = log_dir / f"exporter-{target}-{partition or 'compile'}-{stamp}.log"
-        log_path.write_text(f"{type(exc).__name__}: {text}\n")
+        # the whole traceback: the message alone was one line ("... is not solvable")
+        log_path.write_text("".join(traceback.format_exception(exc)))
         return cls(f"{what} ({type(exc).__name__}: {first})", where=where or str(log_path),
                    details=details if details is not None
                    else [f"{n.name}: {n.target}" for n in nodes],

@@ -142,3 +142,31 @@ def test_an_unexpected_exception_is_exit_4_with_stage_and_log(capsys):
     log = err.split("the traceback is in ")[1].split(".log")[0] + ".log"
     with open(log) as f:
         assert "KeyError: 'partition_meta'" in f.read()
+
+
+def test_an_inductor_failure_is_not_blamed_on_the_cpp_toolchain(tmp_path):
+    """DeepSeek-V2 on cpu: Inductor asserted ("... is not solvable") before any C++ ran,
+    and the hint sent the user to check their compiler, with a one-line log. Now the hint
+    says whose limit it is and the log holds the traceback; a compiler failure keeps the
+    compiler hint."""
+    from targets import get_target
+    target = get_target("cpu")
+    options = LowerOptions(work_dir=tmp_path, log_dir=tmp_path)
+
+    def raised(exc):
+        try:
+            raise exc
+        except Exception as caught:  # a traceback, as a real failure has
+            return caught
+
+    inductor = target._lowering_error(raised(AssertionError("Eq(4*s21, s49) is not solvable")),
+                                      options)
+    print(inductor, "|", inductor.hint)
+    assert "torch's compiler, not of your toolchain" in inductor.hint
+    log = next(tmp_path.glob("exporter-cpu-*.log")).read_text()
+    assert "Traceback" in log and "is not solvable" in log
+
+    class CppCompileError(RuntimeError):
+        pass
+    compiler = target._lowering_error(raised(CppCompileError("g++ failed")), options)
+    assert "check that a C++ compiler works" in compiler.hint

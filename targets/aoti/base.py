@@ -250,11 +250,17 @@ class AOTInductorTarget(Target):
         if TIMED_OUT in str(exc):
             limit = self.own_options(options).compile_timeout_s
             summary = lambda _: f"the C++ compiler did not finish within --compile-timeout {limit} s"  # noqa: E731
+        toolchain = summary is not None or any(
+            type(e).__name__ in ("CppCompileError", "CalledProcessError", "FileNotFoundError")
+            for e in _chain(exc))
         return LoweringError.from_exception(
             exc, what, target=self.name, log_dir=options.log_dir or Path(tempfile.gettempdir()),
             movable=False, summary=summary, details=[],
             hint="read the log; run with --debug for the traceback; check that a C++ compiler "
-                 "works (`exporter targets`)")
+                 "works (`exporter targets`)" if toolchain else
+                 f"Inductor (torch {torch.__version__}) failed on this graph before any C++ "
+                 "was compiled: a limit of torch's compiler, not of your toolchain; the log "
+                 "holds its traceback; try --target onnx, or another torch version")
 
     def doctor_checks(self) -> list[Check]:
         """The compiler probe the build itself uses (choose_cxx), so they never disagree."""
@@ -273,3 +279,11 @@ class AOTInductorTarget(Target):
             return [compiler, Check("timeout", OK, "coreutils timeout: --compile-timeout works")]
         return [compiler, Check("timeout", PROBLEM, "no `timeout` command: a hung compiler "
                                 "hangs the build", "install coreutils")]
+
+
+def _chain(exc: BaseException | None):
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        yield exc
+        exc = exc.__cause__ or exc.__context__
