@@ -30,14 +30,16 @@ FAST_FAMILIES = ("llama", "mistral", "gemma3", "gpt2", "deepseek_v3", "llama4-te
 @pytest.mark.parametrize("family", [f if f in FAST_FAMILIES else
                                     pytest.param(f, marks=pytest.mark.slow)
                                     for f in (*tiny_lm.FAMILIES, "deepseek_v3",
-                                              "llama4-temperature", "diffllama")])
+                                              "llama4-temperature", "diffllama",
+                                              "gemma4-kv-shared")])
 def test_cache_contract_matches_hf_generate(family):
     """Prefill in chunks of 8 then decode with the runtime's cache gives Hugging Face's
     greedy tokens: full layers, rings (prompt and generation cross the window of 12),
     mixed layers, GQA, GPT-2's absolute positions, DeepSeek-V3's cached latents (its
     attention is the model's own: the cache rows are not its keys), Llama 4's temperature
     by position (read from the cache's length in every chunk and step), DiffLlama's
-    differential attention (its values are not the cache's rows)."""
+    differential attention (its values are not the cache's rows), Gemma 4's KV sharing
+    (layers with no cache of their own attend with an earlier layer's rows)."""
     model = tiny_lm.model(family)
     prompt = torch.randint(3, tiny_lm.VOCAB, (1, 21), generator=torch.Generator().manual_seed(1))
     from exporter.lm.validate import hf_greedy
@@ -61,6 +63,36 @@ def test_cache_contract_matches_hf_generate(family):
             position += 1
     print(family, [layer.window for layer in layout.layers], tokens[:8])
     assert tokens == reference
+
+
+def test_layers_that_share_kv_get_no_cache_and_attend_with_the_writers_rows():
+    """Gemma 4's last layers reuse an earlier layer's keys and values (KV sharing): they
+    were refused ("some layers never wrote to the KV cache"). Now only the writers get
+    buffers, named by their layer, and a step over the cache gives the full forward's
+    logits, the sharing layers attending in place with the writers' rows. (Generation
+    token for token: the slow cache-contract case gemma4-kv-shared.)"""
+    from exporter.lm import attention
+    model = tiny_lm.model("gemma4-kv-shared")
+    layout = probe_layout(model, 64, torch.float32)
+    assert [layer.layer for layer in layout.layers] == [0, 1]  # 4 layers, 2 writers
+    wrapper, cache = ExportableCausalLM(model, layout), KvCache(layout, "cpu")
+    past = {name.removeprefix("past_"): buffer for name, buffer in cache.buffers.items()}
+    ids = torch.randint(3, tiny_lm.VOCAB, (1, 15), generator=torch.Generator().manual_seed(2))
+    calls = collections.Counter()
+    real = attention.grouped_attention
+
+    def counting(*args, **kwargs):
+        calls["in place"] += 1
+        return real(*args, **kwargs)
+    with torch.no_grad(), pytest.MonkeyPatch.context() as patch:
+        patch.setattr(attention, "grouped_attention", counting)
+        out = wrapper(ids[:, :14], torch.arange(14), past)
+        cache.write(torch.arange(14), out)
+        step = wrapper(ids[:, 14:], torch.tensor([14]), past)["logits"][0, -1]
+        full = model(ids).logits[0, -1]
+    print("max |step - full|", float((step - full).abs().max()), dict(calls))
+    torch.testing.assert_close(step, full, rtol=1e-4, atol=1e-4)
+    assert calls["in place"] == 2 * 4  # every layer, the sharing ones too, both calls
 
 
 @pytest.mark.parametrize("family", ["llama", "gemma2", "gpt2"])

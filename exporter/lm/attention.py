@@ -225,7 +225,9 @@ def _layer_of(layers: list, module: torch.nn.Module, key: torch.Tensor,
     # the cache; differential attention (DiffLlama) splits and repeats the values (of the
     # cache's shape: a shape check let its steps compute with the wrong values)
     if layer.handed is None or key is not layer.handed[0] or value is not layer.handed[1]:
-        return None
+        # a layer that reuses an earlier one's keys and values (Gemma 3n): that layer's
+        return next((other for other in layers if other.handed is not None
+                     and key is other.handed[0] and value is other.handed[1]), None)
     return layer
 
 

@@ -115,15 +115,29 @@ def probe_layout(model: torch.nn.Module, max_context: int, dtype: torch.dtype) -
     with torch.no_grad():
         model(input_ids=ids, position_ids=torch.arange(2, device=device)[None],
               use_cache=True, **{cache_keyword(model): ChunkCache(layers)})
-    if any(layer.new is None for layer in layers):
-        raise NotImplementedError("some layers never wrote to the KV cache")
+    written = [index for index, layer in enumerate(layers) if layer.new is not None]
+    if not written:
+        raise NotImplementedError("no layer wrote to the KV cache")
+    # a layer that never wrote reuses an earlier one's keys and values (Gemma 3n's KV
+    # sharing): it gets no buffers, and the writers' entries name their layer
+    shared = len(written) < len(layers)
     shapes = []
-    for layer, window in zip(layers, windows):
-        k, v = layer.new
+    for index in written:
+        k, v = layers[index].new
+        window = windows[index]
         shapes.append(CacheLayer(slots=window or max_context, window=window,
                                  key_shape=(k.shape[1], k.shape[3]),
-                                 value_shape=(v.shape[1], v.shape[3])))
+                                 value_shape=(v.shape[1], v.shape[3]),
+                                 layer=index if shared else None))
     return CacheLayout(batch=1, dtype=str(dtype).removeprefix("torch."), layers=tuple(shapes))
+
+
+def model_layers(layout: CacheLayout, count: int) -> list[int | None]:
+    """Per decoder layer of the model: the index of its cache entry in ``layout``, or None
+    for a layer that reuses another's keys and values."""
+    owners = [spec.layer if spec.layer is not None else index
+              for index, spec in enumerate(layout.layers)]
+    return [owners.index(layer) if layer in owners else None for layer in range(count)]
 
 
 class ExportableCausalLM(torch.nn.Module):
@@ -137,6 +151,7 @@ class ExportableCausalLM(torch.nn.Module):
         self.layout = layout
         self.attention = attention
         self._cache_keyword = cache_keyword(model)
+        self._entries = model_layers(layout, model.config.num_hidden_layers)
         kinds = {layer.window is not None for layer in layout.layers}
         # models with both kinds take a dict of masks by layer type; others one tensor
         self._mixed = len(kinds) == 2
@@ -144,8 +159,10 @@ class ExportableCausalLM(torch.nn.Module):
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
                 past: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """``past`` is keyed k_0, v_0, ... (torch.export names the inputs past_k_0, ...)."""
-        layers = [ChunkLayer(past[f"k_{i}"], past[f"v_{i}"], spec.window is not None)
-                  for i, spec in enumerate(self.layout.layers)]
+        layers = [ChunkLayer(None, None, False) if entry is None else
+                  ChunkLayer(past[f"k_{entry}"], past[f"v_{entry}"],
+                             self.layout.layers[entry].window is not None)
+                  for entry in self._entries]
         dtype = past["k_0"].dtype
         masks = {}
         for spec in self.layout.layers:
@@ -159,8 +176,9 @@ class ExportableCausalLM(torch.nn.Module):
                              attention_mask=mask, use_cache=True,
                              **{self._cache_keyword: ChunkCache(layers, positions[0])})
         result = {"logits": out.logits}
-        for i, layer in enumerate(layers):
-            result[f"k_{i}"], result[f"v_{i}"] = layer.new
+        for layer, entry in zip(layers, self._entries):
+            if entry is not None:
+                result[f"k_{entry}"], result[f"v_{entry}"] = layer.new
         return result
 
 

@@ -36,18 +36,23 @@ class CacheLayer:
     window: int | None  # sliding window (keys with position > query - window); None: full
     key_shape: tuple[int, int]  # (kv heads, key head dim)
     value_shape: tuple[int, int]  # (kv heads, value head dim)
+    # the model's decoder layer that writes it, where that is not its own index: layers
+    # that reuse an earlier layer's keys and values (Gemma 3n) have no buffers of their own
+    layer: int | None = None
 
     def to_json(self) -> dict:
-        return {"slots": self.slots, "window": self.window, "key_shape": list(self.key_shape),
-                "value_shape": list(self.value_shape)}
+        raw = {"slots": self.slots, "window": self.window, "key_shape": list(self.key_shape),
+               "value_shape": list(self.value_shape)}
+        return raw if self.layer is None else {**raw, "layer": self.layer}
 
     @classmethod
     def from_json(cls, raw: Any) -> "CacheLayer":
-        window = raw.get("window")
+        window, layer = raw.get("window"), raw.get("layer")
         return cls(slots=_positive(raw["slots"], "slots"),
                    window=None if window is None else _positive(window, "window"),
                    key_shape=_shape(raw["key_shape"], "key_shape"),
-                   value_shape=_shape(raw["value_shape"], "value_shape"))
+                   value_shape=_shape(raw["value_shape"], "value_shape"),
+                   layer=None if layer is None else _index(layer))
 
 
 @dataclass(frozen=True)
@@ -109,6 +114,12 @@ class CacheLayout:
         return cls(batch=_positive(raw["batch"], "batch"), dtype=raw["dtype"],
                    layers=tuple(CacheLayer.from_json(layer) for layer in layers),
                    cross=tuple(CacheLayer.from_json(layer) for layer in raw.get("cross", [])))
+
+
+def _index(value: Any) -> int:
+    if type(value) is not int or not 0 <= value < 1 << 20:
+        raise ValueError(f"the cache layout's layer must be a layer index, not {value!r:.40}")
+    return value
 
 
 def _positive(value: Any, what: str) -> int:

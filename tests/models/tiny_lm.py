@@ -60,6 +60,12 @@ def config(family: str, window: int = 12):
         # differential attention: its attention calls get the cached values split and
         # repeated (the in-place step must not stand in for them)
         "diffllama": lambda: tf.DiffLlamaConfig(**_COMMON),
+        # KV sharing: the last two layers attend with the keys and values of the last
+        # earlier layer of their kind, and write no cache of their own
+        "gemma4-kv-shared": lambda: tf.Gemma4TextConfig(
+            **{**_COMMON, "num_hidden_layers": 4}, **heads16, sliding_window=window,
+            layer_types=["sliding_attention", "full_attention"] * 2, num_kv_shared_layers=2,
+            vocab_size_per_layer_input=VOCAB, hidden_size_per_layer_input=16, pad_token_id=0),
         # a mixture of experts (transformers' grouped experts op on the CPU fallback)
         "mixtral": lambda: tf.MixtralConfig(**_COMMON, num_local_experts=4,
                                             num_experts_per_tok=2),
