@@ -290,8 +290,11 @@ def lower_bound(buffers: list[Buffer]) -> int:
 
 
 # getitem (of split, unbind, a multi-output op) and _unsafe_view (a reshape of a fresh
-# clone) share their input's storage without saying so in a schema.
-_UNANNOTATED_VIEWS = {torch.ops.aten._unsafe_view.default}
+# clone) share their input's storage without saying so in a schema; type_as returns its
+# input itself where the dtypes already agree (Gemma 3n's fallback partition: the
+# input's slot was planned free after it and reused by an add reading it, which torch
+# refused as overlapping memory).
+_UNANNOTATED_VIEWS = {torch.ops.aten._unsafe_view.default, torch.ops.aten.type_as.default}
 
 
 def _aliased_input(node: torch.fx.Node) -> torch.fx.Node | None:

@@ -67,6 +67,24 @@ def test_views_share_their_base_and_extend_its_life():
     assert relu[3] == add[2], "relu's buffer lives until the add that reads its view"
 
 
+def test_type_as_returns_its_input_so_the_input_lives_on():
+    """type_as of a tensor that has the dtype already is that tensor: its input's buffer
+    must live until type_as's readers ran (Gemma 3n's fallback partition failed with
+    overlapping memory when the add after it got the same slot)."""
+    class TypeAs(torch.nn.Module):
+        def forward(self, x):
+            y = torch.relu(x)
+            z = y.type_as(x)  # y itself
+            w = torch.sigmoid(x)  # could take y's slot were y dead
+            return (z + w) * 2
+
+    figures = plan(torch.export.export(TypeAs(), (torch.randn(16),)))
+    rows = {name.rstrip("_0123456789"): row for name, row in figures["offsets"].items()}
+    print(figures["offsets"])
+    assert rows["relu"][3] >= rows["add"][2], "relu's buffer lives until the add reads it"
+    assert "type_as" not in rows  # no buffer of its own
+
+
 class _Block(torch.nn.Module):
     """Linear, relu, linear, residual, layer norm, softmax, and views between them."""
 
