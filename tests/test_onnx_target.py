@@ -206,3 +206,18 @@ def test_tiny_epsilons_survive_the_onnx_optimizer(tmp_path):
     got = runtime.load(built.artifact)(zeros)
     print(got)
     assert torch.equal(got, torch.zeros(3, 4))
+
+
+def test_an_op_outside_aten_that_returns_a_view_is_placed_on_the_fallback():
+    """torch.onnx cannot functionalize prims.broadcast_in_dim (erfinv's decomposition, in
+    Gemma 3n's activation sparsity): claimed by onnx, it failed its whole partition and
+    907 ops moved to the CPU fallback. Now that op alone is placed there."""
+    from targets import get_target
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    node = graph.call_function(torch.ops.prims.broadcast_in_dim.default, (x, [2, 3], [1]))
+    support = get_target("onnx").supports(node)
+    print(support)
+    assert not support.ok and "returns a view" in support.reason
+    add = graph.call_function(torch.ops.aten.add.Tensor, (x, x))
+    assert get_target("onnx").supports(add).ok

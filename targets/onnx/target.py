@@ -130,6 +130,12 @@ def _has_complex_input(node: Node) -> bool:
     return any(is_complex(a) for a in (*node.args, *node.kwargs.values()))
 
 
+def _returns_a_view_outside_aten(op) -> bool:
+    schema = getattr(op, "_schema", None)
+    return (isinstance(op, torch._ops.OpOverload) and op.namespace != "aten"
+            and schema is not None and any(r.alias_info is not None for r in schema.returns))
+
+
 def _op_name(op) -> str:
     return op.name() if isinstance(op, torch._ops.OpOverload) else getattr(op, "__name__", str(op))
 
@@ -173,6 +179,11 @@ class OnnxTarget(Target):
                                   "no translations; pip install '.[onnx]'")
         if contrib_ops.supports(op):
             return Support(True, "ONNX Runtime contrib op (targets/onnx/contrib_ops.py)")
+        if _returns_a_view_outside_aten(op):
+            # torch.onnx's functionalization refuses it, failing the whole partition
+            # (Gemma 3n: prims.broadcast_in_dim from erfinv's decomposition, 907 ops)
+            return Support(False, f"{name} returns a view of its input, which torch.onnx "
+                                  "cannot functionalize for an op outside aten")
         registry, decompositions = _exporter_tables()
         # Lookup is by exact overload, as the exporter's dispatcher does (it keys
         # OpOverloads by op.name(), e.g. 'aten::add.Tensor'; no packet fallback).
