@@ -105,9 +105,12 @@ class Generator:
         self._noted_ids = False  # said once: ids out, the tokenizers package missing
         self._graph = None
         # a fixed-shape decode step only: one that runs on the prefill program (a model
-        # whose one-token step could not be captured, exporter/lm/build.py) runs plain
+        # whose one-token step could not be captured, exporter/lm/build.py) runs plain, and
+        # so does one with a partition on the CPU fallback (an MoE's experts: host copies
+        # and a host sync, which a CUDA graph cannot capture)
         if self.device.type == "cuda" and program.decode_graphs and \
-                "decode" in program.entry_points:
+                "decode" in program.entry_points and all(
+                    p.device == "cuda" for p in self.decode.manifest.partitions):
             from runtime.generation.decode_graph import DecodeGraph
             self._graph = DecodeGraph(self, self.device)
 
