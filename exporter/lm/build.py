@@ -47,8 +47,7 @@ from exporter.progress import StageHook, quiet_stage
 from exporter.settings import BuildSettings
 from runtime import scratch
 from runtime.archive_writer import write_artifact
-from runtime.generation.layout import (INPUT_IDS, POSITIONS, CacheLayout, shortest_source,
-                                       takes_one_token)
+from runtime.generation.layout import CacheLayout, shortest_source, takes_one_token
 from runtime.manifest import EntryPoint, Manifest
 
 log = logging.getLogger(__name__)
@@ -187,31 +186,10 @@ def _capture_entry_points(target, reference: ModelSpec, out: Path, settings: Bui
 
     preps = {name: prepared(name, entry, from_one(name, entry))
              for name, entry in entries.items()}
-    if "decode" not in entries and not (takes_one_token(preps["prefill"].captured.signature)
-                                        and _guards_take_one_token(preps["prefill"])):
+    if "decode" not in entries and not takes_one_token(preps["prefill"].captured.signature):
         # torch.export specialized the length away from 1: decode gets its own program
         preps["decode"] = prepared("decode", one_token(entries["prefill"]), False)
     return preps
-
-
-def _guards_take_one_token(prep: Prepared) -> bool:
-    """Whether the program's input guards let one token through. A length's range can
-    start at 1 while a guard still says ``!= 1``: size-oblivious capture took a branch
-    for lengths other than 1 (Gemma 3n), and that program run at one token computed other
-    logits than the model (its onnx build failed validation on every decode step)."""
-    guards = getattr(program_module := prep.program.module(), "_guards_fn", None)
-    if guards is None:
-        return True
-    one = {INPUT_IDS: torch.zeros(1, 1, dtype=torch.long),
-           POSITIONS: torch.zeros(1, dtype=torch.long)}
-    flat = [one.get(spec.name, tensor) for spec, tensor in
-            zip(prep.captured.signature.inputs, prep.captured.inputs.tensors)]
-    device = next(iter(program_module.parameters()), torch.empty(0)).device
-    try:
-        guards(*[tensor.to(device) for tensor in flat])
-    except AssertionError:
-        return False
-    return True
 
 
 class _DecodeNotCaptured(Exception):
