@@ -29,14 +29,10 @@ import torch
 def _grouped_mm_fallback(input: torch.Tensor, weight: torch.Tensor,
                          offs: torch.Tensor) -> torch.Tensor:
     """``input`` [S, in] sorted by expert, ``weight`` [E, in, out], ``offs`` [E] the
-    cumulative row counts: rows ``offs[e-1]:offs[e]`` meet ``weight[e]``."""
-    output = torch.zeros(input.size(0), weight.size(2), device=input.device, dtype=input.dtype)
-    start = 0
-    for expert, end in enumerate(offs.tolist()):  # one host sync for all experts
-        if end > start:
-            torch.mm(input[start:end], weight[expert], out=output[start:end])
-        start = end
-    return output
+    cumulative row counts: rows ``offs[e-1]:offs[e]`` meet ``weight[e]`` (the loop the
+    quantized experts ops share)."""
+    from runtime.generation.experts_op import grouped_rows
+    return grouped_rows(input, offs, weight.size(2), lambda expert: weight[expert])
 
 
 def _grouped_mm_fallback_fake(input: torch.Tensor, weight: torch.Tensor,

@@ -54,14 +54,15 @@ def _bisect_step(artifact: Path, manifest: Manifest, preps: dict[str, Prepared],
     # or the decode of the token before it
     start = (len(prompt) - 1) // chunk * chunk if step == 0 else len(sequence) - 1
     device = preps["prefill"].target.device
+    modules: dict[str, torch.nn.Module] = {}  # each program's module, built once
     cache = KvCache(CacheLayout.from_json(manifest.generation["cache"]), device)
     for begin in range(0, start, chunk):  # the cache the failing call reads, eagerly
-        _run(preps, cache, sequence[begin:min(begin + chunk, start)], begin, device)
+        _run(preps, modules, cache, sequence[begin:min(begin + chunk, start)], begin, device)
     name, flat = _call(preps, cache, sequence[start:], start, device)
     prep = preps[name]
     signature = (manifest.entry_points[name] if name != "prefill" else manifest).signature
     inputs = {spec.name: tensor for spec, tensor in zip(signature.inputs, flat)}
-    eager_outputs = _outputs(prep, flat)
+    eager_outputs = _outputs(prep, modules, name, flat)
     return bisect(artifact, manifest, prep.program,
                   Case(name=f"{case} step {step} ({name}, positions {start}..{len(sequence) - 1})",
                        origin="generation", inputs=inputs),
@@ -79,16 +80,18 @@ def _call(preps: dict[str, Prepared], cache: KvCache, ids: list[int], start: int
     return name, [given[spec.name] for spec in preps[name].captured.signature.inputs]
 
 
-def _run(preps: dict[str, Prepared], cache: KvCache, ids: list[int], start: int,
-         device: str) -> None:
+def _run(preps: dict[str, Prepared], modules: dict, cache: KvCache, ids: list[int],
+         start: int, device: str) -> None:
     name, flat = _call(preps, cache, ids, start, device)
     names = [spec.name for spec in preps[name].captured.signature.outputs]
     cache.write(torch.arange(start, start + len(ids), device=device),
-                dict(zip(names, _outputs(preps[name], flat))))
+                dict(zip(names, _outputs(preps[name], modules, name, flat))))
 
 
-def _outputs(prep: Prepared, flat: list[torch.Tensor]) -> list[torch.Tensor]:
+def _outputs(prep: Prepared, modules: dict, name: str, flat: list[torch.Tensor]
+             ) -> list[torch.Tensor]:
     """The captured program interpreted eagerly on ``flat`` (its user inputs in order)."""
-    program = prep.program
-    args, kwargs = tree_unflatten(list(flat), program.call_spec.in_spec)
-    return list(tree_leaves(program.module()(*args, **kwargs)))
+    if name not in modules:
+        modules[name] = prep.program.module()
+    args, kwargs = tree_unflatten(list(flat), prep.program.call_spec.in_spec)
+    return list(tree_leaves(modules[name](*args, **kwargs)))

@@ -39,7 +39,7 @@ def dequantize_int4(packed: torch.Tensor, scale: torch.Tensor, dtype: torch.dtyp
     return full.reshape(*shape[:-4], shape[-4] * shape[-3] * 2, shape[-1])
 
 
-def _grouped(rows: torch.Tensor, offs: torch.Tensor, out_features: int, weight_of
+def grouped_rows(rows: torch.Tensor, offs: torch.Tensor, out_features: int, weight_of
              ) -> torch.Tensor:
     output = torch.zeros(rows.size(0), out_features, device=rows.device, dtype=rows.dtype)
     start = 0
@@ -53,7 +53,7 @@ def _grouped(rows: torch.Tensor, offs: torch.Tensor, out_features: int, weight_o
 @torch.library.custom_op(f"{OP_NAMESPACE}::grouped_mm_int8", mutates_args=())
 def grouped_mm_int8(rows: torch.Tensor, q: torch.Tensor, scale: torch.Tensor,
                     offs: torch.Tensor) -> torch.Tensor:
-    return _grouped(rows, offs, q.shape[-1],
+    return grouped_rows(rows, offs, q.shape[-1],
                     lambda e: dequantize_int8(q[e], scale[e], rows.dtype))
 
 
@@ -65,7 +65,7 @@ def _(rows, q, scale, offs):
 @torch.library.custom_op(f"{OP_NAMESPACE}::grouped_mm_int4", mutates_args=())
 def grouped_mm_int4(rows: torch.Tensor, packed: torch.Tensor, scale: torch.Tensor,
                     offs: torch.Tensor) -> torch.Tensor:
-    return _grouped(rows, offs, packed.shape[-1],
+    return grouped_rows(rows, offs, packed.shape[-1],
                     lambda e: dequantize_int4(packed[e], scale[e], rows.dtype))
 
 
