@@ -34,7 +34,8 @@ def _merge_all(module: torch.fx.GraphModule) -> dict:
     for node in module.graph.nodes:
         if node.op == "call_function" and node.target is _LINEAR and not node.kwargs \
                 and isinstance(node.args[0], torch.fx.Node) \
-                and attribute(module, node.args[1]) is not None:
+                and attribute(module, node.args[1]) is not None \
+                and not _written_in_place(node):
             groups[node.args[0]].append(node)
     merged = groups_merged = 0
     for linears in groups.values():
@@ -46,6 +47,21 @@ def _merge_all(module: torch.fx.GraphModule) -> dict:
         groups_merged += 1
     module.recompile()
     return {"linears_merged": merged, "groups": groups_merged}
+
+
+def _written_in_place(node: torch.fx.Node) -> bool:
+    """Whether an op writes into the linear's output (OLMo's ``clamp_`` of q, k and v
+    under ``clip_qkv``): a piece of the merged output is a view of the split, which autograd
+    refuses to have written in place, so such a linear stays alone."""
+    for user in node.users:
+        schema = getattr(user.target, "_schema", None)
+        if schema is None or not schema.is_mutable:
+            continue
+        given = dict(zip((a.name for a in schema.arguments), user.args)) | dict(user.kwargs)
+        if any(a.alias_info is not None and a.alias_info.is_write and given.get(a.name) is node
+               for a in schema.arguments):
+            return True
+    return False
 
 
 def _merge(module: torch.fx.GraphModule, linears: list[torch.fx.Node],

@@ -83,6 +83,29 @@ def test_merge_parallel_linears_reading_one_input():
     assert info == {"linears_merged": 3, "groups": 1} and after["split_with_sizes"] == 1
 
 
+class _ClippedQKV(nn.Module):  # OLMo's clip_qkv: q and k clamped in place, v not
+    def __init__(self):
+        super().__init__()
+        self.q, self.k, self.v = nn.Linear(16, 16), nn.Linear(16, 16), nn.Linear(16, 16)
+        self.o = nn.Linear(16, 16)
+
+    def forward(self, x):
+        q, k = self.q(x), self.k(x)
+        q.clamp_(min=-0.1, max=0.1)
+        k.clamp_(min=-0.1, max=0.1)
+        return q * k + self.v(x) + self.o(x)
+
+
+def test_linears_written_in_place_stay_alone():
+    """A piece of the merged output is a view of its split, and writing one in place
+    failed the whole pass (OLMo with clip_qkv): such linears are left out of the group."""
+    torch.manual_seed(0)
+    before, after, info = _apply_twice(MergeParallelLinears(), _ClippedQKV().eval(),
+                                       (torch.randn(2, 5, 16),))
+    assert before["linear"] == 4 and after["linear"] == 3  # v and o merge; q and k alone
+    assert info == {"linears_merged": 2, "groups": 1}
+
+
 class _GateUp(nn.Module):  # LLaMA's MLP: two linears without a bias read one input
     def __init__(self):
         super().__init__()
