@@ -376,16 +376,22 @@ def test_cpu_quantized_generating_build(tmp_path_factory, recipe):
     assert len(result.tokens) == 8
 
 
-def test_an_onnx_int8_build_quantizes_the_experts_and_stores_them_once(tmp_path):
+@pytest.mark.parametrize("target,recipe", [
+    ("onnx", "int8-weight"),
+    # ~3.5 minutes of AOTInductor builds (prefill and decode programs)
+    pytest.param("cpu", "int8-dynamic", marks=pytest.mark.slow)])
+def test_an_int8_build_quantizes_the_experts_and_stores_them_once(tmp_path, target, recipe):
     """A mixture of experts' experts run on the CPU fallback (no ONNX translation of
-    transformers' grouped matmul). --quantize reaches them there (int8 per expert and
-    column; passes/quantize_experts.py): the prefill and decode partitions read one copy
-    from the shared store, no float expert is left, the report says so, and the gate
-    holds (the tiny random model's own gate, as for the cpu builds above)."""
+    transformers' grouped matmul, nor an Inductor one). --quantize reaches them there
+    (int8 per expert and column; passes/quantize_experts.py): the prefill and decode
+    partitions read one copy from the shared store, no float expert is left, the report
+    says so, and the gate holds (the tiny random model's own gate, as for the cpu builds
+    above). On cpu int8-dynamic the libraries keep their own frozen int8 weights, but the
+    fallback's experts are stored once all the same (they were once per entry point)."""
     from exporter.report.console import fallback_float_weights, quantization_records
     folder = tiny_lm.checkpoint(tmp_path / "tiny-mixtral", "mixtral")
-    built = exporter.build(f"hf:{folder}", task="text-generation", target="onnx",
-                           quantize="int8-weight", max_context=32, prefill_chunk=8,
+    built = exporter.build(f"hf:{folder}", task="text-generation", target=target,
+                           quantize=recipe, max_context=32, prefill_chunk=8,
                            min_top1=0.3, max_kl=0.5, out=tmp_path / "moe.artifact")
     manifest = built.manifest
     experts = [info for info in quantization_records(manifest) if "expert" in info["how"]]

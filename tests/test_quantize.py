@@ -286,7 +286,12 @@ def test_inspect_lists_each_entry_points_quantized_weights_and_their_sum_when_no
     assert [line.split("[")[1].split("]")[0] for line in lines[:3]] == [
         "prefill", "decode", "encode"]
     assert "each of the 3 entry points holds its own" in lines[3] and "about 0.84 MB" in lines[3]
-    manifest.shared_weights = {"entries": {}}
+    # a store that only the CPU fallback reads (an MoE's experts) leaves the line
+    fallback = SimpleNamespace(backend="torch", meta={"shared_weights": {"w": "k"}})
+    manifest.shared_weights, manifest.partitions = {"entries": {}}, [fallback]
+    assert "each of the 3 entry points holds its own" in quantization_lines(manifest)[3]
+    shared = SimpleNamespace(backend="aoti", meta={"shared_weights": {"w": "k"}})
+    manifest.partitions = [shared, fallback]
     assert len(quantization_lines(manifest)) == 3  # shared: one copy, nothing to add
 
 

@@ -59,7 +59,8 @@ def _lower_all(prep: Prepared, settings: BuildSettings, work_dir: Path
         if plan.delegated:
             low = _lower_delegated(prep, settings, plan, part_dir)
         else:
-            low = lower_fallback(plan.program, part_dir, shared=prep.options.shared_weights)
+            low = lower_fallback(plan.program, part_dir,
+                                 shared=prep.shared_store or prep.options.shared_weights)
         lowered.append((plan, low))
     return lowered
 

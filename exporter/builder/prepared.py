@@ -31,3 +31,8 @@ class Prepared:
     calibration: list = field(default_factory=list)  # --quantize int8-static input sets
     activations: dict = field(default_factory=dict)  # memory_plan.plan of the program
     captured_module: torch.nn.Module | None = None  # what was captured (the cast model)
+    # The artifact keeps one weight store for several programs (a generating build's entry
+    # points): the CPU-fallback partitions put their tensors there, whether or not the
+    # target's own partitions can (options.shared_weights; the cpu target's int8 recipes
+    # pack theirs into each library, but an MoE's experts on the fallback need not).
+    shared_store: bool = False

@@ -273,6 +273,7 @@ def build_generating(spec: str | torch.nn.Module, settings: BuildSettings, *,
     for prep in preps.values():  # one copy of the weights for both entry points
         prep.options = dataclasses.replace(prep.options,
                                            shared_weights=target.shares_weights(prep.options))
+        prep.shared_store = True  # the fallback's tensors too, whatever the target shares
     work_dir = scratch.make_dir("exporter-build-")
     try:
         lowered = {}

@@ -249,12 +249,24 @@ def quantization_lines(manifest: Manifest) -> list[str]:
                      f"{left['bytes'] / 1e6:.2f} MB ({left['ops']}): --quantize reaches only the "
                      "target's partitions")
     entries = len({name for name, _ in programs})
-    if entries > 1 and not manifest.shared_weights:  # targets/aoti/base.py shares_weights
+    if entries > 1 and not _target_partitions_share(manifest):  # aoti/base.py shares_weights
         total = sum(info["weight_bytes_after"] for _, info in programs)
         lines.append(f"each of the {entries} entry points holds its own quantized weights "
                      "(packed into its library for the int8 kernels, not shared): about "
                      f"{total / 1e6:.2f} MB in the file, which can be more than the float build")
     return lines
+
+
+def _all_partitions(manifest: Manifest) -> list:
+    return [*manifest.partitions, *(p for entry in (manifest.entry_points or {}).values()
+                                    for p in entry.partitions)]
+
+
+def _target_partitions_share(manifest: Manifest) -> bool:
+    """Whether the target's own partitions read the shared store (the CPU fallback's
+    always do in a generating build, so the store alone does not say)."""
+    return any(p.backend != FALLBACK_BACKEND and p.meta.get("shared_weights")
+               for p in _all_partitions(manifest))
 
 
 _FLOATS = {"F32", "F16", "BF16", "F64"}
@@ -268,8 +280,7 @@ def fallback_float_weights(manifest: Manifest) -> dict | None:
     store = {key: spec for index in ((manifest.shared_weights or {}).get("entries") or {}).values()
              for key, spec in index.items()}
     tensors, ops = {}, set()
-    for partition in [*manifest.partitions, *(p for entry in (manifest.entry_points or {}).values()
-                                              for p in entry.partitions)]:
+    for partition in _all_partitions(manifest):
         if partition.backend != FALLBACK_BACKEND:
             continue
         specs = {key: store.get(key) for key in (partition.meta.get("shared_weights") or {}).values()}
