@@ -182,6 +182,49 @@ def test_validate_judges_through_either_gate(monkeypatch):
                               "eager float32") and not gate.bisects and Tolerance().bisects
 
 
+class _NoFloat64Eager(_HandEager):
+    def run(self, inputs, *, float64=False):
+        if float64:
+            raise RuntimeError("value cannot be converted to type float without overflow")
+        return super().run(inputs)
+
+
+def test_without_a_float64_reference_float32_is_judged_with_the_bisect_floor(monkeypatch):
+    """A model that cannot run at float64 (XGLM) is judged against eager float32, whose
+    own error is then 0: the floor must hold two float32 runs' rounding apart (1e-6
+    failed an onnx XGLM whose tokens were identical), and the record says so."""
+    import exporter.validation.validate as validation
+    from exporter.lm.gate import EagerLogits
+    from exporter.validation.inputs import Case
+    monkeypatch.setattr(validation, "ArtifactRun", _CannedRun)
+    signature = SimpleNamespace(outputs=[SimpleNamespace(name="y"), SimpleNamespace(name="ids")])
+    cases = [Case("example", "example", {"x": torch.ones(1)})]
+    for off, passed in ((2e-4, True), (1e-3, False)):  # 4 x 1e-4 allowed
+        monkeypatch.setattr(_CannedRun, "results_by_case", {"example": {
+            "y": torch.tensor([1.25 + off, -2.0, 0.5, 4.0]), "ids": torch.arange(3)}})
+        record = validation.validate("a", _NoFloat64Eager(), signature, cases,
+                                     gate=Tolerance.for_dtype("fp32"))
+        print(off, record["outputs"][0]["allowed"], record["reference_note"])
+        assert record["passed"] is passed and record["reference_dtype"] == "float32"
+        assert record["outputs"][0]["allowed"] == pytest.approx(4e-4)
+        assert "used float32, with a floor of 0.0001" in record["reference_note"]
+    assert Tolerance.for_dtype("fp16").without_float64().floor == 1e-3  # looser already
+
+    class LM(torch.nn.Module):  # a causal LM whose float64 forward raises, as XGLM's
+        def __init__(self):
+            super().__init__()
+            self.table = torch.nn.Embedding(8, 3)
+
+        def forward(self, input_ids):
+            if self.table.weight.dtype == torch.float64:
+                raise RuntimeError("value cannot be converted to type float without overflow")
+            return SimpleNamespace(logits=self.table(input_ids))
+    eager = EagerLogits(LM())
+    got = eager.at([1, 2, 3], 1, 2, float64=True)
+    assert got.dtype == torch.float32 and torch.equal(got, eager.at([1, 2, 3], 1, 2))
+    assert eager.note.startswith("float64 reference failed (RuntimeError: value cannot")
+
+
 def test_a_torch_without_cpp_march_builds_for_this_host(monkeypatch):
     """torch 2.11's Inductor has no cpp.march (patching it raised, so every cpu build
     failed there) and compiles with -march=native: the build then leaves the setting out

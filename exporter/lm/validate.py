@@ -135,7 +135,10 @@ def judge_generation(artifact: Path, generation: dict, lm: LanguageModel,
     eager = EagerLogits(lm.model)
     rows = [judge_case(f"case{i}", eager, prompt, references[i], results[f"case{i}"], gate,
                        encoder_inputs(lm, sources[i])) for i, (prompt, _) in enumerate(cases)]
-    return gate.record(rows, cases[0][1])
+    record = gate.record(rows, cases[0][1])
+    if eager.note:
+        record["warnings"].append(eager.note)
+    return record
 
 
 def generation_cases(lm: LanguageModel, generation: dict, seed: int
