@@ -79,6 +79,31 @@ def test_every_config_copy_attends_through_the_step_and_gets_its_own_back():
     assert after == before
 
 
+def test_the_reference_generates_for_a_decoder_deeper_than_the_encoder():
+    """transformers' generate sizes its cache by the config's layer count, which T5's
+    num_decoder_layers passes: it raised IndexError, and the build's validation with it
+    (exit 4). The reference's cache grows by the layers that write; its tokens are a
+    full forward's greedy ones."""
+    import transformers as tf
+    torch.manual_seed(0)
+    config = tf.T5Config(vocab_size=64, d_model=32, d_kv=8, d_ff=64, num_layers=1,
+                         num_decoder_layers=3, num_heads=4, decoder_start_token_id=0,
+                         pad_token_id=0, eos_token_id=1, relative_attention_num_buckets=8)
+    model = tf.T5ForConditionalGeneration(config).eval()
+    for param in model.parameters():
+        torch.nn.init.normal_(param, std=0.5)
+    source = {"input_ids": torch.tensor([[5, 6, 7, 1]])}
+    tokens = hf_greedy(model, [0], 6, source)
+    sequence = [0]
+    with torch.no_grad():
+        for _ in range(6):
+            logits = model(**source, decoder_input_ids=torch.tensor([sequence]),
+                           use_cache=False).logits
+            sequence.append(int(logits[0, -1].argmax()))
+    print(tokens, sequence[1:])
+    assert tokens == sequence[1:]
+
+
 @pytest.mark.parametrize("fixture", ["bart_onnx", "whisper_onnx"])
 def test_validation_generates_like_hugging_face(fixture, request):
     built = request.getfixturevalue(fixture)[0]

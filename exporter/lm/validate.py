@@ -227,8 +227,13 @@ def hf_greedy(model: torch.nn.Module, prompt: list[int], new_tokens: int,
     # forced_eos_token_id, a checkpoint's repetition_penalty or suppress_tokens would change
     # the tokens. The artifact's raw greedy choice is compared, so the model's is set aside.
     own, model.generation_config = model.generation_config, GenerationConfig()
+    options = {}
+    if encoder:  # a cache that grows by the layers that write to it: generate's own is sized
+        # by the config's layer count, which T5's num_decoder_layers can pass (IndexError)
+        from transformers.cache_utils import DynamicCache, EncoderDecoderCache
+        options["past_key_values"] = EncoderDecoderCache(DynamicCache(), DynamicCache())
     try:
-        out = hf_generate(model, ids, config, encoder)
+        out = hf_generate(model, ids, config, encoder, **options)
     finally:
         model.generation_config = own
     return out[0, len(prompt):].tolist()
