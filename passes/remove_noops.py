@@ -6,7 +6,9 @@
     after:  y = matmul(x, W_t)      (W_t stored already transposed)
 
 Constants are folded only when every weight they read is used by nothing else, so
-folding never stores a tensor twice (a tied embedding's transpose stays computed).
+folding never stores a tensor twice (a tied embedding's transpose stays computed), or when
+they are small (a model's scalar settings: Gemma 3n's sparsity threshold, ``Normal(0,
+1).icdf(0.95)``, whose erf_inv ONNX has no op for and which ran on the CPU fallback).
 """
 
 from __future__ import annotations
@@ -20,6 +22,9 @@ from passes.rewrite import add_constant, attribute, rewrite_and_recapture
 aten = torch.ops.aten
 _IDENTITIES = {aten.clone.default, aten.contiguous.default, aten.alias.default,
                aten.detach.default, aten.lift_fresh_copy.default}
+# in place, but only on autograd's state: what it returns is its input (torch.distributions
+# detach their arguments: Gemma 3n's Normal(0, 1).icdf)
+_DETACHES = {aten.detach_.default}
 _DROPOUTS = {aten.dropout.default, aten.feature_dropout.default, aten.alpha_dropout.default}
 _SELF_INVERSE = {aten.transpose.int}
 # Never folded: reading them at build time is not what they mean.
@@ -65,6 +70,8 @@ def _passthrough(node: torch.fx.Node) -> torch.fx.Node | None:
         # (attention's transpose -> contiguous -> view); only a copy of an already
         # contiguous tensor is a no-op.
         return source
+    if node.target in _DETACHES:
+        return source
     if node.target in _DROPOUTS and (len(node.args) > 2 and node.args[2] is False
                                      or node.args[1] == 0):
         return source
@@ -90,8 +97,14 @@ def _dtype(node: object):
     return value.dtype if isinstance(value, torch.Tensor) else None
 
 
+# A tensor this small may be stored twice (folded for one reader, kept for another), and a
+# constructor making one from literals (scalar_tensor(0.95)) is folded too.
+SMALL_ELEMENTS = 64
+
+
 def _fold_constants(module: torch.fx.GraphModule) -> int:
-    """Replace ops whose inputs are all stored tensors read by nothing else."""
+    """Replace ops whose inputs are all stored tensors read by nothing else (or small),
+    and small tensors made from literals alone."""
     folded = 0
     readers: dict[str, int] = {}  # weight name -> ops reading it, over all its get_attrs
     for node in module.graph.nodes:
@@ -100,21 +113,27 @@ def _fold_constants(module: torch.fx.GraphModule) -> int:
     for node in list(module.graph.nodes):
         if node.op != "call_function" or node.target in _NOT_FOLDABLE \
                 or not isinstance(node.target, torch._ops.OpOverload) \
-                or node.target._schema.is_mutable:
+                or node.target._schema.is_mutable \
+                or torch.Tag.nondeterministic_seeded in node.target.tags:
             continue
         inputs = node.all_input_nodes
         values = [attribute(module, n) for n in inputs]
-        if not inputs or any(v is None for v in values) \
-                or any(readers.get(n.target, 0) > 1 for n in inputs):
+        if any(v is None for v in values) or (
+                not inputs and not _small(node.meta.get("val"))) or any(
+                readers.get(n.target, 0) > 1 and not _small(v) for n, v in zip(inputs, values)):
             continue
         args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs),
                                              lambda n: values[inputs.index(n)])
         with torch.no_grad():
             result = node.target(*args, **kwargs)
-        if not isinstance(result, torch.Tensor):
+        if not isinstance(result, torch.Tensor) or not inputs and not _small(result):
             continue
         constant = add_constant(module, f"{node.name}_folded", result.contiguous(), node)
         readers[constant.target] = len(node.users)
         node.replace_all_uses_with(constant)
         folded += 1
     return folded
+
+
+def _small(value: object) -> bool:
+    return isinstance(value, torch.Tensor) and value.numel() <= SMALL_ELEMENTS

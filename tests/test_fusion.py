@@ -200,6 +200,28 @@ def test_remove_noops_and_fold_a_weight_only_transpose():
     assert info["constants_folded"] == 1 and after == {"matmul": 1}
 
 
+class _SparsityThreshold(nn.Module):  # Gemma 3n: a threshold from constants alone
+    def __init__(self):
+        super().__init__()
+        self.scale = nn.Parameter(torch.tensor(2.0))  # read twice: small, folded anyway
+
+    def forward(self, x):
+        level = torch.tensor(0.95)
+        threshold = torch.distributions.normal.Normal(0, 1).icdf(level) * self.scale
+        return torch.relu(x - threshold * x.std(-1, keepdim=True)) + self.scale
+
+
+def test_small_values_computed_from_constants_alone_are_folded():
+    """Normal(0, 1).icdf(0.95) went through an in-place detach_ and stayed computed at
+    run time: its erf_inv, which ONNX has no op for, ran on the CPU fallback."""
+    torch.manual_seed(0)
+    before, after, info = _apply_twice(RemoveNoOps(), _SparsityThreshold().eval(),
+                                       (torch.randn(2, 3, 6),))
+    assert "erfinv" in before and "detach_" in before
+    assert not {"erfinv", "detach_", "lift_fresh_copy"} & set(after)
+    assert info["constants_folded"] >= 1
+
+
 def test_a_tied_weight_is_not_folded_into_a_second_copy():
     module, args, dynamic = ZOO["decoder"]()  # output = h @ tokens.weight.T, tied
     program = torch.export.export(module, args, dynamic_shapes=dynamic)

@@ -209,8 +209,8 @@ def test_tiny_epsilons_survive_the_onnx_optimizer(tmp_path):
 
 
 def test_an_op_outside_aten_that_returns_a_view_is_placed_on_the_fallback():
-    """torch.onnx cannot functionalize prims.broadcast_in_dim (erfinv's decomposition, in
-    Gemma 3n's activation sparsity): claimed by onnx, it failed its whole partition and
+    """torch.onnx cannot functionalize prims.broadcast_in_dim (its own decomposition of
+    torch.std, in Gemma 3n's activation sparsity, before targets/onnx/variance.py): claimed by onnx, it failed its whole partition and
     907 ops moved to the CPU fallback. Now that op alone is placed there."""
     from targets import get_target
     graph = torch.fx.Graph()
@@ -221,3 +221,27 @@ def test_an_op_outside_aten_that_returns_a_view_is_placed_on_the_fallback():
     assert not support.ok and "returns a view" in support.reason
     add = graph.call_function(torch.ops.aten.add.Tensor, (x, x))
     assert get_target("onnx").supports(add).ok
+
+
+class _Standardize(torch.nn.Module):
+    """Gemma 3n's activation sparsity: a threshold from Normal(0, 1).icdf of a constant
+    (erf_inv, which ONNX has no op for) and a std over the last dim (torch.onnx's own
+    decomposition leaves a prims view it cannot functionalize)."""
+
+    def forward(self, x):
+        threshold = torch.distributions.normal.Normal(0, 1).icdf(torch.tensor(0.95))
+        mean, std = x.mean(-1, keepdim=True), torch.std(x, dim=-1, keepdim=True, unbiased=False)
+        var, mid = torch.var_mean(x, dim=(0, 1), correction=1)
+        return torch.relu(x - (mean + std * threshold)), var + mid, x.std()
+
+
+def test_std_and_a_constant_icdf_run_whole_in_onnx_runtime(tmp_path):
+    """Both ran on the CPU fallback (2 ops a program for Gemma 3n); the constant is folded
+    at build time (passes/remove_noops.py) and variance is plain aten ops."""
+    import exporter
+    built = exporter.build(_Standardize(), (torch.randn(2, 5, 8),), target="onnx",
+                           dynamic_shapes=({0: torch.export.Dim("batch", min=1, max=8)},),
+                           out=tmp_path / "std.artifact")
+    placement = {p.backend for p in built.manifest.partitions}
+    print(placement, built.manifest.validation["passed"])
+    assert placement == {"onnxruntime"} and built.manifest.validation["passed"]

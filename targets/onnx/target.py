@@ -40,7 +40,7 @@ from targets.base import (
 )
 from targets.errors import LoweringError, TargetOptionError
 from targets.fusion import GRAPH_FUSIONS
-from targets.onnx import contrib_ops, inside
+from targets.onnx import contrib_ops, inside, variance
 from targets.onnx.shared import externalize
 from targets.onnx.packed_attention import pack_attention_inputs
 from targets.onnx.providers import provider_names, refuse_bf16_on_cpu_only
@@ -117,7 +117,8 @@ def _exporter_tables():
     with quiet_registry():
         registry = _registration.ONNXRegistry.from_torchlib()
     translated = set(_decomp.get_onnx_implemented_overloads(registry))
-    return registry, _decomp.create_onnx_friendly_decomposition_table(translated)
+    table = _decomp.create_onnx_friendly_decomposition_table(translated)
+    return registry, {**table, **variance.decompositions()}  # its var/std leave a prims view
 
 
 def _has_complex_input(node: Node) -> bool:
@@ -181,7 +182,7 @@ class OnnxTarget(Target):
             return Support(True, "ONNX Runtime contrib op (targets/onnx/contrib_ops.py)")
         if _returns_a_view_outside_aten(op):
             # torch.onnx's functionalization refuses it, failing the whole partition
-            # (Gemma 3n: prims.broadcast_in_dim from erfinv's decomposition, 907 ops)
+            # (prims.broadcast_in_dim from a decomposition; 907 ops once for Gemma 3n's std)
             return Support(False, f"{name} returns a view of its input, which torch.onnx "
                                   "cannot functionalize for an op outside aten")
         registry, decompositions = _exporter_tables()
