@@ -118,9 +118,9 @@ def _fold_constants(module: torch.fx.GraphModule) -> int:
             continue
         inputs = node.all_input_nodes
         values = [attribute(module, n) for n in inputs]
-        if any(v is None for v in values) or (
-                not inputs and not _small(node.meta.get("val"))) or any(
-                readers.get(n.target, 0) > 1 and not _small(v) for n, v in zip(inputs, values)):
+        stored_once_or_small = all(v is not None and (readers.get(n.target, 0) <= 1 or _small(v))
+                                   for n, v in zip(inputs, values))
+        if not stored_once_or_small or not inputs and not _small(node.meta.get("val")):
             continue
         args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs),
                                              lambda n: values[inputs.index(n)])
