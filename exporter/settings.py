@@ -84,9 +84,9 @@ class BuildSettings(BaseModel):
     max_context: int | None = Field(None, gt=1, description="text-generation: tokens the KV "
                                     "cache holds, prompt and generated (default: the model's "
                                     "positions, at most 2048)")
-    prefill_chunk: int | None = Field(None, gt=1, description="text-generation: the most "
-                                      "prompt tokens one prefill step takes (default 256); "
-                                      "longer prompts go in chunks")
+    prefill_chunk: int | None = Field(None, description="text-generation: the most "
+                                      "prompt tokens one prefill step takes (default 256, at "
+                                      "least 2); longer prompts go in chunks")
     max_source: int | None = Field(None, gt=0, description="text-generation, encoder-decoders "
                                    "with a text encoder: the longest source in tokens (the "
                                    "cross-attention cache's rows; default: the encoder's "
@@ -190,6 +190,14 @@ class BuildSettings(BaseModel):
         """The target's typed options."""
         return _parse_options(self.target, tuple(sorted(self.target_options.items(),
                                                         key=lambda kv: kv[0])))
+
+    @field_validator("prefill_chunk")
+    @classmethod
+    def _a_chunk_of_two_or_more(cls, value: int | None) -> int | None:
+        if value is not None and value < 2:
+            raise ValueError(f"{value} is under 2: one token is a decode step, so a prefill "
+                             "chunk takes 2 or more (prompts longer than it go in chunks)")
+        return value
 
     @field_validator("memory_budget", "max_model_size", mode="before")
     @classmethod

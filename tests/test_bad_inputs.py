@@ -71,7 +71,9 @@ def test_options_that_would_do_nothing_are_refused():
             (dict(task="text-generation", quantize="int8-weight", min_top1=0.5,
                   quant_min_sqnr_db=30.0), "--min-sqnr bounds the output gate of quantized "
                                            "forward passes, not a text-generation build"),
-            (dict(quant_min_cosine=0.999), "not a float build")]:
+            (dict(quant_min_cosine=0.999), "not a float build"),
+            (dict(task="text-generation", prefill_chunk=1), "1 is under 2: one token is a "
+             "decode step")]:
         with pytest.raises(ValidationError, match=re.escape(said)) as caught:
             BuildSettings(**settings)
         print(caught.value.errors()[0]["msg"])

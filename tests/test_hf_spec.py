@@ -114,6 +114,8 @@ def test_weights_the_user_did_not_give_are_refused(checkpoints, cli):
     assert "cls.predictions" in head.stderr and "--random-weights" in head.stderr
     bare = cli("build", f"hf:{root / 'gpt2'}", "--dry-run")
     assert bare.returncode == 2 and "no model.safetensors" in bare.stderr
+    # nothing to convert: the hint says where weights come from, not how to convert them
+    assert "save_pretrained(folder)" in bare.stderr and "from_pretrained" not in bare.stderr
     allowed = cli("build", f"hf:{root / 'bert'}", "--task", "causal-lm", "--random-weights",
                   "--dry-run", "--json")
     assert allowed.returncode == 0, allowed.stderr

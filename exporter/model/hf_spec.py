@@ -245,11 +245,12 @@ def _model(auto_class, config, path: Path, text: str, task: str, options: HfOpti
                         + (f" (only {', '.join(pickled)}, a pickle this tool never loads: "
                            "unpickling runs code)" if pickled else "")
                         + ": the build would validate random weights, not yours", where=text,
-                        hint="convert it where you trust the file: python -c \"import "
-                             f"transformers as t; m = t.AutoModel.from_pretrained('{path}'); "
-                             f"m.save_pretrained('{path}', safe_serialization=True)\" (use the "
-                             "task's class), or pass --random-weights for an architecture "
-                             "trial on purpose")
+                        hint=("convert it where you trust the file: python -c \"import "
+                              f"transformers as t; m = t.AutoModel.from_pretrained('{path}'); "
+                              f"m.save_pretrained('{path}', safe_serialization=True)\" (use the "
+                              "task's class), or pass" if pickled else
+                              "save the model's weights there (model.save_pretrained(folder)), "
+                              "or pass") + " --random-weights for an architecture trial on purpose")
     try:
         if weights:
             model, info = auto_class.from_pretrained(
