@@ -106,6 +106,21 @@ def test_generation_config_settings_are_applied_or_said_once(onnx_lm, caplog):
     assert "--temperature 0.6 --top-p 0.9" in notes[1]
 
 
+def test_the_build_says_which_generation_config_settings_the_artifact_leaves_out():
+    """Said when generating (above) and already at build, where an outside check found
+    them unsaid: a reader of the build's warnings knows before deploying."""
+    from exporter.lm.source import load_language_model
+    from exporter.model.hf_spec import HfOptions
+    model = tiny_lm.model("llama")
+    model.generation_config.update(repetition_penalty=1.3, do_sample=True)
+    notes = load_language_model(model, HfOptions()).notes
+    print(notes)
+    assert any("repetition_penalty=1.3" in n and "does not apply" in n for n in notes)
+    assert any("samples (do_sample)" in n for n in notes)
+    assert not any("generation config" in n for n in load_language_model(
+        tiny_lm.model("llama"), HfOptions()).notes)
+
+
 def test_prompt_ids_as_a_tokenizer_gives_them_and_bad_forms(onnx_lm):
     import numpy as np
     _, program = onnx_lm

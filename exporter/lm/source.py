@@ -19,6 +19,7 @@ import torch
 from exporter.errors import SpecError
 from exporter.model.hf_spec import HfOptions, load_pretrained
 from exporter.model.spec import ModelSpec, load_spec
+from runtime.generation.config_notes import unapplied
 
 TOKENIZER_FILE = "tokenizer.json"
 MAX_CONTEXT_DEFAULT = 2048
@@ -108,6 +109,7 @@ def _described(source: str, model: torch.nn.Module, folder: Path | None, notes: 
         notes = notes + ["no tokenizer.json beside the model: the artifact takes token ids, "
                          "not text"]
     generation = model.generation_config.to_dict()
+    notes = notes + _config_notes(generation)
     if generation.get("lang_to_id"):  # Whisper: full names too, as its generate takes them
         generation["language_codes"] = _language_codes(generation["lang_to_id"])
     keys = ("bos", "eos", "pad") + (("decoder_start",) if getattr(
@@ -121,6 +123,21 @@ def _described(source: str, model: torch.nn.Module, folder: Path | None, notes: 
         ids = {k: ([] if k in outside else v) for k, v in ids.items()}
     return LanguageModel(source, model, origin, tokenizer, ids,
                          json.loads(json.dumps(generation, default=str)), notes, folder)
+
+
+def _config_notes(generation: dict) -> list[str]:
+    """Said at build as well as when generating: what the checkpoint's generation config
+    asks of transformers' generate that the artifact's generator does not do."""
+    notes = []
+    ignored = unapplied(generation)
+    if ignored:
+        notes.append(f"the checkpoint's generation config sets {', '.join(ignored)}, which "
+                     "the artifact's generator does not apply: its tokens are not those of "
+                     "model.generate(ids) with the checkpoint's defaults")
+    if generation.get("do_sample"):
+        notes.append("the checkpoint's generation config samples (do_sample); the artifact "
+                     "generates greedily unless asked (--temperature, --top-k, --top-p)")
+    return notes
 
 
 def _language_codes(lang_to_id: dict) -> dict[str, str]:
