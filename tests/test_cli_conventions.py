@@ -163,3 +163,27 @@ def test_a_reader_that_goes_away_stops_the_command_quietly():
     stderr = proc.stderr.read()
     assert proc.wait(timeout=300) == 141, stderr
     assert stderr.strip() == "", stderr
+
+
+def test_an_interruption_a_library_wrapped_is_still_an_interruption(capsys):
+    """SIGTERM (as Ctrl-C) while onnxruntime's pybind11 module initialised came back as
+    "ImportError: initialization failed" raised from it, and the build reported an
+    internal error (exit 4) where an interrupted one exits 130. A plain error stays ours."""
+    import typer
+
+    from exporter.cli.common import guarded
+
+    def interrupted_import():
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt as exc:
+            raise ImportError("initialization failed") from exc
+
+    def broken():
+        raise ImportError("initialization failed")
+    with pytest.raises(typer.Exit) as caught:
+        guarded(interrupted_import)
+    assert caught.value.exit_code == 130 and "interrupted" in capsys.readouterr().err
+    with pytest.raises(typer.Exit) as caught:
+        guarded(broken)
+    assert caught.value.exit_code == 4

@@ -277,6 +277,8 @@ def test_gate_names_the_first_divergence():
                                dtype=torch.float64) * 3
 
     class Eager:  # stands in for the model's full forward (our own function under test)
+        note = None  # its float64 forward ran
+
         def at(self, sequence, start, n, *, float64=False, encoder=None):
             return eager_logits[:n]
 

@@ -4,6 +4,8 @@ One module per group of commands, all on one typer app (``common.app``); the out
 style, exit codes and ``--json`` envelope every command shares are in ``common``.
 """
 
+import atexit
+import contextlib
 import os
 import signal
 import sys
@@ -23,7 +25,20 @@ def main() -> None:
         os._exit(130)
     command = typer.main.get_command(app)
     _tidy_help(command)
-    command()
+    try:
+        command()
+    except SystemExit as done:
+        if done.code != 130:
+            raise
+        # Interrupted, and the command has cleaned up. A KeyboardInterrupt that landed
+        # inside an extension's initialisation can leave the interpreter ending by a
+        # signal of its own (exit -2, seen under load in CI's SIGTERM test) instead of
+        # the code the command chose: the exit handlers run, then the process ends here.
+        atexit._run_exitfuncs()
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(OSError, ValueError):
+                stream.flush()
+        os._exit(130)
 
 
 def _interrupt(signum, frame) -> None:

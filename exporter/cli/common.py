@@ -234,7 +234,7 @@ def _descendants(pid: int) -> list[int]:
 
 def _guarded_body(action: Callable[[], int | None], as_json: bool) -> None:
     try:
-        code = action() or 0
+        code = _interruptions_as_such(action)
     except (_ReaderGone, BrokenPipeError):
         # Stop quietly, as `git log | head` does; stdout goes to /dev/null so Python's
         # last flush at exit finds nothing to complain about. 141: killed by SIGPIPE.
@@ -266,6 +266,23 @@ def _guarded_body(action: Callable[[], int | None], as_json: bool) -> None:
     except Exception as exc:  # noqa: BLE001 - anything untyped is a bug of ours
         _internal_error(exc, as_json)
     raise typer.Exit(code)
+
+
+def _interruptions_as_such(action: Callable[[], int | None]) -> int:
+    """The action's exit code; a KeyboardInterrupt (Ctrl-C, or SIGTERM by _terminated)
+    that a library wrapped into an error of its own is raised as what it was. onnxruntime's
+    pybind11 module, interrupted while it initialises, raises "ImportError: initialization
+    failed" from it, which was reported as an internal error (exit 4)."""
+    try:
+        return action() or 0
+    except Exception as exc:
+        cause, seen = exc.__cause__ or exc.__context__, set()
+        while cause is not None and id(cause) not in seen:  # a chain can loop
+            if isinstance(cause, KeyboardInterrupt):
+                raise KeyboardInterrupt from exc
+            seen.add(id(cause))
+            cause = cause.__cause__ or cause.__context__
+        raise
 
 
 INTERNAL_ERROR_EXIT = 4
