@@ -206,8 +206,8 @@ class AOTInductorTarget(Target):
                                          "links libstdc++ dynamically)")
         return choice.compiler
 
-    def lowering_fixes(self) -> contextlib.AbstractContextManager:
-        """Corrections to Inductor's lowerings while this target compiles (none here)."""
+    def lowering_fixes(self, options: LowerOptions) -> contextlib.AbstractContextManager:
+        """Corrections to Inductor while this target compiles (none here)."""
         return contextlib.nullcontext()
 
     def lower(self, program: ExportedProgram, options: LowerOptions) -> Lowered:
@@ -222,7 +222,7 @@ class AOTInductorTarget(Target):
             # qlinear fusions, leaving PT2E models as dequantize + float GEMM (slower
             # than fp32; pytorch/ao#4566).
             with torch.no_grad(), torch._inductor.config.patch(configs), \
-                    canonical_mkldnn_metadata(), self.lowering_fixes():
+                    canonical_mkldnn_metadata(), self.lowering_fixes(options):
                 torch._inductor.aoti_compile_and_package(
                     program, package_path=str(package), inductor_configs=configs)
         except Exception as exc:  # compiler errors come in many types; keep the full text

@@ -34,7 +34,7 @@ class CpuTarget(AOTInductorTarget):
             is_dynamic=recipe == "int8-dynamic")
         return x86.X86InductorQuantizer().set_global(config)
 
-    def lowering_fixes(self) -> contextlib.AbstractContextManager:
+    def lowering_fixes(self, options: LowerOptions) -> contextlib.AbstractContextManager:
         return _int4_rows_contiguous()
 
     def inductor_configs(self, options: LowerOptions, dynamic: bool = False,

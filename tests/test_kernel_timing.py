@@ -1,0 +1,76 @@
+"""targets/aoti/kernel_timing.py: the benchmarker swap during a cuda compile (any machine)
+and the queued timing itself (GPU only)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch._inductor.runtime import triton_heuristics
+
+from targets.aoti.kernel_timing import host_independent_kernel_timing, queued_kernel_ms
+from targets.base import LowerOptions
+from targets.registry import get_target
+
+
+def test_swap_is_scoped_to_the_compile_and_keeps_the_benchmarkers_class():
+    original = triton_heuristics.benchmarker
+    with host_independent_kernel_timing() as swapped:
+        assert swapped is True
+        inside = triton_heuristics.benchmarker
+        assert inside is not original
+        assert isinstance(inside, type(original))  # the rest of its API is Inductor's own
+        assert inside.timed == 0
+    assert triton_heuristics.benchmarker is original
+    print("benchmarker inside:", type(inside).__name__, "outside:", type(original).__name__)
+
+
+def test_swap_is_undone_when_the_compile_fails():
+    original = triton_heuristics.benchmarker
+    with pytest.raises(RuntimeError), host_independent_kernel_timing():
+        raise RuntimeError("compile failed")
+    assert triton_heuristics.benchmarker is original
+
+
+def test_other_return_modes_go_to_inductors_own_timing(monkeypatch):
+    original = triton_heuristics.benchmarker
+    calls = []
+    monkeypatch.setattr(type(original), "benchmark_gpu",
+                        lambda self, fn, *a, **k: calls.append(k) or 1.5)
+    with host_independent_kernel_timing():
+        got = triton_heuristics.benchmarker.benchmark_gpu(lambda: None, return_mode="all")
+    assert got == 1.5 and calls == [{"return_mode": "all"}]
+
+
+def test_a_torch_without_the_layout_is_left_alone(monkeypatch):
+    monkeypatch.delattr(triton_heuristics, "benchmarker")
+    with host_independent_kernel_timing() as swapped:
+        assert swapped is False
+    assert not hasattr(triton_heuristics, "benchmarker")
+
+
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_cuda_target_times_this_way_unless_deterministic(tmp_path, deterministic):
+    target = get_target("cuda")
+    options = LowerOptions(work_dir=tmp_path, deterministic=deterministic)
+    original = triton_heuristics.benchmarker
+    with target.lowering_fixes(options):
+        swapped = triton_heuristics.benchmarker is not original
+    assert swapped is not deterministic
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_queued_timing_measures_the_kernel_not_the_host():
+    big = torch.empty(64 * 1024 * 1024 // 4, device="cuda")
+    small = torch.empty(1024, device="cuda")
+
+    def slow_host(tensor):
+        def call():
+            sum(range(20000))  # ~0.5 ms of Python before each launch
+            tensor.add_(1)
+        return call
+
+    big_ms, small_ms = queued_kernel_ms(slow_host(big)), queued_kernel_ms(slow_host(small))
+    print(f"64 MiB add_: {big_ms * 1000:.1f} us, 4 KiB add_: {small_ms * 1000:.1f} us")
+    assert small_ms < 0.05  # the host's half millisecond is not in it
+    assert big_ms > 2 * small_ms
