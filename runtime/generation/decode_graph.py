@@ -7,9 +7,19 @@ Python, launch overhead, not memory bandwidth, sets the speed. The step has fixe
 and its position are written into the graph's static inputs before each replay. The
 artifact's AOTInductor partitions are loaded with ``run_single_threaded=True`` for this
 (runtime.load), as capture requires.
+
+The graph also takes the logits' argmax as the next token and advances the position, in
+its own inputs. Greedy decoding (``greedy``) then enqueues step k + 1 before the host has
+read token k: the GPU runs step after step while the host reads, checks and streams the
+last token (an H100 spent ~0.1 ms a token idle between 1.3 ms steps of a 1.1B model
+waiting for the host: bench/RESULTS.md, session 45). A step enqueued after the token
+that ends generation (eos, a stop string) only writes that token's cache slot, which the
+next prompt's prefill writes again.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterator
 
 import torch
 
@@ -30,6 +40,12 @@ class DecodeGraph:
         self._graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(self._graph):
             self._logits = generator.run_step(self._tokens, self._position)
+            self._tokens.copy_(self._logits[-1:].argmax(-1))  # the greedy next step's input
+            self._position.add_(1)
+        # the host reads greedy tokens here: two slots, one being written while the other
+        # is read (pinned, so the copy is asynchronous)
+        self._read = torch.zeros(2, dtype=torch.long, pin_memory=True)
+        self._done = [torch.cuda.Event(), torch.cuda.Event()]
 
     def __call__(self, token: int, position: int) -> torch.Tensor:
         """The logits [1, vocab] after ``token`` at ``position`` (the graph's own buffer,
@@ -38,3 +54,21 @@ class DecodeGraph:
         self._position.fill_(position)
         self._graph.replay()
         return self._logits
+
+    def greedy(self, token: int, position: int, count: int) -> Iterator[int]:
+        """The ``count`` greedy tokens after ``token`` at ``position``; each step is
+        enqueued before the previous token is read (the caller may stop at any one)."""
+        self._tokens.fill_(token)
+        self._position.fill_(position)
+        self._enqueue(0)
+        for index in range(count):
+            if index + 1 < count:
+                self._enqueue(index + 1)
+            self._done[index % 2].synchronize()
+            yield int(self._read[index % 2])
+
+    def _enqueue(self, index: int) -> None:
+        slot = index % 2  # read two steps ago, so free again
+        self._graph.replay()
+        self._read[slot:slot + 1].copy_(self._tokens, non_blocking=True)
+        self._done[slot].record()

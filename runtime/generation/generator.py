@@ -19,7 +19,7 @@ import logging
 import numbers
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 import torch
 
@@ -300,9 +300,7 @@ class Generator:
                 and (stop or (stream is not None and self._writes_text)) else None)
         reason = "max_new_tokens" if budget == max_new_tokens else "context_full"
         forced = forced_tokens(self.config, len(prompt_ids), max_new_tokens)
-        while len(tokens) < budget:
-            token = sample(self.suppress(logits, not tokens) if self.suppress else logits)
-            token = forced.get(len(tokens), token)
+        for token in self._new_tokens(logits, len(prompt_ids), sample, forced, budget):
             first_at = first_at or time.perf_counter()
             if stop_at_eos and token in self.eos:
                 reason = "eos"
@@ -313,8 +311,6 @@ class Generator:
             if text is not None and text.add(tokens):
                 reason = "stop_string"
                 break
-            if len(tokens) < budget:
-                logits = self.step(torch.tensor([token]), len(prompt_ids) + len(tokens) - 1)[-1]
         stats = _stats(started, first_at, time.perf_counter(), len(prompt_ids), len(tokens),
                        encode_s or 0.0)
         if encode_s is not None:
@@ -326,6 +322,23 @@ class Generator:
             log.warning("the 'tokenizers' package is not installed: the new tokens come out "
                         "as ids, not text (pip install tokenizers)")
         return GenerationResult(prompt_ids, tokens, decoded, reason, stats)
+
+    def _new_tokens(self, logits: torch.Tensor, start: int, sample: Sampler,
+                    forced: dict[int, int], budget: int) -> Iterator[int]:
+        """Up to ``budget`` new tokens after the prompt's last ``logits``, each step run
+        only when the caller asks for the next (it stops at eos or a stop string)."""
+        for index in range(budget):
+            token = forced.get(index, sample(self.suppress(logits, index == 0)
+                                             if self.suppress else logits))
+            yield token
+            if index + 1 == budget:
+                return
+            if self._graph is not None and sample.sampling.greedy and not any(
+                    i > index for i in forced) and self.suppress.always is None:
+                # greedy on the GPU: the rest chosen in the graph, a step ahead of the host
+                yield from self._graph.greedy(token, start + index, budget - index - 1)
+                return
+            logits = self.step(torch.tensor([token]), start + index)[-1]
 
     def _say_config_notes(self, sampling: Sampling) -> None:
         notes = [] if self._noted else [", ".join(unapplied(self.config))]
