@@ -100,8 +100,18 @@ def test_the_reference_generates_for_a_decoder_deeper_than_the_encoder():
             logits = model(**source, decoder_input_ids=torch.tensor([sequence]),
                            use_cache=False).logits
             sequence.append(int(logits[0, -1].argmax()))
-    print(tokens, sequence[1:])
-    assert tokens == sequence[1:]
+    # exporter bench's static-cache baseline too: a static cache of the decoder's depth
+    from transformers import GenerationConfig
+
+    from exporter.lm.validate import hf_generate
+    static = GenerationConfig(max_new_tokens=6, min_new_tokens=6, do_sample=False,
+                              pad_token_id=0, cache_implementation="static")
+    model.generation_config = GenerationConfig()
+    runs = [hf_generate(model, torch.tensor([[0]]), static, source)[0, 1:].tolist()
+            for _ in range(2)]  # the config serves run after run, as the bench's does
+    print(tokens, sequence[1:], runs)
+    assert tokens == sequence[1:] == runs[0] == runs[1]
+    assert static.cache_implementation == "static"
 
 
 @pytest.mark.parametrize("fixture", ["bart_onnx", "whisper_onnx"])

@@ -16,6 +16,7 @@ process, generates greedily from several prompts while this process runs Hugging
 
 from __future__ import annotations
 
+import copy
 import logging
 import math
 import os
@@ -28,6 +29,7 @@ from exporter.lm.bisect import bisect_generation
 from exporter.lm.gate import EagerLogits, GenerationGate, judge_case, summary_lines
 from exporter.lm.seq2seq import source_vocab
 from exporter.lm.source import LanguageModel
+from exporter.lm.wrapper import cache_keyword
 from exporter.settings import BuildSettings
 from exporter.validation.bisect import bisect_lines
 from exporter.validation.validate import ArtifactRun, crashed, keep_failed
@@ -227,13 +229,8 @@ def hf_greedy(model: torch.nn.Module, prompt: list[int], new_tokens: int,
     # forced_eos_token_id, a checkpoint's repetition_penalty or suppress_tokens would change
     # the tokens. The artifact's raw greedy choice is compared, so the model's is set aside.
     own, model.generation_config = model.generation_config, GenerationConfig()
-    options = {}
-    if encoder:  # a cache that grows by the layers that write to it: generate's own is sized
-        # by the config's layer count, which T5's num_decoder_layers can pass (IndexError)
-        from transformers.cache_utils import DynamicCache, EncoderDecoderCache
-        options["past_key_values"] = EncoderDecoderCache(DynamicCache(), DynamicCache())
     try:
-        out = hf_generate(model, ids, config, encoder, **options)
+        out = hf_generate(model, ids, config, encoder)
     finally:
         model.generation_config = own
     return out[0, len(prompt):].tolist()
@@ -248,8 +245,31 @@ def hf_generate(model: torch.nn.Module, ids: torch.Tensor, config, encoder: dict
     from transformers import GenerationMixin
     with torch.no_grad():
         if encoder:
+            config = copy.deepcopy(config)  # the caller's serves run after run
             config.decoder_start_token_id = int(ids[0, 0])
+            keyword = cache_keyword(model)
+            if keyword not in options:
+                options[keyword] = _decoder_cache(model, config, ids.shape[1])
             return GenerationMixin.generate(model, **encoder, decoder_input_ids=ids,
                                             generation_config=config, **options)
         return model.generate(ids, generation_config=config,
                               attention_mask=torch.ones_like(ids), **options)
+
+
+def _decoder_cache(model: torch.nn.Module, config, prompt_length: int):
+    """An encoder-decoder's cache for ``generate``, as deep as its decoder: transformers
+    sizes its own by the config's layer count, which T5's ``num_decoder_layers`` can pass
+    (IndexError). One that grows by the layers that write to it, or, for
+    ``cache_implementation="static"``, a static self-attention cache of the decoder's
+    depth (the cross-attention cache is dynamic either way, as transformers makes it)."""
+    from transformers.cache_utils import DynamicCache, EncoderDecoderCache, StaticCache
+    if config.cache_implementation != "static":
+        return EncoderDecoderCache(DynamicCache(), DynamicCache())
+    decoder = copy.deepcopy(model.config.get_text_config(decoder=True))
+    depth = getattr(model.config, "num_decoder_layers", None)
+    if depth:
+        decoder.num_hidden_layers = depth
+    config.cache_implementation = None  # given here (transformers would make its own)
+    return EncoderDecoderCache(
+        StaticCache(config=decoder, max_cache_len=prompt_length + config.max_new_tokens),
+        DynamicCache())
