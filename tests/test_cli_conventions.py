@@ -187,3 +187,36 @@ def test_an_interruption_a_library_wrapped_is_still_an_interruption(capsys):
     with pytest.raises(typer.Exit) as caught:
         guarded(broken)
     assert caught.value.exit_code == 4
+
+
+def test_an_interruption_a_library_swallowed_is_still_an_interruption(capsys):
+    """CI: a Ctrl-C that landed in an import inside an extension's initialisation came back
+    as an ImportError that a library passed over; the half-imported module then failed in
+    its own way (numpy's __getattr__ recursing, exit 4). The signal handler remembers the
+    signal, so the error that follows is the interruption (130); the next command in the
+    same process starts afresh."""
+    import signal
+
+    import typer
+
+    from exporter import cli
+    from exporter.cli.common import guarded
+
+    def swallowed_then_broken():
+        try:
+            cli._interrupt(signal.SIGINT, None)
+        except KeyboardInterrupt:
+            pass  # what the library did with it
+        raise RecursionError("maximum recursion depth exceeded")
+
+    def plain_error():
+        raise RecursionError("a bug of ours")
+    try:
+        with pytest.raises(typer.Exit) as caught:
+            guarded(swallowed_then_broken)
+        assert caught.value.exit_code == 130 and "interrupted" in capsys.readouterr().err
+        with pytest.raises(typer.Exit) as caught:
+            guarded(plain_error)
+        assert caught.value.exit_code == 4
+    finally:
+        cli.forget_interrupts()

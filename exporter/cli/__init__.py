@@ -13,11 +13,15 @@ import sys
 
 def main() -> None:
     # SIGTERM while torch imports (seconds, more on a loaded machine) as Ctrl-C then: exit
-    # 130 with a word, not a death by signal; each command installs its own handler after
+    # 130 with a word, not a death by signal; each command installs its own handler after.
+    # Ctrl-C through the same handler, which also remembers it (interrupted()).
     signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGINT, _interrupt)
     try:  # the commands' modules import torch: seconds, longer on a loaded machine
         app = _registered_app()
         import typer.main
+        if interrupted():  # raised, and swallowed on its way up (interrupted())
+            raise KeyboardInterrupt
     except KeyboardInterrupt:  # Ctrl-C before any command ran: nothing to clean up
         print("interrupted: nothing was written", file=sys.stderr, flush=True)
         # Not SystemExit: a half-imported torch can turn the interpreter's shutdown into a
@@ -41,8 +45,30 @@ def main() -> None:
         os._exit(130)
 
 
+_signals: list[int] = []
+
+
 def _interrupt(signum, frame) -> None:
+    note_interrupt(signum)
     raise KeyboardInterrupt
+
+
+def note_interrupt(signum: int) -> None:
+    _signals.append(signum)
+
+
+def interrupted() -> bool:
+    """Whether a Ctrl-C or SIGTERM raised KeyboardInterrupt in this process (since
+    ``forget_interrupts``). Kept because the exception can be lost on its way up: one that
+    lands in an import, inside an extension's initialisation, can come back as an
+    ImportError that a library takes for a missing optional package and passes over; the
+    half-imported module then fails later in its own way (CI: numpy's ``__getattr__``
+    recursing, reported as an internal error, exit 4, instead of 130)."""
+    return bool(_signals)
+
+
+def forget_interrupts() -> None:
+    _signals.clear()
 
 
 def _registered_app():
