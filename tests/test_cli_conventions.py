@@ -199,12 +199,12 @@ def test_an_interruption_a_library_swallowed_is_still_an_interruption(capsys):
 
     import typer
 
-    from exporter import cli
+    from exporter.cli import interrupts
     from exporter.cli.common import guarded
 
     def swallowed_then_broken():
         try:
-            cli._interrupt(signal.SIGINT, None)
+            interrupts.interrupt(signal.SIGINT, None)
         except KeyboardInterrupt:
             pass  # what the library did with it
         raise RecursionError("maximum recursion depth exceeded")
@@ -219,4 +219,4 @@ def test_an_interruption_a_library_swallowed_is_still_an_interruption(capsys):
             guarded(plain_error)
         assert caught.value.exit_code == 4
     finally:
-        cli.forget_interrupts()
+        interrupts.forget()

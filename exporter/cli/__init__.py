@@ -10,17 +10,20 @@ import os
 import signal
 import sys
 
+from exporter.cli.interrupts import interrupt as _interrupt
+from exporter.cli.interrupts import interrupted
+
 
 def main() -> None:
     # SIGTERM while torch imports (seconds, more on a loaded machine) as Ctrl-C then: exit
     # 130 with a word, not a death by signal; each command installs its own handler after.
-    # Ctrl-C through the same handler, which also remembers it (interrupted()).
+    # Ctrl-C through the same handler, which also remembers it (exporter/cli/interrupts.py).
     signal.signal(signal.SIGTERM, _interrupt)
     signal.signal(signal.SIGINT, _interrupt)
     try:  # the commands' modules import torch: seconds, longer on a loaded machine
         app = _registered_app()
         import typer.main
-        if interrupted():  # raised, and swallowed on its way up (interrupted())
+        if interrupted():  # raised, and swallowed on its way up
             raise KeyboardInterrupt
     except KeyboardInterrupt:  # Ctrl-C before any command ran: nothing to clean up
         print("interrupted: nothing was written", file=sys.stderr, flush=True)
@@ -43,32 +46,6 @@ def main() -> None:
             with contextlib.suppress(OSError, ValueError):
                 stream.flush()
         os._exit(130)
-
-
-_signals: list[int] = []
-
-
-def _interrupt(signum, frame) -> None:
-    note_interrupt(signum)
-    raise KeyboardInterrupt
-
-
-def note_interrupt(signum: int) -> None:
-    _signals.append(signum)
-
-
-def interrupted() -> bool:
-    """Whether a Ctrl-C or SIGTERM raised KeyboardInterrupt in this process (since
-    ``forget_interrupts``). Kept because the exception can be lost on its way up: one that
-    lands in an import, inside an extension's initialisation, can come back as an
-    ImportError that a library takes for a missing optional package and passes over; the
-    half-imported module then fails later in its own way (CI: numpy's ``__getattr__``
-    recursing, reported as an internal error, exit 4, instead of 130)."""
-    return bool(_signals)
-
-
-def forget_interrupts() -> None:
-    _signals.clear()
 
 
 def _registered_app():

@@ -36,7 +36,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from exporter import cli as _interrupt_state
+from exporter.cli import interrupts
 from exporter.versions import JSON_VERSION
 from runtime.errors import ToolchainError
 
@@ -205,7 +205,7 @@ def guarded(action: Callable[[], int | None], *, quiet: bool = False, verbose: b
         signal.signal(signal.SIGTERM, _terminated)
     # this command's interruptions (main() has dealt with any while the CLI imported; in
     # one process, as tests run commands, each command starts afresh)
-    _interrupt_state.forget_interrupts()
+    interrupts.forget()
     with _stdout_kept_for_json() if as_json else contextlib.nullcontext():
         _guarded_body(action, as_json)
 
@@ -214,7 +214,7 @@ def _terminated(signum, frame) -> None:
     """SIGTERM (a CI timeout, ``kill``) is handled as Ctrl-C is: compilers and other child
     processes are stopped, temporaries removed, the previous output kept; exit 130."""
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: cleanup must not be cut short
-    _interrupt_state.note_interrupt(signum)
+    interrupts.note(signum)
     for pid in _descendants(os.getpid()):
         with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGTERM)
@@ -281,7 +281,7 @@ def _interruptions_as_such(action: Callable[[], int | None]) -> int:
     try:
         return action() or 0
     except Exception as exc:
-        if _interrupt_state.interrupted():  # raised, then swallowed (cli.interrupted())
+        if interrupts.interrupted():  # raised, then swallowed (exporter/cli/interrupts.py)
             raise KeyboardInterrupt from exc
         cause, seen = exc.__cause__ or exc.__context__, set()
         while cause is not None and id(cause) not in seen:  # a chain can loop
