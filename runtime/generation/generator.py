@@ -18,7 +18,6 @@ from __future__ import annotations
 import logging
 import numbers
 import time
-from dataclasses import dataclass, field
 from typing import Callable, Iterator, Sequence
 
 import torch
@@ -32,25 +31,12 @@ from runtime.generation.layout import (INPUT_IDS, LOGITS, POSITIONS, CacheLayout
                                        shortest_source, takes_one_token, vocabulary)
 from runtime.generation.prompting import (Suppression, speech_prompt, takes_language,
                                          token_ids)
+from runtime.generation.result import GenerationResult, generation_stats
 from runtime.generation.sampling import Sampler, Sampling
 from runtime.generation.stopping import StoppingText, checked_stops
 from runtime.generation.tokenizer import Tokenizer, tokenizers_installed
 
 log = logging.getLogger(__name__)
-
-
-
-@dataclass
-class GenerationResult:
-    prompt_tokens: list[int]
-    tokens: list[int]  # the new tokens only
-    text: str | None  # the new tokens as text, when the artifact has a tokenizer
-    stop_reason: str  # "eos", "stop_string", "max_new_tokens", "context_full"
-    stats: dict = field(default_factory=dict)  # seconds and tokens/s of each phase
-
-    def to_json(self) -> dict:
-        return {"prompt_tokens": len(self.prompt_tokens), "tokens": self.tokens,
-                "text": self.text, "stop_reason": self.stop_reason, "stats": self.stats}
 
 
 class Generator:
@@ -311,8 +297,8 @@ class Generator:
             if text is not None and text.add(tokens):
                 reason = "stop_string"
                 break
-        stats = _stats(started, first_at, time.perf_counter(), len(prompt_ids), len(tokens),
-                       encode_s or 0.0)
+        stats = generation_stats(started, first_at, time.perf_counter(), len(prompt_ids),
+                                 len(tokens), encode_s or 0.0)
         if encode_s is not None:
             stats["encode_s"] = encode_s
         decoded = (text.finish() if text is not None else self.tokenizer.decode(tokens)
@@ -390,15 +376,3 @@ def _device_of(program) -> torch.device:
     """Where the cache lives: with the partitions that read it (cuda if any does)."""
     devices = {p.device for p in program.manifest.partitions}
     return torch.device("cuda" if "cuda" in devices else "cpu")
-
-
-def _stats(started: float, first_at: float | None, ended: float, prompt: int, new: int,
-           encode_s: float) -> dict:
-    """Time to first token counts an encoder's time; prefill's rate does not."""
-    ttft = (first_at or ended) - started
-    prefill_s = ttft - encode_s
-    decode_s = ended - (first_at or ended)
-    return {"ttft_s": round(ttft, 6), "prefill_tokens_per_s": round(prompt / prefill_s, 2)
-            if prefill_s > 0 else None, "decode_s": round(decode_s, 6),
-            "decode_tokens_per_s": round((new - 1) / decode_s, 2)
-            if new > 1 and decode_s > 0 else None}
