@@ -122,6 +122,9 @@ class Target(abc.ABC):
     # imports them, as a device does through the entry point
     runtime_modules: tuple[str, ...] = ()
     loggers_to_quiet: tuple[str, ...] = ()  # chatty third-party loggers (the CLI quiets them)
+    # the heavy modules its lowering imports: `exporter matrix` imports them once in each
+    # warm worker, not once per cell (exporter/matrix/warm.py); none must start threads
+    build_modules: tuple[str, ...] = ()
     # how a generating step's attention reaches this target (exporter/lm/attention.py):
     # "grouped": the cache read in place by plain matmuls (no repeated heads, no concat);
     # "fused": full-attention layers as runtime/generation/attention_op.py's op, which

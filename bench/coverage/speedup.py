@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -66,12 +65,13 @@ def _failure(done: subprocess.CompletedProcess) -> str:
 
 
 def run_matrix(matrix: Path, out: Path, executor: str, workers: int,
-               known_times: Path | None) -> dict:
-    """``known_times``: a durations.json (the loop's) placed in the empty cache first, so
-    the matrix starts the longest cells first as it does once it has built them before."""
+               known_times: str | None) -> dict:
+    """``known_times``: a durations.json's text (the loop's, or an earlier run's) placed
+    in the empty cache first, so the matrix starts the longest cells first as it does
+    once it has built them before."""
     if known_times is not None:
         (out / "cache").mkdir(parents=True)
-        shutil.copyfile(known_times, out / "cache" / DURATIONS_FILE)
+        (out / "cache" / DURATIONS_FILE).write_text(known_times)
     start, launched_at = time.monotonic(), time.time()
     subprocess.run([sys.executable, "-m", "exporter", "matrix", str(matrix), "--out", str(out),
                     "--executor", executor, "--workers", str(workers), "--quiet"], cwd=ROOT)
@@ -84,6 +84,7 @@ def run_matrix(matrix: Path, out: Path, executor: str, workers: int,
     return {"cells": data["totals"]["cells"], "passed": data["totals"]["passed"],
             "built": data["totals"]["built"], "wall_s": wall, "failed": failed,
             "known_times": known_times is not None, "timeline": timeline,
+            "warm_start": "warm_start = false" not in matrix.read_text(),
             "cell_s": {cell: c.get("build_s") for cell, c in cells.items()}}
 
 
@@ -118,11 +119,13 @@ def main() -> None:
     parser.add_argument("--models", help="comma-separated names (default: the fast slice)")
     parser.add_argument("--fast", action="store_true", help="the suite's fast slice")
     parser.add_argument("--runs", default="loop,local:1,local:2,ray:1,ray:2",
-                        help="loop, local:N, ray:N (comma-separated)")
+                        help="loop, local:N, ray:N, and local:N-cold, ray:N-cold (each cell "
+                             "a fresh interpreter: warm_start = false); comma-separated")
     parser.add_argument("--timeout", type=float, default=600.0)
-    parser.add_argument("--known-times", action="store_true",
-                        help="matrix runs start from the loop's cell times (run the loop "
-                             "first): longest cells first, as on a matrix's later runs")
+    parser.add_argument("--known-times", nargs="?", const="loop", metavar="RUN",
+                        help="matrix runs start from the cell times of RUN (default: the "
+                             "loop; or an earlier matrix run such as ray:8, run first): "
+                             "longest cells first, as on a matrix's later runs")
     parser.add_argument("--out", default="build/speedup")
     parser.add_argument("--json-out", default="build/speedup/speedup.jsonl")
     parser.add_argument("--render", nargs="*", help="print the markdown table of JSONL files")
@@ -136,21 +139,32 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     matrix = out / "slice.toml"
     matrix.write_text(matrix_toml(models, args.targets.split(","), ["fp32"], args.timeout))
+    cold = out / "slice-cold.toml"  # runs named ...-cold: each cell a fresh interpreter
+    cold.write_text("warm_start = false\n" + matrix.read_text())
     for run in args.runs.split(","):
-        executor, _, workers = run.partition(":")
+        executor, _, workers = run.removesuffix("-cold").partition(":")
         folder = out / run.replace(":", "-")
+        known = _durations(out, args.known_times) if args.known_times else None
         subprocess.run(["rm", "-rf", str(folder)], check=True)  # an empty cache: build all
-        known = out / "loop" / DURATIONS_FILE if args.known_times else None
         load_before = os.getloadavg()[0]  # the machine's load as the run starts
         figures = (run_loop(matrix, folder) if executor == "loop"
-                   else run_matrix(matrix, folder, executor, int(workers), known))
+                   else run_matrix(cold if run.endswith("-cold") else matrix, folder,
+                                   executor, int(workers), known))
         row = {**machine_header(), "run": run, "targets": args.targets,
+               "known_times_from": args.known_times if executor != "loop" else None,
                "models": [m.name for m in models], "load_before": load_before,
                "load_after": os.getloadavg()[0], **figures}
         with open(args.json_out, "a") as sink:
             sink.write(json.dumps(row) + "\n")
         print(json.dumps({k: row[k] for k in ("run", "cells", "passed", "wall_s", "failed")}),
               flush=True)
+
+
+def _durations(out: Path, run: str) -> str:
+    """The cell times RUN recorded: the loop's, or those a matrix run kept in its cache."""
+    folder = out / run.replace(":", "-")
+    return (folder / DURATIONS_FILE if run == "loop" else folder / "cache" / DURATIONS_FILE
+            ).read_text()
 
 
 def render(paths: list[str]) -> str:

@@ -50,8 +50,7 @@ def main() -> None:
 
 def _registered_app():
     """The typer app with every command on it, in the order --help lists them."""
-    from exporter.cli import build, artifact, generate, machine, matrix  # noqa: F401  isort: skip
-    from exporter.cli.common import app
+    from exporter.cli.commands import app
     return app
 
 

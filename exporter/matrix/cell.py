@@ -1,6 +1,8 @@
 """One cell, run where an executor puts it: ``exporter build --config CELL.toml --json`` in
 its own process with a time limit (then ``exporter bench --json`` when the matrix asks),
 exactly as a user runs them. What the build prints (docs/json.md) is the whole record.
+On Linux the process is forked from a warm worker that imported torch and the targets'
+compilers once (exporter/matrix/warm.py) unless the matrix file says ``warm_start = false``.
 
 A cell that prints no JSON (a crash, a timeout) is recorded as such: a bug to fix, never a
 pass. The build runs in its own process group, so a timeout also stops its compilers, and
@@ -22,6 +24,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from exporter.matrix import warm
+
 # Typed outcomes by exit code (docs/json.md); others (crash, timeout, internal-error) are
 # not the cell's settled answer and are never cached.
 STATUS_BY_EXIT = {0: "ok", 1: "validation-failed", 2: "bad-input", 3: "build-failed",
@@ -42,16 +46,19 @@ class Job:
     bench: dict | None = None  # runs, warmup, baseline
     build: bool = True  # False: only bench the artifact already in the cache
     device: str = "cpu"  # "cuda": the executor gives the cell a GPU
+    # the modules a warm worker imports once before forking the cell's processes
+    # (exporter/matrix/warm.py); None: each process a fresh `python -m exporter`
+    warm_modules: tuple[str, ...] | None = None
 
 
-_LIVE: set[subprocess.Popen] = set()  # cells' processes in flight in this process
+_LIVE: set[int] = set()  # the sessions (pids) of cells' processes in flight here
 
 
 def stop_all() -> None:
     """Kill every cell process this process started (Ctrl-C on the matrix)."""
-    for proc in list(_LIVE):
+    for pid in list(_LIVE):
         with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
+            os.killpg(pid, signal.SIGKILL)
 
 
 def run_job(job: Job) -> dict:
@@ -88,29 +95,52 @@ def _exporter(args: list[str], job: Job, timeout: float, attempt: int
            # the cell runs the exporter this process imported, whatever the worker's path
            "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[2]),
                                           *filter(None, [os.environ.get("PYTHONPATH")])])}
+    mine: list[int] = []
+
+    def started(pid: int) -> None:
+        mine.append(pid)
+        _LIVE.add(pid)
+        _mark_running(job, attempt, pid)
+
+    try:
+        if job.warm_modules is not None and warm.AVAILABLE:
+            code, stdout, stderr = warm.process_for(env, job.warm_modules).run(
+                args, job.cwd, max(timeout, 1.0), started)
+        else:
+            code, stdout, stderr = _cold(args, job.cwd, env, max(timeout, 1.0), started)
+    except subprocess.TimeoutExpired:
+        return None, {}, {"status": "timeout", "exit_code": None,
+                          "error": f"exporter {args[0]}: no result after {timeout:.0f} s"}
+    except warm.WarmProcessDied as died:
+        return None, {}, {"status": "crash", "exit_code": None,
+                          "error": f"exporter {args[0]}: {died}"}
+    finally:
+        _LIVE.difference_update(mine)
+    try:
+        return code, json.loads(stdout), {}
+    except json.JSONDecodeError:
+        tail = (stderr.strip().splitlines() or ["(nothing on stderr)"])[-1][:300]
+        return code, {}, {"status": "crash", "exit_code": code,
+                          "error": f"exporter {args[0]} printed no JSON (exit {code}); "
+                                   f"stderr ends: {tail}"}
+
+
+def _cold(args: list[str], cwd: str, env: dict, timeout: float, started
+          ) -> tuple[int, str, str]:
+    """``python -m exporter ARGS`` in a fresh interpreter of its own session."""
     command = [sys.executable, "-m", "exporter", *args]
-    proc = subprocess.Popen(_die_with_parent(command), cwd=job.cwd, env=env, text=True,
+    proc = subprocess.Popen(_die_with_parent(command), cwd=cwd, env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             start_new_session=True)
-    _LIVE.add(proc)
-    _mark_running(job, attempt, proc.pid)
+    started(proc.pid)
     try:
-        stdout, stderr = proc.communicate(timeout=max(timeout, 1.0))
+        stdout, stderr = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
         proc.communicate()
-        return None, {}, {"status": "timeout", "exit_code": None,
-                          "error": f"exporter {args[0]}: no result after {timeout:.0f} s"}
-    finally:
-        _LIVE.discard(proc)
-    try:
-        return proc.returncode, json.loads(stdout), {}
-    except json.JSONDecodeError:
-        tail = (stderr.strip().splitlines() or ["(nothing on stderr)"])[-1][:300]
-        return proc.returncode, {}, {"status": "crash", "exit_code": proc.returncode,
-                                     "error": f"exporter {args[0]} printed no JSON "
-                                              f"(exit {proc.returncode}); stderr ends: {tail}"}
+        raise
+    return proc.returncode, stdout, stderr
 
 
 # Linux: the build gets SIGKILL when the process that started it dies (prctl

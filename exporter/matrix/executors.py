@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Callable
 
 from exporter.errors import TargetUnavailableError, UserInputError
+from exporter.matrix import warm
 from exporter.matrix.cell import Job, run_job, stop_all
 from runtime.hostinfo import usable_cores
 
@@ -43,6 +44,8 @@ def run_local(jobs: list[Job], workers: int, started: Started, done: Done) -> No
         pool.shutdown(wait=False, cancel_futures=True)
         stop_all()
         raise
+    finally:
+        warm.close_all()
     pool.shutdown()
 
 

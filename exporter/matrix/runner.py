@@ -20,7 +20,7 @@ from typing import Callable
 from exporter.config import config_file
 from exporter.errors import UserInputError
 from exporter.matrix import cache as cache_keys
-from exporter.matrix import executors, results, spec_file
+from exporter.matrix import executors, results, spec_file, warm
 from exporter.matrix.cache import Cache
 from exporter.matrix.cell import Job
 from exporter.matrix.spec_file import Cell, Matrix
@@ -71,7 +71,8 @@ def run_matrix(path: Path, out: Path, *, executor: str = "local", workers: int |
     run = _Run(matrix, out, store, progress or (lambda *_: None))
     workers = workers or (None if ray_address else default_workers())
     jobs = longest_first(run.plan(tools, rebuild, threads=max(1, usable_cores() // workers)
-                                  if workers else 1), store.durations())
+                                  if workers else 1, warm_modules=_warm_modules(matrix)),
+                         store.durations())
     run.board.marks["planned_at"] = time.time()
     # no jobs (the cache answered every cell): no executor to start. A cluster that cannot
     # be joined stops the command before the table is written: the last run's stays.
@@ -110,7 +111,8 @@ class _Run:
         self.board = Board(len(matrix.cells))
         self.seconds: dict[str, float] = {}  # cell id -> its build's time, this run
 
-    def plan(self, tools: dict, rebuild: bool, threads: int) -> list[Job]:
+    def plan(self, tools: dict, rebuild: bool, threads: int,
+             warm_modules: tuple[str, ...] | None) -> list[Job]:
         """Jobs for the cells the cache cannot answer; the hits go straight to the table."""
         bench = self.matrix.bench.model_dump() if self.matrix.bench else None
         jobs = []
@@ -130,7 +132,7 @@ class _Run:
             jobs.append(Job(cell.id, str(config), str(artifact),
                             str(self.out / "running" / f"{cell.id}.json"), os.getcwd(),
                             self.matrix.timeout, threads, bench, build=hit is None,
-                            device=_device(cell)))
+                            device=_device(cell), warm_modules=warm_modules))
         return jobs
 
     def started(self, job: Job) -> None:
@@ -207,6 +209,18 @@ def _needs_bench(hit: dict, bench: dict | None) -> bool:
 def _device(cell: Cell) -> str:
     from targets import all_targets
     return all_targets()[cell.settings.target].device
+
+
+def _warm_modules(matrix: Matrix) -> tuple[str, ...] | None:
+    """What a warm worker imports for this matrix's cells: what every build imports, and
+    each of its targets' compilers (None: cold cells, as the matrix file asked)."""
+    if not matrix.warm_start:
+        return None
+    from targets import all_targets
+    known = all_targets()
+    targets = dict.fromkeys(cell.settings.target for cell in matrix.cells)
+    modules = [*warm.BASE_MODULES, *(m for t in targets for m in known[t].build_modules)]
+    return tuple(dict.fromkeys(modules))
 
 
 def _link_file(source: Path, link: Path) -> None:

@@ -2,6 +2,8 @@
 
     timeout = 900          # seconds per cell: build, validation and bench (default 900)
     retries = 2            # --executor ray: reruns of a cell whose worker died (default 2)
+    warm_start = true      # Linux: cells fork from a worker that imported torch once;
+                           # false: each cell a fresh `python -m exporter` (default true)
 
     [defaults]             # `exporter build --config` keys every cell gets
     seed = 0
@@ -61,6 +63,7 @@ class _File(BaseModel):
     model_config = ConfigDict(extra="forbid")
     timeout: float = Field(900.0, gt=0, allow_inf_nan=False)
     retries: int = Field(2, ge=0)
+    warm_start: bool = True
     defaults: dict = Field(default_factory=dict)
     models: dict[str, str | dict] = Field(min_length=1)
     targets: dict[str, dict] = Field(min_length=1)
@@ -92,6 +95,7 @@ class Matrix:
     retries: int
     bench: BenchSettings | None
     recipes: dict[str, dict]  # column -> the keys its table sets (for the table's header)
+    warm_start: bool = True  # cells fork from a warm worker (exporter/matrix/warm.py)
 
 
 def read(path: Path) -> Matrix:
@@ -114,7 +118,7 @@ def read(path: Path) -> Matrix:
              for name, entry in data.models.items() for column, fields in columns.items()]
     _refuse_same_ids(cells, path)
     return Matrix(path, list(data.models), list(data.targets), cells, data.timeout,
-                  data.retries, data.bench, columns)
+                  data.retries, data.bench, columns, data.warm_start)
 
 
 def _column(name: str, table: dict, folder: Path, path: Path) -> dict:

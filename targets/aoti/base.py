@@ -121,6 +121,7 @@ class AOTInductorTarget(Target):
     backend = "aoti"
     Options = AotiOptions
     build_packages = (("torchao", "quant"),)  # --quantize recipes
+    build_modules = ("torch._inductor.compile_fx", "torch._inductor.lowering")
     colour = "#2f9e44"
 
     def supports(self, node: Node) -> Support:

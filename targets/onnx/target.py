@@ -158,6 +158,8 @@ class OnnxTarget(Target):
     runtime_extra = ("onnx", ("onnxruntime>=1.18",))
     # constant-folding chatter; onnx_ir types each empty list attribute as INTS, a line each
     loggers_to_quiet = ("onnxscript", "onnx_ir")
+    # not onnxruntime: importing it starts a thread, which a fork would not carry over
+    build_modules = ("torch.onnx._internal.exporter._core", "onnxscript.rewriter", "onnx")
     colour = "#1c7ed6"
 
     def availability(self) -> Availability:

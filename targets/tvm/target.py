@@ -97,6 +97,7 @@ class TvmTarget(Target):
     description = "Apache TVM Relax per partition (LLVM CPU code), run by the Relax VM"
     Options = TvmOptions
     build_packages = (("apache-tvm", "tvm"),)
+    build_modules = ("targets.tvm.compile",)
     # the executor reads the weights with safetensors (runtime/requires.py)
     runtime_extra = ("tvm", ("apache-tvm>=0.27", "apache-tvm-ffi", "safetensors>=0.4"))
     colour = "#7048e8"

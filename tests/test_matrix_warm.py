@@ -1,0 +1,115 @@
+"""`exporter matrix`'s warm workers (exporter/matrix/warm.py): a cell forked from a
+process that imported torch once is still `python -m exporter` as a user runs it: the
+same stdout and exit code, its own session killed at its time limit, and dead with the
+worker that started it.
+
+Each test runs real `exporter` commands in a forked child; the warm process imports only
+what the test names, so they take seconds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from exporter.matrix import warm
+from tests.conftest import ROOT
+
+pytestmark = pytest.mark.skipif(not warm.AVAILABLE, reason="warm workers are Linux-only")
+
+SLEEPER = "import time\n\ndef factory():\n    time.sleep(120)\n"
+
+
+def _env() -> dict:
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(
+        filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+
+
+def _alive(pid: int) -> bool:
+    status = Path(f"/proc/{pid}/status")
+    return status.exists() and "\nState:\tZ" not in status.read_text()
+
+
+@pytest.fixture
+def worker():
+    process = warm.WarmProcess(_env(), ("torch",))
+    yield process
+    process.close()
+
+
+def test_a_forked_cell_answers_as_a_fresh_exporter_does(worker, tmp_path):
+    args = ["build", str(tmp_path / "missing.py") + ":factory", "--target", "onnx",
+            "--out", str(tmp_path / "a.artifact"), "--json"]
+    cold = subprocess.run([sys.executable, "-m", "exporter", *args], cwd=tmp_path,
+                          env=_env(), capture_output=True, text=True, timeout=300)
+    pids = []
+    code, stdout, stderr = worker.run(args, str(tmp_path), 300, pids.append)
+    print("cold exit", cold.returncode, "warm exit", code, "child", pids)
+    assert code == cold.returncode == 2, stderr[-2000:]
+    assert json.loads(stdout) == json.loads(cold.stdout)  # the same typed error object
+    assert "missing.py" in json.loads(stdout)["error"]["message"]
+    assert pids and not _alive(pids[0])
+    # the worker serves the next cell; the first left nothing behind in it
+    code, stdout, _ = worker.run(["--version"], str(tmp_path), 60, pids.append)
+    assert code == 0 and stdout.strip() and len(set(pids)) == 2
+
+
+def test_a_cell_past_its_time_limit_is_killed_with_its_session(worker, tmp_path):
+    (tmp_path / "sleeper.py").write_text(SLEEPER)
+    pids = []
+    began = time.monotonic()
+    with pytest.raises(subprocess.TimeoutExpired):
+        worker.run(["build", "sleeper.py:factory", "--target", "onnx", "--out", "s.artifact",
+                    "--json"], str(tmp_path), 15, pids.append)
+    print(f"timed out after {time.monotonic() - began:.1f} s; child {pids}")
+    assert pids and not _alive(pids[0])
+    assert worker.alive()  # and ready for the next cell
+    assert worker.run(["--version"], str(tmp_path), 60, pids.append)[0] == 0
+
+
+def test_a_cell_dies_with_its_warm_worker(worker, tmp_path):
+    (tmp_path / "sleeper.py").write_text(SLEEPER)
+    pids, outcome = [], {}
+
+    def cell():
+        try:
+            worker.run(["build", "sleeper.py:factory", "--target", "onnx", "--out",
+                        "s.artifact", "--json"], str(tmp_path), 120, pids.append)
+        except warm.WarmProcessDied as died:
+            outcome["died"] = str(died)
+
+    thread = threading.Thread(target=cell)
+    thread.start()
+    deadline = time.monotonic() + 60
+    while not pids and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.kill(worker._proc.pid, signal.SIGKILL)
+    thread.join(60)
+    print("outcome:", outcome)
+    assert "warm worker process ended" in outcome["died"]
+    deadline = time.monotonic() + 10
+    while _alive(pids[0]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(pids[0])
+
+
+def test_process_for_gives_each_environment_its_own_worker_and_replaces_a_dead_one():
+    env = _env()
+    try:
+        first = warm.process_for(env, ())
+        assert warm.process_for(env, ()) is first
+        other = warm.process_for({**env, "OMP_NUM_THREADS": "1"}, ())
+        assert other is not first
+        os.kill(first._proc.pid, signal.SIGKILL)
+        first._proc.wait()
+        assert warm.process_for(env, ()) is not first
+    finally:
+        warm.close_all()
