@@ -144,7 +144,8 @@ def main() -> None:
     for run in args.runs.split(","):
         executor, _, workers = run.removesuffix("-cold").partition(":")
         folder = out / run.replace(":", "-")
-        known = _durations(out, args.known_times) if args.known_times else None
+        known = (_durations(out, args.known_times) if args.known_times and executor != "loop"
+                 else None)
         subprocess.run(["rm", "-rf", str(folder)], check=True)  # an empty cache: build all
         load_before = os.getloadavg()[0]  # the machine's load as the run starts
         figures = (run_loop(matrix, folder) if executor == "loop"

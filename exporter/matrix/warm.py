@@ -86,13 +86,13 @@ class WarmProcess:
         return self._proc.poll() is None
 
     def close(self) -> None:
-        with contextlib.suppress(OSError):
-            self._proc.stdin.close()
-        try:
-            self._proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self._proc.kill()
-            self._proc.wait()
+        """Killed, not asked to exit: between cells it holds nothing but imports, and an
+        interpreter with torch loaded takes seconds to tear down."""
+        self._proc.kill()
+        self._proc.wait()
+        for pipe in (self._proc.stdin, self._proc.stdout):
+            with contextlib.suppress(OSError):
+                pipe.close()
         scratch.remove(self._log)
 
     def _send(self, request: dict) -> None:
