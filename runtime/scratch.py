@@ -143,7 +143,7 @@ def _alive(pid: int) -> bool:
 
 
 @atexit.register
-def _forget_own_log() -> None:
+def forget_own_log() -> None:
     """A process that ends normally has removed or released what it recorded."""
     path = _log_path() if _registry_path().is_dir() else None
     if path is not None and path.exists():

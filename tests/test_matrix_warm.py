@@ -101,6 +101,20 @@ def test_a_cell_dies_with_its_warm_worker(worker, tmp_path):
     assert not _alive(pids[0])
 
 
+def test_a_cell_does_not_run_the_warm_processs_exit_handlers(tmp_path):
+    """An exit handler registered while the warm process imported tidies the warm
+    process's own resources: a cell ending must leave them to the next cell."""
+    mark = tmp_path / "ran"
+    process = warm.WarmProcess({**_env(), "WARM_EXIT_MARK": str(mark)},
+                               ("tests.models.exit_handler",))
+    try:
+        for _ in range(2):
+            assert process.run(["--version"], str(tmp_path), 60, lambda pid: None)[0] == 0
+        assert not mark.exists()
+    finally:
+        process.close()
+
+
 def test_process_for_gives_each_environment_its_own_worker_and_replaces_a_dead_one():
     env = _env()
     try:

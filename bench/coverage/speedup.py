@@ -84,7 +84,7 @@ def run_matrix(matrix: Path, out: Path, executor: str, workers: int,
     return {"cells": data["totals"]["cells"], "passed": data["totals"]["passed"],
             "built": data["totals"]["built"], "wall_s": wall, "failed": failed,
             "known_times": known_times is not None, "timeline": timeline,
-            "warm_start": "warm_start = false" not in matrix.read_text(),
+            "warm_start": "warm_start = true" in matrix.read_text(),
             "cell_s": {cell: c.get("build_s") for cell, c in cells.items()}}
 
 
@@ -119,8 +119,8 @@ def main() -> None:
     parser.add_argument("--models", help="comma-separated names (default: the fast slice)")
     parser.add_argument("--fast", action="store_true", help="the suite's fast slice")
     parser.add_argument("--runs", default="loop,local:1,local:2,ray:1,ray:2",
-                        help="loop, local:N, ray:N, and local:N-cold, ray:N-cold (each cell "
-                             "a fresh interpreter: warm_start = false); comma-separated")
+                        help="loop, local:N, ray:N; a -warm or -cold suffix sets the matrix's "
+                             "warm_start (default: the matrix's own); comma-separated")
     parser.add_argument("--timeout", type=float, default=600.0)
     parser.add_argument("--known-times", nargs="?", const="loop", metavar="RUN",
                         help="matrix runs start from the cell times of RUN (default: the "
@@ -139,18 +139,21 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     matrix = out / "slice.toml"
     matrix.write_text(matrix_toml(models, args.targets.split(","), ["fp32"], args.timeout))
-    cold = out / "slice-cold.toml"  # runs named ...-cold: each cell a fresh interpreter
-    cold.write_text("warm_start = false\n" + matrix.read_text())
+    files = {"": matrix}  # runs named ...-warm / ...-cold set warm_start (docs/matrix.md)
+    for mode in ("warm", "cold"):
+        files[f"-{mode}"] = out / f"slice-{mode}.toml"
+        files[f"-{mode}"].write_text(f"warm_start = {str(mode == 'warm').lower()}\n"
+                                     + matrix.read_text())
     for run in args.runs.split(","):
-        executor, _, workers = run.removesuffix("-cold").partition(":")
+        suffix = next((s for s in ("-warm", "-cold") if run.endswith(s)), "")
+        executor, _, workers = run.removesuffix(suffix).partition(":")
         folder = out / run.replace(":", "-")
         known = (_durations(out, args.known_times) if args.known_times and executor != "loop"
                  else None)
         subprocess.run(["rm", "-rf", str(folder)], check=True)  # an empty cache: build all
         load_before = os.getloadavg()[0]  # the machine's load as the run starts
         figures = (run_loop(matrix, folder) if executor == "loop"
-                   else run_matrix(cold if run.endswith("-cold") else matrix, folder,
-                                   executor, int(workers), known))
+                   else run_matrix(files[suffix], folder, executor, int(workers), known))
         row = {**machine_header(), "run": run, "targets": args.targets,
                "known_times_from": args.known_times if executor != "loop" else None,
                "models": [m.name for m in models], "load_before": load_before,

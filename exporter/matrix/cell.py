@@ -1,8 +1,8 @@
 """One cell, run where an executor puts it: ``exporter build --config CELL.toml --json`` in
 its own process with a time limit (then ``exporter bench --json`` when the matrix asks),
 exactly as a user runs them. What the build prints (docs/json.md) is the whole record.
-On Linux the process is forked from a warm worker that imported torch and the targets'
-compilers once (exporter/matrix/warm.py) unless the matrix file says ``warm_start = false``.
+With ``warm_start = true`` in the matrix file (Linux), the process is forked from a warm
+worker that imported torch and the targets' compilers once (exporter/matrix/warm.py).
 
 A cell that prints no JSON (a crash, a timeout) is recorded as such: a bug to fix, never a
 pass. The build runs in its own process group, so a timeout also stops its compilers, and
@@ -164,6 +164,8 @@ def read_build(payload: dict) -> dict:
         return {"status": STATUS_BY_EXIT.get(error.get("exit_code"), "failed"),
                 "stage": error.get("stage"), "error_type": error.get("type"),
                 "error": (error.get("what") or error.get("message") or "")[:400],
+                # the lines under it (a validation process's own error, say): the cause
+                "error_details": [str(line)[:300] for line in error.get("details") or []][-6:],
                 **_validation_figures(validation)}
     placement = payload.get("placement") or {}
     by_backend = placement.get("by_backend") or {}

@@ -23,8 +23,10 @@ macOS, where cells run cold.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
+import logging
 import os
 import select
 import signal
@@ -179,6 +181,7 @@ def _child(request: dict, parent: int) -> None:
     try:
         os.setsid()  # the client kills the cell's session on timeout: compilers included
         _die_with_parent(parent)
+        _own_exit_handlers()
         os.chdir(request["cwd"])
         for fd, path, flags in ((0, os.devnull, os.O_RDONLY),
                                 (1, request["stdout"], os.O_WRONLY | os.O_TRUNC),
@@ -196,12 +199,21 @@ def _child(request: dict, parent: int) -> None:
         import traceback
         traceback.print_exc()
     finally:
-        import atexit
-        atexit._run_exitfuncs()  # an ending process's exit handlers (scratch's log)
+        atexit._run_exitfuncs()  # the cell's own exit handlers (_own_exit_handlers)
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(Exception):
                 stream.flush()
         os._exit(code)
+
+
+def _own_exit_handlers() -> None:
+    """Drop the exit handlers the warm process's imports registered: they tidy its
+    resources (pools, caches, temporary files made at import), which later cells forked
+    from it still use; a cell that ran them at its end could take them from the next.
+    Keep the two that are about this process: its logging handlers and its scratch log."""
+    atexit._clear()
+    atexit.register(logging.shutdown)
+    atexit.register(scratch.forget_own_log)
 
 
 def _exit_code(code) -> int:
