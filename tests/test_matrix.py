@@ -108,12 +108,14 @@ def test_the_table_is_right_and_bad_cells_fail_alone(ray_run):
     refused = cells["softclip--onnx-forbid"]
     assert (refused["status"], refused["error_type"]) == ("bad-input", "UnsupportedOpsError")
     assert "forbid" in refused["error"]
+    assert "edgetest::soft_clip" in refused["error_details"][-1]  # the op, under the error
     for column in ("onnx", "onnx-forbid"):
         broken = cells[f"broken--{column}"]
         assert (broken["status"], broken["error_type"]) == ("bad-input", "SpecError")
         assert "broken on purpose" in broken["error"] and "load model" in broken["stage"]
     html = Path(data["files"]["html"]).read_text()
     assert "UnsupportedOpsError" in html and "1 of 4 ops on the CPU fallback" in html
+    assert "no ONNX translation registered for edgetest::soft_clip" in html
     assert html.count("x eager)") == 3  # latency and its ratio, where a cell was benched
     csv_lines = Path(data["files"]["csv"]).read_text().splitlines()
     assert len(csv_lines) == 7 and csv_lines[0].startswith("model,group,column")

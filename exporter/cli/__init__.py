@@ -50,7 +50,8 @@ def main() -> None:
 
 def _registered_app():
     """The typer app with every command on it, in the order --help lists them."""
-    from exporter.cli.commands import app
+    from exporter.cli import build, artifact, generate, machine, matrix  # noqa: F401  isort: skip
+    from exporter.cli.common import app
     return app
 
 

@@ -25,7 +25,9 @@ def cell_text(row: dict | None) -> tuple[str, list[str]]:
         where = f" in {row['stage']}" if row.get("stage") else ""
         # the verdict already says the status: the line names the error's type, if any
         reason = ": ".join(filter(None, [row.get("error_type"), _first_line(row.get("error"))]))
-        return f"{row['status']}{where}", list(filter(None, [reason, _accuracy(row)]))
+        # the last line under the error (a validation process's own message, say)
+        cause = _first_line((row.get("error_details") or [None])[-1])
+        return f"{row['status']}{where}", list(filter(None, [reason, cause, _accuracy(row)]))
     lines = [" · ".join(filter(None, [
         f"{row['build_s']:.0f} s" if row.get("build_s") is not None else None,
         f"{row['artifact_bytes'] / 1e6:.2f} MB" if row.get("artifact_bytes") else None,

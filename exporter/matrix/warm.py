@@ -28,6 +28,7 @@ import contextlib
 import json
 import logging
 import os
+import runpy
 import select
 import signal
 import subprocess
@@ -38,10 +39,10 @@ from pathlib import Path
 
 from runtime import scratch
 
-# what every cell imports before it reads its model; a target adds its compilers
-# (Target.build_modules)
+# what every cell imports before it reads its model (the CLI's own modules add 0.2 s);
+# a target adds its compilers (Target.build_modules)
 BASE_MODULES = ("torch", "torch.export", "transformers", "transformers.modeling_utils",
-                "exporter.cli.commands")
+                "exporter.builder.pipeline")
 AVAILABLE = sys.platform.startswith("linux")
 _PR_SET_PDEATHSIG = 1
 
@@ -57,7 +58,7 @@ class WarmProcess:
         self._log = scratch.make_file("exporter-warm-", suffix=".log")
         with open(self._log, "wb") as log:
             self._proc = subprocess.Popen(
-                [sys.executable, "-m", "exporter.matrix.warm", str(os.getpid()), *modules],
+                [sys.executable, "-m", __name__, str(os.getpid()), *modules],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, env=env,
                 start_new_session=True)
         self._buffer = b""
@@ -190,8 +191,7 @@ def _child(request: dict, parent: int) -> None:
             os.dup2(opened, fd)
             os.close(opened)
         sys.argv = ["exporter", *request["args"]]
-        from exporter.cli import main
-        main()
+        runpy.run_module("exporter", run_name="__main__")  # as `python -m exporter` does
         code = 0
     except SystemExit as done:
         code = _exit_code(done.code)
