@@ -1,5 +1,5 @@
 """Warm workers: each cell's ``exporter`` process forked from one that imported torch,
-transformers, the CLI and the targets' compilers once, instead of a fresh interpreter
+transformers, the builder and the targets' compilers once, instead of a fresh interpreter
 that imports them again for every cell.
 
 A fresh ``python -m exporter build`` spends 5-9 s importing before it reads its model (2
