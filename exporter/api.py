@@ -17,7 +17,7 @@ import torch
 from exporter.errors import UserInputError
 from exporter.builder.pipeline import BuildResult
 from exporter.builder.pipeline import build as _build
-from exporter.builder.pipeline import preload_for
+from exporter.builder.preload import preload_for
 from exporter.progress import ProgressCallback, StageHook, callback_stage, quiet_stage
 from exporter.settings import BuildSettings
 from exporter.model.hf_spec import HfOptions

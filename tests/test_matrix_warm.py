@@ -127,3 +127,58 @@ def test_process_for_gives_each_environment_its_own_worker_and_replaces_a_dead_o
         assert warm.process_for(env, ()) is not first
     finally:
         warm.close_all()
+
+
+def _where_the_model_ran(tmp_path, modules: tuple[str, ...], gpu: bool = True
+                         ) -> tuple[dict, str | None]:
+    """A cell whose model file records which of ``modules`` its process had imported,
+    and the CUDA_VISIBLE_DEVICES it saw."""
+    (tmp_path / "where.py").write_text(
+        "import json, os, sys\nfrom pathlib import Path\n\ndef factory():\n"
+        f"    seen = {{m: m in sys.modules for m in {list(modules)!r}}}\n"
+        "    seen['CUDA_VISIBLE_DEVICES'] = os.environ.get('CUDA_VISIBLE_DEVICES')\n"
+        "    Path('where.json').write_text(json.dumps(seen))\n"
+        "    raise ValueError('the model file stops here')\n")
+    args = ["build", "where.py:factory", "--target", "onnx", "--out", "w.artifact", "--json"]
+    env = {key: value for key, value in _env().items() if key != "CUDA_VISIBLE_DEVICES"}
+    process = warm.WarmProcess(env, modules, gpu)
+    try:
+        code, stdout, stderr = process.run(args, str(tmp_path), 300, lambda pid: None)
+    finally:
+        process.close()
+    print("exit", code, "cold because:", process.cold_because)
+    assert code == 2, stderr[-2000:]
+    assert "the model file stops here" in json.loads(stdout)["error"]["message"]
+    seen = json.loads((tmp_path / "where.json").read_text())
+    assert seen.pop("CUDA_VISIBLE_DEVICES") is None  # the cell's own environment
+    return seen, process.cold_because
+
+
+def test_a_warm_process_that_initialized_cuda_starts_its_cells_fresh(tmp_path):
+    """A process forked after CUDA was initialized cannot use CUDA (on the GPU machine,
+    torch.onnx's decompositions failed in every forked onnx cell): the warm process
+    sees it and execs a fresh interpreter for each cell, with the same answer."""
+    seen, cold_because = _where_the_model_ran(tmp_path, ("torch", "tests.models.cuda_initialized"))
+    assert "touched CUDA" in cold_because
+    assert seen == {"torch": True, "tests.models.cuda_initialized": False}  # not a fork
+
+
+def test_with_a_gpu_in_sight_a_module_that_initializes_cuda_is_left_to_the_cell(tmp_path):
+    """Tried in a throwaway fork first, that module is not imported by the warm process,
+    which stays safe to fork from for everything else."""
+    seen, cold_because = _where_the_model_ran(
+        tmp_path, ("torch", "tests.models.gpu_in_sight", "tests.models.cuda_initialized"))
+    assert cold_because is None
+    assert seen == {"torch": True, "tests.models.gpu_in_sight": True,  # forked
+                    "tests.models.cuda_initialized": False}
+
+
+def test_cells_without_a_gpu_import_everything_with_no_gpu_in_sight(tmp_path):
+    """Their warm process imports with CUDA_VISIBLE_DEVICES empty, so nothing initializes
+    CUDA; the cell itself gets its environment back."""
+    seen, cold_because = _where_the_model_ran(
+        tmp_path, ("torch", "tests.models.gpu_in_sight", "tests.models.cuda_initialized"),
+        gpu=False)
+    assert cold_because is None
+    assert seen == {"torch": True, "tests.models.gpu_in_sight": True,
+                    "tests.models.cuda_initialized": True}  # forked, all imported once

@@ -21,7 +21,8 @@ import pytest
 import torch
 
 import runtime
-from exporter.builder.pipeline import build, dry_run, preload_for
+from exporter.builder.pipeline import build, dry_run
+from exporter.builder.preload import preload_for
 from exporter.builder.placement import UnsupportedOpsError
 from exporter.config import config_file
 from exporter.model.zoo import ZOO

@@ -29,6 +29,9 @@ from bench.common import machine_header  # noqa: E402
 from bench.coverage.matrix import matrix_toml  # noqa: E402
 from bench.coverage.suite import select  # noqa: E402
 from exporter.matrix.cache import DURATIONS_FILE  # noqa: E402
+from exporter.matrix.cell import read_build  # noqa: E402
+
+PLACEMENT_FILE = "fallback_ops.json"  # the loop's builds: each cell's ops on the fallback
 
 
 def run_loop(matrix: Path, out: Path) -> dict:
@@ -39,7 +42,7 @@ def run_loop(matrix: Path, out: Path) -> dict:
 
     cells = spec_file.read(matrix).cells
     (out / "cells").mkdir(parents=True, exist_ok=True)
-    start, passed, seconds, failed = time.monotonic(), 0, {}, {}
+    start, passed, seconds, failed, fallback = time.monotonic(), 0, {}, {}, {}
     for cell in cells:
         config = config_file.write(out / "cells" / f"{cell.id}.toml", cell.spec, cell.settings)
         began = time.monotonic()
@@ -50,7 +53,10 @@ def run_loop(matrix: Path, out: Path) -> dict:
         passed += done.returncode == 0
         if done.returncode:
             failed[cell.id] = _failure(done)
+        else:
+            fallback[cell.id] = read_build(json.loads(done.stdout)).get("fallback_ops")
     (out / DURATIONS_FILE).write_text(json.dumps(seconds, indent=0))
+    (out / PLACEMENT_FILE).write_text(json.dumps(fallback, indent=0))
     return {"cells": len(cells), "passed": passed, "wall_s": round(time.monotonic() - start, 1),
             "cell_s": seconds, "failed": failed}
 
@@ -80,12 +86,33 @@ def run_matrix(matrix: Path, out: Path, executor: str, workers: int,
     timeline = where_time_went(data, launched_at, wall, workers)
     cells = {f"{c['model']}--{c['column']}": c for c in data["cells"]}  # the cells' ids
     failed = {cell: f"{c['status']} {c.get('error_type')}: {str(c.get('error'))[:200]}"
+              + "".join(f" | {line[:200]}" for line in c.get("error_details") or [])
               for cell, c in cells.items() if c["status"] != "ok"}
     return {"cells": data["totals"]["cells"], "passed": data["totals"]["passed"],
+            "placement_differs": _placement_differs(out.parent / "loop", cells),
             "built": data["totals"]["built"], "wall_s": wall, "failed": failed,
             "known_times": known_times is not None, "timeline": timeline,
             "warm_start": "warm_start = true" in matrix.read_text(),
+            # cells a warm worker had to start fresh after all (exporter/matrix/warm.py)
+            "cold_because": sorted({c["cold_because"] for c in cells.values()
+                                    if c.get("cold_because")}),
             "cell_s": {cell: c.get("build_s") for cell, c in cells.items()}}
+
+
+def _placement_differs(loop: Path, cells: dict[str, dict]) -> dict[str, list]:
+    """Cells whose ops on the CPU fallback differ from the loop's builds of them: a run
+    that built something else than the loop did (session 46's forked onnx cells ran
+    wholly on the fallback, and were timed as if they had been exported)."""
+    if not (loop / PLACEMENT_FILE).is_file():
+        return {}
+    built = json.loads((loop / PLACEMENT_FILE).read_text())
+    differs = {cell: [built[cell], c.get("fallback_ops")] for cell, c in cells.items()
+               if cell in built and c.get("status") == "ok"
+               and c.get("fallback_ops") != built[cell]}
+    if differs:
+        print(f"warning: {len(differs)} cell(s) placed ops unlike the loop's builds "
+              f"(cell: [loop, matrix] ops on the CPU fallback): {differs}", flush=True)
+    return differs
 
 
 def where_time_went(data: dict, launched_at: float, wall: float, workers: int) -> dict:

@@ -22,6 +22,7 @@ from torch.export import ExportedProgram
 from exporter import versions
 from exporter.builder.lowering import lower_options, lower_with_fallback
 from exporter.builder.placement import enforce_fallback_policy, place
+from exporter.builder.preload import defining_module, preload_for
 from exporter.builder.prepared import Prepared
 from exporter.builder.quantization import calibration_sets, check_recipe
 from exporter.progress import StageHook, logged, quiet_stage
@@ -269,7 +270,7 @@ def manifest_for(prep: Prepared, settings: BuildSettings,
             meta["custom_ops"] = sorted({str(n.target).rsplit(".", 1)[0] for n in plan.nodes
                                          if is_custom_op(n.target)})
             meta["custom_op_modules"] = {op: m for op in meta["custom_ops"]
-                                         if (m := _defining_module(op))}
+                                         if (m := defining_module(op))}
         partition = Partition(
             name=plan.name, backend=prep.target.backend if plan.delegated else FALLBACK_BACKEND,
             device=prep.target.device if plan.delegated else "cpu",
@@ -299,35 +300,6 @@ def _memory_plan(prep: Prepared, lowered: list[tuple[PlannedPartition, Lowered]]
               plan.program, plan.inputs, plan.outputs) for plan, _ in lowered]
     outputs = {s.name for s in prep.captured.signature.outputs}
     return {**prep.activations, "arenas": memory_plan.plan_arenas(parts, outputs)}
-
-
-def preload_for(manifest: Manifest, origin_file: str | None) -> list[str]:
-    """What the validation process imports first, as a device would have: the modules
-    that register a plug-in target's executor (``Target.runtime_modules``), and for custom
-    ops in CPU-fallback partitions their defining code: the installed module that
-    registered the op (``transformers.integrations.moe`` for Mixtral's
-    ``grouped_mm_fallback``), else the model's own file."""
-    sources: list[str] = []
-    for partition in manifest.partitions:  # custom ops: the modules manifest_for found
-        target, modules = for_backend(partition.backend), partition.meta.get("custom_op_modules")
-        for source in [*(target.runtime_modules if target else ()),  # (older: look them up)
-                       *((modules or {}).get(op) or _defining_module(op) or origin_file
-                         for op in partition.meta.get("custom_ops", []))]:
-            if source and source not in sources:
-                sources.append(source)
-    return sources
-
-
-def _defining_module(qualified: str) -> str | None:
-    """The importable module a ``torch.library.custom_op`` was defined in, or None (ops
-    of the model file itself, registered some other way, or unknown)."""
-    from torch._library.custom_ops import OPDEFS
-    namespace, _, name = qualified.rpartition(".")  # 'transformers.grouped_mm_fallback'
-    definition = OPDEFS.get(f"{namespace}::{name}")
-    module = getattr(getattr(definition, "_init_fn", None), "__module__", None)
-    if not module or module == "__main__" or module.startswith("_exporter_spec_"):
-        return None
-    return module
 
 
 def _eager_runner(prep: Prepared, settings: BuildSettings) -> EagerRunner:

@@ -29,8 +29,8 @@ import torch
 
 from exporter.builder.lowering import lower_options, lower_with_fallback
 from exporter.builder.pipeline import (BuildResult, available_target, check_output_path,
-                                       manifest_for, preload_for, prepare_captured,
-                                       stage_timer)
+                                       manifest_for, prepare_captured, stage_timer)
+from exporter.builder.preload import preload_for
 from exporter.builder.prepared import Prepared
 from exporter.builder.shared_weights import share_weights
 from exporter.errors import ExportFailedError, SpecError, UserInputError

@@ -69,7 +69,7 @@ def run_job(job: Job) -> dict:
     if job.build:  # what sits at the key's path belongs to no record: not this build's
         Path(job.artifact).unlink(missing_ok=True)
         command = ["build", "--config", job.config, "--out", job.artifact, "--json"]
-        code, payload, problem = _exporter(command, job, job.timeout, attempt)
+        code, payload, problem = _exporter(command, job, job.timeout, attempt, row)
         row["build_s"] = round(time.monotonic() - start, 1)
         row.update(problem or {"exit_code": code, **read_build(payload)})
         if Path(job.artifact).is_file():
@@ -82,10 +82,11 @@ def run_job(job: Job) -> dict:
     return row
 
 
-def _exporter(args: list[str], job: Job, timeout: float, attempt: int
+def _exporter(args: list[str], job: Job, timeout: float, attempt: int, row: dict | None = None
               ) -> tuple[int | None, dict, dict]:
     """Run ``exporter ARGS`` for the cell: (exit code, its JSON, {}) or, when it printed
-    no JSON, (code, {}, a crash or timeout record)."""
+    no JSON, (code, {}, a crash or timeout record). ``row`` gets ``cold_because`` when a
+    warm worker had to start the process fresh after all (exporter/matrix/warm.py)."""
     # The cell's share of the cores, for each pool a build starts: OpenMP's, and torch
     # Inductor's compile workers (by default one per core in every build: eight builds
     # on 16 cores started 128 compile processes, and each cpu cell took ~20% longer
@@ -104,8 +105,10 @@ def _exporter(args: list[str], job: Job, timeout: float, attempt: int
 
     try:
         if job.warm_modules is not None and warm.AVAILABLE:
-            code, stdout, stderr = warm.process_for(env, job.warm_modules).run(
-                args, job.cwd, max(timeout, 1.0), started)
+            process = warm.process_for(env, job.warm_modules, gpu=job.device == "cuda")
+            code, stdout, stderr = process.run(args, job.cwd, max(timeout, 1.0), started)
+            if process.cold_because and row is not None:
+                row["cold_because"] = process.cold_because
         else:
             code, stdout, stderr = _cold(args, job.cwd, env, max(timeout, 1.0), started)
     except subprocess.TimeoutExpired:

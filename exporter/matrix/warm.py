@@ -37,6 +37,7 @@ import threading
 import time
 from pathlib import Path
 
+from exporter.matrix import fork_safe
 from runtime import scratch
 
 # what every cell imports before it reads its model (the CLI's own modules add 0.2 s);
@@ -54,14 +55,19 @@ class WarmProcessDied(RuntimeError):
 class WarmProcess:
     """The client side: one warm process, one cell at a time."""
 
-    def __init__(self, env: dict[str, str], modules: tuple[str, ...]) -> None:
+    def __init__(self, env: dict[str, str], modules: tuple[str, ...], gpu: bool = True
+                 ) -> None:
+        """``gpu``: whether its cells may use a GPU (exporter/matrix/fork_safe.py)."""
         self._log = scratch.make_file("exporter-warm-", suffix=".log")
         with open(self._log, "wb") as log:
             self._proc = subprocess.Popen(
-                [sys.executable, "-m", __name__, str(os.getpid()), *modules],
+                [sys.executable, "-m", __name__, str(os.getpid()), "gpu" if gpu else "cpu",
+                 *modules],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, env=env,
                 start_new_session=True)
         self._buffer = b""
+        # why its cells start in a fresh interpreter after all (the server's _preload)
+        self.cold_because: str | None = None
 
     def run(self, args: list[str], cwd: str, timeout: float, on_start) -> tuple[int, str, str]:
         """``exporter ARGS`` in a forked child: (exit code, stdout, stderr), as
@@ -71,7 +77,8 @@ class WarmProcess:
         err = scratch.make_file("exporter-cell-", suffix=".err")
         try:
             self._send({"args": args, "cwd": cwd, "stdout": str(out), "stderr": str(err)})
-            pid = self._reply(None)["pid"]
+            started = self._reply(None)
+            pid, self.cold_because = started["pid"], started.get("cold")
             on_start(pid)
             try:
                 code = self._reply(time.monotonic() + timeout)["exit"]
@@ -130,14 +137,15 @@ _ALL: list[WarmProcess] = []
 _LOCK = threading.Lock()
 
 
-def process_for(env: dict[str, str], modules: tuple[str, ...]) -> WarmProcess:
-    """This thread's warm process for ``env`` and ``modules`` (started, or restarted
-    after it died)."""
+def process_for(env: dict[str, str], modules: tuple[str, ...], gpu: bool = True
+                ) -> WarmProcess:
+    """This thread's warm process for ``env``, ``modules`` and ``gpu`` (started, or
+    restarted after it died)."""
     mine = _OWN.__dict__.setdefault("processes", {})
-    key = (json.dumps(env, sort_keys=True), modules)
+    key = (json.dumps(env, sort_keys=True), modules, gpu)
     warm = mine.get(key)
     if warm is None or not warm.alive():
-        warm = mine[key] = WarmProcess(env, modules)
+        warm = mine[key] = WarmProcess(env, modules, gpu)
         with _LOCK:
             _ALL.append(warm)
     return warm
@@ -154,30 +162,27 @@ def close_all() -> None:
 
 # --- the warm process itself: python -m exporter.matrix.warm PARENT_PID MODULE... ---
 
-def _serve(parent: int, modules: list[str]) -> None:
+def _serve(parent: int, gpu: bool, modules: list[str]) -> None:
     _die_with_parent(parent)
     server = os.getpid()
     replies = os.fdopen(os.dup(1), "wb", buffering=0)  # the protocol's; stdout goes to stderr
     os.dup2(2, 1)
-    for name in modules:  # a module that fails to import is the cell's to report
-        try:
-            __import__(name)
-        except Exception as exc:  # noqa: BLE001
-            print(f"warm: could not import {name}: {type(exc).__name__}: {exc}",
-                  file=sys.stderr, flush=True)
+    cold_because = fork_safe.preload(modules, gpu)  # None: cells fork from here
     for line in sys.stdin.buffer:
         request = json.loads(line)
         pid = os.fork()
         if pid == 0:
             replies.close()
-            _child(request, server)  # never returns
-        replies.write(json.dumps({"pid": pid}).encode() + b"\n")
+            _child(request, server, cold=cold_because is not None)  # never returns
+        replies.write(json.dumps({"pid": pid, "cold": cold_because}).encode() + b"\n")
         _, status = os.waitpid(pid, 0)
         replies.write(json.dumps({"exit": os.waitstatus_to_exitcode(status)}).encode() + b"\n")
 
 
-def _child(request: dict, parent: int) -> None:
-    """Become ``python -m exporter ARGS``: own session, own files, the CLI's exit code."""
+def _child(request: dict, parent: int, cold: bool) -> None:
+    """Become ``python -m exporter ARGS``: own session, own files, the CLI's exit code.
+    ``cold``: this process cannot be forked safely, so the child execs a fresh
+    interpreter (same pid, session, files and parent-death signal)."""
     code = 1
     try:
         os.setsid()  # the client kills the cell's session on timeout: compilers included
@@ -190,6 +195,8 @@ def _child(request: dict, parent: int) -> None:
             opened = os.open(path, flags)
             os.dup2(opened, fd)
             os.close(opened)
+        if cold:
+            os.execv(sys.executable, [sys.executable, "-m", "exporter", *request["args"]])
         sys.argv = ["exporter", *request["args"]]
         runpy.run_module("exporter", run_name="__main__")  # as `python -m exporter` does
         code = 0
@@ -232,4 +239,4 @@ def _die_with_parent(parent: int) -> None:
 
 
 if __name__ == "__main__":
-    _serve(int(sys.argv[1]), sys.argv[2:])
+    _serve(int(sys.argv[1]), sys.argv[2] == "gpu", sys.argv[3:])

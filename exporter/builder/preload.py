@@ -1,0 +1,76 @@
+"""What the validation process imports before it loads an artifact, as a device would
+have to: the code that registers the custom ops a CPU-fallback partition calls, and the
+modules of a plug-in target's executor (``runtime --preload``)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import site
+import sysconfig
+from pathlib import Path
+
+from runtime.manifest import Manifest
+from targets import for_backend
+
+
+def preload_for(manifest: Manifest, origin_file: str | None) -> list[str]:
+    """The modules that register a plug-in target's executor (``Target.runtime_modules``),
+    and for custom ops in CPU-fallback partitions their defining code: the installed
+    module that registered the op (``transformers.integrations.moe`` for Mixtral's
+    ``grouped_mm_fallback``), else the model's own file, by module name when it belongs
+    to an installed package (a package's file imported alone fails on its relative
+    imports)."""
+    model_code = origin_file and (importable_name(origin_file) or origin_file)
+    sources: list[str] = []
+    for partition in manifest.partitions:  # custom ops: the modules manifest_for found
+        target, modules = for_backend(partition.backend), partition.meta.get("custom_op_modules")
+        for source in [*(target.runtime_modules if target else ()),  # (older: look them up)
+                       *((modules or {}).get(op) or defining_module(op) or model_code
+                         for op in partition.meta.get("custom_ops", []))]:
+            if source and source not in sources:
+                sources.append(source)
+    return sources
+
+
+def defining_module(qualified: str) -> str | None:
+    """The importable module a ``torch.library.custom_op`` was defined in, or None (ops
+    of the model file itself, registered some other way, or unknown)."""
+    from torch._library.custom_ops import OPDEFS
+    namespace, _, name = qualified.rpartition(".")  # 'transformers.grouped_mm_fallback'
+    definition = OPDEFS.get(f"{namespace}::{name}")
+    module = getattr(getattr(definition, "_init_fn", None), "__module__", None)
+    if not module or module == "__main__" or module.startswith("_exporter_spec_"):
+        return None
+    return module
+
+
+def importable_name(path: str) -> str | None:
+    """``path``'s dotted module name when it is a module of an installed package
+    (``transformers.models.llama.modeling_llama``), else None: the user's own file,
+    loaded by path (a folder of theirs on sys.path here, the current one say, need not
+    be on the device's)."""
+    file = Path(path).resolve()
+    parts, folder = [file.stem], file.parent
+    while (folder / "__init__.py").is_file():
+        parts.insert(0, folder.name)
+        folder = folder.parent
+    if len(parts) == 1 or folder not in _installed_roots():
+        return None
+    name = ".".join(parts)
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return None
+    origin = spec and spec.origin
+    return name if origin and Path(origin).resolve() == file else None
+
+
+def _installed_roots() -> set[Path]:
+    """Where installed packages live: the site folders, and PYTHONPATH's absolute
+    folders (as the device tool and many containers install them)."""
+    folders = [*site.getsitepackages(), site.getusersitepackages(),
+               *(sysconfig.get_paths()[key] for key in ("purelib", "platlib")),
+               *(p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
+                 if os.path.isabs(p))]
+    return {Path(f).resolve() for f in folders if f}
