@@ -182,3 +182,13 @@ def test_cells_without_a_gpu_import_everything_with_no_gpu_in_sight(tmp_path):
     assert cold_because is None
     assert seen == {"torch": True, "tests.models.gpu_in_sight": True,
                     "tests.models.cuda_initialized": True}  # forked, all imported once
+
+
+def test_the_matrix_says_when_its_cells_could_not_start_warm(capsys):
+    from exporter.cli import matrix as matrix_cli
+    why = "the warm process's imports touched CUDA, which a forked process cannot use"
+    rows = [{"model": m, "column": "onnx", "cold_because": why} for m in ("a", "b")]
+    matrix_cli._report({"cells": rows}, as_json=True)
+    captured = capsys.readouterr()
+    print(captured.err)
+    assert f"2 cell(s) started in a fresh interpreter, not warm: {why}" in captured.err

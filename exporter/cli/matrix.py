@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Optional
 
 import typer
 
 from exporter.cli.common import (DEBUG, JSON, QUIET, VERBOSE, app, err_console, guarded,
-                                 print_json, result, say, style, wrote)
+                                 print_json, result, say, style, warn, wrote)
 
 
 @app.command()
@@ -62,6 +63,9 @@ def matrix(
 
 
 def _report(data: dict, as_json: bool) -> None:
+    fresh = Counter(r["cold_because"] for r in data["cells"] if r.get("cold_because"))
+    for why, count in sorted(fresh.items()):  # warm_start asked, and could not be had
+        warn(f"{count} cell(s) started in a fresh interpreter, not warm: {why}")
     if as_json:
         print_json(data)
         return
