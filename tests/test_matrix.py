@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from exporter.matrix import warm
 from tests.conftest import ROOT, _record
 
 pytest.importorskip("onnxruntime")
@@ -36,6 +37,7 @@ def _write_matrix(folder: Path) -> Path:
     path.write_text(textwrap.dedent(f"""
         timeout = 300
         retries = 2
+        warm_start = {str(warm.AVAILABLE).lower()}  # the Ray workers fork their cells
         [models]
         mlp = "zoo:mlp"
         softclip = {{ spec = "{ROOT}/tests/models/custom_op.py:factory", group = "custom" }}
