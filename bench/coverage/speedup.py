@@ -9,7 +9,10 @@ the local executor and on Ray, at several worker counts (the speed-up in bench/R
 each with all the cores, over the cells `exporter matrix` would run. ``local:N`` and
 ``ray:N`` are `exporter matrix` with N workers (Ray: a local cluster of N CPUs), each from
 an empty cache, so every cell is built. One JSON row per run is appended to
-``--json-out`` as it ends, so the runs may be split over several commands.
+``--json-out`` as it ends, so the runs may be split over several commands. A matrix
+run's row names the cells whose ops on the CPU fallback differ from the loop's builds
+(``placement_differs``: then it timed other builds) and why warm cells started fresh
+(``cold_because``).
 """
 
 from __future__ import annotations
