@@ -21,16 +21,20 @@ def preload_for(manifest: Manifest, origin_file: str | None) -> list[str]:
     ``grouped_mm_fallback``), else the model's own file, by module name when it belongs
     to an installed package (a package's file imported alone fails on its relative
     imports)."""
-    model_code = origin_file and (importable_name(origin_file) or origin_file)
     sources: list[str] = []
     for partition in manifest.partitions:  # custom ops: the modules manifest_for found
         target, modules = for_backend(partition.backend), partition.meta.get("custom_op_modules")
         for source in [*(target.runtime_modules if target else ()),  # (older: look them up)
-                       *((modules or {}).get(op) or defining_module(op) or model_code
+                       *((modules or {}).get(op) or defining_module(op) or _model_code(origin_file)
                          for op in partition.meta.get("custom_ops", []))]:
             if source and source not in sources:
                 sources.append(source)
     return sources
+
+
+def _model_code(origin_file: str | None) -> str | None:
+    """The model's own code as ``runtime --preload`` takes it: a module name or a path."""
+    return origin_file and (importable_name(origin_file) or origin_file)
 
 
 def defining_module(qualified: str) -> str | None:

@@ -66,7 +66,7 @@ class WarmProcess:
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, env=env,
                 start_new_session=True)
         self._buffer = b""
-        # why its cells start in a fresh interpreter after all (the server's _preload)
+        # why its cells start in a fresh interpreter after all (fork_safe.preload)
         self.cold_because: str | None = None
 
     def run(self, args: list[str], cwd: str, timeout: float, on_start) -> tuple[int, str, str]:
