@@ -355,3 +355,30 @@ def test_compiler_that_hangs_or_crashes_is_a_build_error_naming_the_log(tmp_path
     assert expected in result.stderr
     log = Path(result.stderr.split("Where: ")[1].split(".log")[0] + ".log")
     assert log.is_file() and not out.exists()
+
+
+# Where in the CLI's start the Ctrl-C lands, made exact: the process signals itself from a
+# function of that phase. Timed signals (above) land anywhere; CI found the gap they missed.
+_STARTUP_PHASES = {
+    "building the command": "exporter.cli._tidy_help",
+    "parsing the flags": "exporter.cli.common._configure_logging",
+}
+
+
+@pytest.mark.parametrize("phase", sorted(_STARTUP_PHASES))
+def test_ctrl_c_in_each_phase_of_the_cli_start_is_exit_130(tmp_path, phase):
+    module, _, name = _STARTUP_PHASES[phase].rpartition(".")
+    code = (f"import importlib, os, signal, exporter.cli\n"
+            f"m = importlib.import_module({module!r}); real = getattr(m, {name!r})\n"
+            f"def hit(*a, **k):\n"
+            f"    os.kill(os.getpid(), signal.SIGINT)\n"
+            f"    return real(*a, **k)\n"
+            f"setattr(m, {name!r}, hit)\n"
+            f"exporter.cli.main()\n")
+    out = tmp_path / "model.artifact"
+    result = subprocess.run([sys.executable, "-c", code, *_build_cmd(out)[3:]],
+                            capture_output=True, text=True, env=_env(), cwd=ROOT, timeout=120)
+    print(f"{phase}: exit {result.returncode}: {result.stderr!r}")
+    assert result.returncode == 130 and "interrupted" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not out.exists()

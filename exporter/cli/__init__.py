@@ -11,7 +11,7 @@ import signal
 import sys
 
 from exporter.cli.interrupts import interrupt as _interrupt
-from exporter.cli.interrupts import interrupted
+from exporter.cli.interrupts import interrupted, untold
 
 
 def main() -> None:
@@ -20,27 +20,33 @@ def main() -> None:
     # Ctrl-C through the same handler, which also remembers it (exporter/cli/interrupts.py).
     signal.signal(signal.SIGTERM, _interrupt)
     signal.signal(signal.SIGINT, _interrupt)
-    try:  # the commands' modules import torch: seconds, longer on a loaded machine
+    try:  # the commands' modules import torch: seconds, longer on a loaded machine; building
+        # typer's command from them takes a while more (CI: a Ctrl-C 3 s in landed there)
         app = _registered_app()
         import typer.main
+        command = typer.main.get_command(app)
+        _tidy_help(command)
         if interrupted():  # raised, and swallowed on its way up
             raise KeyboardInterrupt
     except KeyboardInterrupt:  # Ctrl-C before any command ran: nothing to clean up
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second one must not cut this short
         print("interrupted: nothing was written", file=sys.stderr, flush=True)
         # Not SystemExit: a half-imported torch can turn the interpreter's shutdown into a
         # death by SIGINT (exit -2, seen when the signal landed ~1 s in); nothing is open.
         os._exit(130)
-    command = typer.main.get_command(app)
-    _tidy_help(command)
     try:
         command()
     except SystemExit as done:
-        if done.code != 130:
+        # 130: interrupted, and the command has cleaned up, or the signal came while click
+        # parsed the flags, before the command's guard: typer exits 130 then, silently.
+        if done.code != 130 and not interrupted():
             raise
-        # Interrupted, and the command has cleaned up. A KeyboardInterrupt that landed
-        # inside an extension's initialisation can leave the interpreter ending by a
-        # signal of its own (exit -2, seen under load in CI's SIGTERM test) instead of
-        # the code the command chose: the exit handlers run, then the process ends here.
+        if untold():
+            print("interrupted", file=sys.stderr, flush=True)
+        # A KeyboardInterrupt that landed inside an extension's initialisation can leave
+        # the interpreter ending by a signal of its own (exit -2, seen under load in CI's
+        # SIGTERM test) instead of the code the command chose: the exit handlers run, then
+        # the process ends here.
         atexit._run_exitfuncs()
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(OSError, ValueError):

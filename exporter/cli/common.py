@@ -254,6 +254,7 @@ def _guarded_body(action: Callable[[], int | None], as_json: bool) -> None:
     except KeyboardInterrupt:
         err_console.print("interrupted: nothing was written (an artifact is replaced whole or "
                           "not at all; the next build removes this one's temporary files)")
+        interrupts.told()
         raise typer.Exit(130) from None
     except OSError as exc:
         if exc.errno not in _DISK_ERRORS:

@@ -11,6 +11,8 @@ install it before anything heavy loads.
 from __future__ import annotations
 
 _signals: list[int] = []
+_told: list[bool] = []  # whether the command has said so (typer turns a Ctrl-C that lands
+# outside the command's guard, while click parses the flags, into a silent exit 130)
 
 
 def interrupt(signum, frame) -> None:
@@ -28,5 +30,16 @@ def interrupted() -> bool:
     return bool(_signals)
 
 
+def told() -> None:
+    """The command has told the user it was interrupted, and what that left."""
+    _told.append(True)
+
+
+def untold() -> bool:
+    """Interrupted, and nobody said so yet."""
+    return interrupted() and not _told
+
+
 def forget() -> None:
     _signals.clear()
+    _told.clear()

@@ -9,6 +9,7 @@ from typing import Optional
 
 import typer
 
+from exporter.cli import interrupts
 from exporter.cli.common import (DEBUG, JSON, QUIET, VERBOSE, app, err_console, guarded,
                                  print_json, result, say, style, warn, wrote)
 
@@ -55,6 +56,7 @@ def matrix(
                 err_console.print(f"interrupted: finished cells are in the cache and the "
                                   f"table so far in {folder}/matrix.html; run the same "
                                   "command again to go on from here", highlight=False)
+                interrupts.told()
                 raise typer.Exit(130) from None
         _report(data, as_json)
         totals = data["totals"]
