@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter.matrix import warm
+from exporter.matrix import spec_file, warm
 from tests.conftest import ROOT, _record
 
 pytest.importorskip("onnxruntime")
@@ -230,6 +230,7 @@ def test_the_key_follows_the_model_source_and_the_settings(tmp_path):
      'target = "onnx"\n', "would both be cell 'a--b--onnx'"),
     ('[models]\nm = { spec = "zoo:mlp", depends = ["nope.py"] }\n[targets.onnx]\n',
      "depends names no file"),
+    ('warm_start = "yes"\n[models]\nm = "zoo:mlp"\n[targets.onnx]\n', "warm_start"),
 ])
 def test_matrix_file_mistakes_stop_before_any_build(tmp_path, text, named):
     from typer.testing import CliRunner
@@ -311,6 +312,31 @@ def test_a_failed_rebuild_does_not_report_the_artifact_an_earlier_build_left(
     assert again["status"] == "bad-input" and "broken now" in again["error"]
     assert not {"artifact", "artifact_sha256", "artifact_bytes"} & set(again)
     assert not (out / "artifacts" / "flaky--onnx.artifact").exists()
+
+
+@pytest.mark.parametrize("line, warm_columns", [("", {"onnx", "cpu"}),
+                                                 ("warm_start = true\n", {"onnx", "cpu", "cuda"}),
+                                                 ("warm_start = false\n", set())])
+def test_warm_start_auto_forks_the_cells_that_use_no_gpu(tmp_path, line, warm_columns):
+    """By default a cell forks from a warm worker unless it uses the GPU (a warm worker
+    with GPU cells must try its imports in throwaway forks: slower, bench/RESULTS.md)."""
+    from exporter.matrix.cache import Cache
+    from exporter.matrix.runner import _Run, _warm_modules
+    path = tmp_path / "m.toml"
+    path.write_text(line + '[models]\nm = "zoo:mlp"\n[targets.onnx]\n[targets.cpu]\n'
+                    '[targets.cuda]\n')
+    matrix = spec_file.read(path)
+    modules = _warm_modules(matrix)
+    tools = {column: {} for column in ("onnx", "cpu", "cuda")}  # the key's toolchain part
+    (tmp_path / "cells").mkdir()
+    jobs = _Run(matrix, tmp_path, Cache(tmp_path / "cache"), print).plan(
+        tools, rebuild=True, threads=1, warm_modules=modules)
+    warm_jobs = {job.cell_id.rpartition("--")[2] for job in jobs if job.warm_modules}
+    print(line or "(default)", sorted(warm_jobs), modules)
+    assert warm_jobs == warm_columns
+    assert (modules is None) == (not warm_columns)
+    if warm_columns:  # the warm process imports what its targets build with
+        assert "onnx" in modules and "torch._inductor.compile_fx" in modules
 
 
 def test_a_bench_without_a_result_is_run_again_and_no_bench_shows_none():

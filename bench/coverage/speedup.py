@@ -33,6 +33,7 @@ from bench.coverage.matrix import matrix_toml  # noqa: E402
 from bench.coverage.suite import select  # noqa: E402
 from exporter.matrix.cache import DURATIONS_FILE  # noqa: E402
 from exporter.matrix.cell import read_build  # noqa: E402
+from exporter.matrix.spec_file import read as read_matrix  # noqa: E402
 
 PLACEMENT_FILE = "fallback_ops.json"  # the loop's builds: each cell's ops on the fallback
 
@@ -41,9 +42,8 @@ def run_loop(matrix: Path, out: Path) -> dict:
     """Every cell's build, one after the other (the cells' configs as the matrix writes
     them, read here without building anything)."""
     from exporter.config import config_file
-    from exporter.matrix import spec_file
 
-    cells = spec_file.read(matrix).cells
+    cells = read_matrix(matrix).cells
     (out / "cells").mkdir(parents=True, exist_ok=True)
     start, passed, seconds, failed, fallback = time.monotonic(), 0, {}, {}, {}
     for cell in cells:
@@ -95,7 +95,7 @@ def run_matrix(matrix: Path, out: Path, executor: str, workers: int,
             "placement_differs": _placement_differs(out.parent / "loop", cells),
             "built": data["totals"]["built"], "wall_s": wall, "failed": failed,
             "known_times": known_times is not None, "timeline": timeline,
-            "warm_start": "warm_start = true" in matrix.read_text(),
+            "warm_start": read_matrix(matrix).warm_start,  # true, false or "auto"
             # cells a warm worker had to start fresh after all (exporter/matrix/warm.py)
             "cold_because": sorted({c["cold_because"] for c in cells.values()
                                     if c.get("cold_because")}),

@@ -1,8 +1,8 @@
 """One cell, run where an executor puts it: ``exporter build --config CELL.toml --json`` in
 its own process with a time limit (then ``exporter bench --json`` when the matrix asks),
 exactly as a user runs them. What the build prints (docs/json.md) is the whole record.
-With ``warm_start = true`` in the matrix file (Linux), the process is forked from a warm
-worker that imported torch and the targets' compilers once (exporter/matrix/warm.py).
+With ``warm_start`` (Linux; by default the cells that use no GPU), the process is forked
+from a warm worker that imported torch and the targets' compilers once (exporter/matrix/warm.py).
 
 A cell that prints no JSON (a crash, a timeout) is recorded as such: a bug to fix, never a
 pass. The build runs in its own process group, so a timeout also stops its compilers, and

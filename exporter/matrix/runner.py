@@ -129,10 +129,12 @@ class _Run:
             if hit is not None:
                 self.hits[cell.id] = hit
             artifact = self.store.artifact(key) if key else self._link(cell)
+            device = _device(cell)
+            warm = warm_modules if _warm_for(self.matrix.warm_start, device) else None
             jobs.append(Job(cell.id, str(config), str(artifact),
                             str(self.out / "running" / f"{cell.id}.json"), os.getcwd(),
                             self.matrix.timeout, threads, bench, build=hit is None,
-                            device=_device(cell), warm_modules=warm_modules))
+                            device=device, warm_modules=warm))
         return jobs
 
     def started(self, job: Job) -> None:
@@ -211,14 +213,24 @@ def _device(cell: Cell) -> str:
     return all_targets()[cell.settings.target].device
 
 
+def _warm_for(warm_start: bool | str, device: str) -> bool:
+    """Whether a cell on ``device`` forks from a warm worker. "auto" (the default): the
+    cells that use no GPU. On 2 cores warm onnx cells ended 1.55x sooner than fresh ones
+    (bench/RESULTS.md, session 48); a warm worker with cuda cells must try each import in
+    a throwaway fork first (exporter/matrix/fork_safe.py), and on the GPU machine that was
+    slower than fresh cells (session 47), so cuda cells start fresh unless asked."""
+    return warm_start is True or (warm_start == "auto" and device != "cuda")
+
+
 def _warm_modules(matrix: Matrix) -> tuple[str, ...] | None:
     """What a warm worker imports for this matrix's cells: what every build imports, and
     each of its targets' compilers (None: cold cells, as the matrix file asked)."""
-    if not matrix.warm_start:
-        return None
     from targets import all_targets
     known = all_targets()
-    targets = dict.fromkeys(cell.settings.target for cell in matrix.cells)
+    targets = dict.fromkeys(cell.settings.target for cell in matrix.cells
+                            if _warm_for(matrix.warm_start, _device(cell)))
+    if not targets:
+        return None
     modules = [*warm.BASE_MODULES, *(m for t in targets for m in known[t].build_modules)]
     return tuple(dict.fromkeys(modules))
 

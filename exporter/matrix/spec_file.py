@@ -2,8 +2,9 @@
 
     timeout = 900          # seconds per cell: build, validation and bench (default 900)
     retries = 2            # --executor ray: reruns of a cell whose worker died (default 2)
-    warm_start = false     # true (Linux): cells fork from a worker that imported torch
-                           # once; false: each a fresh `python -m exporter` (default)
+    warm_start = "auto"    # Linux: cells fork from a worker that imported torch once;
+                           # "auto" (default): the cells that use no GPU; true: all;
+                           # false: each cell a fresh `python -m exporter`
 
     [defaults]             # `exporter build --config` keys every cell gets
     seed = 0
@@ -38,9 +39,10 @@ import difflib
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import pydantic
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 from exporter.config.config_file import fields_of, load_toml, with_target_table
 from exporter.errors import UserInputError
@@ -63,8 +65,7 @@ class _File(BaseModel):
     model_config = ConfigDict(extra="forbid")
     timeout: float = Field(900.0, gt=0, allow_inf_nan=False)
     retries: int = Field(2, ge=0)
-    # opt-in until a cell that failed warm on the GPU machine is understood (docs/matrix.md)
-    warm_start: bool = False
+    warm_start: StrictBool | Literal["auto"] = "auto"  # docs/matrix.md
     defaults: dict = Field(default_factory=dict)
     models: dict[str, str | dict] = Field(min_length=1)
     targets: dict[str, dict] = Field(min_length=1)
@@ -96,7 +97,7 @@ class Matrix:
     retries: int
     bench: BenchSettings | None
     recipes: dict[str, dict]  # column -> the keys its table sets (for the table's header)
-    warm_start: bool = False  # cells fork from a warm worker (exporter/matrix/warm.py)
+    warm_start: bool | str = "auto"  # cells fork from a warm worker (exporter/matrix/warm.py)
 
 
 def read(path: Path) -> Matrix:
