@@ -15,7 +15,7 @@ import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Literal
 
 from exporter.config import config_file
 from exporter.errors import UserInputError
@@ -213,7 +213,7 @@ def _device(cell: Cell) -> str:
     return all_targets()[cell.settings.target].device
 
 
-def _warm_for(warm_start: bool | str, device: str) -> bool:
+def _warm_for(warm_start: bool | Literal["auto"], device: str) -> bool:
     """Whether a cell on ``device`` forks from a warm worker. "auto" (the default): the
     cells that use no GPU. On 2 cores warm onnx cells ended 1.55x sooner than fresh ones
     (bench/RESULTS.md, session 48); a warm worker with cuda cells must try each import in
@@ -224,7 +224,7 @@ def _warm_for(warm_start: bool | str, device: str) -> bool:
 
 def _warm_modules(matrix: Matrix) -> tuple[str, ...] | None:
     """What a warm worker imports for this matrix's cells: what every build imports, and
-    each of its targets' compilers (None: cold cells, as the matrix file asked)."""
+    the compilers of the targets whose cells fork (None: no cell forks, see _warm_for)."""
     from targets import all_targets
     known = all_targets()
     targets = dict.fromkeys(cell.settings.target for cell in matrix.cells

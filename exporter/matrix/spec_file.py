@@ -97,7 +97,7 @@ class Matrix:
     retries: int
     bench: BenchSettings | None
     recipes: dict[str, dict]  # column -> the keys its table sets (for the table's header)
-    warm_start: bool | str = "auto"  # cells fork from a warm worker (exporter/matrix/warm.py)
+    warm_start: bool | Literal["auto"] = "auto"  # cells fork from a warm worker (warm.py)
 
 
 def read(path: Path) -> Matrix:
