@@ -16,7 +16,7 @@ import onnx  # noqa: E402
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 from exporter.model import zoo  # noqa: E402
-from runtime.errors import ArtifactError, CompatibilityError, ExecutionError  # noqa: E402
+from runtime.errors import ArtifactError, CompatibilityError  # noqa: E402
 from runtime.executors import create_executor  # noqa: E402
 from runtime.manifest import Partition  # noqa: E402
 from targets.base import LowerOptions  # noqa: E402
@@ -199,7 +199,7 @@ def test_forbidden_fallback_is_recorded_and_enforced(tmp_path):
     # An available provider that cannot run the nodes: ORT refuses the session
     # because the CPU may not take over (Azure runs no ONNX ops).
     if "AzureExecutionProvider" in onnxruntime.get_available_providers():
-        with pytest.raises(ExecutionError, match="could not load"):
+        with pytest.raises(CompatibilityError, match="could not load"):
             _executor(tmp_path, lowered, program, providers=["AzureExecutionProvider"])
 
 

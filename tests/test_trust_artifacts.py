@@ -243,7 +243,42 @@ def test_14_a_failed_aotinductor_load_leaves_no_unpacked_folder(onnx_mlp, tmp_pa
                          {"partitions/p0/model.pt2": package.getvalue()})
     temp = tempfile.gettempdir()
     before = set(os.listdir(temp))
-    with pytest.raises(runtime.ExecutionError):
+    with pytest.raises(ArtifactError, match="could not load partition 'p0'"):
         runtime.load(bad)
     left = sorted(n for n in set(os.listdir(temp)) - before if n.startswith(("aotinductor", "aoti")))
     assert left == [], left
+
+
+# --- a hash-consistent artifact whose graph the backend refuses is bad input, not a build -----
+
+def _unknown_op_graph() -> bytes:
+    from onnx import TensorProto, helper
+    graph = helper.make_graph([helper.make_node("NoSuchOp", ["x"], ["output"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, None)],
+                              [helper.make_tensor_value_info("output", TensorProto.FLOAT, None)])
+    return helper.make_model(graph).SerializeToString()
+
+
+def _undefined_input_graph() -> bytes:
+    from onnx import TensorProto, helper
+    graph = helper.make_graph([helper.make_node("Relu", ["nowhere"], ["output"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, None)],
+                              [helper.make_tensor_value_info("output", TensorProto.FLOAT, None)])
+    return helper.make_model(graph).SerializeToString()
+
+
+@pytest.mark.parametrize("graph", [_unknown_op_graph, _undefined_input_graph],
+                         ids=["unknown-op", "undefined-input"])
+def test_an_onnx_graph_the_runtime_refuses_is_a_bad_artifact_at_run(onnx_mlp, tmp_path, cli,
+                                                                     graph):
+    pytest.importorskip("onnx")
+    with ArtifactReader.open(onnx_mlp) as reader:
+        (entry,) = [n for n in reader.names() if n.endswith(".onnx")]
+    bad = _rewrite(onnx_mlp, tmp_path / "refused.artifact", extra={entry: graph()})
+    np.savez(tmp_path / "in.npz", x=np.zeros((2, 64), np.float32))
+    result = cli("run", str(bad), "--inputs", str(tmp_path / "in.npz"))
+    _clean(result, 2, "could not load partition 'p0'", f"{bad}: {entry}")
+    assert result.stderr.count("error:") == 1 and "edge-artifact-" not in result.stderr
+    as_json = cli("run", str(bad), "--inputs", str(tmp_path / "in.npz"), "--json")
+    assert as_json.returncode == 2
+    assert json.loads(as_json.stdout)["error"]["exit_code"] == 2

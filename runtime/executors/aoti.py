@@ -12,7 +12,7 @@ from typing import Iterator
 import torch
 
 from runtime import scratch
-from runtime.errors import ArtifactError, ExecutionError
+from runtime.errors import ArtifactError
 from runtime.executors.meta import Entry, PartitionMeta
 from runtime.manifest import Partition
 from runtime.shared_weights import SharedWeights, missing_store
@@ -51,14 +51,16 @@ class AotiExecutor:
             with _tmpdir(unpacked):
                 loader = torch._C._aoti.AOTIModelPackageLoader(
                     str(files_dir / meta.package), "model", run_single_threaded, 1, -1)
-        except Exception as exc:  # torch raises RuntimeError and friends; say which partition failed
+        except Exception as exc:  # a verified package that torch refuses is bad input
             scratch.remove(unpacked)
             text = str(exc).strip()
-            raise ExecutionError(
+            raise ArtifactError(
                 f"AOTInductor could not load partition '{partition.name}' "
                 f"({type(exc).__name__}: {text.splitlines()[0] if text else ''})",
                 where=f"{where}: {meta.package}",
-                hint="check that this machine's torch matches the one in `exporter inspect`") from exc
+                hint="the package is broken or was built for another torch (check that this "
+                     "machine's matches the one in `exporter inspect`); rebuild the artifact "
+                     "with `exporter build`") from exc
         if meta.shared_weights:
             _load_shared(loader, partition, meta, shared, unpacked, where)
         # The loader's flat interface: our Program already flattened the inputs and

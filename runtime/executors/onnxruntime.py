@@ -160,14 +160,27 @@ def _open_session(ort, model: Path, partition: Partition, usable: list[str], for
     try:
         session = ort.InferenceSession(str(model), options, providers=usable)
     except Exception as exc:  # ORT raises its own pybind types (Fail, InvalidArgument, ...)
-        lines = str(exc).strip().splitlines()
-        raise ExecutionError(
-            f"ONNX Runtime could not load partition '{partition.name}' "
-            f"({type(exc).__name__}: {lines[0][:400] if lines else ''})", where=where,
-            hint="if CPU fallback is forbidden, every node must run on the requested "
-                 "providers; check the onnxruntime version in `exporter inspect`") from exc
+        raise _refused(exc, model, partition, where, no_fallback, usable) from exc
 
     return session, records, no_fallback, weights
+
+
+def _refused(exc: Exception, model: Path, partition: Partition, where: str,
+             no_fallback: bool, usable: list[str]) -> ArtifactError | CompatibilityError:
+    """ORT's refusal of a verified partition file: the artifact is bad input (exit 2), or,
+    with CPU fallback forbidden, this machine's providers cannot take every node."""
+    lines = str(exc).strip().splitlines()
+    # ORT quotes the private copy's path, gone by now; ``where`` names the entry
+    said = (lines[0] if lines else "").replace(str(model), model.name)[:400]
+    what = (f"ONNX Runtime could not load partition '{partition.name}' "
+            f"({type(exc).__name__}: {said})")
+    if no_fallback:
+        return CompatibilityError(what, where=where, hint=(
+            f"CPU fallback is forbidden and {', '.join(usable)} cannot run every node here; "
+            "rebuild with fallback 'allow' or run where those providers are installed"))
+    return ArtifactError(what, where=where, hint="the artifact's ONNX graph is broken or "
+                         "was made for a newer onnxruntime (its version is in `exporter "
+                         "inspect`); rebuild it with `exporter build`")
 
 
 def _runner(ort, session, partition: Partition, where: str, arrays: bool,

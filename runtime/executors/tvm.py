@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runtime.errors import CompatibilityError, ExecutionError
+from runtime.errors import ArtifactError, CompatibilityError, ExecutionError
 from runtime.executors.meta import Entry, PartitionMeta
 from runtime.manifest import Partition
 from runtime.weights import load_checked
@@ -67,15 +67,18 @@ class TvmExecutor:
         try:
             library = tvm.runtime.load_module(str(files_dir / meta.library))
             vm = relax.VirtualMachine(library, tvm.cpu())
-        except Exception as exc:  # TVM raises TVMError subclasses; say which partition
-            raise ExecutionError(f"TVM could not load partition '{partition.name}' "
-                                 f"({_last_line(exc)})", where=where,
-                                 hint="check the TVM version in `exporter inspect`") from exc
+        except Exception as exc:  # TVMError: a verified library TVM refuses is bad input
+            raise ArtifactError(f"TVM could not load partition '{partition.name}' "
+                                f"({_last_line(exc)})", where=where,
+                                hint="the library is broken or was built for another TVM "
+                                     "(its version is in `exporter inspect`); rebuild the "
+                                     "artifact with `exporter build`") from exc
         weights = load_checked(files_dir / meta.params, (meta.tensor_index or {}).get("params"),
                                "cpu", where=where, arrays=True)
         if len(weights) != meta.num_params:
-            raise ExecutionError(f"partition '{partition.name}' has {len(weights)} weights, its "
-                                 f"manifest says {meta.num_params}", where=where)
+            raise ArtifactError(f"partition '{partition.name}' has {len(weights)} weights, its "
+                                f"manifest says {meta.num_params}", where=where,
+                                hint="rebuild the artifact with `exporter build`")
         # Copied into TVM's allocations: TVM needs 64-byte aligned data, and tensors in a
         # safetensors file are packed back to back.
         params = [tvm.runtime.tensor(weights[name]) for name in sorted(weights)]
