@@ -1,6 +1,6 @@
 """Running inside the build's memory plan: one preallocated arena per device.
 
-The build plans (passes/memory_plan.py: ``plan_arenas``) where each planned tensor lives:
+The build plans (plan/memory_plan.py: ``plan_arenas``) where each planned tensor lives:
 an offset into its device's arena. At load, ``Program`` allocates each arena once; two
 kinds of tensor then live there instead of coming from the allocator per call:
 

@@ -22,10 +22,10 @@ from torch.export import ExportedProgram
 from torch.fx import Node
 
 from passes.base import Pass
-from passes.dead_code import EliminateDeadCode
-from passes.quantize import QuantizePT2E
-from passes.quantize_experts import QuantizeExperts
-from passes.quantize_weight_only import QuantizeWeightOnly
+from passes.cleanup.dead_code import EliminateDeadCode
+from passes.quantize.quantize import QuantizePT2E
+from passes.quantize.quantize_experts import QuantizeExperts
+from passes.quantize.quantize_weight_only import QuantizeWeightOnly
 from runtime.manifest import Partition, Requirements
 from targets.options import FallbackPolicy, TargetOptions
 
@@ -248,7 +248,7 @@ def pipeline(options: LowerOptions, quantize: Pass | None = None,
     """A target's pass list, in order: dead-code cleanup first (PT2E's prepare failed on
     dead code, and the fusion patterns assume single users); the target's fusion passes
     (targets.fusion, unless --no-fuse); with --quantize, an MoE's experts
-    (passes/quantize_experts.py), then the quantizer. (--dtype is not a
+    (passes/quantize/quantize_experts.py), then the quantizer. (--dtype is not a
     pass: the model is cast before capture, exporter/model/cast.py says why.)"""
     passes: list[Pass] = [EliminateDeadCode()]
     if options.fuse:

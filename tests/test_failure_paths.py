@@ -14,8 +14,8 @@ import typer
 from exporter.cli.common import INTERNAL_ERROR_EXIT, guarded
 from exporter.builder.lowering import _lower_delegated
 from passes.base import PassFailedError, PassResult, run_pipeline
-from passes.dead_code import EliminateDeadCode
-from passes.partition import PlannedPartition
+from passes.cleanup.dead_code import EliminateDeadCode
+from plan.partition import PlannedPartition
 from targets import LowerOptions
 from targets.errors import LoweringError
 

@@ -11,11 +11,11 @@ import torch
 from torch import nn
 
 from exporter.model.zoo import ZOO
-from passes.attention_to_sdpa import AttentionToSDPA
-from passes.fold_batchnorm import FoldBatchNorm
-from passes.merge_linears import MergeParallelLinears
-from passes.remove_noops import RemoveNoOps
-from passes.row_linears import SingleRowLinearsAsReductions
+from passes.cleanup.remove_noops import RemoveNoOps
+from passes.fusion.attention_to_sdpa import AttentionToSDPA
+from passes.fusion.fold_batchnorm import FoldBatchNorm
+from passes.fusion.merge_linears import MergeParallelLinears
+from targets.aoti.passes.row_linears import SingleRowLinearsAsReductions
 
 
 def _ops(program) -> collections.Counter:
@@ -254,7 +254,7 @@ def test_linears_merged_by_a_fusion_are_still_quantized():
     """A fusion's re-capture calls aten.linear with no source_fn_stack, and PT2E's X86
     quantizer finds linears by source: int8-dynamic left a whole decoder in float."""
     pytest.importorskip("torchao")
-    from passes.quantize import QuantizePT2E
+    from passes.quantize.quantize import QuantizePT2E
     from targets.registry import get_target
     torch.manual_seed(0)
     program = torch.export.export(_QKV().eval(), (torch.randn(2, 5, 16),))

@@ -385,7 +385,7 @@ def test_cpu_quantized_generating_build(tmp_path_factory, recipe):
 def test_an_int8_build_quantizes_the_experts_and_stores_them_once(tmp_path, target, recipe):
     """A mixture of experts' experts run on the CPU fallback (no ONNX translation of
     transformers' grouped matmul, nor an Inductor one). --quantize reaches them there
-    (int8 per expert and column; passes/quantize_experts.py): the prefill and decode
+    (int8 per expert and column; passes/quantize/quantize_experts.py): the prefill and decode
     partitions read one copy from the shared store, no float expert is left, the report
     says so, and the gate holds (the tiny random model's own gate, as for the cpu builds
     above). On cpu int8-dynamic the libraries keep their own frozen int8 weights, but the

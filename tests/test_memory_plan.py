@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from exporter.model.zoo import ZOO
-from passes.memory_plan import Buffer, best_fit, lower_bound, plan, plan_arenas
+from plan.memory_plan import Buffer, best_fit, lower_bound, plan, plan_arenas
 
 
 @st.composite
@@ -170,7 +170,7 @@ def test_local_search_brings_roformer_to_its_lower_bound():
     import json
     from pathlib import Path
 
-    from passes.memory_plan import best_plan
+    from plan.memory_plan import best_plan
     rows = json.loads((Path(__file__).parent / "data" / "roformer_onnx_buffers.json").read_text())
     buffers = [Buffer(*row) for row in rows]
     order, offsets = best_plan(buffers)

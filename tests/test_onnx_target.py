@@ -237,7 +237,7 @@ class _Standardize(torch.nn.Module):
 
 def test_std_and_a_constant_icdf_run_whole_in_onnx_runtime(tmp_path):
     """Both ran on the CPU fallback (2 ops a program for Gemma 3n); the constant is folded
-    at build time (passes/remove_noops.py) and variance is plain aten ops."""
+    at build time (passes/cleanup/remove_noops.py) and variance is plain aten ops."""
     import exporter
     built = exporter.build(_Standardize(), (torch.randn(2, 5, 8),), target="onnx",
                            dynamic_shapes=({0: torch.export.Dim("batch", min=1, max=8)},),

@@ -7,7 +7,7 @@ import torch
 from exporter.model.zoo import ZOO
 from passes.base import run_pipeline
 from exporter.model.cast import cast_model
-from passes.dead_code import EliminateDeadCode
+from passes.cleanup.dead_code import EliminateDeadCode
 
 
 class _Dangling(torch.nn.Module):
@@ -103,7 +103,7 @@ class _RmsNorm(torch.nn.Module):
 def test_rsqrt_products_become_divisions_by_the_root():
     """x * rsqrt(v) -> x / sqrt(v) (ONNX Runtime fuses that form of RMSNorm into one
     kernel); an rsqrt with another use stays; the values agree to a rounding."""
-    from passes.rsqrt_as_division import RsqrtAsDivision
+    from targets.onnx.passes.rsqrt_as_division import RsqrtAsDivision
     x = torch.randn(2, 3, 8)
     program = torch.export.export(_RmsNorm().eval(), (x,))
     expected = program.module()(x)
@@ -130,7 +130,7 @@ class _WholeHeadRotary(torch.nn.Module):
 
 
 def test_empty_concat_operands_are_dropped_and_the_result_stays_contiguous():
-    from passes.empty_concat import DropEmptyConcatOperands
+    from passes.cleanup.empty_concat import DropEmptyConcatOperands
     x = torch.randn(1, 5, 4, 16)
     program = torch.export.export(_WholeHeadRotary(), (x,),
                                   dynamic_shapes=({1: torch.export.Dim("t", min=2, max=16)},))
@@ -151,7 +151,7 @@ def test_a_recapture_keeps_a_length_of_one_and_bounds_derived_dims():
     from torch.export import Dim
     from torch.fx.experimental import _config
 
-    from passes.dims import export_keeping_dims
+    from passes.graph.dims import export_keeping_dims
 
     class Pairs(torch.nn.Module):
         def forward(self, x, pairs):

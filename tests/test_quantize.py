@@ -244,7 +244,7 @@ def test_gate_on_a_trained_model_with_task_data(cli, tmp_path):
 def test_weight_only_reports_each_layer_it_leaves_in_float():
     """int4 groups must divide in_features; a conv is not a weight-only layer. Both stay
     float with the reason (checked before torchao packs anything, so on any machine)."""
-    from passes.quantize_weight_only import QuantizeWeightOnly
+    from passes.quantize.quantize_weight_only import QuantizeWeightOnly
 
     model = torch.nn.Sequential(torch.nn.Conv1d(4, 40, 1), torch.nn.Flatten(),
                                 torch.nn.Linear(40 * 3, 8), torch.nn.Linear(8, 40)).eval()
@@ -300,7 +300,7 @@ def test_cpu_int4_linear_multiplies_by_the_grouped_int4_weight():
     torchao's asymmetric quantization chose, per group of 32 (bf16 rows inside)."""
     from torchao.quantization.utils import groupwise_affine_quantize_tensor
 
-    from passes import int4_cpu
+    from passes.quantize import int4_cpu
     torch.manual_seed(0)
     weight, x, bias = torch.randn(96, 256), torch.randn(2, 5, 256), torch.randn(96)
     packed, scales_and_zeros = int4_cpu.pack(weight)

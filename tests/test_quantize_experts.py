@@ -1,4 +1,4 @@
-"""--quantize on a mixture-of-experts' experts (passes/quantize_experts.py): transformers'
+"""--quantize on a mixture-of-experts' experts (passes/quantize/quantize_experts.py): transformers'
 CPU experts op becomes the runtime's int8/int4 grouped matmul over stored quantized
 experts. Eager and in-process (one torch.export); a real generating build: test_generation."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from passes.quantize_experts import QuantizeExperts, quantize_int4, quantize_int8
+from passes.quantize.quantize_experts import QuantizeExperts, quantize_int4, quantize_int8
 from runtime.generation import experts_op
 
 pytest.importorskip("transformers.integrations.moe")

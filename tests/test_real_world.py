@@ -13,7 +13,7 @@ import torch
 
 from exporter.builder.pipeline import prepare, stage_timer
 from exporter.settings import BuildSettings
-from passes.partition import materialize
+from plan.partition import materialize
 
 pytest.importorskip("onnxruntime")
 MODELS = "tests/models/real_world.py"

@@ -339,7 +339,7 @@ def test_cuda_settings_for_decode_steps_need_no_gpu_to_read(tmp_path):
     builds (shared weights), where they were measured, not with --deterministic, and not in
     programs of dynamic shapes (Inductor's combo kernels refuse a dynamic reduction dim);
     a generating build's sizes read from data hinted as 0 (MVP's positions)."""
-    from passes.row_linears import SingleRowLinearsAsReductions
+    from targets.aoti.passes.row_linears import SingleRowLinearsAsReductions
     from targets.base import LowerOptions
     cuda = get_target("cuda")
     passes = [type(p).__name__ for p in cuda.default_passes(LowerOptions(tmp_path))]

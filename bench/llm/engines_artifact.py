@@ -1,6 +1,6 @@
 """Our generating artifacts as engines of the language-model comparison (bench/llm/):
 ``artifact-cpu`` (AOTInductor, fp32), ``artifact-cpu-int8`` (int8-dynamic: oneDNN int8
-GEMMs), ``artifact-cpu-int4`` (ATen's int4 CPU GEMM, passes/int4_cpu.py),
+GEMMs), ``artifact-cpu-int4`` (ATen's int4 CPU GEMM, passes/quantize/int4_cpu.py),
 ``artifact-onnx`` (ONNX Runtime, fp32) and ``artifact-onnx-int8`` / ``artifact-onnx-int4``
 (MatMulNBits weights, int8 activations: ONNX Runtime GenAI's kernels, our graph). ``prepare`` builds with ``exporter build``
 (validation included) into the engine's work folder; ``load`` generates through the

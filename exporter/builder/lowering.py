@@ -13,7 +13,7 @@ from pathlib import Path
 from exporter.builder.placement import place
 from exporter.builder.prepared import Prepared
 from exporter.settings import BuildSettings
-from passes.partition import PartitionError, PlannedPartition, materialize
+from plan.partition import PartitionError, PlannedPartition, materialize
 from runtime import scratch
 from runtime.errors import ToolchainError
 from targets import FallbackPolicy, Lowered, LoweringError, LowerOptions

@@ -43,10 +43,10 @@ from exporter.validation.gates import QuantGate, Tolerance
 from exporter.validation.inputs import load_input_file, make_cases
 from exporter.validation.validate import (EagerRunner, crashed, keep_failed, summarize_failure,
                                           validate)
-from passes import memory_plan
 from passes.base import run_pipeline
-from passes.ops import is_custom_op
-from passes.partition import PlannedPartition
+from passes.graph.ops import is_custom_op
+from plan import memory_plan
+from plan.partition import PlannedPartition
 from runtime import scratch
 from runtime.archive_writer import write_artifact
 from runtime.executors import parse_meta

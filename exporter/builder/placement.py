@@ -13,8 +13,8 @@ from torch.export import ExportedProgram
 
 from exporter.errors import UserInputError
 from exporter.model.source_lines import source_line
-from passes.cost import op_costs
-from passes.partition import PlannedPartition, is_shape_node, plan_partitions
+from passes.graph.cost import op_costs
+from plan.partition import PlannedPartition, is_shape_node, plan_partitions
 from targets import FallbackPolicy, Support, Target
 from targets.fallback import FALLBACK_BACKEND
 

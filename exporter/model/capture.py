@@ -21,7 +21,7 @@ from exporter.errors import ExportFailedError, UserInputError
 from exporter.model.export_errors import explain_export_failure
 from exporter.model.forward_contract import check_call, unregistered_output
 from exporter.model.spec import ModelSpec
-from passes.rewrite import module_path, set_module_path
+from passes.graph.rewrite import module_path, set_module_path
 from runtime.dtypes import name_of
 from runtime.flat_inputs import FlatInputs, flatten_inputs
 from runtime.manifest import Dim, Signature, TensorSpec

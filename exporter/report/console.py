@@ -335,7 +335,7 @@ def quantization_records(manifest: Manifest) -> list[dict]:
 
 
 def _records(passes: list[dict], partitions: list) -> list[dict]:
-    # the experts' pass records only where there were experts (passes/quantize_experts.py)
+    # the experts' pass records only where there were experts (passes/quantize/quantize_experts.py)
     records = [r["info"] for r in passes if r["name"] == "quantize"
                or r["name"] == "quantize_experts" and r.get("info")]
     return records + _merged([p.meta["quantization"] for p in partitions

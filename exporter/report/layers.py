@@ -1,5 +1,5 @@
 """The report's per-layer sections, from the manifest: what each op costs (FLOPs and the
-weight bytes it reads, recorded at build time by passes/cost.py) and, for a quantized
+weight bytes it reads, recorded at build time by passes/graph/cost.py) and, for a quantized
 build, each quantized layer's error against the float model."""
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ import runtime
 from exporter.model.source_lines import source_line
 from exporter.validation.gates import Tolerance, compare_output
 from exporter.validation.inputs import Case
-from passes.partition import node_values, value_names
+from plan.partition import node_values, value_names
 from runtime.manifest import Manifest
 from targets import for_backend
 

@@ -23,7 +23,7 @@ from typing import Protocol
 
 import torch
 
-from passes.quant_error import sqnr_cosine
+from passes.quantize.quant_error import sqnr_cosine
 
 
 class Gate(Protocol):

@@ -1,5 +1,5 @@
 """Mixture-of-experts matmuls over quantized expert weights: the CPU fallback's kernels
-for a quantized MoE build (passes/quantize_experts.py writes the calls).
+for a quantized MoE build (passes/quantize/quantize_experts.py writes the calls).
 
 transformers runs a MoE layer's experts as ``grouped_mm_fallback(rows, weight, offs)``:
 ``rows`` [S, in] sorted by expert, ``weight`` [E, in, out], and rows ``offs[e-1]:offs[e]``

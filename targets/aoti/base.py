@@ -24,10 +24,10 @@ from torch.export import ExportedProgram
 from torch.fx import Node
 
 from passes.base import Pass
-from passes.empty_concat import DropEmptyConcatOperands
-from passes.merge_linears import MergeParallelLinears
-from passes.ops import is_custom_op
-from passes.quantize_weight_only import QuantizeWeightOnly
+from passes.cleanup.empty_concat import DropEmptyConcatOperands
+from passes.fusion.merge_linears import MergeParallelLinears
+from passes.graph.ops import is_custom_op
+from passes.quantize.quantize_weight_only import QuantizeWeightOnly
 from runtime.executors.aoti import AotiMeta
 from runtime.executors.torch_fallback import has_dynamic_inputs
 from targets.base import (

@@ -25,7 +25,7 @@ class CpuTarget(AOTInductorTarget):
                        "embedding weights, float activations (Inductor's weight-only int8 GEMM)",
         "int4-weight": "int4 linear weights in groups of 32 (torchao's asymmetric "
                        "quantization), ATen's int4 CPU GEMM with bfloat16 rows inside, "
-                       "float in and out (passes/int4_cpu.py); embeddings int8 per row",
+                       "float in and out (passes/quantize/int4_cpu.py); embeddings int8 per row",
     }
 
     def quantizer(self, recipe: str) -> object:

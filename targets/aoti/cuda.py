@@ -10,10 +10,10 @@ import contextlib
 
 import torch
 
-from passes.row_linears import SingleRowLinearsAsReductions
 from runtime.manifest import Requirements
 from targets.aoti.base import AOTInductorTarget
 from targets.aoti.kernel_timing import host_independent_kernel_timing
+from targets.aoti.passes.row_linears import SingleRowLinearsAsReductions
 from targets.base import ABSENT, OK, PROBLEM, Availability, Check, LowerOptions
 
 
@@ -79,7 +79,7 @@ class CudaTarget(AOTInductorTarget):
             configs["unbacked_symint_fallback"] = 0
         if not options.deterministic:
             # Time each Triton reduction's block sizes on this GPU: the batch-1 decode
-            # step's matrix-vector products (passes/row_linears.py) went from 1.56 to
+            # step's matrix-vector products (targets/aoti/passes/row_linears.py) went from 1.56 to
             # 1.36 ms a 1.1B fp16 step on an H100 (bench/RESULTS.md, session 35).
             configs["coordinate_descent_tuning"] = True
         if options.shared_weights and not options.deterministic and not dynamic:

@@ -12,7 +12,7 @@ from typing import Callable
 
 import torch
 
-from passes.rewrite import module_path
+from passes.graph.rewrite import module_path
 from runtime.executors.ort_shared import supply_shared
 from targets.errors import TargetOptionError
 

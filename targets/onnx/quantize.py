@@ -2,7 +2,7 @@
 model (PT2E's quantizers target Inductor; ORT's tools write the int8 ops and QDQ pairs its
 kernels fuse). Imported only when an onnx build quantizes.
 
-The report has the same shape as the PT2E pass's (passes/quantize.py): recipe, layers
+The report has the same shape as the PT2E pass's (passes/quantize/quantize.py): recipe, layers
 quantized, layers left in float with why, weight bytes before and after.
 """
 
@@ -16,7 +16,7 @@ from typing import Callable
 
 import torch
 
-from passes.quant_error import ErrorSums, layer_rows
+from passes.quantize.quant_error import ErrorSums, layer_rows
 from targets.onnx.quant_rewrites import (gemms_as_matmuls, quantize_embedding_tables,
                                         untie_output_projections)
 from targets.errors import TargetOptionError
@@ -212,7 +212,7 @@ def _layer_errors(before, after, layers: list[str], input_sets: list, scratch: P
                   label: Callable[[str], str]) -> list[dict]:
     """Each quantized layer's output (the tensor the float node wrote: ORT's replacement
     writes the same name) in the quantized model against the float model's, over the
-    input sets (passes/quant_error.py's measure, as the PT2E pass reports it)."""
+    input sets (passes/quantize/quant_error.py's measure, as the PT2E pass reports it)."""
     ops = {n.name: (n.output[0], n.op_type) for n in before.graph.node if n.name in layers}
     values = [ops[name][0] for name in layers]
     sums: dict[str, ErrorSums] = {}

@@ -2,7 +2,7 @@
 ``com.microsoft.SkipSimplifiedLayerNormalization``: one kernel that adds, normalizes and
 also hands the sum on (the residual stream), where a decoder layer ran six nodes twice.
 
-The RMSNorm is matched in the form ``passes/rsqrt_as_division.py`` leaves it in,
+The RMSNorm is matched in the form ``targets/onnx/passes/rsqrt_as_division.py`` leaves it in,
 ``scale * (x / sqrt(mean(x^2) + eps))``. ONNX Runtime fuses that form alone into its
 SimplifiedLayerNormalization while it loads the model, but not with the Add before it; and
 the standalone op sits in the default ONNX domain, which the ONNX checker refuses in a

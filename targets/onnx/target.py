@@ -21,10 +21,8 @@ from torch.export import ExportedProgram
 from torch.fx import Node
 
 from passes.base import Pass
-from passes.contiguous_views import ContiguousBeforeReshape
-from passes.decompose import Decompose
-from passes.rsqrt_as_division import RsqrtAsDivision
-from passes.ops import is_custom_op
+from passes.cleanup.decompose import Decompose
+from passes.graph.ops import is_custom_op
 from runtime import scratch
 from runtime.executors.onnxruntime import OnnxRuntimeMeta
 from runtime.flat_inputs import flatten_inputs
@@ -43,6 +41,8 @@ from targets.fusion import GRAPH_FUSIONS
 from targets.onnx import contrib_ops, inside, variance
 from targets.onnx.shared import externalize
 from targets.onnx.packed_attention import pack_attention_inputs
+from targets.onnx.passes.contiguous_views import ContiguousBeforeReshape
+from targets.onnx.passes.rsqrt_as_division import RsqrtAsDivision
 from targets.onnx.providers import provider_names, refuse_bf16_on_cpu_only
 from targets.onnx.stored_rows import store_new_rows
 from targets.onnx.torch_onnx import (exact_no_op_rules, new_report_dir, quiet_registry,

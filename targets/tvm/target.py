@@ -26,9 +26,8 @@ from torch.export import ExportedProgram
 from torch.fx import Node
 
 from passes.base import Pass
-from passes.decompose import Decompose
-from passes.ops import is_custom_op
-from passes.wrap_negative_indices import WrapNegativeIndices
+from passes.cleanup.decompose import Decompose
+from passes.graph.ops import is_custom_op
 from runtime.executors.tvm import TvmMeta
 from runtime.manifest import Partition, Requirements
 from runtime.weights import read_index
@@ -38,6 +37,7 @@ from targets.errors import LoweringError, TargetOptionError
 from targets.fusion import GRAPH_FUSIONS
 from targets.options import TargetOptions
 from targets.tvm.locate import native_stderr_to_log
+from targets.tvm.passes.wrap_negative_indices import WrapNegativeIndices
 
 log = logging.getLogger(__name__)
 

@@ -19,9 +19,9 @@ import torch
 from torch.export import ExportedProgram
 
 from passes.base import PassResult
-from passes.quantize_weight_only import INT4_GROUPS
-from passes.rewrite import (add_constant, attribute, drop_unused_weights, module_path,
-                            recapture)
+from passes.quantize.quantize_weight_only import INT4_GROUPS
+from passes.graph.rewrite import (add_constant, attribute, drop_unused_weights, module_path,
+                                  recapture)
 from runtime.generation import experts_op
 
 # the views transformers puts between a stored expert weight and the grouped matmul

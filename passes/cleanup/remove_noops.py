@@ -17,7 +17,7 @@ import torch
 from torch.export import ExportedProgram
 
 from passes.base import PassResult
-from passes.rewrite import add_constant, attribute, rewrite_and_recapture
+from passes.graph.rewrite import add_constant, attribute, rewrite_and_recapture
 
 aten = torch.ops.aten
 _IDENTITIES = {aten.clone.default, aten.contiguous.default, aten.alias.default,

@@ -13,7 +13,7 @@ import torch
 from torch.export import ExportedProgram
 
 from passes.base import PassResult
-from passes.rewrite import add_constant, attribute, rewrite_and_recapture
+from passes.graph.rewrite import add_constant, attribute, rewrite_and_recapture
 
 _PRODUCERS = {torch.ops.aten.conv1d.default, torch.ops.aten.conv2d.default,
               torch.ops.aten.conv3d.default, torch.ops.aten.linear.default}

@@ -18,7 +18,7 @@ import torch
 from torch.export import ExportedProgram
 
 from passes.base import PassResult
-from passes.rewrite import rewrite_and_recapture
+from passes.graph.rewrite import rewrite_and_recapture
 
 _CAT = torch.ops.aten.cat.default
 

@@ -26,12 +26,12 @@ from typing import Callable
 import torch
 from torch.export import ExportedProgram
 
-from passes import int4_cpu
 from passes.base import PassResult
-from passes.quant_error import layer_error_record
-from passes.quant_graph import (layer_name, products_as_linear, quiet_torchao, weight_bytes,
-                                weighted_op)
-from passes.rewrite import attribute, drop_unused_weights, recapture
+from passes.graph.rewrite import attribute, drop_unused_weights, recapture
+from passes.quantize import int4_cpu
+from passes.quantize.quant_error import layer_error_record
+from passes.quantize.quant_graph import (layer_name, products_as_linear, quiet_torchao,
+                                         weight_bytes, weighted_op)
 from runtime.flat_inputs import flatten_inputs
 
 # The layers each recipe quantizes, with the functional form the torchao tensor

@@ -26,8 +26,8 @@ from torch.fx import Graph, GraphModule, Node
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 
-from passes.dims import export_keeping_dims
-from passes.rewrite import keep_source_meta
+from passes.graph.dims import export_keeping_dims
+from passes.graph.rewrite import keep_source_meta
 from runtime.errors import ToolchainError
 
 log = logging.getLogger(__name__)

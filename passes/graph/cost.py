@@ -24,8 +24,8 @@ from torch.fx import Node
 from torch.utils._pytree import tree_map
 from torch.utils.flop_counter import FlopCounterMode, flop_registry
 
-from passes.ops import is_custom_op
-from passes.rewrite import module_path
+from passes.graph.ops import is_custom_op
+from passes.graph.rewrite import module_path
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ import torch
 from torch.export import ExportedProgram
 
 from passes.base import PassResult
-from passes.dims import export_keeping_dims
+from passes.graph.dims import export_keeping_dims
 from runtime.flat_inputs import FlatInputs, flatten_inputs
 
 

@@ -15,8 +15,8 @@ import torch
 from torch.export import ExportedProgram
 
 from passes.base import PassResult
-from passes.rewrite import (add_constant, attribute, module_path, rewrite_and_recapture,
-                            set_module_path)
+from passes.graph.rewrite import (add_constant, attribute, module_path,
+                                  rewrite_and_recapture, set_module_path)
 
 _LINEAR = torch.ops.aten.linear.default
 

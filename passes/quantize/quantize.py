@@ -21,11 +21,12 @@ import torch
 from torch.export import ExportedProgram
 
 from passes.base import PassResult
-from passes.quant_error import layer_error_record
-from passes.quant_graph import (label_linears, layer_name, products_as_linear, quiet_torchao,
-                                reads_only_weights, weight_bytes, weighted_op)
-from passes.rewrite import drop_unused_weights, recapture
-from passes.quantize_weight_only import quantize_weights
+from passes.graph.rewrite import drop_unused_weights, recapture
+from passes.quantize.quant_error import layer_error_record
+from passes.quantize.quant_graph import (label_linears, layer_name, products_as_linear,
+                                         quiet_torchao, reads_only_weights, weight_bytes,
+                                         weighted_op)
+from passes.quantize.quantize_weight_only import quantize_weights
 from runtime.flat_inputs import flatten_inputs
 
 _DEQUANTIZE = ("dequantize_per_channel", "dequantize_per_tensor", "dequantize_affine")

@@ -17,7 +17,7 @@ from typing import Iterable
 
 import torch
 
-from passes.quant_graph import layer_name, weighted_op
+from passes.quantize.quant_graph import layer_name, weighted_op
 
 log = logging.getLogger(__name__)
 

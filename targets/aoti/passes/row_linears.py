@@ -24,7 +24,7 @@ import torch
 from torch.export import ExportedProgram
 
 from passes.base import PassResult
-from passes.rewrite import attribute, rewrite_and_recapture
+from passes.graph.rewrite import attribute, rewrite_and_recapture
 
 _LINEAR = torch.ops.aten.linear.default
 

@@ -9,7 +9,7 @@ import logging
 import torch
 from torch.export import ExportedProgram
 
-from passes.rewrite import attribute, module_path
+from passes.graph.rewrite import attribute, module_path
 
 # Ops whose second argument is a weight a recipe can quantize (ATen names, as captured);
 # embedding takes its table first.
@@ -53,7 +53,7 @@ def products_as_linear(module: torch.fx.GraphModule) -> int:
         with graph.inserting_before(node):
             linear = graph.call_function(torch.ops.aten.linear.default, (x, weight_node, bias))
         # Quantizers find linears by source (get_source_partitions): say it is F.linear.
-        # "replaced": the per-layer error (passes/quant_error.py) finds its float twin
+        # "replaced": the per-layer error (passes/quantize/quant_error.py) finds its float twin
         linear.meta = {**node.meta, "source_fn_stack": [(linear.name, torch.nn.functional.linear)],
                        "replaced": node.name}
         linear.meta.pop("torch_fn", None)

@@ -1,0 +1,1 @@
+"""Graph passes only the AOTInductor targets run."""

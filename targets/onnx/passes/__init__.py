@@ -1,0 +1,1 @@
+"""Graph passes only the onnx target runs, before torch.onnx translates the program."""

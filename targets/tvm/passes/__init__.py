@@ -1,0 +1,1 @@
+"""Graph passes only the tvm target runs, before TVM imports the program."""
