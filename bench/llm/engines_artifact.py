@@ -16,7 +16,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bench.llm.registry import EngineRequest, Loaded, register_engine
+from bench.llm.engine import EngineRequest, Loaded
+from bench.llm.registry import register_engine
 
 ROOT = Path(__file__).resolve().parents[2]
 BUILDS = {"artifact-cpu": ("cpu", None), "artifact-cpu-int8": ("cpu", "int8-dynamic"),

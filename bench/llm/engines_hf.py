@@ -7,7 +7,7 @@ torch.compile"): ``generation_config.cache_implementation = "static"`` and
 
 from __future__ import annotations
 
-from bench.llm.registry import EngineRequest, Loaded
+from bench.llm.engine import EngineRequest, Loaded
 
 
 def _load_model(req: EngineRequest):

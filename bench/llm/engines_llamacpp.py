@@ -24,7 +24,7 @@ import sys
 import tarfile
 from pathlib import Path
 
-from bench.llm.registry import EngineRequest, Loaded
+from bench.llm.engine import EngineRequest, Loaded
 
 QUANTS = ("F32", "Q8_0", "Q4_0")
 CONVERTER_DIR = Path("build/llm/llama.cpp")

@@ -12,7 +12,7 @@ import json
 import subprocess
 import sys
 
-from bench.llm.registry import EngineRequest, Loaded
+from bench.llm.engine import EngineRequest, Loaded
 
 # "-b128": MatMulNBits blocks of 128 weights (the builder's block_size), as our onnx
 # target's default (targets/onnx/quantize.py); plain int4/int8 are the builder's 32

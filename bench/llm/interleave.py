@@ -25,9 +25,9 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from bench.common import machine_header  # noqa: E402
+from bench.llm.engine import EngineRequest  # noqa: E402
 from bench.llm.protocol import prompt_ids, time_call  # noqa: E402
-from bench.llm.registry import (EngineRequest, get_engine,  # noqa: E402
-                                import_engine_modules)
+from bench.llm.registry import get_engine, import_engine_modules  # noqa: E402
 
 
 def main() -> None:

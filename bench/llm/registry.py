@@ -1,9 +1,7 @@
 """Engines the language-model comparison can run, by name.
 
-An engine is one function, and optionally a second one that converts files first::
-
-    def load(req: EngineRequest) -> Loaded       # load the model; return its generate()
-    def prepare(req: EngineRequest) -> None      # optional: convert/compile into req.work_dir
+An engine is one function, and optionally a second one that converts files first
+(``bench.llm.engine``: ``load(req) -> Loaded`` and ``prepare(req) -> None``).
 
 ``bench.llm.compare`` runs ``prepare`` in a process of its own (timed, not measured for
 memory: a converter's peak is not the engine's), then ``load`` + the protocol in a fresh
@@ -24,28 +22,9 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-from pathlib import Path
 from typing import Callable
 
-from bench.llm.protocol import Generate
-
-
-@dataclasses.dataclass(frozen=True)
-class EngineRequest:
-    checkpoint: Path  # the Hugging Face checkpoint directory (bench.llm.checkpoint)
-    work_dir: Path  # this engine's own directory for converted files
-    threads: int  # intra-op threads (torch, llama.cpp n_threads(_batch), ORT intra_op)
-    device: str = "cpu"  # "cpu" or "cuda"
-    max_tokens: int = 256  # prompt + new tokens: the KV cache a static engine must hold
-
-
-@dataclasses.dataclass
-class Loaded:
-    generate: Generate  # see bench.llm.protocol
-    variant: str  # what runs, in words: "fp32", "Q4_0 (output Q6_K)", "int4 block 32"...
-    files: list[Path]  # the model files it runs (their sizes are the file_bytes figure)
-    peak_gpu_mb: Callable[[], float] | None = None  # where the engine runs on a GPU
-    notes: str = ""
+from bench.llm.engine import EngineRequest, Loaded
 
 
 @dataclasses.dataclass(frozen=True)

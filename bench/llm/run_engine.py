@@ -13,7 +13,8 @@ import os
 from pathlib import Path
 
 from bench.llm import protocol
-from bench.llm.registry import EngineRequest, get_engine, import_engine_modules
+from bench.llm.engine import EngineRequest
+from bench.llm.registry import get_engine, import_engine_modules
 
 
 def request(args) -> EngineRequest:
