@@ -202,7 +202,7 @@ _ORDERS = {
 }
 
 
-# Best fit from the best order still left RoFormer's arena at 1.125x its lower bound:
+# Best fit from the best order can stay above the lower bound (RoFormer's arena did):
 # no fixed order is right for every lifetime pattern. A seeded hill climb over swaps of
 # the placement order (equal arenas accepted, to cross plateaus) reaches the bound there
 # in a few hundred steps. Its budget counts overlap checks, not seconds, so the plan

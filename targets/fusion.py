@@ -20,7 +20,6 @@ from passes.cleanup.remove_noops import RemoveNoOps
 from passes.fusion.fold_batchnorm import FoldBatchNorm
 from passes.fusion.merge_linears import MergeParallelLinears
 
-# AttentionToSDPA (passes/fusion/attention_to_sdpa.py) is left out: with it the zoo encoder ran slower, 0.83-0.91x
-# on onnx (ONNX Runtime 1.31, CPU provider) and 0.97x on tvm (0.27), in two paired runs
-# of 1000 calls each (bench/RESULTS.md). It is for backends with a fused attention kernel.
+# AttentionToSDPA (passes/fusion/attention_to_sdpa.py) is left out: the zoo encoder ran
+# slower with it on onnx and tvm. It is for backends with a fused attention kernel.
 GRAPH_FUSIONS = (RemoveNoOps, FoldBatchNorm, MergeParallelLinears)

@@ -21,7 +21,7 @@ from runtime import scratch
 
 # Throwing std::runtime_error needs libstdc++'s own symbols (not only inline
 # header code), so a dynamically linking compiler must list it as NEEDED even with
-# --as-needed. <stdexcept> compiles in a fraction of a second (<regex> took 3 s).
+# --as-needed. <stdexcept> compiles in a fraction of a second (<regex> takes far longer).
 _PROBE_SOURCE = """
 #include <stdexcept>
 extern "C" void probe(const char* s) { throw std::runtime_error(s); }

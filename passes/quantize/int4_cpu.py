@@ -7,10 +7,10 @@
 Why our own weight format and not a torchao config: torchao 0.18 dropped its CPU int4
 layout (``Int4WeightOnlyConfig`` packs only CUDA tile formats now), and its 8da4w for CPU
 either needs ATen's KleidiAI kernels (aarch64 only; ``torch.backends.kleidiai``) or
-decomposes into dequantize + a float GEMM, which AOTInductor ran 7x *slower* than fp32 on
-this machine's x86 (45 vs 6.4 ms for a 2048x5632 MLP, bench/RESULTS.md). ATen's kernel, in
-torch itself, ran the same MLP in 0.94 ms. The quantization is torchao's (asymmetric groups,
-float zero points: ``groupwise_affine_quantize_tensor``); only the packing is ATen's.
+decomposes into dequantize + a float GEMM, which AOTInductor ran slower than fp32 on x86;
+ATen's kernel, in torch itself, is the fast one there. The quantization is torchao's
+(asymmetric groups, float zero points: ``groupwise_affine_quantize_tensor``); only the
+packing is ATen's.
 
 The layer is a plain function the graph calls, so re-capture traces it into ATen ops and
 the program's weights stay ordinary tensors (safetensors, AOTInductor's constants).
@@ -46,7 +46,7 @@ def pack(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | str:
 def linear(x: torch.Tensor, packed: torch.Tensor, scales_and_zeros: torch.Tensor,
            out_features: int, bias: torch.Tensor | None = None) -> torch.Tensor:
     """``F.linear`` over a packed int4 weight; the kernel takes bfloat16 rows (its float32
-    path ran 30x slower here), the result comes back in ``x``'s dtype."""
+    path is far slower), the result comes back in ``x``'s dtype."""
     rows = x.reshape(-1, x.shape[-1]).to(torch.bfloat16)  # contiguous: targets/aoti/cpu.py
     y = torch.ops.aten._weight_int4pack_mm_for_cpu(rows, packed, GROUP, scales_and_zeros)
     y = y.reshape(*x.shape[:-1], out_features).to(x.dtype)

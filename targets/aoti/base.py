@@ -146,15 +146,15 @@ class AOTInductorTarget(Target):
     def default_passes(self, options: LowerOptions) -> list[Pass]:
         # Inductor folds batch norm, matches attention and fuses pointwise ops on its own;
         # it does not merge matmuls that read one input. Merged, a decoder's q/k/v and
-        # gate/up projections are 2 GEMMs instead of 5 (bench/RESULTS.md, "decode step").
+        # gate/up projections are 2 GEMMs instead of 5.
         passes = pipeline(options, self.quantize_pass(options), fusions=(MergeParallelLinears,))
         # not a fusion: Inductor's CPU cat mislaid such a cat's output (empty_concat.py)
         return [passes[0], DropEmptyConcatOperands(), *passes[1:]]
 
     def inductor_configs(self, options: LowerOptions, dynamic: bool = False,
                          data_sizes: bool = False) -> dict:
-        """Freezing folds weights into constants and lets Inductor prepack them (1.4-1.6x
-        faster on CNNs on CPU here). The compiler is the one choose_cxx() vetted (a
+        """Freezing folds weights into constants and lets Inductor prepack them (faster
+        CNNs on the CPU). The compiler is the one choose_cxx() vetted (a
         statically linked libstdc++ crashes on load). ``dynamic``: whether the program's
         inputs have dims of no fixed size; ``data_sizes``: whether it reads sizes from
         tensor values (``has_data_dependent_sizes``)."""
@@ -180,14 +180,14 @@ class AOTInductorTarget(Target):
     def shares_weights(self, options: LowerOptions) -> bool:
         """Not for PT2E int8 recipes: Inductor turns their dequantize + linear into oneDNN
         int8 GEMMs only while freezing, which packs the weights into the library. Shared
-        (unfrozen), a 300M decoder's int8-dynamic decode ran at 6.7 tokens/s, half of
-        fp32; frozen, each entry point carries its own int8 copy (bench/RESULTS.md)."""
+        (unfrozen), int8-dynamic decode ran at half fp32's speed; frozen, each entry
+        point carries its own int8 copy."""
         return options.quantize is None or options.quantize in QuantizeWeightOnly.recipes
 
     def nondeterminism(self, options: LowerOptions) -> list[str]:
         # Measured (tests/test_reproducible.py): cold or warm, one Inductor cache directory
         # gives the same bytes on CPU, whatever --out is; another cache directory path
-        # changes the kernel source's name and the .so's debug strings. On an H200 a cold
+        # changes the kernel source's name and the .so's debug strings. On a GPU a cold
         # cache renumbered arrays in the generated cuda wrapper.
         found = ["the library embeds Inductor's cache directory path "
                  "(TORCHINDUCTOR_CACHE_DIR; default /tmp/torchinductor_<user>) and the "

@@ -56,9 +56,7 @@ class CudaTarget(AOTInductorTarget):
 
     def lowering_fixes(self, options: LowerOptions) -> contextlib.AbstractContextManager:
         # Coordinate-descent tuning (below) then times each candidate with the host out
-        # of the measurement: a decode step's down projection came out at 10.7 us a
-        # layer on an idle and a busy host alike, where Inductor's own timing gave
-        # 12.9 and 14.0 us (targets/aoti/kernel_timing.py, bench/RESULTS.md session 45).
+        # of the measurement, so a busy host does not choose the kernels (kernel_timing.py).
         if options.deterministic:
             return contextlib.nullcontext()
         return host_independent_kernel_timing()
@@ -79,13 +77,12 @@ class CudaTarget(AOTInductorTarget):
             configs["unbacked_symint_fallback"] = 0
         if not options.deterministic:
             # Time each Triton reduction's block sizes on this GPU: the batch-1 decode
-            # step's matrix-vector products (targets/aoti/passes/row_linears.py) went from 1.56 to
-            # 1.36 ms a 1.1B fp16 step on an H100 (bench/RESULTS.md, session 35).
+            # step's matrix-vector products (passes/row_linears.py) gain the most.
             configs["coordinate_descent_tuning"] = True
         if options.shared_weights and not options.deterministic and not dynamic:
             # A generating build's decode step: independent small kernels (a layer's
-            # rotary, cache rows, mask) as one launch: 1.36 -> 1.28 ms that step, where
-            # ~350 kernels each cost a launch gap. Only where it was measured and checked:
+            # rotary, cache rows, mask) as one launch, where hundreds of kernels each cost
+            # a launch gap. Only where it was measured and checked:
             # plain builds keep Inductor's default until the cuda coverage suite has run
             # with it. (It times its groupings on the GPU, hence not with --deterministic.)
             # Not in programs of dynamic shapes (prefill, a text encoder): Inductor's combo

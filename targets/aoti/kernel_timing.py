@@ -3,12 +3,11 @@
 Coordinate-descent tuning (targets/aoti/cuda.py) picks each kernel's block sizes by
 timing them, and Inductor times a kernel as a pair of CUDA events around its launch,
 each launch enqueued from Python after an L2 flush. A batch-1 decode step's kernels
-run for 5-20 us; a launch from Inductor's Python launcher costs the host about as
-much. On a slower or busier host the GPU finishes the flush and the start event before
-the launch arrives, so the event pair times the host's enqueue, every candidate looks
-the same, and the choice is noise: the same 1.1B fp16 build got its down projection
-at 10.5 us a layer on one H100 machine and 16-17 us on two others (bench/RESULTS.md,
-session 44).
+run for about as long as a launch from Inductor's Python launcher costs the host. On a
+slower or busier host the GPU finishes the flush and the start event before the launch
+arrives, so the event pair times the host's enqueue, every candidate looks the same, and
+the choice is noise: one build's kernels came out half again slower on some machines
+than on others (docs/design-notes.md).
 
 ``host_independent_kernel_timing()`` times the same calls with the GPU held back: a
 GPU-side sleep long enough for the host to enqueue every timed call first, so the GPU
@@ -32,7 +31,7 @@ from typing import Any
 import torch
 
 log = logging.getLogger(__name__)
-# GPU clock cycles a second, an upper bound (an H100 boosts to 1.98 GHz): the sleep
+# GPU clock cycles a second, above data-center GPUs' boost clocks: the sleep
 # only has to be long enough, and a longer one costs build time, not accuracy.
 _CYCLES_PER_SECOND = 2.5e9
 _RUNS = 100
@@ -40,7 +39,7 @@ _BUDGET_SECONDS = 0.025  # the timed calls of one candidate, as Inductor's own b
 
 
 def queued_kernel_ms(call: Callable[[], Any], runs: int = _RUNS) -> float:
-    """Median ms of ``call`` on the GPU, each run after an L2 flush, with the host out
+    """Median milliseconds of ``call`` on the GPU, each run after an L2 flush, with the host out
     of the measurement: the runs are enqueued while the GPU sleeps, then run together."""
     torch.cuda.synchronize()
     call()  # warm-up; a configuration that cannot launch raises here

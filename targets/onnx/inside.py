@@ -94,7 +94,7 @@ def node_times(model_path: Path, inputs: list, runs: int, providers=None) -> lis
         elif (event.get("cat") == "Node" and finished >= warmup
               and event.get("name", "").endswith("_kernel_time")):
             node = event["name"].removesuffix("_kernel_time").removeprefix("fused ")
-            durations.setdefault(node, []).append(event["dur"] / 1e3)  # us -> ms
+            durations.setdefault(node, []).append(event["dur"] / 1e3)  # microseconds to milliseconds
             args = event.get("args") or {}
             kinds[node] = (str(args.get("op_name", "")), str(args.get("provider", "")))
     return [{"node": node, "op": kinds[node][0], "provider": kinds[node][1],

@@ -279,8 +279,8 @@ def _rewrite(model, match: _Match, tables: tuple) -> None:
 
 def _skip_flattening_reshapes(node, rows) -> None:
     """GroupQueryAttention's output is [B, T, heads * head] already, as its packed rows'
-    B and T; torch.onnx's ``view(1, -1, hidden)`` after it (one Reshape a layer, ~6 us
-    each on 2 cores) then changes nothing, and its readers read the output itself."""
+    B and T; torch.onnx's ``view(1, -1, hidden)`` after it (one Reshape a layer, each a
+    kernel call) then changes nothing, and its readers read the output itself."""
     heads, kv_heads = (node.attributes.get_int(k) for k in ("num_heads", "kv_num_heads"))
     width = rows.shape[-1] if rows.shape is not None else None
     if not isinstance(width, int) or rows.shape[0] != 1:

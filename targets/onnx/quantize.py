@@ -37,15 +37,14 @@ RECIPES = {
                    "inside the kernel (accuracy level 4); embedding tables int8 in blocks",
 }
 # Weights per scale. 128, as AWQ/GPTQ groups and the cuda target's int4 (passes/
-# quantize_weight_only.py): ORT's kernel pays per block, and one 1024x2816 GEMV at int4
-# took 71 us in blocks of 32, 43 in blocks of 128 (2 cores, onnxruntime 1.32; bench/
-# RESULTS.md, session 36). 32 is llama.cpp's Q4_0/Q8_0 and ONNX Runtime GenAI's default.
+# quantize_weight_only.py): ORT's kernel pays per block, so larger blocks run faster.
+# 32 is llama.cpp's Q4_0/Q8_0 and ONNX Runtime GenAI's default.
 NBITS_BLOCK = 128
 NBITS_BLOCKS = (16, 32, 64, 128, 256)  # MatMulNBits takes powers of two from 16
 _WEIGHTED = {"MatMul", "Gemm", "Conv"}
 # ORT's advice: dynamic quantization for transformers and RNNs, static for CNNs. Its
-# ConvInteger has no fast CPU kernel: the zoo CNN ran 17x slower than fp32 (3.07 vs 0.18 ms,
-# 2 cores), so int8-dynamic leaves convolutions in float and says why.
+# ConvInteger has no fast CPU kernel (the zoo CNN ran many times slower than fp32), so
+# int8-dynamic leaves convolutions in float and says why.
 DYNAMIC_OP_TYPES = ["MatMul", "Gather", "Attention", "LSTM", "GRU"]
 _WHY_FLOAT = {
     ("int8-dynamic", "Conv"): "int8-dynamic keeps convolutions in float on ONNX Runtime "

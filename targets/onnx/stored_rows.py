@@ -4,8 +4,8 @@ packed_attention.py leaves each packed layer's new rows as ``Slice(present, star
 T, axes=[2])`` of the in-place present (contrib_ops.expose_in_place_cache): rows that
 GroupQueryAttention has already written into the cache input the runtime passed. Returning
 them costs ONNX Runtime a Slice and an output buffer each, and the runtime a binding, an
-array view and a copy back onto themselves each: a 300M decoder's 40 row tensors were
-about 0.8 ms of a 10 ms int4 token on 2 cores (bench/RESULTS.md, session 36).
+array view and a copy back onto themselves each: a share of every token's time worth
+saving on a CPU.
 
 ``store_new_rows`` takes such outputs out of the graph, after checking that each is exactly
 the rows at the step's positions: ``start`` is element 0 of a 1-D graph input (the

@@ -149,8 +149,7 @@ class OnnxTarget(Target):
     step_attention = "fused"  # GroupQueryAttention (targets/onnx/contrib_ops.py)
     # ORT prepacks MatMul and MatMulNBits weights per session, and its Python API cannot
     # share prepacked weights between sessions: a decode session of its own held a second
-    # packed copy (154 MB of a 300M int4 LLaMA's 293 MB file). The prefill session run at
-    # one token decoded as fast (89-92 against 87-96 tokens/s here, interleaved).
+    # packed copy. The prefill session run at one token decodes as fast.
     decode_on_prefill = True
     complex_boundaries = False
     Options = OnnxOptions

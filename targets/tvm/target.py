@@ -65,8 +65,8 @@ def _installed() -> bool:
 
 
 def _version() -> str:
-    """From the package metadata: importing tvm to read its version took 1.2-1.7 s here,
-    most of what `exporter targets` and `exporter doctor` spent."""
+    """From the package metadata: importing tvm to read its version was most of what
+    `exporter targets` and `exporter doctor` spent."""
     try:
         return importlib.metadata.version("apache-tvm")
     except importlib.metadata.PackageNotFoundError:  # built from source: no such dist

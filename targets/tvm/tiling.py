@@ -2,10 +2,9 @@
 
 TVM 0.27's wheel has no BLAS/DNNL offload and no CPU dlight rule for contractions:
 ``dl.cpu.GEMV`` computes one output element per parallel iteration with scalar
-code, and an untuned conv keeps TVM's naive loops (measured on 2 AVX-512 cores: 5.4
-GFLOP/s for the zoo encoder's MLP matmul, 7 for the zoo CNN's 3x3 convs; this rule:
-about 200 GFLOP/s for that matmul). This rule writes the
-classic CPU micro-kernel instead, by schedule primitives rather than by hand:
+code, and an untuned conv keeps TVM's naive loops, both far from the machine's peak
+(docs/design-notes.md). This rule writes the classic CPU micro-kernel instead, by
+schedule primitives rather than by hand:
 
     parallel over (other spatial loops, row tiles, column tiles):
         acc[ROWS][COLS] = 0                 # a local tile LLVM keeps in vector registers

@@ -4,8 +4,7 @@ normalization kernel.
 An RMSNorm (LLaMA, Mistral, Qwen, Gemma, T5...) is ``x * rsqrt(mean(x^2) + eps) * w``.
 torch.onnx writes rsqrt as Sqrt then Reciprocal, and ONNX Runtime's
 SimplifiedLayerNormFusion matches only Pow, ReduceMean, Add, Sqrt, **Div**, Mul: with the
-Reciprocal the norm stays six nodes (a 300M LLaMA's decode step under ORT's profiler:
-41 norms of six nodes, about 1.1 ms of a 20 ms step; fused, 41 kernels, 0.25 ms).
+Reciprocal the norm stays six nodes a layer where fused it is one kernel.
 Dividing by the square root is the same value within a rounding (the division rounds
 once where the reciprocal and the product round twice).
 
