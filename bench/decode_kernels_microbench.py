@@ -27,7 +27,7 @@ SHAPES = {"qkv": (2048, 2560), "o": (2048, 2048), "gate_up": (2048, 11264),
 
 
 def graph_time(calls, warm: int = 3, runs: int = 50) -> float:
-    """Median ms of one replay of a CUDA graph that makes every call in ``calls``."""
+    """Median milliseconds of one replay of a CUDA graph that makes every call in ``calls``."""
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):

@@ -1,7 +1,7 @@
 """On the GPU machine: greedy decode with step k + 1 enqueued before the host reads token k
 (runtime/generation/decode_graph.py) against the step-by-step loop it replaced (fill
 the token and position, replay, argmax, read), side by side in one process on one
-artifact, rounds interleaved (bench/RESULTS.md, session 45).
+artifact, rounds interleaved.
 
     python bench/decode_overlap_ab.py --out DIR [--size small|1b] [--rounds 7]
 """
@@ -19,7 +19,7 @@ sys.path.insert(0, str(ROOT))
 
 
 def step_by_step(graph, token: int, position: int, count: int):
-    """The loop before session 45: each token read before the next step is launched."""
+    """The earlier loop: each token read before the next step is launched."""
     for index in range(count):
         token = int(graph(token, position + index)[-1].argmax())
         yield token

@@ -1,5 +1,5 @@
 """On the GPU machine: does the block-size choice of coordinate-descent tuning depend on
-the host? (a working tool for issue 23's cuda goal; bench/RESULTS.md, session 45)
+the host? (a working tool for the cuda decode goal)
 
     python bench/decode_tuning_check.py [--repeats 1] [--busy 12]
 

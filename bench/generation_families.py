@@ -6,7 +6,7 @@ as one packed GroupQueryAttention with the rotary inside (targets/onnx/packed_at
 
     python bench/generation_families.py --target onnx [--families granite,olmo2] [--out DIR]
 
-One JSON row per family on stdout (bench/RESULTS.md, sessions 32 and 35).
+One JSON row per family on stdout.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ exact gate (greedy tokens equal to Hugging Face ``generate``). One JSON line per
     python bench/seq2seq_families.py --target onnx [FAMILY ...]
 
 The four of tests/models/tiny_seq2seq.py (Whisper, BART, Marian, T5) run in the tests;
-these are the others, and the ones known to fail, with why (bench/RESULTS.md).
+these are the others, and the ones known to fail, with why.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ def _configs() -> dict:
         "plbart": (t.PLBartForConditionalGeneration, t.PLBartConfig(**_BART)),
         "mt5": (t.MT5ForConditionalGeneration, t.MT5Config(**_T5)),
         "umt5": (t.UMT5ForConditionalGeneration, t.UMT5Config(**_T5)),
-        # known to fail, each with a clear error (bench/RESULTS.md, session 33)
+        # known to fail, each with a clear error
         "mvp": (t.MvpForConditionalGeneration, t.MvpConfig(**_BART)),
         "led": (t.LEDForConditionalGeneration, t.LEDConfig(
             **no_positions, max_encoder_position_embeddings=96,
@@ -71,7 +71,7 @@ def model(family: str) -> torch.nn.Module:
 
 def whisper_tiny_shape() -> torch.nn.Module:
     """openai/whisper-tiny's dimensions (39M parameters, 80 mel bins x 3000 frames), random
-    weights: the bench model of bench/RESULTS.md (``exporter build
+    weights: the bench model of the seq2seq figures (``exporter build
     bench/seq2seq_families.py:whisper_tiny_shape --task text-generation ...``)."""
     import transformers as t
     torch.manual_seed(0)

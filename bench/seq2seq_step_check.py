@@ -1,7 +1,7 @@
 """Where a tiny T5 generating artifact's numbers leave eager's: the encoder's cross keys
 and teacher-forced logits (one-token steps only, and after a prefill of 3 or 7 tokens),
 per source length, against eager on the CPU (and on the GPU, when there is one).
-Made to narrow down T5 on cuda (bench/RESULTS.md, session 34):
+Made to narrow down T5 on cuda:
 
     PYTHONPATH=. exporter build tests/models/tiny_seq2seq.py:t5 --task text-generation \
         --target cuda --max-context 48 --no-validate --out /tmp/t5.artifact

@@ -26,6 +26,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from bench.coverage.suite import Model, select  # noqa: E402
+from exporter.matrix.folder import claim  # noqa: E402
 
 MULTI_DTYPE = ("cpu", "cuda")  # fp16/bf16 only where a target runs them (AOTInductor)
 
@@ -45,7 +46,7 @@ def matrix_toml(models: list[Model], targets: list[str], dtypes: list[str],
 
 def run(args: argparse.Namespace) -> int:
     out = Path(args.out).resolve()
-    out.mkdir(parents=True, exist_ok=True)
+    claim(out, own_cache=True)  # the matrix's folder, so coverage.toml may live in it
     names = args.models.split(",") if args.models else None
     models = select(names, importlib.util.find_spec("torchvision") is not None)
     if names:  # in the order given, so a short run does what matters first

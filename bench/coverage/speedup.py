@@ -1,5 +1,5 @@
 """Wall time of one coverage slice: a sequential loop of builds vs `exporter matrix` with
-the local executor and on Ray, at several worker counts (the speed-up in bench/RESULTS.md).
+the local executor and on Ray, at several worker counts (the speed-up table).
 
     python -m bench.coverage.speedup --fast --targets cpu,onnx,tvm --runs loop,local:1,ray:1
     python -m bench.coverage.speedup --fast --targets cpu,onnx,tvm --runs ray:2,ray:8
@@ -33,6 +33,7 @@ from bench.coverage.matrix import matrix_toml  # noqa: E402
 from bench.coverage.suite import select  # noqa: E402
 from exporter.matrix.cache import DURATIONS_FILE  # noqa: E402
 from exporter.matrix.cell import read_build  # noqa: E402
+from exporter.matrix.folder import claim  # noqa: E402
 from exporter.matrix.spec_file import read as read_matrix  # noqa: E402
 
 PLACEMENT_FILE = "fallback_ops.json"  # the loop's builds: each cell's ops on the fallback
@@ -79,7 +80,7 @@ def run_matrix(matrix: Path, out: Path, executor: str, workers: int,
     in the empty cache first, so the matrix starts the longest cells first as it does
     once it has built them before."""
     if known_times is not None:
-        (out / "cache").mkdir(parents=True)
+        claim(out, own_cache=True)  # the matrix's folder: it resumes in it
         (out / "cache" / DURATIONS_FILE).write_text(known_times)
     start, launched_at = time.monotonic(), time.time()
     subprocess.run([sys.executable, "-m", "exporter", "matrix", str(matrix), "--out", str(out),
@@ -104,8 +105,8 @@ def run_matrix(matrix: Path, out: Path, executor: str, workers: int,
 
 def _placement_differs(loop: Path, cells: dict[str, dict]) -> dict[str, list]:
     """Cells whose ops on the CPU fallback differ from the loop's builds of them: a run
-    that built something else than the loop did (session 46's forked onnx cells ran
-    wholly on the fallback, and were timed as if they had been exported)."""
+    that built something else than the loop did (forked onnx cells once ran wholly on
+    the fallback, and were timed as if they had been exported)."""
     if not (loop / PLACEMENT_FILE).is_file():
         return {}
     built = json.loads((loop / PLACEMENT_FILE).read_text())

@@ -4,8 +4,8 @@ AFTER, AFTER, BEFORE), taking turns (the machine is shared: only paired figures 
     python bench/llm/ab_artifacts.py BEFORE AFTER [--rounds 15] [--threads 2]
 
 Prints each one's median, the median of each round's AFTER/BEFORE ratio, and how much
-resident memory loading each added (bench/RESULTS.md, session 41: int8 embedding tables;
-peak memory is better read in fresh processes: `python -m runtime generate ... --json`).
+resident memory loading each added (peak memory is better read in fresh processes:
+`python -m runtime generate ... --json`).
 """
 
 from __future__ import annotations
@@ -34,9 +34,8 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     prompt = list(range(5, 133))
     # Loaded in the order BEFORE, AFTER, AFTER, BEFORE: a session loaded later in a process
-    # decoded faster here (the first ~10%, and less after it; bench/RESULTS.md, session
-    # 41), so each side takes one early and one late place and a trend in load order
-    # cancels out of the pair.
+    # decodes faster, so each side takes one early and one late place and a trend in load
+    # order cancels out of the pair.
     order = [args.before, args.after, args.after, args.before]
     process, programs, resident = psutil.Process(), [], []
     for path in order:

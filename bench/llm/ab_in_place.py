@@ -1,10 +1,10 @@
 """Decode tokens/s of one onnx generating artifact loaded twice in one process, taking
 turns: one generator reading the cache rows the step stored as views (``Program.run``,
-as before session 40), the other leaving them out (``Program.run_in_place``, now).
+the earlier way), the other leaving them out (``Program.run_in_place``, now).
 
     python bench/llm/ab_in_place.py [ARTIFACT] [--rounds 15]
 
-Prints both medians and the median of each round's ratio (bench/RESULTS.md, session 40).
+Prints both medians and the median of each round's ratio.
 """
 
 from __future__ import annotations

@@ -45,7 +45,7 @@ def preparer(name: str):
                "--task", "text-generation", "--target", target, "--max-context",
                str(req.max_tokens), "--prefill-chunk", "128", "--out", str(out), "-q"]
         if recipe:  # a random-weight model misses the gate's defaults (made for trained
-            # weights) even when rounded in eager: bench/RESULTS.md, "our generating artifacts"
+            # weights) even when rounded in eager
             cmd += ["--quantize", recipe, "--min-top1", "0", "--max-kl", "10", *flags]
         subprocess.run(cmd, check=True, cwd=ROOT)
     return prepare

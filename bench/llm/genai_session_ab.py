@@ -1,8 +1,8 @@
 """ONNX Runtime GenAI's own decode loop against a plain Python ONNX Runtime session of the
 same model file, fed as ORT GenAI feeds it (positions after a 128-token prompt, a growing
 attention mask, past/present sharing one buffer of --max-length rows), alternating in one
-process: decode ms per token each (bench/RESULTS.md, session 41: the plain session was
-1.12-1.18x slower on the same graph and library, in MatMulNBits and GroupQueryAttention).
+process: decode time per token each, to tell ORT GenAI's loop from its kernels
+(MatMulNBits and GroupQueryAttention run alike in both).
 
     python bench/llm/genai_session_ab.py [MODEL_DIR] [--rounds 7] [--option KEY=VALUE ...]
 

@@ -1,7 +1,7 @@
 """Decode tokens/s of several engines in ONE process, taking turns: the ratio between
 them, which the shared machine's load moves far less than it moves each engine's own
 figure (``bench.llm.compare`` runs each engine in a fresh process, one after the other,
-for its peak memory; two of its runs gave our int4 artifact 93.6 and 80.1 tokens/s).
+for its peak memory, and two of its runs of one engine can differ widely).
 
     python -m bench.llm.interleave --engine-module bench.llm.engines_artifact \\
         --engines artifact-onnx-int4,ortgenai-int4 --rounds 7
@@ -54,11 +54,9 @@ def main() -> None:
     requests = {name: EngineRequest(checkpoint, work / name, args.threads,
                                     max_tokens=len(prompt) + args.new_tokens)
                 for name in names}
-    # The first ONNX Runtime session a process loads decoded ~10% slower than any loaded
-    # after it, while they took turns (one artifact loaded three times: 1.09-1.13x for
-    # the 2nd and 3rd, equal to each other; run order and a tiny session first did not
-    # change it): whichever engine came first lost. A copy of the first engine is loaded
-    # and kept, untimed, so no timed engine is the first (bench/RESULTS.md, session 41).
+    # The first ONNX Runtime session a process loads decodes slower than any loaded after
+    # it, so whichever engine came first lost. A copy of the first engine is loaded and
+    # kept, untimed, so no timed engine is the first.
     ballast = get_engine(names[0]).load(requests[names[0]]) if args.ballast else None
     for name in names:
         loaded[name] = get_engine(name).load(requests[name])

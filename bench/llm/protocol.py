@@ -20,7 +20,7 @@ One warm-up call first (it carries compilation, e.g. torch.compile), then ``repe
 calls; each figure is the median over them.
 
 Each stamp also reads the process's CPU time (all its threads). On a machine shared with
-other work, wall-clock figures fall with the load while CPU ms per decoded token mostly
+other work, wall-clock figures fall with the load while CPU time per decoded token mostly
 does not (threads that spin while waiting count too), so both are recorded.
 """
 
