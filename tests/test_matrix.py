@@ -276,6 +276,7 @@ def test_an_out_that_is_a_file_or_a_cluster_nobody_runs_is_exit_2_and_keeps_the_
     from typer.testing import CliRunner
 
     from exporter.cli import app
+    from exporter.matrix.folder import claim
     (tmp_path / "m.toml").write_text('[models]\nm = "zoo:mlp"\n[targets.onnx]\n')
     (tmp_path / "afile").write_text("")
     result = CliRunner().invoke(app, ["matrix", str(tmp_path / "m.toml"), "--out",
@@ -283,7 +284,7 @@ def test_an_out_that_is_a_file_or_a_cluster_nobody_runs_is_exit_2_and_keeps_the_
     assert result.exit_code == 2 and "is a file, not a folder" in result.stderr, result.output
     pytest.importorskip("ray")
     out = tmp_path / "out"
-    out.mkdir()
+    claim(out, own_cache=True)  # the folder of an earlier matrix
     (out / "matrix.json").write_text("the last run's table")
     result = CliRunner().invoke(app, ["matrix", str(tmp_path / "m.toml"), "--out", str(out),
                                       "--executor", "ray", "--ray-address", "127.0.0.1:1"])

@@ -86,6 +86,20 @@ def _csv(rows: list[dict]) -> str:
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=CSV_FIELDS, extrasaction="ignore")
     writer.writeheader()
-    writer.writerows(flat(r) for r in rows)
+    writer.writerows({k: csv_cell(v) for k, v in flat(r).items()} for r in rows)
     return buffer.getvalue()
+
+
+# A spreadsheet reads a cell that starts with one of these as a formula (OWASP's CSV
+# injection page): user text (a model name, an error message) must stay text.
+_FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_cell(value: object) -> object:
+    """``value`` as matrix.csv writes it: numbers (and None, an empty cell) as they are,
+    text that a spreadsheet would run as a formula behind a ``'``."""
+    if value is None or isinstance(value, (bool, int, float)):
+        return value
+    text = str(value)
+    return "'" + text if text.startswith(_FORMULA_STARTS) else text
 

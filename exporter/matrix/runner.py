@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Callable, Literal
 
 from exporter.config import config_file
-from exporter.errors import UserInputError
 from exporter.matrix import cache as cache_keys
 from exporter.matrix import executors, results, spec_file, warm
+from exporter.matrix import folder as output_folder
 from exporter.matrix.cache import Cache
 from exporter.matrix.cell import Job
 from exporter.matrix.spec_file import Cell, Matrix
@@ -59,13 +59,9 @@ def run_matrix(path: Path, out: Path, *, executor: str = "local", workers: int |
     """Run the matrix file at ``path`` into ``out``; return what matrix.json holds."""
     matrix = spec_file.read(Path(path))
     out = Path(out).resolve()
-    if out.exists() and not out.is_dir():
-        raise UserInputError(f"--out {out} is a file, not a folder",
-                             hint="give a folder for matrix.json, the cells and the artifacts")
-    for sub in ("cells", "running", "artifacts"):
-        (out / sub).mkdir(parents=True, exist_ok=True)
-    for stale in (out / "running").iterdir():  # markers of a run that was cut short
-        stale.unlink()
+    # a folder of the user's is refused before any work; the matrix's own is reused
+    output_folder.check(out, [c.id for c in matrix.cells], own_cache=cache is None)
+    output_folder.claim(out, own_cache=cache is None)
     store = Cache(Path(cache).resolve() if cache else out / "cache")
     tools = cache_keys.toolchain({c.settings.target for c in matrix.cells})
     run = _Run(matrix, out, store, progress or (lambda *_: None))
