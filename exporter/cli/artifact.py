@@ -305,6 +305,6 @@ def package(artifacts: list[Path] = typer.Argument(..., help="artifact files"),
         for note in packed["notes"]:
             warn(note)
         wrote(out, f"{len(artifacts)} artifact(s), {packed['wheel']}, "
-                   f"{len(packed['lock']) - 1} locked packages; see README.txt inside")
+                   f"{packed['packages']} locked packages, each wheel inside; see README.txt")
         return 0
     guarded(action, quiet=quiet, verbose=verbose, debug=debug, as_json=as_json)

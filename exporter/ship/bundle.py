@@ -1,38 +1,44 @@
 """``exporter package ARTIFACT... --out bundle.tar.gz``: what a device needs, in one file.
 
     NAME/artifacts/*.artifact   the artifacts, verified before they are packed
-    NAME/wheels/edge_runtime-*.whl   the runtime package alone (exporter/ship/wheel.py)
-    NAME/requirements.lock      exact versions: the ones the artifacts were built with (numpy,
-                                each backend's library, and torch and safetensors only where a
-                                partition needs them: runtime/requires.py), from their
-                                manifests, and everything those need, as installed here
-    NAME/install.sh             a new venv with the lock, then the runtime wheel (no deps)
-    NAME/run.sh                 python -m runtime run artifacts/ARTIFACT --inputs ...
+    NAME/wheels/*.whl           the runtime package alone (exporter/ship/wheel.py) and one
+                                wheel per locked package, for this Python and platform
+                                (exporter/ship/download.py)
+    NAME/requirements.lock      exact versions and the SHA-256 of those wheels: the versions
+                                the artifacts were built with (numpy, each backend's library,
+                                torch and safetensors only where a partition needs them:
+                                runtime/requires.py), and everything those need, as
+                                installed here (exporter/ship/lock.py)
+    NAME/install.sh             checks SHA256SUMS, then a new venv with exactly those wheels
+    NAME/run.sh                 checks SHA256SUMS and the artifact's pinned SHA-256, then
+                                python -m runtime run artifacts/ARTIFACT --inputs ...
     NAME/README.txt, SHA256SUMS
 """
 
 from __future__ import annotations
 
 import hashlib
-import importlib.metadata
 import io
 import platform
 import re
+import sys
 import tarfile
 from pathlib import Path
 
-from packaging.requirements import Requirement
-from packaging.utils import canonicalize_name
+from packaging.version import Version
 
 import runtime
 from exporter.errors import UserInputError
-from runtime.requires import packages as runtime_packages
-from exporter.ship.wheel import build_runtime_wheel
+from exporter.ship.download import download_wheels
+from exporter.ship.lock import Lock, lock_for, lock_lines  # noqa: F401 (lock_lines: API)
+from exporter.ship.scripts import install_script, run_script
+from exporter.ship.wheel import DIST_NAME, build_runtime_wheel
+from exporter.versions import toolchain_version
 from runtime import scratch
 from runtime.custom_ops import KNOWN
 from runtime.manifest import Manifest
 from runtime.outfiles import checked_output, written_whole
-from targets import for_backend
+from runtime.requires import packages as runtime_packages
 
 _FIXED_MTIME = 1577836800  # 2020-01-01: the same inputs give the same tar members
 
@@ -50,22 +56,42 @@ def package(artifacts: list[Path], out: Path) -> dict:
                        *(("an artifact's file name", p.name) for p in artifacts)]:
         _check_member_name(what, text)
     manifests = _verified(artifacts)
-    lock, notes = lock_lines(manifests)
-    notes += custom_op_notes(artifacts, manifests)
+    lock = lock_for([(p.name, m) for p, m in zip(artifacts, manifests)])
+    notes = lock.notes + custom_op_notes(artifacts, manifests)
     with scratch.directory("exporter-package-") as work:
-        wheel = build_runtime_wheel(work)
-        # artifacts (hundreds of MB each) stay files, streamed into the tar; the rest is small
-        members: dict[str, bytes | Path] = {f"artifacts/{p.name}": p for p in artifacts}
-        members[f"wheels/{wheel.name}"] = wheel
-        members["requirements.lock"] = "\n".join(lock).encode() + b"\n"
-        members["install.sh"] = _INSTALL.encode()
-        members["run.sh"] = _RUN.encode()
-        members["README.txt"] = _readme(name, artifacts, manifests, notes).encode()
-        members["SHA256SUMS"] = "".join(f"{_sha256(data)}  {member}\n"
-                                        for member, data in sorted(members.items())).encode()
+        wheels = download_wheels(lock.pins, work / "wheels")
+        wheels[DIST_NAME] = build_runtime_wheel(work)
+        lock.pins[DIST_NAME] = Version(toolchain_version())
+        members = _members(name, artifacts, manifests, notes, lock, wheels)
         _write_tar(out, name, members)
     return {"bundle": str(out), "folder": name, "artifacts": [p.name for p in artifacts],
-            "wheel": wheel.name, "lock": lock, "notes": notes}
+            "wheel": wheels[DIST_NAME].name, "packages": len(lock.pins), "notes": notes,
+            "lock": members["requirements.lock"].decode().splitlines()}
+
+
+def _members(name: str, artifacts: list[Path], manifests: list[Manifest], notes: list[str],
+             lock: Lock, wheels: dict[str, Path]) -> dict[str, bytes | Path]:
+    """Tar member -> bytes, or a file streamed in (artifacts and wheels: hashed once)."""
+    for wheel in wheels.values():
+        _check_member_name("a wheel's file name", wheel.name)
+    members: dict[str, bytes | Path] = {f"artifacts/{p.name}": p for p in artifacts}
+    members.update({f"wheels/{w.name}": w for w in wheels.values()})
+    digests = {member: _sha256(path) for member, path in members.items()}
+    lines = lock.lines({dist: [digests[f"wheels/{w.name}"]] for dist, w in wheels.items()})
+    members.update(_texts(name, artifacts, manifests, notes, lines, digests))
+    digests.update({m: _sha256(d) for m, d in members.items() if m not in digests})
+    members["SHA256SUMS"] = "".join(f"{digests[m]}  {m}\n" for m in sorted(members)).encode()
+    return members
+
+
+def _texts(name: str, artifacts: list[Path], manifests: list[Manifest], notes: list[str],
+           lines: list[str], digests: dict[str, str]) -> dict[str, bytes]:
+    """The lock, the scripts (run.sh pins each artifact's SHA-256) and the README."""
+    pins = {p.name: digests[f"artifacts/{p.name}"] for p in artifacts}
+    return {"requirements.lock": "\n".join(lines).encode() + b"\n",
+            "install.sh": install_script("%d.%d" % sys.version_info[:2]).encode(),
+            "run.sh": run_script(pins).encode(),
+            "README.txt": _readme(name, artifacts, manifests, notes).encode()}
 
 
 # Member names go into tar paths, SHA256SUMS lines and run.sh's shell text: plain names only.
@@ -95,8 +121,8 @@ def custom_op_notes(artifacts: list[Path], manifests: list[Manifest]) -> list[st
     know to ship (a model file's own op), so the README says so."""
     notes = []
     for path, manifest in zip(artifacts, manifests):
-        ops = sorted({op.replace(".", "::", 1) for partition in manifest.partitions
-                      for op in partition.meta.get("custom_ops") or ()} - KNOWN.keys())
+        ops = sorted({_printable(op.replace(".", "::", 1)) for partition in manifest.partitions
+                      for op in _strings(partition.meta.get("custom_ops"))} - KNOWN.keys())
         if ops:
             notes.append(f"{path.name} calls custom op(s) {', '.join(ops)}, which the runtime "
                          "does not register: copy the file that defines them onto the device "
@@ -104,76 +130,8 @@ def custom_op_notes(artifacts: list[Path], manifests: list[Manifest]) -> list[st
     return notes
 
 
-def lock_lines(manifests: list[Manifest]) -> tuple[list[str], list[str]]:
-    """Pinned requirements: the roots at the versions the manifests record, their
-    dependencies at the versions installed here. Returns (lines, notes)."""
-    roots = _roots(manifests)
-    notes, pins = [], dict(roots)
-    for root in roots:
-        _add_dependencies(root, pins, notes)
-    lines = [f"# exact versions for {len(manifests)} artifact(s); built on Python "
-             f"{platform.python_version()} ({platform.machine()})"]
-    if "+cu" in roots.get("torch", ""):
-        lines.append("--extra-index-url https://download.pytorch.org/whl/"
-                     + roots["torch"].split("+")[1])
-    lines += [f"{name}=={version}" for name, version in sorted(pins.items())]
-    return lines, notes
-
-
-def _roots(manifests: list[Manifest]) -> dict[str, str]:
-    """What the runtime imports for these artifacts, at the versions they were built with:
-    no torch for artifacts that run on numpy arrays (ONNX Runtime, TVM on the CPU)."""
-    wanted: dict[str, set[str]] = {}
-    for manifest in manifests:
-        for dist in runtime_packages(manifest):
-            wanted.setdefault(dist, set()).add(manifest.created_by.get(dist) or _installed(dist))
-        for partition in manifest.partitions:
-            target = for_backend(partition.backend)
-            for dist, version in (target.runtime_packages(partition) if target else {}).items():
-                wanted.setdefault(dist, set()).add(version)
-    roots = {}
-    for dist, versions in wanted.items():
-        versions.discard(None)
-        if len(versions) > 1:
-            raise UserInputError(f"the artifacts were built with different {dist} versions "
-                                 f"({', '.join(sorted(versions))}); one environment cannot "
-                                 "hold both", hint="make one bundle per version")
-        if not versions:
-            raise UserInputError(f"no {dist} version is recorded in the artifacts or "
-                                 "installed here", hint=f"install {dist} and try again")
-        roots[dist] = versions.pop()
-    return roots
-
-
-def _installed(dist: str) -> str | None:
-    try:
-        return importlib.metadata.version(dist)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
-def _add_dependencies(dist: str, pins: dict[str, str], notes: list[str]) -> None:
-    try:
-        requires = importlib.metadata.distribution(dist).requires or []
-    except importlib.metadata.PackageNotFoundError:
-        notes.append(f"{dist} is not installed here: its own dependencies are not locked")
-        return
-    if _installed(dist) != pins.get(dist, _installed(dist)):
-        notes.append(f"{dist} {pins[dist]} is locked (the artifacts' version); its "
-                     f"dependencies are those of {_installed(dist)}, installed here")
-    for text in requires:
-        requirement = Requirement(text)
-        if requirement.marker and not requirement.marker.evaluate({"extra": ""}):
-            continue
-        name = canonicalize_name(requirement.name)
-        if name in pins:
-            continue
-        version = _installed(name)
-        if version is None:
-            notes.append(f"{name} (needed by {dist}) is not installed here: not locked")
-            continue
-        pins[name] = version
-        _add_dependencies(name, pins, notes)
+def _strings(value: object) -> list[str]:
+    return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
 
 
 def _sha256(data: bytes | Path) -> str:
@@ -201,70 +159,29 @@ def _write_tar(out: Path, folder: str, members: dict[str, bytes | Path]) -> None
 
 def _readme(name: str, artifacts: list[Path], manifests: list[Manifest],
             notes: list[str]) -> str:
-    rows = "\n".join(f"  {p.name}: target {m.target}, from {m.source.get('spec')}, inputs "
-                     + ", ".join(s.describe() for s in m.signature.inputs)
+    rows = "\n".join(_printable(f"  {p.name}: target {m.target}, from {m.source.get('spec')}, "
+                               "inputs " + ", ".join(s.describe() for s in m.signature.inputs))
                      for p, m in zip(artifacts, manifests))
     plain = [p.name for p, m in zip(artifacts, manifests) if m.generation is None]
     needs = sorted({dist for m in manifests for dist in runtime_packages(m)})
     torch_free = "" if "torch" in needs else " (no torch: numpy arrays in and out)"
+    python = "%d.%d" % sys.version_info[:2]
     return (f"{name}: edge-exporter artifacts and what runs them\n\n{rows}\n\n"
             f"The runtime needs {', '.join(needs)} and each backend's library{torch_free};\n"
-            "requirements.lock pins them and what they need.\n\n"
-            "On the device (Python 3.11+, Linux, same CPU architecture):\n"
+            "requirements.lock pins them, what they need and the SHA-256 of each wheel in\n"
+            "wheels/, which install.sh installs offline.\n\n"
+            f"On the device (Python {python}, Linux, {platform.machine()}: the wheels' own):\n"
             f"  tar xzf {name}.tar.gz && cd {name}\n"
-            "  ./install.sh              # .venv with requirements.lock and the runtime wheel\n"
+            "  ./install.sh              # .venv with exactly the wheels in wheels/\n"
             + (f"  ./run.sh {plain[0]} --inputs in.npz --out out.npz\n" if plain else "")
             + "".join(f"  ./run.sh generate {p.name} --prompt 'Hello' -n 32\n"
                       for p, m in zip(artifacts, manifests) if m.generation is not None)
-            + ("\nin.npz holds one array per input name." if plain else "\n")
-            + " sha256sum -c SHA256SUMS checks the files.\n"
-            + "".join(f"note: {n}\n" for n in notes))
+            + ("\nin.npz holds one array per input name.\n" if plain else "\n")
+            + "install.sh and run.sh first check the files against SHA256SUMS (and run.sh\n"
+            "each artifact against the SHA-256 it pins) and refuse to go on if one differs.\n"
+            + "".join(_printable(f"note: {n}") + "\n" for n in notes))
 
 
-_INSTALL = """#!/bin/sh
-# A new virtual environment (default: .venv next to this script) with the locked
-# versions, then the runtime wheel without dependencies (the lock already has them).
-# pip runs from a throwaway venv and installs into the new one (pip --python), so the
-# device's venv holds what runs the artifacts, not the installer (pip and setuptools,
-# 25 MB); bytecode is written as modules are first imported, not for every file
-# (--no-compile: 20 MB less for ONNX Runtime and numpy). To add packages later:
-# .venv/bin/python -m ensurepip, then .venv/bin/python -m pip install ...
-set -eu
-here=$(cd "$(dirname "$0")" && pwd)
-venv=${1:-$here/.venv}
-python=${PYTHON:-python3}
-"$python" -m venv --without-pip "$venv"
-tools=$(mktemp -d)
-trap 'rm -rf "$tools"' EXIT
-"$python" -m venv "$tools"
-pip_install() {
-    "$tools/bin/python" -m pip --python "$venv/bin/python" install --quiet \\
-        --disable-pip-version-check --no-compile "$@"
-}
-pip_install -r "$here/requirements.lock"
-pip_install --no-deps "$here"/wheels/*.whl
-echo "installed into $venv; $here/run.sh --help says how to run the artifacts"
-"""
-
-_RUN = """#!/bin/sh
-# Usage: run.sh ARTIFACT --inputs in.npz [--out out.npz] [--trusted-key KEY.pub]
-#        run.sh generate ARTIFACT --prompt TEXT [-n N] [--json]   (--task text-generation)
-# ARTIFACT: a file name in artifacts/ or a path. PYTHON overrides the venv's python.
-set -eu
-here=$(cd "$(dirname "$0")" && pwd)
-usage() {
-    echo "usage: ./run.sh ARTIFACT --inputs in.npz [--out out.npz] [--trusted-key KEY.pub]"
-    echo "       ./run.sh generate ARTIFACT --prompt TEXT [-n N] [--json]"
-    echo "artifacts in this bundle:"; ls "$here/artifacts"
-}
-if [ $# -eq 0 ]; then usage >&2; exit 2; fi
-case "$1" in -h|--help) usage; exit 0 ;; esac
-command=run
-if [ "$1" = generate ]; then
-    command=generate; shift
-    if [ $# -eq 0 ]; then usage >&2; exit 2; fi
-fi
-artifact=$1; shift
-[ -f "$artifact" ] || artifact=$here/artifacts/$artifact
-exec "${PYTHON:-$here/.venv/bin/python}" -m runtime "$command" "$artifact" "$@"
-"""
+def _printable(text: str) -> str:
+    """Manifest text for the README and the terminal: control characters escaped."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
