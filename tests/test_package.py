@@ -17,7 +17,7 @@ import pytest
 import torch
 
 import runtime
-from exporter.ship.bundle import lock_lines
+from exporter.ship.lock import lock_lines
 from exporter.errors import UserInputError
 from exporter.ship.wheel import build_runtime_wheel
 
@@ -63,9 +63,13 @@ def _distributions(ran, folder: Path, env: dict) -> dict[str, str]:
     return {p["name"].lower().replace("_", "-"): p["version"] for p in json.loads(listed.stdout)}
 
 
+def _pins(lines: list[str]) -> dict[str, str]:
+    """name -> version of the lock's requirement lines (each `NAME==VERSION --hash=...`)."""
+    return dict(line.split()[0].split("==") for line in lines if "==" in line)
+
+
 def _locked(folder: Path) -> dict[str, str]:
-    lines = (folder / "requirements.lock").read_text().splitlines()
-    return dict(line.split("==") for line in lines if "==" in line)
+    return _pins((folder / "requirements.lock").read_text().splitlines())
 
 
 def test_bundle_holds_artifacts_wheel_lock_and_scripts(bundle, mlp_build, custom_onnx):
@@ -82,9 +86,15 @@ def test_bundle_holds_artifacts_wheel_lock_and_scripts(bundle, mlp_build, custom
             "edge-bundle/install.sh", "edge-bundle/run.sh", "edge-bundle/README.txt"} <= names
     # the runtime does not register the model file's own op: the README says to ship it
     assert any("edgetest::soft_clip" in n and "--preload" in n for n in packed["notes"])
-    pins = dict(line.split("==") for line in packed["lock"] if "==" in line)
+    pins = _pins(packed["lock"])
     manifest = runtime.read_manifest(mlp_build.artifact)
     assert pins["torch"] == manifest.created_by["torch"]  # the version it was built with
+    if "+" in pins["torch"]:  # a +cpu torch is on PyTorch's index only
+        label = pins["torch"].split("+")[1]
+        assert f"--extra-index-url https://download.pytorch.org/whl/{label}" in packed["lock"]
+    wheels = {n.rsplit("/", 1)[1] for n in names if "/wheels/" in n}
+    assert len(wheels) == len(pins) and all("--hash=sha256:" in line
+                                            for line in packed["lock"] if "==" in line)
     onnx_manifest = runtime.read_manifest(custom_onnx[0])
     assert pins["onnxruntime"] == onnx_manifest.partitions[0].meta["onnxruntime"]
     assert {"numpy", "safetensors", "sympy", "filelock"} <= set(pins)  # torch's own deps too
