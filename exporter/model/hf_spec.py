@@ -34,7 +34,8 @@ from typing import Iterator
 import torch
 
 from exporter.errors import SpecError
-from exporter.model.hf_limits import check_config_size
+from exporter.model.hf_limits import check_config_size, first_lines, read_config
+from exporter.model.hf_weights import check_index, from_checkpoint, from_config
 
 log = logging.getLogger(__name__)
 
@@ -154,7 +155,7 @@ def load_pretrained(text: str, path_text: str, options: HfOptions) -> tuple:
         raise SpecError("hf: specs need the 'transformers' package", where=text,
                         hint="pip install '.[hf]'") from None
     path = Path(path_text).expanduser()
-    config = _config(transformers, path, text, options)
+    config, raw = _config(transformers, path, text, options)
     name = options.task or _task_from(config)
     if name not in TASKS:
         raise SpecError(f"unknown --task {name!r}", where=text,
@@ -162,9 +163,9 @@ def load_pretrained(text: str, path_text: str, options: HfOptions) -> tuple:
     auto_class = getattr(transformers, _auto_class(transformers, TASKS[name], config))
     with _quiet_transformers(transformers):
         if not options.trust_remote_code:  # remote code is sized by running it: not here
-            check_config_size(config, auto_class, options.max_model_size, text)
+            check_config_size(config, auto_class, options.max_model_size, text, raw)
         model, warnings = _model(auto_class, config, path, text, name, options)
-    return model.eval(), config, name, warnings
+    return model.eval(), config, name, _remote_code_notes(raw, config, options) + warnings
 
 
 def _auto_class(transformers, task: Task, config) -> str:
@@ -184,20 +185,35 @@ def _config(transformers, path: Path, text: str, options: HfOptions):
     if not (path / "config.json").is_file():
         raise SpecError(f"{path} is not a Hugging Face checkpoint folder (no config.json)",
                         where=text, hint="give a folder written by save_pretrained()")
+    raw = read_config(path / "config.json", text)  # sizes checked before transformers
     try:
         # trust_remote_code=False always unless asked: a checkpoint folder's own .py files
         # (config.json's auto_map) never run, and transformers never prompts on stdin.
-        return transformers.AutoConfig.from_pretrained(
+        config = transformers.AutoConfig.from_pretrained(
             path, local_files_only=True, trust_remote_code=options.trust_remote_code)
-    except (OSError, ValueError, KeyError) as exc:
+    except Exception as exc:  # noqa: BLE001 - transformers' own checks of the user's file
         remote = "custom code" in str(exc)
         raise SpecError(f"transformers cannot read {path / 'config.json'} "
-                        f"({type(exc).__name__}: {str(exc).splitlines()[0][:200]})",
+                        f"({type(exc).__name__}: {first_lines(exc)})",
                         where=text, hint="the folder's own Python code (config.json's "
                         "auto_map) runs only with --trust-remote-code: read it first"
-                        if remote else "fix config.json: it is not valid JSON"
-                        if "valid JSON" in str(exc) else "check the config's model_type"
-                        ) from None
+                        if remote else "check the config's model_type and sizes") from None
+    return config, raw
+
+
+def _remote_code_notes(raw: dict, config, options: HfOptions) -> list[str]:
+    """Said where config.json names the folder's own code (auto_map) and transformers' stock
+    class was used instead: the model built may not be the one the folder's author meant."""
+    if options.trust_remote_code or not raw.get("auto_map"):
+        return []
+    named = raw["auto_map"]
+    shown = ", ".join(f"{k}: {v}" for k, v in list(named.items())[:3]) if isinstance(
+        named, dict) else str(named)[:120]
+    note = (f"config.json's auto_map names the folder's own code ({shown}); it was not run: "
+            f"transformers' stock classes for model_type {getattr(config, 'model_type', '?')!r} "
+            f"({type(config).__name__}) were used instead "
+            "(--trust-remote-code would run the folder's code: read it first)")
+    return [note]
 
 
 @contextlib.contextmanager
@@ -238,7 +254,7 @@ def _model(auto_class, config, path: Path, text: str, task: str, options: HfOpti
     weights = [p for p in ("model.safetensors", "model.safetensors.index.json")
                if (path / p).is_file()]
     if "model.safetensors.index.json" in weights:
-        _check_index(path / "model.safetensors.index.json", text)
+        check_index(path / "model.safetensors.index.json", text)
     if not weights and not random_weights:
         pickled = sorted(p.name for p in path.glob("*.bin"))
         raise SpecError(f"{path} has no model.safetensors"
@@ -251,45 +267,13 @@ def _model(auto_class, config, path: Path, text: str, task: str, options: HfOpti
                               "task's class), or pass" if pickled else
                               "save the model's weights there (model.save_pretrained(folder)), "
                               "or pass") + " --random-weights for an architecture trial on purpose")
-    try:
-        if weights:
-            model, info = auto_class.from_pretrained(
-                path, config=config, local_files_only=True, use_safetensors=True,
-                output_loading_info=True, trust_remote_code=options.trust_remote_code)
-            return model, _newly_initialised(info, path, text, task, random_weights)
-        torch.manual_seed(0)
-        model = auto_class.from_config(config, trust_remote_code=options.trust_remote_code)
-    except (OSError, ValueError, KeyError) as exc:
-        raise SpecError(f"transformers cannot build a {task} model from {path} "
-                        f"({type(exc).__name__}: {str(exc).splitlines()[0][:200]})",
-                        where=text, hint="check --task against the checkpoint's "
-                                         "architectures") from None
-    except Exception as exc:
-        from safetensors import SafetensorError  # a transformers dependency
-        if not isinstance(exc, SafetensorError):
-            raise
-        raise SpecError(f"the weights in {path} cannot be read: a safetensors file is "
-                        f"damaged or incomplete ({str(exc).splitlines()[0][:200]})",
-                        where=str(path / weights[0]),
-                        hint="copy or save the checkpoint again (save_pretrained)") from None
+    if weights:
+        model, info = from_checkpoint(auto_class, config, path, text, options.trust_remote_code)
+        return model, _newly_initialised(info, path, text, task, random_weights)
+    torch.manual_seed(0)
+    model = from_config(auto_class, config, text, options.trust_remote_code)
     return model, [f"{path} has no model.safetensors: built with random weights (seed 0, "
                    "--random-weights); the artifact computes what those weights compute"]
-
-
-def _check_index(index: Path, text: str) -> None:
-    """A sharded checkpoint's weight_map names files in its own folder, nothing else."""
-    import json
-    try:
-        shards = set(json.loads(index.read_text())["weight_map"].values())
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise SpecError(f"{index.name} is not a safetensors index ({type(exc).__name__})",
-                        where=str(index), hint="write it with save_pretrained()") from None
-    outside = sorted(s for s in shards if not isinstance(s, str) or "/" in s or "\\" in s
-                     or s in ("", ".", "..") or not s.endswith(".safetensors"))
-    if outside:
-        raise SpecError(f"{index.name} maps weights to files outside its folder or not "
-                        f"safetensors: {', '.join(map(str, outside[:4]))}", where=text,
-                        hint="every shard must be a .safetensors file beside the index")
 
 
 def _newly_initialised(info: dict, path: Path, text: str, task: str,
