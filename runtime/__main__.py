@@ -242,8 +242,33 @@ def main(argv: list[str] | None = None) -> int:
         if args.debug:
             traceback.print_exc()
         print(f"error: {exc}", file=sys.stderr)
+        _json_error(args, type(exc).__name__, exc.exit_code, str(exc))
         return exc.exit_code
+    except Exception as exc:  # noqa: BLE001 - generate: a bug of ours, said in one paragraph
+        if args.command != "generate":  # the validation's commands report crashes as such
+            raise
+        return _internal_error(args, exc)
     return 0
+
+
+def _internal_error(args, exc: BaseException) -> int:
+    """Exit 4 with one paragraph (and under --json one object); --debug: the traceback."""
+    if args.debug:
+        traceback.print_exc()
+    first = (str(exc).strip().splitlines() or [""])[0][:300]
+    message = (f"internal error in generate: {type(exc).__name__}: {first}. This is a bug in "
+               "the runtime, not in your input.\nTry: --debug to see the traceback, and "
+               "please report it")
+    print(f"error: {message}", file=sys.stderr)
+    _json_error(args, "InternalError", 4, message)
+    return 4
+
+
+def _json_error(args, kind: str, code: int, message: str) -> None:
+    """Under ``generate --json`` stdout is one JSON object, an error's too (docs/json.md)."""
+    if getattr(args, "json", False):
+        print(json.dumps({"json_version": 1, "error": {"type": kind, "exit_code": code,
+                                                       "message": message}}))
 
 
 def console() -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import threading
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
@@ -37,6 +38,7 @@ class Program(ProgramBase):
         self.tokenizer_json: str | None = None
         self.decode_graphs = False  # the decode step replays as one CUDA graph (runtime.load)
         self._generator = None
+        self._generator_lock = threading.Lock()  # made once, whichever thread asks first
         # A bound method: calling an object's __call__ costs ~45 ns more per run.
         self._fast_check = _FastCheck(manifest.signature.inputs).check
         # Per device, the preallocated bytes that hand-offs between devices are copied into
@@ -66,16 +68,20 @@ class Program(ProgramBase):
     def generate(self, prompt: Any, max_new_tokens: int | None = None, **options: Any) -> Any:
         """Generate from a prompt (text, or token ids): see runtime/generation/generator.py
         for the options (sampling, stop strings, streaming). Artifacts built with
-        ``--task text-generation`` only."""
+        ``--task text-generation`` only. Safe from many threads at once: calls take turns
+        on the program's one KV cache, each giving the tokens it gives alone (a cache per
+        concurrent call measured no faster, docs/generation.md)."""
         return self.generator.generate(prompt, max_new_tokens, **options)
 
     @property
     def generator(self) -> Any:
-        """The ``Generator`` behind ``generate`` (its cache, steps and teacher forcing)."""
-        if self._generator is None:
-            from runtime.generation.generator import Generator
-            self._generator = Generator(self)
-        return self._generator
+        """The ``Generator`` behind ``generate`` (its cache, steps and teacher forcing;
+        its docstring says what it promises to threads)."""
+        with self._generator_lock:
+            if self._generator is None:
+                from runtime.generation.generator import Generator
+                self._generator = Generator(self)
+            return self._generator
 
     @contextlib.contextmanager
     def timing_partitions(self, clock: Callable[[Callable[[], Any], str], float]

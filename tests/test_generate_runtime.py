@@ -302,10 +302,8 @@ def test_ids_generate_without_the_tokenizers_package(onnx_lm, monkeypatch, caplo
     the tokens were made, decoding them to text. Ids now come out as ids, said once; text
     in (or stop strings) is a CompatibilityError naming the package."""
     from runtime.errors import CompatibilityError
-    from runtime.generation import generator
     built, _ = onnx_lm
     program = runtime.load(built.artifact)  # its own: no tokenizer loaded yet
-    monkeypatch.setattr(generator, "tokenizers_installed", lambda: False)
     monkeypatch.setattr("runtime.generation.tokenizer.tokenizers_installed", lambda: False)
     streamed = []
     result = program.generate([1, 5, 9], 4, stop_at_eos=False,

@@ -18,6 +18,11 @@ from runtime.tensorio import load_tensors
 
 def run_generation_cases(program, cases_path: str) -> dict[str, torch.Tensor]:
     generator = program.generator
+    with generator.holding():  # the cases' steps in turn on its one cache
+        return _run_cases(generator, cases_path)
+
+
+def _run_cases(generator, cases_path: str) -> dict[str, torch.Tensor]:
     grouped: dict[str, dict[str, torch.Tensor]] = {}
     for key, tensor in load_tensors(cases_path).items():
         case, _, name = key.partition("/")

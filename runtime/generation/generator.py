@@ -11,84 +11,86 @@ An encoder-decoder artifact (Whisper, BART, ...) also has ``encode``: ``generate
 source=...)`` encodes the source (text, token ids, or a speech model's input features)
 into the cross-attention cache first; the prompt is the decoder's, by default its start
 token.
+
+Threads: ``generate``, ``forced_logits`` and ``set_source`` (and ``Program.generate``,
+which calls this generator) hold its ``lock``: calls from many threads take turns on the
+one cache, each giving exactly the tokens it gives alone (a stream callback is called
+with the lock held; one that generates again on this thread is refused, not deadlocked).
+``step``, ``run_step`` and ``prefill_prompt`` are the raw steps over that cache and take
+no lock: a caller that runs a sequence of them while other threads generate wraps the
+whole sequence in ``with generator.holding():``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
-import numbers
+import threading
 import time
 from typing import Callable, Iterator, Sequence
 
 import torch
 
 from runtime.errors import ArtifactError, UserInputError
-from runtime.generation.audio import Waveform, checked_features, log_mel
 from runtime.generation.cache import KvCache
+from runtime.generation.encoder import EncoderSide
 from runtime.generation.config_notes import (default_new_tokens, forced_tokens, sampling_note,
                                              unapplied)
-from runtime.generation.layout import (INPUT_IDS, LOGITS, POSITIONS, CacheLayout,
-                                       shortest_source, takes_one_token, vocabulary)
-from runtime.generation.prompting import (Suppression, speech_prompt, takes_language,
-                                         token_ids)
+from runtime.generation.layout import INPUT_IDS, LOGITS, POSITIONS, takes_one_token
+from runtime.generation.options import check_options, checked_sampling
+from runtime.generation.prompting import Suppression, token_ids
 from runtime.generation.result import GenerationResult, generation_stats
 from runtime.generation.sampling import Sampler, Sampling
+from runtime.generation.settings import GenerationSettings
 from runtime.generation.stopping import StoppingText, checked_stops
-from runtime.generation.tokenizer import Tokenizer, tokenizers_installed
+from runtime.generation.tokenizer import ArtifactText, Tokenizer
 
 log = logging.getLogger(__name__)
 
 
-class Generator:
+class Generator(EncoderSide):
     def __init__(self, program) -> None:
-        generation = program.manifest.generation
         where = program.source
-        if generation is None:
+        if program.manifest.generation is None:
             raise UserInputError("this artifact does not generate text (it was not built "
                                  "with --task text-generation)", where=where,
                                  hint="use program.run / `exporter run` for a plain forward")
-        try:
-            self.layout = CacheLayout.from_json(generation["cache"])
-            self.max_context = int(generation["max_context"])
-            self.prefill_chunk = int(generation["prefill_chunk"])
-            self.eos = frozenset(int(t) for t in generation.get("eos_token_ids") or [])
-            self.source = generation.get("source")  # an encoder-decoder's encoder input
-            self.decoder_start = [int(t) for t in
-                                  generation.get("decoder_start_token_ids") or []]
-            masked = self.source is not None and self.source["input"] == "input_ids"
-            self.config = dict(generation.get("generation_config") or {})
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ArtifactError(f"the generation section is malformed ({exc})", where=where,
-                                hint="rebuild the artifact with `exporter build`") from exc
+        # checked against the programs before the cache is allocated (settings.py)
+        settings = GenerationSettings.read(program)
+        self.settings, self.layout = settings, settings.layout
+        self.max_context, self.prefill_chunk = settings.max_context, settings.prefill_chunk
+        self.eos, self.source = settings.eos, settings.source
+        self.decoder_start, self.config = settings.decoder_start, settings.config
         self.where = where
         # no decode entry point: the prefill program takes one token too (exporter/lm/build.py)
         self.prefill = program
         self.decode = program.entry_points.get("decode") or _one_token_prefill(program, where)
-        self.device = _device_of(self.decode)
-        self.vocab = vocabulary(program.manifest.signature)
+        self.device, self.vocab = settings.device, settings.vocab
         # runtime/generation/prompting.py; the step's logits are on the cache's device
         self.suppress = Suppression(self.config, self.vocab, self.device)
-        self.cache = KvCache(self.layout, self.device, source_mask=masked)
         self.encode = program.entry_points.get("encode")
         if (self.source is None) != (self.encode is None) or (
                 self.source is not None and not self.layout.cross):
             raise ArtifactError("the artifact's encode entry point, source and cross cache "
                                 "do not agree", where=where,
                                 hint="rebuild the artifact with `exporter build`")
+        for p in (self.prefill, self.decode):
+            if p.input_names[:2] != [INPUT_IDS, POSITIONS] or set(p.input_names[2:]) != set(
+                    name for name, _ in self.layout.names() + self.layout.cross_names()) | (
+                    {"source_mask"} if self._masked else set()):
+                raise ArtifactError(f"the entry points' inputs ({', '.join(p.input_names)}) "
+                                    "do not match the cache layout", where=where,
+                                    hint="rebuild the artifact with `exporter build`")
+        self.cache = KvCache(self.layout, self.device, source_mask=self._masked)
         # each entry point's inputs as a list in its own order (Program.run's fast path):
         # the two token inputs first, then the cache buffers, which never change identity
         self._buffers = {id(p): [self.cache.buffers[name] for name in p.input_names[2:]]
                          for p in (self.prefill, self.decode)}
-        for p in (self.prefill, self.decode):
-            if p.input_names[:2] != [INPUT_IDS, POSITIONS] or set(p.input_names[2:]) != set(
-                    self.cache.buffers):
-                raise ArtifactError(f"the entry points' inputs ({', '.join(p.input_names)}) "
-                                    "do not match the cache layout", where=where,
-                                    hint="rebuild the artifact with `exporter build`")
-        self._noted = self._noted_sampling = False  # _say_config_notes: once each
-        self._tokenizer_json = program.tokenizer_json
-        self._tokenizer: Tokenizer | None = None
-        self._noted_ids = False  # said once: ids out, the tokenizers package missing
+        self._said: dict[str, bool] = {}  # _say_config_notes: once each
+        self._text = ArtifactText(program.tokenizer_json, where)
+        self.lock = threading.Lock()  # one call on this cache at a time
+        self._holder: int | None = None  # the thread that holds it
+        self._generating = False  # within generate, on the holding thread
         self._graph = None
         # a fixed-shape decode step only: one that runs on the prefill program (a model
         # whose one-token step could not be captured, exporter/lm/build.py) runs plain, and
@@ -101,17 +103,38 @@ class Generator:
             self._graph = DecodeGraph(self, self.device)
 
     @property
+    def _masked(self) -> bool:  # a text encoder's source rows are masked
+        return self.source is not None and self.source["input"] == "input_ids"
+
+    # ------------------------------------------------------------------ threads
+
+    def held_here(self) -> bool:
+        return self._holder == threading.get_ident()
+
+    @contextlib.contextmanager
+    def holding(self):
+        """``lock``, held by this thread for the block (again inside it: a no-op). Hold
+        it around a sequence of raw steps while other threads use this generator."""
+        if self.held_here():
+            yield self
+            return
+        self.lock.acquire()
+        self._holder = threading.get_ident()
+        try:
+            yield self
+        finally:
+            self._holder = None
+            self.lock.release()
+
+    @property
     def _writes_text(self) -> bool:
-        """Whether new tokens come out as text too: the artifact has a tokenizer and the
-        ``tokenizers`` package is here (ids in and out need neither)."""
-        return self._tokenizer_json is not None and (self._tokenizer is not None
-                                                     or tokenizers_installed())
+        """Whether new tokens come out as text too: the artifact has a tokenizer that
+        reads, and the ``tokenizers`` package is here (ids in and out need neither)."""
+        return self._text.usable() is not None
 
     @property
     def tokenizer(self) -> Tokenizer:
-        if self._tokenizer is None:
-            self._tokenizer = Tokenizer(self._tokenizer_json, where=self.where)
-        return self._tokenizer
+        return self._text.get()
 
     # ------------------------------------------------------------------ the two steps
 
@@ -143,7 +166,14 @@ class Generator:
 
     def forced_logits(self, prompt: Sequence[int], continuation: Sequence[int]) -> torch.Tensor:
         """Teacher forcing: the logits [len(continuation), vocab] predicting each token of
-        ``continuation`` after the prompt, each decode step fed the given token."""
+        ``continuation`` after the prompt, each decode step fed the given token. Takes
+        ``lock``: safe from several threads (they take turns)."""
+        prompt, continuation = token_ids(prompt, self.where), token_ids(continuation,
+                                                                        self.where)
+        with self.holding():
+            return self._forced_logits(prompt, continuation)
+
+    def _forced_logits(self, prompt: list[int], continuation: list[int]) -> torch.Tensor:
         self._check_length(len(prompt), len(continuation))
         self._check_tokens([*prompt, *continuation])
         rows = [self.prefill_prompt(prompt).float().cpu()]
@@ -153,108 +183,60 @@ class Generator:
             position += 1
         return torch.stack(rows)
 
-    # ------------------------------------------------------------------ encoder-decoders
-
-    def set_source(self, source) -> int:
-        """Encode ``source`` into the cross-attention cache; returns its length in rows.
-        Text (the artifact's tokenizer) or token ids for a text encoder; input features
-        ([mel bins, frames], optionally with a batch of 1) or a ``Waveform`` for Whisper."""
-        if self.encode is None:
-            raise UserInputError("this artifact has no encoder: it takes no source",
-                                 where=self.where, hint="give only the prompt")
-        spec = self.source
-        if isinstance(source, Waveform):  # runtime/generation/audio.py
-            if not spec.get("audio"):
-                raise UserInputError("this artifact takes no audio", where=self.where,
-                                     hint="only Whisper artifacts compute their features "
-                                          "from audio; give input features or a text source")
-            mels, frames = spec["shape"]
-            source = torch.from_numpy(log_mel(source, spec["audio"], mels, frames))
-        if spec["input"] == "input_ids":
-            given = None if isinstance(source, str) else torch.as_tensor(source)
-            if given is not None and given.numel() and given.is_floating_point():
-                raise UserInputError("this artifact's encoder takes text or token ids, not "
-                                     "input features", where=self.where,
-                                     hint="give --source TEXT or --source-ids 1,2,3")
-            ids = self._token_ids(source if given is None else given.reshape(-1).tolist())
-            low = shortest_source(self.encode.manifest.signature)
-            if not low <= len(ids) <= spec["bound"]:
-                raise UserInputError(f"the source has {len(ids)} token(s); this artifact's "
-                                     f"encoder takes {low} to {spec['bound']}", where=self.where,
-                                     hint="shorten the source" if len(ids) > spec["bound"]
-                                     else f"give a longer source (torch.export captured this "
-                                          f"encoder for {low} or more)" if low > 1
-                                     else "give a source")
-            self._check_tokens(ids, spec.get("vocab"))
-            value = torch.tensor([ids], dtype=torch.long)
-        else:
-            value = checked_features(source, spec["shape"], self.where).to(
-                getattr(torch, self.layout.dtype))
-        return self.cache.set_source(self.encode.run([value.to(self.device)]))
-
-    def _decoder_prompt(self, prompt, language: str | None, task: str | None) -> list[int]:
-        """The decoder's prompt: the one given, else its start token, which a speech model
-        follows with its language and task tokens (runtime/generation/prompting.py). A
-        given one starts with the decoder start token, as transformers' ``generate`` makes
-        it (Whisper's excepted); text, without the tokenizer's template (bos ... eos)."""
-        if prompt is not None and (isinstance(prompt, str) or len(prompt) > 0):
-            if language is not None or task is not None:
-                raise UserInputError("a language or task is for the default decoder prompt; "
-                                     "this call gives its own", where=self.where,
-                                     hint="leave out the prompt, or put those tokens in it")
-            ids = (self.tokenizer.encode(prompt, special=False) if isinstance(prompt, str)
-                   else token_ids(prompt, self.where))
-            start = self.decoder_start[:1]
-            if start and not takes_language(self.config) and ids[:1] != start:
-                ids = start + ids
-            return ids
-        if not self.decoder_start:
-            raise UserInputError("the artifact names no decoder start token",
-                                 where=self.where, hint="give the decoder prompt's ids")
-        if takes_language(self.config):
-            return speech_prompt(self.config, self.decoder_start, language, task,
-                                 self._likeliest, self.where)
-        return list(self.decoder_start) + self._no_language(language, task)
-
-    def _no_language(self, language: str | None, task: str | None) -> list[int]:
-        if language is not None or task is not None:
-            raise UserInputError("this model's prompt takes no language or task tokens",
-                                 where=self.where, hint="leave out --language and --task")
-        return []
-
-    def _likeliest(self, prompt: list[int], candidates: list[int]) -> int:
-        """Of ``candidates``, the token the model scores highest after ``prompt``
-        (Whisper's language detection: the source is already encoded)."""
-        scores = self.prefill_prompt(prompt).float()
-        return candidates[int(scores[torch.tensor(candidates, device=scores.device)].argmax())]
-
-    def _token_ids(self, text_or_ids: str | Sequence[int]) -> list[int]:
-        """Text through the artifact's tokenizer; ids as ``token_ids`` reads them."""
+    def _token_ids(self, text_or_ids: str | Sequence[int], bound: int | None = None
+                   ) -> list[int]:
+        """Text through the artifact's tokenizer; ids as ``token_ids`` reads them.
+        ``bound``: the most tokens that can be taken (the context by default)."""
         if isinstance(text_or_ids, str):
-            return self.tokenizer.encode(text_or_ids)
+            return self.tokenizer.encode(text_or_ids, max_tokens=bound or self.max_context)
         return token_ids(text_or_ids, self.where)
 
     # ------------------------------------------------------------------ generation
 
-    def generate(self, prompt: str | Sequence[int] | None, max_new_tokens: int | None = None, *,
-                 sampling: Sampling = Sampling(), stop: Sequence[str] = (),
+    def generate(self, prompt: str | Sequence[int] | None, max_new_tokens: int | None = None,
+                 *, sampling: Sampling | dict | None = None, stop: Sequence[str] = (),
                  stop_at_eos: bool = True,
                  stream: Callable[[int | None, str | None], None] | None = None,
-                 source=None, language: str | None = None,
-                 task: str | None = None) -> GenerationResult:
+                 source=None, language: str | None = None, task: str | None = None,
+                 **unknown) -> GenerationResult:
         """``source``: an encoder-decoder's input (``set_source``), required there; its
         ``prompt`` is the decoder's (None: the decoder start token, which Whisper follows
         with ``language`` (else detected) and ``task`` tokens, as transformers does).
-        The generation config's suppressed tokens never come out; ``max_new_tokens`` None
-        is its ``max_new_tokens``, else 128; what else it sets is said once
-        (runtime/generation/config_notes.py)."""
+        ``sampling``: a Sampling or a dict of its fields. The generation config's
+        suppressed tokens never come out; ``max_new_tokens`` None is its
+        ``max_new_tokens``, else 128; what else it sets is said once
+        (runtime/generation/config_notes.py). Holds ``lock`` (module docstring)."""
+        if unknown:
+            raise UserInputError(f"generate takes no option {', '.join(sorted(unknown))}",
+                                 where=self.where, hint="the options are max_new_tokens, "
+                                 "sampling, stop, stop_at_eos, stream, source, language, task")
+        with self.holding():
+            if self._generating:  # this thread, inside its own generation: a stream callback
+                raise UserInputError("generate was called again from inside its own "
+                                     "generation (a stream callback)", where=self.where,
+                                     hint="collect the tokens in the callback and generate "
+                                          "after the call returns")
+            self._generating = True
+            try:
+                return self._generate(prompt, max_new_tokens, sampling=sampling, stop=stop,
+                                      stop_at_eos=stop_at_eos, stream=stream, source=source,
+                                      language=language, task=task)
+            finally:
+                self._generating = False
+
+    def _generate(self, prompt, max_new_tokens, *, sampling, stop, stop_at_eos, stream,
+                  source, language, task) -> GenerationResult:
         started = time.perf_counter()  # time to first token counts the encoder too
+        sampling = checked_sampling(sampling, self.where)
+        check_options(self.where, max_new_tokens=max_new_tokens, stop_at_eos=stop_at_eos,
+                      stream=stream, language=language, task=task)
+        stop = checked_stops(stop, self.where)
         self._say_config_notes(sampling)
         if max_new_tokens is None:
             max_new_tokens = default_new_tokens(self.config)
         encode_s = None
         if source is not None:  # set_source refuses it where there is no encoder
-            self.set_source(source)
+            self._set_source(source)
             if self.device.type == "cuda":
                 torch.cuda.synchronize(self.device)
             encode_s = round(time.perf_counter() - started, 6)
@@ -265,49 +247,46 @@ class Generator:
                                  "in Python); the prompt is the decoder's")
         prompt_ids = (self._decoder_prompt(prompt, language, task) if self.encode is not None
                       else self._token_ids(prompt) + self._no_language(language, task))
-        stop = checked_stops(stop, self.where)
-        if stop and self._tokenizer_json is None:
+        if stop and self._text.json_text is None:
             raise UserInputError("stop strings need the artifact's tokenizer, which this "
                                  "artifact lacks", where=self.where, hint="stop on eos instead")
         self._check_length(len(prompt_ids), 0)
         self._check_tokens(prompt_ids)
-        if not isinstance(max_new_tokens, numbers.Integral) or isinstance(max_new_tokens, bool) \
-                or max_new_tokens < 0:
-            raise UserInputError(f"max_new_tokens is {max_new_tokens!r}", where=self.where,
-                                 hint="give a whole number, 0 or more")
+        # the text as it grows: for stop strings and the stream; else decoded once at the end
+        text = (StoppingText(self.tokenizer, stop, stream) if stop or (
+            stream is not None and self._writes_text) else None)
+        tokens, reason, first_at = self._tokens(prompt_ids, max_new_tokens, Sampler(sampling),
+                                                stop_at_eos, stream, text)
+        stats = generation_stats(started, first_at, time.perf_counter(), len(prompt_ids),
+                                 len(tokens), encode_s or 0.0)
+        if encode_s is not None:
+            stats["encode_s"] = encode_s
+        written = self._text.usable() if text is None else None
+        decoded = text.finish() if text is not None else (
+            written.decode(tokens) if written is not None else None)
+        return GenerationResult(prompt_ids, tokens, decoded, reason, stats)
+
+    def _tokens(self, prompt_ids: list[int], max_new_tokens: int, sample: Sampler,
+                stop_at_eos: bool, stream, text: StoppingText | None
+                ) -> tuple[list[int], str, float | None]:
+        """The new tokens, why they stopped, and when the first came."""
         # the last new token is never fed back: it needs no slot of the cache
         budget = min(max_new_tokens, self.max_context - len(prompt_ids) + 1)
-        sample = Sampler(sampling)
         logits = self.prefill_prompt(prompt_ids)
         tokens: list[int] = []
         first_at = None
-        # the text as it grows: for stop strings and the stream; else decoded once at the end
-        text = (StoppingText(self.tokenizer, stop, stream) if self._tokenizer_json is not None
-                and (stop or (stream is not None and self._writes_text)) else None)
         reason = "max_new_tokens" if budget == max_new_tokens else "context_full"
         forced = forced_tokens(self.config, len(prompt_ids), max_new_tokens)
         for token in self._new_tokens(logits, len(prompt_ids), sample, forced, budget):
             first_at = first_at or time.perf_counter()
             if stop_at_eos and token in self.eos:
-                reason = "eos"
-                break
+                return tokens, "eos", first_at
             tokens.append(token)
             if text is None and stream is not None:  # no tokenizer: ids only
                 stream(token, None)
             if text is not None and text.add(tokens):
-                reason = "stop_string"
-                break
-        stats = generation_stats(started, first_at, time.perf_counter(), len(prompt_ids),
-                                 len(tokens), encode_s or 0.0)
-        if encode_s is not None:
-            stats["encode_s"] = encode_s
-        decoded = (text.finish() if text is not None else self.tokenizer.decode(tokens)
-                   if self._writes_text else None)
-        if decoded is None and self._tokenizer_json is not None and not self._noted_ids:
-            self._noted_ids = True
-            log.warning("the 'tokenizers' package is not installed: the new tokens come out "
-                        "as ids, not text (pip install tokenizers)")
-        return GenerationResult(prompt_ids, tokens, decoded, reason, stats)
+                return tokens, "stop_string", first_at
+        return tokens, reason, first_at
 
     def _new_tokens(self, logits: torch.Tensor, start: int, sample: Sampler,
                     forced: dict[int, int], budget: int) -> Iterator[int]:
@@ -327,14 +306,14 @@ class Generator:
             logits = self.step(torch.tensor([token]), start + index)[-1]
 
     def _say_config_notes(self, sampling: Sampling) -> None:
-        notes = [] if self._noted else [", ".join(unapplied(self.config))]
+        notes = [] if self._said.get("config") else [", ".join(unapplied(self.config))]
         notes = [f"the checkpoint's generation config sets {n}, which this generator does not "
                  "apply" for n in notes if n]
         note = sampling_note(self.config, sampling)
-        if note and not self._noted_sampling:
+        if note and not self._said.get("sampling"):
             notes.append(note)
-            self._noted_sampling = True
-        self._noted = True
+            self._said["sampling"] = True
+        self._said["config"] = True
         for line in notes:
             log.warning(line)
 
@@ -370,9 +349,3 @@ def _one_token_prefill(program, where: str):
                             "take a single token", where=where,
                             hint="rebuild the artifact with `exporter build`")
     return program
-
-
-def _device_of(program) -> torch.device:
-    """Where the cache lives: with the partitions that read it (cuda if any does)."""
-    devices = {p.device for p in program.manifest.partitions}
-    return torch.device("cuda" if "cuda" in devices else "cpu")

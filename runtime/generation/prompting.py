@@ -136,7 +136,8 @@ def token_ids(ids, where: str) -> list[int]:
     except TypeError:
         raise UserInputError(f"the prompt is a {type(ids).__name__}", where=where,
                              hint="give text or a list of token ids") from None
-    if not all(isinstance(t, numbers.Integral) for t in values):
+    # bool is an int (True would be token 1): a list of flags is a mistake, not ids
+    if not all(isinstance(t, numbers.Integral) and not isinstance(t, bool) for t in values):
         raise UserInputError("the prompt's ids are not all integers", where=where,
-                             hint="give token ids as integers")
+                             hint="give token ids as integers (not bools or floats)")
     return [int(t) for t in values]

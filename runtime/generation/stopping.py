@@ -28,7 +28,11 @@ def checked_stops(stop: Sequence[str] | str | None, where: str) -> tuple[str, ..
     if isinstance(stop, str):
         raise UserInputError("stop must be a list of strings, not one string",
                              where=where, hint=f"stop=[{stop!r}]")
-    stops = tuple(stop)
+    try:
+        stops = tuple(stop)
+    except TypeError:
+        raise UserInputError(f"stop is a {type(stop).__name__}", where=where,
+                             hint="give a list of strings") from None
     if any(not isinstance(s, str) or not s for s in stops):
         raise UserInputError("a stop string is empty or not a string", where=where,
                              hint="give non-empty strings, or none")
