@@ -70,7 +70,7 @@ class Program(ProgramBase):
         for the options (sampling, stop strings, streaming). Artifacts built with
         ``--task text-generation`` only. Safe from many threads at once: calls take turns
         on the program's one KV cache, each giving the tokens it gives alone (a cache per
-        concurrent call measured no faster, docs/generation.md)."""
+        concurrent call measured no faster: docs/trust.md, "Threads")."""
         return self.generator.generate(prompt, max_new_tokens, **options)
 
     @property
