@@ -11,6 +11,7 @@ from exporter.errors import UserInputError
 from exporter.report import charts
 from exporter.report.page import ms, prose, render_page, table
 from exporter.report.perf import conditions
+from exporter.report.validation import judged, number
 from exporter.validation.gates import ERROR_BINS
 from runtime.manifest import Manifest
 
@@ -46,7 +47,7 @@ def summary(path: Path, manifest: Manifest, size: int, bench: dict | None) -> di
     settings = manifest.build.get("settings", {})
     validation = manifest.validation or {}
     rank = _error_rank(validation)
-    timing = (bench or {}).get("timings", {}).get("artifact")
+    timing, vs_eager = _timing(bench or {})
     by_backend = manifest.placement.get("by_backend") or {}
     return {"artifact": path.name, "target": manifest.target,
             "kind": f"{settings.get('dtype', 'fp32')}, {settings.get('quantize') or 'float'}",
@@ -56,7 +57,18 @@ def summary(path: Path, manifest: Manifest, size: int, bench: dict | None) -> di
             "median_ms": timing["median_ms"] if timing else None,
             "p10_ms": timing.get("p10_ms") if timing else None,
             "p90_ms": timing.get("p90_ms") if timing else None,
-            "vs_eager": (bench or {}).get("ratios", {}).get("artifact/eager")}
+            "vs_eager": vs_eager}
+
+
+def _timing(bench: dict) -> tuple[dict | None, float | None]:
+    """The artifact's median (ms) and its ratio to eager: per call, or for a generating
+    artifact's bench per decoded token (against transformers' eager generate)."""
+    if "engines" not in bench:
+        return bench.get("timings", {}).get("artifact"), bench.get("ratios", {}).get(
+            "artifact/eager")
+    rate = bench["engines"]["artifact"]["decode_tokens_per_s"]
+    faster = bench.get("ratios", {}).get("artifact/hf-eager")  # tokens/s over eager's
+    return ({"median_ms": 1e3 / rate} if rate else None), (1 / faster if faster else None)
 
 
 def _check_one_model(paths: list[Path], manifests: list[Manifest]) -> None:
@@ -72,7 +84,8 @@ def _error_rank(validation: dict) -> int | None:
     """The index in ERROR_BINS of the largest |error| any validated element had: one
     scale for float and quantized builds alike (both record the histogram)."""
     found = [ERROR_BINS.index(name) for row in validation.get("outputs", [])
-             for name, count in (row.get("abs_err_histogram") or {}).items()
+             for compared in judged(row)
+             for name, count in (compared.get("abs_err_histogram") or {}).items()
              if count and name in ERROR_BINS]
     return max(found) if found else None
 
@@ -96,6 +109,11 @@ def _gate_figures(validation: dict) -> str:
         return "skipped"
     rows = validation.get("outputs", [])
     verdict = "passed" if validation.get("passed") else "FAILED"
+    if validation.get("kind") == "generation":
+        if validation.get("tokens_identical"):
+            return f"{verdict}: greedy tokens identical to generate's"
+        return (f"{verdict}: top-1 {number(validation.get('top1_agreement'), '.1%')}, "
+                f"KL {number(validation.get('mean_kl'), '.2g')}")
     quantized = [r for r in rows if r.get("criterion") == "quantized"]
     if quantized:
         return (f"{verdict}: worst SQNR {min(r['sqnr_db'] for r in quantized):.1f} dB, "
@@ -125,8 +143,11 @@ def _cell(row: dict, key: str, best: dict) -> str:
 
 
 def _latency(rows: list[dict], benches: list[dict | None]) -> str:
-    timed = {row["artifact"]: {"median_ms": row["median_ms"], "p10_ms": row["p10_ms"],
-                               "p90_ms": row["p90_ms"]} for row in rows if row["median_ms"]}
+    # a generating artifact's bench gives medians only: no whisker
+    timed = {row["artifact"]: {"median_ms": row["median_ms"],
+                               "p10_ms": row["p10_ms"] or row["median_ms"],
+                               "p90_ms": row["p90_ms"] or row["median_ms"]}
+             for row in rows if row["median_ms"]}
     if not timed:
         return ('<section id="latency"><h2>Latency</h2><p class="hint">not measured: pass '
                 "<code>--bench FILE</code> once per artifact (<code>exporter bench ARTIFACT "
@@ -140,7 +161,8 @@ def _latency(rows: list[dict], benches: list[dict | None]) -> str:
     return ('<section id="latency"><h2>Latency</h2><p>bar: median, whisker: p10 to p90; each '
             "artifact as its own <code>exporter bench</code> timed it (compare medians taken "
             f"on one machine)</p>{warn}<div class=\"side\">"
-            + charts.latency_chart(timed, "latency per call in ms", highlight=best)
+            + charts.latency_chart(timed, "time per decoded token in ms" if any(
+                "engines" in b for b in measured) else "latency per call in ms", highlight=best)
             + conditions(measured[0]) + "</div></section>")
 
 

@@ -6,9 +6,11 @@ library) hold no readable graph: the ATen ops they were built from are listed in
 
 from __future__ import annotations
 
+import functools
 from html import escape
 
 from exporter.report import charts
+from exporter.report.page import program_blocks
 from runtime.manifest import Manifest, Partition
 from targets import for_backend
 from targets.fallback import FALLBACK_BACKEND
@@ -22,7 +24,7 @@ def read_graphs(manifest: Manifest, reader) -> dict[str, list[dict] | None]:
     """Partition name -> its graph's node rows (None: no readable graph). ``reader``: the
     open, verified ArtifactReader. A graph that does not parse is reported, not fatal."""
     graphs = {}
-    for partition in manifest.partitions:
+    for partition in manifest.all_partitions():  # entry points' partitions have own names
         try:
             graphs[partition.name] = _nodes(partition, reader.read_bytes)
         except Exception as exc:  # noqa: BLE001 - a report must not die on one odd file
@@ -38,7 +40,17 @@ def _nodes(partition: Partition, read) -> list[dict] | None:
     return target.graph_nodes(read, partition, MAX_NODES + 1) if target else None
 
 
-def graphs_section(manifest: Manifest, graphs: dict[str, list[dict] | None]) -> str:
+def graphs_section(programs: list[tuple[str | None, Manifest]],
+                   graphs: dict[str, list[dict] | None]) -> str:
+    """Each program's partitions (a generating artifact's prefill, decode, encode)."""
+    return ('<section id="graphs"><h2>Inside each partition</h2><p class="hint">each input '
+            "names the node that wrote it (a link); a grey input is a stored weight; "
+            "<i>from</i>: the ATen node it was translated from</p>"
+            + program_blocks(programs, functools.partial(_blocks, graphs=graphs))
+            + "</section>")
+
+
+def _blocks(manifest: Manifest, graphs: dict[str, list[dict] | None]) -> str:
     blocks = []
     for partition in manifest.partitions:
         nodes = graphs.get(partition.name)
@@ -63,10 +75,7 @@ def graphs_section(manifest: Manifest, graphs: dict[str, list[dict] | None]) -> 
                       + _node_table(partition, nodes[:MAX_NODES])
                       + (f"<p class=\"hint\">the first {MAX_NODES} nodes</p>" if more else "")
                       + "</details>")
-    return ('<section id="graphs"><h2>Inside each partition</h2><p class="hint">each input '
-            "names the node that wrote it (a link); a grey input is a stored weight; "
-            "<i>from</i>: the ATen node it was translated from</p>" + "".join(blocks)
-            + "</section>")
+    return "".join(blocks)
 
 
 def _node_table(partition: Partition, nodes: list[dict]) -> str:

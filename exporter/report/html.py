@@ -20,13 +20,13 @@ from pathlib import Path
 from exporter.errors import UserInputError
 from exporter.report import charts
 from exporter.report.compare import render_comparison
-from exporter.report.console import memory_lines, quantization_lines, validation_lines
+from exporter.report.console import memory_lines, quantization_lines
 from exporter.report.graphs import graphs_section, read_graphs
 from exporter.report.layers import layers_section, quantization_section
 from exporter.report.memory_plot import live_bytes_per_step
-from exporter.report.page import prose, render_page, table
+from exporter.report.page import program_blocks, prose, render_page, table
 from exporter.report.perf import latency_section, read_bench
-from exporter.validation.gates import ERROR_BINS, error_bin
+from exporter.report.validation import validation_section
 from runtime.manifest import Manifest
 from runtime.outfiles import checked_output, written_whole
 from runtime.signing import describe_signature, signature_status
@@ -93,15 +93,28 @@ def match_benches(artifacts: list[Path], benches: list[dict], files: list[Path]
 
 def render(manifest: Manifest, *, artifact_name: str, size: int, signature: dict | None,
            bench: dict | None, graphs: dict | None = None) -> str:
-    sections = [_header(manifest, artifact_name, size, signature), _signature(manifest),
-                _placement(manifest), _validation(manifest), latency_section(bench, manifest),
-                layers_section(manifest), quantization_section(manifest),
-                graphs_section(manifest, graphs) if graphs is not None else "",
-                _memory(manifest), _passes(manifest)]
+    runs = programs(manifest)
+    sections = [_header(manifest, artifact_name, size, signature), _signature(runs),
+                _placement(manifest, runs), validation_section(manifest.validation),
+                latency_section(bench, manifest), layers_section(runs),
+                quantization_section(runs),
+                graphs_section(runs, graphs) if graphs is not None else "",
+                _memory(manifest, runs), _passes(manifest, runs)]
     rows = [{**row, "colour": charts.placement_colour(row["backend"], row["device"])}
-            for row in manifest.coverage]
+            for _, program in runs for row in program.coverage]
     return render_page(f"{artifact_name}: {manifest.target}", "\n".join(sections),
                        {"coverage": rows}, _SCRIPT)
+
+
+def programs(manifest: Manifest) -> list[tuple[str | None, Manifest]]:
+    """The artifact's programs, each seen as a manifest of its own: the one program of a
+    plain artifact (unlabelled); a generating artifact's prefill and each entry point
+    (decode, encode), with their own signature, partitions, ops, memory plan and passes."""
+    if manifest.generation is None:
+        return [(None, manifest)]
+    main = "prefill" if "decode" in manifest.entry_points else "prefill (also decodes)"
+    return [(main, manifest), *((name, manifest.entry_point(name))
+                                for name in manifest.entry_points)]
 
 
 def _header(manifest: Manifest, name: str, size: int, signature: dict | None) -> str:
@@ -124,25 +137,43 @@ def build_kind(manifest: Manifest) -> str:
     return str(settings.get("dtype", "fp32")) + (f", {recipe}" if recipe else "")
 
 
-def _signature(manifest: Manifest) -> str:
-    rows = [[kind, spec.name, spec.dtype, "[" + ", ".join(d.describe() for d in spec.shape) + "]"]
-            for kind, specs in (("input", manifest.signature.inputs),
-                                ("output", manifest.signature.outputs)) for spec in specs]
-    return ('<section id="signature"><h2>Signature</h2>'
-            + table(["kind", "name", "dtype", "shape"], rows) + "</section>")
+def _signature(runs: list[tuple[str | None, Manifest]]) -> str:
+    def one(manifest: Manifest) -> str:
+        rows = [[kind, spec.name, spec.dtype,
+                 "[" + ", ".join(d.describe() for d in spec.shape) + "]"]
+                for kind, specs in (("input", manifest.signature.inputs),
+                                    ("output", manifest.signature.outputs)) for spec in specs]
+        return table(["kind", "name", "dtype", "shape"], rows)
+    return '<section id="signature"><h2>Signature</h2>' + program_blocks(runs, one) + "</section>"
 
 
-def _placement(manifest: Manifest) -> str:
+def _placement(manifest: Manifest, runs: list[tuple[str | None, Manifest]]) -> str:
+    partitions = manifest.all_partitions()
+    used = sorted({(p.backend, p.device) for p in partitions})
+    legend = "".join(f'<span class="chip" style="background:'
+                     f'{charts.placement_colour(b, d)}">{escape(b)} @ {escape(d)}</span>'
+                     for b, d in used)
+    ops = sum(len(program.coverage) for _, program in runs)
+    return ('<section id="placement"><h2>Where each op runs</h2>'
+            f"<p>{legend}</p>{program_blocks(runs, _program_placement)}"
+            '<h3>Every op</h3><input id="op-filter" placeholder="filter: op, partition, '
+            'reason…" size="40"> <span id="op-count"></span>'
+            # a long table starts folded (typing in the filter unfolds it)
+            + f'<details id="op-details"{" open" if ops <= FOLD_OPS else ""}>'
+              "<summary>the table</summary>"
+              '<table id="ops"><thead><tr><th>node</th><th>op</th><th>runs on</th>'
+              "<th>partition</th><th>why</th><th>source</th></tr></thead><tbody></tbody>"
+              "</table></details></section>")
+
+
+def _program_placement(manifest: Manifest) -> str:
+    """One program's totals, partition graph and ops in run order."""
     kinds: dict[str, Counter] = {}  # partition -> op kinds, e.g. "linear", "getitem"
     for row in manifest.coverage:
         kinds.setdefault(row.get("partition"), Counter())[_op_kind(row["op"])] += 1
     partitions = [{**p.to_json(), "ops": sum(kinds.get(p.name, Counter()).values()),
                    "op_kinds": [k for k, _ in kinds.get(p.name, Counter()).most_common()]}
                   for p in manifest.partitions]
-    used = sorted({(p.backend, p.device) for p in manifest.partitions})
-    legend = "".join(f'<span class="chip" style="background:'
-                     f'{charts.placement_colour(b, d)}">{escape(b)} @ {escape(d)}</span>'
-                     for b, d in used)
     summary = manifest.placement
     totals = (f"{summary.get('ops')} ops in {summary.get('partitions')} partition(s): "
               f"{summary.get('delegated_partitions')} delegated, "
@@ -153,18 +184,8 @@ def _placement(manifest: Manifest) -> str:
     if len(partitions) > FOLD_PARTITIONS:  # a long graph starts folded, like the op table
         graph = (f'<details id="graph-details"><summary>the partition graph '
                  f"({len(partitions)} partitions)</summary>{graph}</details>")
-    return ('<section id="placement"><h2>Where each op runs</h2>'
-            f"<p>{legend}</p><p>{prose(totals)}</p>{graph}"
-            "<h3>Ops in run order</h3><p class=\"hint\">hover a square: op, reason, source</p>"
-            + charts.op_strip(manifest.coverage)
-            + '<h3>Every op</h3><input id="op-filter" placeholder="filter: op, partition, '
-              'reason…" size="40"> <span id="op-count"></span>'
-            # a long table starts folded (typing in the filter unfolds it)
-            + f'<details id="op-details"{" open" if len(manifest.coverage) <= FOLD_OPS else ""}>'
-              "<summary>the table</summary>"
-              '<table id="ops"><thead><tr><th>node</th><th>op</th><th>runs on</th>'
-              "<th>partition</th><th>why</th><th>source</th></tr></thead><tbody></tbody>"
-              "</table></details></section>")
+    return (f"<p>{prose(totals)}</p>{graph}<h4>Ops in run order</h4><p class=\"hint\">hover "
+            "a square: op, reason, source</p>" + charts.op_strip(manifest.coverage))
 
 
 def _op_kind(op: str) -> str:
@@ -176,58 +197,31 @@ def _op_kind(op: str) -> str:
     return parts[1] if len(parts) > 1 else op
 
 
-def _validation(manifest: Manifest) -> str:
-    record = manifest.validation
-    lines = "".join(f"<p>{prose(line)}</p>" for line in validation_lines(record))
-    if not record or record.get("skipped"):
-        return f'<section id="validation"><h2>Validation</h2>{lines}</section>'
-    per_output: dict[str, Counter] = {}
-    allowed: dict[str, float] = {}
-    for row in record.get("outputs", []):
-        per_output.setdefault(row["output"], Counter()).update(row.get("abs_err_histogram", {}))
-        if "allowed" in row:
-            allowed[row["output"]] = max(allowed.get(row["output"], 0.0), row["allowed"])
-    charts_html = "".join(
-        charts.histogram(counts, ERROR_BINS,
-                         error_bin(allowed[name]) if name in allowed else None,
-                         f"{name}: |artifact − reference| per element, all cases")
-        for name, counts in per_output.items() if counts)
-    if not charts_html:
-        charts_html = "<p>(this artifact's validation predates error histograms)</p>"
-    rows = [[r["case"], r["output"], "passed" if r["passed"] else "FAILED",
-             r.get("criterion", ""), _figure(r)] for r in record.get("outputs", [])]
-    return ('<section id="validation"><h2>Validation against eager</h2>' + lines + charts_html
-            + table(["case", "output", "verdict", "criterion", "figures"], rows) + "</section>")
+def _memory(manifest: Manifest, runs: list[tuple[str | None, Manifest]]) -> str:
+    quantized = "".join(f"<p>{prose(line)}</p>" for line in quantization_lines(manifest))
+    planned = any(program.memory_plan for _, program in runs)
+    return (f'<section id="memory"><h2>Memory{" plan" if planned else ""}</h2>{quantized}'
+            + program_blocks(runs, _program_memory) + "</section>")
 
 
-def _figure(row: dict) -> str:
-    if row.get("criterion") == "relative-to-eager":
-        return (f"max |err| {row['max_abs_err']:.3g} (allowed {row['allowed']:.3g}, eager's own "
-                f"{row['eager_max_abs_err']:.3g})")
-    if row.get("criterion") == "quantized":
-        return f"SQNR {row['sqnr_db']:.1f} dB, cosine {row['cosine']:.5f}"
-    return row.get("problem") or f"{row.get('mismatches', 0)} mismatches"
-
-
-def _memory(manifest: Manifest) -> str:
+def _program_memory(manifest: Manifest) -> str:
     plan = manifest.memory_plan
-    lines = "".join(f"<p>{prose(line)}</p>" for line in
-                    [*memory_lines(manifest), *quantization_lines(manifest)])
+    lines = "".join(f"<p>{prose(line)}</p>" for line in memory_lines(manifest))
     if not plan or not plan.get("offsets"):
-        return f'<section id="memory"><h2>Memory</h2>{lines or "<p>no plan</p>"}</section>'
-    chart = charts.timeline(live_bytes_per_step(plan), plan["arena_bytes"],
-                            plan["lower_bound_bytes"])
-    return f'<section id="memory"><h2>Memory plan</h2>{lines}{chart}</section>'
+        return lines or "<p>no plan</p>"
+    return lines + charts.timeline(live_bytes_per_step(plan), plan["arena_bytes"],
+                                   plan["lower_bound_bytes"])
 
 
-def _passes(manifest: Manifest) -> str:
-    rows = [[r["name"], "yes" if r.get("modified") else "no",
-             ", ".join(f"{k} {v}" for k, v in sorted((r.get("info") or {}).items())
-                       if not isinstance(v, (list, dict)))] for r in manifest.passes]
+def _passes(manifest: Manifest, runs: list[tuple[str | None, Manifest]]) -> str:
+    def one(program: Manifest) -> str:
+        rows = [[r.get("name"), "yes" if r.get("modified") else "no",
+                 ", ".join(f"{k} {v}" for k, v in sorted((r.get("info") or {}).items())
+                           if not isinstance(v, (list, dict)))] for r in program.passes]
+        return table(["pass", "changed the graph", "figures"], rows)
     notes = "".join(f"<li>{prose(n)}</li>" for n in [*manifest.build.get("notes", []),
                                                      *manifest.build.get("nondeterminism", [])])
-    return ('<section id="passes"><h2>Passes</h2>'
-            + table(["pass", "changed the graph", "figures"], rows)
+    return ('<section id="passes"><h2>Passes</h2>' + program_blocks(runs, one)
             + (f"<h3>Build notes</h3><ul>{notes}</ul>" if notes else "") + "</section>")
 
 

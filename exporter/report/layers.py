@@ -8,19 +8,25 @@ from html import escape
 
 from exporter.report import charts
 from exporter.report.console import quantization_records
-from exporter.report.page import prose, share_bar, table
+from exporter.report.page import program_blocks, prose, share_bar, table
 from runtime.manifest import Manifest
 
 # Past this many layers the table starts folded: the page opens on the summary.
 FOLD_LAYERS = 40
 
 
-def layers_section(manifest: Manifest) -> str:
+def layers_section(programs: list[tuple[str | None, Manifest]]) -> str:
+    """Each program's layers (a generating artifact's prefill, decode, encode: FLOPs are
+    per call of that program)."""
+    return ('<section id="layers"><h2>Layers: FLOPs and weights</h2>'
+            + program_blocks(programs, _layers) + "</section>")
+
+
+def _layers(manifest: Manifest) -> str:
     rows = [r for r in manifest.coverage if "flops" in r]
     if not rows:
-        return ('<section id="layers"><h2>Layers: FLOPs and weights</h2><p class="hint">this '
-                "artifact predates per-op FLOPs and weight bytes: rebuild it to see them</p>"
-                "</section>")
+        return ('<p class="hint">this artifact predates per-op FLOPs and weight bytes: '
+                "rebuild it to see them</p>")
     costly = [r for r in rows if (r.get("flops") or 0) or r.get("weight_bytes")]
     flops = sum(r.get("flops") or 0 for r in rows)
     weights = sum(r.get("weight_bytes") or 0 for r in rows)
@@ -42,8 +48,7 @@ def layers_section(manifest: Manifest) -> str:
     folded = len(cells) > FOLD_LAYERS
     listing = table(["node", "op", "module", "partition", "FLOPs", "weight bytes"], cells,
                     cls="layers", raw=True)
-    return ('<section id="layers"><h2>Layers: FLOPs and weights</h2>'
-            f"<p>{_flops(flops)} per call in total ({escape(split)}), weights read "
+    return (f"<p>{_flops(flops)} per call in total ({escape(split)}), weights read "
             f"{_bytes(weights)}. FLOPs: torch's formulas "
             "(<code>torch.utils.flop_counter.FlopCounterMode</code>, each op re-run on meta "
             "tensors of its example shapes, at the build's example inputs); matrix products, "
@@ -53,19 +58,22 @@ def layers_section(manifest: Manifest) -> str:
             + (f'<p class="hint">no FLOP formula ran for: {escape(", ".join(unknown[:20]))}'
                "</p>" if unknown else "")
             + (f"<details><summary>{len(cells)} ops with FLOPs or weights</summary>{listing}"
-               "</details>" if folded else listing) + "</section>")
+               "</details>" if folded else listing))
 
 
-def quantization_section(manifest: Manifest) -> str:
-    records = quantization_records(manifest)
+def quantization_section(programs: list[tuple[str | None, Manifest]]) -> str:
+    """What --quantize did to each program (each entry point quantizes its own graph)."""
+    found = [(label, info) for label, manifest in programs
+             for info in quantization_records(manifest)]
     head = '<section id="quantization"><h2>Quantization error per layer</h2>'
-    if not records:
+    if not found:
         return (head + "<p>not quantized: a float build (its error against eager is under "
                 "Validation)</p></section>")
     blocks = []
-    for info in records:
+    for label, info in found:
         rows = info.get("layer_errors")
-        summary = (f"{info['recipe']} ({info['how']}): {len(info['layers_quantized'])} "
+        summary = ((f"[{label}] " if label else "")
+                   + f"{info['recipe']} ({info['how']}): {len(info['layers_quantized'])} "
                    f"layer(s) quantized, {len(info['layers_float'])} left in float")
         if rows is None:
             blocks.append(f"<p>{prose(summary)}</p><p class=\"hint\">this artifact predates "

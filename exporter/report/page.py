@@ -43,6 +43,16 @@ def ms(value: float) -> str:
     return f"{value:.4g} ms"
 
 
+def program_blocks(programs: list, block) -> str:
+    """``block(manifest)`` for each (label, manifest) of an artifact's programs: one
+    unlabelled program as it is, a generating artifact's (prefill, decode, encode) each
+    under its name."""
+    if len(programs) == 1 and programs[0][0] is None:
+        return block(programs[0][1])
+    return "".join(f'<h3 class="program">{escape(label)}</h3>{block(manifest)}'
+                   for label, manifest in programs)
+
+
 def render_page(title: str, body: str, data: dict, script: str = "") -> str:
     raw = json.dumps(data, sort_keys=True).replace("<", "\\u003c")
     return _PAGE.format(title=escape(title), csp=CSP, css=CSS, body=body, data=raw,

@@ -11,6 +11,7 @@ from pathlib import Path
 from exporter.errors import UserInputError
 from exporter.report import charts
 from exporter.report.page import ms, prose, share_bar, table
+from exporter.report.validation import number
 from runtime.manifest import Manifest
 
 
@@ -18,6 +19,8 @@ def read_bench(path: Path) -> dict:
     """An ``exporter bench --json`` result, checked enough to draw; UserInputError else."""
     try:
         data = json.loads(path.read_text())
+        if "engines" in data:  # a generating artifact's: tokens per second per engine
+            return _checked_generation(data)
         timings = data["timings"]
         if not all(isinstance(t["median_ms"], (int, float)) for t in timings.values()):
             raise TypeError("median_ms is not a number")
@@ -34,11 +37,25 @@ def read_bench(path: Path) -> dict:
                              ) from None
 
 
+def _checked_generation(data: dict) -> dict:
+    """A generating artifact's bench: the artifact's engine first, each with its rates."""
+    engines = data["engines"]
+    if "artifact" not in engines:
+        raise KeyError("engines.artifact")
+    for engine in engines.values():
+        if not all(isinstance(engine[key], (int, float)) and not isinstance(engine[key], bool)
+                   for key in ("decode_tokens_per_s", "ttft_s")):
+            raise TypeError("decode_tokens_per_s or ttft_s is not a number")
+    return data
+
+
 def latency_section(bench: dict | None, manifest: Manifest) -> str:
     if bench is None:
         return ('<section id="latency"><h2>Latency</h2><p class="hint">not measured: pass '
                 "<code>--bench FILE</code> from <code>exporter bench ARTIFACT --json</code>"
                 "</p></section>")
+    if "engines" in bench:
+        return _generation(bench)
     ratios = ", ".join(f"{name} {value:.3g}x" for name, value in bench.get("ratios", {}).items())
     chart = charts.latency_chart(bench["timings"], "latency per call in ms")
     return ('<section id="latency"><h2>Latency</h2>'
@@ -50,8 +67,36 @@ def latency_section(bench: dict | None, manifest: Manifest) -> str:
             + _partitions(bench, manifest) + _ops(bench) + "</section>")
 
 
+def _generation(bench: dict) -> str:
+    """A generating artifact's bench: per engine (the artifact, transformers' eager and
+    static-cache generate), the first token's time and the prefill and decode rates."""
+    engines = bench["engines"]
+    fastest = max(e["decode_tokens_per_s"] for e in engines.values()) or 1.0
+    rows = [[escape(name), escape(ms(e["ttft_s"] * 1e3)),
+             escape(number(e.get("prefill_tokens_per_s"), ".1f")),
+             share_bar(e["decode_tokens_per_s"], fastest, f"{e['decode_tokens_per_s']:.1f}"),
+             escape(f"{e.get('peak_gpu_mb') or e.get('peak_rss_mb') or '-'}")]
+            for name, e in engines.items()]
+    ratios = ", ".join(f"{name} {value:.3g}x" for name, value in bench.get("ratios", {}).items())
+    return ('<section id="latency"><h2>Generation speed</h2>'
+            f"<p>{prose(bench.get('prompt_tokens'))}-token prompt, "
+            f"{prose(bench.get('new_tokens'))} new tokens, median of {prose(bench.get('runs'))} "
+            f"runs on {prose(bench.get('device'))} ({prose(bench.get('threads'))} threads)"
+            + (f"; decode {prose(ratios)} (above 1: the artifact is faster)" if ratios else "")
+            + "</p>" + table(["engine", "first token", "prefill tokens/s", "decode tokens/s",
+                              "peak MB"], rows, cls="generation-speed", raw=True)
+            + "</section>")
+
+
 def conditions(bench: dict) -> str:
     """The machine, threads, versions and inputs the latencies were measured with."""
+    if "engines" in bench:  # a generating artifact's bench: its device, threads, lengths
+        return '<div class="conditions">' + table(["measured on", ""], [
+            ["device", f"{bench.get('device')} ({bench.get('dtype')})"],
+            ["threads", str(bench.get("threads"))],
+            ["generation", f"{bench.get('prompt_tokens')}-token prompt, "
+                           f"{bench.get('new_tokens')} new tokens, {bench.get('runs')} runs"]]
+        ) + "</div>"
     host = bench.get("machine") or {}
     threads = ", ".join(f"{name} {_threads(value)}"
                         for name, value in (host.get("threads") or {}).items())
