@@ -197,3 +197,69 @@ def test_whisper_without_a_source_is_exit_2(whisper_onnx, cli):
     print(done.stderr)
     assert done.returncode == 2 and "needs a source" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def _wav_header(frames: int, rate: int = 16000) -> bytes:
+    """A mono 16-bit PCM WAV header whose data chunk claims ``frames`` frames."""
+    import struct
+    data = min(frames * 2, 2**32 - 2)
+    return (b"RIFF" + struct.pack("<I", min(36 + data, 2**32 - 1)) + b"WAVE" + b"fmt "
+            + struct.pack("<IHHIIHH", 16, 1, 1, rate, rate * 2, 2, 16)
+            + b"data" + struct.pack("<I", data))
+
+
+_PEAK = '''
+import sys, tracemalloc
+from runtime.generation import parse_source
+from runtime.generation.audio import log_mel
+tracemalloc.start()
+waveform = parse_source(None, None, None, sys.argv[1])
+features = log_mel(waveform, {"sampling_rate": 16000, "n_fft": 400, "hop_length": 160}, 80, 3000)
+print(tracemalloc.get_traced_memory()[1], features.shape)
+'''
+
+
+def test_an_hours_long_wav_costs_the_memory_of_its_30_s_window(tmp_path):
+    """--source-audio read the whole file and converted it to float64 before keeping 30 s
+    (a 1.5 GB WAV took 13.5 GB). A 2-hour WAV (230 MB, sparse on disk): what reading and
+    its log-mel features allocate stays near the window's few MB."""
+    path = tmp_path / "two-hours.wav"
+    frames = 16000 * 7200
+    with open(path, "wb") as out:
+        out.write(_wav_header(frames))
+        out.truncate(44 + 2 * frames)  # a hole: nothing written, reads as silence
+    done = subprocess.run([sys.executable, "-c", _PEAK, str(path)], capture_output=True,
+                          text=True, cwd=ROOT, timeout=120)
+    assert done.returncode == 0, done.stderr
+    peak, shape = done.stdout.split(" ", 1)
+    assert shape.strip() == "(80, 3000)"
+    assert int(peak) < 64 * 2**20, f"{int(peak) / 2**20:.0f} MiB for a {2 * frames >> 20} MiB file"
+    assert "2.0 h long; only its first 30.0 s" in done.stderr
+
+
+def test_truncated_empty_and_foreign_wav_files_are_said_or_refused(whisper_onnx, cli, tmp_path):
+    """A data chunk shorter than its header claims (4 GB claimed, 1 s there) is transcribed
+    with a one-line warning saying both lengths; a header with no frames and a file that is
+    not a WAV are exit 2 with one error paragraph."""
+    import numpy as np
+    _, program = whisper_onnx
+    speech = np.random.default_rng(5).integers(-8000, 8000, 16000).astype("<i2").tobytes()
+    truncated = tmp_path / "truncated.wav"
+    truncated.write_bytes(_wav_header(2**31) + speech)
+    done = cli("generate", str(program.source), "--source-audio", str(truncated), "-n", "2",
+               "--ignore-eos", "--json")
+    assert done.returncode == 0, done.stderr
+    json.loads(done.stdout)
+    said = [line for line in done.stderr.splitlines() if "shorter than its header" in line]
+    assert len(said) == 1 and "1.0 s" in said[0] and "37.3 h" in said[0], done.stderr
+    empty = tmp_path / "empty.wav"
+    empty.write_bytes(_wav_header(0))
+    claimed = tmp_path / "claimed-only.wav"
+    claimed.write_bytes(_wav_header(16000 * 60))
+    foreign = tmp_path / "foreign.wav"
+    foreign.write_bytes(b"ID3\x04" + bytes(200))
+    for bad, needle in ((empty, "holds no audio frames"), (claimed, "claims 60.0 s"),
+                        (foreign, "not a readable PCM WAV")):
+        done = cli("generate", str(program.source), "--source-audio", str(bad), "-n", "2")
+        assert done.returncode == 2 and needle in done.stderr, done.stderr
+        assert done.stderr.count("error:") == 1 and "Traceback" not in done.stderr

@@ -8,13 +8,18 @@ torch, not transformers (pyproject's ``runtime`` extra). tests/test_seq2seq.py c
 against ``WhisperFeatureExtractor`` on a 30-second waveform. The build records the
 parameters (``manifest.generation.source.audio``); the mel filters are recomputed from
 them (201 x 80 numbers need no entry of their own).
+
+A WAV file is read as far as the window goes: ``read_wav`` reads its header, and the
+frames of the window (30 s for Whisper) are read and converted when the features are
+computed, so memory follows the window, not the file's size or its header's claim.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import wave
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -28,31 +33,91 @@ TOP_DB = 8.0  # log10 units kept below the loudest frame: 80 dB
 
 
 @dataclass(frozen=True)
+class PcmData:
+    """A WAV file's data chunk, located by its header and read only as far as asked: a
+    recording of hours costs the memory of the window the model takes, not of the file."""
+    path: Path
+    offset: int  # where the frames start in the file
+    frames: int  # the frames the file holds (at most what its header claims)
+    claimed: int  # the frames the header claims
+    channels: int
+    width: int  # bytes per sample
+
+    def read(self, count: int) -> np.ndarray:
+        """The first ``count`` frames (at most), channels averaged, as float64 in [-1, 1]."""
+        count = min(count, self.frames)
+        with open(self.path, "rb") as fh:
+            fh.seek(self.offset)
+            data = fh.read(count * self.channels * self.width)
+        kind, offset, scale = _PCM_KINDS[self.width]
+        usable = len(data) // (self.channels * self.width) * self.channels * self.width
+        samples = (np.frombuffer(data[:usable], dtype=kind).astype(np.float64) - offset) / scale
+        return samples.reshape(-1, self.channels).mean(axis=1)
+
+
+@dataclass(frozen=True)
 class Waveform:
-    """Mono samples in [-1, 1] and their rate (Hz)."""
-    samples: np.ndarray
+    """Mono samples in [-1, 1] and their rate (Hz); or, from ``read_wav``, a WAV file's
+    ``data`` whose frames are read when a window asks for them (``samples`` is None)."""
+    samples: np.ndarray | None
     rate: int
+    data: PcmData | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def length(self) -> int:
+        """Samples in all (for a file: the frames it holds)."""
+        return self.data.frames if self.data is not None else int(np.size(self.samples))
+
+    def first(self, count: int) -> np.ndarray:
+        """At most the first ``count`` samples, as float64; only those are read or converted."""
+        if self.data is not None:
+            return self.data.read(count)
+        return np.asarray(self.samples, dtype=np.float64).reshape(-1)[:count]
+
+
+# sample width in bytes -> (numpy type, offset, scale) of WAV's PCM integers
+_PCM_KINDS = {1: (np.uint8, 128.0, 128.0), 2: (np.dtype("<i2"), 0.0, 32768.0),
+              4: (np.dtype("<i4"), 0.0, 2147483648.0)}
+_CONVERT = "convert it: ffmpeg -i IN -ac 1 -ar 16000 -sample_fmt s16 OUT.wav"
 
 
 def read_wav(path: str | Path) -> Waveform:
-    """A PCM WAV file (8-, 16- or 32-bit; channels averaged) as a ``Waveform``."""
+    """A PCM WAV file (8-, 16- or 32-bit; channels averaged) as a ``Waveform`` whose
+    frames are read later, as far as the model's window goes. Only the header is read
+    here: a file that is not a PCM WAV or holds no frames is refused, and a data chunk
+    shorter than its header claims (a truncated copy) is said."""
+    path = Path(path)
     try:
-        with wave.open(str(path), "rb") as wav:
+        with open(path, "rb") as fh, wave.open(fh, "rb") as wav:
             width, channels, rate = wav.getsampwidth(), wav.getnchannels(), wav.getframerate()
-            data = wav.readframes(wav.getnframes())
+            claimed = wav.getnframes()
+            offset = fh.tell()  # wave stops at the data chunk's first byte
+            size = os.fstat(fh.fileno()).st_size
     except (OSError, EOFError, wave.Error) as exc:
-        raise UserInputError(f"{path} is not a readable PCM WAV file ({exc})",
-                             hint="convert it: ffmpeg -i IN -ac 1 -ar 16000 OUT.wav") from None
-    kinds = {1: (np.uint8, 128.0, 128.0), 2: (np.int16, 0.0, 32768.0),
-             4: (np.int32, 0.0, 2147483648.0)}
-    if width not in kinds:
-        raise UserInputError(f"{path}: {8 * width}-bit samples are not read here",
-                             hint="convert it: ffmpeg -i IN -ac 1 -ar 16000 -sample_fmt s16 "
-                                  "OUT.wav")
-    kind, offset, scale = kinds[width]
-    samples = (np.frombuffer(data, dtype=kind).astype(np.float64) - offset) / scale
-    samples = samples.reshape(-1, channels).mean(axis=1)
-    return Waveform(samples.astype(np.float32), rate)
+        raise UserInputError(f"{path} is not a readable PCM WAV file ({str(exc) or 'no header'})",
+                             hint=_CONVERT) from None
+    if width not in _PCM_KINDS:
+        raise UserInputError(f"{path}: {8 * width}-bit samples are not read here", hint=_CONVERT)
+    if channels < 1 or rate < 1:
+        raise UserInputError(f"{path}: its header gives {channels} channel(s) at {rate} Hz",
+                             hint=_CONVERT)
+    frames = min(claimed, max(0, size - offset) // (channels * width))
+    if frames == 0:
+        raise UserInputError(f"{path} holds no audio frames"
+                             + (f" (its header claims {_duration(claimed / rate)})"
+                                if claimed else ""), hint="give a recording of at least a "
+                             "fraction of a second")
+    if frames < claimed:
+        log.warning("%s is shorter than its header says: it holds %s of audio, the header "
+                    "claims %s (a truncated copy?)", path, _duration(frames / rate),
+                    _duration(claimed / rate))
+    return Waveform(None, rate, PcmData(path, offset, frames, claimed, channels, width))
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.1f} s"
+    return f"{seconds / 60:.1f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
 
 
 def log_mel(waveform: Waveform, audio: dict, mels: int, frames: int) -> np.ndarray:
@@ -103,21 +168,23 @@ def checked_features(source, shape: list[int], where: str):
 
 
 def _checked(waveform: Waveform, limit: int, rate: int) -> np.ndarray:
-    """The samples as float64, at most ``limit`` of them. Nothing to hear and samples that
-    are not numbers are refused (the spectrogram of a NaN is NaN everywhere, and the model
-    then writes whatever it writes); audio past the window is cut with a warning, as this
-    generator transcribes one window (transformers' long-form mode slides over the rest)."""
-    given = np.asarray(waveform.samples, dtype=np.float64).reshape(-1)
+    """The samples as float64, at most ``limit`` of them: only those are read from a file.
+    Nothing to hear and samples that are not numbers are refused (the spectrogram of a NaN
+    is NaN everywhere, and the model then writes whatever it writes); audio past the window
+    is cut with a warning, as this generator transcribes one window (transformers'
+    long-form mode slides over the rest)."""
+    given = waveform.first(limit)
     if given.shape[0] == 0:
         raise UserInputError("the audio has no samples", hint="give a recording of at least "
                              "a fraction of a second")
     if not np.isfinite(given).all():
         raise UserInputError(f"the audio has {int((~np.isfinite(given)).sum())} samples that "
                              "are NaN or infinite", hint="give samples in [-1, 1]")
-    if given.shape[0] > limit:
-        log.warning("the audio is %.1f s long; only its first %.1f s are transcribed (one "
-                    "window of the model's encoder)", given.shape[0] / rate, limit / rate)
-    return given[:limit]
+    if waveform.length > limit:
+        log.warning("the audio is %s long; only its first %s are transcribed (one window "
+                    "of the model's encoder)", _duration(waveform.length / rate),
+                    _duration(limit / rate))
+    return given
 
 
 def mel_filters(frequencies: int, mels: int, rate: int, max_frequency: float) -> np.ndarray:
