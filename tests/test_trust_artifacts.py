@@ -282,3 +282,21 @@ def test_an_onnx_graph_the_runtime_refuses_is_a_bad_artifact_at_run(onnx_mlp, tm
     as_json = cli("run", str(bad), "--inputs", str(tmp_path / "in.npz"), "--json")
     assert as_json.returncode == 2
     assert json.loads(as_json.stdout)["error"]["exit_code"] == 2
+
+
+def test_a_tvm_library_the_runtime_refuses_is_a_bad_artifact(onnx_mlp, tmp_path):
+    pytest.importorskip("tvm")
+
+    def to_tvm(manifest):
+        part = manifest["partitions"][0]
+        part["backend"], part["files"] = "tvm", ["lib.so", "params.safetensors"]
+        part["meta"] = {"library": "partitions/p0/lib.so",
+                        "params": "partitions/p0/params.safetensors", "num_params": 0}
+    with ArtifactReader.open(onnx_mlp) as reader:
+        manifest = json.loads(json.dumps(reader.manifest))
+    to_tvm(manifest)
+    bad = write_artifact(tmp_path / "bad-tvm.artifact", manifest,
+                         {"partitions/p0/lib.so": b"\x7fELF not really",
+                          "partitions/p0/params.safetensors": b"not read"})
+    with pytest.raises(ArtifactError, match="TVM could not load partition 'p0'"):
+        runtime.load(bad)
