@@ -19,6 +19,7 @@ ENTRY_POINT_GROUP = "edge_exporter.targets"
 BUILTIN = (
     "targets.aoti.cpu:CpuTarget",
     "targets.aoti.cuda:CudaTarget",
+    "targets.executorch.target:ExecutorchTarget",
     "targets.onnx.target:OnnxTarget",
     "targets.tvm.target:TvmTarget",
 )

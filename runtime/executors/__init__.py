@@ -1,6 +1,6 @@
 """One executor per backend kind: partition files + device -> callable on tensors.
 
-Kinds live in a registry: the built-in four, those registered with ``register_executor``,
+Kinds live in a registry: the built-in five, those registered with ``register_executor``,
 and plug-ins installed as packages that declare an entry point in the group
 ``edge_exporter.executors`` (name: the kind; value: ``module:ExecutorClass`` or a module
 with ``Meta`` and ``load``; see runtime/executors/base.py). Everything is imported lazily:
@@ -35,6 +35,7 @@ ENTRY_POINT_GROUP = "edge_exporter.executors"
 
 _BUILTIN = {
     "aoti": "runtime.executors.aoti:AotiExecutor",
+    "executorch": "runtime.executors.executorch:ExecutorchExecutor",
     "onnxruntime": "runtime.executors.onnxruntime:OnnxRuntimeExecutor",
     "torch": "runtime.executors.torch_fallback:TorchFallbackExecutor",
     "tvm": "runtime.executors.tvm:TvmExecutor",
