@@ -4,6 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 TORCH_VERSION ?= 2.13.0
+EXECUTORCH_VERSION ?= 1.5.1
 # pytest-xdist workers: most tests wait on one-threaded export/compile subprocesses, so two
 # workers on two cores halve the wall time; files stay whole on a worker (--dist loadfile)
 TEST_WORKERS ?= 2
@@ -28,6 +29,9 @@ $(CORE_STAMP): $(PY) pyproject.toml
 $(STAMP): $(CORE_STAMP)
 	@echo "installing the dev extra: pytest, transformers, onnxruntime, apache-tvm, torchao, ray (2-3 minutes)"
 	$(PY) -m pip install --quiet -e '.[dev]'
+	# ExecuTorch without its declared extras (coremltools, pandas...: never imported here)
+	$(PY) -m pip install --quiet --no-deps executorch==$(EXECUTORCH_VERSION)
+	$(PY) -m pip install --quiet -e '.[executorch-deps]'
 	touch $(STAMP)
 
 install: $(STAMP)
