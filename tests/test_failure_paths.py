@@ -139,9 +139,21 @@ def test_an_unexpected_exception_is_exit_4_with_stage_and_log(capsys):
     err = capsys.readouterr().err
     assert "internal error in stage 'lower (onnxruntime)'" in err
     assert "bug in the exporter" in err and "Traceback" not in err
+    assert "--no-fuse or another --target" in err  # a build stage broke: its detours
     log = err.split("the traceback is in ")[1].split(".log")[0] + ".log"
     with open(log) as f:
         assert "KeyError: 'partition_meta'" in f.read()
+
+
+def test_an_internal_error_outside_a_build_offers_no_build_flags(capsys):
+    """report, matrix, inspect...: --no-fuse or --target would not help there."""
+    def body():
+        raise KeyError("output")
+    with pytest.raises(typer.Exit):
+        guarded(body)
+    err = capsys.readouterr().err
+    assert "internal error in the command" in err
+    assert "--no-fuse" not in err and "--target" not in err
 
 
 def test_an_inductor_failure_is_not_blamed_on_the_cpp_toolchain(tmp_path):

@@ -306,11 +306,13 @@ def _internal_error(exc: BaseException, as_json: bool) -> None:
     stage = getattr(exc, "exporter_stage", None) or "the command"
     log_path = Path(tempfile.gettempdir()) / f"exporter-internal-error-{os.getpid()}.log"
     log_path.write_text("".join(traceback.format_exception(exc)))
+    # build flags help only where a build stage broke (the stage timer names it)
+    detour = ("; --no-fuse or another --target may avoid the failing step"
+              if getattr(exc, "exporter_stage", None) else "")
     message = (f"internal error in {stage}: {type(exc).__name__}: "
                f"{(str(exc).strip().splitlines() or [''])[0][:300]}. This is a bug in the "
                f"exporter, not in your model. Where: the traceback is in {log_path}.\n"
-               "Try: --debug to print it; --no-fuse or another --target may avoid the failing "
-               "step; please report it with that log")
+               f"Try: --debug to print it{detour}; please report it with that log")
     _print_error(message, exc)
     if as_json:
         print_json({"error": {"type": "InternalError", "exit_code": INTERNAL_ERROR_EXIT,
@@ -371,7 +373,7 @@ def _configure_logging() -> None:
     import torch._logging
     torch._logging.set_logs(all=logging.ERROR)
     from targets import all_targets
-    for name in {n for target in all_targets().values() for n in target.loggers_to_quiet}:
+    for name in {n for target in all_targets().values() for n in target.tooling.loggers_to_quiet}:
         logging.getLogger(name).setLevel(logging.ERROR)
     # Third-party noise that says nothing about the user's build (--verbose shows it):
     # torchao failing to load CUDA kernels on a CPU machine and finding no triton (it is
