@@ -152,7 +152,7 @@ def _generate(args) -> None:
 
 
 def _parser() -> argparse.ArgumentParser:
-    """The commands: run, generate, and the two the exporter's validation calls."""
+    """The commands: run, generate, and run-cases, which the exporter's validation calls."""
     parser = argparse.ArgumentParser(prog="python -m runtime")
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -201,12 +201,6 @@ def _parser() -> argparse.ArgumentParser:
     cases.add_argument("--out", required=True)
     cases.add_argument("--preload", action="append", default=[])
     cases.add_argument("--memory-out", help="write the measured peak memory here (JSON)")
-    generation = sub.add_parser("generation-cases", help="(internal) greedy generation with "
-                                "logits, for the validation of a generating artifact")
-    generation.add_argument("artifact")
-    generation.add_argument("--cases", required=True)
-    generation.add_argument("--out", required=True)
-    generation.add_argument("--preload", action="append", default=[])
     return parser
 
 
@@ -233,9 +227,6 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{name}: {name_of(tensor)}{list(tensor.shape)}")
         elif args.command == "generate":
             _generate(args)
-        elif args.command == "generation-cases":
-            from runtime.generation.check import run_generation_cases
-            save_tensors(args.out, run_generation_cases(runtime.load(args.artifact), args.cases))
         else:
             run_cases(args.artifact, args.cases, args.out, args.memory_out)
     except ToolchainError as exc:

@@ -1,6 +1,6 @@
 """The artifact file: one deterministic zip with a manifest, read only after it is verified.
 
-The writer (runtime/archive_writer.py) produces the same bytes for the same inputs (sorted entries, fixed timestamps,
+The writer (exporter/ship/archive_writer.py) produces the same bytes for the same inputs (sorted entries, fixed timestamps,
 permissions and compression level) and replaces the destination atomically. The reader treats
 the file as hostile: it checks sizes, entry names, the manifest and every entry's SHA-256 before
 anything else parses or loads a byte of it, and it never calls ``extractall``. Code such as a

@@ -6,8 +6,8 @@ build does. Matching names is not enough to know what is ours: a user folder cal
 same as a leftover. So every temporary is recorded when it is made, in a per-process
 log under a private folder (``$TMPDIR/exporter-scratch-<uid>/``, mode 0700, ours or not
 used at all), and released when it is removed or kept on purpose (an ONNX export report
-that an error message points to). ``sweep()`` removes what the logs of dead processes
-still hold, and nothing else.
+that an error message points to). The build's ``exporter.leftovers.sweep()`` removes
+what the logs of dead processes still hold, and nothing else.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import Iterator
 log = logging.getLogger(__name__)
 
 
-def _registry() -> Path | None:
+def registry() -> Path | None:
     """The private folder of logs, or None if it is not safely ours (then nothing is
     recorded and nothing swept: failing safe means leaving files, never deleting)."""
     folder = _registry_path()
@@ -42,7 +42,7 @@ def _registry() -> Path | None:
 
 
 def _log_path() -> Path | None:
-    folder = _registry()
+    folder = registry()
     return folder / f"{os.getpid()}.log" if folder else None
 
 
@@ -108,38 +108,6 @@ def held(log_file: Path) -> list[Path]:
         elif line[:1] == "-":
             live.pop(line[1:], None)
     return [Path(p) for p in live]
-
-
-def sweep() -> list[Path]:
-    """Remove the temporaries of processes that no longer exist; return what went."""
-    folder = _registry()
-    if folder is None:
-        return []
-    removed = []
-    for log_file in folder.glob("*.log"):
-        pid = int(log_file.stem) if log_file.stem.isdigit() else None
-        if pid is None or pid == os.getpid() or _alive(pid):
-            continue
-        for path in held(log_file):
-            if path.exists() or path.is_symlink():
-                with contextlib.suppress(OSError):
-                    shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
-                    removed.append(path)
-        log_file.unlink(missing_ok=True)
-    if removed:
-        log.info("removed %d leftover(s) of interrupted runs: %s", len(removed),
-                 ", ".join(p.name for p in removed))
-    return removed
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # exists, owned by another user
-    return True
 
 
 @atexit.register

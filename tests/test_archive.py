@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from runtime.archive import FORMAT_NAME, FORMAT_VERSION, MANIFEST_NAME, ArtifactReader, Limits
-from runtime.archive_writer import write_artifact
+from exporter.ship.archive_writer import write_artifact
 from runtime.errors import ArtifactError, CompatibilityError
 
 # Pseudo-random, so deflate cannot shrink it and a flipped byte lands in real entry data.

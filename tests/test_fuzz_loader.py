@@ -29,7 +29,7 @@ from hypothesis import strategies as st
 import exporter
 import runtime
 import tests.models.custom_op  # noqa: F401  registers the custom op the artifact calls
-from runtime.archive_writer import write_artifact
+from exporter.ship.archive_writer import write_artifact
 from runtime.errors import ToolchainError
 
 HEALTH = [HealthCheck.too_slow, HealthCheck.function_scoped_fixture,

@@ -15,7 +15,7 @@ import torch
 
 import runtime
 from runtime import executors
-from runtime.archive_writer import write_artifact
+from exporter.ship.archive_writer import write_artifact
 from runtime.cuda_graphs import GraphReplay
 from runtime.errors import ArtifactError, CompatibilityError
 from runtime.executors import Executor, create_executor, parse_meta, register_executor

@@ -23,7 +23,7 @@ import exporter
 import runtime
 import tests.models.custom_op  # noqa: F401  registers edgetest::soft_clip for loads here
 from runtime.archive import ArtifactReader
-from runtime.archive_writer import write_artifact
+from exporter.ship.archive_writer import write_artifact
 from runtime.errors import ArtifactError, InputMismatchError
 from runtime.signing import SignatureError
 from tests.conftest import ROOT
@@ -165,7 +165,7 @@ def test_changed_after_signing_is_refused(fallback_artifact, keys, cli, tmp_path
     # The attacker rewrites a consistent, unsigned-looking manifest and keeps the signature.
     tampered = rewrite(signed, tmp_path / "tampered.artifact",
                        meta=lambda m: m.update(weights_count=m["weights_count"] + 1))
-    from runtime.archive_writer import write_signed
+    from exporter.ship.archive_writer import write_signed
     with ArtifactReader.open(tampered) as reader:
         write_signed(tampered, reader, signature)
     with pytest.raises(SignatureError, match="does not match the manifest"):

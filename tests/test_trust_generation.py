@@ -15,7 +15,7 @@ import pytest
 
 import runtime
 from runtime.archive import ArtifactReader
-from runtime.archive_writer import write_artifact
+from exporter.ship.archive_writer import write_artifact
 from runtime.errors import ArtifactError, UserInputError
 from runtime.generation.sampling import Sampling
 from tests.conftest import ROOT

@@ -25,6 +25,7 @@ from exporter.builder.placement import enforce_fallback_policy, place
 from exporter.builder.preload import defining_module, preload_for
 from exporter.builder.prepared import Prepared
 from exporter.builder.quantization import calibration_sets, check_recipe
+from exporter.leftovers import sweep
 from exporter.progress import StageHook, logged, quiet_stage
 from exporter.errors import (
     BuildError,
@@ -38,6 +39,7 @@ from exporter.model.dynamic import parse_dynamic
 from exporter.model.hf_spec import HfOptions
 from exporter.model.spec import ModelSpec, load_spec
 from exporter.settings import BuildSettings
+from exporter.ship.archive_writer import write_artifact
 from exporter.validation.bisect import bisect, bisect_lines
 from exporter.validation.gates import QuantGate, Tolerance
 from exporter.validation.inputs import load_input_file, make_cases
@@ -48,7 +50,6 @@ from passes.graph.ops import is_custom_op
 from plan import memory_plan
 from plan.partition import PlannedPartition
 from runtime import scratch
-from runtime.archive_writer import write_artifact
 from runtime.executors import parse_meta
 from runtime.manifest import Manifest, Partition
 from runtime.outfiles import checked_output
@@ -175,7 +176,7 @@ def build(spec: str | ModelSpec, settings: BuildSettings, *, stage: StageHook = 
     timings: dict[str, float] = {}
     timed = stage_timer(timings, stage)
     prep = prepare(spec, settings, timed)
-    scratch.sweep()  # what killed builds left (runtime/scratch.py: only what they recorded)
+    sweep()  # what killed builds left (only what they recorded)
     work_dir = scratch.make_dir("exporter-build-")
     try:
         with timed(f"lower ({prep.target.backend})"):

@@ -270,7 +270,7 @@ def sign(artifact: Path = typer.Argument(..., help="artifact file, signed in pla
     def action() -> int:
         from exporter.errors import UserInputError
         from runtime.archive import ArtifactReader
-        from runtime.archive_writer import write_signed
+        from exporter.ship.archive_writer import write_signed
         from runtime.signing import signature_for, signer_key_id
 
         try:

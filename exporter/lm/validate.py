@@ -31,10 +31,10 @@ from exporter.lm.seq2seq import source_vocab
 from exporter.lm.source import LanguageModel
 from exporter.lm.wrapper import cache_keyword
 from exporter.settings import BuildSettings
+from exporter.ship.archive_writer import write_artifact
 from exporter.validation.bisect import bisect_lines
 from exporter.validation.validate import ArtifactRun, crashed, keep_failed
 from runtime import scratch
-from runtime.archive_writer import write_artifact
 from runtime.manifest import Manifest
 
 log = logging.getLogger(__name__)
@@ -126,7 +126,7 @@ def judge_generation(artifact: Path, generation: dict, lm: LanguageModel,
         flat[f"case{index}/new_tokens"] = torch.tensor([new_tokens], dtype=torch.int64)
         if sources[index] is not None:
             flat[f"case{index}/source"] = sources[index][0]
-    run = ArtifactRun(artifact, flat, command="generation-cases", preload=preload,
+    run = ArtifactRun(artifact, flat, command=("exporter.lm.cases",), preload=preload,
                       timeout=timeout)
     try:  # the references, while the artifact generates in its own process
         references = [hf_greedy(lm.model, prompt, new_tokens, encoder_inputs(lm, source))

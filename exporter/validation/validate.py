@@ -23,23 +23,26 @@ import torch
 from torch.utils._pytree import tree_leaves
 
 from exporter.errors import BuildError
+from exporter.ship.archive_writer import write_artifact
 from exporter.validation.gates import FLOAT32_REFERENCE_FLOOR, Gate
 from exporter.validation.inputs import Case
 from runtime import scratch
-from runtime.archive_writer import write_artifact
 from runtime.manifest import Signature
 from runtime.tensorio import load_tensors, save_tensors
 
 log = logging.getLogger(__name__)
 
+RUN_CASES = ("runtime", "run-cases")  # the real runtime, in its own process
+
 
 class ArtifactRun:
-    """``python -m runtime run-cases`` on every case, started in the background so the
-    build computes the eager references meanwhile; a crash there is a BuildError."""
+    """``python -m runtime run-cases`` on every case (or another ``command``: the module
+    and the words before the artifact), started in the background so the build computes
+    the eager references meanwhile; a crash there is a BuildError."""
 
     def __init__(self, artifact: Path, cases: list[Case] | dict[str, torch.Tensor], *,
                  timeout: float = 900, preload: list[str] = (),
-                 command: str = "run-cases") -> None:
+                 command: tuple[str, ...] = RUN_CASES) -> None:
         self.artifact, self.timeout = artifact, timeout
         self._tmp = scratch.make_dir("exporter-validate-")
         cases_path = self._tmp / "cases.safetensors"
@@ -48,9 +51,9 @@ class ArtifactRun:
         self.memory: dict = {}  # the peak the child measured (runtime/memory.py)
         save_tensors(cases_path, cases if isinstance(cases, dict) else
                      {f"{c.name}/{k}": v for c in cases for k, v in c.inputs.items()})
-        cmd = [sys.executable, "-m", "runtime", command, str(artifact),
+        cmd = [sys.executable, "-m", *command, str(artifact),
                "--cases", str(cases_path), "--out", str(self._out_path)]
-        if command == "run-cases":
+        if command == RUN_CASES:
             cmd += ["--memory-out", str(self._memory_path)]
         cmd += [arg for source in preload for arg in ("--preload", source)]
         self._start = time.perf_counter()

@@ -1,7 +1,8 @@
-"""What the exporter's generation validation runs in its own process (``python -m runtime
-generation-cases``): greedy generation from each prompt, keeping every step's logits, and
-a fresh prefill over prompt + first token, whose logits must equal the decode step's
-(the cache is consistent). exporter/lm/validate.py judges the results against eager.
+"""What the exporter's generation validation runs in its own process (``python -m
+exporter.lm.cases ARTIFACT --cases IN --out OUT``): the artifact loaded by the real runtime,
+greedy generation from each prompt, keeping every step's logits, and a fresh prefill over
+prompt + first token, whose logits must equal the decode step's (the cache is consistent).
+exporter/lm/validate.py judges the results against eager.
 
 Inputs are keyed ``{case}/prompt`` (int64 [L]) and ``{case}/new_tokens`` (int64 [1]), and
 for an encoder-decoder ``{case}/source`` (token ids or input features);
@@ -11,9 +12,15 @@ was chosen from) and ``{case}/consistency`` [vocab].
 
 from __future__ import annotations
 
+import argparse
+import sys
+
 import torch
 
-from runtime.tensorio import load_tensors
+import runtime
+from runtime.__main__ import preload
+from runtime.errors import ToolchainError
+from runtime.tensorio import load_tensors, save_tensors
 
 
 def run_generation_cases(program, cases_path: str) -> dict[str, torch.Tensor]:
@@ -51,3 +58,25 @@ def greedy_with_logits(generator, prompt: list[int], count: int
         if step + 1 < count:
             logits = generator.step(torch.tensor([tokens[-1]]), len(prompt) + step)[-1]
     return tokens, rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Exit codes as ``python -m runtime run-cases``'s: a refusal is the error's own code,
+    which the build's crash report reads (exporter/validation/validate.py)."""
+    parser = argparse.ArgumentParser(prog="python -m exporter.lm.cases")
+    parser.add_argument("artifact")
+    parser.add_argument("--cases", required=True)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--preload", action="append", default=[])
+    args = parser.parse_args(argv)
+    try:
+        preload(args.preload)
+        save_tensors(args.out, run_generation_cases(runtime.load(args.artifact), args.cases))
+    except ToolchainError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
