@@ -29,7 +29,9 @@ from targets.base import (
     pipeline,
 )
 from targets.errors import LoweringError, TargetOptionError
+from targets.facets import Tooling
 from targets.executorch import support
+from targets.executorch.facets import ExecutorchPackaging
 from targets.executorch.lower import METHOD, PROGRAM_NAME, lower_program, version
 from targets.fusion import GRAPH_FUSIONS
 
@@ -44,6 +46,8 @@ class ExecutorchTarget(Target):
     backend = "executorch"
     description = ("ExecuTorch .pte program per partition: XNNPACK delegate plus "
                    "ExecuTorch's portable kernels")
+    packaging = ExecutorchPackaging()
+    tooling = Tooling(colour="#e8590c")
 
     def availability(self) -> Availability:
         if not support.installed():
