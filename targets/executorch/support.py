@@ -121,7 +121,9 @@ def _executorch_out_variant(op: torch._ops.OpOverload) -> str | None:
     from executorch.exir.operator.convert import to_out_variant
     try:
         return to_out_variant(op)[0].name()
-    except (RuntimeError, AssertionError):  # it asserts on some packets (pow's int_to_int)
+    # it asserts on some packets (pow's int_to_int) and trips on ops without a native
+    # schema (CompositeImplicit ones placement may ask about before decomposition)
+    except (RuntimeError, AssertionError, AttributeError):
         return None
 
 
