@@ -19,7 +19,7 @@ from typing import Any, Callable
 import torch
 
 from runtime.hostinfo import cpu_model
-from targets import Target, for_backend
+from targets import Tooling, for_backend
 
 # Per partition, the slowest nodes kept from a backend's own profile: a transformer has
 # thousands, and the page and the JSON should stay readable.
@@ -71,7 +71,7 @@ def _versions(program) -> dict[str, str | None]:
     found = {"python": platform.python_version(), "torch": torch.__version__}
     for partition in program.manifest.partitions:
         target = for_backend(partition.backend)
-        for name in (target.runtime_packages(partition) if target else {}):
+        for name in (target.packaging.runtime_packages(partition) if target else {}):
             try:
                 found[name] = importlib.metadata.version(name)
             except importlib.metadata.PackageNotFoundError:
@@ -98,14 +98,14 @@ def partition_times(program, inputs: list[torch.Tensor], device: str, runs: int
 
 def op_times(artifact: Path, program, partition_inputs: dict[str, list], runs: int
              ) -> dict[str, list[dict]]:
-    """Per partition whose target can profile its backend (``Target.op_times``): its
+    """Per partition whose target can profile its backend (``Tooling.op_times``): its
     nodes' times, slowest first (at most MAX_OPS_PER_PARTITION)."""
     from runtime.archive import ArtifactReader
 
     found: dict[str, list[dict]] = {}
     wanted = [(p, target) for p in program.manifest.partitions  # only those that can
               for target in [for_backend(p.backend)]                # (no needless copies)
-              if target is not None and type(target).op_times is not Target.op_times]
+              if target is not None and type(target.tooling).op_times is not Tooling.op_times]
     if not wanted:
         return found
     with ArtifactReader.open(artifact) as reader:
@@ -114,7 +114,7 @@ def op_times(artifact: Path, program, partition_inputs: dict[str, list], runs: i
             if not inputs and partition.inputs:
                 continue
             folder = reader.extract_private(partition.files)
-            rows = target.op_times(folder, partition, inputs, runs)
+            rows = target.tooling.op_times(folder, partition, inputs, runs)
             if rows:
                 rows = sorted(rows, key=lambda row: -row["median_ms"])
                 found[partition.name] = rows[:MAX_OPS_PER_PARTITION]

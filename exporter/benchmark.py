@@ -35,7 +35,7 @@ DEFAULT_BASELINES = ("eager", "compile")
 def baseline_names() -> tuple[str, ...]:
     """eager and compile for every artifact; then those targets add (for their artifacts)."""
     return DEFAULT_BASELINES + tuple(name for target in all_targets().values()
-                                     for name in target.baselines())
+                                     for name in target.tooling.baselines())
 
 
 def time_side_by_side(calls: dict[str, Callable[[], object]], device: str, runs: int,
@@ -92,7 +92,7 @@ def bench(artifact: str | Path, *, model: str | None = None,
         calls = {"artifact": lambda: program.run(inputs, output_device=device)}
         calls.update(_baselines(spec, inputs, device, dtype, baselines))
         for target in all_targets().values():  # what a target adds: its backend, bare
-            for name, make in target.baselines().items():
+            for name, make in target.tooling.baselines().items():
                 if name in baselines:
                     calls[name] = make(program, inputs)
         results["timings"] = time_side_by_side(calls, device, runs, warmup, stage=timed)

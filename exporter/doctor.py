@@ -22,9 +22,10 @@ __all__ = ["ABSENT", "OK", "PROBLEM", "Check", "as_json", "run_checks"]
 def run_checks() -> list[Check]:
     targets = list(all_targets().values())
     # targets sharing a toolchain (cpu and cuda: the C++ compiler) report it once
-    own = {c.name: c for t in targets for c in t.doctor_checks()}
-    packages = {dist: (extra, [t.name for t in targets if (dist, extra) in t.build_packages])
-                for t in targets for dist, extra in t.build_packages}
+    own = {c.name: c for t in targets for c in t.tooling.doctor_checks()}
+    needs = {t.name: t.packaging.build_packages for t in targets}
+    packages = {dist: (extra, [t.name for t in targets if (dist, extra) in needs[t.name]])
+                for t in targets for dist, extra in needs[t.name]}
     return [_python(), _torch(), *own.values(),
             *(_package(dist, extra, "target " + ", ".join(names) if len(names) < len(targets)
                        else "--quantize") for dist, (extra, names) in packages.items()),

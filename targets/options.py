@@ -1,4 +1,5 @@
-"""Typed target options and the fallback policy.
+"""Typed target options, the fallback policy, and what the build says to a target
+(``LowerOptions``).
 
 Each target declares its own options as a pydantic model (a subclass of
 ``TargetOptions``). The build settings carry them as a table, the CLI generates one
@@ -9,7 +10,9 @@ them as a ``[<target>]`` table: one declaration, three readers.
 from __future__ import annotations
 
 import enum
-from typing import Any
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 from pydantic.fields import FieldInfo
@@ -41,6 +44,45 @@ class TargetOptions(BaseModel):
         recipe (None: float) would not read, each with what it applies to: the settings
         refuse them rather than build something the user did not ask for."""
         return []
+
+
+T = TypeVar("T", bound=TargetOptions)
+
+
+@dataclass(frozen=True)
+class LowerOptions:
+    """What the build settings say to a target. Defaults live in exporter.settings; the
+    target's own options arrive typed, as its ``Options`` model."""
+
+    work_dir: Path
+    target: TargetOptions = field(default_factory=TargetOptions)
+    cpu_isa: str = "auto"
+    dtype: str = "fp32"
+    fuse: bool = True
+    quantize: str | None = None
+    calibration: Sequence = ()  # int8-static input sets
+    fallback: FallbackPolicy = FallbackPolicy.WARN
+    deterministic: bool = False
+    partition: str | None = None  # the partition being lowered (names logs and errors)
+    log_dir: Path | None = None  # where compiler logs go on failure (kept after the build)
+    # Weights stay out of the partition's files: the lowering returns them in
+    # ``Lowered.weights`` and the build stores them once for every partition that reads
+    # them (a generating artifact's prefill and decode share one copy).
+    shared_weights: bool = False
+
+    @property
+    def logs(self) -> Path:
+        return self.log_dir or self.work_dir
+
+    def target_as(self, options: type[T]) -> T:
+        """``target``, typed as a target's ``options`` model (its defaults where the
+        caller gave none)."""
+        given = self.target
+        if isinstance(given, options):
+            return given
+        if type(given) is TargetOptions:
+            return options()
+        raise TypeError(f"target options are {type(given).__name__}, not {options.__name__}")
 
 
 def flag_name(name: str, field: FieldInfo) -> str:

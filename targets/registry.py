@@ -32,12 +32,12 @@ _TARGETS: dict[str, Target] = {}
 
 def register(target: Target) -> Target:
     """Add a target (a plug-in's, or a test's); a second one under a taken name is refused.
-    Its ``runtime_modules`` are imported, so its executor kind is known in this process
-    too: one call is all a new target needs."""
+    Its ``packaging.runtime_modules`` are imported, so its executor kind is known in this
+    process too: one call is all a new target needs."""
     known = _targets()
     if target.name in known and type(known[target.name]) is not type(target):
         raise ValueError(f"a target named '{target.name}' is already registered")
-    for module in target.runtime_modules:
+    for module in target.packaging.runtime_modules:
         importlib.import_module(module)
     known[target.name] = target
     return target

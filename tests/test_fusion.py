@@ -260,7 +260,7 @@ def test_linears_merged_by_a_fusion_are_still_quantized():
     program = torch.export.export(_QKV().eval(), (torch.randn(2, 5, 16),))
     merged = MergeParallelLinears()(program).program
     cpu = get_target("cpu")
-    info = QuantizePT2E("int8-dynamic", lambda: cpu.quantizer("int8-dynamic"), [],
+    info = QuantizePT2E("int8-dynamic", lambda: cpu.quantization.quantizer("int8-dynamic"), [],
                         "test")(merged).info
     print("quantized:", info["layers_quantized"], "float:", info["layers_float"])
     assert len(info["layers_quantized"]) == 2 and info["layers_float"] == []

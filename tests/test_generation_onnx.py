@@ -78,7 +78,7 @@ def _op_counts(artifact, op_type: str) -> dict[str, int]:
 
 
 def test_onnx_one_program_prefills_and_decodes_one_copy_of_the_weights(onnx_lm):
-    """onnx (Target.decode_on_prefill): the prefill program takes 1..chunk tokens and is
+    """onnx (Target.generation.decode_on_prefill): the prefill program takes 1..chunk tokens and is
     the decode step too, so ONNX Runtime packs the weights once (one session); its
     validation above ran every decode step through it. The weights are stored once."""
     built, program = onnx_lm

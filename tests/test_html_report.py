@@ -366,8 +366,9 @@ def test_pt2e_records_each_quantized_layers_error():
 
     spec = load_spec("zoo:mlp")
     program = torch.export.export(spec.module, tuple(spec.args), spec.kwargs)
-    quantize = get_target("cpu").quantize_pass(LowerOptions(work_dir=Path("."),
-                                                            quantize="int8-dynamic"))
+    cpu = get_target("cpu")
+    quantize = cpu.quantization.quantize_pass(
+        LowerOptions(work_dir=Path("."), quantize="int8-dynamic"), cpu.device)
     info = quantize(program).info
     assert info["layer_errors_on"] == "the example inputs"
     assert [r["layer"] for r in info["layer_errors"]] == info["layers_quantized"] == \

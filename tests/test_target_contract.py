@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -28,7 +29,7 @@ from exporter.config import config_file
 from exporter.model.zoo import ZOO
 from exporter.settings import BuildSettings
 from runtime.executors import kinds, unregister_executor
-from targets import Lowered, Support, all_targets, get_target, register
+from targets import Lowered, Support, Target, all_targets, get_target, register
 from targets.registry import unregister
 from tests.toy_target import ToyTarget
 from tests.toy_target.executor import BACKEND
@@ -42,7 +43,8 @@ NAMES = sorted({*all_targets(), ToyTarget.name})
 @pytest.fixture(scope="module", autouse=True)
 def toy_registered():
     """The registry line a new target needs (here for this module only); it registers the
-    toy's executor kind too (its runtime_modules; the validation process imports them)."""
+    toy's executor kind too (its packaging.runtime_modules; the validation process imports
+    them)."""
     register(ToyTarget())
     assert BACKEND in kinds(), "registering the target registered its executor kind"
     yield
@@ -188,11 +190,46 @@ def test_every_op_of_the_zoo_gets_a_decision_with_a_reason(name, zoo_programs):
 @pytest.mark.parametrize("name", NAMES)
 def test_declared_attributes_are_ones_the_exporter_knows(name):
     """What a target declares as data, the exporter acts on without asking again: its
-    device, and how a generating step's attention reaches it."""
-    from targets.base import STEP_ATTENTION
+    device, how a generating step's attention reaches it, and each facet of the kind the
+    core asks (a subclass where the target overrides behaviour)."""
+    from targets.base import FACETS, STEP_ATTENTION
     target = get_target(name)  # available here or not: these are declarations
-    print(name, target.device, target.step_attention)
-    assert target.device in ("cpu", "cuda") and target.step_attention in STEP_ATTENTION
+    print(name, target.device, target.generation.step_attention)
+    assert target.device in ("cpu", "cuda")
+    assert target.generation.step_attention in STEP_ATTENTION
+    for facet in FACETS:
+        assert isinstance(getattr(target, facet), type(getattr(Target, facet))), (name, facet)
+
+
+def test_the_required_contract_is_the_documented_list():
+    """A new target fills nine members, no more: the contract cannot grow silently. What
+    else the core asks a target is one of the optional facets, each with defaults; the
+    required part is exactly docs/adding-a-target.md's first table."""
+    from targets.base import CORE, FACETS
+    required = ["name", "device", "backend", "description", "Options",
+                "availability", "supports", "default_passes", "lower"]
+    assert list(CORE) == required
+    assert set(Target.__abstractmethods__) == {"availability", "supports", "default_passes",
+                                               "lower"}
+    public = {m for m in dir(Target) if not m.startswith("_")} | set(Target.__annotations__)
+    assert public == {*required, "own_options", *FACETS}, public ^ {*required, "own_options",
+                                                                     *FACETS}
+    doc = (Path(__file__).parents[1] / "docs" / "adding-a-target.md").read_text()
+    core_table = doc.split("## The required part", 1)[1].split("\n## ", 1)[0]
+    named = set(re.findall(r"^\| `(\w+)", core_table, flags=re.M))
+    assert named == set(required), named ^ set(required)
+    assert all(f"`{facet}`" in doc for facet in FACETS)
+
+
+def test_the_toy_target_fills_the_core_and_one_facet():
+    """The smallest target: the required part, and the packaging facet that names the
+    module registering its executor kind; every other facet is the shared default."""
+    from targets.base import FACETS
+    toy = ToyTarget()
+    own = {m for m in vars(ToyTarget) if not m.startswith("_")}
+    assert own == {"name", "device", "backend", "description", "Options", "availability",
+                   "supports", "default_passes", "lower", "packaging"}, own
+    assert [f for f in FACETS if getattr(toy, f) is not getattr(Target, f)] == ["packaging"]
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -279,7 +316,7 @@ def test_options_round_trip_through_the_toml_config(name, tmp_path):
     # an option that applies under some recipes only (onnx --quant-block) is refused
     # without one: the first recipe that reads them all
     options = target.Options(**given)
-    recipe = next((r for r in [None, *getattr(target, "quant_recipes", {})]
+    recipe = next((r for r in [None, *target.quantization.recipes]
                    if not options.unused_with(r)), None)
     settings = BuildSettings(target=name, out=tmp_path / "x.artifact", quantize=recipe, **given)
     assert settings.target_options == {**settings.target_options, **given}, given

@@ -187,7 +187,7 @@ def build(spec: str | ModelSpec, settings: BuildSettings, *, stage: StageHook = 
         notes = [note for _, low in lowered for note in low.notes]
         manifest.build = {"settings": _settings_used(settings, prep.model),
                           "notes": prep.warnings + notes,
-                          "nondeterminism": prep.target.nondeterminism(prep.options)}
+                          "nondeterminism": prep.target.packaging.nondeterminism(prep.options)}
         measured = {"pass_seconds": {r["name"]: r["seconds"] for r in prep.pass_records},
                     "lower_seconds": {p.name: low.seconds for p, low in lowered}}
         if settings.validate_artifact:

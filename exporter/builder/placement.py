@@ -51,7 +51,7 @@ def place(program: ExportedProgram, target: Target, min_partition_size: int,
                 for n in program.graph.nodes
                 if n.op == "call_function" and not is_shape_node(n)}
     plans = plan_partitions(program, lambda n: supports[n].ok, min_partition_size)
-    while not target.complex_boundaries and (crossing := _complex_crossings(plans)):
+    while not target.partitioning.complex_boundaries and (crossing := _complex_crossings(plans)):
         for node in crossing:  # each round moves ops to the fallback: it ends
             supports[node] = Support(False, f"a complex value it takes or makes would cross "
                                             f"between {target.name} and the CPU fallback, and "

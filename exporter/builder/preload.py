@@ -15,16 +15,17 @@ from targets import for_backend
 
 
 def preload_for(manifest: Manifest, origin_file: str | None) -> list[str]:
-    """The modules that register a plug-in target's executor (``Target.runtime_modules``),
-    and for custom ops in CPU-fallback partitions their defining code: the installed
-    module that registered the op (``transformers.integrations.moe`` for Mixtral's
-    ``grouped_mm_fallback``), else the model's own file, by module name when it belongs
-    to an installed package (a package's file imported alone fails on its relative
-    imports)."""
+    """The modules that register a plug-in target's executor
+    (``Target.packaging.runtime_modules``), and for custom ops in CPU-fallback partitions
+    their defining code: the installed module that registered the op
+    (``transformers.integrations.moe`` for Mixtral's ``grouped_mm_fallback``), else the
+    model's own file, by module name when it belongs to an installed package (a package's
+    file imported alone fails on its relative imports)."""
     sources: list[str] = []
     for partition in manifest.partitions:  # custom ops: the modules manifest_for found
         target, modules = for_backend(partition.backend), partition.meta.get("custom_op_modules")
-        for source in [*(target.runtime_modules if target else ()),  # (older: look them up)
+        plugin = target.packaging.runtime_modules if target else ()
+        for source in [*plugin,  # (older: look them up)
                        *((modules or {}).get(op) or defining_module(op) or _model_code(origin_file)
                          for op in partition.meta.get("custom_ops", []))]:
             if source and source not in sources:

@@ -30,8 +30,8 @@ def check_recipe(target: Target, settings: BuildSettings) -> None:
             raise UserInputError("--calibration is given without --quantize int8-static",
                                  hint="add --quantize int8-static, or drop --calibration")
         return
-    if recipe not in target.quant_recipes:
-        can = [f"{name}: {', '.join(t.quant_recipes) or 'none yet'}"
+    if recipe not in target.quantization.recipes:
+        can = [f"{name}: {', '.join(t.quantization.recipes) or 'none yet'}"
                for name, t in all_targets().items()]
         raise UserInputError(f"target '{target.name}' cannot run --quantize {recipe}",
                              details=can, hint="choose a recipe the target lists, or "

@@ -92,7 +92,7 @@ def _baseline_help() -> list[str]:
     from targets import all_targets
     return ["eager", "compile"] + [f"{name} ({target.name} artifacts: their backend, bare)"
                                    for target in all_targets().values()
-                                   for name in target.baselines()] + [
+                                   for name in target.tooling.baselines()] + [
         "for generating artifacts hf-eager (transformers' generate; also 'eager') and "
         "hf-static (its static cache + torch.compile; also 'compile')"]
 

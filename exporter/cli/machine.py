@@ -50,7 +50,7 @@ def targets(as_json: bool = JSON, quiet: bool = QUIET, verbose: bool = VERBOSE,
             rows.append({"name": target.name, "device": target.device,
                          "backend": target.backend, "available": availability.ok,
                          "reason": availability.reason, "description": target.description,
-                         "quantize": list(target.quant_recipes)})
+                         "quantize": list(target.quantization.recipes)})
         if as_json:
             print_json({"targets": rows})
             return 0

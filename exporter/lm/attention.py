@@ -11,7 +11,7 @@ key/value head by a reshape, and the scores of the past slots and of the new row
 computed apart and joined (a [heads, T, slots + T] tensor, small), so the cache is read
 once, in place, by every target (the math: runtime/generation/attention_op.py).
 
-Each target says which attention its steps get (``Target.step_attention``):
+Each target says which attention its steps get (``Target.generation.step_attention``):
 - "grouped", the above (cpu, tvm);
 - "fused": the full-attention layers as one op, ``edge_exporter::cached_attention``, that
   the target lowers to a fused kernel (onnx: ONNX Runtime's GroupQueryAttention, which

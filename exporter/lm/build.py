@@ -6,8 +6,8 @@
 
 ``prefill`` takes 2..prefill_chunk tokens, ``decode`` exactly one; both read the cache as
 inputs and return the new rows (exporter/lm/wrapper.py, runtime/generation/layout.py).
-A target that says ``decode_on_prefill`` (onnx), or whose entry points could not share
-their weights (``_one_program``), gets one program for both: prefill takes
+A target whose generation facet says ``decode_on_prefill`` (onnx), or whose entry points
+could not share their weights (``_one_program``), gets one program for both: prefill takes
 1..prefill_chunk tokens and there is no decode entry point, unless the capture could not
 keep a length of one (then decode is captured as usual). What is captured for each entry
 point: exporter/lm/entries.py.
@@ -105,7 +105,9 @@ def _one_program(target, settings: BuildSettings, out: Path) -> bool:
     """Whether prefill is the decode step too: where the target says so (onnx), and where
     the entry points could not share their weights (the cpu target's PT2E int8 recipes
     pack them into each library: a decode program of its own was a second int8 copy)."""
-    return target.decode_on_prefill or not target.shares_weights(lower_options(settings, out))
+    generation = target.generation
+    return generation.decode_on_prefill or not generation.shares_weights(
+        lower_options(settings, out))
 
 
 def _entry_points(lm: LanguageModel, model: torch.nn.Module, target, settings: BuildSettings,
@@ -117,7 +119,7 @@ def _entry_points(lm: LanguageModel, model: torch.nn.Module, target, settings: B
         source = _source_of(lm, model, settings.max_source)
         layout = _probed(lm, lambda: probe_seq2seq_layout(model, source, context, dtype))
         return layout, source, lambda one_program: seq2seq_entry_specs(
-            lm, model, layout, source, chunk, target.step_attention, one_program)
+            lm, model, layout, source, chunk, target.generation.step_attention, one_program)
     if settings.max_source is not None:
         raise UserInputError("--max-source applies to encoder-decoders (Whisper, BART, "
                              "T5, ...)", where=lm.source, hint="leave it out")
@@ -130,7 +132,7 @@ def _entry_points(lm: LanguageModel, model: torch.nn.Module, target, settings: B
                              "pass (--task causal-lm) instead") from None
     except Exception as exc:  # noqa: BLE001 - the model's own forward raised
         raise _probe_failed(lm, model, exc) from exc
-    wrapper = ExportableCausalLM(model, layout, target.step_attention).eval()
+    wrapper = ExportableCausalLM(model, layout, target.generation.step_attention).eval()
     return layout, None, lambda one_program: entry_specs(lm, wrapper, layout, chunk,
                                                          one_program)
 
@@ -270,9 +272,9 @@ def build_generating(spec: str | torch.nn.Module, settings: BuildSettings, *,
     prepared = prepare_generating(spec, settings, timed)
     lm, preps = prepared.lm, prepared.preps
     target, out = preps["prefill"].target, preps["prefill"].out
+    shares = target.generation.shares_weights
     for prep in preps.values():  # one copy of the weights for both entry points
-        prep.options = dataclasses.replace(prep.options,
-                                           shared_weights=target.shares_weights(prep.options))
+        prep.options = dataclasses.replace(prep.options, shared_weights=shares(prep.options))
         prep.shared_store = True  # the fallback's tensors too, whatever the target shares
     work_dir = scratch.make_dir("exporter-build-")
     try:
@@ -321,7 +323,7 @@ def _assemble(prepared: PreparedGeneration, lowered: dict, settings: BuildSettin
     manifest.build = {"settings": settings.model_dump(mode="json", exclude={"out"}),
                       "notes": _unique([w for prep in preps.values() for w in prep.warnings]
                                        + notes),
-                      "nondeterminism": preps["prefill"].target.nondeterminism(
+                      "nondeterminism": preps["prefill"].target.packaging.nondeterminism(
                           preps["prefill"].options)}
     return manifest, files
 

@@ -60,7 +60,7 @@ def toolchain(targets: set[str]) -> dict[str, dict]:
     found = {}
     for name in targets:
         target = all_targets()[name]
-        packages = [dist for dist, _ in target.build_packages] + list(_ALWAYS)
+        packages = [dist for dist, _ in target.packaging.build_packages] + list(_ALWAYS)
         found[name] = {**common, "packages": {p: _version(p) for p in packages},
                        "gpu": _gpu_name() if target.device == "cuda" else None}
     return found

@@ -227,7 +227,8 @@ def _warm_modules(matrix: Matrix) -> tuple[str, ...] | None:
                             if _warm_for(matrix.warm_start, _device(cell)))
     if not targets:
         return None
-    modules = [*warm.BASE_MODULES, *(m for t in targets for m in known[t].build_modules)]
+    modules = [*warm.BASE_MODULES,
+               *(m for t in targets for m in known[t].packaging.build_modules)]
     return tuple(dict.fromkeys(modules))
 
 

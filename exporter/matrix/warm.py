@@ -41,7 +41,7 @@ from exporter.matrix import fork_safe
 from runtime import scratch
 
 # what every cell imports before it reads its model (the CLI's own modules add 0.2 s);
-# a target adds its compilers (Target.build_modules)
+# a target adds its compilers (Target.packaging.build_modules)
 BASE_MODULES = ("torch", "torch.export", "transformers", "transformers.modeling_utils",
                 "exporter.builder.pipeline")
 AVAILABLE = sys.platform.startswith("linux")

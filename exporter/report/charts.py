@@ -26,7 +26,7 @@ MAX_BULGE = 260
 def placement_colour(backend: str, device: str) -> str:
     target = for_backend(backend)
     colour = (FALLBACK_COLOUR if backend == FALLBACK_BACKEND
-              else target.colour if target is not None else OTHER_COLOUR)
+              else target.tooling.colour if target is not None else OTHER_COLOUR)
     return colour if device == "cpu" else _darker(colour)
 
 

@@ -1,6 +1,6 @@
 """The report's view of each partition's own graph, read from the artifact's files: the
 ONNX graph of an ONNX Runtime partition, the ATen graph of a CPU-fallback one (its target
-reads them: ``Target.graph_nodes``), as a table of nodes with op, tensor types and edges
+reads them: ``Tooling.graph_nodes``), as a table of nodes with op, tensor types and edges
 (each input names the node that produced it, as a link). Compiled partitions (a shared
 library) hold no readable graph: the ATen ops they were built from are listed instead."""
 
@@ -37,7 +37,7 @@ def _nodes(partition: Partition, read) -> list[dict] | None:
     if partition.backend == FALLBACK_BACKEND:
         return fallback_nodes(read(partition.meta["program"]), MAX_NODES + 1)
     target = for_backend(partition.backend)
-    return target.graph_nodes(read, partition, MAX_NODES + 1) if target else None
+    return target.tooling.graph_nodes(read, partition, MAX_NODES + 1) if target else None
 
 
 def graphs_section(programs: list[tuple[str | None, Manifest]],

@@ -116,7 +116,8 @@ def _wanted(name: str, manifest: Manifest) -> list[tuple[str, object, str]]:
                        f"{name}: manifest.json created_by.{dist}"))
     for path, partition in _partitions(manifest):
         target = for_backend(partition.backend)
-        for dist, version in (target.runtime_packages(partition) if target else {}).items():
+        for dist, version in (target.packaging.runtime_packages(partition) if target
+                              else {}).items():
             key = next((k for k, v in partition.meta.items() if v is version), None)
             where = (f"{name}: manifest.json {path}.meta.{key}" if key else
                      f"{name}: {dist} installed here, for {path}")

@@ -25,14 +25,15 @@ _FIXED_TIME = (2020, 1, 1, 0, 0, 0)  # reproducible zip entries
 # partitions that need it, a backend's library only when an artifact has a partition for
 # it (runtime/requires.py; the executors import them lazily).
 BASE_REQUIRES = ("numpy>=1.26",)
-# Each target names its own extra (Target.runtime_extra); torch, signing and generate (text
-# prompts of generating artifacts) are the runtime's.
+# Each target names its own extra (Target.packaging.runtime_extra); torch, signing and
+# generate (text prompts of generating artifacts) are the runtime's.
 RUNTIME_EXTRAS = {"torch": ("torch>=2.11", "safetensors>=0.4"),
                   "signing": ("cryptography>=42",), "generate": ("tokenizers>=0.15",)}
 
 
 def extras() -> dict[str, tuple[str, ...]]:
-    found = dict(t.runtime_extra for t in all_targets().values() if t.runtime_extra)
+    found = dict(t.packaging.runtime_extra for t in all_targets().values()
+                 if t.packaging.runtime_extra)
     return {**dict(sorted(found.items())), **RUNTIME_EXTRAS}
 
 

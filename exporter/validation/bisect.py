@@ -90,7 +90,7 @@ def look_inside(artifact: Path, manifest: Manifest, target, partition,
                 sources: dict[str, str | None]) -> dict | None:
     """The first value inside a partition that parts from eager, as Polygraphy's "mark
     all" finds it: the target exposes what its backend computed for the nodes of the
-    partition's own program (``Target.intermediate_values``), in its graph order, and
+    partition's own program (``Tooling.intermediate_values``), in its graph order, and
     each is compared with that program interpreted eagerly. A name whose shape or dtype
     differs from eager's is skipped, not blamed (a decomposition may reuse a name for
     another tensor). ``sources``: the build's source line per node of the whole program
@@ -110,9 +110,8 @@ def look_inside(artifact: Path, manifest: Manifest, target, partition,
         shared = (SharedWeights.from_manifest(manifest.shared_weights, folder, where=str(artifact))
                   .tensors(names, "cpu", partition=partition.name) if names else None)
         wanted = {name: value.dtype for name, value in reference.items()}
-        # a plug-in target written before ``shared`` existed is called as it was
-        produced = (target.intermediate_values(folder, partition, wanted, inputs, shared=shared)
-                    if shared else target.intermediate_values(folder, partition, wanted, inputs))
+        produced = target.tooling.intermediate_values(folder, partition, wanted, inputs,
+                                                      shared=shared)
     if not produced:
         return None
     for backend_op, name, value in produced:

@@ -8,7 +8,6 @@ support table reports which of the two each op gets.
 from __future__ import annotations
 
 import contextlib
-
 import io
 import json
 import logging
@@ -16,6 +15,7 @@ import shutil
 import tempfile
 import time
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -39,8 +39,10 @@ from targets.base import (
     LowerOptions,
     Support,
     Target,
+    base_requirements,
     pipeline,
 )
+from targets.facets import Generation, Packaging, Tooling
 from targets.errors import LoweringError, TargetOptionError
 from targets.options import TargetOptions
 from targets.reproducible import (
@@ -117,12 +119,65 @@ class AotiOptions(TargetOptions):
         return ["--autotune"] if self.autotune else []
 
 
+class AotiGeneration(Generation):
+    def shares_weights(self, options: LowerOptions) -> bool:
+        """Not for PT2E int8 recipes: Inductor turns their dequantize + linear into oneDNN
+        int8 GEMMs only while freezing, which packs the weights into the library. Shared
+        (unfrozen), int8-dynamic decode ran at half fp32's speed; frozen, each entry
+        point carries its own int8 copy."""
+        return options.quantize is None or options.quantize in QuantizeWeightOnly.recipes
+
+
+@dataclass(frozen=True)
+class AotiPackaging(Packaging):
+    build_packages: tuple[tuple[str, str], ...] = (("torchao", "quant"),)  # --quantize recipes
+    build_modules: tuple[str, ...] = ("torch._inductor.compile_fx", "torch._inductor.lowering")
+
+    def nondeterminism(self, options: LowerOptions) -> list[str]:
+        # Measured (tests/test_reproducible.py): cold or warm, one Inductor cache directory
+        # gives the same bytes on CPU, whatever --out is; another cache directory path
+        # changes the kernel source's name and the .so's debug strings. On a GPU a cold
+        # cache renumbered arrays in the generated cuda wrapper.
+        found = ["the library embeds Inductor's cache directory path "
+                 "(TORCHINDUCTOR_CACHE_DIR; default /tmp/torchinductor_<user>) and the "
+                 "compiler's include paths: builds match byte for byte where those match"]
+        if not mkldnn_md_layout_known():
+            found.append("oneDNN-prepacked weights: this torch's descriptor layout is not the "
+                         "one checked, so their uninitialised padding bytes are kept")
+        if options.target_as(AotiOptions).autotune:
+            found.append("--autotune: Inductor keeps the kernels that timed fastest here")
+        return found
+
+
+@dataclass(frozen=True)
+class AotiTooling(Tooling):
+    colour: str = "#2f9e44"
+
+    def doctor_checks(self) -> list[Check]:
+        """The compiler probe the build itself uses (choose_cxx), so they never disagree."""
+        choice = choose_cxx()
+        name = "c++ compiler"
+        if choice.compiler is None:
+            return [Check(name, PROBLEM, choice.note,
+                          "install g++ or set CXX to a compiler that links libstdc++ "
+                          "dynamically (e.g. CXX=/usr/bin/g++); AOTInductor needs it")]
+        if choice.switched:  # builds work (the build switches too); say how to be explicit
+            compiler = Check(name, OK, choice.note, f"the build uses {choice.compiler} itself; "
+                                                    f"set CXX={choice.compiler} to say so")
+        else:
+            compiler = Check(name, OK, choice.note)
+        if shutil.which("timeout"):
+            return [compiler, Check("timeout", OK, "coreutils timeout: --compile-timeout works")]
+        return [compiler, Check("timeout", PROBLEM, "no `timeout` command: a hung compiler "
+                                "hangs the build", "install coreutils")]
+
+
 class AOTInductorTarget(Target):
     backend = "aoti"
     Options = AotiOptions
-    build_packages = (("torchao", "quant"),)  # --quantize recipes
-    build_modules = ("torch._inductor.compile_fx", "torch._inductor.lowering")
-    colour = "#2f9e44"
+    generation = AotiGeneration()
+    packaging = AotiPackaging()
+    tooling = AotiTooling()
 
     def supports(self, node: Node) -> Support:
         from torch._inductor.decomposition import select_decomp_table
@@ -147,7 +202,8 @@ class AOTInductorTarget(Target):
         # Inductor folds batch norm, matches attention and fuses pointwise ops on its own;
         # it does not merge matmuls that read one input. Merged, a decoder's q/k/v and
         # gate/up projections are 2 GEMMs instead of 5.
-        passes = pipeline(options, self.quantize_pass(options), fusions=(MergeParallelLinears,))
+        quantize = self.quantization.quantize_pass(options, self.device)
+        passes = pipeline(options, quantize, fusions=(MergeParallelLinears,))
         # not a fusion: Inductor's CPU cat mislaid such a cat's output (empty_concat.py)
         return [passes[0], DropEmptyConcatOperands(), *passes[1:]]
 
@@ -176,28 +232,6 @@ class AOTInductorTarget(Target):
             configs.update({"freezing": False, "aot_inductor.package_constants_in_so": False,
                             "aot_inductor.package_constants_on_disk_format": "pickle_weights"})
         return configs
-
-    def shares_weights(self, options: LowerOptions) -> bool:
-        """Not for PT2E int8 recipes: Inductor turns their dequantize + linear into oneDNN
-        int8 GEMMs only while freezing, which packs the weights into the library. Shared
-        (unfrozen), int8-dynamic decode ran at half fp32's speed; frozen, each entry
-        point carries its own int8 copy."""
-        return options.quantize is None or options.quantize in QuantizeWeightOnly.recipes
-
-    def nondeterminism(self, options: LowerOptions) -> list[str]:
-        # Measured (tests/test_reproducible.py): cold or warm, one Inductor cache directory
-        # gives the same bytes on CPU, whatever --out is; another cache directory path
-        # changes the kernel source's name and the .so's debug strings. On a GPU a cold
-        # cache renumbered arrays in the generated cuda wrapper.
-        found = ["the library embeds Inductor's cache directory path "
-                 "(TORCHINDUCTOR_CACHE_DIR; default /tmp/torchinductor_<user>) and the "
-                 "compiler's include paths: builds match byte for byte where those match"]
-        if not mkldnn_md_layout_known():
-            found.append("oneDNN-prepacked weights: this torch's descriptor layout is not the "
-                         "one checked, so their uninitialised padding bytes are kept")
-        if self.own_options(options).autotune:
-            found.append("--autotune: Inductor keeps the kernels that timed fastest here")
-        return found
 
     def _compiler(self) -> str:
         choice = choose_cxx()
@@ -241,7 +275,7 @@ class AOTInductorTarget(Target):
                        weights=weights)
 
     def requirements(self, options: LowerOptions):
-        return self.base_requirements()
+        return base_requirements()
 
     def _lowering_error(self, exc: Exception, options: LowerOptions) -> LoweringError:
         """Not movable: a hung or crashing compiler, or a bad toolchain, is no reason to
@@ -262,24 +296,6 @@ class AOTInductorTarget(Target):
                  f"Inductor (torch {torch.__version__}) failed on this graph before any C++ "
                  "was compiled: a limit of torch's compiler, not of your toolchain; the log "
                  "holds its traceback; try --target onnx, or another torch version")
-
-    def doctor_checks(self) -> list[Check]:
-        """The compiler probe the build itself uses (choose_cxx), so they never disagree."""
-        choice = choose_cxx()
-        name = "c++ compiler"
-        if choice.compiler is None:
-            return [Check(name, PROBLEM, choice.note,
-                          "install g++ or set CXX to a compiler that links libstdc++ "
-                          "dynamically (e.g. CXX=/usr/bin/g++); AOTInductor needs it")]
-        if choice.switched:  # builds work (the build switches too); say how to be explicit
-            compiler = Check(name, OK, choice.note, f"the build uses {choice.compiler} itself; "
-                                                    f"set CXX={choice.compiler} to say so")
-        else:
-            compiler = Check(name, OK, choice.note)
-        if shutil.which("timeout"):
-            return [compiler, Check("timeout", OK, "coreutils timeout: --compile-timeout works")]
-        return [compiler, Check("timeout", PROBLEM, "no `timeout` command: a hung compiler "
-                                "hangs the build", "install coreutils")]
 
 
 def _chain(exc: BaseException | None):

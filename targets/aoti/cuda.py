@@ -11,25 +11,51 @@ import contextlib
 import torch
 
 from runtime.manifest import Requirements
-from targets.aoti.base import AOTInductorTarget
+from targets.aoti.base import AotiGeneration, AotiPackaging, AOTInductorTarget, AotiTooling
 from targets.aoti.kernel_timing import host_independent_kernel_timing
 from targets.aoti.passes.row_linears import SingleRowLinearsAsReductions
-from targets.base import ABSENT, OK, PROBLEM, Availability, Check, LowerOptions
+from targets.base import (
+    ABSENT,
+    OK,
+    PROBLEM,
+    Availability,
+    Check,
+    LowerOptions,
+    base_requirements,
+)
+from targets.facets import Quantization
+
+
+class CudaPackaging(AotiPackaging):
+    def nondeterminism(self, options: LowerOptions) -> list[str]:
+        found = super().nondeterminism(options)
+        if not options.deterministic:
+            found.append("Inductor times Triton kernel configurations on this GPU and keeps the "
+                         "fastest (--deterministic turns this off)")
+        return found
+
+
+class CudaTooling(AotiTooling):
+    def doctor_checks(self) -> list[Check]:
+        return [*super().doctor_checks(), _gpu_check()]
 
 
 class CudaTarget(AOTInductorTarget):
     name = "cuda"
     device = "cuda"
     description = "AOTInductor Triton kernels for NVIDIA GPUs, replayed as CUDA graphs"
-    step_attention = "sdpa"  # SDPA's GPU kernels (exporter/lm/attention.py: measured)
-    quant_recipes = {
+    # SDPA's GPU kernels (exporter/lm/attention.py: measured)
+    generation = AotiGeneration(step_attention="sdpa")
+    packaging = CudaPackaging()
+    tooling = CudaTooling()
+    quantization = Quantization(recipes={
         "int8-weight": "torchao Int8WeightOnlyConfig: int8 per-channel linear and "
                        "embedding weights, float activations (Triton mixed-dtype GEMM)",
         "int4-weight": "torchao Int4WeightOnlyConfig (groups of 128, or 64/32 where "
                        "in_features needs, tinygemm layout): int4 "
                        "linear weights, bfloat16 GEMM inside, float32 in and out; "
                        "embeddings int8 per row",
-    }
+    })
 
     def availability(self) -> Availability:
         if torch.version.cuda is None:
@@ -45,9 +71,6 @@ class CudaTarget(AOTInductorTarget):
         major, minor = torch.cuda.get_device_capability()
         return Availability(True, f"{name} (sm_{major}{minor}), CUDA {torch.version.cuda}; "
                                   f"{compiler.reason}")
-
-    def doctor_checks(self) -> list[Check]:
-        return [*super().doctor_checks(), _gpu_check()]
 
     def default_passes(self, options: LowerOptions) -> list:
         passes = super().default_passes(options)
@@ -91,15 +114,8 @@ class CudaTarget(AOTInductorTarget):
             configs["combo_kernels"] = True
         return configs
 
-    def nondeterminism(self, options: LowerOptions) -> list[str]:
-        found = super().nondeterminism(options)
-        if not options.deterministic:
-            found.append("Inductor times Triton kernel configurations on this GPU and keeps the "
-                         "fastest (--deterministic turns this off)")
-        return found
-
     def requirements(self, options: LowerOptions) -> Requirements:
-        base = self.base_requirements()
+        base = base_requirements()
         major, minor = torch.cuda.get_device_capability()
         return Requirements(arch=base.arch, torch=base.torch, cuda=torch.version.cuda,
                             cuda_capability=f"{major}.{minor}")

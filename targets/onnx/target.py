@@ -23,22 +23,23 @@ from torch.fx import Node
 from passes.base import Pass
 from passes.cleanup.decompose import Decompose
 from passes.graph.ops import is_custom_op
-from runtime import scratch
 from runtime.executors.onnxruntime import OnnxRuntimeMeta
+from runtime import scratch
 from runtime.flat_inputs import flatten_inputs
-from runtime.manifest import Partition
 from targets.base import (
     Availability,
-    Baseline,
     Lowered,
     LowerOptions,
     Support,
     Target,
+    base_requirements,
     pipeline,
 )
 from targets.errors import LoweringError, TargetOptionError
+from targets.facets import Generation, Partitioning, Quantization
 from targets.fusion import GRAPH_FUSIONS
 from targets.onnx import contrib_ops, inside, variance
+from targets.onnx.facets import OnnxPackaging, OnnxTooling
 from targets.onnx.shared import externalize
 from targets.onnx.packed_attention import pack_attention_inputs
 from targets.onnx.passes.contiguous_views import ContiguousBeforeReshape
@@ -146,20 +147,17 @@ class OnnxTarget(Target):
     device = "cpu"
     backend = "onnxruntime"
     description = "ONNX model per partition (torch.onnx dynamo exporter), run by ONNX Runtime"
-    step_attention = "fused"  # GroupQueryAttention (targets/onnx/contrib_ops.py)
-    # ORT prepacks MatMul and MatMulNBits weights per session, and its Python API cannot
-    # share prepacked weights between sessions: a decode session of its own held a second
-    # packed copy. The prefill session run at one token decodes as fast.
-    decode_on_prefill = True
-    complex_boundaries = False
     Options = OnnxOptions
-    build_packages = (("onnxruntime", "onnx"), ("onnxscript", "onnx"))
-    runtime_extra = ("onnx", ("onnxruntime>=1.18",))
-    # constant-folding chatter; onnx_ir types each empty list attribute as INTS, a line each
-    loggers_to_quiet = ("onnxscript", "onnx_ir")
-    # not onnxruntime: importing it starts a thread, which a fork would not carry over
-    build_modules = ("torch.onnx._internal.exporter._core", "onnxscript.rewriter", "onnx")
-    colour = "#1c7ed6"
+    # "fused": GroupQueryAttention (targets/onnx/contrib_ops.py). decode_on_prefill: ORT
+    # prepacks MatMul and MatMulNBits weights per session, and its Python API cannot share
+    # prepacked weights between sessions: a decode session of its own held a second
+    # packed copy. The prefill session run at one token decodes as fast.
+    generation = Generation(step_attention="fused", decode_on_prefill=True)
+    partitioning = Partitioning(complex_boundaries=False)  # ONNX has no complex type
+    # ONNX Runtime's tools, applied in lower() to the exported model: no PT2E pass
+    quantization = Quantization(recipes=RECIPES)
+    packaging = OnnxPackaging()
+    tooling = OnnxTooling()
 
     def availability(self) -> Availability:
         missing = _missing_packages()
@@ -207,8 +205,6 @@ class OnnxTarget(Target):
         return Support(False, f"no ONNX translation registered for {name}"
                               + (" (custom op)" if is_custom_op(op) else ""))
 
-    quant_recipes = RECIPES  # ONNX Runtime's tools, applied in lower() to the exported model
-
     def default_passes(self, options: LowerOptions) -> list[Pass]:
         # no PT2E pass: ORT quantizes the exported ONNX model (lower()); RMSNorms written
         # in the form ORT fuses into one kernel (its fusion wants a Div); torch.onnx's own
@@ -216,9 +212,6 @@ class OnnxTarget(Target):
         fusable_norms = [RsqrtAsDivision()] if options.fuse else []
         return pipeline(options, fusions=GRAPH_FUSIONS) + fusable_norms + [
             Decompose(lambda: _exporter_tables()[1], "torch.onnx"), ContiguousBeforeReshape()]
-
-    def quantize_pass(self, options: LowerOptions) -> Pass | None:
-        return None
 
     def lower(self, program: ExportedProgram, options: LowerOptions) -> Lowered:
         providers = self.own_options(options).providers
@@ -279,7 +272,7 @@ class OnnxTarget(Target):
         here = onnxruntime.get_available_providers()
         notes = [f"execution provider {p} is not available on this machine; the build's "
                  f"validation runs without it" for p in providers if p not in here]
-        return Lowered(files=files, meta=meta, requirements=self.base_requirements(),
+        return Lowered(files=files, meta=meta, requirements=base_requirements(),
                        notes=notes, weights=weights)
 
     def _export(self, program: ExportedProgram, options: LowerOptions):
@@ -354,26 +347,6 @@ class OnnxTarget(Target):
                       + ("; the ops listed have no ONNX translation: place them on another "
                          "target" if unsupported and movable else ""))
         return error
-
-    def runtime_packages(self, partition: Partition) -> dict[str, str | None]:
-        return {"onnxruntime": partition.meta.get("onnxruntime")}
-
-    def intermediate_values(self, folder: Path, partition: Partition, wanted: dict,
-                            inputs: list, shared: dict | None = None
-                            ) -> list[tuple[str, str, torch.Tensor]]:
-        return inside.intermediate_values(folder / partition.meta["model"], wanted, inputs,
-                                          shared or {})
-
-    def op_times(self, folder: Path, partition: Partition, inputs: list, runs: int
-                 ) -> list[dict]:
-        return inside.node_times(folder / partition.meta["model"], inputs, runs,
-                                 partition.meta.get("providers"))
-
-    def graph_nodes(self, read, partition: Partition, limit: int) -> list[dict] | None:
-        return inside.graph_nodes(read(partition.meta["model"]), limit)
-
-    def baselines(self) -> dict[str, Baseline]:
-        return {"onnxruntime": inside.direct_session}
 
 
 # torch.onnx's export report: removed on success, kept (and released from the scratch

@@ -18,6 +18,7 @@ import importlib.metadata
 import importlib.util
 import logging
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -32,8 +33,17 @@ from runtime.executors.tvm import TvmMeta
 from runtime.manifest import Partition, Requirements
 from runtime.weights import read_index
 from targets import cpu_isa
-from targets.base import Availability, Lowered, LowerOptions, Support, Target, pipeline
+from targets.base import (
+    Availability,
+    Lowered,
+    LowerOptions,
+    Support,
+    Target,
+    base_requirements,
+    pipeline,
+)
 from targets.errors import LoweringError, TargetOptionError
+from targets.facets import Packaging, Tooling
 from targets.fusion import GRAPH_FUSIONS
 from targets.options import TargetOptions
 from targets.tvm.locate import native_stderr_to_log
@@ -90,17 +100,32 @@ def _decomposed_by_export() -> frozenset:
     return frozenset(torch.export.default_decompositions())
 
 
+@dataclass(frozen=True)
+class TvmPackaging(Packaging):
+    build_packages: tuple[tuple[str, str], ...] = (("apache-tvm", "tvm"),)
+    build_modules: tuple[str, ...] = ("targets.tvm.compile",)
+    # the executor reads the weights with safetensors (runtime/requires.py)
+    runtime_extra: tuple[str, tuple[str, ...]] | None = (
+        "tvm", ("apache-tvm>=0.27", "apache-tvm-ffi", "safetensors>=0.4"))
+
+    def runtime_packages(self, partition: Partition) -> dict[str, str | None]:
+        return {"apache-tvm": partition.meta.get("tvm"),
+                "apache-tvm-ffi": _installed_version("apache-tvm-ffi")}
+
+    def nondeterminism(self, options: LowerOptions) -> list[str]:
+        if options.target_as(TvmOptions).tune:
+            return ["--tune: MetaSchedule keeps the schedules that measured fastest here"]
+        return []
+
+
 class TvmTarget(Target):
     name = "tvm"
     device = "cpu"
     backend = "tvm"
     description = "Apache TVM Relax per partition (LLVM CPU code), run by the Relax VM"
     Options = TvmOptions
-    build_packages = (("apache-tvm", "tvm"),)
-    build_modules = ("targets.tvm.compile",)
-    # the executor reads the weights with safetensors (runtime/requires.py)
-    runtime_extra = ("tvm", ("apache-tvm>=0.27", "apache-tvm-ffi", "safetensors>=0.4"))
-    colour = "#7048e8"
+    packaging = TvmPackaging()
+    tooling = Tooling(colour="#7048e8")
 
     def availability(self) -> Availability:
         if not _installed():
@@ -138,11 +163,6 @@ class TvmTarget(Target):
         return pipeline(options, fusions=GRAPH_FUSIONS) + [
             Decompose(lambda: None, "torch.export default"), WrapNegativeIndices()]
 
-    def nondeterminism(self, options: LowerOptions) -> list[str]:
-        if self.own_options(options).tune:
-            return ["--tune: MetaSchedule keeps the schedules that measured fastest here"]
-        return []
-
     def lower(self, program: ExportedProgram, options: LowerOptions) -> Lowered:
         if not _installed():
             raise TargetOptionError("target 'tvm' needs apache-tvm", hint="pip install '.[tvm]'")
@@ -171,7 +191,7 @@ class TvmTarget(Target):
         return f"llvm -mcpu={level.march}" if level is not None else "llvm"
 
     def _requirements(self, options: LowerOptions) -> Requirements:
-        base = self.base_requirements()
+        base = base_requirements()
         if self.own_options(options).tvm_target:  # the user's own -mcpu: we cannot tell its flags
             return Requirements(arch=base.arch, torch=base.torch, cpu_isa="tvm-target")
         level = cpu_isa.resolve(options.cpu_isa)
@@ -186,10 +206,6 @@ class TvmTarget(Target):
         return LoweringError.from_exception(
             exc, f"TVM failed to {what} partition '{partition}'", target=self.name,
             partition=partition, log_dir=options.logs, nodes=nodes, summary=_last_message)
-
-    def runtime_packages(self, partition: Partition) -> dict[str, str | None]:
-        return {"apache-tvm": partition.meta.get("tvm"),
-                "apache-tvm-ffi": _installed_version("apache-tvm-ffi")}
 
 
 def _last_message(text: str) -> str:

@@ -1,6 +1,8 @@
 """A toy target, registered by the contract suite: it delegates ``aten.relu`` (nothing
 else) to a trivial executor kind, ``toy-relu``. It shows what a new target is: this folder
-and one ``targets.register(ToyTarget())`` line; no edit anywhere else."""
+and one ``targets.register(ToyTarget())`` line; no edit anywhere else. It fills the
+contract's required part and one facet, the packaging that names the module registering
+its executor kind; every other facet keeps its defaults (targets/facets/)."""
 
 from __future__ import annotations
 
@@ -12,7 +14,16 @@ from torch.export import ExportedProgram
 from torch.fx import Node
 
 from passes.base import Pass
-from targets import Availability, Lowered, LowerOptions, Support, Target, TargetOptions
+from targets import (
+    Availability,
+    Lowered,
+    LowerOptions,
+    Packaging,
+    Support,
+    Target,
+    TargetOptions,
+    base_requirements,
+)
 from targets.base import pipeline
 from tests.toy_target.executor import BACKEND, ToyMeta
 
@@ -28,8 +39,7 @@ class ToyTarget(Target):
     backend = BACKEND
     description = "test-only: aten.relu on a trivial executor"
     Options = ToyOptions
-    runtime_modules = ("tests.toy_target.register",)  # registers the executor kind
-    colour = "#f08c00"
+    packaging = Packaging(runtime_modules=("tests.toy_target.register",))  # its executor
 
     def availability(self) -> Availability:
         return Availability(True, "always (pure Python)")
@@ -52,4 +62,4 @@ class ToyTarget(Target):
         path.write_text(json.dumps({"relus": len(ops), "note": note}))
         meta = ToyMeta(program="relu.json", relus=len(ops))
         return Lowered(files={"relu.json": path}, meta=meta.to_json(),
-                       requirements=self.base_requirements())
+                       requirements=base_requirements())

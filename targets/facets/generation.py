@@ -1,0 +1,35 @@
+"""How a ``--task text-generation`` build reaches a target (exporter/lm/)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from targets.options import LowerOptions
+
+STEP_ATTENTION = ("grouped", "fused", "sdpa")  # Generation.step_attention's values
+
+
+@dataclass(frozen=True)
+class Generation:
+    # how a generating step's attention reaches this target (exporter/lm/attention.py):
+    # "grouped": the cache read in place by plain matmuls (no repeated heads, no concat);
+    # "fused": full-attention layers as runtime/generation/attention_op.py's op, which
+    # the target lowers to one kernel; "sdpa": one SDPA call over concat(past, new) with
+    # the query heads grouped by its enable_gqa (GPU attention kernels)
+    step_attention: str = "grouped"
+    # A generating build's one-token step is its prefill program (a length of 1 to the
+    # chunk) rather than a program of its own: where a second program would cost a second
+    # copy of the weights at run time and the fixed length buys nothing measurable
+    # (exporter/lm/build.py, onnx).
+    decode_on_prefill: bool = False
+
+    def __post_init__(self) -> None:
+        if self.step_attention not in STEP_ATTENTION:  # a target's own declaration
+            raise ValueError(f"step_attention {self.step_attention!r} is not one of "
+                             f"{', '.join(STEP_ATTENTION)}")
+
+    def shares_weights(self, options: LowerOptions) -> bool:
+        """Whether partitions built with these options can take their weights from the
+        artifact's one shared copy (``LowerOptions.shared_weights``), as a generating
+        artifact's two entry points want; False where the lowering must own them."""
+        return True

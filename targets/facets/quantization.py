@@ -1,0 +1,37 @@
+"""The ``--quantize`` recipes a target runs, and the pass that runs them before lowering
+(a target that quantizes inside ``lower()``, as onnx does, declares recipes only)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from passes.base import Pass
+from passes.quantize.quantize import QuantizePT2E
+from passes.quantize.quantize_weight_only import QuantizeWeightOnly
+from targets.options import LowerOptions
+
+
+@dataclass(frozen=True)
+class Quantization:
+    # recipe -> how this target runs it (the report says it); none by default
+    recipes: Mapping[str, str] = field(default_factory=dict)
+
+    def quantizer(self, recipe: str) -> object:
+        """The torchao PT2E quantizer for one of ``recipes`` (weight-only recipes use
+        torchao's tensor subclasses instead, the same on every target)."""
+        raise NotImplementedError(f"no PT2E quantizer for recipe {recipe}")
+
+    def quantize_pass(self, options: LowerOptions, device: str) -> Pass | None:
+        """The pass for ``options.quantize`` on a target whose partitions run on
+        ``device``; None without --quantize."""
+        recipe = options.quantize
+        if not recipe:
+            return None
+        if recipe not in self.recipes:  # the pipeline checks first; this is a bug guard
+            raise ValueError(f"recipe {recipe} is not one of {', '.join(self.recipes)}")
+        how = self.recipes[recipe]
+        if recipe in QuantizeWeightOnly.recipes:
+            return QuantizeWeightOnly(recipe, how, device)
+        return QuantizePT2E(recipe, lambda: self.quantizer(recipe), list(options.calibration),
+                            how)

@@ -1,0 +1,50 @@
+"""The onnx target's optional facets: the packages it needs, and what bisect, bench and
+the report read inside its partitions (targets/onnx/inside.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from runtime.manifest import Partition
+from targets.facets import Baseline, Packaging, Tooling
+from targets.onnx import inside
+
+
+@dataclass(frozen=True)
+class OnnxPackaging(Packaging):
+    build_packages: tuple[tuple[str, str], ...] = (("onnxruntime", "onnx"),
+                                                   ("onnxscript", "onnx"))
+    # not onnxruntime: importing it starts a thread, which a fork would not carry over
+    build_modules: tuple[str, ...] = ("torch.onnx._internal.exporter._core",
+                                      "onnxscript.rewriter", "onnx")
+    runtime_extra: tuple[str, tuple[str, ...]] | None = ("onnx", ("onnxruntime>=1.18",))
+
+    def runtime_packages(self, partition: Partition) -> dict[str, str | None]:
+        return {"onnxruntime": partition.meta.get("onnxruntime")}
+
+
+@dataclass(frozen=True)
+class OnnxTooling(Tooling):
+    colour: str = "#1c7ed6"
+    # constant-folding chatter; onnx_ir types each empty list attribute as INTS, a line each
+    loggers_to_quiet: tuple[str, ...] = ("onnxscript", "onnx_ir")
+
+    def intermediate_values(self, folder: Path, partition: Partition, wanted: dict,
+                            inputs: list, shared: dict | None = None
+                            ) -> list[tuple[str, str, torch.Tensor]]:
+        return inside.intermediate_values(folder / partition.meta["model"], wanted, inputs,
+                                          shared or {})
+
+    def op_times(self, folder: Path, partition: Partition, inputs: list, runs: int
+                 ) -> list[dict]:
+        return inside.node_times(folder / partition.meta["model"], inputs, runs,
+                                 partition.meta.get("providers"))
+
+    def graph_nodes(self, read, partition: Partition, limit: int) -> list[dict] | None:
+        return inside.graph_nodes(read(partition.meta["model"]), limit)
+
+    def baselines(self) -> dict[str, Baseline]:
+        return {"onnxruntime": inside.direct_session}
