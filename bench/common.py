@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from runtime.hostinfo import cpu_model
+from runtime.host.hostinfo import cpu_model
 
 
 def read_rows(paths: list[str]) -> list[dict]:

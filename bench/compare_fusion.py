@@ -38,7 +38,7 @@ def run(args) -> None:
     import tvm
 
     from exporter.model.spec import load_spec
-    from runtime.flat_inputs import flatten_inputs
+    from runtime.program.flat_inputs import flatten_inputs
 
     work_dir = Path(args.work_dir)
     work_dir.mkdir(parents=True, exist_ok=True)

@@ -33,7 +33,7 @@ def run(args) -> None:
     from exporter.builder.pipeline import build
     from exporter.settings import BuildSettings
     from exporter.model.spec import load_spec
-    from runtime.flat_inputs import flatten_inputs
+    from runtime.program.flat_inputs import flatten_inputs
 
     work_dir = Path(args.work_dir)
     work_dir.mkdir(parents=True, exist_ok=True)

@@ -56,7 +56,7 @@ def build_variants(spec: str, target: str, recipes: list[str], work_dir: Path,
 
 def time_variants(spec: str, built: dict, runs: int, warmup: int, device: str) -> dict:
     from exporter.model.spec import load_spec
-    from runtime.flat_inputs import flatten_inputs
+    from runtime.program.flat_inputs import flatten_inputs
 
     model = load_spec(spec)
     return time_artifacts({recipe: info["path"] for recipe, info in built.items()},

@@ -49,7 +49,7 @@ def build_all(name: str, tune: int, work_dir: Path) -> dict[str, dict]:
 
 def time_all(name: str, built: dict[str, dict], runs: int, warmup: int) -> dict:
     from exporter.model.zoo import ZOO
-    from runtime.flat_inputs import flatten_inputs
+    from runtime.program.flat_inputs import flatten_inputs
 
     module, args, _ = ZOO[name]()
     return time_artifacts({label: info["path"] for label, info in built.items()},

@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 import torch
 
-from runtime.hostinfo import cpu_model
+from runtime.host.hostinfo import cpu_model
 from targets import Tooling, for_backend
 
 # Per partition, the slowest nodes kept from a backend's own profile: a transformer has
@@ -100,7 +100,7 @@ def op_times(artifact: Path, program, partition_inputs: dict[str, list], runs: i
              ) -> dict[str, list[dict]]:
     """Per partition whose target can profile its backend (``Tooling.op_times``): its
     nodes' times, slowest first (at most MAX_OPS_PER_PARTITION)."""
-    from runtime.archive import ArtifactReader
+    from runtime.format.archive import ArtifactReader
 
     found: dict[str, list[dict]] = {}
     wanted = [(p, target) for p in program.manifest.partitions  # only those that can

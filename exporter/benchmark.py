@@ -25,7 +25,7 @@ from exporter.model.hf_spec import HfOptions
 from exporter.model.spec import load_spec
 from exporter.progress import (ProgressCallback, StageHook, callback_stage, logged,
                                quiet_stage)
-from runtime.flat_inputs import flatten_inputs
+from runtime.program.flat_inputs import flatten_inputs
 from targets import all_targets
 
 log = logging.getLogger(__name__)

@@ -1,5 +1,5 @@
 """Removing what killed processes of ours left behind: the temporaries their scratch logs
-still hold (runtime/scratch.py records them; a device only records, the build sweeps)."""
+still hold (runtime/host/scratch.py records them; a device only records, the build sweeps)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import os
 import shutil
 from pathlib import Path
 
-from runtime.scratch import held, registry
+from runtime.host.scratch import held, registry
 
 log = logging.getLogger(__name__)
 

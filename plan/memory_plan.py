@@ -97,7 +97,7 @@ def lifetimes(graph: torch.fx.Graph, alignment: int) -> tuple[list[Buffer], bool
 
 def plan_arenas(partitions: list[tuple[str, str, bool, ExportedProgram, list[str], list[str]]],
                 program_outputs: set[str], alignment: int = 64) -> dict:
-    """The runtime's arenas (runtime/arena.py), one per device, over one timeline of all
+    """The runtime's arenas (runtime/memory/arena.py), one per device, over one timeline of all
     partitions in run order. ``partitions``: (name, device, delegated, program, inputs,
     outputs) each. Planned, keyed as the runtime looks them up:
 
@@ -161,7 +161,7 @@ def plan_arenas(partitions: list[tuple[str, str, bool, ExportedProgram, list[str
 
 def _fallback_buffers(partition: str, program: ExportedProgram, outputs: list[str], base: int,
                       program_outputs: set[str], held_until, alignment: int) -> list[Buffer]:
-    from runtime.arena import out_variant  # the runtime's own rule for what it can place
+    from runtime.memory.arena import out_variant  # the runtime's own rule for what it can place
 
     info = _storage(program.graph)
     planned = []

@@ -10,7 +10,7 @@ alone: the runtime wheel in an ``exporter package`` bundle, with what its artifa
     named = program.run({"x": x})           # {output name: tensor}
 
 Torch tensors in and out; on a device without torch, an artifact whose partitions all
-run on ONNX Runtime or TVM (runtime/requires.py) takes and gives numpy arrays instead
+run on ONNX Runtime or TVM (runtime/program/requires.py) takes and gives numpy arrays instead
 (an ArrayProgram), and torch is never imported. Torch is imported only where the
 artifact needs it, or where it is installed.
 """
@@ -21,23 +21,22 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable
 
-from runtime.archive import ArtifactReader, Limits
-from runtime.array_program import ArrayProgram
-from runtime.consistency import check_dataflow, check_host_devices
 from runtime.errors import (ArtifactError, CompatibilityError, ExecutionError,
                             InputMismatchError, ToolchainError, UserInputError)
 from runtime.executors import create_executor
-from runtime.hostinfo import check_requirements
-from runtime.manifest import Manifest
-from runtime.requires import torch_or_none, torch_reasons
-from runtime.shared_weights import shared_entries
+from runtime.format.archive import ArtifactReader, Limits
+from runtime.format.consistency import check_dataflow, check_host_devices, check_requirements
+from runtime.format.manifest import Manifest
+from runtime.memory.shared_weights import shared_entries
+from runtime.program.array_program import ArrayProgram
+from runtime.program.requires import torch_or_none, torch_reasons
 
 __all__ = ["ArrayProgram", "ArtifactError", "CompatibilityError", "ExecutionError",
            "InputMismatchError", "Limits", "Manifest", "Program", "ToolchainError",
            "UserInputError", "load", "read_manifest"]
 
 if TYPE_CHECKING:
-    from runtime.program import Program
+    from runtime.program.torch_program import Program
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +44,7 @@ log = logging.getLogger(__name__)
 def __getattr__(name: str):
     """``runtime.Program`` imports torch: only when asked for (PEP 562)."""
     if name == "Program":
-        from runtime.program import Program
+        from runtime.program.torch_program import Program
         return Program
     raise AttributeError(f"module 'runtime' has no attribute {name!r}")
 
@@ -68,13 +67,13 @@ def load(path: str | Path, *, limits: Limits = Limits(), cuda_graphs: bool = Tru
     ``arenas=False`` ignores the build's memory plan: every tensor comes from the
     allocator (to compare, or where the plan's preallocation is not wanted).
     With ``trusted_keys`` (Ed25519 public keys, PEM), the artifact must be signed by one
-    of them (runtime/signing.py), checked before anything in it is parsed or loaded.
+    of them (runtime/format/signing.py), checked before anything in it is parsed or loaded.
     Without torch installed, an artifact that does not need it loads as an ArrayProgram
     (numpy arrays in and out; the options about CUDA and arenas have nothing to do)."""
     where = str(path)
     with ArtifactReader.open(path, limits) as reader:
         if trusted_keys:
-            from runtime.signing import verify
+            from runtime.format.signing import verify
             verify(reader, trusted_keys)
         manifest = Manifest.from_dict(reader.manifest, where=where)
         views = [manifest, *(manifest.entry_point(name) for name in manifest.entry_points)]
@@ -106,8 +105,8 @@ def _tensor_programs(manifest: Manifest, views: list[Manifest], reader: Artifact
                      static_outputs: bool, arenas: bool) -> Program:
     """The main program, its entry points (a generating artifact's decode) on the one
     shared weight store, and what generation needs."""
-    from runtime.program import Program
-    from runtime.shared_weights import SharedWeights
+    from runtime.program.torch_program import Program
+    from runtime.memory.shared_weights import SharedWeights
 
     shared = SharedWeights.from_manifest(manifest.shared_weights, private_dir, where=where)
     # A generating artifact's decode step is captured whole (runtime/generation/
@@ -135,7 +134,7 @@ def _tensor_programs(manifest: Manifest, views: list[Manifest], reader: Artifact
 
 
 def _arenas(manifest: Manifest, where: str) -> dict:
-    from runtime.arena import Arena
+    from runtime.memory.arena import Arena
     planned = (manifest.memory_plan or {}).get("arenas") or {}
     if not isinstance(planned, dict):
         raise ArtifactError("the memory plan's arenas are not an object", where=where)
@@ -150,7 +149,7 @@ def _tensor_executor(partition, private_dir: Path, reader: ArtifactReader, arena
                               run_single_threaded=graphed or single_threaded, shared=shared,
                               arena=arenas.get(partition.device))
     if graphed:
-        from runtime.cuda_graphs import GraphReplay
+        from runtime.program.cuda_graphs import GraphReplay
         execute = GraphReplay(execute, partition.device, max_graphs, static_outputs)
     return execute
 

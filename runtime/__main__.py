@@ -20,11 +20,11 @@ import traceback
 from pathlib import Path
 
 import runtime
-from runtime.dtypes import name_of
 from runtime.errors import ToolchainError, UserInputError
-from runtime.memory import PeakMemory
-from runtime.outfiles import checked_output
-from runtime.tensorio import MAX_INPUT_BYTES, load_npz, load_tensors, save_npz, save_tensors
+from runtime.format.dtypes import name_of
+from runtime.host.outfiles import checked_output
+from runtime.host.tensorio import MAX_INPUT_BYTES, load_npz, load_tensors, save_npz, save_tensors
+from runtime.memory.peak import PeakMemory
 
 
 def preload(sources: list[str]) -> None:
@@ -105,7 +105,7 @@ def run_cases(artifact: str, cases_path: str, out_path: str, memory_path: str | 
               ) -> None:
     """Inputs are keyed ``"{case}/{input}"``; outputs are written as ``"{case}/{output}"``.
     With ``memory_path``, the peak memory the runs took beyond the loaded program is
-    written there as JSON (see runtime.memory)."""
+    written there as JSON (see runtime.memory.peak)."""
     program = runtime.load(artifact)
     grouped: dict[str, dict] = {}
     for key, tensor in load_tensors(cases_path).items():
@@ -141,7 +141,7 @@ def _generate(args) -> None:
                               language=args.language, task=args.task,
                               **({"source": source} if source is not None else {}))
     if args.json:
-        from runtime.memory import peak_resident_bytes
+        from runtime.memory.peak import peak_resident_bytes
         peak = peak_resident_bytes()
         print(json.dumps({"json_version": 1, **result.to_json(),
                           "peak_rss_mb": round(peak / 2**20, 1) if peak else None}))

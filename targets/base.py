@@ -24,7 +24,7 @@ from torch.fx import Node
 from passes.base import Pass
 from passes.cleanup.dead_code import EliminateDeadCode
 from passes.quantize.quantize_experts import QuantizeExperts
-from runtime.manifest import Requirements
+from runtime.format.manifest import Requirements
 from targets.facets import (
     ABSENT,
     OK,
@@ -70,7 +70,7 @@ class Lowered:
     # how long its steps took: measured, reported, never in the manifest (rebuilds match)
     seconds: dict[str, float] = field(default_factory=dict)
     # With ``LowerOptions.shared_weights``: the tensors the partition reads, by the name its
-    # executor asks for them (runtime/shared_weights.py); empty otherwise.
+    # executor asks for them (runtime/memory/shared_weights.py); empty otherwise.
     weights: dict = field(default_factory=dict)
 
 

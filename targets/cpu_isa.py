@@ -12,7 +12,7 @@ import platform
 import re
 from dataclasses import dataclass
 
-from runtime.hostinfo import cpu_flags
+from runtime.host.hostinfo import cpu_flags
 from targets.errors import TargetOptionError
 
 _X86_V2 = ("cx16", "lahf_lm", "popcnt", "sse4_1", "sse4_2", "ssse3")

@@ -33,8 +33,8 @@ from runtime.executors.torch_fallback import (
     WEIGHTS_KEY,
     TorchFallbackMeta,
 )
-from runtime.manifest import Requirements
-from runtime.weights import read_index
+from runtime.format.manifest import Requirements
+from runtime.format.weights import read_index
 from targets.base import Lowered
 
 FALLBACK_BACKEND = "torch"

@@ -17,7 +17,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from runtime import scratch
+from runtime.host import scratch
 
 # Throwing std::runtime_error needs libstdc++'s own symbols (not only inline
 # header code), so a dynamically linking compiler must list it as NEEDED even with

@@ -1,4 +1,4 @@
-"""Tests for runtime.archive: deterministic atomic writes, and a reader that refuses bad files."""
+"""Tests for runtime.format.archive: deterministic atomic writes, and a reader that refuses bad files."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from runtime.archive import FORMAT_NAME, FORMAT_VERSION, MANIFEST_NAME, ArtifactReader, Limits
+from runtime.format.archive import FORMAT_NAME, FORMAT_VERSION, MANIFEST_NAME, ArtifactReader, Limits
 from exporter.ship.archive_writer import write_artifact
 from runtime.errors import ArtifactError, CompatibilityError
 

@@ -15,7 +15,7 @@ import zipfile
 import pytest
 
 import runtime
-from runtime.archive import ArtifactReader
+from runtime.format.archive import ArtifactReader
 from exporter.ship.archive_writer import write_artifact
 from runtime.errors import ArtifactError, CompatibilityError
 

@@ -29,7 +29,7 @@ def test_mlp_build_validates_and_records_it(mlp_build):
 
 
 def test_mlp_manifest_pins_versions_isa_and_hashes(mlp_build):
-    with runtime.archive.ArtifactReader.open(mlp_build.artifact) as reader:
+    with runtime.format.archive.ArtifactReader.open(mlp_build.artifact) as reader:
         raw = reader.manifest
     assert raw["format"]["name"] == "edge-export-artifact"
     assert raw["created_by"]["torch"] == torch.__version__

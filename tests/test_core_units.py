@@ -16,9 +16,9 @@ from exporter.model.dynamic import parse_dynamic
 from exporter.errors import UserInputError
 from exporter.validation.gates import QuantGate, Tolerance, compare_output
 from runtime.errors import InputMismatchError
-from runtime.manifest import Dim, TensorSpec
-from runtime.outputs import decode_tree, encode_tree
-from runtime.program import _FastCheck, check_inputs
+from runtime.format.manifest import Dim, TensorSpec
+from runtime.program.outputs import decode_tree, encode_tree
+from runtime.program.torch_program import _FastCheck, check_inputs
 
 
 def test_parse_dynamic_reads_bounds():
@@ -231,7 +231,7 @@ def test_a_torch_without_cpp_march_builds_for_this_host(monkeypatch):
     and the library requires this host's own CPU flags."""
     import platform
 
-    from runtime.hostinfo import cpu_flags
+    from runtime.host.hostinfo import cpu_flags
     from targets import cpu_isa
     if platform.machine() not in ("x86_64", "AMD64"):
         pytest.skip("the x86-64 levels apply on x86-64 hosts")

@@ -14,11 +14,11 @@ import torch
 from torch.utils._pytree import tree_leaves
 
 import runtime
-from runtime.array_program import _leaves
-from runtime.archive import ArtifactReader
+from runtime.format.archive import ArtifactReader
+from runtime.program.array_program import _leaves
 from exporter.ship.archive_writer import write_artifact
-from runtime.dtypes import NAMES
-from runtime.requires import packages, torch_reasons
+from runtime.format.dtypes import NAMES
+from runtime.program.requires import packages, torch_reasons
 from tests.helpers import assert_runs_on_numpy_without_torch, run_without_torch
 
 pytest.importorskip("onnxruntime")

@@ -17,7 +17,7 @@ from torch.export import Dim
 
 from runtime.errors import ArtifactError, CompatibilityError, ExecutionError, ToolchainError
 from runtime.executors import create_executor
-from runtime.manifest import Partition
+from runtime.format.manifest import Partition
 from targets.fallback import FALLBACK_BACKEND, FallbackSerializationError, lower_fallback
 
 
@@ -240,7 +240,7 @@ class Block:  # a device without transformers
 sys.meta_path.insert(0, Block())
 import torch
 from runtime.executors import create_executor
-from runtime.manifest import Partition
+from runtime.format.manifest import Partition
 folder, = sys.argv[1:]
 raw = json.load(open(folder + '/partition.json'))
 partition = Partition(**{**raw, 'files': tuple(raw['files']), 'inputs': tuple(raw['inputs']),
@@ -253,13 +253,13 @@ print('transformers' in sys.modules)
 
 def test_transformers_experts_run_without_transformers(tmp_path):
     """A MoE artifact's fallback partition calls transformers::grouped_mm_fallback; on a
-    device without transformers the runtime registers its own kernel (runtime/custom_ops.py),
+    device without transformers the runtime registers its own kernel (runtime/executors/custom_ops.py),
     equal to transformers' (empty experts included), with no --preload."""
     import subprocess
     import sys
 
     pytest.importorskip("transformers.integrations.moe")
-    from runtime.custom_ops import _grouped_mm_fallback
+    from runtime.executors.custom_ops import _grouped_mm_fallback
     rows, weight = torch.randn(7, 8), torch.randn(4, 8, 6)
     for offs in ([2, 2, 5, 7], [0, 0, 0, 7], [7, 7, 7, 7]):
         offs = torch.tensor(offs)

@@ -213,7 +213,7 @@ def test_a_long_partition_chain_starts_folded_and_stays_narrow(custom_onnx):
 
     import runtime
     from exporter.report import html as html_report
-    from runtime.manifest import Partition
+    from runtime.format.manifest import Partition
 
     manifest = runtime.read_manifest(custom_onnx[0])
     first = manifest.signature.inputs[0].name

@@ -153,8 +153,8 @@ def test_gates_load_with_the_rest_of_exporter_unimportable(ran):
 
 
 # What a device without torch imports: loading and running an artifact whose partitions
-# all run on ONNX Runtime or TVM (runtime/requires.py), and `python -m runtime run`.
-TORCH_FREE_ROOTS = ("runtime", "runtime.__main__", "runtime.array_program",
+# all run on ONNX Runtime or TVM (runtime/program/requires.py), and `python -m runtime run`.
+TORCH_FREE_ROOTS = ("runtime", "runtime.__main__", "runtime.program.array_program",
                     "runtime.executors.onnxruntime", "runtime.executors.tvm")
 _TORCH = ("torch", "safetensors.torch")
 
@@ -219,7 +219,7 @@ def test_the_torch_import_check_sees_module_level_imports(tmp_path):
                       "def f():\n    import torch\n")
     assert _module_level_imports(sample) & {"torch", "torch.nn", "safetensors.torch"} == {
         "torch.nn"}
-    assert _torch_at_import(("runtime.program",)) != []  # the torch Program: it does
+    assert _torch_at_import(("runtime.program.torch_program",)) != []  # the torch Program: it does
 
 
 def test_the_runtime_imports_with_torch_blocked(ran):

@@ -114,9 +114,9 @@ class _ArenaWrites(TorchDispatchMode):
 
 @pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic-batch"])
 def test_fallback_partition_runs_inside_its_planned_arena(dynamic, tmp_path):
-    from runtime.arena import Arena
+    from runtime.memory.arena import Arena
     from runtime.executors import create_executor
-    from runtime.manifest import Partition
+    from runtime.format.manifest import Partition
     from targets.fallback import lower_fallback
 
     model = _Block().eval()

@@ -18,7 +18,7 @@ from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 from exporter.model import zoo  # noqa: E402
 from runtime.errors import ArtifactError, CompatibilityError  # noqa: E402
 from runtime.executors import create_executor  # noqa: E402
-from runtime.manifest import Partition  # noqa: E402
+from runtime.format.manifest import Partition  # noqa: E402
 from targets.base import LowerOptions  # noqa: E402
 from targets.errors import TargetOptionError  # noqa: E402
 from targets import FallbackPolicy, LoweringError  # noqa: E402

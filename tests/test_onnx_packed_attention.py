@@ -131,7 +131,7 @@ def test_stored_outputs_that_name_no_cache_input_are_refused(packed_build, tmp_p
     """A manifest whose stored outputs point at an input the kernel does not write (here
     the positions) would hand out rows nobody stored: the load refuses it, naming the
     partition."""
-    from runtime.archive import ArtifactReader
+    from runtime.format.archive import ArtifactReader
     from exporter.ship.archive_writer import write_artifact
     from runtime.errors import ArtifactError
 

@@ -22,7 +22,7 @@ from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 from runtime.errors import ExecutionError  # noqa: E402
 from runtime.executors import create_executor  # noqa: E402
 from runtime.executors.ort_binding import COPY_LIMIT, outputs_follow_inputs  # noqa: E402
-from runtime.manifest import Partition  # noqa: E402
+from runtime.format.manifest import Partition  # noqa: E402
 
 FLOAT = TensorProto.FLOAT
 

@@ -1,6 +1,6 @@
 """`exporter package`: a bundle a device installs into a fresh virtual environment (only
 the runtime wheel and the locked versions, no exporter) and runs there, matching eager;
-an onnx-only bundle installs no torch (runtime/requires.py) and stays under 150 MB."""
+an onnx-only bundle installs no torch (runtime/program/requires.py) and stays under 150 MB."""
 
 from __future__ import annotations
 

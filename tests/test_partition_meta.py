@@ -16,7 +16,6 @@ import torch
 import runtime
 from runtime import executors
 from exporter.ship.archive_writer import write_artifact
-from runtime.cuda_graphs import GraphReplay
 from runtime.errors import ArtifactError, CompatibilityError
 from runtime.executors import Executor, create_executor, parse_meta, register_executor
 from runtime.executors.aoti import AotiMeta
@@ -24,8 +23,9 @@ from runtime.executors.meta import MAX_STRING, Entry, PartitionMeta
 from runtime.executors.onnxruntime import OnnxRuntimeMeta
 from runtime.executors.torch_fallback import PROGRAM_KEY, WEIGHTS_KEY, TorchFallbackMeta
 from runtime.executors.tvm import TvmMeta
-from runtime.manifest import Dim, Manifest, Partition, Requirements, Signature, TensorSpec
-from runtime.weights import INDEX_KEY
+from runtime.format.manifest import Dim, Manifest, Partition, Requirements, Signature, TensorSpec
+from runtime.format.weights import INDEX_KEY
+from runtime.program.cuda_graphs import GraphReplay
 
 # What each lowering writes today, after the build's rewrite to entry names (and without
 # its *_seconds keys): to_json must give these back key for key, value for value.
@@ -89,7 +89,7 @@ def test_file_keys_are_declared_by_the_dataclass():
     meta = TvmMeta.from_json(WRITTEN[TvmMeta], where="test")
     assert meta.files() == {"library": "partitions/p0/model.so",
                             "params": "partitions/p0/params.safetensors"}
-    # the weights index sits under runtime.weights.INDEX_KEY on both sides
+    # the weights index sits under runtime.format.weights.INDEX_KEY on both sides
     assert INDEX_KEY in WRITTEN[TvmMeta] and meta.tensor_index is not None
 
 

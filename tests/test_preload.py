@@ -10,7 +10,7 @@ import transformers.models.llama.modeling_llama as modeling_llama
 
 from exporter.builder.preload import importable_name, preload_for
 from runtime.__main__ import preload
-from runtime.manifest import Partition
+from runtime.format.manifest import Partition
 
 
 def _fallback_with(op: str) -> SimpleNamespace:

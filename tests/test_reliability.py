@@ -22,10 +22,10 @@ import torch
 import exporter
 import runtime
 import tests.models.custom_op  # noqa: F401  registers edgetest::soft_clip for loads here
-from runtime.archive import ArtifactReader
+from runtime.format.archive import ArtifactReader
 from exporter.ship.archive_writer import write_artifact
 from runtime.errors import ArtifactError, InputMismatchError
-from runtime.signing import SignatureError
+from runtime.format.signing import SignatureError
 from tests.conftest import ROOT
 
 # as a module, not a file path: built in this process, a path would load the file again and

@@ -129,12 +129,12 @@ def _outside(writes: list[tuple[str, str]], allowed: list[Path], temp: Path, tes
 def _watched_build(target, root: Path):
     """Build with lower() watched: every file it returns lies under its work folder; every
     write this process makes meanwhile lands there, in the system's temporary folder
-    (compiler caches), or in a temporary the toolchain recorded (runtime/scratch.py,
+    (compiler caches), or in a temporary the toolchain recorded (runtime/host/scratch.py,
     removed or swept later); nothing is left beside the output or in the current
     directory."""
     import tempfile
 
-    from runtime import scratch
+    from runtime.host import scratch
     sandbox, out_dir = root / "cwd", root / "out"
     sandbox.mkdir()
     out_dir.mkdir()

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import runtime
-from runtime.archive import ArtifactReader
+from runtime.format.archive import ArtifactReader
 from exporter.ship.archive_writer import write_artifact
 from runtime.errors import ArtifactError, CompatibilityError
 
@@ -61,7 +61,7 @@ def test_5_many_small_entries_that_inflate_are_refused_before_extraction(onnx_ml
 
 
 def test_5_total_inflated_size_has_a_limit(onnx_mlp, tmp_path):
-    from runtime.archive import Limits
+    from runtime.format.archive import Limits
     padded = _rewrite(onnx_mlp, tmp_path / "padded.artifact",
                       extra={"pad/a.bin": b"x" * (3 << 20)})
     with pytest.raises(ArtifactError, match="max_total_bytes"):
@@ -135,7 +135,7 @@ def test_7_inspect_says_not_verified_for_stale_or_garbage_signatures(onnx_mlp, t
     checked = cli("inspect", str(garbage), "--trusted-key", str(keys / "signing.pub"), "--json")
     status = json.loads(checked.stdout)["signature"]
     assert status["present"] and not status["verified"] and status["problem"], status
-    from runtime.signing import describe_signature, signature_status
+    from runtime.format.signing import describe_signature, signature_status
     for artifact in (swapped, garbage):  # the same judgement the command prints, in-process
         with ArtifactReader.open(artifact) as reader:
             unchecked = signature_status(reader)

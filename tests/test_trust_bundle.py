@@ -20,7 +20,7 @@ from exporter.errors import UserInputError
 from exporter.ship.archive_writer import write_artifact
 from exporter.ship.bundle import package
 from exporter.ship.lock import Lock
-from runtime.archive import ArtifactReader
+from runtime.format.archive import ArtifactReader
 
 pytest.importorskip("onnxruntime")
 EVIL = "http://evil.example/simple"

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from runtime import scratch
+from runtime.host import scratch
 from tests.conftest import ROOT
 
 
@@ -57,7 +57,7 @@ def test_1_outputs_that_are_not_regular_files_are_refused(onnx_mlp, tmp_path, cl
         target.mkdir()
     before = os.stat(target).st_mode
     writers = _writers(onnx_mlp, tmp_path, target)
-    if kind != "fifo":  # every writer shares one check (runtime/outfiles.py): two suffice
+    if kind != "fifo":  # every writer shares one check (runtime/host/outfiles.py): two suffice
         writers = {name: writers[name] for name in ("build", "run")}
     for name, args in writers.items():
         if name == "sign" and kind == "directory":
@@ -125,7 +125,7 @@ def test_10_sweep_keeps_look_alikes_and_removes_recorded_leftovers(onnx_mlp, tmp
     backup = tmp_path / ".model.artifact.backup-build-31337"
     backup.write_text("mine")
     # a process that records temporaries and dies without cleaning up (like SIGKILL)
-    code = ("import os, sys; sys.path.insert(0, sys.argv[1]); from runtime import scratch; "
+    code = ("import os, sys; sys.path.insert(0, sys.argv[1]); from runtime.host import scratch; "
             "from pathlib import Path; d = scratch.make_dir('exporter-build-'); "
             "(d / 'x').write_text('x'); "
             "f = scratch.make_file('.model.artifact.partial-', Path(sys.argv[2])); "

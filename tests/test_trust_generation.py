@@ -14,7 +14,7 @@ import threading
 import pytest
 
 import runtime
-from runtime.archive import ArtifactReader
+from runtime.format.archive import ArtifactReader
 from exporter.ship.archive_writer import write_artifact
 from runtime.errors import ArtifactError, UserInputError
 from runtime.generation.sampling import Sampling

@@ -29,7 +29,7 @@ import time
 from importlib import metadata
 from pathlib import Path
 
-from runtime.hostinfo import cpu_model
+from runtime.host.hostinfo import cpu_model
 from bench.llm.checkpoint import param_count
 from bench.llm.protocol import common_prefix
 

@@ -142,7 +142,7 @@ def rss_mb() -> float:
 def peak_rss_mb() -> float:
     """The process's peak resident set so far (VmHWM), in MiB. Not ru_maxrss: Linux
     carries the parent's high-water mark into a child across fork and exec, so each
-    engine's figure held the driver's size at the spawn (runtime/memory.py)."""
-    from runtime.memory import peak_resident_bytes
+    engine's figure held the driver's size at the spawn (runtime/memory/peak.py)."""
+    from runtime.memory.peak import peak_resident_bytes
     peak = peak_resident_bytes()
     return peak / 2**20 if peak is not None else float("nan")

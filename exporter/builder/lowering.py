@@ -14,8 +14,8 @@ from exporter.builder.placement import place
 from exporter.builder.prepared import Prepared
 from exporter.settings import BuildSettings
 from plan.partition import PartitionError, PlannedPartition, materialize
-from runtime import scratch
 from runtime.errors import ToolchainError
+from runtime.host import scratch
 from targets import FallbackPolicy, Lowered, LoweringError, LowerOptions
 from targets.fallback import lower_fallback
 

@@ -49,10 +49,10 @@ from passes.base import run_pipeline
 from passes.graph.ops import is_custom_op
 from plan import memory_plan
 from plan.partition import PlannedPartition
-from runtime import scratch
 from runtime.executors import parse_meta
-from runtime.manifest import Manifest, Partition
-from runtime.outfiles import checked_output
+from runtime.format.manifest import Manifest, Partition
+from runtime.host import scratch
+from runtime.host.outfiles import checked_output
 from targets import Lowered, Target, for_backend, get_target
 from targets.fallback import FALLBACK_BACKEND
 
@@ -255,7 +255,7 @@ def model_name(model: ModelSpec) -> str:
 
 
 def check_output_path(out: Path) -> Path:
-    """Refused now, before minutes of compiling: see runtime/outfiles.py."""
+    """Refused now, before minutes of compiling: see runtime/host/outfiles.py."""
     out = out.expanduser()
     checked_output(out)
     return out

@@ -10,7 +10,7 @@ import site
 import sysconfig
 from pathlib import Path
 
-from runtime.manifest import Manifest
+from runtime.format.manifest import Manifest
 from targets import for_backend
 
 

@@ -11,7 +11,7 @@ import torch
 from exporter.errors import UserInputError
 from exporter.settings import BuildSettings
 from exporter.validation.inputs import draw_like, load_input_file
-from runtime.manifest import Signature
+from runtime.format.manifest import Signature
 from targets import Target, all_targets
 
 log = logging.getLogger(__name__)

@@ -1,4 +1,4 @@
-"""One copy of every weight, however many partitions read it (runtime/shared_weights.py).
+"""One copy of every weight, however many partitions read it (runtime/memory/shared_weights.py).
 
 Lowerings built with ``LowerOptions.shared_weights`` return their tensors instead of
 packaging them; here each tensor is keyed by its content (dtype, shape and bytes), so
@@ -15,8 +15,8 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-from runtime.shared_weights import SHARD_BYTES, shard_entry
-from runtime.weights import read_index
+from runtime.format.weights import read_index
+from runtime.memory.shared_weights import SHARD_BYTES, shard_entry
 from targets import Lowered
 
 

@@ -28,7 +28,7 @@ def run(
     """Run an artifact on inputs from an .npz file."""
     def action() -> int:
         from runtime.__main__ import backend_lines, run_npz
-        from runtime.dtypes import name_of
+        from runtime.format.dtypes import name_of
         from runtime.__main__ import preload as preload_modules
 
         preload_modules(preload)
@@ -213,8 +213,8 @@ def inspect(artifact: Path = ARTIFACT,
     its signature)."""
     def action() -> int:
         import runtime
-        from runtime.archive import ArtifactReader
-        from runtime.signing import describe_signature, signature_status
+        from runtime.format.archive import ArtifactReader
+        from runtime.format.signing import describe_signature, signature_status
 
         with ArtifactReader.open(artifact) as reader:
             raw, signature = reader.manifest, signature_status(reader, trusted_key)
@@ -269,9 +269,9 @@ def sign(artifact: Path = typer.Argument(..., help="artifact file, signed in pla
     """Sign an artifact's manifest (which pins every entry's hash) with an Ed25519 key."""
     def action() -> int:
         from exporter.errors import UserInputError
-        from runtime.archive import ArtifactReader
+        from runtime.format.archive import ArtifactReader
         from exporter.ship.archive_writer import write_signed
-        from runtime.signing import signature_for, signer_key_id
+        from runtime.format.signing import signature_for, signer_key_id
 
         try:
             key_pem = key.read_bytes()

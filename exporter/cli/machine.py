@@ -75,7 +75,7 @@ def keygen(out_dir: Path = typer.Option(..., "--out-dir", help="directory for si
            debug: bool = DEBUG) -> None:
     """Make an Ed25519 key pair for `exporter sign`."""
     def action() -> int:
-        from runtime.signing import generate_keys
+        from runtime.format.signing import generate_keys
 
         key, pub = generate_keys(out_dir)
         if as_json:

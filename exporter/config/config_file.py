@@ -35,7 +35,7 @@ from pathlib import Path
 
 from exporter.errors import UserInputError
 from exporter.config.keys import config_field, config_key
-from runtime.outfiles import written_whole
+from runtime.host.outfiles import written_whole
 from targets import all_targets
 
 SPEC_KEY = "spec"

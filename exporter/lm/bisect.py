@@ -21,9 +21,9 @@ from torch.utils._pytree import tree_leaves, tree_unflatten
 from exporter.builder.prepared import Prepared
 from exporter.validation.bisect import bisect
 from exporter.validation.inputs import Case
+from runtime.format.manifest import Manifest
 from runtime.generation.cache import KvCache
 from runtime.generation.layout import CacheLayout
-from runtime.manifest import Manifest
 
 log = logging.getLogger(__name__)
 

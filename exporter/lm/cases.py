@@ -20,7 +20,7 @@ import torch
 import runtime
 from runtime.__main__ import preload
 from runtime.errors import ToolchainError
-from runtime.tensorio import load_tensors, save_tensors
+from runtime.host.tensorio import load_tensors, save_tensors
 
 
 def run_generation_cases(program, cases_path: str) -> dict[str, torch.Tensor]:

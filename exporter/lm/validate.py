@@ -34,8 +34,8 @@ from exporter.settings import BuildSettings
 from exporter.ship.archive_writer import write_artifact
 from exporter.validation.bisect import bisect_lines
 from exporter.validation.validate import ArtifactRun, crashed, keep_failed
-from runtime import scratch
-from runtime.manifest import Manifest
+from runtime.format.manifest import Manifest
+from runtime.host import scratch
 
 log = logging.getLogger(__name__)
 

@@ -29,7 +29,7 @@ from exporter.config.config_file import spec_location
 from exporter.errors import ArtifactError
 from exporter.matrix.cell import SETTLED, file_sha256
 from exporter.matrix.spec_file import Cell
-from runtime.outfiles import written_whole
+from runtime.host.outfiles import written_whole
 
 log = logging.getLogger(__name__)
 _CODE_ROOMS = ("runtime", "passes", "targets", "exporter")
@@ -110,7 +110,7 @@ class Cache:
             partial.write_text(json.dumps(merged, sort_keys=True, indent=0))
 
     def _intact(self, key: str, sha256: str) -> bool:
-        from runtime.archive import ArtifactReader
+        from runtime.format.archive import ArtifactReader
 
         path = self.artifact(key)
         try:

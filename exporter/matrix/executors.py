@@ -21,7 +21,7 @@ from typing import Callable
 from exporter.errors import TargetUnavailableError, UserInputError
 from exporter.matrix import warm
 from exporter.matrix.cell import Job, run_job, stop_all
-from runtime.hostinfo import usable_cores
+from runtime.host.hostinfo import usable_cores
 
 Started = Callable[[Job], None]
 Done = Callable[[Job, dict], None]

@@ -23,8 +23,8 @@ from pathlib import Path
 
 from exporter.matrix import tables
 from exporter.versions import JSON_VERSION
-from runtime.hostinfo import cpu_model, usable_cores
-from runtime.outfiles import written_whole
+from runtime.host.hostinfo import cpu_model, usable_cores
+from runtime.host.outfiles import written_whole
 
 CSV_FIELDS = ("model", "group", "column", "target", "dtype", "quantize", "status", "stage",
               "error_type", "error", "exit_code", "build_s", "artifact_bytes", "ops",

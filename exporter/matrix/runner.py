@@ -24,7 +24,7 @@ from exporter.matrix import folder as output_folder
 from exporter.matrix.cache import Cache
 from exporter.matrix.cell import Job
 from exporter.matrix.spec_file import Cell, Matrix
-from runtime.hostinfo import usable_cores
+from runtime.host.hostinfo import usable_cores
 
 @dataclass
 class Board:

@@ -38,7 +38,7 @@ import time
 from pathlib import Path
 
 from exporter.matrix import fork_safe
-from runtime import scratch
+from runtime.host import scratch
 
 # what every cell imports before it reads its model (the CLI's own modules add 0.2 s);
 # a target adds its compilers (Target.packaging.build_modules)

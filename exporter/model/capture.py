@@ -22,10 +22,10 @@ from exporter.model.export_errors import explain_export_failure
 from exporter.model.forward_contract import check_call, unregistered_output
 from exporter.model.spec import ModelSpec
 from passes.graph.rewrite import module_path, set_module_path
-from runtime.dtypes import name_of
-from runtime.flat_inputs import FlatInputs, flatten_inputs
-from runtime.manifest import Dim, Signature, TensorSpec
-from runtime.outputs import encode_tree
+from runtime.format.dtypes import name_of
+from runtime.format.manifest import Dim, Signature, TensorSpec
+from runtime.program.flat_inputs import FlatInputs, flatten_inputs
+from runtime.program.outputs import encode_tree
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ from exporter.report.page import ms, prose, render_page, table
 from exporter.report.perf import conditions
 from exporter.report.validation import judged, number
 from exporter.validation.gates import ERROR_BINS
-from runtime.manifest import Manifest
+from runtime.format.manifest import Manifest
 
 
 def render_comparison(paths: list[Path], manifests: list[Manifest], sizes: list[int],

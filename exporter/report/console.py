@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from runtime.manifest import Manifest
+from runtime.format.manifest import Manifest
 from targets.fallback import FALLBACK_BACKEND
 
 

@@ -11,7 +11,7 @@ from html import escape
 
 from exporter.report import charts
 from exporter.report.page import program_blocks
-from runtime.manifest import Manifest, Partition
+from runtime.format.manifest import Manifest, Partition
 from targets import for_backend
 from targets.fallback import FALLBACK_BACKEND
 from targets.fallback_graph import graph_nodes as fallback_nodes

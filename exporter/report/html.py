@@ -27,9 +27,9 @@ from exporter.report.memory_plot import live_bytes_per_step
 from exporter.report.page import program_blocks, prose, render_page, table
 from exporter.report.perf import latency_section, read_bench
 from exporter.report.validation import validation_section
-from runtime.manifest import Manifest
-from runtime.outfiles import checked_output, written_whole
-from runtime.signing import describe_signature, signature_status
+from runtime.format.manifest import Manifest
+from runtime.format.signing import describe_signature, signature_status
+from runtime.host.outfiles import checked_output, written_whole
 
 # Past these, the op table and the partition graph start folded (one click opens them):
 # the page should open on the summary, not on a screen-high list.
@@ -59,7 +59,7 @@ def write_report(artifacts: list[Path], out: Path, bench_files: list[Path] = ())
 
 def load(path: Path) -> tuple[Manifest, int, dict | None, dict]:
     """The verified manifest, file size, signature status and partition graphs."""
-    from runtime.archive import ArtifactReader
+    from runtime.format.archive import ArtifactReader
 
     with ArtifactReader.open(path) as reader:
         manifest = Manifest.from_dict(reader.manifest, where=str(path))

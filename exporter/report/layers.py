@@ -9,7 +9,7 @@ from html import escape
 from exporter.report import charts
 from exporter.report.console import quantization_records
 from exporter.report.page import program_blocks, prose, share_bar, table
-from runtime.manifest import Manifest
+from runtime.format.manifest import Manifest
 
 # Past this many layers the table starts folded: the page opens on the summary.
 FOLD_LAYERS = 40

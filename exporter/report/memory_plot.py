@@ -11,8 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from exporter.errors import UserInputError
-from runtime.outfiles import written_whole
-from runtime.manifest import Manifest
+from runtime.format.manifest import Manifest
+from runtime.host.outfiles import written_whole
 
 
 def live_bytes_per_step(plan: dict) -> list[int]:

@@ -12,7 +12,7 @@ from exporter.errors import UserInputError
 from exporter.report import charts
 from exporter.report.page import ms, prose, share_bar, table
 from exporter.report.validation import number
-from runtime.manifest import Manifest
+from runtime.format.manifest import Manifest
 
 
 def read_bench(path: Path) -> dict:

@@ -1,5 +1,5 @@
 """Writing the artifact file: one deterministic zip, replaced atomically (the format and
-its safe reader are in runtime/archive.py)."""
+its safe reader are in runtime/format/archive.py)."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ import zipfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
-from runtime.archive import (_CHUNK, _CREATE_SYSTEM_UNIX, _ZIP_MODE, _ZIP_TIME, FORMAT_NAME,
+from runtime.format.archive import (_CHUNK, _CREATE_SYSTEM_UNIX, _ZIP_MODE, _ZIP_TIME, FORMAT_NAME,
                              FORMAT_VERSION, MANIFEST_NAME, SIGNATURE_NAME, _file_dir_conflicts, _hash_stream,
                              _name_problem)
 from runtime.errors import ArtifactError
-from runtime.outfiles import written_whole
+from runtime.host.outfiles import written_whole
 
 
 def write_artifact(dest: str | Path, manifest: dict, files: Mapping[str, bytes | Path]) -> Path:
@@ -46,7 +46,7 @@ def write_signed(dest: Path, reader, signature: bytes) -> Path:
 
 def _write_zip(dest: Path, entries: Mapping[str, tuple]) -> Path:
     """``entries``: name -> (bytes or path, known digest or None), written sorted, whole
-    or not at all (runtime/outfiles.py: ``dest`` is checked, and replaced in one rename)."""
+    or not at all (runtime/host/outfiles.py: ``dest`` is checked, and replaced in one rename)."""
     with written_whole(dest) as partial, open(partial, "wb") as fh:
         with zipfile.ZipFile(fh, "w") as zf:
             for name in sorted(entries):

@@ -7,7 +7,7 @@
     NAME/requirements.lock      exact versions and the SHA-256 of those wheels: the versions
                                 the artifacts were built with (numpy, each backend's library,
                                 torch and safetensors only where a partition needs them:
-                                runtime/requires.py), and everything those need, as
+                                runtime/program/requires.py), and everything those need, as
                                 installed here (exporter/ship/lock.py)
     NAME/install.sh             checks SHA256SUMS, then a new venv with exactly those wheels
     NAME/run.sh                 checks SHA256SUMS and the artifact's pinned SHA-256, then
@@ -34,11 +34,11 @@ from exporter.ship.lock import Lock, lock_for, lock_lines  # noqa: F401 (lock_li
 from exporter.ship.scripts import install_script, run_script
 from exporter.ship.wheel import DIST_NAME, build_runtime_wheel
 from exporter.versions import toolchain_version
-from runtime import scratch
-from runtime.custom_ops import KNOWN
-from runtime.manifest import Manifest
-from runtime.outfiles import checked_output, written_whole
-from runtime.requires import packages as runtime_packages
+from runtime.executors.custom_ops import KNOWN
+from runtime.format.manifest import Manifest
+from runtime.host import scratch
+from runtime.host.outfiles import checked_output, written_whole
+from runtime.program.requires import packages as runtime_packages
 
 _FIXED_MTIME = 1577836800  # 2020-01-01: the same inputs give the same tar members
 
@@ -117,7 +117,7 @@ def _verified(artifacts: list[Path]) -> list[Manifest]:
 
 def custom_op_notes(artifacts: list[Path], manifests: list[Manifest]) -> list[str]:
     """Custom ops a CPU-fallback partition calls that the runtime does not register
-    itself (runtime/custom_ops.py): the device needs their code, which a bundle cannot
+    itself (runtime/executors/custom_ops.py): the device needs their code, which a bundle cannot
     know to ship (a model file's own op), so the README says so."""
     notes = []
     for path, manifest in zip(artifacts, manifests):

@@ -21,8 +21,8 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from exporter.errors import UserInputError
-from runtime.manifest import Manifest
-from runtime.requires import packages as runtime_packages
+from runtime.format.manifest import Manifest
+from runtime.program.requires import packages as runtime_packages
 from targets import for_backend
 
 # PEP 508 distribution names (the spec's own pattern)

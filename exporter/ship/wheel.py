@@ -23,7 +23,7 @@ _FIXED_TIME = (2020, 1, 1, 0, 0, 0)  # reproducible zip entries
 
 # What the runtime imports: numpy always; torch (and safetensors) only for artifacts with
 # partitions that need it, a backend's library only when an artifact has a partition for
-# it (runtime/requires.py; the executors import them lazily).
+# it (runtime/program/requires.py; the executors import them lazily).
 BASE_REQUIRES = ("numpy>=1.26",)
 # Each target names its own extra (Target.packaging.runtime_extra); torch, signing and
 # generate (text prompts of generating artifacts) are the runtime's.

@@ -25,7 +25,7 @@ from exporter.model.source_lines import source_line
 from exporter.validation.gates import Tolerance, compare_output
 from exporter.validation.inputs import Case
 from plan.partition import node_values, value_names
-from runtime.manifest import Manifest
+from runtime.format.manifest import Manifest
 from targets import for_backend
 
 log = logging.getLogger(__name__)
@@ -96,12 +96,12 @@ def look_inside(artifact: Path, manifest: Manifest, target, partition,
     another tensor). ``sources``: the build's source line per node of the whole program
     (the partition's program was traced again; its nodes name their origin). None where
     the target cannot look inside."""
-    from runtime.archive import ArtifactReader
+    from runtime.format.archive import ArtifactReader
 
     nodes = {node.name: node for node in sub_program.graph.nodes if node.op == "call_function"}
     reference = {node.name: value for node, value in node_values(sub_program, inputs).items()
                  if node.name in nodes and isinstance(value, torch.Tensor)}
-    from runtime.shared_weights import SharedWeights, shared_entries
+    from runtime.memory.shared_weights import SharedWeights, shared_entries
 
     names = partition.meta.get("shared_weights")
     with ArtifactReader.open(artifact) as reader:

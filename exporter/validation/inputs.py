@@ -9,9 +9,9 @@ from pathlib import Path
 import torch
 
 from exporter.errors import UserInputError
-from runtime.manifest import Signature, TensorSpec
-from runtime.program import check_inputs
-from runtime.tensorio import load_npz
+from runtime.format.manifest import Signature, TensorSpec
+from runtime.host.tensorio import load_npz
+from runtime.program.torch_program import check_inputs
 
 RANDOM_WARNING = ("validated on random inputs drawn like the example inputs; random data can hide "
                   "real errors: give representative data with --inputs FILE.npz")

@@ -26,9 +26,9 @@ from exporter.errors import BuildError
 from exporter.ship.archive_writer import write_artifact
 from exporter.validation.gates import FLOAT32_REFERENCE_FLOOR, Gate
 from exporter.validation.inputs import Case
-from runtime import scratch
-from runtime.manifest import Signature
-from runtime.tensorio import load_tensors, save_tensors
+from runtime.format.manifest import Signature
+from runtime.host import scratch
+from runtime.host.tensorio import load_tensors, save_tensors
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +48,7 @@ class ArtifactRun:
         cases_path = self._tmp / "cases.safetensors"
         self._out_path = self._tmp / "out.safetensors"
         self._memory_path = self._tmp / "memory.json"
-        self.memory: dict = {}  # the peak the child measured (runtime/memory.py)
+        self.memory: dict = {}  # the peak the child measured (runtime/memory/peak.py)
         save_tensors(cases_path, cases if isinstance(cases, dict) else
                      {f"{c.name}/{k}": v for c in cases for k, v in c.inputs.items()})
         cmd = [sys.executable, "-m", *command, str(artifact),

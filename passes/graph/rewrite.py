@@ -16,7 +16,7 @@ from torch.export import ExportedProgram
 
 from passes.base import PassResult
 from passes.graph.dims import export_keeping_dims
-from runtime.flat_inputs import FlatInputs, flatten_inputs
+from runtime.program.flat_inputs import FlatInputs, flatten_inputs
 
 
 class _FlatCall(torch.nn.Module):

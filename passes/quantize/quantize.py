@@ -27,7 +27,7 @@ from passes.quantize.quant_graph import (label_linears, layer_name, products_as_
                                          quiet_torchao, reads_only_weights, weight_bytes,
                                          weighted_op)
 from passes.quantize.quantize_weight_only import quantize_weights
-from runtime.flat_inputs import flatten_inputs
+from runtime.program.flat_inputs import flatten_inputs
 
 _DEQUANTIZE = ("dequantize_per_channel", "dequantize_per_tensor", "dequantize_affine")
 

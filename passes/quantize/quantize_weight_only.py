@@ -32,7 +32,7 @@ from passes.quantize import int4_cpu
 from passes.quantize.quant_error import layer_error_record
 from passes.quantize.quant_graph import (layer_name, products_as_linear, quiet_torchao,
                                          weight_bytes, weighted_op)
-from runtime.flat_inputs import flatten_inputs
+from runtime.program.flat_inputs import flatten_inputs
 
 # The layers each recipe quantizes, with the functional form the torchao tensor
 # intercepts. Int8 also takes embedding tables (gathered rows are dequantized); torchao's

@@ -20,11 +20,11 @@ import types
 from pathlib import Path
 from typing import Any
 
-from runtime.consistency import check_partition_files
 from runtime.errors import ArtifactError, CompatibilityError
 from runtime.executors.base import Executor, ExecutorKind
 from runtime.executors.meta import PartitionMeta
-from runtime.manifest import Partition
+from runtime.format.consistency import check_partition_files
+from runtime.format.manifest import Partition
 
 __all__ = ["ENTRY_POINT_GROUP", "Executor", "ExecutorKind", "PartitionMeta", "create_executor",
            "kinds", "parse_meta", "register_executor", "unregister_executor"]
@@ -86,7 +86,7 @@ def parse_meta(partition: Partition, *, where: str) -> PartitionMeta:
 def create_executor(partition: Partition, files_dir: Path, *, where: str,
                     entries: set[str] | None = None, **options: Any) -> Executor:
     """``entries``: the verified entry names; the meta's file keys (``Entry`` fields,
-    opened as files) must name one of them (runtime/consistency.py)."""
+    opened as files) must name one of them (runtime/format/consistency.py)."""
     loader = _loader(partition, where)
     meta = loader.Meta.from_json(partition.meta, where=where, partition=partition.name)
     if entries is not None:

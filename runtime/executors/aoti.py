@@ -11,11 +11,11 @@ from typing import Iterator
 
 import torch
 
-from runtime import scratch
 from runtime.errors import ArtifactError
 from runtime.executors.meta import Entry, PartitionMeta
-from runtime.manifest import Partition
-from runtime.shared_weights import SharedWeights, missing_store
+from runtime.format.manifest import Partition
+from runtime.host import scratch
+from runtime.memory.shared_weights import SharedWeights, missing_store
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,7 @@ class AotiExecutor:
         # torch's Python loader (aoti_load_package) first compares the package's CPU
         # ISA with this host's by compiling probe programs (6-10 compiler runs: 28-43 s
         # of a load on the GPU machine's cold cache) and then only warns. We load with
-        # the C++ loader it wraps instead: runtime.hostinfo has already checked the
+        # the C++ loader it wraps instead: runtime.host.hostinfo has already checked the
         # ISA and CUDA capability exactly, from the manifest, before this point.
         # The loader unpacks the package into an ``aotinductor_*`` folder under $TMPDIR and
         # leaves it behind when loading fails; pointed at a recorded folder of ours, every

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from runtime.executors.meta import PartitionMeta
-from runtime.manifest import Partition
+from runtime.format.manifest import Partition
 
 if TYPE_CHECKING:  # the runtime imports torch only where a partition needs it
     import torch
@@ -19,14 +19,14 @@ if TYPE_CHECKING:  # the runtime imports torch only where a partition needs it
 @runtime_checkable
 class Executor(Protocol):
     """One partition, loaded: tensors in, tensors out (numpy arrays in and out instead, for
-    the kinds in runtime/requires.py's ARRAY_KINDS when loaded with ``arrays=True``: the
+    the kinds in runtime/program/requires.py's ARRAY_KINDS when loaded with ``arrays=True``: the
     device has no torch).
 
     Program resolves ``executor.__call__`` once at construction and calls that on every
     run, so a class pays no per-call method lookup (and an executor may hold a plain
     function there: see runtime/executors/onnxruntime.py)."""
 
-    # Planned tensors of the device arena this executor computes in (runtime/arena.py);
+    # Planned tensors of the device arena this executor computes in (runtime/memory/arena.py);
     # Program.memory_report counts them. 0 for backends that allocate their own memory.
     arena_slots: int
 
@@ -53,7 +53,7 @@ class ExecutorKind(Protocol):
         ``Entry`` fields already known to name verified entries. ``files_dir``: the
         private copy of the artifact's entries (an entry name is a path under it).
         ``options`` include ``run_single_threaded`` (the partition will be captured in a
-        CUDA graph), ``arena`` (the device's runtime.arena.Arena, or None) and, for the
+        CUDA graph), ``arena`` (the device's runtime.memory.arena.Arena, or None) and, for the
         array kinds only, ``arrays`` (take and give numpy arrays: torch is not installed);
         ignore those you do not use, and accept ones that later runtimes add."""
         ...

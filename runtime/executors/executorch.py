@@ -3,7 +3,7 @@
 
 ``executorch`` is imported inside ``load``, so a device without it can still run other
 backends. Its Python runtime takes and gives torch tensors (numpy arrays are refused),
-so this kind is not one of runtime/requires.py's array kinds. The program is opened
+so this kind is not one of runtime/program/requires.py's array kinds. The program is opened
 with ExecuTorch's full flatbuffer verification (InternalConsistency): a verified entry
 ExecuTorch still refuses is a broken artifact, said as such.
 """
@@ -17,7 +17,7 @@ from typing import Any
 
 from runtime.errors import ArtifactError, CompatibilityError, ExecutionError
 from runtime.executors.meta import Entry, PartitionMeta
-from runtime.manifest import Partition
+from runtime.format.manifest import Partition
 
 log = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ driven by those annotations, so the two sides cannot drift apart key by key:
 
 * ``to_json()`` is what the lowering puts in the manifest (``None`` fields are left out,
   tuples become lists: the same JSON the bare dicts made, so manifests stay identical);
-* ``from_json(raw, where=..., partition=...)`` checks it the way runtime/manifest.py checks
+* ``from_json(raw, where=..., partition=...)`` checks it the way runtime/format/manifest.py checks
   the manifest, raising ArtifactError naming the partition and the key.
 
 Field types understood: ``str``, ``Entry`` (a ``str`` naming one of the artifact's
@@ -17,7 +17,7 @@ without a default is required; optional fields default to ``None`` (or a value).
 constructor checks values the same way (raising TypeError), so a lowering that writes a
 wrong value fails at build time.
 
-Unknown keys are tolerated, as runtime/manifest.py tolerates unknown optional keys: a
+Unknown keys are tolerated, as runtime/format/manifest.py tolerates unknown optional keys: a
 newer toolchain may add an informational key and an older device must still load the
 artifact, and lowerings hand their executors extra keys (``compile_seconds``) that the
 build moves out of the manifest. A misspelt key cannot come from a lowering that builds
@@ -35,13 +35,13 @@ from typing import Any, NewType, Self
 
 from runtime.errors import ArtifactError
 
-Entry = NewType("Entry", str)  # an artifact entry name; runtime/consistency.py checks it
+Entry = NewType("Entry", str)  # an artifact entry name; runtime/format/consistency.py checks it
 
 # Bounds for values read from a (possibly hostile) manifest. Entry names, versions,
 # provider and op names are short; a compiler note is one line.
 MAX_STRING = 4096
 MAX_ITEMS = 1 << 16  # items of one list or object field
-MAX_COUNT = 1 << 62  # as runtime/manifest.py bounds its integers
+MAX_COUNT = 1 << 62  # as runtime/format/manifest.py bounds its integers
 
 _REBUILD = "rebuild the artifact with `exporter build`"
 
@@ -54,7 +54,7 @@ class _Bad(Exception):
 class PartitionMeta:
     """Base of every executor kind's metadata. Its one field, keyword-only (so kinds keep
     their own required fields), names the tensors the partition takes from the artifact's
-    shared weight store (runtime/shared_weights.py): {name the executor uses: store key}."""
+    shared weight store (runtime/memory/shared_weights.py): {name the executor uses: store key}."""
 
     shared_weights: dict[str, str] | None = dataclasses.field(default=None, kw_only=True)
 

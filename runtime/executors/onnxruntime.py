@@ -21,8 +21,8 @@ from typing import Any, Callable
 from runtime.errors import ArtifactError, CompatibilityError, ExecutionError
 from runtime.executors.meta import Entry, PartitionMeta
 from runtime.executors.ort_shared import supply_shared
-from runtime.manifest import Partition
-from runtime.shared_weights import SharedWeights, missing_store
+from runtime.format.manifest import Partition
+from runtime.memory.shared_weights import SharedWeights, missing_store
 
 log = logging.getLogger(__name__)
 

@@ -35,7 +35,7 @@ from typing import Callable
 
 import torch
 
-from runtime.dtypes import NUMPY_TWINS, numpy_dtype
+from runtime.format.dtypes import NUMPY_TWINS, numpy_dtype
 
 COPY_LIMIT = 64 * 1024  # bytes of all outputs; copy vs fresh buffer crossed at 64-256 KiB
 

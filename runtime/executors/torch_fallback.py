@@ -27,13 +27,13 @@ from typing import Any
 import torch
 from torch.utils._pytree import tree_leaves, tree_unflatten
 
-from runtime.arena import Arena, run_in_arena
-from runtime.custom_ops import register_known
 from runtime.errors import ArtifactError, CompatibilityError, ExecutionError
+from runtime.executors.custom_ops import register_known
 from runtime.executors.meta import Entry, PartitionMeta
-from runtime.manifest import Partition
-from runtime.shared_weights import SharedWeights, missing_store
-from runtime.weights import load_checked
+from runtime.format.manifest import Partition
+from runtime.format.weights import load_checked
+from runtime.memory.arena import Arena, run_in_arena
+from runtime.memory.shared_weights import SharedWeights, missing_store
 
 # TorchFallbackMeta's file keys by name, for the lowering's index (tensor_index[WEIGHTS_KEY])
 PROGRAM_KEY = "program"
@@ -50,7 +50,7 @@ class TorchFallbackMeta(PartitionMeta):
     # every tensor it reads, as safetensors; None where they are in the shared store
     weights: Entry | None = None
     schema_version: str | None = None  # torch's export schema, "major.minor" (report)
-    # runtime.weights.INDEX_KEY: {"weights": the weights file's index}, checked before reading
+    # runtime.format.weights.INDEX_KEY: {"weights": the weights file's index}, checked before reading
     tensor_index: dict[str, dict] | None = None
     weights_count: int | None = None  # report
     weights_bytes: int | None = None  # report
@@ -91,7 +91,7 @@ class TorchFallbackExecutor:
         # module() puts the weights back into the graph (they are lifted inputs in the
         # program) and applies buffer mutations, so it is the one correct way to run it.
         module = program.module()
-        # Planned intermediates write into the device arena (runtime/arena.py). With dynamic
+        # Planned intermediates write into the device arena (runtime/memory/arena.py). With dynamic
         # dims a slot changes shape per call: emptied first, so the out= op resizes it quietly.
         slots = run_in_arena(module, arena, f"{partition.name}/") if arena is not None else []
         return cls(module, program.call_spec.in_spec, slots,
@@ -158,7 +158,7 @@ def _check_ops(raw: dict, *, where: str, modules: list[str] = ()) -> None:
     """List every operator this process lacks at once (torch stops at the first);
     ``modules``: those the build recorded as registering the custom ones."""
     missing = sorted({t for t in _targets(raw) if not _resolves(t)})
-    if missing:  # those the runtime has kernels for, it registers (runtime/custom_ops.py)
+    if missing:  # those the runtime has kernels for, it registers (runtime/executors/custom_ops.py)
         register_known({_op_name(t) for t in missing})
         missing = [t for t in missing if not _resolves(t)]
     builtin = [t for t in missing if t.split(".")[2] in _TORCH_NAMESPACES]

@@ -16,8 +16,8 @@ from typing import Any
 
 from runtime.errors import ArtifactError, CompatibilityError, ExecutionError
 from runtime.executors.meta import Entry, PartitionMeta
-from runtime.manifest import Partition
-from runtime.weights import load_checked
+from runtime.format.manifest import Partition
+from runtime.format.weights import load_checked
 
 
 @dataclass(frozen=True)
@@ -25,7 +25,7 @@ class TvmMeta(PartitionMeta):
     library: Entry  # the exported Relax library (.so)
     params: Entry  # its weights (safetensors), handed to main after the inputs
     num_params: int  # how many; checked against the file
-    # runtime.weights.INDEX_KEY: {"params": the weights file's index}, checked before reading
+    # runtime.format.weights.INDEX_KEY: {"params": the weights file's index}, checked before reading
     tensor_index: dict[str, dict] | None = None
     tvm_target: str | None = None  # the TVM target string it was compiled for (report)
     tvm: str | None = None  # the TVM version of the build (report, `exporter bundle`)

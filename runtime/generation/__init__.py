@@ -52,7 +52,7 @@ def _features(path_text: str):
         if path.suffix == ".npy":
             import numpy
             return torch.from_numpy(numpy.load(path, allow_pickle=False))
-        from runtime.tensorio import load_tensors
+        from runtime.host.tensorio import load_tensors
         tensors = load_tensors(path)
     except Exception as exc:  # noqa: BLE001 - any unreadable file is the user's input
         raise UserInputError(f"--source-features {path_text} cannot be read "

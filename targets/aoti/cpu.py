@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 from typing import Iterator
 
-from runtime.manifest import Requirements
+from runtime.format.manifest import Requirements
 from targets import cpu_isa
 from targets.aoti.base import AOTInductorTarget
 from targets.base import LowerOptions, base_requirements

@@ -10,7 +10,7 @@ import contextlib
 
 import torch
 
-from runtime.manifest import Requirements
+from runtime.format.manifest import Requirements
 from targets.aoti.base import AotiGeneration, AotiPackaging, AOTInductorTarget, AotiTooling
 from targets.aoti.kernel_timing import host_independent_kernel_timing
 from targets.aoti.passes.row_linears import SingleRowLinearsAsReductions

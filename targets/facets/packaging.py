@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from runtime.manifest import Partition
+from runtime.format.manifest import Partition
 from targets.options import LowerOptions
 
 

@@ -9,7 +9,7 @@ from typing import Callable
 
 import torch
 
-from runtime.manifest import Partition
+from runtime.format.manifest import Partition
 
 
 @dataclass(frozen=True)

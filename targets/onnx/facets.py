@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from runtime.manifest import Partition
+from runtime.format.manifest import Partition
 from targets.facets import Baseline, Packaging, Tooling
 from targets.onnx import inside
 

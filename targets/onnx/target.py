@@ -24,8 +24,8 @@ from passes.base import Pass
 from passes.cleanup.decompose import Decompose
 from passes.graph.ops import is_custom_op
 from runtime.executors.onnxruntime import OnnxRuntimeMeta
-from runtime import scratch
-from runtime.flat_inputs import flatten_inputs
+from runtime.host import scratch
+from runtime.program.flat_inputs import flatten_inputs
 from targets.base import (
     Availability,
     Lowered,

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from torch.export import ExportedProgram
 
-from runtime import scratch
+from runtime.host import scratch
 from targets.base import LowerOptions
 
 REPORT_DIR_PREFIX = "exporter-onnx-"

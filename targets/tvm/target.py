@@ -30,8 +30,8 @@ from passes.base import Pass
 from passes.cleanup.decompose import Decompose
 from passes.graph.ops import is_custom_op
 from runtime.executors.tvm import TvmMeta
-from runtime.manifest import Partition, Requirements
-from runtime.weights import read_index
+from runtime.format.manifest import Partition, Requirements
+from runtime.format.weights import read_index
 from targets import cpu_isa
 from targets.base import (
     Availability,
@@ -104,7 +104,7 @@ def _decomposed_by_export() -> frozenset:
 class TvmPackaging(Packaging):
     build_packages: tuple[tuple[str, str], ...] = (("apache-tvm", "tvm"),)
     build_modules: tuple[str, ...] = ("targets.tvm.compile",)
-    # the executor reads the weights with safetensors (runtime/requires.py)
+    # the executor reads the weights with safetensors (runtime/program/requires.py)
     runtime_extra: tuple[str, tuple[str, ...]] | None = (
         "tvm", ("apache-tvm>=0.27", "apache-tvm-ffi", "safetensors>=0.4"))
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 
 from runtime.executors.meta import Entry, PartitionMeta
-from runtime.manifest import Partition
+from runtime.format.manifest import Partition
 
 BACKEND = "toy-relu"
 

@@ -3,8 +3,8 @@
 Executors (one per backend kind) only turn tensors into tensors; scheduling,
 input checks and the hand-off of tensors between partitions live here. Torch tensors in
 and out (numpy arrays are taken too); on a device without torch, ``runtime.load`` gives
-an ArrayProgram instead (runtime/array_program.py). What both share is in
-runtime/program_base.py.
+an ArrayProgram instead (runtime/program/array_program.py). What both share is in
+runtime/program/base.py.
 """
 
 from __future__ import annotations
@@ -18,12 +18,12 @@ import numpy as np
 import torch
 from torch.utils._pytree import tree_map
 
-from runtime.arena import Arena
 from runtime.executors.base import Executor
-from runtime.flat_inputs import flatten_inputs
-from runtime.manifest import Manifest, TensorSpec
-from runtime.outputs import decode_tree
-from runtime.program_base import ProgramBase, check_inputs, shape_rules, shapes_fit
+from runtime.format.manifest import Manifest, TensorSpec
+from runtime.memory.arena import Arena
+from runtime.program.base import ProgramBase, check_inputs, shape_rules, shapes_fit
+from runtime.program.flat_inputs import flatten_inputs
+from runtime.program.outputs import decode_tree
 
 __all__ = ["Executor", "Program", "check_inputs"]
 
@@ -42,7 +42,7 @@ class Program(ProgramBase):
         # A bound method: calling an object's __call__ costs ~45 ns more per run.
         self._fast_check = _FastCheck(manifest.signature.inputs).check
         # Per device, the preallocated bytes that hand-offs between devices are copied into
-        # (runtime/arena.py); what lives there is never handed to the caller.
+        # (runtime/memory/arena.py); what lives there is never handed to the caller.
         self._arenas = dict(arenas or {})
         self._arena_storages = {a.storage.untyped_storage().data_ptr()
                                 for a in self._arenas.values()}

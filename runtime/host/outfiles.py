@@ -22,8 +22,8 @@ import stat
 from pathlib import Path
 from typing import Iterator
 
-from runtime import scratch
 from runtime.errors import UserInputError
+from runtime.host import scratch
 
 _KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
           (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
@@ -56,7 +56,7 @@ def checked_output(path: str | Path, *, flag: str = "--out") -> Path:
 def written_whole(out: str | Path, *, flag: str = "--out", suffix: str = "",
                   mode: int = 0o644) -> Iterator[Path]:
     """Yield a temporary path beside ``checked_output(out)`` to write to; see the module
-    docstring. The temporary is recorded (runtime/scratch.py: a killed build's is swept)
+    docstring. The temporary is recorded (runtime/host/scratch.py: a killed build's is swept)
     and keeps ``suffix`` (for writers that read the format from the extension)."""
     dest = checked_output(out, flag=flag)
     partial = scratch.make_file(f".{dest.name}.partial-", dest.parent, suffix)

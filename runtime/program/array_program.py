@@ -1,7 +1,7 @@
 """``ArrayProgram``: a loaded artifact on a device without torch, numpy arrays in and out.
 
 ``runtime.load`` gives one when torch is not installed and every partition runs on the
-CPU on ONNX Runtime or TVM (runtime/requires.py), whose executors then take and give
+CPU on ONNX Runtime or TVM (runtime/program/requires.py), whose executors then take and give
 arrays. Everything is on the CPU and nothing needs the build's memory plan (its arenas
 serve hand-offs between devices and the torch CPU fallback), so running is the
 partitions in order, each fed the values it names.
@@ -13,12 +13,12 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from runtime.dtypes import numpy_dtype
 from runtime.errors import UserInputError
 from runtime.executors.base import Executor
-from runtime.manifest import Manifest, TensorSpec
-from runtime.outputs import decode_tree
-from runtime.program_base import ProgramBase, check_inputs, shape_rules, shapes_fit
+from runtime.format.dtypes import numpy_dtype
+from runtime.format.manifest import Manifest, TensorSpec
+from runtime.program.base import ProgramBase, check_inputs, shape_rules, shapes_fit
+from runtime.program.outputs import decode_tree
 
 __all__ = ["ArrayProgram"]
 

@@ -19,7 +19,7 @@ if TYPE_CHECKING:  # imported where tensors are made: listing entries needs no t
     import torch
 
 PREFIX = "weights/shared-"
-SHARD_BYTES = 1 << 30  # an entry stays well under runtime.archive.Limits.max_entry_bytes
+SHARD_BYTES = 1 << 30  # an entry stays well under runtime.format.archive.Limits.max_entry_bytes
 _REBUILD = "rebuild the artifact with `exporter build`"
 
 
@@ -49,7 +49,7 @@ class SharedWeights:
     def tensors(self, names: dict[str, str], device: str | torch.device, *, partition: str
                 ) -> dict[str, torch.Tensor]:
         """{name the executor uses: tensor on ``device``} for one partition's mapping."""
-        from runtime.weights import load_checked
+        from runtime.format.weights import load_checked
         if self._host is None:  # each shard's header is checked against the manifest first
             self._host = {}
             for entry, index in sorted(self._indexes.items()):

@@ -20,12 +20,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from runtime import scratch
 from runtime.errors import ArtifactError
-from runtime.manifest_json import FORMAT_NAME, FORMAT_VERSION, parse_manifest  # noqa: F401 (re-exported)
+from runtime.host import scratch
+from runtime.format.manifest_json import FORMAT_NAME, FORMAT_VERSION, parse_manifest  # noqa: F401 (re-exported)
 
 MANIFEST_NAME = "manifest.json"
-# The Ed25519 signature over manifest.json's bytes (runtime/signing.py). Like the manifest
+# The Ed25519 signature over manifest.json's bytes (runtime/format/signing.py). Like the manifest
 # it is not in the manifest's entry list: the manifest cannot name its own signature.
 SIGNATURE_NAME = "manifest.sig"
 MAX_SIGNATURE_BYTES = 4096

@@ -1,4 +1,4 @@
-"""Check 5 of the artifact reader (runtime/archive.py): ``manifest.json``'s bytes as a
+"""Check 5 of the artifact reader (runtime/format/archive.py): ``manifest.json``'s bytes as a
 JSON object of a format version this runtime reads, with a well-formed entry list.
 Strict on purpose: duplicate keys and NaN/Infinity are refused, since two readers could
 read them differently."""

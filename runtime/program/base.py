@@ -1,18 +1,18 @@
 """What every loaded program has, whatever its tensors are: the manifest, the executors in
 run order, the names, the backends' reports, input ordering and the signature checks.
 
-Torch-free: ``Program`` (runtime/program.py, torch tensors) and ``ArrayProgram``
-(runtime/array_program.py, numpy arrays on a device without torch) build on it.
+Torch-free: ``Program`` (runtime/program/torch_program.py, torch tensors) and ``ArrayProgram``
+(runtime/program/array_program.py, numpy arrays on a device without torch) build on it.
 """
 
 from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from runtime.dtypes import name_of
 from runtime.errors import InputMismatchError
 from runtime.executors.base import Executor
-from runtime.manifest import Manifest, TensorSpec
+from runtime.format.dtypes import name_of
+from runtime.format.manifest import Manifest, TensorSpec
 
 
 class ProgramBase:
@@ -21,7 +21,7 @@ class ProgramBase:
         self.manifest = manifest
         self.source = source
         self._executors = list(executors)
-        self._arenas: dict = {}  # per device, the build's memory plan (runtime/arena.py)
+        self._arenas: dict = {}  # per device, the build's memory plan (runtime/memory/arena.py)
         self._input_names = self.input_names
         self._output_names = self.output_names
 

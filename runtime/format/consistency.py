@@ -2,17 +2,25 @@
 hostile or corrupt) manifest is refused there, with exit 2, and never fails later as a
 KeyError at the first call.
 
-Field-by-field shape checks are in runtime/manifest.py; these are the ones that need
+Field-by-field shape checks are in runtime/format/manifest.py; these are the ones that need
 several fields (or the archive's entry list, or this host) at once.
+
+``check_requirements`` runs before any compiled library is loaded: a library built for an
+ISA the CPU lacks would die with SIGILL, and one built for another torch may crash in its
+constructor; both become a CompatibilityError that names both sides. What asks torch (its
+version, the GPU) applies only to artifacts whose partitions run on torch
+(runtime/program/requires.py).
 """
 
 from __future__ import annotations
 
 import os
+import platform
 from typing import Any, Mapping
 
 from runtime.errors import ArtifactError, CompatibilityError
-from runtime.manifest import Manifest, Partition
+from runtime.format.manifest import Manifest, Partition, Requirements
+from runtime.host import hostinfo
 
 _HINT = "rebuild the artifact with `exporter build`"
 
@@ -46,7 +54,7 @@ def check_dataflow(manifest: Manifest, *, where: str) -> None:
 
 
 def _tree_problem(tree: Any, count: int) -> str | None:
-    """Why ``tree`` (runtime/outputs.py's JSON) cannot index ``count`` outputs exactly once."""
+    """Why ``tree`` (runtime/program/outputs.py's JSON) cannot index ``count`` outputs exactly once."""
     if tree is None:
         return None
     leaves: list[int] = []
@@ -118,7 +126,7 @@ def check_arena_fits(device: str, nbytes: int, *, where: str) -> None:
 
 
 def _cuda_available() -> bool:
-    """Asked only of artifacts with CUDA parts, which need torch (runtime/requires.py)."""
+    """Asked only of artifacts with CUDA parts, which need torch (runtime/program/requires.py)."""
     import torch
     return torch.cuda.is_available()
 
@@ -128,3 +136,53 @@ def _physical_memory() -> int | None:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):
         return None
+
+
+def check_requirements(req: Requirements, *, where: str, torch=None) -> None:
+    """Raise CompatibilityError naming both sides if this host cannot run the artifact.
+    ``torch``: the module when a partition runs on it (then its version and the GPU are
+    checked too), else None."""
+    host_arch = platform.machine()
+    if req.arch != host_arch:
+        raise CompatibilityError(
+            f"the artifact was built for {req.arch} but this machine is {host_arch}", where=where,
+            hint=f"build it again on (or for) a {host_arch} machine")
+    _check_cpu_flags(req, where)
+    if torch is None:
+        return
+    if hostinfo.torch_release(req.torch) != hostinfo.torch_release(torch.__version__):
+        raise CompatibilityError(
+            f"the artifact was built with torch {req.torch} but this runtime has torch "
+            f"{torch.__version__}; compiled AOTInductor code is only loadable by the same "
+            "torch major.minor", where=where,
+            hint=f"install torch=={req.torch.split('+')[0]} here, or rebuild with this torch")
+    if req.cuda_capability is not None:
+        _check_cuda(req, where, torch)
+
+
+def _check_cpu_flags(req: Requirements, where: str) -> None:
+    have = hostinfo.cpu_flags()
+    if not req.cpu_flags or have is None:
+        return
+    missing = sorted(set(req.cpu_flags) - have)
+    if missing:
+        raise CompatibilityError(
+            f"the artifact was compiled for the {req.cpu_isa} CPU instruction set, and this CPU "
+            f"lacks {len(missing)} of the features it needs: {', '.join(missing)}", where=where,
+            hint="rebuild with a lower --cpu-isa (e.g. `--cpu-isa avx2` or `--cpu-isa generic`)")
+
+
+def _check_cuda(req: Requirements, where: str, torch) -> None:
+    if not torch.cuda.is_available():
+        raise CompatibilityError(
+            f"the artifact needs a CUDA GPU of compute capability {req.cuda_capability} or newer, "
+            f"and none is usable here (torch {torch.__version__}, CUDA build: "
+            f"{torch.version.cuda or 'none'})", where=where,
+            hint="run it on a machine with an NVIDIA GPU and a CUDA build of torch")
+    major, minor = torch.cuda.get_device_capability()
+    need = tuple(int(p) for p in req.cuda_capability.split("."))
+    if (major, minor) < need:
+        raise CompatibilityError(
+            f"the artifact was built for CUDA compute capability {req.cuda_capability} and this "
+            f"GPU ({torch.cuda.get_device_name()}) has {major}.{minor}", where=where,
+            hint="rebuild the artifact on a machine with this GPU")

@@ -25,7 +25,7 @@ class PeakMemory:
 
     def __enter__(self) -> "PeakMemory":
         self.rss_start = _reset_high_water_mark()
-        if self.uses_cuda:  # CUDA partitions need torch (runtime/requires.py)
+        if self.uses_cuda:  # CUDA partitions need torch (runtime/program/requires.py)
             import torch
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()

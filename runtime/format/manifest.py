@@ -2,7 +2,7 @@
 
 Plain dataclasses rather than pydantic on purpose: the runtime is what a device
 installs alone, docs/architecture.md limits it to torch, numpy and safetensors (and torch
-only where a partition needs it: runtime/requires.py), and the GPU machine's image has no
+only where a partition needs it: runtime/program/requires.py), and the GPU machine's image has no
 pydantic. The exporter builds these objects and the
 runtime reads them; ``to_dict``/``from_dict`` are the only (de)serialisers.
 Unknown optional keys are ignored when reading, so a newer minor format loads.
@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from runtime.dtypes import NAMES as DTYPE_NAMES
 from runtime.errors import ArtifactError
+from runtime.format.dtypes import NAMES as DTYPE_NAMES
 
 
 @dataclass(frozen=True)
@@ -73,7 +73,7 @@ class TensorSpec:
 class Signature:
     inputs: tuple[TensorSpec, ...]
     outputs: tuple[TensorSpec, ...]
-    # How flat outputs nest (see runtime.outputs): lets Program.__call__ return
+    # How flat outputs nest (see runtime.program.outputs): lets Program.__call__ return
     # the model's own structure without importing the model's output classes.
     output_tree: Any = None
 
@@ -184,7 +184,7 @@ class EntryPoint:
 
 @dataclass
 class Manifest:
-    """Everything ``manifest.json`` says, except ``format`` and ``entries`` (owned by runtime.archive)."""
+    """Everything ``manifest.json`` says, except ``format`` and ``entries`` (owned by runtime.format.archive)."""
 
     target: str
     signature: Signature
@@ -203,7 +203,7 @@ class Manifest:
     # ids and the tokenizer's entry. Both empty for other artifacts.
     entry_points: dict[str, EntryPoint] = field(default_factory=dict)
     generation: dict | None = None
-    # The shared weight store (runtime/shared_weights.py): {"entries": {entry: its
+    # The shared weight store (runtime/memory/shared_weights.py): {"entries": {entry: its
     # safetensors index}, "bytes": total}.
     shared_weights: dict | None = None
     entries: dict = field(default_factory=dict)  # filled by the archive writer; read-only here

@@ -11,15 +11,15 @@ this before it loads anything, and ``exporter package`` locks exactly these pack
 
 from __future__ import annotations
 
-from runtime.dtypes import NUMPY_TWINS
 from runtime.errors import CompatibilityError
-from runtime.manifest import Manifest, Partition
+from runtime.format.dtypes import NUMPY_TWINS
+from runtime.format.manifest import Manifest, Partition
 
 # Executor kinds that run on numpy arrays, and what each imports beyond numpy
 # (TVM reads its weights with safetensors; its own library comes from the target's
 # runtime_packages, with the version the build used).
 ARRAY_KINDS: dict[str, tuple[str, ...]] = {"onnxruntime": (), "tvm": ("safetensors",)}
-# What the runtime imports when torch is in use (runtime/weights.py, tensorio.py).
+# What the runtime imports when torch is in use (runtime/format/weights.py, tensorio.py).
 TORCH_STACK = ("torch", "numpy", "safetensors")
 
 

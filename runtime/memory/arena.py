@@ -24,8 +24,8 @@ from typing import Mapping
 
 import torch
 
-from runtime.consistency import check_arena_fits
 from runtime.errors import ArtifactError
+from runtime.format.consistency import check_arena_fits
 
 # keys of manifest.memory_plan["arenas"][device]
 ARENA_BYTES, SLOTS = "arena_bytes", "slots"

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 import numpy as np
 
 from runtime.errors import UserInputError
-from runtime.outfiles import written_whole
+from runtime.host.outfiles import written_whole
 
 if TYPE_CHECKING:
     import torch

@@ -2,7 +2,7 @@
 which of them numpy holds, and the lookups both ways.
 
 Torch-free on purpose: a device that runs only ONNX Runtime or TVM partitions has numpy
-and no torch (runtime/requires.py), and still checks every manifest dtype against this.
+and no torch (runtime/program/requires.py), and still checks every manifest dtype against this.
 Numpy's names for the shared dtypes are torch's ("float32", "bool", "complex64"), so one
 name serves both libraries.
 """

@@ -21,8 +21,8 @@ import os
 from pathlib import Path
 from typing import Iterable
 
-from runtime.archive import SIGNATURE_NAME, ArtifactReader
 from runtime.errors import ArtifactError, UserInputError
+from runtime.format.archive import SIGNATURE_NAME, ArtifactReader
 
 ALGORITHM = "ed25519"
 
