@@ -28,8 +28,8 @@ from exporter.validation.validate import validate as _validate
 from exporter.validation.inputs import make_cases
 from runtime import read_manifest
 from runtime.errors import InputMismatchError
-from runtime.flat_inputs import flatten_inputs
-from runtime.program import check_inputs
+from runtime.program.flat_inputs import flatten_inputs
+from runtime.program.torch_program import check_inputs
 
 Artifact = BuildResult
 

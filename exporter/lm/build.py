@@ -45,7 +45,7 @@ from exporter.model.hf_spec import HfOptions
 from exporter.model.spec import ModelSpec
 from exporter.progress import StageHook, quiet_stage
 from exporter.settings import BuildSettings
-from runtime.archive_writer import write_artifact
+from exporter.ship.archive_writer import write_artifact
 from runtime.format.manifest import EntryPoint, Manifest
 from runtime.generation.layout import CacheLayout, shortest_source, takes_one_token
 from runtime.host import scratch
