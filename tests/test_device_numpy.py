@@ -140,3 +140,32 @@ Point = collections.namedtuple("Point", "a b")
 ])
 def test_array_leaves_follow_torch_pytree_order(tree):
     assert _leaves(tree) == tree_leaves(tree)
+
+
+def test_a_new_executor_kind_that_declares_arrays_runs_without_torch(onnx_mlp, tmp_path):
+    """Whether a kind runs on numpy arrays is its executor's to declare: registering one
+    is enough, no second list of kinds to update."""
+    from runtime.executors import register_executor, unregister_executor
+    from runtime.executors.onnxruntime import OnnxRuntimeExecutor
+
+    class Declared:
+        Meta, load = OnnxRuntimeExecutor.Meta, OnnxRuntimeExecutor.load
+        arrays, array_packages = True, ("scipy",)
+
+    class Silent:
+        Meta, load = OnnxRuntimeExecutor.Meta, OnnxRuntimeExecutor.load
+
+    register_executor("declared-arrays", Declared)
+    register_executor("declares-nothing", Silent)
+    try:
+        manifests = {kind: runtime.read_manifest(_rewritten(
+            onnx_mlp, tmp_path / f"{kind}.artifact",
+            lambda m, kind=kind: m["partitions"][0].update(backend=kind)))
+            for kind in ("declared-arrays", "declares-nothing")}
+        assert torch_reasons(manifests["declared-arrays"]) == []
+        assert packages(manifests["declared-arrays"]) == ("numpy", "scipy")
+        assert torch_reasons(manifests["declares-nothing"]) == [
+            "partition 'p0' runs on declares-nothing"]
+    finally:
+        unregister_executor("declared-arrays")
+        unregister_executor("declares-nothing")

@@ -26,8 +26,8 @@ from runtime.executors.meta import PartitionMeta
 from runtime.format.consistency import check_partition_files
 from runtime.format.manifest import Partition
 
-__all__ = ["ENTRY_POINT_GROUP", "Executor", "ExecutorKind", "PartitionMeta", "create_executor",
-           "kinds", "parse_meta", "register_executor", "unregister_executor"]
+__all__ = ["ENTRY_POINT_GROUP", "Executor", "ExecutorKind", "PartitionMeta", "array_packages",
+           "create_executor", "kinds", "parse_meta", "register_executor", "unregister_executor"]
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +75,19 @@ def unregister_executor(kind: str) -> None:
 def kinds() -> list[str]:
     """The kinds registered so far (installed plug-ins not yet used are not listed)."""
     return sorted(_KINDS)
+
+
+def array_packages(partition: Partition) -> tuple[str, ...] | None:
+    """What the partition's kind imports beyond numpy when it runs on numpy arrays, as its
+    executor declares (``arrays = True``, ``array_packages``); None when it runs on torch
+    tensors, or cannot be imported here (a kind whose module needs torch, where torch is
+    missing: it needs torch; an unknown kind: ``create_executor`` says so)."""
+    try:
+        loader = _loader(partition, where="")
+    except CompatibilityError:
+        return None
+    return tuple(getattr(loader, "array_packages", ())) if getattr(loader, "arrays", False) \
+        else None
 
 
 def parse_meta(partition: Partition, *, where: str) -> PartitionMeta:

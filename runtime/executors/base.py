@@ -19,8 +19,8 @@ if TYPE_CHECKING:  # the runtime imports torch only where a partition needs it
 @runtime_checkable
 class Executor(Protocol):
     """One partition, loaded: tensors in, tensors out (numpy arrays in and out instead, for
-    the kinds in runtime/program/requires.py's ARRAY_KINDS when loaded with ``arrays=True``: the
-    device has no torch).
+    the kinds that declare ``arrays = True`` when loaded with ``arrays=True``: the device
+    has no torch).
 
     Program resolves ``executor.__call__`` once at construction and calls that on every
     run, so a class pays no per-call method lookup (and an executor may hold a plain
@@ -43,7 +43,11 @@ class Executor(Protocol):
 
 class ExecutorKind(Protocol):
     """A backend kind as the registry sees it: the executor class itself (``Meta`` a
-    class attribute, ``load`` a classmethod) or a module defining both."""
+    class attribute, ``load`` a classmethod) or a module defining both.
+
+    Optional: ``arrays = True`` says the kind also runs on numpy arrays, without torch, and
+    ``array_packages`` names what it then imports beyond numpy and its backend's library
+    (runtime/program/requires.py reads both; without them a kind runs on torch tensors)."""
 
     Meta: type[PartitionMeta]
 

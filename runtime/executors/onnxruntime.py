@@ -69,6 +69,7 @@ class OnnxRuntimeExecutor:
     __slots__ = ("__call__", "session", "_report", "_weights")
     Meta = OnnxRuntimeMeta
     arena_slots = 0  # ORT allocates its own memory
+    arrays = True  # runs on numpy arrays where torch is missing (runtime/program/requires.py)
 
     def __init__(self, run, session, report: dict, weights: list | None = None) -> None:
         self.__call__ = run

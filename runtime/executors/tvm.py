@@ -36,6 +36,8 @@ class TvmMeta(PartitionMeta):
 class TvmExecutor:
     Meta = TvmMeta
     arena_slots = 0  # the VM allocates its own memory
+    arrays = True  # runs on numpy arrays where torch is missing (runtime/program/requires.py)
+    array_packages = ("safetensors",)  # reads its weights; tvm itself is the target's package
 
     def __init__(self, tvm, main, params: list, partition: str, where: str,
                  report: dict, from_dlpack) -> None:

@@ -1,31 +1,29 @@
 """What an artifact needs installed to run: torch only where a partition needs it.
 
-ONNX Runtime and TVM partitions on the CPU run on numpy arrays (their executors take
-and give them when torch is missing), so a device that runs only those needs their own
-library and numpy, about a tenth of a torch install. AOTInductor and CPU-fallback
-partitions are torch code; CUDA partitions use torch for devices, copies and graphs; a
-plug-in kind is handed torch tensors (runtime/executors/base.py); and an input or output
-of a dtype numpy lacks (bfloat16) can only be a tensor. ``runtime.load`` asks
+A kind whose executor declares ``arrays = True`` (ONNX Runtime, TVM) runs on numpy arrays
+on the CPU (its executor takes and gives them when torch is missing), so a device that runs
+only those needs their own library and numpy, about a tenth of a torch install.
+AOTInductor and CPU-fallback partitions are torch code; CUDA partitions use torch for
+devices, copies and graphs; a kind that declares nothing is handed torch tensors
+(runtime/executors/base.py); and an input or output of a dtype numpy lacks (bfloat16) can
+only be a tensor. ``runtime.load`` asks
 this before it loads anything, and ``exporter package`` locks exactly these packages.
 """
 
 from __future__ import annotations
 
 from runtime.errors import CompatibilityError
+from runtime.executors import array_packages
 from runtime.format.dtypes import NUMPY_TWINS
 from runtime.format.manifest import Manifest, Partition
 
-# Executor kinds that run on numpy arrays, and what each imports beyond numpy
-# (TVM reads its weights with safetensors; its own library comes from the target's
-# runtime_packages, with the version the build used).
-ARRAY_KINDS: dict[str, tuple[str, ...]] = {"onnxruntime": (), "tvm": ("safetensors",)}
 # What the runtime imports when torch is in use (runtime/format/weights.py, tensorio.py).
 TORCH_STACK = ("torch", "numpy", "safetensors")
 
 
 def why_torch(partition: Partition) -> str | None:
     """Why this partition needs torch at run time, or None when numpy arrays do."""
-    if partition.backend not in ARRAY_KINDS:
+    if array_packages(partition) is None:
         return f"partition '{partition.name}' runs on {partition.backend}"
     if partition.device != "cpu":
         return f"partition '{partition.name}' runs on {partition.device}"
@@ -55,7 +53,7 @@ def packages(manifest: Manifest) -> tuple[str, ...]:
     if torch_reasons(manifest):  # a generating artifact's text needs its tokenizer too
         text = manifest.generation is not None and manifest.generation.get("tokenizer")
         return TORCH_STACK + (("tokenizers",) if text else ())
-    extra = {dist for p in manifest.partitions for dist in ARRAY_KINDS[p.backend]}
+    extra = {dist for p in manifest.partitions for dist in array_packages(p) or ()}
     return ("numpy", *sorted(extra))
 
 
