@@ -100,9 +100,9 @@ def _load_shared(loader, partition: Partition, meta: AotiMeta, shared: SharedWei
 def _full_fp32() -> Iterator[None]:
     """float32 math means float32 inside the artifact, whatever the process has set:
     PyTorch lets cuDNN use TF32 (10-bit mantissas) for float32 convolutions by default,
-    and the compiled package calls aten's convolution. A Hugging Face ResNet validated
-    at 0.02x its fp32 allowance without TF32 and failed at 17.6x with it (H100). Set
-    around each call (and so around CUDA-graph capture, which fixes the kernels)."""
+    and the compiled package calls aten's convolution, enough to fail a ResNet's
+    validation (docs/design-notes.md). Set around each call (and so around CUDA-graph
+    capture, which fixes the kernels)."""
     cudnn, matmul = torch.backends.cudnn, torch.backends.cuda.matmul
     saved = cudnn.allow_tf32, matmul.allow_tf32
     cudnn.allow_tf32 = matmul.allow_tf32 = False

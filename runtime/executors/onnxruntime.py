@@ -65,7 +65,7 @@ class OnnxRuntimeExecutor:
     # ``__call__`` is a slot holding the hot path's plain function (ort_binding.py), not a
     # method: ``executor(inputs)`` works as for any class, and Program, which resolves
     # ``executor.__call__`` once, calls that function directly, without the method layer
-    # (~45 ns a call, a percent of a 5 us model).
+    # (a method lookup a call, felt by a model of microseconds).
     __slots__ = ("__call__", "session", "_report", "_weights")
     Meta = OnnxRuntimeMeta
     arena_slots = 0  # ORT allocates its own memory
@@ -199,11 +199,11 @@ def _runner(ort, session, partition: Partition, where: str, arrays: bool,
     returned = len(output_names)  # how many of ``asked`` the caller gets
     # The binding under InferenceSession.run: the wrapper re-validates the feed names
     # (our Program checked the inputs already) and, on an execution-provider failure,
-    # silently re-runs on other providers, which this runtime must not do. ~1 us a call.
+    # silently re-runs on other providers, which this runtime must not do.
     session_run = getattr(getattr(session, "_sess", None), "run", None)
     if session_run is None:
         session_run = session.run
-    # Made once: with None, each run builds default RunOptions, ~0.8 us a call here.
+    # Made once: with None, each run builds default RunOptions.
     # Shared by threads: a run only reads them.
     options = ort.RunOptions()
 
@@ -274,7 +274,7 @@ def _returning_stored_rows(run: Callable, meta: OnnxRuntimeMeta, partition: Part
             values.insert(out, rows(inputs[source], start, end))
         return values
     # Without the views, for a caller that reads the rows where they were stored
-    # (Program.run_in_place): making 40 of them was ~0.2 ms of a 7.5 ms decode step.
+    # (Program.run_in_place): making them is a visible part of a decode step.
     run_storing.computing, run_storing.stored_outputs = run, tuple(outputs)
     return run_storing
 

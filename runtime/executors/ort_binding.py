@@ -1,12 +1,10 @@
 """The ONNX Runtime executor's hot path: IO binding over the input tensors' own memory.
 
-Why not ``session.run``: it wraps every input in a numpy array (``Tensor.numpy()`` alone
-is ~0.6 us here), converts each into an OrtValue, allocates fresh outputs and wraps each
-in a numpy view; on a 5 us model that is a third of the call. Here the inputs are bound
-by pointer and rebound only when a pointer, shape or dtype changes, and ORT writes into
-the same output buffers every call, which are copied out (bench/RESULTS.md, 2026-11-22:
-this executor 0.87x of plain ``session.run`` with numpy feeds on the zoo MLP, where the
-numpy-fed executor before it measured 1.15x).
+Why not ``session.run``: it wraps every input in a numpy array, converts each into an
+OrtValue, allocates fresh outputs and wraps each in a numpy view, which on a small model
+is a large part of the call. Here the inputs are bound by pointer and rebound only when a
+pointer, shape or dtype changes, and ORT writes into the same output buffers every call,
+which are copied out (docs/design-notes.md).
 
 Output modes, per thread and input shapes:
 - copy: outputs stay bound between calls; ORT reuses their memory, so each result is a
@@ -61,8 +59,8 @@ def bound_runner(ort, session, options, fallback: Callable[[list], list],
     """The executor's callable: list of input tensors -> list of output tensors.
     ``in_place``: {output name: index of the input whose memory it is written into}.
 
-    A closure rather than a class: calling an instance costs ~45 ns more per call, and
-    the executor is called once per run of a 5 us model."""
+    A closure rather than a class: calling an instance costs a method lookup per call,
+    and the executor is called once per run of a model that may take microseconds."""
     raw = session._sess  # the binding under InferenceSession (see onnxruntime.py)
     run_bound = raw.run_with_iobinding
     new_binding = ort.capi._pybind_state.SessionIOBinding
@@ -125,7 +123,7 @@ def bound_runner(ort, session, options, fallback: Callable[[list], list],
             io.bind_output(name, cpu)  # unallocated: ORT allocates a fresh buffer
         run_bound(io, options)
         values = io.get_outputs()
-        # By index: iterating pybind's vector ends in a C++ stop_iteration, ~30 us.
+        # By index: iterating pybind's vector ends in a costly C++ stop_iteration.
         arrays = [values[i].numpy() for i in returned]
         if choose_mode:
             state.copy_out = shapes_follow and sum(a.nbytes for a in arrays) <= COPY_LIMIT

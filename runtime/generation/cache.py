@@ -37,7 +37,7 @@ class KvCache:
             self.buffers[SOURCE_MASK] = torch.zeros(1, rows, dtype=torch.long, device=device)
         # (new-rows output name, its buffer, the buffer's slot count, (its first and end
         # address, a slot's bytes)), in layer order: a step that stores its new rows
-        # returns them as views, which ``write`` recognises by address (~0.2 us a layer)
+        # returns them as views, which ``write`` recognises by address (cheap, per layer)
         self._writes = [(new, buffer, buffer_slots, (buffer.data_ptr(),
                                                      buffer.data_ptr() + buffer.nbytes,
                                                      buffer.stride(2) * buffer.element_size()))

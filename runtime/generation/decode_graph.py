@@ -11,8 +11,8 @@ artifact's AOTInductor partitions are loaded with ``run_single_threaded=True`` f
 The graph also takes the logits' argmax as the next token and advances the position, in
 its own inputs. Greedy decoding (``greedy``) then enqueues step k + 1 before the host has
 read token k: the GPU runs step after step while the host reads, checks and streams the
-last token (an H100 spent ~0.1 ms a token idle between 1.3 ms steps of a 1.1B model
-waiting for the host: bench/RESULTS.md, session 45). A step enqueued after the token
+last token, instead of idling between steps while it waits for the host
+(docs/design-notes.md). A step enqueued after the token
 that ends generation (eos, a stop string) only writes that token's cache slot, which the
 next prompt's prefill writes again.
 """

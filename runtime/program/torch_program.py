@@ -39,15 +39,15 @@ class Program(ProgramBase):
         self.decode_graphs = False  # the decode step replays as one CUDA graph (runtime.load)
         self._generator = None
         self._generator_lock = threading.Lock()  # made once, whichever thread asks first
-        # A bound method: calling an object's __call__ costs ~45 ns more per run.
+        # A bound method: calling an object's __call__ costs a lookup more per run.
         self._fast_check = _FastCheck(manifest.signature.inputs).check
         # Per device, the preallocated bytes that hand-offs between devices are copied into
         # (runtime/memory/arena.py); what lives there is never handed to the caller.
         self._arenas = dict(arenas or {})
         self._arena_storages = {a.storage.untyped_storage().data_ptr()
                                 for a in self._arenas.values()}
-        # Resolved once: this loop runs per call, and 0.1 ms models feel microseconds.
-        # ``__call__`` too: calling an object looks it up on its class each time (~45 ns).
+        # Resolved once: this loop runs per call, and small models feel microseconds.
+        # ``__call__`` too: calling an object looks it up on its class each time.
         calls = [execute.__call__ for execute in self._executors]
         self._steps = [(call, p.inputs, p.outputs, torch.device(p.device),
                         self._arenas.get(p.device))
@@ -199,7 +199,7 @@ def _as_tensor(value: Any) -> Any:
 
 @functools.lru_cache(maxsize=16)
 def _device(name: str) -> torch.device:
-    return torch.device(name)  # parsing "cuda:0" costs about 1 us, per call without the cache
+    return torch.device(name)  # parsing "cuda:0" per call would cost more than the lookup
 
 
 def _on(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
@@ -212,10 +212,9 @@ def _on(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
 
 class _FastCheck:
     """The signature check on the hot path, precompiled. Returns None when an input does
-    not fit, else whether every input is on the CPU. (Runs per call: a 0.1 ms ONNX model
-    spent 14 us in the descriptive check; a 5 us one still feels each attribute read,
-    hence ``is_cpu`` rather than ``device.type``, 0.08 against 0.45 us here, and the
-    memo of the shapes that passed last time.)"""
+    not fit, else whether every input is on the CPU. (Runs per call, where a small model
+    feels each attribute read: hence ``is_cpu`` rather than ``device.type``, and the
+    memo of the shapes that passed last time; docs/design-notes.md.)"""
 
     def __init__(self, specs: Sequence[TensorSpec]) -> None:
         self.rules = shape_rules(specs)
@@ -223,7 +222,7 @@ class _FastCheck:
         self.passed: list = [None] * len(specs)  # the shapes of the last inputs that fitted
 
     def check(self, tensors: Sequence[Any]) -> bool | None:
-        # CPU tensors shaped as last time: one loop, no list built (0.3 us less).
+        # CPU tensors shaped as last time: one loop, no list built.
         try:
             for tensor, dtype, shape in zip(tensors, self.dtypes, self.passed):
                 if tensor.dtype is not dtype or not tensor.is_cpu or tensor.shape != shape:
