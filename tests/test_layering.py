@@ -25,6 +25,23 @@ def test_runtime_imports_no_upper_room(ran):
     assert proc.returncode == 0, f"runtime imported upper rooms: {proc.stdout} {proc.stderr}"
 
 
+def test_every_runtime_module_is_one_a_device_runs():
+    """runtime/ holds only what a device runs: each of its modules is imported, at module
+    level, in a function or through the executors' registry, by what loading an artifact
+    (``runtime``) or ``python -m runtime`` (run, generate, run-cases) reaches. What only
+    the build uses (the artifact writer, generation validation's cases, sweeping
+    leftovers) lives above, in exporter/."""
+    graph = _import_graph()
+    reached = {"runtime", "runtime.__main__"}
+    for root in tuple(reached):
+        reached |= _reachable(graph, root)
+    # a package's __init__ runs whenever a module below it is imported
+    reached |= {".".join(m.split(".")[:i]) for m in reached for i in range(1, m.count(".") + 1)}
+    assert "runtime.executors.aoti" in reached  # registry strings count as imports
+    unused = sorted(m for m in graph if m.split(".")[0] == "runtime" and m not in reached)
+    assert not unused, f"runtime modules that no device path imports (build-only?): {unused}"
+
+
 ROOMS = ("runtime", "passes", "plan", "targets", "exporter")  # bottom to top: imports go down only
 TOOLS = ("bench",)  # above every room: may import any of them, in no circle, and none imports them
 _DYNAMIC = ("import_module", "__import__")  # importlib.import_module("x"), __import__("x")
