@@ -105,8 +105,8 @@ def _tensor_programs(manifest: Manifest, views: list[Manifest], reader: Artifact
                      static_outputs: bool, arenas: bool) -> Program:
     """The main program, its entry points (a generating artifact's decode) on the one
     shared weight store, and what generation needs."""
-    from runtime.program.torch_program import Program
     from runtime.memory.shared_weights import SharedWeights
+    from runtime.program.torch_program import Program
 
     shared = SharedWeights.from_manifest(manifest.shared_weights, private_dir, where=where)
     # A generating artifact's decode step is captured whole (runtime/generation/
@@ -121,16 +121,27 @@ def _tensor_programs(manifest: Manifest, views: list[Manifest], reader: Artifact
                                       static_outputs, shared,
                                       single_threaded=cuda_graphs and generating)
                      for partition in view.partitions]
-        programs.append(Program(view, executors, source=where, arenas=allocated))
-    main = programs[0]
-    main.entry_points = dict(zip(manifest.entry_points, programs[1:]))
-    main.decode_graphs = cuda_graphs and generating
-    if generating:
-        from runtime.generation.tokenizer import read_tokenizer
-        main.tokenizer_json = read_tokenizer(manifest.generation, reader, where=where)
+        programs.append((view, executors, allocated))
+    (_, executors, allocated), *entries = programs
+    main = Program(manifest, executors, source=where, arenas=allocated,
+                   entry_points={name: Program(view, steps, source=where, arenas=planned)
+                                 for name, (view, steps, planned)
+                                 in zip(manifest.entry_points, entries)},
+                   tokenizer_json=_tokenizer(manifest, reader, where),
+                   decode_graphs=cuda_graphs and generating)
+    if generating:  # a section that contradicts the programs is refused here, not at generate
+        from runtime.generation.settings import GenerationSettings
+        GenerationSettings.read(main)
     log.debug("loaded %s: %d partition(s)%s", where, sum(len(v.partitions) for v in views),
               f" in {len(views)} entry points" if len(views) > 1 else "")
     return main
+
+
+def _tokenizer(manifest: Manifest, reader: ArtifactReader, where: str) -> str | None:
+    if manifest.generation is None:
+        return None
+    from runtime.generation.tokenizer import read_tokenizer
+    return read_tokenizer(manifest.generation, reader, where=where)
 
 
 def _arenas(manifest: Manifest, where: str) -> dict:

@@ -30,13 +30,15 @@ __all__ = ["Executor", "Program", "check_inputs"]
 
 class Program(ProgramBase):
     def __init__(self, manifest: Manifest, executors: Sequence[Executor], *, source: str,
-                 arenas: Mapping[str, Arena] | None = None) -> None:
+                 arenas: Mapping[str, Arena] | None = None,
+                 entry_points: Mapping[str, Program] | None = None,
+                 tokenizer_json: str | None = None, decode_graphs: bool = False) -> None:
         super().__init__(manifest, executors, source=source)
-        # A generating artifact's further programs (``decode``) and tokenizer: runtime.load
-        # fills them in; ``generate`` drives them (runtime/generation/).
-        self.entry_points: dict[str, Program] = {}
-        self.tokenizer_json: str | None = None
-        self.decode_graphs = False  # the decode step replays as one CUDA graph (runtime.load)
+        # A generating artifact's further programs (``decode``) and tokenizer, which
+        # ``generate`` drives (runtime/generation/).
+        self.entry_points: dict[str, Program] = dict(entry_points or {})
+        self.tokenizer_json = tokenizer_json
+        self.decode_graphs = decode_graphs  # the decode step replays as one CUDA graph
         self._generator = None
         self._generator_lock = threading.Lock()  # made once, whichever thread asks first
         # A bound method: calling an object's __call__ costs a lookup more per run.
