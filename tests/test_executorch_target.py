@@ -1,7 +1,8 @@
 """Target executorch end to end through the CLI: the zoo MLP and CNN with a dynamic batch
 (run at both ends of its range), the dry run's per-op placement (XNNPACK delegate or
 ExecuTorch kernel, with the reason), ops ExecuTorch has no kernel for on the CPU
-fallback (and listed under --fallback forbid), and a .pte ExecuTorch refuses."""
+fallback (and listed under --fallback forbid), a .pte ExecuTorch refuses, and --quantize
+(int8-static, int8-dynamic) through the labelled gate with the int8 ops in XNNPACK."""
 
 from __future__ import annotations
 
@@ -13,7 +14,9 @@ import torch
 
 import runtime
 from runtime.format.archive import ArtifactReader
+from exporter.model.zoo import ZOO
 from exporter.ship.archive_writer import write_artifact
+from exporter.validation.gates import compare_quantized
 from runtime.errors import ArtifactError
 from tests.helpers import assert_zoo_artifact_matches_eager
 
@@ -107,3 +110,118 @@ def test_a_pte_executorch_refuses_is_a_bad_artifact_not_a_crash(zoo_built, tmp_p
     np.savez(tmp_path / "in.npz", x=np.zeros((2, 64), np.float32))
     result = cli("run", str(bad), "--inputs", str(tmp_path / "in.npz"))
     assert result.returncode == 2 and "Traceback" not in result.stderr
+
+
+# --quantize: PT2E with ExecuTorch's XNNPACKQuantizer; the q/dq nodes must land inside the
+# XNNPACK delegate with the op they quantize (else the .pte calls ExecuTorch's slow
+# quantized_decomposed kernels around a float op).
+# Quantized layers: the MLP's 3 linears; the CNN's 6 convs + head (static), and dynamic
+# only the convs without a ReLU after them + head (XNNPACKQuantizer's conv_relu is static).
+QUANTIZED = {("mlp", "int8-static"): 3, ("mlp", "int8-dynamic"): 3,
+             ("cnn", "int8-static"): 7, ("cnn", "int8-dynamic"): 4}
+
+
+@pytest.fixture(scope="module")
+def quantized_built(artifacts_dir, cli):
+    """(zoo name, recipe) -> its quantized executorch artifact, built once."""
+    built = {}
+
+    def get(name: str, recipe: str):
+        if (name, recipe) not in built:
+            out = artifacts_dir / f"zoo-{name}-executorch-{recipe}.artifact"
+            extra = []
+            if recipe == "int8-static":
+                _, (example,), _ = ZOO[name]()
+                calibration = artifacts_dir / f"{name}-calibration.npz"
+                np.savez(calibration, **{"x" if name == "mlp" else "image":
+                                         torch.randn(8, *example.shape[1:]).numpy()})
+                extra = ["--calibration", str(calibration)]
+            _build(cli, out, f"zoo:{name}", "--quantize", recipe, *extra)
+            built[name, recipe] = out
+        return built[name, recipe]
+    return get
+
+
+@pytest.mark.parametrize("name, recipe", [
+    ("mlp", "int8-dynamic"), ("cnn", "int8-static"),
+    pytest.param("mlp", "int8-static", marks=pytest.mark.slow),
+    pytest.param("cnn", "int8-dynamic", marks=pytest.mark.slow)])
+def test_quantized_model_passes_its_labelled_gate_with_int8_ops_inside_xnnpack(
+        quantized_built, name, recipe):
+    out = quantized_built(name, recipe)
+    manifest = runtime.read_manifest(out)
+    validation = manifest.validation
+    assert validation["passed"] and validation["policy"].startswith("quantized build")
+    assert all(row["criterion"] == "quantized" for row in validation["outputs"])
+    (info,) = [r["info"] for r in manifest.passes if r["name"] == "quantize"]
+    assert info["recipe"] == recipe and "XNNPACKQuantizer" in info["how"]
+    assert len(info["layers_quantized"]) == QUANTIZED[name, recipe]
+    (partition,) = manifest.partitions
+    placement = partition.meta["placement"]
+    quant_ops = {op: row for op, row in placement.items() if op.startswith("quantized_decomposed")}
+    # the weights' dequantize (one per quantized layer) and the activations' q/dq: XNNPACK's
+    weights = placement["quantized_decomposed.dequantize_per_channel.default"]
+    assert weights == {"XNNPACK": QUANTIZED[name, recipe]}
+    assert any(op.startswith("quantized_decomposed.quantize_per_tensor") for op in quant_ops)
+    assert all(set(row) == {"XNNPACK"} for row in quant_ops.values())
+    assert not any(k.startswith("quantized_decomposed") for k in partition.meta["kernels"])
+    # the loaded artifact at a batch validation did not use, against eager float32
+    module, (example,), _ = ZOO[name]()
+    batch = torch.randn(5, *example.shape[1:])
+    with torch.no_grad():
+        row = compare_quantized(runtime.load(out)(batch), module(batch), 20.0, 0.99)
+    assert row["passed"], row
+
+
+def test_dry_run_places_quantize_nodes_in_xnnpack_with_the_op_they_feed(cli):
+    result = cli("build", "zoo:mlp", "--target", "executorch", "--quantize", "int8-dynamic",
+                 "--dry-run", "--json")
+    assert result.returncode == 0, result.stderr
+    rows = json.loads(result.stdout)["coverage"]
+    quant = [row for row in rows if row["op"].startswith("quantized_decomposed")]
+    assert quant and all(row["backend"] == "executorch" for row in quant)
+    assert {row["reason"] for row in quant} == {
+        "XNNPACK delegate (an operand of LinearConfig's quantized pattern)"}
+
+
+def test_a_recipe_executorch_does_not_run_is_a_usage_error_naming_its_recipes(cli, tmp_path):
+    out = tmp_path / "x.artifact"
+    result = cli("build", "zoo:mlp", "--target", "executorch", "--quantize", "int4-weight",
+                 "--out", str(out))
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "executorch: int8-static, int8-dynamic" in result.stderr and not out.exists()
+
+
+def test_quantize_nodes_outside_xnnpack_run_on_executorch_quantized_kernels(
+        quantized_built, tmp_path, cli):
+    """A .pte whose q/dq are ExecuTorch's quantized_decomposed kernels (no delegate) runs
+    from a fresh process: the executor registers those kernels before loading it."""
+    import executorch.kernels.quantized  # noqa: F401 - the emitter needs their out variants
+    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
+        XNNPACKQuantizer, get_symmetric_quantization_config)
+    from executorch.exir import to_edge_transform_and_lower
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+    x = torch.randn(2, 64)
+    layer = torch.nn.Linear(64, 10).eval()
+    prepared = prepare_pt2e(torch.export.export(layer, (x,)).module(), XNNPACKQuantizer()
+                            .set_global(get_symmetric_quantization_config(is_per_channel=True)))
+    prepared(x)
+    program = to_edge_transform_and_lower(
+        torch.export.export(convert_pt2e(prepared), (x,))).to_executorch()
+    kernels = [o.name for o in program.executorch_program.execution_plan[0].operators]
+    assert "quantized_decomposed::dequantize_per_channel" in kernels
+    with ArtifactReader.open(quantized_built("mlp", "int8-dynamic")) as reader:
+        manifest = json.loads(json.dumps(reader.manifest))
+        entries = {name: reader.read_bytes(name) for name in reader.names()
+                   if name != "manifest.json"}
+    (entry,) = [name for name in entries if name.endswith(".pte")]
+    entries[entry] = program.buffer
+    manifest["partitions"][0]["meta"]["kernels"] = kernels
+    artifact = write_artifact(tmp_path / "kernels.artifact", manifest, entries)
+    np.savez(tmp_path / "in.npz", x=x.numpy())
+    result = cli("run", str(artifact), "--inputs", str(tmp_path / "in.npz"),
+                 "--out", str(tmp_path / "out.npz"))
+    assert result.returncode == 0, result.stderr
+    (got,) = np.load(tmp_path / "out.npz").values()
+    with torch.no_grad():
+        assert compare_quantized(torch.from_numpy(got), layer(x), 20.0, 0.99)["passed"]

@@ -51,6 +51,7 @@ def version() -> str:
 def lower_program(program: ExportedProgram) -> LoweredProgram:
     """The partition's program as an ExecuTorch program; ExecuTorch's own errors pass
     through (the target turns them into a LoweringError)."""
+    import executorch.kernels.quantized  # noqa: F401 - out variants of q/dq XNNPACK leaves
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.exir import to_edge_transform_and_lower
 

@@ -40,7 +40,9 @@ def installed() -> bool:
 @functools.cache
 def kernel_names() -> frozenset[str]:
     """'aten::add.out', 'dim_order_ops::_to_dim_order_copy.out', ...: the kernels the
-    wheel's runtime registers (the same runtime that validates the build)."""
+    wheel's runtime registers (the same runtime that validates the build), with its
+    quantized_decomposed kernels (--quantize's q/dq outside a delegate)."""
+    import executorch.kernels.quantized  # noqa: F401 - registers them
     from executorch.extension.pybindings import portable_lib
     return frozenset(portable_lib._get_operator_names())
 
@@ -140,6 +142,22 @@ def xnnpack_takes(node: Node) -> str | None:
     return type(config).__name__
 
 
+def _quantizes_for(node: Node, depth: int = 4) -> str | None:
+    """The XNNPACK config of the op a PT2E quantize/dequantize/choose_qparams node feeds
+    (through the q/dq chain): XNNPACK's partitioner takes such nodes with that op."""
+    for user in node.users:
+        if user.op != "call_function":
+            continue
+        target = user.target
+        if target is operator.getitem or getattr(target, "namespace", "") == "quantized_decomposed":
+            found = _quantizes_for(user, depth - 1) if depth else None
+        else:
+            found = xnnpack_takes(user) if isinstance(target, torch._ops.OpOverload) else None
+        if found:
+            return found
+    return None
+
+
 def decide(node: Node) -> tuple[bool, str]:
     """(supported, reason) for one node; the reason says where it runs: "XNNPACK
     delegate (its config)" or "portable kernel (its name)"."""
@@ -158,6 +176,8 @@ def decide(node: Node) -> tuple[bool, str]:
     config = xnnpack_takes(node)
     if config is not None:
         return True, f"XNNPACK delegate ({config})"
+    if op.namespace == "quantized_decomposed" and (config := _quantizes_for(node)):
+        return True, f"XNNPACK delegate (an operand of {config}'s quantized pattern)"
     kernel = kernel_for(op)
     if kernel is not None:
         refused = xnnpack_configs().get(_edge_form(op).__name__)

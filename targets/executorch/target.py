@@ -33,6 +33,7 @@ from targets.facets import Tooling
 from targets.executorch import support
 from targets.executorch.facets import ExecutorchPackaging
 from targets.executorch.lower import METHOD, PROGRAM_NAME, lower_program, version
+from targets.executorch.quantize import RECIPES, XnnpackQuantization
 from targets.fusion import GRAPH_FUSIONS
 
 log = logging.getLogger(__name__)
@@ -47,6 +48,7 @@ class ExecutorchTarget(Target):
     description = ("ExecuTorch .pte program per partition: XNNPACK delegate plus "
                    "ExecuTorch's portable kernels")
     packaging = ExecutorchPackaging()
+    quantization = XnnpackQuantization(recipes=RECIPES)
     tooling = Tooling(colour="#e8590c")
 
     def availability(self) -> Availability:
@@ -61,8 +63,10 @@ class ExecutorchTarget(Target):
 
     def default_passes(self, options: LowerOptions) -> list[Pass]:
         # ExecuTorch's edge decomposition last, so placement judges what its partitioner
-        # and kernel registry will be asked about
-        return pipeline(options, fusions=GRAPH_FUSIONS) + [
+        # and kernel registry will be asked about; quantization before it, as PT2E
+        # annotates ATen ops (conv + batch norm, linear) before they decompose
+        quantize = self.quantization.quantize_pass(options, self.device)
+        return pipeline(options, quantize, fusions=GRAPH_FUSIONS) + [
             Decompose(support.decomposition_table, "ExecuTorch edge")]
 
     def lower(self, program: ExportedProgram, options: LowerOptions) -> Lowered:
