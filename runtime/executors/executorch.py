@@ -64,6 +64,8 @@ class ExecutorchExecutor:
                                   "inspect`), or install the runtime's 'executorch' extra"
             ) from None
         where = f"{where}: {meta.program}"
+        if any(k.startswith("quantized_decomposed::") for k in meta.kernels or ()):
+            import executorch.kernels.quantized  # noqa: F401 - q/dq outside XNNPACK
         method = _open(Runtime.get(), Verification, files_dir / meta.program, meta.method,
                        partition.name, where)
         found = method.metadata
