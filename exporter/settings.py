@@ -19,6 +19,7 @@ from pydantic import (
     model_validator,
 )
 
+from exporter.kinds import GENERATING, kind_name
 from targets import FallbackPolicy, TargetOptions, all_targets
 from targets.options import flag_name
 from targets.registry import DEFAULT_TARGET
@@ -133,7 +134,7 @@ class BuildSettings(BaseModel):
         given = [flag for flag, value in (("--max-context", self.max_context),
                                           ("--prefill-chunk", self.prefill_chunk),
                                           ("--max-source", self.max_source)) if value is not None]
-        if given and self.task != "text-generation":
+        if given and kind_name(self) != GENERATING:
             verb = "applies" if len(given) == 1 else "apply"
             task = f" for --task {self.task}" if self.task else ""
             raise ValueError(f"{', '.join(given)} {verb} to --task text-generation only (this "
@@ -157,7 +158,7 @@ class BuildSettings(BaseModel):
         """The generation gate's bounds (--min-top1, --max-kl) judge fp16/bf16 and
         quantized text-generation builds; the output gate's (--min-sqnr, --min-cosine)
         quantized forward passes. Either given where the other, or none, judges: why."""
-        generating = self.task == "text-generation"
+        generating = kind_name(self) == GENERATING
         top1 = [flag for flag, value in (("--min-top1", self.min_top1),
                                          ("--max-kl", self.max_kl)) if value is not None]
         if top1 and not (generating and (self.dtype != "fp32" or self.quantize)):

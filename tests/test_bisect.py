@@ -56,11 +56,12 @@ def test_a_correct_artifact_has_nothing_to_blame(monkeypatch, tmp_path):
     value. (Forcing the record isolates the bisect: the build itself is real.)"""
     import exporter.validation.bisect as bisect_module
     import exporter.builder.pipeline as pipeline
+    import exporter.builder.plain as plain
     from exporter.errors import ValidationFailedError
     from exporter.settings import BuildSettings
     from targets import get_target
 
-    real_validate, real_bisect, seen = pipeline.validate, pipeline.bisect, {}
+    real_validate, real_bisect, seen = plain.validate, plain.bisect, {}
 
     def failing_validate(*args, **kwargs):
         record = real_validate(*args, **kwargs)
@@ -77,8 +78,8 @@ def test_a_correct_artifact_has_nothing_to_blame(monkeypatch, tmp_path):
         seen["result"] = result
         return result
 
-    monkeypatch.setattr(pipeline, "validate", failing_validate)
-    monkeypatch.setattr(pipeline, "bisect", bisect_and_look_inside)
+    monkeypatch.setattr(plain, "validate", failing_validate)
+    monkeypatch.setattr(plain, "bisect", bisect_and_look_inside)
     with pytest.raises(ValidationFailedError):
         pipeline.build("zoo:encoder", BuildSettings(target="onnx", out=tmp_path / "e.artifact"))
     result = seen["result"]

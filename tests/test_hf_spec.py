@@ -62,7 +62,7 @@ def test_text_classification_checkpoint_builds_and_matches_transformers(checkpoi
                                           ("hf:/tmp/u/tiny-bert/", "tiny-bert"),
                                           ("hf:.", "{cwd}"), ("models/net.py:make", "make")])
 def test_default_artifact_names_are_clean(source, stem, tmp_path, monkeypatch):
-    from exporter.builder.pipeline import model_name
+    from exporter.builder.stages import model_name
     from exporter.model.spec import ModelSpec
 
     monkeypatch.chdir(tmp_path)

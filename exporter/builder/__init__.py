@@ -1,1 +1,2 @@
-"""The build: the stage list (pipeline), placement, lowering, quantization recipes."""
+"""The build: the one pipeline, the stages its kinds share, the plain kind, placement,
+lowering, quantization recipes."""

@@ -15,9 +15,10 @@ from exporter.model.spec import ModelSpec
 from targets import LowerOptions, Target
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Prepared:
-    """Everything up to lowering: what ``--dry-run`` reports."""
+    """Everything up to lowering: what ``--dry-run`` reports (built by name: a dozen
+    fields in a row are easy to swap)."""
 
     target: Target
     model: ModelSpec

@@ -9,6 +9,7 @@ import logging
 import torch
 
 from exporter.errors import UserInputError
+from exporter.kinds import BuildKind
 from exporter.settings import BuildSettings
 from exporter.validation.inputs import draw_like, load_input_file
 from runtime.format.manifest import Signature
@@ -22,7 +23,7 @@ RANDOM_CALIBRATION_WARNING = (
     "data it will never see; calibrate with --calibration FILE.npz of representative inputs")
 
 
-def check_recipe(target: Target, settings: BuildSettings) -> None:
+def check_recipe(target: Target, settings: BuildSettings, kind: BuildKind) -> None:
     """Before any work: the recipe exists for this target and has what it needs."""
     recipe = settings.quantize
     if recipe is None:
@@ -39,7 +40,7 @@ def check_recipe(target: Target, settings: BuildSettings) -> None:
     # A decoder's weight-only recipe keeps the activations at --dtype: decode steps are
     # memory-bound, and fp16 activations beside int8/int4 weights are what they run at
     # (the generation gate judges against eager fp32, exporter/lm/gate.py).
-    weight_only = recipe.endswith("-weight") and settings.task == "text-generation"
+    weight_only = recipe.endswith("-weight") and kind.weight_only_keeps_dtype
     if settings.dtype != "fp32" and not weight_only:
         raise UserInputError(f"--quantize {recipe} with --dtype {settings.dtype}",
                              hint="quantized builds keep float math in fp32; drop --dtype")

@@ -170,7 +170,8 @@ def bench(
 
 def runtime_generates(artifact: Path) -> bool:
     import runtime
-    return runtime.read_manifest(artifact).generation is not None
+    from exporter.kinds import GENERATING, kind_name_of
+    return kind_name_of(runtime.read_manifest(artifact)) == GENERATING
 
 
 def _bench_generation(artifact: Path, names: tuple[str, ...], runs: int, warmup: int,

@@ -93,47 +93,24 @@ def _build_settings(spec: str | None, config: Path | None, save_config: Path | N
 
 
 def _dry_run(spec: str, settings, as_json: bool) -> int:
+    """Each entry point's placement (a generating build's prefill first); compile nothing."""
+    from exporter.api import build_kind
     from exporter.builder.pipeline import dry_run
     from exporter.report.console import model_line, print_placement
 
-    if settings.task == "text-generation":
-        return _dry_run_generating(spec, settings, as_json)
-    prep = dry_run(spec, settings, stage=stage_printer())
+    kind = build_kind(settings)
+    report = kind.dry_run_report(dry_run(spec, settings, stage=stage_printer(), kind=kind))
     if as_json:
-        print_json({"target": prep.target.name, "placement": prep.placement.summary(),
-                     "signature": prep.captured.signature.to_json(),
-                     "coverage": prep.placement.coverage, "warnings": prep.warnings})
-    else:
-        line = model_line(prep.model.details)
-        if line:
-            out_console.print(line, markup=False, highlight=False, soft_wrap=True)
-        print_placement(out_console, prep.placement.coverage, prep.placement.summary())
-        for warning in prep.warnings:
-            warn(warning)
-    return 0
-
-
-def _dry_run_generating(spec: str, settings, as_json: bool) -> int:
-    """Both entry points' placement (prefill first), as the plain dry run shows one."""
-    from exporter.lm.build import dry_run_generating
-    from exporter.report.console import print_placement
-
-    prepared = dry_run_generating(spec, settings, stage=stage_printer())
-    preps = prepared.preps
-    if as_json:
-        first = preps["prefill"]
-        print_json({"target": first.target.name, "placement": first.placement.summary(),
-                    "signature": first.captured.signature.to_json(),
-                    "coverage": first.placement.coverage, "warnings": first.warnings,
-                    "entry_points": {name: {"placement": p.placement.summary(),
-                                            "signature": p.captured.signature.to_json(),
-                                            "coverage": p.placement.coverage}
-                                     for name, p in preps.items() if name != "prefill"}})
+        print_json(report.as_json)
         return 0
-    for name, prep in preps.items():
-        out_console.print(f"entry point {name}", markup=False, highlight=False)
-        print_placement(out_console, prep.placement.coverage, prep.placement.summary())
-    for warning in dict.fromkeys(w for p in preps.values() for w in p.warnings):
+    line = model_line(report.model_details)
+    if line:
+        out_console.print(line, markup=False, highlight=False, soft_wrap=True)
+    for title, coverage, summary in report.placements:
+        if title:
+            out_console.print(title, markup=False, highlight=False)
+        print_placement(out_console, coverage, summary)
+    for warning in report.warnings:
         warn(warning)
     return 0
 

@@ -11,7 +11,8 @@ could not share their weights (``_one_program``), gets one program for both: pre
 1..prefill_chunk tokens and there is no decode entry point, unless the capture could not
 keep a length of one (then decode is captured as usual). What is captured for each entry
 point: exporter/lm/entries.py.
-The stages are the plain build's (exporter/builder/pipeline.py), run once per entry point.
+The stages are the shared ones (exporter/builder/stages.py), run once per entry point, as
+``GeneratingBuild``'s part of the one pipeline (exporter/builder/pipeline.py).
 """
 
 from __future__ import annotations
@@ -21,23 +22,24 @@ import copy
 import dataclasses
 import functools
 import logging
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 import torch
 
 from exporter.builder.lowering import lower_options, lower_with_fallback
-from exporter.builder.pipeline import (BuildResult, available_target, check_output_path,
-                                       manifest_for, prepare_captured, stage_timer)
+from exporter.builder.pipeline import dry_run
 from exporter.builder.preload import preload_for
 from exporter.builder.prepared import Prepared
-from exporter.builder.shared_weights import share_weights
+from exporter.builder.stages import available_target, check_output_path, prepare_captured
 from exporter.errors import ExportFailedError, SpecError, UserInputError
+from exporter.kinds import GENERATING, BuildKind, DryRunReport
+from exporter.lm.assemble import PreparedGeneration, assemble
 from exporter.lm.entries import entry_specs, one_token, seq2seq_entry_specs
+from exporter.lm.gate import GenerationGate
 from exporter.lm.rope import check_rope, longrope_switch, static_rope
 from exporter.lm.seq2seq import Source, probe_seq2seq_layout, source_of
-from exporter.lm.source import TOKENIZER_FILE, LanguageModel, load_language_model
+from exporter.lm.source import LanguageModel, load_language_model
 from exporter.lm.wrapper import ExportableCausalLM, probe_layout
 from exporter.model.cast import DTYPES
 from exporter.model.source_lines import find_user_frame
@@ -45,32 +47,87 @@ from exporter.model.hf_spec import HfOptions
 from exporter.model.spec import ModelSpec
 from exporter.progress import StageHook, quiet_stage
 from exporter.settings import BuildSettings
-from exporter.ship.archive_writer import write_artifact
-from runtime.format.manifest import EntryPoint, Manifest
-from runtime.generation.layout import CacheLayout, shortest_source, takes_one_token
-from runtime.host import scratch
+from runtime.format.manifest import Manifest
+from runtime.generation.layout import CacheLayout, takes_one_token
 
 log = logging.getLogger(__name__)
 
-TOKENIZER_ENTRY = f"generation/{TOKENIZER_FILE}"
 
+class GeneratingBuild(BuildKind):
+    """prefill and decode (and an encoder-decoder's encode) over one KV cache."""
 
-@dataclass
-class PreparedGeneration:
-    """Everything up to lowering, per entry point (what ``--dry-run`` reports)."""
+    name = GENERATING
+    weight_only_keeps_dtype = True
+    makes_own_inputs = True  # the model's own prompts and cache states
+    validate_stage = "validate generation (subprocess)"
 
-    lm: LanguageModel
-    layout: CacheLayout
-    context: int
-    chunk: int
-    preps: dict[str, Prepared]  # "prefill", "decode" (and "encode": an encoder-decoder)
-    source: Source | None = None  # an encoder-decoder's encoder input
+    def prepare(self, spec: str | torch.nn.Module, settings: BuildSettings,
+                timed: Callable) -> PreparedGeneration:
+        return prepare_generating(spec, settings, timed, self)
+
+    def output(self, prepared: PreparedGeneration) -> Path:
+        return prepared.preps["prefill"].out
+
+    def lower(self, prepared: PreparedGeneration, settings: BuildSettings, work_dir: Path,
+              timed: Callable) -> dict:
+        preps = prepared.preps
+        target = preps["prefill"].target
+        shares = target.generation.shares_weights
+        for prep in preps.values():  # one copy of the weights for both entry points
+            prep.options = dataclasses.replace(prep.options, shared_weights=shares(prep.options))
+            prep.shared_store = True  # the fallback's tensors too, whatever the target shares
+        lowered = {}
+        for name, prep in preps.items():
+            (work_dir / name).mkdir()
+            with timed(f"lower {name} ({target.backend})"):
+                lowered[name] = lower_with_fallback(prep, settings, work_dir / name)
+        for name, pairs in lowered.items():  # one folder per partition in the artifact
+            for plan, _ in pairs if name != "prefill" else ():
+                plan.name = f"{name}_{plan.name}"
+        return lowered
+
+    def manifest(self, prepared: PreparedGeneration, lowered: dict, settings: BuildSettings,
+                 work_dir: Path) -> tuple[Manifest, dict[str, Path], dict]:
+        manifest, files = assemble(prepared, lowered, settings, work_dir)
+        return manifest, files, {}
+
+    def gate(self, settings: BuildSettings) -> GenerationGate:
+        return GenerationGate.for_build(settings.dtype, settings.quantize,
+                                        min_top1=settings.min_top1, max_kl=settings.max_kl)
+
+    def validate(self, prepared: PreparedGeneration, manifest: Manifest,
+                 files: dict[str, Path], settings: BuildSettings) -> dict:
+        from exporter.lm.validate import validate_generation
+        lm = prepared.lm
+        return validate_generation(self.output(prepared), manifest, files, lm, settings,
+                                   preload_for(manifest, lm.origin_file), self.gate(settings),
+                                   prepared.preps)
+
+    def dry_run_report(self, prepared: PreparedGeneration) -> DryRunReport:
+        """Both entry points' placement (prefill first), as the plain dry run shows one."""
+        preps, first = prepared.preps, prepared.preps["prefill"]
+        return DryRunReport(
+            as_json={"target": first.target.name, "placement": first.placement.summary(),
+                     "signature": first.captured.signature.to_json(),
+                     "coverage": first.placement.coverage, "warnings": first.warnings,
+                     "entry_points": {name: {"placement": p.placement.summary(),
+                                             "signature": p.captured.signature.to_json(),
+                                             "coverage": p.placement.coverage}
+                                      for name, p in preps.items() if name != "prefill"}},
+            placements=[(f"entry point {name}", p.placement.coverage, p.placement.summary())
+                        for name, p in preps.items()],
+            warnings=list(dict.fromkeys(w for p in preps.values() for w in p.warnings)))
+
+    def revalidate(self, artifact: Path, manifest: Manifest, model, inputs_file: Path | None,
+                   dtype: str, seed: int) -> dict:
+        from exporter.lm.validate import revalidate_generation
+        return revalidate_generation(artifact, manifest, model, inputs_file, seed)
 
 
 def prepare_generating(spec: str | torch.nn.Module, settings: BuildSettings,
-                       timed: Callable) -> PreparedGeneration:
+                       timed: Callable, kind: BuildKind) -> PreparedGeneration:
     _refuse_plain_options(settings)
-    target = available_target(settings)
+    target = available_target(settings, kind)
     with timed("load model"):
         lm = load_language_model(spec, HfOptions.from_settings(settings))
     out = check_output_path(settings.output_path(lm.name))
@@ -262,106 +319,7 @@ def _source_of(lm: LanguageModel, model: torch.nn.Module, max_source: int | None
 def dry_run_generating(spec: str | torch.nn.Module, settings: BuildSettings, *,
                        stage: StageHook = quiet_stage) -> PreparedGeneration:
     """Capture both entry points, run the passes and plan the partitions; compile nothing."""
-    return prepare_generating(spec, settings, stage_timer({}, stage))
-
-
-def build_generating(spec: str | torch.nn.Module, settings: BuildSettings, *,
-                     stage: StageHook = quiet_stage) -> BuildResult:
-    timings: dict[str, float] = {}
-    timed = stage_timer(timings, stage)
-    prepared = prepare_generating(spec, settings, timed)
-    lm, preps = prepared.lm, prepared.preps
-    target, out = preps["prefill"].target, preps["prefill"].out
-    shares = target.generation.shares_weights
-    for prep in preps.values():  # one copy of the weights for both entry points
-        prep.options = dataclasses.replace(prep.options, shared_weights=shares(prep.options))
-        prep.shared_store = True  # the fallback's tensors too, whatever the target shares
-    work_dir = scratch.make_dir("exporter-build-")
-    try:
-        lowered = {}
-        for name, prep in preps.items():
-            (work_dir / name).mkdir()
-            with timed(f"lower {name} ({target.backend})"):
-                lowered[name] = lower_with_fallback(prep, settings, work_dir / name)
-        for name, pairs in lowered.items():  # one folder per partition in the artifact
-            for plan, _ in pairs if name != "prefill" else ():
-                plan.name = f"{name}_{plan.name}"
-        manifest, files = _assemble(prepared, lowered, settings, work_dir)
-        measured: dict = {}
-        if settings.validate_artifact:
-            from exporter.lm.validate import validate_generation
-            with timed("validate generation (subprocess)"):
-                record = validate_generation(out, manifest, files, lm, settings,
-                                             preload_for(manifest, lm.origin_file), preps)
-            measured.update(record.pop("measured", {}))
-            manifest.validation = record
-        else:
-            manifest.validation = {"passed": None, "skipped": True,
-                                   "warnings": ["validation skipped (--no-validate)"]}
-        with timed("package"):
-            write_artifact(out, manifest.to_dict(), files)
-    finally:
-        scratch.remove(work_dir)
-    return BuildResult(out, manifest, timings, measured)
-
-
-def _assemble(prepared: PreparedGeneration, lowered: dict, settings: BuildSettings,
-              work_dir: Path) -> tuple[Manifest, dict[str, Path]]:
-    """The manifest and the artifact's files: both entry points' partitions, the weights
-    once (exporter/builder/shared_weights.py), the tokenizer."""
-    lm, preps = prepared.lm, prepared.preps
-    store, store_files = share_weights([low for pairs in lowered.values()
-                                        for _, low in pairs], work_dir)
-    manifest = _manifest(preps, lowered, settings, prepared)
-    manifest.shared_weights = store or None
-    files = {f"partitions/{plan.name}/{file}": path for pairs in lowered.values()
-             for plan, low in pairs for file, path in low.files.items()}
-    files.update(store_files)
-    if lm.tokenizer is not None:
-        files[TOKENIZER_ENTRY] = lm.tokenizer
-    notes = [n for pairs in lowered.values() for _, low in pairs for n in low.notes]
-    manifest.build = {"settings": settings.model_dump(mode="json", exclude={"out"}),
-                      "notes": _unique([w for prep in preps.values() for w in prep.warnings]
-                                       + notes),
-                      "nondeterminism": preps["prefill"].target.packaging.nondeterminism(
-                          preps["prefill"].options)}
-    return manifest, files
-
-
-def _manifest(preps: dict[str, Prepared], lowered: dict, settings: BuildSettings,
-              prepared: PreparedGeneration) -> Manifest:
-    lm, layout, context, chunk = (prepared.lm, prepared.layout, prepared.context,
-                                  prepared.chunk)
-    manifest = manifest_for(preps["prefill"], settings, lowered["prefill"])
-    manifest.entry_points = {}
-    for name in preps:
-        if name != "prefill":
-            entry = manifest_for(preps[name], settings, lowered[name])
-            manifest.entry_points[name] = EntryPoint(entry.signature, entry.partitions,
-                                                     entry.memory_plan, entry.placement,
-                                                     entry.coverage, entry.passes)
-    manifest.source = {"spec": lm.source, "model_class": type(lm.model).__qualname__,
-                       "task": "text-generation", "max_context": context,
-                       "prefill_chunk": chunk, "decode_on_prefill": "decode" not in preps,
-                       **({"encoder": prepared.source.to_json()} if prepared.source else {})}
-    manifest.generation = {
-        "cache": layout.to_json(), "max_context": context, "prefill_chunk": chunk,
-        "tokenizer": TOKENIZER_ENTRY if lm.tokenizer is not None else None,
-        **{f"{key}_token_ids": ids for key, ids in lm.token_ids.items()},
-        "generation_config": lm.generation_config,
-        **({"source": _source_record(prepared.source, manifest)} if prepared.source else {}),
-        "cache_bytes": layout.nbytes(torch.empty((), dtype=getattr(torch, layout.dtype))
-                                     .element_size())}
-    return manifest
-
-
-def _source_record(source: Source, manifest: Manifest) -> dict:
-    """The source as the runtime reads it, with the fewest tokens ``encode`` takes (the
-    validation generates from a source that short)."""
-    record = source.to_json()
-    if source.masked:
-        record["shortest"] = shortest_source(manifest.entry_points["encode"].signature)
-    return record
+    return dry_run(spec, settings, stage=stage, kind=GeneratingBuild())
 
 
 def _refuse_plain_options(settings: BuildSettings) -> None:
@@ -385,8 +343,3 @@ def _refuse_plain_options(settings: BuildSettings) -> None:
                              "and a generating step's are cache states",
                              hint="use int8-dynamic (activations quantized per call), "
                                   "int8-weight or int4-weight")
-
-
-def _unique(items: list[str]) -> list[str]:
-    return list(dict.fromkeys(items))
-

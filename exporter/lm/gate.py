@@ -25,6 +25,9 @@ TEACHER_FORCED = {"fp16": (0.90, 0.02), "bf16": (0.80, 0.05),
 
 @dataclass(frozen=True)
 class GenerationGate:
+    """The gate of a generating build: a ``Verdict`` (exporter/validation/gates.py) that
+    judges whole generations, not one output."""
+
     exact_tokens: bool  # (a) and the float tolerance apply (fp32, not quantized)
     tolerance: Tolerance
     min_top1: float
@@ -43,6 +46,12 @@ class GenerationGate:
         top1, kl = TEACHER_FORCED[kind]
         return cls(False, TOLERANCES[dtype], top1 if min_top1 is None else min_top1,
                    kl if max_kl is None else max_kl, quantize or dtype)
+
+    @property
+    def bisects(self) -> bool:
+        """Only the exact gate's misses are bugs to find (validation/gates.py's Verdict):
+        a labelled build drifts everywhere by design."""
+        return self.exact_tokens
 
     def describe(self) -> str:
         if self.exact_tokens:

@@ -16,25 +16,33 @@ process, generates greedily from several prompts while this process runs Hugging
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
 import math
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from exporter.errors import BuildError, ValidationFailedError
+from exporter.builder.plain import recorded_spec
+from exporter.builder.preload import preload_for
+from exporter.builder.prepared import Prepared
+from exporter.errors import BuildError, UserInputError, ValidationFailedError
 from exporter.lm.bisect import bisect_generation
 from exporter.lm.gate import EagerLogits, GenerationGate, judge_case, summary_lines
 from exporter.lm.seq2seq import source_vocab
-from exporter.lm.source import LanguageModel
+from exporter.lm.source import LanguageModel, load_language_model
 from exporter.lm.wrapper import cache_keyword
+from exporter.model.hf_spec import HfOptions
+from exporter.model.spec import ModelSpec
 from exporter.settings import BuildSettings
 from exporter.ship.archive_writer import write_artifact
 from exporter.validation.bisect import bisect_lines
 from exporter.validation.validate import ArtifactRun, crashed, keep_failed
 from runtime.format.manifest import Manifest
+from runtime.generation.layout import vocabulary
 from runtime.host import scratch
 
 log = logging.getLogger(__name__)
@@ -49,20 +57,19 @@ END_TOKENS = 16  # the new tokens of the case that ends at the context bound
 
 
 def validate_generation(out: Path, manifest: Manifest, files: dict, lm: LanguageModel,
-                        settings: BuildSettings, preload: list[str],
+                        settings: BuildSettings, preload: list[str], gate: GenerationGate,
                         preps: dict | None = None) -> dict:
     """The build's check: the staged artifact beside ``out`` generates; a miss raises,
     an fp32 one with the bisect of its first divergence (``preps``: the entry points'
     prepared programs, exporter/lm/bisect.py)."""
-    gate = GenerationGate.for_build(settings.dtype, settings.quantize,
-                                    min_top1=settings.min_top1, max_kl=settings.max_kl)
     staging = scratch.record(out.with_name(f".{out.name}.validating-{os.getpid()}"))
     write_artifact(staging, manifest.to_dict(), files)
     try:
         record = judge_generation(staging, manifest.generation, lm, gate, settings.seed,
                                   settings.validation_timeout_s, preload)
-        if not record["passed"] and gate.exact_tokens and preps:
-            found = _bisect(staging, manifest, preps, lm, record, settings)
+        if not record["passed"] and gate.bisects and preps:
+            found = GenerationBisect(preps, lm, settings.seed, settings.dtype)(
+                staging, manifest, record)
             if found is not None:
                 record["bisect"] = found
     except BuildError as exc:  # the artifact crashed the validation process
@@ -99,18 +106,62 @@ def json_safe(value):
     return value
 
 
-def _bisect(staging: Path, manifest: Manifest, preps: dict, lm: LanguageModel, record: dict,
-            settings: BuildSettings) -> dict | None:
+@dataclass
+class GenerationBisect:
     """The first divergence's step, bisected to a partition (or the first failing case's
-    first step when its tokens agree but its logits do not)."""
-    first = record.get("first_divergence")
-    row = next((r for r in record["outputs"] if r["case"] == (first or {}).get("case")),
-               None) or next(r for r in record["outputs"] if not r["passed"])
-    index = int(row["case"].removeprefix("case"))
-    prompt = generation_cases(lm, manifest.generation, settings.seed)[index][0]
-    step = first["step"] if first and first["case"] == row["case"] else 0
-    return bisect_generation(staging, manifest, preps, prompt, row["tokens"], step,
-                             row["case"], settings.dtype)
+    first step when its tokens agree but its logits do not): validation/bisect.py's
+    ``Bisector`` for a generating build."""
+
+    preps: dict[str, Prepared]
+    lm: LanguageModel
+    seed: int
+    dtype: str
+
+    def __call__(self, artifact: Path, manifest: Manifest, record: dict) -> dict | None:
+        first = record.get("first_divergence")
+        row = next((r for r in record["outputs"] if r["case"] == (first or {}).get("case")),
+                   None) or next(r for r in record["outputs"] if not r["passed"])
+        index = int(row["case"].removeprefix("case"))
+        prompt = generation_cases(self.lm, manifest.generation, self.seed)[index][0]
+        step = first["step"] if first and first["case"] == row["case"] else 0
+        return bisect_generation(artifact, manifest, self.preps, prompt, row["tokens"], step,
+                                 row["case"], self.dtype)
+
+
+def revalidate_generation(artifact: Path, manifest: Manifest, model: str | None,
+                          inputs_file: Path | None, seed: int) -> dict:
+    """``exporter validate`` of a generating artifact: judged by the generation gate its
+    build used, against the model it was built from (or ``model``)."""
+    if inputs_file is not None:
+        raise UserInputError("--inputs does not apply to a generating artifact: it is "
+                             "judged on generating from its own prompts",
+                             where=str(artifact), hint="leave --inputs out")
+    if isinstance(model, ModelSpec):
+        raise UserInputError("a generating artifact is validated against a transformers "
+                             "model spec (hf:PATH or FILE.py:NAME)", where=str(artifact))
+    settings = manifest.build.get("settings", {})
+    with recorded_spec(manifest, artifact) if model is None else contextlib.nullcontext():
+        lm = load_language_model(model or manifest.source["spec"],
+                                 HfOptions.from_settings(settings))
+    _check_same_vocabulary(manifest, lm, artifact)
+    gate = GenerationGate.for_build(settings.get("dtype") or "fp32", settings.get("quantize"),
+                                    min_top1=settings.get("min_top1"),
+                                    max_kl=settings.get("max_kl"))
+    return judge_generation(artifact, manifest.generation, lm, gate, seed,
+                            settings.get("validation_timeout_s"),
+                            preload_for(manifest, lm.origin_file))
+
+
+def _check_same_vocabulary(manifest: Manifest, lm: LanguageModel, artifact: Path) -> None:
+    """--model naming another vocabulary than the artifact's: its prompts would index past
+    one embedding table or the other (an IndexError in eager, exit 4, before this)."""
+    ours, theirs = vocabulary(manifest.signature), lm.model.get_output_embeddings().weight.shape[0]
+    if ours != theirs:
+        raise UserInputError(f"the artifact's vocabulary has {ours} tokens "
+                             f"and the model's {theirs}: it was built from another model",
+                             where=str(artifact),
+                             hint="give --model the spec the artifact was built from "
+                                  f"({manifest.source['spec']!r})")
 
 
 def judge_generation(artifact: Path, generation: dict, lm: LanguageModel,

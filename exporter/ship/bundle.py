@@ -29,6 +29,7 @@ from packaging.version import Version
 
 import runtime
 from exporter.errors import UserInputError
+from exporter.kinds import GENERATING, PLAIN, kind_name_of
 from exporter.ship.download import download_wheels
 from exporter.ship.lock import Lock, lock_for, lock_lines  # noqa: F401 (lock_lines: API)
 from exporter.ship.scripts import install_script, run_script
@@ -162,7 +163,8 @@ def _readme(name: str, artifacts: list[Path], manifests: list[Manifest],
     rows = "\n".join(_printable(f"  {p.name}: target {m.target}, from {m.source.get('spec')}, "
                                "inputs " + ", ".join(s.describe() for s in m.signature.inputs))
                      for p, m in zip(artifacts, manifests))
-    plain = [p.name for p, m in zip(artifacts, manifests) if m.generation is None]
+    kinds = [kind_name_of(m) for m in manifests]
+    plain = [p.name for p, kind in zip(artifacts, kinds) if kind == PLAIN]
     needs = sorted({dist for m in manifests for dist in runtime_packages(m)})
     torch_free = "" if "torch" in needs else " (no torch: numpy arrays in and out)"
     python = "%d.%d" % sys.version_info[:2]
@@ -175,7 +177,7 @@ def _readme(name: str, artifacts: list[Path], manifests: list[Manifest],
             "  ./install.sh              # .venv with exactly the wheels in wheels/\n"
             + (f"  ./run.sh {plain[0]} --inputs in.npz --out out.npz\n" if plain else "")
             + "".join(f"  ./run.sh generate {p.name} --prompt 'Hello' -n 32\n"
-                      for p, m in zip(artifacts, manifests) if m.generation is not None)
+                      for p, kind in zip(artifacts, kinds) if kind == GENERATING)
             + ("\nin.npz holds one array per input name.\n" if plain else "\n")
             + "install.sh and run.sh first check the files against SHA256SUMS (and run.sh\n"
             "each artifact against the SHA-256 it pins) and refuse to go on if one differs.\n"

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Protocol
 
 import torch
 from torch.export import ExportedProgram
@@ -35,6 +36,17 @@ log = logging.getLogger(__name__)
 # well below a wrong op.
 DIVERGES = {"fp32": 1e-4, "fp16": 1e-2, "bf16": 5e-2}
 MAX_OPS_LISTED = 8
+
+
+class Bisector(Protocol):
+    """What a build's validation calls on a miss its gate bisects: the failed record's
+    first failing call, bisected to a partition (``bisect`` below), or None where it
+    cannot be re-created or the bisect itself breaks (it helps read a failure and never
+    replaces it). A plain build's is exporter/builder/plain.py's ``PlainBisect``, a
+    generating build's exporter/lm/validate.py's ``GenerationBisect``."""
+
+    def __call__(self, artifact: Path, manifest: Manifest, record: dict) -> dict | None:
+        ...
 
 
 def bisect(artifact: Path, manifest: Manifest, program: ExportedProgram, case: Case,

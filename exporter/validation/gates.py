@@ -1,5 +1,5 @@
 """The accuracy gates validation judges an artifact's outputs by: one ``Gate`` protocol,
-two criteria.
+two criteria (and ``Verdict``, the part every build's gate has, a generating one's too).
 
 ``Tolerance`` (float builds): the reference is eager at float64 where the model allows
 it; the artifact's max abs error to it must be within ``factor x`` eager's own error at
@@ -26,21 +26,13 @@ import torch
 from passes.quantize.quant_error import sqnr_cosine
 
 
-class Gate(Protocol):
-    """What validate() needs from an accuracy judge."""
+class Verdict(Protocol):
+    """What a build's validation needs from any gate, whatever it judges (one output
+    here; a whole generation in exporter/lm/gate.py's ``GenerationGate``)."""
 
-    # True: judge against eager at float64 where the model allows it (eager at the
-    # artifact's dtype is then the yardstick); False: eager at the artifact's dtype is
-    # the reference itself, and no float64 copy of the model is made.
-    float64_reference: bool
     # Whether a failure is worth bisecting to a partition: a float mismatch is a bug
     # somewhere in the lowering; a quantized build drifts everywhere by design.
     bisects: bool
-
-    def judge(self, got: torch.Tensor, reference: torch.Tensor,
-              eager: torch.Tensor) -> dict:
-        """One output of one case: a manifest row with at least ``passed``."""
-        ...
 
     def describe(self) -> str:
         """The policy, labelled, as the manifest's validation record states it."""
@@ -48,6 +40,20 @@ class Gate(Protocol):
 
     def failure(self) -> str:
         """The headline of the error a build that misses this gate raises."""
+        ...
+
+
+class Gate(Verdict, Protocol):
+    """What validate() needs from an accuracy judge of outputs."""
+
+    # True: judge against eager at float64 where the model allows it (eager at the
+    # artifact's dtype is then the yardstick); False: eager at the artifact's dtype is
+    # the reference itself, and no float64 copy of the model is made.
+    float64_reference: bool
+
+    def judge(self, got: torch.Tensor, reference: torch.Tensor,
+              eager: torch.Tensor) -> dict:
+        """One output of one case: a manifest row with at least ``passed``."""
         ...
 
     def without_float64(self) -> Gate:
