@@ -297,3 +297,18 @@ def test_the_exporter_rooms_import_each_other_in_one_direction():
     for node in list(edges):
         if node not in state:
             visit(node, [])
+
+
+def test_only_the_build_kinds_ask_whether_a_build_generates():
+    """One pipeline: the task and an artifact's generation section choose the build kind in
+    exporter/kinds.py alone; every other part asks the kind, never the task again."""
+    from exporter.api import build_kind, kind_of
+    from exporter.settings import BuildSettings
+    asks = re.compile(r"\.task\s*[!=]=\s*['\"]text-generation|\.generation\s+is\s+(not\s+)?None")
+    askers = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "exporter").rglob("*.py")
+                    if asks.search(p.read_text()))
+    # the report draws the generation section it finds (data, not a pipeline branch)
+    assert askers == ["exporter/kinds.py", "exporter/report/html.py"], askers
+    assert build_kind(BuildSettings(task="text-generation")).name == "generating"
+    assert build_kind(BuildSettings()).name == "plain"
+    assert kind_of(type("M", (), {"generation": {"cache": {}}})()).makes_own_inputs
