@@ -50,7 +50,8 @@ class TorchFallbackMeta(PartitionMeta):
     # every tensor it reads, as safetensors; None where they are in the shared store
     weights: Entry | None = None
     schema_version: str | None = None  # torch's export schema, "major.minor" (report)
-    # runtime.format.weights.INDEX_KEY: {"weights": the weights file's index}, checked before reading
+    # runtime.format.weights.INDEX_KEY: {"weights": the weights file's index}, checked
+    # before reading
     tensor_index: dict[str, dict] | None = None
     weights_count: int | None = None  # report
     weights_bytes: int | None = None  # report

@@ -1,7 +1,8 @@
 """The artifact file: one deterministic zip with a manifest, read only after it is verified.
 
-The writer (exporter/ship/archive_writer.py) produces the same bytes for the same inputs (sorted entries, fixed timestamps,
-permissions and compression level) and replaces the destination atomically. The reader treats
+The writer (exporter/ship/archive_writer.py, on the build side) produces the same bytes
+for the same inputs (sorted entries, fixed timestamps, permissions and compression level)
+and replaces the destination atomically. The reader treats
 the file as hostile: it checks sizes, entry names, the manifest and every entry's SHA-256 before
 anything else parses or loads a byte of it, and it never calls ``extractall``. Code such as a
 compiled ``.so`` is only loaded from a private copy that was re-hashed while it was written.

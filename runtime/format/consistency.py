@@ -54,7 +54,8 @@ def check_dataflow(manifest: Manifest, *, where: str) -> None:
 
 
 def _tree_problem(tree: Any, count: int) -> str | None:
-    """Why ``tree`` (runtime/program/outputs.py's JSON) cannot index ``count`` outputs exactly once."""
+    """Why ``tree`` (runtime/program/outputs.py's JSON) cannot index ``count`` outputs
+    exactly once."""
     if tree is None:
         return None
     leaves: list[int] = []

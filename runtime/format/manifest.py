@@ -184,7 +184,8 @@ class EntryPoint:
 
 @dataclass
 class Manifest:
-    """Everything ``manifest.json`` says, except ``format`` and ``entries`` (owned by runtime.format.archive)."""
+    """Everything ``manifest.json`` says, except ``format`` and ``entries`` (owned by
+    runtime.format.archive)."""
 
     target: str
     signature: Signature
