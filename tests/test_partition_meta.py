@@ -250,7 +250,7 @@ def test_an_unknown_backend_names_the_kinds_this_runtime_has(tmp_path, registry,
         runtime.load(_artifact(tmp_path, "scale-by"))
     message = str(caught.value)
     assert "needs backend 'scale-by'" in message
-    assert "it has: aoti, onnxruntime, torch, tvm" in message
+    assert "it has: aoti, executorch, onnxruntime, torch, tvm" in message
 
 
 def test_registration_checks_the_loader(registry):

@@ -17,10 +17,10 @@ import pytest
 from packaging.version import Version
 
 from exporter.errors import UserInputError
-from exporter.ship.archive_writer import write_artifact
 from exporter.ship.bundle import package
 from exporter.ship.lock import Lock
 from runtime.format.archive import ArtifactReader
+from exporter.ship.archive_writer import write_artifact
 
 pytest.importorskip("onnxruntime")
 EVIL = "http://evil.example/simple"
