@@ -15,8 +15,7 @@ import importlib
 
 # Imported on first use (PEP 562): a process that needs one light module of the package
 # (a matrix cell's Ray worker runs exporter.matrix.cell, which only starts subprocesses)
-# should not import torch to get it: eight workers doing so at once took ~19 s of a
-# 200 s matrix on 16 cores (bench/RESULTS.md, issue 24).
+# should not import torch to get it: workers importing it at once slow the whole matrix.
 _PUBLIC = {"Artifact": "exporter.api", "build": "exporter.api", "validate": "exporter.api",
            "bench": "exporter.benchmark", "StageEvent": "exporter.progress",
            "BuildSettings": "exporter.settings"}

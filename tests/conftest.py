@@ -1,5 +1,5 @@
-"""Shared fixtures. Built artifacts are session-scoped: an AOTInductor CPU compile takes
-30-60 s here, so each model is compiled once per test run and shared.
+"""Shared fixtures. Built artifacts are session-scoped: an AOTInductor CPU compile is the
+slowest part of a test, so each model is compiled once per test run and shared.
 
 Every external command a test runs goes through the ``ran`` fixture, and the
 list is printed at the end of the run, so the suite says what it ran.

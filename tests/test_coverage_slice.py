@@ -3,7 +3,7 @@ Face architectures from configs (a ResNet, a ViT, BERT, a LLaMA with grouped-que
 attention, T5, wav2vec2), each built in its own process by `exporter matrix` (through
 bench/coverage/matrix.py) exactly as `make coverage` builds the whole suite. Every cell must
 build and validate; a failure prints the row (stage, typed error). The whole matrix:
-`make coverage` (RESULTS.md)."""
+`make coverage`."""
 
 from __future__ import annotations
 
@@ -44,8 +44,8 @@ def _assert_all_built(rows: list[dict], expected: int) -> None:
         assert row["arena_over_lower_bound"] is not None and row["arena_over_lower_bound"] >= 1
 
 
-@pytest.mark.slow  # ~60 s of six builds: `make test` ran 13-14 of its 15 minutes with it; the
-# whole onnx matrix (77 models) is run each session instead (bench/RESULTS.md)
+@pytest.mark.slow  # six builds would push `make test` past its time budget; the whole
+# onnx matrix (`make coverage`) covers these models instead
 def test_fast_slice_builds_and_validates_on_onnx(tmp_path):
     rows = _matrix(tmp_path, "onnx")
     _assert_all_built(rows, 6)

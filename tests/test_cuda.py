@@ -164,7 +164,7 @@ def test_weight_only_recipes_on_the_gpu(artifacts_dir, cli, recipe):
     linears = sum(isinstance(m, torch.nn.Linear) for m in module.modules())
     assert len(info["layers_quantized"]) == linears + 1 + 1  # + the head, + the table
     # tinygemm's int4 layout pads in_features to 1024: at hidden 128 it saves little
-    # (the int4 figures that matter are BERT-base's and GPT-2's in bench/RESULTS.md)
+    # (int4's savings show on real models, not this small one)
     smaller = 2.5 if recipe == "int8-weight" else 1.0
     assert info["weight_bytes_after"] * smaller < info["weight_bytes_before"]
     assert manifest.validation["passed"]

@@ -320,7 +320,7 @@ def test_a_failed_rebuild_does_not_report_the_artifact_an_earlier_build_left(
                                                  ("warm_start = false\n", set())])
 def test_warm_start_auto_forks_the_cells_that_use_no_gpu(tmp_path, line, warm_columns):
     """By default a cell forks from a warm worker unless it uses the GPU (a warm worker
-    with GPU cells must try its imports in throwaway forks: slower, bench/RESULTS.md)."""
+    with GPU cells must try its imports in throwaway forks, slower than fresh cells)."""
     from exporter.matrix.cache import Cache
     from exporter.matrix.runner import _Run, _warm_modules
     path = tmp_path / "m.toml"

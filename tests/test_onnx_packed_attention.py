@@ -97,8 +97,8 @@ def test_the_step_returns_the_rows_it_stored_as_views_of_the_cache(packed_build)
 
 def test_a_step_run_in_place_leaves_out_the_rows_it_stored(packed_build):
     """The generator reads the new rows where the kernel stored them, so its steps leave
-    out the views of them that ``run`` hands back (making 40 was ~0.2 ms of a 7.5 ms 300M
-    decode step, bench/RESULTS.md); what is computed, and the cache, are the same. Its
+    out the views of them that ``run`` hands back (making them is a visible part of a
+    decode step); what is computed, and the cache, are the same. Its
     validation (below) generated through this path."""
     _, built = packed_build
     program = runtime.load(built.artifact)

@@ -122,7 +122,7 @@ def test_bench_measures_overhead_over_plain_onnxruntime(artifacts_dir, cli):
     data = json.loads(result.stdout)
     ratio = data["ratios"]["artifact/onnxruntime"]
     print(f"artifact/onnxruntime on zoo cnn: {ratio:.3f}")
-    assert 0.5 < ratio < 2.0  # the 1.1x goal is checked in bench/RESULTS.md, not on a noisy CI
+    assert 0.5 < ratio < 2.0  # wide: CI timing is noisy; the speed goal is checked by bench/
 
 
 def test_no_fuse_leaves_the_fusion_passes_out(cli, tmp_path):

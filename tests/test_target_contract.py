@@ -370,7 +370,7 @@ def test_the_contract_checks_catch_a_broken_target(tmp_path, zoo_programs):
 
 
 def test_cuda_settings_for_decode_steps_need_no_gpu_to_read(tmp_path):
-    """The cuda target's recipe for batch-1 decode steps (bench/RESULTS.md, session 35):
+    """The cuda target's recipe for batch-1 decode steps:
     single-row linears become reductions last, after --quantize (--no-fuse keeps them);
     Inductor tunes reductions unless --deterministic; combo kernels only in generating
     builds (shared weights), where they were measured, not with --deterministic, and not in

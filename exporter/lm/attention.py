@@ -3,13 +3,12 @@ repeating the key/value heads, and past slots and new rows without concatenating
 
 transformers' own attention (eager or SDPA) is handed ``cat(past slots, new keys)`` with
 the key/value heads repeated to the query heads' count. In a decode step that is most of
-the work that is not a matrix-vector product: a 300M LLaMA's int4 ONNX decode step spent
-2.2 ms in 40 Expand nodes (each a 1 MB copy of a layer's keys or values, four times
-over) and 1.1 ms in 82 Concat nodes, against 7.5 ms in all its weight GEMVs (ORT's
-profiler, 2 cores, bench/RESULTS.md). Here each group of query heads meets its one
-key/value head by a reshape, and the scores of the past slots and of the new rows are
-computed apart and joined (a [heads, T, slots + T] tensor, small), so the cache is read
-once, in place, by every target (the math: runtime/generation/attention_op.py).
+the work that is not a matrix-vector product (a copy of every layer's keys and values per
+query head, and a concatenation, each step; docs/design-notes.md). Here each group of
+query heads meets its one key/value head by a reshape, and the scores of the past slots
+and of the new rows are computed apart and joined (a [heads, T, slots + T] tensor,
+small), so the cache is read once, in place, by every target (the math:
+runtime/generation/attention_op.py).
 
 Each target says which attention its steps get (``Target.generation.step_attention``):
 - "grouped", the above (cpu, tvm);
@@ -19,11 +18,10 @@ Each target says which attention its steps get (``Target.generation.step_attenti
   layers (a ring, not slot = position) keep the grouped math;
 - "sdpa": one ``scaled_dot_product_attention`` call over concat(past, new) and the step's
   mask, the query heads grouped onto their key/value head by SDPA's ``enable_gqa`` (cuda:
-  its GPU kernels; cuBLAS ran the grouped matmuls as slow batched GEMMs, 1.76 -> 1.85 ms a
-  1.1B fp16 decode step on an H100; transformers' SDPA repeats the key/value heads under
-  torch.export, 14.7 us a layer against 6.6 us with ``enable_gqa``,
-  bench/decode_kernels_microbench.py). Calls it cannot take (softcap, a position bias,
-  unknown keywords) run the model's own attention, T5's bias corrected by this module.
+  its GPU kernels; cuBLAS runs the grouped matmuls as slower batched GEMMs, and
+  transformers' SDPA repeats the key/value heads under torch.export). Calls it cannot
+  take (softcap, a position bias, unknown keywords) run the model's own attention, T5's
+  bias corrected by this module.
 
 Registered with transformers' ``AttentionInterface`` under ``ATTENTION_NAME``; while
 ``ExportableCausalLM`` runs it sets the layers of the call (``attending_in_place``). Where a
@@ -107,8 +105,8 @@ def _config_owners(model: torch.nn.Module) -> list[torch.nn.Module]:
     """The model and each sub-model with a config of its own, outermost first. T5 gives
     its encoder and decoder stacks copies of its config; transformers 5.17 sets the
     attention on the outer config only, so T5's layers kept SDPA, without this module's
-    position-bias correction (its cuda builds failed the exact gate on the H100 machine,
-    which has 5.17); 5.24 sets the copies too."""
+    position-bias correction (its builds failed the exact gate); 5.24 sets the copies
+    too."""
     from transformers import PreTrainedModel
     owners, configs = [], set()
     for module in model.modules():

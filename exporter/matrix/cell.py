@@ -88,9 +88,8 @@ def _exporter(args: list[str], job: Job, timeout: float, attempt: int, row: dict
     no JSON, (code, {}, a crash or timeout record). ``row`` gets ``cold_because`` when a
     warm worker had to start the process fresh after all (exporter/matrix/warm.py)."""
     # The cell's share of the cores, for each pool a build starts: OpenMP's, and torch
-    # Inductor's compile workers (by default one per core in every build: eight builds
-    # on 16 cores started 128 compile processes, and each cpu cell took ~20% longer
-    # than alone; bench/RESULTS.md).
+    # Inductor's compile workers (by default one per core in every build, so parallel
+    # cells would oversubscribe the cores and slow each other).
     env = {**os.environ, "OMP_NUM_THREADS": str(job.threads),
            "TORCHINDUCTOR_COMPILE_THREADS": str(job.threads),
            # the cell runs the exporter this process imported, whatever the worker's path

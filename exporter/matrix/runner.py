@@ -47,8 +47,8 @@ Progress = Callable[[str, Board, str, dict | None], None]  # (event, board, cell
 
 def default_workers() -> int:
     """Half the cores, at least two where there are two: a build spends part of its time
-    starting processes, importing and waiting on its validation subprocess, so two cells
-    on two cores finished the coverage slice 1.8x sooner than one (bench/RESULTS.md)."""
+    starting processes, importing and waiting on its validation subprocess, so even two
+    cores are kept busier by two cells than by one."""
     cores = usable_cores()
     return min(cores, max(2, cores // 2))
 
@@ -211,10 +211,10 @@ def _device(cell: Cell) -> str:
 
 def _warm_for(warm_start: bool | Literal["auto"], device: str) -> bool:
     """Whether a cell on ``device`` forks from a warm worker. "auto" (the default): the
-    cells that use no GPU. On 2 cores warm onnx cells ended 1.55x sooner than fresh ones
-    (bench/RESULTS.md, session 48); a warm worker with cuda cells must try each import in
-    a throwaway fork first (exporter/matrix/fork_safe.py), and on the GPU machine that was
-    slower than fresh cells (session 47), so cuda cells start fresh unless asked."""
+    cells that use no GPU, which skip the imports a fresh process repeats; a warm worker
+    with cuda cells must try each import in a throwaway fork first
+    (exporter/matrix/fork_safe.py), slower than fresh cells, so cuda cells start fresh
+    unless asked."""
     return warm_start is True or (warm_start == "auto" and device != "cuda")
 
 

@@ -1,7 +1,7 @@
 """The matrix as a table: one row per model, one column per target recipe. ``cell_text``
 says what a cell holds (pass/fail with stage and reason, build time, size, validation
 error, ops on the CPU fallback, latency and its ratio to eager); ``html`` lays it out in
-the report's style (exporter/report/html.py) and ``markdown`` for RESULTS.md.
+the report's style (exporter/report/html.py) and ``markdown`` for Markdown pages.
 """
 
 from __future__ import annotations
