@@ -130,8 +130,7 @@ def _tensor_programs(manifest: Manifest, views: list[Manifest], reader: Artifact
                    tokenizer_json=_tokenizer(manifest, reader, where),
                    decode_graphs=cuda_graphs and generating)
     if generating:  # a section that contradicts the programs is refused here, not at generate
-        from runtime.generation.settings import GenerationSettings
-        GenerationSettings.read(main)
+        main.generation_settings()
     log.debug("loaded %s: %d partition(s)%s", where, sum(len(v.partitions) for v in views),
               f" in {len(views)} entry points" if len(views) > 1 else "")
     return main

@@ -41,7 +41,6 @@ from runtime.generation.options import check_options, checked_sampling
 from runtime.generation.prompting import Suppression, token_ids
 from runtime.generation.result import GenerationResult, generation_stats
 from runtime.generation.sampling import Sampler, Sampling
-from runtime.generation.settings import GenerationSettings
 from runtime.generation.stopping import StoppingText, checked_stops
 from runtime.generation.tokenizer import ArtifactText, Tokenizer
 
@@ -56,7 +55,7 @@ class Generator(EncoderSide):
                                  "with --task text-generation)", where=where,
                                  hint="use program.run / `exporter run` for a plain forward")
         # checked against the programs before the cache is allocated (settings.py)
-        settings = GenerationSettings.read(program)
+        settings = program.generation_settings()
         self.settings, self.layout = settings, settings.layout
         self.max_context, self.prefill_chunk = settings.max_context, settings.prefill_chunk
         self.eos, self.source = settings.eos, settings.source

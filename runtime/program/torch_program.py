@@ -40,6 +40,7 @@ class Program(ProgramBase):
         self.tokenizer_json = tokenizer_json
         self.decode_graphs = decode_graphs  # the decode step replays as one CUDA graph
         self._generator = None
+        self._generation_settings = None
         self._generator_lock = threading.Lock()  # made once, whichever thread asks first
         # A bound method: calling an object's __call__ costs a lookup more per run.
         self._fast_check = _FastCheck(manifest.signature.inputs).check
@@ -74,6 +75,14 @@ class Program(ProgramBase):
         on the program's one KV cache, each giving the tokens it gives alone (a cache per
         concurrent call measured no faster: docs/trust.md, "Threads")."""
         return self.generator.generate(prompt, max_new_tokens, **options)
+
+    def generation_settings(self) -> Any:
+        """The generation section, read and checked against the programs once
+        (runtime/generation/settings.py): ``runtime.load`` asks first, ``generate`` reuses it."""
+        if self._generation_settings is None:
+            from runtime.generation.settings import GenerationSettings
+            self._generation_settings = GenerationSettings.read(self)
+        return self._generation_settings
 
     @property
     def generator(self) -> Any:
