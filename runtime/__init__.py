@@ -1,7 +1,7 @@
 """The device-side runtime: load an artifact and run it.
 
 This package is the bottom floor. It must never import ``exporter``, ``passes``
-or ``targets`` (tests/test_layering.py checks it), so a device can install it
+or ``targets`` (tests/system/test_layering.py checks it), so a device can install it
 alone: the runtime wheel in an ``exporter package`` bundle, with what its artifacts need.
 
     import runtime

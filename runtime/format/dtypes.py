@@ -15,7 +15,7 @@ from typing import Any
 NUMPY_TWINS = frozenset({
     "bool", "uint8", "int8", "int16", "int32", "int64", "uint16", "uint32", "uint64",
     "float16", "float32", "float64", "complex64", "complex128"})
-# Every dtype torch 2.13 names (tests/test_dtypes.py keeps this equal to torch's own list):
+# Every dtype torch 2.13 names (tests/runtime/test_device_numpy.py keeps this equal to torch's own list):
 # a manifest naming anything else is malformed.
 NAMES = NUMPY_TWINS | frozenset({
     "bfloat16", "complex32", "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2",

@@ -88,7 +88,7 @@ class _ArrayCheck:
 
 def _leaves(tree: Any) -> list[Any]:
     """The leaves of nested tuples, lists and dicts (values in insertion order), as torch's
-    pytree orders them (tests/test_array_program.py checks they agree). Written here: the
+    pytree orders them (tests/runtime/test_device_numpy.py checks they agree). Written here: the
     device has no torch, and these containers are all a call passes arrays in."""
     if isinstance(tree, (tuple, list)):
         return [leaf for item in tree for leaf in _leaves(item)]

@@ -134,7 +134,7 @@ class AotiPackaging(Packaging):
     build_modules: tuple[str, ...] = ("torch._inductor.compile_fx", "torch._inductor.lowering")
 
     def nondeterminism(self, options: LowerOptions) -> list[str]:
-        # Measured (tests/test_reproducible.py): cold or warm, one Inductor cache directory
+        # Measured (tests/targets/aoti/test_reproducible.py): cold or warm, one Inductor cache directory
         # gives the same bytes on CPU, whatever --out is; another cache directory path
         # changes the kernel source's name and the .so's debug strings. On a GPU a cold
         # cache renumbered arrays in the generated cuda wrapper.

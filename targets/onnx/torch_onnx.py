@@ -53,7 +53,7 @@ def exact_no_op_rules():
     ``x * c`` and ``x / c`` as no-ops where ``c`` is within 1e-8 (absolute) or 1e-5
     (relative) of 0 or 1. An epsilon is not a no-op: AFMoE's router divides by
     ``sum + 1e-20``, and with the add gone a token whose expert scores all underflowed got
-    0 / 0 = NaN logits on onnx (tests/test_onnx_target.py keeps such an add). For the
+    0 / 0 = NaN logits on onnx (tests/targets/onnx/test_onnx_target.py keeps such an add). For the
     export, the constants of those rules match exactly."""
     constants = list(_no_op_constants())
     saved = [(c, c._rel_tol, c._abs_tol) for c in constants]
@@ -72,7 +72,7 @@ def _no_op_constants():
     try:
         from onnxscript.rewriter import _pattern_ir
         from onnxscript.rewriter.rules.common import _no_op
-    except ImportError:  # another onnxscript: its test in tests/test_onnx_target.py says
+    except ImportError:  # another onnxscript: its test in tests/targets/onnx/test_onnx_target.py says
         return
     seen: set[int] = set()
     stack = list(_no_op.rules.rules)

@@ -1,4 +1,4 @@
-"""A module that registers an exit handler when imported (tests/test_matrix_warm.py):
+"""A module that registers an exit handler when imported (tests/exporter/matrix/test_matrix_warm.py):
 it writes the file $WARM_EXIT_MARK names, so a test sees whether a process ran it."""
 
 import atexit

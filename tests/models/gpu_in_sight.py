@@ -1,4 +1,4 @@
-"""Imported by a warm process in tests/test_matrix_warm.py: torch reports a CUDA build
+"""Imported by a warm process in tests/exporter/matrix/test_matrix_warm.py: torch reports a CUDA build
 with one GPU in sight, as on a GPU machine (without initializing anything)."""
 
 import torch

@@ -1,7 +1,7 @@
 """Text generation (--task text-generation): the cache contract per family (eager), a
 generating build's validation and what it refuses before capture, and the generation
-gate's divergence report. Generating with the artifact: tests/test_generate_runtime.py;
-its ONNX inside: tests/test_generation_onnx.py."""
+gate's divergence report. Generating with the artifact: tests/runtime/test_generate_runtime.py;
+its ONNX inside: tests/targets/onnx/test_generation_onnx.py."""
 
 from __future__ import annotations
 

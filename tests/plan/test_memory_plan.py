@@ -12,6 +12,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from exporter.model.zoo import ZOO
 from plan.memory_plan import Buffer, best_fit, lower_bound, plan, plan_arenas
+from tests.conftest import ROOT
 
 
 @st.composite
@@ -171,7 +172,7 @@ def test_local_search_brings_roformer_to_its_lower_bound():
     from pathlib import Path
 
     from plan.memory_plan import best_plan
-    rows = json.loads((Path(__file__).parent / "data" / "roformer_onnx_buffers.json").read_text())
+    rows = json.loads((ROOT / "tests" / "data" / "roformer_onnx_buffers.json").read_text())
     buffers = [Buffer(*row) for row in rows]
     order, offsets = best_plan(buffers)
     arena = max(offsets[b.name] + b.size for b in buffers)

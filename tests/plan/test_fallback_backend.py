@@ -19,6 +19,7 @@ from runtime.errors import ArtifactError, CompatibilityError, ExecutionError, To
 from runtime.executors import create_executor
 from runtime.format.manifest import Partition
 from targets.fallback import FALLBACK_BACKEND, FallbackSerializationError, lower_fallback
+from tests.conftest import ROOT
 
 
 @torch.library.custom_op("testlib::scaled_add", mutates_args=())
@@ -274,7 +275,7 @@ def test_transformers_experts_run_without_transformers(tmp_path):
     torch.save([rows, offs], tmp_path / "inputs.pt")
     done = subprocess.run([sys.executable, "-c", _BLOCKED_RUN, str(tmp_path)],
                           capture_output=True, text=True, timeout=120,
-                          cwd=Path(__file__).resolve().parents[1])
+                          cwd=ROOT)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "False"  # transformers was not imported
     want = program.module()(rows, offs)[0]

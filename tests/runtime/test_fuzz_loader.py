@@ -40,7 +40,7 @@ COUNT = {"bytes": 0, "structure": 0}
 @pytest.fixture(scope="module")
 def seed(artifacts_dir) -> bytes:
     out = artifacts_dir / "fuzz-seed.artifact"
-    # a module spec, as tests/test_reliability.py says why
+    # a module spec, as tests/system/test_reliability.py says why
     exporter.build("tests.models.custom_op:factory", target="onnx", min_partition_size=3,
                    out=out)
     return out.read_bytes()

@@ -2,7 +2,7 @@
 encode + prefill + decode per family in eager (Whisper, BART, Marian, T5), and built
 artifacts end to end: validation against Hugging Face generate, generation on sources the
 build never saw, the decode-on-prefill fallback, cuda, and the bad inputs (Whisper's own:
-tests/test_whisper.py)."""
+tests/exporter/model/test_whisper.py)."""
 
 from __future__ import annotations
 

@@ -153,7 +153,7 @@ def test_an_int4_step_keeps_its_packed_layers_and_stored_rows(tmp_path_factory):
     attention: the quantizer rewrites the projections and leaves the attention, the
     stored rows and the cache contract as they were; prefill and decode agree through the
     cache. The tiny random model misses the default int4 gate (top-1 ~0.5), so the test
-    sets its own, as tests/test_generation.py's cpu int4 build does."""
+    sets its own, as tests/exporter/lm/test_generation.py's cpu int4 build does."""
     folder = tiny_lm.checkpoint(tmp_path_factory.mktemp("int4") / "llama", "llama")
     out = folder.parent / "llama-onnx-int4.artifact"
     built = exporter.build(f"hf:{folder}", task="text-generation", target="onnx",

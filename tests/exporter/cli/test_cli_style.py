@@ -26,7 +26,7 @@ from typer.testing import CliRunner
 from exporter.cli import app
 
 pytest.importorskip("onnxruntime")
-ROOT = Path(__file__).resolve().parent.parent
+from tests.conftest import ROOT  # noqa: E402
 
 
 def _documented_keys() -> dict[str, set[str]]:
@@ -38,7 +38,7 @@ def _documented_keys() -> dict[str, set[str]]:
 
 DOCUMENTED = _documented_keys()
 # Commands whose --json needs an artifact of their own kind, checked in their own file.
-CHECKED_ELSEWHERE = {"generate": "tests/test_generation.py::test_cli_generate"}
+CHECKED_ELSEWHERE = {"generate": "tests/exporter/lm/test_generation.py::test_cli_generate"}
 
 
 @pytest.fixture

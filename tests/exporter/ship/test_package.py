@@ -22,7 +22,7 @@ from exporter.errors import UserInputError
 from exporter.ship.wheel import build_runtime_wheel
 
 pytest.importorskip("onnxruntime")
-ROOT = Path(__file__).resolve().parent.parent
+from tests.conftest import ROOT  # noqa: E402
 
 
 @pytest.fixture(scope="module")

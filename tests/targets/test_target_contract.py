@@ -33,6 +33,7 @@ from targets import Lowered, Support, Target, all_targets, get_target, register
 from targets.registry import unregister
 from tests.toy_target import ToyTarget
 from tests.toy_target.executor import BACKEND
+from tests.conftest import ROOT
 
 # imported as a module, not loaded by path: a second load of the file would register its
 # custom op again in this process (other tests import tests.models.custom_op too)
@@ -214,7 +215,7 @@ def test_the_required_contract_is_the_documented_list():
     public = {m for m in dir(Target) if not m.startswith("_")} | set(Target.__annotations__)
     assert public == {*required, "own_options", *FACETS}, public ^ {*required, "own_options",
                                                                      *FACETS}
-    doc = (Path(__file__).parents[1] / "docs" / "adding-a-target.md").read_text()
+    doc = (ROOT / "docs" / "adding-a-target.md").read_text()
     core_table = doc.split("## The required part", 1)[1].split("\n## ", 1)[0]
     named = set(re.findall(r"^\| `(\w+)", core_table, flags=re.M))
     assert named == set(required), named ^ set(required)

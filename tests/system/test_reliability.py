@@ -1,6 +1,6 @@
 """Artifacts people can trust: hostile weights, signatures, faults while building, and
-reproducible bytes. (Hostile zips, names and manifests: tests/test_archive.py; wrong
-ISA, torch or GPU: tests/test_bad_inputs.py; the fuzzers: tests/test_fuzz_loader.py.)"""
+reproducible bytes. (Hostile zips, names and manifests: tests/runtime/test_archive.py; wrong
+ISA, torch or GPU: tests/exporter/cli/test_bad_inputs.py; the fuzzers: tests/runtime/test_fuzz_loader.py.)"""
 
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ import pytest
 
 from bench.llm import protocol
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.conftest import ROOT  # noqa: E402
 NEW = 128
 
 
