@@ -11,7 +11,7 @@ TEST_WORKERS ?= 2
 CORE_STAMP := $(VENV)/.installed-core-$(TORCH_VERSION)
 STAMP := $(VENV)/.installed-$(TORCH_VERSION)
 
-.PHONY: install browser demo test test-slow test-gpu coverage coverage-gpu bench-llm clean
+.PHONY: install browser native-deps demo test test-slow test-gpu coverage coverage-gpu bench-llm clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -49,6 +49,33 @@ browser:
 	      echo "note: apt-get could not install chromium"; \
 	  else echo "note: no chromium here: the browser test of exporter report will skip"; fi; }
 
+# The native runtime (native/, C++ with CMake) and aarch64: Debian's libzip, nlohmann-json
+# and libsodium (for this machine and as arm64 multiarch packages), the aarch64 cross
+# compiler and qemu-user; and the aarch64 wheels of ExecuTorch and TVM, unpacked as files
+# (their runtime libraries and headers), never installed. Needs root and apt-get.
+NATIVE_APT := cmake libzip-dev nlohmann-json3-dev libsodium-dev \
+  gcc-aarch64-linux-gnu g++-aarch64-linux-gnu qemu-user \
+  libzip-dev:arm64 libsodium-dev:arm64 libstdc++6:arm64
+AARCH64_WHEELS := build/wheels/linux-aarch64
+NATIVE_STAMP := build/.native-deps-$(EXECUTORCH_VERSION)
+
+$(NATIVE_STAMP): $(STAMP)
+	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  echo "installing the native toolchain (apt-get: cmake, libzip, libsodium, aarch64 cross compiler, qemu-user)"; \
+	  dpkg --add-architecture arm64 && apt-get update -q >/dev/null && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q $(NATIVE_APT) >/dev/null; \
+	else echo "note: not root or no apt-get: the native runtime needs: $(NATIVE_APT)"; fi
+	rm -rf $(AARCH64_WHEELS) && mkdir -p $(AARCH64_WHEELS)/dl
+	$(PY) -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.11 \
+	  --platform manylinux_2_28_aarch64 -d $(AARCH64_WHEELS)/dl \
+	  executorch==$(EXECUTORCH_VERSION) "apache-tvm==$$($(PY) -c 'import importlib.metadata as m; print(m.version("apache-tvm"))')" \
+	  "apache-tvm-ffi==$$($(PY) -c 'import importlib.metadata as m; print(m.version("apache-tvm-ffi"))')"
+	cd $(AARCH64_WHEELS) && for w in dl/*.whl; do $(abspath $(PY)) -m zipfile -e $$w . ; done
+	rm -rf $(AARCH64_WHEELS)/dl
+	touch $(NATIVE_STAMP)
+
+native-deps: $(NATIVE_STAMP)
+
 # Build the zoo MLP for the CPU, validate it, inspect it and run it from an .npz.
 demo: $(CORE_STAMP)
 	mkdir -p build
@@ -57,10 +84,10 @@ demo: $(CORE_STAMP)
 	$(PY) -c "import numpy as np; np.savez('build/mlp-inputs.npz', x=np.random.default_rng(0).standard_normal((4, 64), dtype=np.float32))"
 	$(VENV)/bin/exporter run build/mlp-cpu.artifact --inputs build/mlp-inputs.npz --out build/mlp-outputs.npz
 
-test: install browser
+test: install browser native-deps
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not slow and not cuda" --durations=25
 
-test-slow: install
+test-slow: install native-deps
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile -m "slow and not cuda"
 
 # The coverage matrix (bench/coverage/) through `exporter matrix`: every suite model (77
