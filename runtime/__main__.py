@@ -101,23 +101,41 @@ def input_bytes_bound(manifest) -> int:
     return min(max(elements * 8, 1), MAX_INPUT_BYTES)
 
 
-def run_cases(artifact: str, cases_path: str, out_path: str, memory_path: str | None = None
-              ) -> None:
+class Stage:
+    """Where this process is, rewritten as it goes into a file the exporter reads if the
+    process dies (a signal leaves no exception to say it): ``--stage-out``."""
+
+    def __init__(self, path: str | None) -> None:
+        self.path = Path(path) if path else None
+
+    def __call__(self, text: str) -> None:
+        if self.path is not None:
+            self.path.write_text(text)
+
+
+def run_cases(artifact: str, cases_path: str, out_path: str, memory_path: str | None = None,
+              stage: Stage = Stage(None)) -> None:
     """Inputs are keyed ``"{case}/{input}"``; outputs are written as ``"{case}/{output}"``.
     With ``memory_path``, the peak memory the runs took beyond the loaded program is
     written there as JSON (see runtime.memory.peak)."""
+    stage("loading the artifact")
     program = runtime.load(artifact)
+    stage("reading the validation inputs")
     grouped: dict[str, dict] = {}
     for key, tensor in load_tensors(cases_path).items():
         case, _, name = key.partition("/")
         grouped.setdefault(case, {})[name] = tensor
     results = {}
     if grouped:  # one run first, so one-time set-up (code pages, thread pools) is not counted
-        program.run(next(iter(grouped.values())), output_device="cpu")
+        first = next(iter(grouped))
+        stage(f"running the first (warm-up) run, on case {first!r}")
+        program.run(grouped[first], output_device="cpu")
     with PeakMemory(program) as peak:
         for case, inputs in sorted(grouped.items()):
+            stage(f"running case {case!r}")
             for name, tensor in program.run(inputs, output_device="cpu").items():
                 results[f"{case}/{name}"] = tensor
+    stage("writing the outputs")
     save_tensors(out_path, results)
     if memory_path is not None:
         Path(memory_path).write_text(json.dumps(peak.record))
@@ -201,6 +219,7 @@ def _parser() -> argparse.ArgumentParser:
     cases.add_argument("--out", required=True)
     cases.add_argument("--preload", action="append", default=[])
     cases.add_argument("--memory-out", help="write the measured peak memory here (JSON)")
+    cases.add_argument("--stage-out", help="rewrite the stage reached here as it goes")
     return parser
 
 
@@ -215,7 +234,9 @@ def main(argv: list[str] | None = None) -> int:
                         else "%(levelname)s %(name)s: %(message)s")
     if verbose:
         logging.getLogger("runtime").setLevel(logging.DEBUG)
+    stage = Stage(getattr(args, "stage_out", None))
     try:
+        stage("importing the --preload modules")
         preload(args.preload)
         if args.command == "run":
             outputs, reports = run_npz(args.artifact, args.inputs, args.out,
@@ -228,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "generate":
             _generate(args)
         else:
-            run_cases(args.artifact, args.cases, args.out, args.memory_out)
+            run_cases(args.artifact, args.cases, args.out, args.memory_out, stage)
     except ToolchainError as exc:
         if args.debug:
             traceback.print_exc()

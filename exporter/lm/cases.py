@@ -18,24 +18,26 @@ import sys
 import torch
 
 import runtime
-from runtime.__main__ import preload
+from runtime.__main__ import Stage, preload
 from runtime.errors import ToolchainError
 from runtime.host.tensorio import load_tensors, save_tensors
 
 
-def run_generation_cases(program, cases_path: str) -> dict[str, torch.Tensor]:
+def run_generation_cases(program, cases_path: str, stage: Stage = Stage(None)
+                         ) -> dict[str, torch.Tensor]:
     generator = program.generator
     with generator.holding():  # the cases' steps in turn on its one cache
-        return _run_cases(generator, cases_path)
+        return _run_cases(generator, cases_path, stage)
 
 
-def _run_cases(generator, cases_path: str) -> dict[str, torch.Tensor]:
+def _run_cases(generator, cases_path: str, stage: Stage) -> dict[str, torch.Tensor]:
     grouped: dict[str, dict[str, torch.Tensor]] = {}
     for key, tensor in load_tensors(cases_path).items():
         case, _, name = key.partition("/")
         grouped.setdefault(case, {})[name] = tensor
     results = {}
     for case, inputs in sorted(grouped.items()):
+        stage(f"generating from case {case!r}")
         prompt = inputs["prompt"].tolist()
         if "source" in inputs:  # an encoder-decoder: its cross cache, for this case
             generator.set_source(inputs["source"])
@@ -68,10 +70,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cases", required=True)
     parser.add_argument("--out", required=True)
     parser.add_argument("--preload", action="append", default=[])
+    parser.add_argument("--stage-out", help="rewrite the stage reached here as it goes")
     args = parser.parse_args(argv)
+    stage = Stage(args.stage_out)
     try:
+        stage("importing the --preload modules")
         preload(args.preload)
-        save_tensors(args.out, run_generation_cases(runtime.load(args.artifact), args.cases))
+        stage("loading the artifact")
+        program = runtime.load(args.artifact)
+        results = run_generation_cases(program, args.cases, stage)
+        stage("writing the outputs")
+        save_tensors(args.out, results)
     except ToolchainError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code

@@ -12,7 +12,6 @@ import copy
 import json
 import logging
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -23,6 +22,7 @@ import torch
 from torch.utils._pytree import tree_leaves
 
 from exporter.errors import BuildError
+from exporter.validation.crash import KEEP_IT, crash_error, read_stage
 from exporter.ship.archive_writer import write_artifact
 from exporter.validation.gates import FLOAT32_REFERENCE_FLOOR, Gate
 from exporter.validation.inputs import Case
@@ -48,11 +48,13 @@ class ArtifactRun:
         cases_path = self._tmp / "cases.safetensors"
         self._out_path = self._tmp / "out.safetensors"
         self._memory_path = self._tmp / "memory.json"
+        self._stage_path = self._tmp / "stage.txt"  # where it is, should it die (crash.py)
         self.memory: dict = {}  # the peak the child measured (runtime/memory/peak.py)
         save_tensors(cases_path, cases if isinstance(cases, dict) else
                      {f"{c.name}/{k}": v for c in cases for k, v in c.inputs.items()})
         cmd = [sys.executable, "-m", *command, str(artifact),
-               "--cases", str(cases_path), "--out", str(self._out_path)]
+               "--cases", str(cases_path), "--out", str(self._out_path),
+               "--stage-out", str(self._stage_path)]
         if command == RUN_CASES:
             cmd += ["--memory-out", str(self._memory_path)]
         cmd += [arg for source in preload for arg in ("--preload", source)]
@@ -74,7 +76,8 @@ class ArtifactRun:
                                  hint="a slow model may need more: validation_timeout_s in "
                                       "--config (seconds)") from exc
             if self._proc.returncode != 0:
-                raise _crash_error(self._proc.returncode, stdout, stderr, self.artifact)
+                raise crash_error(self._proc.returncode, stdout, stderr, self.artifact,
+                                  read_stage(self._stage_path))
             flat = load_tensors(self._out_path)
             if self._memory_path.exists():
                 self.memory = json.loads(self._memory_path.read_text())
@@ -98,32 +101,8 @@ def _child_env() -> dict:
     root = str(Path(__file__).resolve().parents[2])
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    env["PYTHONFAULTHANDLER"] = "1"  # a fatal signal prints the Python frame it stopped
     return env
-
-
-def _crash_error(returncode: int, stdout: str, stderr: str, artifact: Path) -> BuildError:
-    # a Python traceback's frames are the runtime's insides, not the user's: its last
-    # lines (the exception) are what the paragraph quotes
-    lines = [line for line in (stderr or stdout or "").strip().splitlines()
-             if line.strip() and not line[0].isspace() and not line.startswith("Traceback")]
-    if returncode < 0:
-        how = f"was killed by {signal.Signals(-returncode).name}"
-    else:
-        how = f"exited with status {returncode}"
-    # The runtime's own exit codes (runtime.errors): it refused the artifact or its
-    # inputs (2), or an executor failed (3); 1 is an exception it did not expect; a
-    # signal is a crash in compiled code.
-    why = {1: "the runtime raised the error above while running the validation inputs; ",
-           2: "the runtime refused the artifact (its error is above); ",
-           3: "a backend failed running it (its error is above); "}.get(returncode)
-    return BuildError(
-        f"loading and running the artifact in the validation process failed: it {how}",
-        where=str(artifact), details=lines[-6:],
-        hint=(why or "a crash on load often means a compiler/ABI problem (`exporter "
-              "targets`); ") + "run with --debug, or " + _KEEP_IT)
-
-
-_KEEP_IT = "--keep-failed to keep the artifact for inspection"
 
 
 class EagerRunner:
@@ -250,5 +229,5 @@ def crashed(error: BuildError, out: Path, manifest, files: dict, keep: bool) -> 
     kept = keep_failed(out, manifest, files) if keep else None
     hint = error.hint or ""
     if kept:
-        hint = f"the artifact was kept at {kept}; " + hint.replace(f", or {_KEEP_IT}", "")
+        hint = f"the artifact was kept at {kept}; " + hint.replace(f", or {KEEP_IT}", "")
     return BuildError(error.what, where=str(kept or out), details=error.details, hint=hint)

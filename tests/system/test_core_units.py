@@ -247,7 +247,7 @@ def test_a_torch_without_cpp_march_builds_for_this_host(monkeypatch):
 def test_a_validation_process_that_raised_is_quoted_by_its_exception_not_its_frames():
     """An exception in the validation process (exit 1: ONNX Runtime refusing a head size)
     was quoted as traceback frames, under a hint about compilers and ABIs."""
-    from exporter.validation.validate import _crash_error
+    from exporter.validation.crash import crash_error as _crash_error
     stderr = ("Traceback (most recent call last):\n"
               '  File "/x/runtime/executors/ort_binding.py", line 111, in run_rebound\n'
               "    return run_view(state, choose_mode=new_shapes)\n"
@@ -255,6 +255,7 @@ def test_a_validation_process_that_raised_is_quoted_by_its_exception_not_its_fra
               "RuntimeError: Error in execution: head_size must be a multiple of 8\n")
     error = _crash_error(1, "", stderr, Path("model.artifact"))
     print(error.details, error.hint)
-    assert error.details == ["RuntimeError: Error in execution: head_size must be a multiple of 8"]
-    assert "raised the error above" in error.hint and "ABI" not in error.hint
+    assert error.what.endswith("it said: RuntimeError: Error in execution: head_size must be "
+                               "a multiple of 8") and error.details == []
+    assert "raised that error" in error.hint and "ABI" not in error.hint
     assert "ABI" in _crash_error(-11, "", "", Path("model.artifact")).hint  # a crash
