@@ -45,6 +45,7 @@ struct Error : std::runtime_error {
   int exit_code;
   std::string where;
   std::string hint;
+  std::vector<std::string> details;  // one line each, printed under the paragraph's first line
 };
 struct ArtifactError : Error {  // the artifact (or an input file) is bad: refused, exit 2
   ArtifactError(const std::string& what, std::string where = "", std::string hint = "")

@@ -1,0 +1,442 @@
+// The artifact reader; its checks follow runtime/format/archive.py, in the same order.
+#include "archive.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zip.h>
+
+#include <algorithm>
+#include <cstring>
+#include <set>
+
+#include "backend.h"
+#include "json_strict.h"
+#include "sha256.h"
+
+namespace edge {
+namespace fs = std::filesystem;
+namespace {
+
+constexpr uint64_t kRatioMinBytes = 1 << 20;  // small entries may compress very well
+constexpr uint64_t kMaxDirBytesPerEntry = 4096;
+constexpr std::size_t kChunk = 1 << 20;
+const char* const kHintRebuild = "do not use this file; rebuild the artifact with the exporter";
+const char* const kHintModified =
+    "the file was modified or corrupted after it was built; copy it again from its source "
+    "or rebuild the artifact";
+
+uint64_t le(const unsigned char* p, int bytes) {
+  uint64_t value = 0;
+  for (int i = bytes - 1; i >= 0; --i) value = (value << 8) | p[i];
+  return value;
+}
+
+// The end-of-central-directory record's entry count and directory size (zip64 too), read
+// before libzip builds one record per entry, so a huge declared directory costs nothing.
+// Returns false where there is no end record (not a zip).
+bool declared_directory(int fd, uint64_t file_size, uint64_t& count, uint64_t& dir_bytes) {
+  const uint64_t tail = std::min<uint64_t>(file_size, 22 + 65535);
+  std::vector<unsigned char> buf(tail);
+  if (tail < 22 || pread(fd, buf.data(), tail, file_size - tail) != static_cast<ssize_t>(tail)) {
+    return false;
+  }
+  for (int64_t at = static_cast<int64_t>(tail) - 22; at >= 0; --at) {
+    const unsigned char* p = buf.data() + at;
+    if (le(p, 4) != 0x06054b50) continue;
+    count = le(p + 10, 2);
+    dir_bytes = le(p + 12, 4);
+    const uint64_t eocd_at = file_size - tail + at;
+    if ((count == 0xffff || dir_bytes == 0xffffffff) && eocd_at >= 20) {
+      unsigned char loc[20], rec[56];
+      if (pread(fd, loc, 20, eocd_at - 20) == 20 && le(loc, 4) == 0x07064b50 &&
+          pread(fd, rec, 56, le(loc + 8, 8)) == 56 && le(rec, 4) == 0x06064b50) {
+        count = le(rec + 32, 8);
+        dir_bytes = le(rec + 40, 8);
+      }
+    }
+    return true;
+  }
+  return false;
+}
+
+// Why `name` is not a safe entry name, or "" (runtime.format.archive._name_problem).
+std::string name_problem(const std::string& name) {
+  if (name.empty()) return "empty name";
+  for (unsigned char c : name) {
+    if (c < 0x20 || c == 0x7f) return "contains a NUL or control character";
+  }
+  if (name.find('\\') != std::string::npos) return "contains a backslash";
+  if (name[0] == '/') return "is an absolute path";
+  if (name.find(':') != std::string::npos) return "contains ':' (drive letter or stream name)";
+  std::size_t start = 0;
+  while (true) {
+    const std::size_t end = name.find('/', start);
+    const std::string part = name.substr(start, end == std::string::npos ? end : end - start);
+    if (part.empty() || part == "." || part == "..") {
+      return "has an empty, '.' or '..' path component (" + py_repr(part) + ")";
+    }
+    if (part.size() > 255) return "has a path component longer than 255 bytes";
+    if (end == std::string::npos) return "";
+    start = end + 1;
+  }
+}
+
+std::string zip_problem(zip_error_t* error) { return zip_error_strerror(error); }
+
+[[noreturn]] void not_a_zip(const std::string& path) {
+  throw ArtifactError("not a valid artifact (truncated or not a zip)", path, kHintModified);
+}
+
+}  // namespace
+
+std::string py_repr(const std::string& text) {
+  const bool single = text.find('\'') != std::string::npos && text.find('"') == std::string::npos;
+  const char quote = single ? '"' : '\'';
+  std::string out(1, quote);
+  for (unsigned char c : text) {
+    if (c == '\\' || c == quote) {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c < 0x20 || c == 0x7f) {
+      static const char* hex = "0123456789abcdef";
+      out += c == '\n' ? "\\n" : c == '\t' ? "\\t" : c == '\r' ? "\\r" : "";
+      if (c != '\n' && c != '\t' && c != '\r') {
+        out += "\\x";
+        out += hex[c >> 4];
+        out += hex[c & 15];
+      }
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out + quote;
+}
+
+std::string where_entry(const std::string& path, const std::string& name) {
+  return path + ", entry " + py_repr(name);
+}
+
+std::unique_ptr<Archive> Archive::open(const std::string& path, const Limits& limits) {
+  // O_NONBLOCK: opening a FIFO must not hang before fstat can refuse it.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) {
+      throw ArtifactError("artifact file not found", path,
+                          "check the path, or build the artifact first");
+    }
+    throw ArtifactError(std::string("cannot open the artifact file (") + std::strerror(errno) + ")",
+                        path, "check the path and its permissions");
+  }
+  struct stat st {};
+  std::string problem, hint;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    problem = "not a regular file";
+    hint = "pass the path of the artifact file itself";
+  } else if (static_cast<uint64_t>(st.st_size) > limits.max_archive_bytes) {
+    problem = "artifact is " + std::to_string(st.st_size) + " bytes, over the " +
+              std::to_string(limits.max_archive_bytes) + "-byte limit";
+    hint = "raise Limits.max_archive_bytes if you trust this file";
+  }
+  uint64_t count = 0, dir_bytes = 0;
+  if (problem.empty() && !declared_directory(fd, st.st_size, count, dir_bytes)) {
+    ::close(fd);
+    not_a_zip(path);
+  }
+  if (problem.empty() && (count > limits.max_entries ||
+                          dir_bytes > limits.max_entries * kMaxDirBytesPerEntry)) {
+    problem = "artifact declares " + std::to_string(count) + " entries in a " +
+              std::to_string(dir_bytes) + "-byte directory, over the limit of " +
+              std::to_string(limits.max_entries);
+    hint = kHintRebuild;
+  }
+  if (!problem.empty()) {
+    ::close(fd);
+    throw ArtifactError(problem, path, hint);
+  }
+  int code = 0;
+  zip* archive = zip_fdopen(fd, ZIP_CHECKCONS, &code);  // owns fd from here on success
+  if (archive == nullptr) {
+    ::close(fd);
+    not_a_zip(path);
+  }
+  std::unique_ptr<Archive> self(new Archive(path, archive));
+  self->limits_ = limits;
+  self->check_structure(st.st_size);
+  self->load_manifest();
+  self->check_entry_set();
+  for (const auto& name : self->names()) self->verify_entry(name);
+  return self;
+}
+
+Archive::~Archive() {
+  for (const auto& dir : private_dirs_) {
+    std::error_code ignored;  // best effort: the folder is private and under a temp root
+    fs::remove_all(dir, ignored);
+  }
+  zip_discard(zip_);
+}
+
+void Archive::check_structure(uint64_t file_size) {
+  const zip_int64_t count = zip_get_num_entries(zip_, 0);
+  if (count < 0 || static_cast<uint64_t>(count) > limits_.max_entries) {
+    throw ArtifactError("artifact has " + std::to_string(count) + " entries, over the limit of " +
+                        std::to_string(limits_.max_entries), path_, kHintRebuild);
+  }
+  uint64_t packed_total = 0, total = 0;
+  for (zip_int64_t i = 0; i < count; ++i) {
+    // The CP437-unless-flagged-UTF-8 reading of names, as Python's zipfile decodes them.
+    const char* raw = zip_get_name(zip_, i, ZIP_FL_ENC_STRICT);
+    if (raw == nullptr) not_a_zip(path_);
+    const std::string name(raw);
+    if (entries_.count(name)) throw ArtifactError("duplicate entry name", where_entry(path_, name),
+                                                  kHintRebuild);
+    check_entry_kind(name, i);
+    packed_total += entries_[name].packed;
+    total += entries_[name].size;
+  }
+  for (const auto& [name, entry] : entries_) {
+    const std::string problem = name_problem(name);
+    if (!problem.empty()) {
+      throw ArtifactError("unsafe entry name: " + problem, where_entry(path_, name), kHintRebuild);
+    }
+  }
+  for (const auto& [name, entry] : entries_) {  // 'a' and 'a/b': not extractable
+    for (std::size_t cut = name.find('/'); cut != std::string::npos; cut = name.find('/', cut + 1)) {
+      if (entries_.count(name.substr(0, cut))) {
+        throw ArtifactError("entry name is used both as a file and as a directory",
+                            where_entry(path_, name.substr(0, cut)), kHintRebuild);
+      }
+    }
+  }
+  // Overlapping entries let a small file expand many times over (a "zip quine" bomb).
+  if (packed_total > file_size) {
+    throw ArtifactError("entries overlap or claim more data than the file holds", path_,
+                        kHintRebuild);
+  }
+  const uint64_t packed = std::max<uint64_t>(packed_total, 1);
+  if (total > limits_.max_total_bytes) {
+    throw ArtifactError("the entries inflate to " + std::to_string(total) + " bytes, over the " +
+                        std::to_string(limits_.max_total_bytes) +
+                        "-byte limit (Limits.max_total_bytes)", path_, kHintRebuild);
+  }
+  if (total >= kRatioMinBytes && total > limits_.max_compression_ratio * packed) {
+    throw ArtifactError("the entries expand " + std::to_string(packed) + " bytes to " +
+                        std::to_string(total) + " (ratio over 200; a zip bomb?)", path_,
+                        kHintRebuild);
+  }
+}
+
+void Archive::check_entry_kind(const std::string& name, uint64_t index) {
+  zip_stat_t st;
+  zip_uint8_t opsys = 0;
+  zip_uint32_t attributes = 0;
+  if (zip_stat_index(zip_, index, ZIP_FL_ENC_STRICT, &st) != 0 ||
+      zip_file_get_external_attributes(zip_, index, 0, &opsys, &attributes) != 0) {
+    not_a_zip(path_);
+  }
+  const uint32_t mode = attributes >> 16, kind = mode & S_IFMT;
+  std::string problem;
+  if (name.empty()) {
+    problem = "entry has an empty name";
+  } else if ((st.valid & ZIP_STAT_ENCRYPTION_METHOD) && st.encryption_method != ZIP_EM_NONE) {
+    problem = "entry is encrypted";
+  } else if (kind == S_IFLNK) {
+    problem = "entry is a symbolic link";
+  } else if (name.back() == '/' || kind == S_IFDIR) {
+    problem = "entry is a directory";
+  } else if (kind != 0 && kind != S_IFREG) {
+    char octal[32];
+    std::snprintf(octal, sizeof octal, "0o%o", mode);
+    problem = std::string("entry is not a regular file (mode ") + octal + ")";
+  } else if (st.comp_method != ZIP_CM_STORE && st.comp_method != ZIP_CM_DEFLATE) {
+    problem = "entry uses unsupported compression method " + std::to_string(st.comp_method);
+  } else if (st.size > limits_.max_entry_bytes) {
+    problem = "entry is " + std::to_string(st.size) + " bytes, over the " +
+              std::to_string(limits_.max_entry_bytes) + "-byte limit";
+  } else if (st.size >= kRatioMinBytes &&
+             st.size > limits_.max_compression_ratio * std::max<uint64_t>(st.comp_size, 1)) {
+    problem = "entry expands " + std::to_string(st.comp_size) + " bytes to " +
+              std::to_string(st.size) + " (ratio over 200; a zip bomb?)";
+  }
+  if (!problem.empty()) throw ArtifactError(problem, where_entry(path_, name), kHintRebuild);
+  entries_[name] = Entry{index, st.size, st.comp_size};
+}
+
+template <typename Sink>
+std::pair<std::string, uint64_t> Archive::stream(const std::string& name, uint64_t limit,
+                                                 Sink&& sink) {
+  const auto corrupt = [&](const std::string& why) {
+    return ArtifactError("entry data is corrupt (" + why + ")", where_entry(path_, name),
+                         kHintModified);
+  };
+  zip_file_t* file = zip_fopen_index(zip_, entries_.at(name).index, 0);
+  if (file == nullptr) throw corrupt(zip_problem(zip_get_error(zip_)));
+  Sha256 hash;
+  uint64_t size = 0;
+  std::vector<unsigned char> chunk(kChunk);
+  while (limit > 0) {
+    const zip_int64_t got = zip_fread(file, chunk.data(), std::min<uint64_t>(kChunk, limit));
+    if (got < 0) {
+      const std::string why = zip_problem(zip_file_get_error(file));
+      zip_fclose(file);
+      throw corrupt(why);
+    }
+    if (got == 0) break;
+    sink(chunk.data(), static_cast<std::size_t>(got));
+    hash.update(chunk.data(), static_cast<std::size_t>(got));
+    size += got;
+    limit -= got;
+  }
+  zip_fclose(file);
+  return {hash.hex(), size};
+}
+
+void Archive::load_manifest() {
+  const auto bad = [&](const std::string& what) {
+    return ArtifactError(what, where_entry(path_, kManifestName), kHintRebuild);
+  };
+  auto it = entries_.find(kManifestName);
+  if (it == entries_.end()) {
+    throw bad("artifact has no manifest.json (not an artifact, or built by another tool)");
+  }
+  if (it->second.size > limits_.max_manifest_bytes) {
+    throw bad("manifest is " + std::to_string(it->second.size) + " bytes, over the " +
+              std::to_string(limits_.max_manifest_bytes) + "-byte limit");
+  }
+  stream(kManifestName, limits_.max_manifest_bytes + 1,
+         [&](const unsigned char* data, std::size_t n) {
+           manifest_bytes_.append(reinterpret_cast<const char*>(data), n);
+         });
+  manifest_ = parse_manifest_json(manifest_bytes_, where_entry(path_, kManifestName));
+}
+
+void Archive::check_entry_set() {
+  std::vector<std::string> details;
+  for (const auto& [name, record] : manifest_["entries"].items()) {
+    if (!entries_.count(name) || name == kManifestName || name == kSignatureName) {
+      details.push_back("listed in the manifest but missing from the archive: " + py_repr(name));
+    }
+  }
+  for (const auto& [name, entry] : entries_) {
+    if (name != kManifestName && name != kSignatureName && !manifest_["entries"].contains(name)) {
+      details.push_back("in the archive but not listed in the manifest: " + py_repr(name));
+    }
+  }
+  if (!details.empty()) {
+    ArtifactError error("the manifest and the archive disagree on the entries", path_,
+                        kHintModified);
+    error.details = std::move(details);
+    throw error;
+  }
+}
+
+const nlohmann::json& Archive::expected(const std::string& name) const {
+  return manifest_["entries"][name];
+}
+
+namespace {
+void compare(const std::string& where, const std::string& sha, uint64_t size,
+             const nlohmann::json& expected) {
+  const uint64_t want = expected["size"].get<uint64_t>();
+  std::string what;
+  if (size != want) {
+    what = "entry size " + std::to_string(size) + " does not match the manifest (" +
+           std::to_string(want) + ")";
+  } else if (sha != expected["sha256"].get<std::string>()) {
+    what = "entry SHA-256 does not match the manifest";
+  } else {
+    return;
+  }
+  throw ArtifactError(what, where, kHintModified);
+}
+}  // namespace
+
+void Archive::verify_entry(const std::string& name) {
+  const auto& want = expected(name);
+  const uint64_t size = want["size"].get<uint64_t>();
+  if (entries_.at(name).size != size) compare(where_entry(path_, name), "", entries_.at(name).size, want);
+  auto [sha, got] = stream(name, size + 1, [](const unsigned char*, std::size_t) {});
+  compare(where_entry(path_, name), sha, got, want);
+}
+
+std::vector<std::string> Archive::names() const {
+  std::vector<std::string> out;
+  for (const auto& [name, record] : manifest_["entries"].items()) out.push_back(name);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::optional<std::string> Archive::signature_bytes() {
+  if (!entries_.count(kSignatureName)) return std::nullopt;
+  std::string data;
+  stream(kSignatureName, kMaxSignatureBytes + 1, [&](const unsigned char* p, std::size_t n) {
+    data.append(reinterpret_cast<const char*>(p), n);
+  });
+  if (data.size() > kMaxSignatureBytes) {
+    throw ArtifactError("entry is over 4096 bytes", where_entry(path_, kSignatureName),
+                        kHintRebuild);
+  }
+  return data;
+}
+
+fs::path Archive::extract_private(const std::vector<std::string>& names) {
+  const char* tmp = std::getenv("TMPDIR");
+  std::string pattern = std::string(tmp && *tmp ? tmp : "/tmp") + "/edge-artifact-XXXXXX";
+  if (mkdtemp(pattern.data()) == nullptr) {  // mkdtemp makes it 0700
+    throw Error(1, std::string("cannot make a private folder (") + std::strerror(errno) + ")",
+                pattern, "check that TMPDIR is writable");
+  }
+  const fs::path root = fs::canonical(pattern);
+  private_dirs_.push_back(root);
+  for (const auto& name : names) {
+    if (!manifest_["entries"].contains(name)) {
+      throw ArtifactError("entry not found in the artifact", where_entry(path_, name),
+                          "check the entry name, or rebuild the artifact");
+    }
+    copy_entry(root, name);
+  }
+  return root;
+}
+
+void Archive::copy_entry(const fs::path& root, const std::string& name) {
+  // Names were checked at open; folders are made here one by one, never followed as links.
+  fs::path target = root;
+  std::size_t start = 0;
+  for (std::size_t cut = name.find('/'); cut != std::string::npos; cut = name.find('/', start)) {
+    target /= name.substr(start, cut - start);
+    start = cut + 1;
+    struct stat st {};
+    if (mkdir(target.c_str(), 0700) != 0 &&
+        (errno != EEXIST || lstat(target.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))) {
+      throw ArtifactError("entry would be written outside the private directory",
+                          where_entry(path_, name), kHintRebuild);
+    }
+  }
+  target /= name.substr(start);
+  const int fd = ::open(target.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    throw Error(1, std::string("cannot write a private copy (") + std::strerror(errno) + ")",
+                where_entry(path_, name), "check that TMPDIR is writable and has room");
+  }
+  const auto& want = expected(name);
+  bool failed = false;
+  auto [sha, size] = stream(name, want["size"].get<uint64_t>() + 1,
+                            [&](const unsigned char* p, std::size_t n) {
+                              while (!failed && n > 0) {
+                                const ssize_t put = ::write(fd, p, n);
+                                failed = put <= 0;
+                                p += put > 0 ? put : 0;
+                                n -= put > 0 ? static_cast<std::size_t>(put) : 0;
+                              }
+                            });
+  failed = ::close(fd) != 0 || failed;
+  if (failed) {
+    throw Error(1, "cannot write a private copy (disk full?)", where_entry(path_, name),
+                "check that TMPDIR is writable and has room");
+  }
+  // The archive may have changed since open: trust only what was written.
+  compare(where_entry(path_, name), sha, size, want);
+}
+
+}  // namespace edge
