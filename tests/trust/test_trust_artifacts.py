@@ -1,5 +1,5 @@
-"""Trust, round two (issue 20): hostile artifacts and inputs, each refused with exit 2
-before it costs memory, disk or a traceback. Numbers in the test names are the issue's.
+"""Hostile artifacts and inputs, each refused with exit 2 before it costs memory, disk
+or a traceback.
 
 Every artifact here is a real build (zoo:mlp on onnx) edited the way an attacker would:
 rewritten manifests are re-hashed, so they pass the archive's integrity checks and reach
@@ -41,9 +41,9 @@ def _clean(result, code=2, *needles):
         assert needle in result.stderr, (needle, result.stderr)
 
 
-# --- 5: expansion bombs -------------------------------------------------------------------
+# --- expansion bombs -------------------------------------------------------------------
 
-def test_5_many_small_entries_that_inflate_are_refused_before_extraction(onnx_mlp, tmp_path):
+def test_many_small_entries_that_inflate_are_refused_before_extraction(onnx_mlp, tmp_path):
     """Each entry is under the per-entry ratio exemption; together they are a bomb."""
     zeros = b"\0" * ((1 << 20) - 1)
     extra = {f"pad/{i:04d}.bin": zeros for i in range(40)}
@@ -60,7 +60,7 @@ def test_5_many_small_entries_that_inflate_are_refused_before_extraction(onnx_ml
         runtime.load(packed)
 
 
-def test_5_total_inflated_size_has_a_limit(onnx_mlp, tmp_path):
+def test_total_inflated_size_has_a_limit(onnx_mlp, tmp_path):
     from runtime.format.archive import Limits
     padded = _rewrite(onnx_mlp, tmp_path / "padded.artifact",
                       extra={"pad/a.bin": b"x" * (3 << 20)})
@@ -68,7 +68,7 @@ def test_5_total_inflated_size_has_a_limit(onnx_mlp, tmp_path):
         runtime.load(padded, limits=Limits(max_total_bytes=2 << 20))
 
 
-def test_5_unused_entries_are_not_extracted(onnx_mlp, tmp_path, monkeypatch):
+def test_unused_entries_are_not_extracted(onnx_mlp, tmp_path, monkeypatch):
     padded = _rewrite(onnx_mlp, tmp_path / "padded.artifact",
                       extra={"notes/unused.bin": b"u" * 4096})
     copied = []
@@ -80,14 +80,14 @@ def test_5_unused_entries_are_not_extracted(onnx_mlp, tmp_path, monkeypatch):
     assert copied and all(name.startswith("partitions/") for name in copied)
 
 
-def test_5_npz_claiming_more_than_the_inputs_take_is_refused_unread(onnx_mlp, tmp_path, cli):
+def test_npz_claiming_more_than_the_inputs_take_is_refused_unread(onnx_mlp, tmp_path, cli):
     """A 1 MiB deflated .npz of zeros whose array is 64x the largest input (batch 32)."""
     big = tmp_path / "big.npz"
     np.savez_compressed(big, x=np.zeros((32 * 64, 64 * 8), np.float32))
     _clean(cli("run", str(onnx_mlp), "--inputs", str(big)), 2, "more than", "bytes")
 
 
-def test_5_npy_header_claiming_terabytes_is_refused(onnx_mlp, tmp_path, cli):
+def test_npy_header_claiming_terabytes_is_refused(onnx_mlp, tmp_path, cli):
     header = tmp_path / "x.npy"
     with open(header, "wb") as fh:
         np.lib.format.write_array_header_1_0(fh, {"descr": "<f4", "fortran_order": False,
@@ -98,10 +98,10 @@ def test_5_npy_header_claiming_terabytes_is_refused(onnx_mlp, tmp_path, cli):
     _clean(cli("run", str(onnx_mlp), "--inputs", str(lie)), 2, "claims", "'x'")
 
 
-# --- 6: partition paths outside the verified copy ---------------------------------------------
+# --- partition paths outside the verified copy ---------------------------------------------
 
 @pytest.mark.parametrize("path", ["/etc/passwd", "../../outside.onnx", "partitions/p0/nope.onnx"])
-def test_6_partition_file_must_be_a_verified_entry(onnx_mlp, tmp_path, path):
+def test_partition_file_must_be_a_verified_entry(onnx_mlp, tmp_path, path):
     def point_outside(manifest):
         manifest["partitions"][0]["meta"]["model"] = path
     bad = _rewrite(onnx_mlp, tmp_path / "outside.artifact", point_outside)
@@ -109,9 +109,9 @@ def test_6_partition_file_must_be_a_verified_entry(onnx_mlp, tmp_path, path):
         runtime.load(bad)
 
 
-# --- 7: inspect never claims an unchecked signature -------------------------------------------
+# --- inspect never claims an unchecked signature -------------------------------------------
 
-def test_7_inspect_says_not_verified_for_stale_or_garbage_signatures(onnx_mlp, tmp_path, cli):
+def test_inspect_says_not_verified_for_stale_or_garbage_signatures(onnx_mlp, tmp_path, cli):
     keys = tmp_path / "keys"
     assert cli("keygen", "--out-dir", str(keys)).returncode == 0, "keygen makes its folder"
     signed = shutil.copy(onnx_mlp, tmp_path / "signed.artifact")
@@ -144,7 +144,7 @@ def test_7_inspect_says_not_verified_for_stale_or_garbage_signatures(onnx_mlp, t
         assert checked["present"] and not checked["verified"] and checked["problem"], checked
 
 
-# --- 13: inconsistent manifests and inputs: exit 2 at load, never a KeyError later -----------
+# --- inconsistent manifests and inputs: exit 2 at load, never a KeyError later -----------
 
 def _rename_first_partition_input(manifest):
     manifest["partitions"][0]["inputs"] = ["no_such_tensor"]
@@ -169,7 +169,7 @@ def _cuda_partition(manifest):
     (_huge_arena, "GiB"),
     (_cuda_partition, "CUDA"),
 ], ids=["dangling-input", "output-tree", "1TiB-arena", "cuda-on-cpu-host"])
-def test_13_inconsistent_manifest_is_refused_at_load(onnx_mlp, tmp_path, cli, change, needle):
+def test_inconsistent_manifest_is_refused_at_load(onnx_mlp, tmp_path, cli, change, needle):
     import torch
     if change is _cuda_partition and torch.cuda.is_available():
         pytest.skip("this host has CUDA")
@@ -186,29 +186,29 @@ def test_13_inconsistent_manifest_is_refused_at_load(onnx_mlp, tmp_path, cli, ch
     (lambda p: np.savez(p, x=np.array(["2020-01-01"], "datetime64[D]")), "dtype"),
     (lambda p: np.savez(p, x=np.zeros(2, [("a", "f4"), ("b", "i4")])), "dtype"),
 ], ids=["npy", "str", "datetime", "structured"])
-def test_13_inputs_that_are_not_numeric_arrays_are_exit_2(onnx_mlp, tmp_path, cli, make, needle):
+def test_inputs_that_are_not_numeric_arrays_are_exit_2(onnx_mlp, tmp_path, cli, make, needle):
     path = tmp_path / "in.npz"
     with open(path, "wb") as fh:
         make(fh)
     _clean(cli("run", str(onnx_mlp), "--inputs", str(path)), 2, needle)
 
 
-def test_13_14_run_out_problems_are_exit_2_before_the_run(onnx_mlp, tmp_path, cli):
+def test_run_out_problems_are_exit_2_and_out_writes_the_file_named(onnx_mlp, tmp_path, cli):
     np.savez(tmp_path / "in.npz", x=np.zeros((2, 64), np.float32))
     inputs = str(tmp_path / "in.npz")
     _clean(cli("run", str(onnx_mlp), "--inputs", inputs, "--out", str(tmp_path / "no/o.npz")),
            2, "does not exist")
     _clean(cli("run", str(onnx_mlp), "--inputs", str(tmp_path)), 2, "is a directory")
-    # 14: "--out X" writes X itself (numpy alone would write X.npz and we said "wrote X")
+    # "--out X" writes X itself (numpy alone would write X.npz and we said "wrote X")
     ok = cli("run", str(onnx_mlp), "--inputs", inputs, "--out", str(tmp_path / "X"))
     assert ok.returncode == 0 and f"wrote {tmp_path / 'X'}" in ok.stdout
     assert (tmp_path / "X").is_file() and not (tmp_path / "X.npz").exists()
     assert set(np.load(tmp_path / "X").files) == {"output"}
 
 
-# --- 14: inspect shows a manifest's text, never its terminal escape sequences ---------------
+# --- inspect shows a manifest's text, never its terminal escape sequences ---------------
 
-def test_14_inspect_escapes_control_characters(onnx_mlp, tmp_path, cli):
+def test_inspect_escapes_control_characters(onnx_mlp, tmp_path, cli):
     evil = "\x1b]0;owned\x07\x1b[2J\x1b[31mspec"
     bad = _rewrite(onnx_mlp, tmp_path / "escapes.artifact",
                    lambda m: m["source"].update(spec=evil))
@@ -217,12 +217,12 @@ def test_14_inspect_escapes_control_characters(onnx_mlp, tmp_path, cli):
     assert "\x1b" not in shown.stdout and "\\x1b]0;owned" in shown.stdout
 
 
-def test_13_validate_against_the_wrong_model_is_a_usage_error(onnx_mlp, cli):
+def test_validate_against_the_wrong_model_is_a_usage_error(onnx_mlp, cli):
     for model in ("zoo:cnn", "zoo:encoder"):
         _clean(cli("validate", str(onnx_mlp), "--model", model), 2, "built from")
 
 
-def test_14_a_failed_aotinductor_load_leaves_no_unpacked_folder(onnx_mlp, tmp_path):
+def test_a_failed_aotinductor_load_leaves_no_unpacked_folder(onnx_mlp, tmp_path):
     """The C++ loader unpacks a package under $TMPDIR and leaves it when loading fails."""
     import io
     import os

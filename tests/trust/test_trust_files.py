@@ -1,7 +1,6 @@
-"""Trust, round two (issue 20): what the toolchain writes, replaces and removes. Only
-regular files are replaced, whole or not at all; only what the toolchain provably made
-is swept; bundle names are validated; a SIGTERM cleans up like Ctrl-C. Numbers in the
-test names are the issue's."""
+"""What the toolchain writes, replaces and removes. Only regular files are replaced,
+whole or not at all; only what the toolchain provably made is swept; bundle names are
+validated; a SIGTERM cleans up like Ctrl-C."""
 
 from __future__ import annotations
 
@@ -29,7 +28,7 @@ def _clean(result, code, *needles):
         assert needle in result.stderr, (needle, result.stderr)
 
 
-# --- 1: an output that exists and is not a regular file is never replaced ------------------
+# --- an output that exists and is not a regular file is never replaced ------------------
 
 def _writers(artifact: Path, tmp_path: Path, target: Path) -> dict[str, list[str]]:
     np.savez(tmp_path / "in.npz", x=np.zeros((2, 64), np.float32))
@@ -45,7 +44,7 @@ def _writers(artifact: Path, tmp_path: Path, target: Path) -> dict[str, list[str
 
 
 @pytest.mark.parametrize("kind", ["fifo", "dev-null", "directory"])
-def test_1_outputs_that_are_not_regular_files_are_refused(onnx_mlp, tmp_path, cli, kind):
+def test_outputs_that_are_not_regular_files_are_refused(onnx_mlp, tmp_path, cli, kind):
     assert cli("keygen", "--out-dir", str(tmp_path / "keys")).returncode == 0
     if kind == "fifo":
         target = tmp_path / "pipe"
@@ -68,7 +67,7 @@ def test_1_outputs_that_are_not_regular_files_are_refused(onnx_mlp, tmp_path, cl
         assert os.stat(target).st_mode == before, f"{name} replaced the {kind}"
 
 
-def test_1_package_and_keygen_refuse_special_files(onnx_mlp, tmp_path, cli):
+def test_package_and_keygen_refuse_special_files(onnx_mlp, tmp_path, cli):
     bundle = tmp_path / "bundle.tar.gz"
     os.mkfifo(bundle)
     _clean(cli("package", str(onnx_mlp), "--out", str(bundle)), 2, "FIFO")
@@ -80,7 +79,7 @@ def test_1_package_and_keygen_refuse_special_files(onnx_mlp, tmp_path, cli):
     assert not (keys / "signing.key").exists() and stat.S_ISFIFO(os.stat(keys / "signing.pub").st_mode)
 
 
-def test_1_sign_through_a_symlink_signs_its_target(onnx_mlp, tmp_path, cli):
+def test_sign_through_a_symlink_signs_its_target(onnx_mlp, tmp_path, cli):
     assert cli("keygen", "--out-dir", str(tmp_path / "keys")).returncode == 0
     real = shutil.copy(onnx_mlp, tmp_path / "real.artifact")
     link = tmp_path / "link.artifact"
@@ -91,9 +90,9 @@ def test_1_sign_through_a_symlink_signs_its_target(onnx_mlp, tmp_path, cli):
     assert "(verified)" in checked.stdout, checked.stdout
 
 
-# --- 4: run --out is whole or not at all --------------------------------------------------
+# --- run --out is whole or not at all --------------------------------------------------
 
-def test_4_run_out_on_a_full_disk_keeps_the_previous_outputs(onnx_mlp, tmp_path):
+def test_run_out_on_a_full_disk_keeps_the_previous_outputs(onnx_mlp, tmp_path):
     inputs = tmp_path / "in.npz"
     np.savez(inputs, x=np.random.randn(32, 64).astype(np.float32))
     previous = tmp_path / "out.npz"
@@ -114,9 +113,9 @@ def test_4_run_out_on_a_full_disk_keeps_the_previous_outputs(onnx_mlp, tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.npz", "out.npz"]
 
 
-# --- 10: the sweeper removes only what dead processes of ours recorded ----------------------
+# --- the sweeper removes only what dead processes of ours recorded ----------------------
 
-def test_10_sweep_keeps_look_alikes_and_removes_recorded_leftovers(onnx_mlp, tmp_path, cli):
+def test_sweep_keeps_look_alikes_and_removes_recorded_leftovers(onnx_mlp, tmp_path, cli):
     out = tmp_path / "model.artifact"
     shutil.copy(onnx_mlp, out)
     notes = tmp_path / "exporter-onnx-99999-notes"
@@ -139,14 +138,14 @@ def test_10_sweep_keeps_look_alikes_and_removes_recorded_leftovers(onnx_mlp, tmp
     assert (notes / "keep.txt").read_text() == "mine" and backup.read_text() == "mine"
 
 
-def test_10_a_kept_onnx_report_is_released_not_swept(tmp_path):
+def test_a_kept_onnx_report_is_released_not_swept(tmp_path):
     kept = scratch.make_dir("exporter-onnx-", tmp_path)
     scratch.release(kept)
     log = scratch._log_path()
     assert kept not in scratch.held(log)
 
 
-# --- 12: bundle names are validated ---------------------------------------------------------
+# --- bundle names are validated ---------------------------------------------------------
 
 @pytest.mark.parametrize("artifact_name, out_name, needle", [
     ("ok.artifact", ".tar.gz", "folder name"),
@@ -154,7 +153,7 @@ def test_10_a_kept_onnx_report_is_released_not_swept(tmp_path):
     ("new\nline.artifact", "b.tar.gz", "line.artifact"),
     ("$(reboot).artifact", "b.tar.gz", "reboot"),
 ], ids=["empty-folder-name", "space", "newline", "shell"])
-def test_12_package_refuses_names_that_break_tar_sums_or_shell(onnx_mlp, tmp_path, cli,
+def test_package_refuses_names_that_break_tar_sums_or_shell(onnx_mlp, tmp_path, cli,
                                                                artifact_name, out_name, needle):
     artifact = shutil.copy(onnx_mlp, tmp_path / artifact_name)
     result = cli("package", str(artifact), "--out", str(tmp_path / out_name))
@@ -162,9 +161,9 @@ def test_12_package_refuses_names_that_break_tar_sums_or_shell(onnx_mlp, tmp_pat
     assert not (tmp_path / out_name).exists()
 
 
-# --- 14: SIGTERM is Ctrl-C; a compiler probe of a killed build is swept ---------------------
+# --- SIGTERM is Ctrl-C -------------------------------------------------------------------
 
-def test_14_sigterm_stops_children_and_keeps_the_previous_artifact(onnx_mlp, tmp_path):
+def test_sigterm_stops_children_and_keeps_the_previous_artifact(onnx_mlp, tmp_path):
     out = tmp_path / "model.artifact"
     shutil.copy(onnx_mlp, out)
     before = out.read_bytes()

@@ -1,7 +1,6 @@
-"""Trust, round two (issue 20): hostile or careless model sources. An hf: folder's own
-code never runs, its weights are never unpickled or swapped for random ones, its config
-cannot make the build allocate without bound, and a factory cannot fake a successful
-build. Numbers in the test names are the issue's."""
+"""Hostile or careless model sources. An hf: folder's own code never runs, its weights
+are never unpickled or swapped for random ones, its config cannot make the build allocate
+without bound, and a factory cannot fake a successful build."""
 
 from __future__ import annotations
 
@@ -75,11 +74,11 @@ def _changed(folder, tmp_path, change: dict):
     return copy
 
 
-# --- 2: a checkpoint's own Python code never runs without --trust-remote-code --------------
+# --- a checkpoint's own Python code never runs without --trust-remote-code --------------
 
 @pytest.mark.parametrize("model_type", ["bert", "evilbert"],
                          ids=["known-type", "only-the-folder-code-knows-it"])
-def test_2_auto_map_code_never_runs_and_never_prompts(bert_folder, tmp_path, model_type):
+def test_auto_map_code_never_runs_and_never_prompts(bert_folder, tmp_path, model_type):
     folder = _copy(bert_folder, tmp_path)
     marker = tmp_path / "PWNED"
     (folder / "evil.py").write_text(
@@ -107,9 +106,9 @@ def test_2_auto_map_code_never_runs_and_never_prompts(bert_folder, tmp_path, mod
         _clean(result, 2, "--trust-remote-code")
 
 
-# --- 3: weights are safetensors from the folder, or refused ---------------------------------
+# --- weights are safetensors from the folder, or refused ---------------------------------
 
-def test_3_pytorch_model_bin_alone_is_refused_and_never_unpickled(bert_folder, tmp_path, cli):
+def test_pytorch_model_bin_alone_is_refused_and_never_unpickled(bert_folder, tmp_path, cli):
     folder = _copy(bert_folder, tmp_path)
     marker = tmp_path / "UNPICKLED"
 
@@ -125,7 +124,7 @@ def test_3_pytorch_model_bin_alone_is_refused_and_never_unpickled(bert_folder, t
     assert not marker.exists(), "pytorch_model.bin was unpickled"
 
 
-def test_3_index_pointing_outside_the_folder_is_refused(bert_folder, tmp_path, cli):
+def test_index_pointing_outside_the_folder_is_refused(bert_folder, tmp_path, cli):
     folder = _copy(bert_folder, tmp_path)
     (folder / "model.safetensors").rename(tmp_path / "elsewhere.safetensors")
     names = list(__import__("safetensors").safe_open(
@@ -136,7 +135,7 @@ def test_3_index_pointing_outside_the_folder_is_refused(bert_folder, tmp_path, c
            "outside its folder")
 
 
-# --- 8: hostile config sizes are refused before anything is allocated -----------------------
+# --- hostile config sizes are refused before anything is allocated -----------------------
 
 @pytest.mark.parametrize("change, needle", [
     ({"vocab_size": 10**9}, "GiB"),
@@ -145,7 +144,7 @@ def test_3_index_pointing_outside_the_folder_is_refused(bert_folder, tmp_path, c
     ({"hidden_size": -32}, "hidden_size = -32 (negative)"),
     ({"hidden_size": 30, "num_attention_heads": 4}, "not a multiple of num_attention_heads"),
 ], ids=["vocab-1e9", "100k-layers", "0-heads", "negative-size", "heads-do-not-divide"])
-def test_8_hostile_config_sizes_are_exit_2_quickly(bert_folder, tmp_path, cli, change, needle):
+def test_hostile_config_sizes_are_exit_2_quickly(bert_folder, tmp_path, cli, change, needle):
     import time
     folder = _copy(bert_folder, tmp_path)
     config = json.loads((folder / "config.json").read_text())
@@ -158,13 +157,13 @@ def test_8_hostile_config_sizes_are_exit_2_quickly(bert_folder, tmp_path, cli, c
     _clean(result, 2, needle)
 
 
-def test_8_the_size_limit_is_overridable_both_ways(bert_folder, tmp_path, cli):
+def test_the_size_limit_is_overridable_both_ways(bert_folder, tmp_path, cli):
     small = cli("build", f"hf:{bert_folder}", "--target", "onnx", "--seq-len", "8",
                 "--max-model-size", "10KB", "--out", str(tmp_path / "a.artifact"))
     _clean(small, 2, "over the", "--max-model-size")
 
 
-# --- 7: inconsistent sizes in an hf: config or its weights are exit 2, not internal errors -
+# --- inconsistent sizes in an hf: config or its weights are exit 2, not internal errors -
 
 GENERATE = ["--task", "text-generation"]
 
@@ -237,7 +236,7 @@ def test_weights_that_contradict_the_config_are_exit_2_naming_tensor_and_file(
         assert not (tmp_path / "x.artifact").exists()
 
 
-# --- 11: a folder's own code that is not run is said ---------------------------------------
+# --- a folder's own code that is not run is said ---------------------------------------
 
 def test_auto_map_beside_a_stock_model_type_warns_that_the_folder_code_did_not_run(
         bert_folder, tmp_path, cli):
@@ -257,7 +256,7 @@ def test_auto_map_beside_a_stock_model_type_warns_that_the_folder_code_did_not_r
     assert len(lines) == 1 and lines[0].startswith("warning:"), plain.stderr
 
 
-# --- 9: a factory cannot fake a build, and cannot corrupt --json ----------------------------
+# --- a factory cannot fake a build, and cannot corrupt --json ----------------------------
 
 FACTORIES = '''
 import sys, torch
@@ -272,7 +271,7 @@ def prints():
 
 
 @pytest.mark.parametrize("factory", ["exits_zero", "exits_text"])
-def test_9_sys_exit_in_a_factory_is_a_build_error(tmp_path, cli, factory):
+def test_sys_exit_in_a_factory_is_a_build_error(tmp_path, cli, factory):
     (tmp_path / "f.py").write_text(FACTORIES)
     result = cli("build", f"{tmp_path / 'f.py'}:{factory}", "--target", "onnx", "--json",
                  "--out", str(tmp_path / "x.artifact"))
@@ -281,7 +280,7 @@ def test_9_sys_exit_in_a_factory_is_a_build_error(tmp_path, cli, factory):
     assert not (tmp_path / "x.artifact").exists()
 
 
-def test_9_user_prints_stay_off_the_json_stream(tmp_path, cli):
+def test_user_prints_stay_off_the_json_stream(tmp_path, cli):
     (tmp_path / "f.py").write_text(FACTORIES)
     result = cli("build", f"{tmp_path / 'f.py'}:prints", "--target", "onnx", "--json",
                  "--out", str(tmp_path / "x.artifact"))

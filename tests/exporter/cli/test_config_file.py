@@ -53,8 +53,8 @@ def make():
 '''
 
 
-def test_11_relative_spec_replays_the_same_model_from_anywhere(cli, tmp_path):
-    """Issue 20, case 11: the saved spec is relative to the config file, with the source's
+def test_relative_spec_replays_the_same_model_from_anywhere(cli, tmp_path):
+    """The saved spec is relative to the config file, with the source's
     hash; a replay from another directory builds the same file, a changed file is refused."""
     project = tmp_path / "project"
     project.mkdir()
@@ -79,8 +79,8 @@ def test_11_relative_spec_replays_the_same_model_from_anywhere(cli, tmp_path):
     assert "Traceback" not in changed.stderr
 
 
-def test_13_validation_timeout_is_checked_and_applied(cli, tmp_path):
-    """Issue 20, case 13: NaN is refused (exit 2); a value is what the build waits."""
+def test_validation_timeout_is_checked_and_applied(cli, tmp_path):
+    """NaN is refused (exit 2); a value is what the build waits."""
     nan = tmp_path / "nan.toml"
     nan.write_text('spec = "zoo:mlp"\ntarget = "onnx"\nvalidation_timeout_s = nan\n')
     result = cli("build", "--config", str(nan), "--out", str(tmp_path / "a.artifact"))

@@ -138,7 +138,7 @@ def test_bundle_installs_in_a_fresh_venv_and_runs_like_eager(installed, ran, tmp
     assert no_exporter.returncode != 0, "the device venv holds only the runtime"
 
 
-ONNX_ONLY_LIMIT_MB = 150  # issue 22: ONNX Runtime and numpy, no torch
+ONNX_ONLY_LIMIT_MB = 150  # ONNX Runtime and numpy, no torch
 
 
 @pytest.fixture(scope="module")

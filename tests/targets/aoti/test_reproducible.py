@@ -1,4 +1,4 @@
-"""Trust, round two (issue 20), case 15: the same spec gives the same artifact bytes,
+"""Reproducible bytes: the same spec gives the same artifact bytes,
 whatever --out is, with a cold or a warm Inductor cache (one cache directory path; the
 manifest's build.nondeterminism says the path is embedded).
 
@@ -33,7 +33,7 @@ print(json.dumps(out))
 """
 
 
-def test_15_prepacked_weight_descriptors_are_canonical_across_processes():
+def test_prepacked_weight_descriptors_are_canonical_across_processes():
     import torch
     if not torch.backends.mkldnn.is_available():
         pytest.skip("no oneDNN in this torch")
@@ -46,7 +46,7 @@ def test_15_prepacked_weight_descriptors_are_canonical_across_processes():
 
 
 @pytest.mark.slow
-def test_15_real_cnn_rebuilds_are_byte_identical_cold_and_warm(tmp_path):
+def test_real_cnn_rebuilds_are_byte_identical_cold_and_warm(tmp_path):
     """A Hugging Face ResNet (bottleneck blocks, 1x1 stride-2 shortcuts: prepacked oneDNN
     weights) built for cpu three times, each in its own process: the first with an empty
     Inductor cache, into A/x, B/x and A/y."""
