@@ -1,7 +1,7 @@
 """A tiny AFMoE decoder whose router scores all underflow to 0 (its gate scaled up): every
 token's experts are a tie, which torch.topk and ONNX Runtime's TopK break differently. A
 real divergence between eager and an onnx build, for the generation bisect's test
-(tests/exporter/lm/test_generation.py): the bisect must name the TopK and its line in transformers."""
+(tests/exporter/lm/test_generation_gate.py): the bisect must name the TopK and its line in transformers."""
 
 import torch
 

@@ -38,7 +38,7 @@ def _documented_keys() -> dict[str, set[str]]:
 
 DOCUMENTED = _documented_keys()
 # Commands whose --json needs an artifact of their own kind, checked in their own file.
-CHECKED_ELSEWHERE = {"generate": "tests/exporter/lm/test_generation.py::test_cli_generate"}
+CHECKED_ELSEWHERE = {"generate": "tests/runtime/test_generate_runtime.py::test_cli_generate"}
 
 
 @pytest.fixture
