@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import site
 import sysconfig
 from pathlib import Path
@@ -39,15 +40,34 @@ def _model_code(origin_file: str | None) -> str | None:
 
 
 def defining_module(qualified: str) -> str | None:
-    """The importable module a ``torch.library.custom_op`` was defined in, or None (ops
-    of the model file itself, registered some other way, or unknown)."""
+    """The importable module a custom op was defined in: a ``torch.library.custom_op``'s
+    function's, else the installed file a ``torch.library.Library`` defined it from
+    (torchao's ``dequantize_affine``: ``torchao.quantization.quant_primitives``); None
+    for ops of the model file itself, of C++ libraries, or unknown."""
     from torch._library.custom_ops import OPDEFS
     namespace, _, name = qualified.rpartition(".")  # 'transformers.grouped_mm_fallback'
     definition = OPDEFS.get(f"{namespace}::{name}")
     module = getattr(getattr(definition, "_init_fn", None), "__module__", None)
+    if definition is None:
+        return _library_module(f"{namespace}::{name}")
     if not module or module == "__main__" or module.startswith("_exporter_spec_"):
         return None
     return module
+
+
+_REGISTERED_AT = re.compile(r"^debug: registered at (.+\.py):\d+$", re.MULTILINE)
+
+
+def _library_module(op: str) -> str | None:
+    """The installed module whose ``Library.define`` made ``op``, from the dispatcher's
+    record of where it was registered (the model's own file is not installed: None)."""
+    import torch
+    try:
+        dump = torch._C._dispatch_dump(op)
+    except RuntimeError:  # not registered in this process
+        return None
+    found = _REGISTERED_AT.search(dump)
+    return importable_name(found.group(1)) if found else None
 
 
 def importable_name(path: str) -> str | None:

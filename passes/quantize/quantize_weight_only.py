@@ -9,6 +9,9 @@ float, so the gain is memory traffic (GPU, memory-bound decoders), not int8 math
             _weight_int4pack_mm_for_cpu(x.bf16, w: int4, groups of 32)
                                                               int4-weight (CPU: int4_cpu.py)
 
+A target may give its own torchao config per layer (``Quantization.layer_config``):
+executorch's int4-weight also quantizes activations per call (8da4w, XNNPACK's kernels).
+
 torchao quantizes modules (``quantize_``), not graphs, so each linear's weight is
 quantized through a throwaway ``nn.Linear`` holding it, put back into the captured
 graph, and the graph calls ``F.linear`` (which the subclass intercepts) instead of
@@ -49,16 +52,22 @@ _FUNCTIONAL = {
 INT4_GROUPS = (128, 64, 32)
 
 
-def torchao_config(recipe: str, in_features: int) -> tuple[object, torch.dtype | None]:
+# A target's own torchao config for a recipe's layers (``Quantization.layer_config``):
+# (recipe, in_features) -> (config, the dtype its format packs from), or why it stays float.
+Configure = Callable[[str, int], "tuple[object, torch.dtype | None] | str"]
+
+
+def torchao_config(recipe: str, in_features: int) -> tuple[object, torch.dtype | None] | str:
     """torchao's config for a weight-only recipe and one layer, and the dtype its format
-    packs from; None when the recipe cannot take a layer this wide."""
+    packs from; the reason when the recipe cannot take a layer this wide."""
     from torchao.quantization import Int4WeightOnlyConfig, Int8WeightOnlyConfig
     if recipe == "int8-weight":
         return Int8WeightOnlyConfig(), None
     if recipe == "int4-weight":
         group = next((g for g in INT4_GROUPS if in_features % g == 0), None)
         if group is None:
-            return None, None
+            return (f"in_features {in_features} is not a multiple of an int4 group "
+                    f"({', '.join(map(str, INT4_GROUPS))})")
         # tinygemm's layout (aten._weight_int4pack_mm, in torch itself); torchao's default
         # "plain" int4 needs the separate mslk/fbgemm kernels, which devices rarely have.
         return Int4WeightOnlyConfig(group_size=group,
@@ -71,14 +80,17 @@ class QuantizeWeightOnly:
     required = True  # the user asked for it: a failure fails the build
     recipes = tuple(_FUNCTIONAL)
 
-    def __init__(self, recipe: str, how: str, device: str) -> None:
+    def __init__(self, recipe: str, how: str, device: str,
+                 configure: Configure | None = None) -> None:
         self.recipe, self.how, self.device = recipe, how, device
+        self.configure = configure  # the target's own layer config, or the shared one
 
     def __call__(self, program: ExportedProgram) -> PassResult:
         before = weight_bytes(program)
         module = copy.deepcopy(program.module())  # the user's model keeps its float weights
         rewritten = products_as_linear(module)
-        quantized, in_float = quantize_weights(module, self.recipe, device=self.device)
+        quantized, in_float = quantize_weights(module, self.recipe, device=self.device,
+                                               configure=self.configure)
         errors = layer_error_record(program.module(), module, quantized,
                                     [flatten_inputs(*program.example_inputs).tensors],
                                     "the example inputs")
@@ -93,11 +105,13 @@ class QuantizeWeightOnly:
 
 def quantize_weights(module: torch.fx.GraphModule, recipe: str,
                      only: set[str] | None = None,
-                     device: str = "") -> tuple[list[str], list[dict]]:
+                     device: str = "", configure: Configure | None = None
+                     ) -> tuple[list[str], list[dict]]:
     """Swap the weights of the recipe's layers (of ``only`` these ops, if given) for
     torchao's quantized tensors, in place (int4 on ``device`` "cpu": ATen's CPU format,
-    int4_cpu.py, with int8 embedding tables); the caller re-captures (then
-    ``run_decompositions``). Returns the layers quantized and those left in float, why."""
+    int4_cpu.py, with int8 embedding tables; ``configure``: a target's own config for
+    the layers instead); the caller re-captures (then ``run_decompositions``). Returns
+    the layers quantized and those left in float, why."""
     quiet_torchao()
     quantized, in_float = [], []
     for node in list(module.graph.nodes):
@@ -106,7 +120,7 @@ def quantize_weights(module: torch.fx.GraphModule, recipe: str,
             continue
         if attribute(module, weight) is None and op != "linear":
             continue  # activation x activation (attention scores): not a layer
-        why = _swapper(recipe, device, op)(module, node, op, weight)
+        why = _swapper(recipe, device, op, configure)(module, node, op, weight)
         if why is None:
             quantized.append(layer_name(node))
         else:
@@ -115,20 +129,23 @@ def quantize_weights(module: torch.fx.GraphModule, recipe: str,
     return quantized, in_float
 
 
-def _swapper(recipe: str, device: str, op: str) -> Callable:
+def _swapper(recipe: str, device: str, op: str, configure: Configure | None) -> Callable:
     """How one layer's weight is swapped: int4-weight's embedding tables go to int8 rows
     on every device (only the gathered rows are dequantized; a 32k-token vocabulary's
     float table was 45% of a 300M decoder's int4 artifact), its linears to ATen's CPU int4
-    layout on cpu; torchao's tensors otherwise."""
+    layout on cpu; torchao's tensors otherwise (the target's ``configure``'s, if given)."""
     if recipe == "int4-weight" and op == "embedding":
         return functools.partial(_swap_weight, recipe="int8-weight")
+    if configure is not None:
+        return functools.partial(_swap_weight, recipe=recipe, configure=configure)
     if recipe == "int4-weight" and device == "cpu":
         return _swap_for_cpu_int4
     return functools.partial(_swap_weight, recipe=recipe)
 
 
 def _swap_weight(module: torch.fx.GraphModule, node: torch.fx.Node, op: str,
-                 weight_node: object, recipe: str) -> str | None:
+                 weight_node: object, recipe: str,
+                 configure: Configure = torchao_config) -> str | None:
     """Swap one layer's weight for torchao's quantized tensor; None when done, else why
     it stays float."""
     if op not in _FUNCTIONAL[recipe]:
@@ -142,7 +159,7 @@ def _swap_weight(module: torch.fx.GraphModule, node: torch.fx.Node, op: str,
     # lm_head, both per row) is quantized once and stored once.
     name = f"{weight_node.target.replace('.', '_')}_{recipe.replace('-', '_')}"
     if not hasattr(module, name):
-        why = _quantized_copy(module, name, weight, recipe)
+        why = _quantized_copy(module, name, weight, recipe, configure)
         if why:
             return why
     with module.graph.inserting_before(node):
@@ -155,13 +172,13 @@ def _swap_weight(module: torch.fx.GraphModule, node: torch.fx.Node, op: str,
 
 
 def _quantized_copy(module: torch.fx.GraphModule, name: str, weight: torch.Tensor,
-                    recipe: str) -> str | None:
+                    recipe: str, configure: Configure) -> str | None:
     from torchao.quantization import quantize_
 
-    config, pack_dtype = torchao_config(recipe, weight.shape[1])
-    if config is None:
-        return (f"in_features {weight.shape[1]} is not a multiple of an int4 group "
-                f"({', '.join(map(str, INT4_GROUPS))})")
+    made = configure(recipe, weight.shape[1])
+    if isinstance(made, str):
+        return made
+    config, pack_dtype = made
     # An embedding table [rows, dim] is quantized like a linear weight [out, in]: per row.
     holder = torch.nn.Linear(weight.shape[1], weight.shape[0], bias=False,
                              device=weight.device, dtype=pack_dtype or weight.dtype)

@@ -1,26 +1,46 @@
-"""The executorch target's ``--quantize`` recipes: PT2E with ExecuTorch's own
-XNNPACKQuantizer, whose annotations are the quantize/dequantize patterns XNNPACK's
-partitioner takes into its delegate (int8 convolutions, linears, adds, ...).
+"""The executorch target's ``--quantize`` recipes.
+
+int8-static / int8-dynamic: PT2E with ExecuTorch's own XNNPACKQuantizer, whose
+annotations are the quantize/dequantize patterns XNNPACK's partitioner takes into its
+delegate (int8 convolutions, linears, adds, ...). The flow (prepare, calibrate, convert,
+re-capture) is passes/quantize/quantize.py's, as on every PT2E target.
 
     before: linear(x, w: f32)
     after:  linear(dq(q(x)), dq(w: int8 per channel))   -> one XNNPACK qd8/qs8 linear
 
-The flow (prepare, calibrate, convert, re-capture) is passes/quantize/quantize.py's, as on
-every PT2E target; only the quantizer is ExecuTorch's.
+int4-weight: 8-bit activations, 4-bit weights (``8da4w``, ExecuTorch's LLM recipe):
+torchao's Int8DynamicActivationIntxWeightConfig through the tensor-subclass flow
+(passes/quantize/quantize_weight_only.py), lowered into XNNPACK's qd8-qb4w linears.
+
+    after:  linear(dq(q(x, choose_qparams(x))), dq(w: int4 in groups of 32))
 """
 
 from __future__ import annotations
 
+import torch
+
+from passes.quantize.quantize_weight_only import Configure
 from targets.facets import Quantization
+
+# ExecuTorch's LLM export's 8da4w default group: XNNPACK's blockwise int4 kernels take
+# groups that divide in_features (and are multiples of 32).
+INT4_GROUP = 32
 
 RECIPES = {
     "int8-static": "PT2E, ExecuTorch's XNNPACKQuantizer (symmetric, static): int8 "
                    "per-channel weights, activation scales from --calibration; lowered "
-                   "into XNNPACK's int8 kernels",
+                   "into XNNPACK's int8 kernels; embeddings int8 per row (ExecuTorch's "
+                   "embedding_byte kernel)",
     "int8-dynamic": "PT2E, ExecuTorch's XNNPACKQuantizer (symmetric, dynamic): int8 "
                     "per-channel weights for linears and for convolutions without a ReLU "
                     "after them (its conv_relu pattern is static only), activations "
-                    "quantized per call (XNNPACK's qd8 kernels)",
+                    "quantized per call (XNNPACK's qd8 kernels); embeddings int8 per row "
+                    "(ExecuTorch's embedding_byte kernel)",
+    "int4-weight": "8-bit activations, 4-bit weights (8da4w, as ExecuTorch's LLM export): "
+                   f"torchao Int8DynamicActivationIntxWeightConfig, int4 linear weights "
+                   f"in symmetric groups of {INT4_GROUP}, activations int8 per token per "
+                   "call, lowered into XNNPACK's qd8-qb4w kernels; embeddings int8 per "
+                   "row (ExecuTorch's embedding_byte kernel)",
 }
 
 
@@ -33,3 +53,18 @@ class XnnpackQuantization(Quantization):
         config = get_symmetric_quantization_config(is_per_channel=True,
                                                    is_dynamic=recipe == "int8-dynamic")
         return XNNPACKQuantizer().set_global(config)
+
+    def layer_config(self, recipe: str) -> Configure | None:
+        return int8_activation_int4_weight if recipe == "int4-weight" else None
+
+
+def int8_activation_int4_weight(recipe: str, in_features: int
+                                ) -> tuple[object, None] | str:
+    """torchao's 8da4w config for a linear ``in_features`` wide, or why it stays float."""
+    from torchao.quantization import Int8DynamicActivationIntxWeightConfig
+    from torchao.quantization.granularity import PerGroup
+    if in_features % INT4_GROUP:
+        return (f"in_features {in_features} is not a multiple of the int4 group "
+                f"({INT4_GROUP}, XNNPACK's blockwise int4 kernels)")
+    return Int8DynamicActivationIntxWeightConfig(
+        weight_dtype=torch.int4, weight_granularity=PerGroup(INT4_GROUP)), None

@@ -25,6 +25,8 @@ CHECKS = frozenset({
     "aten::_assert_async.msg", "aten::_assert_scalar", "aten::sym_constrain_range_for_size",
     "aten::sym_constrain_range", "aten::_assert_tensor_metadata",
 })
+# Where quantize/dequantize nodes come from: PT2E's and torchao's (8da4w).
+_QUANT_NAMESPACES = frozenset({"quantized_decomposed", "torchao"})
 # SymInt arithmetic on sizes runs as executorch_prim kernels of the same name.
 _PRIM_FUNCTIONS = {operator.add: "add", operator.sub: "sub", operator.mul: "mul",
                    operator.floordiv: "floordiv", operator.truediv: "truediv",
@@ -143,13 +145,13 @@ def xnnpack_takes(node: Node) -> str | None:
 
 
 def _quantizes_for(node: Node, depth: int = 4) -> str | None:
-    """The XNNPACK config of the op a PT2E quantize/dequantize/choose_qparams node feeds
+    """The XNNPACK config of the op a quantize/dequantize/choose_qparams node feeds
     (through the q/dq chain): XNNPACK's partitioner takes such nodes with that op."""
     for user in node.users:
         if user.op != "call_function":
             continue
         target = user.target
-        if target is operator.getitem or getattr(target, "namespace", "") == "quantized_decomposed":
+        if target is operator.getitem or getattr(target, "namespace", "") in _QUANT_NAMESPACES:
             found = _quantizes_for(user, depth - 1) if depth else None
         else:
             found = xnnpack_takes(user) if isinstance(target, torch._ops.OpOverload) else None
@@ -176,7 +178,7 @@ def decide(node: Node) -> tuple[bool, str]:
     config = xnnpack_takes(node)
     if config is not None:
         return True, f"XNNPACK delegate ({config})"
-    if op.namespace == "quantized_decomposed" and (config := _quantizes_for(node)):
+    if op.namespace in _QUANT_NAMESPACES and (config := _quantizes_for(node)):
         return True, f"XNNPACK delegate (an operand of {config}'s quantized pattern)"
     kernel = kernel_for(op)
     if kernel is not None:

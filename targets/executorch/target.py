@@ -31,6 +31,7 @@ from targets.base import (
 from targets.errors import LoweringError, TargetOptionError
 from targets.facets import Tooling
 from targets.executorch import support
+from targets.executorch.embedding_byte import EmbeddingByte
 from targets.executorch.facets import ExecutorchPackaging
 from targets.executorch.lower import METHOD, PROGRAM_NAME, lower_program, version
 from targets.executorch.quantize import RECIPES, XnnpackQuantization
@@ -65,8 +66,10 @@ class ExecutorchTarget(Target):
         # ExecuTorch's edge decomposition last, so placement judges what its partitioner
         # and kernel registry will be asked about; quantization before it, as PT2E
         # annotates ATen ops (conv + batch norm, linear) before they decompose
+        # int8 tables then become ExecuTorch's embedding_byte kernel (embedding_byte.py)
         quantize = self.quantization.quantize_pass(options, self.device)
-        return pipeline(options, quantize, fusions=GRAPH_FUSIONS) + [
+        tables = [EmbeddingByte()] if quantize is not None else []
+        return pipeline(options, quantize, fusions=GRAPH_FUSIONS) + tables + [
             Decompose(support.decomposition_table, "ExecuTorch edge")]
 
     def lower(self, program: ExportedProgram, options: LowerOptions) -> Lowered:

@@ -8,7 +8,7 @@ from typing import Mapping
 
 from passes.base import Pass
 from passes.quantize.quantize import QuantizePT2E
-from passes.quantize.quantize_weight_only import QuantizeWeightOnly
+from passes.quantize.quantize_weight_only import Configure, QuantizeWeightOnly
 from targets.options import LowerOptions
 
 
@@ -22,6 +22,11 @@ class Quantization:
         torchao's tensor subclasses instead, the same on every target)."""
         raise NotImplementedError(f"no PT2E quantizer for recipe {recipe}")
 
+    def layer_config(self, recipe: str) -> Configure | None:
+        """This target's own torchao config for each layer of a tensor-subclass recipe
+        (int8-weight, int4-weight), or None for the shared one (quantize_weight_only.py)."""
+        return None
+
     def quantize_pass(self, options: LowerOptions, device: str) -> Pass | None:
         """The pass for ``options.quantize`` on a target whose partitions run on
         ``device``; None without --quantize."""
@@ -32,6 +37,6 @@ class Quantization:
             raise ValueError(f"recipe {recipe} is not one of {', '.join(self.recipes)}")
         how = self.recipes[recipe]
         if recipe in QuantizeWeightOnly.recipes:
-            return QuantizeWeightOnly(recipe, how, device)
+            return QuantizeWeightOnly(recipe, how, device, self.layer_config(recipe))
         return QuantizePT2E(recipe, lambda: self.quantizer(recipe), list(options.calibration),
                             how)

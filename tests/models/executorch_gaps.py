@@ -34,3 +34,24 @@ def factory():
 def two_factory():
     torch.manual_seed(0)
     return (TwoGaps().eval(), *_inputs())
+
+
+class TokenMixer(torch.nn.Module):
+    """An embedding table, a linear 32 divides (64 in) and one it does not (40 in):
+    --quantize int4-weight quantizes the first in groups of 32 and says why the second
+    stays float; the table becomes int8 rows."""
+
+    def __init__(self):
+        super().__init__()
+        self.table = torch.nn.Embedding(50, 64)
+        self.wide = torch.nn.Linear(64, 40)
+        self.narrow = torch.nn.Linear(40, 16)
+
+    def forward(self, ids):
+        return self.narrow(torch.relu(self.wide(self.table(ids))))
+
+
+def token_mixer():
+    torch.manual_seed(0)
+    return (TokenMixer().eval(), (torch.randint(0, 50, (2, 6)),),
+            ({0: Dim("batch", min=1, max=8)},))
