@@ -20,6 +20,7 @@ from pydantic import (
 )
 
 from exporter.kinds import GENERATING, kind_name
+from runtime.host.platforms import host_platform, unknown_platform
 from targets import FallbackPolicy, TargetOptions, all_targets
 from targets.options import flag_name
 from targets.registry import DEFAULT_TARGET
@@ -32,6 +33,9 @@ class BuildSettings(BaseModel):
 
     target: str = Field(DEFAULT_TARGET, description="where the artifact runs (`exporter "
                         "targets` says which work here)")
+    platform: str = Field(default_factory=host_platform, description="the OS and CPU the "
+                          "artifact runs on (default: this machine's); docs/building.md "
+                          "says which targets build for which")
     out: Path | None = Field(None, description="artifact path; default <model>-<target>.artifact")
     dynamic: list[str] = Field(default_factory=list, description="INPUT:DIM=MIN..MAX, "
                                "repeatable: a dynamic dimension and its bounds")
@@ -191,6 +195,14 @@ class BuildSettings(BaseModel):
         """The target's typed options."""
         return _parse_options(self.target, tuple(sorted(self.target_options.items(),
                                                         key=lambda kv: kv[0])))
+
+    @field_validator("platform")
+    @classmethod
+    def _a_known_platform(cls, value: str) -> str:
+        problem = None if value == host_platform() else unknown_platform(value)
+        if problem:
+            raise ValueError(problem)
+        return value
 
     @field_validator("prefill_chunk")
     @classmethod

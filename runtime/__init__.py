@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Iterable
 
 from runtime.errors import (ArtifactError, CompatibilityError, ExecutionError,
                             InputMismatchError, ToolchainError, UserInputError)
-from runtime.executors import create_executor
+from runtime.executors import create_executor, holds_native_code
 from runtime.format.archive import ArtifactReader, Limits
 from runtime.format.consistency import check_dataflow, check_host_devices, check_requirements
 from runtime.format.manifest import Manifest
@@ -81,7 +81,8 @@ def load(path: str | Path, *, limits: Limits = Limits(), cuda_graphs: bool = Tru
             check_dataflow(view, where=where)
         torch = torch_or_none(manifest, where=where)
         check_requirements(manifest.requirements, where=where,
-                           torch=torch if torch_reasons(manifest) else None)
+                           torch=torch if torch_reasons(manifest) else None,
+                           native=[p for p in manifest.all_partitions() if holds_native_code(p)])
         for view in views:
             check_host_devices(view, where=where)
         # Compiled libraries are opened from this private copy, never from a

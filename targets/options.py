@@ -17,6 +17,8 @@ from typing import Any, Sequence, TypeVar
 from pydantic import BaseModel, ConfigDict
 from pydantic.fields import FieldInfo
 
+from runtime.host.platforms import host_platform
+
 
 class FallbackPolicy(str, enum.Enum):
     """What the build does with ops no target claims: run them on the CPU fallback
@@ -57,6 +59,8 @@ class LowerOptions:
     work_dir: Path
     target: TargetOptions = field(default_factory=TargetOptions)
     cpu_isa: str = "auto"
+    # the platform the artifact runs on (runtime/host/platforms.py), not always this one
+    platform: str = field(default_factory=host_platform)
     dtype: str = "fp32"
     fuse: bool = True
     quantize: str | None = None

@@ -27,7 +27,8 @@ def lower_options(settings: BuildSettings, out: Path, work_dir: Path | None = No
     """What the settings say to the target; built once per build (exporter/builder/
     pipeline.py), each partition's lowering replaces ``work_dir`` and ``partition``."""
     return LowerOptions(work_dir=work_dir or out.parent, target=settings.options(),
-                        cpu_isa=settings.cpu_isa, dtype=settings.dtype, fuse=settings.fuse,
+                        cpu_isa=settings.cpu_isa, platform=settings.platform,
+                        dtype=settings.dtype, fuse=settings.fuse,
                         quantize=settings.quantize, calibration=tuple(calibration or ()),
                         fallback=settings.fallback, deterministic=settings.deterministic,
                         partition=work_dir.name if work_dir else None, log_dir=out.parent)

@@ -20,8 +20,10 @@ from exporter.leftovers import sweep
 from exporter.progress import StageHook, quiet_stage
 from exporter.settings import BuildSettings
 from exporter.ship.archive_writer import write_artifact
+from runtime.executors import holds_native_code
 from runtime.format.manifest import Manifest
 from runtime.host import scratch
+from runtime.host.platforms import host_platform
 
 
 @dataclass
@@ -89,16 +91,29 @@ def build(spec: Any, settings: BuildSettings, *, stage: StageHook = quiet_stage,
     try:
         lowered = kind.lower(prepared, settings, work_dir, timed)
         manifest, files, measured = kind.manifest(prepared, lowered, settings, work_dir)
-        if settings.validate_artifact:
+        foreign = foreign_native_code(manifest)
+        if settings.validate_artifact and not foreign:
             with timed(kind.validate_stage):
                 record = kind.validate(prepared, manifest, files, settings)
             measured.update(record.pop("measured", {}))
             manifest.validation = record
         else:
-            manifest.validation = {"passed": None, "skipped": True,
-                                   "warnings": ["validation skipped (--no-validate)"]}
+            manifest.validation = {"passed": None, "skipped": True, "warnings": [
+                foreign or "validation skipped (--no-validate)"]}
         with timed("package"):
             write_artifact(out, manifest.to_dict(), files)
     finally:
         scratch.remove(work_dir)
     return BuildResult(out, manifest, timings, measured)
+
+
+def foreign_native_code(manifest: Manifest) -> str | None:
+    """Why this machine cannot validate the artifact: native code built for another
+    platform (a cross build), which its validation process could not load; else None."""
+    built_for, host = manifest.requirements.platform_name, host_platform()
+    native = [p.name for p in manifest.all_partitions() if holds_native_code(p)]
+    if built_for == host or not native:
+        return None
+    return (f"validation skipped: partition {', '.join(native[:3])} holds native code for "
+            f"{built_for}, which this machine ({host}) cannot run; check it there, or under "
+            "qemu-user with the native runner (`exporter package --native`)")

@@ -35,7 +35,8 @@ from plan.partition import PlannedPartition
 from runtime.executors import parse_meta
 from runtime.format.manifest import Manifest, Partition
 from runtime.host.outfiles import checked_output
-from targets import Lowered, Target, get_target
+from runtime.host.platforms import host_platform
+from targets import Lowered, Target, all_targets, get_target
 from targets.fallback import FALLBACK_BACKEND
 
 def prepare_captured(target: Target, model: ModelSpec, captured_spec: ModelSpec, out: Path,
@@ -121,8 +122,22 @@ def available_target(settings: BuildSettings, kind: BuildKind) -> Target:
     if not availability.ok:
         raise TargetUnavailableError(f"target '{name}' cannot build on this machine: "
                                      f"{availability.reason}", hint="see `exporter targets`")
+    _check_platform(target, settings.platform)
     check_recipe(target, settings, kind)
     return target
+
+
+def _check_platform(target: Target, platform: str) -> None:
+    """Refused before any work: a target that compiles native code with this machine's
+    compiler cannot build for another platform; say which targets can."""
+    if target.packaging.builds_for(platform):
+        return
+    able = sorted(t.name for t in all_targets().values() if t.packaging.builds_for(platform))
+    raise TargetUnavailableError(
+        f"target '{target.name}' cannot build for {platform}: it compiles native code for "
+        f"this machine's platform only ({host_platform()})",
+        hint=f"targets that build for {platform}: {', '.join(able) or 'none'} "
+             f"(`exporter build --target {able[0] if able else 'TARGET'} --platform {platform}`)")
 
 
 def model_name(model: ModelSpec) -> str:
@@ -164,6 +179,9 @@ def manifest_for(prep: Prepared, settings: BuildSettings,
             **meta, **{key: prefix + name for key, name in typed.files().items()}}))
     delegated = [low for plan, low in lowered if plan.delegated]
     requirements = (delegated or [low for _, low in lowered])[0].requirements
+    # the platform built for, which a target that cross-compiles is not the host's
+    requirements = dataclasses.replace(requirements, platform=settings.platform,
+                                       arch=settings.platform.split("-", 1)[1])
     return Manifest(
         target=prep.target.name, signature=prep.captured.signature, partitions=partitions,
         requirements=requirements, created_by=versions.collect(),

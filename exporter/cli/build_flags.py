@@ -19,6 +19,7 @@ from pydantic.fields import FieldInfo
 
 from exporter.config.keys import FLAG_NAMES, option_owners
 from exporter.settings import BuildSettings
+from runtime.host.platforms import NAMES as PLATFORM_NAMES
 from targets import all_targets
 from targets.options import flag_name
 
@@ -28,7 +29,7 @@ TARGET_PANEL = "Target options (each applies to the targets named in its help)"
 PANEL_ORDER = (MODEL, TARGET, TARGET_PANEL, QUANT, CHECK, OUTPUT)
 # field -> its panel in --help (its flag's name, where not --field-name: config.keys)
 SETTINGS_PANELS: dict[str, str] = {
-    "target": TARGET, "cpu_isa": TARGET, "dtype": TARGET, "fallback": TARGET,
+    "target": TARGET, "platform": TARGET, "cpu_isa": TARGET, "dtype": TARGET, "fallback": TARGET,
     "min_partition_size": TARGET, "fuse": TARGET, "deterministic": TARGET,
     "memory_budget": TARGET,
     "dynamic": MODEL, "task": MODEL, "seq_len": MODEL, "image_size": MODEL,
@@ -93,6 +94,8 @@ def _cli_type(name: str, annotation: Any) -> tuple[Any, list[str]]:
     the value again; the targets' names are the registry's)."""
     if name == "target":
         return str, list(all_targets())
+    if name == "platform":
+        return str, list(PLATFORM_NAMES)
     if name in _TEXT_FIELDS:
         return Optional[str], []
     args = [a for a in typing.get_args(annotation) if a is not type(None)]

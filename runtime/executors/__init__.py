@@ -27,7 +27,7 @@ from runtime.format.consistency import check_partition_files
 from runtime.format.manifest import Partition
 
 __all__ = ["ENTRY_POINT_GROUP", "Executor", "ExecutorKind", "PartitionMeta", "array_packages",
-           "create_executor", "kinds", "parse_meta", "register_executor", "unregister_executor"]
+           "create_executor", "holds_native_code", "kinds", "parse_meta", "register_executor", "unregister_executor"]
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +88,17 @@ def array_packages(partition: Partition) -> tuple[str, ...] | None:
         return None
     return tuple(getattr(loader, "array_packages", ())) if getattr(loader, "arrays", False) \
         else None
+
+
+def holds_native_code(partition: Partition) -> bool:
+    """Whether the partition's files hold code compiled for one platform, so the loader
+    checks the artifact's platform and CPU: true unless its kind declares ``portable =
+    True`` (a kind that cannot be imported here counts as native, the safe side)."""
+    try:
+        loader = _loader(partition, where="")
+    except CompatibilityError:
+        return True
+    return not getattr(loader, "portable", False)
 
 
 def parse_meta(partition: Partition, *, where: str) -> PartitionMeta:

@@ -47,7 +47,10 @@ class ExecutorKind(Protocol):
 
     Optional: ``arrays = True`` says the kind also runs on numpy arrays, without torch, and
     ``array_packages`` names what it then imports beyond numpy and its backend's library
-    (runtime/program/requires.py reads both; without them a kind runs on torch tensors)."""
+    (runtime/program/requires.py reads both; without them a kind runs on torch tensors).
+    ``portable = True`` says its files hold no native code (an ONNX graph, a .pte), so the
+    loader does not check the artifact's platform and CPU for it (runtime/format/
+    consistency.py); without it a kind's files are taken as compiled for one platform."""
 
     Meta: type[PartitionMeta]
 

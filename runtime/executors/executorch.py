@@ -44,6 +44,7 @@ class ExecutorchMeta(PartitionMeta):
 
 class ExecutorchExecutor:
     Meta = ExecutorchMeta
+    portable = True  # a .pte program: the kernels are the runtime's, on any platform
     arena_slots = 0  # ExecuTorch owns its planned arenas
 
     def __init__(self, method, partition: str, where: str, report: dict) -> None:

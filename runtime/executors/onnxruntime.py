@@ -70,6 +70,7 @@ class OnnxRuntimeExecutor:
     Meta = OnnxRuntimeMeta
     arena_slots = 0  # ORT allocates its own memory
     arrays = True  # runs on numpy arrays where torch is missing (runtime/program/requires.py)
+    portable = True  # an ONNX graph: no native code, loads on any platform ORT runs on
 
     def __init__(self, run, session, report: dict, weights: list | None = None) -> None:
         self.__call__ = run

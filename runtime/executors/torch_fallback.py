@@ -65,6 +65,7 @@ class TorchFallbackMeta(PartitionMeta):
 
 class TorchFallbackExecutor:
     Meta = TorchFallbackMeta
+    portable = True  # torch's export JSON and safetensors: no native code
 
     def __init__(self, module, in_spec, slots: list, reset: list, partition: str,
                  where: str) -> None:

@@ -15,12 +15,12 @@ version, the GPU) applies only to artifacts whose partitions run on torch
 from __future__ import annotations
 
 import os
-import platform
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from runtime.errors import ArtifactError, CompatibilityError
 from runtime.format.manifest import Manifest, Partition, Requirements
 from runtime.host import hostinfo
+from runtime.host.platforms import host_platform
 
 _HINT = "rebuild the artifact with `exporter build`"
 
@@ -139,16 +139,16 @@ def _physical_memory() -> int | None:
         return None
 
 
-def check_requirements(req: Requirements, *, where: str, torch=None) -> None:
+def check_requirements(req: Requirements, *, where: str, torch=None,
+                       native: Sequence[Partition] = ()) -> None:
     """Raise CompatibilityError naming both sides if this host cannot run the artifact.
-    ``torch``: the module when a partition runs on it (then its version and the GPU are
-    checked too), else None."""
-    host_arch = platform.machine()
-    if req.arch != host_arch:
-        raise CompatibilityError(
-            f"the artifact was built for {req.arch} but this machine is {host_arch}", where=where,
-            hint=f"build it again on (or for) a {host_arch} machine")
-    _check_cpu_flags(req, where)
+    ``native``: the partitions that hold native code (runtime.executors.holds_native_code),
+    checked against this platform and CPU; ONNX, .pte and exported torch programs run
+    wherever their runtime does. ``torch``: the module when a partition runs on it (then its
+    version and the GPU are checked too), else None."""
+    if native:
+        _check_platform(req, native, where)
+        _check_cpu_flags(req, where)
     if torch is None:
         return
     if hostinfo.torch_release(req.torch) != hostinfo.torch_release(torch.__version__):
@@ -159,6 +159,20 @@ def check_requirements(req: Requirements, *, where: str, torch=None) -> None:
             hint=f"install torch=={req.torch.split('+')[0]} here, or rebuild with this torch")
     if req.cuda_capability is not None:
         _check_cuda(req, where, torch)
+
+
+def _check_platform(req: Requirements, native: Sequence[Partition], where: str) -> None:
+    host = host_platform()
+    if req.platform_name == host:
+        return
+    parts = ", ".join(f"'{p.name}' ({p.backend})" for p in native[:3])
+    more = f" and {len(native) - 3} more" if len(native) > 3 else ""
+    raise CompatibilityError(
+        f"the artifact was built for {req.platform_name} but this machine is {host}: "
+        f"partition {parts}{more} holds native code compiled for {req.platform_name}",
+        where=where, hint=f"build it again with `exporter build --platform {host}` (on a "
+                          "target that builds for it), or run it on a "
+                          f"{req.platform_name} machine")
 
 
 def _check_cpu_flags(req: Requirements, where: str) -> None:

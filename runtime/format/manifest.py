@@ -15,6 +15,7 @@ from typing import Any
 
 from runtime.errors import ArtifactError
 from runtime.format.dtypes import NAMES as DTYPE_NAMES
+from runtime.host.platforms import platform_name
 
 
 @dataclass(frozen=True)
@@ -125,12 +126,18 @@ class Partition:
 class Requirements:
     """What the loading machine must have. Checked before any library is loaded."""
 
-    arch: str  # platform.machine() of the build host, e.g. "x86_64"
+    arch: str  # the CPU architecture built for (platform.machine() there), e.g. "x86_64"
     torch: str  # torch version the compiled code was built against
     cpu_isa: str | None = None  # e.g. "avx512", "avx2", "generic"
     cpu_flags: tuple[str, ...] = ()  # /proc/cpuinfo flags the compiled code needs
     cuda: str | None = None  # CUDA version of the build, when a partition runs on a GPU
     cuda_capability: str | None = None  # e.g. "9.0": the oldest GPU the kernels run on
+    # the platform built for (runtime/host/platforms.py); older artifacts: linux-<arch>
+    platform: str | None = None
+
+    @property
+    def platform_name(self) -> str:
+        return self.platform or platform_name(self.arch)
 
     def to_json(self) -> dict:
         data = asdict(self)
@@ -139,7 +146,7 @@ class Requirements:
 
     def describe(self) -> list[str]:
         """For reports: 'x86_64', 'torch 2.13.0', 'CPU ISA avx2 (12 flags)', ..."""
-        return [self.arch, f"torch {self.torch}",
+        return [self.platform_name, f"torch {self.torch}",
                 *([f"CPU ISA {self.cpu_isa} ({len(self.cpu_flags)} flags)"] if self.cpu_isa
                   else []),
                 *([f"CUDA capability >= {self.cuda_capability}"] if self.cuda_capability
@@ -148,7 +155,7 @@ class Requirements:
     @classmethod
     def from_json(cls, raw: dict) -> "Requirements":
         optional = {key: _str(raw[key], key) if raw.get(key) is not None else None
-                    for key in ("cpu_isa", "cuda", "cuda_capability")}
+                    for key in ("cpu_isa", "cuda", "cuda_capability", "platform")}
         return cls(arch=_str(raw["arch"], "arch"), torch=_str(raw["torch"], "torch"),
                    cpu_flags=_strs(raw.get("cpu_flags") or [], "cpu_flags"), **optional)
 

@@ -5,7 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from runtime.format.manifest import Partition
+from runtime.host.platforms import NAMES, host_platform
 from targets.options import LowerOptions
+
+# every platform: for a target whose files hold no native code (ONNX, .pte programs)
+PORTABLE = NAMES
 
 
 @dataclass(frozen=True)
@@ -20,6 +24,12 @@ class Packaging:
     # modules that register this backend's executor (plug-ins): register() and the
     # validation process import them, as a device does through the entry point
     runtime_modules: tuple[str, ...] = ()
+    # the platforms (runtime/host/platforms.py) it builds for; None: this machine's only,
+    # the safe default for a target that compiles native code with the host's compiler
+    platforms: tuple[str, ...] | None = None
+
+    def builds_for(self, platform: str) -> bool:
+        return platform in (self.platforms or (host_platform(),))
 
     def runtime_packages(self, partition: Partition) -> dict[str, str | None]:
         """Distributions (and the versions it was built with) a device needs to run one

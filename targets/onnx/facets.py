@@ -10,6 +10,7 @@ import torch
 
 from runtime.format.manifest import Partition
 from targets.facets import Baseline, Packaging, Tooling
+from targets.facets.packaging import PORTABLE
 from targets.onnx import inside
 
 
@@ -21,6 +22,9 @@ class OnnxPackaging(Packaging):
     build_modules: tuple[str, ...] = ("torch.onnx._internal.exporter._core",
                                       "onnxscript.rewriter", "onnx")
     runtime_extra: tuple[str, tuple[str, ...]] | None = ("onnx", ("onnxruntime>=1.18",))
+
+    # a portable program: ONNX Runtime runs it on each platform
+    platforms: tuple[str, ...] | None = PORTABLE
 
     def runtime_packages(self, partition: Partition) -> dict[str, str | None]:
         return {"onnxruntime": partition.meta.get("onnxruntime")}
