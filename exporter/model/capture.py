@@ -19,6 +19,7 @@ from torch.utils._pytree import GetAttrKey, MappingKey, SequenceKey, tree_flatte
 from exporter.model.dynamic import DynamicDim, apply_dynamic
 from exporter.errors import ExportFailedError, UserInputError
 from exporter.model.export_errors import explain_export_failure
+from exporter.model.finite_guards import repair_finiteness_guards
 from exporter.model.forward_contract import check_call, unregistered_output
 from exporter.model.spec import ModelSpec
 from passes.graph.rewrite import module_path, set_module_path
@@ -47,7 +48,8 @@ def capture(spec: ModelSpec, dynamic: list[DynamicDim], device: str) -> Captured
     # paragraph replaces it, and --verbose still shows it through the log.
     torch_stderr = io.StringIO()
     try:
-        with contextlib.redirect_stderr(torch_stderr), _fake_tensor_errors_to(torch_stderr):
+        with contextlib.redirect_stderr(torch_stderr), _fake_tensor_errors_to(torch_stderr), \
+                repair_finiteness_guards():
             program = torch.export.export(module, args, kwargs, dynamic_shapes=dynamic_shapes,
                                           strict=False)
     except Exception as exc:  # torch.export raises many unrelated types; all become one paragraph
