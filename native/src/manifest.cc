@@ -2,6 +2,7 @@
 #include "manifest.h"
 
 #include <algorithm>
+#include <cctype>
 #include <set>
 #include <stdexcept>
 
@@ -155,13 +156,15 @@ ProgramView read_view(const json& signature, const json& partitions) {
 void read_requirements(const json& raw, Manifest& m) {
   m.arch = str(at(raw, "arch"), "arch");
   m.torch = str(at(raw, "torch"), "torch");
-  for (const char* key : {"cpu_isa", "cuda", "cuda_capability"}) {
+  for (const char* key : {"cpu_isa", "cuda", "cuda_capability", "platform"}) {
     auto it = raw.find(key);
     if (it != raw.end() && !it->is_null()) {
       const std::string value = str(*it, key);
       if (std::string(key) == "cpu_isa") m.cpu_isa = value;
+      if (std::string(key) == "platform") m.platform = value;
     }
   }
+  if (m.platform.empty()) m.platform = "linux-" + normal_arch(m.arch);
   auto flags = raw.find("cpu_flags");
   if (flags != raw.end() && truthy(*flags)) m.cpu_flags = strs(*flags, "cpu_flags");
 }
@@ -195,6 +198,14 @@ std::string walk_tree(const json& node, int depth, std::vector<int64_t>& leaves)
 }
 
 }  // namespace
+
+std::string normal_arch(const std::string& machine) {
+  std::string lower = machine;
+  for (auto& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (lower == "amd64" || lower == "x64") return "x86_64";
+  if (lower == "arm64") return "aarch64";
+  return machine;
+}
 
 json parse_strict_json(const std::string& text) {
   if (text.compare(0, 3, "\xEF\xBB\xBF") == 0) {

@@ -45,10 +45,13 @@ struct Manifest {
   ProgramView main;
   std::map<std::string, ProgramView> entry_points;
   std::string arch, torch, cpu_isa;
+  std::string platform;  // requirements.platform, or linux-<arch> for older artifacts
   std::vector<std::string> cpu_flags;
   nlohmann::json shared_weights;  // null or {"entries": {...}, ...}
 };
 
+// What platform.machine() says elsewhere for the same architecture: "arm64" -> "aarch64".
+std::string normal_arch(const std::string& machine);
 // ArtifactError "the manifest is malformed (...)" for a missing or mistyped field.
 Manifest read_manifest(const nlohmann::json& raw, const std::string& where);
 // check_dataflow: names unique, every partition input made earlier, every output made.

@@ -47,15 +47,23 @@ std::vector<const PartitionSpec*> all_partitions(const Manifest& m) {
 }
 
 void check_machine_code(const Manifest& m, const std::string& where) {
-  const auto parts = all_partitions(m);
-  if (std::none_of(parts.begin(), parts.end(),
-                   [](const PartitionSpec* p) { return kMachineCodeKinds.count(p->backend) > 0; })) {
-    return;
+  std::vector<const PartitionSpec*> native;
+  for (const auto* p : all_partitions(m)) {
+    if (kMachineCodeKinds.count(p->backend)) native.push_back(p);
   }
-  const std::string arch = host_arch();
-  if (m.arch != arch) {
-    throw CompatibilityError("the artifact was built for " + m.arch + " but this machine is " + arch,
-                             where, "build it again on (or for) a " + arch + " machine");
+  if (native.empty()) return;
+  const std::string host = "linux-" + normal_arch(host_arch());
+  if (m.platform != host) {  // runtime.format.consistency._check_platform's words
+    std::string parts;
+    for (std::size_t i = 0; i < native.size() && i < 3; ++i) {
+      parts += (i ? ", " : "") + py_repr(native[i]->name) + " (" + native[i]->backend + ")";
+    }
+    if (native.size() > 3) parts += " and " + std::to_string(native.size() - 3) + " more";
+    throw CompatibilityError("the artifact was built for " + m.platform + " but this machine is " + host +
+                                 ": partition " + parts + " holds native code compiled for " + m.platform,
+                             where, "build it again with `exporter build --platform " + host +
+                                        "` (on a target that builds for it), or run it on a " + m.platform +
+                                        " machine");
   }
   const auto have = cpu_flags();
   std::vector<std::string> missing;
