@@ -28,6 +28,8 @@ class TvmMeta(PartitionMeta):
     # runtime.format.weights.INDEX_KEY: {"params": the weights file's index}, checked before reading
     tensor_index: dict[str, dict] | None = None
     tvm_target: str | None = None  # the TVM target string it was compiled for (report)
+    platform: str | None = None  # the platform its library's code is for ("linux-aarch64")
+    isa: str | None = None  # the CPU ISA that code needs ("avx512", "armv8-a+neon")
     tvm: str | None = None  # the TVM version of the build (report, `exporter bundle`)
     tune_trials: int | None = None  # MetaSchedule trials (0: untuned)
     schedules: dict | None = None  # how the kernels were scheduled (report)

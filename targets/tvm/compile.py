@@ -16,6 +16,7 @@ from safetensors.torch import save_file
 from torch.export import ExportedProgram
 from tvm import relax
 from tvm.relax.frontend.torch import from_exported_program
+from tvm.support import cc
 
 from targets.errors import TargetOptionError
 from targets.tvm import tune as tvm_tune
@@ -29,6 +30,8 @@ from targets.tvm.schedule import (
 )
 
 log = logging.getLogger(__name__)
+# target options TVM types as lists: "-mattr=+neon,+v8.2a" is ["+neon", "+v8.2a"]
+_LIST_OPTIONS = frozenset({"mattr", "keys", "libs", "cl-opt"})
 
 
 @dataclass
@@ -43,15 +46,18 @@ class Compiled:
     def num_params(self) -> int:
         return len(self.params)
 
-    def save(self, library: Path, params: Path) -> None:
-        self.executable.export_library(str(library))
+    def save(self, library: Path, params: Path, cross_compiler: str | None = None) -> None:
+        # a cross build links with the platform's g++ (TVM's own default is the host's)
+        fcompile = cc.cross_compiler(cross_compiler) if cross_compiler else None
+        self.executable.export_library(str(library), fcompile=fcompile)
         # Zero-padded names keep the order in a sorted safetensors header.
         save_file({f"p{i:05d}": torch.from_numpy(p.numpy()).contiguous()
                    for i, p in enumerate(self.params)}, str(params))
 
 
 def compile_partition(program: ExportedProgram, target_string: str, tune: int, options,
-                      *, error: Callable) -> Compiled:
+                      *, error: Callable, cross: bool = False) -> Compiled:
+    """``cross``: the target is another platform's, whose code this machine cannot run."""
     target = parse_target(target_string)
     try:
         mod = from_exported_program(program, keep_params_as_input=True)
@@ -90,15 +96,21 @@ def compile_partition(program: ExportedProgram, target_string: str, tune: int, o
         log.info("TVM compile failed; failing PrimFuncs: %s", failing)
         nodes = ops_named_in(" ".join(failing) or str(exc), program)
         raise error("compile", exc, program, options, nodes) from exc
-    return Compiled(executable, run_transform_params(executable, scheduled, main_params),
+    return Compiled(executable, run_transform_params(executable, scheduled, main_params,
+                                                     cross=cross),
                     schedules, notes=notes)
 
 
-def run_transform_params(executable, mod: tvm.IRModule, params: list) -> list:
+def run_transform_params(executable, mod: tvm.IRModule, params: list, *,
+                         cross: bool = False) -> list:
     """Run the lifted weight transforms once, here: the artifact stores their results.
-    The build machine runs the library anyway (validation), so it can run this too."""
+    The build machine runs the library anyway (validation), so it can run this too; a
+    cross build compiles them once more for this machine to run them."""
     if not any(g.name_hint == TRANSFORM_PARAMS for g in mod.get_global_vars()):
         return params
+    if cross:
+        host = tvm.target.Target("llvm")
+        executable = tvm.compile(mod, target=host, relax_pipeline=lower_pipeline(host))
     vm = relax.VirtualMachine(executable, tvm.cpu())
     return list(vm[TRANSFORM_PARAMS](params))
 
@@ -115,7 +127,8 @@ def parse_target(target_string: str) -> tvm.target.Target:
             spec = {"kind": kind}
             for flag in flags:
                 key, _, value = flag.lstrip("-").partition("=")
-                spec[key] = int(value) if value.isdigit() else (value or True)
+                spec[key] = (value.split(",") if key in _LIST_OPTIONS else
+                             int(value) if value.isdigit() else (value or True))
         target = tvm.target.Target(spec)
     except Exception as exc:  # noqa: BLE001 - json/TVM errors for a bad string
         raise TargetOptionError(f"TVM does not accept the target '{target_string}' "

@@ -46,6 +46,7 @@ from targets.errors import LoweringError, TargetOptionError
 from targets.facets import Packaging, Tooling
 from targets.fusion import GRAPH_FUSIONS
 from targets.options import TargetOptions
+from targets.tvm import cross
 from targets.tvm.locate import native_stderr_to_log
 from targets.tvm.passes.wrap_negative_indices import WrapNegativeIndices
 
@@ -107,6 +108,8 @@ class TvmPackaging(Packaging):
     # the executor reads the weights with safetensors (runtime/program/requires.py)
     runtime_extra: tuple[str, tuple[str, ...]] | None = (
         "tvm", ("apache-tvm>=0.27", "apache-tvm-ffi", "safetensors>=0.4"))
+    # cross-compiles with LLVM's triple and Debian's cross linker (targets/tvm/cross.py)
+    platforms: tuple[str, ...] | None = cross.buildable()
 
     def runtime_packages(self, partition: Partition) -> dict[str, str | None]:
         return {"apache-tvm": partition.meta.get("tvm"),
@@ -169,15 +172,21 @@ class TvmTarget(Target):
         from targets.tvm import compile as tvm_compile
         target_string = self._target_string(options)
         tune = self.own_options(options).tune
+        compiler = None
+        if cross.is_cross(options.platform):
+            cross.check_cross_options(options.platform, cpu_isa=options.cpu_isa, tune=tune,
+                                      tvm_target=self.own_options(options).tvm_target)
+            compiler = cross.cross_compiler(options.platform)
         options.work_dir.mkdir(parents=True, exist_ok=True)
         start = time.perf_counter()
         with native_stderr_to_log(log):
             result = tvm_compile.compile_partition(program, target_string, tune, options,
-                                                   error=self._error)
+                                                   error=self._error, cross=bool(compiler))
             library, params = options.work_dir / LIBRARY_NAME, options.work_dir / PARAMS_NAME
-            result.save(library, params)
+            result.save(library, params, compiler)
         meta = TvmMeta(library=LIBRARY_NAME, params=PARAMS_NAME, num_params=result.num_params,
                        tensor_index={"params": read_index(params)}, tvm_target=target_string,
+                       platform=options.platform, isa=self._requirements(options).cpu_isa,
                        tvm=result.tvm_version, tune_trials=tune, schedules=result.schedules)
         return Lowered(files={LIBRARY_NAME: library, PARAMS_NAME: params}, meta=meta.to_json(),
                        requirements=self._requirements(options), notes=result.notes,
@@ -187,11 +196,19 @@ class TvmTarget(Target):
         custom = self.own_options(options).tvm_target
         if custom:
             return str(custom)
+        if cross.is_cross(options.platform):
+            return cross.cross_platform(options.platform).target
         level = cpu_isa.resolve(options.cpu_isa)
         return f"llvm -mcpu={level.march}" if level is not None else "llvm"
 
     def _requirements(self, options: LowerOptions) -> Requirements:
         base = base_requirements()
+        if cross.is_cross(options.platform):
+            isa, arch = cross.cross_platform(options.platform), cross.arch_of(options.platform)
+            if self.own_options(options).tvm_target:
+                return Requirements(arch=arch, torch=base.torch, cpu_isa="tvm-target")
+            return Requirements(arch=arch, torch=base.torch, cpu_isa=isa.isa,
+                                cpu_flags=isa.cpu_flags)
         if self.own_options(options).tvm_target:  # the user's own -mcpu: we cannot tell its flags
             return Requirements(arch=base.arch, torch=base.torch, cpu_isa="tvm-target")
         level = cpu_isa.resolve(options.cpu_isa)
