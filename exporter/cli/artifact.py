@@ -226,8 +226,10 @@ def inspect(artifact: Path = ARTIFACT,
             plot_memory(manifest, plot)
             wrote(plot, "the memory plan")
         elif as_json:
+            from runtime.program.requires import loads_on
             print_json({"artifact": str(artifact), "signature": signature,
-                        "signed_by": signature["key_id"], "manifest": raw})
+                        "signed_by": signature["key_id"], "loads_on": loads_on(manifest),
+                        "manifest": raw})
         else:
             from exporter.cli.common import out_console
             from exporter.report.console import print_manifest

@@ -130,7 +130,9 @@ def print_build(console: Console, result) -> None:
     manifest: Manifest = result.manifest
     size = Path(result.artifact).stat().st_size
     console.print(f"[bold]built[/bold] {result.artifact} ({size / 1e6:.2f} MB) "
-                  f"for target [bold]{manifest.target}[/bold]")
+                  f"for target [bold]{manifest.target}[/bold], platform "
+                  f"{manifest.requirements.platform_name}")
+    console.print(loads_on_line(manifest), markup=False, highlight=False)
     line = model_line(manifest.source)
     if line:
         console.print(line, markup=False, highlight=False)
@@ -167,7 +169,8 @@ def print_manifest(console: Console, manifest: Manifest, path: str) -> None:
     line = model_line(manifest.source)
     if line:
         console.print(line, markup=False, highlight=False)
-    console.print("requires: " + ", ".join(manifest.requirements.describe()))
+    console.print("built for: " + ", ".join(manifest.requirements.describe()))
+    console.print(loads_on_line(manifest), markup=False, highlight=False)
     console.print(_signature_table(manifest))
     parts = Table(title="partitions", show_edge=False)
     for column in ("name", "backend", "device", "inputs", "outputs", "files"):
@@ -188,6 +191,23 @@ def print_manifest(console: Console, manifest: Manifest, path: str) -> None:
         console.print(line, markup=False, highlight=False)
     for line in validation_lines(manifest.validation):
         console.print(line)
+
+
+def loads_on_line(manifest: Manifest) -> str:
+    """Where it loads, in one line: any platform (no native code), or the platform and
+    the CPU instruction set its native code needs."""
+    from runtime.program.requires import loads_on
+    where = loads_on(manifest)
+    if where["any_platform"]:
+        return ("loads on any platform its runtime runs on (no native code: "
+                f"{', '.join(where['platforms'])} ...)")
+    line = f"requires {where['platforms'][0]}"
+    if where["cpu_isa"]:
+        line += (f" with {where['cpu_isa'].replace('+', ', ')} ({len(where['cpu_flags'])} "
+                 "CPU flags; --cpu-isa to choose)")
+    if where["cuda_capability"]:
+        line += f", CUDA capability >= {where['cuda_capability']}"
+    return line + f": native code ({', '.join(where['native_code'])})"
 
 
 def memory_lines(manifest: Manifest, measured: dict | None = None) -> list[str]:

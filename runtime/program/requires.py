@@ -13,9 +13,10 @@ this before it loads anything, and ``exporter package`` locks exactly these pack
 from __future__ import annotations
 
 from runtime.errors import CompatibilityError
-from runtime.executors import array_packages
+from runtime.executors import array_packages, holds_native_code
 from runtime.format.dtypes import NUMPY_TWINS
 from runtime.format.manifest import Manifest, Partition
+from runtime.host.platforms import NAMES as PLATFORMS
 
 # What the runtime imports when torch is in use (runtime/format/weights.py, tensorio.py).
 TORCH_STACK = ("torch", "numpy", "safetensors")
@@ -73,3 +74,16 @@ def torch_or_none(manifest: Manifest, *, where: str):
                 "makes for it") from None
         return None
     return torch
+
+
+def loads_on(manifest: Manifest) -> dict:
+    """Where the artifact loads, judged as the loader judges it (runtime/format/
+    consistency.py): on every platform its runtime runs on when no partition holds native
+    code; else on its platform only, with the CPU instruction set and flags it needs."""
+    req = manifest.requirements
+    native = sorted({p.backend for p in manifest.all_partitions() if holds_native_code(p)})
+    return {"any_platform": not native, "platforms": list(PLATFORMS) if not native
+            else [req.platform_name], "native_code": native,
+            "cpu_isa": req.cpu_isa if native else None,
+            "cpu_flags": list(req.cpu_flags) if native else [],
+            "cuda_capability": req.cuda_capability}

@@ -128,3 +128,26 @@ def test_requirements_round_trip_the_platform():
                                      "platform": "linux-aarch64"})
     assert parsed.platform_name == "linux-aarch64"
     assert Requirements.from_json(parsed.to_json()) == parsed
+
+
+def _as_aoti_for_avx2(manifest, files):
+    _built_for("linux-x86_64")(manifest, files)
+    manifest["requirements"].update(cpu_isa="avx2", cpu_flags=["avx", "avx2", "fma"])
+    part = manifest["partitions"][0]
+    part["backend"], part["files"] = "aoti", ["model.pt2"]
+    part["meta"] = {"package": "partitions/p0/model.pt2"}
+    files["partitions/p0/model.pt2"] = b"never opened"
+
+
+def test_inspect_says_where_an_artifact_loads_and_which_cpu_its_native_code_needs(
+        onnx_mlp, tmp_path, cli):
+    native = _rewrite(onnx_mlp, tmp_path / "aoti.artifact", _as_aoti_for_avx2)
+    said = json.loads(cli("inspect", str(native), "--json").stdout)["loads_on"]
+    assert said == {"any_platform": False, "platforms": ["linux-x86_64"],
+                    "native_code": ["aoti"], "cpu_isa": "avx2",
+                    "cpu_flags": ["avx", "avx2", "fma"], "cuda_capability": None}
+    text = cli("inspect", str(native)).stdout
+    assert "requires linux-x86_64 with avx2 (3 CPU flags; --cpu-isa to choose)" in text
+    portable = json.loads(cli("inspect", str(onnx_mlp), "--json").stdout)["loads_on"]
+    assert portable["any_platform"] and set(portable["platforms"]) == set(platforms.NAMES)
+    assert "loads on any platform" in cli("inspect", str(onnx_mlp)).stdout
