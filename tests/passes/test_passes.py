@@ -110,7 +110,7 @@ def test_rsqrt_products_become_divisions_by_the_root():
     before = _ops(program)
     result = RsqrtAsDivision()(program)
     after = _ops(result.program)
-    print("before:", before, "\nafter: ", after)
+    assert before.count("aten.rsqrt.default") == 2 and "aten.sqrt.default" not in before
     assert result.modified and result.info["products_rewritten"] == 1
     assert after.count("aten.rsqrt.default") == 1 and "aten.sqrt.default" in after
     assert after.count("aten.div.Tensor") == 1
@@ -136,7 +136,6 @@ def test_empty_concat_operands_are_dropped_and_the_result_stays_contiguous():
                                   dynamic_shapes=({1: torch.export.Dim("t", min=2, max=16)},))
     result = DropEmptyConcatOperands()(program)
     ops = _ops(result.program)
-    print(ops, result.info)
     assert result.info == {"operands_dropped": 1} and "cat" not in " ".join(ops)
     assert any("clone" in op for op in ops)
     torch.testing.assert_close(result.program.module()(x), _WholeHeadRotary()(x))
@@ -172,7 +171,6 @@ def test_a_recapture_keeps_a_length_of_one_and_bounds_derived_dims():
     nodes = {n.name: n for n in program.graph.nodes}
     cut = [nodes["x"], next(n for n in program.graph.nodes if "cat" in str(n.target))]
     part = export_keeping_dims(Pairs(), (x, torch.cat([x[:, 0], x[:, 1]])), cut, program)
-    print(part.range_constraints)
     one = torch.randn(1, 4)
     got = part.module()(one, torch.cat([one[:, 0], one[:, 1]]))
     assert torch.allclose(got, Step()(one))

@@ -34,7 +34,6 @@ def test_int8_and_int4_experts_compute_the_float_grouped_matmul():
     packed, scale4 = quantize_int4(weight, 32)
     assert packed.dtype == torch.uint8 and packed.shape == (4, 2, 16, 96)  # two a byte
     int4 = experts_op.grouped_mm_int4(rows, packed, scale4, offs)
-    print("relative error int8", _relative(int8, want), "int4", _relative(int4, want))
     assert _relative(int8, want) < 0.01 and _relative(int4, want) < 0.15
 
 
@@ -68,7 +67,6 @@ def test_the_pass_swaps_the_experts_op_and_reports_the_bytes(recipe, op):
     program = torch.export.export(_Experts(weight).eval(), (rows, offs))
     result = QuantizeExperts(recipe)(program)
     targets = [str(n.target) for n in result.program.graph.nodes if n.op == "call_function"]
-    print(recipe, targets, result.info["how"])
     assert result.modified and f"edge_exporter.{op}.default" in targets
     assert not any("grouped_mm_fallback" in t for t in targets)
     info = result.info

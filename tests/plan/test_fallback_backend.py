@@ -158,7 +158,6 @@ def test_unregistered_custom_op_names_it(tmp_path):
         **partition.meta, "custom_op_modules": {"mylib.foo": "mylib.ops"}})
     with pytest.raises(CompatibilityError) as info:
         create_executor(named, tmp_path, where="test")
-    print(info.value)
     assert "--preload mylib.ops" in str(info.value)
 
 
@@ -216,7 +215,6 @@ def test_complex_values_do_not_cross_between_onnx_and_the_fallback():
     crossing = [(node.name, user.name) for node, on_onnx in side.items()
                 if isinstance(node.meta.get("val"), torch.Tensor) and node.meta["val"].is_complex()
                 for user in node.users if side.get(user, on_onnx) != on_onnx]
-    print({node.name: on_onnx for node, on_onnx in side.items()}, crossing)
     assert crossing == [] and any(side.values())  # the real ops still run on onnx
 
 

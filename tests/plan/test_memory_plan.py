@@ -50,7 +50,6 @@ def _hf_bert():
 def test_arena_within_5_percent_of_the_lower_bound(name):
     model, args, dynamic = _hf_bert() if name == "hf-bert" else ZOO[name]()
     figures = plan(torch.export.export(model, args, dynamic_shapes=dynamic))
-    print(name, {k: v for k, v in figures.items() if k != "offsets"})
     assert figures["arena_bytes"] <= 1.05 * figures["lower_bound_bytes"]
     assert figures["arena_bytes"] < figures["naive_bytes"]
 
@@ -81,7 +80,6 @@ def test_type_as_returns_its_input_so_the_input_lives_on():
 
     figures = plan(torch.export.export(TypeAs(), (torch.randn(16),)))
     rows = {name.rstrip("_0123456789"): row for name, row in figures["offsets"].items()}
-    print(figures["offsets"])
     assert rows["relu"][3] >= rows["add"][2], "relu's buffer lives until the add reads it"
     assert "type_as" not in rows  # no buffer of its own
 
@@ -127,7 +125,6 @@ def test_fallback_partition_runs_inside_its_planned_arena(dynamic, tmp_path):
     lowered = lower_fallback(program, tmp_path)
     arenas = plan_arenas([("p0", "cpu", False, program, ["x"], ["out"])], {"out"})
     slots = arenas["cpu"]["slots"]
-    print("planned:", slots)
     kinds = sorted(key.removeprefix("p0/").rstrip("_0123456789") for key in slots)
     # every op with an out= overload; not layer_norm (none), nor the final add (an output)
     assert kinds == ["add", "clone", "linear", "linear", "mul", "relu", "softmax"], kinds
@@ -155,7 +152,6 @@ def test_handoffs_between_devices_get_arena_slots_program_outputs_never():
              ("p1", "cpu", False, program, ["a"], ["b"]),
              ("p2", "cuda", True, program, ["b"], ["y"])]
     arenas = plan_arenas(parts, {"y"})
-    print(arenas)
     cpu, cuda = arenas["cpu"]["slots"], arenas["cuda"]["slots"]
     assert "handoff/a" in cpu and "handoff/b" in cuda  # each copy lands where it is read
     assert {"p1/relu", "p1/mul"} <= set(cpu), "the fallback's hand-off output is planned too"
@@ -169,13 +165,11 @@ def test_local_search_brings_roformer_to_its_lower_bound():
     from bench/coverage/encoders.py:roformer) was 1.125x its lower bound with every
     fixed placement order; the seeded search reaches the bound, the same way each run."""
     import json
-    from pathlib import Path
 
     from plan.memory_plan import best_plan
     rows = json.loads((ROOT / "tests" / "data" / "roformer_onnx_buffers.json").read_text())
     buffers = [Buffer(*row) for row in rows]
     order, offsets = best_plan(buffers)
     arena = max(offsets[b.name] + b.size for b in buffers)
-    print(order, arena / lower_bound(buffers))
     assert arena <= 1.05 * lower_bound(buffers)
     assert best_plan(buffers) == (order, offsets), "deterministic: the artifact's bytes"

@@ -66,7 +66,6 @@ def test_stop_strings_cut_the_text_and_the_stream_never_runs_past_it(stops, text
             stopped = n
             break
     final = stopping.finish()
-    print(stops, calls, final)
     assert final == text and "".join(piece for _, piece in calls) == text
     assert (stopped is not None) == (reason == "stop")
     assert all(token is not None for token, _ in calls[:-1])
@@ -100,7 +99,6 @@ def test_generation_config_settings_are_applied_or_said_once(onnx_lm, caplog):
         first = generator.generate([1, 5, 9], stop_at_eos=False)
         again = generator.generate([1, 5, 9], stop_at_eos=False)
     notes = [record.getMessage() for record in caplog.records]
-    print(notes)
     assert len(first.tokens) == 5 and first.tokens == again.tokens  # greedy unless asked
     assert len(notes) == 2 and "repetition_penalty=1.5, no_repeat_ngram_size=2" in notes[0]
     assert "--temperature 0.6 --top-p 0.9" in notes[1]
@@ -114,7 +112,6 @@ def test_the_build_says_which_generation_config_settings_the_artifact_leaves_out
     model = tiny_lm.model("llama")
     model.generation_config.update(repetition_penalty=1.3, do_sample=True)
     notes = load_language_model(model, HfOptions()).notes
-    print(notes)
     assert any("repetition_penalty=1.3" in n and "does not apply" in n for n in notes)
     assert any("samples (do_sample)" in n for n in notes)
     assert not any("generation config" in n for n in load_language_model(
@@ -175,7 +172,6 @@ def test_generate_preloads_the_custom_ops_an_artifact_calls(cli):
 def test_a_preload_that_cannot_be_imported_is_exit_2(onnx_lm, cli, source):
     done = cli("generate", str(onnx_lm[0].artifact), "--prompt-ids", "1", "-n", "1",
                "--preload", source)
-    print(done.stderr)
     assert done.returncode == 2 and f"--preload {source}" in done.stderr
     assert "Traceback" not in done.stderr
 
@@ -200,7 +196,6 @@ def test_incremental_text_is_the_whole_decode(tmp_path):
         growing = IncrementalText(tokenizer)
         pieces = [growing.extend(ids[:n + 1]) for n in range(len(ids))]
         whole = tokenizer.decode(ids)
-        print(len(ids), "ids;", sum(p == "" for p in pieces), "waited on a split character")
         assert "".join(pieces) == growing.text
         assert whole.startswith(growing.text) and len(whole) - len(growing.text) <= 1
 
@@ -212,7 +207,6 @@ def test_validate_rechecks_a_generating_artifact_by_its_gate(onnx_lm, onnx_mlp, 
     done = cli("validate", str(built.artifact), "--json")
     assert done.returncode == 0, done.stderr
     record = json.loads(done.stdout)["validation"]
-    print({k: record[k] for k in ("passed", "kind", "tokens_identical", "cases")})
     assert record["passed"] and record["kind"] == "generation" and record["tokens_identical"]
     plain = cli("validate", str(onnx_mlp))  # a plain artifact: its own spec, zoo:mlp
     assert plain.returncode == 0 and "PASSED" in plain.stdout, plain.stderr
@@ -234,7 +228,6 @@ def test_validate_against_other_weights_is_exit_1_with_the_first_divergence(onnx
 
     from exporter.cli import app
     done = CliRunner().invoke(app, ["validate", str(built.artifact), "--model", f"hf:{other}"])
-    print(done.stdout, done.stderr)
     assert done.exit_code == 1 and "FAILED" in done.stdout, done.stderr
     assert "case0 logits: max abs error" in done.stdout and "internal error" not in done.stderr
     # a model of another vocabulary: its prompts indexed past a table (exit 4, IndexError)
@@ -244,7 +237,6 @@ def test_validate_against_other_weights_is_exit_1_with_the_first_divergence(onnx
                for k, v in load_file(other / "model.safetensors").items()},
               other / "model.safetensors")
     done = CliRunner().invoke(app, ["validate", str(built.artifact), "--model", f"hf:{other}"])
-    print(done.stderr)
     assert done.exit_code == 2 and "vocabulary has 384 tokens and the model's 300" in done.stderr
 
 
@@ -256,7 +248,6 @@ def test_bench_times_a_generating_artifact_as_asked(onnx_lm, cli):
                "--new-tokens", "8", "--runs", "2", "--warmup", "0", "--json")
     assert done.returncode == 0, done.stderr
     timed = json.loads(done.stdout)
-    print({k: timed[k] for k in ("runs", "warmup", "ratios")})
     assert (timed["runs"], timed["warmup"]) == (2, 0)
     assert set(timed["engines"]) == {"artifact", "hf-eager"}
     assert all(row["decode_tokens_per_s"] > 0 for row in timed["engines"].values())
@@ -275,7 +266,7 @@ def test_bench_peak_memory_is_the_artifacts_own(onnx_lm):
     ballast = torch.ones(2**28)  # 1 GiB resident in this, the parent, process
     parent = psutil.Process().memory_info().rss / 2**20
     child = _child_peak_rss(built.artifact, [5, 9, 11], 4, None)
-    print({"parent_mb": round(parent), "child_peak_mb": child, "ballast": ballast.numel()})
+    del ballast  # held while the child ran
     # ru_maxrss gave the child at least the parent's size; its own is a few hundred MB
     assert child is not None and 50 < child < min(parent - 1024, 900)
 
@@ -308,7 +299,6 @@ def test_ids_generate_without_the_tokenizers_package(onnx_lm, monkeypatch, caplo
     streamed = []
     result = program.generate([1, 5, 9], 4, stop_at_eos=False,
                               stream=lambda token, piece: streamed.append((token, piece)))
-    print(result.tokens, result.text, streamed, caplog.text)
     assert len(result.tokens) == 4 and result.text is None
     assert streamed == [(t, None) for t in result.tokens]
     assert "'tokenizers' package is not installed" in caplog.text

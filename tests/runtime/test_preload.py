@@ -23,7 +23,6 @@ def test_a_model_file_of_an_installed_package_is_preloaded_by_module_name():
     """A package's file imported alone fails on its relative imports (Llama's on the
     GPU machine: "attempted relative import with no known parent package")."""
     sources = preload_for(_fallback_with("somelib.unknown_op"), modeling_llama.__file__)
-    print("preload:", sources)
     assert sources == ["transformers.models.llama.modeling_llama"]
     preload(sources)  # as `python -m runtime ... --preload` does: it imports
 

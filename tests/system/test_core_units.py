@@ -204,7 +204,6 @@ def test_without_a_float64_reference_float32_is_judged_with_the_bisect_floor(mon
             "y": torch.tensor([1.25 + off, -2.0, 0.5, 4.0]), "ids": torch.arange(3)}})
         record = validation.validate("a", _NoFloat64Eager(), signature, cases,
                                      gate=Tolerance.for_dtype("fp32"))
-        print(off, record["outputs"][0]["allowed"], record["reference_note"])
         assert record["passed"] is passed and record["reference_dtype"] == "float32"
         assert record["outputs"][0]["allowed"] == pytest.approx(4e-4)
         assert "used float32, with a floor of 0.0001" in record["reference_note"]
@@ -241,7 +240,7 @@ def test_a_torch_without_cpp_march_builds_for_this_host(monkeypatch):
     assert cpu_isa.inductor_configs(level) == {"cpp.simdlen": 256}
     name, flags = cpu_isa.required_flags(level)
     assert flags == tuple(sorted(cpu_flags() or ()))
-    print("without cpp.march:", name, len(flags), "host flags required")
+    assert name == platform.machine()  # the host's own ISA: -march=native
 
 
 def test_a_validation_process_that_raised_is_quoted_by_its_exception_not_its_frames():
@@ -254,7 +253,6 @@ def test_a_validation_process_that_raised_is_quoted_by_its_exception_not_its_fra
               "           ^^^^^^^^^^^^^^^^^^^^\n"
               "RuntimeError: Error in execution: head_size must be a multiple of 8\n")
     error = _crash_error(1, "", stderr, Path("model.artifact"))
-    print(error.details, error.hint)
     assert error.what.endswith("it said: RuntimeError: Error in execution: head_size must be "
                                "a multiple of 8") and error.details == []
     assert "raised that error" in error.hint and "ABI" not in error.hint

@@ -264,7 +264,6 @@ def test_loading_every_target_loads_no_exporter_module(ran):
             "print(bad)\nsys.exit(1 if bad else 0)\n")
     proc = ran(subprocess.run, [sys.executable, "-c", code], cwd=ROOT, capture_output=True,
                text=True)
-    print(proc.stdout)
     assert proc.returncode == 0, f"targets loaded exporter modules: {proc.stdout} {proc.stderr}"
 
 
@@ -282,7 +281,6 @@ def test_the_exporter_rooms_import_each_other_in_one_direction():
             if a and b and a != b:
                 edges.setdefault(a, set()).add(b)
     both = sorted((a, b) for a in edges for b in edges[a] if a < b and a in edges.get(b, ()))
-    print({a: sorted(b) for a, b in sorted(edges.items())})
     assert not both, f"folders importing each other: {both}"
     # and no longer circle: a depth-first search over the folders
     state: dict[str, int] = {}

@@ -110,7 +110,6 @@ def test_hostile_weights_are_refused_before_any_unpickling(fallback_artifact, tm
     monkeypatch.setattr(torch, "load", refuse)
     with pytest.raises(ArtifactError) as caught:
         runtime.load(bad)
-    print(caught.value)
     assert message in str(caught.value) and "weights.safetensors" in str(caught.value)
     assert list(tmp_path.iterdir()) == [bad], "nothing extracted beside it"
 
@@ -225,7 +224,6 @@ def test_interrupted_build_keeps_the_previous_artifact(good_mlp, tmp_path, sig, 
     time.sleep(after)
     proc.send_signal(sig)
     _, stderr = proc.communicate(timeout=120)
-    print(f"{sig.name} after {after}s: exit {proc.returncode}; {stderr[-300:]}")
     assert "Traceback" not in stderr
     if "interrupted: nothing was written" in stderr or sig == signal.SIGKILL:
         assert out.read_bytes() == before, "the previous artifact is untouched"
@@ -250,7 +248,6 @@ def test_ctrl_c_while_the_cli_starts_says_so_without_a_traceback(tmp_path):
     # then the command says the same)
     proc.send_signal(signal.SIGINT)
     _, stderr = proc.communicate(timeout=60)
-    print(f"exit {proc.returncode}: {stderr!r}")
     assert "Traceback" not in stderr
     assert proc.returncode == 130 and "interrupted" in stderr
     assert not (tmp_path / "model.artifact").exists()
@@ -261,7 +258,6 @@ def test_two_builds_to_one_path_leave_one_whole_artifact(tmp_path):
     procs = [subprocess.Popen(_build_cmd(out), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               text=True, env=_env(), cwd=ROOT) for _ in range(2)]
     results = [(p.wait(timeout=300), p.stderr.read()) for p in procs]
-    print([code for code, _ in results])
     assert all(code == 0 for code, _ in results), [err[-500:] for _, err in results]
     assert _leftovers(tmp_path, out) == []
     program = runtime.load(out)  # whole and verified, whichever rename came last
@@ -279,7 +275,6 @@ def test_full_disk_is_a_clear_error_and_keeps_the_previous_file(good_mlp, tmp_pa
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
     result = subprocess.run(_build_cmd(out), capture_output=True, text=True, env=_env(),
                             cwd=ROOT, timeout=300, preexec_fn=limit_writes)
-    print(result.returncode, result.stderr[-600:])
     assert result.returncode in (2, 3) and "Traceback" not in result.stderr
     assert "File too large" in result.stderr
     assert out.read_bytes() == before
@@ -293,7 +288,6 @@ def test_artifact_crashing_in_validation_is_a_build_error(good_mlp, tmp_path):
     result = subprocess.run(_build_cmd(out, "tests/models/crashing_op.py:factory")
                             + ["--keep-failed"],
                             capture_output=True, text=True, env=_env(), cwd=ROOT, timeout=300)
-    print(result.stderr[-400:])
     assert result.returncode == 3 and "Traceback" not in result.stderr
     assert "SIGSEGV" in result.stderr and out.read_bytes() == before
     # --keep-failed keeps it (the hint says where, and no longer offers the flag again)
@@ -345,12 +339,9 @@ def test_compiler_that_hangs_or_crashes_is_a_build_error_naming_the_log(tmp_path
     out = tmp_path / "model.artifact"
     env = {**_env(), "CXX": str(fake), "TORCHINDUCTOR_FORCE_DISABLE_CACHES": "1",
            "XDG_CACHE_HOME": str(tmp_path / "cache")}
-    start = time.perf_counter()
     result = subprocess.run([sys.executable, "-m", "exporter", "build", "zoo:mlp", "--target",
                              "cpu", "--compile-timeout", "2", "--out", str(out)],
                             capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
-    print(f"exit {result.returncode} after {time.perf_counter() - start:.0f} s:",
-          result.stderr[-500:])
     assert result.returncode == 3 and "Traceback" not in result.stderr
     assert expected in result.stderr
     log = Path(result.stderr.split("Where: ")[1].split(".log")[0] + ".log")
@@ -378,7 +369,6 @@ def test_ctrl_c_in_each_phase_of_the_cli_start_is_exit_130(tmp_path, phase):
     out = tmp_path / "model.artifact"
     result = subprocess.run([sys.executable, "-c", code, *_build_cmd(out)[3:]],
                             capture_output=True, text=True, env=_env(), cwd=ROOT, timeout=120)
-    print(f"{phase}: exit {result.returncode}: {result.stderr!r}")
     assert result.returncode == 130 and "interrupted" in result.stderr
     assert "Traceback" not in result.stderr
     assert not out.exists()

@@ -133,8 +133,6 @@ def _watched_build(target, root: Path):
     finally:
         os.chdir(here)
         del target.lower
-    print(f"built {CUSTOM} for {target.name}: "
-          f"{[(p.name, p.backend) for p in result.manifest.partitions]}")
     return result, calls, sandbox, out_dir
 
 
@@ -143,7 +141,6 @@ def test_lower_writes_only_under_its_work_folder(name, built):
     result, calls, sandbox, out_dir = built(name)
     assert calls, f"{name}: no partition was lowered"
     for call in calls:
-        print(f"{name}: lower() made {call['writes']} write(s) in this process")
         assert not call["outside"], f"{name} returned files outside its work folder: {call}"
         assert not call["writes_elsewhere"], f"{name} wrote outside its folders: {call}"
         assert call["beside_output"] == [] and call["in_cwd"] == [], call
@@ -201,10 +198,9 @@ def test_the_contract_checks_catch_a_broken_target(tmp_path, zoo_programs):
     decision check rejects (a text option without examples: test_target_contract.py)."""
     target = register(_StrayToy())
     try:
-        _, calls, sandbox, _ = _watched_build(target, tmp_path)
+        _, calls, _, _ = _watched_build(target, tmp_path)
     finally:
         unregister(_StrayToy.name)
-    print("caught:", calls[0]["writes_elsewhere"], calls[0]["in_cwd"])
     assert any(path.endswith("stray.txt") for _, path in calls[0]["writes_elsewhere"])
     assert calls[0]["in_cwd"] == ["stray.txt"]
     node = next(n for n in zoo_programs["mlp"].graph.nodes

@@ -42,7 +42,6 @@ def test_declared_attributes_are_ones_the_exporter_knows(name):
     core asks (a subclass where the target overrides behaviour)."""
     from targets.base import FACETS, STEP_ATTENTION
     target = get_target(name)  # available here or not: these are declarations
-    print(name, target.device, target.generation.step_attention)
     assert target.device in ("cpu", "cuda")
     assert target.generation.step_attention in STEP_ATTENTION
     for facet in FACETS:
@@ -90,7 +89,6 @@ def test_fallback_forbid_lists_every_unsupported_op(name, tmp_path):
     with pytest.raises(UnsupportedOpsError) as info:
         dry_run(spec, BuildSettings(target=name, fallback="forbid", out=tmp_path / "a"))
     listed = {line.split("(", 1)[1].split(")", 1)[0] for line in info.value.details}
-    print(f"{name}: --fallback forbid lists {sorted(listed)}")
     assert listed == unsupported, (name, listed, unsupported)
 
 
@@ -129,7 +127,6 @@ def test_options_round_trip_through_the_toml_config(name, tmp_path):
     text = path.read_text()
     spec, fields = config_file.merge(None, {}, set(), path)
     again = BuildSettings(**fields)
-    print(f"{name}:\n{text}")
     assert spec == "zoo:mlp" and again.options() == settings.options()
     assert again.model_dump(mode="json") == settings.model_dump(mode="json")
     if target.Options.model_fields:

@@ -55,7 +55,6 @@ def test_many_small_entries_that_inflate_are_refused_before_extraction(onnx_mlp,
             data = src.read(info)
             info.compress_type = zipfile.ZIP_DEFLATED
             dst.writestr(info, data)
-    print(f"{packed.stat().st_size} bytes on disk, {40 * len(zeros)} inflated")
     with pytest.raises(ArtifactError, match="ratio|zip bomb"):
         runtime.load(packed)
 
@@ -76,7 +75,6 @@ def test_unused_entries_are_not_extracted(onnx_mlp, tmp_path, monkeypatch):
     monkeypatch.setattr(ArtifactReader, "_copy_entry",
                         lambda self, root, name, *a: copied.append(name) or real(self, root, name, *a))
     runtime.load(padded)
-    print(copied)
     assert copied and all(name.startswith("partitions/") for name in copied)
 
 
@@ -129,7 +127,6 @@ def test_inspect_says_not_verified_for_stale_or_garbage_signatures(onnx_mlp, tmp
     with zipfile.ZipFile(garbage, "a") as archive:
         archive.writestr("manifest.sig", b'{"key_id": "0123456789abcdef", "signature": "00"}')
     plain = cli("inspect", str(swapped))
-    print(plain.stdout.splitlines()[-1])
     assert plain.returncode == 0 and "signed by" not in plain.stdout
     assert "signature present, not verified" in plain.stdout
     checked = cli("inspect", str(garbage), "--trusted-key", str(keys / "signing.pub"), "--json")

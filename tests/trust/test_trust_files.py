@@ -62,7 +62,6 @@ def test_outputs_that_are_not_regular_files_are_refused(onnx_mlp, tmp_path, cli,
         if name == "sign" and kind == "directory":
             continue  # sign reads the artifact first: a folder is not an artifact (exit 2 too)
         result = cli(*args)
-        print(name, kind, result.returncode, result.stderr.strip().splitlines()[-2:])
         _clean(result, 2, str(target))
         assert os.stat(target).st_mode == before, f"{name} replaced the {kind}"
 
@@ -107,7 +106,6 @@ def test_run_out_on_a_full_disk_keeps_the_previous_outputs(onnx_mlp, tmp_path):
                             capture_output=True, text=True, cwd=ROOT, timeout=120,
                             env={**os.environ, "PYTHONPATH": str(ROOT)},
                             preexec_fn=limit_writes)
-    print(result.returncode, result.stderr[-300:])
     _clean(result, 2, "Nothing was replaced")
     assert previous.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.npz", "out.npz"]
@@ -174,7 +172,6 @@ def test_sigterm_stops_children_and_keeps_the_previous_artifact(onnx_mlp, tmp_pa
     time.sleep(4)  # in the middle of the build (its validation subprocess, if it got there)
     proc.send_signal(signal.SIGTERM)
     _, stderr = proc.communicate(timeout=120)
-    print(proc.returncode, stderr[-300:])
     if proc.returncode == 0:
         pytest.skip("the build finished before the signal")
     assert proc.returncode == 130 and "interrupted" in stderr and "Traceback" not in stderr

@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
@@ -32,7 +31,6 @@ def _piped(*args: str, columns: str | None = "80") -> subprocess.CompletedProces
 def test_first_commands_print_no_markup_through_a_pipe(command):
     result = _piped(command)
     assert result.returncode == 0, result.stderr
-    print(result.stdout[:600])
     assert "[green]" not in result.stdout and "[/" not in result.stdout
     assert "[red]" not in result.stdout and "[yellow]" not in result.stdout
     assert "…" not in result.stdout  # a long word folds at 80 columns, never cut
@@ -72,7 +70,6 @@ def test_the_command_list_gives_each_command_one_unbroken_summary():
     """rich wraps a summary at the panel's width only: a line that ends while the next
     word would still have fitted is a docstring's own line break showing through."""
     text = _piped("--help").stdout
-    print(text)
     rows = [line[1:-1] for line in text.splitlines() if line.startswith("│")]
     start = rows[0].index(rows[0].split()[1])  # the summaries' column
     width = len(rows[0]) - start
@@ -97,10 +94,7 @@ def test_an_option_of_another_target_is_refused_naming_its_target(cli):
 def test_inputs_with_wrong_keys_are_refused_before_compiling(cli, tmp_path):
     bad = tmp_path / "bad.npz"
     np.savez(bad, not_x=np.zeros((2, 64), np.float32))
-    start = time.perf_counter()
     result = cli("build", "zoo:mlp", "--inputs", str(bad), "--out", str(tmp_path / "a.artifact"))
-    seconds = time.perf_counter() - start
-    print(f"refused in {seconds:.1f} s: {result.stderr.strip()}")
     assert result.returncode == 2 and "does not hold the model's inputs" in result.stderr
     assert "unexpected 'not_x'" in result.stderr
     assert not (tmp_path / "a.artifact").exists()
@@ -111,7 +105,6 @@ def test_inputs_with_wrong_keys_are_refused_before_compiling(cli, tmp_path):
     with pytest.raises(UserInputError, match="does not hold the model's inputs"):
         exporter.build("zoo:mlp", inputs=str(bad), out=str(tmp_path / "b.artifact"),
                        progress=lambda event: started.append(event.stage))
-    print("stages before the refusal:", started)
     assert any(s.startswith("capture") for s in started)
     assert not any(s.startswith(("passes", "partition", "lower", "validate")) for s in started)
 

@@ -103,7 +103,6 @@ def test_every_command_prints_the_documented_json(invoke, workdir, custom_onnx, 
         assert data["json_version"] == 1, name
         missing = DOCUMENTED[name] - set(data)
         assert not missing, f"{name} --json lacks documented keys {missing}"
-    print(f"checked --json of: {', '.join(sorted(checked))}")
 
 
 def test_quiet_leaves_stderr_empty_and_prints_the_result(invoke, workdir):

@@ -13,7 +13,6 @@ def test_saved_config_replays_the_build_and_flags_win(cli, tmp_path):
                 "--dry-run", "--json", "--save-config", str(saved))
     assert first.returncode == 0, first.stderr
     written = tomllib.loads(saved.read_text())
-    print(saved.read_text())
     assert written["spec"] == "zoo:encoder" and written["target"] == "onnx"
     assert written["memory_budget"] == 64_000_000 and len(written["dynamic"]) == 2
     flags = _build_flags()
@@ -30,20 +29,14 @@ def test_saved_config_replays_the_build_and_flags_win(cli, tmp_path):
 
 
 def test_bad_config_files_are_usage_errors(cli, tmp_path):
-    unknown = tmp_path / "unknown.toml"
-    unknown.write_text('spec = "zoo:mlp"\ntargett = "cpu"\n')
-    result = cli("build", "--config", str(unknown), "--dry-run")
-    assert result.returncode == 2 and "--targett" in result.stderr
-    broken = tmp_path / "broken.toml"
-    broken.write_text("spec = \n")
-    result = cli("build", "--config", str(broken), "--dry-run")
-    assert result.returncode == 2 and "not valid TOML" in result.stderr
-    nospec = tmp_path / "nospec.toml"
-    nospec.write_text('target = "cpu"\n')
-    result = cli("build", "--config", str(nospec), "--dry-run")
-    assert result.returncode == 2 and "no model spec given" in result.stderr
-    for path in (unknown, broken, nospec):
-        assert "Traceback" not in result.stderr
+    cases = {"unknown.toml": ('spec = "zoo:mlp"\ntargett = "cpu"\n', "--targett"),
+             "broken.toml": ("spec = \n", "not valid TOML"),
+             "nospec.toml": ('target = "cpu"\n', "no model spec given")}
+    for name, (text, said) in cases.items():
+        (tmp_path / name).write_text(text)
+        result = cli("build", "--config", str(tmp_path / name), "--dry-run")
+        assert result.returncode == 2 and said in result.stderr, (name, result.stderr)
+        assert "Traceback" not in result.stderr, name
 
 
 MODEL = '''
@@ -67,7 +60,6 @@ def test_relative_spec_replays_the_same_model_from_anywhere(cli, tmp_path):
                 "--save-config", str(saved), cwd=project)
     assert first.returncode == 0, first.stderr
     written = tomllib.loads(saved.read_text())
-    print(saved.read_text())
     assert written["spec"] == "model.py:make" and len(written["spec_sha256"]) == 64
     replay = cli("build", "--config", str(saved), "--dry-run", "--json", cwd=decoy)
     assert replay.returncode == 0, replay.stderr
@@ -88,7 +80,6 @@ def test_validation_timeout_is_checked_and_applied(cli, tmp_path):
     short = tmp_path / "short.toml"
     short.write_text('spec = "zoo:mlp"\ntarget = "onnx"\nvalidation_timeout_s = 0.01\n')
     result = cli("build", "--config", str(short), "--out", str(tmp_path / "b.artifact"))
-    print(result.stderr[-300:])
     assert result.returncode == 3 and "in 0.01 s" in result.stderr
     assert "validation_timeout_s" in result.stderr and "Traceback" not in result.stderr
     assert not (tmp_path / "b.artifact").exists()

@@ -24,7 +24,6 @@ def test_doctor_reports_every_part_with_the_build_s_own_probes():
     result = _doctor(None, "--json")
     assert result.returncode == 0, result.stderr
     checks = {c["name"]: c for c in json.loads(result.stdout)["checks"]}
-    print(json.dumps(checks, indent=1)[:2000])
     for name in ("torch", "gpu", "c++ compiler", "timeout", "onnxruntime", "apache-tvm",
                  "torchao", "target cpu", "target cuda", "target onnx", "target tvm"):
         assert name in checks, name
@@ -48,6 +47,5 @@ def test_doctor_names_a_bad_compiler_and_the_fix(tmp_path, cxx, says):
     result = _doctor({"CXX": str(compiler)}, "--json")
     assert result.returncode == 0, result.stderr
     (row,) = [c for c in json.loads(result.stdout)["checks"] if c["name"] == "c++ compiler"]
-    print(row)
     assert says in row["found"] and "set CXX=" in row["fix"]
     assert "c++ compiler" in _doctor({"CXX": str(compiler)}).stdout  # the table renders too

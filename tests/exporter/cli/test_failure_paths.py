@@ -86,7 +86,6 @@ def test_a_pass_that_breaks_the_signature_is_caught_by_the_verifier():
             return PassResult(program, modified=True)
     with pytest.raises(PassFailedError) as info:
         run_pipeline(_program(), [EliminateDeadCode(), StrayInput()])
-    print(info.value)
     assert "pass stray_input" in str(info.value) and "torch.export's checks" in str(info.value)
     assert "passes run before it: eliminate_dead_code" in str(info.value)
 
@@ -173,7 +172,6 @@ def test_an_inductor_failure_is_not_blamed_on_the_cpp_toolchain(tmp_path):
 
     inductor = target._lowering_error(raised(AssertionError("Eq(4*s21, s49) is not solvable")),
                                       options)
-    print(inductor, "|", inductor.hint)
     assert "torch's compiler, not of your toolchain" in inductor.hint
     log = next(tmp_path.glob("exporter-cpu-*.log")).read_text()
     assert "Traceback" in log and "is not solvable" in log

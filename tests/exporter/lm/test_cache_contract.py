@@ -56,7 +56,6 @@ def test_cache_contract_matches_hf_generate(family):
             out = wrapper(torch.tensor([[tokens[-1]]]), positions, past)
             cache.write(positions, out)
             position += 1
-    print(family, [layer.window for layer in layout.layers], tokens[:8])
     assert tokens == reference
 
 
@@ -85,7 +84,6 @@ def test_layers_that_share_kv_get_no_cache_and_attend_with_the_writers_rows():
         cache.write(torch.arange(14), out)
         step = wrapper(ids[:, 14:], torch.tensor([14]), past)["logits"][0, -1]
         full = model(ids).logits[0, -1]
-    print("max |step - full|", float((step - full).abs().max()), dict(calls))
     torch.testing.assert_close(step, full, rtol=1e-4, atol=1e-4)
     assert calls["in place"] == 2 * 4  # every layer, the sharing ones too, both calls
 
@@ -111,7 +109,6 @@ def test_the_step_reads_the_cache_in_place(family):
               for node in program.graph.nodes if node.op == "call_function"
               and set(node.all_input_nodes) & past_inputs
               and any(word in str(node.target) for word in ("cat", "expand", "repeat", "clone"))]
-    print(family, len(past_inputs), "cache inputs; copies of them:", copies)
     assert len(past_inputs) == 2 * len(layout.layers) and not copies
     import exporter.lm.attention as attention
     with torch.no_grad():
@@ -142,7 +139,6 @@ def test_the_fused_attention_op_computes_the_plain_step(family):
     program = torch.export.export(fused, (ids, positions, past), strict=False)
     calls = [n for n in program.graph.nodes if "cached_attention" in str(n.target)]
     full = [layer for layer in layout.layers if layer.window is None]
-    print(family, "layers", [layer.window for layer in layout.layers], "op calls", len(calls))
     assert len(calls) == len(full) > 0
     with torch.no_grad():
         torch.testing.assert_close(fused(ids, positions, past)["logits"],
@@ -169,8 +165,6 @@ def test_the_sdpa_step_computes_the_plain_step(family):
         ops = collections.Counter(str(n.target) for n in program.graph.nodes
                                   if n.op == "call_function")
         calls = sum(n for op, n in ops.items() if "scaled_dot_product" in op)
-        print(family, ids.shape[1], "tokens: SDPA calls", calls, "expands",
-              ops["aten.expand.default"])
         assert calls == (0 if family == "gemma2" else len(layout.layers))
         with torch.no_grad():
             torch.testing.assert_close(sdpa(ids, positions, past)["logits"],

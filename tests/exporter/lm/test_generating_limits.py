@@ -21,7 +21,6 @@ def test_int8_static_is_refused_for_generating_builds(cli, tmp_path):
     done = cli("build", f"{ROOT / 'tests' / 'models' / 'tiny_lm.py'}:factory", "--task",
                "text-generation", "--target", "onnx", "--quantize", "int8-static",
                "--calibration", "random", "--out", str(out))
-    print(done.stderr)
     assert done.returncode == 2 and "int8-static does not apply" in done.stderr
     assert "int8-dynamic" in done.stderr and not out.exists()
 
@@ -49,7 +48,6 @@ def test_models_that_cannot_generate_from_a_cache_are_refused_before_capture(cli
         out = tmp_path / f"{spec.name}.artifact"
         done = cli("build", f"hf:{spec}", "--task", "text-generation", "--target", "onnx",
                    "--out", str(out))
-        print(done.stderr)
         assert done.returncode == 2 and said in done.stderr
         assert "capture" not in done.stderr and not out.exists()
 
@@ -68,7 +66,6 @@ def test_rotaries_that_follow_the_sequence_length(tmp_path):
     built = exporter.build(f"{models}:llama_dynamic_rope", task="text-generation",
                            target="onnx", max_context=48, out=out)
     record = built.manifest.validation
-    print("dynamic rope", record["passed"], record["tokens_identical"])
     assert record["passed"] and record["tokens_identical"]
     with pytest.raises(UserInputError, match="original context of 32") as refused:
         exporter.build(f"{models}:phi3_longrope", task="text-generation", target="onnx",
@@ -109,7 +106,6 @@ def test_a_model_that_fails_eagerly_is_said_so_with_its_line(tmp_path):
     with pytest.raises(SpecError, match="fails in eager PyTorch") as info:
         exporter.build(model, task="text-generation", target="onnx", max_context=16,
                        out=tmp_path / "a.artifact")
-    print(info.value)
     assert "sliding_window" in str(info.value) and "masking_utils.py" in str(info.value)
 
 
@@ -129,7 +125,6 @@ def test_a_tokenizer_larger_than_the_vocabulary_is_a_note_and_the_validation_sta
     assert _check_tokenizer(path, size) == []
     (note,) = _check_tokenizer(path, 200)
     prompts = _tokenized(SimpleNamespace(tokenizer=path), 200)
-    print(note, [max(p) for p in prompts])
     assert f"has {size} tokens, the model's vocabulary 200" in note
     assert all(p and max(p) < 200 for p in prompts)
 

@@ -39,7 +39,6 @@ def test_gate_names_the_first_divergence():
                       "consistency": got_logits[1]}, gate)
     record = gate.record([row], count)
     lines = summary_lines(record)
-    print("\n".join(lines))
     assert not record["passed"]
     assert record["first_divergence"]["step"] == 2 and not record["first_divergence"]["tie"]
     assert "case0 step 2" in lines[1] and "artifact token 0" in lines[1]
@@ -67,7 +66,6 @@ def test_the_float64_reference_runs_mixture_of_experts_models():
     model = tf.AutoModelForCausalLM.from_config(config).eval()
     eager = EagerLogits(model)
     l32, l64 = eager.at([5, 6, 7, 8], 1, 3), eager.at([5, 6, 7, 8], 1, 3, float64=True)
-    print("max |float32 - float64| logit:", float((l32.double() - l64).abs().max()))
     assert l64.dtype == torch.float64 and l64.shape == (3, tiny_lm.VOCAB)
     torch.testing.assert_close(l32.double(), l64, rtol=1e-4, atol=1e-4)
 
@@ -81,7 +79,6 @@ def test_a_divergence_is_bisected_to_the_op_that_parts_from_eager(cli, tmp_path)
     done = cli("build", f"{ROOT / 'tests' / 'models' / 'tie_router.py'}:factory",
                "--task", "text-generation", "--target", "onnx", "--max-context", "32",
                "--json", "--out", str(out))
-    print(done.stderr[-1500:])
     assert done.returncode == 1 and not out.exists()
     found = json.loads(done.stdout)["validation"]["bisect"]
     assert found["first_divergent"] is not None and "step" in found["case"]

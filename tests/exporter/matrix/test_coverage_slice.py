@@ -2,7 +2,7 @@
 Face architectures from configs (a ResNet, a ViT, BERT, a LLaMA with grouped-query
 attention, T5, wav2vec2), each built in its own process by `exporter matrix` (through
 bench/coverage/matrix.py) exactly as `make coverage` builds the whole suite. Every cell must
-build and validate; a failure prints the row (stage, typed error). The whole matrix:
+build and validate; a failure names its cells (stage, typed error). The whole matrix:
 `make coverage`."""
 
 from __future__ import annotations
@@ -27,9 +27,6 @@ def _matrix(tmp_path, targets: str, models: str | None = None) -> list[dict]:
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=1800)
     assert done.returncode == 0, done.stderr[-3000:]
     rows = json.loads((tmp_path / "matrix.json").read_text())["cells"]
-    for row in rows:
-        print(f"{row['model']:>10} {row['target']:>5}: {row['status']} {row['build_s']} s "
-              f"{row.get('stage') or ''} {row.get('error') or ''}")
     assert (tmp_path / "matrix.csv").read_text().count("\n") == len(rows) + 1
     return rows
 

@@ -161,7 +161,6 @@ def test_cells_start_longest_first_from_their_last_build_times(ray_run):
     seconds = {"short": 5.0, "long": 90.0, "middle": 30.0}
     assert [job.cell_id for job in longest_first(jobs, seconds)] == [
         "new", "long", "middle", "short"]
-    print("start order:", [job.cell_id for job in longest_first(jobs, seconds)])
 
 
 @pytest.mark.slow  # six more builds; the local executor also runs in test_coverage_slice
@@ -288,7 +287,6 @@ def test_an_out_that_is_a_file_or_a_cluster_nobody_runs_is_exit_2_and_keeps_the_
     (out / "matrix.json").write_text("the last run's table")
     result = CliRunner().invoke(app, ["matrix", str(tmp_path / "m.toml"), "--out", str(out),
                                       "--executor", "ray", "--ray-address", "127.0.0.1:1"])
-    print(result.stderr)
     assert result.exit_code == 2 and "nothing answers at --ray-address 127.0.0.1:1" in \
         result.stderr
     assert (out / "matrix.json").read_text() == "the last run's table"
@@ -309,7 +307,6 @@ def test_a_failed_rebuild_does_not_report_the_artifact_an_earlier_build_left(
     assert first["status"] == "ok" and (out / "artifacts" / "flaky--onnx.artifact").is_file()
     monkeypatch.setenv("MATRIX_TEST_BREAK", "1")
     again = run_matrix(tmp_path / "m.toml", out, workers=1, rebuild=True)["cells"][0]
-    print({k: again.get(k) for k in ("status", "error", "artifact", "artifact_sha256")})
     assert again["status"] == "bad-input" and "broken now" in again["error"]
     assert not {"artifact", "artifact_sha256", "artifact_bytes"} & set(again)
     assert not (out / "artifacts" / "flaky--onnx.artifact").exists()
@@ -333,7 +330,6 @@ def test_warm_start_auto_forks_the_cells_that_use_no_gpu(tmp_path, line, warm_co
     jobs = _Run(matrix, tmp_path, Cache(tmp_path / "cache"), print).plan(
         tools, rebuild=True, threads=1, warm_modules=modules)
     warm_jobs = {job.cell_id.rpartition("--")[2] for job in jobs if job.warm_modules}
-    print(line or "(default)", sorted(warm_jobs), modules)
     assert warm_jobs == warm_columns
     assert (modules is None) == (not warm_columns)
     if warm_columns:  # the warm process imports what its targets build with
@@ -378,7 +374,6 @@ def test_a_generating_cell_is_benched_in_tokens_per_second(onnx_lm, tmp_path):
     bench = _bench(job, 300, 1)
     row = {"status": "ok", "bench": bench, **_validation_figures(built.manifest.validation)}
     _, lines = tables.cell_text(row)
-    print(bench, lines)
     assert bench["decode_tokens_per_s"] > 0 and bench["ttft_ms"] > 0
     assert bench["decode_ratios"]["artifact/hf-eager"] > 0 and row["tokens_identical"]
     assert lines == ["greedy tokens identical to transformers'",

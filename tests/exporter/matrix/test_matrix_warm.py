@@ -52,7 +52,6 @@ def test_a_forked_cell_answers_as_a_fresh_exporter_does(worker, tmp_path):
                           env=_env(), capture_output=True, text=True, timeout=300)
     pids = []
     code, stdout, stderr = worker.run(args, str(tmp_path), 300, pids.append)
-    print("cold exit", cold.returncode, "warm exit", code, "child", pids)
     assert code == cold.returncode == 2, stderr[-2000:]
     assert json.loads(stdout) == json.loads(cold.stdout)  # the same typed error object
     assert "missing.py" in json.loads(stdout)["error"]["message"]
@@ -65,11 +64,9 @@ def test_a_forked_cell_answers_as_a_fresh_exporter_does(worker, tmp_path):
 def test_a_cell_past_its_time_limit_is_killed_with_its_session(worker, tmp_path):
     (tmp_path / "sleeper.py").write_text(SLEEPER)
     pids = []
-    began = time.monotonic()
     with pytest.raises(subprocess.TimeoutExpired):
         worker.run(["build", "sleeper.py:factory", "--target", "onnx", "--out", "s.artifact",
                     "--json"], str(tmp_path), 15, pids.append)
-    print(f"timed out after {time.monotonic() - began:.1f} s; child {pids}")
     assert pids and not _alive(pids[0])
     assert worker.alive()  # and ready for the next cell
     assert worker.run(["--version"], str(tmp_path), 60, pids.append)[0] == 0
@@ -93,7 +90,6 @@ def test_a_cell_dies_with_its_warm_worker(worker, tmp_path):
         time.sleep(0.05)
     os.kill(worker._proc.pid, signal.SIGKILL)
     thread.join(60)
-    print("outcome:", outcome)
     assert "warm worker process ended" in outcome["died"]
     deadline = time.monotonic() + 10
     while _alive(pids[0]) and time.monotonic() < deadline:
@@ -146,7 +142,6 @@ def _where_the_model_ran(tmp_path, modules: tuple[str, ...], gpu: bool = True
         code, stdout, stderr = process.run(args, str(tmp_path), 300, lambda pid: None)
     finally:
         process.close()
-    print("exit", code, "cold because:", process.cold_because)
     assert code == 2, stderr[-2000:]
     assert "the model file stops here" in json.loads(stdout)["error"]["message"]
     seen = json.loads((tmp_path / "where.json").read_text())
@@ -190,5 +185,4 @@ def test_the_matrix_says_when_its_cells_could_not_start_warm(capsys):
     rows = [{"model": m, "column": "onnx", "cold_because": why} for m in ("a", "b")]
     matrix_cli._report({"cells": rows}, as_json=True)
     captured = capsys.readouterr()
-    print(captured.err)
     assert f"2 cell(s) started in a fresh interpreter, not warm: {why}" in captured.err

@@ -78,7 +78,6 @@ def test_a_branch_in_installed_library_code_is_not_the_users_to_rewrite(tmp_path
         return x - 1
     """)
     err = _explain(path)
-    print(err)
     assert "data-dependent control flow" in str(err)
     assert "somelib package's code" in err.hint and "torch.cond" not in err.hint
 
@@ -263,7 +262,6 @@ def test_a_failure_in_the_exporters_own_code_is_not_blamed_on_the_model():
                             strict=False)
     except Exception as exc:  # noqa: BLE001 - whatever torch raises
         error = explain_export_failure(exc, None)
-    print(error)
     assert "exporter's own code" in str(error) and "attention_op.py" in str(error)
     assert "runs eagerly" not in str(error)
 
@@ -284,6 +282,5 @@ def test_a_loop_over_data_in_a_library_is_not_the_users_to_fix(tmp_path):
         exporter.build(model, task="text-generation", target="onnx", max_context=16,
                        out=tmp_path / "dbrx.artifact")
     err = info.value
-    print(err, "|", err.hint)
     assert "data-dependent control flow" in str(err) and "modeling_dbrx.py" in str(err)
     assert "transformers package's code" in err.hint and "torch._check" not in err.hint

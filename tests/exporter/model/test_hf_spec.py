@@ -139,6 +139,5 @@ def test_damaged_checkpoint_files_are_usage_errors_naming_the_file(checkpoints, 
                        (f"hf:{garbled}", "not valid JSON"),
                        (f"hf:{root / 'bert' / 'config.json'}", "hf: takes the checkpoint's folder")):
         done = cli("build", spec, "--target", "onnx", "--dry-run")
-        print(done.stderr)
         assert done.returncode == 2 and said in done.stderr, done.stderr
         assert "Traceback" not in done.stderr and "bug in the exporter" not in done.stderr

@@ -143,7 +143,6 @@ def _assert_latency_axis(tab, runners: int) -> None:
     """The axis starts at 0, is labelled in ms, and every median mark is drawn (a few px
     wide) where its value falls on the axis; the largest median is no tick at the left."""
     drawn = tab.evaluate(_LATENCY_AS_DRAWN)
-    print(f"latency axis as drawn: {drawn}")
     assert drawn["title"] == "latency per call (ms)"
     assert drawn["ticks"][0] == "0" and len(drawn["ticks"]) >= 3
     assert float(drawn["ticks"][-1]) == pytest.approx(drawn["end"])
@@ -174,7 +173,6 @@ def test_page_renders_in_headless_chromium_without_errors(page, tmp_path):
         tab.screenshot(path=str(shot), full_page=True)
 
     assert _in_chromium(html, check) == []
-    print(f"screenshot: {shot}")
     _assert_screenshot_shows_placement(shot)
 
 
@@ -225,7 +223,6 @@ def test_a_long_partition_chain_starts_folded_and_stays_narrow(custom_onnx):
     folded = re.search(r'<details id="graph-details"([^>]*)><summary>the partition graph '
                        r"\(40 partitions\)</summary><svg[^>]*width=\"(\d+)\"", page)
     assert folded, "the graph is not folded behind its summary"
-    print(f"40-partition graph: folded, {folded.group(2)} px wide")
     assert "open" not in folded.group(1) and int(folded.group(2)) <= 1100
     assert page.count('class="partition"') == 42  # inputs, 40 partitions, outputs
 

@@ -16,7 +16,6 @@ def _pairs(events: list[StageEvent]) -> list[tuple[str, str]]:
 
 def test_build_reports_every_stage_to_the_callback_and_the_log(tmp_path, caplog):
     events: list[StageEvent] = []
-    print("python: exporter.build('zoo:mlp', target='onnx', progress=events.append)")
     with caplog.at_level(logging.INFO, logger="exporter"):
         built = exporter.build("zoo:mlp", target="onnx", out=tmp_path / "m.artifact",
                                progress=events.append)
@@ -99,6 +98,5 @@ def test_cli_build_in_a_terminal_shows_each_stage_running_with_its_clock(tmp_pat
     os.close(main)
     assert proc.wait(timeout=300) == 0, seen.decode(errors="replace")[-2000:]
     text = seen.decode(errors="replace")
-    print(text[-600:])
     assert "lower (onnxruntime)..." in text and "0:00:0" in text  # running, with its clock
     assert "✓" in text and "lower (onnxruntime)" in text

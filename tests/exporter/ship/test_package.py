@@ -160,7 +160,6 @@ def test_onnx_only_bundle_installs_no_torch_and_runs_like_the_build(onnx_only, o
     # the whole device venv (pip and the interpreter's links included), on disk, in MB
     kib = int(ran(subprocess.run, ["du", "-sk", str(folder / ".venv")], capture_output=True,
                   text=True, check=True).stdout.split()[0])
-    print(f"onnx-only device venv: {kib * 1024 / 1e6:.1f} MB")
     assert kib * 1024 <= ONNX_ONLY_LIMIT_MB * 1e6, f"{kib * 1024 / 1e6:.1f} MB installed"
 
     x = np.random.default_rng(3).standard_normal((7, 64)).astype(np.float32)
@@ -225,7 +224,6 @@ def test_a_generating_artifacts_bundle_locks_its_tokenizer_and_its_run_sh_genera
     from exporter.ship.bundle import package
     built, _ = onnx_lm
     info = package([built.artifact], tmp_path / "lm-bundle.tar.gz")
-    print(info["lock"])
     assert any(line.startswith("tokenizers==") for line in info["lock"])
     with tarfile.open(tmp_path / "lm-bundle.tar.gz") as tar:
         tar.extractall(tmp_path, filter="data")
@@ -238,6 +236,5 @@ def test_a_generating_artifacts_bundle_locks_its_tokenizer_and_its_run_sh_genera
                capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
-    print({k: result[k] for k in ("json_version", "peak_rss_mb", "stop_reason")})
     assert len(result["tokens"]) == 3 and result["text"] is not None
     assert result["json_version"] == 1 and result["peak_rss_mb"] > 0

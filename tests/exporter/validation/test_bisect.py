@@ -25,7 +25,6 @@ def test_the_first_divergent_partition_is_named_with_its_ops_and_lines(cli, tmp_
     assert result.returncode == 1, result.stderr
     found = json.loads(result.stdout)["validation"]["bisect"]
     rows = {row["partition"]: row for row in found["partitions"]}
-    print("bisect:", {name: row["diverges"] for name, row in rows.items()})
     assert [(r["backend"], r["diverges"]) for r in found["partitions"]] == [
         ("onnxruntime", False), ("torch", False), ("onnxruntime", True)]
     assert found["first_divergent"] == "p2"
@@ -37,7 +36,6 @@ def test_the_first_divergent_partition_is_named_with_its_ops_and_lines(cli, tmp_
     # Inside the ORT partition ("mark all"): log's values match eager (NaN where eager
     # has NaN), ArgMax's do not.
     inside = found["inside"]
-    print("inside p2:", {k: inside[k] for k in ("value", "backend_op", "compared")})
     assert (inside["value"], inside["backend_op"], inside["op"]) == (
         "argmax", "ArgMax", "aten.argmax.default")
     assert inside["compared"] >= 2 and "nan_argmax.py:28" in inside["source"]
@@ -83,8 +81,6 @@ def test_a_correct_artifact_has_nothing_to_blame(monkeypatch, tmp_path):
     with pytest.raises(ValidationFailedError):
         pipeline.build("zoo:encoder", BuildSettings(target="onnx", out=tmp_path / "e.artifact"))
     result = seen["result"]
-    print("partitions:", [(r["partition"], r["diverges"]) for r in result["partitions"]],
-          "capture:", [c["diverges"] for c in result["capture"]], "inside:", seen["inside"])
     assert result["first_divergent"] is None
     assert not any(c["diverges"] for c in result["capture"])
     assert seen["inside"]["diverges"] is False and seen["inside"]["compared"] >= 30

@@ -39,11 +39,6 @@ def test_cuda_build_validates_and_records_the_gpu(cuda_builds, name):
     assert manifest.requirements.cuda_capability == f"{major}.{minor}"
     assert manifest.requirements.cuda == torch.version.cuda
     assert manifest.partitions[0].device == "cuda"
-    print(name, "timings", data["timings_s"], "validation subprocess",
-          data["measured"]["artifact_subprocess_seconds"])
-    plan = manifest.memory_plan
-    print(name, "planned activations", plan["arena_bytes"], "lower bound",
-          plan["lower_bound_bytes"], "measured", data["measured"]["memory"])
     assert data["measured"]["memory"]["cuda_peak_bytes"] > 0
 
 
@@ -114,7 +109,6 @@ def test_bench_on_gpu_uses_cuda_events(cuda_builds, cli, tmp_path):
     data = json.loads(result.stdout)
     assert data["timer"] == "cuda-events" and data["cuda_graphs"] is True
     assert set(data["timings"]) == {"artifact", "eager", "compile"}
-    print(json.dumps(data["timings"], indent=1))
     # the report of a GPU artifact: its partition in the GPU shade, the GPU timings as bars
     (tmp_path / "bench.json").write_text(result.stdout)
     page = tmp_path / "report.html"
@@ -139,7 +133,6 @@ def test_package_locks_the_cuda_torch_build(cuda_builds, cli, tmp_path):
 def test_static_libstdcxx_compiler_is_detected_here():
     """On the GPU machine the image's CXX links libstdc++ statically: say so, switch."""
     from targets.toolchain import choose_cxx
-    print(choose_cxx())
     assert choose_cxx().compiler is not None
 
 
@@ -171,8 +164,6 @@ def test_weight_only_recipes_on_the_gpu(artifacts_dir, cli, recipe):
     batch = torch.randint(0, VOCAB, ids.shape)  # new values (the spec's shapes are static)
     with torch.no_grad():
         row = compare_quantized(runtime.load(out)(batch.cuda()).cpu(), module(batch), 20, 0.99)
-    print(recipe, json.dumps(row), "layers", len(info["layers_quantized"]),
-          "weights", info["weight_bytes_before"], "->", info["weight_bytes_after"])
     assert row["passed"]
 
 
@@ -204,7 +195,6 @@ def test_handoffs_between_gpu_and_cpu_fallback_use_the_arenas(artifacts_dir, cli
     assert [p.device for p in manifest.partitions] == ["cuda", "cpu", "cuda"]
     arenas = manifest.memory_plan["arenas"]
     measured = json.loads(result.stdout)["measured"]["memory"]
-    print("arenas:", arenas, "measured:", measured)
     assert list(arenas["cpu"]["slots"]) == ["handoff/relu"]
     assert list(arenas["cuda"]["slots"]) == ["handoff/soft_clip"]
     assert measured["cuda_peak_bytes"] > 0

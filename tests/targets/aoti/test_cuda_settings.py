@@ -20,7 +20,6 @@ def test_cuda_settings_for_decode_steps_need_no_gpu_to_read(tmp_path):
     cuda = get_target("cuda")
     passes = [type(p).__name__ for p in cuda.default_passes(LowerOptions(tmp_path))]
     unfused = cuda.default_passes(LowerOptions(tmp_path, fuse=False))
-    print(passes)
     assert passes[-1] == SingleRowLinearsAsReductions.__name__
     assert not any(isinstance(p, SingleRowLinearsAsReductions) for p in unfused)
     flags = [(shared, deterministic, dynamic, data) for shared in (False, True)
@@ -30,8 +29,6 @@ def test_cuda_settings_for_decode_steps_need_no_gpu_to_read(tmp_path):
         configs = cuda.inductor_configs(
             LowerOptions(tmp_path, shared_weights=shared, deterministic=deterministic),
             dynamic, data)
-        print(shared, deterministic, dynamic, data, {k: configs.get(k) for k in (
-            "coordinate_descent_tuning", "combo_kernels", "unbacked_symint_fallback")})
         assert configs.get("coordinate_descent_tuning", False) is (not deterministic)
         assert configs.get("combo_kernels", False) is (shared and not deterministic
                                                        and not dynamic)

@@ -28,7 +28,6 @@ def gemma_cuda(tmp_path_factory):
                            task="text-generation", target="cuda", max_context=64,
                            prefill_chunk=16, out=out)
     record = built.manifest.validation
-    print("validation:", record["passed"], record["tokens_identical"])
     assert record["passed"] and record["tokens_identical"]
     graphs, plain = runtime.load(out), runtime.load(out, cuda_graphs=False)
     assert graphs.generator._graph is not None and plain.generator._graph is None
@@ -42,7 +41,6 @@ def test_greedy_ahead_of_the_host_gives_plain_launches_tokens(gemma_cuda):
         streamed = []
         got = graphs.generate(prompt, 24, stop_at_eos=False,
                               stream=lambda token, text: streamed.append(token))
-        print(len(prompt), "prompt tokens:", got.tokens[:8], got.stats["decode_tokens_per_s"])
         assert got.tokens == want
         assert [t for t in streamed if t is not None] == want
     # up to the context's end: the budget, not a step past the cache

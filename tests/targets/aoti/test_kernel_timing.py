@@ -21,7 +21,6 @@ def test_swap_is_scoped_to_the_compile_and_keeps_the_benchmarkers_class():
         assert isinstance(inside, type(original))  # the rest of its API is Inductor's own
         assert inside.timed == 0
     assert triton_heuristics.benchmarker is original
-    print("benchmarker inside:", type(inside).__name__, "outside:", type(original).__name__)
 
 
 def test_swap_is_undone_when_the_compile_fails():
@@ -71,6 +70,5 @@ def test_queued_timing_measures_the_kernel_not_the_host():
         return call
 
     big_ms, small_ms = queued_kernel_ms(slow_host(big)), queued_kernel_ms(slow_host(small))
-    print(f"64 MiB add_: {big_ms * 1000:.1f} us, 4 KiB add_: {small_ms * 1000:.1f} us")
     assert small_ms < 0.05  # the host's half millisecond is not in it
     assert big_ms > 2 * small_ms

@@ -40,8 +40,6 @@ def test_prepacked_weight_descriptors_are_canonical_across_processes():
     runs = [json.loads(subprocess.run([sys.executable, "-c", _SERIALIZE, str(ROOT)],
                                       capture_output=True, text=True, check=True).stdout)
             for _ in range(3)]
-    raw_variants = {json.dumps(r["raw"]) for r in runs}
-    print(f"{len(raw_variants)} different raw descriptor sets in 3 processes")
     assert len({json.dumps(r["canonical"]) for r in runs}) == 1
 
 
@@ -63,5 +61,4 @@ def test_real_cnn_rebuilds_are_byte_identical_cold_and_warm(tmp_path):
                                 timeout=600)
         assert result.returncode == 0, result.stderr[-800:]
     digests = [__import__("hashlib").sha256(out.read_bytes()).hexdigest()[:16] for out in outs]
-    print(digests)
     assert len(set(digests)) == 1, digests

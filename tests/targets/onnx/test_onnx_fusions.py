@@ -70,21 +70,19 @@ def _run(model: onnx.ModelProto, feeds: dict) -> list[np.ndarray]:
     return session.run(None, feeds)
 
 
-def _rewritten(proto: onnx.ModelProto, fuse, case: str) -> tuple[int, onnx.ModelProto, list]:
+def _rewritten(proto: onnx.ModelProto, fuse) -> tuple[int, onnx.ModelProto, list]:
     """(rewrites made, the rewritten model, its node types) of ``fuse`` on a copy."""
     model = ir.from_proto(proto)
     count = fuse(model)
     rewritten = ir.to_proto(model)
     kinds = [node.op_type for node in rewritten.graph.node]
-    print(f"{case}: {count} rewrite(s); nodes {kinds}")
     return count, rewritten, kinds
 
 
 @pytest.mark.parametrize("scale", [None, 2.0])
 def test_rotary_embedding_becomes_one_node_only_where_exact(scale):
     proto = _rope_model(scale)
-    count, rewritten, kinds = _rewritten(proto, fuse_rotary_embeddings,
-                                         f"cos scaled by {scale}")
+    count, rewritten, kinds = _rewritten(proto, fuse_rotary_embeddings)
     feeds = {"x": np.random.default_rng(0).standard_normal((1, HEADS, LENGTH, HEAD))
              .astype(np.float32), "positions": np.array([7, 8, 9], np.int64)}
     np.testing.assert_allclose(_run(rewritten, feeds)[0], _run(proto, feeds)[0], atol=2e-6)
@@ -123,7 +121,7 @@ def _skip_norm_model(axis: int) -> onnx.ModelProto:
 def test_add_and_rmsnorm_become_one_node_only_over_the_features(axis):
     from targets.onnx.skip_norm import fuse_skip_rms_norms
     proto = _skip_norm_model(axis)
-    count, rewritten, kinds = _rewritten(proto, fuse_skip_rms_norms, f"mean over axis {axis}")
+    count, rewritten, kinds = _rewritten(proto, fuse_skip_rms_norms)
     onnx.checker.check_model(rewritten, full_check=True)  # what the onnx target runs
     rng = np.random.default_rng(0)
     feeds = {"x": rng.standard_normal((1, 3, 8)).astype(np.float32),

@@ -44,12 +44,11 @@ def _model(artifact) -> onnx.ModelProto:
 
 
 def test_layers_attend_with_packed_rows_and_rotary_inside(packed_build):
-    family, built = packed_build
+    _, built = packed_build
     graph = _model(built.artifact).graph
     ops = collections.Counter(node.op_type for node in graph.node)
     attention = [node for node in graph.node if node.op_type == "GroupQueryAttention"]
     initializers = {t.name: list(t.dims) for t in graph.initializer}
-    print(family, len(graph.node), "nodes", dict(ops))
     assert len(attention) == 2 and not ops["RotaryEmbedding"] and not ops["Transpose"]
     for node in attention:
         attributes = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
@@ -87,7 +86,6 @@ def test_the_step_returns_the_rows_it_stored_as_views_of_the_cache(packed_build)
     torch.testing.assert_close(bound["logits"], plain["logits"])
     for past, new in layout.names():
         rows = bound[new]
-        print(new, tuple(rows.shape), float(rows.abs().max()))
         assert rows.data_ptr() == bound_cache[past][:, :, 3].data_ptr()  # a view, in place
         torch.testing.assert_close(rows, plain[new])
         torch.testing.assert_close(bound_cache[past], plain_cache[past])
@@ -108,7 +106,6 @@ def test_a_step_run_in_place_leaves_out_the_rows_it_stored(packed_build):
     caches = [KvCache(layout, "cpu").buffers for _ in range(2)]
     full = program.run([ids, positions, *(caches[0][name] for name in names)])
     kept = program.run_in_place([ids, positions, *(caches[1][name] for name in names)])
-    print(sorted(set(full) - set(kept)))
     assert set(kept) == {"logits"} and len(full) == 1 + 2 * len(layout.layers)
     torch.testing.assert_close(kept["logits"], full["logits"])
     for name in names:
@@ -116,10 +113,8 @@ def test_a_step_run_in_place_leaves_out_the_rows_it_stored(packed_build):
 
 
 def test_the_packed_step_generates_like_transformers(packed_build):
-    family, built = packed_build
+    _, built = packed_build
     record = built.manifest.validation
-    print(family, {k: record[k] for k in ("passed", "tokens_identical", "top1_agreement")},
-          [case["prompt_tokens"] for case in record["outputs"]])
     assert record["passed"] and record["tokens_identical"]
     assert max(case["prompt_tokens"] for case in record["outputs"]) > 16  # two chunks
     program = runtime.load(built.artifact)
@@ -143,9 +138,8 @@ def test_stored_outputs_that_name_no_cache_input_are_refused(packed_build, tmp_p
     partition["meta"] = {**partition["meta"], "stored_into": [1, 3, 4, 5]}
     bad = tmp_path / "bad.artifact"
     write_artifact(bad, manifest, files)
-    with pytest.raises(ArtifactError, match="stored outputs") as caught:
+    with pytest.raises(ArtifactError, match="stored outputs"):
         runtime.load(bad)
-    print(caught.value)
 
 
 def test_an_int4_step_keeps_its_packed_layers_and_stored_rows(tmp_path_factory):
@@ -164,7 +158,6 @@ def test_an_int4_step_keeps_its_packed_layers_and_stored_rows(tmp_path_factory):
     meta = built.manifest.partitions[0].meta
     record = built.manifest.validation
     consistency = [row["decode_vs_prefill_max_abs_err"] for row in record["outputs"]]
-    print(dict(ops), record["top1_agreement"], record["mean_kl"], consistency)
     assert ops["MatMulNBits"] == 2 * 4 + 1 and ops["GroupQueryAttention"] == 2
     # the token table as int8 rows (an untied head: the table is the Gather's alone)
     assert ops["GatherBlockQuantized"] == 1

@@ -51,7 +51,6 @@ def test_a_table_becomes_int8_rows_within_half_a_step(width):
     blocks = [table[:, i:i + 128] for i in range(0, width, 128)]
     half_step = max(np.abs(b).max(axis=1).max() for b in blocks) / 127 / 2
     error = np.abs(got - table[ids]).max()
-    print(width, done, ops, error, half_step)
     assert done == {"embed": "int8"} and ops == ["GatherBlockQuantized"]
     assert stored == {"table_int8": TensorProto.UINT8, "table_scales": TensorProto.FLOAT}
     assert got.shape == (2, 3, width) and error <= half_step * 1.001
@@ -63,7 +62,6 @@ def test_a_tied_or_tiny_table_stays_float_and_says_why():
     tiny = _model(rng.standard_normal((16, 64)).astype(np.float32))
     said = {"tied": quantize_embedding_tables(tied, block=128),
             "tiny": quantize_embedding_tables(tiny, block=128)}
-    print(said)
     assert "also read by Transpose" in said["tied"]["embed"]
     assert "too small" in said["tiny"]["embed"]
     for model in (tied, tiny):
@@ -90,8 +88,6 @@ def test_a_tied_head_is_untied_and_both_quantized(tmp_path, recipe, ops):
     got = _run(model, ids)
     graph_ops = {n.op_type for n in model.graph.node}
     cosine = float((got[1] * want[1]).sum() / np.linalg.norm(got[1]) / np.linalg.norm(want[1]))
-    print(graph_ops, report["layers_quantized"], report["layers_float"], cosine,
-          report["weight_bytes_before"], report["weight_bytes_after"])
     assert ops <= graph_ops and not {"Transpose", "MatMul"} & graph_ops
     assert set(report["layers_quantized"]) == {"embed", "head"} and report["layers_float"] == []
     # an int4 or int8 head + int8 rows + their scales against one float table
@@ -126,6 +122,5 @@ def test_gemm_layers_are_quantized_by_the_weight_only_recipes(tmp_path, trans_b)
     cosine = float((got * want).sum() / np.linalg.norm(got) / np.linalg.norm(want))
     ops = sorted(n.op_type for n in model.graph.node)
     stored = sorted(t.name for t in model.graph.initializer)
-    print(trans_b, ops, stored, report["layers_quantized"], cosine)
     assert ops == ["Add", "MatMulNBits"] and report["layers_quantized"] == ["fc"]
     assert "w" not in stored and report["layers_float"] == [] and cosine > 0.99

@@ -86,7 +86,6 @@ def test_zoo_builds_and_runs_on_onnx_with_dynamic_batch(name, artifacts_dir, cli
     plan = manifest.memory_plan  # what `exporter inspect --json` shows
     assert plan["lower_bound_bytes"] <= plan["arena_bytes"] <= 1.05 * plan["lower_bound_bytes"]
     fused = {r["name"]: r["info"] for r in manifest.passes if r["modified"]}
-    print(name, "fusion passes that changed the graph:", fused)
     if name in ("cnn", "cnn-trained"):
         assert fused["fold_batchnorm"]["batchnorms_folded"] == 6
     if name in ("encoder", "decoder"):
@@ -121,7 +120,6 @@ def test_bench_measures_overhead_over_plain_onnxruntime(artifacts_dir, cli):
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
     ratio = data["ratios"]["artifact/onnxruntime"]
-    print(f"artifact/onnxruntime on zoo cnn: {ratio:.3f}")
     assert 0.5 < ratio < 2.0  # wide: CI timing is noisy; the speed goal is checked by bench/
 
 
@@ -145,7 +143,6 @@ def test_fallback_partition_runs_in_the_planned_arena(cli, tmp_path):
     manifest = runtime.read_manifest(out)
     arena = manifest.memory_plan["arenas"]["cpu"]
     measured = json.loads(result.stdout)["measured"]["memory"]
-    print("arena:", arena, "measured:", measured)
     assert sorted(arena["slots"]) == ["p0/linear", "p0/relu"]  # soft_clip has no out=
     assert arena["arena_bytes"] == arena["lower_bound_bytes"] == 4096  # 16 x 32 floats, 2x
     assert measured["cpu_peak_bytes"] > 0
@@ -164,7 +161,6 @@ def test_memory_budget_fails_the_build_with_the_figures(cli, tmp_path):
     out = tmp_path / "budget.artifact"
     tight = cli("build", "zoo:encoder", "--target", "onnx", "--memory-budget", "1MB",
                 "--out", str(out))
-    print(tight.stderr)
     assert tight.returncode == 1 and "Traceback" not in tight.stderr
     assert "over the --memory-budget of 1.00 MB" in tight.stderr
     assert "weights: 0.49 MB" in tight.stderr and "activations (arena" in tight.stderr
@@ -204,7 +200,6 @@ def test_tiny_epsilons_survive_the_onnx_optimizer(tmp_path):
     built = exporter.build(_EpsilonDenominator(), (zeros,), target="onnx",
                            out=tmp_path / "eps.artifact")
     got = runtime.load(built.artifact)(zeros)
-    print(got)
     assert torch.equal(got, torch.zeros(3, 4))
 
 
@@ -217,7 +212,6 @@ def test_an_op_outside_aten_that_returns_a_view_is_placed_on_the_fallback():
     x = graph.placeholder("x")
     node = graph.call_function(torch.ops.prims.broadcast_in_dim.default, (x, [2, 3], [1]))
     support = get_target("onnx").supports(node)
-    print(support)
     assert not support.ok and "returns a view" in support.reason
     add = graph.call_function(torch.ops.aten.add.Tensor, (x, x))
     assert get_target("onnx").supports(add).ok
@@ -243,5 +237,4 @@ def test_std_and_a_constant_icdf_run_whole_in_onnx_runtime(tmp_path):
                            dynamic_shapes=({0: torch.export.Dim("batch", min=1, max=8)},),
                            out=tmp_path / "std.artifact")
     placement = {p.backend for p in built.manifest.partitions}
-    print(placement, built.manifest.validation["passed"])
     assert placement == {"onnxruntime"} and built.manifest.validation["passed"]

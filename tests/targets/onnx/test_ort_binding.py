@@ -41,7 +41,6 @@ def _executor(tmp_path, nodes, inputs, outputs, initializers=(), in_place=None):
         meta={"model": "p0/model.onnx", "providers": ["CPUExecutionProvider"],
               **({"in_place": in_place} if in_place else {})})
     run = create_executor(partition, tmp_path, where="test")
-    print(f"ONNX model {[n.op_type for n in nodes]} on the executor")
     return run
 
 
@@ -196,7 +195,5 @@ def test_a_cache_updated_in_place_is_written_where_it_lies(tmp_path):
         expected = _plain(run, [t.clone() for t in inputs])[0]
         got = run(inputs)
         rows = new[1].view(1, length, kv_heads, dim).transpose(1, 2)
-        print(f"start {start} length {length}: outputs {len(got)}, max error "
-              f"{(got[0] - expected).abs().max():.2e}")
         assert len(got) == 1 and torch.allclose(got[0], expected, atol=1e-6)
         assert torch.equal(past_k[:, :, start:start + length], rows)  # written in place

@@ -59,7 +59,6 @@ def test_contraction_is_tiled_and_matches_torch(case):
     target = parse_target("llvm")
     counts: Counter = Counter()
     scheduled = schedule(mod, target, default_rules(counts))
-    print(case, dict(counts))
     assert counts["TiledContraction"] == 1, counts
     executable = tvm.compile(scheduled, target=target, relax_pipeline=lower_pipeline(target))
     vm = relax.VirtualMachine(executable, tvm.cpu())
