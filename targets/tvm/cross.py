@@ -4,6 +4,8 @@ target, the cross compiler export_library links with, and what a loading CPU mus
 An aarch64 build targets the ARMv8-A baseline with NEON (Advanced SIMD, mandatory on
 ARMv8-A: every Raspberry Pi 3 and later, Jetson and phone core has it), so one library
 runs on all of them; ``--tvm-target`` picks another CPU (``-mcpu=cortex-a76``, say).
+NEON is part of the AArch64 baseline that Linux on arm64 itself needs, so the artifact
+lists no cpuinfo flag for it (qemu-user shows the host's /proc/cpuinfo, without one).
 """
 
 from __future__ import annotations
@@ -20,12 +22,12 @@ class CrossPlatform:
     target: str  # the TVM target string (targets/tvm/compile.py's parse_target reads it)
     compiler: str  # Debian's cross g++ that links export_library's shared library
     isa: str  # the manifest's cpu_isa
-    cpu_flags: tuple[str, ...]  # /proc/cpuinfo "Features" a loading CPU must list
+    cpu_flags: tuple[str, ...]  # /proc/cpuinfo "Features" a loading CPU must list, beyond arch
 
 
 CROSS: dict[str, CrossPlatform] = {
     "linux-aarch64": CrossPlatform("llvm -mtriple=aarch64-linux-gnu -mcpu=generic -mattr=+neon",
-                                   "aarch64-linux-gnu-g++", "armv8-a+neon", ("asimd",)),
+                                   "aarch64-linux-gnu-g++", "armv8-a+neon", ()),
 }
 
 
