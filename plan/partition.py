@@ -14,6 +14,7 @@ backend can fold them) rather than passed in at run time.
 
 from __future__ import annotations
 
+import heapq
 import logging
 import operator
 from dataclasses import dataclass, field
@@ -86,8 +87,9 @@ def plan_partitions(program: ExportedProgram, supported: Callable[[Node], bool],
                  if _compute_nodes(g) >= min_partition_size]
     taken = set().union(*delegated) if delegated else set()
     fallback = _groups(gm, lambda n: not is_shape_node(n) and n not in taken)
-    groups = [(True, g) for g in delegated] + [(False, g) for g in fallback]
     order = {node: i for i, node in enumerate(gm.graph.nodes)}
+    fallback = _split_by_epoch(delegated, fallback, order)
+    groups = [(True, g) for g in delegated] + [(False, g) for g in fallback]
     owner = {node: index for index, (_, g) in enumerate(groups) for node in g}
     ranked = _topological(groups, owner, order)
     plans = []
@@ -98,21 +100,61 @@ def plan_partitions(program: ExportedProgram, supported: Callable[[Node], bool],
     return plans
 
 
+def _split_by_epoch(delegated: list[set[Node]], fallback: list[set[Node]], order: dict
+                    ) -> list[set[Node]]:
+    """Fallback groups cut where a delegated group lies between their nodes.
+
+    The two partitioner runs each avoid cycles among their own groups, not between them:
+    a fallback group may hold one node that feeds a delegated group and another that
+    reads it (two of the delegated group's independent nodes), a cycle no run order
+    satisfies. A node's epoch is the most delegated groups on a path into it (over the
+    delegated groups and single fallback nodes, acyclic by the first run); every edge
+    between groups keeps or raises it and leaving a delegated group raises it, so cutting
+    each fallback group by epoch leaves no cycle."""
+    if not delegated or not fallback:
+        return fallback
+    units = [(True, g) for g in delegated] + [(False, {n}) for g in fallback for n in g]
+    owner = {node: index for index, (_, g) in enumerate(units) for node in g}
+    epoch: dict[int, int] = {}
+    for index in _topological(units, owner, order):
+        epoch[index] = max((epoch[owner[arg]] + units[owner[arg]][0]
+                            for node in units[index][1] for arg in _tensor_inputs(node)
+                            if arg in owner and owner[arg] != index), default=0)
+    pieces = []
+    for group in fallback:
+        by_epoch: dict[int, set[Node]] = {}
+        for node in group:
+            by_epoch.setdefault(epoch[owner[node]], set()).add(node)
+        pieces.extend(by_epoch[e] for e in sorted(by_epoch))
+    return pieces
+
+
 def _topological(groups, owner: dict, order: dict) -> list[int]:
     """Kahn's order over the partition DAG, ties broken by first node position."""
-    deps = {i: set() for i in range(len(groups))}
+    users: dict[int, set[int]] = {i: set() for i in range(len(groups))}
+    waiting = [0] * len(groups)
     for index, (_, nodes) in enumerate(groups):
-        for node in nodes:
-            for arg in _tensor_inputs(node):
-                if arg in owner and owner[arg] != index:
-                    deps[index].add(owner[arg])
-    first = {i: min(order[n] for n in g) for i, (_, g) in enumerate(groups)}
-    ranked, done = [], set()
-    while len(ranked) < len(groups):
-        ready = [i for i in deps if i not in done and deps[i] <= done]
-        nxt = min(ready, key=first.__getitem__)
-        ranked.append(nxt)
-        done.add(nxt)
+        deps = {owner[arg] for node in nodes for arg in _tensor_inputs(node)
+                if arg in owner and owner[arg] != index}
+        waiting[index] = len(deps)
+        for dep in deps:
+            users[dep].add(index)
+    first = [min(order[n] for n in g) for _, g in groups]
+    ready = [(first[i], i) for i in range(len(groups)) if not waiting[i]]
+    heapq.heapify(ready)
+    ranked = []
+    while ready:
+        _, index = heapq.heappop(ready)
+        ranked.append(index)
+        for user in users[index]:
+            waiting[user] -= 1
+            if not waiting[user]:
+                heapq.heappush(ready, (first[user], user))
+    if len(ranked) < len(groups):  # a plan no order runs: ours to fix, not the user's
+        stuck = sorted(min(groups[i][1], key=order.__getitem__).name
+                       for i in range(len(groups)) if i not in set(ranked))
+        raise RuntimeError(f"the partition plan has a cycle through the groups starting at "
+                           f"{', '.join(stuck[:6])}")
     return ranked
 
 
