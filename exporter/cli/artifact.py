@@ -295,19 +295,22 @@ def sign(artifact: Path = typer.Argument(..., help="artifact file, signed in pla
 @app.command()
 def package(artifacts: list[Path] = typer.Argument(..., help="artifact files"),
             out: Path = typer.Option(..., "--out", "-o", help="bundle.tar.gz to write"),
+            platform: Optional[str] = typer.Option(
+                None, "--platform", help="linux-x86_64 | linux-aarch64: the device's "
+                "platform, whose wheels the bundle carries (default: this machine's)"),
             as_json: bool = JSON, quiet: bool = QUIET, verbose: bool = VERBOSE,
             debug: bool = DEBUG) -> None:
     """Bundle artifacts with a runtime wheel, a version lock and run scripts for a device."""
     def action() -> int:
         from exporter.ship.bundle import package as package_api
 
-        packed = package_api(artifacts, out)
+        packed = package_api(artifacts, out, platform)
         if as_json:
             print_json(packed)
             return 0
         for note in packed["notes"]:
             warn(note)
-        wrote(out, f"{len(artifacts)} artifact(s), {packed['wheel']}, "
+        wrote(out, f"{len(artifacts)} artifact(s) for {packed['platform']}, {packed['wheel']}, "
                    f"{packed['packages']} locked packages, each wheel inside; see README.txt")
         return 0
     guarded(action, quiet=quiet, verbose=verbose, debug=debug, as_json=as_json)

@@ -2,8 +2,8 @@
 
     NAME/artifacts/*.artifact   the artifacts, verified before they are packed
     NAME/wheels/*.whl           the runtime package alone (exporter/ship/wheel.py) and one
-                                wheel per locked package, for this Python and platform
-                                (exporter/ship/download.py)
+                                wheel per locked package, for this Python and the
+                                bundle's platform (--platform; exporter/ship/download.py)
     NAME/requirements.lock      exact versions and the SHA-256 of those wheels: the versions
                                 the artifacts were built with (numpy, each backend's library,
                                 torch and safetensors only where a partition needs them:
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import io
-import platform
+import platform as _platform
 import re
 import sys
 import tarfile
@@ -39,13 +39,17 @@ from runtime.executors.custom_ops import KNOWN
 from runtime.format.manifest import Manifest
 from runtime.host import scratch
 from runtime.host.outfiles import checked_output, written_whole
+from runtime.host.platforms import PLATFORMS, get_platform, host_platform, unknown_platform
+from runtime.program.requires import loads_on
 from runtime.program.requires import packages as runtime_packages
 
 _FIXED_MTIME = 1577836800  # 2020-01-01: the same inputs give the same tar members
 
 
-def package(artifacts: list[Path], out: Path) -> dict:
-    """Verify the artifacts, then write the bundle whole (a temp file renamed) or not at all."""
+def package(artifacts: list[Path], out: Path, platform: str | None = None) -> dict:
+    """Verify the artifacts, then write the bundle for ``platform`` (default: this
+    machine's) whole (a temp file renamed) or not at all."""
+    platform = _checked_platform(platform)
     if not artifacts:
         raise UserInputError("no artifacts to package", hint="exporter package A.artifact "
                              "[B.artifact...] --out bundle.tar.gz")
@@ -57,15 +61,17 @@ def package(artifacts: list[Path], out: Path) -> dict:
                        *(("an artifact's file name", p.name) for p in artifacts)]:
         _check_member_name(what, text)
     manifests = _verified(artifacts)
-    lock = lock_for([(p.name, m) for p, m in zip(artifacts, manifests)])
+    _check_loads_on(platform, artifacts, manifests)
+    lock = lock_for([(p.name, m) for p, m in zip(artifacts, manifests)], platform)
     notes = lock.notes + custom_op_notes(artifacts, manifests)
     with scratch.directory("exporter-package-") as work:
-        wheels = download_wheels(lock.pins, work / "wheels")
+        wheels = download_wheels(lock.pins, work / "wheels", platform)
         wheels[DIST_NAME] = build_runtime_wheel(work)
         lock.pins[DIST_NAME] = Version(toolchain_version())
         members = _members(name, artifacts, manifests, notes, lock, wheels)
         _write_tar(out, name, members)
-    return {"bundle": str(out), "folder": name, "artifacts": [p.name for p in artifacts],
+    return {"bundle": str(out), "folder": name, "platform": platform,
+            "artifacts": [p.name for p in artifacts],
             "wheel": wheels[DIST_NAME].name, "packages": len(lock.pins), "notes": notes,
             "lock": members["requirements.lock"].decode().splitlines()}
 
@@ -79,20 +85,43 @@ def _members(name: str, artifacts: list[Path], manifests: list[Manifest], notes:
     members.update({f"wheels/{w.name}": w for w in wheels.values()})
     digests = {member: _sha256(path) for member, path in members.items()}
     lines = lock.lines({dist: [digests[f"wheels/{w.name}"]] for dist, w in wheels.items()})
-    members.update(_texts(name, artifacts, manifests, notes, lines, digests))
+    members.update(_texts(name, artifacts, manifests, notes, lines, digests, lock.platform))
     digests.update({m: _sha256(d) for m, d in members.items() if m not in digests})
     members["SHA256SUMS"] = "".join(f"{digests[m]}  {m}\n" for m in sorted(members)).encode()
     return members
 
 
 def _texts(name: str, artifacts: list[Path], manifests: list[Manifest], notes: list[str],
-           lines: list[str], digests: dict[str, str]) -> dict[str, bytes]:
+           lines: list[str], digests: dict[str, str], platform: str) -> dict[str, bytes]:
     """The lock, the scripts (run.sh pins each artifact's SHA-256) and the README."""
     pins = {p.name: digests[f"artifacts/{p.name}"] for p in artifacts}
+    arch = get_platform(platform).arch if platform in PLATFORMS else _platform.machine()
     return {"requirements.lock": "\n".join(lines).encode() + b"\n",
-            "install.sh": install_script("%d.%d" % sys.version_info[:2]).encode(),
+            "install.sh": install_script("%d.%d" % sys.version_info[:2], arch).encode(),
             "run.sh": run_script(pins).encode(),
-            "README.txt": _readme(name, artifacts, manifests, notes).encode()}
+            "README.txt": _readme(name, artifacts, manifests, notes, arch).encode()}
+
+
+def _checked_platform(platform: str | None) -> str:
+    """The bundle's platform: this machine's by default, else one of runtime/host/platforms.py."""
+    if platform is None or platform == host_platform():
+        return host_platform()
+    problem = unknown_platform(platform)
+    if problem:
+        raise UserInputError(problem, where="--platform")
+    return platform
+
+
+def _check_loads_on(platform: str, artifacts: list[Path], manifests: list[Manifest]) -> None:
+    """An artifact whose native code is another platform's would be refused on the device."""
+    for path, manifest in zip(artifacts, manifests):
+        where = loads_on(manifest)
+        if platform not in where["platforms"]:
+            raise UserInputError(
+                f"{path.name} holds native code ({', '.join(where['native_code'])}) for "
+                f"{where['platforms'][0]}, and the bundle is for {platform}", where=str(path),
+                hint=f"package it with --platform {where['platforms'][0]}, or build it again "
+                     f"with `exporter build --platform {platform}`")
 
 
 # Member names go into tar paths, SHA256SUMS lines and run.sh's shell text: plain names only.
@@ -159,7 +188,7 @@ def _write_tar(out: Path, folder: str, members: dict[str, bytes | Path]) -> None
 
 
 def _readme(name: str, artifacts: list[Path], manifests: list[Manifest],
-            notes: list[str]) -> str:
+            notes: list[str], arch: str) -> str:
     rows = "\n".join(_printable(f"  {p.name}: target {m.target}, from {m.source.get('spec')}, "
                                "inputs " + ", ".join(s.describe() for s in m.signature.inputs))
                      for p, m in zip(artifacts, manifests))
@@ -172,7 +201,7 @@ def _readme(name: str, artifacts: list[Path], manifests: list[Manifest],
             f"The runtime needs {', '.join(needs)} and each backend's library{torch_free};\n"
             "requirements.lock pins them, what they need and the SHA-256 of each wheel in\n"
             "wheels/, which install.sh installs offline.\n\n"
-            f"On the device (Python {python}, Linux, {platform.machine()}: the wheels' own):\n"
+            f"On the device (Python {python}, Linux, {arch}: the wheels' own):\n"
             f"  tar xzf {name}.tar.gz && cd {name}\n"
             "  ./install.sh              # .venv with exactly the wheels in wheels/\n"
             + (f"  ./run.sh {plain[0]} --inputs in.npz --out out.npz\n" if plain else "")

@@ -1,6 +1,8 @@
 """The wheels a bundle carries: one per locked distribution, for this host's Python and
-platform, fetched by ``pip download`` with the user's own pip configuration (index,
-mirror, find-links). The lock pins the SHA-256 of exactly these files and the device
+the bundle's platform (``--platform``: pip's wheel tags for it), fetched by ``pip
+download`` with the user's own pip configuration (index, mirror, find-links); a CPU torch
+without a local label (aarch64) comes from PyTorch's cpu index only, as PyPI's is a CUDA
+build. The lock pins the SHA-256 of exactly these files and the device
 installs only them (``--no-index --require-hashes``), so what runs there is what was
 resolved here, whatever an index serves later.
 """
@@ -16,23 +18,41 @@ from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import Version
 
 from exporter.errors import UserInputError
-from exporter.ship.lock import PYTORCH_INDEX
+from exporter.ship.lock import PYTORCH_INDEX, UNLABELLED_CPU_TORCH
+from runtime.host.platforms import get_platform, host_platform
 
 log = logging.getLogger(__name__)
 
 
-def download_wheels(pins: dict[str, Version], dest: Path) -> dict[str, Path]:
-    """Canonical name -> the wheel for that pin, saved in ``dest``."""
+def download_wheels(pins: dict[str, Version], dest: Path, platform: str | None = None
+                    ) -> dict[str, Path]:
+    """Canonical name -> the wheel for that pin and ``platform`` (default: this one),
+    saved in ``dest``."""
     dest.mkdir(parents=True, exist_ok=True)
-    plain = {n: v for n, v in pins.items() if not v.local}
+    platform = platform or host_platform()
+    tags = wheel_tag_options(platform)
+    cpu_torch = {n: v for n, v in pins.items()
+                 if n == "torch" and not v.local and platform in UNLABELLED_CPU_TORCH}
+    plain = {n: v for n, v in pins.items() if not v.local and n not in cpu_torch}
     if plain:
-        _pip_download(plain, dest)
+        _pip_download(plain, dest, *tags)
+    if cpu_torch:
+        _pip_download(cpu_torch, dest, *tags, "--index-url", PYTORCH_INDEX + "cpu")
     for label in sorted({v.local for v in pins.values() if v.local}):
         labelled = {n: v for n, v in pins.items() if v.local == label}
         # the user's index may mirror PyTorch's variants; if not, PyTorch's own serves them
-        if not _pip_download(labelled, dest, fail=False):
-            _pip_download(labelled, dest, "--extra-index-url", PYTORCH_INDEX + label)
+        if not _pip_download(labelled, dest, *tags, fail=False):
+            _pip_download(labelled, dest, *tags, "--extra-index-url", PYTORCH_INDEX + label)
     return _matched(pins, dest)
+
+
+def wheel_tag_options(platform: str) -> list[str]:
+    """pip's options for another platform's wheels (none for this one): its manylinux
+    tags from its glibc baseline down to manylinux2014, this Python's version."""
+    if platform == host_platform():
+        return []
+    options = [f"--platform={tag}" for tag in get_platform(platform).wheel_tags()]
+    return [*options, "--python-version=%d.%d" % sys.version_info[:2], "--implementation=cp"]
 
 
 def _pip_download(pins: dict[str, Version], dest: Path, *extra: str, fail: bool = True) -> bool:
@@ -51,7 +71,7 @@ def _pip_download(pins: dict[str, Version], dest: Path, *extra: str, fail: bool 
                          where="pip download (your pip configuration's index)", details=tail,
                          hint="check the network or your pip index (pip config list); a "
                          "bundle carries a wheel for each locked package, built wheels "
-                         "only, for this Python and platform")
+                         "only, for this Python and the bundle's platform (--platform)")
 
 
 def _matched(pins: dict[str, Version], dest: Path) -> dict[str, Path]:

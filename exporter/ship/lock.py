@@ -22,6 +22,7 @@ from packaging.version import InvalidVersion, Version
 
 from exporter.errors import UserInputError
 from runtime.format.manifest import Manifest
+from runtime.host.platforms import get_platform, host_platform
 from runtime.program.requires import packages as runtime_packages
 from targets import for_backend
 
@@ -32,6 +33,9 @@ _VERSION_TEXT = re.compile(r"[0-9A-Za-z.+!_-]{1,64}")
 # Local labels of PyTorch's own wheel variants; each is served by PyTorch's index of that name
 _LOCAL = re.compile(r"cpu|cu[0-9]{2,3}|rocm[0-9]+(\.[0-9]+)*|xpu")
 PYTORCH_INDEX = "https://download.pytorch.org/whl/"
+# Platforms whose torch CPU wheels PyTorch's cpu index serves without the +cpu label (PyPI's
+# torch for them is a CUDA build): a bundle for one pins the plain version, from that index.
+UNLABELLED_CPU_TORCH = frozenset({"linux-aarch64"})
 
 
 @dataclass
@@ -39,17 +43,21 @@ class Lock:
     """Pinned distributions (canonical name -> parsed version) and notes for the README."""
     pins: dict[str, Version]
     notes: list[str] = field(default_factory=list)
+    platform: str = field(default_factory=host_platform)  # where the wheels install
 
     def indexes(self) -> list[str]:
         """PyTorch's index for each local label the pins carry (torch 2.13.0+cpu is on
-        no other index)."""
-        return sorted({PYTORCH_INDEX + v.local for v in self.pins.values() if v.local})
+        no other index), and its cpu index for an unlabelled CPU torch."""
+        labels = {v.local for v in self.pins.values() if v.local}
+        if "torch" in self.pins and self.platform in UNLABELLED_CPU_TORCH:
+            labels.add("cpu")
+        return sorted(PYTORCH_INDEX + label for label in labels)
 
     def lines(self, hashes: dict[str, list[str]] | None = None) -> list[str]:
         """The lock's lines; ``hashes``: name -> sha256 digests of the files that may
         install it (pip's --require-hashes then refuses any other file)."""
-        lines = [f"# exact versions; built on Python {platform.python_version()} "
-                 f"({platform.machine()})"]
+        lines = [f"# exact versions for {self.platform}; resolved on Python "
+                 f"{platform.python_version()} ({platform.machine()})"]
         lines += [f"--extra-index-url {url}" for url in self.indexes()]
         for name, version in sorted(self.pins.items()):
             digests = (hashes or {}).get(name, [])
@@ -90,14 +98,23 @@ def _shown(text: object) -> str:
     return shown if len(shown) <= 80 else shown[:77] + "..."
 
 
-def lock_for(artifacts: list[tuple[str, Manifest]]) -> Lock:
-    """(artifact name, manifest) pairs -> the lock: roots at the manifests' versions,
-    their dependencies at the versions installed here."""
-    roots = _roots(artifacts)
-    lock = Lock(pins=dict(roots))
-    for root in roots:
+def lock_for(artifacts: list[tuple[str, Manifest]], platform: str | None = None) -> Lock:
+    """(artifact name, manifest) pairs -> the lock for ``platform`` (default: this one):
+    roots at the manifests' versions, their dependencies at the versions installed here,
+    as the platform's markers select them."""
+    lock = Lock(pins={}, platform=platform or host_platform())
+    lock.pins.update(_for_platform(_roots(artifacts), lock.platform))
+    for root in list(lock.pins):
         _add_dependencies(root, lock)
     return lock
+
+
+def _for_platform(roots: dict[str, Version], platform: str) -> dict[str, Version]:
+    """torch 2.13.0+cpu is 2.13.0 where PyTorch's CPU wheels carry no label (aarch64)."""
+    torch = roots.get("torch")
+    if torch is not None and torch.local == "cpu" and platform in UNLABELLED_CPU_TORCH:
+        return {**roots, "torch": Version(torch.public)}
+    return roots
 
 
 def lock_lines(manifests: list[Manifest]) -> tuple[list[str], list[str]]:
@@ -172,7 +189,9 @@ def _add_dependencies(dist: str, lock: Lock) -> None:
         lock.notes.append(f"{dist} is not installed here: its own dependencies are not locked")
         return
     here = _installed(dist)
-    if here is not None and Version(here) != lock.pins.get(dist, Version(here)):
+    pinned = lock.pins.get(dist)
+    if here is not None and pinned is not None and pinned != _for_platform(
+            {dist: Version(here)}, lock.platform)[dist]:
         lock.notes.append(f"{dist} {lock.pins[dist]} is locked (the artifacts' version); its "
                           f"dependencies are those of {here}, installed here")
     for text in requires:
@@ -181,7 +200,7 @@ def _add_dependencies(dist: str, lock: Lock) -> None:
         except InvalidRequirement:
             lock.notes.append(f"{dist} {here} declares a requirement pip cannot read: skipped")
             continue
-        if requirement.marker and not requirement.marker.evaluate({"extra": ""}):
+        if requirement.marker and not requirement.marker.evaluate(_markers(lock.platform)):
             continue
         name = checked_name(requirement.name, where=f"the installed {dist}'s requirements")
         if name in lock.pins:
@@ -193,3 +212,11 @@ def _add_dependencies(dist: str, lock: Lock) -> None:
         lock.pins[name] = checked_version(version, dist=name,
                                           where=f"{name} {version}, installed here")
         _add_dependencies(name, lock)
+
+
+def _markers(platform: str) -> dict[str, str]:
+    """Environment markers of the device: this Python, the bundle's platform."""
+    if platform == host_platform():
+        return {"extra": ""}
+    return {"extra": "", "platform_machine": get_platform(platform).arch,
+            "platform_system": "Linux", "sys_platform": "linux"}

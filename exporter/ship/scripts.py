@@ -3,7 +3,8 @@ before anything else and stop (exit 2) on any mismatch or a missing ``sha256sum`
 also carries the SHA-256 of each artifact it was written for, so an artifact swapped in
 together with a rewritten SHA256SUMS is still refused (unless run.sh is rewritten too:
 that takes a signature, see docs/trust.md). The only text put into them is checked here:
-artifact names (plain file names), their hex digests and the Python version.
+artifact names (plain file names), their hex digests, the Python version and the CPU
+architecture the wheels are for.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from exporter.errors import UserInputError
 _SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
 _DIGEST = re.compile(r"[0-9a-f]{64}")
 _PYTHON = re.compile(r"3\.[0-9]{1,2}")
+_ARCH = re.compile(r"[a-z0-9_]{1,20}")
 
 # Shared by both scripts: SHA256SUMS lines on stdin, checked from the bundle's folder.
 _CHECK = """\
@@ -26,11 +28,13 @@ checked() ( cd "$here" && sha256sum --check --strict --quiet - >&2 )
 """
 
 
-def install_script(python: str) -> str:
-    """install.sh: every file checked, then an offline install of the bundle's wheels."""
-    if not _PYTHON.fullmatch(python):
-        raise UserInputError(f"unexpected Python version {python!r}")
-    return _INSTALL.replace("@CHECK@", _CHECK).replace("@PYTHON@", python)
+def install_script(python: str, arch: str) -> str:
+    """install.sh: every file checked, then an offline install of the bundle's wheels
+    (for CPython ``python`` on ``arch``, as ``uname -m`` says it)."""
+    if not _PYTHON.fullmatch(python) or not _ARCH.fullmatch(arch):
+        raise UserInputError(f"unexpected Python version {python!r} or architecture {arch!r}")
+    return _INSTALL.replace("@CHECK@", _CHECK).replace("@PYTHON@", python).replace(
+        "@ARCH@", arch)
 
 
 def run_script(artifacts: dict[str, str]) -> str:
@@ -51,12 +55,16 @@ _INSTALL = """#!/bin/sh
 # against SHA256SUMS. pip runs from a throwaway venv and installs into the new one
 # (pip --python), so the device's venv holds what runs the artifacts, not the installer;
 # bytecode is written as modules are first imported (--no-compile). The wheels are for
-# CPython @PYTHON@ on the build host's platform. To add packages later:
+# CPython @PYTHON@ on Linux @ARCH@ (exporter package --platform). To add packages later:
 # .venv/bin/python -m ensurepip, then .venv/bin/python -m pip install ...
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 @CHECK@checked < "$here/SHA256SUMS" || refuse "files of this bundle do not match SHA256SUMS \\
 (above): it is damaged or was changed; get the bundle again"
+machine=$(uname -m)
+[ "$machine" = @ARCH@ ] ||
+    refuse "the bundle's wheels are for @ARCH@ and this machine is $machine; make a bundle \\
+for it with exporter package --platform"
 venv=${1:-$here/.venv}
 python=${PYTHON:-python3}
 found=$("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])') ||

@@ -19,12 +19,18 @@ class Platform:
     name: str  # "linux-aarch64": the --platform value and the manifest's record
     arch: str  # platform.machine() there: "aarch64"
     gnu_triple: str  # Debian's cross toolchain prefix and multiarch folder
-    wheel_tag: str  # pip download --platform: the oldest glibc its wheels are built for
+    glibc: int  # the device's glibc is 2.<glibc> or newer: its manylinux wheels install
+
+    def wheel_tags(self) -> list[str]:
+        """The wheel platform tags a device of this platform installs, newest first:
+        manylinux_2_<glibc> down to manylinux2014 (pip does not expand them itself)."""
+        return [f"manylinux_2_{minor}_{self.arch}" for minor in range(self.glibc, 16, -1)] + [
+            f"manylinux2014_{self.arch}"]
 
 
 PLATFORMS: dict[str, Platform] = {p.name: p for p in (
-    Platform("linux-x86_64", "x86_64", "x86_64-linux-gnu", "manylinux_2_28_x86_64"),
-    Platform("linux-aarch64", "aarch64", "aarch64-linux-gnu", "manylinux_2_28_aarch64"),
+    Platform("linux-x86_64", "x86_64", "x86_64-linux-gnu", glibc=28),
+    Platform("linux-aarch64", "aarch64", "aarch64-linux-gnu", glibc=28),
 )}
 NAMES: tuple[str, ...] = tuple(PLATFORMS)
 
