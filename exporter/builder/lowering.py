@@ -10,7 +10,8 @@ import dataclasses
 import logging
 from pathlib import Path
 
-from exporter.builder.placement import place
+from exporter.builder.isolate import isolate_failure
+from exporter.builder.placement import mostly_fallback, place
 from exporter.builder.prepared import Prepared
 from exporter.settings import BuildSettings
 from plan.partition import PartitionError, PlannedPartition, materialize
@@ -88,36 +89,60 @@ def _lower_delegated(prep: Prepared, settings: BuildSettings, plan: PlannedParti
                                             "unless --fallback forbid") from exc
 
 
-MAX_LOWERING_RETRIES = 3
+MAX_LOWERING_RETRIES = 6  # each retry moves at least one more op (isolate.py)
 
 
 def lower_with_fallback(prep: Prepared, settings: BuildSettings, work_dir: Path
                          ) -> list[tuple[PlannedPartition, Lowered]]:
     """Lower every partition. When a backend fails on ops it had claimed (``exc.nodes``:
-    those it named, else the failing partition's), and the fallback policy allows it,
-    those ops move to the CPU fallback, the partitions are planned again and lowering
-    starts over."""
+    those it named, else the one op of the failing partition it fails on, isolate.py),
+    and the fallback policy allows it, those ops move to the CPU fallback, the partitions
+    are planned again and lowering starts over."""
     failed: dict[str, str] = {}
     for attempt in range(MAX_LOWERING_RETRIES + 1):
         attempt_dir = work_dir / f"attempt{attempt}"
         attempt_dir.mkdir()
         try:
-            return _lower_all(prep, settings, attempt_dir)
+            lowered = _lower_all(prep, settings, attempt_dir)
         except LoweringError as exc:
-            nodes = [n for n in exc.nodes if n not in failed]
-            if (not nodes or not exc.movable or settings.fallback == FallbackPolicy.FORBID
+            if (not exc.movable or settings.fallback == FallbackPolicy.FORBID
                     or attempt == MAX_LOWERING_RETRIES):
                 raise
-            for path in exc.kept:  # the build goes on: no log of it left beside the output
-                scratch.remove(path)
-            reason = f"{prep.target.name} failed to compile it: {exc.what}"
-            failed.update({name: reason for name in nodes})
-            log.warning("moving %d op(s) to the CPU fallback after a lowering failure (%s): %s",
-                        len(nodes), exc.what, ", ".join(nodes))
-            prep.placement = place(prep.program, prep.target, settings.min_partition_size,
-                                   failed)
-            prep.warnings.append(f"{len(nodes)} op(s) moved to the CPU fallback after "
-                                 f"{prep.target.name} failed on them: {', '.join(nodes)} "
-                                 f"({exc.what}; --fallback forbid stops there instead and "
-                                 "keeps the backend's log)")
+            nodes = [n for n in _to_move(prep, settings, exc, attempt_dir) if n not in failed]
+            if not nodes:
+                raise
+            _move_to_fallback(prep, settings, exc, nodes, failed)
+            continue
+        if (line := mostly_fallback(prep.placement, prep.target)) is not None:
+            prep.warnings.insert(0, line)
+        return lowered
     raise AssertionError("unreachable")
+
+
+def _to_move(prep: Prepared, settings: BuildSettings, exc: LoweringError,
+             attempt_dir: Path) -> list[str]:
+    """The ops the backend named; where it named none (the whole partition), the ones
+    it fails on, found by lowering the partition's prefixes (isolate.py)."""
+    whole = next((plan for plan in prep.placement.plans if plan.delegated
+                  and set(exc.nodes) == {n.name for n in plan.nodes if n.op == "call_function"}),
+                 None)
+    if whole is None:
+        return exc.nodes
+    found = isolate_failure(prep, whole, attempt_dir / f"isolate-{whole.name}",
+                            lambda plan, folder: _lower_delegated(prep, settings, plan, folder))
+    return exc.nodes if found is None else [n.name for n in found]
+
+
+def _move_to_fallback(prep: Prepared, settings: BuildSettings, exc: LoweringError,
+                      nodes: list[str], failed: dict[str, str]) -> None:
+    for path in exc.kept:  # the build goes on: no log of it left beside the output
+        scratch.remove(path)
+    reason = f"{prep.target.name} failed to compile it: {exc.what}"
+    failed.update({name: reason for name in nodes})
+    log.warning("moving %d op(s) to the CPU fallback after a lowering failure (%s): %s",
+                len(nodes), exc.what, ", ".join(nodes))
+    prep.placement = place(prep.program, prep.target, settings.min_partition_size, failed)
+    prep.warnings.append(f"{len(nodes)} op(s) moved to the CPU fallback after "
+                         f"{prep.target.name} failed on them: {', '.join(nodes)} "
+                         f"({exc.what}; --fallback forbid stops there instead and "
+                         "keeps the backend's log)")

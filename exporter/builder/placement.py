@@ -111,6 +111,24 @@ def _transfers(plans: list[PlannedPartition], device: str) -> int:
     return count
 
 
+def mostly_fallback(placement: Placement, target: Target) -> str | None:
+    """One line when most of the model's ops run on the CPU fallback, not on the target
+    asked for (the placement table says so too, but a build that "passed" on torch read
+    as one that ran on the target), with the commonest reasons; None otherwise."""
+    rows = placement.fallback_rows
+    if not rows or 2 * len(rows) <= len(placement.coverage):
+        return None
+    reasons = Counter(_short(row["reason"]) for row in rows).most_common(2)
+    why = "; ".join(f"{reason} ({count} op{'s' if count > 1 else ''})"
+                    for reason, count in reasons)
+    return (f"{len(rows)} of {len(placement.coverage)} ops run on the CPU fallback, not "
+            f"{target.name}: {why} (`exporter inspect` lists each op)")
+
+
+def _short(reason: str, limit: int = 160) -> str:
+    return reason if len(reason) <= limit else reason[:limit - 3] + "..."
+
+
 def enforce_fallback_policy(placement: Placement, policy: FallbackPolicy | str,
                             target: Target) -> list[str]:
     """Raise for 'forbid' listing every unsupported op; return warnings for 'warn'."""
