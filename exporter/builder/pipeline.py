@@ -20,6 +20,7 @@ from exporter.leftovers import sweep
 from exporter.progress import StageHook, quiet_stage
 from exporter.settings import BuildSettings
 from exporter.ship.archive_writer import write_artifact
+from exporter.validation import native_cases
 from runtime.executors import holds_native_code
 from runtime.format.manifest import Manifest
 from runtime.host import scratch
@@ -114,6 +115,9 @@ def foreign_native_code(manifest: Manifest) -> str | None:
     native = [p.name for p in manifest.all_partitions() if holds_native_code(p)]
     if built_for == host or not native:
         return None
+    why = native_cases.why_not(manifest)  # None: its native runner validates it under qemu
+    if why is None:
+        return None
     return (f"validation skipped: partition {', '.join(native[:3])} holds native code for "
-            f"{built_for}, which this machine ({host}) cannot run; check it there, or under "
-            "qemu-user with the native runner (`exporter package --native`)")
+            f"{built_for}, which this machine ({host}) cannot run ({why}); check it there, "
+            "or under qemu-user with the native runner (`exporter package --native`)")

@@ -30,6 +30,7 @@ from exporter.ship.archive_writer import write_artifact
 from exporter.validation.bisect import bisect, bisect_lines
 from exporter.validation.gates import QuantGate, Tolerance, Verdict
 from exporter.validation.inputs import Case, make_cases
+from exporter.validation.native_cases import command_for
 from exporter.validation.validate import (EagerRunner, crashed, keep_failed, summarize_failure,
                                           validate)
 from runtime.errors import InputMismatchError
@@ -94,19 +95,24 @@ class PlainBuild(BuildKind):
         cases, warnings = make_cases(captured.signature, captured.inputs.tensors,
                                      settings.inputs, settings.seed)
         staging = scratch.record(out.with_name(f".{out.name}.validating-{os.getpid()}"))
+        command = command_for(manifest)  # a cross build runs in its platform's native runner
         write_artifact(staging, manifest.to_dict(), files)
         try:
             gate = self.gate(settings)
             try:
                 record = validate(staging, eager, captured.signature, cases, gate=gate,
                                   warnings=warnings, preload=preload,
-                                  timeout=settings.validation_timeout_s)
+                                  timeout=settings.validation_timeout_s, command=command)
+                if command is not None:  # say where it ran: not this machine's runtime
+                    record["runner"] = (f"native edge-run for {settings.platform}, "
+                                        "under qemu-user")
             except BuildError as exc:  # the artifact crashed the validation process
                 raise crashed(exc, out, manifest, files, settings.keep_failed) from exc
             if not record["passed"]:
+                # bisecting runs partitions in the Python runtime: not another platform's
                 found = (PlainBisect(prep, cases, eager, settings.dtype)(staging, manifest,
                                                                          record)
-                         if gate.bisects else None)
+                         if gate.bisects and command is None else None)
                 if found is not None:
                     record["bisect"] = found
                 manifest.validation = record

@@ -137,11 +137,13 @@ def _device_of(module: torch.nn.Module) -> torch.device:
 
 def validate(artifact: Path, eager: EagerRunner, signature: Signature, cases: list[Case],
              *, gate: Gate, warnings: list[str] | None = None, preload: list[str] = (),
-             timeout: float = 900) -> dict:
+             timeout: float = 900, command: tuple[str, ...] | None = None) -> dict:
     """Run the artifact out of process and compare with eager, output by output, as
-    ``gate`` judges; returns the manifest record."""
+    ``gate`` judges; returns the manifest record. ``command``: the process that runs it,
+    where not the Python runtime here (a cross build's: native_cases.py)."""
     start = time.perf_counter()
-    run = ArtifactRun(artifact, cases, preload=preload, timeout=timeout)
+    run = ArtifactRun(artifact, cases, preload=preload, timeout=timeout,
+                      command=command or RUN_CASES)
     try:
         references = [_references(eager, case, float64=gate.float64_reference)
                       for case in cases]
