@@ -47,7 +47,7 @@ def build_runner(platform: str | None = None, backends: frozenset[str] = frozens
     build_dir = Path(build_root) / f"{platform}-{'+'.join(sorted(backends)) or 'core'}"
     build_dir.mkdir(parents=True, exist_ok=True)
     args = _cmake_args(platform, backends)
-    stamp = _fingerprint(args)
+    stamp = _fingerprint(args, backends)
     runner = build_dir / RUNNER
     # One build per folder at a time: parallel test sessions share these folders.
     with open(build_dir / ".lock", "w") as lock:
@@ -100,11 +100,14 @@ def _cmake_args(platform: str, backends: frozenset[str]) -> list[str]:
             f"-DTVM_FFI_ROOT={wheels / 'tvm_ffi'}"]
 
 
-def _fingerprint(args: list[str]) -> str:
-    """Hash of every file under native/ and of the settings: what the build depends on."""
+def _fingerprint(args: list[str], backends: frozenset[str]) -> str:
+    """Hash of the settings and of every file under native/ the build reads (another
+    backend's files are not read: editing them rebuilds nothing here)."""
     digest = hashlib.sha256(json.dumps(args).encode())
     for path in sorted(NATIVE_DIR.rglob("*")):
-        if path.is_file() and "__pycache__" not in path.parts:
+        parts = path.relative_to(NATIVE_DIR).parts
+        other_backend = "backends" in parts[:2] and not path.name.startswith(tuple(backends))
+        if path.is_file() and "__pycache__" not in parts and not other_backend:
             digest.update(str(path.relative_to(NATIVE_DIR)).encode() + b"\0")
             digest.update(hashlib.sha256(path.read_bytes()).digest())
     return digest.hexdigest()

@@ -12,6 +12,7 @@
 
 #include "backend.h"
 #include "json_strict.h"
+#include "zip_checks.h"
 #include "sha256.h"
 
 namespace edge {
@@ -26,62 +27,6 @@ const char* const kHintModified =
     "the file was modified or corrupted after it was built; copy it again from its source "
     "or rebuild the artifact";
 
-uint64_t le(const unsigned char* p, int bytes) {
-  uint64_t value = 0;
-  for (int i = bytes - 1; i >= 0; --i) value = (value << 8) | p[i];
-  return value;
-}
-
-// The end-of-central-directory record's entry count and directory size (zip64 too), read
-// before libzip builds one record per entry, so a huge declared directory costs nothing.
-// Returns false where there is no end record (not a zip).
-bool declared_directory(int fd, uint64_t file_size, uint64_t& count, uint64_t& dir_bytes) {
-  const uint64_t tail = std::min<uint64_t>(file_size, 22 + 65535);
-  std::vector<unsigned char> buf(tail);
-  if (tail < 22 || pread(fd, buf.data(), tail, file_size - tail) != static_cast<ssize_t>(tail)) {
-    return false;
-  }
-  for (int64_t at = static_cast<int64_t>(tail) - 22; at >= 0; --at) {
-    const unsigned char* p = buf.data() + at;
-    if (le(p, 4) != 0x06054b50) continue;
-    count = le(p + 10, 2);
-    dir_bytes = le(p + 12, 4);
-    const uint64_t eocd_at = file_size - tail + at;
-    if ((count == 0xffff || dir_bytes == 0xffffffff) && eocd_at >= 20) {
-      unsigned char loc[20], rec[56];
-      if (pread(fd, loc, 20, eocd_at - 20) == 20 && le(loc, 4) == 0x07064b50 &&
-          pread(fd, rec, 56, le(loc + 8, 8)) == 56 && le(rec, 4) == 0x06064b50) {
-        count = le(rec + 32, 8);
-        dir_bytes = le(rec + 40, 8);
-      }
-    }
-    return true;
-  }
-  return false;
-}
-
-// Why `name` is not a safe entry name, or "" (runtime.format.archive._name_problem).
-std::string name_problem(const std::string& name) {
-  if (name.empty()) return "empty name";
-  for (unsigned char c : name) {
-    if (c < 0x20 || c == 0x7f) return "contains a NUL or control character";
-  }
-  if (name.find('\\') != std::string::npos) return "contains a backslash";
-  if (name[0] == '/') return "is an absolute path";
-  if (name.find(':') != std::string::npos) return "contains ':' (drive letter or stream name)";
-  std::size_t start = 0;
-  while (true) {
-    const std::size_t end = name.find('/', start);
-    const std::string part = name.substr(start, end == std::string::npos ? end : end - start);
-    if (part.empty() || part == "." || part == "..") {
-      return "has an empty, '.' or '..' path component (" + py_repr(part) + ")";
-    }
-    if (part.size() > 255) return "has a path component longer than 255 bytes";
-    if (end == std::string::npos) return "";
-    start = end + 1;
-  }
-}
-
 std::string zip_problem(zip_error_t* error) { return zip_error_strerror(error); }
 
 [[noreturn]] void not_a_zip(const std::string& path) {
@@ -89,33 +34,6 @@ std::string zip_problem(zip_error_t* error) { return zip_error_strerror(error); 
 }
 
 }  // namespace
-
-std::string py_repr(const std::string& text) {
-  const bool single = text.find('\'') != std::string::npos && text.find('"') == std::string::npos;
-  const char quote = single ? '"' : '\'';
-  std::string out(1, quote);
-  for (unsigned char c : text) {
-    if (c == '\\' || c == quote) {
-      out += '\\';
-      out += static_cast<char>(c);
-    } else if (c < 0x20 || c == 0x7f) {
-      static const char* hex = "0123456789abcdef";
-      out += c == '\n' ? "\\n" : c == '\t' ? "\\t" : c == '\r' ? "\\r" : "";
-      if (c != '\n' && c != '\t' && c != '\r') {
-        out += "\\x";
-        out += hex[c >> 4];
-        out += hex[c & 15];
-      }
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  return out + quote;
-}
-
-std::string where_entry(const std::string& path, const std::string& name) {
-  return path + ", entry " + py_repr(name);
-}
 
 std::unique_ptr<Archive> Archive::open(const std::string& path, const Limits& limits) {
   // O_NONBLOCK: opening a FIFO must not hang before fstat can refuse it.
@@ -138,8 +56,8 @@ std::unique_ptr<Archive> Archive::open(const std::string& path, const Limits& li
               std::to_string(limits.max_archive_bytes) + "-byte limit";
     hint = "raise Limits.max_archive_bytes if you trust this file";
   }
-  uint64_t count = 0, dir_bytes = 0;
-  if (problem.empty() && !declared_directory(fd, st.st_size, count, dir_bytes)) {
+  uint64_t count = 0, dir_bytes = 0, dir_offset = 0;
+  if (problem.empty() && !declared_directory(fd, st.st_size, count, dir_bytes, dir_offset)) {
     ::close(fd);
     not_a_zip(path);
   }
@@ -154,8 +72,24 @@ std::unique_ptr<Archive> Archive::open(const std::string& path, const Limits& li
     ::close(fd);
     throw ArtifactError(problem, path, hint);
   }
+  const std::string nul_name = name_with_nul(fd, st.st_size, dir_offset, dir_bytes);
+  if (!nul_name.empty()) {
+    ::close(fd);
+    throw ArtifactError("unsafe entry name: contains a NUL or control character",
+                        where_entry(path, nul_name), kHintRebuild);
+  }
   int code = 0;
   zip* archive = zip_fdopen(fd, ZIP_CHECKCONS, &code);  // owns fd from here on success
+  if (archive == nullptr && code == ZIP_ER_EXISTS) {
+    // libzip's consistency check refuses a repeated name without saying which: find it.
+    archive = zip_fdopen(fd, 0, &code);
+    if (archive != nullptr) {
+      std::unique_ptr<Archive> named(new Archive(path, archive));
+      named->limits_ = limits;
+      named->check_structure(st.st_size);  // throws "duplicate entry name" naming it
+      not_a_zip(path);  // libzip saw a repeat this reading does not: refuse all the same
+    }
+  }
   if (archive == nullptr) {
     ::close(fd);
     not_a_zip(path);
@@ -185,10 +119,7 @@ void Archive::check_structure(uint64_t file_size) {
   }
   uint64_t packed_total = 0, total = 0;
   for (zip_int64_t i = 0; i < count; ++i) {
-    // The CP437-unless-flagged-UTF-8 reading of names, as Python's zipfile decodes them.
-    const char* raw = zip_get_name(zip_, i, ZIP_FL_ENC_STRICT);
-    if (raw == nullptr) not_a_zip(path_);
-    const std::string name(raw);
+    const std::string name = entry_name(i);
     if (entries_.count(name)) throw ArtifactError("duplicate entry name", where_entry(path_, name),
                                                   kHintRebuild);
     check_entry_kind(name, i);
@@ -225,6 +156,18 @@ void Archive::check_structure(uint64_t file_size) {
                         std::to_string(total) + " (ratio over 200; a zip bomb?)", path_,
                         kHintRebuild);
   }
+}
+
+// Names as Python's zipfile decodes them: ASCII bytes as they are (control characters
+// included, so they are refused by name), others CP437 unless the entry is flagged UTF-8.
+std::string Archive::entry_name(uint64_t index) {
+  const char* raw = zip_get_name(zip_, index, ZIP_FL_ENC_RAW);
+  if (raw == nullptr) not_a_zip(path_);
+  const std::string bytes(raw);
+  if (std::all_of(bytes.begin(), bytes.end(), [](char c) { return (c & 0x80) == 0; })) return bytes;
+  const char* decoded = zip_get_name(zip_, index, ZIP_FL_ENC_STRICT);
+  if (decoded == nullptr) not_a_zip(path_);
+  return decoded;
 }
 
 void Archive::check_entry_kind(const std::string& name, uint64_t index) {

@@ -14,6 +14,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "zip_checks.h"
+
 struct zip;
 
 namespace edge {
@@ -30,11 +32,6 @@ struct Limits {  // runtime.format.archive.Limits, same defaults
 inline constexpr const char* kManifestName = "manifest.json";
 inline constexpr const char* kSignatureName = "manifest.sig";
 inline constexpr uint64_t kMaxSignatureBytes = 4096;
-
-// Python's repr of a str, as the Python loader's messages quote names: 'a/b'.
-std::string py_repr(const std::string& text);
-// "PATH, entry 'NAME'", the Python loader's where.
-std::string where_entry(const std::string& path, const std::string& name);
 
 class Archive {
  public:
@@ -59,6 +56,7 @@ class Archive {
   };
   Archive(std::string path, zip* archive) : path_(std::move(path)), zip_(archive) {}
   void check_structure(uint64_t file_size);
+  std::string entry_name(uint64_t index);
   void check_entry_kind(const std::string& name, uint64_t index);
   void load_manifest();
   void check_entry_set();
