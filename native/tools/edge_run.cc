@@ -64,6 +64,7 @@ int usage_error(const Args& args, const std::string& what) {
 
 // Returns "" or what is wrong with the command line.
 std::string parse(int argc, char** argv, Args& args) {
+  for (int i = 1; i < argc; ++i) args.json = args.json || std::strcmp(argv[i], "--json") == 0;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     const auto value = [&](const char*& slot) {
