@@ -229,7 +229,17 @@ int edge_read_arrays(const char* path, const edge_program* program, edge_outputs
   return guarded([&] {
     if (path == nullptr || program == nullptr || out == nullptr) throw usage("edge_read_arrays needs a path, a program and an out pointer");
     const auto& inputs = program->program->inputs();
-    auto named = edge::read_arrays(path, inputs.size() == 1 ? inputs[0].name : "arr_0");
+    // The most the inputs can take: every dynamic dim at its maximum, 8 bytes an element.
+    uint64_t max_bytes = 0;
+    for (const auto& spec : inputs) {
+      uint64_t numel = 8;
+      for (const auto& dim : spec.shape) {
+        const auto size = static_cast<uint64_t>(dim.dynamic() ? dim.max : dim.size);
+        numel = size && numel > (uint64_t{1} << 40) / size ? uint64_t{1} << 40 : numel * size;
+      }
+      max_bytes = std::min<uint64_t>(max_bytes + numel, uint64_t{1} << 40);
+    }
+    auto named = edge::read_arrays(path, inputs.size() == 1 ? inputs[0].name : "arr_0", max_bytes);
     std::vector<std::string> names;
     std::vector<edge::Tensor> tensors;
     for (auto& [name, tensor] : named) {

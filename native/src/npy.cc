@@ -16,8 +16,9 @@
 namespace edge {
 namespace {
 
-constexpr uint64_t kMaxArrayBytes = 4ull << 30;
-constexpr uint64_t kMaxArrays = 1024;
+constexpr uint64_t kMaxArrayBytes = 8ull << 30;  // runtime.host.tensorio.MAX_INPUT_BYTES
+constexpr uint64_t kMaxArrays = 4096;  // as runtime/host/tensorio.py
+constexpr uint64_t kMaxHeader = 65536 + 12;  // an .npy's magic, version and header
 const char* const kHint = "write the inputs with numpy.savez (C-order, little-endian arrays of "
                           "float32, float16, float64, int8, uint8, int16, int32, int64 or bool)";
 
@@ -114,19 +115,24 @@ Header parse_header(const std::string& text) {
   return h;
 }
 
-std::string read_file(const std::string& path, uint64_t limit) {
+// The file's first `limit` bytes; with `whole`, a file over `limit` is refused instead.
+std::string read_file(const std::string& path, uint64_t limit, bool whole) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   struct stat st {};
   if (fd < 0) {
     throw ArtifactError(std::string("cannot open the inputs file (") + std::strerror(errno) + ")", path,
                         "check the path and its permissions");
   }
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || static_cast<uint64_t>(st.st_size) > limit) {
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     ::close(fd);
-    throw ArtifactError("the inputs file is not a regular file within " + std::to_string(limit) + " bytes",
-                        path, "pass an .npz or .npy file");
+    throw ArtifactError("the inputs file is not a regular file", path, "pass an .npz or .npy file");
   }
-  std::string data(static_cast<std::size_t>(st.st_size), '\0');
+  if (whole && static_cast<uint64_t>(st.st_size) > limit) {
+    ::close(fd);
+    throw ArtifactError("the array is more than " + std::to_string(limit) +
+                        " bytes, the most these inputs can take", path, kHint);
+  }
+  std::string data(std::min<std::size_t>(static_cast<std::size_t>(st.st_size), limit), '\0');
   std::size_t got = 0;
   while (got < data.size()) {
     const ssize_t n = ::read(fd, data.data() + got, data.size() - got);
@@ -142,22 +148,16 @@ struct ZipCloser {
   void operator()(zip_t* z) const { zip_discard(z); }
 };
 
-NamedTensors read_npz(const std::string& path, const std::string& data) {
-  zip_error_t error;
-  zip_error_init(&error);
-  zip_source_t* source = zip_source_buffer_create(data.data(), data.size(), 0, &error);
-  std::unique_ptr<zip_t, ZipCloser> archive(source ? zip_open_from_source(source, ZIP_RDONLY | ZIP_CHECKCONS, &error) : nullptr);
-  if (!archive) {
-    if (source) zip_source_free(source);
-    zip_error_fini(&error);
-    throw ArtifactError("not a valid .npz file (truncated or not a zip)", path, kHint);
-  }
-  zip_error_fini(&error);
+NamedTensors read_npz(const std::string& path, uint64_t max_bytes) {
+  int code = 0;
+  std::unique_ptr<zip_t, ZipCloser> archive(zip_open(path.c_str(), ZIP_RDONLY | ZIP_CHECKCONS, &code));
+  if (!archive) throw ArtifactError("not a valid .npz file (truncated or not a zip)", path, kHint);
   const zip_int64_t count = zip_get_num_entries(archive.get(), 0);
   if (count < 0 || static_cast<uint64_t>(count) > kMaxArrays) {
     throw ArtifactError("the .npz holds more than " + std::to_string(kMaxArrays) + " arrays", path, kHint);
   }
   NamedTensors out;
+  uint64_t total = 0;
   for (zip_int64_t i = 0; i < count; ++i) {
     zip_stat_t st;
     const char* raw = zip_get_name(archive.get(), i, ZIP_FL_ENC_STRICT);
@@ -166,8 +166,11 @@ NamedTensors read_npz(const std::string& path, const std::string& data) {
     if (name.size() < 5 || name.compare(name.size() - 4, 4, ".npy") != 0 || name.find('/') != std::string::npos) {
       throw ArtifactError("the .npz entry " + name + " is not an array file (NAME.npy)", path, kHint);
     }
-    if (zip_stat_index(archive.get(), i, 0, &st) != 0 || st.size > kMaxArrayBytes) {
-      throw ArtifactError("the array is over " + std::to_string(kMaxArrayBytes) + " bytes", where, kHint);
+    if (zip_stat_index(archive.get(), i, 0, &st) != 0) throw ArtifactError("the .npz is corrupt", where, kHint);
+    total += st.size;
+    if (total > max_bytes + (i + 1) * kMaxHeader) {  // checked from the directory, before inflating
+      throw ArtifactError("the arrays add up to more than " + std::to_string(max_bytes) +
+                          " bytes, the most these inputs can take (at " + name + ")", path, kHint);
     }
     std::string bytes(static_cast<std::size_t>(st.size), '\0');
     zip_file_t* file = zip_fopen_index(archive.get(), i, 0);
@@ -202,7 +205,7 @@ Tensor parse_npy(const std::string& bytes, const std::string& where) {
   } else {
     throw bad("unknown .npy format version " + std::to_string(major));
   }
-  if (length > 1 << 16 || start + length > bytes.size()) throw bad("the .npy header is truncated");
+  if (length > 65536 || start + length > bytes.size()) throw bad("the .npy header is truncated");
   Header header;
   try {
     header = parse_header(bytes.substr(start, length));
@@ -219,7 +222,7 @@ Tensor parse_npy(const std::string& bytes, const std::string& where) {
   tensor.shape = header.shape;
   uint64_t nbytes = dtype_size(tensor.dtype);
   for (int64_t d : header.shape) {
-    if (d > 0 && nbytes > kMaxArrayBytes / static_cast<uint64_t>(d)) throw bad("the array is over 4 GiB");
+    if (d > 0 && nbytes > kMaxArrayBytes / static_cast<uint64_t>(d)) throw bad("the array is over 8 GiB");
     nbytes *= static_cast<uint64_t>(d);
   }
   const uint64_t data = bytes.size() - start - length;
@@ -249,14 +252,14 @@ std::string npy_bytes(const Tensor& tensor) {
   return out;
 }
 
-NamedTensors read_arrays(const std::string& path, const std::string& single_name) {
-  const std::string data = read_file(path, 8ull << 30);
-  if (data.compare(0, 6, "\x93NUMPY") == 0) {
-    NamedTensors out;
-    out.emplace_back(single_name, parse_npy(data, path + ", array " + single_name));
-    return out;
-  }
-  return read_npz(path, data);
+NamedTensors read_arrays(const std::string& path, const std::string& single_name, uint64_t max_bytes) {
+  max_bytes = std::min(max_bytes, kMaxArrayBytes);
+  const std::string head = read_file(path, 6, false);
+  if (head != "\x93NUMPY") return read_npz(path, max_bytes);
+  const std::string data = read_file(path, max_bytes + kMaxHeader, true);
+  NamedTensors out;
+  out.emplace_back(single_name, parse_npy(data, path + ", array " + single_name));
+  return out;
 }
 
 void write_npz(const std::string& path, const NamedTensors& tensors) {

@@ -63,6 +63,9 @@ HOSTILE_ARRAYS = [
     ("header-not-a-dict", lambda p: p.write_bytes(_npy_with_header("__import__('os')", b"")),
      "header is malformed"),
     ("not-numpy", lambda p: p.write_bytes(b"hello"), "not a valid .npz"),
+    ("more-than-the-inputs-take", lambda p: np.savez_compressed(p, x=np.zeros((1 << 16, 64),
+                                                                             np.float32)),
+     "the most these inputs can take"),
 ]
 
 
@@ -74,7 +77,7 @@ def test_hostile_input_arrays_are_refused_naming_the_file_and_array(
     write(inputs)
     message = _refused(edge_run, native_mlp, inputs, tmp_path)
     assert keyword in message and str(inputs) in message, message
-    if keyword != "not a valid .npz":
+    if keyword not in ("not a valid .npz", "the most these inputs can take"):
         assert "array x" in message, message
 
 
@@ -136,6 +139,18 @@ def test_bad_command_lines_print_one_error_paragraph_and_exit_2(edge_run, args, 
 
 def test_an_artifact_path_that_is_a_folder_is_refused(edge_run, mlp_inputs, tmp_path):
     assert "not a regular file" in _refused(edge_run, tmp_path, mlp_inputs, tmp_path)
+
+
+def test_the_c_api_header_compiles_as_c99_with_warnings_as_errors(tmp_path):
+    from exporter.ship.native_runner import NATIVE_DIR
+    source = tmp_path / "use.c"
+    source.write_text("#include <edge_runtime.h>\nint main(void) { edge_program* p = 0;\n"
+                      "  if (edge_load(\"a\", 0, &p) != 0) return edge_last_exit_code();\n"
+                      "  edge_free(p); return 0; }\n")
+    done = subprocess.run(["cc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic",
+                           "-fsyntax-only", "-I", str(NATIVE_DIR / "include"), str(source)],
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
 
 
 # ---------------------------------------------------------------------------- the runner's build
