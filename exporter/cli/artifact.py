@@ -298,10 +298,15 @@ def package(artifacts: list[Path] = typer.Argument(..., help="artifact files"),
             platform: Optional[str] = typer.Option(
                 None, "--platform", help="linux-x86_64 | linux-aarch64: the device's "
                 "platform, whose wheels the bundle carries (default: this machine's)"),
+            native: bool = typer.Option(
+                False, "--native", help="the native runner and the libraries it needs "
+                "instead of Python (artifacts whose partitions all run natively)"),
             as_json: bool = JSON, quiet: bool = QUIET, verbose: bool = VERBOSE,
             debug: bool = DEBUG) -> None:
     """Bundle artifacts with a runtime wheel, a version lock and run scripts for a device."""
     def action() -> int:
+        if native:
+            return _package_native(artifacts, out, platform, as_json)
         from exporter.ship.bundle import package as package_api
 
         packed = package_api(artifacts, out, platform)
@@ -314,3 +319,18 @@ def package(artifacts: list[Path] = typer.Argument(..., help="artifact files"),
                    f"{packed['packages']} locked packages, each wheel inside; see README.txt")
         return 0
     guarded(action, quiet=quiet, verbose=verbose, debug=debug, as_json=as_json)
+
+
+def _package_native(artifacts: list[Path], out: Path, platform: str | None,
+                    as_json: bool) -> int:
+    from exporter.ship.native_bundle import package_native
+
+    packed = package_native(artifacts, out, platform)
+    if as_json:
+        print_json(packed)
+    else:
+        wrote(out, f"{len(artifacts)} artifact(s) for {packed['platform']}, native runner with "
+                   f"{', '.join(packed['backends'])} and {len(packed['libraries'])} "
+                   f"libraries, {packed['installed_bytes'] / 2**20:.1f} MiB installed; "
+                   "no Python needed; see README.txt")
+    return 0
