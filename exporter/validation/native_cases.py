@@ -27,7 +27,7 @@ from runtime.format.manifest import Manifest
 from runtime.host.platforms import get_platform, host_platform
 from runtime.host.tensorio import load_tensors, save_tensors
 
-COMMAND = ("exporter.validation.native_cases",)
+COMMAND = (__name__,)  # python -m runs this module
 NATIVE_BACKENDS = frozenset({"executorch", "tvm"})  # exporter/ship/native_runner.py's
 # TVM's thread pool never finished a run under qemu-user 7.2 with two threads here
 GUEST_ENV = {"TVM_NUM_THREADS": "1"}
