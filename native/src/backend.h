@@ -37,7 +37,7 @@ struct Tensor {
 };
 
 // Errors a user can cause carry what, where and what to try, and map to the CLI's exit
-// codes as the Python CLI's do: 2 bad input or artifact, 3 cannot run here, 1 failed run.
+// codes as the Python CLI's do (runtime/errors.py): 2 bad input or artifact, 3 a failed run.
 struct Error : std::runtime_error {
   Error(int exit_code, const std::string& what, std::string where = "", std::string hint = "")
       : std::runtime_error(what), exit_code(exit_code), where(std::move(where)),
@@ -55,9 +55,9 @@ struct CompatibilityError : Error {  // a good artifact this runner cannot run, 
   CompatibilityError(const std::string& what, std::string where = "", std::string hint = "")
       : Error(2, what, std::move(where), std::move(hint)) {}
 };
-struct ExecutionError : Error {  // the backend failed while running, exit 1
+struct ExecutionError : Error {  // the backend failed while running, exit 3
   ExecutionError(const std::string& what, std::string where = "", std::string hint = "")
-      : Error(1, what, std::move(where), std::move(hint)) {}
+      : Error(3, what, std::move(where), std::move(hint)) {}
 };
 
 // One partition of a verified artifact, as the core hands it to a backend.
