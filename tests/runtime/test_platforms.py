@@ -104,12 +104,16 @@ def test_a_kind_that_does_not_declare_itself_portable_counts_as_native_code(onnx
         runtime.load(bad)
 
 
-def test_a_cross_built_native_artifact_is_not_validated_here(onnx_mlp, tmp_path, monkeypatch):
-    """Its validation process could not load it: the build says so instead of failing."""
+def test_a_cross_built_native_artifact_says_why_it_was_not_validated(onnx_mlp, tmp_path,
+                                                                      monkeypatch):
+    """Its validation process cannot load it here; where its native runner cannot run it
+    under qemu either, the build says why instead of failing."""
+    from exporter.builder import pipeline
     cross = _rewrite(onnx_mlp, tmp_path / "cross.artifact", _as_tvm("linux-aarch64"))
-    monkeypatch.setattr("exporter.builder.pipeline.host_platform", lambda: "linux-x86_64")
+    monkeypatch.setattr(pipeline, "host_platform", lambda: "linux-x86_64")
+    monkeypatch.setattr(pipeline.native_cases, "why_not", lambda manifest: "no qemu here")
     why = foreign_native_code(runtime.read_manifest(cross))
-    assert why and "p0" in why and "linux-aarch64" in why
+    assert why and "p0" in why and "linux-aarch64" in why and "no qemu here" in why
     portable = _rewrite(onnx_mlp, tmp_path / "portable.artifact", _built_for("linux-aarch64"))
     assert foreign_native_code(runtime.read_manifest(portable)) is None
 
