@@ -23,7 +23,7 @@ from torch.export import ExportedProgram
 
 import runtime
 from exporter.model.source_lines import source_line
-from exporter.validation.gates import Tolerance, compare_output
+from exporter.validation.gates import Tolerance, compare_output, nonfinite_text
 from exporter.validation.inputs import Case
 from plan.partition import node_values, value_names
 from runtime.format.manifest import Manifest
@@ -226,4 +226,4 @@ def _describe(judged: dict) -> str:
     if "mismatches" in judged:
         return f"'{name}' {judged['mismatches']} element(s) differ"
     text = f"'{name}' max error {judged['max_abs_err']:.3g} ({judged['relative']:.2g} relative)"
-    return text if judged["nan_inf_positions_match"] else text + ", NaN/Inf elsewhere"
+    return text if judged["nan_inf_positions_match"] else f"{text}, {nonfinite_text(judged)}"

@@ -150,7 +150,30 @@ def compare_output(got: torch.Tensor, ref: torch.Tensor, eager: torch.Tensor,
             "max_abs_err": err, "eager_max_abs_err": eager_err, "allowed": allowed,
             "ratio_to_allowed": err / allowed if allowed else 0.0,
             "nan_inf_positions_match": nonfinite_ok,
+            # how many, so a summary says what it saw: "match" alone read as "there are some"
+            "nonfinite": {"artifact": int((~torch.isfinite(g)).sum()),
+                          "eager": int((~torch.isfinite(e)).sum())},
             "abs_err_histogram": error_histogram((g - r)[finite].abs())}
+
+
+def nonfinite_text(row: dict) -> str:
+    """What a row's NaN/Inf check saw, in words that are true of it."""
+    counts = row.get("nonfinite")
+    if counts is None:  # a record from before the counts were kept
+        return f"NaN/Inf positions match: {row['nan_inf_positions_match']}"
+    artifact, eager = counts["artifact"], counts["eager"]
+    if row["nan_inf_positions_match"]:
+        return (f"NaN/Inf at the same {eager} position(s) as eager" if eager
+                else "no NaN/Inf in either")
+    return (f"NaN/Inf positions differ: the artifact has {artifact}, eager {eager}")
+
+
+def error_text(row: dict) -> str:
+    """The max-error half of a row's summary, its comparison the one that holds."""
+    err, allowed = row["max_abs_err"], row["allowed"]
+    some_nonfinite = any((row.get("nonfinite") or {}).values())
+    return (f"max abs error {err:.3g} {'>' if err > allowed else '<='} allowed {allowed:.3g}"
+            + (" (over the elements finite in both)" if some_nonfinite else ""))
 
 
 def compare_quantized(got: torch.Tensor, eager: torch.Tensor, min_sqnr_db: float,

@@ -24,7 +24,7 @@ from torch.utils._pytree import tree_leaves
 from exporter.errors import BuildError
 from exporter.validation.crash import KEEP_IT, crash_error, read_stage
 from exporter.ship.archive_writer import write_artifact
-from exporter.validation.gates import FLOAT32_REFERENCE_FLOOR, Gate
+from exporter.validation.gates import FLOAT32_REFERENCE_FLOOR, Gate, error_text, nonfinite_text
 from exporter.validation.inputs import Case
 from runtime.format.manifest import Signature
 from runtime.host import scratch
@@ -210,10 +210,9 @@ def summarize_failure(record: dict) -> list[str]:
             lines.append(f"{row['case']} / {row['output']}: {row['mismatches']} elements differ "
                          "from eager (integer output, must match exactly)")
         else:
-            lines.append(f"{row['case']} / {row['output']}: max abs error {row['max_abs_err']:.3g}"
-                         f" > allowed {row['allowed']:.3g} (eager float32's own error "
-                         f"{row['eager_max_abs_err']:.3g}); NaN/Inf positions match: "
-                         f"{row['nan_inf_positions_match']}")
+            lines.append(f"{row['case']} / {row['output']}: {error_text(row)}; eager "
+                         f"float32's own error {row['eager_max_abs_err']:.3g}; "
+                         f"{nonfinite_text(row)}")
     return lines
 
 
