@@ -23,6 +23,7 @@ from torch.fx import Node
 
 from passes.base import Pass
 from passes.cleanup.dead_code import EliminateDeadCode
+from passes.cleanup.shape_mutations import ShapeMutationsAsViews
 from passes.quantize.quantize_experts import QuantizeExperts
 from runtime.format.manifest import Requirements
 from targets.facets import (
@@ -124,12 +125,14 @@ def base_requirements() -> Requirements:
 
 def pipeline(options: LowerOptions, quantize: Pass | None = None,
              fusions: Sequence[Callable[[], Pass]] = ()) -> list[Pass]:
-    """A target's pass list, in order: dead-code cleanup first (PT2E's prepare failed on
-    dead code, and the fusion patterns assume single users); the target's fusion passes
+    """A target's pass list, in order: in-place shape changes as views, so partitions
+    and backends see what reads them (passes/cleanup/shape_mutations.py); dead-code
+    cleanup (PT2E's prepare failed on dead code, and the fusion patterns assume single
+    users); the target's fusion passes
     (targets.fusion, unless --no-fuse); with --quantize, an MoE's experts
     (passes/quantize/quantize_experts.py), then the quantizer. (--dtype is not a
     pass: the model is cast before capture, exporter/model/cast.py says why.)"""
-    passes: list[Pass] = [EliminateDeadCode()]
+    passes: list[Pass] = [ShapeMutationsAsViews(), EliminateDeadCode()]
     if options.fuse:
         passes += [make() for make in fusions]
     if options.quantize:  # an MoE's experts, on the CPU fallback whatever the target
