@@ -88,16 +88,25 @@ def plan_partitions(program: ExportedProgram, supported: Callable[[Node], bool],
     taken = set().union(*delegated) if delegated else set()
     fallback = _groups(gm, lambda n: not is_shape_node(n) and n not in taken)
     order = {node: i for i, node in enumerate(gm.graph.nodes)}
-    fallback = _split_by_epoch(delegated, fallback, order)
-    groups = [(True, g) for g in delegated] + [(False, g) for g in fallback]
-    owner = {node: index for index, (_, g) in enumerate(groups) for node in g}
-    ranked = _topological(groups, owner, order)
+    groups, ranked = _ordered(delegated, fallback, order)
+    if ranked is None:  # a cycle between the two runs' groups: cut the fallback's
+        groups, ranked = _ordered(delegated, _split_by_epoch(delegated, fallback, order),
+                                  order)
+    if ranked is None:  # the split leaves none (its docstring): ours to fix, not the user's
+        raise RuntimeError("the partition plan has a cycle between its groups")
     plans = []
     for rank, index in enumerate(ranked):
         is_delegated, nodes = groups[index]
         plans.append(PlannedPartition(f"p{rank}", is_delegated,
                                       sorted(nodes, key=order.__getitem__)))
     return plans
+
+
+def _ordered(delegated: list[set[Node]], fallback: list[set[Node]], order: dict
+             ) -> tuple[list, list[int] | None]:
+    groups = [(True, g) for g in delegated] + [(False, g) for g in fallback]
+    owner = {node: index for index, (_, g) in enumerate(groups) for node in g}
+    return groups, _topological(groups, owner, order)
 
 
 def _split_by_epoch(delegated: list[set[Node]], fallback: list[set[Node]], order: dict
@@ -115,8 +124,11 @@ def _split_by_epoch(delegated: list[set[Node]], fallback: list[set[Node]], order
         return fallback
     units = [(True, g) for g in delegated] + [(False, {n}) for g in fallback for n in g]
     owner = {node: index for index, (_, g) in enumerate(units) for node in g}
+    ranked = _topological(units, owner, order)
+    if ranked is None:  # not a DAG of the first run's making: nothing to cut by
+        return fallback
     epoch: dict[int, int] = {}
-    for index in _topological(units, owner, order):
+    for index in ranked:
         epoch[index] = max((epoch[owner[arg]] + units[owner[arg]][0]
                             for node in units[index][1] for arg in _tensor_inputs(node)
                             if arg in owner and owner[arg] != index), default=0)
@@ -129,8 +141,9 @@ def _split_by_epoch(delegated: list[set[Node]], fallback: list[set[Node]], order
     return pieces
 
 
-def _topological(groups, owner: dict, order: dict) -> list[int]:
-    """Kahn's order over the partition DAG, ties broken by first node position."""
+def _topological(groups, owner: dict, order: dict) -> list[int] | None:
+    """Kahn's order over the partition DAG, ties broken by first node position; None
+    where the groups form a cycle."""
     users: dict[int, set[int]] = {i: set() for i in range(len(groups))}
     waiting = [0] * len(groups)
     for index, (_, nodes) in enumerate(groups):
@@ -150,12 +163,7 @@ def _topological(groups, owner: dict, order: dict) -> list[int]:
             waiting[user] -= 1
             if not waiting[user]:
                 heapq.heappush(ready, (first[user], user))
-    if len(ranked) < len(groups):  # a plan no order runs: ours to fix, not the user's
-        stuck = sorted(min(groups[i][1], key=order.__getitem__).name
-                       for i in range(len(groups)) if i not in set(ranked))
-        raise RuntimeError(f"the partition plan has a cycle through the groups starting at "
-                           f"{', '.join(stuck[:6])}")
-    return ranked
+    return ranked if len(ranked) == len(groups) else None
 
 
 def _tensor_inputs(node: Node) -> list[Node]:
@@ -270,16 +278,36 @@ def node_values(program: ExportedProgram, example_inputs: list[torch.Tensor]) ->
     args = [constants[n] if n in constants else next(user)
             for n in program.graph.nodes if n.op == "placeholder"]
     values: dict = {}
+    written = _written_later(program)
 
     class Recorder(torch.fx.Interpreter):
         def run_node(self, node):
             result = super().run_node(node)
-            values[node] = result
+            # a copy where a later in-place op (unsqueeze_, scatter_) changes the tensor:
+            # the value re-capture sees is the one this node made
+            values[node] = result.clone() if node in written and \
+                isinstance(result, torch.Tensor) else result
             return result
 
     with torch.no_grad():
         Recorder(program.graph_module).run(*args)
     return values
+
+
+def _written_later(program: ExportedProgram) -> set[Node]:
+    """Nodes whose tensor an op changes in place (its schema writes that argument)."""
+    found = set()
+    for node in program.graph.nodes:
+        schema = getattr(node.target, "_schema", None)
+        if node.op != "call_function" or schema is None:
+            continue
+        for index, argument in enumerate(schema.arguments):
+            if argument.alias_info is not None and argument.alias_info.is_write:
+                value = (node.args[index] if index < len(node.args)
+                         else node.kwargs.get(argument.name))
+                if isinstance(value, Node):
+                    found.add(value)
+    return found
 
 
 def _submodule(nodes: list[Node], inputs: list[Node], outputs: list[Node],
