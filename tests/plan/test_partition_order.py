@@ -60,3 +60,23 @@ def test_random_placements_always_give_partitions_that_run_in_order():
                                 min_partition_size=rng.choice([1, 2, 3]))
         _assert_runs_in_order(plans, gm)
         assert all(supported[n.name] for p in plans if p.delegated for n in p.nodes)
+
+
+def test_a_value_changed_in_place_later_is_recorded_as_it_was_made():
+    """Re-capturing a partition takes each input's example value: one that a later
+    in-place op changes (BigBird's unsqueeze_, scatter_) is the value as made."""
+    from plan.partition import node_values
+
+    class Grows(torch.nn.Module):
+        def forward(self, x):
+            a = x + 1
+            b = a * 2
+            a.unsqueeze_(0)
+            a.add_(5)
+            return b, a
+
+    x = torch.zeros(3)
+    program = torch.export.export(Grows(), (x,), strict=False)
+    values = node_values(program, [x])
+    (made,) = [n for n in program.graph.nodes if n.target is torch.ops.aten.add.Tensor]
+    assert values[made].shape == (3,) and torch.equal(values[made], torch.ones(3))
