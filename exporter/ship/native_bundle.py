@@ -110,8 +110,8 @@ def _native_backends(artifacts: list[Path], manifests: list[Manifest], platform:
                             f"for {built_for}, not {platform}")
     if problems:
         raise UserInputError(
-            f"{len(problems)} thing(s) in the artifacts cannot run in a native bundle for "
-            f"{platform}", details=problems,
+            f"the native runner for {platform} cannot run these artifacts as they are",
+            details=problems,
             hint="build for a target that goes native (" + ", ".join(sorted(BACKENDS)) +
                  f") with --platform {platform} and --fallback forbid (no torch fallback "
                  "partitions), or package without --native for the Python runtime")
