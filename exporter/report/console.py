@@ -13,6 +13,7 @@ from rich.table import Table
 
 from runtime.format.manifest import Manifest
 from targets.fallback import FALLBACK_BACKEND
+from targets.registry import for_backend
 
 
 def _signature_table(manifest: Manifest) -> Table:
@@ -180,6 +181,8 @@ def print_manifest(console: Console, manifest: Manifest, path: str) -> None:
                       ", ".join(p.files))
     console.print(parts)
     print_placement(console, manifest.coverage, manifest.placement)
+    for line in inside_lines(manifest):
+        console.print(line, markup=False, highlight=False)
     for record in manifest.passes:
         changed = "changed the graph" if record["modified"] else "no change"
         info = (_pairs({k: v for k, v in record["info"].items()  # lists: quantization_lines
@@ -210,6 +213,16 @@ def loads_on_line(manifest: Manifest) -> str:
     return line + f": native code ({', '.join(where['native_code'])})"
 
 
+def inside_lines(manifest: Manifest) -> list[str]:
+    """Where a backend placed each op inside its partitions (ExecuTorch: its XNNPACK
+    delegates or its own kernels), as the backend said at lowering."""
+    lines = []
+    for partition in manifest.partitions:
+        target = for_backend(partition.backend)
+        lines += target.tooling.placement_lines(partition) if target else []
+    return lines
+
+
 def memory_lines(manifest: Manifest, measured: dict | None = None) -> list[str]:
     """The activation plan against its two yardsticks, the arenas the runtime allocates,
     and (just after a build) the peak measured while validating."""
@@ -226,6 +239,10 @@ def memory_lines(manifest: Manifest, measured: dict | None = None) -> list[str]:
         lines.append(f"  runtime arena on {device}: {_mb(arena['arena_bytes'])} preallocated for "
                      f"{len(arena['slots']) - handoffs} CPU-fallback tensor(s) and {handoffs} "
                      f"hand-off(s) between devices (lower bound {_mb(arena['lower_bound_bytes'])})")
+    for partition in manifest.partitions:  # what a backend plans itself (ExecuTorch)
+        target = for_backend(partition.backend)
+        lines += [f"  {line}" for line in (target.tooling.memory_lines(partition)
+                                           if target else [])]
     measured = measured or {}
     for device in [key.removesuffix("_peak_bytes") for key in measured
                    if key.endswith("_peak_bytes")]:

@@ -20,7 +20,7 @@ from pathlib import Path
 from exporter.errors import UserInputError
 from exporter.report import charts
 from exporter.report.compare import render_comparison
-from exporter.report.console import memory_lines, quantization_lines
+from exporter.report.console import inside_lines, memory_lines, quantization_lines
 from exporter.report.graphs import graphs_section, read_graphs
 from exporter.report.layers import layers_section, quantization_section
 from exporter.report.memory_plot import live_bytes_per_step
@@ -184,8 +184,10 @@ def _program_placement(manifest: Manifest) -> str:
     if len(partitions) > FOLD_PARTITIONS:  # a long graph starts folded, like the op table
         graph = (f'<details id="graph-details"><summary>the partition graph '
                  f"({len(partitions)} partitions)</summary>{graph}</details>")
-    return (f"<p>{prose(totals)}</p>{graph}<h4>Ops in run order</h4><p class=\"hint\">hover "
-            "a square: op, reason, source</p>" + charts.op_strip(manifest.coverage))
+    inside = "".join(f"<p>{prose(line)}</p>" for line in inside_lines(manifest))
+    return (f"<p>{prose(totals)}</p>{inside}{graph}<h4>Ops in run order</h4>"
+            '<p class="hint">hover a square: op, reason, source</p>'
+            + charts.op_strip(manifest.coverage))
 
 
 def _op_kind(op: str) -> str:

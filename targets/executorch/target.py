@@ -29,12 +29,13 @@ from targets.base import (
     pipeline,
 )
 from targets.errors import LoweringError, TargetOptionError
-from targets.facets import Tooling
 from targets.executorch import support
 from targets.executorch.embedding_byte import EmbeddingByte
 from targets.executorch.facets import ExecutorchPackaging
+from targets.executorch.floor_remainder import FloorRemainder
 from targets.executorch.lower import METHOD, PROGRAM_NAME, lower_program, version
 from targets.executorch.quantize import RECIPES, XnnpackQuantization
+from targets.executorch.tooling import ExecutorchTooling
 from targets.fusion import GRAPH_FUSIONS
 
 log = logging.getLogger(__name__)
@@ -50,7 +51,7 @@ class ExecutorchTarget(Target):
                    "ExecuTorch's portable kernels")
     packaging = ExecutorchPackaging()
     quantization = XnnpackQuantization(recipes=RECIPES)
-    tooling = Tooling(colour="#e8590c")
+    tooling = ExecutorchTooling()
 
     def availability(self) -> Availability:
         if not support.installed():
@@ -70,7 +71,7 @@ class ExecutorchTarget(Target):
         quantize = self.quantization.quantize_pass(options, self.device)
         tables = [EmbeddingByte()] if quantize is not None else []
         return pipeline(options, quantize, fusions=GRAPH_FUSIONS) + tables + [
-            Decompose(support.decomposition_table, "ExecuTorch edge")]
+            FloorRemainder(), Decompose(support.decomposition_table, "ExecuTorch edge")]
 
     def lower(self, program: ExportedProgram, options: LowerOptions) -> Lowered:
         if not support.installed():

@@ -227,3 +227,23 @@ def test_quantize_nodes_outside_xnnpack_run_on_executorch_quantized_kernels(
     (got,) = np.load(tmp_path / "out.npz").values()
     with torch.no_grad():
         assert compare_quantized(torch.from_numpy(got), layer(x), 20.0, 0.99)["passed"]
+
+
+def test_inspect_and_report_show_executorch_delegation_and_its_arenas_beside_our_plan(
+        zoo_built, cli, tmp_path):
+    """ExecuTorch's placement (XNNPACK delegates, its own kernels) and the arenas its
+    memory planning sized for the batch's upper bound were in the meta only."""
+    out = zoo_built("mlp")
+    meta = runtime.read_manifest(out).partitions[0].meta
+    shown = cli("inspect", str(out))
+    assert shown.returncode == 0, shown.stderr
+    text = " ".join(shown.stdout.split())
+    assert (f"inside p0: {meta['xnnpack_ops']} op(s) in {meta['delegates']} XNNPACK "
+            f"delegate(s), {meta['portable_ops']} on ExecuTorch's own kernels") in text
+    assert (f"ExecuTorch's own arenas in p0: {meta['planned_bytes'] / 1e6:.3f} MB") in text
+    assert "in 1..32" in text.split("own arenas in p0")[1]
+    assert "the lower bound" in text  # our plan's, on the line above
+    page = tmp_path / "report.html"
+    assert cli("report", str(out), "--html", str(page)).returncode == 0
+    html = page.read_text()
+    assert "inside p0: " in html and "own arenas in p0" in html
