@@ -27,6 +27,7 @@ from exporter.progress import (ProgressCallback, StageHook, callback_stage, logg
                                quiet_stage)
 from runtime.program.flat_inputs import flatten_inputs
 from targets import all_targets
+from targets.registry import described
 
 log = logging.getLogger(__name__)
 DEFAULT_BASELINES = ("eager", "compile")
@@ -34,8 +35,8 @@ DEFAULT_BASELINES = ("eager", "compile")
 
 def baseline_names() -> tuple[str, ...]:
     """eager and compile for every artifact; then those targets add (for their artifacts)."""
-    return DEFAULT_BASELINES + tuple(name for target in all_targets().values()
-                                     for name in target.tooling.baselines())
+    return DEFAULT_BASELINES + tuple(name for card in described().values()
+                                     for name in card.baselines)
 
 
 def time_side_by_side(calls: dict[str, Callable[[], object]], device: str, runs: int,

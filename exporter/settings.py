@@ -21,7 +21,8 @@ from pydantic import (
 
 from exporter.kinds import GENERATING, kind_name
 from runtime.host.platforms import host_platform, unknown_platform
-from targets import FallbackPolicy, TargetOptions, all_targets
+from targets.options import FallbackPolicy, TargetOptions
+from targets.registry import described
 from targets.options import flag_name
 from targets.registry import DEFAULT_TARGET
 
@@ -117,7 +118,7 @@ class BuildSettings(BaseModel):
             return data
         data = dict(data)
         table = dict(data.pop("target_options", None) or {})
-        target = all_targets().get(str(data.get("target", DEFAULT_TARGET)))
+        target = described().get(str(data.get("target", DEFAULT_TARGET)))
         if target is None:
             return {**data, "target_options": table}  # exporter.build says "unknown target"
         own = target.Options.model_fields
@@ -149,7 +150,7 @@ class BuildSettings(BaseModel):
     @model_validator(mode="after")
     def _no_flag_that_does_nothing(self) -> "BuildSettings":
         recipe = f"--quantize {self.quantize}" if self.quantize else "a float build"
-        unused = self.options().unused_with(self.quantize) if self.target in all_targets() else []
+        unused = self.options().unused_with(self.quantize) if self.target in described() else []
         if unused:
             raise ValueError(f"{'; '.join(unused)} does nothing in {recipe}; leave it "
                              "out or give the recipe it applies to")
@@ -185,7 +186,7 @@ class BuildSettings(BaseModel):
 
     @model_validator(mode="after")
     def _deterministic_excludes_tuning(self) -> "BuildSettings":
-        tuned = self.options().measured_choices() if self.target in all_targets() else []
+        tuned = self.options().measured_choices() if self.target in described() else []
         if self.deterministic and tuned:
             raise ValueError(f"--deterministic cannot be combined with {', '.join(tuned)}, "
                              "which keep what measured fastest on this machine")
@@ -227,7 +228,7 @@ def _option_problem(error: dict) -> str:
     """'--tune: is an option of target tvm', said with the flag's own name."""
     where = ".".join(map(str, error["loc"]))
     message = error["msg"].removeprefix("Value error, ")
-    owners = [t for t in all_targets().values() if where in t.Options.model_fields]
+    owners = [t for t in described().values() if where in t.Options.model_fields]
     if error["type"] == "extra_forbidden":
         message = (f"is an option of target {', '.join(t.name for t in owners)}" if owners
                    else "is not a build option")
@@ -237,7 +238,7 @@ def _option_problem(error: dict) -> str:
 
 
 def _is_default_elsewhere(key: str, value: object) -> bool:
-    for target in all_targets().values():
+    for target in described().values():
         field = target.Options.model_fields.get(key)
         if field is not None and not field.is_required() and field.default == value:
             return True
@@ -246,7 +247,7 @@ def _is_default_elsewhere(key: str, value: object) -> bool:
 
 @functools.lru_cache(maxsize=64)
 def _parse_options(target: str, items: tuple) -> TargetOptions:
-    return all_targets()[target].Options(**dict(items))
+    return described()[target].Options(**dict(items))
 
 
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "kib": 2**10, "mib": 2**20,

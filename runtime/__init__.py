@@ -23,29 +23,29 @@ from typing import TYPE_CHECKING, Iterable
 
 from runtime.errors import (ArtifactError, CompatibilityError, ExecutionError,
                             InputMismatchError, ToolchainError, UserInputError)
-from runtime.executors import create_executor, holds_native_code
 from runtime.format.archive import ArtifactReader, Limits
-from runtime.format.consistency import check_dataflow, check_host_devices, check_requirements
 from runtime.format.manifest import Manifest
-from runtime.memory.shared_weights import shared_entries
-from runtime.program.array_program import ArrayProgram
-from runtime.program.requires import torch_or_none, torch_reasons
 
 __all__ = ["ArrayProgram", "ArtifactError", "CompatibilityError", "ExecutionError",
            "InputMismatchError", "Limits", "Manifest", "Program", "ToolchainError",
            "UserInputError", "load", "read_manifest"]
 
 if TYPE_CHECKING:
+    from runtime.program.array_program import ArrayProgram
     from runtime.program.torch_program import Program
 
 log = logging.getLogger(__name__)
 
 
 def __getattr__(name: str):
-    """``runtime.Program`` imports torch: only when asked for (PEP 562)."""
+    """``runtime.Program`` imports torch, ``ArrayProgram`` numpy: only when asked for (PEP
+    562), so a tool that only reads manifests (`exporter inspect`) starts without them."""
     if name == "Program":
         from runtime.program.torch_program import Program
         return Program
+    if name == "ArrayProgram":
+        from runtime.program.array_program import ArrayProgram
+        return ArrayProgram
     raise AttributeError(f"module 'runtime' has no attribute {name!r}")
 
 
@@ -70,6 +70,12 @@ def load(path: str | Path, *, limits: Limits = Limits(), cuda_graphs: bool = Tru
     of them (runtime/format/signing.py), checked before anything in it is parsed or loaded.
     Without torch installed, an artifact that does not need it loads as an ArrayProgram
     (numpy arrays in and out; the options about CUDA and arenas have nothing to do)."""
+    from runtime.executors import create_executor, holds_native_code
+    from runtime.format.consistency import (check_dataflow, check_host_devices,
+                                            check_requirements)
+    from runtime.program.array_program import ArrayProgram
+    from runtime.program.requires import torch_or_none, torch_reasons
+
     where = str(path)
     with ArtifactReader.open(path, limits) as reader:
         if trusted_keys:
@@ -155,6 +161,7 @@ def _arenas(manifest: Manifest, where: str) -> dict:
 def _tensor_executor(partition, private_dir: Path, reader: ArtifactReader, arenas: dict,
                      where: str, cuda_graphs: bool, max_graphs: int, static_outputs: bool,
                      shared, *, single_threaded: bool = False):
+    from runtime.executors import create_executor
     graphed = cuda_graphs and partition.device == "cuda"
     execute = create_executor(partition, private_dir, where=where, entries=set(reader.names()),
                               run_single_threaded=graphed or single_threaded, shared=shared,
@@ -166,6 +173,7 @@ def _tensor_executor(partition, private_dir: Path, reader: ArtifactReader, arena
 
 
 def _partition_entries(manifest: Manifest, names: list[str]) -> list[str]:
+    from runtime.memory.shared_weights import shared_entries
     folders = tuple(f"partitions/{p.name}/" for p in manifest.all_partitions())
     store = set(shared_entries(manifest.shared_weights))
     return [name for name in names if name.startswith(folders) or name in store]

@@ -60,3 +60,16 @@ class InputMismatchError(UserInputError):
 
 class ExecutionError(ToolchainError):
     """A backend failed while running a partition (exit code 3)."""
+
+
+def did_you_mean(word: str, choices, *, cutoff: float = 0.6) -> str:
+    """`` (did you mean 'onnx'?)`` for the choice nearest ``word``, or "": what every
+    refusal of a name among known ones (a target, a recipe, a file, a platform) appends.
+    Case is compared last: ``ONNX`` finds 'onnx' before any spelling does."""
+    import difflib
+    choices = [str(c) for c in choices]
+    by_case = {c.lower(): c for c in choices}
+    if word.lower() in by_case and by_case[word.lower()] != word:
+        return f" (did you mean '{by_case[word.lower()]}'?)"
+    close = difflib.get_close_matches(word.lower(), list(by_case), n=1, cutoff=cutoff)
+    return f" (did you mean '{by_case[close[0]]}'?)" if close else ""

@@ -8,9 +8,10 @@ import re
 import time
 import traceback
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
-from torch.fx import Node
+if TYPE_CHECKING:
+    from torch.fx import Node
 
 from runtime.errors import ToolchainError, UserInputError
 

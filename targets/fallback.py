@@ -20,22 +20,15 @@ import inspect
 import json
 import platform
 from pathlib import Path
-
-import torch
-from torch.export import ExportedProgram
-from torch.export.graph_signature import InputKind
+from typing import TYPE_CHECKING
 
 from runtime.errors import ToolchainError
-from runtime.executors.torch_fallback import (
-    BUFFER,
-    CONSTANT,
-    PARAM,
-    WEIGHTS_KEY,
-    TorchFallbackMeta,
-)
-from runtime.format.manifest import Requirements
-from runtime.format.weights import read_index
-from targets.base import Lowered
+
+if TYPE_CHECKING:  # imported where a partition is lowered: `exporter inspect` reads the name
+    import torch
+    from torch.export import ExportedProgram
+
+    from targets.base import Lowered
 
 FALLBACK_BACKEND = "torch"
 PROGRAM_FILE = "program.json"
@@ -53,6 +46,13 @@ def lower_fallback(program: ExportedProgram, work_dir: Path, *, shared: bool = F
     """``shared`` (``LowerOptions.shared_weights``, a generating build): the tensors go back
     in ``Lowered.weights`` for the artifact's one store instead of the partition's own
     file, so an MoE's experts on the fallback of both entry points are stored once."""
+    import torch
+
+    from runtime.executors.torch_fallback import WEIGHTS_KEY, TorchFallbackMeta
+    from runtime.format.manifest import Requirements
+    from runtime.format.weights import read_index
+    from targets.base import Lowered
+
     work_dir = Path(work_dir)
     work_dir.mkdir(parents=True, exist_ok=True)
     tensors = _weights(program)  # first: it names unsupported weights better than serde does
@@ -95,6 +95,7 @@ def _serialize_graph(program: ExportedProgram) -> bytes:
 
 def _suspect_nodes(program: ExportedProgram) -> list[str]:
     """Call nodes whose target is not an operator the export schema can name."""
+    import torch
     allowed = (torch._ops.OpOverload, torch._ops.HigherOrderOperator)
     found = []
     for node in program.graph.nodes:
@@ -111,6 +112,10 @@ def _suspect_nodes(program: ExportedProgram) -> list[str]:
 
 def _weights(program: ExportedProgram) -> dict[str, torch.Tensor]:
     """Every tensor the graph reads, keyed ``<kind>/<name>`` (see the module docstring)."""
+    import torch
+    from torch.export.graph_signature import InputKind
+
+    from runtime.executors.torch_fallback import BUFFER, CONSTANT, PARAM
     tensors: dict[str, torch.Tensor] = {}
     rejected: list[str] = []
     for spec in program.graph_signature.input_specs:

@@ -20,6 +20,9 @@ def main() -> None:
     # Ctrl-C through the same handler, which also remembers it (exporter/cli/interrupts.py).
     signal.signal(signal.SIGTERM, _interrupt)
     signal.signal(signal.SIGINT, _interrupt)
+    if sys.argv[1:] == ["--version"]:  # answered before typer and the commands import
+        print(version_line())
+        return
     try:  # the commands' modules import torch: seconds, longer on a loaded machine; building
         # typer's command from them takes a while more (CI: a Ctrl-C 3 s in landed there)
         app = _registered_app()
@@ -52,6 +55,18 @@ def main() -> None:
             with contextlib.suppress(OSError, ValueError):
                 stream.flush()
         os._exit(130)
+
+
+def version_line() -> str:
+    """``exporter 0.1.0 (torch 2.13.0+cpu)``: versions from the packages' metadata, since
+    importing torch to ask takes seconds."""
+    import importlib.metadata
+    from exporter.versions import toolchain_version
+    try:
+        torch = f"torch {importlib.metadata.version('torch')}"
+    except importlib.metadata.PackageNotFoundError:
+        torch = "torch not installed"
+    return f"exporter {toolchain_version()} ({torch})"
 
 
 def _registered_app():

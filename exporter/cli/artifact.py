@@ -89,10 +89,10 @@ def _failure_lines(record: dict) -> list[str]:
 
 
 def _baseline_help() -> list[str]:
-    from targets import all_targets
-    return ["eager", "compile"] + [f"{name} ({target.name} artifacts: their backend, bare)"
-                                   for target in all_targets().values()
-                                   for name in target.tooling.baselines()] + [
+    from targets.registry import described
+    return ["eager", "compile"] + [f"{name} ({card.name} artifacts: their backend, bare)"
+                                   for card in described().values()
+                                   for name in card.baselines] + [
         "for generating artifacts hf-eager (transformers' generate; also 'eager') and "
         "hf-static (its static cache + torch.compile; also 'compile')"]
 
@@ -236,7 +236,8 @@ def inspect(artifact: Path = ARTIFACT,
             print_manifest(out_console, manifest, str(artifact))
             result(describe_signature(signature))
         return 0
-    guarded(action, quiet=quiet, verbose=verbose, debug=debug, as_json=as_json)
+    guarded(action, quiet=quiet, verbose=verbose, debug=debug, as_json=as_json,
+            uses_torch=False)
 
 
 @app.command()
@@ -289,7 +290,8 @@ def sign(artifact: Path = typer.Argument(..., help="artifact file, signed in pla
         else:
             wrote(artifact, f"signed with key {key_id}")
         return 0
-    guarded(action, quiet=quiet, verbose=verbose, debug=debug, as_json=as_json)
+    guarded(action, quiet=quiet, verbose=verbose, debug=debug, as_json=as_json,
+            uses_torch=False)
 
 
 @app.command()
@@ -318,7 +320,8 @@ def package(artifacts: list[Path] = typer.Argument(..., help="artifact files"),
         wrote(out, f"{len(artifacts)} artifact(s) for {packed['platform']}, {packed['wheel']}, "
                    f"{packed['packages']} locked packages, each wheel inside; see README.txt")
         return 0
-    guarded(action, quiet=quiet, verbose=verbose, debug=debug, as_json=as_json)
+    guarded(action, quiet=quiet, verbose=verbose, debug=debug, as_json=as_json,
+            uses_torch=False)
 
 
 def _package_native(artifacts: list[Path], out: Path, platform: str | None,

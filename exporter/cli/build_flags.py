@@ -20,7 +20,7 @@ from pydantic.fields import FieldInfo
 from exporter.config.keys import FLAG_NAMES, option_owners
 from exporter.settings import BuildSettings
 from runtime.host.platforms import NAMES as PLATFORM_NAMES
-from targets import all_targets
+from targets.registry import described
 from targets.options import flag_name
 
 MODEL, TARGET, QUANT, CHECK, OUTPUT = ("Model", "Target", "Quantization", "Validation",
@@ -93,7 +93,7 @@ def _cli_type(name: str, annotation: Any) -> tuple[Any, list[str]]:
     """A type typer parses, and the choices for Literal and Enum fields (pydantic checks
     the value again; the targets' names are the registry's)."""
     if name == "target":
-        return str, list(all_targets())
+        return str, list(described())
     if name == "platform":
         return str, list(PLATFORM_NAMES)
     if name in _TEXT_FIELDS:

@@ -95,9 +95,8 @@ style = Style()  # the flags in force for this command
 
 def _print_version(value: bool) -> None:
     if value:
-        from exporter.versions import toolchain_version
-        import torch
-        print(f"exporter {toolchain_version()} (torch {torch.__version__})")
+        from exporter.cli import version_line
+        print(version_line())
         raise typer.Exit()
 
 
@@ -195,12 +194,14 @@ def stage_printer():
 
 
 def guarded(action: Callable[[], int | None], *, quiet: bool = False, verbose: bool = False,
-            debug: bool = False, as_json: bool = False) -> None:
+            debug: bool = False, as_json: bool = False, uses_torch: bool = True) -> None:
     """Run a command body in this command's style; turn ToolchainErrors into one
-    paragraph (and, with --json, an error object) and an exit code."""
+    paragraph (and, with --json, an error object) and an exit code. ``uses_torch``:
+    whether its work imports torch, whose logs are then quieted (a command that needs
+    none, as inspect, starts without importing it)."""
     style.quiet, style.verbose = quiet or _global.quiet, verbose or _global.verbose
     style.debug, style.json = debug or _global.debug, as_json
-    _configure_logging()
+    _configure_logging(uses_torch)
     with contextlib.suppress(ValueError):  # only the main thread may set handlers
         signal.signal(signal.SIGTERM, _terminated)
     # this command's interruptions (main() has dealt with any while the CLI imported; in
@@ -355,7 +356,7 @@ class _OneStyleFormatter(logging.Formatter):
 _OUR_LOGGERS = ("exporter", "passes", "targets", "runtime")
 
 
-def _configure_logging() -> None:
+def _configure_logging(uses_torch: bool) -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(_OneStyleFormatter())
     logging.basicConfig(level=logging.ERROR if style.quiet else logging.WARNING,
@@ -363,7 +364,7 @@ def _configure_logging() -> None:
     logging.captureWarnings(True)  # Python warnings in the same style, silenced by --quiet
     for name in _OUR_LOGGERS:
         logging.getLogger(name).setLevel(logging.DEBUG if style.verbose else logging.NOTSET)
-    if style.verbose:
+    if style.verbose or not uses_torch:
         return
     # torch 2.13 warns about its own use of a deprecated pytree class while it lowers;
     # nothing a user can act on.

@@ -34,7 +34,8 @@ def doctor(as_json: bool = JSON, quiet: bool = QUIET, verbose: bool = VERBOSE,
         problems = sum(c.status == PROBLEM for c in checks)
         result(f"{problems} problem(s)" if problems else "no problems found")
         return 0
-    guarded(action, quiet=quiet, verbose=verbose, debug=debug, as_json=as_json)
+    guarded(action, quiet=quiet, verbose=verbose, debug=debug, as_json=as_json,
+            uses_torch=False)
 
 
 @app.command()
@@ -42,15 +43,14 @@ def targets(as_json: bool = JSON, quiet: bool = QUIET, verbose: bool = VERBOSE,
             debug: bool = DEBUG) -> None:
     """List targets and whether each can build and run on this machine."""
     def action() -> int:
-        from targets import all_targets
+        from targets.registry import described
 
         rows = []
-        for target in all_targets().values():
-            availability = target.availability()
-            rows.append({"name": target.name, "device": target.device,
-                         "backend": target.backend, "available": availability.ok,
-                         "reason": availability.reason, "description": target.description,
-                         "quantize": list(target.quantization.recipes)})
+        for card in described().values():
+            ok, reason = card.check()
+            rows.append({"name": card.name, "device": card.device, "backend": card.backend,
+                         "available": ok, "reason": reason, "description": card.description,
+                         "quantize": list(card.recipes)})
         if as_json:
             print_json({"targets": rows})
             return 0
@@ -65,7 +65,8 @@ def targets(as_json: bool = JSON, quiet: bool = QUIET, verbose: bool = VERBOSE,
                           ", ".join(row["quantize"]) or "-")
         result(table)
         return 0
-    guarded(action, quiet=quiet, verbose=verbose, debug=debug, as_json=as_json)
+    guarded(action, quiet=quiet, verbose=verbose, debug=debug, as_json=as_json,
+            uses_torch=False)
 
 
 @app.command()
@@ -84,4 +85,5 @@ def keygen(out_dir: Path = typer.Option(..., "--out-dir", help="directory for si
             wrote(key, "private: keep it secret")
             wrote(pub, "public: give it to devices")
         return 0
-    guarded(action, quiet=quiet, verbose=verbose, debug=debug, as_json=as_json)
+    guarded(action, quiet=quiet, verbose=verbose, debug=debug, as_json=as_json,
+            uses_torch=False)

@@ -36,7 +36,7 @@ from pathlib import Path
 from exporter.errors import UserInputError
 from exporter.config.keys import config_field, config_key
 from runtime.host.outfiles import written_whole
-from targets import all_targets
+from targets.registry import described
 
 SPEC_KEY = "spec"
 HASH_KEY = "spec_sha256"
@@ -109,7 +109,7 @@ def with_target_table(fields: dict) -> dict:
     """Fields with the table named after their target as its options (flat option keys
     stay flat, and BuildSettings lets them win); other targets' tables are dropped."""
     fields = dict(fields)
-    tables = {name: fields.pop(name) for name in all_targets() if isinstance(fields.get(name), dict)}
+    tables = {name: fields.pop(name) for name in described() if isinstance(fields.get(name), dict)}
     table = tables.get(str(fields.get("target")))
     if table is not None:
         fields["target_options"] = {config_field(k): v for k, v in table.items()}

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pydantic.fields import FieldInfo
 
-from targets import all_targets
+from targets.registry import described
 from targets.options import flag_name
 
 # field -> flag declarations, where not --field-name (the first is the long name)
@@ -38,7 +38,7 @@ def option_owners() -> dict[str, tuple[FieldInfo, list[str]]]:
     """Target option field -> (its declaration, the targets that take it). Targets sharing
     a field (cpu and cuda share AOTInductor's) must declare it alike: one flag serves both."""
     found: dict[str, tuple[FieldInfo, list[str]]] = {}
-    for target in all_targets().values():
+    for target in described().values():
         for name, field in target.Options.model_fields.items():
             if name in found:
                 first, owners = found[name]

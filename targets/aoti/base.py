@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from pydantic import Field
 from torch.export import ExportedProgram
 from torch.fx import Node
 
@@ -44,7 +43,7 @@ from targets.base import (
 )
 from targets.facets import Generation, Packaging, Tooling
 from targets.errors import LoweringError, TargetOptionError
-from targets.options import TargetOptions
+from targets.aoti.card import AotiOptions, compiler_here
 from targets.reproducible import (
     canonical_mkldnn_metadata,
     mkldnn_md_layout_known,
@@ -107,16 +106,6 @@ def has_data_dependent_sizes(program: ExportedProgram) -> bool:
 
 def _jsonable(configs: dict) -> dict:
     return {k: list(v) if isinstance(v, tuple) else v for k, v in configs.items()}
-
-
-class AotiOptions(TargetOptions):
-    autotune: bool = Field(False, description="Inductor max-autotune (slow)")
-    compile_timeout_s: int = Field(1800, ge=0, description="seconds one C++ compiler run "
-                                   "may take (0: no limit)",
-                                   json_schema_extra={"flag": "--compile-timeout"})
-
-    def measured_choices(self) -> list[str]:
-        return ["--autotune"] if self.autotune else []
 
 
 class AotiGeneration(Generation):
@@ -195,8 +184,7 @@ class AOTInductorTarget(Target):
         return Support(True, "ATen kernel called from inside the compiled library")
 
     def availability(self) -> Availability:
-        choice = choose_cxx()
-        return Availability(choice.compiler is not None, choice.note)
+        return Availability(*compiler_here())
 
     def default_passes(self, options: LowerOptions) -> list[Pass]:
         # Inductor folds batch norm, matches attention and fuses pointwise ops on its own;

@@ -8,6 +8,7 @@ from typing import Iterator
 from runtime.format.manifest import Requirements
 from targets import cpu_isa
 from targets.aoti.base import AOTInductorTarget
+from targets.aoti.card import CPU, CPU_RECIPES
 from targets.base import LowerOptions, base_requirements
 from targets.facets import Quantization
 
@@ -21,21 +22,8 @@ class X86Quantization(Quantization):
 
 
 class CpuTarget(AOTInductorTarget):
-    name = "cpu"
-    device = "cpu"
-    description = "AOTInductor C++/OpenMP for this machine's CPU family"
-    quantization = X86Quantization(recipes={
-        "int8-dynamic": "torchao PT2E, X86InductorQuantizer (dynamic): int8 per-channel "
-                        "weights, activations quantized per call; embeddings int8 per row",
-        "int8-static": "torchao PT2E, X86InductorQuantizer (static): int8 per-channel "
-                       "weights, activation scales from --calibration; embeddings int8 "
-                       "per row",
-        "int8-weight": "torchao Int8WeightOnlyConfig: int8 per-channel linear and "
-                       "embedding weights, float activations (Inductor's weight-only int8 GEMM)",
-        "int4-weight": "int4 linear weights in groups of 32 (torchao's asymmetric "
-                       "quantization), ATen's int4 CPU GEMM with bfloat16 rows inside, "
-                       "float in and out (passes/quantize/int4_cpu.py); embeddings int8 per row",
-    })
+    name, device, description = CPU.name, CPU.device, CPU.description
+    quantization = X86Quantization(recipes=CPU_RECIPES)
 
     def lowering_fixes(self, options: LowerOptions) -> contextlib.AbstractContextManager:
         return _int4_rows_contiguous()

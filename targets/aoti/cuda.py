@@ -12,6 +12,7 @@ import torch
 
 from runtime.format.manifest import Requirements
 from targets.aoti.base import AotiGeneration, AotiPackaging, AOTInductorTarget, AotiTooling
+from targets.aoti.card import CUDA, CUDA_RECIPES, gpu_here
 from targets.aoti.kernel_timing import host_independent_kernel_timing
 from targets.aoti.passes.row_linears import SingleRowLinearsAsReductions
 from targets.base import (
@@ -41,36 +42,15 @@ class CudaTooling(AotiTooling):
 
 
 class CudaTarget(AOTInductorTarget):
-    name = "cuda"
-    device = "cuda"
-    description = "AOTInductor Triton kernels for NVIDIA GPUs, replayed as CUDA graphs"
+    name, device, description = CUDA.name, CUDA.device, CUDA.description
     # SDPA's GPU kernels (exporter/lm/attention.py: measured)
     generation = AotiGeneration(step_attention="sdpa")
     packaging = CudaPackaging()
     tooling = CudaTooling()
-    quantization = Quantization(recipes={
-        "int8-weight": "torchao Int8WeightOnlyConfig: int8 per-channel linear and "
-                       "embedding weights, float activations (Triton mixed-dtype GEMM)",
-        "int4-weight": "torchao Int4WeightOnlyConfig (groups of 128, or 64/32 where "
-                       "in_features needs, tinygemm layout): int4 "
-                       "linear weights, bfloat16 GEMM inside, float32 in and out; "
-                       "embeddings int8 per row",
-    })
+    quantization = Quantization(recipes=CUDA_RECIPES)
 
     def availability(self) -> Availability:
-        if torch.version.cuda is None:
-            return Availability(False, f"torch {torch.__version__} is a CPU-only build "
-                                       "(install a CUDA build of torch)")
-        if not torch.cuda.is_available():
-            return Availability(False, f"no CUDA GPU is visible (torch {torch.__version__}, "
-                                       f"CUDA {torch.version.cuda})")
-        compiler = super().availability()
-        if not compiler.ok:
-            return compiler
-        name = torch.cuda.get_device_name()
-        major, minor = torch.cuda.get_device_capability()
-        return Availability(True, f"{name} (sm_{major}{minor}), CUDA {torch.version.cuda}; "
-                                  f"{compiler.reason}")
+        return Availability(*gpu_here())
 
     def default_passes(self, options: LowerOptions) -> list:
         passes = super().default_passes(options)

@@ -10,20 +10,7 @@ from typing import Callable
 import torch
 
 from runtime.format.manifest import Partition
-
-
-@dataclass(frozen=True)
-class Check:
-    """One row of ``exporter doctor``: ``ok`` / ``problem`` / ``absent`` (an optional part
-    not installed), what was found, and the fix."""
-
-    name: str
-    status: str
-    found: str
-    fix: str = ""
-
-
-OK, PROBLEM, ABSENT = "ok", "problem", "absent"
+from targets.card import ABSENT, OK, PROBLEM, Check  # noqa: F401  doctor's rows, light
 
 # A bench baseline: (artifact's Program, flat inputs) -> a callable timed like the artifact.
 Baseline = Callable[[object, list], Callable[[], object]]

@@ -20,27 +20,9 @@ from passes.quantize.quant_error import ErrorSums, layer_rows
 from targets.onnx.quant_rewrites import (gemms_as_matmuls, quantize_embedding_tables,
                                         untie_output_projections)
 from targets.errors import TargetOptionError
+from targets.onnx.card import NBITS_BLOCK, RECIPES
 from targets.onnx.inside import MODULE_KEY
 
-RECIPES = {
-    "int8-dynamic": "ONNX Runtime quantize_dynamic: int8 per-channel weights, activations "
-                    "quantized per call (MatMulInteger / ConvInteger)",
-    "int8-static": "ONNX Runtime quantize_static: QDQ format, int8 per-channel weights and "
-                   "activations, scales from --calibration (MinMax)",
-    # ORT's MatMulNBits, as ONNX Runtime GenAI builds its int4/int8 decoders: weights in
-    # symmetric blocks (one scale each; the onnx target's --quant-block), activations
-    # quantized to int8 inside the kernel (accuracy level 4), the memory-bound decode step
-    # reading a quarter / half of fp32's bytes
-    "int8-weight": "ONNX Runtime MatMulNBits: 8-bit weights in blocks, int8 activations "
-                   "inside the kernel (accuracy level 4); embedding tables int8 in blocks",
-    "int4-weight": "ONNX Runtime MatMulNBits: 4-bit weights in blocks, int8 activations "
-                   "inside the kernel (accuracy level 4); embedding tables int8 in blocks",
-}
-# Weights per scale. 128, as AWQ/GPTQ groups and the cuda target's int4 (passes/
-# quantize_weight_only.py): ORT's kernel pays per block, so larger blocks run faster.
-# 32 is llama.cpp's Q4_0/Q8_0 and ONNX Runtime GenAI's default.
-NBITS_BLOCK = 128
-NBITS_BLOCKS = (16, 32, 64, 128, 256)  # MatMulNBits takes powers of two from 16
 _WEIGHTED = {"MatMul", "Gemm", "Conv"}
 # ORT's advice: dynamic quantization for transformers and RNNs, static for CNNs. Its
 # ConvInteger has no fast CPU kernel (the zoo CNN ran many times slower than fp32), so

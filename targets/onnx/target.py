@@ -9,14 +9,12 @@ translating. Asking the exporter's tables, not a hand-written list, keeps
 from __future__ import annotations
 
 import functools
-import importlib.util
 import logging
 import re
 import time
 from pathlib import Path
 
 import torch
-from pydantic import Field, field_validator
 from torch.export import ExportedProgram
 from torch.fx import Node
 
@@ -26,6 +24,7 @@ from passes.graph.ops import is_custom_op
 from runtime.executors.onnxruntime import OnnxRuntimeMeta
 from runtime.host import scratch
 from runtime.program.flat_inputs import flatten_inputs
+from targets.card import install_command
 from targets.base import (
     Availability,
     Lowered,
@@ -44,14 +43,15 @@ from targets.onnx.shared import externalize
 from targets.onnx.packed_attention import pack_attention_inputs
 from targets.onnx.passes.contiguous_views import ContiguousBeforeReshape
 from targets.onnx.passes.rsqrt_as_division import RsqrtAsDivision
-from targets.onnx.providers import provider_names, refuse_bf16_on_cpu_only
+from targets.onnx.providers import refuse_bf16_on_cpu_only
 from targets.onnx.stored_rows import store_new_rows
 from targets.onnx.torch_onnx import (exact_no_op_rules, new_report_dir, quiet_registry,
                                      without_input_guards)
-from targets.onnx.quantize import NBITS_BLOCK, NBITS_BLOCKS, RECIPES, quantize_model
+from targets.onnx.card import ONNX, RECIPES, OnnxOptions, missing_packages, onnx_here
+from targets.onnx.quantize import quantize_model
 from targets.onnx.rotary import fuse_rotary_embeddings
 from targets.onnx.skip_norm import fuse_skip_rms_norms
-from targets.options import FallbackPolicy, TargetOptions
+from targets.options import FallbackPolicy
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +59,6 @@ MODEL_NAME = "model.onnx"
 # Weights go to a side file only past this size: one self-contained .onnx is simpler to
 # ship and hash, and protobuf itself cannot hold more than 2 GB.
 EXTERNAL_DATA_BYTES = 1 << 30
-_PACKAGES = ("onnx", "onnxscript", "onnxruntime")
 # Runtime checks that torch.onnx drops before translating (its
 # _fx_passes.remove_assertion_nodes); they never reach ONNX, so they cost nothing.
 _DROPPED_CHECKS = {
@@ -68,45 +67,7 @@ _DROPPED_CHECKS = {
 }
 
 
-class OnnxOptions(TargetOptions):
-    ep: str = Field("cpu", description="execution providers in order, e.g. cuda,cpu",
-                    examples=["cuda,cpu"])
-    quant_block: int = Field(NBITS_BLOCK, description="weights per scale for --quantize "
-                             "int8-weight/int4-weight: 32 as llama.cpp's Q4_0 and ONNX "
-                             "Runtime GenAI, 128 as AWQ/GPTQ (faster here, a little less "
-                             "exact)", examples=[32],
-                             json_schema_extra={"flag": "--quant-block"})
-
-    def unused_with(self, quantize: str | None) -> list[str]:
-        blocks = quantize in ("int8-weight", "int4-weight")
-        return ([] if blocks or self.quant_block == NBITS_BLOCK
-                else ["--quant-block (blocks of --quantize int8-weight or int4-weight)"])
-
-    @field_validator("quant_block")
-    @classmethod
-    def _block(cls, value: int) -> int:
-        if value not in NBITS_BLOCKS:
-            raise ValueError(f"ONNX Runtime's MatMulNBits takes blocks of "
-                             f"{', '.join(map(str, NBITS_BLOCKS))} weights, not {value}")
-        return value
-
-    @field_validator("ep")
-    @classmethod
-    def _known_providers(cls, value: str) -> str:
-        try:
-            provider_names(value)
-        except TargetOptionError as exc:
-            raise ValueError(f"{exc.what}; {exc.hint}") from None
-        return value
-
-    @property
-    def providers(self) -> list[str]:
-        return provider_names(self.ep)
-
-
-@functools.cache  # asked once per node by supports(); installs do not change mid-build
-def _missing_packages() -> list[str]:
-    return [name for name in _PACKAGES if importlib.util.find_spec(name) is None]
+_missing_packages = functools.cache(missing_packages)  # asked once per node by supports()
 
 
 @functools.cache
@@ -143,10 +104,7 @@ def _op_name(op) -> str:
 
 
 class OnnxTarget(Target):
-    name = "onnx"
-    device = "cpu"
-    backend = "onnxruntime"
-    description = "ONNX model per partition (torch.onnx dynamo exporter), run by ONNX Runtime"
+    name, device, backend, description = ONNX.name, ONNX.device, ONNX.backend, ONNX.description
     Options = OnnxOptions
     # "fused": GroupQueryAttention (targets/onnx/contrib_ops.py). decode_on_prefill: ORT
     # prepacks MatMul and MatMulNBits weights per session, and its Python API cannot share
@@ -160,13 +118,7 @@ class OnnxTarget(Target):
     tooling = OnnxTooling()
 
     def availability(self) -> Availability:
-        missing = _missing_packages()
-        if missing:
-            return Availability(False, f"{', '.join(missing)} not installed; "
-                                       "run pip install '.[onnx]'")
-        import onnxruntime
-        return Availability(True, f"onnxruntime {onnxruntime.__version__}; providers here: "
-                                  f"{', '.join(onnxruntime.get_available_providers())}")
+        return Availability(*onnx_here())
 
     def supports(self, node: Node) -> Support:
         op = node.target
@@ -176,7 +128,7 @@ class OnnxTarget(Target):
         missing = [p for p in _missing_packages() if p != "onnxruntime"]
         if missing:  # the exporter's registry is built from onnxscript's torchlib
             return Support(False, f"{', '.join(missing)} not installed, so torch.onnx has "
-                                  "no translations; pip install '.[onnx]'")
+                                  "no translations; " + install_command("onnx"))
         if contrib_ops.supports(op):
             return Support(True, "ONNX Runtime contrib op (targets/onnx/contrib_ops.py)")
         if _returns_a_view_outside_aten(op):
@@ -219,7 +171,7 @@ class OnnxTarget(Target):
         missing = _missing_packages()
         if missing:
             raise TargetOptionError(f"target 'onnx' needs {', '.join(missing)}",
-                                    hint="pip install '.[onnx]'")
+                                    hint=install_command("onnx"))
         refuse_bf16_on_cpu_only(options.dtype, providers)
         import onnx
         import onnxruntime

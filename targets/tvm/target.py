@@ -19,10 +19,8 @@ import importlib.util
 import logging
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
-from pydantic import Field
 from torch.export import ExportedProgram
 from torch.fx import Node
 
@@ -45,8 +43,8 @@ from targets.base import (
 from targets.errors import LoweringError, TargetOptionError
 from targets.facets import Packaging, Tooling
 from targets.fusion import GRAPH_FUSIONS
-from targets.options import TargetOptions
 from targets.tvm import cross
+from targets.tvm.card import TVM, TvmOptions, llvm_target, tvm_here
 from targets.tvm.locate import native_stderr_to_log
 from targets.tvm.passes.wrap_negative_indices import WrapNegativeIndices
 
@@ -60,29 +58,9 @@ _CHECKS = {"_assert_scalar.default", "_assert_tensor_metadata.default",
            "sym_constrain_range_for_size.default", "_assert_async.msg"}
 
 
-class TvmOptions(TargetOptions):
-    tvm_target: str | None = Field(None, description="TVM target string (default: llvm for "
-                                   "the --cpu-isa level)",
-                                   examples=["llvm -mcpu=skylake-avx512"])
-    tune: int = Field(0, ge=0, description="MetaSchedule trials (slow; 0 = off)")
-
-    def measured_choices(self) -> list[str]:
-        return ["--tune"] if self.tune else []
-
-
 @functools.cache
 def _installed() -> bool:
     return importlib.util.find_spec("tvm") is not None
-
-
-def _version() -> str:
-    """From the package metadata: importing tvm to read its version was most of what
-    `exporter targets` and `exporter doctor` spent."""
-    try:
-        return importlib.metadata.version("apache-tvm")
-    except importlib.metadata.PackageNotFoundError:  # built from source: no such dist
-        import tvm
-        return tvm.__version__
 
 
 @functools.cache
@@ -122,19 +100,13 @@ class TvmPackaging(Packaging):
 
 
 class TvmTarget(Target):
-    name = "tvm"
-    device = "cpu"
-    backend = "tvm"
-    description = "Apache TVM Relax per partition (LLVM CPU code), run by the Relax VM"
+    name, device, backend, description = TVM.name, TVM.device, TVM.backend, TVM.description
     Options = TvmOptions
     packaging = TvmPackaging()
     tooling = Tooling(colour="#7048e8")
 
     def availability(self) -> Availability:
-        if not _installed():
-            return Availability(False, "apache-tvm is not installed; pip install '.[tvm]'")
-        return Availability(True, f"apache-tvm {_version()}; default target "
-                                  f"{self._target_string(LowerOptions(work_dir=Path('.'), target=TvmOptions()))}")
+        return Availability(*tvm_here())
 
     def supports(self, node: Node) -> Support:
         if not _installed():
@@ -198,8 +170,7 @@ class TvmTarget(Target):
             return str(custom)
         if cross.is_cross(options.platform):
             return cross.cross_platform(options.platform).target
-        level = cpu_isa.resolve(options.cpu_isa)
-        return f"llvm -mcpu={level.march}" if level is not None else "llvm"
+        return llvm_target(options.cpu_isa)
 
     def _requirements(self, options: LowerOptions) -> Requirements:
         base = base_requirements()
