@@ -147,7 +147,7 @@ def _tokenizer(manifest: Manifest, reader: ArtifactReader, where: str) -> str | 
     if manifest.generation is None:
         return None
     from runtime.generation.tokenizer import read_tokenizer
-    return read_tokenizer(manifest.generation, reader, where=where)
+    return read_tokenizer(manifest.generation.tokenizer, reader, where=where)
 
 
 def _arenas(manifest: Manifest, where: str) -> dict:

@@ -18,6 +18,7 @@ from exporter.lm.source import TOKENIZER_FILE, LanguageModel
 from exporter.settings import BuildSettings
 from runtime.format.manifest import EntryPoint, Manifest
 from runtime.generation.layout import CacheLayout, shortest_source
+from runtime.generation.section import GenerationSection
 
 TOKENIZER_ENTRY = f"generation/{TOKENIZER_FILE}"
 
@@ -73,14 +74,14 @@ def _manifest(preps: dict[str, Prepared], lowered: dict, settings: BuildSettings
                        "task": GENERATING_TASK, "max_context": context,
                        "prefill_chunk": chunk, "decode_on_prefill": "decode" not in preps,
                        **({"encoder": prepared.source.to_json()} if prepared.source else {})}
-    manifest.generation = {
-        "cache": layout.to_json(), "max_context": context, "prefill_chunk": chunk,
-        "tokenizer": TOKENIZER_ENTRY if lm.tokenizer is not None else None,
-        **{f"{key}_token_ids": ids for key, ids in lm.token_ids.items()},
-        "generation_config": lm.generation_config,
-        **({"source": _source_record(prepared.source, manifest)} if prepared.source else {}),
-        "cache_bytes": layout.nbytes(torch.empty((), dtype=getattr(torch, layout.dtype))
-                                     .element_size())}
+    manifest.generation = GenerationSection(
+        cache=layout, max_context=context, prefill_chunk=chunk,
+        token_ids={key: tuple(ids) for key, ids in lm.token_ids.items()},
+        generation_config=lm.generation_config,
+        source=_source_record(prepared.source, manifest) if prepared.source else None,
+        tokenizer=TOKENIZER_ENTRY if lm.tokenizer is not None else None,
+        cache_bytes=layout.nbytes(torch.empty((), dtype=getattr(torch, layout.dtype))
+                                  .element_size()))
     return manifest
 
 

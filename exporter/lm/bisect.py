@@ -23,7 +23,6 @@ from exporter.validation.bisect import bisect
 from exporter.validation.inputs import Case
 from runtime.format.manifest import Manifest
 from runtime.generation.cache import KvCache
-from runtime.generation.layout import CacheLayout
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +33,7 @@ def bisect_generation(artifact: Path, manifest: Manifest, preps: dict[str, Prepa
     """The bisect of the call that chose ``tokens[step]`` after ``prompt``, or None where
     it cannot be re-created (an encoder-decoder) or the bisect itself breaks: it helps read
     a failure and never replaces it."""
-    if manifest.generation.get("source") is not None:
+    if manifest.generation.source is not None:
         return None  # an encoder-decoder's step also reads its cross cache: not re-created
     try:
         with torch.no_grad():
@@ -48,14 +47,14 @@ def bisect_generation(artifact: Path, manifest: Manifest, preps: dict[str, Prepa
 def _bisect_step(artifact: Path, manifest: Manifest, preps: dict[str, Prepared],
                  prompt: list[int], tokens: list[int], step: int, case: str,
                  dtype: str) -> dict:
-    chunk = manifest.generation["prefill_chunk"]
+    chunk = manifest.generation.prefill_chunk
     sequence = prompt + tokens[:step]
     # the call that produced the logits of tokens[step]: the prompt's last chunk (step 0)
     # or the decode of the token before it
     start = (len(prompt) - 1) // chunk * chunk if step == 0 else len(sequence) - 1
     device = preps["prefill"].target.device
     modules: dict[str, torch.nn.Module] = {}  # each program's module, built once
-    cache = KvCache(CacheLayout.from_json(manifest.generation["cache"]), device)
+    cache = KvCache(manifest.generation.cache, device)
     for begin in range(0, start, chunk):  # the cache the failing call reads, eagerly
         _run(preps, modules, cache, sequence[begin:min(begin + chunk, start)], begin, device)
     name, flat = _call(preps, cache, sequence[start:], start, device)

@@ -43,6 +43,7 @@ from exporter.validation.bisect import bisect_lines
 from exporter.validation.validate import ArtifactRun, crashed, keep_failed
 from runtime.format.manifest import Manifest
 from runtime.generation.layout import vocabulary
+from runtime.generation.section import GenerationSection
 from runtime.host import scratch
 
 log = logging.getLogger(__name__)
@@ -164,7 +165,7 @@ def _check_same_vocabulary(manifest: Manifest, lm: LanguageModel, artifact: Path
                                   f"({manifest.source['spec']!r})")
 
 
-def judge_generation(artifact: Path, generation: dict, lm: LanguageModel,
+def judge_generation(artifact: Path, generation: GenerationSection, lm: LanguageModel,
                      gate: GenerationGate, seed: int, timeout: float | None,
                      preload: list[str]) -> dict:
     """``artifact`` generates from the cases in its own process while this one runs
@@ -194,7 +195,7 @@ def judge_generation(artifact: Path, generation: dict, lm: LanguageModel,
     return record
 
 
-def generation_cases(lm: LanguageModel, generation: dict, seed: int
+def generation_cases(lm: LanguageModel, generation: GenerationSection, seed: int
                      ) -> list[tuple[list[int], int]]:
     """(prompt, new tokens) pairs that reach every path: a one-token prompt (prefill
     through ``decode``), a short one, a long one that crosses a prefill chunk and, where
@@ -202,8 +203,8 @@ def generation_cases(lm: LanguageModel, generation: dict, seed: int
     decode), and one whose generation ends at the context's last position. That last one
     checks what depends on how deep a token is: Llama 4's attention temperature changed
     at position 399 of 512 while the other prompts stopped near 200 and passed."""
-    context, chunk = generation["max_context"], generation["prefill_chunk"]
-    windows = [layer["window"] for layer in generation["cache"]["layers"] if layer["window"]]
+    context, chunk = generation.max_context, generation.prefill_chunk
+    windows = [layer.window for layer in generation.cache.layers if layer.window]
     new_tokens = min(NEW_TOKENS, context // 2)
     longest = context - new_tokens
     long = min(longest, max(chunk + 7, max(windows, default=0) + 5))
@@ -212,7 +213,7 @@ def generation_cases(lm: LanguageModel, generation: dict, seed: int
     if context - end_tokens > long:
         lengths.append((context - end_tokens, end_tokens))
     # an encoder-decoder's decoder prompts start as generate's do, then go on as text
-    start = generation.get("decoder_start_token_ids") or []
+    start = generation.decoder_start
     vocab = lm.model.get_output_embeddings().weight.shape[0]
     texts = [] if start else _tokenized(lm, vocab)
     random = torch.Generator().manual_seed(seed)
@@ -225,13 +226,13 @@ def generation_cases(lm: LanguageModel, generation: dict, seed: int
     return cases
 
 
-def source_cases(lm: LanguageModel, generation: dict, count: int, seed: int
+def source_cases(lm: LanguageModel, generation: GenerationSection, count: int, seed: int
                  ) -> list[torch.Tensor | None]:
     """An encoder-decoder's sources, one a case (None each for a decoder-only model): text
     sources as long as the encoder takes, short, and as short as it takes (the cross
     cache's unused rows masked), from the prompts' text where there is a tokenizer; speech
     features of the model's fixed shape, random."""
-    source = generation.get("source")
+    source = generation.source
     if source is None:
         return [None] * count
     random = torch.Generator().manual_seed(seed + 1)

@@ -15,6 +15,7 @@ from typing import Any
 
 from runtime.errors import ArtifactError
 from runtime.format.dtypes import NAMES as DTYPE_NAMES
+from runtime.generation.section import GenerationSection
 from runtime.host.platforms import platform_name
 
 
@@ -210,7 +211,7 @@ class Manifest:
     # ``decode`` is an entry point, and ``generation`` holds the cache layout, the token
     # ids and the tokenizer's entry. Both empty for other artifacts.
     entry_points: dict[str, EntryPoint] = field(default_factory=dict)
-    generation: dict | None = None
+    generation: GenerationSection | None = None
     # The shared weight store (runtime/memory/shared_weights.py): {"entries": {entry: its
     # safetensors index}, "bytes": total}.
     shared_weights: dict | None = None
@@ -231,7 +232,8 @@ class Manifest:
             "validation": self.validation,
             "build": self.build,
             **({"entry_points": {name: ep.to_json() for name, ep in self.entry_points.items()},
-                "generation": self.generation} if self.generation is not None else {}),
+                "generation": self.generation.to_json()} if self.generation is not None
+               else {}),
             **({"shared_weights": self.shared_weights} if self.shared_weights else {}),
         }
 
@@ -266,7 +268,7 @@ class Manifest:
                 build=dict(raw.get("build") or {}),
                 entry_points={_str(name, "an entry point's name"): EntryPoint.from_json(ep)
                               for name, ep in (raw.get("entry_points") or {}).items()},
-                generation=_optional_dict(raw.get("generation"), "generation"),
+                generation=_generation(raw.get("generation"), where),
                 shared_weights=_optional_dict(raw.get("shared_weights"), "shared_weights"),
                 entries=dict(raw.get("entries") or {}),
             )
@@ -299,6 +301,11 @@ def _list(value: Any, what: str) -> list:
 
 def _strs(value: Any, what: str) -> tuple[str, ...]:
     return tuple(_str(v, f"an item of {what}") for v in _list(value, what))
+
+
+def _generation(value: Any, where: str) -> GenerationSection | None:
+    # its own ArtifactError names the field (runtime/generation/section.py)
+    return None if value is None else GenerationSection.from_json(value, where=where)
 
 
 def _optional_dict(value: Any, what: str) -> dict | None:

@@ -1,5 +1,6 @@
-"""A generating artifact's ``manifest.generation``, read and checked against its programs
-before any cache is allocated.
+"""A generating artifact's ``manifest.generation`` checked against its programs before any
+cache is allocated (its fields were typed and bounded when the manifest was read:
+runtime/generation/section.py).
 
 The section is data from the artifact, so a hostile or broken one must fail here, as an
 ArtifactError that names the field, and not later as a ``range()`` step of 0, an embedding
@@ -15,44 +16,41 @@ from dataclasses import dataclass
 import torch
 
 from runtime.errors import ArtifactError
-from runtime.generation.layout import INPUT_IDS, LOGITS, CacheLayout
+from runtime.generation.layout import INPUT_IDS, LOGITS
+from runtime.generation.section import GenerationSection
 
 _HINT = "rebuild the artifact with `exporter build`"
 
 
 @dataclass(frozen=True)
 class GenerationSettings:
-    layout: CacheLayout
-    max_context: int
-    prefill_chunk: int
-    eos: frozenset[int]
-    source: dict | None  # an encoder-decoder's encoder input
-    decoder_start: list[int]
-    config: dict  # the checkpoint's generation config
+    """The manifest's generation section, checked against the programs, with what the
+    programs and this machine add to it."""
+
+    section: GenerationSection
     vocab: int  # the steps' logits' last dim
     device: torch.device  # where the cache lives
+
+    layout = property(lambda self: self.section.cache)
+    max_context = property(lambda self: self.section.max_context)
+    prefill_chunk = property(lambda self: self.section.prefill_chunk)
+    eos = property(lambda self: self.section.eos)
+    source = property(lambda self: self.section.source)  # an encoder-decoder's encoder input
+    decoder_start = property(lambda self: self.section.decoder_start)
+    config = property(lambda self: self.section.generation_config)  # the checkpoint's
 
     @classmethod
     def read(cls, program) -> "GenerationSettings":
         """The settings of ``program`` (the prefill program of a generating artifact),
         each checked against what its entry points take."""
         where = program.source
-        generation = program.manifest.generation
+        section = program.manifest.generation
         try:
-            settings = cls(layout=CacheLayout.from_json(generation["cache"]),
-                           max_context=_whole(generation["max_context"], "max_context"),
-                           prefill_chunk=_whole(generation["prefill_chunk"], "prefill_chunk"),
-                           eos=frozenset(_ids(generation.get("eos_token_ids"),
-                                              "eos_token_ids")),
-                           source=_source(generation.get("source")),
-                           decoder_start=_ids(generation.get("decoder_start_token_ids"),
-                                              "decoder_start_token_ids"),
-                           config=_config(generation.get("generation_config")),
-                           vocab=_vocabulary(program.manifest.signature),
-                           device=step_device(program))
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ArtifactError(f"the generation section is malformed ({exc})", where=where,
-                                hint=_HINT) from exc
+            vocab = _vocabulary(program.manifest.signature)
+        except ValueError as exc:
+            raise ArtifactError(f"the generation section does not fit the prefill program "
+                                f"({exc})", where=where, hint=_HINT) from exc
+        settings = cls(section=section, vocab=vocab, device=step_device(program))
         settings._check(program, where)
         return settings
 
@@ -71,56 +69,6 @@ class GenerationSettings:
 
     def cache_bytes(self) -> int:
         return self.layout.nbytes(torch.empty((), dtype=self.dtype()).element_size())
-
-
-def _whole(value, what: str) -> int:
-    if type(value) is not int or not 0 < value < 1 << 31:
-        raise ValueError(f"{what} must be a positive integer, not {value!r:.40}")
-    return value
-
-
-def _ids(value, what: str) -> list[int]:
-    if value is None:
-        return []
-    if not isinstance(value, list) or any(type(t) is not int for t in value):
-        raise ValueError(f"{what} must be a list of integers, not {value!r:.60}")
-    return list(value)
-
-
-def _source(value) -> dict | None:
-    if value is None:
-        return None
-    if not isinstance(value, dict) or value.get("input") not in ("input_ids", "input_features"):
-        raise ValueError(f"source must name its input (input_ids or input_features), not "
-                         f"{value!r:.60}")
-    if value["input"] == "input_ids":
-        _whole(value.get("bound"), "source.bound")
-    else:
-        shape = value.get("shape")
-        if not isinstance(shape, list) or len(shape) != 2:
-            raise ValueError("source.shape must be [mel bins, frames]")
-        for size in shape:
-            _whole(size, "source.shape")
-    return value
-
-
-def _config(value) -> dict:
-    """The config's fields that the generator reads as ids, typed here."""
-    if value is not None and not isinstance(value, dict):
-        raise ValueError(f"generation_config must be an object, not {type(value).__name__}")
-    config = dict(value or {})
-    for key in ("suppress_tokens", "begin_suppress_tokens"):
-        _ids(config.get(key), f"generation_config.{key}")
-    for key in ("lang_to_id", "task_to_id"):
-        table = config.get(key)
-        if table is not None and (not isinstance(table, dict) or any(
-                type(v) is not int for v in table.values())):
-            raise ValueError(f"generation_config.{key} must map names to ids")
-    for pair in config.get("forced_decoder_ids") or []:
-        if not isinstance(pair, list) or len(pair) != 2 or type(pair[0]) is not int or not (
-                pair[1] is None or type(pair[1]) is int):
-            raise ValueError("generation_config.forced_decoder_ids must be [index, id] pairs")
-    return config
 
 
 def _config_ids(config: dict) -> list[tuple[str, list]]:

@@ -19,13 +19,12 @@ log = logging.getLogger(__name__)
 MAX_TOKENIZER_BYTES = 64 << 20
 
 
-def read_tokenizer(generation: dict, reader, *, where: str) -> str | None:
-    """The tokenizer's JSON text from its (hash-checked) entry, or None when the build had
-    no tokenizer."""
-    entry = generation.get("tokenizer")
+def read_tokenizer(entry: str | None, reader, *, where: str) -> str | None:
+    """The tokenizer's JSON text from its (hash-checked) entry, the generation section's
+    ``tokenizer``, or None when the build had no tokenizer."""
     if entry is None:
         return None
-    if not isinstance(entry, str) or entry not in reader.names():
+    if entry not in reader.names():
         raise ArtifactError(f"the generation section names tokenizer {entry!r}, which is not "
                             "an entry of the artifact", where=where,
                             hint="rebuild the artifact with `exporter build`")

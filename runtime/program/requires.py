@@ -52,7 +52,7 @@ def packages(manifest: Manifest) -> tuple[str, ...]:
     generating artifact that carries a tokenizer); else numpy and what the array kinds
     used need."""
     if torch_reasons(manifest):  # a generating artifact's text needs its tokenizer too
-        text = manifest.generation is not None and manifest.generation.get("tokenizer")
+        text = manifest.generation is not None and manifest.generation.tokenizer
         return TORCH_STACK + (("tokenizers",) if text else ())
     extra = {dist for p in manifest.partitions for dist in array_packages(p) or ()}
     return ("numpy", *sorted(extra))

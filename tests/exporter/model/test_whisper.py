@@ -54,7 +54,6 @@ def test_log_mel_equals_whisper_feature_extractor():
         reference = WhisperFeatureExtractor(feature_size=mels)(
             samples, sampling_rate=16000, return_tensors="np").input_features[0]
         ours = log_mel(Waveform(samples, 16000), audio, mels, 3000)
-        print(mels, float(np.abs(reference - ours).max()))
         assert ours.shape == reference.shape and np.abs(reference - ours).max() < 1e-4
 
 
@@ -96,7 +95,7 @@ def test_whisper_generates_from_a_wav_file(whisper_onnx, cli, tmp_path):
     _, program = whisper_onnx
     samples = np.random.default_rng(3).uniform(-0.5, 0.5, 5000)
     path = _wav(tmp_path / "speech.wav", samples, 16000)
-    source = program.manifest.generation["source"]
+    source = program.manifest.generation.source
     features = log_mel(read_wav(path), source["audio"], *source["shape"])
     expected = program.generate(None, 6, source=torch.from_numpy(features),
                                 stop_at_eos=False).tokens
@@ -110,7 +109,6 @@ def test_whisper_generates_from_a_wav_file(whisper_onnx, cli, tmp_path):
         if not bad.exists():
             bad.write_bytes(b"not audio")
         done = cli("generate", str(program.source), "--source-audio", str(bad), "-n", "2")
-        print(done.stderr)
         assert done.returncode == 2 and said in done.stderr
 
 
@@ -136,7 +134,6 @@ def test_whisper_prompts_and_suppresses_as_transformers_generate(whisper_onnx):
             raw = program.generate(None, 8, source=features, language=language, task=task)
         finally:
             generator.suppress = kept
-        print(language, task, got.prompt_tokens, got.tokens, want, "unsuppressed", raw.tokens)
         assert got.tokens == [t for t in want if t != eos]
         assert got.stop_reason == ("eos" if eos in want else "max_new_tokens")
         assert got.prompt_tokens[0] == 1 and got.prompt_tokens[-1] == 305  # <|notimestamps|>
@@ -182,7 +179,6 @@ def test_language_and_task_are_checked(whisper_onnx, bart_onnx, cli, tmp_path):
     numpy.save(tmp_path / "features.npy", features.numpy())
     done = cli("generate", str(whisper.source), "--source-features",
                str(tmp_path / "features.npy"), "--language", "xx", "-n", "2")
-    print(done.stderr)
     assert done.returncode == 2 and "language 'xx'" in done.stderr
     done = cli("generate", str(whisper.source), "--source-features",
                str(tmp_path / "features.npy"), "--language", "fr", "--task", "translate",
@@ -194,7 +190,6 @@ def test_language_and_task_are_checked(whisper_onnx, bart_onnx, cli, tmp_path):
 
 def test_whisper_without_a_source_is_exit_2(whisper_onnx, cli):
     done = cli("generate", str(whisper_onnx[1].source), "-n", "2")
-    print(done.stderr)
     assert done.returncode == 2 and "needs a source" in done.stderr
     assert "Traceback" not in done.stderr
 

@@ -24,12 +24,10 @@ def test_onnx_full_layers_run_group_query_attention(onnx_lm):
     node per query and key (targets/onnx/rotary.py). Tokens identical:
     test_validation_generates_like_hugging_face."""
     built, _ = onnx_lm
-    layers = runtime.read_manifest(built.artifact).generation["cache"]["layers"]
-    full = sum(layer["window"] is None for layer in layers)
+    layers = runtime.read_manifest(built.artifact).generation.cache.layers
+    full = sum(layer.window is None for layer in layers)
     counts = _op_counts(built.artifact, "GroupQueryAttention")
     rotary = _op_counts(built.artifact, "RotaryEmbedding")
-    print("full layers", full, "of", len(layers), "GroupQueryAttention per model", counts,
-          "RotaryEmbedding", rotary)
     assert len(counts) == 1 and set(counts.values()) == {full} and 0 < full < len(layers)
     assert set(rotary.values()) == {2 * len(layers)}  # each layer's query and key
 
@@ -47,14 +45,10 @@ def test_onnx_sessions_read_the_shared_store_in_place(onnx_lm):
     assert generator.decode is generator.prefill  # one program (the next test)
     executors = program._executors
     buffers = [b for e in executors for b in e._weights]
-    print("shared buffers per session", [len(e._weights) for e in executors],
-          "bytes", sum(b.nbytes for b in buffers))
     assert all(e._weights for e in executors)
     for buffer in buffers:  # the embedding table and the norms: weights no kernel repacks
         buffer[:] = 0
     after = generator.forced_logits(prompt, continuation)
-    print("largest change prefill row", float((after[0] - before[0]).abs().max()),
-          "decode row", float((after[1] - before[1]).abs().max()))
     assert not torch.allclose(after[0], before[0]) and not torch.allclose(after[1], before[1])
 
 
@@ -92,12 +86,11 @@ def test_onnx_one_program_prefills_and_decodes_one_copy_of_the_weights(onnx_lm):
     params = sum(p.numel() * 4 for p in tiny_lm.model("gemma3").parameters())
     store = manifest.shared_weights["bytes"]
     inline = _inline_weight_bytes(built.artifact)
-    print("params", params, "store", store, "inline in the onnx models", inline)
     assert params * 0.95 <= store <= params * 1.05  # every weight once, tied ones once
     assert len(inline) == 1 and sum(inline.values()) < params * 0.01
     generation = manifest.generation
-    assert generation["max_context"] == 64 and generation["prefill_chunk"] == 16
-    assert generation["eos_token_ids"] == [2] and generation["tokenizer"]
+    assert generation.max_context == 64 and generation.prefill_chunk == 16
+    assert generation.eos == {2} and generation.tokenizer
 
 
 def _inline_weight_bytes(artifact) -> dict[str, int]:
@@ -119,8 +112,6 @@ def test_onnx_int8_dynamic_generating_build_quantizes_every_linear(tmp_path):
     (info,) = quantization_records(manifest)
     backends = {p.name: p.backend for p in manifest.partitions}
     record = built.manifest.validation
-    print(backends, len(info["layers_quantized"]), info["layers_float"],
-          record["top1_agreement"], record["mean_kl"])
     assert set(backends.values()) == {"onnxruntime"}
     assert len(info["layers_quantized"]) >= 8 and not info["layers_float"]
     # named as the user's model names its modules, not by the ONNX node alone (or our
@@ -142,7 +133,6 @@ def test_keep_failed_keeps_a_generating_build_that_missed_its_gate(tmp_path):
                        quantize="int8-dynamic", min_top1=1.0, max_kl=0.0, keep_failed=True,
                        out=out)
     kept = tmp_path / "llama-int8-dynamic.FAILED-VALIDATION.artifact"
-    print(caught.value.hint)
     assert not out.exists() and kept.exists() and str(kept) in caught.value.hint
     assert runtime.read_manifest(kept).validation["passed"] is False
     assert len(runtime.load(kept).generate([5, 9], 4, stop_at_eos=False).tokens) == 4
@@ -165,5 +155,4 @@ def test_onnx_fuses_attention_only_at_head_sizes_group_query_attention_takes(hea
                                                       max_context=32))
     fused = sum("cached_attention" in str(node.target)
                 for node in planned.preps["prefill"].program.graph.nodes)
-    print("head", head, "fused attention ops", fused)
     assert fused == (1 if head % 8 == 0 else 0)
