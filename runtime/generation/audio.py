@@ -4,8 +4,9 @@ centred STFT with a periodic Hann window, power, Slaney mel filters, log10, the 
 kept, scaled to about [-1, 1]).
 
 Written here with numpy, not taken from transformers: the runtime on a device has numpy and
-torch, not transformers (pyproject's ``runtime`` extra). tests/test_seq2seq.py checks it
-against ``WhisperFeatureExtractor`` on a 30-second waveform. The build records the
+torch, not transformers (pyproject's ``runtime`` extra).
+tests/exporter/model/test_whisper.py checks it against ``WhisperFeatureExtractor`` on a
+30-second waveform. The build records the
 parameters (``manifest.generation.source.audio``); the mel filters are recomputed from
 them (201 x 80 numbers need no entry of their own).
 

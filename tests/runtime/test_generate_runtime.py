@@ -138,7 +138,7 @@ def test_cli_generate(onnx_lm, cli):
     assert done.returncode == 0, done.stderr
     printed = json.loads(done.stdout)
     assert printed["tokens"] == expected
-    from tests.test_cli_style import DOCUMENTED
+    from tests.exporter.cli.test_cli_style import DOCUMENTED
     assert DOCUMENTED["generate"] <= set(printed), "generate --json lacks documented keys"
     device = subprocess.run([sys.executable, "-m", "runtime", "generate", str(built.artifact),
                              "--prompt-ids", "1,5,9", "--max-new-tokens", "6", "--ignore-eos",

@@ -233,7 +233,7 @@ def test_an_installed_plugin_is_found_by_entry_point_only_when_needed(tmp_path, 
     def entry_points(*, group):
         asked.append(group)
         return [importlib.metadata.EntryPoint(
-            name="scale-by", value="tests.test_partition_meta:ScaleExecutor", group=group)]
+            name="scale-by", value="tests.runtime.test_partition_meta:ScaleExecutor", group=group)]
 
     monkeypatch.setattr(importlib.metadata, "entry_points", entry_points)
     program = runtime.load(_artifact(tmp_path, "scale-by"))

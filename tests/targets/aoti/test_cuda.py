@@ -94,7 +94,7 @@ def test_half_precision_builds_match_eager_loosely(cuda_builds):
 
 
 def test_artifact_for_a_newer_gpu_is_refused(cuda_builds, tmp_path):
-    from tests.test_bad_inputs import _rewrite_manifest
+    from tests.exporter.cli.test_bad_inputs import _rewrite_manifest
     out, _ = cuda_builds["mlp"]
     bad = tmp_path / "future-gpu.artifact"
     _rewrite_manifest(out, bad, lambda m: m["requirements"].update(cuda_capability="99.0"))
