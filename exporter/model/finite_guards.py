@@ -76,7 +76,7 @@ def repair_finiteness_guards() -> Iterator[list[str]]:
 def _assumed(tensor: torch.Tensor) -> bool | None:
     """The guard's value if the tensor held an inf or a NaN, where ``tensor`` is such a
     guard being traced; None otherwise (not tracing, or another condition)."""
-    if tensor.numel() != 1:
+    if tensor.dim() != 0:  # a plain int: asking numel() of a dynamic shape would guard it
         return None
     node = _traced_node(tensor)
     return None if node is None else _scalar(node)
