@@ -16,6 +16,7 @@ from exporter.cli.common import (
     guarded,
     out_console,
     print_json,
+    quiet_torch_logs,
     stage_printer,
     warn,
 )
@@ -47,10 +48,12 @@ def build(
     def action() -> int:
         spec_used, settings = _build_settings(spec, config, save_config, flags,
                                               given_flags(ctx, flags))
+        quiet_torch_logs()  # after the flags are checked: a typo is told without torch
         if dry_run:
             return _dry_run(spec_used, settings, as_json)
         return _run_build(spec_used, settings, as_json)
-    guarded(action, quiet=quiet, verbose=verbose, debug=debug, as_json=as_json)
+    guarded(action, quiet=quiet, verbose=verbose, debug=debug, as_json=as_json,
+            uses_torch=False)
 
 
 def _run_build(spec: str, settings, as_json: bool) -> int:
@@ -86,6 +89,8 @@ def _build_settings(spec: str | None, config: Path | None, save_config: Path | N
     options = option_owners()
     fields = {k: v for k, v in flags.items() if k not in options or k in given}
     spec_used, merged = config_file.merge(spec, fields, given, config)
+    from targets.registry import DEFAULT_TARGET, check_target_name
+    check_target_name(str(merged.get("target") or DEFAULT_TARGET))  # before torch imports
     settings = _settings(**merged)
     if save_config is not None:
         config_file.write(save_config, spec_used, settings)
@@ -115,6 +120,16 @@ def _dry_run(spec: str, settings, as_json: bool) -> int:
     return 0
 
 
+def _near_choice(error: dict) -> str:
+    """`` (did you mean 'int8-dynamic'?)`` for a value that misses one of its choices."""
+    import re
+
+    from runtime.errors import did_you_mean
+    if error["type"] not in ("literal_error", "enum") or not isinstance(error["input"], str):
+        return ""
+    return did_you_mean(error["input"], re.findall(r"'([^']*)'", error["ctx"]["expected"]))
+
+
 def _settings(**fields):
     """BuildSettings from CLI values; a bad value is a usage error (exit 2), not a traceback."""
     import pydantic
@@ -125,6 +140,7 @@ def _settings(**fields):
         return BuildSettings(**fields)
     except pydantic.ValidationError as exc:
         problems = [(f"--{'.'.join(map(str, e['loc'])).replace('_', '-')}: " if e["loc"] else "")
-                    + e["msg"].removeprefix("Value error, ") for e in exc.errors()]
+                    + e["msg"].removeprefix("Value error, ") + _near_choice(e)
+                    for e in exc.errors()]
         raise UserInputError("invalid build options", details=problems) from None
 

@@ -364,7 +364,14 @@ def _configure_logging(uses_torch: bool) -> None:
     logging.captureWarnings(True)  # Python warnings in the same style, silenced by --quiet
     for name in _OUR_LOGGERS:
         logging.getLogger(name).setLevel(logging.DEBUG if style.verbose else logging.NOTSET)
-    if style.verbose or not uses_torch:
+    if uses_torch:
+        quiet_torch_logs()
+
+
+def quiet_torch_logs() -> None:
+    """Torch's and the backends' chatter below errors (not under --verbose). A command
+    that checks its input before its work imports torch (build) calls this after."""
+    if style.verbose:
         return
     # torch 2.13 warns about its own use of a deprecated pytree class while it lowers;
     # nothing a user can act on.

@@ -44,6 +44,7 @@ from targets.errors import LoweringError, TargetOptionError
 from targets.facets import Packaging, Tooling
 from targets.fusion import GRAPH_FUSIONS
 from targets.tvm import cross
+from targets.card import install_command
 from targets.tvm.card import TVM, TvmOptions, llvm_target, tvm_here
 from targets.tvm.locate import native_stderr_to_log
 from targets.tvm.passes.wrap_negative_indices import WrapNegativeIndices
@@ -140,7 +141,7 @@ class TvmTarget(Target):
 
     def lower(self, program: ExportedProgram, options: LowerOptions) -> Lowered:
         if not _installed():
-            raise TargetOptionError("target 'tvm' needs apache-tvm", hint="pip install '.[tvm]'")
+            raise TargetOptionError("target 'tvm' needs apache-tvm", hint=install_command("tvm"))
         from targets.tvm import compile as tvm_compile
         target_string = self._target_string(options)
         tune = self.own_options(options).tune

@@ -57,3 +57,19 @@ def test_a_target_card_and_its_implementation_say_the_same():
         assert card.baselines == tuple(target.tooling.baselines()), name
         found = target.availability()
         assert card.check() == (found.ok, found.reason), name
+
+
+def test_a_target_in_capitals_or_a_misspelled_recipe_is_told_its_near_name_before_torch(ran):
+    upper = _exporter_without_torch(ran, "build", "zoo:mlp", "--target", "ONNX", "--dry-run")
+    assert upper.returncode == 2 and "did you mean 'onnx'?" in upper.stderr, upper.stderr
+    recipe = _exporter_without_torch(ran, "build", "zoo:mlp", "--quantize", "int8-dynamc")
+    assert recipe.returncode == 2 and "did you mean 'int8-dynamic'?" in recipe.stderr, (
+        recipe.stderr)
+
+
+def test_doctor_fixes_install_an_extra_by_the_clones_path_from_any_folder(tmp_path, monkeypatch):
+    """`pip install '.[onnx]'` works only in the clone's root; the fix names the clone."""
+    from exporter.doctor import _package
+    monkeypatch.chdir(tmp_path)
+    row = _package("no-such-distribution-here", "onnx", "target onnx")
+    assert row.status == "absent" and row.fix == f"pip install '{ROOT}[onnx]'"
