@@ -246,6 +246,9 @@ def main(argv: list[str] | None = None) -> int:
                 print(line, file=sys.stderr)
             for name, tensor in outputs.items():
                 print(f"{name}: {name_of(tensor)}{list(tensor.shape)}")
+            if not quiet:  # where the values went (run.sh's user looks for them)
+                print(f"wrote the outputs to {Path(args.out).resolve()}" if args.out else
+                      "outputs not saved: give --out FILE.npz to keep them", file=sys.stderr)
         elif args.command == "generate":
             _generate(args)
         else:

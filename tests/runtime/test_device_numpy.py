@@ -53,6 +53,7 @@ def test_runtime_cli_runs_without_torch_and_prints_readable_lines(onnx_mlp, ran,
     assert "p0: providers used: CPUExecutionProvider" in done.stderr
     assert "CPUExecutionProvider runs 5 node(s): Gemm x3, Relu x2" in done.stderr
     assert "{" not in done.stderr
+    assert f"wrote the outputs to {tmp_path / 'out.npz'}" in done.stderr  # where run.sh put them
     with np.load(tmp_path / "out.npz") as out:
         expected = runtime.load(onnx_mlp)(torch.from_numpy(x)).numpy()
         np.testing.assert_allclose(out["output"], expected, rtol=1e-6, atol=1e-6)
