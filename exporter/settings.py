@@ -39,7 +39,8 @@ class BuildSettings(BaseModel):
                           "says which targets build for which")
     out: Path | None = Field(None, description="artifact path; default <model>-<target>.artifact")
     dynamic: list[str] = Field(default_factory=list, description="INPUT:DIM=MIN..MAX, "
-                               "repeatable: a dynamic dimension and its bounds")
+                               "repeatable: a dynamic dimension and its bounds; batch=MIN..MAX "
+                               "for dim 0 of every input (hf: also sequence=MIN..MAX)")
     inputs: Path | None = Field(None, description=".npz of representative inputs to validate on")
     validate_artifact: bool = Field(True, description="validate against eager PyTorch in a "
                                     "separate process (skipping it is not advised)")
@@ -87,6 +88,8 @@ class BuildSettings(BaseModel):
                                                          "model class (default: from the "
                                                          "config's architectures)")
     seq_len: int | None = Field(None, gt=0, description="hf: text models' example length")
+    batch_size: int | None = Field(None, gt=0, description="hf: the example inputs' batch "
+                                   "(default 1; a dynamic batch: --dynamic batch=1..N)")
     max_context: int | None = Field(None, gt=1, description="text-generation: tokens the KV "
                                     "cache holds, prompt and generated (default: the model's "
                                     "positions, at most 2048)")

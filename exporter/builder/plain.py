@@ -23,6 +23,8 @@ from exporter.builder.stages import (at_dtype, available_target, check_output_pa
                                      manifest_for, model_name, prepare_captured)
 from exporter.errors import BuildError, UserInputError, ValidationFailedError
 from exporter.kinds import PLAIN, BuildKind, DryRunReport
+from exporter.model.dynamic import parse_dynamic
+from exporter.model.example_dims import fit_examples
 from exporter.model.hf_spec import HfOptions
 from exporter.model.spec import ModelSpec, load_spec
 from exporter.settings import BuildSettings
@@ -51,6 +53,7 @@ class PlainBuild(BuildKind):
         with timed("load model"):
             model = spec if isinstance(spec, ModelSpec) else load_spec(
                 spec, HfOptions.from_settings(settings))
+            model = fit_examples(model, parse_dynamic(settings.dynamic))
         out = check_output_path(settings.output_path(model_name(model)))
         return prepare_captured(target, model, at_dtype(model, settings.dtype), out, settings,
                                 timed)

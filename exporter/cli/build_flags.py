@@ -33,6 +33,7 @@ SETTINGS_PANELS: dict[str, str] = {
     "min_partition_size": TARGET, "fuse": TARGET, "deterministic": TARGET,
     "memory_budget": TARGET,
     "dynamic": MODEL, "task": MODEL, "seq_len": MODEL, "image_size": MODEL,
+    "batch_size": MODEL,
     "random_weights": MODEL, "trust_remote_code": MODEL, "max_model_size": MODEL,
     "max_context": MODEL, "prefill_chunk": MODEL, "max_source": MODEL,
     "quantize": QUANT, "calibration": QUANT, "quant_min_sqnr_db": QUANT,

@@ -327,7 +327,8 @@ def _refuse_plain_options(settings: BuildSettings) -> None:
     given = [flag for flag, value in (("--dynamic", settings.dynamic),
                                       ("--inputs", settings.inputs),
                                       ("--seq-len", settings.seq_len),
-                                      ("--image-size", settings.image_size)) if value]
+                                      ("--image-size", settings.image_size),
+                                      ("--batch-size", settings.batch_size)) if value]
     if given:
         raise UserInputError(f"{', '.join(given)} {'does' if len(given) == 1 else 'do'} not "
                              "apply to --task text-generation",

@@ -43,7 +43,8 @@ def capture(spec: ModelSpec, dynamic: list[DynamicDim], device: str) -> Captured
     module = spec.module.to(device)
     args, kwargs = _to_device((spec.args, spec.kwargs), device)
     check_call(module, args, kwargs)
-    dynamic_shapes = apply_dynamic(module, args, kwargs, spec.dynamic_shapes, dynamic)
+    dynamic_shapes = apply_dynamic(module, args, kwargs, spec.dynamic_shapes, dynamic,
+                                   spec.groups)
     # On failure torch.export prints the partial graph straight to stderr; our error
     # paragraph replaces it, and --verbose still shows it through the log.
     torch_stderr = io.StringIO()

@@ -141,7 +141,16 @@ def _specialized_dim(exc: BaseException, where: SourceLine | None) -> _Explanati
     bullets = [line.strip()[2:] for line in message.splitlines() if line.startswith("  - ")]
     fixes = _suggested_fixes(message)
     constant = _CONSTANT.search(message)
-    if constant:
+    if constant and constant.group(1) in ("0", "1"):
+        # torch's own fix (`batch = 1`) would undo what was asked
+        fixes = []
+        what = (f"torch.export made dynamic dim {dim_names} the constant {constant.group(1)}: "
+                f"the example inputs have size {constant.group(1)} there (a dim whose example "
+                f"is 0 or 1 is always made a constant), or the model's code fixes it")
+        hint = ("give example inputs of size 2 or more on that dim (the artifact still takes "
+                "every size in the range; hf: specs make their own: --dynamic batch=1..N); if "
+                "they are, remove the shape check that fixes it")
+    elif constant:
         what = (f"The model specializes dynamic dim {dim_names}: its code only works when the "
                 f"dim is {constant.group(1)}")
         hint = (f"make that dim static (drop it from --dynamic), or remove the shape check that "

@@ -17,19 +17,24 @@ The artifact's one output keeps the field's name (``logits``), and the manifest 
 the task and the real model class. Example inputs follow the modality: ``input_ids``
 (int64, random ids below the vocab size) and ``attention_mask`` of ``--seq-len`` tokens
 (default min(128, the model's maximum positions)), or ``pixel_values`` (float32,
-``--image-size``, default the config's) for images. Batch 1, static shapes (``--dynamic``
-makes the sequence dynamic). A new task is one row of ``TASKS``.
+``--image-size``, default the config's) for images, ``--batch-size`` of them (default 1),
+static shapes. ``--dynamic batch=1..8`` or ``sequence=8..128`` (or one input's dim, e.g.
+``input_ids:0=1..8``) makes that dim dynamic in every input that shares it; examples are
+then made again at size 2 or more there (exporter/model/example_dims.py), since
+torch.export makes a dim whose example is 0 or 1 a constant. A new task is one row of
+``TASKS``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import torch
 
@@ -68,6 +73,7 @@ class HfOptions:
     random_weights: bool = False  # build even where the checkpoint has no weights
     trust_remote_code: bool = False  # the checkpoint's own .py files may run (auto_map)
     max_model_size: int | None = None  # float32 weight bytes; None: half the memory
+    batch_size: int | None = None  # the example inputs' batch; None: 1
 
     @classmethod
     def from_settings(cls, settings) -> "HfOptions":
@@ -76,7 +82,7 @@ class HfOptions:
             settings, k, d)
         return cls(get("task"), get("seq_len"), get("image_size"),
                    bool(get("random_weights", False)), bool(get("trust_remote_code", False)),
-                   get("max_model_size"))
+                   get("max_model_size"), get("batch_size"))
 
 
 @dataclass
@@ -88,6 +94,10 @@ class HfModel:
     notes: list[str]
     output: str  # the artifact's output name: the task's field (logits, last_hidden_state)
     details: dict  # task, model_class (BertForSequenceClassification), seq_len or image_size
+    # dims every input shares ("batch" -> input_ids:0, attention_mask:0) and the example
+    # args at other sizes of them ({"batch": 2} -> args)
+    groups: dict[str, tuple[tuple[str, int], ...]]
+    remake: Callable[[dict[str, int]], tuple]
 
 
 class TextOutput(torch.nn.Module):
@@ -128,21 +138,27 @@ def load_hf(text: str, path_text: str, options: HfOptions) -> HfModel:
     if task.modality == "generation":
         raise SpecError("--task text-generation builds through exporter.lm, not load_hf",
                         where=text)
-    details = {"task": name, "model_class": type(model).__name__}
+    details = {"task": name, "model_class": type(model).__name__,
+               "batch_size": options.batch_size or 1}
     if task.modality == "text":
-        args = _text_args(config, options)
-        return HfModel(TextOutput(model.eval(), task.output).eval(), args, warnings,
-                       task.output, {**details, "seq_len": args[0].shape[1]})
+        seq_len = _seq_len(config, options)
+        remake = functools.partial(_text_args, getattr(config, "vocab_size", None) or 2,
+                                   {"batch": details["batch_size"], "sequence": seq_len})
+        groups = {"batch": (("input_ids", 0), ("attention_mask", 0)),
+                  "sequence": (("input_ids", 1), ("attention_mask", 1))}
+        return HfModel(TextOutput(model.eval(), task.output).eval(), remake({}), warnings,
+                       task.output, {**details, "seq_len": seq_len}, groups, remake)
     size = options.image_size or getattr(config, "image_size", None) or 224
     resize = size != getattr(config, "image_size", size)
     if resize and "interpolate_pos_encoding" not in inspect.signature(model.forward).parameters:
         raise SpecError(f"this model takes {config.image_size}-pixel images; --image-size "
                         f"{size} needs a model that can resize", where=text,
                         hint=f"drop --image-size or give {config.image_size}")
-    channels = getattr(config, "num_channels", 3)
+    remake = functools.partial(_image_args, (getattr(config, "num_channels", 3), size, size),
+                               {"batch": details["batch_size"]})
     module = ImageOutput(model.eval(), task.output, resize).eval()
-    return HfModel(module, (torch.randn(1, channels, size, size),), warnings, task.output,
-                   {**details, "image_size": size})
+    return HfModel(module, remake({}), warnings, task.output, {**details, "image_size": size},
+                   {"batch": (("pixel_values", 0),)}, remake)
 
 
 def load_pretrained(text: str, path_text: str, options: HfOptions) -> tuple:
@@ -295,13 +311,24 @@ def _newly_initialised(info: dict, path: Path, text: str, task: str,
                          "weights random on purpose")
 
 
-def _text_args(config, options: HfOptions) -> tuple:
+def _seq_len(config, options: HfOptions) -> int:
     limit = getattr(config, "max_position_embeddings", None) or 128
     seq_len = options.seq_len or min(128, limit)
     if seq_len > limit:
         raise SpecError(f"--seq-len {seq_len} is over the model's {limit} positions",
                         hint=f"give --seq-len {limit} or less")
-    vocab = getattr(config, "vocab_size", None) or 2
+    return seq_len
+
+
+def _text_args(vocab: int, default: dict[str, int], sizes: dict[str, int]) -> tuple:
+    """input_ids (seeded random ids) and an all-ones attention_mask, [batch, sequence]."""
+    shape = (sizes.get("batch", default["batch"]), sizes.get("sequence", default["sequence"]))
     generator = torch.Generator().manual_seed(0)
-    input_ids = torch.randint(0, vocab, (1, seq_len), generator=generator)
-    return input_ids, torch.ones(1, seq_len, dtype=torch.int64)
+    return (torch.randint(0, vocab, shape, generator=generator),
+            torch.ones(shape, dtype=torch.int64))
+
+
+def _image_args(image: tuple[int, int, int], default: dict[str, int],
+                sizes: dict[str, int]) -> tuple:
+    generator = torch.Generator().manual_seed(0)
+    return (torch.randn(sizes.get("batch", default["batch"]), *image, generator=generator),)

@@ -62,6 +62,10 @@ class ModelSpec:
     # What the loader chose, for the manifest's source and the build's summary (hf: task,
     # model_class, seq_len or image_size); a key the user's settings left open is recorded
     details: dict = field(default_factory=dict)
+    # Dims its inputs share, by name ("batch" -> ((input_ids, 0), (attention_mask, 0))), and
+    # its example args made again at other sizes of them (hf:; exporter/model/example_dims.py)
+    groups: dict = field(default_factory=dict)
+    remake: Callable[[dict], tuple] | None = None
 
     @property
     def model_class(self) -> str:
@@ -82,7 +86,7 @@ def load_spec(spec: str, hf: HfOptions | None = None, *, module_only: bool = Fal
         raise SpecError(f"The model spec {text!r} does not name a factory", where=text,
                         hint=f"{SPEC_FORMS}, e.g. model.py:make_model or zoo:mlp")
     if hf is not None and hf != HfOptions() and target != "hf":
-        raise SpecError("--task, --seq-len, --image-size, --random-weights, "
+        raise SpecError("--task, --seq-len, --image-size, --batch-size, --random-weights, "
                         "--trust-remote-code and --max-model-size apply to hf:PATH specs only",
                         where=text, hint="drop them, or give hf:PATH")
     if target == "zoo":
@@ -90,7 +94,7 @@ def load_spec(spec: str, hf: HfOptions | None = None, *, module_only: bool = Fal
     if target == "hf":
         loaded = load_hf(text, name, hf or HfOptions())
         return ModelSpec(text, loaded.module, loaded.args, {}, None, None, loaded.notes,
-                         (loaded.output,), loaded.details)
+                         (loaded.output,), loaded.details, loaded.groups, loaded.remake)
     if target.endswith(".py") or "/" in target or "\\" in target:
         path = _existing_file(target, text)
         with _on_sys_path(path.parent):

@@ -118,13 +118,35 @@ def model_line(source: dict) -> str | None:
         return (f"model: {source.get('model_class')}, task {source['task']}; entry points "
                 f"{steps} over a KV cache of {source['max_context']} tokens (--max-context N)"
                 + encode)
-    if "seq_len" in source:
-        shapes = (f"batch 1, sequence {source['seq_len']}, static (--seq-len N; a dynamic "
-                  "length: --dynamic input_ids:1=MIN..MAX --dynamic attention_mask:1=MIN..MAX)")
-    else:
-        shapes = f"batch 1, {source.get('image_size')}-pixel images, static (--image-size N)"
     return (f"model: {source.get('model_class')}, task {source['task']} (--task); "
-            f"example inputs: {shapes}")
+            f"example inputs: {_example_shapes(source)}")
+
+
+def _example_shapes(source: dict) -> str:
+    """hf: the example inputs' sizes, which are dynamic (and how the rest would be)."""
+    dynamic = source.get("dynamic_dims") or {}
+    parts = {"batch": (f"batch {source.get('batch_size', 1)}", "--batch-size N")}
+    if "seq_len" in source:
+        parts["sequence"] = (f"sequence {source['seq_len']}", "--seq-len N")
+    shown, static = [], []
+    for name, (text, flag) in parts.items():
+        if name not in dynamic:
+            shown.append(text)
+            static.append((flag, f"--dynamic {name}=MIN..MAX"))
+            continue
+        lo, hi = dynamic[name]
+        pad = (f"; pad a shorter text to {lo} tokens, attention_mask 0 on the padding"
+               if name == "sequence" and lo > 1 else "")
+        shown.append(f"{text} (dynamic {lo}..{hi}{pad})")
+    if "seq_len" not in source:
+        shown.append(f"{source.get('image_size')}-pixel images")
+        static.append(("--image-size N", None))
+    if not static:
+        return ", ".join(shown)
+    flags = ", ".join(flag for flag, _ in static)
+    dynamics = ", ".join(d for _, d in static if d)
+    return (", ".join(shown) + (" static" if dynamic else ", static") + f" ({flags}"
+            + (f"; dynamic: {dynamics})" if dynamics else ")"))
 
 
 def print_build(console: Console, result) -> None:

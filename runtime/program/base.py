@@ -134,7 +134,20 @@ def check_inputs(specs: Sequence[TensorSpec], tensors: Sequence[Any], *, where: 
     if problems:
         raise InputMismatchError(
             f"{len(problems)} problem(s) with the inputs", where=where, details=problems,
-            hint="the artifact expects " + "; ".join(s.describe() for s in specs))
+            hint="the artifact expects " + "; ".join(s.describe() for s in specs)
+            + _padding_hint(specs, tensors))
+
+
+def _padding_hint(specs: Sequence[TensorSpec], tensors: Sequence[Any]) -> str:
+    """A text shorter than a dynamic length's minimum fits once padded, masked out."""
+    masks = {d.symbol for s in specs if s.name == "attention_mask" for d in s.shape
+             if d.is_dynamic}
+    for spec, tensor in zip(specs, tensors):
+        for dim, got in zip(spec.shape, getattr(tensor, "shape", ())):
+            if dim.is_dynamic and dim.symbol in masks and got < dim.min:
+                return (f"; a text shorter than {dim.min} tokens fits padded to {dim.min} "
+                        "(the tokenizer's pad id), with attention_mask 0 on the padding")
+    return ""
 
 
 def _check_one(spec: TensorSpec, tensor: Any, symbols: dict) -> list[str]:

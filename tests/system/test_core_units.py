@@ -76,6 +76,21 @@ def test_check_inputs_names_the_input(inputs, needle):
     assert "model.artifact" in str(info.value)
 
 
+def test_text_shorter_than_the_built_minimum_is_told_to_pad_with_attention_mask_zero():
+    seq = Dim(symbol="sequence", min=8, max=128)
+    specs = (TensorSpec("input_ids", "int64", (Dim(size=1), seq)),
+             TensorSpec("attention_mask", "int64", (Dim(size=1), seq)))
+    short = torch.ones(1, 5, dtype=torch.int64)
+    with pytest.raises(InputMismatchError) as info:
+        check_inputs(specs, [short, short], where="bert.artifact")
+    assert "padded to 8" in info.value.hint and "attention_mask 0" in info.value.hint
+
+
+def test_parse_dynamic_reads_a_shared_dim_by_name():
+    (dim,) = parse_dynamic(["batch=1..8"])
+    assert (dim.input, dim.axis, dim.min, dim.max) == ("batch", None, 1, 8)
+
+
 def test_fast_check_agrees_with_the_full_check_after_a_good_call():
     """The hot-path check remembers the shapes that passed; a bad call after a good one
     must still be caught (None), whatever it gets wrong."""

@@ -284,3 +284,13 @@ def test_a_loop_over_data_in_a_library_is_not_the_users_to_fix(tmp_path):
     err = info.value
     assert "data-dependent control flow" in str(err) and "modeling_dbrx.py" in str(err)
     assert "transformers package's code" in err.hint and "torch._check" not in err.hint
+
+
+def test_factory_dynamic_batch_with_batch_one_examples_asks_for_size_two(tmp_path):
+    """A factory that declares a dynamic batch but gives batch-1 examples: torch's own fix
+    (`batch = 1`) would undo the request; the error asks for examples of size 2 instead."""
+    path = _model_file(tmp_path, "return x + 1", batch=1, dynamic=True)
+    err = _explain(path)
+    assert "the example inputs have size 1 there" in str(err)
+    assert "size 2 or more" in err.hint
+    assert "batch = 1" not in err.hint and "static" not in err.hint

@@ -47,7 +47,8 @@ def test_text_classification_checkpoint_builds_and_matches_transformers(checkpoi
         [("input_ids", "int64", [1, 16]), ("attention_mask", "int64", [1, 16])]
     assert [s.name for s in manifest.signature.outputs] == ["logits"]
     assert manifest.source == {"spec": "hf:./bert", "task": "text-classification",
-                               "model_class": "BertForSequenceClassification", "seq_len": 16}
+                               "model_class": "BertForSequenceClassification", "seq_len": 16,
+                               "batch_size": 1}
     assert manifest.build["settings"]["task"] == "text-classification"  # chosen, recorded
     program = runtime.load(out)
     assert "outputs=[logits: float32[1, 3]]" in repr(program)
@@ -79,7 +80,10 @@ def test_default_artifact_names_are_clean(source, stem, tmp_path, monkeypatch):
     ("bert", ["--task", "feature-extraction", "--seq-len", "8"],
      [("input_ids", "int64", [1, 8]), ("attention_mask", "int64", [1, 8])],
      ("last_hidden_state", [1, 8, 32]), False),
-], ids=["causal-lm-from-architectures", "image-classification", "feature-extraction-by-task"])
+    ("vit", ["--batch-size", "3", "--random-weights"],
+     [("pixel_values", "float32", [3, 3, 32, 32])], ("logits", [3, 5]), True),
+], ids=["causal-lm-from-architectures", "image-classification", "feature-extraction-by-task",
+        "image-batch-size"])
 def test_tasks_choose_the_class_and_the_inputs(checkpoints, cli, folder, flags, inputs, output,
                                                warned):
     root, _ = checkpoints
@@ -91,6 +95,29 @@ def test_tasks_choose_the_class_and_the_inputs(checkpoints, cli, folder, flags, 
     assert [(t["name"], t["dtype"], t["shape"]) for t in signature["inputs"]] == inputs
     assert [(signature["outputs"][0]["name"], signature["outputs"][0]["shape"])] == [output]
     assert any("random weights" in w for w in data["warnings"]) == warned
+
+
+def test_dynamic_batch_from_one_input_dim_builds_for_every_input(checkpoints, cli):
+    """`--dynamic input_ids:0=1..4` on batch-1 examples: the mask's batch follows, examples
+    are made at batch 2 to trace, and the artifact takes batch 1 and 3 and short texts."""
+    root, bert = checkpoints
+    out = root / "bert-dynamic.artifact"
+    result = cli("build", f"hf:{root / 'bert'}", "--target", "onnx", "--seq-len", "16",
+                 "--dynamic", "input_ids:0=1..4", "--dynamic", "sequence=1..32", "-o", str(out))
+    assert result.returncode == 0, result.stderr
+    assert ("example inputs: batch 2 (dynamic 1..4), sequence 16 (dynamic 1..32)"
+            in result.stdout)
+    assert "static" not in result.stdout.split("example inputs:")[1].splitlines()[0]
+    manifest = runtime.read_manifest(out)
+    assert [[(d.symbol, d.min, d.max) for d in s.shape] for s in manifest.signature.inputs] == \
+        [[("batch", 1, 4), ("sequence", 1, 32)]] * 2
+    program = runtime.load(out)
+    for batch, length in ((1, 3), (3, 32)):
+        ids = torch.randint(0, 100, (batch, length))
+        mask = torch.ones(batch, length, dtype=torch.int64)
+        with torch.no_grad():
+            expected = bert(input_ids=ids, attention_mask=mask).logits
+        torch.testing.assert_close(program(ids, mask), expected, rtol=1e-4, atol=1e-5)
 
 
 def test_hf_mistakes_are_usage_errors(checkpoints, cli, tmp_path):
