@@ -12,9 +12,12 @@ from __future__ import annotations
 import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from targets.options import TargetOptions
+
+if TYPE_CHECKING:
+    from runtime.format.manifest import Partition
 
 DISTRIBUTION = "edge-exporter"  # this project's name on pip (pyproject.toml)
 
@@ -44,6 +47,10 @@ class TargetCard:
     baselines: tuple[str, ...] = ()  # its `exporter bench` baselines (its tooling facet)
     # whether this machine can build for it: (ok, why), as Target.availability() says it
     check: Callable[[], tuple[bool, str]] = lambda: (True, "")
+    # For `exporter inspect` and the report, read from a partition's meta alone: where the
+    # backend placed the ops inside it, and the memory it plans itself beside our plan
+    placement_lines: Callable[[Partition], list[str]] = lambda partition: []
+    memory_lines: Callable[[Partition], list[str]] = lambda partition: []
 
 
 def card_of(target) -> TargetCard:

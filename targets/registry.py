@@ -87,6 +87,11 @@ def for_backend(backend: str) -> Target | None:
     return next((_target(c.name) for c in _cards().values() if c.backend == backend), None)
 
 
+def card_for_backend(backend: str) -> TargetCard | None:
+    """The card of the first target whose partitions run on ``backend`` (no torch)."""
+    return next((c for c in _cards().values() if c.backend == backend), None)
+
+
 def _target(name: str) -> Target:
     if name not in _TARGETS:
         target = _load(_LINES[name])

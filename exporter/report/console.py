@@ -13,7 +13,7 @@ from rich.table import Table
 
 from runtime.format.manifest import Manifest
 from targets.fallback import FALLBACK_BACKEND
-from targets.registry import for_backend
+from targets.registry import card_for_backend
 
 
 def _signature_table(manifest: Manifest) -> Table:
@@ -240,8 +240,8 @@ def inside_lines(manifest: Manifest) -> list[str]:
     delegates or its own kernels), as the backend said at lowering."""
     lines = []
     for partition in manifest.partitions:
-        target = for_backend(partition.backend)
-        lines += target.tooling.placement_lines(partition) if target else []
+        card = card_for_backend(partition.backend)
+        lines += card.placement_lines(partition) if card else []
     return lines
 
 
@@ -262,9 +262,8 @@ def memory_lines(manifest: Manifest, measured: dict | None = None) -> list[str]:
                      f"{len(arena['slots']) - handoffs} CPU-fallback tensor(s) and {handoffs} "
                      f"hand-off(s) between devices (lower bound {_mb(arena['lower_bound_bytes'])})")
     for partition in manifest.partitions:  # what a backend plans itself (ExecuTorch)
-        target = for_backend(partition.backend)
-        lines += [f"  {line}" for line in (target.tooling.memory_lines(partition)
-                                           if target else [])]
+        card = card_for_backend(partition.backend)
+        lines += [f"  {line}" for line in (card.memory_lines(partition) if card else [])]
     measured = measured or {}
     for device in [key.removesuffix("_peak_bytes") for key in measured
                    if key.endswith("_peak_bytes")]:

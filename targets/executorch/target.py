@@ -29,13 +29,13 @@ from targets.base import (
     pipeline,
 )
 from targets.errors import LoweringError, TargetOptionError
+from targets.facets import Tooling
 from targets.executorch import support
 from targets.executorch.embedding_byte import EmbeddingByte
 from targets.executorch.facets import ExecutorchPackaging
 from targets.executorch.floor_remainder import FloorRemainder
 from targets.executorch.lower import METHOD, PROGRAM_NAME, lower_program, version
 from targets.executorch.quantize import RECIPES, XnnpackQuantization
-from targets.executorch.tooling import ExecutorchTooling
 from targets.fusion import GRAPH_FUSIONS
 
 log = logging.getLogger(__name__)
@@ -51,7 +51,7 @@ class ExecutorchTarget(Target):
                    "ExecuTorch's portable kernels")
     packaging = ExecutorchPackaging()
     quantization = XnnpackQuantization(recipes=RECIPES)
-    tooling = ExecutorchTooling()
+    tooling = Tooling(colour="#e8590c")
 
     def availability(self) -> Availability:
         if not support.installed():

@@ -54,18 +54,6 @@ class Tooling:
         readable graph (a compiled library): the report lists the ATen ops instead."""
         return None
 
-    def placement_lines(self, partition: Partition) -> list[str]:
-        """For `exporter inspect` and `exporter report`: where the backend placed the ops
-        inside one of this target's partitions, from what it said at lowering (its meta).
-        Empty where it says nothing."""
-        return []
-
-    def memory_lines(self, partition: Partition) -> list[str]:
-        """For the build summary, `exporter inspect` and `exporter report`: the memory a
-        backend plans itself inside one of this target's partitions, said beside our
-        plan's lower bound. Empty where the backend plans nothing of its own."""
-        return []
-
     def baselines(self) -> dict[str, Baseline]:
         """Extra `exporter bench` baselines this target's artifacts can be timed against."""
         return {}
