@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import Callable
 
@@ -65,3 +68,56 @@ def append_row(sink, row: dict) -> None:
     sink.flush()
     print(json.dumps({k: round(v["median_ms"], 4) for k, v in row["timings"].items()}),
           flush=True)
+
+
+def fix_threads(threads: int) -> dict:
+    """Every engine of this process on ``threads`` threads: torch's intra-op pool (eager and
+    AOTInductor) and ExecuTorch's XNNPACK threadpool (its pybindings' own, sized to the cores
+    by default); ONNX Runtime's is per session (its default, 0, is one per physical core)."""
+    import torch
+
+    torch.set_num_threads(threads)
+    fixed = {"torch": torch.get_num_threads()}
+    try:
+        from executorch.extension.pybindings import portable_lib
+    except ImportError:
+        return fixed
+    portable_lib._unsafe_reset_threadpool(threads)
+    fixed["xnnpack"] = portable_lib._threadpool_get_thread_count()
+    return fixed
+
+
+def wait_for_quiet(max_load: float, max_wait_s: float) -> dict:
+    """Wait until the 1-minute load average is under ``max_load`` (or ``max_wait_s`` ran out):
+    the machine is shared, and a measurement taken in someone's build is that build's."""
+    start = time.monotonic()
+    while os.getloadavg()[0] >= max_load and time.monotonic() - start < max_wait_s:
+        time.sleep(10)
+    return {"waited_s": round(time.monotonic() - start), "load_before": os.getloadavg()[0]}
+
+
+class LoadSampler:
+    """The 1-minute load average every few seconds while a measurement runs (our own busy
+    threads count in it: 2 timed threads add about 2)."""
+
+    def __init__(self, every_s: float = 5.0) -> None:
+        self._every, self._stop, self.samples = every_s, threading.Event(), []
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._every):
+            self.samples.append(os.getloadavg()[0])
+
+    def __enter__(self) -> LoadSampler:
+        self.samples.append(os.getloadavg()[0])
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.samples.append(os.getloadavg()[0])
+
+    def summary(self) -> dict:
+        return {"min": min(self.samples), "max": max(self.samples),
+                "mean": round(sum(self.samples) / len(self.samples), 2)}

@@ -54,6 +54,40 @@ def gpt2_small_next_token():
     return model, (ids[:, :1],)
 
 
+def _image(model):  # ImageNet heads (1000 labels), one 224x224 image
+    return model.eval(), (torch.randn(1, 3, 224, 224),)
+
+
+def hf_mobilenet_v2():
+    """transformers' MobileNetV2 (1.0, 224: its config's defaults), random weights."""
+    from transformers import MobileNetV2Config, MobileNetV2ForImageClassification
+    _seeded()
+    return _image(MobileNetV2ForImageClassification(MobileNetV2Config(num_labels=1000)))
+
+
+def hf_resnet50():
+    """transformers' ResNet with its config's defaults, which are ResNet-50's."""
+    from transformers import ResNetConfig, ResNetForImageClassification
+    _seeded()
+    return _image(ResNetForImageClassification(ResNetConfig(num_labels=1000)))
+
+
+def hf_efficientnet_b0():
+    """transformers' EfficientNet at B0's coefficients (the config's defaults are B7's)."""
+    from transformers import EfficientNetConfig, EfficientNetForImageClassification
+    _seeded()
+    config = EfficientNetConfig(width_coefficient=1.0, depth_coefficient=1.0, image_size=224,
+                                dropout_rate=0.2, hidden_dim=1280, num_labels=1000)
+    return _image(EfficientNetForImageClassification(config))
+
+
+def hf_vit_b_16():
+    """transformers' ViT with its config's defaults: ViT-B/16 at 224."""
+    from transformers import ViTConfig, ViTForImageClassification
+    _seeded()
+    return _image(ViTForImageClassification(ViTConfig(num_labels=1000)))
+
+
 SUITE = {
     "zoo-mlp": "zoo:mlp", "zoo-cnn": "zoo:cnn", "zoo-encoder": "zoo:encoder",
     "zoo-decoder": "zoo:decoder",

@@ -2,7 +2,8 @@
 ``artifact-cpu`` (AOTInductor, fp32), ``artifact-cpu-int8`` (int8-dynamic: oneDNN int8
 GEMMs), ``artifact-cpu-int4`` (ATen's int4 CPU GEMM, passes/quantize/int4_cpu.py),
 ``artifact-onnx`` (ONNX Runtime, fp32) and ``artifact-onnx-int8`` / ``artifact-onnx-int4``
-(MatMulNBits weights, int8 activations: ONNX Runtime GenAI's kernels, our graph). ``prepare`` builds with ``exporter build``
+(MatMulNBits weights, int8 activations: ONNX Runtime GenAI's kernels, our graph),
+``artifact-executorch`` (ExecuTorch with XNNPACK, fp32) and its ``-int8`` / ``-int4``. ``prepare`` builds with ``exporter build``
 (validation included) into the engine's work folder; ``load`` generates through the
 runtime, greedy, end of sequence masked as the protocol asks (bench/llm/protocol.py).
 
@@ -27,7 +28,12 @@ BUILDS = {"artifact-cpu": ("cpu", None), "artifact-cpu-int8": ("cpu", "int8-dyna
           # MatMulNBits blocks of 32 (llama.cpp Q4_0's and ORT GenAI's default); the
           # onnx target's default is 128 (targets/onnx/quantize.py)
           "artifact-onnx-int8-b32": ("onnx", "int8-weight", "--quant-block", "32"),
-          "artifact-onnx-int4-b32": ("onnx", "int4-weight", "--quant-block", "32")}
+          "artifact-onnx-int4-b32": ("onnx", "int4-weight", "--quant-block", "32"),
+          # ExecuTorch with XNNPACK: int8-dynamic is per-token int8 activations and int8
+          # weights; int4-weight is 8da4w, ExecuTorch's own LLM export recipe
+          "artifact-executorch": ("executorch", None),
+          "artifact-executorch-int8": ("executorch", "int8-dynamic"),
+          "artifact-executorch-int4": ("executorch", "int4-weight")}
 
 
 def _artifact(name: str, req: EngineRequest) -> Path:
