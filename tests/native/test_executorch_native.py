@@ -33,7 +33,7 @@ WHEEL_LIBS = {"libexecutorch.so", "libexecutorch_threadpool.so",
 def _inputs(spec: str, path: Path) -> Path:
     rng = np.random.default_rng(1)
     if spec == MOBILENET:
-        arrays = {"pixel_values": rng.standard_normal((3, 3, 32, 32)).astype(np.float32)}
+        arrays = {"pixel_values": rng.standard_normal((2, 3, 32, 32)).astype(np.float32)}
     else:
         arrays = {"input_ids": rng.integers(0, 128, (2, 12)).astype(np.int64),
                   "attention_mask": np.ones((2, 12), np.int64)}
@@ -54,7 +54,7 @@ def et_artifact(tmp_path_factory, cli):
             if recipe == "int8-static":
                 calibration = folder / "calibration.npz"
                 np.savez(calibration, pixel_values=np.random.default_rng(0).standard_normal(
-                    (8, 3, 32, 32)).astype(np.float32))
+                    (2, 3, 32, 32)).astype(np.float32))
                 extra += ["--calibration", str(calibration)]
             result = cli("build", spec, "--target", "executorch", "--out", str(out), "--json",
                          *extra)
