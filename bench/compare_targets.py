@@ -79,6 +79,8 @@ def build_one(label: str, spec: str, flags: list[str], work_dir: Path, name: str
     if sidecar.exists() and (out.exists() or "error" in json.loads(sidecar.read_text())):
         return json.loads(sidecar.read_text())
     cmd = [sys.executable, "-m", "exporter", "build", spec, *flags, "--out", str(out), "--json"]
+    if out.exists():  # built by an earlier run cut short (the CLI writes it only when done)
+        return {"command": " ".join(["python", *cmd[1:]]), "build_s": None, "path": str(out)}
     start = time.perf_counter()
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     info = {"command": " ".join(["python", *cmd[1:]]),

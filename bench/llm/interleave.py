@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from bench.common import machine_header  # noqa: E402
+from bench.common import LoadSampler, fix_threads, machine_header, wait_for_quiet  # noqa: E402
 from bench.llm.engine import EngineRequest  # noqa: E402
 from bench.llm.protocol import prompt_ids, time_call  # noqa: E402
 from bench.llm.registry import get_engine, import_engine_modules  # noqa: E402
@@ -40,12 +40,14 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--out", help="append the result as one JSON line")
+    parser.add_argument("--max-load", type=float, default=1e9,
+                        help="wait before timing until the 1-minute load average is below")
+    parser.add_argument("--max-wait", type=float, default=600.0, help="seconds, at most")
     parser.add_argument("--no-ballast", dest="ballast", action="store_false",
                         help="time the first engine as the process's first load")
     args = parser.parse_args()
     import_engine_modules(args.engine_module)
-    import torch
-    torch.set_num_threads(args.threads)
+    threads = fix_threads(args.threads)  # torch's pool and ExecuTorch's XNNPACK pool
     checkpoint = Path(args.checkpoint).resolve()
     vocab = json.loads((checkpoint / "config.json").read_text())["vocab_size"]
     prompt = prompt_ids(vocab)
@@ -62,14 +64,16 @@ def main() -> None:
         loaded[name] = get_engine(name).load(requests[name])
         time_call(loaded[name].generate, prompt, args.new_tokens)  # warm-up
     rates: dict[str, list[float]] = {name: [] for name in loaded}
-    for _ in range(args.rounds):
-        for name, engine in loaded.items():
-            call = time_call(engine.generate, prompt, args.new_tokens)
-            rates[name].append((args.new_tokens - 1) / call.decode_s)
+    quiet = wait_for_quiet(args.max_load, args.max_wait)
+    with LoadSampler() as load:
+        for _ in range(args.rounds):
+            for name, engine in loaded.items():
+                call = time_call(engine.generate, prompt, args.new_tokens)
+                rates[name].append((args.new_tokens - 1) / call.decode_s)
     medians = {name: round(statistics.median(r), 2) for name, r in rates.items()}
     first = next(iter(medians))
-    row = {**machine_header(), "threads": args.threads, "rounds": args.rounds,
-           "ballast": bool(ballast),
+    row = {**machine_header(), "threads": args.threads, "pools": threads, "rounds": args.rounds,
+           "ballast": bool(ballast), "quiet": quiet, "load": load.summary(),
            "decode_tokens_per_s": medians,
            "each": {name: [round(x, 1) for x in r] for name, r in rates.items()},
            "ratio_to_" + first: {name: round(m / medians[first], 3)
