@@ -5,7 +5,10 @@ on an NVIDIA GPU, through torch's device-generic ``torch.Event``); CPU times fro
 ``perf_counter``. Medians, p10 and p90 over ``runs`` calls; ratios are taken within
 the one run because the machines are shared and noisy. Then each partition is timed
 inside the runtime, and the backends that can profile themselves time their nodes
-(exporter/bench_detail.py); the machine, versions and input shapes go beside.
+(exporter/bench_detail.py); the machine, versions and input shapes go beside. The
+baselines are eager by default: torch.compile's (``compile``) warm-up compiles for a minute
+on a small CPU, so it runs when asked. A candidate whose p90 is past twice its median is
+warned about (``warnings``): a busy machine, not the model.
 """
 
 from __future__ import annotations
@@ -23,19 +26,23 @@ from exporter.errors import UserInputError
 from exporter.model.cast import CastModel
 from exporter.model.hf_spec import HfOptions
 from exporter.model.spec import load_spec
+from exporter.report.speed import unstable
+from exporter.validation.inputs import load_input_file
 from exporter.progress import (ProgressCallback, StageHook, callback_stage, logged,
                                quiet_stage)
+from runtime.program.base import check_inputs
 from runtime.program.flat_inputs import flatten_inputs
 from targets import all_targets
 from targets.registry import described
 
 log = logging.getLogger(__name__)
-DEFAULT_BASELINES = ("eager", "compile")
+DEFAULT_BASELINES = ("eager",)
+TORCH_BASELINES = ("eager", "compile")  # torch.compile(mode="reduce-overhead"): on request
 
 
 def baseline_names() -> tuple[str, ...]:
     """eager and compile for every artifact; then those targets add (for their artifacts)."""
-    return DEFAULT_BASELINES + tuple(name for card in described().values()
+    return TORCH_BASELINES + tuple(name for card in described().values()
                                      for name in card.baselines)
 
 
@@ -45,7 +52,8 @@ def time_side_by_side(calls: dict[str, Callable[[], object]], device: str, runs:
     """Interleave the candidates in ``rounds`` blocks so that drift on a shared machine
     (clocks, other jobs) falls on all of them alike; medians and p90 per candidate."""
     for name, fn in calls.items():  # one stage each: torch.compile's compile happens here
-        with stage(f"warm up {name} ({warmup} calls)"):
+        what = "; torch.compile compiles in the first" if name == "compile" else ""
+        with stage(f"warm up {name} ({warmup} calls{what})"):
             for _ in range(warmup):
                 fn()
             if device != "cpu":
@@ -61,10 +69,13 @@ def time_side_by_side(calls: dict[str, Callable[[], object]], device: str, runs:
 
 def bench(artifact: str | Path, *, model: str | None = None,
           baselines: tuple[str, ...] = DEFAULT_BASELINES, runs: int = 100, warmup: int = 20,
-          cuda_graphs: bool = True, progress: ProgressCallback | None = None,
+          cuda_graphs: bool = True, inputs: str | Path | None = None,
+          batch_size: int | None = None, progress: ProgressCallback | None = None,
           stage: StageHook | None = None) -> dict:
-    """Time the artifact and ``baselines`` side by side. ``progress`` gets a StageEvent per
-    stage (the CLI passes its spinner as ``stage`` instead); stages are logged too."""
+    """Time the artifact and ``baselines`` side by side, on the model's example inputs, the
+    arrays of ``inputs`` (an .npz named as the signature's inputs), or either with its
+    dynamic batch made ``batch_size``. ``progress`` gets a StageEvent per stage (the CLI
+    passes its spinner as ``stage`` instead); stages are logged too."""
     timed = logged(stage or callback_stage(progress))
     unknown = set(baselines) - set(baseline_names())
     if unknown:
@@ -86,24 +97,27 @@ def bench(artifact: str | Path, *, model: str | None = None,
                      "runs": runs, "warmup": warmup, "timings": {}}
     if device != "cpu":
         results["gpu"] = torch.get_device_module(device).get_device_name()
-    inputs = _inputs(spec, manifest, device)
+    tensors = bench_inputs(spec, manifest, device, inputs, batch_size)
     results["machine"] = machine(program, device)
-    results["inputs"] = input_shapes(program, inputs)
+    results["inputs"] = input_shapes(program, tensors)
     with torch.inference_mode():
-        calls = {"artifact": lambda: program.run(inputs, output_device=device)}
-        calls.update(_baselines(spec, inputs, device, dtype, baselines))
+        calls = {"artifact": lambda: program.run(tensors, output_device=device)}
+        calls.update(_baselines(spec, tensors, device, dtype, baselines))
         for target in all_targets().values():  # what a target adds: its backend, bare
             for name, make in target.tooling.baselines().items():
                 if name in baselines:
-                    calls[name] = make(program, inputs)
+                    calls[name] = make(program, tensors)
         results["timings"] = time_side_by_side(calls, device, runs, warmup, stage=timed)
         with timed(f"time each partition ({runs} calls)"):
-            results["partitions"], given = partition_times(program, inputs, device, runs)
+            results["partitions"], given = partition_times(program, tensors, device, runs)
         with timed("profile the backends' nodes"):
             results["ops"] = op_times(Path(artifact), program, given, runs)
     art = results["timings"]["artifact"]["median_ms"]
     results["ratios"] = {f"artifact/{name}": art / t["median_ms"]
                          for name, t in results["timings"].items() if name != "artifact"}
+    results["speedups"] = {name: t["median_ms"] / art
+                           for name, t in results["timings"].items() if name != "artifact"}
+    results["warnings"] = unstable(results["timings"])
     return results
 
 
@@ -115,8 +129,24 @@ def _spec(model: str | None, manifest):
                      HfOptions.from_settings(settings) if not model else None)
 
 
-def _inputs(spec, manifest, device: str) -> list[torch.Tensor]:
-    tensors = flatten_inputs(spec.args, spec.kwargs).tensors
+def bench_inputs(spec, manifest, device: str, path: str | Path | None,
+                 batch_size: int | None) -> list[torch.Tensor]:
+    """The example inputs or the file's, each input's dynamic dim 0 made ``batch_size``
+    (its rows repeated), checked against the signature."""
+    specs = manifest.signature.inputs
+    tensors = (list(load_input_file(manifest.signature, Path(path)).values()) if path
+               else flatten_inputs(spec.args, spec.kwargs).tensors)
+    if batch_size is not None:
+        batched = [s.shape and s.shape[0].is_dynamic for s in specs]
+        if batch_size < 1 or not any(batched):
+            raise UserInputError(
+                f"--batch-size {batch_size}: " + ("give 1 or more" if batch_size < 1 else
+                                                  "the artifact's inputs have no dynamic "
+                                                  "batch (dim 0)"),
+                hint="rebuild with --dynamic batch=1..N to time other batches")
+        tensors = [t[torch.arange(batch_size) % t.shape[0]] if b else t
+                   for t, b in zip(tensors, batched)]
+        check_inputs(specs, tensors, where="--batch-size")
     return [t.to(device) for t in tensors]
 
 

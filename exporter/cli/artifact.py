@@ -100,8 +100,14 @@ def _baseline_help() -> list[str]:
 @app.command()
 def bench(
     artifact: Path = ARTIFACT,
-    baseline: str = typer.Option("eager,compile", "--baseline", help="comma list of "
+    baseline: str = typer.Option("eager", "--baseline", help="comma list of "
                                  + ", ".join(_baseline_help())),
+    compile_: bool = typer.Option(False, "--compile", help="also time torch.compile "
+                                  "(reduce-overhead; its warm-up compiles for about a minute)"),
+    inputs: Optional[Path] = typer.Option(None, "--inputs", help=".npz of arrays named as the "
+                                          "artifact's inputs (default: the model's example)"),
+    batch_size: Optional[int] = typer.Option(None, "--batch-size", help="time this batch: "
+                                             "the inputs' rows repeated along a dynamic dim 0"),
     model: Optional[str] = typer.Option(None, "--model", help="spec for baselines and inputs "
                                         "(default: the one in the manifest)"),
     runs: Optional[int] = typer.Option(None, "--runs", help="timed calls per candidate "
@@ -118,13 +124,16 @@ def bench(
                                         help="run GPU partitions without CUDA-graph replay"),
     as_json: bool = JSON, quiet: bool = QUIET, verbose: bool = VERBOSE, debug: bool = DEBUG,
 ) -> None:
-    """Time the artifact against eager and torch.compile(reduce-overhead), in one process
+    """Time the artifact against eager (and torch.compile with --compile), in one process
     (a generating artifact: time to first token and tokens/s against transformers)."""
     def action() -> int:
         from exporter.benchmark import bench as bench_api
         from exporter.errors import UserInputError
 
+        from exporter.report.speed import phrase
+
         names = tuple(b.strip() for b in baseline.split(",") if b.strip())
+        names += ("compile",) if compile_ and "compile" not in names else ()
         wrong = []
         if runs is not None and runs < 1:
             wrong.append(f"--runs {runs}")
@@ -134,6 +143,10 @@ def bench(
             raise UserInputError(f"{' and '.join(wrong)} cannot be timed",
                                  hint="give --runs 1 or more and --warmup 0 or more")
         generates = runtime_generates(artifact)
+        if generates and (inputs is not None or batch_size is not None):
+            raise UserInputError("--inputs and --batch-size apply to artifacts that run a "
+                                 "plain forward pass; this one generates", where=str(artifact),
+                                 hint="give --prompt-tokens and --new-tokens instead")
         if not generates and (prompt_tokens is not None or new_tokens is not None):
             raise UserInputError("--prompt-tokens and --new-tokens apply to generating "
                                  "artifacts; this one runs a plain forward pass",
@@ -146,7 +159,8 @@ def bench(
         runs_ = runs or 100
         timed = bench_api(artifact, model=model, baselines=names, runs=runs_,
                           warmup=20 if warmup is None else warmup,
-                          cuda_graphs=not no_cuda_graphs, stage=stage_printer())
+                          cuda_graphs=not no_cuda_graphs, inputs=inputs,
+                          batch_size=batch_size, stage=stage_printer())
         if as_json:
             print_json(timed)
             return 0
@@ -155,8 +169,10 @@ def bench(
         for name, timing in timed["timings"].items():
             result(f"  {name:>9}: median {timing['median_ms']:.3f} ms, "
                    f"p90 {timing['p90_ms']:.3f} ms")
-        for name, ratio in timed["ratios"].items():
-            result(f"  {name}: {ratio:.3f}x")
+        for name, speedup in timed["speedups"].items():
+            result(f"  artifact: {phrase(speedup, name)}")
+        for warning in timed["warnings"]:
+            warn(warning)
         for name, timing in timed["partitions"].items():
             result(f"  partition {name} ({timing['backend']} @ {timing['device']}): median "
                    f"{timing['median_ms']:.3f} ms")
@@ -178,6 +194,7 @@ def _bench_generation(artifact: Path, names: tuple[str, ...], runs: int, warmup:
                       prompt_tokens: int | None, new_tokens: int | None, cuda_graphs: bool,
                       as_json: bool) -> int:
     from exporter.lm.bench import bench_generation
+    from exporter.report.speed import phrase
     aliases = {"eager": "hf-eager", "compile": "hf-static"}  # the plain bench's names
     timed = bench_generation(artifact, baselines=tuple(aliases.get(n, n) for n in names),
                              prompt_tokens=prompt_tokens, new_tokens=new_tokens, runs=runs,
@@ -196,8 +213,8 @@ def _bench_generation(artifact: Path, names: tuple[str, ...], runs: int, warmup:
                f"{row['prefill_tokens_per_s']:.1f} tokens/s, decode "
                f"{row['decode_tokens_per_s']:.1f} tokens/s"
                + (f", peak {memory:.0f} MB" if memory else ""))
-    for name, ratio in timed["ratios"].items():
-        result(f"  decode {name}: {ratio:.2f}x")
+    for name, speedup in timed["speedups"].items():
+        result(f"  artifact decodes {phrase(speedup, name)}")
     return 0
 
 

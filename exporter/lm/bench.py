@@ -80,6 +80,8 @@ def bench_generation(artifact: str | Path, *, baselines: tuple[str, ...] = BASEL
     result["ratios"] = {f"artifact/{name}": artifact_decode / row["decode_tokens_per_s"]
                         for name, row in rows.items()
                         if name != "artifact" and row.get("decode_tokens_per_s")}
+    # the one convention of every bench (exporter/report/speed.py): above 1, faster
+    result["speedups"] = {k.removeprefix("artifact/"): v for k, v in result["ratios"].items()}
     return result
 
 

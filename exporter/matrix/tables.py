@@ -9,6 +9,7 @@ from __future__ import annotations
 from html import escape
 
 from exporter.report.page import CSP
+from exporter.report.speed import phrase
 from exporter.report.page import CSS as REPORT_CSS  # one look for every page we write
 
 _CSS = REPORT_CSS + """
@@ -39,12 +40,13 @@ def cell_text(row: dict | None) -> tuple[str, list[str]]:
         lines.append(f"{row['fallback_ops']} of {row.get('ops')} ops on the CPU fallback")
     bench = row.get("bench") or {}
     if bench.get("latency_ms") is not None:
-        ratio = (bench.get("ratios") or {}).get("artifact/eager")
-        lines.append(f"{bench['latency_ms']:.3g} ms" + (f" ({ratio:.2f}x eager)" if ratio else ""))
+        ratio = (bench.get("ratios") or {}).get("artifact/eager")  # a time ratio
+        lines.append(f"{bench['latency_ms']:.3g} ms"
+                     + (f" ({phrase(1 / ratio, 'eager')})" if ratio else ""))
     elif bench.get("decode_tokens_per_s") is not None:
         ratio = (bench.get("decode_ratios") or {}).get("artifact/hf-eager")
         lines.append(f"decode {bench['decode_tokens_per_s']:.0f} tok/s"
-                     + (f" ({ratio:.2f}x transformers')" if ratio else "")
+                     + (f" ({phrase(ratio, 'transformers')})" if ratio else "")
                      + f", first token {bench['ttft_ms']:.3g} ms")
     elif bench.get("error"):
         lines.append(f"bench failed: {_first_line(bench['error'])}")

@@ -11,6 +11,7 @@ from exporter.errors import UserInputError
 from exporter.report import charts
 from exporter.report.page import ms, prose, render_page, table
 from exporter.report.perf import conditions
+from exporter.report.speed import phrase
 from exporter.report.validation import judged, number
 from exporter.validation.gates import ERROR_BINS
 from runtime.format.manifest import Manifest
@@ -37,7 +38,7 @@ def render_comparison(paths: list[Path], manifests: list[Manifest], sizes: list[
 COLUMNS = [("artifact", "artifact"), ("target", "target"), ("kind", "dtype, recipe"),
            ("runs_on", "ops run on"), ("size_bytes", "size"), ("validation", "validation"),
            ("error_decade", "largest |error| vs eager"), ("median_ms", "latency median"),
-           ("vs_eager", "artifact / eager")]
+           ("vs_eager", "against eager")]
 # columns with a best value: key -> the better is the smaller (all of them are)
 _RANKED = ("size_bytes", "error_rank", "median_ms")
 
@@ -137,7 +138,8 @@ def _cell(row: dict, key: str, best: dict) -> str:
     text = ("-" if value is None else f"{value / 1e6:.3f} MB" if key == "size_bytes"
             else ms(value) + (f" ({row['p10_ms']:.3g} to {row['p90_ms']:.3g})"
                               if row.get("p90_ms") is not None else "")
-            if key == "median_ms" else f"{value:.3g}x" if key == "vs_eager" else str(value))
+            if key == "median_ms" else phrase(1 / value, "eager") if key == "vs_eager"
+            else str(value))
     mark = ranked in best and row[ranked] is not None and row[ranked] == best[ranked]
     return f'<span class="best">{escape(text)}</span>' if mark else escape(text)
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from exporter.errors import UserInputError
 from exporter.report import charts
 from exporter.report.page import ms, prose, share_bar, table
+from exporter.report.speed import phrase, speedups
 from exporter.report.validation import number
 from runtime.format.manifest import Manifest
 
@@ -56,13 +57,13 @@ def latency_section(bench: dict | None, manifest: Manifest) -> str:
                 "</p></section>")
     if "engines" in bench:
         return _generation(bench)
-    ratios = ", ".join(f"{name} {value:.3g}x" for name, value in bench.get("ratios", {}).items())
+    ratios = ", ".join(phrase(value, name) for name, value in speedups(bench).items())
     chart = charts.latency_chart(bench["timings"], "latency per call in ms")
     return ('<section id="latency"><h2>Latency</h2>'
             f"<p>{prose(bench.get('runs'))} calls per runner after "
             f"{prose(bench.get('warmup'))} untimed, interleaved, timer "
             f"{prose(bench.get('timer'))}; bar: median, whisker: p10 to p90"
-            + (f"; {prose(ratios)} (below 1: the artifact is faster)" if ratios else "")
+            + (f"; the artifact ran {prose(ratios)}" if ratios else "")
             + f'</p><div class="side">{chart}{conditions(bench)}</div>'
             + _partitions(bench, manifest) + _ops(bench) + "</section>")
 
@@ -77,12 +78,12 @@ def _generation(bench: dict) -> str:
              share_bar(e["decode_tokens_per_s"], fastest, f"{e['decode_tokens_per_s']:.1f}"),
              escape(f"{e.get('peak_gpu_mb') or e.get('peak_rss_mb') or '-'}")]
             for name, e in engines.items()]
-    ratios = ", ".join(f"{name} {value:.3g}x" for name, value in bench.get("ratios", {}).items())
+    ratios = ", ".join(phrase(value, name) for name, value in speedups(bench).items())
     return ('<section id="latency"><h2>Generation speed</h2>'
             f"<p>{prose(bench.get('prompt_tokens'))}-token prompt, "
             f"{prose(bench.get('new_tokens'))} new tokens, median of {prose(bench.get('runs'))} "
             f"runs on {prose(bench.get('device'))} ({prose(bench.get('threads'))} threads)"
-            + (f"; decode {prose(ratios)} (above 1: the artifact is faster)" if ratios else "")
+            + (f"; the artifact decodes {prose(ratios)}" if ratios else "")
             + "</p>" + table(["engine", "first token", "prefill tokens/s", "decode tokens/s",
                               "peak MB"], rows, cls="generation-speed", raw=True)
             + "</section>")
@@ -137,15 +138,26 @@ def _partitions(bench: dict, manifest: Manifest) -> str:
                      escape(f"{t.get('backend')} @ {t.get('device')}"), ops.get(name, 0),
                      share_bar(t["median_ms"], total, ms(t["median_ms"])),
                      escape(f"{t.get('p10_ms', 0):.4g} to {t.get('p90_ms', 0):.4g} ms")])
-    inside = sum(t["median_ms"] for t in parts.values())
-    rest = total - inside
-    rows.append(["runtime around them", "checks, hand-offs, output copies", "",
-                 share_bar(max(rest, 0.0), total, ms(rest)), "artifact median − partitions"])
+    rows.append(_around(total, sum(t["median_ms"] for t in parts.values())))
     return ("<h3>Time per partition</h3><p>each partition's executor call timed inside the "
             "runtime (device events on a GPU), median over the calls; bars are shares of the "
             f"artifact's median {escape(ms(total))}</p>"
             + table(["partition", "runs on", "ops", "median", "p10 to p90"], rows,
                     cls="partition-times", raw=True))
+
+
+def _around(total: float, inside: float) -> list:
+    """The runtime's own time: the artifact's median less its partitions'. Medians of
+    separate runs do not add up exactly; where the partitions' sum is the larger, the
+    difference is noise, said so, never a negative time."""
+    rest = total - inside
+    if rest >= 0:
+        return ["runtime around them", "checks, hand-offs, output copies", "",
+                share_bar(rest, total, ms(rest)), "artifact median − partitions"]
+    return ["runtime around them", "checks, hand-offs, output copies", "",
+            share_bar(0.0, total, "too small to measure"),
+            f"the partitions' medians add up to {ms(inside)}, {ms(-rest)} more than the "
+            "artifact's (separate runs' noise)"]
 
 
 def _ops(bench: dict) -> str:

@@ -35,3 +35,29 @@ def test_python_api_is_what_the_cli_calls(mlp_build):
     assert record["passed"] is True
     timings = exporter.bench(mlp_build.artifact, baselines=("eager",), runs=5, warmup=1)
     assert set(timings["timings"]) == {"artifact", "eager"}
+
+
+def test_bench_times_eager_by_default_and_says_how_much_faster_in_words(mlp_build, cli):
+    result = cli("bench", str(mlp_build.artifact), "--runs", "10", "--warmup", "2")
+    assert result.returncode == 0, result.stderr
+    said = [line for line in result.stdout.splitlines() if line.startswith("  artifact: ")]
+    assert len(said) == 1 and said[0].endswith(" than eager")
+    assert (" faster " in said[0]) != (" slower " in said[0])
+    assert "compile" not in result.stdout and "compile" not in result.stderr
+
+
+def test_bench_times_the_batch_asked_and_the_inputs_given(mlp_build, cli, tmp_path):
+    import numpy as np
+
+    batch = cli("bench", str(mlp_build.artifact), "--batch-size", "5", "--runs", "3",
+                "--warmup", "1", "--json")
+    assert batch.returncode == 0, batch.stderr
+    assert json.loads(batch.stdout)["inputs"][0]["shape"] == [5, 64]
+    path = tmp_path / "x.npz"
+    np.savez(path, x=np.ones((3, 64), dtype=np.float32))
+    given = cli("bench", str(mlp_build.artifact), "--inputs", str(path), "--runs", "3",
+                "--warmup", "1", "--json")
+    assert given.returncode == 0, given.stderr
+    assert json.loads(given.stdout)["inputs"][0]["shape"] == [3, 64]
+    too_big = cli("bench", str(mlp_build.artifact), "--batch-size", "1000", "--json")
+    assert too_big.returncode == 2 and "outside the built range" in too_big.stdout
