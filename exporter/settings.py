@@ -27,6 +27,8 @@ from targets.options import flag_name
 from targets.registry import DEFAULT_TARGET
 
 ARTIFACT_SUFFIX = ".artifact"
+# Where the artifact goes, not what it is: not in its manifest or a matrix cell's key
+NOT_RECORDED = frozenset({"out", "force"})
 
 
 class BuildSettings(BaseModel):
@@ -37,7 +39,11 @@ class BuildSettings(BaseModel):
     platform: str = Field(default_factory=host_platform, description="the OS and CPU the "
                           "artifact runs on (default: this machine's); docs/building.md "
                           "says which targets build for which")
-    out: Path | None = Field(None, description="artifact path; default <model>-<target>.artifact")
+    out: Path | None = Field(None, description="artifact path; default <file>-<target>"
+                             ".artifact (<file>-<factory>-<target> for a specific factory "
+                             "name)")
+    force: bool = Field(False, description="replace an artifact at the output path that "
+                        "another spec built (refused otherwise)")
     dynamic: list[str] = Field(default_factory=list, description="INPUT:DIM=MIN..MAX, "
                                "repeatable: a dynamic dimension and its bounds; batch=MIN..MAX "
                                "for dim 0 of every input (hf: also sequence=MIN..MAX)")

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from exporter.builder.plain import PlainBuild
+from exporter.builder.replacing import check_replacing
 from exporter.builder.stages import stage_timer
 from exporter.kinds import BuildKind
 from exporter.leftovers import sweep
@@ -102,6 +103,8 @@ def build(spec: Any, settings: BuildSettings, *, stage: StageHook = quiet_stage,
             manifest.validation = {"passed": None, "skipped": True, "warnings": [
                 foreign or "validation skipped (--no-validate)"]}
         with timed("package"):
+            # again: another build (of another spec) may have written it meanwhile
+            check_replacing(out, manifest.source.get("spec", ""), settings.force)
             write_artifact(out, manifest.to_dict(), files)
     finally:
         scratch.remove(work_dir)

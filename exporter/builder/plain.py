@@ -20,14 +20,15 @@ from exporter.builder.lowering import lower_with_fallback
 from exporter.builder.preload import preload_for
 from exporter.builder.prepared import Prepared
 from exporter.builder.stages import (at_dtype, available_target, check_output_path,
-                                     manifest_for, model_name, prepare_captured)
+                                     manifest_for, prepare_captured)
 from exporter.errors import BuildError, UserInputError, ValidationFailedError
 from exporter.kinds import PLAIN, BuildKind, DryRunReport
 from exporter.model.dynamic import parse_dynamic
 from exporter.model.example_dims import fit_examples
 from exporter.model.hf_spec import HfOptions
 from exporter.model.spec import ModelSpec, load_spec
-from exporter.settings import BuildSettings
+from exporter.model.spec_names import default_stem
+from exporter.settings import NOT_RECORDED, BuildSettings
 from exporter.ship.archive_writer import write_artifact
 from exporter.validation.bisect import bisect, bisect_lines
 from exporter.validation.gates import QuantGate, Tolerance, Verdict
@@ -50,11 +51,14 @@ class PlainBuild(BuildKind):
     def prepare(self, spec: str | ModelSpec, settings: BuildSettings,
                 timed: Callable) -> Prepared:
         target = available_target(settings, self)
+        source = spec.source if isinstance(spec, ModelSpec) else (spec or "").strip()
+        # before the model loads: its default name needs only the spec
+        out = check_output_path(settings.output_path(default_stem(source)), source,
+                                settings.force)
         with timed("load model"):
             model = spec if isinstance(spec, ModelSpec) else load_spec(
                 spec, HfOptions.from_settings(settings))
             model = fit_examples(model, parse_dynamic(settings.dynamic))
-        out = check_output_path(settings.output_path(model_name(model)))
         return prepare_captured(target, model, at_dtype(model, settings.dtype), out, settings,
                                 timed)
 
@@ -207,7 +211,7 @@ def eager_runner(prep: Prepared, settings: BuildSettings) -> EagerRunner:
 def settings_used(settings: BuildSettings, model: ModelSpec) -> dict:
     """The settings as given, with what the loader chose where they left it open (hf: the
     task read from the config, the default --seq-len), so the manifest says what was built."""
-    used = settings.model_dump(mode="json", exclude={"out"})
+    used = settings.model_dump(mode="json", exclude=NOT_RECORDED)
     for key, value in model.details.items():
         if key in used and used[key] is None:
             used[key] = value

@@ -19,6 +19,7 @@ from exporter.builder.placement import enforce_fallback_policy, place
 from exporter.builder.preload import defining_module
 from exporter.builder.prepared import Prepared
 from exporter.builder.quantization import calibration_sets, check_recipe
+from exporter.builder.replacing import check_replacing
 from exporter.errors import MemoryBudgetError, TargetUnavailableError
 from exporter.kinds import BuildKind
 from exporter.model.capture import capture
@@ -140,19 +141,12 @@ def _check_platform(target: Target, platform: str) -> None:
              f"(`exporter build --target {able[0] if able else 'TARGET'} --platform {platform}`)")
 
 
-def model_name(model: ModelSpec) -> str:
-    """The default artifact's stem: the factory's name, or for hf:FOLDER the folder's
-    (``hf:./tiny-bert`` -> ``tiny-bert``, not ``__tiny-bert``; ``hf:.`` -> the folder's)."""
-    tail = model.source.rsplit(":", 1)[-1].rstrip("/\\")
-    tail = (Path(tail).expanduser().resolve() if model.source.startswith("hf:")
-            else Path(tail)).name
-    return "".join(c if c.isalnum() or c in "-_" else "_" for c in tail) or "model"
-
-
-def check_output_path(out: Path) -> Path:
-    """Refused now, before minutes of compiling: see runtime/host/outfiles.py."""
+def check_output_path(out: Path, spec: str, force: bool) -> Path:
+    """Refused now, before minutes of compiling: see runtime/host/outfiles.py, and an
+    artifact another spec built (replacing.py)."""
     out = out.expanduser()
     checked_output(out)
+    check_replacing(out, spec, force)
     return out
 
 

@@ -91,6 +91,8 @@ def _build_settings(spec: str | None, config: Path | None, save_config: Path | N
     spec_used, merged = config_file.merge(spec, fields, given, config)
     from targets.registry import DEFAULT_TARGET, check_target_name
     check_target_name(str(merged.get("target") or DEFAULT_TARGET))  # before torch imports
+    from exporter.model.spec_names import check_spec_file
+    check_spec_file(spec_used)  # a misspelled file too, with its near name
     settings = _settings(**merged)
     if save_config is not None:
         config_file.write(save_config, spec_used, settings)

@@ -40,7 +40,7 @@ SETTINGS_PANELS: dict[str, str] = {
     "quant_min_cosine": QUANT,
     "validate_artifact": CHECK, "inputs": CHECK, "keep_failed": CHECK, "seed": CHECK,
     "validation_timeout_s": CHECK, "min_top1": CHECK, "max_kl": CHECK,
-    "out": OUTPUT,
+    "out": OUTPUT, "force": OUTPUT,
 }
 # sizes are parsed by the settings ("64MB"), so the flag takes text
 _TEXT_FIELDS = ("memory_budget", "max_model_size")

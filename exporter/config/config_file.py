@@ -125,7 +125,7 @@ def write(path: Path, spec: str, settings) -> Path:
     digest = _source_hash(spec)
     if digest:
         data[HASH_KEY] = digest
-    data.update(settings.model_dump(mode="json", exclude_none=True))
+    data.update(settings.model_dump(mode="json", exclude_none=True, exclude={"force"}))
     options = {k: v for k, v in data.pop("target_options", {}).items() if v is not None}
     for key in _PATH_FIELDS:
         if _is_path(key, data.get(key)):

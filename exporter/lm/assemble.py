@@ -15,7 +15,7 @@ from exporter.builder.stages import manifest_for
 from exporter.kinds import GENERATING_TASK
 from exporter.lm.seq2seq import Source
 from exporter.lm.source import TOKENIZER_FILE, LanguageModel
-from exporter.settings import BuildSettings
+from exporter.settings import NOT_RECORDED, BuildSettings
 from runtime.format.manifest import EntryPoint, Manifest
 from runtime.generation.layout import CacheLayout, shortest_source
 from runtime.generation.section import GenerationSection
@@ -50,7 +50,7 @@ def assemble(prepared: PreparedGeneration, lowered: dict, settings: BuildSetting
     if lm.tokenizer is not None:
         files[TOKENIZER_ENTRY] = lm.tokenizer
     notes = [n for pairs in lowered.values() for _, low in pairs for n in low.notes]
-    manifest.build = {"settings": settings.model_dump(mode="json", exclude={"out"}),
+    manifest.build = {"settings": settings.model_dump(mode="json", exclude=NOT_RECORDED),
                       "notes": _unique([w for prep in preps.values() for w in prep.warnings]
                                        + notes),
                       "nondeterminism": preps["prefill"].target.packaging.nondeterminism(

@@ -19,6 +19,7 @@ import torch
 from exporter.errors import SpecError
 from exporter.model.hf_spec import HfOptions, load_pretrained
 from exporter.model.spec import ModelSpec, load_spec
+from exporter.model.spec_names import default_stem
 from runtime.generation.config_notes import unapplied
 
 TOKENIZER_FILE = "tokenizer.json"
@@ -44,9 +45,8 @@ class LanguageModel:
 
     @property
     def name(self) -> str:
-        """The default artifact's stem (the folder or the factory's name)."""
-        tail = Path(self.source.rsplit(":", 1)[-1].rstrip("/\\")).name
-        return "".join(c if c.isalnum() or c in "-_" else "_" for c in tail) or "model"
+        """The default artifact's stem, from the spec's folder, or its file and factory."""
+        return default_stem(self.source)
 
     def context_bounds(self, max_context: int | None, prefill_chunk: int | None
                        ) -> tuple[int, int]:

@@ -28,6 +28,7 @@ from pathlib import Path
 from exporter.config.config_file import spec_location
 from exporter.errors import ArtifactError
 from exporter.matrix.cell import SETTLED, file_sha256
+from exporter.settings import NOT_RECORDED
 from exporter.matrix.spec_file import Cell
 from runtime.host.outfiles import written_whole
 
@@ -41,7 +42,7 @@ def cell_key(cell: Cell, toolchain: dict) -> str | None:
     source = _source_digest(cell.spec)
     if source is None:
         return None
-    settings = cell.settings.model_dump(mode="json", exclude={"out"})
+    settings = cell.settings.model_dump(mode="json", exclude=NOT_RECORDED)
     data = {name: _digest_if_file(settings.get(name)) for name in ("inputs", "calibration")}
     material = {"spec": cell.spec, "source": source, "data": data, "settings": settings,
                 "depends": {d: _digest_if_file(d) for d in cell.depends},

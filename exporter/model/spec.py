@@ -38,8 +38,9 @@ import torch
 from exporter.errors import SpecError
 from exporter.model.source_lines import SourceLine, find_user_frame
 from exporter.model.hf_spec import HfOptions, load_hf
+from exporter.model.spec_names import SPEC_FORMS, existing_file, names_file
+from runtime.errors import did_you_mean
 
-SPEC_FORMS = "expected FILE.py:NAME, package.module:NAME, zoo:NAME or hf:PATH"
 _FACTORY_CONTRACT = ("(module, example_args), (module, example_args, dynamic_shapes), "
                      "(module, example_args, example_kwargs) or "
                      "(module, example_args, example_kwargs, dynamic_shapes)")
@@ -95,8 +96,8 @@ def load_spec(spec: str, hf: HfOptions | None = None, *, module_only: bool = Fal
         loaded = load_hf(text, name, hf or HfOptions())
         return ModelSpec(text, loaded.module, loaded.args, {}, None, None, loaded.notes,
                          (loaded.output,), loaded.details, loaded.groups, loaded.remake)
-    if target.endswith(".py") or "/" in target or "\\" in target:
-        path = _existing_file(target, text)
+    if names_file(target):
+        path = existing_file(target, text)
         with _on_sys_path(path.parent):
             module = _import_file(path)
             return _from_factory(text, _lookup(module, name, str(path)), str(path),
@@ -124,17 +125,6 @@ def _from_zoo(text: str, name: str) -> ModelSpec:
                         details=[f"zoo:{n}: {d}"
                                  for n, d in {**describe(), **DESCRIPTIONS}.items()])
     return _from_factory(text, models[name], inspect.getsourcefile(models[name]))
-
-
-def _existing_file(target: str, text: str) -> Path:
-    path = Path(target).expanduser().resolve()
-    if not path.exists():
-        raise SpecError(f"The model file {target} does not exist", where=str(path),
-                        hint="check the path (it is relative to the current directory)")
-    if not path.is_file():
-        raise SpecError(f"The model path {target} is not a file", where=str(path),
-                        hint=f"{SPEC_FORMS}; give the .py file inside it")
-    return path
 
 
 @contextmanager
@@ -183,7 +173,8 @@ def _lookup(module, name: str, where: str) -> Callable:
     if not hasattr(module, name):
         defined = _factories_in(module)
         have = f"it defines: {', '.join(defined)}" if defined else "it defines no functions"
-        raise SpecError(f"{where} has no attribute {name!r}", where=where,
+        near = did_you_mean(name, _callables_in(module))
+        raise SpecError(f"{where} has no attribute {name!r}{near}", where=where,
                         hint=f"name one of the functions it defines ({have})")
     factory = getattr(module, name)
     if not callable(factory):
@@ -198,6 +189,14 @@ def _factories_in(module) -> list[str]:
     return sorted(n for n, v in vars(module).items()
                   if inspect.isfunction(v) and not n.startswith("_")
                   and v.__module__ == module.__name__)
+
+
+def _callables_in(module) -> list[str]:
+    """Every top-level callable the module defines itself (functions, classes, partials),
+    private ones too: what a misspelled factory name is compared with."""
+    return [n for n, v in vars(module).items() if callable(v) and not n.startswith("__")
+            and not inspect.ismodule(v)
+            and getattr(v, "__module__", module.__name__) == module.__name__]
 
 
 def _user_code_failed(what: str, exc: BaseException, where: str) -> SpecError:

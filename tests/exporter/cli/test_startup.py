@@ -73,3 +73,14 @@ def test_doctor_fixes_install_an_extra_by_the_clones_path_from_any_folder(tmp_pa
     monkeypatch.chdir(tmp_path)
     row = _package("no-such-distribution-here", "onnx", "target onnx")
     assert row.status == "absent" and row.fix == f"pip install '{ROOT}[onnx]'"
+
+
+def test_a_misspelled_model_file_is_told_its_near_file_before_torch(ran):
+    typo = _exporter_without_torch(ran, "build", "tests/models/statefull.py:export_differs")
+    assert typo.returncode == 2, typo.stderr
+    assert "did you mean 'stateful.py'?" in typo.stderr, typo.stderr
+    assert "tests/models/stateful.py:export_differs" in typo.stderr and "Traceback" not in (
+        typo.stderr)
+    as_json = _exporter_without_torch(ran, "build", "tests/models/Stateful.py:f", "--json")
+    assert as_json.returncode == 2, as_json.stderr
+    assert "did you mean 'stateful.py'?" in json.loads(as_json.stdout)["error"]["what"]

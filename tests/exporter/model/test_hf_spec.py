@@ -61,14 +61,12 @@ def test_text_classification_checkpoint_builds_and_matches_transformers(checkpoi
 
 @pytest.mark.parametrize("source, stem", [("hf:./tiny-bert", "tiny-bert"),
                                           ("hf:/tmp/u/tiny-bert/", "tiny-bert"),
-                                          ("hf:.", "{cwd}"), ("models/net.py:make", "make")])
+                                          ("hf:.", "{cwd}"), ("models/net.py:make", "net")])
 def test_default_artifact_names_are_clean(source, stem, tmp_path, monkeypatch):
-    from exporter.builder.stages import model_name
-    from exporter.model.spec import ModelSpec
+    from exporter.model.spec_names import default_stem
 
     monkeypatch.chdir(tmp_path)
-    spec = ModelSpec(source, torch.nn.Identity(), (), {}, None, None)
-    assert model_name(spec) == stem.format(cwd=tmp_path.name)
+    assert default_stem(source) == stem.format(cwd=tmp_path.name)
 
 
 @pytest.mark.parametrize("folder, flags, inputs, output, warned", [
