@@ -186,3 +186,31 @@ def test_bad_native_package_input_is_a_usage_error_writing_nothing(onnx_mlp, cli
     result = cli("package", "--native", *args, cwd=tmp_path)
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "error:" in result.stderr and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("program", [b"", b"\x1c\x00\x00\x00ET12" * 40],
+                         ids=["empty", "garbage"])
+def test_a_pte_executorch_refuses_is_a_bad_artifact_for_the_native_runner_too(
+        et_artifact, tmp_path, program):
+    """A .pte whose hash matches a rebuilt manifest but that ExecuTorch's verifier refuses:
+    exit 2 from edge-run with the Python loader's words, no output written."""
+    import runtime
+    from exporter.ship.archive_writer import write_artifact
+    from exporter.ship.native_runner import build_runner
+    from runtime.errors import ArtifactError
+    from runtime.format.archive import ArtifactReader
+    with ArtifactReader.open(et_artifact(MOBILENET)) as reader:
+        manifest = json.loads(json.dumps(reader.manifest))
+        entries = {n: reader.read_bytes(n) for n in reader.names() if n != "manifest.json"}
+    (entry,) = [name for name in entries if name.endswith(".pte")]
+    entries[entry] = program
+    bad = write_artifact(tmp_path / "bad.artifact", manifest, entries)
+    with pytest.raises(ArtifactError, match="ExecuTorch could not load partition 'p0'"):
+        runtime.load(bad)
+    out = tmp_path / "out.npz"
+    done = subprocess.run([str(build_runner(None, frozenset({"executorch"}))), str(bad),
+                           "--inputs", str(_inputs(MOBILENET, tmp_path / "in.npz")), "--out",
+                           str(out), "--json"], capture_output=True, text=True, timeout=120,
+                          check=False)
+    assert done.returncode == 2 and not out.exists()
+    assert "ExecuTorch could not load partition 'p0'" in json.loads(done.stdout)["error"]["message"]
