@@ -20,7 +20,7 @@ from exporter.errors import UserInputError
 from exporter.kinds import GENERATING, BuildKind, kind_name, kind_name_of
 from exporter.model.spec import ModelSpec
 from exporter.progress import ProgressCallback, StageHook, callback_stage, quiet_stage
-from exporter.settings import BuildSettings
+from exporter.settings import BuildSettings, settings_from
 from runtime import read_manifest
 
 Artifact = BuildResult
@@ -51,7 +51,7 @@ def build(model: str | torch.nn.Module, example_args: tuple | None = None, *,
     ``settings`` are the fields of ``BuildSettings`` (target, out, dynamic, inputs, ...).
     ``progress`` is called with a ``StageEvent`` as each stage starts and ends; the
     stages are also logged on the ``exporter`` logger (INFO)."""
-    built = BuildSettings(**settings)
+    built = settings_from(settings)
     kind = build_kind(built)
     if isinstance(model, torch.nn.Module) and not kind.makes_own_inputs:
         if example_args is None:

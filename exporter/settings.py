@@ -233,6 +233,28 @@ class BuildSettings(BaseModel):
         return Path(f"{model_name}-{self.target}{ARTIFACT_SUFFIX}")
 
 
+def settings_from(values: dict[str, Any]) -> BuildSettings:
+    """BuildSettings from the Python API's keywords: an unknown name or a bad value is the
+    tool's UserInputError naming the setting (with the nearest known name), not pydantic's."""
+    from exporter.errors import UserInputError
+    from runtime.errors import did_you_mean
+    known = set(BuildSettings.model_fields) | {
+        name for card in described().values() for name in card.Options.model_fields}
+    unknown = [key for key in values if key not in known]
+    if unknown:
+        raise UserInputError(
+            f"unknown setting(s): {', '.join(unknown)}",
+            details=[f"{key!r} is not a setting{did_you_mean(key, known)}" for key in unknown],
+            hint="the settings are BuildSettings' fields and the targets' options "
+                 "(`exporter build --help` lists them as flags)")
+    try:
+        return BuildSettings(**values)
+    except ValidationError as exc:
+        problems = [(f"{'.'.join(map(str, e['loc']))}: " if e["loc"] else "")
+                    + e["msg"].removeprefix("Value error, ") for e in exc.errors()]
+        raise UserInputError("invalid build settings", details=problems) from None
+
+
 def _option_problem(error: dict) -> str:
     """'--tune: is an option of target tvm', said with the flag's own name."""
     where = ".".join(map(str, error["loc"]))

@@ -62,13 +62,14 @@ def validate(
     artifact against transformers' generate, by the gate its build used."""
     def action() -> int:
         from exporter.api import validate as validate_api
+        from exporter.cli.common import style
         from exporter.report.console import validation_lines
 
         record = validate_api(artifact, model, inputs_file=inputs)
         if as_json:
             print_json({"validation": record})
         else:
-            for line in validation_lines(record):
+            for line in validation_lines(record, style.verbose):
                 result(line)
             for line in _failure_lines(record):  # what failed, output by output
                 result("  " + line)
@@ -248,9 +249,9 @@ def inspect(artifact: Path = ARTIFACT,
                         "signed_by": signature["key_id"], "loads_on": loads_on(manifest),
                         "manifest": raw})
         else:
-            from exporter.cli.common import out_console
+            from exporter.cli.common import out_console, style
             from exporter.report.console import print_manifest
-            print_manifest(out_console, manifest, str(artifact))
+            print_manifest(out_console, manifest, str(artifact), style.verbose)
             result(describe_signature(signature))
         return 0
     guarded(action, quiet=quiet, verbose=verbose, debug=debug, as_json=as_json,

@@ -73,7 +73,7 @@ def _run_build(spec: str, settings, as_json: bool) -> int:
     elif style.quiet:
         print(result.artifact)
     else:
-        print_build(out_console, result)
+        print_build(out_console, result, verbose=style.verbose)
         for warning in result.warnings:
             warn(warning)
     return 0

@@ -11,6 +11,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+# model_line and validation_lines: the report and the CLI import them from here too
+from exporter.report.summary_lines import model_line, validation_lines  # noqa: F401
 from runtime.format.manifest import Manifest
 from targets.fallback import FALLBACK_BACKEND
 from targets.registry import card_for_backend
@@ -28,46 +30,6 @@ def _signature_table(manifest: Manifest) -> Table:
             table.add_row(kind, spec.name, spec.dtype,
                           "[" + ", ".join(d.describe() for d in spec.shape) + "]")
     return table
-
-
-def validation_lines(record: dict | None) -> list[str]:
-    if not record or record.get("skipped"):
-        return ["validation: skipped"]
-    verdict = "PASSED" if record["passed"] else "FAILED"
-    if record.get("kind") == "generation":
-        return _generation_lines(record, verdict)
-    cases = ", ".join(c["name"] for c in record.get("cases", []))
-    rows = record.get("outputs", [])
-    quantized = [r for r in rows if r.get("criterion") == "quantized"]
-    if quantized:
-        top1 = [r["top1_agreement"] for r in quantized if "top1_agreement" in r]
-        figures = (f"worst SQNR {min(r['sqnr_db'] for r in quantized):.1f} dB, worst cosine "
-                   f"{min(r['cosine'] for r in quantized):.5f}"
-                   + (f", top-1 agreement {min(top1):.1%}" if top1 else ""))
-    else:
-        worst = max((r.get("ratio_to_allowed", 0.0) for r in rows), default=0.0)
-        figures = f"worst float error used {worst:.1%} of its allowance"
-    lines = [f"validation: {verdict} against eager (reference {record.get('reference_dtype')}) "
-             f"on {len(record.get('cases', []))} input set(s): {cases}",
-             f"  {figures}; policy: {record['policy']}"]
-    if record.get("reference_note"):
-        lines.append(f"  note: {record['reference_note']}")
-    return lines
-
-
-def _generation_lines(record: dict, verdict: str) -> list[str]:
-    rows = record["outputs"]
-    same = sum(r["tokens_match"] for r in rows)
-    lengths = ", ".join(str(r["prompt_tokens"]) for r in rows)
-    each = f"{rows[0]['new_tokens']} new tokens each" + (
-        f" ({rows[-1]['new_tokens']} for the last, to the context's end)"
-        if rows[-1]["new_tokens"] != rows[0]["new_tokens"] else "")
-    lines = [f"validation: {verdict}: generation from {record['cases']} prompts ({lengths} "
-             f"tokens), {each}, against Hugging Face "
-             f"generate: {same} of {len(rows)} token for token; teacher-forced top-1 agreement "
-             f"{record['top1_agreement']:.1%}, mean KL {record['mean_kl']:.2e}",
-             f"  policy: {record['policy']}"]
-    return lines + [f"  note: {note}" for note in record.get("warnings", [])]
 
 
 def print_placement(console: Console, coverage: list[dict], summary: dict) -> None:
@@ -99,57 +61,8 @@ def _pairs(values: dict) -> str:
     return ", ".join(f"{key} {value}" for key, value in values.items())
 
 
-def model_line(source: dict) -> str | None:
-    """What a loader chose that the user may not have asked for (hf: the task, the model
-    class, the example shapes), or None for a model the user built and shaped."""
-    if "task" not in source:
-        return None
-    if "max_context" in source:  # --task text-generation
-        encoder = source.get("encoder")  # an encoder-decoder's encode entry point
-        encode = "" if encoder is None else (
-            f"; encode ({encoder['input']} [1, {', '.join(map(str, encoder['shape']))}]) "
-            if encoder["input"] != "input_ids" else
-            f"; encode (input_ids, up to {encoder['bound']} tokens) ") + (
-            "" if encoder is None else "fills their cross-attention cache")
-        steps = (f"prefill (1..{source['prefill_chunk']} tokens, --prefill-chunk N), which "
-                 "also decodes," if source.get("decode_on_prefill") else
-                 f"prefill (2..{source['prefill_chunk']} tokens, --prefill-chunk N) and decode "
-                 "(1 token)")
-        return (f"model: {source.get('model_class')}, task {source['task']}; entry points "
-                f"{steps} over a KV cache of {source['max_context']} tokens (--max-context N)"
-                + encode)
-    return (f"model: {source.get('model_class')}, task {source['task']} (--task); "
-            f"example inputs: {_example_shapes(source)}")
-
-
-def _example_shapes(source: dict) -> str:
-    """hf: the example inputs' sizes, which are dynamic (and how the rest would be)."""
-    dynamic = source.get("dynamic_dims") or {}
-    parts = {"batch": (f"batch {source.get('batch_size', 1)}", "--batch-size N")}
-    if "seq_len" in source:
-        parts["sequence"] = (f"sequence {source['seq_len']}", "--seq-len N")
-    shown, static = [], []
-    for name, (text, flag) in parts.items():
-        if name not in dynamic:
-            shown.append(text)
-            static.append((flag, f"--dynamic {name}=MIN..MAX"))
-            continue
-        lo, hi = dynamic[name]
-        pad = (f"; pad a shorter text to {lo} tokens, attention_mask 0 on the padding"
-               if name == "sequence" and lo > 1 else "")
-        shown.append(f"{text} (dynamic {lo}..{hi}{pad})")
-    if "seq_len" not in source:
-        shown.append(f"{source.get('image_size')}-pixel images")
-        static.append(("--image-size N", None))
-    if not static:
-        return ", ".join(shown)
-    flags = ", ".join(flag for flag, _ in static)
-    dynamics = ", ".join(d for _, d in static if d)
-    return (", ".join(shown) + (" static" if dynamic else ", static") + f" ({flags}"
-            + (f"; dynamic: {dynamics})" if dynamics else ")"))
-
-
-def print_build(console: Console, result) -> None:
+def print_build(console: Console, result, verbose: bool = False) -> None:
+    """What was built, in one line per stage's result; ``verbose``: every term."""
     manifest: Manifest = result.manifest
     size = Path(result.artifact).stat().st_size
     console.print(f"[bold]built[/bold] {result.artifact} ({size / 1e6:.2f} MB) "
@@ -160,10 +73,12 @@ def print_build(console: Console, result) -> None:
     if line:
         console.print(line, markup=False, highlight=False)
     console.print(_signature_table(manifest))
-    memory = memory_lines(manifest, result.measured.get("memory"))
+    measured = result.measured.get("memory")
+    memory = (memory_lines(manifest, measured) if verbose
+              else memory_summary(manifest, measured))
     for line in [*quantization_lines(manifest), *memory]:
         console.print(line, markup=False, highlight=False)
-    for line in validation_lines(manifest.validation):
+    for line in validation_lines(manifest.validation, verbose):
         console.print(line)
 
 
@@ -183,8 +98,10 @@ def printable(value):
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
-def print_manifest(console: Console, manifest: Manifest, path: str) -> None:
-    """``manifest`` should come from ``printable(raw)``: it is shown to a terminal."""
+def print_manifest(console: Console, manifest: Manifest, path: str,
+                   verbose: bool = False) -> None:
+    """``manifest`` should come from ``printable(raw)``: it is shown to a terminal.
+    ``verbose``: the passes that changed nothing and the validation policy too."""
     console.print(f"[bold]{escape(path)}[/bold]: target {escape(manifest.target)}, built by "
                   f"{escape(str(manifest.created_by.get('toolchain')))} with torch "
                   f"{escape(str(manifest.created_by.get('torch')))} from "
@@ -192,7 +109,7 @@ def print_manifest(console: Console, manifest: Manifest, path: str) -> None:
     line = model_line(manifest.source)
     if line:
         console.print(line, markup=False, highlight=False)
-    console.print("built for: " + ", ".join(manifest.requirements.describe()))
+    console.print(built_for_line(manifest), markup=False, highlight=False)
     console.print(loads_on_line(manifest), markup=False, highlight=False)
     console.print(_signature_table(manifest))
     parts = Table(title="partitions", show_edge=False)
@@ -205,17 +122,34 @@ def print_manifest(console: Console, manifest: Manifest, path: str) -> None:
     print_placement(console, manifest.coverage, manifest.placement)
     for line in inside_lines(manifest):
         console.print(line, markup=False, highlight=False)
-    for record in manifest.passes:
+    idle = [r["name"] for r in manifest.passes if not r["modified"]]
+    for record in manifest.passes if verbose else [r for r in manifest.passes if r["modified"]]:
         changed = "changed the graph" if record["modified"] else "no change"
         info = (_pairs({k: v for k, v in record["info"].items()  # lists: quantization_lines
                         if not isinstance(v, (list, dict))})
                 if isinstance(record.get("info"), dict) else "")
         console.print(f"pass {record['name']}: {changed}" + (f" ({info})" if info else ""),
                       markup=False, highlight=False)
+    if idle and not verbose:
+        console.print(f"{len(idle)} more pass(es) ran and changed nothing (--verbose lists "
+                      "them)", markup=False, highlight=False)
     for line in [*quantization_lines(manifest), *memory_lines(manifest)]:
         console.print(line, markup=False, highlight=False)
-    for line in validation_lines(manifest.validation):
+    for line in validation_lines(manifest.validation, verbose):
         console.print(line)
+
+
+def built_for_line(manifest: Manifest) -> str:
+    """The platform and whether the runtime needs torch: only where a partition (or a
+    dtype) does; an ONNX or TVM artifact runs on numpy arrays without it."""
+    from runtime.program.requires import torch_reasons
+    facts = manifest.requirements.describe()
+    if torch_reasons(manifest):
+        return "built for: " + ", ".join(facts)
+    rest = [fact for fact in facts if not fact.startswith("torch ")]
+    return ("built for: " + ", ".join(rest) + "; runs without torch, on numpy arrays (built "
+            f"with torch {manifest.requirements.torch}; takes torch tensors where it is "
+            "installed)")
 
 
 def loads_on_line(manifest: Manifest) -> str:
@@ -271,6 +205,18 @@ def memory_lines(manifest: Manifest, measured: dict | None = None) -> list[str]:
                      f"{_mb(measured[f'{device}_peak_bytes'])} ({measured[f'{device}_how']}; "
                      "backends' workspaces and outputs included)")
     return lines
+
+
+def memory_summary(manifest: Manifest, measured: dict | None = None) -> list[str]:
+    """memory_lines in one line: the planned activations and the peak measured."""
+    plan = manifest.memory_plan
+    if not plan:
+        return []
+    peaks = [f"{_mb(v)} measured on {k.removesuffix('_peak_bytes')} while validating"
+             for k, v in (measured or {}).items() if k.endswith("_peak_bytes")]
+    return [f"memory: activations {_mb(plan['arena_bytes'])} planned (at "
+            f"{plan.get('sized_at', 'the example shapes')})" + "".join(f"; {p}" for p in peaks)
+            + " (--verbose: the plan's terms)"]
 
 
 def _mb(size: int) -> str:

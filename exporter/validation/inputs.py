@@ -13,8 +13,6 @@ from runtime.format.manifest import Signature, TensorSpec
 from runtime.host.tensorio import load_npz
 from runtime.program.torch_program import check_inputs
 
-RANDOM_WARNING = ("validated on random inputs drawn like the example inputs; random data can hide "
-                  "real errors: give representative data with --inputs FILE.npz")
 
 
 @dataclass
@@ -43,7 +41,7 @@ def make_cases(signature: Signature, example: list[torch.Tensor], user_file: Pat
             draw = {spec.name: draw_like(spec, ex.cpu(), end, generator)
                     for spec, ex in zip(signature.inputs, example)}
             cases.append(Case(f"random-{end}", f"random-{end}", draw))
-        warnings.append(RANDOM_WARNING)
+    # what random cases can hide is said once, beside the verdict (report.console.random_note)
     return cases, warnings
 
 

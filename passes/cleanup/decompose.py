@@ -19,6 +19,7 @@ from typing import Callable
 from torch.export import ExportedProgram
 
 from passes.base import PassResult
+from passes.graph.torch_warnings import quiet_run_decompositions
 
 
 class Decompose:
@@ -30,7 +31,8 @@ class Decompose:
 
     def __call__(self, program: ExportedProgram) -> PassResult:
         before = _ops(program)
-        decomposed = program.run_decompositions(self.table())
+        with quiet_run_decompositions():  # torch's own FutureWarning
+            decomposed = program.run_decompositions(self.table())
         after = _ops(decomposed)
         return PassResult(decomposed, modified=before != after,
                           info={"table": self.whose, "ops_before": sum(before.values()),

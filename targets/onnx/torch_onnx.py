@@ -14,6 +14,7 @@ from pathlib import Path
 
 from torch.export import ExportedProgram
 
+from passes.graph.torch_warnings import quiet_run_decompositions
 from runtime.host import scratch
 from targets.base import LowerOptions
 
@@ -23,12 +24,14 @@ REPORT_DIR_PREFIX = "exporter-onnx-"
 @contextlib.contextmanager
 def quiet_registry():
     """Building torch.onnx's registry warns once per torchvision op when torchvision is
-    absent (four lines per partition); models that use no torchvision op don't care."""
+    absent (four lines per partition); models that use no torchvision op don't care. Its
+    export decomposes the program too (passes/graph/torch_warnings.py)."""
     logger = logging.getLogger("torch.onnx._internal.exporter._registration")
     level = logger.level
     logger.setLevel(logging.ERROR)
     try:
-        yield
+        with quiet_run_decompositions():
+            yield
     finally:
         logger.setLevel(level)
 
