@@ -208,7 +208,7 @@ class AOTInductorTarget(Target):
         compiler = with_timeout(self._compiler(), aoti.compile_timeout_s)
         configs: dict = {"freezing": True, "cpp.cxx": (None, compiler), "size_asserts": False}
         if hasattr(torch._inductor.config.aot_inductor, "precompile_headers"):
-            # A precompiled header costs two header compiles (~20 s of CPU each, 150 MB)
+            # A precompiled header costs two header compiles (~16 s of CPU, 150 MB each)
             # for every new set of flags, to save ~2 s on the one library a build makes.
             configs["aot_inductor.precompile_headers"] = False
         if aoti.autotune:
