@@ -137,7 +137,7 @@ class _CannedRun:
     """Stands in for the artifact's subprocess: the outputs are the test's."""
     results_by_case: ClassVar[dict] = {}  # the test sets it
 
-    def __init__(self, artifact, cases, *, preload=(), timeout=900) -> None:
+    def __init__(self, artifact, cases, *, preload=(), timeout=900, command=None) -> None:
         self.memory: dict = {}
 
     def results(self) -> dict:
