@@ -2,6 +2,7 @@
 #include "backends/executorch_support.h"
 
 #include <dlfcn.h>
+#include <link.h>
 
 #include <cstdlib>
 #include <cstring>
@@ -91,13 +92,18 @@ bool registered(const std::string& op) {
   return false;
 }
 
-// The folder libexecutorch.so was loaded from: the kernel libraries sit beside it.
+// The folder libexecutorch.so was loaded from: the kernel libraries sit beside it. Asked
+// of the loader's own map (the address of a runtime function taken here may be this
+// program's PLT entry, not the library's).
 std::filesystem::path runtime_dir() {
-  Dl_info info{};
-  if (dladdr(reinterpret_cast<void*>(&et::runtime_init), &info) == 0 || !info.dli_fname) {
-    return {};
-  }
-  return std::filesystem::path(info.dli_fname).parent_path();
+  void* handle = dlopen("libexecutorch.so", RTLD_LAZY | RTLD_NOLOAD);
+  if (handle == nullptr) return {};
+  link_map* map = nullptr;
+  const bool found = dlinfo(handle, RTLD_DI_LINKMAP, &map) == 0 && map && map->l_name;
+  std::filesystem::path dir = found ? std::filesystem::path(map->l_name).parent_path()
+                                    : std::filesystem::path();
+  dlclose(handle);
+  return dir;
 }
 
 bool is_row_major(const ::executorch::aten::Tensor& tensor) {
