@@ -208,8 +208,8 @@ class AOTInductorTarget(Target):
         compiler = with_timeout(self._compiler(), aoti.compile_timeout_s)
         configs: dict = {"freezing": True, "cpp.cxx": (None, compiler), "size_asserts": False}
         if hasattr(torch._inductor.config.aot_inductor, "precompile_headers"):
-            # A precompiled header costs two header compiles (~16 s of CPU, 150 MB each)
-            # for every new set of flags, to save ~2 s on the one library a build makes.
+            # A precompiled header costs more to compile than it saves on the one library
+            # a build makes (figures: docs/design-notes.md, "AOTInductor compile time").
             configs["aot_inductor.precompile_headers"] = False
         if aoti.autotune:
             configs["max_autotune"] = True
