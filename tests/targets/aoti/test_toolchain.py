@@ -50,9 +50,9 @@ def test_no_good_compiler_names_what_to_set(static_cxx, monkeypatch):
 
 
 def test_a_build_compiles_no_precompiled_header_for_its_one_library(tmp_path):
-    """A precompiled header cost two header compiles (~40 s on 2 cores, 150 MB) per set
-    of flags, to save ~2 s on the one library a build compiles: the first `make demo`
-    spent most of its AOTInductor time there."""
+    """A precompiled header costs two header compiles per set of flags, more than it
+    saves on the one library a build compiles (docs/design-notes.md): the first
+    `make demo` spent most of its AOTInductor time there."""
     from targets import get_target
     from targets.base import LowerOptions
     for name in ("cpu", "cuda"):
