@@ -6,9 +6,9 @@ on an NVIDIA GPU, through torch's device-generic ``torch.Event``); CPU times fro
 the one run because the machines are shared and noisy. Then each partition is timed
 inside the runtime, and the backends that can profile themselves time their nodes
 (exporter/bench_detail.py); the machine, versions and input shapes go beside. The
-baselines are eager by default: torch.compile's (``compile``) warm-up compiles, which is
-most of a bench's time on a small CPU, so it runs when asked. A candidate whose p90 is past twice its median is
-warned about (``warnings``): a busy machine, not the model.
+baselines are eager by default: torch.compile's (``compile``) warm-up compiles, most of a
+bench's time on a small CPU, so it runs when asked. A candidate whose p90 is past twice
+its median is warned about (``warnings``): a busy machine, not the model.
 """
 
 from __future__ import annotations
