@@ -9,6 +9,10 @@ Constants are folded only when every weight they read is used by nothing else, s
 folding never stores a tensor twice (a tied embedding's transpose stays computed), or when
 they are small (a model's scalar settings: Gemma 3n's sparsity threshold, ``Normal(0,
 1).icdf(0.95)``, whose erf_inv ONNX has no op for and which ran on the CPU fallback).
+
+Nothing an in-place op writes (or a view of it) is folded or lost to a removed copy: a
+folded ``linear`` under ``relu_`` made the stored constant what ``relu_`` mutates, a buffer
+ExecuTorch then ships without its values (Swinv2's position-bias MLP).
 """
 
 from __future__ import annotations
@@ -43,9 +47,11 @@ class RemoveNoOps:
 def _remove_all(module: torch.fx.GraphModule) -> dict:
     graph = module.graph
     before = _ops(graph)
+    written = _written(graph)
     for node in list(graph.nodes):
         source = _passthrough(node)
-        if source is not None:
+        if source is not None and not _touched(node, written) \
+                and not _touched(source, written):
             node.replace_all_uses_with(source)
             graph.erase_node(node)  # fx's dead-code pass keeps random ops such as dropout
     graph.eliminate_dead_code()
@@ -83,6 +89,48 @@ def _passthrough(node: torch.fx.Node) -> torch.fx.Node | None:
     return None
 
 
+def _written(graph: torch.fx.Graph) -> set[torch.fx.Node]:
+    """Nodes an in-place or out= op writes into, with the views and in-place results
+    they alias back to their base."""
+    written: set[torch.fx.Node] = set()
+    for node in graph.nodes:
+        if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload) \
+                or node.target in _DETACHES:  # writes autograd's state only
+            continue
+        for index, argument in enumerate(node.target._schema.arguments):
+            if argument.alias_info is None or not argument.alias_info.is_write:
+                continue
+            value = node.args[index] if index < len(node.args) \
+                else node.kwargs.get(argument.name)
+            for target in value if isinstance(value, (list, tuple)) else [value]:
+                _mark(target, written)
+    return written
+
+
+def _mark(node: object, written: set) -> None:
+    while isinstance(node, torch.fx.Node) and node not in written:
+        written.add(node)
+        node = _alias_base(node)
+
+
+def _alias_base(node: torch.fx.Node) -> torch.fx.Node | None:
+    """The input a view (or an in-place op's result) shares memory with, else None."""
+    if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload) \
+            or not node.args or not isinstance(node.args[0], torch.fx.Node):
+        return None
+    returns = node.target._schema.returns
+    return node.args[0] if returns and returns[0].alias_info is not None else None
+
+
+def _touched(node: torch.fx.Node | None, written: set) -> bool:
+    """Whether an in-place op writes this node's memory, through it or its bases."""
+    while node is not None:
+        if node in written:
+            return True
+        node = _alias_base(node)
+    return False
+
+
 def _contiguous(node: object) -> bool:
     value = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
     return isinstance(value, torch.Tensor) and value.is_contiguous()
@@ -106,6 +154,7 @@ def _fold_constants(module: torch.fx.GraphModule) -> int:
     """Replace ops whose inputs are all stored tensors read by nothing else (or small),
     and small tensors made from literals alone."""
     folded = 0
+    written = _written(module.graph)  # a folded result or weight an op writes into stays
     readers: dict[str, int] = {}  # weight name -> ops reading it, over all its get_attrs
     for node in module.graph.nodes:
         if node.op == "get_attr":
@@ -114,7 +163,8 @@ def _fold_constants(module: torch.fx.GraphModule) -> int:
         if node.op != "call_function" or node.target in _NOT_FOLDABLE \
                 or not isinstance(node.target, torch._ops.OpOverload) \
                 or node.target._schema.is_mutable \
-                or torch.Tag.nondeterministic_seeded in node.target.tags:
+                or torch.Tag.nondeterministic_seeded in node.target.tags \
+                or node in written or any(_touched(n, written) for n in node.all_input_nodes):
             continue
         inputs = node.all_input_nodes
         values = [attribute(module, n) for n in inputs]

@@ -226,6 +226,47 @@ def test_a_tied_weight_is_not_folded_into_a_second_copy():
         sum(t.numel() for t in program.state_dict.values())
 
 
+class _BiasTable(nn.Module):  # Swinv2's position-bias MLP: linear -> relu_ on a buffer
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("coords", torch.randn(6, 2))
+        self.mlp = nn.Sequential(nn.Linear(2, 8), nn.ReLU(inplace=True), nn.Linear(8, 6))
+
+    def forward(self, x):
+        return x + self.mlp(self.coords)
+
+
+def test_a_folded_constant_written_in_place_is_not_a_mutated_buffer():
+    """Folding the linear made relu_ mutate the stored result: functionalized, a buffer
+    mutation, which ExecuTorch ships without its values (Swinv2 on executorch)."""
+    torch.manual_seed(0)
+    model, args = _BiasTable().eval(), (torch.randn(6, 6),)
+    result = RemoveNoOps()(torch.export.export(model, args))
+    edge_ready = result.program.run_decompositions({})
+    assert not edge_ready.graph_signature.buffers_to_mutate
+    with torch.no_grad():
+        for _ in range(2):
+            torch.testing.assert_close(result.program.module()(*args), model(*args))
+
+
+class _CopiesWrittenInPlace(nn.Module):
+    def forward(self, x):
+        doubled = x * 2
+        kept = doubled.clone()  # a snapshot: its source is written after it
+        doubled.add_(1)
+        copy = x.clone()  # a private copy written in place through a view
+        copy.view(-1).mul_(3)
+        return kept + doubled + copy
+
+
+def test_copies_that_an_in_place_op_writes_or_outlives_are_kept():
+    args = (torch.randn(2, 3),)
+    program = torch.export.export(_CopiesWrittenInPlace(), args)
+    result = RemoveNoOps()(program)
+    torch.testing.assert_close(result.program.module()(*args), _CopiesWrittenInPlace()(*args))
+    assert _ops(result.program)["clone"] == 2
+
+
 @pytest.mark.parametrize("name, fired, figure, gone, made", [
     ("cnn", {"fold_batchnorm"}, ("batchnorms_folded", 6), "batch_norm", "conv2d"),
     ("encoder", {"remove_noops", "attention_to_sdpa"}, ("attentions_replaced", 2), "softmax",
