@@ -41,6 +41,8 @@ _SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
 # (native/src/backends/executorch_support.cc): q/dq ops, and every other non-primitive op.
 _ET_QUANTIZED = "libexecutorch_kernels_quantized.so"
 _ET_OPTIMIZED = "libexecutorch_kernels_optimized.so"
+# the aten ops libexecutorch.so registers itself (beside every executorch_prim:: op)
+_ET_PRIMITIVES = {"aten::sym_size.int", "aten::sym_numel", "aten::_local_scalar_dense"}
 
 
 def package_native(artifacts: list[Path], out: Path, platform: str | None = None) -> dict:
@@ -125,7 +127,8 @@ def _kernel_libraries(runner: Path, manifests: list[Manifest]) -> tuple[Path, ..
     wanted = set()
     if any(k.startswith("quantized_decomposed::") for k in kernels):
         wanted.add(_ET_QUANTIZED)
-    if any(not k.startswith(("quantized_decomposed::", "executorch_prim::")) for k in kernels):
+    if any(not k.startswith(("quantized_decomposed::", "executorch_prim::"))
+           and k not in _ET_PRIMITIVES for k in kernels):
         wanted.add(_ET_OPTIMIZED)
     if not wanted:
         return ()

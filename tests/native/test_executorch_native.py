@@ -141,27 +141,23 @@ def test_hf_models_native_bundle_equals_the_python_runtime(et_artifact, cli, tmp
 
 @pytest.mark.slow
 def test_a_program_calling_executorch_kernels_ships_that_library_and_refuses_without_it(
-        cli, tmp_path, no_python_path):
-    """zoo:cnn's dynamic-batch reshape runs on ExecuTorch's own kernels (not XNNPACK): the
-    bundle ships the kernel library the runner opens for it, and a runner without that
-    library refuses the artifact naming it (exit 2), never a crash."""
-    artifact = tmp_path / "cnn.artifact"
-    result = cli("build", "zoo:cnn", "--target", "executorch", "--out", str(artifact))
-    assert result.returncode == 0, result.stderr
+        et_artifact, cli, tmp_path):
+    """BERT's layer norm, embedding and masking run on ExecuTorch's own kernels (not
+    XNNPACK): the bundle ships the kernel library the runner opens for them, and a runner
+    without that library refuses the artifact naming it (exit 2), never a crash. A fully
+    delegated MobileNetV2 ships none (the fast test)."""
+    artifact = et_artifact(BERT)
     folder, packed = _unpacked(cli, [artifact], tmp_path)
     assert "libexecutorch_kernels_optimized.so" in packed["libraries"]
-    inputs = tmp_path / "in.npz"
-    np.savez(inputs, image=np.random.default_rng(0).standard_normal((5, 3, 32, 32)
-                                                                    ).astype(np.float32))
-    done = _run_sh(folder, artifact.name, inputs, tmp_path / "out.npz", no_python_path)
-    assert done.returncode == 0, done.stderr
+    assert "libexecutorch_kernels_quantized.so" not in packed["libraries"]
     (folder / "lib" / "libexecutorch_kernels_optimized.so").unlink()
+    out = tmp_path / "no.npz"
     refused = subprocess.run([str(folder / "bin" / "edge-run"), str(artifact), "--inputs",
-                              str(inputs), "--out", str(tmp_path / "no.npz")],
+                              str(_inputs(BERT, tmp_path / "in.npz")), "--out", str(out)],
                              env={"LD_LIBRARY_PATH": str(folder / "lib")}, capture_output=True,
                              text=True, timeout=120, check=False)
     assert refused.returncode == 2 and "libexecutorch_kernels_optimized.so" in refused.stderr
-    assert not (tmp_path / "no.npz").exists()
+    assert not out.exists()
 
 
 def test_an_artifact_with_partitions_that_cannot_go_native_is_refused_naming_them(
