@@ -285,8 +285,9 @@ def test_artifact_crashing_in_validation_is_a_build_error(good_mlp, tmp_path):
     out = tmp_path / "model.artifact"
     shutil.copy(good_mlp, out)
     before = out.read_bytes()
+    # --force: the good file is another model's, which a build replaces only when asked
     result = subprocess.run(_build_cmd(out, "tests/models/crashing_op.py:factory")
-                            + ["--keep-failed"],
+                            + ["--keep-failed", "--force"],
                             capture_output=True, text=True, env=_env(), cwd=ROOT, timeout=300)
     assert result.returncode == 3 and "Traceback" not in result.stderr
     assert "SIGSEGV" in result.stderr and out.read_bytes() == before
