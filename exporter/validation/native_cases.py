@@ -29,8 +29,10 @@ from runtime.host.tensorio import load_tensors, save_tensors
 
 COMMAND = (__name__,)  # python -m runs this module
 NATIVE_BACKENDS = frozenset({"executorch", "tvm"})  # exporter/ship/native_runner.py's
-# TVM's thread pool never finished a run under qemu-user 7.2 with two threads here
-GUEST_ENV = {"TVM_NUM_THREADS": "1"}
+# Thread pools (TVM's, ExecuTorch's) never finish a run under qemu-user 7.2 here
+GUEST_ENV = {"TVM_NUM_THREADS": "1", "EDGE_THREADS": "1"}
+# qemu's default `max` CPU makes XNNPACK's int8 kernels compute wrong results
+GUEST_CPU = {"aarch64": "cortex-a72"}
 
 
 def why_not(manifest: Manifest) -> str | None:
@@ -61,7 +63,8 @@ def guest_command(platform: str, runner: Path, *args: str) -> list[str]:
     spec = get_platform(platform)
     env = [f"LD_LIBRARY_PATH=/usr/lib/{spec.gnu_triple}",
            *(f"{k}={v}" for k, v in GUEST_ENV.items())]
-    return [f"qemu-{spec.arch}", "-L", f"/usr/{spec.gnu_triple}",
+    cpu = ["-cpu", GUEST_CPU[spec.arch]] if spec.arch in GUEST_CPU else []
+    return [f"qemu-{spec.arch}", *cpu, "-L", f"/usr/{spec.gnu_triple}",
             *(word for pair in env for word in ("-E", pair)), str(runner), *args]
 
 

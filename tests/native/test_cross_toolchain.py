@@ -48,6 +48,12 @@ def test_the_toolchain_links_only_arm64_libraries(smoke_build):
 
 def test_qemu_commands_put_the_bundle_libraries_before_the_multiarch_folder(tmp_path):
     line = qemu.command("bin/edge-run", "--help", lib_dirs=[tmp_path / "lib"])
-    assert line[:3] == ["qemu-aarch64", "-L", str(qemu.SYSROOT)]
+    assert line[:5] == ["qemu-aarch64", "-cpu", "cortex-a72", "-L", str(qemu.SYSROOT)]
     env = line[line.index("-E") + 1]
     assert env == f"LD_LIBRARY_PATH={tmp_path / 'lib'}:{qemu.MULTIARCH}"
+
+
+def test_qemu_guests_run_single_threaded_since_qemu_7_2_hangs_in_thread_pools():
+    line = qemu.command("bin/edge-run", "--help")
+    guest_env = {line[i + 1] for i, word in enumerate(line) if word == "-E"}
+    assert {"EDGE_THREADS=1", "TVM_NUM_THREADS=1"} <= guest_env

@@ -1,0 +1,83 @@
+"""ExecuTorch artifacts built for linux-aarch64 (`--platform linux-aarch64`), run by the
+aarch64 native runner under qemu-user and judged against eager PyTorch by the gate the
+build itself used (fp32: the float64-referenced tolerance; int8: the quantized gate)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from tests.native import qemu
+
+pytest.importorskip("executorch")
+pytestmark = qemu.needs_qemu
+
+PLATFORM = "linux-aarch64"
+
+
+@pytest.fixture(scope="session")
+def aarch64_et_runner() -> Path:
+    from exporter.ship.native_runner import build_runner
+    return build_runner(PLATFORM, frozenset({"executorch"}))  # cached in build/native/
+
+
+@pytest.fixture(scope="session")
+def aarch64_et_mlp(tmp_path_factory):
+    """recipe ("fp32", "int8-dynamic") -> zoo:mlp built for executorch on linux-aarch64."""
+    import exporter
+    folder, built = tmp_path_factory.mktemp("et-aarch64"), {}
+
+    def get(recipe: str):
+        if recipe not in built:
+            quantize = {} if recipe == "fp32" else {"quantize": recipe}
+            # the test judges the aarch64 run itself: the build's x86 validation is not needed
+            built[recipe] = exporter.build("zoo:mlp", target="executorch", platform=PLATFORM,
+                                           out=folder / f"mlp-{recipe}.artifact",
+                                           validate_artifact=False, **quantize)
+        return built[recipe]
+    return get
+
+
+def mlp_inputs(batch: int = 3) -> torch.Tensor:
+    return torch.from_numpy(np.random.default_rng(7).standard_normal((batch, 64))
+                            .astype(np.float32))
+
+
+def run_in_qemu(runner: Path, artifact: Path, x: torch.Tensor, tmp: Path,
+                lib_dirs=()) -> dict[str, torch.Tensor]:
+    given, out = tmp / "in.npz", tmp / "out.npz"
+    np.savez(given, x=x.numpy())
+    done = qemu.run(runner, str(artifact), "--inputs", str(given), "--out", str(out),
+                    lib_dirs=lib_dirs, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    with np.load(out) as got:
+        return {name: torch.from_numpy(got[name]) for name in got.files}
+
+
+def judged_against_eager(manifest, got: torch.Tensor, x: torch.Tensor) -> dict:
+    """The gate the build recorded (its settings), applied to ``got`` against eager."""
+    from exporter.model.zoo import make_mlp
+    from exporter.validation.gates import QuantGate, Tolerance
+    settings = manifest.build["settings"]
+    gate = (QuantGate(settings["quant_min_sqnr_db"], settings["quant_min_cosine"],
+                      settings["quantize"]) if settings.get("quantize")
+            else Tolerance.for_dtype(settings["dtype"]))
+    model = make_mlp()[0]
+    with torch.no_grad():
+        eager = model(x)
+        reference = model.double()(x.double()) if gate.float64_reference else eager
+    return gate.judge(got, reference, eager)
+
+
+@pytest.mark.parametrize("recipe", ["fp32", "int8-dynamic"])
+def test_an_executorch_build_for_aarch64_runs_in_the_aarch64_runner_and_matches_eager(
+        aarch64_et_runner, aarch64_et_mlp, recipe, tmp_path):
+    built = aarch64_et_mlp(recipe)
+    assert built.manifest.requirements.platform == PLATFORM
+    x = mlp_inputs()
+    got = run_in_qemu(aarch64_et_runner, built.artifact, x, tmp_path)
+    verdict = judged_against_eager(built.manifest, got["output"], x)
+    assert verdict["passed"], verdict
