@@ -17,12 +17,9 @@
 
 from __future__ import annotations
 
-import hashlib
-import io
 import platform as _platform
 import re
 import sys
-import tarfile
 from pathlib import Path
 
 from packaging.version import Version
@@ -33,17 +30,16 @@ from exporter.kinds import GENERATING, PLAIN, kind_name_of
 from exporter.ship.download import download_wheels
 from exporter.ship.lock import Lock, lock_for, lock_lines  # noqa: F401 (lock_lines: API)
 from exporter.ship.scripts import install_script, run_script
+from exporter.ship.tarball import Members, add_sums, sha256, write_tar
 from exporter.ship.wheel import DIST_NAME, build_runtime_wheel
 from exporter.versions import toolchain_version
 from runtime.executors.custom_ops import KNOWN
 from runtime.format.manifest import Manifest
 from runtime.host import scratch
-from runtime.host.outfiles import checked_output, written_whole
+from runtime.host.outfiles import checked_output
 from runtime.host.platforms import PLATFORMS, get_platform, host_platform, unknown_platform
 from runtime.program.requires import loads_on
 from runtime.program.requires import packages as runtime_packages
-
-_FIXED_MTIME = 1577836800  # 2020-01-01: the same inputs give the same tar members
 
 
 def package(artifacts: list[Path], out: Path, platform: str | None = None) -> dict:
@@ -69,7 +65,7 @@ def package(artifacts: list[Path], out: Path, platform: str | None = None) -> di
         wheels[DIST_NAME] = build_runtime_wheel(work)
         lock.pins[DIST_NAME] = Version(toolchain_version())
         members = _members(name, artifacts, manifests, notes, lock, wheels)
-        _write_tar(out, name, members)
+        write_tar(out, name, members, executable=lambda member: member.endswith(".sh"))
     return {"bundle": str(out), "folder": name, "platform": platform,
             "artifacts": [p.name for p in artifacts],
             "wheel": wheels[DIST_NAME].name, "packages": len(lock.pins), "notes": notes,
@@ -77,17 +73,16 @@ def package(artifacts: list[Path], out: Path, platform: str | None = None) -> di
 
 
 def _members(name: str, artifacts: list[Path], manifests: list[Manifest], notes: list[str],
-             lock: Lock, wheels: dict[str, Path]) -> dict[str, bytes | Path]:
+             lock: Lock, wheels: dict[str, Path]) -> Members:
     """Tar member -> bytes, or a file streamed in (artifacts and wheels: hashed once)."""
     for wheel in wheels.values():
         _check_member_name("a wheel's file name", wheel.name)
-    members: dict[str, bytes | Path] = {f"artifacts/{p.name}": p for p in artifacts}
+    members: Members = {f"artifacts/{p.name}": p for p in artifacts}
     members.update({f"wheels/{w.name}": w for w in wheels.values()})
-    digests = {member: _sha256(path) for member, path in members.items()}
+    digests = {member: sha256(path) for member, path in members.items()}
     lines = lock.lines({dist: [digests[f"wheels/{w.name}"]] for dist, w in wheels.items()})
     members.update(_texts(name, artifacts, manifests, notes, lines, digests, lock.platform))
-    digests.update({m: _sha256(d) for m, d in members.items() if m not in digests})
-    members["SHA256SUMS"] = "".join(f"{digests[m]}  {m}\n" for m in sorted(members)).encode()
+    add_sums(members, digests)
     return members
 
 
@@ -152,7 +147,7 @@ def custom_op_notes(artifacts: list[Path], manifests: list[Manifest]) -> list[st
     notes = []
     for path, manifest in zip(artifacts, manifests):
         ops = sorted({_printable(op.replace(".", "::", 1)) for partition in manifest.partitions
-                      for op in _strings(partition.meta.get("custom_ops"))} - KNOWN.keys())
+                      for op in strings(partition.meta.get("custom_ops"))} - KNOWN.keys())
         if ops:
             notes.append(f"{path.name} calls custom op(s) {', '.join(ops)}, which the runtime "
                          "does not register: copy the file that defines them onto the device "
@@ -160,31 +155,9 @@ def custom_op_notes(artifacts: list[Path], manifests: list[Manifest]) -> list[st
     return notes
 
 
-def _strings(value: object) -> list[str]:
+def strings(value: object) -> list[str]:
+    """The strings of a manifest's list (partition meta is the artifact's word: anything)."""
     return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
-
-
-def _sha256(data: bytes | Path) -> str:
-    if isinstance(data, bytes):
-        return hashlib.sha256(data).hexdigest()
-    with data.open("rb") as file:
-        return hashlib.file_digest(file, "sha256").hexdigest()
-
-
-def _write_tar(out: Path, folder: str, members: dict[str, bytes | Path]) -> None:
-    with written_whole(out) as partial, \
-            tarfile.open(partial, "w:gz", format=tarfile.PAX_FORMAT) as tar:
-        for member, data in sorted(members.items()):
-            info = tarfile.TarInfo(f"{folder}/{member}")
-            info.mtime = _FIXED_MTIME
-            info.mode = 0o755 if member.endswith(".sh") else 0o644
-            if isinstance(data, bytes):
-                info.size = len(data)
-                tar.addfile(info, io.BytesIO(data))
-            else:
-                info.size = data.stat().st_size
-                with data.open("rb") as file:
-                    tar.addfile(info, file)
 
 
 def _readme(name: str, artifacts: list[Path], manifests: list[Manifest],

@@ -18,24 +18,22 @@ refused naming their partitions and the targets that can go native.
 
 from __future__ import annotations
 
-import hashlib
-import io
 import re
-import tarfile
 from pathlib import Path
 
 import runtime
 from exporter.errors import UserInputError
 from exporter.kinds import PLAIN, kind_name_of
+from exporter.ship.bundle import strings
 from exporter.ship.native_libs import library_closure
-from exporter.ship.native_runner import BACKENDS, RUNNER, build_runner
+from exporter.ship.native_runner import BACKENDS, RUNNER, build_runner, installed_runner
 from exporter.ship.native_scripts import native_run_script
+from exporter.ship.tarball import Members, add_sums, sha256, write_tar
 from runtime.executors import holds_native_code
 from runtime.format.manifest import Manifest
-from runtime.host.outfiles import checked_output, written_whole
+from runtime.host.outfiles import checked_output
 from runtime.host.platforms import get_platform, host_platform, unknown_platform
 
-_FIXED_MTIME = 1577836800  # 2020-01-01: the same inputs give the same tar members
 _SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
 # ExecuTorch kernel libraries the executorch backend opens for a program's kernels
 # (native/src/backends/executorch_support.cc): q/dq ops, and every other non-primitive op.
@@ -55,17 +53,16 @@ def package_native(artifacts: list[Path], out: Path, platform: str | None = None
     backends = _native_backends(artifacts, manifests, platform)
     runner = build_runner(platform, frozenset(backends))
     libraries = library_closure(runner, platform, _kernel_libraries(runner, manifests))
-    members: dict[str, bytes | Path] = {f"bin/{RUNNER}": runner}
+    members: Members = {f"bin/{RUNNER}": installed_runner(runner)}
     members.update({f"lib/{name}": path for name, path in sorted(libraries.items())})
     members.update({f"artifacts/{p.name}": p for p in artifacts})
-    digests = {member: _sha256(data) for member, data in members.items()}
+    digests = {member: sha256(data) for member, data in members.items()}
     pins = {p.name: digests[f"artifacts/{p.name}"] for p in artifacts}
     arch = get_platform(platform).arch
     members["run.sh"] = native_run_script(pins, arch).encode()
     members["README.txt"] = _readme(folder, artifacts, platform, sorted(libraries)).encode()
-    digests.update({m: _sha256(d) for m, d in members.items() if m not in digests})
-    members["SHA256SUMS"] = "".join(f"{digests[m]}  {m}\n" for m in sorted(members)).encode()
-    _write_tar(out, folder, members)
+    add_sums(members, digests)
+    write_tar(out, folder, members, executable=_executable)
     size = sum(len(d) if isinstance(d, bytes) else d.stat().st_size for d in members.values())
     return {"bundle": str(out), "folder": folder, "platform": platform, "native": True,
             "artifacts": [p.name for p in artifacts], "backends": sorted(backends),
@@ -123,7 +120,7 @@ def _native_backends(artifacts: list[Path], manifests: list[Manifest], platform:
 def _kernel_libraries(runner: Path, manifests: list[Manifest]) -> tuple[Path, ...]:
     """The ExecuTorch kernel libraries the programs call, from the wheel the runner linked."""
     kernels = {k for m in manifests for p in m.partitions if p.backend == "executorch"
-               for k in _strings(p.meta.get("kernels"))}
+               for k in strings(p.meta.get("kernels"))}
     wanted = set()
     if any(k.startswith("quantized_decomposed::") for k in kernels):
         wanted.add(_ET_QUANTIZED)
@@ -144,31 +141,8 @@ def _cache_value(cache: Path, key: str) -> str:
                          hint="remove build/native/ and package again")
 
 
-def _strings(value: object) -> list[str]:
-    return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
-
-
-def _sha256(data: bytes | Path) -> str:
-    if isinstance(data, bytes):
-        return hashlib.sha256(data).hexdigest()
-    with data.open("rb") as file:
-        return hashlib.file_digest(file, "sha256").hexdigest()
-
-
-def _write_tar(out: Path, folder: str, members: dict[str, bytes | Path]) -> None:
-    with written_whole(out) as partial, \
-            tarfile.open(partial, "w:gz", format=tarfile.PAX_FORMAT) as tar:
-        for member, data in sorted(members.items()):
-            info = tarfile.TarInfo(f"{folder}/{member}")
-            info.mtime = _FIXED_MTIME
-            info.mode = 0o755 if member.endswith(".sh") or member.startswith("bin/") else 0o644
-            if isinstance(data, bytes):
-                info.size = len(data)
-                tar.addfile(info, io.BytesIO(data))
-            else:
-                info.size = data.stat().st_size
-                with data.open("rb") as file:
-                    tar.addfile(info, file)
+def _executable(member: str) -> bool:
+    return member.endswith(".sh") or member.startswith("bin/")
 
 
 def _readme(name: str, artifacts: list[Path], platform: str, libraries: list[str]) -> str:
