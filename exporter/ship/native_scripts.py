@@ -7,29 +7,17 @@ names), their hex digests and the architecture.
 
 from __future__ import annotations
 
-import re
-
 from exporter.errors import UserInputError
-from exporter.ship.scripts import _CHECK
-
-_SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
-_DIGEST = re.compile(r"[0-9a-f]{64}")
-_ARCH = re.compile(r"[a-z0-9_]{1,20}")
+from exporter.ship.scripts import ARCH, PINNED_ARTIFACT, check_block
 
 
 def native_run_script(artifacts: dict[str, str], arch: str) -> str:
     """run.sh for a native bundle for ``arch`` (as ``uname -m`` says it), pinning
     ``artifacts`` (file name -> SHA-256)."""
-    if not _ARCH.fullmatch(arch):
+    if not ARCH.fullmatch(arch):
         raise UserInputError(f"unexpected architecture {arch!r}")
-    cases = []
-    for name, digest in sorted(artifacts.items()):
-        if not _SAFE_NAME.fullmatch(name) or not _DIGEST.fullmatch(digest):
-            raise UserInputError(f"an artifact's name {name!r} cannot be written into run.sh",
-                                 hint="rename the artifact: letters, digits, '._+-'")
-        cases.append(f"        {name}) echo {digest} ;;\n")
-    return _RUN.replace("@CHECK@", _CHECK).replace("@PINNED@", "".join(cases)).replace(
-        "@ARCH@", arch)
+    return _RUN.replace("@CHECK@", check_block(artifacts)).replace(
+        "@ARTIFACT@", PINNED_ARTIFACT).replace("@ARCH@", arch)
 
 
 _RUN = """#!/bin/sh
@@ -40,12 +28,7 @@ _RUN = """#!/bin/sh
 # this script pins.
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
-@CHECK@pinned() {
-    case "$1" in
-@PINNED@        *) echo "" ;;
-    esac
-}
-usage() {
+@CHECK@usage() {
     echo "usage: ./run.sh ARTIFACT --inputs in.npz --out out.npz [--public-key KEY.pub] [--json]"
     echo "artifacts in this bundle:"; ls "$here/artifacts"
 }
@@ -58,20 +41,7 @@ for it with exporter package --native --platform"
 if [ $# -eq 0 ]; then usage >&2; exit 2; fi
 case "$1" in -h|--help) usage; exit 0 ;; esac
 artifact=$1; shift
-[ -f "$artifact" ] || artifact=$here/artifacts/$artifact
-[ -f "$artifact" ] || refuse "no artifact $artifact"
-# an artifact in this bundle's artifacts/ runs only if SHA256SUMS (checked above) gives it
-# the SHA-256 this script pins; a file elsewhere is the caller's own choice
-folder=$(cd "$(dirname "$artifact")" && pwd -P)
-if [ "$folder" = "$(cd "$here/artifacts" && pwd -P)" ]; then
-    name=$(basename "$artifact")
-    want=$(pinned "$name")
-    [ -n "$want" ] || refuse "artifacts/$name is not one of the artifacts this bundle was made with"
-    listed=$(awk -v p="artifacts/$name" '$2 == p { print $1 }' "$here/SHA256SUMS")
-    [ "$listed" = "$want" ] || refuse "artifacts/$name is not the artifact this bundle was \\
-made with (its SHA-256 differs from the one run.sh pins); nothing was run"
-fi
-LD_LIBRARY_PATH="$here/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+@ARTIFACT@LD_LIBRARY_PATH="$here/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export LD_LIBRARY_PATH
 exec "$here/bin/edge-run" "$artifact" "$@"
 """

@@ -16,9 +16,9 @@ from exporter.errors import UserInputError
 _SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
 _DIGEST = re.compile(r"[0-9a-f]{64}")
 _PYTHON = re.compile(r"3\.[0-9]{1,2}")
-_ARCH = re.compile(r"[a-z0-9_]{1,20}")
+ARCH = re.compile(r"[a-z0-9_]{1,20}")
 
-# Shared by both scripts: SHA256SUMS lines on stdin, checked from the bundle's folder.
+# Every bundle script's start: checked takes SHA256SUMS lines on stdin, in the bundle's folder.
 _CHECK = """\
 refuse() { echo "$0: refused: $*" >&2; exit 2; }
 command -v sha256sum >/dev/null 2>&1 ||
@@ -26,26 +26,58 @@ command -v sha256sum >/dev/null 2>&1 ||
 [ -f "$here/SHA256SUMS" ] || refuse "$here/SHA256SUMS is missing"
 checked() ( cd "$here" && sha256sum --check --strict --quiet - >&2 )
 """
+_PINNED = """\
+pinned() {
+    case "$1" in
+@CASES@        *) echo "" ;;
+    esac
+}
+"""
+# Every run.sh's $artifact (a name in artifacts/ or a path), held to what pinned says.
+PINNED_ARTIFACT = """\
+[ -f "$artifact" ] || artifact=$here/artifacts/$artifact
+[ -f "$artifact" ] || refuse "no artifact $artifact"
+# an artifact in this bundle's artifacts/ runs only if SHA256SUMS (checked above) gives it
+# the SHA-256 this script pins; a file elsewhere is the caller's own choice
+folder=$(cd "$(dirname "$artifact")" && pwd -P)
+if [ "$folder" = "$(cd "$here/artifacts" && pwd -P)" ]; then
+    name=$(basename "$artifact")
+    want=$(pinned "$name")
+    [ -n "$want" ] || refuse "artifacts/$name is not one of the artifacts this bundle was made with"
+    listed=$(awk -v p="artifacts/$name" '$2 == p { print $1 }' "$here/SHA256SUMS")
+    [ "$listed" = "$want" ] || refuse "artifacts/$name is not the artifact this bundle was \\
+made with (its SHA-256 differs from the one run.sh pins); nothing was run"
+fi
+"""
 
 
-def install_script(python: str, arch: str) -> str:
-    """install.sh: every file checked, then an offline install of the bundle's wheels
-    (for CPython ``python`` on ``arch``, as ``uname -m`` says it)."""
-    if not _PYTHON.fullmatch(python) or not _ARCH.fullmatch(arch):
-        raise UserInputError(f"unexpected Python version {python!r} or architecture {arch!r}")
-    return _INSTALL.replace("@CHECK@", _CHECK).replace("@PYTHON@", python).replace(
-        "@ARCH@", arch)
-
-
-def run_script(artifacts: dict[str, str]) -> str:
-    """run.sh, pinning ``artifacts`` (file name -> SHA-256)."""
+def check_block(artifacts: dict[str, str] | None = None) -> str:
+    """The shell functions a bundle script starts with: refuse and checked, and with
+    ``artifacts`` (file name -> SHA-256) pinned NAME, printing its SHA-256 (or nothing)."""
+    if artifacts is None:
+        return _CHECK
     cases = []
     for name, digest in sorted(artifacts.items()):
         if not _SAFE_NAME.fullmatch(name) or not _DIGEST.fullmatch(digest):
             raise UserInputError(f"an artifact's name {name!r} cannot be written into run.sh",
                                  hint="rename the artifact: letters, digits, '._+-'")
         cases.append(f"        {name}) echo {digest} ;;\n")
-    return _RUN.replace("@CHECK@", _CHECK).replace("@PINNED@", "".join(cases))
+    return _CHECK + _PINNED.replace("@CASES@", "".join(cases))
+
+
+def install_script(python: str, arch: str) -> str:
+    """install.sh: every file checked, then an offline install of the bundle's wheels
+    (for CPython ``python`` on ``arch``, as ``uname -m`` says it)."""
+    if not _PYTHON.fullmatch(python) or not ARCH.fullmatch(arch):
+        raise UserInputError(f"unexpected Python version {python!r} or architecture {arch!r}")
+    return _INSTALL.replace("@CHECK@", check_block()).replace("@PYTHON@", python).replace(
+        "@ARCH@", arch)
+
+
+def run_script(artifacts: dict[str, str]) -> str:
+    """run.sh, pinning ``artifacts`` (file name -> SHA-256)."""
+    return _RUN.replace("@CHECK@", check_block(artifacts)).replace("@ARTIFACT@",
+                                                                     PINNED_ARTIFACT)
 
 
 _INSTALL = """#!/bin/sh
@@ -91,12 +123,7 @@ _RUN = """#!/bin/sh
 # SHA256SUMS, and an artifact of this bundle against the SHA-256 this script pins.
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
-@CHECK@pinned() {
-    case "$1" in
-@PINNED@        *) echo "" ;;
-    esac
-}
-usage() {
+@CHECK@usage() {
     echo "usage: ./run.sh ARTIFACT --inputs in.npz [--out out.npz] [--trusted-key KEY.pub]"
     echo "       ./run.sh generate ARTIFACT --prompt TEXT [-n N] [--json]"
     echo "artifacts in this bundle:"; ls "$here/artifacts"
@@ -111,18 +138,5 @@ if [ "$1" = generate ]; then
     if [ $# -eq 0 ]; then usage >&2; exit 2; fi
 fi
 artifact=$1; shift
-[ -f "$artifact" ] || artifact=$here/artifacts/$artifact
-[ -f "$artifact" ] || refuse "no artifact $artifact"
-# an artifact in this bundle's artifacts/ runs only if SHA256SUMS (checked above) gives it
-# the SHA-256 this script pins; a file elsewhere is the caller's own choice
-folder=$(cd "$(dirname "$artifact")" && pwd -P)
-if [ "$folder" = "$(cd "$here/artifacts" && pwd -P)" ]; then
-    name=$(basename "$artifact")
-    want=$(pinned "$name")
-    [ -n "$want" ] || refuse "artifacts/$name is not one of the artifacts this bundle was made with"
-    listed=$(awk -v p="artifacts/$name" '$2 == p { print $1 }' "$here/SHA256SUMS")
-    [ "$listed" = "$want" ] || refuse "artifacts/$name is not the artifact this bundle was \\
-made with (its SHA-256 differs from the one run.sh pins); nothing was run"
-fi
-exec "${PYTHON:-$here/.venv/bin/python}" -m runtime "$command" "$artifact" "$@"
+@ARTIFACT@exec "${PYTHON:-$here/.venv/bin/python}" -m runtime "$command" "$artifact" "$@"
 """
