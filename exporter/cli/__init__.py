@@ -23,12 +23,10 @@ def main() -> None:
     if sys.argv[1:] == ["--version"]:  # answered before typer and the commands import
         print(version_line())
         return
-    try:  # the commands' modules import torch: seconds, longer on a loaded machine; building
-        # typer's command from them takes a while more (CI: a Ctrl-C 3 s in landed there)
-        app = _registered_app()
-        import typer.main
-        command = typer.main.get_command(app)
-        _tidy_help(command)
+    try:  # typer and the named command's module import here: a while on a loaded machine
+        # (CI: a Ctrl-C 3 s in landed there); --help lists commands without importing them
+        from exporter.cli.commands import console_command
+        command = console_command(sys.argv[1:])
         if interrupted():  # raised, and swallowed on its way up
             raise KeyboardInterrupt
     except KeyboardInterrupt:  # Ctrl-C before any command ran: nothing to clean up
@@ -70,9 +68,14 @@ def version_line() -> str:
 
 
 def _registered_app():
-    """The typer app with every command on it, in the order --help lists them."""
-    from exporter.cli import build, artifact, generate, machine, matrix  # noqa: F401  isort: skip
+    """The typer app with every command on it (the console script imports each command's
+    module only when it is named: exporter/cli/commands.py)."""
+    import importlib
+
+    from exporter.cli.commands import COMMANDS
     from exporter.cli.common import app
+    for module, _ in COMMANDS.values():
+        importlib.import_module(module)
     return app
 
 
@@ -82,34 +85,3 @@ def __getattr__(name: str):
     if name == "app":
         return _registered_app()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def _tidy_help(command) -> None:
-    """Help that reads like uv's or ruff's: a flag (--help too) shows no ``<bool>`` type,
-    an argument reads ``ARTIFACT`` in the usage line, not ``{ARTIFACT}``."""
-    for sub in getattr(command, "commands", {}).values():
-        _tidy_help(sub)
-        if not sub.short_help and sub.help:  # the command list: one summary, not the
-            # docstring's line breaks (rich keeps them, breaking lines mid-sentence)
-            sub.short_help = " ".join(sub.help.split("\n\n")[0].split()).replace("`", "'")
-    make_help_option = command.get_help_option  # click adds --help itself, at parse time
-
-    def help_option(ctx, make=make_help_option):
-        option = make(ctx)
-        if option is not None:
-            option.metavar = ""
-        return option
-    command.get_help_option = help_option
-    for param in command.params:  # typer's own (vendored) click classes: asked by kind
-        if getattr(param, "help", None):  # rich prints `code` with its backticks
-            param.help = param.help.replace("`", "'")
-        if param.param_type_name == "option" and param.is_flag:
-            param.metavar = ""
-        elif param.param_type_name == "option" and param.multiple and param.metavar is None:
-            param.metavar = "TEXT"  # repeatable; typer would print <list[str]>
-        elif param.param_type_name == "argument":
-            if param.metavar is None:
-                param.metavar = param.name.upper()
-            if param.required:  # typer writes a required argument as {NAME}; click, uv and
-                # ruff write NAME (and [NAME] when optional, which typer keeps)
-                param.get_usage_pieces = lambda ctx, name=param.metavar: [name]

@@ -29,16 +29,16 @@ import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from exporter.cli import interrupts
-from exporter.versions import JSON_VERSION
-from runtime.errors import ToolchainError
+
+if TYPE_CHECKING:
+    from runtime.errors import ToolchainError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   context_settings={"help_option_names": ["-h", "--help"]},
@@ -136,6 +136,7 @@ _json_out = None  # where print_json writes while a --json command runs (see bel
 
 
 def print_json(data: dict) -> None:
+    from exporter.versions import JSON_VERSION
     payload = {"json_version": JSON_VERSION, **data}
     out = _json_out or sys.stdout
     out.write(json.dumps(payload, indent=2, sort_keys=True, default=str) + "\n")
@@ -182,6 +183,7 @@ def stage_printer():
             return
         start = time.perf_counter()
         if err_console.is_terminal:
+            from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
             with Progress(SpinnerColumn(), TextColumn("{task.description}"),
                           TimeElapsedColumn(), console=err_console, transient=True) as bar:
                 bar.add_task(f"{name}...", total=None)
@@ -239,6 +241,7 @@ def _descendants(pid: int) -> list[int]:
 
 
 def _guarded_body(action: Callable[[], int | None], as_json: bool) -> None:
+    from runtime.errors import ToolchainError  # here: --help needs no runtime package
     try:
         code = _interruptions_as_such(action)
     except (_ReaderGone, BrokenPipeError):

@@ -352,7 +352,7 @@ def test_compiler_that_hangs_or_crashes_is_a_build_error_naming_the_log(tmp_path
 # Where in the CLI's start the Ctrl-C lands, made exact: the process signals itself from a
 # function of that phase. Timed signals (above) land anywhere; CI found the gap they missed.
 _STARTUP_PHASES = {
-    "building the command": "exporter.cli._tidy_help",
+    "building the command": "exporter.cli.commands.tidy_help",
     "parsing the flags": "exporter.cli.common._configure_logging",
 }
 

@@ -84,3 +84,59 @@ def test_a_misspelled_model_file_is_told_its_near_file_before_torch(ran):
     as_json = _exporter_without_torch(ran, "build", "tests/models/Stateful.py:f", "--json")
     assert as_json.returncode == 2, as_json.stderr
     assert "did you mean 'stateful.py'?" in json.loads(as_json.stdout)["error"]["what"]
+
+
+_BACKENDS = ("torch", "onnxruntime", "onnx", "tvm", "executorch", "transformers", "torchao")
+
+
+def _modules_after(ran, *args: str) -> set[str]:
+    """The modules a console-script run of ``exporter ARGS`` has imported when it ends."""
+    code = (f"import json, sys\nsys.argv = {['exporter', *args]!r}\n"
+            "from exporter.cli import main\ntry:\n    main()\nexcept SystemExit:\n    pass\n"
+            "print(json.dumps(sorted(sys.modules)))\n")
+    done = ran(subprocess.run, [sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+               text=True, timeout=120, env={"COLUMNS": "100", "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0, done.stderr
+    return set(json.loads(done.stdout.splitlines()[-1]))
+
+
+def test_help_lists_the_commands_without_importing_them_pydantic_or_any_target(ran):
+    """`exporter --help` reads the command list alone: no command module (build's flags
+    come from pydantic models of every target's options), no target, no backend."""
+    loaded = _modules_after(ran, "--help")
+    roots = {name.split(".")[0] for name in loaded}
+    assert not roots & {*_BACKENDS, "pydantic", "targets", "passes", "plan", "numpy"}, roots
+    commands = {name for name in loaded if name.startswith("exporter.")}
+    assert commands <= {"exporter.cli", "exporter.cli.commands", "exporter.cli.common",
+                        "exporter.cli.interrupts"}, commands
+
+
+def test_build_help_reads_the_targets_cards_and_imports_no_backend(ran):
+    loaded = _modules_after(ran, "build", "--help")
+    roots = {name.split(".")[0] for name in loaded}
+    assert not roots & set(_BACKENDS), roots
+    implementations = {name for name in loaded if name.startswith("targets.")
+                       and name.rsplit(".", 1)[1] in ("target", "cpu", "cuda", "lower")}
+    assert not implementations, implementations
+    assert "exporter.cli.artifact" not in loaded  # only the command that was named
+
+
+def test_the_command_list_matches_each_commands_own_summary_and_module():
+    """The list --help shows without importing the commands says what each command's
+    docstring says, and names every command the app has, in its module."""
+    import typer.main
+
+    from exporter.cli import app
+    from exporter.cli.commands import COMMANDS
+    registered = {typer.main.get_command_name(info.callback.__name__): info.callback
+                  for info in app.registered_commands}
+    assert set(registered) == set(COMMANDS)
+    for name, callback in registered.items():
+        module, summary = COMMANDS[name]
+        first = " ".join(callback.__doc__.split("\n\n")[0].split()).replace("`", "'")
+        assert (callback.__module__, first) == (module, summary), name
+
+
+def test_a_mistyped_command_is_told_its_near_name_without_importing_the_commands(ran):
+    typo = _exporter_without_torch(ran, "bulid", "zoo:mlp")
+    assert typo.returncode == 2 and "Did you mean 'build'?" in typo.stderr, typo.stderr
