@@ -11,14 +11,14 @@ is given (None: no signature check)."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import stat
-import warnings
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
+
+from tests.archive_helpers import info, record, write_zip
 
 MANIFEST, SIGNATURE = "manifest.json", "manifest.sig"
 # The meta key each native backend opens as its main file (runtime/executors/<kind>.py).
@@ -45,21 +45,6 @@ def read(good: Path) -> list[tuple[zipfile.ZipInfo, bytes]]:
         return [(info, zf.read(info)) for info in zf.infolist()]
 
 
-def write(out: Path, items, method=zipfile.ZIP_DEFLATED) -> Path:
-    """items: (name or ZipInfo, bytes[, fixup(info)]); fixup edits the central directory."""
-    with warnings.catch_warnings(), zipfile.ZipFile(out, "w", method) as zf:
-        warnings.simplefilter("ignore")  # duplicate names
-        for name, data, *fixup in items:
-            zf.writestr(name, data)
-            for fix in fixup:
-                fix(zf.infolist()[-1])
-    return out
-
-
-def record(data: bytes) -> dict:
-    return {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
-
-
 def manifest_of(good: Path) -> dict:
     with zipfile.ZipFile(good) as zf:
         return json.loads(zf.read(MANIFEST))
@@ -80,16 +65,7 @@ def rebuilt(good: Path, out: Path, change_manifest=None, *, raw: bytes | None = 
         if info.filename in (MANIFEST, *drop):
             continue
         items.append((info.filename, (replace or {}).get(info.filename, data)))
-    return write(out, [*items, *extra], method)
-
-
-def info(name: str, mode: int | None = None) -> zipfile.ZipInfo:
-    zi = zipfile.ZipInfo(name)
-    zi.filename = name  # ZipInfo cuts names at NUL; hostile archives keep it
-    zi.compress_type = zipfile.ZIP_DEFLATED
-    if mode is not None:
-        zi.external_attr = mode << 16
-    return zi
+    return write_zip(out, [*items, *extra], method)
 
 
 def biggest_entry(good: Path) -> str:
@@ -103,7 +79,7 @@ def signed(path: Path, key: Path) -> Path:
     items = [(i.filename, d) for i, d in read(path) if i.filename != SIGNATURE]
     manifest = dict(items)[MANIFEST]
     sig = signature_for(manifest, key.read_bytes(), where=str(key))
-    return write(path, [*items, (SIGNATURE, sig)])
+    return write_zip(path, [*items, (SIGNATURE, sig)])
 
 
 def first_partition(manifest: dict) -> dict:
@@ -148,7 +124,7 @@ def _named(name, data=b"x", mode=None):
 def _duplicate(good, out):
     name = biggest_entry(good)
     data = dict((i.filename, d) for i, d in read(good))[name]
-    return write(out, [*[(i.filename, d) for i, d in read(good)], (name, data)])
+    return write_zip(out, [*[(i.filename, d) for i, d in read(good)], (name, data)])
 
 
 def _encrypted(good, out):
@@ -278,12 +254,12 @@ def _changed_after_signing(good, out, keys):
     manifest = json.loads(dict(items)[MANIFEST])
     manifest["target"] = manifest["target"] + " "  # still a valid manifest, not the signed one
     items = [(n, json.dumps(manifest).encode() if n == MANIFEST else d) for n, d in items]
-    return write(out, items), keys.signer_pub
+    return write_zip(out, items), keys.signer_pub
 
 
 def _garbled_signature(good, out, keys):
     items = [(i.filename, d) for i, d in read(rebuilt(good, out))]
-    return write(out, [*items, (SIGNATURE, b"{not json")]), keys.signer_pub
+    return write_zip(out, [*items, (SIGNATURE, b"{not json")]), keys.signer_pub
 
 
 def _wrong_algorithm(good, out, keys):
@@ -292,7 +268,7 @@ def _wrong_algorithm(good, out, keys):
     sig = json.loads(dict(items)[SIGNATURE])
     sig["algorithm"] = "rsa"
     items = [(n, json.dumps(sig).encode() if n == SIGNATURE else d) for n, d in items]
-    return write(out, items), keys.signer_pub
+    return write_zip(out, items), keys.signer_pub
 
 
 CASES = [
@@ -321,7 +297,7 @@ CASES = [
     Case("unsupported-compression", "unsupported compression method", _plain(_bzip2)),
     Case("too-many-entries", "over the limit of 10000", _plain(_too_many_entries)),
     Case("oversize-manifest", "over the 16777216-byte limit", _plain(_oversize_manifest)),
-    Case("no-manifest", "no manifest.json", _plain(lambda good, out: write(
+    Case("no-manifest", "no manifest.json", _plain(lambda good, out: write_zip(
         out, [(i.filename, d) for i, d in read(good) if i.filename != MANIFEST]))),
     Case("manifest-not-json", "not valid UTF-8 JSON", _raw_manifest(b"{not json")),
     Case("manifest-not-utf8", "not valid UTF-8 JSON", _raw_manifest(b'{"x": "\xff"}')),

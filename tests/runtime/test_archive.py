@@ -6,7 +6,6 @@ import hashlib
 import json
 import os
 import stat
-import warnings
 import zipfile
 from pathlib import Path
 
@@ -15,6 +14,7 @@ import pytest
 from runtime.format.archive import FORMAT_NAME, FORMAT_VERSION, MANIFEST_NAME, ArtifactReader, Limits
 from exporter.ship.archive_writer import write_artifact
 from runtime.errors import ArtifactError, CompatibilityError
+from tests.archive_helpers import info, record, write_zip
 
 # Pseudo-random, so deflate cannot shrink it and a flipped byte lands in real entry data.
 PAYLOAD = b"".join(hashlib.sha256(i.to_bytes(4, "little")).digest() for i in range(4096))
@@ -28,37 +28,17 @@ def build(tmp_path: Path, files=None, manifest=None, name="model.edge") -> Path:
                           FILES if files is None else files)
 
 
-def record(data: bytes) -> dict:
-    return {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
-
-
 def craft(path: Path, entries, manifest="auto", fmt=FORMAT) -> Path:
-    """Write a zip by hand. entries: (name or ZipInfo, data[, fixup]) where fixup(info) runs after
-    the entry is written, so it changes only the central directory. manifest: a dict, bytes,
+    """A zip of ``entries`` (as write_zip takes them) after a manifest.json: a dict, bytes,
     "auto" (a correct manifest for `entries`) or None (no manifest.json at all)."""
     if manifest == "auto":
         manifest = {"format": fmt, "entries": {
             (e[0].filename if isinstance(e[0], zipfile.ZipInfo) else e[0]): record(e[1])
             for e in entries}}
-    with warnings.catch_warnings(), zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
-        warnings.simplefilter("ignore")  # zipfile warns about duplicate names
-        if manifest is not None:
-            zf.writestr(MANIFEST_NAME, manifest if isinstance(manifest, bytes)
-                        else json.dumps(manifest))
-        for name_or_info, data, *fixup in entries:
-            zf.writestr(name_or_info, data)
-            for fix in fixup:
-                fix(zf.infolist()[-1])
-    return path
-
-
-def info(name: str, mode: int | None = None) -> zipfile.ZipInfo:
-    zi = zipfile.ZipInfo(name)
-    zi.filename = name  # ZipInfo cuts names at NUL; hostile archives keep it
-    zi.compress_type = zipfile.ZIP_DEFLATED
-    if mode is not None:
-        zi.external_attr = mode << 16
-    return zi
+    if manifest is not None:
+        text = manifest if isinstance(manifest, bytes) else json.dumps(manifest)
+        entries = [(MANIFEST_NAME, text), *entries]
+    return write_zip(path, entries)
 
 
 def open_error(path: Path, exc=ArtifactError, limits: Limits = Limits()) -> str:
