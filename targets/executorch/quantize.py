@@ -47,15 +47,58 @@ RECIPES = {
 class XnnpackQuantization(Quantization):
     def quantizer(self, recipe: str) -> object:
         from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
-            XNNPACKQuantizer,
             get_symmetric_quantization_config,
         )
         config = get_symmetric_quantization_config(is_per_channel=True,
                                                    is_dynamic=recipe == "int8-dynamic")
-        return XNNPACKQuantizer().set_global(config)
+        return _float_scalars_quantizer().set_global(config)
 
     def layer_config(self, recipe: str) -> Configure | None:
         return int8_activation_int4_weight if recipe == "int4-weight" else None
+
+
+def _float_scalars_quantizer() -> object:
+    """ExecuTorch's XNNPACKQuantizer, whose scalars-to-tensors step keeps integer maths.
+
+    Its ``transform_for_annotation`` stores every scalar of an add or mul as a float32
+    tensor, so that the quantizer can observe it; on integer arithmetic that changes the
+    result's dtype: Hugging Face's attention mask computes ``arange(n) + 0`` and indexes
+    with it, and calibration failed ("tensors used as indices must be long ..."). Scalars
+    of ops whose result is not floating point stay scalars (nothing there is quantized).
+
+        before: add(arange: i64, 0)  ->  add(arange, _tensor_constant_0: f32) -> f32
+        after:  add(arange: i64, 0)  ->  i64
+    """
+    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import XNNPACKQuantizer
+
+    class FloatScalarsXNNPACKQuantizer(XNNPACKQuantizer):
+        def transform_for_annotation(self, model: torch.fx.GraphModule
+                                     ) -> torch.fx.GraphModule:
+            kept = {node: node.args for node in model.graph.nodes
+                    if node.op == "call_function" and not _floating(node)}
+            model = super().transform_for_annotation(model)
+            for node, args in kept.items():
+                if node.args != args:
+                    _restore_args(model, node, args)
+            model.recompile()
+            return model
+
+    return FloatScalarsXNNPACKQuantizer()
+
+
+def _floating(node: torch.fx.Node) -> bool:
+    value = node.meta.get("val")
+    return isinstance(value, torch.Tensor) and value.dtype.is_floating_point
+
+
+def _restore_args(model: torch.fx.GraphModule, node: torch.fx.Node, args: tuple) -> None:
+    """Put back ``node``'s scalar arguments; drop the tensors made of them."""
+    made = [a for a in node.args if isinstance(a, torch.fx.Node) and a not in args]
+    node.args = args
+    for attr in made:
+        if attr.op == "get_attr" and not attr.users:
+            model.graph.erase_node(attr)
+            delattr(model, attr.target)
 
 
 def int8_activation_int4_weight(recipe: str, in_features: int
