@@ -63,20 +63,19 @@ def library_closure(binary: Path, platform: str, extra: tuple[Path, ...] = ()
                     ) -> dict[str, Path]:
     """soname -> the file it resolves to, for every library ``binary`` and ``extra`` (libraries
     the runner opens itself) load, except the device's C and C++ runtime."""
-    found: dict[str, Path] = {}
+    found: dict[str, Path] = {p.name: p.resolve() for p in extra}
     fallback = system_folders(platform)
-    queue: list[tuple[Path, str | None]] = [(binary, None), *((p, p.name) for p in extra)]
+    # Breadth first, as the loader goes: a soname an earlier object loaded satisfies later
+    # ones, whose own search folders may not hold it (libtvm_runtime's libtvm_ffi).
+    queue: list[Path] = [binary, *extra]
     while queue:
-        path, soname = queue.pop()
-        if soname is not None:
-            if soname in found:
-                continue
-            found[soname] = path.resolve()
+        path = queue.pop(0)
         needed, folders = dynamic_entries(path)
         for name in needed:
             if is_device_runtime(name) or name in found:
                 continue
-            queue.append((_resolve(name, [Path(f) for f in folders] + fallback, path), name))
+            found[name] = _resolve(name, [Path(f) for f in folders] + fallback, path).resolve()
+            queue.append(found[name])
     return found
 
 

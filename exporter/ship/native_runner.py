@@ -3,7 +3,9 @@
     path = build_runner("linux-aarch64", frozenset({"tvm"}))   # .../edge-run, cross-compiled
 
 The build lives in build/native/<platform>-<backends>/ and is reused until a file under
-native/ (or the settings) changes: a stamp holds the hash of both. Another platform
+native/ (or the settings) changes: a stamp holds the hash of both. The build tree's runner
+finds the wheels' libraries where they are (tests run it); ``installed_runner`` is the copy
+a bundle ships: installed by CMake with the RPATH ``$ORIGIN/../lib`` and stripped. Another platform
 cross-compiles with native/cmake/<gnu triple>.cmake and the wheels `make native-deps`
 unpacks into build/wheels/<platform>/. A missing cmake, compiler or library is a
 TargetUnavailableError (exit 2) that names `make native-deps`; our own sources failing to
@@ -33,6 +35,7 @@ BUILD_ROOT = ROOT / "build" / "native"
 WHEELS_ROOT = ROOT / "build" / "wheels"
 BACKENDS = frozenset({"executorch", "tvm"})
 RUNNER = "edge-run"
+INSTALL_DIR = "install"  # cmake --install's prefix inside the build folder
 _HINT_DEPS = "run `make native-deps` (as root: cmake, g++, libzip, libsodium, nlohmann-json " \
              "and the aarch64 cross toolchain and wheels)"
 _LOG_TAIL = 25
@@ -53,14 +56,22 @@ def build_runner(platform: str | None = None, backends: frozenset[str] = frozens
     with open(build_dir / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         stamp_file = build_dir / ".stamp"
-        if runner.is_file() and stamp_file.is_file() and stamp_file.read_text() == stamp:
+        built = runner.is_file() and installed_runner(runner).is_file()
+        if built and stamp_file.is_file() and stamp_file.read_text() == stamp:
             return runner
         stamp_file.unlink(missing_ok=True)
         _configure(build_dir, args)
         _compile(build_dir, jobs)
+        _install(build_dir)
         stamp_file.write_text(stamp)
     log.info("built %s for %s (%s)", runner, platform, ", ".join(sorted(backends)) or "core only")
     return runner
+
+
+def installed_runner(runner: Path) -> Path:
+    """The bundle's copy of a runner ``build_runner`` made: bin/edge-run under the build
+    folder's install prefix, its RPATH ``$ORIGIN/../lib``, stripped."""
+    return runner.parent / INSTALL_DIR / "bin" / RUNNER
 
 
 def _check_choice(platform: str, backends: frozenset[str]) -> None:
@@ -142,6 +153,17 @@ def _compile(build_dir: Path, jobs: int | None) -> None:
                          details=_tail(log_file),
                          hint=f"check the compiler's messages; {_HINT_DEPS} if a header "
                               "or library is missing")
+
+
+def _install(build_dir: Path) -> None:
+    # --strip runs the toolchain's strip (CMAKE_STRIP: aarch64-linux-gnu-strip when cross)
+    log_file = build_dir / "install.log"
+    shutil.rmtree(build_dir / INSTALL_DIR, ignore_errors=True)
+    cmd = ["cmake", "--install", str(build_dir), "--prefix", str(build_dir / INSTALL_DIR),
+           "--strip"]
+    if _run(cmd, log_file).returncode:
+        raise BuildError("the native runner did not install", where=str(log_file),
+                         details=_tail(log_file), hint=_HINT_DEPS)
 
 
 if __name__ == "__main__":  # python -m exporter.ship.native_runner [PLATFORM] [BACKEND...]

@@ -5,6 +5,7 @@ that runs natively, built once per session."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -71,3 +72,16 @@ def python_refusal(artifact: Path, key: Path | None = None) -> Refusal:
     except ToolchainError as exc:
         return Refusal(exc.exit_code, str(exc))
     pytest.fail(f"the Python loader accepted {artifact}")
+
+
+def dynamic_paths(binary: Path) -> dict[str, str]:
+    """The RPATH / RUNPATH entries of an ELF file of any machine (binutils' readelf)."""
+    shown = subprocess.run(["readelf", "-d", "-W", str(binary)], capture_output=True,
+                           text=True, check=True).stdout
+    return dict(re.findall(r"\((RPATH|RUNPATH)\)\s+Library \w+: \[([^\]]*)\]", shown))
+
+
+def is_stripped(binary: Path) -> bool:
+    sections = subprocess.run(["readelf", "-S", "-W", str(binary)], capture_output=True,
+                              text=True, check=True).stdout
+    return ".symtab" not in sections and ".debug_info" not in sections

@@ -4,6 +4,10 @@ build itself used (fp32: the float64-referenced tolerance; int8: the quantized g
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+import tarfile
 from pathlib import Path
 
 import numpy as np
@@ -11,6 +15,7 @@ import pytest
 import torch
 
 from tests.native import qemu
+from tests.native.conftest import dynamic_paths, is_stripped
 
 pytest.importorskip("executorch")
 pytestmark = qemu.needs_qemu
@@ -81,3 +86,33 @@ def test_an_executorch_build_for_aarch64_runs_in_the_aarch64_runner_and_matches_
     got = run_in_qemu(aarch64_et_runner, built.artifact, x, tmp_path)
     verdict = judged_against_eager(built.manifest, got["output"], x)
     assert verdict["passed"], verdict
+
+
+def test_a_bundle_for_aarch64_runs_its_runner_from_a_copied_folder_with_no_library_path(
+        aarch64_et_runner, aarch64_et_mlp, tmp_path):
+    """The bundled edge-run finds lib/ through its own RPATH ($ORIGIN/../lib, which also
+    serves what lib/'s libraries need): no LD_LIBRARY_PATH, no build tree, no multiarch."""
+    from exporter.ship.native_bundle import package_native
+    built = aarch64_et_mlp("fp32")
+    bundle = tmp_path / "device.tar.gz"
+    package_native([built.artifact], bundle, PLATFORM)
+    with tarfile.open(bundle) as tar:
+        tar.extractall(tmp_path / "unpacked", filter="tar")
+    folder = shutil.copytree(tmp_path / "unpacked" / "device", tmp_path / "elsewhere" / "device")
+    shutil.rmtree(tmp_path / "unpacked")
+    runner = folder / "bin" / "edge-run"
+    assert dynamic_paths(runner) == {"RPATH": "$ORIGIN/../lib"}
+    assert is_stripped(runner)
+    x = mlp_inputs()
+    np.savez(tmp_path / "in.npz", x=x.numpy())
+    out = tmp_path / "out.npz"
+    done = subprocess.run([qemu.QEMU, "-cpu", qemu.CPU, "-L", str(qemu.SYSROOT), "-E",
+                           "EDGE_THREADS=1", str(runner), f"artifacts/{built.artifact.name}",
+                           "--inputs", str(tmp_path / "in.npz"), "--out", str(out)],
+                          cwd=folder, env={"PATH": os.environ["PATH"]}, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    (tmp_path / "tree").mkdir()
+    from_build_tree = run_in_qemu(aarch64_et_runner, built.artifact, x, tmp_path / "tree")
+    with np.load(out) as got:
+        assert np.array_equal(got["output"], from_build_tree["output"].numpy())
