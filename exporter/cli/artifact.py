@@ -128,61 +128,84 @@ def bench(
     """Time the artifact against eager (and torch.compile with --compile), in one process
     (a generating artifact: time to first token and tokens/s against transformers)."""
     def action() -> int:
-        from exporter.benchmark import bench as bench_api
-        from exporter.errors import UserInputError
-
-        from exporter.report.speed import phrase
-
-        names = tuple(b.strip() for b in baseline.split(",") if b.strip())
-        names += ("compile",) if compile_ and "compile" not in names else ()
-        wrong = []
-        if runs is not None and runs < 1:
-            wrong.append(f"--runs {runs}")
-        if warmup is not None and warmup < 0:
-            wrong.append(f"--warmup {warmup}")
-        if wrong:
-            raise UserInputError(f"{' and '.join(wrong)} cannot be timed",
-                                 hint="give --runs 1 or more and --warmup 0 or more")
-        generates = runtime_generates(artifact)
-        if generates and (inputs is not None or batch_size is not None):
-            raise UserInputError("--inputs and --batch-size apply to artifacts that run a "
-                                 "plain forward pass; this one generates", where=str(artifact),
-                                 hint="give --prompt-tokens and --new-tokens instead")
-        if not generates and (prompt_tokens is not None or new_tokens is not None):
-            raise UserInputError("--prompt-tokens and --new-tokens apply to generating "
-                                 "artifacts; this one runs a plain forward pass",
-                                 where=str(artifact), hint="drop them (the inputs come from "
-                                 "the signature, or --model's example)")
-        if generates:
+        _check_counts(runs, warmup)
+        names = _baseline_names(baseline, compile_)
+        if _generates(artifact, inputs, batch_size, prompt_tokens, new_tokens):
             return _bench_generation(artifact, names, runs or 5, 1 if warmup is None
                                      else warmup, prompt_tokens, new_tokens,
                                      not no_cuda_graphs, as_json)
-        runs_ = runs or 100
-        timed = bench_api(artifact, model=model, baselines=names, runs=runs_,
-                          warmup=20 if warmup is None else warmup,
-                          cuda_graphs=not no_cuda_graphs, inputs=inputs,
-                          batch_size=batch_size, stage=stage_printer())
-        if as_json:
-            print_json(timed)
-            return 0
-        say(f"{artifact}: {timed['device']} {timed['dtype']}, {timed['runs']} runs, "
-            f"{timed['timer']}")
-        for name, timing in timed["timings"].items():
-            result(f"  {name:>9}: median {timing['median_ms']:.3f} ms, "
-                   f"p90 {timing['p90_ms']:.3f} ms")
-        for name, speedup in timed["speedups"].items():
-            result(f"  artifact: {phrase(speedup, name)}")
-        for warning in timed["warnings"]:
-            warn(warning)
-        for name, timing in timed["partitions"].items():
-            result(f"  partition {name} ({timing['backend']} @ {timing['device']}): median "
-                   f"{timing['median_ms']:.3f} ms")
-        host = timed["machine"]
-        say(f"on {host['cpu']}, {host['cores']} cores, threads "
-            + ", ".join(f"{k} {v or 'default'}" for k, v in host["threads"].items())
-            + (f", {host['gpu']}" if host["gpu"] else ""))
-        return 0
+        return _bench_forward(artifact, names, model, runs or 100,
+                              20 if warmup is None else warmup, not no_cuda_graphs, inputs,
+                              batch_size, as_json)
     guarded(action, quiet=quiet, verbose=verbose, debug=debug, as_json=as_json)
+
+
+def _baseline_names(baseline: str, compile_: bool) -> tuple[str, ...]:
+    names = tuple(b.strip() for b in baseline.split(",") if b.strip())
+    return names + (("compile",) if compile_ and "compile" not in names else ())
+
+
+def _check_counts(runs: int | None, warmup: int | None) -> None:
+    from exporter.errors import UserInputError
+    wrong = []
+    if runs is not None and runs < 1:
+        wrong.append(f"--runs {runs}")
+    if warmup is not None and warmup < 0:
+        wrong.append(f"--warmup {warmup}")
+    if wrong:
+        raise UserInputError(f"{' and '.join(wrong)} cannot be timed",
+                             hint="give --runs 1 or more and --warmup 0 or more")
+
+
+def _generates(artifact: Path, inputs: Path | None, batch_size: int | None,
+               prompt_tokens: int | None, new_tokens: int | None) -> bool:
+    """Whether the artifact generates; UserInputError for the other kind's flags."""
+    from exporter.errors import UserInputError
+    generates = runtime_generates(artifact)
+    if generates and (inputs is not None or batch_size is not None):
+        raise UserInputError("--inputs and --batch-size apply to artifacts that run a "
+                             "plain forward pass; this one generates", where=str(artifact),
+                             hint="give --prompt-tokens and --new-tokens instead")
+    if not generates and (prompt_tokens is not None or new_tokens is not None):
+        raise UserInputError("--prompt-tokens and --new-tokens apply to generating "
+                             "artifacts; this one runs a plain forward pass",
+                             where=str(artifact), hint="drop them (the inputs come from "
+                             "the signature, or --model's example)")
+    return generates
+
+
+def _bench_forward(artifact: Path, names: tuple[str, ...], model: str | None, runs: int,
+                   warmup: int, cuda_graphs: bool, inputs: Path | None,
+                   batch_size: int | None, as_json: bool) -> int:
+    from exporter.benchmark import bench as bench_api
+    timed = bench_api(artifact, model=model, baselines=names, runs=runs, warmup=warmup,
+                      cuda_graphs=cuda_graphs, inputs=inputs, batch_size=batch_size,
+                      stage=stage_printer())
+    if as_json:
+        print_json(timed)
+    else:
+        _print_forward(artifact, timed)
+    return 0
+
+
+def _print_forward(artifact: Path, timed: dict) -> None:
+    from exporter.report.speed import phrase
+    say(f"{artifact}: {timed['device']} {timed['dtype']}, {timed['runs']} runs, "
+        f"{timed['timer']}")
+    for name, timing in timed["timings"].items():
+        result(f"  {name:>9}: median {timing['median_ms']:.3f} ms, "
+               f"p90 {timing['p90_ms']:.3f} ms")
+    for name, speedup in timed["speedups"].items():
+        result(f"  artifact: {phrase(speedup, name)}")
+    for warning in timed["warnings"]:
+        warn(warning)
+    for name, timing in timed["partitions"].items():
+        result(f"  partition {name} ({timing['backend']} @ {timing['device']}): median "
+               f"{timing['median_ms']:.3f} ms")
+    host = timed["machine"]
+    say(f"on {host['cpu']}, {host['cores']} cores, threads "
+        + ", ".join(f"{k} {v or 'default'}" for k, v in host["threads"].items())
+        + (f", {host['gpu']}" if host["gpu"] else ""))
 
 
 def runtime_generates(artifact: Path) -> bool:
