@@ -1,8 +1,8 @@
 """The wheels a bundle carries: one per locked distribution, for this host's Python and
 the bundle's platform (``--platform``: pip's wheel tags for it), fetched by ``pip
-download`` with the user's own pip configuration (index, mirror, find-links); a CPU torch
-without a local label (aarch64) comes from PyTorch's cpu index only, as PyPI's is a CUDA
-build. The lock pins the SHA-256 of exactly these files and the device
+download`` with the user's own pip configuration (index, mirror, find-links); PyTorch's
+labelled builds (torch 2.13.0+cpu, for x86_64 and aarch64) from PyTorch's index of that
+label when the user's has none. The lock pins the SHA-256 of exactly these files and the device
 installs only them (``--no-index --require-hashes``), so what runs there is what was
 resolved here, whatever an index serves later.
 """
@@ -18,7 +18,7 @@ from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import Version
 
 from exporter.errors import UserInputError
-from exporter.ship.lock import PYTORCH_INDEX, UNLABELLED_CPU_TORCH
+from exporter.ship.lock import PYTORCH_INDEX
 from runtime.host.platforms import get_platform, host_platform
 
 log = logging.getLogger(__name__)
@@ -31,13 +31,9 @@ def download_wheels(pins: dict[str, Version], dest: Path, platform: str | None =
     dest.mkdir(parents=True, exist_ok=True)
     platform = platform or host_platform()
     tags = wheel_tag_options(platform)
-    cpu_torch = {n: v for n, v in pins.items()
-                 if n == "torch" and not v.local and platform in UNLABELLED_CPU_TORCH}
-    plain = {n: v for n, v in pins.items() if not v.local and n not in cpu_torch}
+    plain = {n: v for n, v in pins.items() if not v.local}
     if plain:
         _pip_download(plain, dest, *tags)
-    if cpu_torch:
-        _pip_download(cpu_torch, dest, *tags, "--index-url", PYTORCH_INDEX + "cpu")
     for label in sorted({v.local for v in pins.values() if v.local}):
         labelled = {n: v for n, v in pins.items() if v.local == label}
         # the user's index may mirror PyTorch's variants; if not, PyTorch's own serves them

@@ -32,10 +32,9 @@ _NAME = re.compile(r"[A-Z0-9]|[A-Z0-9][A-Z0-9._-]*[A-Z0-9]", re.IGNORECASE)
 _VERSION_TEXT = re.compile(r"[0-9A-Za-z.+!_-]{1,64}")
 # Local labels of PyTorch's own wheel variants; each is served by PyTorch's index of that name
 _LOCAL = re.compile(r"cpu|cu[0-9]{2,3}|rocm[0-9]+(\.[0-9]+)*|xpu")
+# PyTorch's CPU wheels, x86_64 and aarch64 alike, are +cpu builds on its cpu index; PyPI's
+# plain torch is a CUDA build on both (torch 2.13.0's aarch64 wheel needs cuda-toolkit 13).
 PYTORCH_INDEX = "https://download.pytorch.org/whl/"
-# Platforms whose torch CPU wheels PyTorch's cpu index serves without the +cpu label (PyPI's
-# torch for them is a CUDA build): a bundle for one pins the plain version, from that index.
-UNLABELLED_CPU_TORCH = frozenset({"linux-aarch64"})
 
 
 @dataclass
@@ -47,10 +46,8 @@ class Lock:
 
     def indexes(self) -> list[str]:
         """PyTorch's index for each local label the pins carry (torch 2.13.0+cpu is on
-        no other index), and its cpu index for an unlabelled CPU torch."""
+        no other index)."""
         labels = {v.local for v in self.pins.values() if v.local}
-        if "torch" in self.pins and self.platform in UNLABELLED_CPU_TORCH:
-            labels.add("cpu")
         return sorted(PYTORCH_INDEX + label for label in labels)
 
     def lines(self, hashes: dict[str, list[str]] | None = None) -> list[str]:
@@ -103,18 +100,10 @@ def lock_for(artifacts: list[tuple[str, Manifest]], platform: str | None = None)
     roots at the manifests' versions, their dependencies at the versions installed here,
     as the platform's markers select them."""
     lock = Lock(pins={}, platform=platform or host_platform())
-    lock.pins.update(_for_platform(_roots(artifacts), lock.platform))
+    lock.pins.update(_roots(artifacts))
     for root in list(lock.pins):
         _add_dependencies(root, lock)
     return lock
-
-
-def _for_platform(roots: dict[str, Version], platform: str) -> dict[str, Version]:
-    """torch 2.13.0+cpu is 2.13.0 where PyTorch's CPU wheels carry no label (aarch64)."""
-    torch = roots.get("torch")
-    if torch is not None and torch.local == "cpu" and platform in UNLABELLED_CPU_TORCH:
-        return {**roots, "torch": Version(torch.public)}
-    return roots
 
 
 def lock_lines(manifests: list[Manifest]) -> tuple[list[str], list[str]]:
@@ -190,8 +179,7 @@ def _add_dependencies(dist: str, lock: Lock) -> None:
         return
     here = _installed(dist)
     pinned = lock.pins.get(dist)
-    if here is not None and pinned is not None and pinned != _for_platform(
-            {dist: Version(here)}, lock.platform)[dist]:
+    if here is not None and pinned is not None and pinned != Version(here):
         lock.notes.append(f"{dist} {lock.pins[dist]} is locked (the artifacts' version); its "
                           f"dependencies are those of {here}, installed here")
     for text in requires:

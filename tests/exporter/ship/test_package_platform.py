@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import socket
 import subprocess
 import sys
 import tarfile
@@ -71,17 +72,53 @@ def test_install_sh_of_an_aarch64_bundle_refuses_an_x86_machine(a64_bundle):
     assert not (folder / "never").exists()
 
 
-def test_an_aarch64_lock_pins_torch_without_the_cpu_label_from_pytorchs_cpu_index(onnx_mlp):
-    """PyPI's aarch64 torch is a CUDA build; PyTorch's cpu index serves the CPU one unlabelled."""
+def _needs_torch(onnx_mlp):
+    """onnx zoo:mlp's manifest with its partitions on the torch fallback, built by torch+cpu."""
     manifest = runtime.read_manifest(onnx_mlp)
     needs_torch = dataclasses.replace(manifest, partitions=[
         dataclasses.replace(p, backend="torch") for p in manifest.partitions])
     needs_torch.created_by = {**manifest.created_by, "torch": "2.13.0+cpu"}
-    lock = lock_for([("a", needs_torch)], A64)
-    assert lock.pins["torch"] == Version("2.13.0")
-    assert f"--extra-index-url {PYTORCH_INDEX}cpu" in lock.lines()
-    here = lock_for([("a", needs_torch)], "linux-x86_64")
-    assert here.pins["torch"] == Version("2.13.0+cpu")
+    return needs_torch
+
+
+def test_an_aarch64_lock_pins_pytorchs_cpu_build_from_its_cpu_index(onnx_mlp):
+    """PyPI's torch 2.13.0 for aarch64 is a CUDA build (it needs cuda-toolkit 13); the CPU
+    one is 2.13.0+cpu on PyTorch's cpu index, as for x86_64."""
+    for platform in (A64, "linux-x86_64"):
+        lock = lock_for([("a", _needs_torch(onnx_mlp))], platform)
+        assert lock.pins["torch"] == Version("2.13.0+cpu")
+        assert f"--extra-index-url {PYTORCH_INDEX}cpu" in lock.lines()
+
+
+def _resolves(requirements: list[str], tmp: Path, *index: str) -> subprocess.CompletedProcess:
+    """pip's resolution of ``requirements`` as an aarch64 device's pip would make it."""
+    return subprocess.run([sys.executable, "-m", "pip", "install", "--dry-run", "--quiet",
+                           "--no-deps", "--only-binary=:all:", "--ignore-installed",
+                           "--disable-pip-version-check", *wheel_tag_options(A64),
+                           "--target", str(tmp / "t"), *index, *requirements],
+                          capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.slow
+def test_every_other_pin_of_an_aarch64_torch_lock_resolves_on_pypi_for_aarch64(onnx_mlp,
+                                                                               tmp_path):
+    lines = lock_for([("a", _needs_torch(onnx_mlp))], A64).lines()
+    others = [line for line in lines if "==" in line and not line.startswith("torch==")]
+    assert len(others) >= 5  # numpy, sympy, networkx, jinja2, filelock...
+    done = _resolves(others, tmp_path, "--index-url", "https://pypi.org/simple")
+    assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.slow
+def test_pytorchs_cpu_index_serves_the_aarch64_torch_an_aarch64_lock_pins(onnx_mlp, tmp_path):
+    try:
+        socket.getaddrinfo("download.pytorch.org", 443)
+    except OSError:
+        pytest.skip("download.pytorch.org cannot be reached from here")
+    lines = lock_for([("a", _needs_torch(onnx_mlp))], A64).lines()
+    torch_pin = [line for line in lines if line.startswith("torch==")]
+    done = _resolves(torch_pin, tmp_path, "--index-url", PYTORCH_INDEX + "cpu")
+    assert done.returncode == 0, done.stderr
 
 
 def test_native_code_of_another_platform_is_refused_before_any_download(onnx_mlp, tmp_path,
