@@ -40,6 +40,10 @@ _BUILTIN = {
     "torch": "runtime.executors.torch_fallback:TorchFallbackExecutor",
     "tvm": "runtime.executors.tvm:TvmExecutor",
 }
+# What the built-in kinds on torch declare (arrays, array_packages, portable), answered
+# without importing their modules, which import torch: `exporter inspect` asks it.
+# tests/runtime/test_executor_registry.py checks it against the classes.
+_TORCH_KINDS = {"aoti": (False, (), False), "torch": (False, (), True)}
 # kind -> its loader, or "module:attribute" / "module" until first used
 _KINDS: dict[str, ExecutorKind | str] = dict(_BUILTIN)
 # Two threads loading artifacts may resolve a kind at once; reentrant, since a plug-in's
@@ -82,23 +86,29 @@ def array_packages(partition: Partition) -> tuple[str, ...] | None:
     executor declares (``arrays = True``, ``array_packages``); None when it runs on torch
     tensors, or cannot be imported here (a kind whose module needs torch, where torch is
     missing: it needs torch; an unknown kind: ``create_executor`` says so)."""
-    try:
-        loader = _loader(partition, where="")
-    except CompatibilityError:
-        return None
-    return tuple(getattr(loader, "array_packages", ())) if getattr(loader, "arrays", False) \
-        else None
+    arrays, packages, _ = _declared(partition)
+    return packages if arrays else None
 
 
 def holds_native_code(partition: Partition) -> bool:
     """Whether the partition's files hold code compiled for one platform, so the loader
     checks the artifact's platform and CPU: true unless its kind declares ``portable =
     True`` (a kind that cannot be imported here counts as native, the safe side)."""
+    return not _declared(partition)[2]
+
+
+def _declared(partition: Partition) -> tuple[bool, tuple[str, ...], bool]:
+    """(arrays, array_packages, portable) as the partition's kind declares them; a kind
+    that cannot be imported here runs on torch and counts as native."""
+    if partition.backend in _TORCH_KINDS and _KINDS.get(partition.backend) == _BUILTIN.get(
+            partition.backend):  # the built-in, not a replacement registered since
+        return _TORCH_KINDS[partition.backend]
     try:
         loader = _loader(partition, where="")
     except CompatibilityError:
-        return True
-    return not getattr(loader, "portable", False)
+        return False, (), False
+    return (bool(getattr(loader, "arrays", False)), tuple(getattr(loader, "array_packages", ())),
+            bool(getattr(loader, "portable", False)))
 
 
 def parse_meta(partition: Partition, *, where: str) -> PartitionMeta:

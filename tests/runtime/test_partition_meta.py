@@ -302,3 +302,16 @@ def test_onnxruntime_executor_hands_program_its_plain_function(tmp_path):
     report = execute.report()
     assert report["used"] == ["CPUExecutionProvider"] and "placement" in report
     assert execute.session.get_inputs()[0].name == "x"  # what `exporter bench` reads
+
+
+def test_the_torch_kinds_declarations_known_without_importing_them_match_their_classes():
+    """inspect and the bundle's lock read a kind's declarations before torch is imported;
+    the static answer for the built-in torch kinds must be what the classes say."""
+    from runtime.executors import _TORCH_KINDS, _resolve
+    for kind, declared in _TORCH_KINDS.items():
+        partition = Partition(name="p0", backend=kind, device="cpu", files=[], inputs=[],
+                              outputs=[], meta={})
+        loader = _resolve(kind, executors._BUILTIN[kind], partition, "")
+        assert declared == (bool(getattr(loader, "arrays", False)),
+                            tuple(getattr(loader, "array_packages", ())),
+                            bool(getattr(loader, "portable", False))), kind

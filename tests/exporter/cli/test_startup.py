@@ -140,3 +140,14 @@ def test_the_command_list_matches_each_commands_own_summary_and_module():
 def test_a_mistyped_command_is_told_its_near_name_without_importing_the_commands(ran):
     typo = _exporter_without_torch(ran, "bulid", "zoo:mlp")
     assert typo.returncode == 2 and "Did you mean 'build'?" in typo.stderr, typo.stderr
+
+
+def test_inspect_of_a_cpu_artifact_says_it_needs_torch_without_importing_it(ran, mlp_build):
+    """A compiled (aoti) artifact's summary names torch among its needs; knowing that
+    takes no torch import (torch takes seconds to start)."""
+    loaded = _modules_after(ran, "inspect", str(mlp_build.artifact))
+    assert "torch" not in loaded
+    summary = _exporter_without_torch(ran, "inspect", str(mlp_build.artifact))
+    assert summary.returncode == 0, summary.stderr
+    assert "target cpu" in summary.stdout and "native code (aoti)" in summary.stdout
+    assert "runs without torch" not in summary.stdout
