@@ -1,10 +1,12 @@
 """What both bundles (exporter/ship/bundle.py, native_bundle.py) write the same way: the
 SHA-256 of each member, the SHA256SUMS that lists them, and the tar itself, members
-sorted with fixed times and modes, so the same members give the same tar stream.
+sorted with fixed times and modes, under a gzip header without a time or a file name, so
+the same members give the same bytes.
 """
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import io
 import tarfile
@@ -36,8 +38,10 @@ def write_tar(out: Path, folder: str, members: Members,
               executable: Callable[[str], bool]) -> None:
     """``out``, a .tar.gz of ``members`` under ``folder``/, written whole or not at all;
     a member is mode 755 where ``executable(member)`` says so, else 644."""
-    with written_whole(out) as partial, \
-            tarfile.open(partial, "w:gz", format=tarfile.PAX_FORMAT) as tar:
+    # tarfile's "w:gz" would put the write time and the temporary file's name in the header
+    with written_whole(out) as partial, partial.open("wb") as raw, \
+            gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as zipped, \
+            tarfile.open(fileobj=zipped, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for member, data in sorted(members.items()):
             info = tarfile.TarInfo(f"{folder}/{member}")
             info.mtime = FIXED_MTIME
