@@ -54,6 +54,21 @@ def gpt2_small_next_token():
     return model, (ids[:, :1],)
 
 
+def convnext_tiny():
+    import torchvision
+    _seeded()
+    return (torchvision.models.convnext_tiny(weights=None).eval(),
+            (torch.randn(1, 3, 224, 224),))
+
+
+def deit_small():
+    """timm's DeiT-S (patch 16, 224), random weights."""
+    import timm
+    _seeded()
+    return (timm.create_model("deit_small_patch16_224", pretrained=False).eval(),
+            (torch.randn(1, 3, 224, 224),))
+
+
 def _image(model):  # ImageNet heads (1000 labels), one 224x224 image
     return model.eval(), (torch.randn(1, 3, 224, 224),)
 
@@ -94,6 +109,8 @@ SUITE = {
     "resnet50": "bench/models.py:resnet50",
     "mobilenet_v3_large": "bench/models.py:mobilenet_v3_large",
     "vit_b_16": "bench/models.py:vit_b_16",
+    "deit_small": "bench/models.py:deit_small",
+    "convnext_tiny": "bench/models.py:convnext_tiny",
     "bert_base": "bench/models.py:bert_base",
     "gpt2_small": "bench/models.py:gpt2_small",
 }

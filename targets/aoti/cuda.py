@@ -14,6 +14,8 @@ from runtime.format.manifest import Requirements
 from targets.aoti.base import AotiGeneration, AotiPackaging, AOTInductorTarget, AotiTooling
 from targets.aoti.card import CUDA, CUDA_RECIPES, gpu_here
 from targets.aoti.kernel_timing import host_independent_kernel_timing
+from targets.aoti.passes.aligned_linears import LinearsAlignedByPadding
+from targets.aoti.passes.patch_convs import PatchConvsAsMatmuls
 from targets.aoti.passes.row_linears import SingleRowLinearsAsReductions
 from targets.base import (
     ABSENT,
@@ -54,8 +56,15 @@ class CudaTarget(AOTInductorTarget):
 
     def default_passes(self, options: LowerOptions) -> list:
         passes = super().default_passes(options)
+        if not options.fuse:
+            return passes
+        # GEMMs cuBLAS runs well in place of a patch convolution and of an unaligned head;
+        # padding makes a new weight, which only builds that fold their weights can hold
+        gemms = [PatchConvsAsMatmuls()]
+        if not options.shared_weights:
+            gemms.append(LinearsAlignedByPadding())
         # last, after --quantize: its linears keep their own kernels (passes/row_linears.py)
-        return [*passes, SingleRowLinearsAsReductions()] if options.fuse else passes
+        return [*passes, *gemms, SingleRowLinearsAsReductions()]
 
     def lowering_fixes(self, options: LowerOptions) -> contextlib.AbstractContextManager:
         # Coordinate-descent tuning (below) then times each candidate with the host out

@@ -1,0 +1,104 @@
+"""A patch-embedding convolution (kernel = stride, no padding) as one GEMM over the patches.
+
+    before: y = conv2d(x, W, b, stride=(kh, kw))                 x: [N, C, H, W]
+    after:  p = x.view(N, C, H/kh, kh, W/kw, kw).permute(0, 2, 4, 1, 3, 5)
+            y = linear(p.reshape(-1, C*kh*kw), W.view(O, -1), b).view(N, H/kh, W/kw, O)
+                .permute(0, 3, 1, 2)
+
+Patches that do not overlap are a reshape of the image, so the convolution is a matrix
+product of (patches x C*kh*kw) by (C*kh*kw x O). cuDNN runs a ViT's 16x16/16 stem at batch
+1 as an implicit-GEMM convolution with layout conversions around it, many times the
+GEMM's own time (bench/cuda_gap.py profiles it); cuBLAS takes the product as a GEMM.
+Rows and columns a strided convolution never reaches are sliced off first, as it skips
+them. Only static image sizes, plain float weights and groups 1.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.export import ExportedProgram
+
+from passes.base import PassResult
+from passes.graph.rewrite import attribute, rewrite_and_recapture
+
+_CONV2D = torch.ops.aten.conv2d.default
+_CONVOLUTION = torch.ops.aten.convolution.default
+
+
+class PatchConvsAsMatmuls:
+    name = "patch_convs_as_matmuls"
+    required = False
+
+    def __call__(self, program: ExportedProgram) -> PassResult:
+        return rewrite_and_recapture(program, _rewrite_all, "convs_rewritten")
+
+
+def patch_conv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
+               ) -> torch.Tensor:
+    """``conv2d(x, weight, bias, stride=kernel)`` as a GEMM over the image's patches."""
+    n, c, h, w = x.shape
+    out, _, kh, kw = weight.shape
+    hp, wp = h // kh, w // kw
+    if (hp * kh, wp * kw) != (h, w):
+        x = x[:, :, :hp * kh, :wp * kw]
+    patches = x.reshape(n, c, hp, kh, wp, kw).permute(0, 2, 4, 1, 3, 5)
+    y = torch.nn.functional.linear(patches.reshape(n * hp * wp, c * kh * kw),
+                                   weight.reshape(out, c * kh * kw), bias)
+    return y.reshape(n, hp, wp, out).permute(0, 3, 1, 2)
+
+
+def _rewrite_all(module: torch.fx.GraphModule) -> dict:
+    rewritten = 0
+    for node in list(module.graph.nodes):
+        args = _patch_conv_args(module, node)
+        if args is None:
+            continue
+        with module.graph.inserting_before(node):
+            replacement = module.graph.call_function(patch_conv, args)
+        replacement.meta = dict(node.meta)
+        node.replace_all_uses_with(replacement)
+        module.graph.erase_node(node)
+        rewritten += 1
+    module.recompile()
+    return {"convs_rewritten": rewritten}
+
+
+def _patch_conv_args(module: torch.fx.GraphModule, node: torch.fx.Node) -> tuple | None:
+    """(x, weight, bias) where ``node`` is a 2-D convolution over non-overlapping patches."""
+    if node.op != "call_function" or node.target not in (_CONV2D, _CONVOLUTION):
+        return None
+    if node.target is _CONVOLUTION:
+        x, weight, bias, stride, padding, dilation, transposed, _, groups = node.args
+        if transposed:
+            return None
+    else:
+        names = ("input", "weight", "bias", "stride", "padding", "dilation", "groups")
+        given = {**dict(zip(names, node.args)), **node.kwargs}
+        x, weight, bias = given["input"], given["weight"], given.get("bias")
+        stride, padding = given.get("stride", [1]), given.get("padding", [0])
+        dilation, groups = given.get("dilation", [1]), given.get("groups", 1)
+    value = x.meta.get("val") if isinstance(x, torch.fx.Node) else None
+    w = attribute(module, weight)
+    if value is None or value.dim() != 4 or w is None or w.dim() != 4 or groups != 1:
+        return None
+    if not all(isinstance(d, int) for d in value.shape) or not _plain_float(w):
+        return None
+    kernel = list(w.shape[2:])
+    if kernel == [1, 1] or _pair(stride) != kernel or any(_pair(padding)) \
+            or _pair(dilation) != [1, 1]:
+        return None
+    if value.shape[2] < kernel[0] or value.shape[3] < kernel[1]:
+        return None
+    if bias is not None and attribute(module, bias) is None:
+        return None
+    return (x, weight, bias)
+
+
+def _pair(value) -> list:
+    value = list(value) if isinstance(value, (list, tuple)) else [value]
+    return value * 2 if len(value) == 1 else value
+
+
+def _plain_float(weight: torch.Tensor) -> bool:
+    return (type(weight) in (torch.Tensor, torch.nn.Parameter)
+            and weight.dtype in (torch.float16, torch.bfloat16, torch.float32))
