@@ -2,7 +2,7 @@
 
 int8-static / int8-dynamic: PT2E with ExecuTorch's own XNNPACKQuantizer, whose
 annotations are the quantize/dequantize patterns XNNPACK's partitioner takes into its
-delegate (int8 convolutions, linears, adds, ...). The flow (prepare, calibrate, convert,
+delegate (int8 convolutions, linears, adds, ...; int8-dynamic: linears only). The flow (prepare, calibrate, convert,
 re-capture) is passes/quantize/quantize.py's, as on every PT2E target.
 
     before: linear(x, w: f32)
@@ -32,10 +32,10 @@ RECIPES = {
                    "into XNNPACK's int8 kernels; embeddings int8 per row (ExecuTorch's "
                    "embedding_byte kernel)",
     "int8-dynamic": "PT2E, ExecuTorch's XNNPACKQuantizer (symmetric, dynamic): int8 "
-                    "per-channel weights for linears and for convolutions without a ReLU "
-                    "after them (its conv_relu pattern is static only), activations "
-                    "quantized per call (XNNPACK's qd8 kernels); embeddings int8 per row "
-                    "(ExecuTorch's embedding_byte kernel)",
+                    "per-channel weights for linears, activations quantized per call "
+                    "(XNNPACK's qd8 kernels); convolutions stay float (XNNPACK's "
+                    "dynamically quantized convolutions fail at execute in ExecuTorch "
+                    "1.5); embeddings int8 per row (ExecuTorch's embedding_byte kernel)",
     "int4-weight": "8-bit activations, 4-bit weights (8da4w, as ExecuTorch's LLM export): "
                    f"torchao Int8DynamicActivationIntxWeightConfig, int4 linear weights "
                    f"in symmetric groups of {INT4_GROUP}, activations int8 per token per "
@@ -49,8 +49,11 @@ class XnnpackQuantization(Quantization):
         from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
             get_symmetric_quantization_config,
         )
-        config = get_symmetric_quantization_config(is_per_channel=True,
-                                                   is_dynamic=recipe == "int8-dynamic")
+        dynamic = recipe == "int8-dynamic"
+        config = get_symmetric_quantization_config(is_per_channel=True, is_dynamic=dynamic)
+        if dynamic:  # linears only: a qd8 convolution's delegate failed at execute
+            return _float_scalars_quantizer().set_operator_type(
+                torch.ops.aten.linear.default, config)
         return _float_scalars_quantizer().set_global(config)
 
     def layer_config(self, recipe: str) -> Configure | None:

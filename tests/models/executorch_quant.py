@@ -19,3 +19,23 @@ class ShiftedLookup(torch.nn.Module):
 def shifted_lookup():
     torch.manual_seed(0)
     return ShiftedLookup().eval(), (torch.randint(0, 20, (2, 6)),)
+
+
+class ConvHead(torch.nn.Module):
+    """A padded convolution without an activation after it (Hugging Face MobileNetV2's
+    TensorFlow-style padding), then a linear head: XNNPACKQuantizer's dynamic recipe
+    annotates both kinds."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 8, 3, stride=2)
+        self.head = torch.nn.Linear(8, 4)
+
+    def forward(self, image):
+        padded = torch.nn.functional.pad(image, (0, 1, 0, 1))
+        return self.head(self.conv(padded).mean((2, 3)))
+
+
+def conv_head():
+    torch.manual_seed(0)
+    return ConvHead().eval(), (torch.randn(2, 3, 9, 9),)

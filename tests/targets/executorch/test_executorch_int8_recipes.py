@@ -1,5 +1,7 @@
 """executorch's PT2E int8 recipes on graphs ExecuTorch's XNNPACKQuantizer mishandles:
-integer maths with scalars (BERT's attention mask at sequence 128)."""
+integer maths with scalars (BERT's attention mask at sequence 128), and dynamically
+quantized convolutions after a pad (Hugging Face MobileNetV2), which XNNPACK's delegate
+refused at execute."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ import torch
 
 import runtime
 from exporter.validation.gates import compare_quantized
-from tests.models.executorch_quant import shifted_lookup
+from tests.models.executorch_quant import conv_head, shifted_lookup
 
 pytest.importorskip("executorch")
 QUANT = "tests/models/executorch_quant.py"
@@ -59,3 +61,29 @@ def test_integer_index_maths_builds_and_validates_at_int8_on_executorch(tmp_path
     model, _ = shifted_lookup()
     with torch.no_grad():
         assert compare_quantized(runtime.load(out)(ids), model(ids), 20.0, 0.99)["passed"]
+
+
+def test_int8_dynamic_keeps_convolutions_float_and_quantizes_linears():
+    """XNNPACK's dynamically quantized convolution behind a pad failed at execute
+    (ExecuTorch error 0x1, 'Propagating input shapes failed'): HF MobileNetV2 int8-dynamic
+    built and then died in validation. The recipe annotates linears only."""
+    model, args = conv_head()
+    info = _quantize(torch.export.export(model, args), "int8-dynamic").info
+    assert info["layers_quantized"] == ["head:linear"]
+    assert [row["layer"] for row in info["layers_float"]] == ["conv:conv2d"]
+    assert "convolutions stay float" in info["how"]
+
+
+def test_a_padded_convolution_builds_and_runs_at_int8_dynamic_on_executorch(tmp_path, cli):
+    out = tmp_path / "conv-head-int8-dynamic.artifact"
+    result = cli("build", f"{QUANT}:conv_head", "--target", "executorch", "--out", str(out),
+                 "--json", "--quantize", "int8-dynamic")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert json.loads(result.stdout)["validation"]["passed"] is True
+    placement = runtime.read_manifest(out).partitions[0].meta["placement"]
+    assert placement["aten.convolution.default"] == {"XNNPACK": 1}
+    assert placement["aten.linear.default"] == {"XNNPACK": 1}
+    image = torch.randn(2, 3, 9, 9)
+    model, _ = conv_head()
+    with torch.no_grad():
+        assert compare_quantized(runtime.load(out)(image), model(image), 20.0, 0.99)["passed"]
