@@ -59,12 +59,9 @@ class CudaTarget(AOTInductorTarget):
         if not options.fuse:
             return passes
         # GEMMs cuBLAS runs well in place of a patch convolution and of an unaligned head;
-        # padding makes a new weight, which only builds that fold their weights can hold
-        gemms = [PatchConvsAsMatmuls()]
-        if not options.shared_weights:
-            gemms.append(LinearsAlignedByPadding())
         # last, after --quantize: its linears keep their own kernels (passes/row_linears.py)
-        return [*passes, *gemms, SingleRowLinearsAsReductions()]
+        return [*passes, PatchConvsAsMatmuls(), LinearsAlignedByPadding(),
+                SingleRowLinearsAsReductions()]
 
     def lowering_fixes(self, options: LowerOptions) -> contextlib.AbstractContextManager:
         # Coordinate-descent tuning (below) then times each candidate with the host out

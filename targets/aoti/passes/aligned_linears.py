@@ -8,8 +8,8 @@ With an output row stride that is not 16-byte aligned, cuBLAS can only use its
 alignment-1 kernels, which run a vocabulary head many times slower than the aligned
 GEMM of the padded width. The padded weight is a new constant made here, so nothing is
 padded at run time; embedding lookups of a tied weight read it too (their ids stay under
-N), so the artifact holds one copy. Only where weights are folded into the library
-(not generating builds, whose weights the runtime shares as the model's own tensors).
+N), so the artifact holds one copy (a generating build's entry points share it: their
+weight store is keyed by content).
 """
 
 from __future__ import annotations

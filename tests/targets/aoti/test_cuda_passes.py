@@ -71,7 +71,7 @@ def test_unaligned_head_reads_one_padded_copy_shared_with_its_tied_embedding():
         torch.testing.assert_close(got, want)
 
 
-def test_cuda_target_pads_only_where_weights_are_folded(tmp_path):
+def test_cuda_target_rewrites_gemms_before_the_single_row_linears(tmp_path):
     from targets import get_target
     from targets.base import LowerOptions
     cuda = get_target("cuda")
@@ -79,6 +79,5 @@ def test_cuda_target_pads_only_where_weights_are_folded(tmp_path):
     def names(**options) -> list[str]:
         return [p.name for p in cuda.default_passes(LowerOptions(tmp_path, **options))]
     assert {"patch_convs_as_matmuls", "linears_aligned_by_padding"} <= set(names())
-    assert "linears_aligned_by_padding" not in names(shared_weights=True)
     assert "patch_convs_as_matmuls" not in names(fuse=False)
     assert names()[-1] == "single_row_linears_as_reductions"
