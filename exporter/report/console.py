@@ -65,7 +65,7 @@ def print_build(console: Console, result, verbose: bool = False) -> None:
     """What was built, in one line per stage's result; ``verbose``: every term."""
     manifest: Manifest = result.manifest
     size = Path(result.artifact).stat().st_size
-    console.print(f"[bold]built[/bold] {result.artifact} ({size / 1e6:.2f} MB) "
+    console.print(f"[bold]built[/bold] {result.artifact} ({file_size(size)}) "
                   f"for target [bold]{manifest.target}[/bold], platform "
                   f"{manifest.requirements.platform_name}")
     console.print(loads_on_line(manifest), markup=False, highlight=False)
@@ -221,6 +221,11 @@ def memory_summary(manifest: Manifest, measured: dict | None = None) -> list[str
 
 def _mb(size: int) -> str:
     return f"{size / 1e6:.3f} MB"
+
+
+def file_size(size: int) -> str:
+    """A file's size as people read it: ``2.9 kB`` (a small model read "0.00 MB"), ``1.65 MB``."""
+    return f"{size / 1e3:.1f} kB" if size < 1e6 else f"{size / 1e6:.2f} MB"
 
 
 def quantization_lines(manifest: Manifest) -> list[str]:

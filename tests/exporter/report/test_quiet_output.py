@@ -45,3 +45,12 @@ def test_inspect_says_an_onnx_artifact_runs_without_torch(onnx_mlp, mlp_build):
     assert "runs without torch" in line and not line.startswith("built for: linux-x86_64, torch")
     cpu = _printed(print_manifest, mlp_build.manifest, "m", verbose=False)
     assert "runs without torch" not in cpu and ", torch " in cpu
+
+
+def test_a_small_artifacts_size_reads_in_kilobytes_not_as_zero_megabytes(onnx_mlp):
+    from exporter.report.console import file_size
+    assert file_size(2_900) == "2.9 kB" and file_size(1_650_000) == "1.65 MB"
+    result = type("Built", (), {"artifact": onnx_mlp, "measured": {},
+                                "manifest": runtime.read_manifest(onnx_mlp)})()
+    built = _printed(print_build, result, verbose=False).splitlines()[0]
+    assert " kB) for target onnx" in built and "0.00 MB" not in built
