@@ -47,7 +47,8 @@ from targets.tvm import cross
 from targets.card import install_command
 from targets.tvm.card import TVM, TvmOptions, llvm_target, tvm_here
 from targets.tvm.locate import native_stderr_to_log
-from targets.tvm.passes.wrap_negative_indices import WrapNegativeIndices
+from targets.tvm.passes.wrap_negative_indices import (WrapNegativeIndices,
+                                                      negative_select_on_a_dynamic_dim)
 
 log = logging.getLogger(__name__)
 
@@ -122,6 +123,9 @@ class TvmTarget(Target):
                 return Support(False, f"{op.name()}: TVM's importer converts aten ops only")
             if name in _CHECKS:
                 return Support(True, "runtime check; dropped on import")
+            if negative_select_on_a_dynamic_dim(node):
+                return Support(False, "select at a negative index of a dynamic dim: TVM's "
+                               "take reads out of bounds there")
             if name in converter_keys():
                 return Support(True, f"TVM converter for {name}")
             # from_exported_program runs run_decompositions() first, which applies the

@@ -5,7 +5,10 @@ wrapping them (TVM's ``take`` in its "fast" mode reads out of bounds on -1).
 value heads that way); torch.export keeps the -2 as a constant index tensor, and TVM
 returned garbage for it (Falcon's logits off by 0.9). Each index tensor of
 ``aten.index.Tensor`` is wrapped as ``where(i < 0, i + size, i)``: the same values for
-valid indices, three cheap elementwise ops, and correct on any backend.
+valid indices, three cheap elementwise ops, and correct on any backend. ``aten.select.int``
+with a negative index (``x[:, -1]``, BigBird's last block) imports as the same ``take``:
+its index becomes ``index + size`` where the size is static (a dynamic one keeps the op
+off TVM: target.py's ``supports``).
 
     before: index(x, [None, idx])                       idx = [-2]
     after:  index(x, [None, where(idx < 0, idx + x.size(1), idx)])
@@ -28,6 +31,8 @@ class WrapNegativeIndices:
     def __call__(self, program: ExportedProgram) -> PassResult:
         graph, count = program.graph, 0
         for node in list(graph.nodes):
+            if node.op == "call_function" and node.target is aten.select.int:
+                count += _select_from_the_front(node)
             if node.op != "call_function" or node.target is not aten.index.Tensor:
                 continue
             source, indices = node.args[0], list(node.args[1])
@@ -43,6 +48,28 @@ class WrapNegativeIndices:
         if count:
             program.graph_module.recompile()
         return PassResult(program, modified=bool(count), info={"indices_wrapped": count})
+
+
+def _select_from_the_front(node: torch.fx.Node) -> int:
+    """``select(x, dim, -k)`` as ``select(x, dim, size - k)`` where the size is static."""
+    source, dim, index = node.args[:3]
+    value = source.meta.get("val")
+    if value is None or not isinstance(index, int) or index >= 0 or \
+            not isinstance(value.shape[dim], int):
+        return 0
+    size = value.shape[dim]
+    node.args = (source, dim, index + size, *node.args[3:])
+    return 1
+
+
+def negative_select_on_a_dynamic_dim(node: torch.fx.Node) -> bool:
+    """A select this pass cannot make non-negative: its dim's size is only known at run time."""
+    if node.target is not aten.select.int:
+        return False
+    source, dim, index = node.args[:3]
+    value = source.meta.get("val")
+    return isinstance(index, int) and index < 0 and value is not None and \
+        not isinstance(value.shape[dim], int)
 
 
 def _wrapped(graph: torch.fx.Graph, before: torch.fx.Node, index: torch.fx.Node,

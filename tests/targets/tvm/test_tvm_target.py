@@ -8,6 +8,7 @@ import json
 
 import numpy as np
 import pytest
+import torch
 
 import runtime
 from exporter.model.zoo import ZOO
@@ -132,3 +133,23 @@ def test_weight_only_value_from_a_fallback_partition_is_a_constant(monkeypatch, 
     assert set(backends) == {"torch", "tvm"} and list(backends["tvm"].inputs) == ["input_ids"]
     assert result.manifest.validation["passed"]
     assert_zoo_artifact_matches_eager(out, "decoder")
+
+
+class _LastRows(torch.nn.Module):
+    def forward(self, x):
+        return x.select(2, -2) * 2.0, x[-1] + 1.0  # dim 2 static, dim 0 (batch) dynamic
+
+
+def test_a_select_at_a_negative_index_reads_that_row_not_memory_past_it(tmp_path):
+    """TVM imports select(x, dim, -k) as a take that reads out of bounds (BigBird's last
+    block: 0.05 off and NaN): a static dim's index is made positive, a dynamic one's
+    select runs on the CPU fallback, named; the build validates either way."""
+    import exporter
+    from torch.export import Dim
+    x = torch.randn(4, 3, 5)
+    built = exporter.build(_LastRows(), (x,), target="tvm", out=tmp_path / "rows.artifact",
+                           dynamic_shapes=({0: Dim("batch", min=2, max=8)},))
+    assert built.manifest.validation["passed"]
+    placed = {(row["op"], row["backend"]): row["reason"] for row in built.manifest.coverage}
+    assert ("aten.select.int", "tvm") in placed
+    assert "negative index of a dynamic dim" in placed[("aten.select.int", "torch")]
