@@ -8,8 +8,10 @@ named x86-64 level instead, so the requirement is a known list of
 
 from __future__ import annotations
 
+import functools
 import platform
 import re
+import subprocess
 from dataclasses import dataclass
 
 from runtime.host.hostinfo import cpu_flags
@@ -64,9 +66,37 @@ def resolve(requested: str) -> IsaLevel | None:
 def inductor_configs(level: IsaLevel | None) -> dict:
     if level is None:
         return {}
+    # Inductor picks its vector ISA from /proc/cpuinfo, then compiles and runs a probe per
+    # ISA (ten compiles on a cold cache); a compiler that takes every ISA's flags makes the
+    # probes say nothing new, and the build's validation runs the library anyway.
+    probes = {"cpp.vec_isa_ok": True} if _compiler_takes_every_isa() else {}
     if not _inductor_takes_march():
-        return {"cpp.simdlen": level.simdlen}
-    return {"cpp.simdlen": level.simdlen, "cpp.march": level.march}
+        return {"cpp.simdlen": level.simdlen, **probes}
+    return {"cpp.simdlen": level.simdlen, "cpp.march": level.march, **probes}
+
+
+@functools.cache
+def _compiler_takes_every_isa() -> bool:
+    """GCC 12 and clang 14 know every -m flag of Inductor's x86 ISAs (AMX, AVX512-FP16)."""
+    from targets.toolchain import choose_cxx
+
+    compiler = choose_cxx().compiler
+    if compiler is None:
+        return False
+    try:
+        text = subprocess.run([compiler, "--version"], capture_output=True, text=True,
+                              timeout=30, check=False).stdout
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return knows_every_isa(text.splitlines()[0] if text else "")
+
+
+def knows_every_isa(version_line: str) -> bool:
+    """From a compiler's first ``--version`` line: GCC 12 or later, clang 14 or later."""
+    found = re.search(r"(clang|g\+\+|gcc)[^\n]*?\s(\d+)\.\d+", version_line)
+    if not found:
+        return False
+    return int(found.group(2)) >= (14 if found.group(1) == "clang" else 12)
 
 
 def required_flags(level: IsaLevel | None) -> tuple[str, tuple[str, ...]]:

@@ -252,10 +252,23 @@ def test_a_torch_without_cpp_march_builds_for_this_host(monkeypatch):
     level = cpu_isa.X86_LEVELS["avx2"]
     assert cpu_isa.inductor_configs(level)["cpp.march"] == "x86-64-v3"  # this torch has it
     monkeypatch.setattr(cpu_isa, "_inductor_takes_march", lambda: False)
+    monkeypatch.setattr(cpu_isa, "_compiler_takes_every_isa", lambda: False)
     assert cpu_isa.inductor_configs(level) == {"cpp.simdlen": 256}
     name, flags = cpu_isa.required_flags(level)
     assert flags == tuple(sorted(cpu_flags() or ()))
     assert name == platform.machine()  # the host's own ISA: -march=native
+
+
+@pytest.mark.parametrize("line, knows", [
+    ("g++ (Debian 12.2.0-14+deb12u1) 12.2.0", True),
+    ("g++ (Ubuntu 11.4.0-1ubuntu1~22.04) 11.4.0", False),  # no AVX512-FP16 flag
+    ("Debian clang version 14.0.6", True), ("clang version 13.0.1", False),
+    ("icpx (ICX) 2024.0.0", False)])
+def test_isa_probes_are_skipped_only_with_a_compiler_that_takes_every_isa(line, knows):
+    """Inductor's compile-and-run probe of each vector ISA is skipped (the ISA comes from
+    /proc/cpuinfo) only where the compiler knows every ISA's flags."""
+    from targets import cpu_isa
+    assert cpu_isa.knows_every_isa(line) is knows
 
 
 def test_a_validation_process_that_raised_is_quoted_by_its_exception_not_its_frames():
