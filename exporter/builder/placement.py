@@ -14,6 +14,7 @@ from torch.export import ExportedProgram
 from exporter.errors import UserInputError
 from exporter.model.source_lines import source_line
 from passes.graph.cost import op_costs
+from passes.graph.ops import op_label
 from plan.partition import PlannedPartition, is_shape_node, plan_partitions
 from targets import FallbackPolicy, Support, Target
 from targets.fallback import FALLBACK_BACKEND
@@ -70,7 +71,7 @@ def place(program: ExportedProgram, target: Target, min_partition_size: int,
                       f"--min-partition-size {min_partition_size}")
         else:
             backend, device, reason = FALLBACK_BACKEND, "cpu", support.reason
-        coverage.append({"node": node.name, "op": str(node.target), "partition": plan.name,
+        coverage.append({"node": node.name, "op": op_label(node.target), "partition": plan.name,
                          "backend": backend, "device": device, "supported": support.ok,
                          "reason": reason, "source": source_line(node),
                          **costs.get(node.name, {})})

@@ -191,7 +191,8 @@ def _program_placement(manifest: Manifest) -> str:
 
 
 def _op_kind(op: str) -> str:
-    """aten.linear.default -> linear; <built-in function getitem> -> getitem."""
+    """aten.linear.default -> linear; operator.getitem (or, in older artifacts,
+    <built-in function getitem>) -> getitem."""
     builtin = re.fullmatch(r"<built-in function (\w+)>", op)
     if builtin:
         return builtin.group(1)

@@ -25,6 +25,7 @@ import runtime
 from exporter.model.source_lines import source_line
 from exporter.validation.gates import Tolerance, compare_output, nonfinite_text
 from exporter.validation.inputs import Case
+from passes.graph.ops import op_label
 from plan.partition import node_values, value_names
 from runtime.format.manifest import Manifest
 from targets import for_backend
@@ -135,7 +136,7 @@ def look_inside(artifact: Path, manifest: Manifest, target, partition,
             node = nodes[name]
             origin = (node.meta.get("from_node") or [None])[0]
             source = sources.get(getattr(origin, "name", None)) or source_line(node)
-            return {"value": name, "backend_op": backend_op, "op": str(node.target),
+            return {"value": name, "backend_op": backend_op, "op": op_label(node.target),
                     "source": source, "compared": len(produced),
                     "backend": partition.backend, **judged}
     return {"compared": len(produced), "diverges": False, "backend": partition.backend}
