@@ -26,7 +26,7 @@ from exporter.errors import UserInputError
 from exporter.model.cast import CastModel
 from exporter.model.hf_spec import HfOptions
 from exporter.model.spec import load_spec
-from exporter.report.speed import unstable
+from exporter.report.speed import busy_machine, unstable
 from exporter.validation.inputs import load_input_file
 from exporter.progress import (ProgressCallback, StageHook, callback_stage, logged,
                                quiet_stage)
@@ -117,7 +117,7 @@ def bench(artifact: str | Path, *, model: str | None = None,
                          for name, t in results["timings"].items() if name != "artifact"}
     results["speedups"] = {name: t["median_ms"] / art
                            for name, t in results["timings"].items() if name != "artifact"}
-    results["warnings"] = unstable(results["timings"])
+    results["warnings"] = unstable(results["timings"]) + busy_machine(device)
     return results
 
 

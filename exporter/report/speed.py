@@ -8,6 +8,8 @@ generating one. Its ``ratios`` keep their older, per-kind meaning for readers of
 
 from __future__ import annotations
 
+import os
+
 # p90 past this many medians: the timings are too noisy to compare (another job ran)
 UNSTABLE_P90 = 2.0
 
@@ -43,3 +45,18 @@ def unstable(timings: dict[str, dict]) -> list[str]:
             "process was likely busy); run again on a quiet machine, or with more --runs"
             for name, t in timings.items()
             if t.get("median_ms") and t.get("p90_ms", 0) > UNSTABLE_P90 * t["median_ms"]]
+
+
+def busy_machine(device: str) -> list[str]:
+    """A warning when other processes held the CPU cores during a CPU bench: OpenMP code
+    (eager torch, AOTInductor) waits at every barrier on a thread that lost its core, so
+    a ratio against it says more about the load than about the model."""
+    if device != "cpu" or not hasattr(os, "getloadavg"):
+        return []
+    load, cores = os.getloadavg()[0], len(os.sched_getaffinity(0))
+    if load <= cores:
+        return []
+    return [f"the machine was busy (load average {load:.1f} on {cores} cores): OpenMP code "
+            "such as eager torch slows far more than the rest under load, so these ratios may "
+            "not hold on a quiet machine; run again when it is idle, or pin threads "
+            "(OMP_NUM_THREADS) below the idle cores"]

@@ -3,9 +3,11 @@ the bench, the matrix and the report; noisy timings flagged; no negative residua
 
 from __future__ import annotations
 
+import os
+
 from exporter.matrix import tables
 from exporter.report.perf import _around
-from exporter.report.speed import phrase, speedups, unstable
+from exporter.report.speed import busy_machine, phrase, speedups, unstable
 
 
 def test_speedups_read_as_faster_or_slower_than_the_baseline():
@@ -26,6 +28,18 @@ def test_a_p90_far_past_the_median_is_warned_as_unstable():
                "eager": {"median_ms": 1.14, "p90_ms": 91.0}}
     (warning,) = unstable(timings)
     assert warning.startswith("eager's timings are unstable") and "80" in warning
+
+
+def test_a_cpu_bench_on_a_busy_machine_says_its_ratios_may_not_hold(monkeypatch):
+    """Eager torch's OpenMP threads wait on each other when other processes hold the cores
+    (240 ms instead of 3 ms: "545x faster than eager"); the bench says the machine was busy."""
+    monkeypatch.setattr(os, "getloadavg", lambda: (6.0, 5.0, 4.0))
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    (warning,) = busy_machine("cpu")
+    assert "busy (load average 6.0 on 2 cores)" in warning and "OMP_NUM_THREADS" in warning
+    assert busy_machine("cuda") == []  # GPU times are CUDA events: the CPU's load is not in them
+    monkeypatch.setattr(os, "getloadavg", lambda: (1.5, 1.0, 1.0))
+    assert busy_machine("cpu") == []
 
 
 def test_partitions_slower_than_the_artifact_leave_no_negative_time():
