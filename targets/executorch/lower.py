@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 import torch
 from torch.export import ExportedProgram
 
+from targets.executorch.xnnpack_guards import partitioner_configs
+
 log = logging.getLogger(__name__)
 
 PROGRAM_NAME = "model.pte"
@@ -56,7 +58,8 @@ def lower_program(program: ExportedProgram) -> LoweredProgram:
     from executorch.exir import to_edge_transform_and_lower
 
     bounds = dict(program.range_constraints)
-    edge = to_edge_transform_and_lower(program, partitioner=[XnnpackPartitioner()])
+    partitioner = XnnpackPartitioner(configs=list(partitioner_configs()))
+    edge = to_edge_transform_and_lower(program, partitioner=[partitioner])
     _restore_bounds(edge.exported_program(), bounds)
     placement, delegates = _placement(edge.exported_program().graph_module)
     executorch_program = edge.to_executorch()

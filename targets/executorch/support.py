@@ -18,6 +18,7 @@ import torch
 from torch.fx import Node
 
 from passes.graph.ops import is_custom_op
+from targets.executorch.xnnpack_guards import refusal
 
 # Runtime checks ExecuTorch's edge passes remove (RemoveGraphAssertsPass and
 # RemoveNonCoreAtenOpGraphAssertsPass): no kernel runs them.
@@ -139,7 +140,7 @@ def xnnpack_takes(node: Node) -> str | None:
     """The XNNPACK config that delegates this node (by the op's edge form and the
     config's dtype rule), or None."""
     config = xnnpack_configs().get(_edge_form(node.target).__name__)
-    if config is None or not config._check_node_has_valid_dtype(node):
+    if config is None or not config._check_node_has_valid_dtype(node) or refusal(node):
         return None
     return type(config).__name__
 
@@ -185,6 +186,7 @@ def decide(node: Node) -> tuple[bool, str]:
         refused = xnnpack_configs().get(_edge_form(op).__name__)
         why = (f"; XNNPACK's {type(refused).__name__} refuses its input types or symbolic "
                "sizes" if refused is not None else "")
+        why = f"; {refusal(node)}" if refusal(node) else why
         return True, f"portable kernel {kernel}{why}"
     custom = " (custom op)" if is_custom_op(op) else ""
     return False, (f"{op.name()}{custom}: no XNNPACK config and no ExecuTorch kernel "
