@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import torch
 from torch.export import ExportedProgram
 
+from targets.executorch.constant_layout import default_strides
 from targets.executorch.xnnpack_guards import partitioner_configs
 
 log = logging.getLogger(__name__)
@@ -58,6 +59,7 @@ def lower_program(program: ExportedProgram) -> LoweredProgram:
     from executorch.exir import to_edge_transform_and_lower
 
     bounds = dict(program.range_constraints)
+    default_strides(program)
     partitioner = XnnpackPartitioner(configs=list(partitioner_configs()))
     edge = to_edge_transform_and_lower(program, partitioner=[partitioner])
     _restore_bounds(edge.exported_program(), bounds)

@@ -1,6 +1,8 @@
-"""Ops XNNPACK's partitioner claims but computes otherwise than torch stay on
-ExecuTorch's portable kernels (targets/executorch/xnnpack_guards.py), with the reason in
-placement, and their builds validate against eager at fp32."""
+"""What XNNPACK inside ExecuTorch gets wrong, kept away from it: ops its partitioner
+claims but computes otherwise than torch stay on ExecuTorch's portable kernels
+(targets/executorch/xnnpack_guards.py), with the reason in placement, and stored tensors
+reach it in default strides (targets/executorch/constant_layout.py); their builds
+validate against eager at fp32."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ pytest.importorskip("executorch")
 
 from targets.executorch import support  # noqa: E402
 from targets.executorch.lower import lower_program  # noqa: E402
-from tests.models.executorch_numerics import tanh_gelu_mlp  # noqa: E402
+from tests.models.executorch_numerics import permuted_bias, tanh_gelu_mlp  # noqa: E402
 
 NUMERICS = "tests/models/executorch_numerics.py"
 
@@ -49,6 +51,26 @@ def test_exact_gelu_stays_in_the_xnnpack_delegate():
 def test_tanh_gelu_model_builds_for_executorch_and_matches_eager(cli, tmp_path):
     out = tmp_path / "tanh-gelu.artifact"
     result = cli("build", f"{NUMERICS}:tanh_gelu_mlp", "--target", "executorch",
+                 "--out", str(out), "--json")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["validation"]["passed"] is True
+
+
+def test_stored_tensor_with_odd_strides_of_a_size_one_dim_runs_in_the_xnnpack_delegate():
+    model, (x,) = permuted_bias()
+    assert model.bias.is_contiguous() and model.bias.stride() == (32, 16, 32, 1)
+    lowered = lower_program(torch.export.export(model, (x,)))
+    assert lowered.placement["aten.add.Tensor"] == {"XNNPACK": 1}
+    with torch.no_grad():
+        expected = model(x)
+    # with its strides as stored, ExecuTorch's method failed at execute with error 0x1
+    torch.testing.assert_close(_run_pte(lowered.buffer, x), expected, rtol=0, atol=0)
+
+
+def test_model_with_a_folded_permuted_bias_builds_for_executorch_and_matches_eager(
+        cli, tmp_path):
+    out = tmp_path / "permuted-bias.artifact"
+    result = cli("build", f"{NUMERICS}:permuted_bias", "--target", "executorch",
                  "--out", str(out), "--json")
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["validation"]["passed"] is True
