@@ -37,6 +37,7 @@ import torch
 
 from exporter.errors import SpecError
 from exporter.model.source_lines import SourceLine, find_user_frame
+from exporter.model import spec_modules
 from exporter.model.hf_spec import HfOptions, load_hf
 from exporter.model.spec_names import SPEC_FORMS, existing_file, names_file
 from runtime.errors import did_you_mean
@@ -139,8 +140,12 @@ def _on_sys_path(folder: Path) -> Iterator[None]:
 
 
 def _import_file(path: Path):
-    # A unique name per load: two specs in files both called model.py must not collide,
-    # and re-loading picks up edits. Registered in sys.modules for dataclasses/pickle.
+    # A file already run and unchanged is reused (spec_modules.py says why). Otherwise a
+    # unique name per load: two specs in files both called model.py must not collide, and
+    # re-loading picks up edits. Registered in sys.modules for dataclasses/pickle.
+    earlier = spec_modules.loaded_before(path)
+    if earlier is not None:
+        return earlier
     name = f"_exporter_spec_{path.stem}_{next(_fresh_ids)}"
     module_spec = importlib.util.spec_from_file_location(name, path)
     if module_spec is None or module_spec.loader is None:
@@ -153,6 +158,7 @@ def _import_file(path: Path):
     except (Exception, SystemExit) as exc:  # user code: the user's error, reported
         del sys.modules[name]
         raise _user_code_failed(f"Importing {path.name} failed", exc, str(path)) from exc
+    spec_modules.remember(path, module)
     return module
 
 
