@@ -8,6 +8,7 @@ import importlib.util
 import os
 import re
 import site
+import sys
 import sysconfig
 from pathlib import Path
 
@@ -51,6 +52,11 @@ def defining_module(qualified: str) -> str | None:
     if definition is None:
         return _library_module(f"{namespace}::{name}")
     if not module or module == "__main__" or module.startswith("_exporter_spec_"):
+        return None
+    # a module imported from a plain folder (the user's own model file, imported before
+    # the build reused it): a fresh process need not find it by name; the file, by path
+    file = getattr(sys.modules.get(module), "__file__", None)
+    if file and importable_name(file) is None:
         return None
     return module
 
