@@ -162,12 +162,13 @@ def test_the_artifact_loads_fresh_matches_eager_and_delegates(name, built, tmp_p
     misplaced = [row for row in manifest.coverage
                  if row["supported"] != (row["backend"] == target.backend)]
     assert not misplaced, misplaced
-    # and once more in a fresh process, as on a device: `python -m runtime run`
-    from tests.models.custom_op import head_factory
-    model, (x,), _ = head_factory()
+    # and once more in a fresh process, as on a device: `python -m runtime run`, with
+    # the model's own file that registers the op shipped beside it (`--preload FILE.py`)
+    from tests.models import custom_op
+    model, (x,), _ = custom_op.head_factory()
     folder = tmp_path
     np.savez(folder / "in.npz", **{manifest.signature.inputs[0].name: x.numpy()})
-    preload = [a for source in preload_for(manifest, None)
+    preload = [a for source in preload_for(manifest, custom_op.__file__)
                for a in ("--preload", source)]
     ran = subprocess.run([sys.executable, "-m", "runtime", "run", str(result.artifact),
                           "--inputs", str(folder / "in.npz"), "--out", str(folder / "out.npz"),
