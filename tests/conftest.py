@@ -7,10 +7,14 @@ list is printed at the end of the run, so the suite says what it ran.
 
 from __future__ import annotations
 
+import json
+import logging
 import os
 import shlex
+import signal
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -49,6 +53,45 @@ def cli():
     return exporter_cli
 
 
+def exporter_in_process(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """``exporter ARGS`` through the console script's own command group in this process:
+    the same parsing, messages and exit codes as exporter_cli, without a new interpreter's
+    seconds of imports. For what a command says and does; start-up, signals and exit
+    handlers stay with exporter_cli. What the CLI sets process-wide is undone after."""
+    from click.testing import CliRunner
+
+    from exporter.cli.commands import console_command
+    _record(["exporter", *args, "(in process)"])
+    args_list = [str(a) for a in args]
+    handlers, signals = logging.getLogger().handlers[:], {
+        s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+    levels = {n: logging.getLogger(n).level for n in ("exporter", "passes", "targets", "runtime")}
+    here = os.getcwd()
+    try:
+        os.chdir(cwd or ROOT)
+        with warnings.catch_warnings():
+            done = CliRunner(env={"COLUMNS": "200"}).invoke(
+                console_command(args_list), args_list, prog_name="python -m exporter")
+    finally:
+        os.chdir(here)
+        logging.captureWarnings(False)
+        logging.getLogger().handlers[:] = handlers
+        for name, level in levels.items():
+            logging.getLogger(name).setLevel(level)
+        for number, handler in signals.items():
+            signal.signal(number, handler)
+    if done.exception is not None and not isinstance(done.exception, SystemExit):
+        raise done.exception  # a subprocess would have printed a traceback: a bug
+    return subprocess.CompletedProcess(["exporter", *args_list], done.exit_code, done.stdout,
+                                       done.stderr)
+
+
+@pytest.fixture(scope="session")
+def cli_here():
+    """exporter_cli's in-process twin (exporter_in_process)."""
+    return exporter_in_process
+
+
 def pytest_sessionfinish(session):
     workeroutput = getattr(session.config, "workeroutput", None)
     if workeroutput is not None:  # a pytest-xdist worker: hand its list to the controller
@@ -72,56 +115,73 @@ def artifacts_dir(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("artifacts")
 
 
-@pytest.fixture(scope="session")
-def mlp_build(artifacts_dir):
-    """zoo:mlp built for cpu through the Python API, validated (dynamic batch 1..32)."""
-    import exporter
-    _record("python: exporter.build('zoo:mlp', target='cpu')")
-    return exporter.build("zoo:mlp", target="cpu", out=artifacts_dir / "mlp.artifact")
-
-
-@pytest.fixture(scope="session")
-def onnx_mlp(artifacts_dir):
-    """zoo:mlp built for onnx (about 10 s): the quick artifact hostile-input tests edit."""
-    import exporter
-    _record("python: exporter.build('zoo:mlp', target='onnx')")
-    return exporter.build("zoo:mlp", target="onnx", out=artifacts_dir / "mlp-onnx.artifact").artifact
+def _shared_folder(tmp_path_factory, name: str, make) -> Path:
+    """A folder that ``make(folder)`` fills once per test run, across pytest-xdist's
+    workers too (its documented recipe: a lock in the run's shared temp dir): the worker
+    that comes first makes it, the others wait and read it."""
+    import filelock
+    base = tmp_path_factory.getbasetemp()
+    shared = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "built-once"
+    shared.mkdir(parents=True, exist_ok=True)
+    folder = shared / name
+    with filelock.FileLock(str(shared / f"{name}.lock")):
+        if not (folder / "made.ok").exists():
+            folder.mkdir(exist_ok=True)
+            make(folder)
+            (folder / "made.ok").touch()
+    return folder
 
 
 def _built_once(tmp_path_factory, name: str, build):
-    """``build(folder)`` once per test run, across pytest-xdist's workers too (its
-    documented recipe: a lock in the run's shared temp dir): the worker that comes first
-    builds, the others read the same artifact. Returns (BuildResult, loaded program,
-    folder); a reader's BuildResult holds the artifact's own manifest."""
-    import filelock
-
+    """``build(folder)`` (a BuildResult) once per test run across workers: the
+    BuildResult, its artifact's own manifest in it where another worker built it."""
     import runtime
     from exporter.builder.pipeline import BuildResult
-    base = tmp_path_factory.getbasetemp()
-    shared = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "built-once"
-    folder = shared / name
-    with filelock.FileLock(str(shared / f"{name}.lock")):
-        done = folder / "built.ok"
-        if done.exists():
-            path = Path(done.read_text())
-            built = BuildResult(artifact=path, manifest=runtime.read_manifest(path))
-        else:
-            folder.mkdir(parents=True, exist_ok=True)
-            built = build(folder)
-            done.write_text(str(built.artifact))
-    return built, runtime.load(built.artifact), folder
+    made: list = []
+
+    def make(folder):
+        made.append(build(folder))
+        (folder / "artifact.path").write_text(str(made[0].artifact))
+    folder = _shared_folder(tmp_path_factory, name, make)
+    if made:
+        return made[0]
+    path = Path((folder / "artifact.path").read_text())
+    return BuildResult(artifact=path, manifest=runtime.read_manifest(path))
+
+
+@pytest.fixture(scope="session")
+def mlp_build(tmp_path_factory):
+    """zoo:mlp built for cpu through the Python API, validated (dynamic batch 1..32)."""
+    def build(folder):
+        import exporter
+        _record("python: exporter.build('zoo:mlp', target='cpu')")
+        return exporter.build("zoo:mlp", target="cpu", out=folder / "mlp.artifact")
+    return _built_once(tmp_path_factory, "mlp-cpu", build)
+
+
+@pytest.fixture(scope="session")
+def onnx_mlp(tmp_path_factory):
+    """zoo:mlp built for onnx (about 10 s): the quick artifact hostile-input tests edit."""
+    def build(folder):
+        import exporter
+        _record("python: exporter.build('zoo:mlp', target='onnx')")
+        return exporter.build("zoo:mlp", target="onnx", out=folder / "mlp-onnx.artifact")
+    return _built_once(tmp_path_factory, "mlp-onnx", build).artifact
 
 
 def _generating_onnx(tmp_path_factory, name: str, spec_in, **settings):
     """``spec_in(folder)``: the spec (a checkpoint it writes there, or a factory), built for
     onnx as a generating artifact once per run: (BuildResult, program, folder)."""
+    import runtime
+
     def build(folder):
         import exporter
         spec = spec_in(folder)
         _record(f"python: exporter.build('{spec}', task='text-generation', target='onnx')")
         return exporter.build(spec, task="text-generation", target="onnx",
                               out=folder / f"{name}.artifact", **settings)
-    return _built_once(tmp_path_factory, name, build)
+    built = _built_once(tmp_path_factory, name, build)
+    return built, runtime.load(built.artifact), built.artifact.parent
 
 
 @pytest.fixture(scope="session")
@@ -153,22 +213,34 @@ def whisper_onnx(tmp_path_factory):
         f"{ROOT / 'tests' / 'models' / 'tiny_seq2seq.py'}:whisper"), max_context=48)[:2]
 
 
+def _cli_once(tmp_path_factory, name: str, *args: str) -> subprocess.CompletedProcess:
+    """``exporter ARGS`` (ARGS may hold ``{folder}``) run once per test run across workers;
+    every worker gets its CompletedProcess."""
+    def make(folder):
+        done = exporter_cli(*(a.format(folder=folder) for a in args))
+        (folder / "done.json").write_text(json.dumps(
+            {"args": done.args, "returncode": done.returncode, "stdout": done.stdout,
+             "stderr": done.stderr}))
+    kept = json.loads((_shared_folder(tmp_path_factory, name, make) / "done.json").read_text())
+    return subprocess.CompletedProcess(**kept)
+
+
 @pytest.fixture(scope="session")
-def custom_onnx(artifacts_dir, cli):
+def custom_onnx(tmp_path_factory):
     """tests/models/custom_op.py on onnx: ONNX Runtime, a CPU-fallback partition for the
     custom op, ONNX Runtime again. Returns (path, the build's CompletedProcess)."""
-    out = artifacts_dir / "custom-onnx.artifact"
-    return out, cli("build", "tests/models/custom_op.py:factory", "--target", "onnx", "--out",
-                    str(out), "--json")
+    built = _cli_once(tmp_path_factory, "custom-onnx", "build",
+                      "tests/models/custom_op.py:factory", "--target", "onnx", "--out",
+                      "{folder}/custom-onnx.artifact", "--json")
+    return Path(built.args[built.args.index("--out") + 1]), built
 
 
 @pytest.fixture(scope="session")
-def custom_bench(custom_onnx, cli):
+def custom_bench(custom_onnx, tmp_path_factory):
     """`exporter bench --json` of custom_onnx against eager (20 runs): the parsed result."""
-    import json
     artifact, built = custom_onnx
     assert built.returncode == 0, built.stderr
-    timed = cli("bench", str(artifact), "--baseline", "eager", "--runs", "20", "--warmup", "3",
-                "--json")
+    timed = _cli_once(tmp_path_factory, "custom-bench", "bench", str(artifact), "--baseline",
+                      "eager", "--runs", "20", "--warmup", "3", "--json")
     assert timed.returncode == 0, timed.stderr
     return json.loads(timed.stdout)

@@ -37,19 +37,19 @@ def _assert_clean_error(result, code: int, *needles: str) -> None:
     ("zoo:nope", "mlp"),
     ("not_a_module_xyz:factory", "not_a_module_xyz"),
 ])
-def test_bad_specs_exit_2(cli, spec, needle):
-    _assert_clean_error(cli("build", spec, "--no-validate"), 2, needle)
+def test_bad_specs_exit_2(cli_here, spec, needle):
+    _assert_clean_error(cli_here("build", spec, "--no-validate"), 2, needle)
 
 
-def test_bad_dynamic_and_unknown_target_exit_2(cli):
-    _assert_clean_error(cli("build", "zoo:mlp", "--dynamic", "x:0=9..2"), 2, "--dynamic")
-    _assert_clean_error(cli("build", "zoo:mlp", "--dynamic", "nope:0=1..4"), 2, "nope")
-    _assert_clean_error(cli("build", "zoo:mlp", "--target", "toaster"), 2, "toaster")
+def test_bad_dynamic_and_unknown_target_exit_2(cli_here):
+    _assert_clean_error(cli_here("build", "zoo:mlp", "--dynamic", "x:0=9..2"), 2, "--dynamic")
+    _assert_clean_error(cli_here("build", "zoo:mlp", "--dynamic", "nope:0=1..4"), 2, "nope")
+    _assert_clean_error(cli_here("build", "zoo:mlp", "--target", "toaster"), 2, "toaster")
     # ONNX Runtime's CPU provider has no bfloat16 kernels: every op ran on the fallback
-    _assert_clean_error(cli("build", "zoo:mlp", "--target", "onnx", "--dtype", "bf16"), 2,
+    _assert_clean_error(cli_here("build", "zoo:mlp", "--target", "onnx", "--dtype", "bf16"), 2,
                         "--dtype bf16 on target onnx", "--dtype fp16")
     # generation options on a plain forward build meant nothing, and were accepted
-    _assert_clean_error(cli("build", "zoo:mlp", "--max-context", "32", "--prefill-chunk",
+    _assert_clean_error(cli_here("build", "zoo:mlp", "--max-context", "32", "--prefill-chunk",
                             "8", "--dry-run"), 2, "--max-context, --prefill-chunk apply to "
                         "--task text-generation only")
 
@@ -94,27 +94,27 @@ def _copy(src, dst):
     return dst
 
 
-def test_flipped_byte_is_refused(mlp_build, cli, tmp_path):
+def test_flipped_byte_is_refused(mlp_build, cli_here, tmp_path):
     data = bytearray(mlp_build.artifact.read_bytes())
     data[len(data) // 2] ^= 0xFF
     bad = tmp_path / "flipped.artifact"
     bad.write_bytes(bytes(data))
     with pytest.raises(ArtifactError):
         runtime.load(bad)
-    _assert_clean_error(cli("inspect", str(bad)), 2, "flipped.artifact")
+    _assert_clean_error(cli_here("inspect", str(bad)), 2, "flipped.artifact")
 
 
-def test_truncated_artifact_is_refused(mlp_build, cli, tmp_path):
+def test_truncated_artifact_is_refused(mlp_build, cli_here, tmp_path):
     bad = tmp_path / "truncated.artifact"
     bad.write_bytes(mlp_build.artifact.read_bytes()[:1000])
-    _assert_clean_error(cli("run", str(bad), "--inputs", "x.npz"), 2, "truncated")
+    _assert_clean_error(cli_here("run", str(bad), "--inputs", "x.npz"), 2, "truncated")
 
 
-def test_entry_named_dotdot_is_refused(mlp_build, cli, tmp_path):
+def test_entry_named_dotdot_is_refused(mlp_build, cli_here, tmp_path):
     bad = _copy(mlp_build.artifact, tmp_path / "dotdot.artifact")
     with zipfile.ZipFile(bad, "a") as archive:
         archive.writestr("../x", b"payload")
-    _assert_clean_error(cli("inspect", str(bad)), 2, "../x")
+    _assert_clean_error(cli_here("inspect", str(bad)), 2, "../x")
     assert not (tmp_path.parent / "x").exists()
 
 
@@ -143,10 +143,10 @@ def test_artifact_for_another_torch_names_both_versions(mlp_build, tmp_path):
 
 
 @pytest.fixture(scope="session")
-def failed_validation(artifacts_dir, cli):
+def failed_validation(artifacts_dir, cli_here):
     out = artifacts_dir / "differs.artifact"
     out.write_bytes(b"previous good artifact")
-    result = cli("build", f"{MODELS}/stateful.py:export_differs", "--out", str(out),
+    result = cli_here("build", f"{MODELS}/stateful.py:export_differs", "--out", str(out),
                  "--keep-failed", "--json")
     return out, result
 
@@ -185,13 +185,13 @@ def test_gpu_artifact_without_a_gpu_names_both_sides(mlp_build, tmp_path):
         runtime.load(gpu)
 
 
-def test_cuda_target_without_cuda_fails_before_any_work(cli):
+def test_cuda_target_without_cuda_fails_before_any_work(cli_here):
     import torch
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
-    result = cli("build", "zoo:mlp", "--target", "cuda")
+    result = cli_here("build", "zoo:mlp", "--target", "cuda")
     _assert_clean_error(result, 2, "cuda", torch.__version__)
     assert "load model" not in result.stderr, "no work may start before the target check"
-    listed = json.loads(cli("targets", "--json").stdout)["targets"]
+    listed = json.loads(cli_here("targets", "--json").stdout)["targets"]
     cuda = next(t for t in listed if t["name"] == "cuda")
     assert cuda["available"] is False and torch.__version__ in cuda["reason"]
