@@ -124,9 +124,10 @@ def look_inside(artifact: Path, manifest: Manifest, target, partition,
                   .tensors(names, "cpu", partition=partition.name) if names else None)
         wanted = {name: value.dtype for name, value in reference.items()}
         produced = target.tooling.intermediate_values(folder, partition, wanted, inputs,
-                                                      shared=shared)
+                                                      shared=shared, program=sub_program)
     if not produced:
         return None
+    how = {"how": target.tooling.inside_how} if target.tooling.inside_how else {}
     for backend_op, name, value in produced:
         want = reference[name].cpu()
         if value.shape != want.shape or value.dtype != want.dtype:
@@ -138,8 +139,8 @@ def look_inside(artifact: Path, manifest: Manifest, target, partition,
             source = sources.get(getattr(origin, "name", None)) or source_line(node)
             return {"value": name, "backend_op": backend_op, "op": op_label(node.target),
                     "source": source, "compared": len(produced),
-                    "backend": partition.backend, **judged}
-    return {"compared": len(produced), "diverges": False, "backend": partition.backend}
+                    "backend": partition.backend, **how, **judged}
+    return {"compared": len(produced), "diverges": False, "backend": partition.backend, **how}
 
 
 def _judge(partition, execute, values: dict, limit: float) -> dict:
@@ -196,15 +197,16 @@ def bisect_lines(result: dict) -> list[str]:
             lines.append(f"{first} runs {len(ops) - MAX_OPS_LISTED} more op(s): "
                          "exporter inspect lists them")
         inside = result.get("inside")
+        how = f" ({inside['how']})" if inside and inside.get("how") else ""
         if inside and not inside["diverges"]:
             lines.append(f"inside {first}, none of {inside['compared']} {inside['backend']} "
-                         "values compared with eager diverges: the difference lies in values "
-                         "the backend's graph does not name after the program's nodes")
+                         f"values compared with eager{how} diverges: the difference lies in "
+                         "values the backend's graph does not name after the program's nodes")
         elif inside:
             lines.append(f"inside {first}, of {inside['compared']} {inside['backend']} values "
-                         f"compared with eager, the first to diverge is {_describe(inside)}: "
-                         f"{inside['backend']} op {inside['backend_op']} from {inside['op']} at "
-                         f"{inside['source'] or 'unknown source'}")
+                         f"compared with eager{how}, the first to diverge is "
+                         f"{_describe(inside)}: {inside['backend']} op {inside['backend_op']} "
+                         f"from {inside['op']} at {inside['source'] or 'unknown source'}")
         return lines
     differs = [c for c in result["capture"] if c["diverges"]]
     if differs:

@@ -54,17 +54,9 @@ def version() -> str:
 def lower_program(program: ExportedProgram) -> LoweredProgram:
     """The partition's program as an ExecuTorch program; ExecuTorch's own errors pass
     through (the target turns them into a LoweringError)."""
-    import executorch.kernels.quantized  # noqa: F401 - out variants of q/dq XNNPACK leaves
-    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
-    from executorch.exir import to_edge_transform_and_lower
-
     bounds = dict(program.range_constraints)
-    default_strides(program)
-    partitioner = XnnpackPartitioner(configs=list(partitioner_configs()))
-    edge = to_edge_transform_and_lower(program, partitioner=[partitioner])
-    _restore_bounds(edge.exported_program(), bounds)
+    edge, executorch_program = _lower(program, per_op=False)
     placement, delegates = _placement(edge.exported_program().graph_module)
-    executorch_program = edge.to_executorch()
     _check_planned_inputs(executorch_program.exported_program(), _input_bounds(program))
     plan = executorch_program.executorch_program.execution_plan[0]
     kernels = tuple(sorted({f"{o.name}.{o.overload}" if o.overload else o.name
@@ -73,6 +65,27 @@ def lower_program(program: ExportedProgram) -> LoweredProgram:
                           delegates=delegates, kernels=kernels,
                           buffer_sizes=tuple(int(s) for s in plan.non_const_buffer_sizes),
                           bounds={str(s): f"{r.lower}..{r.upper}" for s, r in bounds.items()})
+
+
+def lower_per_op(program: ExportedProgram):
+    """For bisect: the program lowered as the build does, but with one XNNPACK delegate per
+    op match (the partitioner's ``per_op_mode``), so ExecuTorch's ETDump, which logs a
+    delegate's outputs and not the values inside it, logs each delegated op's output.
+    Returns ExecuTorch's ``ExecutorchProgramManager``."""
+    return _lower(program, per_op=True)[1]
+
+
+def _lower(program: ExportedProgram, per_op: bool):
+    import executorch.kernels.quantized  # noqa: F401 - out variants of q/dq XNNPACK leaves
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from executorch.exir import to_edge_transform_and_lower
+
+    bounds = dict(program.range_constraints)
+    default_strides(program)
+    partitioner = XnnpackPartitioner(configs=list(partitioner_configs()), per_op_mode=per_op)
+    edge = to_edge_transform_and_lower(program, partitioner=[partitioner])
+    _restore_bounds(edge.exported_program(), bounds)
+    return edge, edge.to_executorch()
 
 
 class BoundsError(ValueError):

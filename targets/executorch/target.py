@@ -29,10 +29,9 @@ from targets.base import (
     pipeline,
 )
 from targets.errors import LoweringError, TargetOptionError
-from targets.facets import Tooling
 from targets.executorch import support
 from targets.executorch.embedding_byte import EmbeddingByte
-from targets.executorch.facets import ExecutorchPackaging
+from targets.executorch.facets import ExecutorchPackaging, ExecutorchTooling
 from targets.executorch.floor_remainder import FloorRemainder
 from targets.executorch.lower import METHOD, PROGRAM_NAME, lower_program, version
 from targets.executorch.quantize import RECIPES, XnnpackQuantization
@@ -51,7 +50,7 @@ class ExecutorchTarget(Target):
                    "ExecuTorch's portable kernels")
     packaging = ExecutorchPackaging()
     quantization = XnnpackQuantization(recipes=RECIPES)
-    tooling = Tooling(colour="#e8590c")
+    tooling = ExecutorchTooling()
 
     def availability(self) -> Availability:
         if not support.installed():

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Callable
 
 import torch
+from torch.export import ExportedProgram
 
 from runtime.format.manifest import Partition
 from targets.card import ABSENT, OK, PROBLEM, Check  # noqa: F401  doctor's rows, light
@@ -20,6 +21,7 @@ Baseline = Callable[[object, list], Callable[[], object]]
 class Tooling:
     colour: str = "#868e96"  # the report's colour for ops placed here
     loggers_to_quiet: tuple[str, ...] = ()  # chatty third-party loggers (the CLI quiets them)
+    inside_how: str = ""  # how ``intermediate_values`` obtains them, for bisect's lines
 
     def doctor_checks(self) -> list[Check]:
         """Rows for `exporter doctor` beyond its packages and availability."""
@@ -27,14 +29,17 @@ class Tooling:
 
     def intermediate_values(self, folder: Path, partition: Partition,
                             wanted: dict[str, torch.dtype], inputs: list,
-                            shared: dict[str, torch.Tensor] | None = None
+                            shared: dict[str, torch.Tensor] | None = None,
+                            program: ExportedProgram | None = None
                             ) -> list[tuple[str, str, torch.Tensor]]:
         """For bisect, once it has blamed one of this target's partitions (its files
         extracted under ``folder``): ``(backend op, value name, value)`` for the values of
         ``wanted`` (node name of the partition's program -> dtype) the backend can expose,
         run on ``inputs``, in its own graph order. ``shared``: the tensors the partition
-        reads from the artifact's shared store, by the names its meta gives them. Empty
-        where it cannot say; the exporter compares them with eager's."""
+        reads from the artifact's shared store, by the names its meta gives them.
+        ``program``: the partition's program as it was handed to ``lower``, for a target
+        that must lower it again to look inside. Empty where it cannot say; the exporter
+        compares them with eager's."""
         return []
 
     def op_times(self, folder: Path, partition: Partition, inputs: list, runs: int

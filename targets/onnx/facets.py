@@ -37,7 +37,7 @@ class OnnxTooling(Tooling):
     loggers_to_quiet: tuple[str, ...] = ("onnxscript", "onnx_ir")
 
     def intermediate_values(self, folder: Path, partition: Partition, wanted: dict,
-                            inputs: list, shared: dict | None = None
+                            inputs: list, shared: dict | None = None, program=None
                             ) -> list[tuple[str, str, torch.Tensor]]:
         return inside.intermediate_values(folder / partition.meta["model"], wanted, inputs,
                                           shared or {})

@@ -1,0 +1,192 @@
+"""Looking inside an ExecuTorch partition for bisect: every op's output as ExecuTorch's
+runtime computed it, from its ETDump debug buffer.
+
+ExecuTorch's event tracer logs, per instruction, the values a kernel call writes and the
+inputs and outputs of a delegate call; a delegate is one instruction, so the values inside an
+XNNPACK subgraph never reach the debug buffer. The partition's program is therefore lowered
+again as the build lowers it but with one XNNPACK delegate per op match (``lower_per_op``):
+same placement, same kernels, and each delegated op's output becomes a delegate output. A
+match XNNPACK fuses (a linear and its relu) stays one delegate, named with all its ops.
+
+Only bisect pays for this (one more lowering and one traced run); builds emit no ETRecord
+and run no event tracer. ExecuTorch's ETRecord and Inspector would map the runtime's events
+to the graph too, but the Inspector needs pandas, which the target does not install: the
+lowered program is at hand here, and its execution plan names each instruction's kernel or
+delegate, which the graph's nodes are matched to in order.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import operator
+import tempfile
+from pathlib import Path
+
+import torch
+from torch.export import ExportedProgram
+from torch.fx import Node
+
+log = logging.getLogger(__name__)
+
+DEBUG_BUFFER_BYTES = 64 << 20  # the traced run's buffer for every logged value
+XNNPACK = "XNNPACK delegate"
+KERNEL = "portable kernel"
+
+_DTYPES = {"FLOAT": torch.float32, "DOUBLE": torch.float64, "HALF": torch.float16,
+           "BFLOAT16": torch.bfloat16, "LONG": torch.int64, "INT": torch.int32,
+           "SHORT": torch.int16, "CHAR": torch.int8, "BYTE": torch.uint8, "BOOL": torch.bool}
+
+
+def intermediate_values(program: ExportedProgram, wanted: dict[str, torch.dtype],
+                        inputs: list[torch.Tensor]) -> list[tuple[str, str, torch.Tensor]]:
+    """(where it ran, node name, value) for each op output of ``program`` named in
+    ``wanted``, in the order ExecuTorch ran them. ``where``: "XNNPACK delegate (linear_1,
+    relu fused)" or "portable kernel aten::cumsum.out"."""
+    from executorch.runtime import Runtime
+
+    from targets.executorch.lower import METHOD, lower_per_op
+
+    manager = lower_per_op(program)
+    traced = Runtime.get().load_program(manager.buffer, enable_etdump=True,
+                                        debug_buffer_size=DEBUG_BUFFER_BYTES)
+    traced.load_method(METHOD).execute([t.detach().cpu().contiguous() for t in inputs])
+    with tempfile.TemporaryDirectory(prefix="etdump-") as folder:
+        dump, buffer = Path(folder) / "run.etdp", Path(folder) / "debug.bin"
+        traced.write_etdump_result_to_file(str(dump), str(buffer))
+        logged = _logged_values(dump.read_bytes(), buffer.read_bytes())
+    plan = manager.executorch_program.execution_plan[0]
+    produced = []
+    for index, (where, names) in _instruction_nodes(plan, manager.exported_program()).items():
+        values = logged.get(index, [])
+        outputs = values[len(values) - len(names):] if len(values) >= len(names) else []
+        produced += [(where, name, value) for name, value in zip(names, outputs)
+                     if name in wanted]
+    return produced
+
+
+def _instruction_nodes(plan, edge: ExportedProgram) -> dict[int, tuple[str, list[str]]]:
+    """Instruction index -> (where it runs, the names in ``edge``'s source program of the
+    values it outputs). Kernel and delegate calls are matched to the graph's nodes in
+    order: the emitter walks the graph in order and emits one call per such node."""
+    module = edge.graph_module
+    nodes = [n for n in module.graph.nodes if n.op == "call_function"]
+    position, found = 0, {}
+    for index, instruction in enumerate(plan.chains[0].instructions):
+        kind = type(instruction.instr_args).__name__
+        if kind not in ("KernelCall", "DelegateCall"):
+            continue
+        wanted = "executorch_call_delegate" if kind == "DelegateCall" else _operator_name(
+            plan.operators[instruction.instr_args.op_index])
+        while position < len(nodes) and _call_name(nodes[position]) != wanted:
+            position += 1
+        if position == len(nodes):
+            log.debug("instruction %d (%s) matches no node; the rest is not compared",
+                      index, wanted)
+            break
+        node = nodes[position]
+        position += 1
+        if kind == "DelegateCall":
+            inner = getattr(module, node.args[0].target).original_module.graph
+            ops = [_source_name(n) for n in inner.nodes if n.op == "call_function"]
+            (out,) = [n for n in inner.nodes if n.op == "output"]
+            names = [_source_name(arg) for arg in _flat(out.args[0])]
+            fused = " fused" if len(ops) > 1 else ""
+            found[index] = (f"{XNNPACK} ({', '.join(ops)}{fused})", names)
+        elif _same_op(wanted, _source_target(node)):  # not a copy ExecuTorch inserted
+            outputs = node.meta.get("val")
+            count = len(outputs) if isinstance(outputs, (tuple, list)) else 1
+            names = [_source_name(node)] if count == 1 else [
+                _source_name(user) for user in sorted(node.users, key=lambda u: u.args[1])
+                if user.target is operator.getitem]
+            found[index] = (f"{KERNEL} {wanted}", names)
+    return found
+
+
+def _same_op(kernel: str, source_target: str) -> bool:
+    """Whether a kernel ("aten::cumsum.out") computes the source node's op
+    ("aten.cumsum.default"), as against a layout copy made from it."""
+    base = kernel.split(".")[0].split("::")[-1]
+    return base in source_target.split(".")
+
+
+def _call_name(node: Node) -> str:
+    target = node.target
+    if getattr(target, "__name__", "") == "executorch_call_delegate":
+        return "executorch_call_delegate"
+    schema = getattr(target, "_schema", None)
+    return f"{schema.name}.{schema.overload_name}" if schema is not None else ""
+
+
+def _operator_name(op) -> str:
+    return f"{op.name}.{op.overload}" if op.overload else f"{op.name}.default"
+
+
+def _source_name(node) -> str:
+    """The name of the node of the lowered program that ``node`` was made from: the root of
+    its ``from_node`` provenance (ExecuTorch's passes rename and re-trace)."""
+    name = getattr(node, "name", str(node))
+    sources = node.meta.get("from_node") if isinstance(node, Node) else None
+    while sources:
+        name = sources[0].name
+        sources = sources[0].from_node
+    return name
+
+
+def _source_target(node: Node) -> str:
+    target, sources = str(node.target), node.meta.get("from_node")
+    while sources:
+        target, sources = str(sources[0].target), sources[0].from_node
+    return target
+
+
+def _flat(value) -> list:
+    return [v for item in value for v in _flat(item)] if isinstance(value, (tuple, list)) \
+        else [value]
+
+
+def _logged_values(dump: bytes, buffer: bytes) -> dict[int, list[torch.Tensor]]:
+    """Instruction index -> the tensors the event tracer logged for it, in log order."""
+    logged: dict[int, list[torch.Tensor]] = {}
+    buffer = bytearray(buffer)  # writable, for torch.frombuffer, copied once
+    for run in _etdump_json(dump).get("run_data", []):
+        for event in run.get("events") or []:
+            debug = event.get("debug_event")
+            if not debug or int(debug.get("chain_index", 0)) != 0:
+                continue  # chain index 2**64 - 1 holds the method's outputs
+            tensor = (debug.get("debug_entry") or {}).get("tensor")
+            if tensor is not None and tensor.get("scalar_type") in _DTYPES:
+                logged.setdefault(int(debug.get("instruction_id", 0)), []).append(
+                    _read_tensor(tensor, buffer))
+    return logged
+
+
+def _read_tensor(spec: dict, buffer: bytearray) -> torch.Tensor:
+    dtype = _DTYPES[spec["scalar_type"]]
+    sizes = [int(s) for s in spec.get("sizes", [])]
+    count = 1
+    for size in sizes:
+        count *= size
+    flat = torch.frombuffer(buffer, dtype=dtype, count=count,
+                            offset=int(spec.get("offset", 0))) if count else \
+        torch.empty(0, dtype=dtype)
+    return flat.reshape(sizes).clone()
+
+
+def _etdump_json(dump: bytes) -> dict:
+    """The ETDump as flatc's JSON, through ExecuTorch's own schema and flatc. (Its
+    ``deserialize_from_etdump_flatcc`` lives in a package whose ``__init__`` imports the
+    Inspector and so pandas.)"""
+    import importlib.util
+
+    from executorch.exir._serialize._flatbuffer import _flatc_decompile
+
+    (root,) = importlib.util.find_spec("executorch").submodule_search_locations
+    schemas = Path(root) / "devtools" / "etdump"
+    with tempfile.TemporaryDirectory(prefix="etdump-json-") as folder:
+        for name in ("etdump_schema_flatcc.fbs", "scalar_type.fbs"):
+            (Path(folder) / name).write_bytes((schemas / name).read_bytes())
+        (Path(folder) / "schema.bin").write_bytes(dump)
+        _flatc_decompile(folder, str(Path(folder) / "etdump_schema_flatcc.fbs"),
+                         str(Path(folder) / "schema.bin"), ["--size-prefixed"])
+        return json.loads((Path(folder) / "schema.json").read_text())
