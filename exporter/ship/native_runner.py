@@ -36,7 +36,7 @@ WHEELS_ROOT = ROOT / "build" / "wheels"
 BACKENDS = frozenset({"executorch", "tvm"})
 RUNNER = "edge-run"
 INSTALL_DIR = "install"  # cmake --install's prefix inside the build folder
-_HINT_DEPS = "run `make native-deps` (as root: cmake, g++, libzip, libsodium, nlohmann-json " \
+_HINT_DEPS = "run `make native-deps` (as root: cmake, g++, minizip, libsodium, nlohmann-json " \
              "and the aarch64 cross toolchain and wheels)"
 _LOG_TAIL = 25
 

@@ -4,7 +4,6 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <zip.h>
 
 #include <algorithm>
 #include <cstring>
@@ -12,8 +11,9 @@
 
 #include "backend.h"
 #include "json_strict.h"
-#include "zip_checks.h"
 #include "sha256.h"
+#include "zip_checks.h"
+#include "zip_reader.h"
 
 namespace edge {
 namespace fs = std::filesystem;
@@ -21,13 +21,10 @@ namespace {
 
 constexpr uint64_t kRatioMinBytes = 1 << 20;  // small entries may compress very well
 constexpr uint64_t kMaxDirBytesPerEntry = 4096;
-constexpr std::size_t kChunk = 1 << 20;
 const char* const kHintRebuild = "do not use this file; rebuild the artifact with the exporter";
 const char* const kHintModified =
     "the file was modified or corrupted after it was built; copy it again from its source "
     "or rebuild the artifact";
-
-std::string zip_problem(zip_error_t* error) { return zip_error_strerror(error); }
 
 [[noreturn]] void not_a_zip(const std::string& path) {
   throw ArtifactError("not a valid artifact (truncated or not a zip)", path, kHintModified);
@@ -72,29 +69,10 @@ std::unique_ptr<Archive> Archive::open(const std::string& path, const Limits& li
     ::close(fd);
     throw ArtifactError(problem, path, hint);
   }
-  const std::string nul_name = name_with_nul(fd, st.st_size, dir_offset, dir_bytes);
-  if (!nul_name.empty()) {
-    ::close(fd);
-    throw ArtifactError("unsafe entry name: contains a NUL or control character",
-                        where_entry(path, nul_name), kHintRebuild);
-  }
-  int code = 0;
-  zip* archive = zip_fdopen(fd, ZIP_CHECKCONS, &code);  // owns fd from here on success
-  if (archive == nullptr && code == ZIP_ER_EXISTS) {
-    // libzip's consistency check refuses a repeated name without saying which: find it.
-    archive = zip_fdopen(fd, 0, &code);
-    if (archive != nullptr) {
-      std::unique_ptr<Archive> named(new Archive(path, archive));
-      named->limits_ = limits;
-      named->check_structure(st.st_size);  // throws "duplicate entry name" naming it
-      not_a_zip(path);  // libzip saw a repeat this reading does not: refuse all the same
-    }
-  }
-  if (archive == nullptr) {
-    ::close(fd);
-    not_a_zip(path);
-  }
-  std::unique_ptr<Archive> self(new Archive(path, archive));
+  auto reader = ZipReader::open_fd(fd);  // reads through its own copy of fd
+  ::close(fd);
+  if (!reader) not_a_zip(path);
+  std::unique_ptr<Archive> self(new Archive(path, std::move(reader)));
   self->limits_ = limits;
   self->check_structure(st.st_size);
   self->load_manifest();
@@ -108,23 +86,25 @@ Archive::~Archive() {
     std::error_code ignored;  // best effort: the folder is private and under a temp root
     fs::remove_all(dir, ignored);
   }
-  zip_discard(zip_);
 }
 
 void Archive::check_structure(uint64_t file_size) {
-  const zip_int64_t count = zip_get_num_entries(zip_, 0);
-  if (count < 0 || static_cast<uint64_t>(count) > limits_.max_entries) {
+  const uint64_t count = zip_->count();
+  if (count > limits_.max_entries) {
     throw ArtifactError("artifact has " + std::to_string(count) + " entries, over the limit of " +
                         std::to_string(limits_.max_entries), path_, kHintRebuild);
   }
+  std::vector<ZipEntry> records;
+  if (!zip_->entries(records)) not_a_zip(path_);
   uint64_t packed_total = 0, total = 0;
-  for (zip_int64_t i = 0; i < count; ++i) {
-    const std::string name = entry_name(i);
-    if (entries_.count(name)) throw ArtifactError("duplicate entry name", where_entry(path_, name),
-                                                  kHintRebuild);
-    check_entry_kind(name, i);
-    packed_total += entries_[name].packed;
-    total += entries_[name].size;
+  for (const auto& record : records) {
+    // Names as Python's zipfile decodes them (ZipInfo.orig_filename, a NUL kept).
+    if (entries_.count(record.name)) {
+      throw ArtifactError("duplicate entry name", where_entry(path_, record.name), kHintRebuild);
+    }
+    check_entry_kind(record);
+    packed_total += record.packed;
+    total += record.size;
   }
   for (const auto& [name, entry] : entries_) {
     const std::string problem = name_problem(name);
@@ -158,31 +138,13 @@ void Archive::check_structure(uint64_t file_size) {
   }
 }
 
-// Names as Python's zipfile decodes them: ASCII bytes as they are (control characters
-// included, so they are refused by name), others CP437 unless the entry is flagged UTF-8.
-std::string Archive::entry_name(uint64_t index) {
-  const char* raw = zip_get_name(zip_, index, ZIP_FL_ENC_RAW);
-  if (raw == nullptr) not_a_zip(path_);
-  const std::string bytes(raw);
-  if (std::all_of(bytes.begin(), bytes.end(), [](char c) { return (c & 0x80) == 0; })) return bytes;
-  const char* decoded = zip_get_name(zip_, index, ZIP_FL_ENC_STRICT);
-  if (decoded == nullptr) not_a_zip(path_);
-  return decoded;
-}
-
-void Archive::check_entry_kind(const std::string& name, uint64_t index) {
-  zip_stat_t st;
-  zip_uint8_t opsys = 0;
-  zip_uint32_t attributes = 0;
-  if (zip_stat_index(zip_, index, ZIP_FL_ENC_STRICT, &st) != 0 ||
-      zip_file_get_external_attributes(zip_, index, 0, &opsys, &attributes) != 0) {
-    not_a_zip(path_);
-  }
-  const uint32_t mode = attributes >> 16, kind = mode & S_IFMT;
+void Archive::check_entry_kind(const ZipEntry& entry) {
+  const std::string& name = entry.name;
+  const uint32_t mode = entry.attributes >> 16, kind = mode & S_IFMT;
   std::string problem;
   if (name.empty()) {
     problem = "entry has an empty name";
-  } else if ((st.valid & ZIP_STAT_ENCRYPTION_METHOD) && st.encryption_method != ZIP_EM_NONE) {
+  } else if (entry.flags & 0x1) {
     problem = "entry is encrypted";
   } else if (kind == S_IFLNK) {
     problem = "entry is a symbolic link";
@@ -192,18 +154,18 @@ void Archive::check_entry_kind(const std::string& name, uint64_t index) {
     char octal[32];
     std::snprintf(octal, sizeof octal, "0o%o", mode);
     problem = std::string("entry is not a regular file (mode ") + octal + ")";
-  } else if (st.comp_method != ZIP_CM_STORE && st.comp_method != ZIP_CM_DEFLATE) {
-    problem = "entry uses unsupported compression method " + std::to_string(st.comp_method);
-  } else if (st.size > limits_.max_entry_bytes) {
-    problem = "entry is " + std::to_string(st.size) + " bytes, over the " +
+  } else if (entry.method != 0 && entry.method != 8) {  // stored, deflated
+    problem = "entry uses unsupported compression method " + std::to_string(entry.method);
+  } else if (entry.size > limits_.max_entry_bytes) {
+    problem = "entry is " + std::to_string(entry.size) + " bytes, over the " +
               std::to_string(limits_.max_entry_bytes) + "-byte limit";
-  } else if (st.size >= kRatioMinBytes &&
-             st.size > limits_.max_compression_ratio * std::max<uint64_t>(st.comp_size, 1)) {
-    problem = "entry expands " + std::to_string(st.comp_size) + " bytes to " +
-              std::to_string(st.size) + " (ratio over 200; a zip bomb?)";
+  } else if (entry.size >= kRatioMinBytes &&
+             entry.size > limits_.max_compression_ratio * std::max<uint64_t>(entry.packed, 1)) {
+    problem = "entry expands " + std::to_string(entry.packed) + " bytes to " +
+              std::to_string(entry.size) + " (ratio over 200; a zip bomb?)";
   }
   if (!problem.empty()) throw ArtifactError(problem, where_entry(path_, name), kHintRebuild);
-  entries_[name] = Entry{index, st.size, st.comp_size};
+  entries_[name] = entry;
 }
 
 template <typename Sink>
@@ -213,25 +175,17 @@ std::pair<std::string, uint64_t> Archive::stream(const std::string& name, uint64
     return ArtifactError("entry data is corrupt (" + why + ")", where_entry(path_, name),
                          kHintModified);
   };
-  zip_file_t* file = zip_fopen_index(zip_, entries_.at(name).index, 0);
-  if (file == nullptr) throw corrupt(zip_problem(zip_get_error(zip_)));
   Sha256 hash;
   uint64_t size = 0;
-  std::vector<unsigned char> chunk(kChunk);
-  while (limit > 0) {
-    const zip_int64_t got = zip_fread(file, chunk.data(), std::min<uint64_t>(kChunk, limit));
-    if (got < 0) {
-      const std::string why = zip_problem(zip_file_get_error(file));
-      zip_fclose(file);
-      throw corrupt(why);
-    }
-    if (got == 0) break;
-    sink(chunk.data(), static_cast<std::size_t>(got));
-    hash.update(chunk.data(), static_cast<std::size_t>(got));
-    size += got;
-    limit -= got;
+  try {
+    zip_->read(entries_.at(name), limit, [&](const unsigned char* data, std::size_t n) {
+      sink(data, n);
+      hash.update(data, n);
+      size += n;
+    });
+  } catch (const ZipDataError& exc) {
+    throw corrupt(exc.what());
   }
-  zip_fclose(file);
   return {hash.hex(), size};
 }
 

@@ -15,8 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "zip_checks.h"
-
-struct zip;
+#include "zip_reader.h"
 
 namespace edge {
 
@@ -49,15 +48,10 @@ class Archive {
   std::filesystem::path extract_private(const std::vector<std::string>& names);
 
  private:
-  struct Entry {
-    uint64_t index;
-    uint64_t size;
-    uint64_t packed;
-  };
-  Archive(std::string path, zip* archive) : path_(std::move(path)), zip_(archive) {}
+  Archive(std::string path, std::unique_ptr<ZipReader> reader)
+      : path_(std::move(path)), zip_(std::move(reader)) {}
   void check_structure(uint64_t file_size);
-  std::string entry_name(uint64_t index);
-  void check_entry_kind(const std::string& name, uint64_t index);
+  void check_entry_kind(const ZipEntry& entry);
   void load_manifest();
   void check_entry_set();
   void verify_entry(const std::string& name);
@@ -68,9 +62,9 @@ class Archive {
   const nlohmann::json& expected(const std::string& name) const;
 
   std::string path_;
-  zip* zip_;
+  std::unique_ptr<ZipReader> zip_;
   Limits limits_;
-  std::map<std::string, Entry> entries_;
+  std::map<std::string, ZipEntry> entries_;
   nlohmann::json manifest_;
   std::string manifest_bytes_;
   std::vector<std::filesystem::path> private_dirs_;

@@ -4,14 +4,17 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <zip.h>
+#include <zip.h>  // minizip's writer
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <map>
 #include <memory>
 #include <sstream>
+
+#include "zip_reader.h"
 
 namespace edge {
 namespace {
@@ -144,39 +147,34 @@ std::string read_file(const std::string& path, uint64_t limit, bool whole) {
   return data;
 }
 
-struct ZipCloser {
-  void operator()(zip_t* z) const { zip_discard(z); }
-};
-
 NamedTensors read_npz(const std::string& path, uint64_t max_bytes) {
-  int code = 0;
-  std::unique_ptr<zip_t, ZipCloser> archive(zip_open(path.c_str(), ZIP_RDONLY | ZIP_CHECKCONS, &code));
+  auto archive = ZipReader::open_path(path);
   if (!archive) throw ArtifactError("not a valid .npz file (truncated or not a zip)", path, kHint);
-  const zip_int64_t count = zip_get_num_entries(archive.get(), 0);
-  if (count < 0 || static_cast<uint64_t>(count) > kMaxArrays) {
+  if (archive->count() > kMaxArrays) {
     throw ArtifactError("the .npz holds more than " + std::to_string(kMaxArrays) + " arrays", path, kHint);
   }
+  std::vector<ZipEntry> entries;
+  if (!archive->entries(entries)) throw ArtifactError("the .npz is corrupt", path, kHint);
   NamedTensors out;
-  uint64_t total = 0;
-  for (zip_int64_t i = 0; i < count; ++i) {
-    zip_stat_t st;
-    const char* raw = zip_get_name(archive.get(), i, ZIP_FL_ENC_STRICT);
-    const std::string name = raw ? raw : "";
+  uint64_t total = 0, i = 0;
+  for (const auto& entry : entries) {
+    const std::string& name = entry.name;
     const std::string where = path + ", array " + name;
     if (name.size() < 5 || name.compare(name.size() - 4, 4, ".npy") != 0 || name.find('/') != std::string::npos) {
       throw ArtifactError("the .npz entry " + name + " is not an array file (NAME.npy)", path, kHint);
     }
-    if (zip_stat_index(archive.get(), i, 0, &st) != 0) throw ArtifactError("the .npz is corrupt", where, kHint);
-    total += st.size;
-    if (total > max_bytes + (i + 1) * kMaxHeader) {  // checked from the directory, before inflating
+    total += entry.size;
+    if (total > max_bytes + (++i) * kMaxHeader) {  // checked from the directory, before inflating
       throw ArtifactError("the arrays add up to more than " + std::to_string(max_bytes) +
                           " bytes, the most these inputs can take (at " + name + ")", path, kHint);
     }
-    std::string bytes(static_cast<std::size_t>(st.size), '\0');
-    zip_file_t* file = zip_fopen_index(archive.get(), i, 0);
-    const zip_int64_t got = file ? zip_fread(file, bytes.data(), bytes.size()) : -1;
-    if (file) zip_fclose(file);
-    if (got != static_cast<zip_int64_t>(bytes.size())) {
+    std::string bytes;
+    bytes.reserve(static_cast<std::size_t>(entry.size));
+    try {
+      archive->read(entry, entry.size, [&](const unsigned char* data, std::size_t n) {
+        bytes.append(reinterpret_cast<const char*>(data), n);
+      });
+    } catch (const ZipDataError&) {
       throw ArtifactError("the array's data is corrupt or truncated", where, kHint);
     }
     const std::string array = name.substr(0, name.size() - 4);
@@ -186,6 +184,25 @@ NamedTensors read_npz(const std::string& path, uint64_t max_bytes) {
     out.emplace_back(array, parse_npy(bytes, where));
   }
   return out;
+}
+
+// Adds one stored (uncompressed) entry, as numpy.savez writes them; false on a write error.
+bool add_stored(zipFile archive, const std::string& name, const std::string& data) {
+  zip_fileinfo info{};
+  info.tmz_date.tm_mday = 1;  // 1980-01-01, the zip format's first day
+  info.tmz_date.tm_year = 1980;
+  const int zip64 = data.size() >= 0xffffffffull;
+  if (zipOpenNewFileInZip4_64(archive, name.c_str(), &info, nullptr, 0, nullptr, 0, nullptr,
+                              0, 0, 0, -MAX_WBITS, DEF_MEM_LEVEL, Z_DEFAULT_STRATEGY, nullptr, 0,
+                              0, 0x800 /* UTF-8 name */, zip64) != ZIP_OK) {
+    return false;
+  }
+  bool ok = true;
+  for (std::size_t at = 0; ok && at < data.size(); at += 1u << 30) {
+    const auto n = static_cast<unsigned>(std::min<std::size_t>(data.size() - at, 1u << 30));
+    ok = zipWriteInFileInZip(archive, data.data() + at, n) == ZIP_OK;
+  }
+  return zipCloseFileInZip(archive) == ZIP_OK && ok;
 }
 
 }  // namespace
@@ -270,22 +287,13 @@ void write_npz(const std::string& path, const NamedTensors& tensors) {
                         "check that the folder exists and is writable");
   }
   ::close(fd);
-  int code = 0;
-  zip_t* archive = zip_open(temp.c_str(), ZIP_TRUNCATE, &code);
-  std::vector<std::string> blobs;  // zip sources point at these until zip_close
-  blobs.reserve(tensors.size());
+  zipFile archive = zipOpen64(temp.c_str(), APPEND_STATUS_CREATE);
   bool ok = archive != nullptr;
   for (const auto& [name, tensor] : tensors) {
-    if (!ok) break;
-    blobs.push_back(npy_bytes(tensor));
-    zip_source_t* source = zip_source_buffer(archive, blobs.back().data(), blobs.back().size(), 0);
-    const zip_int64_t index = source ? zip_file_add(archive, (name + ".npy").c_str(), source, ZIP_FL_ENC_UTF_8) : -1;
-    if (index < 0 && source) zip_source_free(source);
-    ok = index >= 0 && zip_set_file_compression(archive, index, ZIP_CM_STORE, 0) == 0;
+    ok = ok && add_stored(archive, name + ".npy", npy_bytes(tensor));
   }
-  ok = ok && zip_close(archive) == 0;
+  ok = archive != nullptr && zipClose(archive, nullptr) == ZIP_OK && ok;
   if (!ok) {
-    if (archive) zip_discard(archive);
     std::remove(temp.c_str());
     throw ArtifactError("cannot write the outputs", path, "check that the folder is writable and has room");
   }

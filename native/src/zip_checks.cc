@@ -1,6 +1,6 @@
-// What the artifact reader checks of the zip's own records before and beside libzip (the
-// end record's declared size, names as bytes), the entry-name rules shared with
-// runtime/format/archive.py, and names quoted as Python's repr quotes them.
+// What the artifact reader checks of the zip's end record before the zip library reads the
+// directory (its declared size), the entry-name rules shared with runtime/format/archive.py,
+// and names quoted as Python's repr quotes them.
 #include "zip_checks.h"
 
 #include <unistd.h>
@@ -20,7 +20,7 @@ uint64_t le(const unsigned char* p, int bytes) {
 }  // namespace
 
 // The end-of-central-directory record's entry count and directory size (zip64 too), read
-// before libzip builds one record per entry, so a huge declared directory costs nothing.
+// before the zip library walks one record per entry, so a huge declared directory costs nothing.
 // Returns false where there is no end record (not a zip).
 bool declared_directory(int fd, uint64_t file_size, uint64_t& count, uint64_t& dir_bytes,
                         uint64_t& dir_offset) {
@@ -48,23 +48,6 @@ bool declared_directory(int fd, uint64_t file_size, uint64_t& count, uint64_t& d
     return true;
   }
   return false;
-}
-
-// The first central-directory name holding a NUL byte, or "": libzip hands names out as C
-// strings, cut at the NUL, so a name like "a\0b" must be caught before it reads as "a".
-std::string name_with_nul(int fd, uint64_t file_size, uint64_t dir_offset, uint64_t dir_bytes) {
-  if (dir_offset > file_size || dir_bytes > file_size - dir_offset) return "";
-  std::vector<unsigned char> dir(dir_bytes);
-  if (pread(fd, dir.data(), dir_bytes, dir_offset) != static_cast<ssize_t>(dir_bytes)) return "";
-  for (uint64_t at = 0; at + 46 <= dir_bytes && le(&dir[at], 4) == 0x02014b50;) {
-    const uint64_t name = le(&dir[at + 28], 2), extra = le(&dir[at + 30], 2),
-                   comment = le(&dir[at + 32], 2);
-    if (at + 46 + name > dir_bytes) return "";
-    const std::string text(reinterpret_cast<const char*>(&dir[at + 46]), name);
-    if (text.find('\0') != std::string::npos) return text;
-    at += 46 + name + extra + comment;
-  }
-  return "";
 }
 
 // Why `name` is not a safe entry name, or "" (runtime.format.archive._name_problem).

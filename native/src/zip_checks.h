@@ -1,4 +1,4 @@
-// The zip-level checks of the artifact reader that libzip does not make (zip_checks.cc).
+// The zip-level checks of the artifact reader that the zip library does not make (zip_checks.cc).
 #pragma once
 
 #include <cstdint>
@@ -6,12 +6,10 @@
 
 namespace edge {
 
-// The end record's entry count, directory size and offset (zip64 too), read before libzip
-// builds one record per entry; false where there is no end record (not a zip).
+// The end record's entry count, directory size and offset (zip64 too), read before the zip
+// library walks one record per entry; false where there is no end record (not a zip).
 bool declared_directory(int fd, uint64_t file_size, uint64_t& count, uint64_t& dir_bytes,
                         uint64_t& dir_offset);
-// The first central-directory name holding a NUL byte, or "".
-std::string name_with_nul(int fd, uint64_t file_size, uint64_t dir_offset, uint64_t dir_bytes);
 // Why `name` is not a safe entry name, or "" (runtime.format.archive._name_problem).
 std::string name_problem(const std::string& name);
 

@@ -137,6 +137,48 @@ def _bomb(good, out):
     return rebuilt(good, out, extra=[("partitions/zeros.bin", bytes(50 << 20))])
 
 
+def _patched(path: Path, old: bytes, new: bytes) -> Path:
+    """``path`` with a name's bytes replaced in both its local and its directory record."""
+    raw = path.read_bytes()
+    assert raw.count(old) == 2 and len(old) == len(new)
+    path.write_bytes(raw.replace(old, new))
+    return path
+
+
+def _local_name_differs(good, out):
+    """The directory lists a listed entry whose local header names another file."""
+    def rename(zi):
+        zi.filename = "partitions/a.bin"  # same length: the offsets still hold
+    def move(m):
+        m["entries"]["partitions/a.bin"] = m["entries"].pop("partitions/b.bin")
+    return rebuilt(good, out, move, extra=[(info("partitions/b.bin"), b"data", rename)])
+
+
+def _bad_crc(good, out):
+    def wrong(zi):
+        zi.CRC ^= 1
+    return rebuilt(good, out, extra=[(info("partitions/crc.bin"), b"data", wrong)])
+
+
+def _later_zip_version(good, out):
+    def needs(zi):
+        zi.extract_version = 64  # one past the last version zipfile reads (6.3)
+    return rebuilt(good, out, extra=[(info("partitions/new.bin"), b"data", needs)])
+
+
+def _name_not_utf8(good, out):
+    """A name flagged UTF-8 whose bytes are not (a lead byte without its continuation)."""
+    path = rebuilt(good, out, extra=[(info("partitions/\u00e9.bin"), b"data")])
+    return _patched(path, "partitions/\u00e9.bin".encode(), b"partitions/\xc3(.bin")
+
+
+def _cp437_name_unlisted(good, out):
+    """An unlisted entry named in CP437 (no UTF-8 flag): byte 0x81 reads as 'u' umlaut."""
+    path = rebuilt(good, out, raw=json.dumps(manifest_of(good)).encode(),
+                   extra=[("partitions/xx.bin", b"data")])
+    return _patched(path, b"partitions/xx.bin", b"partitions/\x81x.bin")
+
+
 def _oversize_manifest(good, out):
     text = json.dumps(manifest_of(good)).encode()
     padded = text[:-1] + b" " * ((16 << 20) + 1 - len(text)) + b"}"
@@ -295,6 +337,12 @@ CASES = [
     Case("encrypted-entry", "encrypted", _plain(_encrypted)),
     Case("zip-bomb", "zip bomb", _plain(_bomb)),
     Case("unsupported-compression", "unsupported compression method", _plain(_bzip2)),
+    Case("local-name-differs", "entry data is corrupt", _plain(_local_name_differs)),
+    Case("bad-crc", "entry data is corrupt", _plain(_bad_crc)),
+    Case("name-not-utf8", "not a valid artifact", _plain(_name_not_utf8)),
+    Case("needs-later-zip-version", "not a valid artifact", _plain(_later_zip_version)),
+    Case("cp437-name-unlisted", "not listed in the manifest: 'partitions/\u00fcx.bin'",
+         _plain(_cp437_name_unlisted)),
     Case("too-many-entries", "over the limit of 10000", _plain(_too_many_entries)),
     Case("oversize-manifest", "over the 16777216-byte limit", _plain(_oversize_manifest)),
     Case("no-manifest", "no manifest.json", _plain(lambda good, out: write_zip(

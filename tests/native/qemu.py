@@ -2,7 +2,7 @@
 
 ``qemu-aarch64 -L /usr/aarch64-linux-gnu`` finds the aarch64 loader and C++ runtime there;
 the program's other libraries come from ``LD_LIBRARY_PATH`` inside the guest: a bundle's
-own ``lib/`` folders first, then Debian's arm64 multiarch folder (libzip, libsodium).
+own ``lib/`` folders first, then Debian's arm64 multiarch folder (minizip, libsodium).
 Two traps of qemu-user 7.2 are avoided for every run: a guest thread pool never finishes
 (the runtimes run on the calling thread: ``GUEST_ENV``), and under the default ``max`` CPU
 XNNPACK's int8 kernels compute wrong results (a Cortex-A72, plain ARMv8-A, is emulated).
@@ -37,7 +37,8 @@ def missing() -> str | None:
             return f"{tool} is not installed (Debian package {package}; `make native-deps`)"
     if not (SYSROOT / "lib" / "ld-linux-aarch64.so.1").exists():
         return f"no aarch64 sysroot at {SYSROOT} (`make native-deps`)"
-    for lib, package in (("libzip.so", "libzip-dev:arm64"), ("libsodium.so", "libsodium-dev:arm64")):
+    for lib, package in (("libminizip.so", "libminizip-dev:arm64"),
+                         ("libsodium.so", "libsodium-dev:arm64")):
         if not (MULTIARCH / lib).exists():
             return f"no arm64 {lib} in {MULTIARCH} (Debian package {package}; `make native-deps`)"
     return None

@@ -23,7 +23,7 @@ def smoke_build(tmp_path_factory) -> Path:
     return build
 
 
-def test_a_program_on_libzip_libsodium_and_json_cross_builds_and_runs_under_qemu(
+def test_a_program_on_minizip_libsodium_and_json_cross_builds_and_runs_under_qemu(
         smoke_build, tmp_path):
     program = smoke_build / "xsmoke"
     header = subprocess.run([f"{qemu.TRIPLE}-readelf", "-h", str(program)],
@@ -43,7 +43,7 @@ def test_a_program_on_libzip_libsodium_and_json_cross_builds_and_runs_under_qemu
 def test_the_toolchain_links_only_arm64_libraries(smoke_build):
     link = (smoke_build / "CMakeFiles" / "xsmoke.dir" / "link.txt").read_text()
     assert "x86_64-linux-gnu" not in link
-    assert f"/usr/lib/{qemu.TRIPLE}/libzip" in link and "aarch64-linux-gnu-g++" in link
+    assert f"/usr/lib/{qemu.TRIPLE}/libminizip" in link and "aarch64-linux-gnu-g++" in link
 
 
 def test_qemu_commands_put_the_bundle_libraries_before_the_multiarch_folder(tmp_path):

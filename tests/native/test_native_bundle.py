@@ -17,7 +17,7 @@ import pytest
 from exporter.ship.native_libs import is_device_runtime
 from tests.native.conftest import dynamic_paths, is_stripped, run_native
 
-# ld.so's listing: "libzip.so.4 => /path/libzip.so.4 (0x...)"
+# ld.so's listing: "libz.so.1 => /path/libz.so.1 (0x...)"
 _LOADED = re.compile(r"^\s*(\S+) => (\S+) \(0x[0-9a-f]+\)", re.MULTILINE)
 
 
@@ -42,18 +42,26 @@ def test_the_bundled_runner_is_stripped_with_rpath_origin_lib(copied_bundle, edg
 
 
 def test_a_copied_bundle_loads_every_library_from_its_own_lib_folder(copied_bundle):
-    """The tvm runner's libtvm_runtime finds libtvm_ffi only beside it, libzip its libz:
+    """The tvm runner's libtvm_runtime finds libtvm_ffi only beside it, minizip its libz:
     all from lib/ (RPATH reaches what libraries load too), none from the build machine."""
     listing = subprocess.run([str(copied_bundle / "bin" / "edge-run")],
                              env={"LD_TRACE_LOADED_OBJECTS": "1"}, capture_output=True,
                              text=True, timeout=60, check=True).stdout
     loaded = dict(_LOADED.findall(listing))
-    assert {"libtvm_runtime.so", "libtvm_ffi.so", "libzip.so.4", "libz.so.1"} <= set(loaded)
+    assert {"libtvm_runtime.so", "libtvm_ffi.so", "libminizip.so.1", "libz.so.1"} <= set(loaded)
     outside = {name: path for name, path in loaded.items() if not is_device_runtime(name)
                and Path(path).parent.resolve() != (copied_bundle / "lib").resolve()}
     assert not outside
     assert {p.name for p in (copied_bundle / "lib").iterdir()} == {
         name for name in loaded if not is_device_runtime(name)}
+
+
+def test_the_bundle_reads_zips_without_shipping_openssl_or_other_codecs(copied_bundle):
+    """The zip reader needs zlib only: no crypto library (several MiB) and no bzip2 or xz,
+    whose compression methods an artifact's reader refuses anyway."""
+    shipped = {p.name for p in (copied_bundle / "lib").iterdir()}
+    assert not {n for n in shipped if n.startswith(("libcrypto", "libssl", "libbz2", "liblzma",
+                                                    "libzstd", "libzip.", "libgnutls"))}
 
 
 def test_a_copied_bundle_runs_with_no_library_path_as_the_build_tree_runner(
