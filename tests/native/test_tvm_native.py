@@ -98,6 +98,15 @@ def _cross_build(tmp_path_factory, spec: str, name: str):
                           out=out)
 
 
+def test_a_normal_native_tvm_run_says_nothing_on_stderr(edge_run, native_mlp, mlp_inputs,
+                                                       tmp_path):
+    """TVM logs each memory scope of the VM it loads as a warning; a run that went well
+    prints nothing but its --json result."""
+    done = run_native(edge_run, native_mlp, mlp_inputs, tmp_path / "out.npz")
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    assert json.loads(done.stdout)
+
+
 @pytest.fixture(scope="session")
 def aarch64_mlp(tmp_path_factory):
     if qemu.missing():

@@ -5,7 +5,9 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <iostream>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <utility>
 
@@ -92,6 +94,32 @@ void default_thread_count() {
   setenv("TVM_NUM_THREADS", std::to_string(count > 0 ? count : 1).c_str(), 0);
 }
 
+// TVM logs every memory scope of a Relax VM executable it loads as a warning on std::cerr
+// ("Scope Loaded:"), with no level or switch to turn it off (TVM_LOG_DEBUG only governs
+// DLOG/VLOG). While loading, std::cerr is held: those lines are dropped, every other line
+// TVM wrote is passed on, and its errors are exceptions, which this does not touch.
+class QuietScopeLog {
+ public:
+  QuietScopeLog() : saved_(std::cerr.rdbuf(held_.rdbuf())) {}
+  ~QuietScopeLog() {
+    std::cerr.rdbuf(saved_);
+    std::istringstream lines(held_.str());
+    for (std::string line; std::getline(lines, line);) {
+      if (line.find("executable.cc") == std::string::npos ||
+          line.find(": Warning: Scope Loaded:") == std::string::npos) {
+        std::cerr << line << '\n';
+      }
+    }
+    std::cerr.flush();
+  }
+  QuietScopeLog(const QuietScopeLog&) = delete;
+  QuietScopeLog& operator=(const QuietScopeLog&) = delete;
+
+ private:
+  std::ostringstream held_;
+  std::streambuf* saved_;
+};
+
 class TvmExecutor : public Executor {
  public:
   explicit TvmExecutor(const Partition& partition)
@@ -136,6 +164,7 @@ class TvmExecutor : public Executor {
   void load_library(const std::filesystem::path& path) {
     std::string where = where_ + ": " + path.filename().string();
     try {
+      QuietScopeLog quiet;
       library_ = ffi::Module::LoadFromFile(path.string());
       ffi::Optional<ffi::Function> load = (*library_)->GetFunction("vm_load_executable");
       if (!load) throw std::runtime_error("the library holds no Relax VM executable");
