@@ -15,6 +15,7 @@ Python state), which no backend can be blamed for.
 from __future__ import annotations
 
 import logging
+import operator
 from pathlib import Path
 from typing import Protocol
 
@@ -135,6 +136,8 @@ def look_inside(artifact: Path, manifest: Manifest, target, partition,
         judged = _difference(name, value, want, limit)
         if judged["diverges"]:
             node = nodes[name]
+            if node.target is operator.getitem:  # one output of a tuple: blame its op
+                node = node.args[0]
             origin = (node.meta.get("from_node") or [None])[0]
             source = sources.get(getattr(origin, "name", None)) or source_line(node)
             return {"value": name, "backend_op": backend_op, "op": op_label(node.target),

@@ -29,7 +29,10 @@ from torch.fx import Node
 
 log = logging.getLogger(__name__)
 
-DEBUG_BUFFER_BYTES = 64 << 20  # the traced run's buffer for every logged value
+# The event tracer aborts the process when its debug buffer runs out: it is sized for every
+# value it will log, at the dims' upper bounds, and a program needing more is not traced.
+MAX_DEBUG_BUFFER_BYTES = 4 << 30
+ALIGNMENT = 64
 XNNPACK = "XNNPACK delegate"
 KERNEL = "portable kernel"
 
@@ -48,8 +51,13 @@ def intermediate_values(program: ExportedProgram, wanted: dict[str, torch.dtype]
     from targets.executorch.lower import METHOD, lower_per_op
 
     manager = lower_per_op(program)
+    size = debug_buffer_bytes(manager.exported_program().graph_module)
+    if size > MAX_DEBUG_BUFFER_BYTES:
+        log.warning("not looking inside: its values would take %d MiB of debug buffer",
+                    size >> 20)
+        return []
     traced = Runtime.get().load_program(manager.buffer, enable_etdump=True,
-                                        debug_buffer_size=DEBUG_BUFFER_BYTES)
+                                        debug_buffer_size=size)
     traced.load_method(METHOD).execute([t.detach().cpu().contiguous() for t in inputs])
     with tempfile.TemporaryDirectory(prefix="etdump-") as folder:
         dump, buffer = Path(folder) / "run.etdp", Path(folder) / "debug.bin"
@@ -57,7 +65,9 @@ def intermediate_values(program: ExportedProgram, wanted: dict[str, torch.dtype]
         logged = _logged_values(dump.read_bytes(), buffer.read_bytes())
     plan = manager.executorch_program.execution_plan[0]
     produced = []
-    for index, (where, names) in _instruction_nodes(plan, manager.exported_program()).items():
+    source = {node.name: node for node in program.graph.nodes}
+    for index, (where, names) in _instruction_nodes(plan, manager.exported_program(),
+                                                    source).items():
         values = logged.get(index, [])
         outputs = values[len(values) - len(names):] if len(values) >= len(names) else []
         produced += [(where, name, value) for name, value in zip(names, outputs)
@@ -65,9 +75,33 @@ def intermediate_values(program: ExportedProgram, wanted: dict[str, torch.dtype]
     return produced
 
 
-def _instruction_nodes(plan, edge: ExportedProgram) -> dict[int, tuple[str, list[str]]]:
-    """Instruction index -> (where it runs, the names in ``edge``'s source program of the
-    values it outputs). Kernel and delegate calls are matched to the graph's nodes in
+def debug_buffer_bytes(module) -> int:
+    """What the event tracer logs, with room to spare: each kernel call's outputs, each
+    delegate call's inputs and outputs, and the method's outputs, at their planned sizes."""
+    total = 0
+    for node in module.graph.nodes:
+        if node.op == "output":
+            logged = _flat(node.args[0])
+        elif node.op != "call_function" or node.target is operator.getitem:
+            continue
+        elif _call_name(node) == "executorch_call_delegate":
+            logged = [*_flat(node.args[1:]), node]
+        else:
+            logged = [node]
+        total += sum(_planned_bytes(arg) for arg in logged if isinstance(arg, Node))
+    return total + total // 4 + (1 << 20)
+
+
+def _planned_bytes(node: Node) -> int:
+    specs = _flat(node.meta.get("spec"))
+    return sum(-(-int(getattr(spec, "allocated_memory", 0) or 0) // ALIGNMENT) * ALIGNMENT
+               + ALIGNMENT for spec in specs if spec is not None)
+
+
+def _instruction_nodes(plan, edge: ExportedProgram, source: dict[str, Node]
+                       ) -> dict[int, tuple[str, list[str]]]:
+    """Instruction index -> (where it runs, the names in the source program (``source``:
+    its nodes by name) of the values it outputs). Kernel and delegate calls are matched to the graph's nodes in
     order: the emitter walks the graph in order and emits one call per such node."""
     module = edge.graph_module
     nodes = [n for n in module.graph.nodes if n.op == "call_function"]
@@ -94,13 +128,18 @@ def _instruction_nodes(plan, edge: ExportedProgram) -> dict[int, tuple[str, list
             fused = " fused" if len(ops) > 1 else ""
             found[index] = (f"{XNNPACK} ({', '.join(ops)}{fused})", names)
         elif _same_op(wanted, _source_target(node)):  # not a copy ExecuTorch inserted
-            outputs = node.meta.get("val")
-            count = len(outputs) if isinstance(outputs, (tuple, list)) else 1
-            names = [_source_name(node)] if count == 1 else [
-                _source_name(user) for user in sorted(node.users, key=lambda u: u.args[1])
-                if user.target is operator.getitem]
-            found[index] = (f"{KERNEL} {wanted}", names)
+            found[index] = (f"{KERNEL} {wanted}", _output_names(node, source))
     return found
+
+
+def _output_names(node: Node, source: dict[str, Node]) -> list[str]:
+    """The source program's names of a kernel's outputs: a tuple's are its getitems there."""
+    name = _source_name(node)
+    if not isinstance(node.meta.get("val"), (tuple, list)):
+        return [name]
+    items = {user.args[1]: user.name for user in getattr(source.get(name), "users", ())
+             if user.target is operator.getitem}
+    return [items.get(i, "") for i in range(len(node.meta["val"]))]
 
 
 def _same_op(kernel: str, source_target: str) -> bool:
