@@ -32,6 +32,8 @@ class ExecutorchMeta(PartitionMeta):
     xnnpack_ops: int | None = None  # ops inside XNNPACK delegates
     portable_ops: int | None = None  # ops run by ExecuTorch's own kernels
     delegates: int | None = None  # XNNPACK subgraphs
+    # the nodes inside each XNNPACK subgraph, in run order (bisect names a culprit's)
+    subgraphs: tuple[tuple[str, ...], ...] | None = None
     kernels: tuple[str, ...] | None = None  # the kernels the program calls (report)
     # edge op -> {"XNNPACK": n, "portable": n}: the report's placement inside ExecuTorch
     placement: dict[str, dict[str, int]] | None = None

@@ -35,4 +35,5 @@ class ExecutorchTooling(Tooling):
         if program is None:  # the .pte alone: a delegate's inner values are not logged
             return []
         from targets.executorch import inside
-        return inside.intermediate_values(program, wanted, inputs)
+        return inside.intermediate_values(program, wanted, inputs,
+                                          partition.meta.get("subgraphs"))

@@ -27,12 +27,15 @@ import torch
 from torch.export import ExportedProgram
 from torch.fx import Node
 
+from targets.executorch.lower import source_name
+
 log = logging.getLogger(__name__)
 
 # The event tracer aborts the process when its debug buffer runs out: it is sized for every
 # value it will log, at the dims' upper bounds, and a program needing more is not traced.
 MAX_DEBUG_BUFFER_BYTES = 4 << 30
 ALIGNMENT = 64
+LISTED = 8  # a subgraph's ops named in a line
 XNNPACK = "XNNPACK delegate"
 KERNEL = "portable kernel"
 
@@ -42,10 +45,12 @@ _DTYPES = {"FLOAT": torch.float32, "DOUBLE": torch.float64, "HALF": torch.float1
 
 
 def intermediate_values(program: ExportedProgram, wanted: dict[str, torch.dtype],
-                        inputs: list[torch.Tensor]) -> list[tuple[str, str, torch.Tensor]]:
+                        inputs: list[torch.Tensor], subgraphs: list | None = None
+                        ) -> list[tuple[str, str, torch.Tensor]]:
     """(where it ran, node name, value) for each op output of ``program`` named in
     ``wanted``, in the order ExecuTorch ran them. ``where``: "XNNPACK delegate (linear_1,
-    relu fused)" or "portable kernel aten::cumsum.out"."""
+    relu fused)" or "portable kernel aten::cumsum.out"; with ``subgraphs`` (the built
+    program's XNNPACK subgraphs, as node names), a delegated op's also names its own."""
     from executorch.runtime import Runtime
 
     from targets.executorch.lower import METHOD, lower_per_op
@@ -70,9 +75,21 @@ def intermediate_values(program: ExportedProgram, wanted: dict[str, torch.dtype]
                                                     source).items():
         values = logged.get(index, [])
         outputs = values[len(values) - len(names):] if len(values) >= len(names) else []
-        produced += [(where, name, value) for name, value in zip(names, outputs)
-                     if name in wanted]
+        produced += [(where + built_subgraph(name, subgraphs or []) if where.startswith(XNNPACK)
+                      else where, name, value)
+                     for name, value in zip(names, outputs) if name in wanted]
     return produced
+
+
+def built_subgraph(name: str, subgraphs: list) -> str:
+    """Where the built program runs the node ``name``: the XNNPACK subgraph holding it."""
+    for index, ops in enumerate(subgraphs):
+        if name in ops:
+            listed = ", ".join(ops[:LISTED]) + (f", {len(ops) - LISTED} more" if len(ops) > LISTED
+                                                 else "")
+            return f", in the built program's XNNPACK subgraph {index} of {len(subgraphs)} " \
+                   f"({listed})"
+    return ""
 
 
 def debug_buffer_bytes(module) -> int:
@@ -122,9 +139,9 @@ def _instruction_nodes(plan, edge: ExportedProgram, source: dict[str, Node]
         position += 1
         if kind == "DelegateCall":
             inner = getattr(module, node.args[0].target).original_module.graph
-            ops = [_source_name(n) for n in inner.nodes if n.op == "call_function"]
+            ops = [source_name(n) for n in inner.nodes if n.op == "call_function"]
             (out,) = [n for n in inner.nodes if n.op == "output"]
-            names = [_source_name(arg) for arg in _flat(out.args[0])]
+            names = [source_name(arg) for arg in _flat(out.args[0])]
             fused = " fused" if len(ops) > 1 else ""
             found[index] = (f"{XNNPACK} ({', '.join(ops)}{fused})", names)
         elif _same_op(wanted, _source_target(node)):  # not a copy ExecuTorch inserted
@@ -134,7 +151,7 @@ def _instruction_nodes(plan, edge: ExportedProgram, source: dict[str, Node]
 
 def _output_names(node: Node, source: dict[str, Node]) -> list[str]:
     """The source program's names of a kernel's outputs: a tuple's are its getitems there."""
-    name = _source_name(node)
+    name = source_name(node)
     if not isinstance(node.meta.get("val"), (tuple, list)):
         return [name]
     items = {user.args[1]: user.name for user in getattr(source.get(name), "users", ())
@@ -159,17 +176,6 @@ def _call_name(node: Node) -> str:
 
 def _operator_name(op) -> str:
     return f"{op.name}.{op.overload}" if op.overload else f"{op.name}.default"
-
-
-def _source_name(node) -> str:
-    """The name of the node of the lowered program that ``node`` was made from: the root of
-    its ``from_node`` provenance (ExecuTorch's passes rename and re-trace)."""
-    name = getattr(node, "name", str(node))
-    sources = node.meta.get("from_node") if isinstance(node, Node) else None
-    while sources:
-        name = sources[0].name
-        sources = sources[0].from_node
-    return name
 
 
 def _source_target(node: Node) -> str:

@@ -34,6 +34,7 @@ class LoweredProgram:
     buffer: bytes
     placement: dict[str, dict[str, int]]  # edge op -> {"XNNPACK": n, "portable": n}
     delegates: int  # XNNPACK subgraphs
+    subgraphs: tuple[tuple[str, ...], ...]  # the program's nodes inside each, in run order
     kernels: tuple[str, ...]  # operators the program calls outside the delegates
     buffer_sizes: tuple[int, ...]  # memory planning's arenas (index 0 is reserved)
     bounds: dict[str, str] = field(default_factory=dict)  # dynamic dim -> its range
@@ -56,13 +57,13 @@ def lower_program(program: ExportedProgram) -> LoweredProgram:
     through (the target turns them into a LoweringError)."""
     bounds = dict(program.range_constraints)
     edge, executorch_program = _lower(program, per_op=False)
-    placement, delegates = _placement(edge.exported_program().graph_module)
+    placement, subgraphs = _placement(edge.exported_program().graph_module)
     _check_planned_inputs(executorch_program.exported_program(), _input_bounds(program))
     plan = executorch_program.executorch_program.execution_plan[0]
     kernels = tuple(sorted({f"{o.name}.{o.overload}" if o.overload else o.name
                             for o in plan.operators}))
     return LoweredProgram(buffer=executorch_program.buffer, placement=placement,
-                          delegates=delegates, kernels=kernels,
+                          delegates=len(subgraphs), subgraphs=subgraphs, kernels=kernels,
                           buffer_sizes=tuple(int(s) for s in plan.non_const_buffer_sizes),
                           bounds={str(s): f"{r.lower}..{r.upper}" for s, r in bounds.items()})
 
@@ -127,26 +128,36 @@ def _check_planned_inputs(final: ExportedProgram, wanted: dict[str, list[int]]) 
                               f"smaller than its bounds allow ({wanted[node.name]})")
 
 
-def _placement(graph_module) -> tuple[dict[str, dict[str, int]], int]:
+def _placement(graph_module) -> tuple[dict[str, dict[str, int]], tuple[tuple[str, ...], ...]]:
     """Ops by where they run: inside each XNNPACK delegate's original graph, or as
-    kernels in the top-level edge graph."""
+    kernels in the top-level edge graph; and the program's nodes inside each delegate."""
     counts: dict[str, Counter] = {}
-    delegates = 0
+    subgraphs = []
 
-    def add(node, where: str) -> None:
+    def add(node, where: str) -> bool:
         if node.op != "call_function" or node.target is operator.getitem:
-            return
+            return False
         name = getattr(node.target, "__name__", str(node.target))
         if name == "executorch_call_delegate":
-            return
+            return False
         counts.setdefault(name, Counter())[where] += 1
+        return True
 
     for node in graph_module.graph.nodes:
         if node.op == "get_attr" and hasattr(getattr(graph_module, node.target, None),
                                              "original_module"):
-            delegates += 1
-            for inner in getattr(graph_module, node.target).original_module.graph.nodes:
-                add(inner, "XNNPACK")
+            inner = getattr(graph_module, node.target).original_module.graph.nodes
+            subgraphs.append(tuple(source_name(n) for n in inner if add(n, "XNNPACK")))
         else:
             add(node, "portable")
-    return {op: dict(sorted(c.items())) for op, c in sorted(counts.items())}, delegates
+    return ({op: dict(sorted(c.items())) for op, c in sorted(counts.items())},
+            tuple(subgraphs))
+
+
+def source_name(node) -> str:
+    """The name of the node of the lowered program that ``node`` was made from: the root of
+    its ``from_node`` provenance (ExecuTorch's passes rename and re-trace)."""
+    name, sources = node.name, node.meta.get("from_node")
+    while sources:
+        name, sources = sources[0].name, sources[0].from_node
+    return name

@@ -90,7 +90,7 @@ class ExecutorchTarget(Target):
         meta = ExecutorchMeta(
             program=PROGRAM_NAME, method=METHOD, executorch=version(),
             xnnpack_ops=lowered.xnnpack_ops, portable_ops=lowered.portable_ops,
-            delegates=lowered.delegates, kernels=lowered.kernels,
+            delegates=lowered.delegates, subgraphs=lowered.subgraphs, kernels=lowered.kernels,
             placement=lowered.placement, buffer_sizes=lowered.buffer_sizes,
             planned_bytes=planned, bounds=lowered.bounds or None)
         notes = []

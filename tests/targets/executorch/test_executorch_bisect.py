@@ -48,7 +48,8 @@ def test_tanh_gelu_computed_as_exact_gelu_is_found_inside_the_xnnpack_delegate(
     got = found["inside"]
     # the linear before it matches eager; the gelu is the first value off
     assert (got["value"], got["op"], got["backend_op"]) == (
-        "gelu", "aten.gelu.default", "XNNPACK delegate (gelu)")
+        "gelu", "aten.gelu.default", "XNNPACK delegate (gelu), in the built program's "
+        "XNNPACK subgraph 0 of 1 (linear, gelu, linear_1)")
     assert got["diverges"] and got["compared"] == 3
     assert "executorch_bisect.py:17" in got["source"]
     assert "the first to diverge is 'gelu'" in text
