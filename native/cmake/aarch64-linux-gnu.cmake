@@ -1,7 +1,7 @@
 # Cross-compiling the native runtime for linux-aarch64 on a Debian x86_64 host:
 #   cmake -S native -B build/native/linux-aarch64 \
 #         -DCMAKE_TOOLCHAIN_FILE=native/cmake/aarch64-linux-gnu.cmake
-# Compilers: Debian's gcc-aarch64-linux-gnu / g++-aarch64-linux-gnu. Libraries (libzip,
+# Compilers: Debian's gcc-aarch64-linux-gnu / g++-aarch64-linux-gnu. Libraries (minizip,
 # libsodium) come from the arm64 multiarch packages (/usr/lib/aarch64-linux-gnu), the C++
 # runtime from the cross toolchain's sysroot (/usr/aarch64-linux-gnu). Run the result with
 # `qemu-aarch64 -L /usr/aarch64-linux-gnu` (tests/native/qemu.py).
@@ -16,7 +16,7 @@ set(CMAKE_CROSSCOMPILING_EMULATOR qemu-aarch64 -L /usr/${EDGE_CROSS_TRIPLE})
 # Headers and libraries are looked up only in the target's folders, programs (cmake,
 # pkg-config) only on the host. /usr stays a root so that the arm64 multiarch libraries in
 # /usr/lib/aarch64-linux-gnu and the architecture-independent headers (nlohmann-json,
-# libzip's and libsodium's, which multiarch shares) are found; the library architecture
+# minizip's, zlib's and libsodium's, which multiarch shares) are found; the library architecture
 # keeps the x86_64 ones in /usr/lib/x86_64-linux-gnu out.
 set(CMAKE_FIND_ROOT_PATH /usr/${EDGE_CROSS_TRIPLE} /usr)
 set(CMAKE_LIBRARY_ARCHITECTURE ${EDGE_CROSS_TRIPLE})
