@@ -56,8 +56,7 @@ def lower_program(program: ExportedProgram) -> LoweredProgram:
     """The partition's program as an ExecuTorch program; ExecuTorch's own errors pass
     through (the target turns them into a LoweringError)."""
     bounds = dict(program.range_constraints)
-    edge, executorch_program = _lower(program, per_op=False)
-    placement, subgraphs = _placement(edge.exported_program().graph_module)
+    (placement, subgraphs), executorch_program = _lower(program, per_op=False)
     _check_planned_inputs(executorch_program.exported_program(), _input_bounds(program))
     plan = executorch_program.executorch_program.execution_plan[0]
     kernels = tuple(sorted({f"{o.name}.{o.overload}" if o.overload else o.name
@@ -86,7 +85,8 @@ def _lower(program: ExportedProgram, per_op: bool):
     partitioner = XnnpackPartitioner(configs=list(partitioner_configs()), per_op_mode=per_op)
     edge = to_edge_transform_and_lower(program, partitioner=[partitioner])
     _restore_bounds(edge.exported_program(), bounds)
-    return edge, edge.to_executorch()
+    placement = _placement(edge.exported_program().graph_module)  # before to_executorch's passes
+    return placement, edge.to_executorch()
 
 
 class BoundsError(ValueError):
