@@ -21,7 +21,22 @@ def placement_lines(partition: Partition) -> list[str]:
         listed = f" ({', '.join(kernels[:_LISTED])}{more})"
     return [f"inside {partition.name}: {meta.get('xnnpack_ops', 0)} op(s) in "
             f"{meta.get('delegates', 0)} XNNPACK delegate(s), "
-            f"{meta.get('portable_ops', 0)} on ExecuTorch's own kernels{listed}"]
+            f"{meta.get('portable_ops', 0)} on ExecuTorch's own kernels{listed}",
+            *_subgraph_lines(partition.name, meta.get("subgraphs") or [])]
+
+
+def _subgraph_lines(name: str, subgraphs: list) -> list[str]:
+    """The nodes inside each XNNPACK subgraph, in run order (what bisect and a profile's
+    one-event-per-delegate refer to)."""
+    if not subgraphs:
+        return []
+    shown = []
+    for index, ops in enumerate(subgraphs[:_LISTED]):
+        more = f", {len(ops) - _LISTED} more" if len(ops) > _LISTED else ""
+        shown.append(f"{index}: {', '.join(ops[:_LISTED])}{more}")
+    rest = (f"; {len(subgraphs) - _LISTED} more subgraph(s)" if len(subgraphs) > _LISTED
+            else "")
+    return [f"XNNPACK subgraphs of {name} in run order: {'; '.join(shown)}{rest}"]
 
 
 def memory_lines(partition: Partition) -> list[str]:

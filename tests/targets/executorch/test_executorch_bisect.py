@@ -84,3 +84,20 @@ def test_every_op_of_a_correct_program_matches_eager_in_run_order():
         ("XNNPACK delegate (linear_1)", "linear_1")]
     for _, name, value in produced:
         torch.testing.assert_close(value, reference[name], rtol=1e-5, atol=1e-5)
+
+
+def test_inspect_lists_the_nodes_inside_each_xnnpack_subgraph_in_run_order():
+    """The meta's ``subgraphs`` (lower.py) reach `exporter inspect` and the report; a long
+    list is cut with a count, as the kernels' list is."""
+    from types import SimpleNamespace
+
+    from targets.executorch.describe import placement_lines
+
+    subgraphs = [["linear", "gelu", "linear_1"], *[[f"mul_{i}"] for i in range(8)]]
+    partition = SimpleNamespace(name="p0", meta={
+        "placement": {"aten.linear.default": {"XNNPACK": 2}}, "xnnpack_ops": 11,
+        "delegates": 9, "portable_ops": 0, "subgraphs": subgraphs})
+    lines = placement_lines(partition)
+    assert lines[1].startswith("XNNPACK subgraphs of p0 in run order: 0: linear, gelu, "
+                               "linear_1; 1: mul_0;")
+    assert lines[1].endswith("; 3 more subgraph(s)")
