@@ -154,30 +154,30 @@ def test_cli_generate(onnx_lm, cli):
     (["--prompt-ids", "1,x"], "is not a list of integers"),
     (["--prompt-ids", "1", "--top-p", "0"], "top_p"),
 ])
-def test_generate_bad_input_is_exit_2(onnx_lm, cli, args, said):
+def test_generate_bad_input_is_exit_2(onnx_lm, cli_here, args, said):
     built, _ = onnx_lm
-    done = cli("generate", str(built.artifact), *args)
+    done = cli_here("generate", str(built.artifact), *args)
     assert done.returncode == 2, done.stderr
     assert said in done.stderr and "Traceback" not in done.stderr
 
 
-def test_generate_preloads_the_custom_ops_an_artifact_calls(cli):
+def test_generate_preloads_the_custom_ops_an_artifact_calls(cli_here):
     """The runtime's hint for an unregistered custom op says --preload: both CLIs take it
     (Mixtral's CPU fallback calls transformers::grouped_mm_fallback)."""
-    done = cli("generate", "--help")
+    done = cli_here("generate", "--help")
     assert done.returncode == 0 and "--preload" in done.stdout
 
 
 @pytest.mark.parametrize("source", ["edge_no_such_module", "no_such_ops.py"])
-def test_a_preload_that_cannot_be_imported_is_exit_2(onnx_lm, cli, source):
-    done = cli("generate", str(onnx_lm[0].artifact), "--prompt-ids", "1", "-n", "1",
-               "--preload", source)
+def test_a_preload_that_cannot_be_imported_is_exit_2(onnx_lm, cli_here, source):
+    done = cli_here("generate", str(onnx_lm[0].artifact), "--prompt-ids", "1", "-n", "1",
+                    "--preload", source)
     assert done.returncode == 2 and f"--preload {source}" in done.stderr
     assert "Traceback" not in done.stderr
 
 
-def test_generate_refuses_a_plain_artifact(cli, onnx_mlp):
-    done = cli("generate", str(onnx_mlp), "--prompt-ids", "1")
+def test_generate_refuses_a_plain_artifact(cli_here, onnx_mlp):
+    done = cli_here("generate", str(onnx_mlp), "--prompt-ids", "1")
     assert done.returncode == 2 and "--task text-generation" in done.stderr
 
 
@@ -200,15 +200,15 @@ def test_incremental_text_is_the_whole_decode(tmp_path):
         assert whole.startswith(growing.text) and len(whole) - len(growing.text) <= 1
 
 
-def test_validate_rechecks_a_generating_artifact_by_its_gate(onnx_lm, onnx_mlp, cli):
+def test_validate_rechecks_a_generating_artifact_by_its_gate(onnx_lm, onnx_mlp, cli_here):
     """`exporter validate` on a generating artifact generates against transformers again,
     with the model its manifest names when --model is left out (as `exporter bench`)."""
     built, _ = onnx_lm
-    done = cli("validate", str(built.artifact), "--json")
+    done = cli_here("validate", str(built.artifact), "--json")
     assert done.returncode == 0, done.stderr
     record = json.loads(done.stdout)["validation"]
     assert record["passed"] and record["kind"] == "generation" and record["tokens_identical"]
-    plain = cli("validate", str(onnx_mlp))  # a plain artifact: its own spec, zoo:mlp
+    plain = cli_here("validate", str(onnx_mlp))  # a plain artifact: its own spec, zoo:mlp
     assert plain.returncode == 0 and "PASSED" in plain.stdout, plain.stderr
 
 
@@ -240,18 +240,18 @@ def test_validate_against_other_weights_is_exit_1_with_the_first_divergence(onnx
     assert done.exit_code == 2 and "vocabulary has 384 tokens and the model's 300" in done.stderr
 
 
-def test_bench_times_a_generating_artifact_as_asked(onnx_lm, cli):
+def test_bench_times_a_generating_artifact_as_asked(onnx_lm, cli_here):
     """`exporter bench` on a generating artifact: the artifact and transformers in turns,
     with the runs and untimed warm-ups asked for (--warmup was ignored); --runs 0 is exit 2."""
     built, _ = onnx_lm
-    done = cli("bench", str(built.artifact), "--baseline", "eager", "--prompt-tokens", "8",
-               "--new-tokens", "8", "--runs", "2", "--warmup", "0", "--json")
+    done = cli_here("bench", str(built.artifact), "--baseline", "eager", "--prompt-tokens", "8",
+                    "--new-tokens", "8", "--runs", "2", "--warmup", "0", "--json")
     assert done.returncode == 0, done.stderr
     timed = json.loads(done.stdout)
     assert (timed["runs"], timed["warmup"]) == (2, 0)
     assert set(timed["engines"]) == {"artifact", "hf-eager"}
     assert all(row["decode_tokens_per_s"] > 0 for row in timed["engines"].values())
-    refused = cli("bench", str(built.artifact), "--runs", "0")
+    refused = cli_here("bench", str(built.artifact), "--runs", "0")
     assert refused.returncode == 2 and "--runs 1 or more" in refused.stderr
 
 

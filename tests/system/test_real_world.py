@@ -22,11 +22,12 @@ MODELS = "tests/models/real_world.py"
 @pytest.mark.parametrize("factory, target", [
     ("stock_mha", "onnx"), ("stock_encoder", "onnx"),
     pytest.param("stock_mha", "tvm", marks=pytest.mark.slow)])
-def test_stock_pytorch_attention_builds_and_validates(cli, tmp_path, factory, target):
+def test_stock_pytorch_attention_builds_and_validates(cli_here, tmp_path, factory, target):
     if target == "tvm":
         pytest.importorskip("tvm")
     out = tmp_path / f"{factory}.artifact"
-    result = cli("build", f"{MODELS}:{factory}", "--target", target, "--out", str(out), "--json")
+    result = cli_here("build", f"{MODELS}:{factory}", "--target", target, "--out", str(out),
+                      "--json")
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
     assert data["validation"]["passed"] is True
@@ -35,19 +36,19 @@ def test_stock_pytorch_attention_builds_and_validates(cli, tmp_path, factory, ta
 
 
 @pytest.mark.slow  # a large model captured twice; test_onnx_target's dry run covers the table
-def test_dry_run_places_what_the_onnx_exporter_cannot_translate_on_the_cpu(cli, tmp_path):
+def test_dry_run_places_what_the_onnx_exporter_cannot_translate_on_the_cpu(cli_here, tmp_path):
     """special_i0 decomposes to prims.bessel_i0 inside torch.onnx: placement judges the
     decomposed graph, so the dry run, the build and --fallback forbid agree."""
-    dry = cli("build", f"{MODELS}:bessel", "--target", "onnx", "--dry-run", "--json")
+    dry = cli_here("build", f"{MODELS}:bessel", "--target", "onnx", "--dry-run", "--json")
     assert dry.returncode == 0, dry.stderr
     fallback = [r for r in json.loads(dry.stdout)["coverage"] if r["backend"] == "torch"]
     assert [r["op"] for r in fallback] == ["prims.bessel_i0.default"]
     assert "real_world.py" in fallback[0]["source"]
-    built = cli("build", f"{MODELS}:bessel", "--target", "onnx", "--out",
-                str(tmp_path / "b.artifact"), "--json")
+    built = cli_here("build", f"{MODELS}:bessel", "--target", "onnx", "--out",
+                     str(tmp_path / "b.artifact"), "--json")
     assert built.returncode == 0 and json.loads(built.stdout)["validation"]["passed"] is True
-    forbid = cli("build", f"{MODELS}:bessel", "--target", "onnx", "--fallback", "forbid",
-                 "--out", str(tmp_path / "f.artifact"))
+    forbid = cli_here("build", f"{MODELS}:bessel", "--target", "onnx", "--fallback", "forbid",
+                      "--out", str(tmp_path / "f.artifact"))
     assert forbid.returncode == 2 and "prims.bessel_i0" in forbid.stderr
     assert "Traceback" not in forbid.stderr
 
@@ -69,9 +70,9 @@ def test_partition_carries_the_body_of_a_higher_order_op():
     torch.testing.assert_close(out, prep.model.module(x))
 
 
-def test_factory_keyword_inputs_keep_their_names(cli, tmp_path):
-    result = cli("build", f"{MODELS}:keyword_only", "--target", "onnx", "--out",
-                 str(tmp_path / "k.artifact"), "--json")
+def test_factory_keyword_inputs_keep_their_names(cli_here, tmp_path):
+    result = cli_here("build", f"{MODELS}:keyword_only", "--target", "onnx", "--out",
+                      str(tmp_path / "k.artifact"), "--json")
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
     assert [t["name"] for t in data["signature"]["inputs"]] == ["input_ids", "attention_mask"]
@@ -79,9 +80,9 @@ def test_factory_keyword_inputs_keep_their_names(cli, tmp_path):
     assert data["validation"]["passed"] is True
 
 
-def test_fused_program_keeps_the_models_source_lines(cli):
+def test_fused_program_keeps_the_models_source_lines(cli_here):
     """The fusion passes re-capture the program; each op still cites the model's line."""
-    result = cli("build", "zoo:encoder", "--target", "onnx", "--dry-run", "--json")
+    result = cli_here("build", "zoo:encoder", "--target", "onnx", "--dry-run", "--json")
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
     sources = [r["source"] or "" for r in data["coverage"]]

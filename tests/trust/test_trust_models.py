@@ -107,7 +107,7 @@ def test_auto_map_code_never_runs_and_never_prompts(bert_folder, tmp_path, model
 
 # --- weights are safetensors from the folder, or refused ---------------------------------
 
-def test_pytorch_model_bin_alone_is_refused_and_never_unpickled(bert_folder, tmp_path, cli):
+def test_pytorch_model_bin_alone_is_refused_and_never_unpickled(bert_folder, tmp_path, cli_here):
     folder = _copy(bert_folder, tmp_path)
     marker = tmp_path / "UNPICKLED"
 
@@ -118,19 +118,19 @@ def test_pytorch_model_bin_alone_is_refused_and_never_unpickled(bert_folder, tmp
     import pickle
     with open(folder / "pytorch_model.bin", "wb") as fh:
         pickle.dump({"payload": Payload()}, fh)
-    result = cli("build", f"hf:{folder}", "--target", "onnx", "--seq-len", "8")
+    result = cli_here("build", f"hf:{folder}", "--target", "onnx", "--seq-len", "8")
     _clean(result, 2, "model.safetensors", "safe_serialization=True")
     assert not marker.exists(), "pytorch_model.bin was unpickled"
 
 
-def test_index_pointing_outside_the_folder_is_refused(bert_folder, tmp_path, cli):
+def test_index_pointing_outside_the_folder_is_refused(bert_folder, tmp_path, cli_here):
     folder = _copy(bert_folder, tmp_path)
     (folder / "model.safetensors").rename(tmp_path / "elsewhere.safetensors")
     names = list(__import__("safetensors").safe_open(
         tmp_path / "elsewhere.safetensors", "pt").keys())
     (folder / "model.safetensors.index.json").write_text(json.dumps(
         {"metadata": {}, "weight_map": {n: "../elsewhere.safetensors" for n in names}}))
-    _clean(cli("build", f"hf:{folder}", "--target", "onnx", "--seq-len", "8"), 2,
+    _clean(cli_here("build", f"hf:{folder}", "--target", "onnx", "--seq-len", "8"), 2,
            "outside its folder")
 
 
@@ -157,9 +157,9 @@ def test_hostile_config_sizes_are_exit_2_quickly(bert_folder, tmp_path, cli, cha
     assert time.perf_counter() - start < 120, "refused only after allocating"
 
 
-def test_the_size_limit_is_overridable_both_ways(bert_folder, tmp_path, cli):
-    small = cli("build", f"hf:{bert_folder}", "--target", "onnx", "--seq-len", "8",
-                "--max-model-size", "10KB", "--out", str(tmp_path / "a.artifact"))
+def test_the_size_limit_is_overridable_both_ways(bert_folder, tmp_path, cli_here):
+    small = cli_here("build", f"hf:{bert_folder}", "--target", "onnx", "--seq-len", "8",
+                     "--max-model-size", "10KB", "--out", str(tmp_path / "a.artifact"))
     _clean(small, 2, "over the", "--max-model-size")
     # and up: a config over the default (half this machine's memory) passes a raised limit,
     # sized on the meta device, nothing allocated
@@ -200,16 +200,16 @@ GENERATE = ["--task", "text-generation"]
         "fraction-layers", "encoder-decoder-heads", "nested-text-zero-heads",
         "nested-vision-fraction"])
 def test_inconsistent_hf_config_sizes_are_one_error_paragraph_exit_2(
-        hf_folders, tmp_path, cli, base, change, flags, needle):
+        hf_folders, tmp_path, cli_here, base, change, flags, needle):
     folder = _changed(hf_folders[base], tmp_path, change)
-    result = cli("build", f"hf:{folder}", "--target", "onnx", "--dry-run", *flags)
+    result = cli_here("build", f"hf:{folder}", "--target", "onnx", "--dry-run", *flags)
     _clean(result, 2, needle)
     assert result.stderr.count("error:") == 1, result.stderr
     assert "bug in the exporter" not in result.stderr
 
 
 def test_weights_that_contradict_the_config_are_exit_2_naming_tensor_and_file(
-        hf_folders, tmp_path, cli):
+        hf_folders, tmp_path, cli_here):
     """Weights saved for other sizes (config.json edited after saving; a tensor whose
     safetensors header gives another shape), a header that cannot be parsed, and an index
     naming a shard that is not there: each exit 2 naming what and where."""
@@ -239,8 +239,8 @@ def test_weights_that_contradict_the_config_are_exit_2_naming_tensor_and_file(
                                        "model.safetensors", "[64, 32]"]),
             (garbled, ["--dry-run"], ["damaged or incomplete", "model.safetensors"]),
             (sharded, ["--dry-run"], ["model-00002-of-00002.safetensors"])):
-        result = cli("build", f"hf:{folder}", "--target", "onnx", "--seq-len", "8", *flags,
-                     "--out", str(tmp_path / "x.artifact"))
+        result = cli_here("build", f"hf:{folder}", "--target", "onnx", "--seq-len", "8", *flags,
+                          "--out", str(tmp_path / "x.artifact"))
         _clean(result, 2, *needles)
         assert result.stderr.count("error:") == 1, result.stderr
         assert not (tmp_path / "x.artifact").exists()
@@ -249,18 +249,18 @@ def test_weights_that_contradict_the_config_are_exit_2_naming_tensor_and_file(
 # --- a folder's own code that is not run is said ---------------------------------------
 
 def test_auto_map_beside_a_stock_model_type_warns_that_the_folder_code_did_not_run(
-        bert_folder, tmp_path, cli):
+        bert_folder, tmp_path, cli_here):
     folder = _changed(bert_folder, tmp_path, {"auto_map": {"AutoModel": "modeling.Evil"}})
     marker = tmp_path / "RAN"
     (folder / "modeling.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\n")
-    result = cli("build", f"hf:{folder}", "--target", "onnx", "--seq-len", "8", "--dry-run",
-                 "--json")
+    result = cli_here("build", f"hf:{folder}", "--target", "onnx", "--seq-len", "8", "--dry-run",
+                      "--json")
     assert result.returncode == 0, result.stderr
     assert not marker.exists()
     said = [w for w in json.loads(result.stdout)["warnings"] if "auto_map" in w]
     assert len(said) == 1 and "modeling.Evil" in said[0] and "not run" in said[0]
     assert "stock" in said[0] and "--trust-remote-code" in said[0]
-    plain = cli("build", f"hf:{folder}", "--target", "onnx", "--seq-len", "8", "--dry-run")
+    plain = cli_here("build", f"hf:{folder}", "--target", "onnx", "--seq-len", "8", "--dry-run")
     assert plain.returncode == 0, plain.stderr
     lines = [line for line in plain.stderr.splitlines() if "auto_map" in line]
     assert len(lines) == 1 and lines[0].startswith("warning:"), plain.stderr

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 
 
-def test_bench_reports_medians_and_ratios(mlp_build, cli):
-    result = cli("bench", str(mlp_build.artifact), "--baseline", "eager", "--runs", "30",
-                 "--warmup", "5", "--json")
+def test_bench_reports_medians_and_ratios(mlp_build, cli_here):
+    result = cli_here("bench", str(mlp_build.artifact), "--baseline", "eager", "--runs", "30",
+                      "--warmup", "5", "--json")
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
     assert data["timer"] == "perf_counter" and data["runs"] == 30
@@ -17,8 +17,8 @@ def test_bench_reports_medians_and_ratios(mlp_build, cli):
     assert data["ratios"]["artifact/eager"] > 0
 
 
-def test_bench_rejects_unknown_baselines(mlp_build, cli):
-    result = cli("bench", str(mlp_build.artifact), "--baseline", "tensorrt")
+def test_bench_rejects_unknown_baselines(mlp_build, cli_here):
+    result = cli_here("bench", str(mlp_build.artifact), "--baseline", "tensorrt")
     assert result.returncode == 2 and "tensorrt" in result.stderr
 
 
@@ -37,8 +37,8 @@ def test_python_api_is_what_the_cli_calls(mlp_build):
     assert set(timings["timings"]) == {"artifact", "eager"}
 
 
-def test_bench_times_eager_by_default_and_says_how_much_faster_in_words(mlp_build, cli):
-    result = cli("bench", str(mlp_build.artifact), "--runs", "10", "--warmup", "2")
+def test_bench_times_eager_by_default_and_says_how_much_faster_in_words(mlp_build, cli_here):
+    result = cli_here("bench", str(mlp_build.artifact), "--runs", "10", "--warmup", "2")
     assert result.returncode == 0, result.stderr
     said = [line for line in result.stdout.splitlines() if line.startswith("  artifact: ")]
     assert len(said) == 1 and said[0].endswith(" than eager")
@@ -46,18 +46,18 @@ def test_bench_times_eager_by_default_and_says_how_much_faster_in_words(mlp_buil
     assert "compile" not in result.stdout and "compile" not in result.stderr
 
 
-def test_bench_times_the_batch_asked_and_the_inputs_given(mlp_build, cli, tmp_path):
+def test_bench_times_the_batch_asked_and_the_inputs_given(mlp_build, cli_here, tmp_path):
     import numpy as np
 
-    batch = cli("bench", str(mlp_build.artifact), "--batch-size", "5", "--runs", "3",
-                "--warmup", "1", "--json")
+    batch = cli_here("bench", str(mlp_build.artifact), "--batch-size", "5", "--runs", "3",
+                     "--warmup", "1", "--json")
     assert batch.returncode == 0, batch.stderr
     assert json.loads(batch.stdout)["inputs"][0]["shape"] == [5, 64]
     path = tmp_path / "x.npz"
     np.savez(path, x=np.ones((3, 64), dtype=np.float32))
-    given = cli("bench", str(mlp_build.artifact), "--inputs", str(path), "--runs", "3",
-                "--warmup", "1", "--json")
+    given = cli_here("bench", str(mlp_build.artifact), "--inputs", str(path), "--runs", "3",
+                     "--warmup", "1", "--json")
     assert given.returncode == 0, given.stderr
     assert json.loads(given.stdout)["inputs"][0]["shape"] == [3, 64]
-    too_big = cli("bench", str(mlp_build.artifact), "--batch-size", "1000", "--json")
+    too_big = cli_here("bench", str(mlp_build.artifact), "--batch-size", "1000", "--json")
     assert too_big.returncode == 2 and "outside the built range" in too_big.stdout

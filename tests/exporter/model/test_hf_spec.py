@@ -31,11 +31,11 @@ def checkpoints(tmp_path_factory):
     return root, bert
 
 
-def test_text_classification_checkpoint_builds_and_matches_transformers(checkpoints, cli):
+def test_text_classification_checkpoint_builds_and_matches_transformers(checkpoints, cli_here):
     """As a newcomer runs it, from the checkpoint's parent folder with no flags but the
     target: a clean default name, the task and shapes said, the output named `logits`."""
     root, bert = checkpoints
-    result = cli("build", "hf:./bert", "--target", "onnx", "--seq-len", "16", cwd=root)
+    result = cli_here("build", "hf:./bert", "--target", "onnx", "--seq-len", "16", cwd=root)
     assert result.returncode == 0, result.stderr
     assert "validation: PASSED" in result.stdout
     assert ("model: BertForSequenceClassification, task text-classification (--task); "
@@ -82,11 +82,11 @@ def test_default_artifact_names_are_clean(source, stem, tmp_path, monkeypatch):
      [("pixel_values", "float32", [3, 3, 32, 32])], ("logits", [3, 5]), True),
 ], ids=["causal-lm-from-architectures", "image-classification", "feature-extraction-by-task",
         "image-batch-size"])
-def test_tasks_choose_the_class_and_the_inputs(checkpoints, cli, folder, flags, inputs, output,
+def test_tasks_choose_the_class_and_the_inputs(checkpoints, cli_here, folder, flags, inputs, output,
                                                warned):
     root, _ = checkpoints
-    result = cli("build", f"hf:{root / folder}", "--target", "onnx", "--dry-run", "--json",
-                 *flags)
+    result = cli_here("build", f"hf:{root / folder}", "--target", "onnx", "--dry-run", "--json",
+                      *flags)
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
     signature = data["signature"]
@@ -95,13 +95,14 @@ def test_tasks_choose_the_class_and_the_inputs(checkpoints, cli, folder, flags, 
     assert any("random weights" in w for w in data["warnings"]) == warned
 
 
-def test_dynamic_batch_from_one_input_dim_builds_for_every_input(checkpoints, cli):
+def test_dynamic_batch_from_one_input_dim_builds_for_every_input(checkpoints, cli_here):
     """`--dynamic input_ids:0=1..4` on batch-1 examples: the mask's batch follows, examples
     are made at batch 2 to trace, and the artifact takes batch 1 and 3 and short texts."""
     root, bert = checkpoints
     out = root / "bert-dynamic.artifact"
-    result = cli("build", f"hf:{root / 'bert'}", "--target", "onnx", "--seq-len", "16",
-                 "--dynamic", "input_ids:0=1..4", "--dynamic", "sequence=1..32", "-o", str(out))
+    result = cli_here("build", f"hf:{root / 'bert'}", "--target", "onnx", "--seq-len", "16",
+                      "--dynamic", "input_ids:0=1..4", "--dynamic", "sequence=1..32",
+                      "-o", str(out))
     assert result.returncode == 0, result.stderr
     assert ("example inputs: batch 2 (dynamic 1..4), sequence 16 (dynamic 1..32)"
             in result.stdout)
@@ -118,38 +119,38 @@ def test_dynamic_batch_from_one_input_dim_builds_for_every_input(checkpoints, cl
         torch.testing.assert_close(program(ids, mask), expected, rtol=1e-4, atol=1e-5)
 
 
-def test_hf_mistakes_are_usage_errors(checkpoints, cli, tmp_path):
+def test_hf_mistakes_are_usage_errors(checkpoints, cli_here, tmp_path):
     root, _ = checkpoints
-    missing = cli("build", f"hf:{tmp_path / 'nope'}", "--dry-run")
+    missing = cli_here("build", f"hf:{tmp_path / 'nope'}", "--dry-run")
     assert missing.returncode == 2 and "no config.json" in missing.stderr
-    bad_task = cli("build", f"hf:{root / 'bert'}", "--task", "translation", "--dry-run")
+    bad_task = cli_here("build", f"hf:{root / 'bert'}", "--task", "translation", "--dry-run")
     assert bad_task.returncode == 2 and "--task" in bad_task.stderr
-    not_hf = cli("build", "zoo:mlp", "--task", "causal-lm", "--dry-run")
+    not_hf = cli_here("build", "zoo:mlp", "--task", "causal-lm", "--dry-run")
     assert not_hf.returncode == 2 and "apply to hf:PATH specs only" in not_hf.stderr
     for result in (missing, bad_task, not_hf):
         assert "Traceback" not in result.stderr
 
 
-def test_weights_the_user_did_not_give_are_refused(checkpoints, cli):
+def test_weights_the_user_did_not_give_are_refused(checkpoints, cli_here):
     """A task head the checkpoint lacks, or no weights at all, would validate random weights:
     exit 2 naming what is missing, unless --random-weights asks for it."""
     root, _ = checkpoints
-    head = cli("build", f"hf:{root / 'bert'}", "--task", "causal-lm", "--dry-run")
+    head = cli_here("build", f"hf:{root / 'bert'}", "--task", "causal-lm", "--dry-run")
     assert head.returncode == 2, head.stderr
     assert "cls.predictions" in head.stderr and "--random-weights" in head.stderr
-    bare = cli("build", f"hf:{root / 'gpt2'}", "--dry-run")
+    bare = cli_here("build", f"hf:{root / 'gpt2'}", "--dry-run")
     assert bare.returncode == 2 and "no model.safetensors" in bare.stderr
     # nothing to convert: the hint says where weights come from, not how to convert them
     assert "save_pretrained(folder)" in bare.stderr and "from_pretrained" not in bare.stderr
-    allowed = cli("build", f"hf:{root / 'bert'}", "--task", "causal-lm", "--random-weights",
-                  "--dry-run", "--json")
+    allowed = cli_here("build", f"hf:{root / 'bert'}", "--task", "causal-lm", "--random-weights",
+                       "--dry-run", "--json")
     assert allowed.returncode == 0, allowed.stderr
     assert any("initialised at random" in w for w in json.loads(allowed.stdout)["warnings"])
     # ours says it; transformers' own load report and advice show only with --verbose
     assert "[transformers]" not in allowed.stderr and "LOAD REPORT" not in allowed.stderr
 
 
-def test_damaged_checkpoint_files_are_usage_errors_naming_the_file(checkpoints, cli, tmp_path):
+def test_damaged_checkpoint_files_are_usage_errors_naming_the_file(checkpoints, cli_here, tmp_path):
     """A truncated model.safetensors, a config.json that is not JSON, a path to the config
     file instead of its folder: the user's files, exit 2 naming them, not an internal
     error (exit 4, "a bug in the exporter")."""
@@ -163,6 +164,6 @@ def test_damaged_checkpoint_files_are_usage_errors_naming_the_file(checkpoints, 
     for spec, said in ((f"hf:{cut}", "a safetensors file is damaged or incomplete"),
                        (f"hf:{garbled}", "not valid JSON"),
                        (f"hf:{root / 'bert' / 'config.json'}", "hf: takes the checkpoint's folder")):
-        done = cli("build", spec, "--target", "onnx", "--dry-run")
+        done = cli_here("build", spec, "--target", "onnx", "--dry-run")
         assert done.returncode == 2 and said in done.stderr, done.stderr
         assert "Traceback" not in done.stderr and "bug in the exporter" not in done.stderr

@@ -62,36 +62,36 @@ def test_wrong_inputs_name_the_input(mlp_build):
         program.run({"y": torch.randn(2, 64)})
 
 
-def test_cli_run_from_npz_and_bad_npz(mlp_build, cli, tmp_path):
+def test_cli_run_from_npz_and_bad_npz(mlp_build, cli_here, tmp_path):
     x = np.random.default_rng(0).standard_normal((5, 64)).astype(np.float32)
     np.savez(tmp_path / "in.npz", x=x)
-    result = cli("run", str(mlp_build.artifact), "--inputs", str(tmp_path / "in.npz"),
-                 "--out", str(tmp_path / "out.npz"))
+    result = cli_here("run", str(mlp_build.artifact), "--inputs", str(tmp_path / "in.npz"),
+                      "--out", str(tmp_path / "out.npz"))
     assert result.returncode == 0, result.stderr
     module, _, _ = ZOO["mlp"]()
     with np.load(tmp_path / "out.npz") as out:
         np.testing.assert_allclose(out["output"], module(torch.from_numpy(x)).detach().numpy(),
                                    rtol=1e-4, atol=1e-5)
     np.savez(tmp_path / "bad.npz", x=x.astype(np.float64)[:, :10])
-    bad = cli("run", str(mlp_build.artifact), "--inputs", str(tmp_path / "bad.npz"))
+    bad = cli_here("run", str(mlp_build.artifact), "--inputs", str(tmp_path / "bad.npz"))
     assert bad.returncode == 2
     assert "input 'x'" in bad.stderr and "Traceback" not in bad.stderr
 
 
-def test_cli_validate_and_inspect(mlp_build, cli):
-    result = cli("validate", str(mlp_build.artifact), "--model", "zoo:mlp", "--json")
+def test_cli_validate_and_inspect(mlp_build, cli_here):
+    result = cli_here("validate", str(mlp_build.artifact), "--model", "zoo:mlp", "--json")
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["validation"]["passed"] is True
-    shown = cli("inspect", str(mlp_build.artifact))
+    shown = cli_here("inspect", str(mlp_build.artifact))
     assert shown.returncode == 0 and "batch[1..32]" in shown.stdout
-    inspected = json.loads(cli("inspect", str(mlp_build.artifact), "--json").stdout)
+    inspected = json.loads(cli_here("inspect", str(mlp_build.artifact), "--json").stdout)
     assert inspected["manifest"]["target"] == "cpu" and inspected["signed_by"] is None
 
 
 @pytest.fixture(scope="session")
-def encoder_cli_build(artifacts_dir, cli):
+def encoder_cli_build(artifacts_dir, cli_here):
     out = artifacts_dir / "encoder.artifact"
-    result = cli("build", "zoo:encoder", "--target", "cpu", "--out", str(out), "--json")
+    result = cli_here("build", "zoo:encoder", "--target", "cpu", "--out", str(out), "--json")
     return out, result
 
 

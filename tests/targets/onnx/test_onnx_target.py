@@ -52,33 +52,34 @@ def test_custom_op_artifact_runs_with_its_library_loaded(custom_onnx, cli, tmp_p
                                    rtol=1e-4, atol=1e-5)
 
 
-def test_fallback_forbid_names_every_unsupported_op(cli, tmp_path):
+def test_fallback_forbid_names_every_unsupported_op(cli_here, tmp_path):
     out = tmp_path / "forbid.artifact"
-    result = cli("build", CUSTOM, "--target", "onnx", "--fallback", "forbid", "--out", str(out))
+    result = cli_here("build", CUSTOM, "--target", "onnx", "--fallback", "forbid", "--out",
+                      str(out))
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "edgetest.soft_clip.default" in result.stderr and "custom_op.py:26" in result.stderr
     assert not out.exists()
 
 
-def test_dry_run_tables_placement_without_compiling(cli, tmp_path):
+def test_dry_run_tables_placement_without_compiling(cli_here, tmp_path):
     out = tmp_path / "dry.artifact"
-    result = cli("build", CUSTOM, "--target", "onnx", "--dry-run", "--json", "--out", str(out))
+    result = cli_here("build", CUSTOM, "--target", "onnx", "--dry-run", "--json", "--out", str(out))
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
     assert data["placement"]["partitions"] == 3 and data["placement"]["device_transfers"] == 0
     assert {r["backend"] for r in data["coverage"]} == {"onnxruntime", "torch"}
     assert all(r["reason"] for r in data["coverage"])
     assert not out.exists()
-    small = cli("build", CUSTOM, "--target", "onnx", "--dry-run", "--json",
-                "--min-partition-size", "3")
+    small = cli_here("build", CUSTOM, "--target", "onnx", "--dry-run", "--json",
+                     "--min-partition-size", "3")
     placement = json.loads(small.stdout)["placement"]
     assert placement["delegated_partitions"] == 0, "islands under 3 ops stay on the CPU"
 
 
 @pytest.mark.parametrize("name", sorted(ZOO))
-def test_zoo_builds_and_runs_on_onnx_with_dynamic_batch(name, artifacts_dir, cli):
+def test_zoo_builds_and_runs_on_onnx_with_dynamic_batch(name, artifacts_dir, cli_here):
     out = artifacts_dir / f"zoo-{name}-onnx.artifact"
-    result = cli("build", f"zoo:{name}", "--target", "onnx", "--out", str(out), "--json")
+    result = cli_here("build", f"zoo:{name}", "--target", "onnx", "--out", str(out), "--json")
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["validation"]["passed"] is True
     assert_zoo_artifact_matches_eager(out, name)
@@ -92,12 +93,12 @@ def test_zoo_builds_and_runs_on_onnx_with_dynamic_batch(name, artifacts_dir, cli
         assert fused["remove_noops"]["constants_folded"] == 1  # the position-table slice
 
 
-def test_hf_model_on_onnx_with_dynamic_batch(artifacts_dir, cli):
+def test_hf_model_on_onnx_with_dynamic_batch(artifacts_dir, cli_here):
     pytest.importorskip("transformers")
     out = artifacts_dir / "bert-onnx.artifact"
-    result = cli("build", "tests/models/hf_bert.py:tiny_bert", "--target", "onnx", "--out",
-                 str(out), "--json", "--dynamic", "input_ids:0=1..8",
-                 "--dynamic", "attention_mask:0=1..8")
+    result = cli_here("build", "tests/models/hf_bert.py:tiny_bert", "--target", "onnx", "--out",
+                      str(out), "--json", "--dynamic", "input_ids:0=1..8",
+                      "--dynamic", "attention_mask:0=1..8")
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["validation"]["passed"] is True
     merged = {r["name"]: r["info"] for r in runtime.read_manifest(out).passes}
@@ -112,20 +113,20 @@ def test_hf_model_on_onnx_with_dynamic_batch(artifacts_dir, cli):
                                rtol=1e-4, atol=1e-4)
 
 
-def test_bench_measures_overhead_over_plain_onnxruntime(artifacts_dir, cli):
+def test_bench_measures_overhead_over_plain_onnxruntime(artifacts_dir, cli_here):
     out = artifacts_dir / "zoo-cnn-onnx.artifact"
     if not out.exists():
         pytest.skip("built by the zoo test")
-    result = cli("bench", str(out), "--baseline", "onnxruntime", "--runs", "500", "--json")
+    result = cli_here("bench", str(out), "--baseline", "onnxruntime", "--runs", "500", "--json")
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
     ratio = data["ratios"]["artifact/onnxruntime"]
     assert 0.5 < ratio < 2.0  # wide: CI timing is noisy; the speed goal is checked by bench/
 
 
-def test_no_fuse_leaves_the_fusion_passes_out(cli, tmp_path):
+def test_no_fuse_leaves_the_fusion_passes_out(cli_here, tmp_path):
     out = tmp_path / "cnn-unfused.artifact"
-    result = cli("build", "zoo:cnn", "--target", "onnx", "--no-fuse", "--out", str(out))
+    result = cli_here("build", "zoo:cnn", "--target", "onnx", "--no-fuse", "--out", str(out))
     assert result.returncode == 0, result.stderr
     # no fusion pass; torch.onnx's own decomposition (and the copy before strided
     # reshapes) still run, as torch.onnx.export would run them anyway
@@ -134,12 +135,12 @@ def test_no_fuse_leaves_the_fusion_passes_out(cli, tmp_path):
         "contiguous_before_reshape"]
 
 
-def test_fallback_partition_runs_in_the_planned_arena(cli, tmp_path):
+def test_fallback_partition_runs_in_the_planned_arena(cli_here, tmp_path):
     """Everything on the CPU fallback (islands under 3 ops): its intermediates are planned
     into the runtime's CPU arena, and the measured peak is recorded beside the plan."""
     out = tmp_path / "arena.artifact"
-    result = cli("build", CUSTOM, "--target", "onnx", "--min-partition-size", "3",
-                 "--out", str(out), "--json")
+    result = cli_here("build", CUSTOM, "--target", "onnx", "--min-partition-size", "3",
+                      "--out", str(out), "--json")
     assert result.returncode == 0, result.stderr
     manifest = runtime.read_manifest(out)
     arena = manifest.memory_plan["arenas"]["cpu"]
@@ -154,33 +155,33 @@ def test_fallback_partition_runs_in_the_planned_arena(cli, tmp_path):
     for batch in (1, 16, 7):
         x = torch.randn(batch, 16)
         torch.testing.assert_close(program(x), model(x), rtol=0, atol=0)
-    shown = cli("inspect", str(out))
+    shown = cli_here("inspect", str(out))
     assert "runtime arena on cpu: 0.004 MB preallocated for 2 CPU-fallback" in shown.stdout
 
 
-def test_memory_budget_fails_the_build_with_the_figures(cli, tmp_path):
+def test_memory_budget_fails_the_build_with_the_figures(cli_here, tmp_path):
     out = tmp_path / "budget.artifact"
-    tight = cli("build", "zoo:encoder", "--target", "onnx", "--memory-budget", "1MB",
-                "--out", str(out))
+    tight = cli_here("build", "zoo:encoder", "--target", "onnx", "--memory-budget", "1MB",
+                     "--out", str(out))
     assert tight.returncode == 1 and "Traceback" not in tight.stderr
     assert "over the --memory-budget of 1.00 MB" in tight.stderr
     assert "weights: 0.49 MB" in tight.stderr and "activations (arena" in tight.stderr
     assert not out.exists()
-    roomy = cli("build", "zoo:encoder", "--target", "onnx", "--memory-budget", "8MiB",
-                "--dry-run")
+    roomy = cli_here("build", "zoo:encoder", "--target", "onnx", "--memory-budget", "8MiB",
+                     "--dry-run")
     assert roomy.returncode == 0, roomy.stderr
-    bad = cli("build", "zoo:encoder", "--target", "onnx", "--memory-budget", "lots")
+    bad = cli_here("build", "zoo:encoder", "--target", "onnx", "--memory-budget", "lots")
     assert bad.returncode == 2 and "'lots' is not a size" in bad.stderr
 
 
-def test_inspect_plots_the_memory_plan(custom_onnx, cli, tmp_path):
+def test_inspect_plots_the_memory_plan(custom_onnx, cli_here, tmp_path):
     out, _ = custom_onnx
     png = tmp_path / "plan.png"
-    result = cli("inspect", str(out), "--plot", str(png))
+    result = cli_here("inspect", str(out), "--plot", str(png))
     assert result.returncode == 0, result.stderr
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
     assert list(tmp_path.iterdir()) == [png], "no partial file left beside it"
-    missing = cli("inspect", str(out), "--plot", str(tmp_path / "no" / "plan.png"))
+    missing = cli_here("inspect", str(out), "--plot", str(tmp_path / "no" / "plan.png"))
     assert missing.returncode == 2 and "does not exist" in missing.stderr
 
 
