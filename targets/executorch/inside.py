@@ -78,7 +78,9 @@ def intermediate_values(program: ExportedProgram, wanted: dict[str, torch.dtype]
         produced += [(where + built_subgraph(name, subgraphs or []) if where.startswith(XNNPACK)
                       else where, name, value)
                      for name, value in zip(names, outputs) if name in wanted]
-    return produced
+    # a node ExecuTorch decomposed names each part after it: its value is the last part's
+    last = {name: index for index, (_, name, _) in enumerate(produced)}
+    return [row for index, row in enumerate(produced) if last[row[1]] == index]
 
 
 def built_subgraph(name: str, subgraphs: list) -> str:

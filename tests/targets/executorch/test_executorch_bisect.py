@@ -101,3 +101,23 @@ def test_inspect_lists_the_nodes_inside_each_xnnpack_subgraph_in_run_order():
     assert lines[1].startswith("XNNPACK subgraphs of p0 in run order: 0: linear, gelu, "
                                "linear_1; 1: mul_0;")
     assert lines[1].endswith("; 3 more subgraph(s)")
+
+
+def test_a_node_executorch_decomposes_is_compared_once_by_its_last_part():
+    """ExecuTorch lowers a 4-D matmul as expand, view, bmm, view, each named after the
+    matmul; the expand has the matmul's shape but not its values, and must not be blamed."""
+    from plan.partition import node_values
+
+    class Scores(torch.nn.Module):
+        def forward(self, q, k):
+            return torch.relu(q @ k)
+
+    q, k = torch.randn(2, 4, 16, 16), torch.randn(2, 4, 16, 16)
+    program = torch.export.export(Scores(), (q, k))
+    reference = {node.name: value for node, value in node_values(program, [q, k]).items()
+                 if node.op == "call_function"}
+    produced = inside.intermediate_values(program, {k: v.dtype for k, v in reference.items()},
+                                          [q, k])
+    assert [name for _, name, _ in produced] == ["matmul", "relu"]
+    for _, name, value in produced:
+        torch.testing.assert_close(value, reference[name], rtol=1e-5, atol=1e-5)
