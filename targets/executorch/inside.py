@@ -120,8 +120,8 @@ def _planned_bytes(node: Node) -> int:
 def _instruction_nodes(plan, edge: ExportedProgram, source: dict[str, Node]
                        ) -> dict[int, tuple[str, list[str]]]:
     """Instruction index -> (where it runs, the names in the source program (``source``:
-    its nodes by name) of the values it outputs). Kernel and delegate calls are matched to the graph's nodes in
-    order: the emitter walks the graph in order and emits one call per such node."""
+    its nodes by name) of the values it outputs). Kernel and delegate calls are matched to
+    the graph's nodes in order: the emitter walks the graph and emits one call per node."""
     module = edge.graph_module
     nodes = [n for n in module.graph.nodes if n.op == "call_function"]
     position, found = 0, {}
@@ -141,7 +141,8 @@ def _instruction_nodes(plan, edge: ExportedProgram, source: dict[str, Node]
         position += 1
         if kind == "DelegateCall":
             inner = getattr(module, node.args[0].target).original_module.graph
-            ops = [source_name(n) for n in inner.nodes if n.op == "call_function"]
+            ops = list(dict.fromkeys(source_name(n) for n in inner.nodes
+                                     if n.op == "call_function"))
             (out,) = [n for n in inner.nodes if n.op == "output"]
             names = [source_name(arg) for arg in _flat(out.args[0])]
             fused = " fused" if len(ops) > 1 else ""

@@ -147,7 +147,8 @@ def _placement(graph_module) -> tuple[dict[str, dict[str, int]], tuple[tuple[str
         if node.op == "get_attr" and hasattr(getattr(graph_module, node.target, None),
                                              "original_module"):
             inner = getattr(graph_module, node.target).original_module.graph.nodes
-            subgraphs.append(tuple(source_name(n) for n in inner if add(n, "XNNPACK")))
+            subgraphs.append(tuple(dict.fromkeys(source_name(n) for n in inner
+                                                 if add(n, "XNNPACK"))))
         else:
             add(node, "portable")
     return ({op: dict(sorted(c.items())) for op, c in sorted(counts.items())},
