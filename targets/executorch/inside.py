@@ -28,11 +28,13 @@ from torch.export import ExportedProgram
 from torch.fx import Node
 
 from targets.executorch.lower import source_name
+from targets.executorch.traced_run import traced_run
 
 log = logging.getLogger(__name__)
 
-# The event tracer aborts the process when its debug buffer runs out: it is sized for every
-# value it will log, at the dims' upper bounds, and a program needing more is not traced.
+# The event tracer aborts its process when its debug buffer runs out (traced_run.py runs it
+# in a child): it is sized for every value it logs, at the dims' upper bounds, and a program
+# needing more is not traced.
 MAX_DEBUG_BUFFER_BYTES = 4 << 30
 ALIGNMENT = 64
 LISTED = 8  # a subgraph's ops named in a line
@@ -51,9 +53,7 @@ def intermediate_values(program: ExportedProgram, wanted: dict[str, torch.dtype]
     ``wanted``, in the order ExecuTorch ran them. ``where``: "XNNPACK delegate (linear_1,
     relu fused)" or "portable kernel aten::cumsum.out"; with ``subgraphs`` (the built
     program's XNNPACK subgraphs, as node names), a delegated op's also names its own."""
-    from executorch.runtime import Runtime
-
-    from targets.executorch.lower import METHOD, lower_per_op
+    from targets.executorch.lower import lower_per_op
 
     manager = lower_per_op(program)
     size = debug_buffer_bytes(manager.exported_program().graph_module)
@@ -61,13 +61,8 @@ def intermediate_values(program: ExportedProgram, wanted: dict[str, torch.dtype]
         log.warning("not looking inside: its values would take %d MiB of debug buffer",
                     size >> 20)
         return []
-    traced = Runtime.get().load_program(manager.buffer, enable_etdump=True,
-                                        debug_buffer_size=size)
-    traced.load_method(METHOD).execute([t.detach().cpu().contiguous() for t in inputs])
     with tempfile.TemporaryDirectory(prefix="etdump-") as folder:
-        dump, buffer = Path(folder) / "run.etdp", Path(folder) / "debug.bin"
-        traced.write_etdump_result_to_file(str(dump), str(buffer))
-        logged = _logged_values(dump.read_bytes(), buffer.read_bytes())
+        logged = _logged_values(*traced_run(manager.buffer, inputs, size, Path(folder)))
     plan = manager.executorch_program.execution_plan[0]
     produced = []
     source = {node.name: node for node in program.graph.nodes}

@@ -121,3 +121,17 @@ def test_a_node_executorch_decomposes_is_compared_once_by_its_last_part():
     assert [name for _, name, _ in produced] == ["matmul", "relu"]
     for _, name, value in produced:
         torch.testing.assert_close(value, reference[name], rtol=1e-5, atol=1e-5)
+
+
+def test_a_traced_run_that_aborts_fails_the_look_inside_not_the_build_process(tmp_path):
+    """ExecuTorch aborts its process when the debug buffer runs out: the traced run is a
+    child's, and its death is an error bisect reports (it then stops at the partition)."""
+    from targets.executorch.lower import lower_program
+    from targets.executorch.traced_run import TracedRunError, traced_run
+
+    layer, x = torch.nn.Linear(16, 16).eval(), torch.randn(4, 16)
+    buffer = lower_program(torch.export.export(layer, (x,))).buffer
+    with pytest.raises(TracedRunError, match="traced run exited with"):
+        traced_run(buffer, [x], 64, tmp_path)  # room for no tensor at all
+    dump, debug = traced_run(buffer, [x], 1 << 20, tmp_path)
+    assert dump and debug
