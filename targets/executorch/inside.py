@@ -8,11 +8,12 @@ again as the build lowers it but with one XNNPACK delegate per op match (``lower
 same placement, same kernels, and each delegated op's output becomes a delegate output. A
 match XNNPACK fuses (a linear and its relu) stays one delegate, named with all its ops.
 
-Only bisect pays for this (one more lowering and one traced run); builds emit no ETRecord
-and run no event tracer. ExecuTorch's ETRecord and Inspector would map the runtime's events
-to the graph too, but the Inspector needs pandas, which the target does not install: the
-lowered program is at hand here, and its execution plan names each instruction's kernel or
-delegate, which the graph's nodes are matched to in order.
+Only bisect pays for this (one more lowering and one traced run, in a child process:
+traced_run.py); builds emit no ETRecord and run no event tracer. ExecuTorch's ETRecord and
+Inspector would map the runtime's events to the graph too, but ``executorch.devtools``
+imports pandas, which the target does not install: the lowered program is at hand here, and
+its execution plan names each instruction's kernel or delegate, which the graph's nodes are
+matched to in order.
 """
 
 from __future__ import annotations
