@@ -38,10 +38,10 @@ def _linears_and_embeddings(name):
 @pytest.mark.parametrize("recipe", [pytest.param("int8-dynamic", marks=pytest.mark.slow),
                                     "int8-weight"])
 def test_encoder_quantizes_every_linear_and_embedding_and_passes_the_gate(
-        artifacts_dir, cli, recipe):
+        artifacts_dir, cli_here, recipe):
     out = artifacts_dir / f"encoder-{recipe}.artifact"
-    result = cli("build", "zoo:encoder", "--target", "cpu", "--quantize", recipe,
-                 "--out", str(out), "--json")
+    result = cli_here("build", "zoo:encoder", "--target", "cpu", "--quantize", recipe,
+                      "--out", str(out), "--json")
     assert result.returncode == 0, result.stderr
     manifest, info = _quantize_record(out)
     linears, embeddings = _linears_and_embeddings("encoder")
@@ -61,13 +61,13 @@ def test_encoder_quantizes_every_linear_and_embedding_and_passes_the_gate(
                for row in validation["outputs"])
 
 
-def test_int8_static_cnn_with_calibration_file(artifacts_dir, cli, tmp_path):
+def test_int8_static_cnn_with_calibration_file(artifacts_dir, cli_here, tmp_path):
     _, (image,), _ = ZOO["cnn"]()
     calibration = tmp_path / "calibration.npz"
     np.savez(calibration, image=torch.randn(8, *image.shape[1:]).numpy())
     out = artifacts_dir / "cnn-int8-static.artifact"
-    result = cli("build", "zoo:cnn", "--target", "cpu", "--quantize", "int8-static",
-                 "--calibration", str(calibration), "--out", str(out), "--json")
+    result = cli_here("build", "zoo:cnn", "--target", "cpu", "--quantize", "int8-static",
+                      "--calibration", str(calibration), "--out", str(out), "--json")
     assert result.returncode == 0, result.stderr
     manifest, info = _quantize_record(out)
     assert info["calibration_sets"] == 1 and len(info["layers_quantized"]) == 7  # 6 convs + head
@@ -76,11 +76,11 @@ def test_int8_static_cnn_with_calibration_file(artifacts_dir, cli, tmp_path):
     assert "top1_agreement" in row  # [batch, classes]: classifier-shaped
 
 
-def test_missing_the_gate_exits_1_saying_by_how_much(cli, tmp_path):
+def test_missing_the_gate_exits_1_saying_by_how_much(cli_here, tmp_path):
     out = tmp_path / "mlp.artifact"
-    result = cli("build", "zoo:mlp", "--target", "cpu", "--quantize", "int8-static",
-                 "--calibration", "random", "--min-sqnr", "200", "--min-cosine", "1.5",
-                 "--out", str(out))
+    result = cli_here("build", "zoo:mlp", "--target", "cpu", "--quantize", "int8-static",
+                      "--calibration", "random", "--min-sqnr", "200", "--min-cosine", "1.5",
+                      "--out", str(out))
     assert result.returncode == 1, result.stderr
     assert "misses the accuracy gate" in result.stderr and "dB short of 200" in result.stderr
     assert "RANDOM inputs" in result.stderr  # the loud calibration warning
@@ -97,8 +97,8 @@ def test_missing_the_gate_exits_1_saying_by_how_much(cli, tmp_path):
     (["--target", "cpu", "--quantize", "int8-dynamic", "--dtype", "fp16"], "--dtype fp16"),
     (["--target", "cpu", "--quantize", "int3"], "--quantize"),
 ])
-def test_bad_quantize_options_are_usage_errors(cli, tmp_path, args, needle):
-    result = cli("build", "zoo:mlp", *args, "--out", str(tmp_path / "x.artifact"))
+def test_bad_quantize_options_are_usage_errors(cli_here, tmp_path, args, needle):
+    result = cli_here("build", "zoo:mlp", *args, "--out", str(tmp_path / "x.artifact"))
     assert result.returncode == 2, result.stderr
     assert needle in result.stderr and "Traceback" not in result.stderr
 
@@ -114,14 +114,14 @@ def test_compare_quantized_figures():
 
 
 @pytest.mark.slow  # a second quantized transformer build; the encoder tests cover the recipes in make test
-def test_gpt2_decoder_has_every_linear_quantized(cli, tmp_path):
+def test_gpt2_decoder_has_every_linear_quantized(cli_here, tmp_path):
     """HF GPT-2 writes its layers as Conv1D (addmm), which PT2E's quantizer skipped:
     they are rewritten as linears first, so all 8 plus lm_head are int8, and the token
     and position tables too."""
     pytest.importorskip("transformers")
     out = tmp_path / "gpt2.artifact"
-    result = cli("build", "tests/models/hf_gpt2.py:tiny_gpt2", "--target", "cpu",
-                 "--quantize", "int8-dynamic", "--out", str(out))
+    result = cli_here("build", "tests/models/hf_gpt2.py:tiny_gpt2", "--target", "cpu",
+                      "--quantize", "int8-dynamic", "--out", str(out))
     assert result.returncode == 0, result.stderr
     _, info = _quantize_record(out)
     assert info["rewritten_as_linear"] == 8 and info["layers_float"] == []
@@ -130,11 +130,11 @@ def test_gpt2_decoder_has_every_linear_quantized(cli, tmp_path):
 
 
 @pytest.mark.slow  # a second quantized transformer build; the encoder tests cover the recipes in make test
-def test_dead_pooler_is_cleaned_before_prepare(cli, tmp_path):
+def test_dead_pooler_is_cleaned_before_prepare(cli_here, tmp_path):
     pytest.importorskip("transformers")
     out = tmp_path / "bert.artifact"
-    result = cli("build", "tests/models/hf_bert.py:tiny_bert_last_hidden_state", "--target",
-                 "cpu", "--quantize", "int8-dynamic", "--out", str(out))
+    result = cli_here("build", "tests/models/hf_bert.py:tiny_bert_last_hidden_state", "--target",
+                      "cpu", "--quantize", "int8-dynamic", "--out", str(out))
     assert result.returncode == 0, result.stderr
     _, info = _quantize_record(out)
     assert not any("pooler" in layer for layer in info["layers_quantized"])
@@ -142,12 +142,12 @@ def test_dead_pooler_is_cleaned_before_prepare(cli, tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("recipe", ["int8-dynamic", "int8-static"])
-def test_onnx_recipes_use_onnx_runtime_tools(cli, tmp_path, recipe):
+def test_onnx_recipes_use_onnx_runtime_tools(cli_here, tmp_path, recipe):
     pytest.importorskip("onnxruntime")
     out = tmp_path / f"encoder-onnx-{recipe}.artifact"
     extra = ["--calibration", "random"] if recipe == "int8-static" else []
-    result = cli("build", "zoo:encoder", "--target", "onnx", "--quantize", recipe, *extra,
-                 "--out", str(out))
+    result = cli_here("build", "zoo:encoder", "--target", "onnx", "--quantize", recipe, *extra,
+                      "--out", str(out))
     assert result.returncode == 0, result.stderr
     manifest, info = _quantize_record(out)
     assert info["how"].startswith("ONNX Runtime") and len(info["layers_quantized"]) >= 8
@@ -173,7 +173,7 @@ def test_a_quantizer_failure_stops_the_build_instead_of_running_float(monkeypatc
     assert "another --quantize recipe" in str(caught.value)  # the hint, set after creation
 
 
-def test_onnx_weight_only_blocks_follow_quant_block(cli, tmp_path):
+def test_onnx_weight_only_blocks_follow_quant_block(cli_here, tmp_path):
     """MatMulNBits blocks: 128 weights a scale by default (the faster kernel on ORT's CPU
     provider), 32 with --quant-block 32 (llama.cpp Q4_0's): the graph and the record say
     which, and the trained encoder passes the quantized gate (SQNR >= 20 dB against eager
@@ -187,8 +187,8 @@ def test_onnx_weight_only_blocks_follow_quant_block(cli, tmp_path):
     from targets.onnx.target import OnnxOptions
     assert OnnxOptions().quant_block == 128
     out = tmp_path / "encoder-int4-32.artifact"
-    result = cli("build", "zoo:encoder-trained", "--target", "onnx", "--quantize",
-                 "int4-weight", "--quant-block", "32", "--out", str(out))
+    result = cli_here("build", "zoo:encoder-trained", "--target", "onnx", "--quantize",
+                      "int4-weight", "--quant-block", "32", "--out", str(out))
     assert result.returncode == 0, result.stderr
     manifest, info = _quantize_record(out)
     with zipfile.ZipFile(out) as archive:
@@ -199,8 +199,8 @@ def test_onnx_weight_only_blocks_follow_quant_block(cli, tmp_path):
     assert info["block_size"] == 32 and blocks == {32} and manifest.validation["passed"]
     # a wrong block is the user's mistake: exit 2, named, nothing written
     bad = tmp_path / "bad.artifact"
-    result = cli("build", "zoo:encoder-trained", "--target", "onnx", "--quantize",
-                 "int4-weight", "--quant-block", "48", "--out", str(bad))
+    result = cli_here("build", "zoo:encoder-trained", "--target", "onnx", "--quantize",
+                      "int4-weight", "--quant-block", "48", "--out", str(bad))
     assert result.returncode == 2 and "--quant-block" in result.stderr and not bad.exists()
 
 
@@ -225,16 +225,16 @@ def test_trained_zoo_weights_solve_their_tasks():
 
 
 @pytest.mark.slow
-def test_gate_on_a_trained_model_with_task_data(cli, tmp_path):
+def test_gate_on_a_trained_model_with_task_data(cli_here, tmp_path):
     from exporter.model.zoo_trained import task_inputs
 
     calibration, validation = tmp_path / "calibration.npz", tmp_path / "validation.npz"
     np.savez(calibration, **{k: v.numpy() for k, v in task_inputs("cnn-trained", 32).items()})
     np.savez(validation, **{k: v.numpy() for k, v in task_inputs("cnn-trained", 32, 3).items()})
     out = tmp_path / "cnn-trained.artifact"
-    result = cli("build", "zoo:cnn-trained", "--target", "cpu", "--quantize", "int8-static",
-                 "--calibration", str(calibration), "--inputs", str(validation),
-                 "--out", str(out), "--json")
+    result = cli_here("build", "zoo:cnn-trained", "--target", "cpu", "--quantize", "int8-static",
+                      "--calibration", str(calibration), "--inputs", str(validation),
+                      "--out", str(out), "--json")
     assert result.returncode == 0, result.stderr
     rows = json.loads(result.stdout)["validation"]["outputs"]
     user = next(r for r in rows if r["case"] == "user")

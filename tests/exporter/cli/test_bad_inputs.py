@@ -50,8 +50,8 @@ def test_bad_dynamic_and_unknown_target_exit_2(cli_here):
                         "--dtype bf16 on target onnx", "--dtype fp16")
     # generation options on a plain forward build meant nothing, and were accepted
     _assert_clean_error(cli_here("build", "zoo:mlp", "--max-context", "32", "--prefill-chunk",
-                            "8", "--dry-run"), 2, "--max-context, --prefill-chunk apply to "
-                        "--task text-generation only")
+                                 "8", "--dry-run"), 2,
+                        "--max-context, --prefill-chunk apply to --task text-generation only")
 
 
 def test_options_that_would_do_nothing_are_refused():
@@ -147,7 +147,7 @@ def failed_validation(artifacts_dir, cli_here):
     out = artifacts_dir / "differs.artifact"
     out.write_bytes(b"previous good artifact")
     result = cli_here("build", f"{MODELS}/stateful.py:export_differs", "--out", str(out),
-                 "--keep-failed", "--json")
+                      "--keep-failed", "--json")
     return out, result
 
 

@@ -34,14 +34,14 @@ def _build(cli, out, spec, *extra):
 
 
 @pytest.fixture(scope="module")
-def zoo_built(artifacts_dir, cli):
+def zoo_built(artifacts_dir, cli_here):
     """zoo name -> its executorch artifact, built once for this module."""
     built = {}
 
     def get(name: str):
         if name not in built:
             out = artifacts_dir / f"zoo-{name}-executorch.artifact"
-            _build(cli, out, f"zoo:{name}")
+            _build(cli_here, out, f"zoo:{name}")
             built[name] = out
         return built[name]
     return get
@@ -60,8 +60,8 @@ def test_zoo_model_runs_on_executorch_at_both_ends_of_its_batch_range(name, zoo_
     assert_zoo_artifact_matches_eager(out, name, batches=(1, 17, 32))
 
 
-def test_dry_run_says_per_op_whether_xnnpack_or_an_executorch_kernel_runs_it(cli):
-    result = cli("build", "zoo:cnn", "--target", "executorch", "--dry-run", "--json")
+def test_dry_run_says_per_op_whether_xnnpack_or_an_executorch_kernel_runs_it(cli_here):
+    result = cli_here("build", "zoo:cnn", "--target", "executorch", "--dry-run", "--json")
     assert result.returncode == 0, result.stderr
     rows = {row["op"]: row for row in json.loads(result.stdout)["coverage"]}
     assert rows["aten.convolution.default"]["reason"] == "XNNPACK delegate (ConvolutionConfig)"
@@ -70,9 +70,9 @@ def test_dry_run_says_per_op_whether_xnnpack_or_an_executorch_kernel_runs_it(cli
     assert {row["backend"] for row in rows.values()} == {"executorch"}
 
 
-def test_an_op_executorch_has_no_kernel_for_runs_on_the_cpu_fallback(artifacts_dir, cli):
+def test_an_op_executorch_has_no_kernel_for_runs_on_the_cpu_fallback(artifacts_dir, cli_here):
     out = artifacts_dir / "gaps-executorch.artifact"
-    _build(cli, out, f"{GAPS}:factory")
+    _build(cli_here, out, f"{GAPS}:factory")
     manifest = runtime.read_manifest(out)
     assert [p.backend for p in manifest.partitions] == ["executorch", "torch", "executorch"]
     (row,) = [r for r in manifest.coverage if r["backend"] == "torch"]
@@ -83,10 +83,10 @@ def test_an_op_executorch_has_no_kernel_for_runs_on_the_cpu_fallback(artifacts_d
     torch.testing.assert_close(runtime.load(out)(batch), module(batch), rtol=1e-4, atol=1e-4)
 
 
-def test_fallback_forbid_lists_every_op_executorch_cannot_run(cli, tmp_path):
+def test_fallback_forbid_lists_every_op_executorch_cannot_run(cli_here, tmp_path):
     out = tmp_path / "forbid.artifact"
-    result = cli("build", f"{GAPS}:two_factory", "--target", "executorch",
-                 "--fallback", "forbid", "--out", str(out))
+    result = cli_here("build", f"{GAPS}:two_factory", "--target", "executorch",
+                      "--fallback", "forbid", "--out", str(out))
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "aten.i0.default" in result.stderr and "aten.logcumsumexp.default" in result.stderr
     assert not out.exists()
@@ -123,7 +123,7 @@ QUANTIZED = {("mlp", "int8-static"): 3, ("mlp", "int8-dynamic"): 3,
 
 
 @pytest.fixture(scope="module")
-def quantized_built(artifacts_dir, cli):
+def quantized_built(artifacts_dir, cli_here):
     """(zoo name, recipe) -> its quantized executorch artifact, built once."""
     built = {}
 
@@ -137,7 +137,7 @@ def quantized_built(artifacts_dir, cli):
                 np.savez(calibration, **{"x" if name == "mlp" else "image":
                                          torch.randn(8, *example.shape[1:]).numpy()})
                 extra = ["--calibration", str(calibration)]
-            _build(cli, out, f"zoo:{name}", "--quantize", recipe, *extra)
+            _build(cli_here, out, f"zoo:{name}", "--quantize", recipe, *extra)
             built[name, recipe] = out
         return built[name, recipe]
     return get
@@ -174,9 +174,9 @@ def test_quantized_model_passes_its_labelled_gate_with_int8_ops_inside_xnnpack(
     assert row["passed"], row
 
 
-def test_dry_run_places_quantize_nodes_in_xnnpack_with_the_op_they_feed(cli):
-    result = cli("build", "zoo:mlp", "--target", "executorch", "--quantize", "int8-dynamic",
-                 "--dry-run", "--json")
+def test_dry_run_places_quantize_nodes_in_xnnpack_with_the_op_they_feed(cli_here):
+    result = cli_here("build", "zoo:mlp", "--target", "executorch", "--quantize", "int8-dynamic",
+                      "--dry-run", "--json")
     assert result.returncode == 0, result.stderr
     rows = json.loads(result.stdout)["coverage"]
     quant = [row for row in rows if row["op"].startswith("quantized_decomposed")]
@@ -185,17 +185,17 @@ def test_dry_run_places_quantize_nodes_in_xnnpack_with_the_op_they_feed(cli):
         "XNNPACK delegate (an operand of LinearConfig's quantized pattern)"}
 
 
-def test_a_recipe_executorch_does_not_run_is_a_usage_error_naming_its_recipes(cli, tmp_path):
+def test_a_recipe_executorch_does_not_run_is_a_usage_error_naming_its_recipes(cli_here, tmp_path):
     out = tmp_path / "x.artifact"
-    result = cli("build", "zoo:mlp", "--target", "executorch", "--quantize", "int8-weight",
-                 "--out", str(out))
+    result = cli_here("build", "zoo:mlp", "--target", "executorch", "--quantize", "int8-weight",
+                      "--out", str(out))
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "executorch: int8-static, int8-dynamic, int4-weight" in result.stderr
     assert not out.exists()
 
 
 def test_quantize_nodes_outside_xnnpack_run_on_executorch_quantized_kernels(
-        quantized_built, tmp_path, cli):
+        quantized_built, tmp_path, cli_here):
     """A .pte whose q/dq are ExecuTorch's quantized_decomposed kernels (no delegate) runs
     from a fresh process: the executor registers those kernels before loading it."""
     import executorch.kernels.quantized  # noqa: F401 - the emitter needs their out variants
@@ -221,8 +221,8 @@ def test_quantize_nodes_outside_xnnpack_run_on_executorch_quantized_kernels(
     manifest["partitions"][0]["meta"]["kernels"] = kernels
     artifact = write_artifact(tmp_path / "kernels.artifact", manifest, entries)
     np.savez(tmp_path / "in.npz", x=x.numpy())
-    result = cli("run", str(artifact), "--inputs", str(tmp_path / "in.npz"),
-                 "--out", str(tmp_path / "out.npz"))
+    result = cli_here("run", str(artifact), "--inputs", str(tmp_path / "in.npz"),
+                      "--out", str(tmp_path / "out.npz"))
     assert result.returncode == 0, result.stderr
     (got,) = np.load(tmp_path / "out.npz").values()
     with torch.no_grad():
@@ -230,12 +230,12 @@ def test_quantize_nodes_outside_xnnpack_run_on_executorch_quantized_kernels(
 
 
 def test_inspect_and_report_show_executorch_delegation_and_its_arenas_beside_our_plan(
-        zoo_built, cli, tmp_path):
+        zoo_built, cli_here, tmp_path):
     """ExecuTorch's placement (XNNPACK delegates, its own kernels) and the arenas its
     memory planning sized for the batch's upper bound were in the meta only."""
     out = zoo_built("mlp")
     meta = runtime.read_manifest(out).partitions[0].meta
-    shown = cli("inspect", str(out))
+    shown = cli_here("inspect", str(out))
     assert shown.returncode == 0, shown.stderr
     text = " ".join(shown.stdout.split())
     assert (f"inside p0: {meta['xnnpack_ops']} op(s) in {meta['delegates']} XNNPACK "
@@ -244,6 +244,6 @@ def test_inspect_and_report_show_executorch_delegation_and_its_arenas_beside_our
     assert "in 1..32" in text.split("own arenas in p0")[1]
     assert "the lower bound" in text  # our plan's, on the line above
     page = tmp_path / "report.html"
-    assert cli("report", str(out), "--html", str(page)).returncode == 0
+    assert cli_here("report", str(out), "--html", str(page)).returncode == 0
     html = page.read_text()
     assert "inside p0: " in html and "own arenas in p0" in html
