@@ -73,11 +73,33 @@ def _image(model):  # ImageNet heads (1000 labels), one 224x224 image
     return model.eval(), (torch.randn(1, 3, 224, 224),)
 
 
+@torch.no_grad()
+def _calibrated(model, batches: int = 2):
+    """Convolutions initialised to keep their activations' variance (He), batch norms at
+    torch's defaults (scale 1) with running statistics from random images, as training
+    would leave them: with transformers' std-0.02 initialisation (batch norm scales
+    included) MobileNetV2's logits shrink to 1e-21 and EfficientNet's pass through fp32
+    denormals to exact zeros, which times denormal arithmetic and leaves int8 nothing to
+    quantize."""
+    for conv in (m for m in model.modules() if isinstance(m, torch.nn.Conv2d)):
+        torch.nn.init.kaiming_normal_(conv.weight, nonlinearity="relu")
+    norms = [m for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
+    for norm in norms:
+        norm.reset_parameters()  # scale 1, shift 0, fresh statistics
+        norm.momentum = None  # a cumulative average over the batches below
+    model.train()
+    for _ in range(batches):
+        model(torch.randn(8, 3, 224, 224))
+    return model
+
+
 def hf_mobilenet_v2():
-    """transformers' MobileNetV2 (1.0, 224: its config's defaults), random weights."""
+    """transformers' MobileNetV2 (1.0, 224: its config's defaults), random weights,
+    convolutions He-initialised and batch norms calibrated (``_calibrated``)."""
     from transformers import MobileNetV2Config, MobileNetV2ForImageClassification
     _seeded()
-    return _image(MobileNetV2ForImageClassification(MobileNetV2Config(num_labels=1000)))
+    model = MobileNetV2ForImageClassification(MobileNetV2Config(num_labels=1000))
+    return _image(_calibrated(model))
 
 
 def hf_resnet50():
@@ -88,12 +110,13 @@ def hf_resnet50():
 
 
 def hf_efficientnet_b0():
-    """transformers' EfficientNet at B0's coefficients (the config's defaults are B7's)."""
+    """transformers' EfficientNet at B0's coefficients (the config's defaults are B7's),
+    convolutions He-initialised and batch norms calibrated (``_calibrated``)."""
     from transformers import EfficientNetConfig, EfficientNetForImageClassification
     _seeded()
     config = EfficientNetConfig(width_coefficient=1.0, depth_coefficient=1.0, image_size=224,
                                 dropout_rate=0.2, hidden_dim=1280, num_labels=1000)
-    return _image(EfficientNetForImageClassification(config))
+    return _image(_calibrated(EfficientNetForImageClassification(config)))
 
 
 def hf_vit_b_16():
