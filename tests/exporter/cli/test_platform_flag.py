@@ -18,19 +18,19 @@ def _error(result) -> dict:
     return json.loads(result.stdout)["error"]
 
 
-def test_a_misspelt_platform_is_exit_2_with_the_list_and_a_guess(cli):
-    error = _error(cli("build", "zoo:mlp", "--target", "onnx", "--platform", "linux-arm64",
-                       "--json"))
+def test_a_misspelt_platform_is_exit_2_with_the_list_and_a_guess(cli_here):
+    error = _error(cli_here("build", "zoo:mlp", "--target", "onnx", "--platform", "linux-arm64",
+                            "--json"))
     text = " ".join([error["message"], *error["details"]])
     assert "did you mean linux-aarch64?" in text and all(name in text for name in NAMES)
 
 
-def test_a_host_only_target_is_refused_for_another_platform_naming_those_that_build(cli,
+def test_a_host_only_target_is_refused_for_another_platform_naming_those_that_build(cli_here,
                                                                                     tmp_path):
     other = next(name for name in NAMES if name != host_platform())
     out = tmp_path / "never.artifact"
-    error = _error(cli("build", "zoo:mlp", "--target", "cpu", "--platform", other, "--out",
-                       str(out), "--json"))
+    error = _error(cli_here("build", "zoo:mlp", "--target", "cpu", "--platform", other, "--out",
+                            str(out), "--json"))
     assert f"target 'cpu' cannot build for {other}" in error["message"]
     able = [t.name for t in all_targets().values() if t.packaging.builds_for(other)]
     assert {"onnx", "executorch"} <= set(able) and "cpu" not in able

@@ -14,18 +14,18 @@ from tests.models import tiny_lm
 pytest.importorskip("transformers")
 
 
-def test_int8_static_is_refused_for_generating_builds(cli, tmp_path):
+def test_int8_static_is_refused_for_generating_builds(cli_here, tmp_path):
     """It calibrates on one forward pass's inputs; a step's are cache states (ONNX
     Runtime's attention op refused random positions): exit 2 before any capture."""
     out = tmp_path / "x.artifact"
-    done = cli("build", f"{ROOT / 'tests' / 'models' / 'tiny_lm.py'}:factory", "--task",
-               "text-generation", "--target", "onnx", "--quantize", "int8-static",
-               "--calibration", "random", "--out", str(out))
+    done = cli_here("build", f"{ROOT / 'tests' / 'models' / 'tiny_lm.py'}:factory", "--task",
+                    "text-generation", "--target", "onnx", "--quantize", "int8-static",
+                    "--calibration", "random", "--out", str(out))
     assert done.returncode == 2 and "int8-static does not apply" in done.stderr
     assert "int8-dynamic" in done.stderr and not out.exists()
 
 
-def test_models_that_cannot_generate_from_a_cache_are_refused_before_capture(cli, tmp_path):
+def test_models_that_cannot_generate_from_a_cache_are_refused_before_capture(cli_here, tmp_path):
     """An encoder loaded as a causal LM (BERT: BertLMHeadModel) attends both ways, ALiBi
     (BLOOM) builds its biases from a 2D mask over the whole sequence, and a tokenizer.json
     that does not load would fail only at validation: each exits 2 at load, naming it."""
@@ -46,8 +46,8 @@ def test_models_that_cannot_generate_from_a_cache_are_refused_before_capture(cli
     for spec, said in ((bert, "is not a causal decoder"), (bloom, "uses ALiBi position biases"),
                        (broken, "tokenizer.json cannot be read")):
         out = tmp_path / f"{spec.name}.artifact"
-        done = cli("build", f"hf:{spec}", "--task", "text-generation", "--target", "onnx",
-                   "--out", str(out))
+        done = cli_here("build", f"hf:{spec}", "--task", "text-generation", "--target", "onnx",
+                        "--out", str(out))
         assert done.returncode == 2 and said in done.stderr
         assert "capture" not in done.stderr and not out.exists()
 

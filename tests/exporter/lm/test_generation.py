@@ -34,13 +34,13 @@ def test_validation_generates_like_hugging_face(onnx_lm):
         assert row["cache_consistency"]["decode_vs_prefill_max_abs_err"] < 1e-4
 
 
-def test_dry_run_places_both_entry_points(onnx_lm, cli):
+def test_dry_run_places_both_entry_points(onnx_lm, cli_here):
     """--dry-run on a generating build: prefill's placement and signature, and decode's,
     nothing compiled."""
     built, _ = onnx_lm
     folder = built.artifact.parent / "tiny-gemma3"
-    done = cli("build", f"hf:{folder}", "--task", "text-generation", "--target", "cpu",
-               "--max-context", "32", "--prefill-chunk", "8", "--dry-run", "--json")
+    done = cli_here("build", f"hf:{folder}", "--task", "text-generation", "--target", "cpu",
+                    "--max-context", "32", "--prefill-chunk", "8", "--dry-run", "--json")
     assert done.returncode == 0, done.stderr
     data = json.loads(done.stdout)
     ids = data["signature"]["inputs"][0]

@@ -70,15 +70,15 @@ def test_the_float64_reference_runs_mixture_of_experts_models():
     torch.testing.assert_close(l32.double(), l64, rtol=1e-4, atol=1e-4)
 
 
-def test_a_divergence_is_bisected_to_the_op_that_parts_from_eager(cli, tmp_path):
+def test_a_divergence_is_bisected_to_the_op_that_parts_from_eager(cli_here, tmp_path):
     """An fp32 generating build that does not generate transformers' tokens says where:
     the step of the first divergence is re-created (the cache filled eagerly), bisected to
     a partition and, inside ONNX Runtime's, to the first value that differs: here the
     router's TopK breaking a tie of all-underflowed scores as torch.topk does not."""
     out = tmp_path / "tie.artifact"
-    done = cli("build", f"{ROOT / 'tests' / 'models' / 'tie_router.py'}:factory",
-               "--task", "text-generation", "--target", "onnx", "--max-context", "32",
-               "--json", "--out", str(out))
+    done = cli_here("build", f"{ROOT / 'tests' / 'models' / 'tie_router.py'}:factory",
+                    "--task", "text-generation", "--target", "onnx", "--max-context", "32",
+                    "--json", "--out", str(out))
     assert done.returncode == 1 and not out.exists()
     found = json.loads(done.stdout)["validation"]["bisect"]
     assert found["first_divergent"] is not None and "step" in found["case"]

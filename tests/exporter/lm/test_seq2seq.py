@@ -244,10 +244,10 @@ def test_bad_sources_are_user_errors_naming_the_input(whisper_onnx, bart_onnx):
             call()
 
 
-def test_bad_max_source_is_exit_2_before_any_capture(cli, tmp_path):
+def test_bad_max_source_is_exit_2_before_any_capture(cli_here, tmp_path):
     out = tmp_path / "x.artifact"
-    done = cli("build", f"{MODELS}:bart", "--task", "text-generation", "--target", "onnx",
-               "--max-source", "500", "--out", str(out))
+    done = cli_here("build", f"{MODELS}:bart", "--task", "text-generation", "--target", "onnx",
+                    "--max-source", "500", "--out", str(out))
     assert done.returncode == 2 and "over the encoder's 96 positions" in done.stderr
     assert not out.exists()
     from exporter.errors import UserInputError
@@ -332,10 +332,11 @@ def test_on_cuda_a_model_decoding_on_prefill_generates_like_hugging_face(tmp_pat
     assert len(program.generate(None, 12, source=[5, 17, 9, 30], stop_at_eos=False).tokens) == 12
 
 
-def test_an_encoder_decoder_checkpoint_without_task_says_to_generate(bart_onnx, cli, tmp_path):
+def test_an_encoder_decoder_checkpoint_without_task_says_to_generate(bart_onnx, cli_here,
+                                                                     tmp_path):
     """Its config's default was a plain forward (feature-extraction), which cannot run
     without decoder inputs: now a clear exit 2 naming the task to give."""
     out = tmp_path / "plain.artifact"
-    done = cli("build", f"hf:{bart_onnx[2]}", "--target", "onnx", "--out", str(out))
+    done = cli_here("build", f"hf:{bart_onnx[2]}", "--target", "onnx", "--out", str(out))
     assert done.returncode == 2 and "--task text-generation" in done.stderr
     assert not out.exists()

@@ -15,10 +15,10 @@ SPEC = "tests/models/hf_bert.py:tiny_bert"
 
 
 @pytest.fixture(scope="session")
-def bert_build(artifacts_dir, cli):
+def bert_build(artifacts_dir, cli_here):
     out = artifacts_dir / "bert.artifact"
-    result = cli("build", SPEC, "--target", "cpu", "--out", str(out), "--json",
-                 "--dynamic", "input_ids:0=1..8", "--dynamic", "attention_mask:0=1..8")
+    result = cli_here("build", SPEC, "--target", "cpu", "--out", str(out), "--json",
+                      "--dynamic", "input_ids:0=1..8", "--dynamic", "attention_mask:0=1..8")
     return out, result
 
 
@@ -35,7 +35,7 @@ def test_hf_model_builds_and_validates(bert_build):
     assert data["signature"]["inputs"][1]["shape"][0]["symbol"] == batch["symbol"]
 
 
-def test_hf_model_runs_from_npz_and_matches_eager(bert_build, cli, tmp_path):
+def test_hf_model_runs_from_npz_and_matches_eager(bert_build, cli_here, tmp_path):
     out, result = bert_build
     assert result.returncode == 0, result.stderr
     from tests.models.hf_bert import tiny_bert
@@ -46,8 +46,8 @@ def test_hf_model_runs_from_npz_and_matches_eager(bert_build, cli, tmp_path):
     mask = np.ones((3, 12), dtype=np.int64)
     mask[2, 8:] = 0  # padding: exercises the mask path
     np.savez(tmp_path / "in.npz", input_ids=ids, attention_mask=mask)
-    run = cli("run", str(out), "--inputs", str(tmp_path / "in.npz"),
-              "--out", str(tmp_path / "out.npz"))
+    run = cli_here("run", str(out), "--inputs", str(tmp_path / "in.npz"),
+                   "--out", str(tmp_path / "out.npz"))
     assert run.returncode == 0, run.stderr
     with torch.no_grad():
         expected = model(torch.from_numpy(ids), torch.from_numpy(mask))

@@ -18,10 +18,10 @@ pytest.importorskip("onnxruntime")
 MODEL = "tests/models/nan_argmax.py:factory"
 
 
-def test_the_first_divergent_partition_is_named_with_its_ops_and_lines(cli, tmp_path):
+def test_the_first_divergent_partition_is_named_with_its_ops_and_lines(cli_here, tmp_path):
     out = tmp_path / "nan.artifact"
-    result = cli("build", MODEL, "--target", "onnx", "--fallback", "allow", "--out", str(out),
-                 "--keep-failed", "--json")
+    result = cli_here("build", MODEL, "--target", "onnx", "--fallback", "allow", "--out", str(out),
+                      "--keep-failed", "--json")
     assert result.returncode == 1, result.stderr
     found = json.loads(result.stdout)["validation"]["bisect"]
     rows = {row["partition"]: row for row in found["partitions"]}

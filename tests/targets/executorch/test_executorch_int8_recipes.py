@@ -48,13 +48,13 @@ def test_integer_maths_with_scalars_stays_integer_through_the_xnnpack_quantizer(
 
 
 @pytest.mark.slow  # a build and a validation process: 60-90 s here
-def test_integer_index_maths_builds_and_validates_at_int8_on_executorch(tmp_path, cli):
+def test_integer_index_maths_builds_and_validates_at_int8_on_executorch(tmp_path, cli_here):
     out = tmp_path / "shifted-int8-static.artifact"
     calibration = tmp_path / "calibration.npz"
     np.savez(calibration, ids=np.random.default_rng(0).integers(0, 20, (2, 6)))
-    result = cli("build", f"{QUANT}:shifted_lookup", "--target", "executorch", "--out",
-                 str(out), "--json", "--quantize", "int8-static", "--calibration",
-                 str(calibration))
+    result = cli_here("build", f"{QUANT}:shifted_lookup", "--target", "executorch", "--out",
+                      str(out), "--json", "--quantize", "int8-static", "--calibration",
+                      str(calibration))
     assert result.returncode == 0, result.stdout + result.stderr
     assert json.loads(result.stdout)["validation"]["passed"] is True
     ids = torch.randint(0, 20, (2, 6))
@@ -74,10 +74,10 @@ def test_int8_dynamic_keeps_convolutions_float_and_quantizes_linears():
     assert "convolutions stay float" in info["how"]
 
 
-def test_a_padded_convolution_builds_and_runs_at_int8_dynamic_on_executorch(tmp_path, cli):
+def test_a_padded_convolution_builds_and_runs_at_int8_dynamic_on_executorch(tmp_path, cli_here):
     out = tmp_path / "conv-head-int8-dynamic.artifact"
-    result = cli("build", f"{QUANT}:conv_head", "--target", "executorch", "--out", str(out),
-                 "--json", "--quantize", "int8-dynamic")
+    result = cli_here("build", f"{QUANT}:conv_head", "--target", "executorch", "--out", str(out),
+                      "--json", "--quantize", "int8-dynamic")
     assert result.returncode == 0, result.stdout + result.stderr
     assert json.loads(result.stdout)["validation"]["passed"] is True
     placement = runtime.read_manifest(out).partitions[0].meta["placement"]

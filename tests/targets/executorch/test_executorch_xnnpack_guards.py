@@ -48,10 +48,10 @@ def test_exact_gelu_stays_in_the_xnnpack_delegate():
     assert support.decide(gelu) == (True, "XNNPACK delegate (GeluConfig)")
 
 
-def test_tanh_gelu_model_builds_for_executorch_and_matches_eager(cli, tmp_path):
+def test_tanh_gelu_model_builds_for_executorch_and_matches_eager(cli_here, tmp_path):
     out = tmp_path / "tanh-gelu.artifact"
-    result = cli("build", f"{NUMERICS}:tanh_gelu_mlp", "--target", "executorch",
-                 "--out", str(out), "--json")
+    result = cli_here("build", f"{NUMERICS}:tanh_gelu_mlp", "--target", "executorch",
+                      "--out", str(out), "--json")
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["validation"]["passed"] is True
 
@@ -68,9 +68,9 @@ def test_stored_tensor_with_odd_strides_of_a_size_one_dim_runs_in_the_xnnpack_de
 
 
 def test_model_with_a_folded_permuted_bias_builds_for_executorch_and_matches_eager(
-        cli, tmp_path):
+        cli_here, tmp_path):
     out = tmp_path / "permuted-bias.artifact"
-    result = cli("build", f"{NUMERICS}:permuted_bias", "--target", "executorch",
-                 "--out", str(out), "--json")
+    result = cli_here("build", f"{NUMERICS}:permuted_bias", "--target", "executorch",
+                      "--out", str(out), "--json")
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["validation"]["passed"] is True

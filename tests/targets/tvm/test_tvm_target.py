@@ -32,9 +32,9 @@ def _build(cli, out, spec, *extra):
 @pytest.mark.parametrize("name", [pytest.param(name, marks=pytest.mark.slow)
                                   if name in ("cnn", "decoder") else name
                                   for name in sorted(ZOO)])
-def test_zoo_builds_and_runs_on_tvm_with_dynamic_batch(name, artifacts_dir, cli):
+def test_zoo_builds_and_runs_on_tvm_with_dynamic_batch(name, artifacts_dir, cli_here):
     out = artifacts_dir / f"zoo-{name}-tvm.artifact"
-    _build(cli, out, f"zoo:{name}")
+    _build(cli_here, out, f"zoo:{name}")
     manifest = runtime.read_manifest(out)
     (partition,) = manifest.partitions
     assert partition.backend == "tvm" and partition.meta["tvm_target"].startswith("llvm")
@@ -45,18 +45,18 @@ def test_zoo_builds_and_runs_on_tvm_with_dynamic_batch(name, artifacts_dir, cli)
     assert_zoo_artifact_matches_eager(out, name)
 
 
-def test_a_tvm_artifact_runs_on_numpy_arrays_without_torch(artifacts_dir, cli, ran, tmp_path):
+def test_a_tvm_artifact_runs_on_numpy_arrays_without_torch(artifacts_dir, cli_here, ran, tmp_path):
     """A device with TVM and numpy, no torch (the zoo test above builds this artifact)."""
     out = artifacts_dir / "zoo-mlp-tvm.artifact"
     if not out.exists():
-        _build(cli, out, "zoo:mlp")
+        _build(cli_here, out, "zoo:mlp")
     x = np.random.default_rng(0).standard_normal((5, 64)).astype(np.float32)
     assert_runs_on_numpy_without_torch(ran, out, x, tmp_path)
 
 
-def test_a_partition_tvm_cannot_compile_moves_the_op_to_cpu(artifacts_dir, cli):
+def test_a_partition_tvm_cannot_compile_moves_the_op_to_cpu(artifacts_dir, cli_here):
     out = artifacts_dir / "cumsum-tvm.artifact"
-    data = _build(cli, out, CUMSUM)
+    data = _build(cli_here, out, CUMSUM)
     assert any("moved to the CPU fallback" in w and "cumsum" in w for w in data["warnings"])
     manifest = runtime.read_manifest(out)
     (row,) = [r for r in manifest.coverage if r["backend"] == "torch"]
@@ -65,31 +65,32 @@ def test_a_partition_tvm_cannot_compile_moves_the_op_to_cpu(artifacts_dir, cli):
     assert not list(out.parent.glob("exporter-tvm-*"))
 
 
-def test_forbid_names_the_op_tvm_failed_on(cli, tmp_path):
+def test_forbid_names_the_op_tvm_failed_on(cli_here, tmp_path):
     out = tmp_path / "forbid.artifact"
-    result = cli("build", CUMSUM, "--target", "tvm", "--fallback", "forbid", "--out", str(out))
+    result = cli_here("build", CUMSUM, "--target", "tvm", "--fallback", "forbid", "--out",
+                      str(out))
     assert result.returncode == 3 and "Traceback" not in result.stderr
     assert "partition 'p0'" in result.stderr and "cumsum" in result.stderr
     assert not out.exists()
 
 
 @pytest.mark.slow  # minutes of TVM compiles; the coverage suite builds these architectures on tvm
-def test_hf_encoder_and_gpt2_decoder_on_tvm(artifacts_dir, cli):
+def test_hf_encoder_and_gpt2_decoder_on_tvm(artifacts_dir, cli_here):
     pytest.importorskip("transformers")
-    _build(cli, artifacts_dir / "bert-tvm.artifact", "tests/models/hf_bert.py:tiny_bert",
+    _build(cli_here, artifacts_dir / "bert-tvm.artifact", "tests/models/hf_bert.py:tiny_bert",
            "--dynamic", "input_ids:0=1..8", "--dynamic", "attention_mask:0=1..8")
-    _build(cli, artifacts_dir / "gpt2-tvm.artifact", "tests/models/hf_gpt2.py:tiny_gpt2")
+    _build(cli_here, artifacts_dir / "gpt2-tvm.artifact", "tests/models/hf_gpt2.py:tiny_gpt2")
 
 
-def test_bad_tvm_target_is_a_usage_error(cli, tmp_path):
-    result = cli("build", "zoo:mlp", "--target", "tvm", "--tvm-target", "cuda",
-                 "--out", str(tmp_path / "x.artifact"))
+def test_bad_tvm_target_is_a_usage_error(cli_here, tmp_path):
+    result = cli_here("build", "zoo:mlp", "--target", "tvm", "--tvm-target", "cuda",
+                      "--out", str(tmp_path / "x.artifact"))
     assert result.returncode == 2 and "not a CPU (llvm) target" in result.stderr
     assert "Traceback" not in result.stderr
 
 
-def test_tune_leaves_dynamic_shapes_to_the_rules_and_says_so(cli, tmp_path):
-    data = _build(cli, tmp_path / "tuned.artifact", "zoo:mlp", "--tune", "4")
+def test_tune_leaves_dynamic_shapes_to_the_rules_and_says_so(cli_here, tmp_path):
+    data = _build(cli_here, tmp_path / "tuned.artifact", "zoo:mlp", "--tune", "4")
     assert any("dynamic shapes" in w and "--tune" in w for w in data["warnings"])
     tuning = runtime.read_manifest(tmp_path / "tuned.artifact").partitions[0].meta["schedules"]
     assert tuning["tuning"]["tuned_tasks"] == 0 and tuning["tuning"]["dynamic_shape_tasks"] > 0
@@ -97,10 +98,10 @@ def test_tune_leaves_dynamic_shapes_to_the_rules_and_says_so(cli, tmp_path):
 
 
 @pytest.mark.slow
-def test_tune_runs_metaschedule_on_static_shapes(cli, tmp_path):
+def test_tune_runs_metaschedule_on_static_shapes(cli_here, tmp_path):
     pytest.importorskip("psutil")
     out = tmp_path / "tuned.artifact"
-    _build(cli, out, "bench/static_zoo.py:mlp", "--tune", "4")
+    _build(cli_here, out, "bench/static_zoo.py:mlp", "--tune", "4")
     (partition,) = runtime.read_manifest(out).partitions
     schedules = partition.meta["schedules"]
     assert partition.meta["tune_trials"] == 4 and schedules["how"].startswith("MetaSchedule")
