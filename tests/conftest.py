@@ -132,7 +132,7 @@ def _shared_folder(tmp_path_factory, name: str, make) -> Path:
     return folder
 
 
-def _built_once(tmp_path_factory, name: str, build):
+def built_once(tmp_path_factory, name: str, build):
     """``build(folder)`` (a BuildResult) once per test run across workers: the
     BuildResult, its artifact's own manifest in it where another worker built it."""
     import runtime
@@ -156,7 +156,7 @@ def mlp_build(tmp_path_factory):
         import exporter
         _record("python: exporter.build('zoo:mlp', target='cpu')")
         return exporter.build("zoo:mlp", target="cpu", out=folder / "mlp.artifact")
-    return _built_once(tmp_path_factory, "mlp-cpu", build)
+    return built_once(tmp_path_factory, "mlp-cpu", build)
 
 
 @pytest.fixture(scope="session")
@@ -166,7 +166,7 @@ def onnx_mlp(tmp_path_factory):
         import exporter
         _record("python: exporter.build('zoo:mlp', target='onnx')")
         return exporter.build("zoo:mlp", target="onnx", out=folder / "mlp-onnx.artifact")
-    return _built_once(tmp_path_factory, "mlp-onnx", build).artifact
+    return built_once(tmp_path_factory, "mlp-onnx", build).artifact
 
 
 def _generating_onnx(tmp_path_factory, name: str, spec_in, **settings):
@@ -180,7 +180,7 @@ def _generating_onnx(tmp_path_factory, name: str, spec_in, **settings):
         _record(f"python: exporter.build('{spec}', task='text-generation', target='onnx')")
         return exporter.build(spec, task="text-generation", target="onnx",
                               out=folder / f"{name}.artifact", **settings)
-    built = _built_once(tmp_path_factory, name, build)
+    built = built_once(tmp_path_factory, name, build)
     return built, runtime.load(built.artifact), built.artifact.parent
 
 

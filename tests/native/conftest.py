@@ -29,11 +29,15 @@ def edge_run() -> Path:
 
 @pytest.fixture(scope="session")
 def native_mlp(tmp_path_factory) -> Path:
-    """zoo:mlp on tvm with --fallback forbid: every partition can run natively."""
-    import exporter
-    out = tmp_path_factory.mktemp("native") / "mlp-tvm.artifact"
-    return exporter.build("zoo:mlp", target="tvm", fallback="forbid", out=out,
-                          validate_artifact=False).artifact
+    """zoo:mlp on tvm with --fallback forbid: every partition can run natively (built once
+    per run, across pytest-xdist's workers too)."""
+    from tests.conftest import built_once
+
+    def build(folder):
+        import exporter
+        return exporter.build("zoo:mlp", target="tvm", fallback="forbid",
+                              out=folder / "mlp-tvm.artifact", validate_artifact=False)
+    return built_once(tmp_path_factory, "native-mlp-tvm", build).artifact
 
 
 @pytest.fixture(scope="session")

@@ -207,10 +207,9 @@ def _leftovers(directory: Path, out: Path) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def good_mlp(artifacts_dir) -> Path:
-    out = artifacts_dir / "mlp-onnx-good.artifact"
-    exporter.build("zoo:mlp", target="onnx", out=out)
-    return out
+def good_mlp(onnx_mlp) -> Path:
+    """zoo:mlp on onnx, the session's shared build (tests copy it, never edit it)."""
+    return onnx_mlp
 
 
 @pytest.mark.parametrize("sig, after", [(signal.SIGINT, 3.0), (signal.SIGKILL, 5.0)],
@@ -313,8 +312,8 @@ def test_rebuilding_gives_identical_bytes_aoti_cpu(mlp_build, tmp_path):
     assert any("cache directory path" in n for n in notes)
 
 
-def test_deterministic_refuses_tuning(cli):
-    result = cli("build", "zoo:mlp", "--deterministic", "--autotune", "--dry-run")
+def test_deterministic_refuses_tuning(cli_here):
+    result = cli_here("build", "zoo:mlp", "--deterministic", "--autotune", "--dry-run")
     assert result.returncode == 2 and "--deterministic cannot be combined" in result.stderr
 
 

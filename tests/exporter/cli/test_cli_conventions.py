@@ -80,21 +80,22 @@ def test_the_command_list_gives_each_command_one_unbroken_summary():
     assert "`" not in text
 
 
-def test_a_mistyped_target_gets_a_did_you_mean(cli):
-    result = cli("build", "zoo:mlp", "--target", "onx", "--dry-run")
+def test_a_mistyped_target_gets_a_did_you_mean(cli_here):
+    result = cli_here("build", "zoo:mlp", "--target", "onx", "--dry-run")
     assert result.returncode == 2 and "did you mean 'onnx'" in result.stderr
     assert "Traceback" not in result.stderr
 
 
-def test_an_option_of_another_target_is_refused_naming_its_target(cli):
-    result = cli("build", "zoo:mlp", "--target", "cpu", "--tune", "4", "--dry-run")
+def test_an_option_of_another_target_is_refused_naming_its_target(cli_here):
+    result = cli_here("build", "zoo:mlp", "--target", "cpu", "--tune", "4", "--dry-run")
     assert result.returncode == 2 and "--tune: is an option of target tvm" in result.stderr
 
 
-def test_inputs_with_wrong_keys_are_refused_before_compiling(cli, tmp_path):
+def test_inputs_with_wrong_keys_are_refused_before_compiling(cli_here, tmp_path):
     bad = tmp_path / "bad.npz"
     np.savez(bad, not_x=np.zeros((2, 64), np.float32))
-    result = cli("build", "zoo:mlp", "--inputs", str(bad), "--out", str(tmp_path / "a.artifact"))
+    result = cli_here("build", "zoo:mlp", "--inputs", str(bad), "--out",
+                      str(tmp_path / "a.artifact"))
     assert result.returncode == 2 and "does not hold the model's inputs" in result.stderr
     assert "unexpected 'not_x'" in result.stderr
     assert not (tmp_path / "a.artifact").exists()

@@ -88,7 +88,7 @@ def _wav(path, samples, rate: int):
     return path
 
 
-def test_whisper_generates_from_a_wav_file(whisper_onnx, cli, tmp_path):
+def test_whisper_generates_from_a_wav_file(whisper_onnx, cli_here, tmp_path):
     import numpy as np
 
     from runtime.generation.audio import log_mel, read_wav
@@ -100,15 +100,15 @@ def test_whisper_generates_from_a_wav_file(whisper_onnx, cli, tmp_path):
     expected = program.generate(None, 6, source=torch.from_numpy(features),
                                 stop_at_eos=False).tokens
     assert program.generate(None, 6, source=read_wav(path), stop_at_eos=False).tokens == expected
-    done = cli("generate", str(program.source), "--source-audio", str(path), "-n", "6",
-               "--ignore-eos", "--json")
+    done = cli_here("generate", str(program.source), "--source-audio", str(path), "-n", "6",
+                    "--ignore-eos", "--json")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["tokens"] == expected
     for bad, said in ((_wav(tmp_path / "8k.wav", samples, 8000), "sampled at 8000 Hz"),
                       (tmp_path / "features.npy", "not a readable PCM WAV")):
         if not bad.exists():
             bad.write_bytes(b"not audio")
-        done = cli("generate", str(program.source), "--source-audio", str(bad), "-n", "2")
+        done = cli_here("generate", str(program.source), "--source-audio", str(bad), "-n", "2")
         assert done.returncode == 2 and said in done.stderr
 
 
@@ -161,7 +161,7 @@ def test_older_whisper_configs_prompt_from_forced_decoder_ids():
     assert len(asked) == 1  # a language in the forced ids, or given: nothing to detect
 
 
-def test_language_and_task_are_checked(whisper_onnx, bart_onnx, cli, tmp_path):
+def test_language_and_task_are_checked(whisper_onnx, bart_onnx, cli_here, tmp_path):
     whisper, bart = whisper_onnx[1], bart_onnx[1]
     features = torch.zeros(16, 48)
     for call, said in (
@@ -177,19 +177,19 @@ def test_language_and_task_are_checked(whisper_onnx, bart_onnx, cli, tmp_path):
             call()
     import numpy
     numpy.save(tmp_path / "features.npy", features.numpy())
-    done = cli("generate", str(whisper.source), "--source-features",
-               str(tmp_path / "features.npy"), "--language", "xx", "-n", "2")
+    done = cli_here("generate", str(whisper.source), "--source-features",
+                    str(tmp_path / "features.npy"), "--language", "xx", "-n", "2")
     assert done.returncode == 2 and "language 'xx'" in done.stderr
-    done = cli("generate", str(whisper.source), "--source-features",
-               str(tmp_path / "features.npy"), "--language", "fr", "--task", "translate",
-               "-n", "3", "--json")
+    done = cli_here("generate", str(whisper.source), "--source-features",
+                    str(tmp_path / "features.npy"), "--language", "fr", "--task", "translate",
+                    "-n", "3", "--json")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["tokens"] == whisper.generate(
         None, 3, source=features, language="fr", task="translate").tokens
 
 
-def test_whisper_without_a_source_is_exit_2(whisper_onnx, cli):
-    done = cli("generate", str(whisper_onnx[1].source), "-n", "2")
+def test_whisper_without_a_source_is_exit_2(whisper_onnx, cli_here):
+    done = cli_here("generate", str(whisper_onnx[1].source), "-n", "2")
     assert done.returncode == 2 and "needs a source" in done.stderr
     assert "Traceback" not in done.stderr
 
@@ -232,7 +232,8 @@ def test_an_hours_long_wav_costs_the_memory_of_its_30_s_window(tmp_path):
     assert "2.0 h long; only its first 30.0 s" in done.stderr
 
 
-def test_truncated_empty_and_foreign_wav_files_are_said_or_refused(whisper_onnx, cli, tmp_path):
+def test_truncated_empty_and_foreign_wav_files_are_said_or_refused(whisper_onnx, cli_here,
+                                                                  tmp_path):
     """A data chunk shorter than its header claims (4 GB claimed, 1 s there) is transcribed
     with a one-line warning saying both lengths; a header with no frames and a file that is
     not a WAV are exit 2 with one error paragraph."""
@@ -241,8 +242,8 @@ def test_truncated_empty_and_foreign_wav_files_are_said_or_refused(whisper_onnx,
     speech = np.random.default_rng(5).integers(-8000, 8000, 16000).astype("<i2").tobytes()
     truncated = tmp_path / "truncated.wav"
     truncated.write_bytes(_wav_header(2**31) + speech)
-    done = cli("generate", str(program.source), "--source-audio", str(truncated), "-n", "2",
-               "--ignore-eos", "--json")
+    done = cli_here("generate", str(program.source), "--source-audio", str(truncated), "-n", "2",
+                    "--ignore-eos", "--json")
     assert done.returncode == 0, done.stderr
     json.loads(done.stdout)
     said = [line for line in done.stderr.splitlines() if "shorter than its header" in line]
@@ -255,6 +256,6 @@ def test_truncated_empty_and_foreign_wav_files_are_said_or_refused(whisper_onnx,
     foreign.write_bytes(b"ID3\x04" + bytes(200))
     for bad, needle in ((empty, "holds no audio frames"), (claimed, "claims 60.0 s"),
                         (foreign, "not a readable PCM WAV")):
-        done = cli("generate", str(program.source), "--source-audio", str(bad), "-n", "2")
+        done = cli_here("generate", str(program.source), "--source-audio", str(bad), "-n", "2")
         assert done.returncode == 2 and needle in done.stderr, done.stderr
         assert done.stderr.count("error:") == 1 and "Traceback" not in done.stderr
