@@ -11,7 +11,7 @@ import signal
 import sys
 
 from exporter.cli.interrupts import interrupt as _interrupt
-from exporter.cli.interrupts import interrupted, untold
+from exporter.cli.interrupts import disarm, interrupted, untold
 
 
 def main() -> None:
@@ -31,6 +31,7 @@ def main() -> None:
             raise KeyboardInterrupt
     except KeyboardInterrupt:  # Ctrl-C before any command ran: nothing to clean up
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second one must not cut this short
+        disarm()
         print("interrupted: nothing was written", file=sys.stderr, flush=True)
         # Not SystemExit: a half-imported torch can turn the interpreter's shutdown into a
         # death by SIGINT (exit -2, seen when the signal landed ~1 s in); nothing is open.

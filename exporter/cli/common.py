@@ -221,7 +221,7 @@ def _terminated(signum, frame) -> None:
     for pid in _descendants(os.getpid()):
         with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGTERM)
-    raise KeyboardInterrupt
+    interrupts.raise_when_safe(frame)
 
 
 def _descendants(pid: int) -> list[int]:
@@ -256,6 +256,7 @@ def _guarded_body(action: Callable[[], int | None], as_json: bool) -> None:
             print_json({"error": error_json(exc), **getattr(exc, "json_extra", {})})
         raise typer.Exit(exc.exit_code) from None
     except KeyboardInterrupt:
+        interrupts.disarm()
         err_console.print("interrupted: nothing was written (an artifact is replaced whole or "
                           "not at all; the next build removes this one's temporary files)")
         interrupts.told()
@@ -287,6 +288,7 @@ def _interruptions_as_such(action: Callable[[], int | None]) -> int:
         return action() or 0
     except Exception as exc:
         if interrupts.interrupted():  # raised, then swallowed (exporter/cli/interrupts.py)
+            interrupts.disarm()
             raise KeyboardInterrupt from exc
         cause, seen = exc.__cause__ or exc.__context__, set()
         while cause is not None and id(cause) not in seen:  # a chain can loop

@@ -4,21 +4,62 @@ Remembered because the KeyboardInterrupt can be lost on its way up: one that lan
 import, inside an extension's initialisation, can come back as an ImportError that a
 library takes for a missing optional package and passes over; the half-imported module
 then fails later in its own way (CI: numpy's ``__getattr__`` recursing, reported as an
-internal error, exit 4, instead of 130). Imports nothing, so the console script can
-install it before anything heavy loads.
+internal error, exit 4, instead of 130). And one raised inside an extension's own
+initialisation can abort the process (CI: torch's import ended by SIGABRT): so while an
+import is under way the KeyboardInterrupt waits until it is done. Imports only builtins,
+so the console script can install it before anything heavy loads.
 """
 
 from __future__ import annotations
+
+import signal
 
 _signals: list[int] = []
 _told: list[bool] = []  # whether the command has said so (typer turns a Ctrl-C that lands
 # outside the command's guard, while click parses the flags, into a silent exit 130)
 
 
+_pending: list[bool] = []  # a KeyboardInterrupt waits for an import to end
+RETRY_S = 0.05
+IMPATIENT = 3  # the third signal during one import raises at once (a hung import)
+
+
 def interrupt(signum, frame) -> None:
-    """The signal handler: remember, then raise as Ctrl-C does."""
+    """The signal handler: remember, then raise as Ctrl-C does (once no import runs)."""
     note(signum)
+    raise_when_safe(frame)
+
+
+def raise_when_safe(frame) -> None:
+    """Raise KeyboardInterrupt now, or, inside an import, as soon as the import is done
+    (SIGALRM polls every RETRY_S)."""
+    if _importing(frame) and len(_signals) < IMPATIENT:
+        _pending[:] = [True]
+        signal.signal(signal.SIGALRM, _retry)
+        signal.setitimer(signal.ITIMER_REAL, RETRY_S)
+        return
+    disarm()
     raise KeyboardInterrupt
+
+
+def _retry(signum, frame) -> None:
+    if _pending:
+        raise_when_safe(frame)
+
+
+def disarm() -> None:
+    """Whoever raises the interruption first: no waiting one comes after it."""
+    if _pending:
+        _pending.clear()
+        signal.setitimer(signal.ITIMER_REAL, 0)
+
+
+def _importing(frame) -> bool:
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<frozen importlib._bootstrap"):
+            return True
+        frame = frame.f_back
+    return False
 
 
 def note(signum: int) -> None:
@@ -41,5 +82,6 @@ def untold() -> bool:
 
 
 def forget() -> None:
+    disarm()
     _signals.clear()
     _told.clear()

@@ -2,8 +2,11 @@
 targets, and a typo'd path's error, in a process where `import torch` fails."""
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 
 from tests.conftest import ROOT
 from tests.helpers import BLOCK_TORCH
@@ -151,3 +154,30 @@ def test_inspect_of_a_cpu_artifact_says_it_needs_torch_without_importing_it(ran,
     assert summary.returncode == 0, summary.stderr
     assert "target cpu" in summary.stdout and "native code (aoti)" in summary.stdout
     assert "runs without torch" not in summary.stdout
+
+
+def test_a_ctrl_c_during_an_import_lands_once_the_import_is_done(tmp_path):
+    """A KeyboardInterrupt raised inside an import (torch's, under load: its extension's
+    initialisation) can abort the process; the CLI's handler waits for the import to end."""
+    (tmp_path / "slow_module.py").write_text(
+        "import time\ntime.sleep(1.5)\nprint('imported', flush=True)\n")
+    script = (
+        "import signal, sys, time\n"
+        f"sys.path.insert(0, {str(tmp_path)!r})\n"
+        "from exporter.cli import interrupts\n"
+        "signal.signal(signal.SIGINT, interrupts.interrupt)\n"
+        "print('ready', flush=True)\n"
+        "try:\n"
+        "    import slow_module\n"
+        "    time.sleep(10)\n"
+        "except KeyboardInterrupt:\n"
+        "    print('interrupted, module whole:', 'slow_module' in sys.modules, flush=True)\n")
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.stdout.readline().strip() == "ready"
+    time.sleep(0.3)  # inside the import's sleep
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert out.splitlines() == ["imported", "interrupted, module whole: True"], out
