@@ -19,7 +19,7 @@ _told: list[bool] = []  # whether the command has said so (typer turns a Ctrl-C 
 # outside the command's guard, while click parses the flags, into a silent exit 130)
 
 
-_pending: list[bool] = []  # a KeyboardInterrupt waits for an import to end
+_pending: list = []  # waiting for an import to end: SIGALRM's handler before
 RETRY_S = 0.05
 IMPATIENT = 3  # the third signal during one import raises at once (a hung import)
 
@@ -34,8 +34,9 @@ def raise_when_safe(frame) -> None:
     """Raise KeyboardInterrupt now, or, inside an import, as soon as the import is done
     (SIGALRM polls every RETRY_S)."""
     if _importing(frame) and len(_signals) < IMPATIENT:
-        _pending[:] = [True]
-        signal.signal(signal.SIGALRM, _retry)
+        previous = signal.signal(signal.SIGALRM, _retry)
+        if not _pending:  # the handler to give SIGALRM back (the model's code may use it)
+            _pending[:] = [signal.SIG_DFL if previous is None else previous]
         signal.setitimer(signal.ITIMER_REAL, RETRY_S)
         return
     disarm()
@@ -50,8 +51,8 @@ def _retry(signum, frame) -> None:
 def disarm() -> None:
     """Whoever raises the interruption first: no waiting one comes after it."""
     if _pending:
-        _pending.clear()
         signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, _pending.pop())
 
 
 def _importing(frame) -> bool:
