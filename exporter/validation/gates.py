@@ -176,6 +176,11 @@ def error_text(row: dict) -> str:
             + (" (over the elements finite in both)" if some_nonfinite else ""))
 
 
+# The record's SQNR within float64's resolution (about 313 dB): an exact output's infinite
+# SQNR (both all zeros, say) is no JSON number, and the manifest must stay JSON.
+SQNR_LIMIT_DB = 300.0
+
+
 def compare_quantized(got: torch.Tensor, eager: torch.Tensor, min_sqnr_db: float,
                       min_cosine: float) -> dict:
     """SQNR and cosine against eager float32; top-1 agreement for [batch, classes] outputs.
@@ -187,7 +192,8 @@ def compare_quantized(got: torch.Tensor, eager: torch.Tensor, min_sqnr_db: float
     g, e = got.double().flatten(), eager.double().flatten()
     sqnr, cosine = sqnr_cosine(g, e)
     row = {"passed": sqnr >= min_sqnr_db or cosine >= min_cosine, "criterion": "quantized",
-           "sqnr_db": sqnr, "cosine": cosine, "min_sqnr_db": min_sqnr_db,
+           "sqnr_db": max(-SQNR_LIMIT_DB, min(sqnr, SQNR_LIMIT_DB)), "cosine": cosine,
+           "min_sqnr_db": min_sqnr_db,
            "min_cosine": min_cosine, "abs_err_histogram": error_histogram((g - e).abs())}
     if got.dim() == 2 and got.shape[1] > 1:  # classifier-shaped: [batch, classes]
         row["top1_agreement"] = float((got.argmax(1) == eager.argmax(1)).double().mean())
