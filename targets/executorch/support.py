@@ -12,13 +12,17 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import logging
 import operator
+import sys
 
 import torch
 from torch.fx import Node
 
 from passes.graph.ops import is_custom_op
 from targets.executorch.xnnpack_guards import refusal
+
+log = logging.getLogger(__name__)
 
 # Runtime checks ExecuTorch's edge passes remove (RemoveGraphAssertsPass and
 # RemoveNonCoreAtenOpGraphAssertsPass): no kernel runs them.
@@ -137,12 +141,38 @@ def _plain_arguments(schema) -> list[tuple[str, str]]:
 
 
 def xnnpack_takes(node: Node) -> str | None:
-    """The XNNPACK config that delegates this node (by the op's edge form and the
-    config's dtype rule), or None."""
+    """The XNNPACK config that delegates this node (by the op's edge form, the config's
+    dtype rule and its constraints on the node's own arguments), or None."""
     config = xnnpack_configs().get(_edge_form(node.target).__name__)
-    if config is None or not config._check_node_has_valid_dtype(node) or refusal(node):
+    if config is None or not config._check_node_has_valid_dtype(node) or refusal(node) \
+            or constraint_refusal(config, node):
         return None
     return type(config).__name__
+
+
+class _NeedsProgram(Exception):
+    """A config's constraint read the exported program: not decidable from the node."""
+
+
+class _NoProgram:
+    def __getattr__(self, name: str):
+        raise _NeedsProgram(name)
+
+
+def constraint_refusal(config, node: Node) -> str | None:
+    """XNNPACK's reason for refusing this node by its arguments (``ceil_mode`` pooling,
+    an add's alpha, ...), or None. Constraints that read the program's weights are left
+    to the partitioner: the build's placement records what it decided."""
+    try:
+        if config.check_constraints(node, _NoProgram()):
+            return None
+    except Exception as exc:  # any constraint ExecuTorch cannot judge without the program
+        log.debug("XNNPACK's %s constraint on %s needs the program: %r",
+                  type(config).__name__, node.name, exc)
+        return None
+    why = getattr(sys.modules.get(type(config).__module__), "why", None)
+    reason = why.reason if why is not None and why.node is node else "its constraints"
+    return f"XNNPACK's {type(config).__name__} refuses it: {reason}"
 
 
 def _quantizes_for(node: Node, depth: int = 4) -> str | None:
@@ -187,6 +217,8 @@ def decide(node: Node) -> tuple[bool, str]:
         why = (f"; XNNPACK's {type(refused).__name__} refuses its input types or symbolic "
                "sizes" if refused is not None else "")
         why = f"; {refusal(node)}" if refusal(node) else why
+        if refused is not None and (refused_by := constraint_refusal(refused, node)):
+            why = f"; {refused_by}"
         return True, f"portable kernel {kernel}{why}"
     custom = " (custom op)" if is_custom_op(op) else ""
     return False, (f"{op.name()}{custom}: no XNNPACK config and no ExecuTorch kernel "

@@ -33,8 +33,10 @@ from targets.executorch import support
 from targets.executorch.embedding_byte import EmbeddingByte
 from targets.executorch.facets import ExecutorchPackaging, ExecutorchTooling
 from targets.executorch.floor_remainder import FloorRemainder
+from targets.executorch.global_pool import GlobalAveragePool
 from targets.executorch.lower import METHOD, PROGRAM_NAME, lower_program, version
 from targets.executorch.quantize import RECIPES, XnnpackQuantization
+from targets.facets import Generation
 from targets.fusion import GRAPH_FUSIONS
 
 log = logging.getLogger(__name__)
@@ -50,6 +52,10 @@ class ExecutorchTarget(Target):
                    "ExecuTorch's portable kernels")
     packaging = ExecutorchPackaging()
     quantization = XnnpackQuantization(recipes=RECIPES)
+    # decode_on_prefill: a .pte program carries its own weights and XNNPACK packs them per
+    # program, so a decode program of its own was a second copy in the artifact, in memory
+    # and in the build's lowering; ExecuTorch's own LLM export decodes on one dynamic method
+    generation = Generation(decode_on_prefill=True)
     tooling = ExecutorchTooling()
 
     def availability(self) -> Availability:
@@ -70,7 +76,7 @@ class ExecutorchTarget(Target):
         quantize = self.quantization.quantize_pass(options, self.device)
         tables = [EmbeddingByte()] if quantize is not None else []
         return pipeline(options, quantize, fusions=GRAPH_FUSIONS) + tables + [
-            FloorRemainder(), Decompose(support.decomposition_table, "ExecuTorch edge")]
+            FloorRemainder(), GlobalAveragePool(), Decompose(support.decomposition_table, "ExecuTorch edge")]
 
     def lower(self, program: ExportedProgram, options: LowerOptions) -> Lowered:
         if not support.installed():

@@ -37,3 +37,23 @@ class PermutedBias(torch.nn.Module):
 def permuted_bias():
     torch.manual_seed(0)
     return PermutedBias().eval(), (torch.randn(1, 2, 16, 16),)
+
+
+class CeilModePooledCnn(torch.nn.Module):
+    """EfficientNet's head as Hugging Face writes it: AvgPool2d(1280, ceil_mode=True) on a
+    small map, one window wider than the input (XNNPACK refuses ceil_mode pooling)."""
+
+    def __init__(self, channels: int = 16):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, channels, 3, padding=1)
+        self.pool = torch.nn.AvgPool2d(channels * 8, ceil_mode=True)
+        self.head = torch.nn.Linear(channels, 4)
+
+    def forward(self, x):
+        pooled = self.pool(torch.nn.functional.silu(self.conv(x)))
+        return self.head(pooled.flatten(1))
+
+
+def ceil_mode_pooled_cnn():
+    torch.manual_seed(0)
+    return CeilModePooledCnn().eval(), (torch.randn(1, 3, 7, 7),)
