@@ -23,6 +23,7 @@ from torch.fx import Node
 
 from passes.base import Pass
 from passes.cleanup.dead_code import EliminateDeadCode
+from passes.cleanup.global_pool import GlobalAveragePool
 from passes.cleanup.shape_mutations import ShapeMutationsAsViews
 from passes.quantize.quantize_experts import QuantizeExperts
 from runtime.format.manifest import Requirements
@@ -73,6 +74,11 @@ class Lowered:
     # With ``LowerOptions.shared_weights``: the tensors the partition reads, by the name its
     # executor asks for them (runtime/memory/shared_weights.py); empty otherwise.
     weights: dict = field(default_factory=dict)
+    # The executor kind that runs these files where it is not the target's ``backend``: a
+    # target that lowers a partition several ways keeps one (cpu: targets/aoti/choice.py),
+    # and ``choice`` records which, why, and each candidate's figures, for the manifest.
+    backend: str | None = None
+    choice: dict | None = None
 
 
 # The contract's required part (docs/adding-a-target.md's first table); the test suite
@@ -128,11 +134,12 @@ def pipeline(options: LowerOptions, quantize: Pass | None = None,
     """A target's pass list, in order: in-place shape changes as views, so partitions
     and backends see what reads them (passes/cleanup/shape_mutations.py); dead-code
     cleanup (PT2E's prepare failed on dead code, and the fusion patterns assume single
-    users); the target's fusion passes
+    users); a pool whose one window spans its input as the mean it is (backends walk
+    the whole window: passes/cleanup/global_pool.py); the target's fusion passes
     (targets.fusion, unless --no-fuse); with --quantize, an MoE's experts
     (passes/quantize/quantize_experts.py), then the quantizer. (--dtype is not a
     pass: the model is cast before capture, exporter/model/cast.py says why.)"""
-    passes: list[Pass] = [ShapeMutationsAsViews(), EliminateDeadCode()]
+    passes: list[Pass] = [ShapeMutationsAsViews(), EliminateDeadCode(), GlobalAveragePool()]
     if options.fuse:
         passes += [make() for make in fusions]
     if options.quantize:  # an MoE's experts, on the CPU fallback whatever the target

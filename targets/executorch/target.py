@@ -33,7 +33,6 @@ from targets.executorch import support
 from targets.executorch.embedding_byte import EmbeddingByte
 from targets.executorch.facets import ExecutorchPackaging, ExecutorchTooling
 from targets.executorch.floor_remainder import FloorRemainder
-from targets.executorch.global_pool import GlobalAveragePool
 from targets.executorch.lower import METHOD, PROGRAM_NAME, lower_program, version
 from targets.executorch.quantize import RECIPES, XnnpackQuantization
 from targets.facets import Generation
@@ -76,7 +75,7 @@ class ExecutorchTarget(Target):
         quantize = self.quantization.quantize_pass(options, self.device)
         tables = [EmbeddingByte()] if quantize is not None else []
         return pipeline(options, quantize, fusions=GRAPH_FUSIONS) + tables + [
-            FloorRemainder(), GlobalAveragePool(), Decompose(support.decomposition_table, "ExecuTorch edge")]
+            FloorRemainder(), Decompose(support.decomposition_table, "ExecuTorch edge")]
 
     def lower(self, program: ExportedProgram, options: LowerOptions) -> Lowered:
         if not support.installed():

@@ -1,5 +1,5 @@
 """Average pools on ExecuTorch: a pool whose one window spans its input runs in the
-XNNPACK delegate as a mean (targets/executorch/global_pool.py), and a pool XNNPACK refuses
+XNNPACK delegate as a mean (passes/cleanup/global_pool.py), and a pool XNNPACK refuses
 by its arguments is placed, and reported, on the portable kernel with XNNPACK's reason."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import torch
 pytest.importorskip("executorch")
 
 from targets.executorch import support  # noqa: E402
-from targets.executorch.global_pool import GlobalAveragePool  # noqa: E402
+from passes.cleanup.global_pool import GlobalAveragePool  # noqa: E402
 from targets.executorch.lower import lower_program  # noqa: E402
 from tests.models.executorch_numerics import ceil_mode_pooled_cnn  # noqa: E402
 

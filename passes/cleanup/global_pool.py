@@ -1,11 +1,12 @@
 """An average pool whose one window covers the whole input, as the mean it is.
 
 Hugging Face's EfficientNet pools with ``AvgPool2d(1280, ceil_mode=True)`` on a 7x7 map:
-XNNPACK refuses ``ceil_mode`` pooling, and ExecuTorch's portable kernel walks the whole
-1280x1280 window for each of the 1280 channels, seconds per call where the network
+XNNPACK refuses ``ceil_mode`` pooling, so ExecuTorch's portable kernel walks the whole
+1280x1280 window for each of the 1280 channels, and AOTInductor's pooling loop does the
+same: seconds (ExecuTorch) or a quarter second (AOTInductor) per call where the network
 itself takes milliseconds. With no padding and no divisor override, a single window that
 spans the input averages exactly its H*W values (torch clips the window and its divisor
-to the input), so the pool is a ``mean`` over the last two dims, which XNNPACK runs.
+to the input), so the pool is a ``mean`` over the last two dims, which every backend runs as a plain reduction (XNNPACK included).
 
     before: avg_pool2d(x, kernel >= (H, W), ..., padding 0)   -> [N, C, 1, 1]
     after:  mean(x, [-2, -1], keepdim=True)
