@@ -19,7 +19,7 @@ from tests.archive_helpers import info, record, write_zip
 # Pseudo-random, so deflate cannot shrink it and a flipped byte lands in real entry data.
 PAYLOAD = b"".join(hashlib.sha256(i.to_bytes(4, "little")).digest() for i in range(4096))
 FILES = {"weights.safetensors": PAYLOAD, "lib/kernel.so": b"\x7fELF" + bytes(300),
-         "notes.txt": b"hello\n"}
+         "notes.txt": b"hello\n", "partitions/p0/model.onnx": b"\x08\x07" + bytes(200)}
 FORMAT = {"name": FORMAT_NAME, "version": FORMAT_VERSION}
 
 
@@ -84,7 +84,8 @@ def test_layout_is_fixed(tmp_path):
         assert i.external_attr >> 16 == stat.S_IFREG | 0o644
         assert i.create_system == 3
         # Weight-like entries are stored (float data barely deflates); the rest deflated.
-        stored = i.filename.endswith((".safetensors", ".pt2", ".data", ".bin", ".params"))
+        stored = i.filename.endswith((".safetensors", ".pt2", ".data", ".bin", ".params",
+                                      ".onnx", ".pte"))
         assert i.compress_type == (zipfile.ZIP_STORED if stored else zipfile.ZIP_DEFLATED)
     assert text == json.dumps(json.loads(text), indent=2, sort_keys=True) + "\n"
     assert stat.S_IMODE(path.stat().st_mode) == 0o644
