@@ -11,12 +11,19 @@ that they reach every weight a decoder has:
   only, and ONNX Runtime GenAI's builder leaves the table in float. A 32k-token
   vocabulary's float table was 49% of a 300M decoder's int4 artifact (131 of 269 MB);
   the issue asks for int8 tables, as the cpu target's recipes have them (passes/
-  quantize_weight_only.py) and llama.cpp's files do.
+  quantize_weight_only.py) and llama.cpp's files do;
+- ``pools_counting_only_the_input`` (int8-static): an average pool that counts padding in
+  ceil mode as one that counts what its windows cover, the same averages in float, which
+  ONNX Runtime's int8 kernel then computes too.
 """
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
+
+log = logging.getLogger(__name__)
 
 _FLOATS = {1: np.float32, 10: np.float16}  # onnx TensorProto FLOAT, FLOAT16
 # A table smaller than this (64 KB of float) stays float: its bytes do not matter, and a
@@ -175,3 +182,34 @@ def gemms_as_matmuls(model) -> None:
     read = {name for node in model.graph.node for name in node.input}
     for name in transposed - read:  # nothing reads the [out, in] original any more
         model.graph.initializer.remove(weights[name])
+
+
+def pools_counting_only_the_input(model) -> list[str]:
+    """Each AveragePool that counts padding (count_include_pad=1) in ceil mode, with no
+    padding of its own, made to count what its windows cover (count_include_pad=0), in
+    place; returns their names. Without pads both divide by the part of a window inside
+    the input in float, as torch does. But ONNX Runtime fuses DQ -> AveragePool -> Q into
+    QLinearAveragePool, which with count_include_pad divides by the whole kernel even
+    where a ceil-mode window runs past the input: transformers' EfficientNet pools its
+    7x7 map with a 1280-wide kernel, averaged to 49/1638400 of the value, and every
+    int8 logit was zero."""
+    from onnx import helper
+
+    rewritten = []
+    for node in model.graph.node:
+        attrs = {a.name: a for a in node.attribute} if node.op_type == "AveragePool" else {}
+        if not (_int(attrs, "count_include_pad") and _int(attrs, "ceil_mode")):
+            continue
+        auto_pad = helper.get_attribute_value(attrs["auto_pad"]) if "auto_pad" in attrs else b""
+        if any(attrs["pads"].ints if "pads" in attrs else ()) or auto_pad.startswith(b"SAME"):
+            # a padded window's count differs from what it covers: no attribute says it
+            log.warning("average pool %s counts its padding in ceil mode: ONNX Runtime's "
+                        "int8 kernel may average its last windows lower than float", node.name)
+            continue
+        attrs["count_include_pad"].i = 0
+        rewritten.append(node.name)
+    return rewritten
+
+
+def _int(attrs: dict, name: str) -> int:
+    return attrs[name].i if name in attrs else 0

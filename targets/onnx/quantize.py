@@ -17,12 +17,13 @@ from typing import Callable
 import torch
 
 from passes.quantize.quant_error import ErrorSums, layer_rows
-from targets.onnx.quant_rewrites import (gemms_as_matmuls, quantize_embedding_tables,
-                                        untie_output_projections)
+from targets.onnx.quant_rewrites import (gemms_as_matmuls, pools_counting_only_the_input,
+                                        quantize_embedding_tables, untie_output_projections)
 from targets.errors import TargetOptionError
 from targets.onnx.card import NBITS_BLOCK, RECIPES
 from targets.onnx.inside import MODULE_KEY
 
+log = logging.getLogger(__name__)
 _WEIGHTED = {"MatMul", "Gemm", "Conv"}
 # ORT's advice: dynamic quantization for transformers and RNNs, static for CNNs. Its
 # ConvInteger has no fast CPU kernel (the zoo CNN ran many times slower than fp32), so
@@ -69,6 +70,9 @@ def quantize_model(path: Path, recipe: str, calibration: list, examples: list | 
         del plain.graph.value_info[:]
         if recipe.endswith("-weight"):
             gemms_as_matmuls(plain)
+        if recipe == "int8-static":  # before ORT: its QDQ pools run as its int8 kernel
+            pools = pools_counting_only_the_input(plain)
+            log.info("%d average pool(s) count only what their windows cover", len(pools))
         source = Path(scratch) / "model.onnx"
         onnx.save_model(plain, str(source), save_as_external_data=True,
                         all_tensors_to_one_file=True, location="model.onnx.data")
