@@ -57,9 +57,12 @@ PACKAGE_NAME = "model.pt2"
 
 
 def _is_python_custom_op(op) -> bool:
+    """A custom op with a Python kernel only; a ``triton_op`` (its Triton kernels traced
+    and compiled by Inductor) is not one."""
     from torch._library.custom_ops import OPDEFS
+    from torch._library.triton import triton_ops_to_kernels
 
-    return is_custom_op(op) and op.name() in OPDEFS
+    return is_custom_op(op) and op.name() in OPDEFS and op.name() not in triton_ops_to_kernels
 
 
 def package_tensors(package: Path, program: ExportedProgram) -> dict[str, torch.Tensor]:

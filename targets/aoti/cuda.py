@@ -14,7 +14,9 @@ from runtime.format.manifest import Requirements
 from targets.aoti.base import AotiGeneration, AotiPackaging, AOTInductorTarget, AotiTooling
 from targets.aoti.card import CUDA, CUDA_RECIPES, gpu_here
 from targets.aoti.kernel_timing import host_independent_kernel_timing
+from targets.aoti.kernels import ops as decode_ops
 from targets.aoti.passes.aligned_linears import LinearsAlignedByPadding
+from targets.aoti.passes.decode_kernels import DecodeAttentionAsKernel, RowLinearsAsKernels
 from targets.aoti.passes.patch_convs import PatchConvsAsMatmuls
 from targets.aoti.passes.row_linears import SingleRowLinearsAsReductions
 from targets.base import (
@@ -59,8 +61,12 @@ class CudaTarget(AOTInductorTarget):
         if not options.fuse:
             return passes
         # GEMMs cuBLAS runs well in place of a patch convolution and of an unaligned head;
-        # last, after --quantize: its linears keep their own kernels (passes/row_linears.py)
-        return [*passes, PatchConvsAsMatmuls(), LinearsAlignedByPadding(),
+        # last, after --quantize: its linears keep their own kernels (passes/row_linears.py);
+        # a decode step's products and attention as our Triton kernels, the rest of the
+        # one-row linears as Inductor's reductions (passes/decode_kernels.py)
+        decode = [DecodeAttentionAsKernel(), RowLinearsAsKernels()] if decode_ops.TRITON \
+            else []
+        return [*passes, PatchConvsAsMatmuls(), LinearsAlignedByPadding(), *decode,
                 SingleRowLinearsAsReductions()]
 
     def lowering_fixes(self, options: LowerOptions) -> contextlib.AbstractContextManager:

@@ -1,0 +1,65 @@
+"""The decode-step custom ops the cuda target's passes place (targets/aoti/passes/
+decode_kernels.py): ``edge_exporter::row_gemv`` and ``edge_exporter::decode_attention``
+(their math: reference.py).
+
+Where Triton is installed they are ``torch.library.triton_op``s: torch.export keeps them as
+one node each, and AOTInductor traces into them and compiles their Triton kernels into the
+library, so a device runs them with nothing registered. Without Triton (a CPU-only
+machine) they are plain custom ops over the reference math, so graphs holding them can
+still be captured, rewritten and checked there; the cuda target does not compile those.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+import torch
+
+from targets.aoti.kernels import reference
+
+NAMESPACE = "edge_exporter"
+ROW_GEMV = f"{NAMESPACE}::row_gemv"
+DECODE_ATTENTION = f"{NAMESPACE}::decode_attention"
+TRITON = importlib.util.find_spec("triton") is not None
+
+
+def _row_gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+              norm_weight: torch.Tensor | None, residual: torch.Tensor | None, eps: float,
+              offset: float, act: int) -> torch.Tensor:
+    from targets.aoti.kernels.triton_kernels import launch_row_gemv
+    return launch_row_gemv(x, weight, bias, norm_weight, residual, eps, offset, act)
+
+
+def _decode_attention(query: torch.Tensor, past_k: torch.Tensor, new_k: torch.Tensor,
+                      past_v: torch.Tensor, new_v: torch.Tensor, mask: torch.Tensor,
+                      scale: float) -> torch.Tensor:
+    from targets.aoti.kernels.triton_kernels import launch_decode_attention
+    return launch_decode_attention(query, past_k, new_k, past_v, new_v, mask, scale)
+
+
+def _define() -> None:
+    if TRITON:
+        row = torch.library.triton_op(ROW_GEMV, _row_gemv, mutates_args=())
+        attention = torch.library.triton_op(DECODE_ATTENTION, _decode_attention,
+                                            mutates_args=())
+        # the CPU has no Triton kernels here: the reference math serves it
+        row.register_kernel("cpu", reference.row_gemv)
+        attention.register_kernel("cpu", reference.decode_attention)
+        return
+    row = torch.library.custom_op(ROW_GEMV, mutates_args=(),
+                                  schema=torch.library.infer_schema(_row_gemv,
+                                                                    mutates_args=()))(
+        reference.row_gemv)
+    row.register_fake(lambda x, weight, bias, norm_weight, residual, eps, offset, act:
+                      x.new_empty(reference.row_gemv_shape(x, weight, act), dtype=weight.dtype))
+    attention = torch.library.custom_op(
+        DECODE_ATTENTION, mutates_args=(),
+        schema=torch.library.infer_schema(_decode_attention, mutates_args=()))(
+        reference.decode_attention)
+    attention.register_fake(lambda query, past_k, new_k, past_v, new_v, mask, scale:
+                            query.new_empty((*query.shape[:-1], past_v.shape[-1])))
+
+
+_define()
+row_gemv = torch.ops.edge_exporter.row_gemv.default
+decode_attention = torch.ops.edge_exporter.decode_attention.default

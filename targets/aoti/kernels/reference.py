@@ -1,0 +1,66 @@
+"""The math of the decode-step ops in plain torch: their CPU kernel, their kernel where
+Triton is not installed, and what the Triton kernels are checked against.
+
+``row_gemv``: a linear over one row with what surrounds it in a decoder layer folded in:
+
+    x' = x * rsqrt(mean(x^2) + eps) * (norm_weight + offset)     if norm_weight is given
+    y  = x' @ W.T + bias                                          W: [N, K] (or [2N, K])
+    y  = act(y[:N]) * y[N:]                                       if act (a gated MLP)
+    y  = y + residual                                             if residual is given
+
+``decode_attention``: one query row over ``cat(past, new)`` keys and values with an
+additive mask, grouped-query heads (head h reads key/value head h // (H / KVH)), as
+``scaled_dot_product_attention(q, cat(pk, nk), cat(pv, nv), mask, scale=s, enable_gqa)``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+ACTIVATIONS = ("none", "silu", "gelu", "gelu_tanh")
+
+
+def activation(y: torch.Tensor, act: int) -> torch.Tensor:
+    name = ACTIVATIONS[act]
+    if name == "silu":
+        return torch.nn.functional.silu(y)
+    if name == "gelu":
+        return torch.nn.functional.gelu(y)
+    if name == "gelu_tanh":
+        return torch.nn.functional.gelu(y, approximate="tanh")
+    return y
+
+
+def row_gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+             norm_weight: torch.Tensor | None, residual: torch.Tensor | None, eps: float,
+             offset: float, act: int) -> torch.Tensor:
+    row = x.reshape(x.shape[-1]).float()
+    if norm_weight is not None:
+        row = row * torch.rsqrt(row.pow(2).mean() + eps) * (norm_weight.float() + offset)
+    y = weight.float() @ row
+    if bias is not None:
+        y = y + bias.float()
+    if act:
+        half = y.shape[0] // 2
+        y = activation(y[:half], act) * y[half:]
+    if residual is not None:
+        y = y + residual.reshape(-1).float()
+    return y.to(weight.dtype).reshape(*x.shape[:-1], y.shape[0])
+
+
+def row_gemv_shape(x: torch.Tensor, weight: torch.Tensor, act: int) -> torch.Size:
+    width = weight.shape[0] // 2 if act else weight.shape[0]
+    return torch.Size((*x.shape[:-1], width))
+
+
+def decode_attention(query: torch.Tensor, past_k: torch.Tensor, new_k: torch.Tensor,
+                     past_v: torch.Tensor, new_v: torch.Tensor, mask: torch.Tensor,
+                     scale: float) -> torch.Tensor:
+    """``query`` [1, H, 1, D], past [1, KVH, S, D], new [1, KVH, 1, D], ``mask`` additive
+    [1, 1, 1, S + 1]; returns [1, H, 1, Dv] in the query's dtype."""
+    heads, kv_heads = query.shape[1], past_k.shape[1]
+    keys = torch.cat([past_k, new_k], dim=2).float().repeat_interleave(heads // kv_heads, 1)
+    values = torch.cat([past_v, new_v], dim=2).float().repeat_interleave(heads // kv_heads, 1)
+    scores = query.float() @ keys.transpose(-1, -2) * scale + mask.float()
+    out = torch.softmax(scores, dim=-1) @ values
+    return out.to(query.dtype)

@@ -1,0 +1,113 @@
+"""A batch-1 decode step's products and attention as the cuda target's own Triton kernels
+(targets/aoti/kernels/), each with the small ops around it folded in.
+
+    before: h = rmsnorm(x); y = linear(h, W)               (a norm-partial-sum kernel, a
+            a = silu(y[:I]) * y[I:]; z = linear(a, Wd)      reduction, pointwise kernels
+            out = x + z                                     and adds between them)
+    after:  y = row_gemv(x, W, norm=w)                      one kernel a product
+            a = row_gemv(x, W_gate_up, norm=w, act=silu)
+            out = row_gemv(a, Wd, residual=x)
+
+    before: sdpa(q, cat(past_k, k), cat(past_v, v), mask)   (two copies of the cache,
+    after:  decode_attention(q, past_k, k, past_v, v, mask)  SDPA and its reduction)
+
+A decode step reads each weight once and little else, so its speed is how fully each
+kernel streams its bytes and how many kernels it launches; at ~1.5 us each, the norms,
+activations, adds and copies between the products cost as much as the products' own
+bytes (bench/RESULTS.md has the figures). Only what is known at capture to be one row
+(the decode entry point; a prompt of dynamic length is not) with plain float weights;
+quantized weights keep their own kernels, and other linears row_linears.py's reduction.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.export import ExportedProgram
+
+from passes.base import PassResult
+from passes.graph.rewrite import attribute, rewrite_and_recapture
+from targets.aoti.kernels import ops
+from targets.aoti.passes.decode_patterns import (match_decode_attention, match_gated,
+                                                 match_norm, match_residual, val)
+from targets.aoti.passes.row_linears import _one_row, _plain_float
+
+_LINEAR = torch.ops.aten.linear.default
+
+
+class RowLinearsAsKernels:
+    name = "row_linears_as_kernels"
+    required = False
+
+    def __call__(self, program: ExportedProgram) -> PassResult:
+        return rewrite_and_recapture(program, _rewrite_linears, "linears_as_kernels")
+
+
+class DecodeAttentionAsKernel:
+    name = "decode_attention_as_kernel"
+    required = False
+
+    def __call__(self, program: ExportedProgram) -> PassResult:
+        return rewrite_and_recapture(program, _rewrite_attention, "attention_as_kernel")
+
+
+def _rewrite_linears(module: torch.fx.GraphModule) -> dict:
+    counts = {"linears_as_kernels": 0, "norms_folded": 0, "gated_folded": 0,
+              "residuals_folded": 0}
+    for node in list(module.graph.nodes):
+        if not _row_linear(module, node):
+            continue
+        x, weight = node.args[0], node.args[1]
+        bias = node.args[2] if len(node.args) > 2 else node.kwargs.get("bias")
+        norm = match_norm(x) if isinstance(x, torch.fx.Node) else None
+        if norm is not None and val(norm.hidden).shape[-1] != val(x).shape[-1]:
+            norm = None
+        gated = match_gated(node)
+        last, act = gated if gated else (node, 0)
+        residual = match_residual(last)
+        replaced, extra = residual if residual else (last, None)
+        with module.graph.inserting_before(replaced):
+            fused = module.graph.call_function(ops.row_gemv, (
+                norm.hidden if norm else x, weight, bias, norm.weight if norm else None,
+                extra, norm.eps if norm else 0.0, norm.offset if norm else 0.0, act))
+        fused.meta = dict(replaced.meta)
+        replaced.replace_all_uses_with(fused)
+        counts["linears_as_kernels"] += 1
+        counts["norms_folded"] += norm is not None
+        counts["gated_folded"] += gated is not None
+        counts["residuals_folded"] += residual is not None
+    module.graph.eliminate_dead_code()
+    module.recompile()
+    return counts
+
+
+def _row_linear(module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    """A linear of one row over a plain float weight (and bias), all of one dtype."""
+    if not (node.op == "call_function" and node.target is _LINEAR and _one_row(node)):
+        return False
+    weight = attribute(module, node.args[1])
+    bias_node = node.args[2] if len(node.args) > 2 else node.kwargs.get("bias")
+    bias = attribute(module, bias_node)
+    x = val(node.args[0])
+    return (_plain_float(weight) and x is not None and x.dtype == weight.dtype
+            and (bias_node is None or (bias is not None and bias.dtype == weight.dtype)))
+
+
+def _rewrite_attention(module: torch.fx.GraphModule) -> dict:
+    placed = 0
+    for node in list(module.graph.nodes):
+        found = match_decode_attention(node)
+        if found is None:
+            continue
+        with module.graph.inserting_before(node):
+            fused = module.graph.call_function(ops.decode_attention, (
+                found.query, found.past_k, found.new_k, found.past_v, found.new_v,
+                found.mask, found.scale))
+        fused.meta = dict(node.meta)
+        node.replace_all_uses_with(fused)
+        # SDPA is tagged random (its dropout), so dead-code elimination would keep it, and
+        # with it the cache copies it reads
+        module.graph.erase_node(node)
+        placed += 1
+    module.graph.eliminate_dead_code()
+    module.recompile()
+    return {"attention_as_kernel": placed}

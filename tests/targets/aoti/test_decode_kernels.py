@@ -1,0 +1,145 @@
+"""The cuda target's decode-step kernels: the passes that place them (graph matching,
+checked on the CPU through the ops' reference kernels) and the Triton kernels themselves
+against that reference math (GPU only, marked cuda)."""
+
+from __future__ import annotations
+
+import collections
+
+import pytest
+import torch
+
+from exporter.lm.wrapper import ExportableCausalLM, probe_layout
+from passes.fusion.merge_linears import MergeParallelLinears
+from targets.aoti.kernels import reference
+from targets.aoti.passes.decode_kernels import DecodeAttentionAsKernel, RowLinearsAsKernels
+from tests.models import tiny_lm
+
+pytest.importorskip("transformers")
+
+
+def _captured(family: str, tokens: int):
+    """A tiny decoder's step as the cuda target captures it (SDPA over the cache), with
+    its parallel linears merged as the target's passes merge them."""
+    model = tiny_lm.model(family)
+    layout = probe_layout(model, 32, torch.float32)
+    wrapper = ExportableCausalLM(model, layout, attention="sdpa").eval()
+    past = {f"{kind}_{i}": torch.zeros(1, *shape[:1], layer.slots, shape[1])
+            for i, layer in enumerate(layout.layers)
+            for kind, shape in (("k", layer.key_shape), ("v", layer.value_shape))}
+    ids = torch.randint(3, tiny_lm.VOCAB, (1, tokens), generator=torch.Generator().manual_seed(0))
+    dims = None
+    if tokens > 1:
+        length = torch.export.Dim.DYNAMIC(min=2, max=16)
+        dims = ({1: length}, {0: length}, {name: None for name in past})
+    with torch.no_grad():
+        program = torch.export.export(wrapper, (ids, torch.arange(tokens), past),
+                                      dynamic_shapes=dims)
+    return MergeParallelLinears()(program).program, past
+
+
+def _calls(program) -> collections.Counter:
+    return collections.Counter(str(n.target) for n in program.graph.nodes
+                               if n.op == "call_function")
+
+
+def _randomised(past: dict) -> dict:
+    generator = torch.Generator().manual_seed(3)
+    return {name: torch.randn(t.shape, generator=generator) for name, t in past.items()}
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2"])
+def test_decode_step_products_and_attention_become_fused_kernel_ops(family):
+    """Each layer's q/k/v (its RMSNorm folded in), o (the residual add folded in),
+    gate/up (norm and SiLU-times-up folded in) and down (residual) products become one
+    row_gemv each, the head one with the final norm, and SDPA over cat(past, new) the
+    decode attention op reading the cache in place; the step computes what it did."""
+    program, past = _captured(family, 1)
+    attention = DecodeAttentionAsKernel()(program)
+    result = RowLinearsAsKernels()(attention.program)
+    layers = 2
+    assert attention.info == {"attention_as_kernel": layers}
+    assert result.info == {"linears_as_kernels": 4 * layers + 1, "norms_folded": 2 * layers + 1,
+                           "gated_folded": layers, "residuals_folded": 2 * layers}
+    calls = _calls(result.program)
+    assert calls["edge_exporter.row_gemv.default"] == 4 * layers + 1
+    assert calls["edge_exporter.decode_attention.default"] == layers
+    # (the norms' own ops stay, held by torch.export's dtype asserts; Inductor drops them)
+    assert not {"aten.linear.default", "aten.scaled_dot_product_attention.default",
+                "aten.silu.default"} & set(calls)
+    cache_inputs = {n for n in result.program.graph.nodes if n.op == "placeholder"
+                    and n.name.startswith("past")}
+    assert not [n for n in result.program.graph.nodes if str(n.target) == "aten.cat.default"
+                and cache_inputs & set(n.args[0])]  # the cache is read in place, not copied
+    cache = _randomised(past)
+    ids, position = torch.tensor([[7]]), torch.tensor([9])
+    with torch.no_grad():  # a rewritten program takes its inputs flat
+        want = program.module()(ids, position, *cache.values())
+        got = result.program.module()(ids, position, *cache.values())
+    assert set(got) == set(want)
+    for name in want:
+        torch.testing.assert_close(got[name], want[name], rtol=1e-4, atol=1e-4)
+
+
+def test_prompt_chunks_of_dynamic_length_keep_their_products_and_attention():
+    """A prefill step's row count is not known at capture: nothing there is one row."""
+    program, _ = _captured("llama", 4)
+    assert not DecodeAttentionAsKernel()(program).modified
+    assert not RowLinearsAsKernels()(program).modified
+
+
+def test_cuda_target_places_the_decode_kernels_before_the_single_row_reductions(tmp_path):
+    from targets import get_target
+    from targets.aoti.kernels import ops
+    from targets.base import LowerOptions
+    if not ops.TRITON:
+        pytest.skip("the decode kernels need Triton")
+    names = [p.name for p in get_target("cuda").default_passes(LowerOptions(tmp_path))]
+    assert names[-3:] == ["decode_attention_as_kernel", "row_linears_as_kernels",
+                          "single_row_linears_as_reductions"]
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
+@pytest.mark.parametrize("case", [  # (N, K, norm, act, residual, bias): odd sizes too
+    (37, 200, True, 1, False, True), (96, 64, False, 3, True, False),
+    (2560, 2048, True, 0, False, False), (2048, 5632, False, 2, True, True)])
+def test_row_gemv_kernel_matches_its_reference(case, dtype):
+    if not torch.cuda.is_available():
+        pytest.skip("no GPU")
+    from targets.aoti.kernels.triton_kernels import launch_row_gemv
+    n, k, norm, act, res, bias = case
+    torch.manual_seed(n + k)
+    cuda = dict(device="cuda", dtype=dtype)
+    weight = torch.randn(2 * n if act else n, k, **cuda) * 0.05
+    x = torch.randn(1, 1, k, **cuda)
+    args = (torch.randn(weight.shape[0], **cuda) if bias else None,
+            torch.rand(k, **cuda) + 0.5 if norm else None,
+            torch.randn(1, 1, n, **cuda) if res else None, 1e-6, 0.0, act)
+    want = reference.row_gemv(x, weight, *args).float()
+    got = launch_row_gemv(x, weight, *args).float()
+    assert got.shape == want.shape
+    assert ((got - want).norm() / want.norm()).item() < (2e-3 if dtype == torch.float16
+                                                         else 1e-5)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
+@pytest.mark.parametrize("shape", [(32, 4, 512, 64), (6, 6, 70, 80), (8, 1, 33, 16),
+                                   (8, 2, 5000, 64)])
+def test_decode_attention_kernel_matches_its_reference(shape, dtype):
+    if not torch.cuda.is_available():
+        pytest.skip("no GPU")
+    from targets.aoti.kernels.triton_kernels import launch_decode_attention
+    heads, kv_heads, slots, dim = shape
+    torch.manual_seed(slots)
+    cuda = dict(device="cuda", dtype=dtype)
+    q = torch.randn(1, heads, 1, dim, **cuda)
+    past_k, past_v = (torch.randn(1, kv_heads, slots, dim, **cuda) for _ in "kv")
+    new_k, new_v = (torch.randn(1, kv_heads, 1, dim, **cuda) for _ in "kv")
+    mask = torch.zeros(1, 1, 1, slots + 1, **cuda)
+    mask[..., slots // 2:slots] = torch.finfo(dtype).min  # slots not yet written
+    want = reference.decode_attention(q, past_k, new_k, past_v, new_v, mask, dim ** -0.5)
+    got = launch_decode_attention(q, past_k, new_k, past_v, new_v, mask, dim ** -0.5)
+    error = ((got.float() - want.float()).norm() / want.float().norm()).item()
+    assert error < (2e-3 if dtype == torch.float16 else 1e-5)
