@@ -26,8 +26,18 @@ class KvCache:
         self.layout = layout
         dtype = getattr(torch, layout.dtype)
         names = layout.names()
-        self.buffers = {past: torch.zeros(shape, dtype=dtype, device=device)
-                        for (past, _), shape in zip(names, layout.shapes())}
+        slot_counts = [layer.slots for layer in layout.layers for _ in "kv"]
+        # buffers of one shape are slices of one tensor, so a step's new rows go in with
+        # one copy for all layers (``_write_stacked``), not one small kernel per buffer
+        alike: dict[tuple, list[tuple[str, str]]] = {}
+        for pair, shape, slots in zip(names, layout.shapes(), slot_counts):
+            alike.setdefault((tuple(shape), slots), []).append(pair)
+        views, self._stacks = {}, []
+        for (shape, slots), pairs in alike.items():
+            stack = torch.zeros((len(pairs), *shape), dtype=dtype, device=device)
+            views.update((past, stack[i]) for i, (past, _) in enumerate(pairs))
+            self._stacks.append((stack, [new for _, new in pairs], slots))
+        self.buffers = {past: views[past] for past, _ in names}
         self._cross = [(new, torch.zeros(shape, dtype=dtype, device=device))
                        for (_, new), shape in zip(layout.cross_names(), layout.cross_shapes())]
         self.buffers.update((past, buffer) for (past, _), (_, buffer) in
@@ -41,8 +51,7 @@ class KvCache:
         self._writes = [(new, buffer, buffer_slots, (buffer.data_ptr(),
                                                      buffer.data_ptr() + buffer.nbytes,
                                                      buffer.stride(2) * buffer.element_size()))
-                        for (past, new), buffer_slots in
-                        zip(names, [layer.slots for layer in layout.layers for _ in "kv"])
+                        for (past, new), buffer_slots in zip(names, slot_counts)
                         for buffer in [self.buffers[past]]]
 
     @property
@@ -54,7 +63,10 @@ class KvCache:
         count = positions.shape[0]
         first = None  # the first new position, read once, only when a step stored rows
         slots_of = {}  # one index tensor per ring size, not per buffer (a kernel each)
+        done = self._write_stacked(positions, new, slots_of)
         for name, buffer, slots, (base, end, row_bytes) in self._writes:
+            if name in done:
+                continue
             rows = new.get(name)
             if rows is None:  # stored by the step itself, and left out (run_in_place)
                 continue
@@ -72,6 +84,25 @@ class KvCache:
                 rows = rows[:, :, -slots:]
             buffer.index_copy_(2, slots_of[slots], rows.to(buffer.dtype))
 
+    def _write_stacked(self, positions: torch.Tensor, new: dict[str, torch.Tensor],
+                       slots_of: dict) -> set[str]:
+        """Each stack whose every buffer got rows the step returned (not rows it stored
+        itself): the rows stacked and copied in at once. The names written."""
+        done = set()
+        count = positions.shape[0]
+        for stack, names, slots in self._stacks:
+            rows = [new.get(name) for name in names]
+            if len(rows) < 2 or any(r is None or _inside(r, stack) for r in rows):
+                continue
+            if slots not in slots_of:
+                kept = positions[-slots:] if count > slots else positions
+                slots_of[slots] = torch.remainder(kept, slots)
+            if count > slots:  # a chunk longer than a ring: its last rows survive
+                rows = [r[:, :, -slots:] for r in rows]
+            stack.index_copy_(3, slots_of[slots], torch.stack(rows).to(stack.dtype))
+            done.update(names)
+        return done
+
     def set_source(self, encoded: dict[str, torch.Tensor]) -> int:
         """Store what ``encode`` returned for one source (its rows first, the rest zero and
         masked); returns the source's length in rows."""
@@ -87,3 +118,8 @@ class KvCache:
             mask[:, :length] = 1
         return length
 
+
+def _inside(rows: torch.Tensor, stack: torch.Tensor) -> bool:
+    """Whether ``rows`` are a view into ``stack`` (rows a step stored in the cache)."""
+    pointer = rows.data_ptr()
+    return stack.data_ptr() <= pointer < stack.data_ptr() + stack.nbytes
