@@ -1,0 +1,273 @@
+"""On the GPU machine: the ~1.1B LLaMA-shaped decode step per kernel, with each kernel's
+own bytes, and the decode speed against the memory-bandwidth bound.
+
+    python bench/decode_step_cuda.py --out DIR --builds fp16[,fp16-int8-weight,...]
+        [--variant before|after] [--ncu] [--validate]
+
+For each build: the artifact (``exporter.build``, the cuda target; ``before`` without the
+decode-kernel passes, ``after`` as the target is), ``exporter bench``'s decode tokens/s
+(no baselines: 128-token prompt, 128 new tokens, median of 3 runs after a warm-up), the
+decode CUDA graph's replay time (CUDA events, median of 200), the kernels of 20 replays
+(torch.profiler: name, calls and microseconds a step) and, with ``--ncu``, one replay
+under Nsight Compute (--clock-control none): each kernel's DRAM bytes and its own time.
+The bound: the step's weight bytes over 4.8 TB/s (the H200's datasheet bandwidth).
+Rows go to DIR/decode-step.jsonl; a table per build is printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import csv
+import io
+import json
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+BANDWIDTH = 4.8e12
+DECODE_PASSES = ("decode_attention_as_kernel", "row_linears_as_kernels")
+BUILDS = {"fp16": dict(dtype="fp16"),
+          "fp16-int8-weight": dict(dtype="fp16", quantize="int8-weight", min_top1=0.5),
+          "fp16-int4-weight": dict(dtype="fp16", quantize="int4-weight")}
+
+
+def step_bytes(folder: Path, build: str) -> float:
+    """Weight bytes a decode step reads: every layer's products and the head (the token
+    table gives one row), at the build's bytes per weight."""
+    config = json.loads((folder / "config.json").read_text())
+    h, i, layers = config["hidden_size"], config["intermediate_size"], config["num_hidden_layers"]
+    kv = h // config["num_attention_heads"] * config["num_key_value_heads"]
+    per_layer = h * (h + 2 * kv) + h * h + 3 * h * i
+    weights = layers * per_layer + h * config["vocab_size"]
+    per_weight = {"fp16": 2.0, "fp16-int8-weight": 1.0 + 2.0 / h,
+                  "fp16-int4-weight": 0.5 + 4.0 / 128}[build]
+    return weights * per_weight
+
+
+def build(folder: Path, name: str, variant: str, out: Path, validate: bool) -> dict:
+    import exporter
+    from targets.aoti.cuda import CudaTarget
+    settings = dict(BUILDS[name])
+    if not validate:
+        settings["validate_artifact"] = False
+    original = CudaTarget.default_passes
+    if variant == "before":
+        CudaTarget.default_passes = lambda self, options: [
+            p for p in original(self, options) if p.name not in DECODE_PASSES]
+    artifact = out / f"llama-1b-{name}-{variant}.artifact"
+    start = time.perf_counter()
+    try:
+        built = exporter.build(f"hf:{folder}", task="text-generation", target="cuda",
+                               max_context=512, prefill_chunk=256, out=artifact, **settings)
+    finally:
+        CudaTarget.default_passes = original
+    record = built.manifest.validation or {}
+    decode = built.manifest.entry_points.get("decode")
+    passes = decode.passes if decode is not None else []
+    return {"artifact": str(artifact), "build_s": round(time.perf_counter() - start),
+            "validation": {k: record.get(k) for k in ("passed", "top1_agreement", "mean_kl",
+                                                      "tokens_identical")},
+            "passes": [p for p in passes if p.get("name") in DECODE_PASSES]}
+
+
+def bench(artifact: str) -> dict:
+    from exporter.lm.bench import bench_generation
+    result = bench_generation(artifact, baselines=(), runs=3,
+                              stage=lambda name: contextlib.nullcontext())
+    row = result["engines"]["artifact"]
+    return {"decode_tok_s": row["decode_tokens_per_s"], "ttft_ms": row.get("ttft_s", 0) * 1e3}
+
+
+def graph_of(artifact: str):
+    import runtime
+    program = runtime.load(artifact)
+    generator = program.generator
+    generator.prefill_prompt(list(range(3, 131)))
+    graph = generator._graph
+    for position in range(128, 140):
+        graph(5, position)
+    torch.cuda.synchronize()
+    return program, graph
+
+
+def replay_and_profile(artifact: str) -> dict:
+    _, graph = graph_of(artifact)
+    times = []
+    for i in range(200):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph(5, 140 + i)
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for i in range(20):
+            graph(5, 360 + i)
+        torch.cuda.synchronize()
+    kernels = defaultdict(lambda: [0, 0.0])
+    sequence = []  # (name, us) in launch order
+    for event in prof.events():
+        if event.device_type == torch.autograd.DeviceType.CUDA:
+            kernels[key(event.name)][0] += 1
+            kernels[key(event.name)][1] += event.time_range.elapsed_us()
+            sequence.append((event.time_range.start, key(event.name),
+                             event.time_range.elapsed_us()))
+    sequence = [(name, us) for _, name, us in sorted(sequence)]
+    return {"replay_ms": statistics.median(times),
+            "kernels": {k: [n / 20, us / 20] for k, (n, us) in kernels.items()},
+            "by_position": by_position(sequence)}
+
+
+def by_position(sequence: list) -> dict:
+    """A kernel launched several times a layer (row_gemv: q/k/v, o, gate/up, down, then
+    the head), its median time at each place in the layer's order."""
+    calls = [us for name, us in sequence if name == "row_gemv_kernel"]
+    per_step = 4 * 22 + 1
+    steps = [calls[i:i + per_step] for i in range(0, len(calls) - per_step + 1, per_step)]
+    if not steps:
+        return {}
+    places = ("qkv", "o", "gate_up", "down")
+    found = {place: statistics.median(us for step in steps for us in step[i:-1:4])
+             for i, place in enumerate(places)}
+    found["lm_head"] = statistics.median(step[-1] for step in steps)
+    return found
+
+
+def key(name: str) -> str:
+    return re.sub(r"^void ", "", name).split("(")[0].split("<")[0][:70]
+
+
+def ncu_child(artifact: str) -> None:
+    _, graph = graph_of(artifact)
+    torch.cuda.cudart().cudaProfilerStart()
+    graph(5, 150)
+    torch.cuda.synchronize()
+    torch.cuda.cudart().cudaProfilerStop()
+
+
+def ncu(artifact: str, out: Path) -> dict:
+    tool = shutil.which("ncu") or next(iter(sorted(Path("/opt/nvidia").glob(
+        "nsight-compute/*/ncu"))), None)
+    if tool is None:
+        return {"error": "no ncu"}
+    log = out / f"ncu-{Path(artifact).stem}.csv"
+    cmd = [str(tool), "--clock-control", "none", "--profile-from-start", "off",
+           "--print-units", "base", "--csv", "--log-file", str(log), "--metrics",
+           "gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum",
+           sys.executable, __file__, "--ncu-child", artifact]
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=150)
+    except subprocess.TimeoutExpired:
+        return {"error": "ncu ran past 150 s"}
+    if not log.exists():
+        return {"error": done.stderr[-800:] + done.stdout[-800:]}
+    text = log.read_text()
+    lines = text[text.find('"ID"'):]
+    per = defaultdict(lambda: defaultdict(float))
+    names = {}
+    for row in csv.DictReader(io.StringIO(lines)):
+        value = float(row["Metric Value"].replace(",", "") or 0)
+        per[row["ID"]][row["Metric Name"]] += value
+        names[row["ID"]] = key(row["Kernel Name"])
+    kernels = defaultdict(lambda: [0, 0.0, 0.0])
+    rows = []  # row_gemv's (us, bytes) in launch order
+    for kid, metrics in sorted(per.items(), key=lambda kv: int(kv[0])):
+        entry = kernels[names[kid]]
+        moved = metrics["dram__bytes_read.sum"] + metrics["dram__bytes_write.sum"]
+        entry[0] += 1
+        entry[1] += metrics["gpu__time_duration.sum"] / 1e3
+        entry[2] += moved
+        if names[kid] == "row_gemv_kernel":
+            rows.append((metrics["gpu__time_duration.sum"] / 1e3, moved))
+    places = {}
+    if len(rows) == 4 * 22 + 1:
+        for i, place in enumerate(("qkv", "o", "gate_up", "down")):
+            places[place] = [statistics.median(r[0] for r in rows[i:-1:4]),
+                             statistics.median(r[1] for r in rows[i:-1:4])]
+        places["lm_head"] = list(rows[-1])
+    return {"kernels": {k: list(v) for k, v in kernels.items()}, "by_position": places}
+
+
+def table(label: str, row: dict) -> None:
+    prof = row["profile"]["kernels"]
+    counters = row.get("ncu", {}).get("kernels", {})
+    total_us = sum(us for _, us in prof.values())
+    print(f"\n### {label}: {row['bench']['decode_tok_s']:.1f} tok/s (bench), replay "
+          f"{row['profile']['replay_ms']:.3f} ms, kernels {sum(n for n, _ in prof.values()):.0f}"
+          f" a step, busy {total_us:.0f} us; bound {row['bound_tok_s']:.0f} tok/s "
+          f"({row['step_bytes'] / 1e9:.2f} GB); bench at "
+          f"{row['bench']['decode_tok_s'] / row['bound_tok_s']:.0%} of bound; ncu bytes a step "
+          f"{sum(v[2] for v in counters.values()) / 1e9:.2f} GB")
+    if row["profile"].get("by_position"):
+        print("row_gemv by place, us: " + ", ".join(
+            f"{k} {v:.2f}" for k, v in row["profile"]["by_position"].items()))
+    print("| kernel | calls/step | us/step (graph) | us/call | ncu us/call | MB/call | GB/s |")
+    print("|---|---|---|---|---|---|---|")
+    for name, (calls, us) in sorted(prof.items(), key=lambda kv: -kv[1][1])[:22]:
+        n, ncu_us, nbytes = counters.get(name, (0, 0.0, 0.0))
+        per_call = us / calls
+        mb = nbytes / n / 1e6 if n else float("nan")
+        print(f"| {name[:60]} | {calls:.0f} | {us:.1f} | {per_call:.2f} | "
+              f"{(ncu_us / n) if n else float('nan'):.2f} | {mb:.2f} | "
+              f"{(mb * 1e6 / per_call / 1e3) if n else float('nan'):.0f} |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", type=Path)
+    parser.add_argument("--builds", default="fp16")
+    parser.add_argument("--variant", default="after", choices=("before", "after"))
+    parser.add_argument("--ncu", action="store_true")
+    parser.add_argument("--validate", action="store_true")
+    parser.add_argument("--ncu-child")
+    args = parser.parse_args()
+    if args.ncu_child:
+        return ncu_child(args.ncu_child)
+    from bench.common import machine_header
+    from bench.generation_cuda import big_checkpoint
+    args.out.mkdir(parents=True, exist_ok=True)
+    folder = args.out / "llama-1b"
+    if not folder.exists():
+        big_checkpoint(folder, "1b", 0.02)
+    for name in args.builds.split(","):
+        row = {**machine_header(torch=torch.__version__), "build": name,
+               "variant": args.variant, "gpu": torch.cuda.get_device_name()}
+        try:
+            row.update(build(folder, name, args.variant, args.out, args.validate))
+            row["bench"] = bench(row["artifact"])
+            row["profile"] = replay_and_profile(row["artifact"])
+        except Exception as exc:  # noqa: BLE001 - recorded; the next build runs
+            row["error"] = f"{type(exc).__name__}: {exc}"[:3000]
+            print(json.dumps(row)[:3000], flush=True)
+            continue
+        row["step_bytes"] = step_bytes(folder, name)
+        row["bound_tok_s"] = BANDWIDTH / row["step_bytes"]
+        print(json.dumps({k: row[k] for k in ("build", "variant", "build_s", "validation",
+                                               "bench", "passes") if k in row}), flush=True)
+        table(f"{name} {args.variant}", row)
+        with open(args.out / "decode-step.jsonl", "a") as fh:
+            fh.write(json.dumps(row) + "\n")
+        if args.ncu:  # last: the rows above are kept if it runs out of time
+            row["ncu"] = ncu(row["artifact"], args.out)
+            table(f"{name} {args.variant} with ncu's bytes", row)
+            print("ncu row_gemv by place (us, MB): " + json.dumps(
+                {k: [round(v[0], 2), round(v[1] / 1e6, 2)]
+                 for k, v in row["ncu"].get("by_position", {}).items()}), flush=True)
+            with open(args.out / "decode-step.jsonl", "a") as fh:
+                fh.write(json.dumps(row) + "\n")
+
+
+if __name__ == "__main__":
+    main()
