@@ -21,6 +21,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 _COMMANDS: list[str] = []
+# cpu builds skip the backend choice (an ONNX build and a timing each) unless a test asks
+os.environ.setdefault("EDGE_EXPORTER_CPU_BACKEND", "aoti")
 
 
 def _record(cmd) -> None:

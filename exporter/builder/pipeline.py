@@ -63,6 +63,7 @@ class BuildResult:
                 "signature": self.manifest.signature.to_json(),
                 "timings_s": self.timings, "measured": self.measured,
                 "warnings": self.warnings, "placement": self.manifest.placement,
+                "backend_choice": self.manifest.build.get("backend_choice"),
                 "memory_plan": {k: self.manifest.memory_plan.get(k) for k in
                                 ("arena_bytes", "lower_bound_bytes", "naive_bytes")}}
 

@@ -80,6 +80,10 @@ class PlainBuild(BuildKind):
         manifest.build = {"settings": settings_used(settings, prep.model),
                           "notes": prep.warnings + notes,
                           "nondeterminism": prep.target.packaging.nondeterminism(prep.options)}
+        # a target that lowers a partition several ways: which it kept, why, the figures
+        chosen = {plan.name: low.choice for plan, low in lowered if low.choice}
+        if chosen:
+            manifest.build["backend_choice"] = chosen
         measured = {"pass_seconds": {r["name"]: r["seconds"] for r in prep.pass_records},
                     "lower_seconds": {p.name: low.seconds for p, low in lowered}}
         return manifest, files, measured

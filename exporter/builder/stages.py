@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -162,7 +163,8 @@ def manifest_for(prep: Prepared, settings: BuildSettings,
             meta["custom_op_modules"] = {op: m for op in meta["custom_ops"]
                                          if (m := defining_module(op))}
         partition = Partition(
-            name=plan.name, backend=prep.target.backend if plan.delegated else FALLBACK_BACKEND,
+            name=plan.name, backend=(low.backend or prep.target.backend) if plan.delegated
+            else FALLBACK_BACKEND,
             device=prep.target.device if plan.delegated else "cpu",
             files=tuple(prefix + name for name in low.files), inputs=tuple(plan.inputs),
             outputs=tuple(plan.outputs), meta=meta)
@@ -182,8 +184,39 @@ def manifest_for(prep: Prepared, settings: BuildSettings,
         source={**prep.model.details, "spec": prep.model.source,
                 "model_class": prep.model.model_class},
         passes=[{k: v for k, v in r.items() if k != "seconds"} for r in prep.pass_records],
-        coverage=prep.placement.coverage,
-        placement=prep.placement.summary(), memory_plan=_memory_plan(prep, lowered))
+        coverage=_coverage(prep, lowered), placement=_placement(prep, lowered),
+        memory_plan=_memory_plan(prep, lowered))
+
+
+def _chosen(prep: Prepared, lowered: list[tuple[PlannedPartition, Lowered]]
+            ) -> dict[str, tuple[str, str]]:
+    """Partition -> why it runs on another executor kind than its target's (a target that
+    chose among several: Lowered.backend)."""
+    found = {}
+    for plan, low in lowered:
+        if plan.delegated and low.backend and low.backend != prep.target.backend:
+            by = (low.choice or {}).get("by", "")
+            found[plan.name] = (low.backend, "the fastest of its backends here"
+                                if by == "measured" else by)
+    return found
+
+
+def _coverage(prep: Prepared, lowered: list[tuple[PlannedPartition, Lowered]]) -> list[dict]:
+    """Placement's rows, each op of a partition its target put on another backend under
+    that backend, saying why."""
+    chosen = _chosen(prep, lowered)
+    return [{**row, "backend": chosen[row["partition"]][0],
+             "reason": f"{prep.target.name} runs partition {row['partition']} on "
+                       f"{chosen[row['partition']][0]} ({chosen[row['partition']][1]})"}
+            if row["partition"] in chosen else row for row in prep.placement.coverage]
+
+
+def _placement(prep: Prepared, lowered: list[tuple[PlannedPartition, Lowered]]) -> dict:
+    summary = prep.placement.summary()
+    if _chosen(prep, lowered):
+        summary["by_backend"] = dict(Counter(f"{row['backend']}@{row['device']}"
+                                             for row in _coverage(prep, lowered)))
+    return summary
 
 
 def _memory_plan(prep: Prepared, lowered: list[tuple[PlannedPartition, Lowered]]) -> dict:

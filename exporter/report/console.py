@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from exporter.report.backend_choice import choice_lines
 # model_line and validation_lines: the report and the CLI import them from here too
 from exporter.report.summary_lines import model_line, validation_lines  # noqa: F401
 from runtime.format.manifest import Manifest
@@ -69,9 +70,9 @@ def print_build(console: Console, result, verbose: bool = False) -> None:
                   f"for target [bold]{manifest.target}[/bold], platform "
                   f"{manifest.requirements.platform_name}")
     console.print(loads_on_line(manifest), markup=False, highlight=False)
-    line = model_line(manifest.source)
-    if line:
-        console.print(line, markup=False, highlight=False)
+    for line in [model_line(manifest.source), *choice_lines(manifest.build)]:
+        if line:
+            console.print(line, markup=False, highlight=False)
     console.print(_signature_table(manifest))
     measured = result.measured.get("memory")
     memory = (memory_lines(manifest, measured) if verbose
@@ -111,6 +112,8 @@ def print_manifest(console: Console, manifest: Manifest, path: str,
         console.print(line, markup=False, highlight=False)
     console.print(built_for_line(manifest), markup=False, highlight=False)
     console.print(loads_on_line(manifest), markup=False, highlight=False)
+    for line in choice_lines(manifest.build):
+        console.print(line, markup=False, highlight=False)
     console.print(_signature_table(manifest))
     parts = Table(title="partitions", show_edge=False)
     for column in ("name", "backend", "device", "inputs", "outputs", "files"):

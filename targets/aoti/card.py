@@ -4,8 +4,10 @@ whether they work here, without importing torch where the answer needs none."""
 from __future__ import annotations
 
 import importlib.metadata
+import os
+from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from targets.card import TargetCard
 from targets.options import TargetOptions
@@ -20,6 +22,44 @@ class AotiOptions(TargetOptions):
 
     def measured_choices(self) -> list[str]:
         return ["--autotune"] if self.autotune else []
+
+
+# The cpu target's backends a partition may run on (targets/aoti/choice.py); "auto" times
+# each that builds and keeps the fastest. The variable pins one where no option is given.
+CPU_BACKENDS = ("aoti", "onnx")
+CPU_BACKEND_ENV = "EDGE_EXPORTER_CPU_BACKEND"
+
+
+class CpuOptions(AotiOptions):
+    cpu_backend: Literal["auto", "aoti", "onnx"] | None = Field(
+        None, examples=["onnx"], validate_default=True,
+        description="the backend of each partition: auto times every one that builds "
+                    f"and keeps the fastest; aoti or onnx pins one (default: "
+                    f"${CPU_BACKEND_ENV}, else auto)")
+
+    @field_validator("cpu_backend")
+    @classmethod
+    def _a_known_pin_in_the_environment(cls, value: str | None) -> str | None:
+        if value is None:
+            pinned_by_environment()  # refused with the settings, before any work
+        return value
+
+    def unused_with(self, quantize: str | None) -> list[str]:
+        if quantize and self.cpu_backend == "onnx":
+            return [f"--cpu-backend onnx (float builds: cpu's --quantize {quantize} runs "
+                    "through Inductor; --target onnx has ONNX Runtime's recipes)"]
+        return []
+
+
+def pinned_by_environment() -> str | None:
+    """The backend EDGE_EXPORTER_CPU_BACKEND pins; None where it is unset or empty."""
+    value = os.environ.get(CPU_BACKEND_ENV, "").strip()
+    if not value:
+        return None
+    if value not in ("auto", *CPU_BACKENDS):
+        raise ValueError(f"{CPU_BACKEND_ENV}={value[:40]!r} is not a cpu backend: give "
+                         f"auto, {', '.join(CPU_BACKENDS)} (or unset it)")
+    return value
 
 
 CPU_RECIPES = {
@@ -69,7 +109,8 @@ def gpu_here() -> tuple[bool, str]:
     return True, f"{name} (sm_{major}{minor}), CUDA {torch.version.cuda}; {compiler}"
 
 
-CPU = TargetCard("cpu", "cpu", "aoti", "AOTInductor C++/OpenMP for this machine's CPU family",
-                 AotiOptions, tuple(CPU_RECIPES), check=compiler_here)
+CPU = TargetCard("cpu", "cpu", "aoti", "this machine's CPU family: AOTInductor C++/OpenMP, "
+                 "or ONNX Runtime where it runs a partition faster (--cpu-backend)",
+                 CpuOptions, tuple(CPU_RECIPES), check=compiler_here)
 CUDA = TargetCard("cuda", "cuda", "aoti", "AOTInductor Triton kernels for NVIDIA GPUs, "
                   "replayed as CUDA graphs", AotiOptions, tuple(CUDA_RECIPES), check=gpu_here)

@@ -1,15 +1,19 @@
-"""Target ``cpu``: the whole program through AOTInductor's C++/OpenMP backend."""
+"""Target ``cpu``: each partition through AOTInductor's C++/OpenMP backend, or through
+ONNX Runtime where that runs it faster here (``--cpu-backend``: targets/aoti/choice.py)."""
 
 from __future__ import annotations
 
 import contextlib
 from typing import Iterator
 
+from torch.export import ExportedProgram
+
 from runtime.format.manifest import Requirements
 from targets import cpu_isa
-from targets.aoti.base import AOTInductorTarget
-from targets.aoti.card import CPU, CPU_RECIPES
-from targets.base import LowerOptions, base_requirements
+from targets.aoti import choice
+from targets.aoti.base import AotiPackaging, AOTInductorTarget
+from targets.aoti.card import CPU, CPU_RECIPES, CpuOptions
+from targets.base import Lowered, LowerOptions, base_requirements
 from targets.facets import Quantization
 
 
@@ -21,9 +25,25 @@ class X86Quantization(Quantization):
         return x86.X86InductorQuantizer().set_global(config)
 
 
+class CpuPackaging(AotiPackaging):
+    def nondeterminism(self, options: LowerOptions) -> list[str]:
+        found = super().nondeterminism(options)
+        if (choice.asked_for(options)[0] == "auto" and not options.deterministic
+                and not choice.not_offered(options)):
+            found.append("--cpu-backend auto: each partition keeps the backend that ran it "
+                         "fastest here, and the manifest records the figures")
+        return found
+
+
 class CpuTarget(AOTInductorTarget):
     name, device, description = CPU.name, CPU.device, CPU.description
+    Options = CpuOptions
     quantization = X86Quantization(recipes=CPU_RECIPES)
+    packaging = CpuPackaging()
+
+    def lower(self, program: ExportedProgram, options: LowerOptions) -> Lowered:
+        return choice.lower_chosen(program, options, {"aoti": super().lower,
+                                                      "onnx": choice.lower_as_onnx})
 
     def lowering_fixes(self, options: LowerOptions) -> contextlib.AbstractContextManager:
         return _int4_rows_contiguous()

@@ -1,0 +1,201 @@
+"""The cpu target keeps, per partition, the fastest backend that builds and runs right
+(targets/aoti/choice.py), records why and every candidate's figures, and builds only the
+one a user pins. The suite pins aoti (tests/conftest.py); these tests ask for auto or a
+pin themselves. Unit tests use stand-in lowerings and figures; the builds are real."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import exporter
+import runtime
+from exporter.errors import UserInputError
+from exporter.settings import BuildSettings, settings_from
+from targets.aoti import choice, timing
+from targets.aoti.card import CPU_BACKEND_ENV, CpuOptions
+from targets.base import Lowered, LowerOptions, base_requirements
+from targets.errors import LoweringError, TargetOptionError
+
+pytest.importorskip("onnxruntime")
+pytest.importorskip("onnxscript")
+
+
+def _stand_in(name: str, calls: list[str], fail: Exception | None = None):
+    """A lowering that writes one file, or raises ``fail``."""
+    def lower(program, options: LowerOptions) -> Lowered:
+        calls.append(name)
+        if fail is not None:
+            raise fail
+        options.work_dir.mkdir(parents=True, exist_ok=True)
+        path = options.work_dir / f"{name}.bin"
+        path.write_bytes(name.encode())
+        return Lowered(files={path.name: path}, meta={"made_by": name},
+                       requirements=base_requirements())
+    return lower
+
+
+def _figures(**medians: float):
+    def time_candidates(candidates, program, folder):
+        assert set(candidates) == set(medians), "every backend that built is timed"
+        return {"threads": 2, "candidates": {
+            name: {"median_ms": ms, "p10_ms": ms * 0.9, "calls": 7}
+            for name, ms in medians.items()}}
+    return time_candidates
+
+
+def _options(tmp_path, **own) -> LowerOptions:
+    return LowerOptions(work_dir=tmp_path, target=CpuOptions(**own))
+
+
+def test_the_faster_backend_is_kept_and_every_candidates_figures_recorded(tmp_path,
+                                                                         monkeypatch):
+    monkeypatch.setattr(timing, "time_candidates", _figures(aoti=9.0, onnx=3.0))
+    calls: list[str] = []
+    low = choice.lower_chosen(None, _options(tmp_path, cpu_backend="auto"),
+                              {"aoti": _stand_in("aoti", calls),
+                               "onnx": _stand_in("onnx", calls)})
+    assert calls == ["onnx", "aoti"], "the cheaper export first"
+    assert low.backend == "onnxruntime" and low.meta == {"made_by": "onnx"}
+    record = low.choice
+    assert (record["chosen"], record["by"], record["threads"]) == ("onnx", "measured", 2)
+    assert record["candidates"]["aoti"]["median_ms"] == 9.0
+    assert record["candidates"]["onnx"]["median_ms"] == 3.0
+    assert record["candidates"]["aoti"]["backend"] == "aoti"
+    assert not (tmp_path / "aoti").exists(), "the slower backend's files are not kept"
+
+
+def test_a_candidate_that_fails_to_build_is_dropped_with_its_reason(tmp_path, monkeypatch):
+    monkeypatch.setattr(timing, "time_candidates", _figures())  # asserts it is not needed
+    calls: list[str] = []
+    broken = LoweringError("AOTInductor failed to compile the program", movable=False)
+    low = choice.lower_chosen(None, _options(tmp_path, cpu_backend="auto"),
+                              {"aoti": _stand_in("aoti", calls, broken),
+                               "onnx": _stand_in("onnx", calls)})
+    assert low.choice["chosen"] == "onnx"
+    assert low.choice["by"] == "the only backend that built"
+    assert "failed to build" in low.choice["candidates"]["aoti"]["dropped"]
+    assert "AOTInductor failed to compile" in low.choice["candidates"]["aoti"]["dropped"]
+
+
+def test_when_no_backend_builds_the_aoti_error_is_the_builds(tmp_path):
+    calls: list[str] = []
+    own = LoweringError("AOTInductor failed", movable=False)
+    with pytest.raises(LoweringError) as info:
+        choice.lower_chosen(None, _options(tmp_path, cpu_backend="auto"),
+                            {"aoti": _stand_in("aoti", calls, own),
+                             "onnx": _stand_in("onnx", calls, LoweringError("no export"))})
+    assert info.value is own
+
+
+@pytest.mark.parametrize("pin", ["aoti", "onnx"])
+def test_a_pinned_backend_is_the_only_one_built_and_its_failure_is_the_error(tmp_path, pin):
+    other = "onnx" if pin == "aoti" else "aoti"
+    calls: list[str] = []
+    low = choice.lower_chosen(None, _options(tmp_path / "ok", cpu_backend=pin),
+                              {pin: _stand_in(pin, calls), other: _stand_in(other, calls)})
+    assert calls == [pin] and low.choice == {
+        "chosen": pin, "backend": choice.EXECUTOR[pin], "by": f"--cpu-backend {pin}"}
+    failure = LoweringError(f"{pin} failed")
+    with pytest.raises(LoweringError) as info:
+        choice.lower_chosen(None, _options(tmp_path / "bad", cpu_backend=pin),
+                            {pin: _stand_in(pin, [], failure), other: _stand_in(other, [])})
+    assert info.value is failure
+
+
+def test_the_environment_pins_the_backend_where_no_option_is_given(tmp_path, monkeypatch):
+    monkeypatch.setenv(CPU_BACKEND_ENV, "onnx")
+    calls: list[str] = []
+    low = choice.lower_chosen(None, _options(tmp_path),
+                              {"aoti": _stand_in("aoti", calls),
+                               "onnx": _stand_in("onnx", calls)})
+    assert calls == ["onnx"] and low.choice["by"] == f"{CPU_BACKEND_ENV}=onnx"
+
+
+def test_a_bad_backend_in_the_environment_is_refused_with_the_settings(monkeypatch):
+    monkeypatch.setenv(CPU_BACKEND_ENV, "tvm")
+    with pytest.raises(UserInputError) as info:
+        settings_from({"target": "cpu"})
+    assert CPU_BACKEND_ENV in str(info.value) and "aoti" in str(info.value)
+
+
+def test_pinning_onnx_in_a_quantized_cpu_build_is_refused_before_any_work():
+    with pytest.raises(ValueError, match="--cpu-backend onnx"):
+        BuildSettings(target="cpu", cpu_backend="onnx", quantize="int8-dynamic")
+
+
+def test_only_aoti_is_offered_where_onnx_cannot_run_the_build(tmp_path):
+    calls: list[str] = []
+    options = LowerOptions(work_dir=tmp_path, target=CpuOptions(cpu_backend="auto"),
+                           dtype="bf16")
+    low = choice.lower_chosen(None, options, {"aoti": _stand_in("aoti", calls),
+                                              "onnx": _stand_in("onnx", calls)})
+    assert calls == ["aoti"]
+    assert "bf16" in low.choice["candidates"]["onnx"]["dropped"]
+    with pytest.raises(TargetOptionError, match="bf16"):
+        choice.lower_chosen(None, LowerOptions(work_dir=tmp_path, dtype="bf16",
+                                               target=CpuOptions(cpu_backend="onnx")),
+                            {"aoti": _stand_in("aoti", []), "onnx": _stand_in("onnx", [])})
+
+
+def _linear_program(seed: int):
+    torch.manual_seed(seed)
+    module = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(),
+                                 torch.nn.Linear(32, 4)).eval()
+    return torch.export.export(module, (torch.randn(2, 16),))
+
+
+def test_the_timing_process_times_what_runs_right_and_drops_what_runs_wrong(tmp_path):
+    """Real ONNX Runtime lowerings timed by the child process; one made from other
+    weights gives other outputs and is dropped, untimed."""
+    program = _linear_program(0)
+    right = choice.lower_as_onnx(program, _options(tmp_path / "right"))
+    wrong = choice.lower_as_onnx(_linear_program(1), _options(tmp_path / "wrong"))
+    found = timing.time_candidates({"onnx": ("onnxruntime", right),
+                                    "aoti": ("onnxruntime", wrong)}, program,
+                                   tmp_path / "timing")
+    assert found["threads"] >= 1
+    assert found["candidates"]["onnx"]["median_ms"] > 0
+    assert found["candidates"]["onnx"]["calls"] >= timing.ROUNDS
+    assert found["candidates"]["aoti"]["dropped"].startswith("failed validation: output 0")
+
+
+def test_a_cpu_artifact_keeps_onnx_when_aoti_fails_and_loads_fresh_matching_eager(
+        tmp_path, monkeypatch, cli_here):
+    """AOTInductor failing on the model: the build goes on with ONNX Runtime alone, says
+    why, and its artifact (an onnxruntime partition in a cpu artifact) passes validation
+    in its own process and matches eager here; `exporter inspect` says so in one line."""
+    from targets.aoti.base import AOTInductorTarget
+
+    def broken(self, program, options):
+        raise LoweringError("AOTInductor failed to compile the program for 'cpu' (stand-in)",
+                            movable=False)
+    monkeypatch.setattr(AOTInductorTarget, "lower", broken)
+    out = tmp_path / "mlp.artifact"
+    result = exporter.build("zoo:mlp", target="cpu", cpu_backend="auto", out=out)
+    (partition,) = result.manifest.partitions
+    assert partition.backend == "onnxruntime"
+    record = result.manifest.build["backend_choice"][partition.name]
+    assert record["chosen"] == "onnx" and "stand-in" in record["candidates"]["aoti"]["dropped"]
+    assert result.manifest.validation["passed"] is True
+    assert {row["backend"] for row in result.manifest.coverage} == {"onnxruntime"}
+    from tests.helpers import assert_zoo_artifact_matches_eager
+    assert_zoo_artifact_matches_eager(out, "mlp")
+    shown = cli_here("inspect", str(out))
+    assert f"backend of partition {partition.name}: onnx (the only backend that built)" \
+        in shown.stdout
+
+
+@pytest.mark.slow
+def test_an_auto_build_times_both_backends_and_keeps_the_faster(tmp_path):
+    result = exporter.build("zoo:cnn", target="cpu", cpu_backend="auto",
+                            out=tmp_path / "cnn.artifact")
+    (partition,) = result.manifest.partitions
+    record = result.manifest.build["backend_choice"][partition.name]
+    medians = {name: c["median_ms"] for name, c in record["candidates"].items()}
+    assert set(medians) == {"aoti", "onnx"} and record["by"] == "measured"
+    assert record["chosen"] == min(medians, key=medians.get)
+    assert partition.backend == choice.EXECUTOR[record["chosen"]]
+    assert result.manifest.validation["passed"] is True
+    program = runtime.load(result.artifact)
+    assert program is not None
