@@ -12,9 +12,9 @@
     after:  decode_attention(q, past_k, k, past_v, v, mask)  SDPA and its reduction)
 
 A decode step reads each weight once and little else, so its speed is how fully each
-kernel streams its bytes and how many kernels it launches; at ~1.5 us each, the norms,
-activations, adds and copies between the products cost as much as the products' own
-bytes (bench/RESULTS.md has the figures). Only what is known at capture to be one row
+kernel streams its bytes and how many kernels it launches: the norms, activations, adds
+and copies between the products move almost nothing but each costs a launch and a drain
+(docs/design-notes.md). Only what is known at capture to be one row
 (the decode entry point; a prompt of dynamic length is not) with plain float weights;
 quantized weights keep their own kernels, and other linears row_linears.py's reduction.
 """
