@@ -1,8 +1,11 @@
 """--task text-generation on executorch: prefill and decode as two .pte programs over the
 runtime's static KV cache (the cache rows are inputs, the new rows outputs, as on every
-target), token for token equal to transformers' greedy generation at fp32."""
+target), token for token equal to transformers' greedy generation at fp32. One program
+takes 1 to --prefill-chunk tokens and is the decode step too: a .pte holds its own weights."""
 
 from __future__ import annotations
+
+import zipfile
 
 import pytest
 import torch
@@ -53,15 +56,28 @@ def test_executorch_generating_build_gives_transformers_tokens(executorch_lm):
     manifest = executorch_lm.manifest
     record = manifest.validation
     assert record["passed"] and record["tokens_identical"]
-    assert sorted(manifest.entry_points) == ["decode"]
-    for view in (manifest, manifest.entry_points["decode"]):
-        backends = {p.backend for p in view.partitions}
-        assert backends == {"executorch"}
-        # the attention's matmuls and the projections inside XNNPACK
-        assert sum(p.meta["xnnpack_ops"] for p in view.partitions) > 0
+    assert {p.backend for p in manifest.partitions} == {"executorch"}
+    # the attention's matmuls and the projections inside XNNPACK
+    assert sum(p.meta["xnnpack_ops"] for p in manifest.partitions) > 0
     # the Python API's generate, from a fresh load, against transformers' greedy tokens
     from exporter.lm.validate import hf_greedy
     from tests.models import tiny_lm
     prompt = [1, 17, 42, 99, 5, 250, 7, 3, 64, 11]
     got = runtime.load(executorch_lm.artifact).generate(prompt, 12, stop_at_eos=False)
     assert got.tokens == hf_greedy(tiny_lm.factory(), prompt, 12)
+
+
+@pytest.mark.slow  # shares the module's build
+def test_executorch_generating_artifact_holds_its_weights_once(executorch_lm):
+    """A .pte carries its weights (XNNPACK packs them per program): a decode program of
+    its own beside prefill's was a second copy in the artifact, in memory at run time and
+    a second lowering in the build. One program serves both, from one token up."""
+    manifest = executorch_lm.manifest
+    assert not manifest.entry_points and manifest.source["decode_on_prefill"]
+    # the one-token prompt case decoded through that program and matched transformers
+    assert manifest.validation["outputs"][0]["prompt_tokens"] == 1
+    from tests.models import tiny_lm
+    weights = sum(p.numel() * p.element_size() for p in tiny_lm.factory().parameters())
+    with zipfile.ZipFile(executorch_lm.artifact) as archive:
+        programs = [i.file_size for i in archive.infolist() if i.filename.endswith(".pte")]
+    assert len(programs) == 1 and programs[0] < 1.5 * weights
