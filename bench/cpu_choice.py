@@ -48,7 +48,9 @@ def run(args) -> None:
     with open(args.json_out, "a") as sink:
         for model in args.models.split(","):
             start = time.perf_counter()
-            built = {label: build_one(label, _spec(model), flags, work_dir, _name(model))
+            extra = ["--no-validate"] if args.no_validate else []
+            built = {label: build_one(label, _spec(model), flags + extra, work_dir,
+                                      _name(model))
                      for label, flags in VARIANTS.items()
                      if label in args.variants.split(",")}
             paths = {k: v["path"] for k, v in built.items() if "path" in v}
@@ -63,7 +65,7 @@ def run(args) -> None:
                               "build_s": {k: v["build_s"] for k, v in built.items()},
                               "errors": {k: v["error"] for k, v in built.items()
                                          if "error" in v},
-                              "load": load.summary(),
+                              "load": load.summary(), "validated": not args.no_validate,
                               "wall_s": round(time.perf_counter() - start, 1)})
 
 
@@ -102,6 +104,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--runs", type=int, default=50)
     parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--no-validate", action="store_true",
+                        help="build without the validation process (a short machine lease)")
     run_or_render(parser, run, render, "build/bench/cpu-choice.jsonl")
 
 
