@@ -4,8 +4,11 @@ takes the divisor's (``remainder(-1, 8)``: ExecuTorch -1, torch 7). A generating
 cache mask reads slot positions through ``remainder(start - 1 - slot, slots)``: its
 decode attended to empty slots and no token matched. Float remainders agree.
 
-    before: remainder(a, b)
-    after:  remainder(remainder(a, b) + b, b)    (the same value under either rule)
+    before: r = remainder(a, b)
+    after:  r0 = remainder(a, b); r = remainder(r0 + b, b)    (the same value either rule)
+
+The graph is edited in place: the new nodes have the remainder's shape and dtype, so
+nothing needs tracing again (a recapture of a 300M decoder took a tenth of its build).
 """
 
 from __future__ import annotations
@@ -14,7 +17,6 @@ import torch
 from torch.export import ExportedProgram
 
 from passes.base import PassResult
-from passes.graph.rewrite import rewrite_and_recapture
 
 _REMAINDERS = (torch.ops.aten.remainder.Scalar, torch.ops.aten.remainder.Tensor)
 
@@ -24,10 +26,13 @@ class FloorRemainder:
     required = False
 
     def __call__(self, program: ExportedProgram) -> PassResult:
-        return rewrite_and_recapture(program, _rewrite, "remainders")
+        count = _rewrite(program.graph_module)
+        return PassResult(program, modified=bool(count), info={"remainders": count})
 
 
-def _rewrite(module: torch.fx.GraphModule) -> dict:
+def _rewrite(module: torch.fx.GraphModule) -> int:
+    """Each integer remainder computed again from its own result plus the divisor; the
+    original node stays last (its name, users and any output spec unchanged)."""
     graph, count = module.graph, 0
     for node in list(graph.nodes):
         value = node.meta.get("val")
@@ -35,13 +40,15 @@ def _rewrite(module: torch.fx.GraphModule) -> dict:
                 or value.dtype.is_floating_point or value.dtype.is_complex:
             continue
         dividend, divisor = node.args[:2]
-        with graph.inserting_after(node):
+        with graph.inserting_before(node):
+            first = graph.call_function(node.target, (dividend, divisor))
             shifted = graph.call_function(torch.ops.aten.add.Tensor if isinstance(
-                divisor, torch.fx.Node) else torch.ops.aten.add.Scalar, (node, divisor))
-        with graph.inserting_after(shifted):
-            again = graph.call_function(node.target, (shifted, divisor))
-        node.replace_all_uses_with(again, delete_user_cb=lambda user: user is not shifted)
+                divisor, torch.fx.Node) else torch.ops.aten.add.Scalar, (first, divisor))
+        for made in (first, shifted):  # same shape and dtype as the remainder's
+            made.meta = dict(node.meta)
+        node.args = (shifted, divisor, *node.args[2:])
         count += 1
-    graph.lint()
-    module.recompile()
-    return {"remainders": count}
+    if count:
+        graph.lint()
+        module.recompile()
+    return count
