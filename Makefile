@@ -86,11 +86,15 @@ demo: $(CORE_STAMP)
 	$(PY) -c "import numpy as np; np.savez('build/mlp-inputs.npz', x=np.random.default_rng(0).standard_normal((4, 64), dtype=np.float32))"
 	$(VENV)/bin/exporter run build/mlp-cpu.artifact --inputs build/mlp-inputs.npz --out build/mlp-outputs.npz
 
-test: install browser native-deps
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not slow and not cuda" --durations=25
+# The default tier; `make test-slow` runs the rest (docs/testing.md: what goes where). Files
+# go out heaviest first (tests/conftest.py), so pytest-xdist must keep that order.
+PYTEST_XDIST := -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
-test-slow: install native-deps
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile -m "slow and not cuda"
+test: install browser native-deps
+	$(PY) -m pytest $(PYTEST_XDIST) -m "not slow and not cuda" --durations=25
+
+test-slow: install browser native-deps
+	$(PY) -m pytest $(PYTEST_XDIST) -m "slow and not cuda" --durations=25
 
 # The coverage matrix (bench/coverage/) through `exporter matrix`: every suite model (77
 # Hugging Face architectures from configs) on cpu, onnx and tvm, each build in its own

@@ -94,6 +94,11 @@ def cli_here():
     return exporter_in_process
 
 
+def pytest_collection_modifyitems(items):
+    from tests.schedule import heaviest_first
+    heaviest_first(items)
+
+
 def pytest_sessionfinish(session):
     workeroutput = getattr(session.config, "workeroutput", None)
     if workeroutput is not None:  # a pytest-xdist worker: hand its list to the controller

@@ -1,0 +1,55 @@
+"""The order test files go out to pytest-xdist's workers (``make test``: ``--dist loadfile
+--no-loadscope-reorder``): the files that take longest first, so that no long file starts
+last and leaves one worker running alone while the other waits. pytest-xdist's own order
+(most tests first) sent the many small tests of the run's first minutes ahead of them.
+
+HEAVIEST is measured (CPU seconds of each file, the builds it waits for included; see
+docs/testing.md), slowest first. Two files that wait for the same shared build (a
+``built_once`` fixture or the native runner's build lock) are not next to each other: the
+second worker would wait on the lock instead of working. A file not listed keeps its
+place after them, in collection order.
+"""
+
+from __future__ import annotations
+
+HEAVIEST = (
+    "tests/targets/executorch/test_executorch_target.py",
+    "tests/native/test_conformance.py",  # builds edge_run and native_mlp for the native files
+    "tests/exporter/lm/test_seq2seq.py",  # builds bart_onnx and whisper_onnx
+    "tests/runtime/test_generate_runtime.py",  # builds onnx_lm
+    "tests/system/test_reliability.py",
+    "tests/native/test_executorch_native.py",  # the executorch runner
+    "tests/targets/onnx/test_onnx_target.py",  # custom_onnx
+    "tests/passes/test_quantize.py",
+    "tests/trust/test_trust_models.py",
+    "tests/exporter/model/test_whisper.py",
+    "tests/native/test_tvm_native.py",  # the aarch64 tvm runner
+    "tests/exporter/matrix/test_matrix.py",
+    "tests/trust/test_trust_artifacts.py",
+    "tests/targets/executorch/test_executorch_quantize.py",
+    "tests/native/test_executorch_aarch64.py",  # the aarch64 executorch runner
+    "tests/exporter/lm/test_generating_limits.py",
+    "tests/targets/tvm/test_tvm_target.py",
+    "tests/exporter/cli/test_bad_inputs.py",
+    "tests/exporter/model/test_hf_spec.py",
+    "tests/native/test_edge_run.py",
+    "tests/exporter/lm/test_generation.py",
+    "tests/targets/executorch/test_executorch_bisect.py",
+    "tests/exporter/lm/test_generation_gate.py",
+    "tests/exporter/cli/test_cli_style.py",
+    "tests/exporter/ship/test_package.py",
+    "tests/targets/executorch/test_executorch_xnnpack_guards.py",
+    "tests/exporter/cli/test_cli_conventions.py",
+    "tests/exporter/lm/test_cache_contract.py",
+    "tests/targets/executorch/test_executorch_int8_recipes.py",
+    "tests/exporter/model/test_external_model.py",
+    "tests/exporter/validation/test_bisect.py",
+    "tests/trust/test_trust_report.py",
+)
+
+
+def heaviest_first(items: list) -> None:
+    """Sort pytest's collected items in place: HEAVIEST's files first, in that order; every
+    file's own tests stay together and in their order (the sort is stable)."""
+    rank = {path: place for place, path in enumerate(HEAVIEST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.partition("::")[0], len(rank)))
