@@ -77,7 +77,8 @@ def judged_against_eager(manifest, got: torch.Tensor, x: torch.Tensor) -> dict:
     return gate.judge(got, reference, eager)
 
 
-@pytest.mark.parametrize("recipe", ["fp32", "int8-dynamic"])
+# int8 on executorch runs in make test on x86 (test_executorch_target.py)
+@pytest.mark.parametrize("recipe", ["fp32", pytest.param("int8-dynamic", marks=pytest.mark.slow)])
 def test_an_executorch_build_for_aarch64_runs_in_the_aarch64_runner_and_matches_eager(
         aarch64_et_runner, aarch64_et_mlp, recipe, tmp_path):
     built = aarch64_et_mlp(recipe)

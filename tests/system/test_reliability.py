@@ -212,7 +212,9 @@ def good_mlp(onnx_mlp) -> Path:
     return onnx_mlp
 
 
-@pytest.mark.parametrize("sig, after", [(signal.SIGINT, 3.0), (signal.SIGKILL, 5.0)],
+# SIGKILL's leftovers, removed by the next build: make test-slow (SIGINT runs the same steps)
+@pytest.mark.parametrize("sig, after", [(signal.SIGINT, 3.0),
+                                        pytest.param(signal.SIGKILL, 5.0, marks=pytest.mark.slow)],
                          ids=["SIGINT", "SIGKILL"])
 def test_interrupted_build_keeps_the_previous_artifact(good_mlp, tmp_path, sig, after):
     out = tmp_path / "model.artifact"
@@ -304,6 +306,7 @@ def test_rebuilding_gives_identical_bytes_onnx(good_mlp, tmp_path):
     assert runtime.read_manifest(again).build["nondeterminism"] == []
 
 
+@pytest.mark.slow  # an AOTInductor compile; the onnx twin above runs in make test
 def test_rebuilding_gives_identical_bytes_aoti_cpu(mlp_build, tmp_path):
     again = tmp_path / "again.artifact"
     exporter.build("zoo:mlp", target="cpu", out=again)

@@ -88,8 +88,10 @@ def test_cpu_quantized_generating_build(tmp_path_factory, recipe):
     assert len(result.tokens) == 8
 
 
+# make test-slow: the experts' pass runs in make test in tests/passes/test_quantize_experts.py,
+# a generating onnx build in onnx_lm's tests
 @pytest.mark.parametrize("target,recipe", [
-    ("onnx", "int8-weight"),
+    pytest.param("onnx", "int8-weight", marks=pytest.mark.slow),
     # ~3.5 minutes of AOTInductor builds (prefill and decode programs)
     pytest.param("cpu", "int8-dynamic", marks=pytest.mark.slow)])
 def test_an_int8_build_quantizes_the_experts_and_stores_them_once(tmp_path, target, recipe):

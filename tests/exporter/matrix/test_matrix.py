@@ -244,7 +244,9 @@ def test_matrix_file_mistakes_stop_before_any_build(tmp_path, text, named):
     assert "m.toml" in result.stderr and not (tmp_path / "out" / "matrix.json").exists()
 
 
-@pytest.mark.parametrize("executor, stop", [("local", signal.SIGINT), ("ray", signal.SIGTERM)])
+# Ray's own SIGTERM handler: make test-slow (a second Ray cluster); ray_run runs Ray here
+@pytest.mark.parametrize("executor, stop", [
+    ("local", signal.SIGINT), pytest.param("ray", signal.SIGTERM, marks=pytest.mark.slow)])
 def test_ctrl_c_stops_the_builds_and_keeps_the_table(tmp_path, executor, stop):
     """Interrupted mid-build (Ctrl-C, or SIGTERM, which Ray's own handler took over):
     exit 130, no build left running, the table so far written (the cell in flight says

@@ -74,8 +74,10 @@ def test_an_int8_embedding_table_gathers_rows_with_executorch_embedding_byte(int
     assert record["info"]["tables"] == 1
 
 
+# make test-slow: int8 tables inside the .pte run in make test on int4_mixer above, and a
+# Hugging Face model on executorch in tests/native/test_executorch_native.py
 @pytest.mark.parametrize("recipe", [
-    "int8-dynamic",
+    pytest.param("int8-dynamic", marks=pytest.mark.slow),
     pytest.param("fp32", marks=pytest.mark.slow),
     pytest.param("int8-static", marks=pytest.mark.slow)])
 def test_hugging_face_bert_builds_and_validates_with_its_tables_inside_executorch(
