@@ -1,7 +1,7 @@
 """The order test files go out to pytest-xdist's workers (``make test``: ``--dist loadfile
 --no-loadscope-reorder``): the files that take longest first, so that no long file starts
 last and leaves one worker running alone while the other waits. pytest-xdist's own order
-(most tests first) sent the many small tests of the run's first minutes ahead of them.
+(the files with the most tests first) started the few-but-long files late.
 
 HEAVIEST is measured (CPU seconds of each file, the builds it waits for included; see
 docs/testing.md), slowest first. Two files that wait for the same shared build (a
@@ -16,31 +16,34 @@ HEAVIEST = (
     "tests/targets/executorch/test_executorch_target.py",
     "tests/native/test_conformance.py",  # builds edge_run and native_mlp for the native files
     "tests/exporter/lm/test_seq2seq.py",  # builds bart_onnx and whisper_onnx
-    "tests/runtime/test_generate_runtime.py",  # builds onnx_lm
-    "tests/system/test_reliability.py",
-    "tests/native/test_executorch_native.py",  # the executorch runner
     "tests/targets/onnx/test_onnx_target.py",  # custom_onnx
+    "tests/system/test_reliability.py",
     "tests/passes/test_quantize.py",
+    "tests/runtime/test_generate_runtime.py",  # builds onnx_lm
+    "tests/native/test_executorch_native.py",  # the executorch runner
+    "tests/trust/test_trust_artifacts.py",
     "tests/trust/test_trust_models.py",
+    "tests/trust/test_trust_generation.py",
+    "tests/exporter/matrix/test_matrix.py",
     "tests/exporter/model/test_whisper.py",
     "tests/native/test_tvm_native.py",  # the aarch64 tvm runner
-    "tests/exporter/matrix/test_matrix.py",
-    "tests/trust/test_trust_artifacts.py",
     "tests/targets/executorch/test_executorch_quantize.py",
     "tests/native/test_executorch_aarch64.py",  # the aarch64 executorch runner
     "tests/exporter/lm/test_generating_limits.py",
     "tests/targets/tvm/test_tvm_target.py",
     "tests/exporter/cli/test_bad_inputs.py",
+    "tests/exporter/lm/test_cache_contract.py",
     "tests/exporter/model/test_hf_spec.py",
     "tests/native/test_edge_run.py",
     "tests/exporter/lm/test_generation.py",
     "tests/targets/executorch/test_executorch_bisect.py",
     "tests/exporter/lm/test_generation_gate.py",
+    "tests/system/test_layering.py",
     "tests/exporter/cli/test_cli_style.py",
     "tests/exporter/ship/test_package.py",
     "tests/targets/executorch/test_executorch_xnnpack_guards.py",
+    "tests/trust/test_trust_bundle.py",
     "tests/exporter/cli/test_cli_conventions.py",
-    "tests/exporter/lm/test_cache_contract.py",
     "tests/targets/executorch/test_executorch_int8_recipes.py",
     "tests/exporter/model/test_external_model.py",
     "tests/exporter/validation/test_bisect.py",
