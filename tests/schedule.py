@@ -19,6 +19,7 @@ HEAVIEST = (
     "tests/targets/onnx/test_onnx_target.py",  # custom_onnx
     "tests/system/test_reliability.py",
     "tests/passes/test_quantize.py",
+    "tests/targets/test_target_builds.py",  # one build per target
     "tests/runtime/test_generate_runtime.py",  # builds onnx_lm
     "tests/native/test_executorch_native.py",  # the executorch runner
     "tests/trust/test_trust_artifacts.py",
