@@ -15,16 +15,17 @@ from __future__ import annotations
 HEAVIEST = (
     "tests/targets/executorch/test_executorch_target.py",
     "tests/native/test_conformance.py",  # builds edge_run and native_mlp for the native files
+    "tests/targets/test_target_builds.py",  # one build per target
     "tests/exporter/lm/test_seq2seq.py",  # builds bart_onnx and whisper_onnx
     "tests/targets/onnx/test_onnx_target.py",  # custom_onnx
     "tests/system/test_reliability.py",
     "tests/passes/test_quantize.py",
-    "tests/targets/test_target_builds.py",  # one build per target
     "tests/runtime/test_generate_runtime.py",  # builds onnx_lm
     "tests/native/test_executorch_native.py",  # the executorch runner
     "tests/trust/test_trust_artifacts.py",
     "tests/trust/test_trust_models.py",
     "tests/trust/test_trust_generation.py",
+    "tests/trust/test_trust_files.py",
     "tests/exporter/matrix/test_matrix.py",
     "tests/exporter/model/test_whisper.py",
     "tests/native/test_tvm_native.py",  # the aarch64 tvm runner
@@ -40,6 +41,7 @@ HEAVIEST = (
     "tests/targets/executorch/test_executorch_bisect.py",
     "tests/exporter/lm/test_generation_gate.py",
     "tests/system/test_layering.py",
+    "tests/exporter/report/test_html_report.py",
     "tests/exporter/cli/test_cli_style.py",
     "tests/exporter/ship/test_package.py",
     "tests/targets/executorch/test_executorch_xnnpack_guards.py",
