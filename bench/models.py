@@ -126,6 +126,14 @@ def hf_vit_b_16():
     return _image(ViTForImageClassification(ViTConfig(num_labels=1000)))
 
 
+def hf_convnext_tiny():
+    """transformers' ConvNeXt with its config's defaults, which are ConvNeXt-T's (no
+    torchvision needed)."""
+    from transformers import ConvNextConfig, ConvNextForImageClassification
+    _seeded()
+    return _image(ConvNextForImageClassification(ConvNextConfig(num_labels=1000)))
+
+
 SUITE = {
     "zoo-mlp": "zoo:mlp", "zoo-cnn": "zoo:cnn", "zoo-encoder": "zoo:encoder",
     "zoo-decoder": "zoo:decoder",
