@@ -13,37 +13,39 @@ place after them, in collection order.
 from __future__ import annotations
 
 HEAVIEST = (
+    "tests/native/test_executorch_native.py",  # the executorch runner: the longest test
     "tests/targets/executorch/test_executorch_target.py",
     "tests/native/test_conformance.py",  # builds edge_run and native_mlp for the native files
     "tests/targets/test_target_builds.py",  # one build per target
     "tests/exporter/lm/test_seq2seq.py",  # builds bart_onnx and whisper_onnx
     "tests/targets/onnx/test_onnx_target.py",  # custom_onnx
+    "tests/runtime/test_generate_runtime.py",  # builds onnx_lm
     "tests/system/test_reliability.py",
     "tests/passes/test_quantize.py",
-    "tests/runtime/test_generate_runtime.py",  # builds onnx_lm
-    "tests/native/test_executorch_native.py",  # the executorch runner
+    "tests/native/test_tvm_native.py",  # the aarch64 tvm runner
+    "tests/targets/tvm/test_tvm_target.py",
+    "tests/exporter/ship/test_package.py",
     "tests/trust/test_trust_artifacts.py",
     "tests/trust/test_trust_models.py",
     "tests/trust/test_trust_generation.py",
     "tests/trust/test_trust_files.py",
     "tests/exporter/matrix/test_matrix.py",
     "tests/exporter/model/test_whisper.py",
-    "tests/native/test_tvm_native.py",  # the aarch64 tvm runner
     "tests/targets/executorch/test_executorch_quantize.py",
     "tests/native/test_executorch_aarch64.py",  # the aarch64 executorch runner
-    "tests/exporter/lm/test_generating_limits.py",
-    "tests/targets/tvm/test_tvm_target.py",
-    "tests/exporter/cli/test_bad_inputs.py",
-    "tests/exporter/lm/test_cache_contract.py",
+    "tests/targets/onnx/test_generation_onnx.py",
     "tests/exporter/model/test_hf_spec.py",
+    "tests/exporter/lm/test_generating_limits.py",
+    "tests/exporter/lm/test_cache_contract.py",
+    "tests/exporter/cli/test_bad_inputs.py",
+    "tests/exporter/report/test_html_report.py",
+    "tests/targets/aoti/test_build_cpu.py",
     "tests/native/test_edge_run.py",
     "tests/exporter/lm/test_generation.py",
     "tests/targets/executorch/test_executorch_bisect.py",
     "tests/exporter/lm/test_generation_gate.py",
     "tests/system/test_layering.py",
-    "tests/exporter/report/test_html_report.py",
     "tests/exporter/cli/test_cli_style.py",
-    "tests/exporter/ship/test_package.py",
     "tests/targets/executorch/test_executorch_xnnpack_guards.py",
     "tests/trust/test_trust_bundle.py",
     "tests/exporter/cli/test_cli_conventions.py",
