@@ -251,7 +251,7 @@ def test_an_unknown_backend_names_the_kinds_this_runtime_has(tmp_path, registry,
     message = str(caught.value)
     assert "needs backend 'scale-by'" in message
     # the built-in five, and any kind an earlier test in this process registered (the toy
-    # target's executor registers itself on import)
+    # target's tests/toy_target/register.py adds 'toy-relu' when an artifact preloads it)
     listed = message.split("it has: ", 1)[1].split(")", 1)[0].split(", ")
     assert {"aoti", "executorch", "onnxruntime", "torch", "tvm"} <= set(listed)
     assert listed == sorted(registry._KINDS) and "scale-by" not in listed
