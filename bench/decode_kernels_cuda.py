@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import statistics
 import sys
 from pathlib import Path
 
@@ -23,33 +22,16 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.decode_kernels_microbench import graph_time  # noqa: E402
+
 # (name, N out, K in, norm, act, residual)
 SHAPES = (("qkv+norm", 2560, 2048, True, 0, False), ("o+res", 2048, 2048, False, 0, True),
           ("gate_up+norm+silu", 5632, 2048, True, 1, False),
           ("down+res", 2048, 5632, False, 0, True), ("lm_head+norm", 32000, 2048, True, 0, False))
 
 
-def graph_ms(calls, runs: int = 30) -> float:
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(2):
-            for call in calls:
-                call()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for call in calls:
-            call()
-    times = []
-    for _ in range(runs):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
+def graph_ms(calls) -> float:
+    return graph_time(calls, warm=2, runs=30)
 
 
 def gemv_case(name, n, k, norm, act, res, layers, configs):
