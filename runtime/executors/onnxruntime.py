@@ -21,6 +21,7 @@ from typing import Any, Callable
 from runtime.errors import ArtifactError, CompatibilityError, ExecutionError
 from runtime.executors.meta import Entry, PartitionMeta
 from runtime.executors.ort_shared import supply_shared
+from runtime.executors.ort_threads import intra_op_threads
 from runtime.format.manifest import Partition
 from runtime.memory.shared_weights import SharedWeights, missing_store
 
@@ -122,7 +123,7 @@ class OnnxRuntimeExecutor:
                   "used": list(session.get_providers()), "disable_cpu_ep_fallback": no_fallback,
                   "fallback": meta.fallback or "allow", "placement_recorded": records,
                   "placement": placement,
-                  # 0: ORT's default, one intra-op thread per physical core
+                  # ort_threads.py: the CPU mask's physical cores, or OMP_NUM_THREADS
                   "intra_op_threads": session.get_session_options().intra_op_num_threads}
         log.info("partition '%s' on ONNX Runtime %s: requested %s, session uses %s",
                  partition.name, ort.__version__, requested, report["used"])
@@ -149,6 +150,8 @@ def _open_session(ort, model: Path, partition: Partition, usable: list[str], for
     """(session, whether ORT records node placement, whether CPU fallback is disabled,
     what the session reads in place and must outlive it)."""
     options = ort.SessionOptions()
+    # never 0, ORT's default: that pool ignores the CPU mask and pins its threads
+    options.intra_op_num_threads = intra_op_threads()
     weights = supply_shared(ort, options, shared_tensors, in_memory_files=bool(shared_files),
                             partition=partition.name, where=where) if shared_tensors else []
     # ORT refuses 'no CPU fallback' when the CPU provider is itself requested: the CPU
