@@ -13,7 +13,6 @@ import json
 import logging
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Callable
@@ -24,6 +23,7 @@ from torch.utils._pytree import tree_leaves
 from exporter.errors import BuildError
 from exporter.validation.crash import KEEP_IT, crash_error, read_stage
 from exporter.ship.archive_writer import write_artifact
+from exporter.validation.process import Child
 from exporter.validation.gates import FLOAT32_REFERENCE_FLOOR, Gate, error_text, nonfinite_text
 from exporter.validation.inputs import Case
 from runtime.format.manifest import Signature
@@ -38,7 +38,8 @@ RUN_CASES = ("runtime", "run-cases")  # the real runtime, in its own process
 class ArtifactRun:
     """``python -m runtime run-cases`` on every case (or another ``command``: the module
     and the words before the artifact), started in the background so the build computes
-    the eager references meanwhile; a crash there is a BuildError."""
+    the eager references meanwhile; a crash there is a BuildError. The process is forked
+    from a template that imported torch already (exporter/validation/process.py)."""
 
     def __init__(self, artifact: Path, cases: list[Case] | dict[str, torch.Tensor], *,
                  timeout: float = 900, preload: list[str] = (),
@@ -52,31 +53,28 @@ class ArtifactRun:
         self.memory: dict = {}  # the peak the child measured (runtime/memory/peak.py)
         save_tensors(cases_path, cases if isinstance(cases, dict) else
                      {f"{c.name}/{k}": v for c in cases for k, v in c.inputs.items()})
-        cmd = [sys.executable, "-m", *command, str(artifact),
-               "--cases", str(cases_path), "--out", str(self._out_path),
-               "--stage-out", str(self._stage_path)]
+        argv = [*command, str(artifact), "--cases", str(cases_path),
+                "--out", str(self._out_path), "--stage-out", str(self._stage_path)]
         if command == RUN_CASES:
-            cmd += ["--memory-out", str(self._memory_path)]
-        cmd += [arg for source in preload for arg in ("--preload", source)]
+            argv += ["--memory-out", str(self._memory_path)]
+        argv += [arg for source in preload for arg in ("--preload", source)]
         self._start = time.perf_counter()
-        self._proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                      text=True, env=_child_env())
+        self._child = Child(argv, _child_env(), self._tmp)
 
     def results(self) -> dict[str, dict[str, torch.Tensor]]:
         """Wait for the child; its outputs as {case: {output name: tensor}}."""
         try:
             remaining = max(1.0, self.timeout - (time.perf_counter() - self._start))
             try:
-                stdout, stderr = self._proc.communicate(timeout=remaining)
+                code = self._child.wait(remaining)
             except subprocess.TimeoutExpired as exc:
-                self._proc.kill()
-                self._proc.communicate()
+                self._child.close()
                 raise BuildError(f"the artifact did not finish running the validation inputs "
                                  f"in {self.timeout:g} s", where=str(self.artifact),
                                  hint="a slow model may need more: validation_timeout_s in "
                                       "--config (seconds)") from exc
-            if self._proc.returncode != 0:
-                raise crash_error(self._proc.returncode, stdout, stderr, self.artifact,
+            if code != 0:
+                raise crash_error(code, *self._child.output(), self.artifact,
                                   read_stage(self._stage_path))
             flat = load_tensors(self._out_path)
             if self._memory_path.exists():
@@ -90,9 +88,7 @@ class ArtifactRun:
         return results
 
     def close(self) -> None:
-        if self._proc.poll() is None:  # e.g. the eager side raised: do not leave it running
-            self._proc.kill()
-            self._proc.communicate()
+        self._child.close()  # e.g. the eager side raised: do not leave it running
         scratch.remove(self._tmp)
 
 
