@@ -51,19 +51,20 @@ browser:
 
 # The native runtime (native/, C++ with CMake) and aarch64: Debian's minizip (zlib's zip
 # library, no crypto), nlohmann-json and libsodium (for this machine and as arm64 multiarch
-# packages), the aarch64 cross compiler and qemu-user; and the aarch64 wheels of ExecuTorch
+# packages), the aarch64 cross compiler, qemu-user and ccache (the runners of each
+# platform share their core objects); and the aarch64 wheels of ExecuTorch
 # and TVM, unpacked as files (their runtime libraries and headers), never installed. Needs
 # root and apt-get.
-NATIVE_APT := cmake libminizip-dev nlohmann-json3-dev libsodium-dev \
+NATIVE_APT := cmake ccache libminizip-dev nlohmann-json3-dev libsodium-dev \
   gcc-aarch64-linux-gnu g++-aarch64-linux-gnu qemu-user \
   libminizip-dev:arm64 libsodium-dev:arm64 libstdc++6:arm64
 AARCH64_WHEELS := build/wheels/linux-aarch64
 # named after the package set too: a checkout made before a change installs the new ones
-NATIVE_STAMP := build/.native-deps-$(EXECUTORCH_VERSION)-minizip
+NATIVE_STAMP := build/.native-deps-$(EXECUTORCH_VERSION)-minizip-ccache
 
 $(NATIVE_STAMP): $(STAMP)
 	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	  echo "installing the native toolchain (apt-get: cmake, minizip, libsodium, aarch64 cross compiler, qemu-user)"; \
+	  echo "installing the native toolchain (apt-get: cmake, ccache, minizip, libsodium, aarch64 cross compiler, qemu-user)"; \
 	  dpkg --add-architecture arm64 && apt-get update -q >/dev/null && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q $(NATIVE_APT) >/dev/null; \
 	else echo "note: not root or no apt-get: the native runtime needs: $(NATIVE_APT)"; fi

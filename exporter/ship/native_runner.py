@@ -36,6 +36,9 @@ WHEELS_ROOT = ROOT / "build" / "wheels"
 BACKENDS = frozenset({"executorch", "tvm"})
 RUNNER = "edge-run"
 INSTALL_DIR = "install"  # cmake --install's prefix inside the build folder
+# ccache's cache, beside the build folders: a runner with another backend set compiles the
+# same core sources (half a minute of CPU) again otherwise
+CCACHE_DIR = ".ccache"
 _HINT_DEPS = "run `make native-deps` (as root: cmake, g++, minizip, libsodium, nlohmann-json " \
              "and the aarch64 cross toolchain and wheels)"
 _LOG_TAIL = 25
@@ -61,7 +64,7 @@ def build_runner(platform: str | None = None, backends: frozenset[str] = frozens
             return runner
         stamp_file.unlink(missing_ok=True)
         _configure(build_dir, args)
-        _compile(build_dir, jobs)
+        _compile(build_dir, jobs, Path(build_root) / CCACHE_DIR)
         _install(build_dir)
         stamp_file.write_text(stamp)
     log.info("built %s for %s (%s)", runner, platform, ", ".join(sorted(backends)) or "core only")
@@ -124,9 +127,10 @@ def _fingerprint(args: list[str], backends: frozenset[str]) -> str:
     return digest.hexdigest()
 
 
-def _run(cmd: list[str], log_file: Path) -> subprocess.CompletedProcess:
+def _run(cmd: list[str], log_file: Path, env: dict | None = None
+         ) -> subprocess.CompletedProcess:
     with open(log_file, "w") as out:
-        return subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, check=False)
+        return subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, check=False, env=env)
 
 
 def _tail(log_file: Path) -> list[str]:
@@ -138,17 +142,22 @@ def _configure(build_dir: Path, args: list[str]) -> None:
     # A stale cache (another toolchain or root) would be reused silently: start clean.
     (build_dir / "CMakeCache.txt").unlink(missing_ok=True)
     log_file = build_dir / "configure.log"
-    if _run(["cmake", "-S", str(NATIVE_DIR), "-B", str(build_dir), *args], log_file).returncode:
+    # not among the fingerprint's settings: it changes how long a build takes, not what
+    launcher = [f"-DCMAKE_{lang}_COMPILER_LAUNCHER={shutil.which('ccache')}"
+                for lang in ("C", "CXX")] if shutil.which("ccache") else []
+    if _run(["cmake", "-S", str(NATIVE_DIR), "-B", str(build_dir), *args, *launcher],
+            log_file).returncode:
         raise TargetUnavailableError(
             "cmake could not configure the native runtime (a compiler or library is missing)",
             where=str(log_file), details=_tail(log_file), hint=_HINT_DEPS)
 
 
-def _compile(build_dir: Path, jobs: int | None) -> None:
+def _compile(build_dir: Path, jobs: int | None, cache: Path) -> None:
     jobs = jobs or int(os.environ.get("EDGE_NATIVE_JOBS", "2"))
     log_file = build_dir / "build.log"
     cmd = ["cmake", "--build", str(build_dir), "--parallel", str(jobs)]
-    if _run(cmd, log_file).returncode:
+    env = {"CCACHE_DIR": str(cache), **os.environ}  # a user's own CCACHE_DIR comes first
+    if _run(cmd, log_file, env).returncode:
         raise BuildError("the native runtime did not compile", where=str(log_file),
                          details=_tail(log_file),
                          hint=f"check the compiler's messages; {_HINT_DEPS} if a header "
