@@ -56,7 +56,7 @@ def machine(program, device: str) -> dict:
     threads: dict[str, Any] = {"torch": torch.get_num_threads()}
     backends = {p.name: p.backend for p in program.manifest.partitions}
     for name, report in program.backend_reports.items():
-        if "intra_op_threads" in report:  # a backend's own pool (0: its default)
+        if "intra_op_threads" in report:  # a backend's own pool (runtime/executors/ort_threads.py)
             threads[backends[name]] = report["intra_op_threads"]
     affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
     return {"cpu": cpu_model() or platform.processor() or platform.machine(),

@@ -3,7 +3,7 @@
 ORT's default (``intra_op_num_threads = 0``) sizes the pool by the machine's physical
 cores, ignoring the process's CPU mask, and pins each pool thread to one core: under
 ``taskset -c 0`` on a 2-core machine its worker ran pinned to core 1, outside the mask,
-and on a shared machine a pinned worker waits for its one core while the other is free.
+and a process given two cores of a large machine gets a pool as wide as the machine.
 Plain ORT with an explicit count sizes nothing by the machine and pins nothing. So the
 executor always gives a count: ``OMP_NUM_THREADS`` where set (what torch's intra-op pool,
 the other CPU backends, reads), else the physical cores among the CPUs this process may
