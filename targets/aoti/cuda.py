@@ -16,7 +16,9 @@ from targets.aoti.card import CUDA, CUDA_RECIPES, gpu_here
 from targets.aoti.kernel_timing import host_independent_kernel_timing
 from targets.aoti.kernels import ops as decode_ops
 from targets.aoti.passes.aligned_linears import LinearsAlignedByPadding
+from targets.aoti.passes.attention_views import AttentionInputsAsViews
 from targets.aoti.passes.decode_kernels import DecodeAttentionAsKernel, RowLinearsAsKernels
+from targets.aoti.passes.depthwise_convs import DepthwiseConvsAsTaps
 from targets.aoti.passes.patch_convs import PatchConvsAsMatmuls
 from targets.aoti.passes.row_linears import SingleRowLinearsAsReductions
 from targets.base import (
@@ -60,13 +62,16 @@ class CudaTarget(AOTInductorTarget):
         passes = super().default_passes(options)
         if not options.fuse:
             return passes
-        # GEMMs cuBLAS runs well in place of a patch convolution and of an unaligned head;
+        # GEMMs cuBLAS runs well in place of a patch convolution and of an unaligned head,
+        # depthwise convolutions and attention inputs as Inductor's kernels, not cuDNN's
+        # and copies;
         # last, after --quantize: its linears keep their own kernels (passes/row_linears.py);
         # a decode step's products and attention as our Triton kernels, the rest of the
         # one-row linears as Inductor's reductions (passes/decode_kernels.py)
         decode = [DecodeAttentionAsKernel(), RowLinearsAsKernels()] if decode_ops.TRITON \
             else []
-        return [*passes, PatchConvsAsMatmuls(), LinearsAlignedByPadding(), *decode,
+        return [*passes, PatchConvsAsMatmuls(), LinearsAlignedByPadding(),
+                DepthwiseConvsAsTaps(), AttentionInputsAsViews(), *decode,
                 SingleRowLinearsAsReductions()]
 
     def lowering_fixes(self, options: LowerOptions) -> contextlib.AbstractContextManager:

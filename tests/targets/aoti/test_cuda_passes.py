@@ -1,13 +1,18 @@
 """The cuda target's GEMM rewrites: a patch convolution as a GEMM over its patches, and a
-linear of unaligned width over a padded weight. Graph rewrites checked against eager on the
+linear of unaligned width over a padded weight; a depthwise convolution as its taps, and
+attention reading its inputs as views of the packed projection. Graph rewrites checked against eager on the
 CPU (no GPU needed), marked cuda with the rest of the target's own tests."""
 
 from __future__ import annotations
+
+import copy
 
 import pytest
 import torch
 
 from targets.aoti.passes.aligned_linears import LinearsAlignedByPadding
+from targets.aoti.passes.attention_views import AttentionInputsAsViews
+from targets.aoti.passes.depthwise_convs import DepthwiseConvsAsTaps
 from targets.aoti.passes.patch_convs import PatchConvsAsMatmuls
 
 pytestmark = pytest.mark.cuda
@@ -43,6 +48,37 @@ class _TiedHead(torch.nn.Module):
         return self.head(hidden), self.classes(hidden)
 
 
+class _Depthwise(torch.nn.Module):
+    """Depthwise convolutions: padded 7x7, strided 3x3 without bias, a dilated uneven
+    kernel; a channel multiplier and a grouped convolution, which must stay convs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.wide = torch.nn.Conv2d(8, 8, 7, padding=3, groups=8)
+        self.strided = torch.nn.Conv2d(8, 8, 3, stride=2, padding=1, groups=8, bias=False)
+        self.dilated = torch.nn.Conv2d(8, 8, (3, 5), stride=(1, 2), padding=(2, 1),
+                                       dilation=2, groups=8)
+        self.doubled = torch.nn.Conv2d(8, 16, 3, groups=8)
+        self.grouped = torch.nn.Conv2d(8, 8, 3, groups=2)
+
+    def forward(self, x):
+        return (self.wide(x), self.strided(x), self.dilated(x),
+                self.doubled(x).mean() + self.grouped(x).mean())
+
+
+class _PackedAttention(torch.nn.Module):
+    """torchvision's encoder block's attention: nn.MultiheadAttention over one input."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.norm = torch.nn.LayerNorm(64)
+        self.attention = torch.nn.MultiheadAttention(64, 4, batch_first=True)
+
+    def forward(self, x):
+        y = self.norm(x)
+        return x + self.attention(y, y, y, need_weights=False)[0]
+
+
 def _ops(program) -> list[str]:
     return [str(n.target) for n in program.graph.nodes if n.op == "call_function"]
 
@@ -71,6 +107,58 @@ def test_unaligned_head_reads_one_padded_copy_shared_with_its_tied_embedding():
         torch.testing.assert_close(got, want)
 
 
+def test_depthwise_convolutions_become_taps_with_eager_values_other_groups_stay():
+    torch.manual_seed(0)
+    model, x = _Depthwise().eval().to(torch.bfloat16), torch.randn(2, 8, 15, 13)
+    result = DepthwiseConvsAsTaps()(torch.export.export(model, (x.bfloat16(),)))
+    assert result.modified and result.info["depthwise_convs_rewritten"] == 3
+    assert _ops(result.program).count("aten.conv2d.default") == 2
+    fresh = torch.randn(2, 8, 15, 13).bfloat16()
+    got = result.program.module()(fresh)
+    with torch.no_grad():  # against eager in float32 on the same bfloat16 weights
+        want = copy.deepcopy(model).float()(fresh.float())
+    for tensor, expected in zip(got, want):
+        torch.testing.assert_close(tensor.float(), expected, atol=0.05, rtol=0.02)
+
+
+def test_float32_depthwise_convolution_stays_cudnns():
+    conv = torch.nn.Conv2d(8, 8, 3, padding=1, groups=8).eval()
+    result = DepthwiseConvsAsTaps()(torch.export.export(conv, (torch.randn(1, 8, 9, 9),)))
+    assert not result.modified
+
+
+def test_depthwise_convolution_with_much_work_stays_cudnns():
+    wide = torch.nn.Conv2d(96, 96, 7, padding=3, groups=96).eval().half()  # ConvNeXt's stage 1
+    image = torch.randn(1, 96, 56, 56, dtype=torch.half)
+    result = DepthwiseConvsAsTaps()(torch.export.export(wide, (image,)))
+    assert not result.modified
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+def test_packed_attention_reads_views_not_a_copy_at_any_batch(batch):
+    torch.manual_seed(0)
+    model, x = _PackedAttention().eval(), torch.randn(batch, 5, 64)
+    with torch.no_grad():
+        result = AttentionInputsAsViews()(torch.export.export(model, (x,)))
+    assert result.modified and result.info["copies_dropped"] == 1
+    assert not {"aten.contiguous.default", "aten.clone.default"} & set(_ops(result.program))
+    fresh = torch.randn(batch, 5, 64)
+    torch.testing.assert_close(result.program.module()(fresh), model(fresh))
+
+
+def test_copy_read_by_more_than_attention_inputs_stays():
+    class Leaky(torch.nn.Module):
+        def forward(self, x):
+            packed = x.contiguous()
+            q = packed.view(1, 2, 5, 8)
+            out = torch.nn.functional.scaled_dot_product_attention(q, q, q)
+            return out, packed  # the copy itself is an output: it must stay its own tensor
+
+    x = torch.randn(5, 2, 8).transpose(0, 1)
+    result = AttentionInputsAsViews()(torch.export.export(Leaky(), (x,)))
+    assert not result.modified
+
+
 def test_cuda_target_rewrites_gemms_before_the_single_row_linears(tmp_path):
     from targets import get_target
     from targets.base import LowerOptions
@@ -78,6 +166,7 @@ def test_cuda_target_rewrites_gemms_before_the_single_row_linears(tmp_path):
 
     def names(**options) -> list[str]:
         return [p.name for p in cuda.default_passes(LowerOptions(tmp_path, **options))]
-    assert {"patch_convs_as_matmuls", "linears_aligned_by_padding"} <= set(names())
+    assert {"patch_convs_as_matmuls", "linears_aligned_by_padding", "depthwise_convs_as_taps",
+            "attention_inputs_as_views"} <= set(names())
     assert "patch_convs_as_matmuls" not in names(fuse=False)
     assert names()[-1] == "single_row_linears_as_reductions"
