@@ -2,12 +2,13 @@
 build variants move it: one process per run, each model's candidates interleaved.
 
     python bench/cuda_gap.py --models vit_b_16,deit_small,gpt2_small --json-out OUT.jsonl \
-        --variants 'before={"skip_passes": ["patch_convs_as_matmuls"]};after={}'
+        --variants 'before={"skip_passes": ["patch_convs_as_matmuls"]};after={}' --build-jobs 4
 
 A variant is a name and Inductor settings laid over what the cuda target passes, less
 the passes its ``skip_passes`` names (``{}``: the target as it is; the default compares
-the target without and with its GEMM rewrites). Each model is built once per variant
-(the whole build, validation included), then the artifacts and ``compile`` (the model cast as the build
+the target without and with its depthwise and attention-input rewrites). Each model is
+built once per variant (the whole build, validation included; ``--build-jobs`` builds run
+at once, in their own processes, before any timing), then the artifacts and ``compile`` (the model cast as the build
 casts it, torch.compile(mode="reduce-overhead")) are timed side by side with CUDA events
 (``exporter.benchmark.time_side_by_side``: medians over ``--runs`` calls after warm-up),
 and each is profiled over ``--profile-calls`` calls: kernels per call, GPU time per
@@ -32,9 +33,9 @@ sys.path.insert(0, str(ROOT))
 
 from bench.common import machine_header  # noqa: E402
 
-# the cuda target without its GEMM rewrites, and as it is
-BEFORE_AFTER = ('before={"skip_passes": ["patch_convs_as_matmuls", '
-                '"linears_aligned_by_padding"]};after={}')
+# the cuda target without its depthwise and attention-input rewrites, and as it is
+BEFORE_AFTER = ('before={"skip_passes": ["depthwise_convs_as_taps", '
+                '"attention_inputs_as_views"]};after={}')
 CLASSES = (  # first match wins: a Triton GEMM template is a GEMM, not a Triton kernel
     ("attention", re.compile(r"flash|fmha|attention|attn", re.I)),
     ("gemm", re.compile(r"gemm|xmma|cutlass|cublas|sm90_|sm80_|triton_tem|_mm_|mm_kernel"
@@ -82,6 +83,57 @@ def build_variant(name: str, spec: str, variant: str, overrides: dict, work: Pat
             "validated": built.manifest.validation["passed"]}
 
 
+def build_all(names: list[str], variants: dict[str, dict], args) -> dict[str, dict]:
+    """Every (model, variant) build: in this process one after another, or
+    ``args.build_jobs`` at a time each in a fresh Python process (a build is mostly CPU
+    work: Inductor's code generation, the C++ compile). A build that fails is recorded as
+    its error; each finished build is printed with the seconds since the first began."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from bench.models import SUITE
+    work = Path(args.work_dir)
+    work.mkdir(parents=True, exist_ok=True)
+    jobs = [(name, SUITE[name], v, o, str(work)) for name in names for v, o in variants.items()]
+    start = time.perf_counter()
+
+    def one(job: tuple) -> dict:
+        built = _build_in_process(job) if args.build_jobs > 1 else _build_here(*job)
+        print(json.dumps({"model": job[0], "variant": job[2], "at_s":
+                          round(time.perf_counter() - start), **built}), flush=True)
+        return built
+    if args.build_jobs > 1:
+        with ThreadPoolExecutor(args.build_jobs) as pool:
+            results = list(pool.map(one, jobs))
+    else:
+        results = [one(job) for job in jobs]
+    builds: dict[str, dict] = {name: {} for name in names}
+    for (name, _, variant, _, _), built in zip(jobs, results):
+        builds[name][variant] = built
+    return builds
+
+
+def _build_here(name: str, spec: str, variant: str, overrides: dict, work: str) -> dict:
+    try:
+        return build_variant(name, spec, variant, overrides, Path(work))
+    except Exception as exc:  # one failed build leaves the others to measure
+        return {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
+
+
+def _build_in_process(job: tuple) -> dict:
+    """One build in a child Python; its result comes back through a file, its output goes
+    to a log: a pipe would wait for every process that inherited it (compile workers)."""
+    import subprocess
+    result = Path(job[4]) / f"{job[0]}-{job[2]}.json"
+    result.unlink(missing_ok=True)
+    with open(result.with_suffix(".log"), "w") as log:
+        subprocess.run([sys.executable, __file__, "--build-one", json.dumps(job),
+                        "--json-out", str(result)], stdout=log, stderr=subprocess.STDOUT,
+                       stdin=subprocess.DEVNULL, cwd=ROOT)
+    if not result.exists():
+        return {"error": result.with_suffix(".log").read_text()[-400:]}
+    return json.loads(result.read_text())
+
+
 def profile(call, calls: int) -> dict:
     """Kernels per call and GPU microseconds per call by class, and the top kernels."""
     from torch.profiler import ProfilerActivity
@@ -108,7 +160,7 @@ def profile(call, calls: int) -> dict:
                      "us_per_call": round(us / calls, 1)} for k, (n, us) in top]}
 
 
-def measure(name: str, variants: dict[str, dict], args) -> dict:
+def measure(name: str, builds: dict[str, dict], args) -> dict:
     import runtime
     from bench.models import SUITE
     from exporter.benchmark import _baselines, time_side_by_side
@@ -116,22 +168,20 @@ def measure(name: str, variants: dict[str, dict], args) -> dict:
     from runtime.program.flat_inputs import flatten_inputs
 
     spec_text = SUITE[name]
-    work = Path(args.work_dir)
-    work.mkdir(parents=True, exist_ok=True)
-    builds = {v: build_variant(name, spec_text, v, o, work) for v, o in variants.items()}
-    print(json.dumps({"model": name, "builds": builds}), flush=True)
+    built_ok = {v: b for v, b in builds.items() if "path" in b}
     spec = load_spec(spec_text)
     inputs = [t.cuda() for t in flatten_inputs(spec.args, spec.kwargs).tensors]
     with torch.inference_mode():
-        calls = _baselines(spec, inputs, "cuda", "fp16", ("compile",))
-        for variant, built in builds.items():
+        calls = _baselines(spec, inputs, "cuda", "fp16", () if args.no_compile else ("compile",))
+        for variant, built in built_ok.items():
             program = runtime.load(built["path"])
             calls[variant] = (lambda p: lambda: p.run(inputs, output_device="cuda"))(program)
         timings = time_side_by_side(calls, "cuda", args.runs, args.warmup)
         profiles = {label: profile(call, args.profile_calls) for label, call in calls.items()}
-    compile_ms = timings["compile"]["median_ms"]
+    compile_ms = timings["compile"]["median_ms"] if "compile" in timings else None
     return {"model": name, "spec": spec_text, "builds": builds, "timings": timings,
-            "vs_compile": {v: round(timings[v]["median_ms"] / compile_ms, 3) for v in builds},
+            "vs_compile": {v: round(timings[v]["median_ms"] / compile_ms, 3)
+                           for v in built_ok} if compile_ms else None,
             "profiles": profiles}
 
 
@@ -152,12 +202,26 @@ def main() -> None:
     parser.add_argument("--profile-calls", type=int, default=20)
     parser.add_argument("--work-dir", default="build/cuda-gap")
     parser.add_argument("--json-out", default="build/cuda-gap/rows.jsonl")
+    parser.add_argument("--build-jobs", type=int, default=1)
+    parser.add_argument("--no-compile", action="store_true",
+                        help="time the artifacts only (no torch.compile baseline)")
+    parser.add_argument("--build-one", help=argparse.SUPPRESS)  # a build_all worker's job
     args = parser.parse_args()
+    if args.build_one:  # a build_all worker: the result to --json-out
+        Path(args.json_out).write_text(json.dumps(_build_here(*json.loads(args.build_one))))
+        return
     variants = parse_variants(args.variants)
     header = {**machine_header(torch=torch.__version__, cuda=torch.version.cuda),
               "gpu": torch.cuda.get_device_name(), "variants": variants, "runs": args.runs}
-    for name in args.models.split(","):
-        row = {**header, **measure(name, variants, args)}
+    names = args.models.split(",")
+    builds = build_all(names, variants, args)
+    for name in names:
+        try:
+            row = {**header, **measure(name, builds[name], args)}
+        except Exception as exc:  # the other models are still measured
+            print(json.dumps({"model": name, "error": f"{type(exc).__name__}: {exc}"[:400]}),
+                  flush=True)
+            continue
         with open(args.json_out, "a") as sink:
             sink.write(json.dumps(row) + "\n")
         brief = {"model": name, "vs_compile": row["vs_compile"],

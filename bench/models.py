@@ -69,6 +69,20 @@ def deit_small():
             (torch.randn(1, 3, 224, 224),))
 
 
+def mixer_b16():
+    """timm's MLP-Mixer-B/16 at 224, random weights."""
+    import timm
+    _seeded()
+    return _image(timm.create_model("mixer_b16_224", pretrained=False))
+
+
+def regnety_016():
+    """timm's RegNetY-1.6GF (group convolutions, squeeze-excite), random weights."""
+    import timm
+    _seeded()
+    return _image(timm.create_model("regnety_016", pretrained=False))
+
+
 def _image(model):  # ImageNet heads (1000 labels), one 224x224 image
     return model.eval(), (torch.randn(1, 3, 224, 224),)
 
@@ -141,6 +155,8 @@ SUITE = {
     "mobilenet_v3_large": "bench/models.py:mobilenet_v3_large",
     "vit_b_16": "bench/models.py:vit_b_16",
     "deit_small": "bench/models.py:deit_small",
+    "mixer_b16": "bench/models.py:mixer_b16",
+    "regnety_016": "bench/models.py:regnety_016",
     "convnext_tiny": "bench/models.py:convnext_tiny",
     "bert_base": "bench/models.py:bert_base",
     "gpt2_small": "bench/models.py:gpt2_small",

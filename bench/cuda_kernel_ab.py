@@ -1,0 +1,119 @@
+"""Single kernels of batch-1 fp16 models, one way against another, on the GPU: what the
+cuda target's rewrites bet on, timed without a whole build.
+
+    python bench/cuda_kernel_ab.py --json-out OUT.jsonl
+
+- depthwise convolutions: cuDNN's (``F.conv2d(groups=C)``, channels-last input) against
+  Inductor's kernel for the taps rewrite (targets/aoti/passes/depthwise_convs.py);
+- a linear then GELU: cuBLAS then a pointwise kernel, against ``_addmm_activation`` (one
+  cuBLASLt GEMM with a GELU epilogue; tanh-approximate GELU);
+- attention at ViT's and GPT-2's sizes: each SDPA backend.
+Each time is ``triton.testing.do_bench_cudagraph`` (a graph of the call, replayed;
+median ms), with the max difference against the first way.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from targets.aoti.passes.depthwise_convs import depthwise_conv  # noqa: E402
+
+HALF = torch.float16
+DEPTHWISE = [  # (channels, size, kernel, stride): ConvNeXt-T's stages, MobileNet/EfficientNet's
+    (96, 56, 7, 1), (192, 28, 7, 1), (384, 14, 7, 1), (768, 7, 7, 1),
+    (96, 112, 3, 2), (144, 56, 3, 1), (240, 28, 5, 1), (672, 14, 5, 2), (960, 7, 3, 1)]
+GELU_LINEARS = [(197, 768, 3072), (196, 768, 3072), (768, 196, 384), (197, 384, 1536),
+                (128, 768, 3072)]
+ATTENTION = [((1, 12, 197, 64), False), ((1, 6, 197, 64), False), ((1, 12, 128, 64), True)]
+
+
+def timed(fn) -> float:
+    from triton.testing import do_bench_cudagraph
+    fn()
+    torch.cuda.synchronize()
+    return round(do_bench_cudagraph(fn, rep=100), 4)
+
+
+def depthwise_rows() -> list[dict]:
+    rows = []
+    torch._dynamo.config.cache_size_limit = 64  # one compile per shape, each static
+    for channels, size, kernel, stride in DEPTHWISE:
+        x = torch.randn(1, channels, size, size, device="cuda", dtype=HALF).to(
+            memory_format=torch.channels_last)
+        w = torch.randn(channels, 1, kernel, kernel, device="cuda", dtype=HALF) * 0.1
+        b = torch.randn(channels, device="cuda", dtype=HALF)
+        pad = kernel // 2
+        args = ([stride] * 2, [pad] * 2, [1, 1])
+        taps = torch.compile(lambda x: depthwise_conv(x, w, b, *args), dynamic=False)
+        want = F.conv2d(x, w, b, stride, pad, 1, channels)
+        got = taps(x)
+        rows.append({"what": "depthwise", "shape": [channels, size, kernel, stride],
+                     "cudnn_ms": timed(lambda: F.conv2d(x, w, b, stride, pad, 1, channels)),
+                     "taps_ms": timed(lambda: taps(x)),
+                     "max_diff": float((got.float() - want.float()).abs().max())})
+    return rows
+
+
+def gelu_rows() -> list[dict]:
+    rows = []
+    for m, k, n in GELU_LINEARS:
+        x = torch.randn(m, k, device="cuda", dtype=HALF)
+        w = torch.randn(n, k, device="cuda", dtype=HALF) / k ** 0.5
+        b = torch.randn(n, device="cuda", dtype=HALF)
+        want = F.gelu(F.linear(x, w, b), approximate="tanh")
+        got = torch._addmm_activation(b, x, w.t(), use_gelu=True)
+        rows.append({"what": "linear_gelu", "shape": [m, k, n],
+                     "separate_ms": timed(lambda: F.gelu(F.linear(x, w, b))),
+                     "epilogue_ms": timed(
+                         lambda: torch._addmm_activation(b, x, w.t(), use_gelu=True)),
+                     "max_diff": float((got.float() - want.float()).abs().max())})
+    return rows
+
+
+def attention_rows() -> list[dict]:
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    rows = []
+    for shape, causal in ATTENTION:
+        q, k, v = (torch.randn(shape, device="cuda", dtype=HALF) for _ in range(3))
+        row = {"what": "attention", "shape": list(shape), "causal": causal}
+        for backend in (SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION,
+                        SDPBackend.EFFICIENT_ATTENTION):
+            with sdpa_kernel([backend]):
+                try:
+                    row[backend.name] = timed(lambda: F.scaled_dot_product_attention(
+                        q, k, v, is_causal=causal))
+                except RuntimeError as exc:
+                    row[backend.name] = f"refused: {str(exc)[:80]}"
+        rows.append(row)
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json-out", default="build/cuda-kernel-ab.jsonl")
+    args = parser.parse_args()
+    inductor = torch._inductor.config
+    header = {"torch": torch.__version__, "gpu": torch.cuda.get_device_name(),
+              "enable_pdl": hasattr(inductor.triton, "enable_pdl"),
+              "sdp_priority": [str(b) for b in torch._C._get_sdp_priority_order()]
+              if hasattr(torch._C, "_get_sdp_priority_order") else None}
+    print(json.dumps(header), flush=True)
+    with open(args.json_out, "a") as sink, torch.inference_mode():
+        for rows in (attention_rows, depthwise_rows, gelu_rows):
+            for row in rows():
+                sink.write(json.dumps({**header, **row}) + "\n")
+                sink.flush()
+                print(json.dumps(row), flush=True)
+
+
+if __name__ == "__main__":
+    main()
