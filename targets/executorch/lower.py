@@ -19,6 +19,7 @@ import torch
 from torch.export import ExportedProgram
 
 from targets.executorch.constant_layout import default_strides
+from targets.executorch.legalize import delegation_without_copies
 from targets.executorch.xnnpack_guards import partitioner_configs
 
 log = logging.getLogger(__name__)
@@ -83,7 +84,8 @@ def _lower(program: ExportedProgram, per_op: bool):
     bounds = dict(program.range_constraints)
     default_strides(program)
     partitioner = XnnpackPartitioner(configs=list(partitioner_configs()), per_op_mode=per_op)
-    edge = to_edge_transform_and_lower(program, partitioner=[partitioner])
+    with delegation_without_copies():  # legalize.py: no program copy per delegate
+        edge = to_edge_transform_and_lower(program, partitioner=[partitioner])
     _restore_bounds(edge.exported_program(), bounds)
     placement = _placement(edge.exported_program().graph_module)  # before to_executorch's passes
     return placement, edge.to_executorch()
