@@ -57,6 +57,9 @@ def prepare_captured(target: Target, model: ModelSpec, captured_spec: ModelSpec,
     passes = "passes" if settings.quantize is None else f"passes (quantize {settings.quantize})"
     with timed(passes.replace("passes", f"passes{label}", 1)):
         program, pass_records = run_pipeline(captured.program, target.default_passes(options))
+    # passes edit the captured program in place: keep only the result, so weights a pass
+    # replaced (merged, quantized) are freed before lowering
+    captured.program = program
     if settings.dtype != "fp32":
         pass_records.insert(0, cast_record(model.module, settings.dtype))
     warnings += [f"pass {r['name']} failed on this model and was skipped ({r['skipped']}); "

@@ -21,7 +21,8 @@ import torch
 from torch.export import ExportedProgram
 
 from passes.base import PassResult
-from passes.graph.rewrite import add_constant, attribute, rewrite_and_recapture
+from passes.graph.in_place import rewrite_in_place
+from passes.graph.rewrite import add_constant, attribute
 
 aten = torch.ops.aten
 _IDENTITIES = {aten.clone.default, aten.contiguous.default, aten.alias.default,
@@ -41,7 +42,7 @@ class RemoveNoOps:
     required = False
 
     def __call__(self, program: ExportedProgram) -> PassResult:
-        return rewrite_and_recapture(program, _remove_all, "nodes_removed")
+        return rewrite_in_place(program, _remove_all, "nodes_removed")
 
 
 def _remove_all(module: torch.fx.GraphModule) -> dict:

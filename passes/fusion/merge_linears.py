@@ -15,8 +15,8 @@ import torch
 from torch.export import ExportedProgram
 
 from passes.base import PassResult
-from passes.graph.rewrite import (add_constant, attribute, module_path,
-                                  rewrite_and_recapture, set_module_path)
+from passes.graph.in_place import rewrite_in_place
+from passes.graph.rewrite import add_constant, attribute, module_path, set_module_path
 
 _LINEAR = torch.ops.aten.linear.default
 
@@ -26,7 +26,7 @@ class MergeParallelLinears:
     required = False
 
     def __call__(self, program: ExportedProgram) -> PassResult:
-        return rewrite_and_recapture(program, _merge_all, "linears_merged")
+        return rewrite_in_place(program, _merge_all, "linears_merged")
 
 
 def _merge_all(module: torch.fx.GraphModule) -> dict:

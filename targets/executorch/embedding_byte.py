@@ -18,7 +18,8 @@ import torch
 from torch.export import ExportedProgram
 
 from passes.base import PassResult
-from passes.graph.rewrite import add_constant, attribute, rewrite_and_recapture
+from passes.graph.in_place import rewrite_in_place
+from passes.graph.rewrite import add_constant, attribute
 
 _INT8 = (-128, 127)
 
@@ -29,7 +30,7 @@ class EmbeddingByte:
 
     def __call__(self, program: ExportedProgram) -> PassResult:
         import executorch.exir.passes._quant_patterns_and_replacements  # noqa: F401 - defines the op
-        return rewrite_and_recapture(program, _rewrite, "tables")
+        return rewrite_in_place(program, _rewrite, "tables")
 
 
 def _rewrite(module: torch.fx.GraphModule) -> dict:

@@ -26,6 +26,7 @@ def _ops(program) -> collections.Counter:
 def _apply_twice(pass_, model, args, dynamic_shapes=None):
     """Run the pass twice; check the numbers; return (before ops, after ops, info)."""
     program = torch.export.export(model, args, dynamic_shapes=dynamic_shapes)
+    before = _ops(program)  # passes edit the program in place
     with torch.no_grad():
         expected = model(*args)
     first = pass_(program)
@@ -35,7 +36,7 @@ def _apply_twice(pass_, model, args, dynamic_shapes=None):
                           torch.utils._pytree.tree_leaves(got)):
         torch.testing.assert_close(have, want, rtol=1e-5, atol=1e-5)
     assert first.modified and not second.modified, (first.info, second.info)
-    return _ops(program), _ops(first.program), first.info
+    return before, _ops(first.program), first.info
 
 
 class _ConvBN(nn.Module):
@@ -79,6 +80,56 @@ def test_merge_parallel_linears_reading_one_input():
                                        (torch.randn(2, 5, 16),), ({0: torch.export.Dim("b")},))
     assert before["linear"] == 4 and after["linear"] == 2  # q,k,v -> 1; `other` reads v's output
     assert info == {"linears_merged": 3, "groups": 1} and after["split_with_sizes"] == 1
+
+
+def test_fusion_passes_edit_the_program_in_place_without_tracing_again(monkeypatch):
+    """Each fusion pass re-captured the whole program with torch.export (a minute a pass
+    on a 300M decoder); now it edits the program's own graph: weights keep their names,
+    the merged ones leave the signature and the state dict, the new one is a buffer, and
+    torch.export's verifier accepts every new node's value, dynamic batch included."""
+    torch.manual_seed(0)
+    model, args = _QKV().eval(), (torch.randn(2, 5, 16),)
+    program = torch.export.export(model, args, dynamic_shapes=({0: torch.export.Dim("b")},))
+    kept = {"other.weight", "other.bias"}
+
+    def traced_again(*_, **__):
+        raise AssertionError("the pass called torch.export")
+    monkeypatch.setattr(torch.export, "export", traced_again)
+    result = MergeParallelLinears()(program)
+    assert result.program is program and result.modified
+    program.validate()
+    new = set(program.state_dict) - kept
+    assert kept <= set(program.state_dict) and len(new) == 2  # merged weight and bias
+    assert {s.kind.name for s in program.graph_signature.input_specs
+            if s.target in new} == {"BUFFER"}
+    batch = (torch.randn(3, 5, 16),)
+    with torch.no_grad():
+        for have, want in zip(program.module()(*batch), model(*batch)):
+            torch.testing.assert_close(have, want, rtol=1e-5, atol=1e-5)
+
+
+class _ReturnsCopies(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(8, 6))
+
+    def forward(self, x):
+        return (x @ self.w.t()).clone(), x.contiguous()
+
+
+def test_a_removed_copy_that_was_an_output_renames_the_output_in_place():
+    """A no-op whose result the program returns: the output spec names what is returned
+    now, so the signature still matches the graph (no re-capture renames it any more)."""
+    model, args = _ReturnsCopies(), (torch.randn(2, 6),)
+    program = torch.export.export(model, args)
+    result = RemoveNoOps()(program)
+    program.validate()
+    returned = [n.name for n in program.graph.output_node().args[0]]
+    assert [s.arg.name for s in program.graph_signature.output_specs] == returned
+    assert "clone" not in _ops(program) and result.info["constants_folded"] == 1
+    with torch.no_grad():
+        for have, want in zip(program.module()(*args), model(*args)):
+            torch.testing.assert_close(have, want)
 
 
 class _ClippedQKV(nn.Module):  # OLMo's clip_qkv: q and k clamped in place, v not
@@ -220,10 +271,10 @@ def test_small_values_computed_from_constants_alone_are_folded():
 def test_a_tied_weight_is_not_folded_into_a_second_copy():
     module, args, dynamic = ZOO["decoder"]()  # output = h @ tokens.weight.T, tied
     program = torch.export.export(module, args, dynamic_shapes=dynamic)
+    stored = sum(t.numel() for t in program.state_dict.values())
     result = RemoveNoOps()(program)
     assert "numpy_T" in _ops(result.program)
-    assert sum(t.numel() for t in result.program.state_dict.values()) == \
-        sum(t.numel() for t in program.state_dict.values())
+    assert sum(t.numel() for t in result.program.state_dict.values()) == stored
 
 
 class _BiasTable(nn.Module):  # Swinv2's position-bias MLP: linear -> relu_ on a buffer
@@ -281,11 +332,12 @@ def test_zoo_models_after_every_fusion_pass_match_eager(name, fired, figure, gon
 
     module, args, dynamic = ZOO[name]()
     program = torch.export.export(module, args, dynamic_shapes=dynamic)
+    before = _ops(program)  # passes edit the program in place
     fused, records = run_pipeline(program, passes)
     assert {r["name"] for r in records if r["modified"]} == fired, records
     key, count = figure
     assert next(r["info"][key] for r in records if key in r["info"]) == count, records
-    before, after = _ops(program), _ops(fused)
+    after = _ops(fused)
     assert any(gone in op for op in before) and not any(gone in op for op in after), after
     assert after[made] >= 1, after
     batch = [torch.cat([a, a[:1]]) for a in args]  # another batch size
