@@ -315,3 +315,30 @@ def test_cpu_int4_linear_multiplies_by_the_grouped_int4_weight():
     assert int4_cpu.pack(torch.randn(8, 40)) == ("in_features 40 is not a multiple of the "
                                                  "int4 group (32)")
     assert "out_features 10 is not a multiple of 16" in int4_cpu.pack(torch.randn(10, 64))
+
+
+def test_pt2e_quantization_reads_the_float_weights_without_copying_them(monkeypatch):
+    """The PT2E pass deep-copied the program's module, weights and all, so a 1.1B
+    decoder's build held its 4.4 GB of float weights twice and ran out of memory. The
+    module PT2E is given reads the same storage; the user's model keeps its weights."""
+    import torchao.quantization.pt2e.quantize_pt2e as pt2e
+
+    from passes.quantize.quantize import QuantizePT2E
+    from targets.registry import get_target
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(),
+                                torch.nn.Linear(32, 8)).eval()
+    kept = {name: p.detach().clone() for name, p in model.named_parameters()}
+    program = torch.export.export(model, (torch.randn(4, 16),))
+    given, prepare = [], pt2e.prepare_pt2e
+    monkeypatch.setattr(pt2e, "prepare_pt2e",
+                        lambda module, quantizer: given.append(module) or prepare(module,
+                                                                                   quantizer))
+    cpu = get_target("cpu")
+    info = QuantizePT2E("int8-dynamic", lambda: cpu.quantization.quantizer("int8-dynamic"),
+                        [], "test")(program).info
+    assert len(info["layers_quantized"]) == 2
+    storage = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    assert {t.untyped_storage().data_ptr() for t in given[0].parameters()} <= storage
+    for name, p in model.named_parameters():
+        assert torch.equal(p, kept[name])
