@@ -9,12 +9,16 @@ import json
 import os
 import signal
 import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 
 from exporter.validation import process
 from exporter.validation.process import Child
 from exporter.validation.validate import _child_env
+from tests.conftest import ROOT
 
 pytestmark = pytest.mark.skipif(not process.AVAILABLE, reason="forked children: Linux only")
 PROBE = "tests.models.validation_probe"
@@ -106,3 +110,37 @@ def test_a_fresh_interpreter_runs_it_where_forking_is_unavailable(tmp_path, monk
     monkeypatch.setattr(process, "AVAILABLE", False)
     code, seen, _ = _run(tmp_path, "ok")
     assert code == 0 and seen["ppid"] == os.getpid() and not seen["preloaded"]
+
+
+_CLIENT = """
+import json, os, sys, time
+from pathlib import Path
+from exporter.validation import process
+from exporter.validation.validate import _child_env
+folder = Path(sys.argv[1])
+child = process.Child(["tests.models.validation_probe", "sleep"], _child_env(), folder)
+while not (folder / "child.stdout").read_text():
+    time.sleep(0.1)
+pid = json.loads((folder / "child.stdout").read_text().splitlines()[0])["pid"]
+print(json.dumps({"template": process._TEMPLATES[0]._proc.pid, "child": pid}), flush=True)
+os.kill(os.getpid(), 9)
+"""
+
+
+def _gone(pid: int) -> bool:
+    status = Path(f"/proc/{pid}/status")
+    try:
+        return "\nState:\tZ" in status.read_text()  # a zombie awaiting its reaper
+    except OSError:
+        return True
+
+
+def test_a_template_ends_with_the_process_that_started_it_and_takes_its_child(tmp_path):
+    done = subprocess.run([sys.executable, "-c", _CLIENT, str(tmp_path)], cwd=ROOT,
+                          env=_child_env(), capture_output=True, text=True, timeout=120)
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    pids = json.loads(done.stdout)
+    deadline = time.monotonic() + 30
+    while not all(map(_gone, pids.values())) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert all(map(_gone, pids.values())), pids
