@@ -161,6 +161,7 @@ class Child:
         self._proc: subprocess.Popen | None = None
         self._template = _acquire(env) if AVAILABLE else None
         self._pid: int | None = None
+        self._closing = False  # while closing, a template that is gone starts nothing new
         if self._template is not None:
             try:
                 self._template.send({"argv": argv, "env": env, "cwd": os.getcwd(),
@@ -192,7 +193,7 @@ class Child:
             try:
                 self._await_template(deadline)
             except TemplateGone as exc:
-                if self._pid is None:  # it never forked the child: run it afresh
+                if self._pid is None and not self._closing:  # never forked: run it afresh
                     self._fresh(exc)
                     return self.wait(None if deadline is None
                                      else max(0.0, deadline - time.monotonic()))
@@ -231,5 +232,6 @@ class Child:
     def close(self) -> None:
         """Killed and reaped if it still runs."""
         if self.returncode is None:
+            self._closing = True
             self.kill()
             self.wait()

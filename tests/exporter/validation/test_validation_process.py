@@ -144,3 +144,14 @@ def test_a_template_ends_with_the_process_that_started_it_and_takes_its_child(tm
     while not all(map(_gone, pids.values())) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert all(map(_gone, pids.values())), pids
+
+
+def test_closing_a_child_whose_template_died_starts_nothing_new(tmp_path):
+    """Ctrl-C or SIGTERM end the template too: the build's clean-up then must not start
+    the validation again in a fresh interpreter."""
+    env = {**_child_env(), "EDGE_PROBE": "closing"}  # its own template, still importing
+    child = Child([PROBE, "ok"], env, tmp_path)
+    (template,) = [t for t in process._TEMPLATES if t.key == process.env_key(env)]
+    template._proc.kill()
+    child.close()
+    assert child.returncode == -signal.SIGKILL and child.output() == ("", "")
