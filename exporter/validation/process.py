@@ -20,6 +20,7 @@ import json
 import logging
 import os
 import select
+import signal
 import subprocess
 import sys
 import threading
@@ -197,7 +198,7 @@ class Child:
                     self._fresh(exc)
                     return self.wait(None if deadline is None
                                      else max(0.0, deadline - time.monotonic()))
-                self._finish(-9, usable=False)  # the child died with its template
+                self._finish(-signal.SIGKILL, usable=False)  # died with its template
         else:
             self.returncode = self._proc.wait(timeout)
         return self.returncode
