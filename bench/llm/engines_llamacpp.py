@@ -17,6 +17,7 @@ reads the files' tensor types here.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -129,8 +130,9 @@ def loader(quant: str):
         # the 300m checkpoint); the quantized engines keep llama.cpp's default f16 cache
         kv = {"type_k": llama_cpp.GGML_TYPE_F32, "type_v": llama_cpp.GGML_TYPE_F32} \
             if quant == "F32" else {}
-        llm = llama_cpp.Llama(str(path), n_ctx=req.max_tokens, n_threads=req.threads,
-                              n_threads_batch=req.threads, verbose=False, **kv)
+        with _extra_buffer_types(os.environ.get("LLAMA_CPP_EXTRA_BUFTS", "1") != "0"):
+            llm = llama_cpp.Llama(str(path), n_ctx=req.max_tokens, n_threads=req.threads,
+                                  n_threads_batch=req.threads, verbose=False, **kv)
         n_vocab, eos = llm.n_vocab(), llm.token_eos()
 
         def generate(prompt, new_tokens, on_token):
@@ -147,13 +149,35 @@ def loader(quant: str):
                 if step + 1 < new_tokens:
                     llm.eval([token])
 
-        variant = (f"{quant} (output {types.get('output.weight')}, "
+        extra = "" if os.environ.get("LLAMA_CPP_EXTRA_BUFTS", "1") != "0" else \
+            ", extra buffer types off (no AMX, no repacking)"
+        variant = (f"{quant}{extra} (output {types.get('output.weight')}, "
                    f"embeddings {types.get('token_embd.weight')})")
         kv_cache = "f32" if kv else "f16"
         return Loaded(generate, f"{variant}, KV {kv_cache}", [path],
                       notes=f"llama-cpp-python {llama_cpp.__version__}, flash_attn off "
                             "(its default), mmap")
     return load
+
+
+@contextlib.contextmanager
+def _extra_buffer_types(wanted: bool):
+    """``LLAMA_CPP_EXTRA_BUFTS=0``: load without llama.cpp's extra weight buffer types
+    (``use_extra_bufts``, which llama-cpp-python does not expose). Built with
+    GGML_NATIVE on a CPU with AMX, its AMX buffer type runs ``tileloadd`` in
+    ``supports_op`` with no tile configuration loaded: SIGILL on the first eval here."""
+    import llama_cpp.llama_cpp as capi
+    default = capi.llama_model_default_params
+    if not wanted:
+        def without():
+            params = default()
+            params.use_extra_bufts = False
+            return params
+        capi.llama_model_default_params = without
+    try:
+        yield
+    finally:
+        capi.llama_model_default_params = default
 
 
 if __name__ == "__main__":
