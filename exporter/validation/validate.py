@@ -64,7 +64,7 @@ class ArtifactRun:
     def results(self) -> dict[str, dict[str, torch.Tensor]]:
         """Wait for the child; its outputs as {case: {output name: tensor}}."""
         try:
-            remaining = max(1.0, self.timeout - (time.perf_counter() - self._start))
+            remaining = max(0.0, self.timeout - (time.perf_counter() - self._start))
             try:
                 code = self._child.wait(remaining)
             except subprocess.TimeoutExpired as exc:
