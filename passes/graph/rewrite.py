@@ -102,6 +102,25 @@ def attribute(module: torch.fx.GraphModule, node: object) -> torch.Tensor | None
     return value if isinstance(value, torch.Tensor) else None
 
 
+def replace_calls(module: torch.fx.GraphModule, arguments, function, figure: str) -> dict:
+    """Replace every node for which ``arguments(node)`` gives ``(args, kwargs)`` (None:
+    leave it) by a call of ``function`` with them, keeping the node's metadata:
+    ``{figure: how many}``."""
+    replaced = 0
+    for node in list(module.graph.nodes):
+        found = arguments(node)
+        if found is None:
+            continue
+        with module.graph.inserting_before(node):
+            replacement = module.graph.call_function(function, *found)
+        replacement.meta = dict(node.meta)
+        node.replace_all_uses_with(replacement)
+        module.graph.erase_node(node)
+        replaced += 1
+    module.recompile()
+    return {figure: replaced}
+
+
 def add_constant(module: torch.fx.GraphModule, name: str, value: torch.Tensor,
                  before: torch.fx.Node) -> torch.fx.Node:
     """Register ``value`` under a free name derived from ``name``; a get_attr to it."""

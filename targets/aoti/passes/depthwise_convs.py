@@ -22,7 +22,7 @@ import torch
 from torch.export import ExportedProgram
 
 from passes.base import PassResult
-from passes.graph.rewrite import attribute, rewrite_and_recapture
+from passes.graph.rewrite import attribute, replace_calls, rewrite_and_recapture
 
 _CONV2D = torch.ops.aten.conv2d.default
 _CONVOLUTION = torch.ops.aten.convolution.default
@@ -59,19 +59,10 @@ def depthwise_conv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | N
 
 
 def _rewrite_all(module: torch.fx.GraphModule) -> dict:
-    rewritten = 0
-    for node in list(module.graph.nodes):
-        args = _depthwise_args(module, node)
-        if args is None:
-            continue
-        with module.graph.inserting_before(node):
-            replacement = module.graph.call_function(depthwise_conv, args)
-        replacement.meta = dict(node.meta)
-        node.replace_all_uses_with(replacement)
-        module.graph.erase_node(node)
-        rewritten += 1
-    module.recompile()
-    return {"depthwise_convs_rewritten": rewritten}
+    def arguments(node):
+        found = _depthwise_args(module, node)
+        return None if found is None else (found, {})
+    return replace_calls(module, arguments, depthwise_conv, "depthwise_convs_rewritten")
 
 
 def _depthwise_args(module: torch.fx.GraphModule, node: torch.fx.Node) -> tuple | None:

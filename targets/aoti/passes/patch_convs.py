@@ -19,7 +19,7 @@ import torch
 from torch.export import ExportedProgram
 
 from passes.base import PassResult
-from passes.graph.rewrite import attribute, rewrite_and_recapture
+from passes.graph.rewrite import attribute, replace_calls, rewrite_and_recapture
 
 _CONV2D = torch.ops.aten.conv2d.default
 _CONVOLUTION = torch.ops.aten.convolution.default
@@ -48,19 +48,10 @@ def patch_conv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None 
 
 
 def _rewrite_all(module: torch.fx.GraphModule) -> dict:
-    rewritten = 0
-    for node in list(module.graph.nodes):
-        args = _patch_conv_args(module, node)
-        if args is None:
-            continue
-        with module.graph.inserting_before(node):
-            replacement = module.graph.call_function(patch_conv, args)
-        replacement.meta = dict(node.meta)
-        node.replace_all_uses_with(replacement)
-        module.graph.erase_node(node)
-        rewritten += 1
-    module.recompile()
-    return {"convs_rewritten": rewritten}
+    def arguments(node):
+        found = _patch_conv_args(module, node)
+        return None if found is None else (found, {})
+    return replace_calls(module, arguments, patch_conv, "convs_rewritten")
 
 
 def _patch_conv_args(module: torch.fx.GraphModule, node: torch.fx.Node) -> tuple | None:

@@ -23,7 +23,7 @@ import torch
 from torch.export import ExportedProgram
 
 from passes.base import PassResult
-from passes.graph.rewrite import attribute, rewrite_and_recapture
+from passes.graph.rewrite import attribute, replace_calls, rewrite_and_recapture
 
 _LINEAR = torch.ops.aten.linear.default
 
@@ -47,20 +47,12 @@ def row_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None 
 
 
 def _rewrite_all(module: torch.fx.GraphModule) -> dict:
-    rewritten = 0
-    for node in list(module.graph.nodes):
+    def arguments(node):
         if not (node.op == "call_function" and node.target is _LINEAR and _one_row(node)
                 and _plain_float(attribute(module, node.args[1]))):
-            continue
-        with module.graph.inserting_before(node):
-            replacement = module.graph.call_function(row_linear, tuple(node.args),
-                                                     dict(node.kwargs))
-        replacement.meta = dict(node.meta)
-        node.replace_all_uses_with(replacement)
-        module.graph.erase_node(node)
-        rewritten += 1
-    module.recompile()
-    return {"linears_rewritten": rewritten}
+            return None
+        return tuple(node.args), dict(node.kwargs)
+    return replace_calls(module, arguments, row_linear, "linears_rewritten")
 
 
 def _one_row(node: torch.fx.Node) -> bool:
