@@ -17,6 +17,7 @@ traced again.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -40,6 +41,7 @@ def rewrite_in_place(program: ExportedProgram, rewrite, figure: str) -> PassResu
     """Run ``rewrite(module) -> info`` on the program's own graph module, its weights as
     ``get_attr``; ``modified`` is ``bool(info[figure])``, as for a re-capture."""
     graph = program.graph_module.graph
+    _signature_names_from_graph(program)
     before, attributes = set(graph.nodes), set(program.graph_module._buffers)
     lifted = _unlift(program)
     try:
@@ -49,6 +51,27 @@ def rewrite_in_place(program: ExportedProgram, rewrite, figure: str) -> PassResu
         for name in set(program.graph_module._buffers) - attributes:  # read by nothing now
             delattr(program.graph_module, name)
     return PassResult(program, modified=bool(info[figure]), info=info)
+
+
+def _signature_names_from_graph(program: ExportedProgram) -> None:
+    """A deep-copied program's placeholders may carry new names (FX renames ``input``, a
+    builtin's name, to ``input_1``) while its signature keeps the old: take the graph's."""
+    placeholders = [n.name for n in program.graph.nodes if n.op == "placeholder"]
+    signature = program.graph_signature
+    if len(placeholders) != len(signature.input_specs):
+        return
+    renamed, specs = {}, []
+    for spec, name in zip(signature.input_specs, placeholders):
+        if isinstance(spec.arg, TensorArgument) and spec.arg.name != name:
+            renamed[spec.arg.name] = name
+            spec = dataclasses.replace(spec, arg=TensorArgument(name))
+        specs.append(spec)
+    if not renamed:
+        return
+    outputs = [dataclasses.replace(spec, arg=TensorArgument(renamed[spec.arg.name]))
+               if isinstance(spec.arg, TensorArgument) and spec.arg.name in renamed else spec
+               for spec in signature.output_specs]
+    program._graph_signature = ExportGraphSignature(specs, outputs)
 
 
 def _unlift(program: ExportedProgram) -> dict[str, _Lifted]:

@@ -132,6 +132,22 @@ def test_a_removed_copy_that_was_an_output_renames_the_output_in_place():
             torch.testing.assert_close(have, want)
 
 
+def test_a_deep_copied_program_whose_input_fx_renamed_is_rewritten_in_place():
+    """copy.deepcopy renames a placeholder called ``input`` (a builtin's name) to
+    ``input_1`` and leaves the signature saying ``input``: an in-place rewrite follows
+    the graph's names instead of breaking the program."""
+    import copy
+    model = nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 3)).eval()
+    args = (torch.randn(2, 6),)
+    program = copy.deepcopy(torch.export.export(model, args))
+    assert "input_1" in [n.name for n in program.graph.nodes if n.op == "placeholder"]
+    MergeParallelLinears()(program)
+    RemoveNoOps()(program)
+    program.validate()
+    with torch.no_grad():
+        torch.testing.assert_close(program.module()(*args), model(*args))
+
+
 class _ClippedQKV(nn.Module):  # OLMo's clip_qkv: q and k clamped in place, v not
     def __init__(self):
         super().__init__()
