@@ -50,7 +50,10 @@ def time_side_by_side(calls: dict[str, Callable[[], object]], device: str, runs:
                       warmup: int, rounds: int = 10, stage: StageHook = quiet_stage
                       ) -> dict[str, dict]:
     """Interleave the candidates in ``rounds`` blocks so that drift on a shared machine
-    (clocks, other jobs) falls on all of them alike; medians and p90 per candidate."""
+    (clocks, other jobs) falls on all of them alike; medians and p90 per candidate. Each
+    block starts with one untimed call (the previous candidate's thread pool may still
+    spin on the same cores) and the order rotates each round, so no one always follows
+    the same other."""
     for name, fn in calls.items():  # one stage each: torch.compile's compile happens here
         what = "; torch.compile compiles in the first" if name == "compile" else ""
         with stage(f"warm up {name} ({warmup} calls{what})"):
@@ -61,9 +64,12 @@ def time_side_by_side(calls: dict[str, Callable[[], object]], device: str, runs:
     samples: dict[str, list[float]] = {name: [] for name in calls}
     per_round = max(1, runs // rounds)
     with stage(f"time {', '.join(calls)} ({runs} calls each, interleaved)"):
+        names, turn = list(calls), 0
         while min(len(v) for v in samples.values()) < runs:
-            for name, fn in calls.items():
-                samples[name] += [sample(fn, device) for _ in range(per_round)]
+            for name in names[turn % len(names):] + names[:turn % len(names)]:
+                calls[name]()  # settle: not timed
+                samples[name] += [sample(calls[name], device) for _ in range(per_round)]
+            turn += 1
     return {name: stats(values[:runs]) for name, values in samples.items()}
 
 

@@ -61,3 +61,17 @@ def test_bench_times_the_batch_asked_and_the_inputs_given(mlp_build, cli_here, t
     assert json.loads(given.stdout)["inputs"][0]["shape"] == [3, 64]
     too_big = cli_here("bench", str(mlp_build.artifact), "--batch-size", "1000", "--json")
     assert too_big.returncode == 2 and "outside the built range" in too_big.stdout
+
+
+def test_no_candidate_is_timed_straight_after_another_ones_call():
+    """Each timed block starts with an untimed call of the same candidate (another
+    engine's pool may still spin on the cores), and the order rotates every round."""
+    from exporter.benchmark import time_side_by_side
+
+    log: list[str] = []
+    calls = {name: (lambda name=name: log.append(name)) for name in ("a", "b", "c")}
+    time_side_by_side(calls, "cpu", runs=6, warmup=0, rounds=3)
+    blocks = [log[i:i + 3] for i in range(0, len(log), 3)]  # settle + 2 timed calls
+    assert all(len(set(block)) == 1 for block in blocks)
+    firsts = [blocks[i][0] for i in range(0, len(blocks), 3)]
+    assert firsts == ["a", "b", "c"]
