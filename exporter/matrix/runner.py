@@ -213,7 +213,7 @@ def _warm_for(warm_start: bool | Literal["auto"], device: str) -> bool:
     """Whether a cell on ``device`` forks from a warm worker. "auto" (the default): the
     cells that use no GPU, which skip the imports a fresh process repeats; a warm worker
     with cuda cells must try each import in a throwaway fork first
-    (exporter/matrix/fork_safe.py), slower than fresh cells, so cuda cells start fresh
+    (exporter/forking/preload.py), slower than fresh cells, so cuda cells start fresh
     unless asked."""
     return warm_start is True or (warm_start == "auto" and device != "cuda")
 

@@ -1,7 +1,7 @@
-"""`exporter matrix`'s warm workers (exporter/matrix/warm.py): a cell forked from a
-process that imported torch once is still `python -m exporter` as a user runs it: the
-same stdout and exit code, its own session killed at its time limit, and dead with the
-worker that started it.
+"""`exporter matrix`'s warm workers (exporter/matrix/warm.py, a fork server of
+exporter/forking/): a cell forked from a process that imported torch once is still
+`python -m exporter` as a user runs it: the same stdout and exit code, its own session
+killed at its time limit, and dead with the worker that started it.
 
 Each test runs real `exporter` commands in a forked child; the warm process imports only
 what the test names, so they take seconds.

@@ -1,7 +1,7 @@
 """The validation process forked from a template that imported torch once
-(exporter/validation/process.py, template.py) is what a fresh ``python -m`` was: its own
-process, arguments, environment, folder, output, exit code and signal, and nothing of
-the build's process in it."""
+(exporter/validation/process.py, a fork server of exporter/forking/) is what a fresh
+``python -m`` was: its own process, arguments, environment, folder, output, exit code and
+signal, and nothing of the build's process in it."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from exporter.forking import client
 from exporter.validation import process
 from exporter.validation.process import Child
 from exporter.validation.validate import _child_env
@@ -115,6 +116,7 @@ def test_a_fresh_interpreter_runs_it_where_forking_is_unavailable(tmp_path, monk
 _CLIENT = """
 import json, os, sys, time
 from pathlib import Path
+from exporter.forking import client
 from exporter.validation import process
 from exporter.validation.validate import _child_env
 folder = Path(sys.argv[1])
@@ -122,7 +124,7 @@ child = process.Child(["tests.models.validation_probe", "sleep"], _child_env(), 
 while not (folder / "child.stdout").read_text():
     time.sleep(0.1)
 pid = json.loads((folder / "child.stdout").read_text().splitlines()[0])["pid"]
-print(json.dumps({"template": process._TEMPLATES[0]._proc.pid, "child": pid}), flush=True)
+print(json.dumps({"template": process.TEMPLATES.servers()[0]._proc.pid, "child": pid}), flush=True)
 os.kill(os.getpid(), 9)
 """
 
@@ -151,7 +153,8 @@ def test_closing_a_child_whose_template_died_starts_nothing_new(tmp_path):
     the validation again in a fresh interpreter."""
     env = {**_child_env(), "EDGE_PROBE": "closing"}  # its own template, still importing
     child = Child([PROBE, "ok"], env, tmp_path)
-    (template,) = [t for t in process._TEMPLATES if t.key == process.env_key(env)]
+    (template,) = [t for t in process.TEMPLATES.servers()
+                   if t.key[1] == client.env_key(env)]
     template._proc.kill()
     child.close()
     assert child.returncode == -signal.SIGKILL and child.output() == ("", "")

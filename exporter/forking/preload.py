@@ -1,5 +1,5 @@
-"""Importing in a process that will fork cells (exporter/matrix/warm.py) without taking
-CUDA from them.
+"""Importing in a fork server (exporter/forking/server.py) without taking CUDA, or
+threads, from the children it forks.
 
 A process forked after CUDA was initialized cannot use CUDA ("Cannot re-initialize CUDA
 in forked subprocess"). On the GPU machine, importing transformers.modeling_utils
@@ -16,7 +16,10 @@ fallback. So:
 - one whose cells may use the GPU first imports each module in a throwaway fork, and a
   module that initializes CUDA there is left for each cell to import;
 - if, after all that, a fork would still find CUDA poisoned, cells start in a fresh
-  interpreter (the warm process says why).
+  interpreter (the server says why);
+- a fork keeps none of its parent's threads: where the client asks (``threads``), an
+  import that started any (OpenMP's pool, onnxruntime's, TVM's) makes children start in
+  a fresh interpreter too. numpy's OpenBLAS threads are fork-safe and not counted.
 """
 
 from __future__ import annotations
@@ -29,10 +32,12 @@ from typing import Iterator
 NVML_CHECK = "PYTORCH_NVML_BASED_CUDA_CHECK"
 
 
-def preload(modules: list[str], gpu: bool) -> str | None:
+def preload(modules: list[str], gpu: bool, threads: bool = False) -> str | None:
     """Import ``modules``; None when a fork of this process can run its cells, else why
-    not. ``gpu``: whether those cells may use a GPU."""
+    not. ``gpu``: whether those cells may use a GPU; ``threads``: whether an import that
+    started threads makes forking unsafe."""
     hidden = {} if gpu else {"CUDA_VISIBLE_DEVICES": ""}
+    before = _threads()
     with _environ({NVML_CHECK: "1", **hidden}):
         for name in modules:  # a module that fails to import is the cell's to report
             if gpu and _gpu_in_sight() and _initializes_cuda(name):
@@ -42,6 +47,12 @@ def preload(modules: list[str], gpu: bool) -> str | None:
                 __import__(name)
             except Exception as exc:  # noqa: BLE001
                 _say(f"could not import {name}: {type(exc).__name__}: {exc}")
+            if name == "numpy":  # OpenBLAS starts its threads at load (and is fork-safe)
+                before = _threads()
+    if threads and _threads() > before:
+        why = "an import started threads (a fork would lose them)"
+        _say(f"{why}; cells start in a fresh interpreter")
+        return why
     if _forks_lose_cuda():
         why = ("the warm process's imports touched CUDA, which a forked process cannot use "
                f"(imported: {', '.join(modules)})")
@@ -97,5 +108,12 @@ def _forks_lose_cuda() -> bool:
     return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 1
 
 
+def _threads() -> int:
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return 1
+
+
 def _say(line: str) -> None:
-    print(f"warm: {line}", file=sys.stderr, flush=True)
+    print(f"fork server: {line}", file=sys.stderr, flush=True)
