@@ -23,9 +23,8 @@ from torch.export import ExportedProgram
 
 from passes.base import PassResult
 from passes.graph.rewrite import attribute, replace_calls, rewrite_and_recapture
+from targets.aoti.passes.conv_calls import conv2d_call, pair
 
-_CONV2D = torch.ops.aten.conv2d.default
-_CONVOLUTION = torch.ops.aten.convolution.default
 # batch x channels x output pixels x taps; a ConvNeXt-T's 14x14 and 7x7 stages are under it
 MAX_MULTIPLY_ADDS = 4_000_000
 
@@ -68,18 +67,10 @@ def _rewrite_all(module: torch.fx.GraphModule) -> dict:
 def _depthwise_args(module: torch.fx.GraphModule, node: torch.fx.Node) -> tuple | None:
     """(x, weight, bias, stride, padding, dilation) where ``node`` is a depthwise 2-D
     convolution of one filter per channel, else None."""
-    if node.op != "call_function" or node.target not in (_CONV2D, _CONVOLUTION):
+    call = conv2d_call(node)
+    if call is None:
         return None
-    if node.target is _CONVOLUTION:
-        x, weight, bias, stride, padding, dilation, transposed, _, groups = node.args
-        if transposed:
-            return None
-    else:
-        names = ("input", "weight", "bias", "stride", "padding", "dilation", "groups")
-        given = {**dict(zip(names, node.args)), **node.kwargs}
-        x, weight, bias = given["input"], given["weight"], given.get("bias")
-        stride, padding = given.get("stride", [1]), given.get("padding", [0])
-        dilation, groups = given.get("dilation", [1]), given.get("groups", 1)
+    x, weight, bias, stride, padding, dilation, groups = call
     value = x.meta.get("val") if isinstance(x, torch.fx.Node) else None
     w = attribute(module, weight)
     if value is None or value.dim() != 4 or w is None or w.dim() != 4 or isinstance(padding, str):
@@ -91,18 +82,13 @@ def _depthwise_args(module: torch.fx.GraphModule, node: torch.fx.Node) -> tuple 
         return None
     if w.dtype != value.dtype or (bias is not None and attribute(module, bias) is None):
         return None
-    stride, padding, dilation = _pair(stride), _pair(padding), _pair(dilation)
+    stride, padding, dilation = pair(stride), pair(padding), pair(dilation)
     outputs = [(size + 2 * p - d * (k - 1) - 1) // s + 1 for size, p, d, k, s
                in zip(value.shape[2:], padding, dilation, w.shape[2:], stride)]
     if min(outputs) < 1:
         return None
     work = value.shape[0] * channels * outputs[0] * outputs[1] * w.shape[2] * w.shape[3]
     return (x, weight, bias, stride, padding, dilation) if work <= MAX_MULTIPLY_ADDS else None
-
-
-def _pair(value) -> list:
-    value = list(value) if isinstance(value, (list, tuple)) else [value]
-    return value * 2 if len(value) == 1 else value
 
 
 def _plain_float(weight: torch.Tensor) -> bool:

@@ -20,9 +20,8 @@ from torch.export import ExportedProgram
 
 from passes.base import PassResult
 from passes.graph.rewrite import attribute, replace_calls, rewrite_and_recapture
+from targets.aoti.passes.conv_calls import conv2d_call, pair
 
-_CONV2D = torch.ops.aten.conv2d.default
-_CONVOLUTION = torch.ops.aten.convolution.default
 
 
 class PatchConvsAsMatmuls:
@@ -56,18 +55,10 @@ def _rewrite_all(module: torch.fx.GraphModule) -> dict:
 
 def _patch_conv_args(module: torch.fx.GraphModule, node: torch.fx.Node) -> tuple | None:
     """(x, weight, bias) where ``node`` is a 2-D convolution over non-overlapping patches."""
-    if node.op != "call_function" or node.target not in (_CONV2D, _CONVOLUTION):
+    call = conv2d_call(node)
+    if call is None:
         return None
-    if node.target is _CONVOLUTION:
-        x, weight, bias, stride, padding, dilation, transposed, _, groups = node.args
-        if transposed:
-            return None
-    else:
-        names = ("input", "weight", "bias", "stride", "padding", "dilation", "groups")
-        given = {**dict(zip(names, node.args)), **node.kwargs}
-        x, weight, bias = given["input"], given["weight"], given.get("bias")
-        stride, padding = given.get("stride", [1]), given.get("padding", [0])
-        dilation, groups = given.get("dilation", [1]), given.get("groups", 1)
+    x, weight, bias, stride, padding, dilation, groups = call
     value = x.meta.get("val") if isinstance(x, torch.fx.Node) else None
     w = attribute(module, weight)
     if value is None or value.dim() != 4 or w is None or w.dim() != 4 or groups != 1:
@@ -75,19 +66,14 @@ def _patch_conv_args(module: torch.fx.GraphModule, node: torch.fx.Node) -> tuple
     if not all(isinstance(d, int) for d in value.shape) or not _plain_float(w):
         return None
     kernel = list(w.shape[2:])
-    if kernel == [1, 1] or _pair(stride) != kernel or any(_pair(padding)) \
-            or _pair(dilation) != [1, 1]:
+    if kernel == [1, 1] or pair(stride) != kernel or any(pair(padding)) \
+            or pair(dilation) != [1, 1]:
         return None
     if value.shape[2] < kernel[0] or value.shape[3] < kernel[1]:
         return None
     if bias is not None and attribute(module, bias) is None:
         return None
     return (x, weight, bias)
-
-
-def _pair(value) -> list:
-    value = list(value) if isinstance(value, (list, tuple)) else [value]
-    return value * 2 if len(value) == 1 else value
 
 
 def _plain_float(weight: torch.Tensor) -> bool:
