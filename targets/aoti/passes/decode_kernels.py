@@ -25,7 +25,7 @@ import torch
 from torch.export import ExportedProgram
 
 from passes.base import PassResult
-from passes.graph.rewrite import attribute, rewrite_and_recapture
+from passes.graph.rewrite import attribute, replace_calls, rewrite_and_recapture
 from targets.aoti.kernels import ops
 from targets.aoti.passes.decode_patterns import (match_decode_attention, match_gated,
                                                  match_norm, match_residual, val)
@@ -93,21 +93,14 @@ def _row_linear(module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
 
 
 def _rewrite_attention(module: torch.fx.GraphModule) -> dict:
-    placed = 0
-    for node in list(module.graph.nodes):
+    def arguments(node):
         found = match_decode_attention(node)
-        if found is None:
-            continue
-        with module.graph.inserting_before(node):
-            fused = module.graph.call_function(ops.decode_attention, (
-                found.query, found.past_k, found.new_k, found.past_v, found.new_v,
-                found.mask, found.scale))
-        fused.meta = dict(node.meta)
-        node.replace_all_uses_with(fused)
-        # SDPA is tagged random (its dropout), so dead-code elimination would keep it, and
-        # with it the cache copies it reads
-        module.graph.erase_node(node)
-        placed += 1
+        return None if found is None else ((
+            found.query, found.past_k, found.new_k, found.past_v, found.new_v,
+            found.mask, found.scale), {})
+    # SDPA is tagged random (its dropout), so dead-code elimination would keep it, and
+    # with it the cache copies it reads: replace_calls erases it
+    info = replace_calls(module, arguments, ops.decode_attention, "attention_as_kernel")
     module.graph.eliminate_dead_code()
     module.recompile()
-    return {"attention_as_kernel": placed}
+    return info
