@@ -1,19 +1,25 @@
-"""Where a cuda fp16 artifact's time goes against torch.compile(reduce-overhead), and how
-build variants move it: one process per run, each model's candidates interleaved.
+"""Where a cuda fp16 artifact's time goes against torch.compile(reduce-overhead) and eager,
+and how build variants move it: each model's candidates interleaved in one process.
 
     python bench/cuda_gap.py --models vit_b_16,deit_small,gpt2_small --json-out OUT.jsonl \
-        --variants 'before={"skip_passes": ["patch_convs_as_matmuls"]};after={}' --build-jobs 4
+        --variants 'before={"skip_passes": ["patch_convs_as_matmuls"]};after={}' \
+        --time-cores 12-15
 
 A variant is a name and Inductor settings laid over what the cuda target passes, less
 the passes its ``skip_passes`` names (``{}``: the target as it is; the default compares
-the target without and with its depthwise and attention-input rewrites). Each model is
-built once per variant (the whole build, validation included; ``--build-jobs`` builds run
-at once, in their own processes, before any timing), then the artifacts and ``compile`` (the model cast as the build
-casts it, torch.compile(mode="reduce-overhead")) are timed side by side with CUDA events
-(``exporter.benchmark.time_side_by_side``: medians over ``--runs`` calls after warm-up),
-and each is profiled over ``--profile-calls`` calls: kernels per call, GPU time per
-kernel class (GEMM, attention, Triton, copies, other) and the kernels with the most time.
-One JSON row per model goes to ``--json-out`` as soon as it is measured.
+the target without and with its depthwise and attention-input rewrites). Every (model,
+variant) build is its own process (the whole build, validation included, bench/cuda_jobs.py),
+all at once; beside them one measuring process per model compiles its baselines
+(``compile``: the model cast as the build casts it, torch.compile(mode="reduce-overhead");
+``eager``), loads the builds as they finish and warms everything up. When every model is
+ready (or at ``--barrier-s``), the measuring processes take the GPU one at a time, on
+``--time-cores``: candidates timed side by side with CUDA events
+(``exporter.benchmark.time_side_by_side``: medians over ``--runs`` calls after warm-up)
+and profiled over ``--profile-calls`` calls: kernels per call, GPU time per kernel class
+(GEMM, attention, Triton, copies, other) and the kernels with the most time. One JSON row
+per model goes to ``--json-out`` as soon as it is measured; ``--progress`` gets a line per
+finished build and model. ``--device cpu`` runs the same path on the cpu target (fp32,
+AOTInductor; variants must be ``{}``, no profile): the path checked without a GPU.
 """
 
 from __future__ import annotations
@@ -22,7 +28,6 @@ import argparse
 import json
 import re
 import sys
-import time
 from collections import defaultdict
 from pathlib import Path
 
@@ -31,7 +36,7 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.common import machine_header  # noqa: E402
+from bench.cuda_jobs import build_one, note, run_jobs, time_on_gpu, write_result  # noqa: E402
 
 # the cuda target without its depthwise and attention-input rewrites, and as it is
 BEFORE_AFTER = ('before={"skip_passes": ["depthwise_convs_as_taps", '
@@ -47,91 +52,6 @@ CLASSES = (  # first match wins: a Triton GEMM template is a GEMM, not a Triton 
 
 def kernel_class(name: str) -> str:
     return next((label for label, pattern in CLASSES if pattern.search(name)), "other")
-
-
-def with_variant(overrides: dict):
-    """The cuda target's Inductor settings with ``overrides`` laid over them, less the
-    passes named in ``overrides["skip_passes"]``, for one build; returns the originals."""
-    from targets.aoti.cuda import CudaTarget
-    overrides = dict(overrides)
-    skipped = set(overrides.pop("skip_passes", ()))
-    original = CudaTarget.inductor_configs, CudaTarget.default_passes
-
-    def configs(self, options, dynamic=False, data_sizes=False):
-        return {**original[0](self, options, dynamic, data_sizes), **overrides}
-
-    def passes(self, options):
-        return [p for p in original[1](self, options) if p.name not in skipped]
-    CudaTarget.inductor_configs, CudaTarget.default_passes = configs, passes
-    return original
-
-
-def build_variant(name: str, spec: str, variant: str, overrides: dict, work: Path) -> dict:
-    from exporter.builder.pipeline import build
-    from exporter.settings import BuildSettings
-    from targets.aoti.cuda import CudaTarget
-
-    out = work / f"{name}-{variant}.artifact"
-    original = with_variant(overrides)
-    start = time.perf_counter()
-    try:
-        built = build(spec, BuildSettings(target="cuda", dtype="fp16", out=out))
-    finally:
-        CudaTarget.inductor_configs, CudaTarget.default_passes = original
-    return {"path": str(out), "build_s": round(time.perf_counter() - start, 1),
-            "lower_s": built.timings.get("lower (aoti)"),
-            "validated": built.manifest.validation["passed"]}
-
-
-def build_all(names: list[str], variants: dict[str, dict], args) -> dict[str, dict]:
-    """Every (model, variant) build: in this process one after another, or
-    ``args.build_jobs`` at a time each in a fresh Python process (a build is mostly CPU
-    work: Inductor's code generation, the C++ compile). A build that fails is recorded as
-    its error; each finished build is printed with the seconds since the first began."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    from bench.models import SUITE
-    work = Path(args.work_dir)
-    work.mkdir(parents=True, exist_ok=True)
-    jobs = [(name, SUITE[name], v, o, str(work)) for name in names for v, o in variants.items()]
-    start = time.perf_counter()
-
-    def one(job: tuple) -> dict:
-        built = _build_in_process(job) if args.build_jobs > 1 else _build_here(*job)
-        print(json.dumps({"model": job[0], "variant": job[2], "at_s":
-                          round(time.perf_counter() - start), **built}), flush=True)
-        return built
-    if args.build_jobs > 1:
-        with ThreadPoolExecutor(args.build_jobs) as pool:
-            results = list(pool.map(one, jobs))
-    else:
-        results = [one(job) for job in jobs]
-    builds: dict[str, dict] = {name: {} for name in names}
-    for (name, _, variant, _, _), built in zip(jobs, results):
-        builds[name][variant] = built
-    return builds
-
-
-def _build_here(name: str, spec: str, variant: str, overrides: dict, work: str) -> dict:
-    try:
-        return build_variant(name, spec, variant, overrides, Path(work))
-    except Exception as exc:  # one failed build leaves the others to measure
-        return {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
-
-
-def _build_in_process(job: tuple) -> dict:
-    """One build in a child Python; its result comes back through a file, its output goes
-    to a log: a pipe would wait for every process that inherited it (compile workers)."""
-    import subprocess
-    result = Path(job[4]) / f"{job[0]}-{job[2]}.json"
-    result.unlink(missing_ok=True)
-    with open(result.with_suffix(".log"), "w") as log:
-        subprocess.run([sys.executable, __file__, "--build-one", json.dumps(job),
-                        "--json-out", str(result)], stdout=log, stderr=subprocess.STDOUT,
-                       stdin=subprocess.DEVNULL, cwd=ROOT)
-    if not result.exists():
-        return {"error": result.with_suffix(".log").read_text()[-400:]}
-    return json.loads(result.read_text())
 
 
 def profile(call, calls: int) -> dict:
@@ -160,29 +80,49 @@ def profile(call, calls: int) -> dict:
                      "us_per_call": round(us / calls, 1)} for k, (n, us) in top]}
 
 
-def measure(name: str, builds: dict[str, dict], args) -> dict:
+def measure(name: str, variants: dict[str, dict], args) -> dict:
+    """One model's measuring process: baselines compiled and every build loaded and warmed
+    while other models build, then timed and profiled when this process holds the GPU."""
     import runtime
+    from bench.cuda_jobs import wait_for_build
     from bench.models import SUITE
     from exporter.benchmark import _baselines, time_side_by_side
     from exporter.model.spec import load_spec
     from runtime.program.flat_inputs import flatten_inputs
 
-    spec_text = SUITE[name]
-    built_ok = {v: b for v, b in builds.items() if "path" in b}
-    spec = load_spec(spec_text)
-    inputs = [t.cuda() for t in flatten_inputs(spec.args, spec.kwargs).tensors]
+    device, dtype = ("cuda", "fp16") if args.device == "cuda" else ("cpu", "fp32")
+    spec = load_spec(SUITE[name])
+    inputs = [t.to(device) for t in flatten_inputs(spec.args, spec.kwargs).tensors]
     with torch.inference_mode():
-        calls = _baselines(spec, inputs, "cuda", "fp16", () if args.no_compile else ("compile",))
-        for variant, built in built_ok.items():
-            program = runtime.load(built["path"])
-            calls[variant] = (lambda p: lambda: p.run(inputs, output_device="cuda"))(program)
-        timings = time_side_by_side(calls, "cuda", args.runs, args.warmup)
-        profiles = {label: profile(call, args.profile_calls) for label, call in calls.items()}
-    compile_ms = timings["compile"]["median_ms"] if "compile" in timings else None
-    return {"model": name, "spec": spec_text, "builds": builds, "timings": timings,
-            "vs_compile": {v: round(timings[v]["median_ms"] / compile_ms, 3)
-                           for v in built_ok} if compile_ms else None,
+        calls = _baselines(spec, inputs, device, dtype, tuple(args.baselines.split(",")))
+        warm(calls, args.warmup, device)  # torch.compile compiles here, beside the builds
+        note(args, {"model": name, "baselines_ready": list(calls)})
+        builds = {v: wait_for_build(name, v, args) for v in variants}
+        for variant, built in builds.items():
+            if "path" in built:
+                program = runtime.load(built["path"])
+                calls[variant] = (lambda p: lambda: p.run(inputs, output_device=device))(
+                    program)
+        warm({v: calls[v] for v in builds if v in calls}, args.warmup, device)
+        with time_on_gpu(name, args):
+            timings = time_side_by_side(calls, device, args.runs, args.warmup)
+            profiles = ({label: profile(call, args.profile_calls)
+                         for label, call in calls.items()}
+                        if device == "cuda" and args.profile_calls else {})
+    base = next((timings[k]["median_ms"] for k in ("compile", "eager") if k in timings), None)
+    return {"model": name, "spec": SUITE[name], "builds": builds, "timings": timings,
+            "vs": {v: round(timings[v]["median_ms"] / base, 3) for v in builds
+                   if v in timings} if base else None,
+            "vs_baseline": next((k for k in ("compile", "eager") if k in timings), None),
             "profiles": profiles}
+
+
+def warm(calls: dict, times: int, device: str) -> None:
+    for call in calls.values():
+        for _ in range(times):
+            call()
+    if device != "cpu":
+        torch.cuda.synchronize()
 
 
 def parse_variants(text: str) -> dict[str, dict]:
@@ -196,39 +136,61 @@ def parse_variants(text: str) -> dict[str, dict]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="vit_b_16,gpt2_small")
-    parser.add_argument("--variants", default=BEFORE_AFTER)
+    parser.add_argument("--variants", default=BEFORE_AFTER,
+                        help="name=JSON;... (a model:variant name limits it to that model)")
+    parser.add_argument("--baselines", default="eager,compile")
+    parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     parser.add_argument("--runs", type=int, default=200)
     parser.add_argument("--warmup", type=int, default=30)
     parser.add_argument("--profile-calls", type=int, default=20)
     parser.add_argument("--work-dir", default="build/cuda-gap")
     parser.add_argument("--json-out", default="build/cuda-gap/rows.jsonl")
-    parser.add_argument("--build-jobs", type=int, default=1)
-    parser.add_argument("--no-compile", action="store_true",
-                        help="time the artifacts only (no torch.compile baseline)")
-    parser.add_argument("--build-one", help=argparse.SUPPRESS)  # a build_all worker's job
+    parser.add_argument("--progress", help="a line per finished build and model")
+    parser.add_argument("--compile-threads", type=int, default=4,
+                        help="Inductor's compile workers in each process")
+    parser.add_argument("--barrier-s", type=float, default=360,
+                        help="seconds after the start when timing begins though some model "
+                             "is not ready")
+    parser.add_argument("--deadline-s", type=float, default=540,
+                        help="seconds after the start when unfinished processes are ended")
+    parser.add_argument("--time-cores", help="cores the measuring process holds while it "
+                        "times, e.g. 12-15 (default: as started)")
+    parser.add_argument("--build-one", help=argparse.SUPPRESS)  # a build process's job
+    parser.add_argument("--measure-one", help=argparse.SUPPRESS)  # a measuring process's model
+    parser.add_argument("--start", type=float, help=argparse.SUPPRESS)  # the parent's clock
     args = parser.parse_args()
-    if args.build_one:  # a build_all worker: the result to --json-out
-        Path(args.json_out).write_text(json.dumps(_build_here(*json.loads(args.build_one))))
+    if args.build_one:  # one build: the result to --json-out
+        write_result(args.json_out, build_one(json.loads(args.build_one), args))
         return
-    variants = parse_variants(args.variants)
-    header = {**machine_header(torch=torch.__version__, cuda=torch.version.cuda),
-              "gpu": torch.cuda.get_device_name(), "variants": variants, "runs": args.runs}
-    names = args.models.split(",")
-    builds = build_all(names, variants, args)
-    for name in names:
-        try:
-            row = {**header, **measure(name, builds[name], args)}
-        except Exception as exc:  # the other models are still measured
-            print(json.dumps({"model": name, "error": f"{type(exc).__name__}: {exc}"[:400]}),
-                  flush=True)
-            continue
-        with open(args.json_out, "a") as sink:
-            sink.write(json.dumps(row) + "\n")
-        brief = {"model": name, "vs_compile": row["vs_compile"],
-                 "ms": {k: round(v["median_ms"], 4) for k, v in row["timings"].items()},
-                 "kernels": {k: p["kernels_per_call"] for k, p in row["profiles"].items()},
-                 "classes": {k: p["us_per_call"] for k, p in row["profiles"].items()}}
-        print(json.dumps(brief), flush=True)
+    if args.measure_one:
+        name = args.measure_one
+        row = {**header(args), **measure(name, variants_for(name, args), args)}
+        note(args, {"model": name, "vs": row["vs"], "vs_baseline": row["vs_baseline"],
+                    "ms": {k: round(v["median_ms"], 4) for k, v in row["timings"].items()},
+                    "kernels": {k: p["kernels_per_call"] for k, p in row["profiles"].items()},
+                    "classes": {k: p["us_per_call"] for k, p in row["profiles"].items()}},
+             row=row)
+        return
+    run_jobs(args, [(name, variants_for(name, args)) for name in args.models.split(",")])
+
+
+def variants_for(name: str, args) -> dict[str, dict]:
+    """The variants built for ``name``: those whose name is plain or ``name:...``."""
+    chosen = {}
+    for label, settings in parse_variants(args.variants).items():
+        model, _, short = label.rpartition(":")
+        if not model or model == name:
+            chosen[short] = settings
+    return chosen
+
+
+def header(args) -> dict:
+    from bench.common import machine_header
+    versions = {"torch": torch.__version__, "cuda": torch.version.cuda}
+    if args.device == "cuda":
+        versions["gpu"] = torch.cuda.get_device_name()
+    return {**machine_header(**versions), "variants": args.variants, "runs": args.runs,
+            "argv": " ".join(sys.argv[1:])}
 
 
 if __name__ == "__main__":

@@ -1,0 +1,212 @@
+"""bench/cuda_gap.py's processes: every (model, variant) build and one measuring process per
+model started at once, the measuring processes taking the GPU one at a time once every model
+is ready. Results travel through files (a pipe would wait for every process that inherited
+it: Inductor's compile workers), each process writes its output to its own log, and a run
+cut short keeps every row already written."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+GAP = Path(__file__).resolve().parent / "cuda_gap.py"
+
+
+def build_one(job: list, args) -> dict:
+    """One (model, variant) build with the whole ``build()``; a failure is its error."""
+    name, spec, variant, overrides = job
+    out = Path(args.work_dir) / f"{name}-{variant}.artifact"
+    start = time.perf_counter()
+    try:
+        built = _build(spec, overrides, out, args.device)
+    except Exception as exc:  # the other builds are still measured
+        return {"error": f"{type(exc).__name__}: {str(exc)[:300]}",
+                "build_s": round(time.perf_counter() - start, 1)}
+    finally:
+        note(args, {"model": name, "variant": variant, "built_at_s": since(args)})
+    return {"path": str(out), "build_s": round(time.perf_counter() - start, 1),
+            "lower_s": built.timings.get("lower (aoti)"),
+            "validated": built.manifest.validation["passed"]}
+
+
+def _build(spec: str, overrides: dict, out: Path, device: str):
+    from exporter.builder.pipeline import build
+    from exporter.settings import BuildSettings
+    if device == "cpu":  # the process path without a GPU: no Inductor settings to lay over
+        if overrides:
+            raise ValueError("--device cpu builds the cpu target as it is: variants are {}")
+        return build(spec, BuildSettings(target="cpu", dtype="fp32", out=out,
+                                         cpu_backend="aoti"))
+    from targets.aoti.cuda import CudaTarget
+    original = with_variant(overrides)
+    try:
+        return build(spec, BuildSettings(target="cuda", dtype="fp16", out=out))
+    finally:
+        CudaTarget.inductor_configs, CudaTarget.default_passes = original
+
+
+def with_variant(overrides: dict):
+    """The cuda target's Inductor settings with ``overrides`` laid over them, less the
+    passes named in ``overrides["skip_passes"]``, for one build; returns the originals."""
+    from targets.aoti.cuda import CudaTarget
+    overrides = dict(overrides)
+    skipped = set(overrides.pop("skip_passes", ()))
+    original = CudaTarget.inductor_configs, CudaTarget.default_passes
+
+    def configs(self, options, dynamic=False, data_sizes=False):
+        return {**original[0](self, options, dynamic, data_sizes), **overrides}
+
+    def passes(self, options):
+        return [p for p in original[1](self, options) if p.name not in skipped]
+    CudaTarget.inductor_configs, CudaTarget.default_passes = configs, passes
+    return original
+
+
+def run_jobs(args, plan: list[tuple[str, dict[str, dict]]]) -> None:
+    """Start every build and measuring process of ``plan`` ((model, variants) pairs), echo
+    the progress lines as they come, end what is left at ``--deadline-s``."""
+    from bench.models import SUITE
+    work = Path(args.work_dir)
+    (work / "logs").mkdir(parents=True, exist_ok=True)
+    sync = work / "sync"
+    sync.mkdir(exist_ok=True)
+    for stale in [*sync.iterdir(), *work.glob("*.json")]:
+        stale.unlink()
+    args.progress = args.progress or str(work / "progress.log")
+    Path(args.progress).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.json_out).parent.mkdir(parents=True, exist_ok=True)
+    start = time.time()
+    env = {**os.environ, "TORCHINDUCTOR_COMPILE_THREADS": str(args.compile_threads),
+           "PYTHONUNBUFFERED": "1"}
+    common = [*sys.argv[1:], "--start", str(start), "--progress", args.progress]
+    builds = []
+    for name, variants in plan:
+        for variant, overrides in variants.items():
+            job = [name, SUITE[name], variant, overrides]
+            builds.append(_spawn([*common, "--build-one", json.dumps(job), "--json-out",
+                                  str(result_file(name, variant, args))],
+                                 work / "logs" / f"{name}-{variant}.log", env))
+    procs = builds + [_spawn([*common, "--measure-one", name], work / "logs" / f"{name}.log",
+                             env) for name, _ in plan]
+    seen = 0
+    while any(p.poll() is None for p in procs) and time.time() < start + args.deadline_s:
+        time.sleep(2)
+        seen = _echo(args.progress, seen)
+        if (sync / "open").exists():  # timing began: no build may share the GPU or CPUs
+            _end(builds, "ended_at_barrier")
+    _end(procs, "ended_at_deadline")
+    _echo(args.progress, seen)
+    for proc in procs:
+        if proc.returncode and proc.returncode != -signal.SIGKILL:  # not one ended above
+            print(f"--- {proc.log} (exit {proc.returncode}):\n"
+                  + proc.log.read_text()[-1500:], flush=True)
+
+
+def _end(procs: list[subprocess.Popen], why: str) -> None:
+    """Each process still running, with its compile workers (its own session)."""
+    for proc in procs:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            print(json.dumps({why: proc.args[-1][:80]}), flush=True)
+
+
+def _spawn(argv: list[str], log: Path, env: dict) -> subprocess.Popen:
+    with open(log, "w") as sink:  # its own session: the deadline ends its compile workers too
+        proc = subprocess.Popen([sys.executable, str(GAP), *argv], stdout=sink,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                                start_new_session=True)
+    proc.log = log
+    return proc
+
+
+def _echo(progress: str, seen: int) -> int:
+    path = Path(progress)
+    if not path.exists():
+        return seen
+    lines = path.read_text().splitlines()
+    for line in lines[seen:]:
+        print(line, flush=True)
+    return len(lines)
+
+
+def result_file(name: str, variant: str, args) -> Path:
+    return Path(args.work_dir) / f"{name}-{variant}.json"
+
+
+def wait_for_build(name: str, variant: str, args) -> dict:
+    """The build's result once its process wrote it, or an error at ``--barrier-s``."""
+    path = result_file(name, variant, args)
+    while not path.exists():
+        if since(args) > args.barrier_s:
+            return {"error": f"not built {args.barrier_s:.0f} s after the start"}
+        time.sleep(1)
+    return json.loads(path.read_text())
+
+
+def write_result(path: str, result: dict) -> None:
+    """Whole or not at all: a measuring process polls for the file."""
+    part = Path(path + ".part")
+    part.write_text(json.dumps(result))
+    os.replace(part, path)
+
+
+@contextlib.contextmanager
+def time_on_gpu(name: str, args):
+    """Ready; wait until every model is (or ``--barrier-s``); then hold the GPU alone,
+    on ``--time-cores`` if given."""
+    sync = Path(args.work_dir) / "sync"
+    (sync / f"ready-{name}").touch()
+    models = len(args.models.split(","))
+    while len(list(sync.glob("ready-*"))) < models and since(args) < args.barrier_s:
+        time.sleep(1)
+    (sync / "open").touch()  # a caller's script may start its CPU work now
+    with open(sync / "gpu.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if args.time_cores:
+            pin(cores(args.time_cores))
+        note(args, {"model": name, "timing_at_s": since(args)})
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def cores(text: str) -> set[int]:
+    """'12-15' or '0,2,4-5' as a set of core numbers."""
+    chosen = set()
+    for part in text.split(","):
+        low, _, high = part.partition("-")
+        chosen |= set(range(int(low), int(high or low) + 1))
+    return chosen
+
+
+def pin(chosen: set[int]) -> None:
+    """Every thread of this process onto ``chosen`` (sched_setaffinity(0) moves only one)."""
+    for tid in os.listdir("/proc/self/task"):
+        with contextlib.suppress(OSError):
+            os.sched_setaffinity(int(tid), chosen)
+
+
+def since(args) -> float:
+    return round(time.time() - (args.start or time.time()), 1)
+
+
+def note(args, line: dict, row: dict | None = None) -> None:
+    """A progress line (and a result row) appended under a lock: many processes write."""
+    print(json.dumps(line), flush=True)
+    targets = [(args.progress, line)] + ([(args.json_out, row)] if row is not None else [])
+    for path, record in targets:
+        if not path:
+            continue
+        with open(path, "a") as sink:
+            fcntl.flock(sink, fcntl.LOCK_EX)
+            sink.write(json.dumps(record) + "\n")
+            fcntl.flock(sink, fcntl.LOCK_UN)
