@@ -42,17 +42,13 @@ def supply_shared(ort, options, tensors: dict, *, in_memory_files: bool, partiti
                   where: str) -> list:
     """Hand ``tensors`` ({initializer name: CPU torch tensor}) to ``options``; returns
     what must live as long as the session (ORT reads these buffers, not copies)."""
-    if in_memory_files and hasattr(options, "add_external_initializers_from_files_in_memory"):
+    if in_memory_files and can_read_files_in_place(options):
         import torch
-        names, buffers = [], []
-        for name, tensor in tensors.items():
-            names.append(shared_location(name))
-            # bytes of any dtype (bfloat16 too): ORT takes the declared type from the graph
-            buffers.append(tensor.contiguous().view(-1).view(torch.uint8).numpy())
-        options.add_external_initializers_from_files_in_memory(
-            names, buffers, [b.nbytes for b in buffers])
-        options.add_session_config_entry(_IN_PLACE, "1")
-        return buffers
+        # bytes of any dtype (bfloat16 too): ORT takes the declared type from the graph
+        files = {shared_location(name): tensor.contiguous().view(-1).view(torch.uint8).numpy()
+                 for name, tensor in tensors.items()}
+        read_files_in_place(options, files)
+        return list(files.values())
     values = []
     for tensor in tensors.values():
         if str(tensor.dtype) == "torch.bfloat16":  # numpy has no bfloat16
@@ -63,3 +59,15 @@ def supply_shared(ort, options, tensors: dict, *, in_memory_files: bool, partiti
         values.append(ort.OrtValue.ortvalue_from_numpy(tensor.numpy()))
     options.add_external_initializers(list(tensors), values)
     return values
+
+
+def can_read_files_in_place(options) -> bool:
+    return hasattr(options, "add_external_initializers_from_files_in_memory")
+
+
+def read_files_in_place(options, files: dict) -> None:
+    """Hand ORT each external-data file's bytes ({location: uint8 numpy buffer}), which
+    its session reads in place; the buffers must outlive the session."""
+    options.add_external_initializers_from_files_in_memory(
+        list(files), list(files.values()), [b.nbytes for b in files.values()])
+    options.add_session_config_entry(_IN_PLACE, "1")

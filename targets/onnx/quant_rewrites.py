@@ -20,8 +20,11 @@ that they reach every weight a decoder has:
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import numpy as np
+
+from targets.onnx.initializers import values
 
 log = logging.getLogger(__name__)
 
@@ -31,11 +34,11 @@ _FLOATS = {1: np.float32, 10: np.float16}  # onnx TensorProto FLOAT, FLOAT16
 MIN_TABLE_ELEMENTS = 1 << 14
 
 
-def quantize_embedding_tables(model, block: int) -> dict[str, str]:
-    """Rewrite, in place in ``model`` (an onnx ModelProto with its weights loaded), every
-    Gather whose data is a float 2-D initializer read by Gathers on axis 0 alone. Returns
-    {gather node name: what was done or why it stays float}."""
-    from onnx import helper, numpy_helper
+def quantize_embedding_tables(model, block: int, folder: Path | None = None) -> dict[str, str]:
+    """Rewrite, in place in ``model`` (an onnx ModelProto; weights kept in files are read
+    from ``folder``), every Gather whose data is a float 2-D initializer read by Gathers
+    on axis 0 alone. Returns {gather node name: what was done or why it stays float}."""
+    from onnx import helper
 
     tables = {t.name: t for t in model.graph.initializer}
     readers = _readers(model)
@@ -50,7 +53,7 @@ def quantize_embedding_tables(model, block: int) -> dict[str, str]:
             done[node.name] = why
             continue
         if table.name not in replaced:
-            replaced[table.name] = _quantized(numpy_helper.to_array(table), table.name, block)
+            replaced[table.name] = _quantized(values(table, folder), table.name, block)
         data, scales = replaced[table.name]
         gather = helper.make_node(
             "GatherBlockQuantized", [data.name, node.input[1], scales.name], list(node.output),
@@ -67,7 +70,7 @@ def quantize_embedding_tables(model, block: int) -> dict[str, str]:
     return done
 
 
-def untie_output_projections(model) -> list[str]:
+def untie_output_projections(model, folder: Path | None = None) -> list[str]:
     """Give each MatMul that reads a float table through a Transpose (a tied output
     projection, x @ table.T, as torch.onnx writes it) the transposed table as its own
     initializer, in place. ORT's quantizers take only a stored B, so a tied head
@@ -93,7 +96,7 @@ def untie_output_projections(model) -> list[str]:
         if not users or len(read_as_b) != len(users):
             continue  # something else reads the transposed table: leave it
         transposed = numpy_helper.from_array(
-            np.ascontiguousarray(numpy_helper.to_array(table).T), f"{table.name}_transposed")
+            np.ascontiguousarray(values(table, folder).T), f"{table.name}_transposed")
         model.graph.initializer.append(transposed)
         for user in users:
             user.input[1] = transposed.name
@@ -148,7 +151,7 @@ def _quantized(table: np.ndarray, name: str, block: int):
             numpy_helper.from_array(scales.astype(table.dtype), f"{name}_scales"))
 
 
-def gemms_as_matmuls(model) -> None:
+def gemms_as_matmuls(model, folder: Path | None = None) -> None:
     """Each plain Gemm (alpha = beta = 1, A not transposed) on a stored 2-D weight as
     MatMul + Add, in place, named as ORT's dynamic quantizer names its own rewrite: ORT's
     MatMulNBits quantizer takes MatMuls only, and GPT-2's Conv1D layers export as Gemm,
@@ -167,7 +170,7 @@ def gemms_as_matmuls(model) -> None:
         if attrs.get("transB", 0):  # the weight's own copy, as [in, out]
             b = f"{node.name}_weight"
             model.graph.initializer.append(numpy_helper.from_array(
-                numpy_helper.to_array(weight).T.copy(), b))
+                values(weight, folder).T.copy(), b))
             transposed.add(weight.name)
         bias = node.input[2] if len(node.input) > 2 and node.input[2] else None
         product = f"{node.output[0]}_matmul" if bias else node.output[0]

@@ -20,6 +20,7 @@ from passes.quantize.quant_error import ErrorSums, layer_rows
 from targets.onnx.quant_rewrites import (gemms_as_matmuls, pools_counting_only_the_input,
                                         quantize_embedding_tables, untie_output_projections)
 from targets.errors import TargetOptionError
+from targets.onnx import initializers
 from targets.onnx.card import NBITS_BLOCK, RECIPES
 from targets.onnx.inside import MODULE_KEY
 
@@ -54,46 +55,64 @@ def quantize_model(path: Path, recipe: str, calibration: list, examples: list | 
     """(the quantized ModelProto, with its weights loaded, and the report). ORT writes to
     a scratch folder; the caller saves the model under the artifact's own file names.
     ``examples``: flat input sets (the partition's own inputs) the per-layer error is
-    measured on when there is no calibration data."""
+    measured on when there is no calibration data. The exported model's weights are read
+    from its files as each step needs them, never held whole (initializers.py)."""
     import onnx
 
-    with tempfile.TemporaryDirectory(prefix="ort-quantize-", dir=path.parent) as scratch:
-        quantized_path = Path(scratch) / "model.int8.onnx"
-        before = onnx.load(str(path))
-        bytes_before = _initializer_bytes(before)
-        untie_output_projections(before)  # a tied head gets its own table to quantize
-        # ORT's quantizer re-runs ONNX shape inference, which refused the exporter's own
-        # intermediate shapes on the zoo CNN ("Inferred shape and existing shape differ"):
-        # it infers them again from the inputs instead.
-        plain = onnx.ModelProto()
-        plain.CopyFrom(before)
-        del plain.graph.value_info[:]
-        if recipe.endswith("-weight"):
-            gemms_as_matmuls(plain)
-        if recipe == "int8-static":  # before ORT: its QDQ pools run as its int8 kernel
-            pools = pools_counting_only_the_input(plain)
-            log.info("%d average pool(s) count only what their windows cover", len(pools))
-        source = Path(scratch) / "model.onnx"
-        onnx.save_model(plain, str(source), save_as_external_data=True,
-                        all_tensors_to_one_file=True, location="model.onnx.data")
-        with _without_preprocessing_advice():
-            _run_ort(source, quantized_path, recipe, calibration, before, block)
-        after = onnx.load(str(quantized_path))
-        weighted, label = _weighted_nodes(before), _layer_labels(before)
-        done = _quantized_nodes(after)
-        # A Gemm is quantized as MatMul + Add, "<gemm>_MatMul" (ORT's dynamic quantizer
-        # rewrites it so; quant_rewrites.gemms_as_matmuls for MatMulNBits)
-        quantized = [n for n in weighted if n in done or f"{n}_MatMul" in done]  # graph order
-        tables = (quantize_embedding_tables(after, block) if recipe.endswith("-weight")
-                  else _gathers_made_int8(before, after))
-        quantized += [n for n, how in tables.items() if how == "int8"]
-        sets, on = ((calibration, f"{len(calibration)} calibration set(s)") if calibration
-                    else (examples or [], "the example inputs"))
-        try:  # a diagnostic: the build goes on without it, and says why
-            errors = (_layer_errors(before, after, quantized, sets, Path(scratch), label)
-                      if sets else [])
-        except Exception as exc:  # noqa: BLE001 - ORT raises its own pybind types
-            errors, on = [], f"not computed ({type(exc).__name__}: {str(exc)[:200]})"
+    with tempfile.TemporaryDirectory(prefix="ort-quantize-", dir=path.parent) as folder:
+        scratch = Path(folder)
+        before = onnx.load(str(path), load_external_data=False)
+        # the export's weight files move in while this runs, so each model written here
+        # reads the weights it leaves alone from them, by their own relative names
+        exported = initializers.external_files(before)
+        initializers.move_files(exported, path.parent, scratch)
+        try:
+            return _quantize_in(scratch, before, recipe, calibration, examples or [], block)
+        finally:
+            initializers.move_files(exported, scratch, path.parent)
+
+
+def _quantize_in(scratch: Path, before, recipe: str, calibration: list, examples: list,
+                 block: int):
+    import onnx
+    from onnx.external_data_helper import load_external_data_for_model
+
+    bytes_before = _initializer_bytes(before)
+    untie_output_projections(before, scratch)  # a tied head gets its own table to quantize
+    # every weight in a file from here on: the protos below are graphs, cheap to copy
+    initializers.save_graph_only(before, scratch / "float.onnx")
+    # ORT's quantizer re-runs ONNX shape inference, which refused the exporter's own
+    # intermediate shapes on the zoo CNN ("Inferred shape and existing shape differ"):
+    # it infers them again from the inputs instead.
+    plain = onnx.ModelProto()
+    plain.CopyFrom(before)
+    del plain.graph.value_info[:]
+    if recipe.endswith("-weight"):
+        gemms_as_matmuls(plain, scratch)
+    if recipe == "int8-static":  # before ORT: its QDQ pools run as its int8 kernel
+        pools = pools_counting_only_the_input(plain)
+        log.info("%d average pool(s) count only what their windows cover", len(pools))
+    source, quantized_path = scratch / "plain.onnx", scratch / "quantized.onnx"
+    initializers.save_graph_only(plain, source)
+    del plain
+    with _without_preprocessing_advice():
+        _run_ort(source, quantized_path, recipe, calibration, before, block)
+    after = onnx.load(str(quantized_path), load_external_data=False)
+    weighted, label = _weighted_nodes(before), _layer_labels(before)
+    done = _quantized_nodes(after)
+    # A Gemm is quantized as MatMul + Add, "<gemm>_MatMul" (ORT's dynamic quantizer
+    # rewrites it so; quant_rewrites.gemms_as_matmuls for MatMulNBits)
+    quantized = [n for n in weighted if n in done or f"{n}_MatMul" in done]  # graph order
+    tables = (quantize_embedding_tables(after, block, scratch) if recipe.endswith("-weight")
+              else _gathers_made_int8(before, after))
+    quantized += [n for n, how in tables.items() if how == "int8"]
+    sets, on = ((calibration, f"{len(calibration)} calibration set(s)") if calibration
+                else (examples, "the example inputs"))
+    try:  # a diagnostic: the build goes on without it, and says why
+        errors = _layer_errors(before, after, quantized, sets, scratch, label) if sets else []
+    except Exception as exc:  # noqa: BLE001 - ORT raises its own pybind types
+        errors, on = [], f"not computed ({type(exc).__name__}: {str(exc)[:200]})"
+    load_external_data_for_model(after, str(scratch))  # the result's own bytes, once
     return after, {
         "recipe": recipe, "how": RECIPES[recipe],
         **({"block_size": block} if recipe.endswith("-weight") else {}),
@@ -175,8 +194,12 @@ def _run_nbits(path: Path, quantized_path: Path, *, bits: int, block: int) -> No
 
     config = nbits.DefaultWeightOnlyQuantConfig(block_size=block, is_symmetric=True,
                                                 accuracy_level=4, bits=bits)
-    quantizer = nbits.MatMulNBitsQuantizer(onnx.load(str(path)), algo_config=config)
-    quantizer.process()
+    quantizer = nbits.MatMulNBitsQuantizer(onnx.load(str(path), load_external_data=False),
+                                           algo_config=config)
+    # ORT reads each weight through onnx_ir, relative to the working directory: from the
+    # model's folder, mapped one at a time, where a whole load held every weight first
+    with contextlib.chdir(path.parent):
+        quantizer.process()
     quantizer.model.save_model_to_file(str(quantized_path), use_external_data_format=True)
 
 
@@ -201,8 +224,8 @@ def _layer_errors(before, after, layers: list[str], input_sets: list, scratch: P
     ops = {n.name: (n.output[0], n.op_type) for n in before.graph.node if n.name in layers}
     values = [ops[name][0] for name in layers]
     sums: dict[str, ErrorSums] = {}
-    reference = _marked_session(before, values, scratch, "float-marked")
-    quantized = _marked_session(after, values, scratch, "int8-marked")
+    reference, _mapped = _marked_session(before, values, scratch, "float-marked", mapped=True)
+    quantized, _ = _marked_session(after, values, scratch, "int8-marked")
     for flat in input_sets:
         feeds = {arg.name: t.detach().cpu().numpy()
                  for arg, t in zip(reference.get_inputs(), flat)}
@@ -224,10 +247,16 @@ def _layer_labels(model) -> Callable[[str], str]:
     return lambda name: f"{modules[name]}:{name}" if name in modules else name
 
 
-def _marked_session(model, values: list[str], folder: Path, stem: str):
-    """An ONNX Runtime session of ``model`` with ``values`` made graph outputs."""
+def _marked_session(model, values: list[str], folder: Path, stem: str, mapped: bool = False):
+    """(an ONNX Runtime session of ``model`` with ``values`` made graph outputs, the
+    buffers it reads). ``mapped``: its weights read in place from their files, mapped
+    (page cache, not heap) and not prepacked, where a session held its own copy of every
+    float weight: 4.4 GB beside a 1.1B decoder's build."""
+    import numpy as np
     import onnx
     import onnxruntime as ort
+
+    from runtime.executors.ort_shared import can_read_files_in_place, read_files_in_place
 
     marked = onnx.ModelProto()
     marked.CopyFrom(model)
@@ -237,7 +266,13 @@ def _marked_session(model, values: list[str], folder: Path, stem: str):
     path = folder / f"{stem}.onnx"
     onnx.save_model(marked, str(path), save_as_external_data=True,
                     all_tensors_to_one_file=True, location=f"{stem}.onnx.data")
-    return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    options, files = ort.SessionOptions(), {}
+    if mapped and can_read_files_in_place(options):
+        files = {name: np.memmap(folder / name, dtype=np.uint8, mode="r")
+                 for name in initializers.external_files(marked)}
+        read_files_in_place(options, files)
+        options.add_session_config_entry("session.disable_prepacking", "1")
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"]), files
 
 
 def _weighted_nodes(model) -> dict[str, str]:
@@ -263,6 +298,5 @@ def _quantized_nodes(model) -> set[str]:
 
 
 def _initializer_bytes(model) -> int:
-    from onnx import numpy_helper
-    return sum(numpy_helper.to_array(t).nbytes for t in model.graph.initializer)
+    return sum(initializers.nbytes(t) for t in model.graph.initializer)
 

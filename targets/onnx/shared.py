@@ -13,32 +13,30 @@ from pathlib import Path
 import torch
 
 from runtime.executors.ort_shared import shared_location
+from targets.onnx.initializers import external_files, nbytes, values
 
 INLINE_BELOW_BYTES = 1024
 
 
 def externalize(path: Path) -> dict[str, torch.Tensor]:
     """Rewrite the model at ``path`` (and drop its own external-data files); returns
-    {initializer name: tensor} for the initializers now left to the runtime."""
+    {initializer name: tensor} for the initializers now left to the runtime: tensors
+    over the old files' pages (initializers.values), which stay readable once the files
+    are unlinked, so a 4.4 GB model is not read into the heap, twice, to be stored."""
     import onnx
-    from onnx import numpy_helper
-    from onnx.external_data_helper import uses_external_data
 
-    old_files = {info.location for t in onnx.load(str(path), load_external_data=False)
-                 .graph.initializer if uses_external_data(t)
-                 for info in [onnx.external_data_helper.ExternalDataInfo(t)]}
-    model = onnx.load(str(path))  # with its external data, read into the protos
+    model = onnx.load(str(path), load_external_data=False)
+    old_files = external_files(model)
     weights = {}
     for init in model.graph.initializer:
-        array = numpy_helper.to_array(init)
-        if array.nbytes < INLINE_BELOW_BYTES:
+        if nbytes(init) < INLINE_BELOW_BYTES:
             continue
-        weights[init.name] = _torch_tensor(array)
+        weights[init.name] = _torch_tensor(values(init, path.parent))
         for field in ("raw_data", "float_data", "int32_data", "int64_data", "double_data",
                       "uint64_data", "external_data"):
             init.ClearField(field)
         for key, value in (("location", shared_location(init.name)), ("offset", "0"),
-                           ("length", str(array.nbytes))):
+                           ("length", str(nbytes(init)))):
             entry = init.external_data.add()
             entry.key, entry.value = key, value
         init.data_location = onnx.TensorProto.EXTERNAL
@@ -51,6 +49,8 @@ def externalize(path: Path) -> dict[str, torch.Tensor]:
 def _torch_tensor(array) -> torch.Tensor:
     """numpy to torch; bfloat16 (ml_dtypes' numpy type, which torch.from_numpy refuses)
     through its 16-bit pattern."""
+    if not array.flags.writeable:  # torch wants a buffer it may write
+        array = array.copy()
     if array.dtype.name == "bfloat16":
-        return torch.from_numpy(array.view("uint16").copy()).view(torch.bfloat16)
-    return torch.from_numpy(array.copy())
+        return torch.from_numpy(array.view("uint16")).view(torch.bfloat16)
+    return torch.from_numpy(array)

@@ -39,6 +39,7 @@ from targets.facets import Generation, Partitioning, Quantization
 from targets.fusion import GRAPH_FUSIONS
 from targets.onnx import contrib_ops, inside, variance
 from targets.onnx.facets import OnnxPackaging, OnnxTooling
+from targets.onnx.initializers import external_files
 from targets.onnx.shared import externalize
 from targets.onnx.packed_attention import pack_attention_inputs
 from targets.onnx.passes.contiguous_views import ContiguousBeforeReshape
@@ -197,10 +198,11 @@ class OnnxTarget(Target):
         weights = sum(v.const_value.nbytes for v in onnx_program.model.graph.initializers.values()
                       if v.const_value is not None)
         onnx_program.save(str(path), external_data=weights > EXTERNAL_DATA_BYTES)
+        del onnx_program  # the weights our ONNX rewrites made (packed Q/K/V) go with it
         quantization = (self._quantize(program, options, path, weights > EXTERNAL_DATA_BYTES)
                         if options.quantize else None)
         model = onnx.load(str(path), load_external_data=False)
-        external = _external_locations(model)
+        external = external_files(model)
         try:
             onnx.checker.check_model(str(path), full_check=True)
         except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as exc:
@@ -273,7 +275,7 @@ class OnnxTarget(Target):
                            "lists them), or none")
             raise error from exc
         exported = onnx.load(str(path), load_external_data=False)
-        for name in [MODEL_NAME, *_external_locations(exported)]:
+        for name in [MODEL_NAME, *external_files(exported)]:
             (options.work_dir / name).unlink()  # replaced by the quantized model's files
         onnx.save_model(quantized, str(path), save_as_external_data=external,
                         all_tensors_to_one_file=True, location=MODEL_NAME + ".data")
@@ -312,9 +314,3 @@ def _example_sets(program: ExportedProgram) -> list[list[torch.Tensor]]:
         return []
     return [flatten_inputs(*program.example_inputs).tensors]
 
-
-def _external_locations(model) -> list[str]:
-    """File names the saved model keeps weights in (relative to the model's folder)."""
-    from onnx.external_data_helper import ExternalDataInfo, uses_external_data
-    return sorted({ExternalDataInfo(t).location for t in model.graph.initializer
-                   if uses_external_data(t)})
