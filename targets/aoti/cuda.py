@@ -109,14 +109,6 @@ class CudaTarget(AOTInductorTarget):
             # kernels refuse a persistent reduction over a dynamic dim ("Dynamic shape on
             # reduction dimension is not supported": T5's softmax over cache + chunk).
             configs["combo_kernels"] = True
-        if not (options.shared_weights or options.deterministic or dynamic or data_sizes):
-            # A plain program of static shapes: each GEMM shape timed at build time, cuBLAS
-            # against Inductor's Triton templates (which can take the next pointwise op in),
-            # the faster kept. Batch-1 transformer blocks gained 0-8% on an H200 (session
-            # 60, bench/RESULTS.md); timing is not deterministic, and a generating build's
-            # products are the decode kernels' own.
-            configs["max_autotune_gemm"] = True
-            configs["max_autotune_gemm_backends"] = "ATEN,TRITON"
         return configs
 
     def requirements(self, options: LowerOptions) -> Requirements:
