@@ -14,8 +14,7 @@ def test_cuda_settings_for_decode_steps_need_no_gpu_to_read(tmp_path):
     Inductor tunes reductions unless --deterministic; combo kernels only in generating
     builds (shared weights), where they were measured, not with --deterministic, and not in
     programs of dynamic shapes (Inductor's combo kernels refuse a dynamic reduction dim);
-    a generating build's sizes read from data hinted as 0 (MVP's positions); GEMM
-    autotuning (cuBLAS against Triton templates) only in plain static programs."""
+    a generating build's sizes read from data hinted as 0 (MVP's positions)."""
     from targets.aoti.passes.row_linears import SingleRowLinearsAsReductions
     from targets.base import LowerOptions
     cuda = get_target("cuda")
@@ -33,9 +32,6 @@ def test_cuda_settings_for_decode_steps_need_no_gpu_to_read(tmp_path):
         assert configs.get("coordinate_descent_tuning", False) is (not deterministic)
         assert configs.get("combo_kernels", False) is (shared and not deterministic
                                                        and not dynamic)
-        # GEMMs timed against Triton templates only in plain programs of static sizes
-        assert configs.get("max_autotune_gemm", False) is (not (shared or deterministic
-                                                                or dynamic or data))
         # a generating build's values read from tensors are positions: hinted as 0 when
         # Inductor runs kernels at compile time, not 8192 (outside a position table)
         assert configs.get("unbacked_symint_fallback") == (0 if shared and data else None)
