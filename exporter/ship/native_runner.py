@@ -36,9 +36,6 @@ WHEELS_ROOT = ROOT / "build" / "wheels"
 BACKENDS = frozenset({"executorch", "tvm"})
 RUNNER = "edge-run"
 INSTALL_DIR = "install"  # cmake --install's prefix inside the build folder
-# ccache's cache, beside the build folders: a runner with another backend set compiles the
-# same core sources (half a minute of CPU) again otherwise
-CCACHE_DIR = ".ccache"
 _HINT_DEPS = "run `make native-deps` (as root: cmake, g++, minizip, libsodium, nlohmann-json " \
              "and the aarch64 cross toolchain and wheels)"
 _LOG_TAIL = 25
@@ -64,7 +61,7 @@ def build_runner(platform: str | None = None, backends: frozenset[str] = frozens
             return runner
         stamp_file.unlink(missing_ok=True)
         _configure(build_dir, args)
-        _compile(build_dir, jobs, Path(build_root) / CCACHE_DIR)
+        _compile(build_dir, jobs)
         _install(build_dir)
         stamp_file.write_text(stamp)
     log.info("built %s for %s (%s)", runner, platform, ", ".join(sorted(backends)) or "core only")
@@ -152,11 +149,13 @@ def _configure(build_dir: Path, args: list[str]) -> None:
             where=str(log_file), details=_tail(log_file), hint=_HINT_DEPS)
 
 
-def _compile(build_dir: Path, jobs: int | None, cache: Path) -> None:
+def _compile(build_dir: Path, jobs: int | None) -> None:
     jobs = jobs or int(os.environ.get("EDGE_NATIVE_JOBS", "2"))
     log_file = build_dir / "build.log"
     cmd = ["cmake", "--build", str(build_dir), "--parallel", str(jobs)]
-    env = {"CCACHE_DIR": str(cache), **os.environ}  # a user's own CCACHE_DIR comes first
+    # ccache's own cache (~/.cache/ccache) serves every backend set and every checkout, as
+    # pip's does: paths under the checkout hash relative to it (a user's own setting wins)
+    env = {"CCACHE_BASEDIR": str(ROOT), **os.environ}
     if _run(cmd, log_file, env).returncode:
         raise BuildError("the native runtime did not compile", where=str(log_file),
                          details=_tail(log_file),

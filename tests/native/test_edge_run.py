@@ -184,22 +184,22 @@ def test_missing_cmake_is_a_typed_error_naming_make_native_deps(monkeypatch, tmp
 
 
 def test_runner_builds_share_compiled_core_sources_through_ccache(monkeypatch, tmp_path):
-    """Each backend set's runner compiles the same core sources: with ccache here, the
-    configure names it as the compiler launcher and the build keeps its cache beside the
-    build folders (a user's own CCACHE_DIR wins); without it, neither."""
+    """Each backend set's runner, and each checkout's, compiles the same core sources: with
+    ccache here, the configure names it as the compiler launcher and the build hashes paths
+    relative to the checkout (a user's own CCACHE_BASEDIR wins); without it, neither."""
     from exporter.ship import native_runner
     ran = []
     monkeypatch.setattr(native_runner, "_run", lambda cmd, log, env=None: ran.append(
         (cmd, env)) or subprocess.CompletedProcess(cmd, 0))
-    monkeypatch.delenv("CCACHE_DIR", raising=False)
+    monkeypatch.delenv("CCACHE_BASEDIR", raising=False)
     monkeypatch.setattr(native_runner.shutil, "which", lambda name: f"/usr/bin/{name}")
     native_runner._configure(tmp_path, [])
-    native_runner._compile(tmp_path, 1, tmp_path / native_runner.CCACHE_DIR)
+    native_runner._compile(tmp_path, 1)
     assert "-DCMAKE_CXX_COMPILER_LAUNCHER=/usr/bin/ccache" in ran[0][0]
-    assert ran[1][1]["CCACHE_DIR"] == str(tmp_path / ".ccache")
-    monkeypatch.setenv("CCACHE_DIR", "/the/users/own")
-    native_runner._compile(tmp_path, 1, tmp_path / native_runner.CCACHE_DIR)
-    assert ran[2][1]["CCACHE_DIR"] == "/the/users/own"
+    assert ran[1][1]["CCACHE_BASEDIR"] == str(native_runner.ROOT)
+    monkeypatch.setenv("CCACHE_BASEDIR", "/the/users/own")
+    native_runner._compile(tmp_path, 1)
+    assert ran[2][1]["CCACHE_BASEDIR"] == "/the/users/own"
     monkeypatch.setattr(native_runner.shutil, "which", lambda name: None)
     native_runner._configure(tmp_path, [])
     assert not any("LAUNCHER" in word for word in ran[3][0])
