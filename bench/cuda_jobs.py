@@ -54,17 +54,24 @@ def _build(spec: str, overrides: dict, out: Path, device: str):
 
 def with_variant(overrides: dict):
     """The cuda target's Inductor settings with ``overrides`` laid over them, less the
-    passes named in ``overrides["skip_passes"]``, for one build; returns the originals."""
-    from targets.aoti.cuda import CudaTarget
+    passes named in ``overrides["skip_passes"]``, plus the candidate passes named in
+    ``overrides["add_passes"]`` (targets/aoti/cuda.py CANDIDATE_PASSES, placed before the
+    attention-input rewrite, where they ran when on by default), for one build; returns
+    the originals."""
+    from targets.aoti.cuda import CANDIDATE_PASSES, CudaTarget
     overrides = dict(overrides)
     skipped = set(overrides.pop("skip_passes", ()))
+    added = [CANDIDATE_PASSES[name] for name in overrides.pop("add_passes", ())]
     original = CudaTarget.inductor_configs, CudaTarget.default_passes
 
     def configs(self, options, dynamic=False, data_sizes=False):
         return {**original[0](self, options, dynamic, data_sizes), **overrides}
 
     def passes(self, options):
-        return [p for p in original[1](self, options) if p.name not in skipped]
+        kept = [p for p in original[1](self, options) if p.name not in skipped]
+        at = next((i for i, p in enumerate(kept) if p.name == "attention_inputs_as_views"),
+                  len(kept))
+        return [*kept[:at], *(make() for make in added), *kept[at:]]
     CudaTarget.inductor_configs, CudaTarget.default_passes = configs, passes
     return original
 

@@ -33,6 +33,12 @@ from targets.base import (
 from targets.facets import Quantization
 
 
+# Passes faster alone but not yet shown faster inside a whole build: off by default;
+# bench/cuda_gap.py turns them on by name. The depthwise taps won single-kernel timings
+# and made ConvNeXt-T's lowering 2.6x longer (bench/RESULTS.md, session 60).
+CANDIDATE_PASSES = {DepthwiseConvsAsTaps.name: DepthwiseConvsAsTaps}
+
+
 class CudaPackaging(AotiPackaging):
     def nondeterminism(self, options: LowerOptions) -> list[str]:
         found = super().nondeterminism(options)
@@ -63,15 +69,14 @@ class CudaTarget(AOTInductorTarget):
         if not options.fuse:
             return passes
         # GEMMs cuBLAS runs well in place of a patch convolution and of an unaligned head,
-        # depthwise convolutions and attention inputs as Inductor's kernels, not cuDNN's
-        # and copies;
+        # attention inputs as views, not copies;
         # last, after --quantize: its linears keep their own kernels (passes/row_linears.py);
         # a decode step's products and attention as our Triton kernels, the rest of the
         # one-row linears as Inductor's reductions (passes/decode_kernels.py)
         decode = [DecodeAttentionAsKernel(), RowLinearsAsKernels()] if decode_ops.TRITON \
             else []
         return [*passes, PatchConvsAsMatmuls(), LinearsAlignedByPadding(),
-                DepthwiseConvsAsTaps(), AttentionInputsAsViews(), *decode,
+                AttentionInputsAsViews(), *decode,
                 SingleRowLinearsAsReductions()]
 
     def lowering_fixes(self, options: LowerOptions) -> contextlib.AbstractContextManager:
