@@ -109,7 +109,9 @@ def main() -> None:
     for name, n, k, norm, act, res in SHAPES:
         configs = {gemv_config(n, k, bool(act))}
         if args.sweep:
-            configs |= set(itertools.product((2, 4, 8, 16), (256, 512), (4, 8)))
+            configs |= {(rows, block, warps, 0)  # as built: the loop alone
+                        for rows, block, warps in itertools.product((2, 4, 8, 16), (256, 512),
+                                                                    (4, 8))}
         gemv_case(name, n, k, norm, act, res, args.layers if name != "lm_head+norm" else 2,
                   sorted(configs))
     attention_case(args.layers, (16, 32, 64, 128) if args.sweep else (32,))

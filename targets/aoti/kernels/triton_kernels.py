@@ -8,9 +8,21 @@ have static bounds and the masks fold away where the block divides the size. So 
 float settings (eps, the norm's offset, the attention scale): AOTInductor passes a float
 argument as fp64, which turned a norm's whole product into fp64 arithmetic
 (docs/design-notes.md).
+
+With ``GDC`` (``pdl=True``: Triton's own launcher starts it as a programmatic dependent
+launch, Hopper and later) a kernel starts while the kernel before it drains: it loads what
+no kernel of the step writes (weights, the cache's past rows) first, then waits
+(``gdc_wait``) before it reads anything the step computed, and so before it writes, and
+lets the kernel after it start early. Only the timing scripts and tests launch so: in a
+built library the kernels run without it (AOTInductor's launcher sets no launch
+attribute, and torch takes a kernel with Triton's wait instruction in it as writing every
+argument, so AOTInductor copied each weight before each call; bench/RESULTS.md, session
+60).
 """
 
 from __future__ import annotations
+
+import functools
 
 import torch
 import triton
@@ -35,18 +47,50 @@ def row_gemv_kernel(x_ptr, w_ptr, b_ptr, nw_ptr, r_ptr, out_ptr,
                     EPS: tl.constexpr, OFFSET: tl.constexpr,
                     N: tl.constexpr, K: tl.constexpr, HAS_BIAS: tl.constexpr,
                     HAS_NORM: tl.constexpr, ACT: tl.constexpr, HAS_RES: tl.constexpr,
-                    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+                    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, AHEAD: tl.constexpr,
+                    GDC: tl.constexpr, W_AHEAD: tl.constexpr):
     # rows of W this program reduces; a gated product also reads the rows N below them
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     row_ok = rows < N
+    if GDC:  # the next kernel may start as soon as every program here has
+        tl.extra.cuda.gdc_launch_dependents()
+    if GDC and not W_AHEAD:  # a weight copied just before: read after the wait
+        tl.extra.cuda.gdc_wait()
+    y = tl.zeros((BLOCK_N,), dtype=tl.float32)
+    u = tl.zeros((BLOCK_N,), dtype=tl.float32)
+    square_sum = 0.0
+    if AHEAD > 0:
+        # the first AHEAD columns of the weight rows: no kernel of the step writes
+        # weights, so they are loaded before waiting for the kernel before, while it drains
+        first = tl.arange(0, AHEAD)
+        first_ok = first < K
+        tile = rows[:, None] * K + first[None, :]
+        ok = row_ok[:, None] & first_ok[None, :]
+        w_first = tl.load(w_ptr + tile, mask=ok, other=0.0, eviction_policy="evict_first")
+        if ACT != 0:
+            u_first = tl.load(w_ptr + N * K + tile, mask=ok, other=0.0,
+                              eviction_policy="evict_first")
+        else:
+            u_first = w_first
+    if GDC and W_AHEAD:  # what the kernels before wrote (x, the residual) is read after
+        tl.extra.cuda.gdc_wait()
+    if AHEAD > 0:
+        x = tl.load(x_ptr + first, mask=first_ok, other=0.0).to(tl.float32)
+        square_sum = tl.sum(x * x, axis=0)
+        if HAS_NORM:  # the norm's scale is one number: applied to the sums at the end
+            x = x * (tl.load(nw_ptr + first, mask=first_ok, other=0.0).to(tl.float32) +
+                     OFFSET)
+        y = tl.sum(w_first.to(tl.float32) * x[None, :], axis=1)
+        if ACT != 0:
+            u = tl.sum(u_first.to(tl.float32) * x[None, :], axis=1)
     acc = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
     up = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
     squares = tl.zeros((BLOCK_K,), dtype=tl.float32)
-    for start in tl.static_range(0, K, BLOCK_K):
+    for start in tl.static_range(AHEAD, K, BLOCK_K):
         cols = start + tl.arange(0, BLOCK_K)
         col_ok = cols < K
         x = tl.load(x_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
-        if HAS_NORM:  # the norm's scale is one number: applied to the sums at the end
+        if HAS_NORM:
             squares += x * x
             x = x * (tl.load(nw_ptr + cols, mask=col_ok, other=0.0).to(tl.float32) + OFFSET)
         tile = rows[:, None] * K + cols[None, :]
@@ -57,15 +101,16 @@ def row_gemv_kernel(x_ptr, w_ptr, b_ptr, nw_ptr, r_ptr, out_ptr,
             w2 = tl.load(w_ptr + N * K + tile, mask=ok, other=0.0,
                          eviction_policy="evict_first")
             up += w2.to(tl.float32) * x[None, :]
-    y = tl.sum(acc, axis=1)
+    y += tl.sum(acc, axis=1)
+    scale = tl.rsqrt((square_sum + tl.sum(squares, axis=0)) / K + EPS)
     if HAS_NORM:
-        y = y * tl.rsqrt(tl.sum(squares, axis=0) / K + EPS)
+        y = y * scale
     if HAS_BIAS:
         y += tl.load(b_ptr + rows, mask=row_ok, other=0.0).to(tl.float32)
     if ACT != 0:
-        u = tl.sum(up, axis=1)
+        u += tl.sum(up, axis=1)
         if HAS_NORM:
-            u = u * tl.rsqrt(tl.sum(squares, axis=0) / K + EPS)
+            u = u * scale
         if HAS_BIAS:
             u += tl.load(b_ptr + N + rows, mask=row_ok, other=0.0).to(tl.float32)
         y = _activation(y, ACT) * u
@@ -74,33 +119,70 @@ def row_gemv_kernel(x_ptr, w_ptr, b_ptr, nw_ptr, r_ptr, out_ptr,
     tl.store(out_ptr + rows, y.to(out_ptr.dtype.element_ty), mask=row_ok)
 
 
-def gemv_config(rows: int, cols: int, gated: bool) -> tuple[int, int, int]:
-    """(BLOCK_N, BLOCK_K, num_warps): enough programs to keep every SM's loads in flight
-    (several per SM), 16-byte loads along K."""
+# weight elements a thread holds while it waits for the kernel before (32 registers)
+_AHEAD_PER_THREAD = 64
+
+
+def gemv_config(rows: int, cols: int, gated: bool,
+                dependent: bool = False) -> tuple[int, int, int, int]:
+    """(BLOCK_N, BLOCK_K, num_warps, AHEAD): enough programs to keep every SM's loads in
+    flight (several per SM), 16-byte loads along K; a ``dependent`` launch loads as many
+    of a program's first columns ahead of its wait as fit in registers, a plain one none
+    (AHEAD 0: the loop alone, the kernel as the built library runs it)."""
     block_k = min(256 if rows >= 4096 else 512, triton.next_power_of_2(cols))
     if rows <= 2048 and cols <= 2048:  # a small product: more, smaller programs
-        return 2, block_k, 8
-    block_n = 8
-    while block_n > 1 and rows // block_n < 512:
-        block_n //= 2
-    return block_n, block_k, 4
+        block_n, warps = 2, 8
+    else:
+        block_n, warps = 8, 4
+        while block_n > 1 and rows // block_n < 512:
+            block_n //= 2
+    ahead = ahead_columns(block_n, cols, gated, warps) if dependent else 0
+    return block_n, block_k, warps, ahead
+
+
+def ahead_columns(block_n: int, cols: int, gated: bool, warps: int) -> int:
+    """The widest power-of-two column span (at most ``cols``, at least 16) whose weights a
+    program of ``warps`` warps can hold in registers."""
+    fits = _AHEAD_PER_THREAD * 32 * warps // (block_n * (2 if gated else 1))
+    ahead = 16
+    while ahead * 2 <= min(fits, cols):
+        ahead *= 2
+    return ahead
+
+
+def dependent_launch_here(device: torch.device) -> bool:
+    """Whether kernels here may wait on the one before (griddepcontrol: Hopper and later)."""
+    return device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9
+
+
+def _launcher(kernel, grid: tuple, pdl: bool):
+    """``kernel`` on ``grid`` through wrap_triton (what torch.export and AOTInductor trace
+    into), or with ``pdl`` through Triton's own launcher as a programmatic dependent
+    launch (the timing scripts and tests)."""
+    if pdl:
+        return functools.partial(kernel[grid], launch_pdl=True)
+    return wrap_triton(kernel)[grid]
 
 
 def launch_row_gemv(x, weight, bias, norm_weight, residual, eps: float, offset: float,
-                    act: int, config: tuple[int, int, int] | None = None) -> torch.Tensor:
+                    act: int, config: tuple[int, int, int, int] | None = None,
+                    pdl: bool = False) -> torch.Tensor:
     width = weight.shape[0] // 2 if act else weight.shape[0]
     cols = weight.shape[1]
     out = torch.empty((*x.shape[:-1], width), dtype=weight.dtype, device=x.device)
-    block_n, block_k, warps = config or gemv_config(width, cols, bool(act))
+    gdc = pdl and dependent_launch_here(x.device)
+    block_n, block_k, warps, ahead = config or gemv_config(width, cols, bool(act), gdc)
     row = x.reshape(cols)
     dummy = weight  # an unused pointer argument (its branch is compiled out)
-    wrap_triton(row_gemv_kernel)[(triton.cdiv(width, block_n),)](
+    ahead_ok = weight.is_contiguous()  # else a copy the step makes: read after the wait
+    _launcher(row_gemv_kernel, (triton.cdiv(width, block_n),), pdl)(
         row, weight.contiguous(), dummy if bias is None else bias,
         dummy if norm_weight is None else norm_weight,
         dummy if residual is None else residual.reshape(width).contiguous(), out,
         EPS=eps, OFFSET=offset, N=width, K=cols, HAS_BIAS=bias is not None,
         HAS_NORM=norm_weight is not None, ACT=act, HAS_RES=residual is not None,
-        BLOCK_N=block_n, BLOCK_K=block_k, num_warps=warps)
+        BLOCK_N=block_n, BLOCK_K=block_k, AHEAD=ahead, GDC=gdc, W_AHEAD=ahead_ok,
+        num_warps=warps)
     return out
 
 
@@ -109,10 +191,14 @@ def attention_split_kernel(q_ptr, pk_ptr, pv_ptr, mask_ptr, m_ptr, l_ptr, acc_pt
                            sq_h, spk_h, spk_s, spv_h, spv_s, sm, SCALE: tl.constexpr,
                            S: tl.constexpr, D: tl.constexpr, G: tl.constexpr,
                            SPLITS: tl.constexpr, BLOCK_S: tl.constexpr,
-                           BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr,
-                           IEEE: tl.constexpr):
+                           BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr, IEEE: tl.constexpr,
+                           GDC: tl.constexpr, CACHE_AHEAD: tl.constexpr):
     """One key/value head's G query heads over BLOCK_S past slots: the block's max score,
-    sum of exponentials and weighted values (flash-decoding's partial results)."""
+    sum of exponentials and weighted values (flash-decoding's partial results).
+    CACHE_AHEAD: the past rows are the cache's own (no copy the step made), so they are
+    read before waiting for the kernel before."""
+    if GDC:
+        tl.extra.cuda.gdc_launch_dependents()
     kvh = tl.program_id(0)
     split = tl.program_id(1)
     g = tl.arange(0, BLOCK_G)
@@ -120,11 +206,15 @@ def attention_split_kernel(q_ptr, pk_ptr, pv_ptr, mask_ptr, m_ptr, l_ptr, acc_pt
     s = split * BLOCK_S + tl.arange(0, BLOCK_S)
     g_ok, d_ok, s_ok = g < G, d < D, s < S
     heads = kvh * G + g
-    q = tl.load(q_ptr + heads[:, None] * sq_h + d[None, :], mask=g_ok[:, None] & d_ok[None, :],
-                other=0.0)
     kv_ok = s_ok[:, None] & d_ok[None, :]
+    if GDC and not CACHE_AHEAD:
+        tl.extra.cuda.gdc_wait()
     k = tl.load(pk_ptr + kvh * spk_h + s[:, None] * spk_s + d[None, :], mask=kv_ok, other=0.0)
     v = tl.load(pv_ptr + kvh * spv_h + s[:, None] * spv_s + d[None, :], mask=kv_ok, other=0.0)
+    if GDC and CACHE_AHEAD:
+        tl.extra.cuda.gdc_wait()
+    q = tl.load(q_ptr + heads[:, None] * sq_h + d[None, :], mask=g_ok[:, None] & d_ok[None, :],
+                other=0.0)
     if IEEE:
         scores = tl.dot(q, tl.trans(k), input_precision="ieee")
     else:
@@ -149,8 +239,11 @@ def attention_combine_kernel(q_ptr, nk_ptr, nv_ptr, mask_ptr, m_ptr, l_ptr, acc_
                              out_ptr, sq_h, snk_h, snv_h, sm, SCALE: tl.constexpr,
                              S: tl.constexpr, D: tl.constexpr, G: tl.constexpr,
                              SPLITS: tl.constexpr, BLOCK_SPLITS: tl.constexpr,
-                             BLOCK_D: tl.constexpr):
+                             BLOCK_D: tl.constexpr, GDC: tl.constexpr):
     """One query head: its partial results joined, with the new row's key and value."""
+    if GDC:  # everything it reads is the step's own: nothing to load ahead
+        tl.extra.cuda.gdc_launch_dependents()
+        tl.extra.cuda.gdc_wait()
     h = tl.program_id(0)
     kvh = h // G
     d = tl.arange(0, BLOCK_D)
@@ -174,7 +267,7 @@ def attention_combine_kernel(q_ptr, nk_ptr, nv_ptr, mask_ptr, m_ptr, l_ptr, acc_
 
 
 def launch_decode_attention(query, past_k, new_k, past_v, new_v, mask, scale: float,
-                            block_s: int | None = None) -> torch.Tensor:
+                            block_s: int | None = None, pdl: bool = False) -> torch.Tensor:
     heads, dim = query.shape[1], query.shape[-1]
     kv_heads, slots = past_k.shape[1], past_k.shape[2]
     groups = heads // kv_heads
@@ -184,6 +277,8 @@ def launch_decode_attention(query, past_k, new_k, past_v, new_v, mask, scale: fl
     splits = triton.cdiv(slots, block_s)
     block_splits = max(2, triton.next_power_of_2(splits))
     block_d = max(16, triton.next_power_of_2(dim))
+    # the past rows as the cache holds them (a copy would be made by the step itself)
+    cache_ahead = past_k.stride(-1) == 1 and past_v.stride(-1) == 1
     query, past_k, past_v = (t if t.stride(-1) == 1 else t.contiguous()
                              for t in (query, past_k, past_v))
     new_k, new_v = (t if t.stride(-1) == 1 else t.contiguous() for t in (new_k, new_v))
@@ -192,15 +287,16 @@ def launch_decode_attention(query, past_k, new_k, past_v, new_v, mask, scale: fl
     accs = torch.empty((heads * splits, block_d), dtype=torch.float32, device=query.device)
     out = torch.empty((1, heads, 1, dim), dtype=query.dtype, device=query.device)
     ieee = query.dtype == torch.float32
-    wrap_triton(attention_split_kernel)[(kv_heads, splits)](
+    gdc = pdl and dependent_launch_here(query.device)
+    _launcher(attention_split_kernel, (kv_heads, splits), pdl)(
         query, past_k, past_v, mask, tops, sums, accs, query.stride(1),
         past_k.stride(1), past_k.stride(2), past_v.stride(1), past_v.stride(2),
         mask.stride(-1), SCALE=float(scale), S=slots, D=dim, G=groups, SPLITS=splits,
         BLOCK_S=block_s, BLOCK_G=max(16, triton.next_power_of_2(groups)), BLOCK_D=block_d,
-        IEEE=ieee, num_warps=4)
-    wrap_triton(attention_combine_kernel)[(heads,)](
+        IEEE=ieee, GDC=gdc, CACHE_AHEAD=cache_ahead, num_warps=4)
+    _launcher(attention_combine_kernel, (heads,), pdl)(
         query, new_k, new_v, mask, tops, sums, accs, out, query.stride(1),
         new_k.stride(1), new_v.stride(1), mask.stride(-1), SCALE=float(scale), S=slots,
         D=dim, G=groups, SPLITS=splits, BLOCK_SPLITS=block_splits, BLOCK_D=block_d,
-        num_warps=min(8, max(1, block_splits * block_d // 1024)))
+        GDC=gdc, num_warps=min(8, max(1, block_splits * block_d // 1024)))
     return out

@@ -143,3 +143,48 @@ def test_decode_attention_kernel_matches_its_reference(shape, dtype):
     got = launch_decode_attention(q, past_k, new_k, past_v, new_v, mask, dim ** -0.5)
     error = ((got.float() - want.float()).norm() / want.float().norm()).item()
     assert error < (2e-3 if dtype == torch.float16 else 1e-5)
+
+
+@pytest.mark.cuda
+def test_kernels_started_as_dependent_launches_wait_for_what_they_read():
+    """A chain of products and attention, each reading the one before's output, started
+    as programmatic dependent launches inside a CUDA graph: the same numbers as the
+    reference math one op at a time (a kernel that read before the one before had
+    written would not be)."""
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("dependent launches need a Hopper GPU")
+    from targets.aoti.kernels.triton_kernels import launch_decode_attention, launch_row_gemv
+    torch.manual_seed(5)
+    cuda = dict(device="cuda", dtype=torch.float16)
+    hidden, heads, kv_heads, dim, slots = 512, 8, 2, 64, 96
+    qkv_w = [torch.randn(hidden + 2 * kv_heads * dim, hidden, **cuda) * 0.05 for _ in range(3)]
+    up_w = [torch.randn(2 * 1024, hidden, **cuda) * 0.05 for _ in range(3)]
+    down_w = [torch.randn(hidden, 1024, **cuda) * 0.05 for _ in range(3)]
+    norm = torch.rand(hidden, **cuda) + 0.5
+    caches = [[torch.randn(1, kv_heads, slots, dim, **cuda) for _ in "kv"] for _ in range(3)]
+    mask = torch.zeros(1, 1, 1, slots + 1, **cuda)
+    x = torch.randn(1, 1, hidden, **cuda)
+
+    def chain(gemv, attention):
+        h = x
+        for qkv_weight, up, down, (past_k, past_v) in zip(qkv_w, up_w, down_w, caches):
+            qkv = gemv(h, qkv_weight, None, norm, None, 1e-5, 0.0, 0)
+            q = qkv[..., :hidden].view(1, heads, 1, dim)
+            k = qkv[..., hidden:hidden + kv_heads * dim].view(1, kv_heads, 1, dim)
+            v = qkv[..., hidden + kv_heads * dim:].view(1, kv_heads, 1, dim)
+            h = h + attention(q, past_k, k, past_v, v, mask, dim ** -0.5).view(1, 1, hidden)
+            gated = gemv(h, up, None, norm, None, 1e-5, 0.0, 1)
+            h = gemv(gated, down, None, None, h, 1e-5, 0.0, 0)
+        return h
+
+    want = chain(reference.row_gemv, reference.decode_attention).float()
+    graph = torch.cuda.CUDAGraph()
+    dependent = (lambda *a: launch_row_gemv(*a, pdl=True),
+                 lambda *a: launch_decode_attention(*a, pdl=True))
+    chain(*dependent)  # compiled before capture
+    with torch.cuda.graph(graph):
+        got = chain(*dependent)
+    for _ in range(3):
+        graph.replay()
+        torch.cuda.synchronize()
+        assert ((got.float() - want).norm() / want.norm()).item() < 5e-3

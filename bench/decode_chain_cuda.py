@@ -1,0 +1,160 @@
+"""On the GPU machine: a ~1.1B LLaMA decode step's chain of the cuda target's own kernels
+(targets/aoti/kernels/), launched as plain launches and as programmatic dependent launches.
+
+    python bench/decode_chain_cuda.py [--layers 22] [--slots 512] [--out FILE]
+
+Each layer is what the built step runs of ours, in order and feeding each other: q/k/v
+(RMSNorm folded in) -> attention over a 512-slot cache (split + join) -> o (+ residual)
+-> gate/up (norm, SiLU x up) -> down (+ residual); then the head (final norm). Every
+layer has its own weights and cache (L2 holds none between calls). The chain is one CUDA
+graph, replayed after warm-up (CUDA events, median of 50); torch.profiler then gives
+each kernel's time in it. The step's other kernels (token embedding, rotary, the mask,
+argmax, the cache write) are not in it. Variants change one thing at a time: the launch
+(plain or dependent), the weight columns loaded ahead of the wait (AHEAD), and the small
+products' block configuration. Each variant's outputs are compared with the same kernels'
+plain launches: a dependent launch that read before the kernel before had written would
+differ.
+"As built" is the configuration a built library runs (gemv_config's plain one: no columns
+ahead, the loop alone); the other variants load the dependent launch's AHEAD columns.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.decode_kernels_microbench import graph_time  # noqa: E402
+
+HIDDEN, KV, INTER, VOCAB, HEADS, KV_HEADS, DIM = 2048, 256, 5632, 32000, 32, 4, 64
+PRODUCTS = {"qkv": (HIDDEN + 2 * KV, HIDDEN, 0), "o": (HIDDEN, HIDDEN, 0),
+            "gate_up": (INTER, HIDDEN, 1), "down": (HIDDEN, INTER, 0),
+            "head": (VOCAB, HIDDEN, 0)}
+
+
+def weights(layers: int, slots: int) -> dict:
+    def w(rows, cols):
+        return torch.randn(rows, cols, device="cuda", dtype=torch.float16) * 0.02
+    made = {"layers": [], "norm": torch.rand(HIDDEN, device="cuda", dtype=torch.float16) + 0.5}
+    for _ in range(layers):
+        made["layers"].append({
+            "qkv": w(HIDDEN + 2 * KV, HIDDEN), "o": w(HIDDEN, HIDDEN),
+            "gate_up": w(2 * INTER, HIDDEN), "down": w(HIDDEN, INTER),
+            "k": torch.randn(1, KV_HEADS, slots, DIM, device="cuda", dtype=torch.float16),
+            "v": torch.randn(1, KV_HEADS, slots, DIM, device="cuda", dtype=torch.float16)})
+    made["head"] = w(VOCAB, HIDDEN)
+    mask = torch.zeros(1, 1, 1, slots + 1, device="cuda", dtype=torch.float16)
+    mask[..., slots * 3 // 4:slots] = torch.finfo(torch.float16).min
+    made["mask"] = mask
+    return made
+
+
+def step(made: dict, hidden: torch.Tensor, pdl: bool, configs: dict) -> torch.Tensor:
+    from targets.aoti.kernels.triton_kernels import launch_decode_attention, launch_row_gemv
+    norm = made["norm"]
+
+    def gemv(name, x, weight, **fold):
+        return launch_row_gemv(x, weight, None, fold.get("norm"), fold.get("residual"), 1e-5,
+                               0.0, fold.get("act", 0), configs.get(name), pdl)
+    h = hidden
+    for layer in made["layers"]:
+        qkv = gemv("qkv", h, layer["qkv"], norm=norm)
+        q = qkv[..., :HIDDEN].view(1, HEADS, 1, DIM)
+        k = qkv[..., HIDDEN:HIDDEN + KV].view(1, KV_HEADS, 1, DIM)
+        v = qkv[..., HIDDEN + KV:].view(1, KV_HEADS, 1, DIM)
+        att = launch_decode_attention(q, layer["k"], k, layer["v"], v, made["mask"],
+                                      DIM ** -0.5, pdl=pdl)
+        o = gemv("o", att.view(1, 1, HIDDEN), layer["o"], residual=h)
+        gated = gemv("gate_up", o, layer["gate_up"], norm=norm, act=1)
+        h = gemv("down", gated, layer["down"], residual=o)
+    return gemv("head", h, made["head"], norm=norm)
+
+
+def per_kernel(calls) -> dict:
+    """us a step for each kernel name, from torch.profiler over 10 replays of a graph."""
+    from torch.profiler import ProfilerActivity, profile
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        calls()
+    graph.replay()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(10):
+            graph.replay()
+        torch.cuda.synchronize()
+    found: dict = {}
+    for event in prof.events():
+        if event.device_type == torch.autograd.DeviceType.CUDA:
+            name = event.name.split("(")[0]
+            found[name] = found.get(name, 0.0) + event.time_range.elapsed_us() / 10
+    return found
+
+
+def variants() -> dict:
+    from targets.aoti.kernels.triton_kernels import gemv_config
+    built = {name: gemv_config(n, k, bool(act)) for name, (n, k, act) in PRODUCTS.items()}
+    default = {name: gemv_config(n, k, bool(act), dependent=True)
+               for name, (n, k, act) in PRODUCTS.items()}
+    no_ahead = {name: (*c[:3], 16) for name, c in default.items()}
+    small4 = {**default, "qkv": (2, 512, 4, 2048), "o": (2, 512, 4, 2048)}
+    gate2 = {**default, "gate_up": (2, 512, 4, 2048), "down": (2, 512, 4, 2048)}
+    gate4 = {**default, "gate_up": (4, 256, 4, 1024)}
+    small8 = {**default, "qkv": (2, 512, 8, 2048)}
+    return {"plain, as built": (False, built),
+            "plain": (False, default), "plain, 16 columns ahead": (False, no_ahead),
+            "dependent": (True, default),
+            "dependent, 16 columns ahead": (True, no_ahead),
+            "dependent, small products 4 warps": (True, small4),
+            "dependent, q/k/v 2 rows 8 warps": (True, small8),
+            "dependent, gate_up 4 rows": (True, gate4),
+            "dependent, gate_up/down 2 rows 4 warps": (True, gate2)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--layers", type=int, default=22)
+    parser.add_argument("--slots", type=int, default=512)
+    parser.add_argument("--out", type=Path)
+    parser.add_argument("--variants", help="comma-separated variant names (default: all)")
+    args = parser.parse_args()
+    torch.manual_seed(0)
+    made = weights(args.layers, args.slots)
+    hidden = torch.randn(1, 1, HIDDEN, device="cuda", dtype=torch.float16)
+    byte_count = made["head"].numel() * 2 + sum(
+        w.numel() * 2 for layer in made["layers"] for key, w in layer.items()
+        if key not in ("k", "v"))
+    rows = []
+    chosen = variants()
+    if args.variants:
+        chosen = {name: chosen[name] for name in args.variants.split(",")}
+    for label, (pdl, configs) in chosen.items():
+        out = step(made, hidden, pdl, configs).float()
+        differs = (out - step(made, hidden, False, configs).float()).abs().max().item()
+        ms = graph_time([lambda: step(made, hidden, pdl, configs)], warm=2, runs=50)
+        kernels = per_kernel(lambda: step(made, hidden, pdl, configs))
+        row = {"variant": label, "dependent_launch": pdl, "configs": configs, "ms": ms,
+               "weight_gb": byte_count / 1e9, "tb_s": byte_count / ms / 1e9,
+               "max_abs_diff_vs_plain_launch": differs, "kernels_us": kernels,
+               "gpu": torch.cuda.get_device_name(), "torch": torch.__version__}
+        rows.append(row)
+        if args.out:  # each variant as it comes: a run cut short keeps what it measured
+            with open(args.out, "a") as fh:
+                fh.write(json.dumps(row) + "\n")
+        print(f"{label:42s} {ms * 1000:7.1f} us  {row['tb_s']:.2f} TB/s  "
+              f"max|diff| vs plain launch {differs:.1e}  " + ", ".join(
+                  f"{k} {v:.0f}" for k, v in sorted(kernels.items(), key=lambda kv: -kv[1])),
+              flush=True)
+    best = min(rows, key=lambda r: r["ms"])
+    print(f"fastest: {best['variant']} {best['ms'] * 1000:.1f} us a chain "
+          f"({statistics.median(r['ms'] for r in rows) * 1000:.1f} median of variants)")
+
+
+if __name__ == "__main__":
+    main()
