@@ -8,6 +8,9 @@ EXECUTORCH_VERSION ?= 1.5.1
 # pytest-xdist workers: most tests wait on one-threaded export/compile subprocesses, so two
 # workers on two cores halve the wall time; files stay whole on a worker (--dist loadfile)
 TEST_WORKERS ?= 2
+# this checkout, editable, built with the venv's setuptools (installed with torch): an
+# isolated build environment downloads setuptools again for each install (15 s)
+EDITABLE := --no-build-isolation -e
 CORE_STAMP := $(VENV)/.installed-core-$(TORCH_VERSION)
 STAMP := $(VENV)/.installed-$(TORCH_VERSION)
 
@@ -21,17 +24,16 @@ $(PY):
 # dependencies. The tests add the dev extra: ONNX Runtime, TVM, torchao, transformers...
 $(CORE_STAMP): $(PY) pyproject.toml
 	@echo "installing torch $(TORCH_VERSION) (about 1 minute; pip shows each package)"
-	$(PY) -m pip install --progress-bar on torch==$(TORCH_VERSION)
+	$(PY) -m pip install --progress-bar on torch==$(TORCH_VERSION) "setuptools>=68"
 	@echo "installing edge-exporter and its dependencies (typer, rich, pydantic, ...)"
-	$(PY) -m pip install --progress-bar on -e .
+	$(PY) -m pip install --progress-bar on $(EDITABLE) .
 	touch $(CORE_STAMP)
 
 $(STAMP): $(CORE_STAMP)
 	@echo "installing the dev extra: pytest, transformers, onnxruntime, apache-tvm, torchao, ray (2-3 minutes)"
-	$(PY) -m pip install --quiet -e '.[dev]'
 	# ExecuTorch without its declared extras (coremltools, pandas...: never imported here)
 	$(PY) -m pip install --quiet --no-deps executorch==$(EXECUTORCH_VERSION)
-	$(PY) -m pip install --quiet -e '.[executorch-deps]'
+	$(PY) -m pip install --quiet $(EDITABLE) '.[dev,executorch-deps]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -54,7 +56,7 @@ browser:
 # packages), the aarch64 cross compiler, qemu-user and ccache (the runners of each
 # platform share their core objects); and the aarch64 wheels of ExecuTorch
 # and TVM, unpacked as files (their runtime libraries and headers), never installed. Needs
-# root and apt-get.
+# root and apt-get; where apt-get has nothing to install, no apt-get update (10-20 s).
 NATIVE_APT := cmake ccache libminizip-dev nlohmann-json3-dev libsodium-dev \
   gcc-aarch64-linux-gnu g++-aarch64-linux-gnu qemu-user \
   libminizip-dev:arm64 libsodium-dev:arm64 libstdc++6:arm64
@@ -63,7 +65,9 @@ AARCH64_WHEELS := build/wheels/linux-aarch64
 NATIVE_STAMP := build/.native-deps-$(EXECUTORCH_VERSION)-minizip-ccache
 
 $(NATIVE_STAMP): $(STAMP)
-	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	@if apt-get install -s -q $(NATIVE_APT) 2>/dev/null | grep -q '^0 upgraded, 0 newly installed'; then \
+	  echo "the native toolchain is installed (apt-get -s: nothing to install)"; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	  echo "installing the native toolchain (apt-get: cmake, ccache, minizip, libsodium, aarch64 cross compiler, qemu-user)"; \
 	  dpkg --add-architecture arm64 && apt-get update -q >/dev/null && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q $(NATIVE_APT) >/dev/null; \
