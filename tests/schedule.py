@@ -14,14 +14,14 @@ from __future__ import annotations
 
 HEAVIEST = (
     "tests/native/test_executorch_native.py",  # the executorch runner: the longest test
-    "tests/targets/executorch/test_executorch_target.py",
-    "tests/native/test_conformance.py",  # builds edge_run and native_mlp for the native files
-    "tests/targets/test_target_builds.py",  # one build per target
-    "tests/exporter/lm/test_seq2seq.py",  # builds bart_onnx and whisper_onnx
     "tests/targets/onnx/test_onnx_target.py",  # custom_onnx
-    "tests/runtime/test_generate_runtime.py",  # builds onnx_lm
+    "tests/native/test_conformance.py",  # builds edge_run and native_mlp for the native files
+    "tests/targets/executorch/test_executorch_target.py",
+    "tests/exporter/lm/test_seq2seq.py",  # builds bart_onnx and whisper_onnx
     "tests/system/test_reliability.py",
     "tests/passes/test_quantize.py",
+    "tests/targets/test_target_builds.py",  # one build per target
+    "tests/runtime/test_generate_runtime.py",  # builds onnx_lm
     "tests/native/test_tvm_native.py",  # the aarch64 tvm runner
     "tests/targets/tvm/test_tvm_target.py",
     "tests/exporter/ship/test_package.py",

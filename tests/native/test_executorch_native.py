@@ -42,8 +42,9 @@ def _inputs(spec: str, path: Path) -> Path:
 
 
 @pytest.fixture(scope="session")
-def et_artifact(tmp_path_factory, cli):
-    """(spec, recipe) -> its validated executorch artifact, built once per session."""
+def et_artifact(tmp_path_factory, cli_here):
+    """(spec, recipe) -> its validated executorch artifact, built once per session (in
+    process: the bundle is under test here, not the build's command)."""
     built: dict[tuple[str, str], Path] = {}
     folder = tmp_path_factory.mktemp("et-native")
 
@@ -56,8 +57,8 @@ def et_artifact(tmp_path_factory, cli):
                 calibration = folder / "calibration.npz"
                 np.savez(calibration, pixel_values=tiny_mobilenet_v2()[1][0].numpy())
                 extra += ["--calibration", str(calibration)]
-            result = cli("build", spec, "--target", "executorch", "--out", str(out), "--json",
-                         *extra)
+            result = cli_here("build", spec, "--target", "executorch", "--out", str(out),
+                              "--json", *extra)
             assert result.returncode == 0, result.stderr
             assert json.loads(result.stdout)["validation"]["passed"] is True
             built[spec, recipe] = out
@@ -161,14 +162,14 @@ def test_a_program_calling_executorch_kernels_ships_that_library_and_refuses_wit
 
 
 def test_an_artifact_with_partitions_that_cannot_go_native_is_refused_naming_them(
-        onnx_mlp, cli, tmp_path):
+        onnx_mlp, cli_here, tmp_path):
     out = tmp_path / "bundle.tar.gz"
-    result = cli("package", "--native", str(onnx_mlp), "--out", str(out))
+    result = cli_here("package", "--native", str(onnx_mlp), "--out", str(out))
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "partition 'p0' runs on onnxruntime" in result.stderr
     assert "executorch, tvm" in result.stderr and "--fallback forbid" in result.stderr
     assert not out.exists() and list(tmp_path.iterdir()) == []
-    as_json = cli("package", "--native", str(onnx_mlp), "--out", str(out), "--json")
+    as_json = cli_here("package", "--native", str(onnx_mlp), "--out", str(out), "--json")
     assert as_json.returncode == 2 and json.loads(as_json.stdout)["error"]["exit_code"] == 2
 
 
@@ -176,10 +177,10 @@ def test_an_artifact_with_partitions_that_cannot_go_native_is_refused_naming_the
                                   ["{onnx}", "--out", "b.zip"],
                                   ["{onnx}", "--out", "no-such-dir/b.tar.gz"]],
                          ids=["missing-artifact", "not-a-tarball", "no-such-folder"])
-def test_bad_native_package_input_is_a_usage_error_writing_nothing(onnx_mlp, cli, tmp_path,
-                                                                   args):
+def test_bad_native_package_input_is_a_usage_error_writing_nothing(onnx_mlp, cli_here,
+                                                                   tmp_path, args):
     args = [a.replace("{onnx}", str(onnx_mlp)) for a in args]
-    result = cli("package", "--native", *args, cwd=tmp_path)
+    result = cli_here("package", "--native", *args, cwd=tmp_path)
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "error:" in result.stderr and list(tmp_path.iterdir()) == []
 
