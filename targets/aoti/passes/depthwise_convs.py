@@ -1,15 +1,17 @@
-"""A depthwise convolution (one filter per channel) as a sum of shifted, scaled copies of
-its padded input: one kernel Inductor generates, instead of cuDNN's depthwise kernel.
+"""A depthwise convolution (one filter per channel) as one reduction over its taps: the
+padded input's windows as a strided view, times the filter, summed in fp32; one kernel
+Inductor generates, instead of cuDNN's depthwise kernel.
 
     before: y = conv2d(x, W, b, stride=s, padding=p, dilation=d, groups=C)   W: [C, 1, kh, kw]
-    after:  xp = pad(x, p)
-            y = sum over (i, j) of xp[:, :, i*d : ... : s, j*d : ... : s] * W[:, 0, i, j]
-                + b
+    after:  windows = pad(x, p).unfold(2, d*(kh-1)+1, s).unfold(3, d*(kw-1)+1, s)[..., ::d, ::d]
+            y = (sum over the last two dims of float(windows) * float(W)[None, :, None, None]
+                 + float(b)).to(x.dtype)                  windows: [N, C, Ho, Wo, kh, kw], a view
 
 A depthwise filter reads each input kh*kw times for as many multiply-adds: the work is
 moving bytes, and cuDNN's depthwise kernels take several times the bytes' time at batch 1
-(ConvNeXt's 7x7s: bench/cuda_gap.py profiles them). Inductor fuses the taps into one
-pointwise kernel (fp32 sums for half-precision inputs), and can fuse what surrounds it.
+(ConvNeXt's 7x7s: bench/cuda_gap.py profiles them). A handful of graph nodes a convolution
+whatever its kernel size: the first form (49 shifted windows, 297 nodes a 7x7) made
+ConvNeXt-T's lowering 2.6x longer (bench/RESULTS.md, session 60).
 Only static image sizes, half-precision weights (what was measured), one filter per
 channel, and convolutions of
 at most ``MAX_MULTIPLY_ADDS``: past that cuDNN's kernel was the faster one (an H200, fp16:
@@ -39,22 +41,21 @@ class DepthwiseConvsAsTaps:
 
 def depthwise_conv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
                    stride: list, padding: list, dilation: list) -> torch.Tensor:
-    """``conv2d(x, weight, bias, stride, padding, dilation, groups=channels)`` as taps."""
-    _, c, h, w = x.shape
+    """``conv2d(x, weight, bias, stride, padding, dilation, groups=channels)`` as one
+    reduction over its taps, accumulated in fp32."""
+    c = x.shape[1]
     kh, kw = weight.shape[2:]
     (sh, sw), (ph, pw), (dh, dw) = stride, padding, dilation
-    ho = (h + 2 * ph - dh * (kh - 1) - 1) // sh + 1
-    wo = (w + 2 * pw - dw * (kw - 1) - 1) // sw + 1
     padded = torch.nn.functional.pad(x, (pw, pw, ph, ph)) if ph or pw else x
-    taps = weight.reshape(c, kh * kw)
-    out = None
-    for i in range(kh):
-        for j in range(kw):
-            window = padded[:, :, i * dh:i * dh + sh * (ho - 1) + 1:sh,
-                            j * dw:j * dw + sw * (wo - 1) + 1:sw]
-            term = window * taps[:, i * kw + j].reshape(1, c, 1, 1)
-            out = term if out is None else out + term
-    return out if bias is None else out + bias.reshape(1, c, 1, 1)
+    # [N, C, Ho, Wo, span_h, span_w], then every d-th row and column of each window
+    windows = padded.unfold(2, dh * (kh - 1) + 1, sh).unfold(3, dw * (kw - 1) + 1, sw)
+    if dh > 1 or dw > 1:
+        windows = windows[..., ::dh, ::dw]
+    taps = weight.float().reshape(1, c, 1, 1, kh, kw)
+    out = (windows.float() * taps).sum((-2, -1))
+    if bias is not None:
+        out = out + bias.float().reshape(1, c, 1, 1)
+    return out.to(x.dtype)
 
 
 def _rewrite_all(module: torch.fx.GraphModule) -> dict:

@@ -107,18 +107,32 @@ def test_unaligned_head_reads_one_padded_copy_shared_with_its_tied_embedding():
         torch.testing.assert_close(got, want)
 
 
-def test_depthwise_convolutions_become_taps_with_eager_values_other_groups_stay():
+@pytest.mark.parametrize("dtype, atol, rtol", [(torch.bfloat16, 0.05, 0.02),
+                                              (torch.float16, 5e-3, 2e-3)])
+def test_depthwise_convolutions_become_taps_with_eager_values_other_groups_stay(dtype, atol,
+                                                                                 rtol):
     torch.manual_seed(0)
-    model, x = _Depthwise().eval().to(torch.bfloat16), torch.randn(2, 8, 15, 13)
-    result = DepthwiseConvsAsTaps()(torch.export.export(model, (x.bfloat16(),)))
+    model, x = _Depthwise().eval().to(dtype), torch.randn(2, 8, 15, 13, dtype=dtype)
+    result = DepthwiseConvsAsTaps()(torch.export.export(model, (x,)))
     assert result.modified and result.info["depthwise_convs_rewritten"] == 3
     assert _ops(result.program).count("aten.conv2d.default") == 2
-    fresh = torch.randn(2, 8, 15, 13).bfloat16()
+    fresh = torch.randn(2, 8, 15, 13).to(dtype)
     got = result.program.module()(fresh)
-    with torch.no_grad():  # against eager in float32 on the same bfloat16 weights
+    with torch.no_grad():  # against eager in float32 on the same half-precision weights
         want = copy.deepcopy(model).float()(fresh.float())
     for tensor, expected in zip(got, want):
-        torch.testing.assert_close(tensor.float(), expected, atol=0.05, rtol=0.02)
+        assert tensor.dtype == dtype
+        torch.testing.assert_close(tensor.float(), expected, atol=atol, rtol=rtol)
+
+
+def test_depthwise_convolution_is_a_few_nodes_whatever_its_kernel_size():
+    def nodes(kernel: int) -> int:
+        conv = torch.nn.Conv2d(16, 16, kernel, padding=kernel // 2, groups=16).eval().half()
+        image = torch.randn(1, 16, 14, 14, dtype=torch.half)
+        result = DepthwiseConvsAsTaps()(torch.export.export(conv, (image,)))
+        assert result.modified
+        return len(_ops(result.program))
+    assert nodes(3) == nodes(7) <= 20  # the first form: 297 nodes a 7x7
 
 
 def test_float32_depthwise_convolution_stays_cudnns():
