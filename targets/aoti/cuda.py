@@ -15,10 +15,14 @@ from targets.aoti.base import AotiGeneration, AotiPackaging, AOTInductorTarget, 
 from targets.aoti.card import CUDA, CUDA_RECIPES, gpu_here
 from targets.aoti.kernel_timing import host_independent_kernel_timing
 from targets.aoti.kernels import ops as decode_ops
-from targets.aoti.passes.aligned_linears import LinearsAlignedByPadding
+from targets.aoti.passes.aligned_linears import (
+    LinearInputsAlignedByPadding,
+    LinearsAlignedByPadding,
+)
 from targets.aoti.passes.attention_views import AttentionInputsAsViews
 from targets.aoti.passes.decode_kernels import DecodeAttentionAsKernel, RowLinearsAsKernels
 from targets.aoti.passes.depthwise_convs import DepthwiseConvsAsTaps
+from targets.aoti.passes.gelu_epilogues import TanhGeluAsGemmEpilogue
 from targets.aoti.passes.patch_convs import PatchConvsAsMatmuls
 from targets.aoti.passes.row_linears import SingleRowLinearsAsReductions
 from targets.base import (
@@ -35,8 +39,10 @@ from targets.facets import Quantization
 
 # Passes faster alone but not yet shown faster inside a whole build: off by default;
 # bench/cuda_gap.py turns them on by name. The depthwise taps won single-kernel timings
-# and made ConvNeXt-T's lowering 2.6x longer (bench/RESULTS.md, session 60).
-CANDIDATE_PASSES = {DepthwiseConvsAsTaps.name: DepthwiseConvsAsTaps}
+# (their first form made ConvNeXt-T's lowering 2.6x longer); the Mixer's K = 196 linear
+# and GPT-2's fc1 + GELU are session 60's profile leads (bench/RESULTS.md).
+CANDIDATE_PASSES = {p.name: p for p in (DepthwiseConvsAsTaps, LinearInputsAlignedByPadding,
+                                        TanhGeluAsGemmEpilogue)}
 
 
 class CudaPackaging(AotiPackaging):
