@@ -23,6 +23,7 @@ from torch.export import ExportedProgram
 
 from passes.base import PassResult
 from passes.graph.rewrite import attribute, rewrite_and_recapture
+from targets.aoti.passes.decode_patterns import calls
 
 aten = torch.ops.aten
 _SQRT_2_OVER_PI = math.sqrt(2 / math.pi)
@@ -76,11 +77,11 @@ def _gelu_of_gemm(module, node):
         return None
     source, inner = found
     view = None
-    if _calls(source, aten.view.default, aten.reshape.default):
+    if calls(source, aten.view.default, aten.reshape.default):
         view, source = source, source.args[0]
-        if len(source.users) != 1 or not _calls(source, aten.addmm.default):
+        if len(source.users) != 1 or not calls(source, aten.addmm.default):
             return None
-    if not _calls(source, aten.linear.default, aten.addmm.default):
+    if not calls(source, aten.linear.default, aten.addmm.default):
         return None
     _, weight, bias, _ = _gemm_operands(source)
     w, b = attribute(module, weight), attribute(module, bias)
@@ -105,23 +106,23 @@ def _tanh_gelu(node):
     """(its input, the nodes between) where ``node`` is ``gelu(h, approximate="tanh")``
     or ``0.5*h * (1 + tanh(sqrt(2/pi) * (h + 0.044715 * h**3)))``, each inner node read
     only within it."""
-    if _calls(node, aten.gelu.default):
+    if calls(node, aten.gelu.default):
         approximate = node.kwargs.get("approximate",
                                       node.args[1] if len(node.args) > 1 else "none")
         h = node.args[0]
         return (h, []) if approximate == "tanh" and len(h.users) == 1 else None
-    if not _calls(node, aten.mul.Tensor):
+    if not calls(node, aten.mul.Tensor):
         return None
     for half, one_plus in (node.args, reversed(node.args)):
         h = _scaled(half, aten.mul.Tensor, 0.5)
         tanh = _scaled(one_plus, aten.add.Tensor, 1.0)
-        if h is None or not _calls(tanh, aten.tanh.default):
+        if h is None or not calls(tanh, aten.tanh.default):
             continue
         inner = _scaled(tanh.args[0], aten.mul.Tensor, _SQRT_2_OVER_PI)
-        if not _calls(inner, aten.add.Tensor) or h not in inner.args:
+        if not calls(inner, aten.add.Tensor) or h not in inner.args:
             continue
         cubed = _scaled(_other(inner, h), aten.mul.Tensor, 0.044715)
-        if not (_calls(cubed, aten.pow.Tensor_Scalar) and cubed.args[0] is h
+        if not (calls(cubed, aten.pow.Tensor_Scalar) and cubed.args[0] is h
                 and cubed.args[1] == 3):
             continue
         nodes = [half, cubed, _other(inner, h), inner, tanh.args[0], tanh, one_plus]
@@ -132,7 +133,7 @@ def _tanh_gelu(node):
 
 def _scaled(node, op, constant: float):
     """The tensor ``node`` combines with ``constant`` by ``op`` (either order), or None."""
-    if not _calls(node, op) or len(node.args) != 2 or node.kwargs:
+    if not calls(node, op) or len(node.args) != 2 or node.kwargs:
         return None
     for tensor, value in (node.args, reversed(node.args)):
         if isinstance(tensor, torch.fx.Node) and isinstance(value, (int, float)) \
@@ -144,8 +145,3 @@ def _scaled(node, op, constant: float):
 def _other(node, known):
     a, b = node.args
     return b if a is known else a
-
-
-def _calls(node, *targets) -> bool:
-    return isinstance(node, torch.fx.Node) and node.op == "call_function" \
-        and node.target in targets
