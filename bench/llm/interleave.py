@@ -39,6 +39,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--new-tokens", type=int, default=128)
+    parser.add_argument("--warmup-tokens", type=int,
+                        help="new tokens of each engine's warm-up call (default: --new-tokens)")
     parser.add_argument("--out", help="append the result as one JSON line")
     parser.add_argument("--max-load", type=float, default=1e9,
                         help="wait before timing until the 1-minute load average is below")
@@ -62,7 +64,7 @@ def main() -> None:
     ballast = get_engine(names[0]).load(requests[names[0]]) if args.ballast else None
     for name in names:
         loaded[name] = get_engine(name).load(requests[name])
-        time_call(loaded[name].generate, prompt, args.new_tokens)  # warm-up
+        time_call(loaded[name].generate, prompt, args.warmup_tokens or args.new_tokens)  # warm-up
     rates: dict[str, list[float]] = {name: [] for name in loaded}
     quiet = wait_for_quiet(args.max_load, args.max_wait)
     with LoadSampler() as load:
@@ -73,6 +75,7 @@ def main() -> None:
     medians = {name: round(statistics.median(r), 2) for name, r in rates.items()}
     first = next(iter(medians))
     row = {**machine_header(), "threads": args.threads, "pools": threads, "rounds": args.rounds,
+           "warmup_tokens": args.warmup_tokens or args.new_tokens,
            "ballast": bool(ballast), "quiet": quiet, "load": load.summary(),
            "decode_tokens_per_s": medians,
            "each": {name: [round(x, 1) for x in r] for name, r in rates.items()},
