@@ -11,10 +11,12 @@ from targets.onnx.providers import provider_names
 from targets.options import TargetOptions
 
 RECIPES = {
-    "int8-dynamic": "ONNX Runtime quantize_dynamic: int8 per-channel weights, activations "
-                    "quantized per call (MatMulInteger / ConvInteger)",
-    "int8-static": "ONNX Runtime quantize_static: QDQ format, int8 per-channel weights and "
-                   "activations, scales from --calibration (MinMax)",
+    "int8-dynamic": "ONNX Runtime quantize_dynamic: int8 per-channel weights (7-bit range "
+                    "for x86, whose CPUs without VNNI saturate 8), activations quantized "
+                    "per call (MatMulInteger / ConvInteger)",
+    "int8-static": "ONNX Runtime quantize_static: QDQ format, int8 per-channel weights "
+                   "(7-bit range for x86) and activations, scales from --calibration "
+                   "(MinMax)",
     # ORT's MatMulNBits, as ONNX Runtime GenAI builds its int4/int8 decoders: weights in
     # symmetric blocks (one scale each; the onnx target's --quant-block), activations
     # quantized to int8 inside the kernel (accuracy level 4), the memory-bound decode step

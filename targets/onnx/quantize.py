@@ -51,11 +51,12 @@ class _Calibration:
 
 
 def quantize_model(path: Path, recipe: str, calibration: list, examples: list | None = None,
-                   block: int = NBITS_BLOCK):
+                   block: int = NBITS_BLOCK, platform: str = "linux-x86_64"):
     """(the quantized ModelProto, with its weights loaded, and the report). ORT writes to
     a scratch folder; the caller saves the model under the artifact's own file names.
     ``examples``: flat input sets (the partition's own inputs) the per-layer error is
-    measured on when there is no calibration data. The exported model's weights are read
+    measured on when there is no calibration data. ``platform``: where the artifact runs
+    (its int8 weights' range, ``seven_bit_weights``). The exported model's weights are read
     from its files as each step needs them, never held whole (initializers.py)."""
     import onnx
 
@@ -67,13 +68,22 @@ def quantize_model(path: Path, recipe: str, calibration: list, examples: list | 
         exported = initializers.external_files(before)
         initializers.move_files(exported, path.parent, scratch)
         try:
-            return _quantize_in(scratch, before, recipe, calibration, examples or [], block)
+            return _quantize_in(scratch, before, recipe, calibration, examples or [], block,
+                                seven_bit_weights(platform))
         finally:
             initializers.move_files(exported, scratch, path.parent)
 
 
+def seven_bit_weights(platform: str) -> bool:
+    """Whether int8 weights keep to 7 bits (ORT's ``reduce_range``). On an x86 CPU without
+    VNNI (AVX2 alone) ONNX Runtime's u8s8 kernels sum pairs of products in 16 bits with
+    saturation (vpmaddubsw): 8-bit weights overflow there and the outputs drift (an MLP:
+    SQNR 11.7 dB, 32.0 with 7 bits). An x86 artifact may run on such a CPU."""
+    return platform.endswith("x86_64")
+
+
 def _quantize_in(scratch: Path, before, recipe: str, calibration: list, examples: list,
-                 block: int):
+                 block: int, reduce_range: bool):
     import onnx
     from onnx.external_data_helper import load_external_data_for_model
 
@@ -96,7 +106,7 @@ def _quantize_in(scratch: Path, before, recipe: str, calibration: list, examples
     initializers.save_graph_only(plain, source)
     del plain
     with _without_preprocessing_advice():
-        _run_ort(source, quantized_path, recipe, calibration, before, block)
+        _run_ort(source, quantized_path, recipe, calibration, before, block, reduce_range)
     after = onnx.load(str(quantized_path), load_external_data=False)
     weighted, label = _weighted_nodes(before), _layer_labels(before)
     done = _quantized_nodes(after)
@@ -115,7 +125,8 @@ def _quantize_in(scratch: Path, before, recipe: str, calibration: list, examples
     load_external_data_for_model(after, str(scratch))  # the result's own bytes, once
     return after, {
         "recipe": recipe, "how": RECIPES[recipe],
-        **({"block_size": block} if recipe.endswith("-weight") else {}),
+        **({"block_size": block} if recipe.endswith("-weight") else
+           {"weight_bits": 7 if reduce_range else 8}),
         "calibration_sets": len(calibration) if recipe == "int8-static" else 0,
         "layers_quantized": [label(n) for n in quantized],
         "layers_float": [{"layer": label(n), "op": op, "why": _WHY_FLOAT.get(
@@ -129,7 +140,7 @@ def _quantize_in(scratch: Path, before, recipe: str, calibration: list, examples
 
 
 def _run_ort(path: Path, quantized_path: Path, recipe: str, calibration: list, before,
-             block: int) -> None:
+             block: int, reduce_range: bool) -> None:
     from onnxruntime import quantization as ortq
 
     # DefaultTensorType: ONNX shape inference gives no type to the outputs of ONNX
@@ -137,6 +148,7 @@ def _run_ort(path: Path, quantized_path: Path, recipe: str, calibration: list, b
     # fusions), and the quantizer then refused the MatMul after them ("Unable to find
     # data type for weight_name"). Such an output has the model's float type.
     common = {"per_channel": True, "weight_type": ortq.QuantType.QInt8,
+              "reduce_range": reduce_range,
               "use_external_data_format": True,  # weights of any size; loaded back whole
               "extra_options": {"DefaultTensorType": _float_type(before)}}
     if recipe.endswith("-weight"):
