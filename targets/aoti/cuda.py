@@ -38,9 +38,7 @@ from targets.facets import Quantization
 
 
 # Passes faster alone but not yet shown faster inside a whole build: off by default;
-# bench/cuda_gap.py turns them on by name. The depthwise taps won single-kernel timings
-# (their first form made ConvNeXt-T's lowering 2.6x longer); the Mixer's K = 196 linear
-# and GPT-2's fc1 + GELU are session 60's profile leads (bench/RESULTS.md).
+# bench/cuda_gap.py turns them on by name to time them inside whole builds.
 CANDIDATE_PASSES = {p.name: p for p in (DepthwiseConvsAsTaps, LinearInputsAlignedByPadding,
                                         TanhGeluAsGemmEpilogue)}
 

@@ -9,8 +9,8 @@ computed over a weight padded with zero rows to that multiple, then sliced; as a
 
 With an output row stride that is not 16-byte aligned, cuBLAS can only use its
 alignment-1 kernels, which run a vocabulary head many times slower than the aligned
-GEMM of the padded width; unaligned input rows give CUTLASS's ``align2`` kernels (Mixer:
-6.6 us a GEMM, bench/RESULTS.md session 60). The zero columns meet zero inputs, so the
+GEMM of the padded width; unaligned input rows (an MLP-Mixer's 196 tokens) give
+CUTLASS's slow ``align2`` kernels. The zero columns meet zero inputs, so the
 sums are the same. The padded weight is a new constant made here, so only the input is
 padded at run time (a copy Inductor can fuse into its producer); embedding lookups of a
 tied weight read it too (their ids stay under N), so the artifact holds one copy (a

@@ -10,8 +10,7 @@ Inductor generates, instead of cuDNN's depthwise kernel.
 A depthwise filter reads each input kh*kw times for as many multiply-adds: the work is
 moving bytes, and cuDNN's depthwise kernels take several times the bytes' time at batch 1
 (ConvNeXt's 7x7s: bench/cuda_gap.py profiles them). A handful of graph nodes a convolution
-whatever its kernel size: the first form (49 shifted windows, 297 nodes a 7x7) made
-ConvNeXt-T's lowering 2.6x longer (bench/RESULTS.md, session 60).
+whatever its kernel size: one node a tap made a ConvNeXt's lowering minutes longer.
 Only static image sizes, half-precision weights (what was measured), one filter per
 channel, and convolutions of
 at most ``MAX_MULTIPLY_ADDS``: past that cuDNN's kernel was the faster one (an H200, fp16:
