@@ -85,7 +85,7 @@ def measure(name: str, variants: dict[str, dict], args) -> dict:
     while other models build, then timed and profiled when this process holds the GPU."""
     import runtime
     from bench.cuda_jobs import wait_for_build
-    from bench.models import SUITE
+    from bench.cuda_models import CUDA_SUITE as SUITE
     from exporter.benchmark import _baselines, time_side_by_side
     from exporter.model.spec import load_spec
     from runtime.program.flat_inputs import flatten_inputs

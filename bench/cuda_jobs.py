@@ -26,6 +26,8 @@ def build_one(job: list, args) -> dict:
     start = time.perf_counter()
     try:
         built = _build(spec, overrides, out, args.device)
+    except SameAsTarget as same:  # nothing to time that the target's own build lacks
+        return {"same_as_target": str(same), "build_s": round(time.perf_counter() - start, 1)}
     except Exception as exc:  # the other builds are still measured
         return {"error": f"{type(exc).__name__}: {str(exc)[:300]}",
                 "build_s": round(time.perf_counter() - start, 1)}
@@ -47,9 +49,60 @@ def _build(spec: str, overrides: dict, out: Path, device: str):
     from targets.aoti.cuda import CudaTarget
     original = with_variant(overrides)
     try:
-        return build(spec, BuildSettings(target="cuda", dtype="fp16", out=out))
+        with _unless_changed(overrides):
+            return build(spec, BuildSettings(target="cuda", dtype="fp16", out=out))
     finally:
         CudaTarget.inductor_configs, CudaTarget.default_passes = original
+
+
+class SameAsTarget(BaseException):
+    """A variant whose added passes changed nothing and whose Inductor settings leave the
+    layout decision as it was: its build would be the target's own. Not an Exception:
+    the pass pipeline and the build would record one as a failure and go on."""
+
+
+@contextlib.contextmanager
+def _unless_changed(overrides: dict):
+    """With ``overrides["unless_same"]``: the build stops at Inductor's layout decision
+    (the start of lowering) when no added pass modified the program and the decision is
+    what the target's settings give (``force_layout_optimization`` the only setting such a
+    variant may lay over)."""
+    if not overrides.get("unless_same"):
+        yield
+        return
+    import torch
+    from torch._inductor import config
+    from torch._inductor.graph import GraphLowering
+    decide = GraphLowering.__dict__["decide_layout_opt"]
+
+    def checked(gm, *, is_inference):
+        chosen = decide.__func__(gm, is_inference=is_inference)
+        with config.patch(force_layout_optimization=False):
+            own = decide.__func__(gm, is_inference=is_inference)
+        convs = any(n.target is torch.ops.aten.convolution.default for n in gm.graph.nodes)
+        if not any(_MODIFIED) and (chosen == own or not convs):
+            raise SameAsTarget(f"no added pass changed the program; layout "
+                               f"{'channels-last' if own else 'as given'} either way")
+        return chosen
+    _MODIFIED.clear()
+    GraphLowering.decide_layout_opt = staticmethod(checked)
+    try:
+        yield
+    finally:
+        GraphLowering.decide_layout_opt = decide
+
+
+_MODIFIED: list[bool] = []  # each added pass's ``modified``, in this build process
+
+
+def _recorded(made):
+    """An added pass that notes whether it modified the program."""
+    def run(program):
+        result = made(program)
+        _MODIFIED.append(result.modified)
+        return result
+    run.name, run.required = made.name, made.required
+    return run
 
 
 def with_variant(overrides: dict):
@@ -62,6 +115,7 @@ def with_variant(overrides: dict):
     overrides = dict(overrides)
     skipped = set(overrides.pop("skip_passes", ()))
     added = [CANDIDATE_PASSES[name] for name in overrides.pop("add_passes", ())]
+    overrides.pop("unless_same", None)
     original = CudaTarget.inductor_configs, CudaTarget.default_passes
 
     def configs(self, options, dynamic=False, data_sizes=False):
@@ -71,7 +125,7 @@ def with_variant(overrides: dict):
         kept = [p for p in original[1](self, options) if p.name not in skipped]
         at = next((i for i, p in enumerate(kept) if p.name == "attention_inputs_as_views"),
                   len(kept))
-        return [*kept[:at], *(make() for make in added), *kept[at:]]
+        return [*kept[:at], *(_recorded(make()) for make in added), *kept[at:]]
     CudaTarget.inductor_configs, CudaTarget.default_passes = configs, passes
     return original
 
@@ -79,7 +133,7 @@ def with_variant(overrides: dict):
 def run_jobs(args, plan: list[tuple[str, dict[str, dict]]]) -> None:
     """Start every build and measuring process of ``plan`` ((model, variants) pairs), echo
     the progress lines as they come, end what is left at ``--deadline-s``."""
-    from bench.models import SUITE
+    from bench.cuda_models import CUDA_SUITE as SUITE
     work = Path(args.work_dir)
     (work / "logs").mkdir(parents=True, exist_ok=True)
     sync = work / "sync"
