@@ -68,11 +68,21 @@ class LazyGroup(TyperGroup):
         return self.commands.get(cmd_name)
 
     def format_help(self, ctx, formatter) -> None:
-        self._listing = True
+        """The list in click's plain layout (uv's and ruff's): typer's boxed one imports
+        rich's markdown and traceback modules, most of the start-up of `exporter --help`."""
+        self._listing, markup = True, self.rich_markup_mode
+        self.rich_markup_mode = None
         try:
             super().format_help(ctx, formatter)
         finally:
-            self._listing = False
+            self._listing, self.rich_markup_mode = False, markup
+
+    def parse_args(self, ctx, args: list[str]) -> list[str]:
+        """`exporter` alone: the list, exit 2 (typer shows it only through rich)."""
+        if not args and self.no_args_is_help and not ctx.resilient_parsing:
+            _click.echo(ctx.get_help())
+            ctx.exit(2)
+        return super().parse_args(ctx, args)
 
     def resolve_command(self, ctx, args: list[str]):
         """typer's did-you-mean asks the commands loaded so far; this asks the list."""

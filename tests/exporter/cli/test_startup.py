@@ -112,6 +112,14 @@ def test_help_lists_the_commands_without_importing_them_pydantic_or_any_target(r
     commands = {name for name in loaded if name.startswith("exporter.")}
     assert commands <= {"exporter.cli", "exporter.cli.commands", "exporter.cli.common",
                         "exporter.cli.interrupts"}, commands
+    # typer's boxed layout imports rich's markdown and traceback: most of the start-up
+    assert not loaded & {"typer.rich_utils", "rich.markdown"}, loaded & {"typer.rich_utils"}
+
+
+def test_exporter_alone_prints_the_command_list_and_exits_2(ran):
+    alone = _exporter_without_torch(ran)
+    assert alone.returncode == 2 and "Commands:" in alone.stdout, alone.stderr
+    assert "build" in alone.stdout and "Traceback" not in alone.stderr
 
 
 def test_build_help_reads_the_targets_cards_and_imports_no_backend(ran):
