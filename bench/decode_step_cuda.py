@@ -2,7 +2,7 @@
 own bytes, and the decode speed against the memory-bandwidth bound.
 
     python bench/decode_step_cuda.py --out DIR --builds fp16[,fp16-int8-weight,...]
-        [--variant before|after] [--ncu] [--validate]
+        [--variant before|after] [--ncu] [--validate] [--build-only | --measure-only]
 
 For each build: the artifact (``exporter.build``, the cuda target; ``before`` without the
 decode-kernel passes, ``after`` as the target is), ``exporter bench``'s decode tokens/s
@@ -11,7 +11,9 @@ decode CUDA graph's replay time (CUDA events, median of 200), the kernels of 20 
 (torch.profiler: name, calls and microseconds a step) and, with ``--ncu``, one replay
 under Nsight Compute (--clock-control none): each kernel's DRAM bytes and its own time.
 The bound: the step's weight bytes over 4.8 TB/s (the H200's datasheet bandwidth).
-Rows go to DIR/decode-step.jsonl; a table per build is printed.
+Rows go to DIR/decode-step.jsonl; a table per build is printed. ``--build-only`` and
+``--measure-only`` split the two halves, so builds can run side by side (in separate
+processes, each with its own DIR) and be timed one at a time on a quiet GPU afterwards.
 """
 
 from __future__ import annotations
@@ -232,6 +234,10 @@ def main() -> None:
     parser.add_argument("--ncu", action="store_true")
     parser.add_argument("--validate", action="store_true")
     parser.add_argument("--ncu-child")
+    phase = parser.add_mutually_exclusive_group()
+    phase.add_argument("--build-only", action="store_true")
+    phase.add_argument("--measure-only", action="store_true",
+                       help="time DIR's artifacts of an earlier --build-only")
     args = parser.parse_args()
     if args.ncu_child:
         return ncu_child(args.ncu_child)
@@ -245,7 +251,16 @@ def main() -> None:
         row = {**machine_header(torch=torch.__version__), "build": name,
                "variant": args.variant, "gpu": torch.cuda.get_device_name()}
         try:
-            row.update(build(folder, name, args.variant, args.out, args.validate))
+            if args.measure_only:
+                row["artifact"] = str(args.out / f"llama-1b-{name}-{args.variant}.artifact")
+            else:
+                row.update(build(folder, name, args.variant, args.out, args.validate))
+            if args.build_only:
+                print(json.dumps({k: row.get(k) for k in ("build", "build_s", "validation",
+                                                          "passes")}), flush=True)
+                with open(args.out / "decode-builds.jsonl", "a") as fh:
+                    fh.write(json.dumps(row) + "\n")
+                continue
             row["bench"] = bench(row["artifact"])
             row["profile"] = replay_and_profile(row["artifact"])
         except Exception as exc:  # noqa: BLE001 - recorded; the next build runs

@@ -25,9 +25,11 @@ TRITON = importlib.util.find_spec("triton") is not None
 
 def _row_gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
               norm_weight: torch.Tensor | None, residual: torch.Tensor | None, eps: float,
-              offset: float, act: int) -> torch.Tensor:
+              offset: float, act: int, weight_scale: torch.Tensor | None = None
+              ) -> torch.Tensor:
     from targets.aoti.kernels.triton_kernels import launch_row_gemv
-    return launch_row_gemv(x, weight, bias, norm_weight, residual, eps, offset, act)
+    return launch_row_gemv(x, weight, bias, norm_weight, residual, eps, offset, act,
+                           weight_scale=weight_scale)
 
 
 def _decode_attention(query: torch.Tensor, past_k: torch.Tensor, new_k: torch.Tensor,
@@ -50,8 +52,8 @@ def _define() -> None:
                                   schema=torch.library.infer_schema(_row_gemv,
                                                                     mutates_args=()))(
         reference.row_gemv)
-    row.register_fake(lambda x, weight, bias, norm_weight, residual, eps, offset, act:
-                      x.new_empty(reference.row_gemv_shape(x, weight, act), dtype=weight.dtype))
+    row.register_fake(lambda x, weight, bias, norm_weight, residual, eps, offset, act,
+                      weight_scale=None: x.new_empty(reference.row_gemv_shape(x, weight, act)))
     attention = torch.library.custom_op(
         DECODE_ATTENTION, mutates_args=(),
         schema=torch.library.infer_schema(_decode_attention, mutates_args=()))(

@@ -4,7 +4,9 @@ Triton is not installed, and what the Triton kernels are checked against.
 ``row_gemv``: a linear over one row with what surrounds it in a decoder layer folded in:
 
     x' = x * rsqrt(mean(x^2) + eps) * (norm_weight + offset)     if norm_weight is given
-    y  = x' @ W.T + bias                                          W: [N, K] (or [2N, K])
+    y  = (x' @ W.T) * weight_scale + bias                         W: [N, K] (or [2N, K]);
+                                                                  weight_scale: int8 W's
+                                                                  per-row scales, if given
     y  = act(y[:N]) * y[N:]                                       if act (a gated MLP)
     y  = y + residual                                             if residual is given
 
@@ -33,11 +35,14 @@ def activation(y: torch.Tensor, act: int) -> torch.Tensor:
 
 def row_gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
              norm_weight: torch.Tensor | None, residual: torch.Tensor | None, eps: float,
-             offset: float, act: int) -> torch.Tensor:
+             offset: float, act: int, weight_scale: torch.Tensor | None = None
+             ) -> torch.Tensor:
     row = x.reshape(x.shape[-1]).float()
     if norm_weight is not None:
         row = row * torch.rsqrt(row.pow(2).mean() + eps) * (norm_weight.float() + offset)
     y = weight.float() @ row
+    if weight_scale is not None:
+        y = y * weight_scale.reshape(-1).float()
     if bias is not None:
         y = y + bias.float()
     if act:
@@ -45,7 +50,7 @@ def row_gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
         y = activation(y[:half], act) * y[half:]
     if residual is not None:
         y = y + residual.reshape(-1).float()
-    return y.to(weight.dtype).reshape(*x.shape[:-1], y.shape[0])
+    return y.to(x.dtype).reshape(*x.shape[:-1], y.shape[0])
 
 
 def row_gemv_shape(x: torch.Tensor, weight: torch.Tensor, act: int) -> torch.Size:

@@ -43,10 +43,11 @@ def _activation(y, ACT: tl.constexpr):
 
 
 @triton.jit
-def row_gemv_kernel(x_ptr, w_ptr, b_ptr, nw_ptr, r_ptr, out_ptr,
+def row_gemv_kernel(x_ptr, w_ptr, b_ptr, nw_ptr, r_ptr, s_ptr, out_ptr,
                     EPS: tl.constexpr, OFFSET: tl.constexpr,
                     N: tl.constexpr, K: tl.constexpr, HAS_BIAS: tl.constexpr,
                     HAS_NORM: tl.constexpr, ACT: tl.constexpr, HAS_RES: tl.constexpr,
+                    HAS_SCALE: tl.constexpr,
                     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, AHEAD: tl.constexpr,
                     GDC: tl.constexpr, W_AHEAD: tl.constexpr):
     # rows of W this program reduces; a gated product also reads the rows N below them
@@ -102,6 +103,8 @@ def row_gemv_kernel(x_ptr, w_ptr, b_ptr, nw_ptr, r_ptr, out_ptr,
                          eviction_policy="evict_first")
             up += w2.to(tl.float32) * x[None, :]
     y += tl.sum(acc, axis=1)
+    if HAS_SCALE:  # int8 rows: one scale a row, applied to the sums
+        y = y * tl.load(s_ptr + rows, mask=row_ok, other=0.0).to(tl.float32)
     scale = tl.rsqrt((square_sum + tl.sum(squares, axis=0)) / K + EPS)
     if HAS_NORM:
         y = y * scale
@@ -109,6 +112,8 @@ def row_gemv_kernel(x_ptr, w_ptr, b_ptr, nw_ptr, r_ptr, out_ptr,
         y += tl.load(b_ptr + rows, mask=row_ok, other=0.0).to(tl.float32)
     if ACT != 0:
         u += tl.sum(up, axis=1)
+        if HAS_SCALE:
+            u = u * tl.load(s_ptr + N + rows, mask=row_ok, other=0.0).to(tl.float32)
         if HAS_NORM:
             u = u * scale
         if HAS_BIAS:
@@ -123,13 +128,15 @@ def row_gemv_kernel(x_ptr, w_ptr, b_ptr, nw_ptr, r_ptr, out_ptr,
 _AHEAD_PER_THREAD = 64
 
 
-def gemv_config(rows: int, cols: int, gated: bool,
-                dependent: bool = False) -> tuple[int, int, int, int]:
+def gemv_config(rows: int, cols: int, gated: bool, dependent: bool = False,
+                weight_bytes: int = 2) -> tuple[int, int, int, int]:
     """(BLOCK_N, BLOCK_K, num_warps, AHEAD): enough programs to keep every SM's loads in
-    flight (several per SM), 16-byte loads along K; a ``dependent`` launch loads as many
-    of a program's first columns ahead of its wait as fit in registers, a plain one none
-    (AHEAD 0: the loop alone, the kernel as the built library runs it)."""
-    block_k = min(256 if rows >= 4096 else 512, triton.next_power_of_2(cols))
+    flight (several per SM), 16-byte loads along K (int8 rows: twice the columns a tile,
+    the same bytes); a ``dependent`` launch loads as many of a program's first columns
+    ahead of its wait as fit in registers, a plain one none (AHEAD 0: the loop alone, the
+    kernel as the built library runs it)."""
+    widen = max(1, 2 // weight_bytes)
+    block_k = min((256 if rows >= 4096 else 512) * widen, triton.next_power_of_2(cols))
     if rows <= 2048 and cols <= 2048:  # a small product: more, smaller programs
         block_n, warps = 2, 8
     else:
@@ -166,21 +173,25 @@ def _launcher(kernel, grid: tuple, pdl: bool):
 
 def launch_row_gemv(x, weight, bias, norm_weight, residual, eps: float, offset: float,
                     act: int, config: tuple[int, int, int, int] | None = None,
-                    pdl: bool = False) -> torch.Tensor:
+                    pdl: bool = False, weight_scale=None) -> torch.Tensor:
+    """The op's kernel (reference.row_gemv's math); ``weight_scale``: int8 rows' scales."""
     width = weight.shape[0] // 2 if act else weight.shape[0]
     cols = weight.shape[1]
-    out = torch.empty((*x.shape[:-1], width), dtype=weight.dtype, device=x.device)
+    out = torch.empty((*x.shape[:-1], width), dtype=x.dtype, device=x.device)
     gdc = pdl and dependent_launch_here(x.device)
-    block_n, block_k, warps, ahead = config or gemv_config(width, cols, bool(act), gdc)
+    block_n, block_k, warps, ahead = config or gemv_config(
+        width, cols, bool(act), gdc, weight.element_size())
     row = x.reshape(cols)
     dummy = weight  # an unused pointer argument (its branch is compiled out)
     ahead_ok = weight.is_contiguous()  # else a copy the step makes: read after the wait
     _launcher(row_gemv_kernel, (triton.cdiv(width, block_n),), pdl)(
         row, weight.contiguous(), dummy if bias is None else bias,
         dummy if norm_weight is None else norm_weight,
-        dummy if residual is None else residual.reshape(width).contiguous(), out,
+        dummy if residual is None else residual.reshape(width).contiguous(),
+        dummy if weight_scale is None else weight_scale.reshape(-1), out,
         EPS=eps, OFFSET=offset, N=width, K=cols, HAS_BIAS=bias is not None,
         HAS_NORM=norm_weight is not None, ACT=act, HAS_RES=residual is not None,
+        HAS_SCALE=weight_scale is not None,
         BLOCK_N=block_n, BLOCK_K=block_k, AHEAD=ahead, GDC=gdc, W_AHEAD=ahead_ok,
         num_warps=warps)
     return out

@@ -15,8 +15,10 @@ A decode step reads each weight once and little else, so its speed is how fully 
 kernel streams its bytes and how many kernels it launches: the norms, activations, adds
 and copies between the products move almost nothing but each costs a launch and a drain
 (docs/design-notes.md). Only what is known at capture to be one row
-(the decode entry point; a prompt of dynamic length is not) with plain float weights;
-quantized weights keep their own kernels, and other linears row_linears.py's reduction.
+(the decode entry point; a prompt of dynamic length is not) with plain float weights, or
+int8 weight-only ones (``--quantize int8-weight``: the kernel reads the int8 rows, half
+the bytes, and applies each row's scale to its sum); int4 weights keep torchao's tinygemm
+kernel, and other linears row_linears.py's reduction.
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ from passes.base import PassResult
 from passes.graph.rewrite import attribute, replace_calls, rewrite_and_recapture
 from targets.aoti.kernels import ops
 from targets.aoti.passes.decode_patterns import (match_decode_attention, match_gated,
-                                                 match_norm, match_residual, val)
+                                                 match_int8_linear, match_norm,
+                                                 match_residual, val)
 from targets.aoti.passes.row_linears import _one_row, _plain_float
 
 _LINEAR = torch.ops.aten.linear.default
@@ -51,13 +54,18 @@ class DecodeAttentionAsKernel:
 
 
 def _rewrite_linears(module: torch.fx.GraphModule) -> dict:
-    counts = {"linears_as_kernels": 0, "norms_folded": 0, "gated_folded": 0,
-              "residuals_folded": 0}
+    counts = {"linears_as_kernels": 0, "int8_linears": 0, "norms_folded": 0,
+              "gated_folded": 0, "residuals_folded": 0}
+    # export's dtype asserts (of the model's and torchao's .to() calls) are extra uses of
+    # the nodes fused here, and check nothing a compiled library keeps (Inductor drops them)
     for node in list(module.graph.nodes):
-        if not _row_linear(module, node):
+        if node.target is torch.ops.aten._assert_tensor_metadata.default:
+            module.graph.erase_node(node)
+    for node in list(module.graph.nodes):
+        product = _product(module, node)
+        if product is None:
             continue
-        x, weight = node.args[0], node.args[1]
-        bias = node.args[2] if len(node.args) > 2 else node.kwargs.get("bias")
+        x, weight, bias, scale, node = product
         norm = match_norm(x) if isinstance(x, torch.fx.Node) else None
         if norm is not None and val(norm.hidden).shape[-1] != val(x).shape[-1]:
             norm = None
@@ -68,16 +76,29 @@ def _rewrite_linears(module: torch.fx.GraphModule) -> dict:
         with module.graph.inserting_before(replaced):
             fused = module.graph.call_function(ops.row_gemv, (
                 norm.hidden if norm else x, weight, bias, norm.weight if norm else None,
-                extra, norm.eps if norm else 0.0, norm.offset if norm else 0.0, act))
+                extra, norm.eps if norm else 0.0, norm.offset if norm else 0.0, act, scale))
         fused.meta = dict(replaced.meta)
         replaced.replace_all_uses_with(fused)
         counts["linears_as_kernels"] += 1
+        counts["int8_linears"] += scale is not None
         counts["norms_folded"] += norm is not None
         counts["gated_folded"] += gated is not None
         counts["residuals_folded"] += residual is not None
     module.graph.eliminate_dead_code()
     module.recompile()
     return counts
+
+
+def _product(module: torch.fx.GraphModule, node: torch.fx.Node) -> tuple | None:
+    """A one-row product the kernel takes: (x, weight, bias, int8 scales or None, the node
+    standing for its output)."""
+    if _row_linear(module, node):
+        bias = node.args[2] if len(node.args) > 2 else node.kwargs.get("bias")
+        return node.args[0], node.args[1], bias, None, node
+    found = match_int8_linear(node)
+    if found is None or not _one_row(node):
+        return None
+    return found.x, found.weight, found.bias, found.scale, found.out
 
 
 def _row_linear(module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:

@@ -1,9 +1,10 @@
 """Graph patterns around a batch-1 decode step's products, as the decode-kernel passes
-(decode_kernels.py) find them in a captured ATen graph: an RMSNorm feeding a linear, a
-gated MLP's activation-times-up over a merged gate/up linear, a residual add after a
-linear, and SDPA over ``cat(past, new)`` keys and values. Each matcher returns the
-pieces the fused op takes, or None; casts between the ops (``.float()``, ``.to(dtype)``)
-are looked through, so LLaMA's, Qwen's and Gemma's norms read alike.
+(decode_kernels.py) find them in a captured ATen graph: an RMSNorm feeding a linear, an
+int8 weight-only linear as torchao's tensor decomposes, a gated MLP's activation-times-up
+over a merged gate/up linear, a residual add after a linear, and SDPA over
+``cat(past, new)`` keys and values. Each matcher returns the pieces the fused op takes,
+or None; casts between the ops (``.float()``, ``.to(dtype)``) are looked through, so
+LLaMA's, Qwen's and Gemma's norms read alike.
 """
 
 from __future__ import annotations
@@ -115,6 +116,76 @@ def _core(node) -> tuple[Node, float] | None:
 def _last_dim(mean: Node) -> bool:
     dims, value = mean.args[1], val(mean.args[0])
     return value is not None and list(dims) in ([-1], [value.dim() - 1])
+
+
+@dataclass(frozen=True)
+class Int8Linear:
+    x: Node  # the rows multiplied (before the product's 2-D view)
+    weight: Node  # int8 [N, K], a get_attr
+    scale: Node  # N per-row scales, a get_attr
+    bias: Node | None
+    out: Node  # what stands for the linear's output
+
+
+_VIEWS = (aten.view.default, aten.reshape.default, aten._unsafe_view.default)
+_TRANSPOSES = (aten.t.default, aten.permute.default, aten.transpose.int)
+
+
+def match_int8_linear(mm: Node) -> Int8Linear | None:
+    """torchao's int8 weight-only linear (Int8WeightOnlyConfig) after run_decompositions:
+    ``view(mm(view(x, [-1, K]), t(w_int8).to(dtype)) * view(scale, [N]), [..., N])``,
+    a bias added after, all in ``x``'s dtype."""
+    if not calls(mm, aten.mm.default):
+        return None
+    rows, converted = mm.args
+    transposed = strip_casts(converted)
+    if transposed is converted or not calls(transposed, *_TRANSPOSES):
+        return None
+    weight = transposed.args[0]
+    stored = val(weight)
+    if not (isinstance(weight, Node) and weight.op == "get_attr" and stored is not None
+            and stored.dtype == torch.int8 and stored.dim() == 2):
+        return None
+    x = rows.args[0] if calls(rows, *_VIEWS) else rows
+    if val(x) is None or val(x).dtype not in _FLOATS or len(mm.users) != 1:
+        return None
+    scaled = next(iter(mm.users))
+    if not calls(scaled, aten.mul.Tensor) or len(scaled.args) != 2:
+        return None
+    scale = _attr_of(scaled.args[1] if scaled.args[0] is mm else scaled.args[0])
+    if scale is None or val(scale).numel() != stored.shape[0]:
+        return None
+    out = scaled
+    if len(out.users) == 1 and calls(next(iter(out.users)), *_VIEWS):
+        out = next(iter(out.users))
+    bias = _bias_after(out, stored.shape[0])
+    if bias is not None:
+        out = next(iter(out.users))
+    if val(out) is None or val(out).dtype != val(x).dtype:
+        return None
+    return Int8Linear(x, weight, scale, bias, out)
+
+
+def _attr_of(node) -> Node | None:
+    """The get_attr ``node`` is, or is a view of."""
+    while calls(node, *_VIEWS):
+        node = node.args[0]
+    return node if isinstance(node, Node) and node.op == "get_attr" and val(node) is not None \
+        else None
+
+
+def _bias_after(out: Node, width: int) -> Node | None:
+    """A 1-D get_attr of ``width`` added to ``out`` (its only use)."""
+    if len(out.users) != 1:
+        return None
+    add = next(iter(out.users))
+    if not calls(add, aten.add.Tensor) or len(add.args) != 2 or add.kwargs.get("alpha", 1) != 1:
+        return None
+    other = _attr_of(add.args[1] if add.args[0] is out else add.args[0])
+    if other is None or tuple(val(other).shape) != (width,) or \
+            val(other).dtype != val(out).dtype:
+        return None
+    return other
 
 
 def match_gated(linear: Node) -> tuple[Node, int] | None:

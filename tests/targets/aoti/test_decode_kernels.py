@@ -59,14 +59,14 @@ def test_decode_step_products_and_attention_become_fused_kernel_ops(family):
     result = RowLinearsAsKernels()(attention.program)
     layers = 2
     assert attention.info == {"attention_as_kernel": layers}
-    assert result.info == {"linears_as_kernels": 4 * layers + 1, "norms_folded": 2 * layers + 1,
-                           "gated_folded": layers, "residuals_folded": 2 * layers}
+    assert result.info == {"linears_as_kernels": 4 * layers + 1, "int8_linears": 0,
+                           "norms_folded": 2 * layers + 1, "gated_folded": layers,
+                           "residuals_folded": 2 * layers}
     calls = _calls(result.program)
     assert calls["edge_exporter.row_gemv.default"] == 4 * layers + 1
     assert calls["edge_exporter.decode_attention.default"] == layers
-    # (the norms' own ops stay, held by torch.export's dtype asserts; Inductor drops them)
     assert not {"aten.linear.default", "aten.scaled_dot_product_attention.default",
-                "aten.silu.default"} & set(calls)
+                "aten.silu.default", "aten.rsqrt.default"} & set(calls)
     cache_inputs = {n for n in result.program.graph.nodes if n.op == "placeholder"
                     and n.name.startswith("past")}
     assert not [n for n in result.program.graph.nodes if str(n.target) == "aten.cat.default"
@@ -79,6 +79,42 @@ def test_decode_step_products_and_attention_become_fused_kernel_ops(family):
     assert set(got) == set(want)
     for name in want:
         torch.testing.assert_close(got[name], want[name], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2"])
+def test_int8_weight_only_products_become_the_kernel_over_int8_rows(family):
+    """After --quantize int8-weight each product is torchao's decomposed int8 linear
+    (the int8 weight converted, a matmul, each row's scale): it becomes one row_gemv over
+    the int8 rows and their scales, with the norm, the gated activation, Qwen's bias and
+    the residual folded in as for float weights, and the step computes what it did."""
+    pytest.importorskip("torchao")
+    from passes.quantize.quantize_weight_only import QuantizeWeightOnly
+    program, past = _captured(family, 1)
+    program = DecodeAttentionAsKernel()(program).program
+    quantized = QuantizeWeightOnly("int8-weight", "weight-only", "cuda")(program).program
+    result = RowLinearsAsKernels()(quantized)
+    layers = 2
+    assert result.info == {"linears_as_kernels": 4 * layers + 1, "int8_linears": 4 * layers + 1,
+                           "norms_folded": 2 * layers + 1, "gated_folded": layers,
+                           "residuals_folded": 2 * layers}
+    calls = _calls(result.program)
+    assert not {"aten.mm.default", "aten.silu.default"} & set(calls)
+    weights = {n.name: n for n in result.program.graph.nodes if n.op == "placeholder"}
+    int8 = [n for n in result.program.graph.nodes if n.target == ops_row_gemv()
+            and weights[n.args[1].name].meta["val"].dtype == torch.int8]
+    assert len(int8) == 4 * layers + 1 and all(n.args[8] is not None for n in int8)
+    cache = _randomised(past)
+    ids, position = torch.tensor([[7]]), torch.tensor([9])
+    with torch.no_grad():
+        want = quantized.module()(ids, position, *cache.values())
+        got = result.program.module()(ids, position, *cache.values())
+    for name in want:
+        torch.testing.assert_close(got[name], want[name], rtol=1e-4, atol=1e-4)
+
+
+def ops_row_gemv():
+    from targets.aoti.kernels import ops
+    return ops.row_gemv
 
 
 def test_prompt_chunks_of_dynamic_length_keep_their_products_and_attention():
@@ -121,6 +157,31 @@ def test_row_gemv_kernel_matches_its_reference(case, dtype):
     assert got.shape == want.shape
     assert ((got - want).norm() / want.norm()).item() < (2e-3 if dtype == torch.float16
                                                          else 1e-5)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("case", [  # (N, K, norm, act, residual, bias)
+    (37, 200, True, 1, False, True), (2560, 2048, True, 0, False, False),
+    (5632, 2048, True, 1, False, False), (2048, 5632, False, 0, True, True)])
+def test_row_gemv_kernel_over_int8_rows_matches_its_reference(case):
+    """fp16 rows against int8 weight rows, each row's scale applied to its sum."""
+    if not torch.cuda.is_available():
+        pytest.skip("no GPU")
+    from targets.aoti.kernels.triton_kernels import launch_row_gemv
+    n, k, norm, act, res, bias = case
+    torch.manual_seed(n + k)
+    cuda = dict(device="cuda", dtype=torch.float16)
+    rows = 2 * n if act else n
+    weight = torch.randint(-127, 128, (rows, k), device="cuda", dtype=torch.int8)
+    scale = torch.rand(rows, **cuda) * 1e-3 + 1e-4
+    x = torch.randn(1, 1, k, **cuda)
+    args = (torch.randn(rows, **cuda) if bias else None,
+            torch.rand(k, **cuda) + 0.5 if norm else None,
+            torch.randn(1, 1, n, **cuda) if res else None, 1e-6, 0.0, act)
+    want = reference.row_gemv(x, weight, *args, weight_scale=scale).float()
+    got = launch_row_gemv(x, weight, *args, weight_scale=scale)
+    assert got.dtype == torch.float16 and got.shape == want.shape
+    assert ((got.float() - want).norm() / want.norm()).item() < 2e-3
 
 
 @pytest.mark.cuda
