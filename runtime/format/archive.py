@@ -17,12 +17,12 @@ import struct
 import zipfile
 import zlib
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
 from runtime.errors import ArtifactError
 from runtime.host import scratch
+from runtime.format.limits import Limits, over_limit  # noqa: F401 (Limits re-exported)
 from runtime.format.manifest_json import FORMAT_NAME, FORMAT_VERSION, parse_manifest  # noqa: F401 (re-exported)
 
 MANIFEST_NAME = "manifest.json"
@@ -47,18 +47,6 @@ _ZIP_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, EOFError, O
 _HINT_REBUILD = "do not use this file; rebuild the artifact with the exporter"
 _HINT_MODIFIED = ("the file was modified or corrupted after it was built; copy it again "
                   "from its source or rebuild the artifact")
-
-
-@dataclass(frozen=True)
-class Limits:
-    max_archive_bytes: int = 4 << 30
-    max_entries: int = 10_000
-    max_entry_bytes: int = 2 << 30
-    max_manifest_bytes: int = 16 << 20
-    max_compression_ratio: float = 200.0  # uncompressed/compressed; entries < 1 MiB are exempt
-    # Summed over all entries, checked from the zip directory before anything is inflated:
-    # 3,000 entries just under 1 MiB each pass every per-entry check and still make 3 GB.
-    max_total_bytes: int = 8 << 30
 
 
 def _name_problem(name: str) -> str | None:
@@ -231,8 +219,8 @@ def _open_regular_file(path: Path, limits: Limits) -> BinaryIO:
     if not stat.S_ISREG(st.st_mode):
         problem, hint = "not a regular file", "pass the path of the artifact file itself"
     elif st.st_size > limits.max_archive_bytes:
-        problem = f"artifact is {st.st_size} bytes, over the {limits.max_archive_bytes}-byte limit"
-        hint = "raise Limits.max_archive_bytes if you trust this file"
+        problem, hint = over_limit("the artifact", st.st_size, "max_archive_bytes",
+                                   limits.max_archive_bytes, also=("max_entry_bytes",))
     if problem:
         os.close(fd)
         raise ArtifactError(problem, where=str(path), hint=hint)
@@ -299,21 +287,20 @@ def _check_totals(path: Path, infos: list[zipfile.ZipInfo], limits: Limits) -> N
     each small enough to be exempt from the per-entry ratio are not exempt together."""
     total = sum(i.file_size for i in infos)
     packed = max(sum(i.compress_size for i in infos), 1)
-    problem = None
     if total > limits.max_total_bytes:
-        problem = (f"the entries inflate to {total} bytes, over the {limits.max_total_bytes}-"
-                   "byte limit (Limits.max_total_bytes)")
-    elif total >= _RATIO_MIN_BYTES and total > limits.max_compression_ratio * packed:
-        problem = (f"the entries expand {packed} bytes to {total} (ratio over "
-                   f"{limits.max_compression_ratio:g}; a zip bomb?)")
-    if problem:
-        raise ArtifactError(problem, where=str(path), hint=_HINT_REBUILD)
+        problem, hint = over_limit("all entries together", total, "max_total_bytes",
+                                   limits.max_total_bytes)
+        raise ArtifactError(problem, where=str(path), hint=hint)
+    if total >= _RATIO_MIN_BYTES and total > limits.max_compression_ratio * packed:
+        raise ArtifactError(f"the entries expand {packed} bytes to {total} (ratio over "
+                            f"{limits.max_compression_ratio:g}; a zip bomb?)", where=str(path),
+                            hint=_HINT_REBUILD)
 
 
 def _check_entry_kind(path: Path, name: str, info: zipfile.ZipInfo, limits: Limits) -> None:
     mode = info.external_attr >> 16
     ftype = stat.S_IFMT(mode)
-    problem = None
+    problem, hint = None, _HINT_REBUILD
     if not info.filename:  # zipfile's is_dir() below would index an empty name
         problem = "entry has an empty name"
     elif info.flag_bits & 0x41:  # bit 0: encrypted, bit 6: strong encryption
@@ -327,13 +314,14 @@ def _check_entry_kind(path: Path, name: str, info: zipfile.ZipInfo, limits: Limi
     elif info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
         problem = f"entry uses unsupported compression method {info.compress_type}"
     elif info.file_size > limits.max_entry_bytes:
-        problem = f"entry is {info.file_size} bytes, over the {limits.max_entry_bytes}-byte limit"
+        problem, hint = over_limit("the entry", info.file_size, "max_entry_bytes",
+                                   limits.max_entry_bytes)
     elif (info.file_size >= _RATIO_MIN_BYTES
           and info.file_size > limits.max_compression_ratio * max(info.compress_size, 1)):
         problem = (f"entry expands {info.compress_size} bytes to {info.file_size} (ratio over "
                    f"{limits.max_compression_ratio:g}; a zip bomb?)")
     if problem:
-        raise ArtifactError(problem, where=_where(path, name), hint=_HINT_REBUILD)
+        raise ArtifactError(problem, where=_where(path, name), hint=hint)
 
 
 def _load_manifest(path: Path, zf: zipfile.ZipFile, infos: dict[str, zipfile.ZipInfo],

@@ -283,13 +283,33 @@ def test_missing_file_and_directory(tmp_path):
 
 
 @pytest.mark.parametrize("limits, expected", [
-    (Limits(max_archive_bytes=1000), "over the 1000-byte limit"),
+    (Limits(max_archive_bytes=1000), "Limits.max_archive_bytes = 1000 bytes"),
     (Limits(max_entries=3), "over the limit of 3"),
     (Limits(max_entry_bytes=1000), "'weights.safetensors'"),
     (Limits(max_manifest_bytes=100), "'manifest.json'"),
 ])
 def test_limits(tmp_path, limits, expected):
     assert expected in open_error(build(tmp_path), limits=limits)
+
+
+@pytest.mark.parametrize("field", ["max_archive_bytes", "max_entry_bytes", "max_total_bytes"])
+def test_a_file_past_a_size_limit_is_told_the_limit_its_size_and_the_call_that_loads_it(
+        tmp_path, field):
+    """An fp32 1B-class artifact is past the defaults (4 GiB a file, 2 GiB an entry); the
+    same refusal, from limits lowered to a small file's size, says which limit, the size,
+    and a runtime.load call whose limits then read the file."""
+    import dataclasses
+    import re
+
+    import runtime
+    path = build(tmp_path)
+    message = open_error(path, limits=dataclasses.replace(Limits(), **{field: 1000}))
+    assert f"over runtime.load's limit Limits.{field} = 1000 bytes" in message, message
+    size = int(re.search(r"is (?:\d+ bytes|[\d.]+ GiB) \((\d+) bytes\)", message).group(1))
+    assert size > 1000 and size <= path.stat().st_size * 200, message
+    call = re.search(r"limits=(runtime\.Limits\((\w+=\d+ << 30(, )?)+\))", message).group(1)
+    with ArtifactReader.open(path, eval(call, {"runtime": runtime})) as reader:
+        assert reader.manifest
 
 
 # ---------------------------------------------------------------------------- reading
