@@ -23,6 +23,7 @@ from targets.aoti.passes.attention_views import AttentionInputsAsViews
 from targets.aoti.passes.decode_kernels import DecodeAttentionAsKernel, RowLinearsAsKernels
 from targets.aoti.passes.depthwise_convs import DepthwiseConvsAsTaps
 from targets.aoti.passes.gelu_epilogues import TanhGeluAsGemmEpilogue
+from targets.aoti.passes.grouped_convs import GroupedConvsAsBatchedGemms
 from targets.aoti.passes.patch_convs import PatchConvsAsMatmuls
 from targets.aoti.passes.row_linears import SingleRowLinearsAsReductions
 from targets.base import (
@@ -40,7 +41,7 @@ from targets.facets import Quantization
 # Passes faster alone but not yet shown faster inside a whole build: off by default;
 # bench/cuda_gap.py turns them on by name to time them inside whole builds.
 CANDIDATE_PASSES = {p.name: p for p in (DepthwiseConvsAsTaps, LinearInputsAlignedByPadding,
-                                        TanhGeluAsGemmEpilogue)}
+                                        TanhGeluAsGemmEpilogue, GroupedConvsAsBatchedGemms)}
 
 
 class CudaPackaging(AotiPackaging):

@@ -1,0 +1,88 @@
+"""A grouped convolution (several channels a group, not depthwise) as one batched GEMM over
+its input's windows: im2col per group, then a GEMM a group, one launch for all.
+
+    before: y = conv2d(x, W, b, stride=s, padding=p, dilation=d, groups=G)   W: [O, Cg, kh, kw]
+    after:  cols = pad(x, p) windows as [N, G, Cg*kh*kw, Ho*Wo]                (one copy)
+            y = (W.reshape(G, O/G, Cg*kh*kw) @ cols).reshape(N, O, Ho, Wo) + b
+
+cuDNN runs a RegNet's group convolutions (24 channels a group) with three layout
+transforms around each, which took more GPU time than the convolutions themselves, in
+torch.compile too (an H200, fp16: bench/cuda_gap.py profiles them). The windows are one
+Inductor gather kernel and the GEMMs cuBLAS's; the sums stay fp32 inside the GEMM. Only
+static image sizes and half-precision constant weights (what was measured).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.export import ExportedProgram
+
+from passes.base import PassResult
+from passes.graph.rewrite import attribute, replace_calls, rewrite_and_recapture
+from targets.aoti.passes.conv_calls import conv2d_call, pair
+
+
+class GroupedConvsAsBatchedGemms:
+    name = "grouped_convs_as_batched_gemms"
+    required = False
+
+    def __call__(self, program: ExportedProgram) -> PassResult:
+        return rewrite_and_recapture(program, _rewrite_all, "grouped_convs_rewritten")
+
+
+def grouped_conv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                 stride: list, padding: list, dilation: list, groups: int) -> torch.Tensor:
+    """``conv2d(x, weight, bias, stride, padding, dilation, groups)`` as a batched GEMM of
+    each group's filters over its windows."""
+    n = x.shape[0]
+    out_channels, per_group, kh, kw = weight.shape
+    (sh, sw), (ph, pw), (dh, dw) = stride, padding, dilation
+    padded = torch.nn.functional.pad(x, (pw, pw, ph, ph)) if ph or pw else x
+    windows = padded.unfold(2, dh * (kh - 1) + 1, sh).unfold(3, dw * (kw - 1) + 1, sw)
+    if dh > 1 or dw > 1:
+        windows = windows[..., ::dh, ::dw]
+    ho, wo = windows.shape[2:4]
+    taps = per_group * kh * kw
+    # [N, G, Cg, Ho, Wo, kh, kw] -> [N, G, Cg*kh*kw, Ho*Wo]: the filters' order of taps
+    cols = (windows.reshape(n, groups, per_group, ho, wo, kh, kw)
+            .permute(0, 1, 2, 5, 6, 3, 4).reshape(n, groups, taps, ho * wo))
+    out = torch.matmul(weight.reshape(groups, out_channels // groups, taps), cols)
+    out = out.reshape(n, out_channels, ho, wo)
+    return out if bias is None else out + bias.reshape(1, out_channels, 1, 1)
+
+
+def _rewrite_all(module: torch.fx.GraphModule) -> dict:
+    def arguments(node):
+        found = _grouped_args(module, node)
+        return None if found is None else (found, {})
+    return replace_calls(module, arguments, grouped_conv, "grouped_convs_rewritten")
+
+
+def _grouped_args(module: torch.fx.GraphModule, node: torch.fx.Node) -> tuple | None:
+    """(x, weight, bias, stride, padding, dilation, groups) where ``node`` is a 2-D
+    convolution of several groups of more than one input channel each, else None."""
+    call = conv2d_call(node)
+    if call is None:
+        return None
+    x, weight, bias, stride, padding, dilation, groups = call
+    value = x.meta.get("val") if isinstance(x, torch.fx.Node) else None
+    w = attribute(module, weight)
+    if value is None or value.dim() != 4 or w is None or w.dim() != 4 or isinstance(padding, str):
+        return None
+    if not all(isinstance(d, int) for d in value.shape) or not _half_constant(w):
+        return None
+    if groups <= 1 or w.shape[1] <= 1 or w.dtype != value.dtype:
+        return None
+    if bias is not None and attribute(module, bias) is None:
+        return None
+    stride, padding, dilation = pair(stride), pair(padding), pair(dilation)
+    outputs = [(size + 2 * p - d * (k - 1) - 1) // s + 1 for size, p, d, k, s
+               in zip(value.shape[2:], padding, dilation, w.shape[2:], stride)]
+    if min(outputs) < 1:
+        return None
+    return x, weight, bias, stride, padding, dilation, groups
+
+
+def _half_constant(weight: torch.Tensor) -> bool:
+    return (type(weight) in (torch.Tensor, torch.nn.Parameter)
+            and weight.dtype in (torch.float16, torch.bfloat16))
