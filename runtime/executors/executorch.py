@@ -59,7 +59,8 @@ class ExecutorchExecutor:
     def load(cls, partition: Partition, meta: ExecutorchMeta, files_dir: Path, *,
              where: str, **_: object) -> ExecutorchExecutor:
         try:
-            from executorch.runtime import Runtime, Verification
+            from runtime.executors import executorch_pybind as et
+            levels = et.verification_levels()
         except ImportError:
             raise CompatibilityError(
                 f"partition '{partition.name}' runs on ExecuTorch, which is not installed",
@@ -69,8 +70,8 @@ class ExecutorchExecutor:
         where = f"{where}: {meta.program}"
         if any(k.startswith("quantized_decomposed::") for k in meta.kernels or ()):
             import executorch.kernels.quantized  # noqa: F401 - q/dq outside XNNPACK
-        method = _open(Runtime.get(), Verification, files_dir / meta.program, meta.method,
-                       partition.name, where)
+        method = _open(et, levels, files_dir / meta.program, meta.method, partition.name,
+                       where)
         found = method.metadata
         if (found.num_inputs(), found.num_outputs()) != (len(partition.inputs),
                                                           len(partition.outputs)):
@@ -95,11 +96,11 @@ class ExecutorchExecutor:
         return {k: v for k, v in self._report.items() if v is not None}
 
 
-def _open(runtime, verification, path: Path, method: str, partition: str, where: str):
+def _open(et, verification, path: Path, method: str, partition: str, where: str):
     """The loaded method, or ArtifactError: a program ExecuTorch refuses (its verifier, a
     missing method, a delegate blob XNNPACK cannot read) is a broken artifact."""
     try:
-        program = runtime.load_program(path, verification=verification.InternalConsistency)
+        program = et.load_program(path, verification=verification.InternalConsistency)
     except (RuntimeError, ValueError) as exc:
         raise ArtifactError(f"ExecuTorch could not load partition '{partition}' "
                             f"({_first_line(exc)})", where=where, hint=_REBUILD) from exc

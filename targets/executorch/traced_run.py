@@ -42,10 +42,10 @@ def traced_run(buffer: bytes, inputs: list[torch.Tensor], debug_bytes: int,
 
 def _main(folder: Path, debug_bytes: int) -> None:
     import executorch.kernels.quantized  # noqa: F401 - q/dq kernels a program may call
-    from executorch.runtime import Runtime
+    from runtime.executors.executorch_pybind import load_program
 
-    program = Runtime.get().load_program((folder / "program.pte").read_bytes(),
-                                         enable_etdump=True, debug_buffer_size=debug_bytes)
+    program = load_program((folder / "program.pte").read_bytes(), enable_etdump=True,
+                           debug_buffer_size=debug_bytes)
     program.load_method(METHOD).execute(torch.load(folder / "inputs.pt", weights_only=True))
     program.write_etdump_result_to_file(str(folder / "run.etdp"), str(folder / "debug.bin"))
 

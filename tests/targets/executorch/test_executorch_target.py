@@ -8,6 +8,9 @@ fallback (and listed under --fallback forbid), a .pte ExecuTorch refuses, and --
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -19,6 +22,7 @@ from exporter.model.zoo import ZOO
 from exporter.ship.archive_writer import write_artifact
 from exporter.validation.gates import compare_quantized
 from runtime.errors import ArtifactError
+from tests.conftest import ROOT
 from tests.helpers import assert_zoo_artifact_matches_eager
 
 pytest.importorskip("executorch")
@@ -60,6 +64,19 @@ def test_zoo_model_runs_on_executorch_at_both_ends_of_its_batch_range(name, zoo_
     assert meta["planned_bytes"] == sum(meta["buffer_sizes"]) > 0
     assert list(meta["bounds"].values()) == ["1..32"]
     assert_zoo_artifact_matches_eager(out, name, batches=(1, 17, 32))
+
+
+def test_running_a_pte_imports_executorchs_pybinding_not_its_exporter(zoo_built):
+    """executorch.runtime imports executorch.exir (7 CPU s: torch._inductor, the edge
+    dialect): a process that only runs a .pte, as every validation child does, must not."""
+    probe = ("import sys, torch, runtime; out = runtime.load(sys.argv[1])(torch.ones(3, 64));"
+             "print(tuple(out.shape), sorted(m for m in sys.modules if 'executorch.exir' in m))")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    done = subprocess.run([sys.executable, "-c", probe, str(zoo_built("mlp"))], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "(3, 10) []"
 
 
 def test_dry_run_says_per_op_whether_xnnpack_or_an_executorch_kernel_runs_it(cli_here):
