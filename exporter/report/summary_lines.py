@@ -85,22 +85,30 @@ def _example_shapes(source: dict) -> str:
     parts = {"batch": (f"batch {source.get('batch_size', 1)}", "--batch-size N")}
     if "seq_len" in source:
         parts["sequence"] = (f"sequence {source['seq_len']}", "--seq-len N")
-    shown, static = [], []
+    shown, static = [], []  # static: (its text's index in shown, its flag, its --dynamic)
     for name, (text, flag) in parts.items():
         if name not in dynamic:
+            static.append((len(shown), flag, f"--dynamic {name}=MIN..MAX"))
             shown.append(text)
-            static.append((flag, f"--dynamic {name}=MIN..MAX"))
             continue
         lo, hi = dynamic[name]
         pad = (f"; pad a shorter text to {lo} tokens, attention_mask 0 on the padding"
                if name == "sequence" and lo > 1 else "")
         shown.append(f"{text} (dynamic {lo}..{hi}{pad})")
     if "seq_len" not in source:
+        static.append((len(shown), "--image-size N", None))
         shown.append(f"{source.get('image_size')}-pixel images")
-        static.append(("--image-size N", None))
     if not static:
         return ", ".join(shown)
-    flags = ", ".join(flag for flag, _ in static)
-    dynamics = ", ".join(d for _, d in static if d)
-    return (", ".join(shown) + (" static" if dynamic else ", static") + f" ({flags}"
+    if not dynamic:
+        return ", ".join(shown) + ", static " + _flags(static)
+    for index, *flags in static:  # "static" beside each static one, not after the last
+        shown[index] += " static " + _flags([flags])
+    return ", ".join(shown)
+
+
+def _flags(static: list) -> str:
+    """``(--seq-len N; dynamic: --dynamic sequence=MIN..MAX)``: how to set or free them."""
+    dynamics = ", ".join(row[-1] for row in static if row[-1])
+    return (f"({', '.join(row[-2] for row in static)}"
             + (f"; dynamic: {dynamics})" if dynamics else ")"))

@@ -23,6 +23,9 @@ def test_a_dynamic_batch_is_not_called_static():
 def test_a_dynamic_length_with_a_minimum_says_to_pad_with_attention_mask_zero():
     line = model_line({**BERT, "dynamic_dims": {"sequence": [8, 128]}})
     assert "sequence 16 (dynamic 8..128; pad a shorter text to 8 tokens, attention_mask 0" in line
+    # the static batch is said static beside itself, not after the dynamic sequence
+    assert "batch 1 static (--batch-size N; dynamic: --dynamic batch=MIN..MAX), sequence" in line
+    assert not line.endswith("static")
 
 
 def test_image_examples_name_the_batch_and_size_flags():
