@@ -1,6 +1,6 @@
 """The cuda target's candidate GEMM rewrites (targets/aoti/cuda.py CANDIDATE_PASSES): a
-linear's unaligned input width padded with zeros, and a linear + tanh GELU as one GEMM
-with cuBLASLt's GELU epilogue. Checked against eager on the CPU, marked cuda with the
+linear's unaligned input width padded with zeros, a linear + tanh GELU as one GEMM
+with cuBLASLt's GELU epilogue, and a grouped convolution as a batched GEMM. Checked against eager on the CPU, marked cuda with the
 rest of the target's own tests."""
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from targets.aoti.passes.aligned_linears import (
     LinearsAlignedByPadding,
 )
 from targets.aoti.passes.gelu_epilogues import TanhGeluAsGemmEpilogue
+from targets.aoti.passes.grouped_convs import GroupedConvsAsBatchedGemms
 
 pytestmark = pytest.mark.cuda
 
@@ -156,4 +157,45 @@ def test_tanh_gelu_after_a_linear_becomes_one_gemm_with_its_operands(make, devic
                          ids=["exact_gelu", "gemm_read_elsewhere"])
 def test_exact_gelu_and_a_gemm_read_elsewhere_stay(model):
     result = TanhGeluAsGemmEpilogue()(torch.export.export(model, (torch.randn(3, 16),)))
+    assert not result.modified
+
+
+class _Grouped(torch.nn.Module):
+    """RegNet's and ResNeXt's group convolutions: padded 3x3, strided with twice the
+    outputs and no bias, dilated uneven kernel; a depthwise and a plain conv, which stay."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.padded = torch.nn.Conv2d(48, 48, 3, padding=1, groups=2)
+        self.strided = torch.nn.Conv2d(48, 96, 3, stride=2, padding=1, groups=4, bias=False)
+        self.dilated = torch.nn.Conv2d(48, 48, (3, 5), stride=(1, 2), padding=(2, 1),
+                                       dilation=2, groups=3)
+        self.depthwise = torch.nn.Conv2d(48, 48, 3, padding=1, groups=48)
+        self.plain = torch.nn.Conv2d(48, 16, 1)
+
+    def forward(self, x):
+        return (self.padded(x), self.strided(x), self.dilated(x),
+                self.depthwise(x) + self.plain(x).mean())
+
+
+@pytest.mark.parametrize("dtype, atol, rtol", [(torch.bfloat16, 0.05, 0.02),
+                                              (torch.float16, 5e-3, 2e-3)])
+def test_grouped_convolutions_become_batched_gemms_with_eager_values(dtype, atol, rtol):
+    torch.manual_seed(0)
+    model, x = _Grouped().eval().to(dtype), torch.randn(2, 48, 15, 13, dtype=dtype)
+    result = GroupedConvsAsBatchedGemms()(torch.export.export(model, (x,)))
+    assert result.modified and result.info["grouped_convs_rewritten"] == 3
+    assert _ops(result.program).count("aten.conv2d.default") == 2
+    fresh = torch.randn(2, 48, 15, 13).to(dtype)
+    got = result.program.module()(fresh)
+    with torch.no_grad():  # against eager in float32 on the same half-precision weights
+        want = copy.deepcopy(model).float()(fresh.float())
+    for tensor, expected in zip(got, want):
+        assert tensor.dtype == dtype and tensor.shape == expected.shape
+        torch.testing.assert_close(tensor.float(), expected, atol=atol, rtol=rtol)
+
+
+def test_float32_grouped_convolution_stays_cudnns():
+    conv = torch.nn.Conv2d(8, 8, 3, padding=1, groups=2).eval()
+    result = GroupedConvsAsBatchedGemms()(torch.export.export(conv, (torch.randn(1, 8, 9, 9),)))
     assert not result.modified
