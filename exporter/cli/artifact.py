@@ -190,8 +190,9 @@ def _bench_forward(artifact: Path, names: tuple[str, ...], model: str | None, ru
 
 def _print_forward(artifact: Path, timed: dict) -> None:
     from exporter.report.speed import phrase
+    shapes = ", ".join(f"{i['name']} {i['dtype']}{list(i['shape'])}" for i in timed["inputs"])
     say(f"{artifact}: {timed['device']} {timed['dtype']}, {timed['runs']} runs, "
-        f"{timed['timer']}")
+        f"{timed['timer']}; inputs {shapes}")
     for name, timing in timed["timings"].items():
         result(f"  {name:>9}: median {timing['median_ms']:.3f} ms, "
                f"p90 {timing['p90_ms']:.3f} ms")
@@ -205,7 +206,8 @@ def _print_forward(artifact: Path, timed: dict) -> None:
     host = timed["machine"]
     say(f"on {host['cpu']}, {host['cores']} cores, threads "
         + ", ".join(f"{k} {v or 'default'}" for k, v in host["threads"].items())
-        + (f", {host['gpu']}" if host["gpu"] else ""))
+        + (f", {host['gpu']}" if host["gpu"] else "") + "; "
+        + ", ".join(f"{k} {v}" for k, v in host.get("versions", {}).items()))
 
 
 def runtime_generates(artifact: Path) -> bool:

@@ -44,6 +44,8 @@ def test_bench_times_eager_by_default_and_says_how_much_faster_in_words(mlp_buil
     assert len(said) == 1 and said[0].endswith(" than eager")
     assert (" faster " in said[0]) != (" slower " in said[0])
     assert "compile" not in result.stdout and "compile" not in result.stderr
+    assert "; inputs x float32[" in result.stderr  # what was timed, and with what versions
+    assert "torch 2." in result.stderr.splitlines()[-1], result.stderr
 
 
 def test_bench_times_the_batch_asked_and_the_inputs_given(mlp_build, cli_here, tmp_path):
