@@ -166,7 +166,8 @@ def _cuda_partition(manifest):
     (_huge_arena, "GiB"),
     (_cuda_partition, "CUDA"),
 ], ids=["dangling-input", "output-tree", "1TiB-arena", "cuda-on-cpu-host"])
-def test_inconsistent_manifest_is_refused_at_load(onnx_mlp, tmp_path, cli, change, needle):
+def test_inconsistent_manifest_is_refused_at_load(onnx_mlp, tmp_path, cli_here, change,
+                                                  needle):
     import torch
     if change is _cuda_partition and torch.cuda.is_available():
         pytest.skip("this host has CUDA")
@@ -174,7 +175,7 @@ def test_inconsistent_manifest_is_refused_at_load(onnx_mlp, tmp_path, cli, chang
     with pytest.raises((ArtifactError, CompatibilityError), match=needle):
         runtime.load(bad)
     np.savez(tmp_path / "in.npz", x=np.zeros((2, 64), np.float32))
-    _clean(cli("run", str(bad), "--inputs", str(tmp_path / "in.npz")), 2, needle)
+    _clean(cli_here("run", str(bad), "--inputs", str(tmp_path / "in.npz")), 2, needle)
 
 
 @pytest.mark.parametrize("make, needle", [
@@ -183,16 +184,18 @@ def test_inconsistent_manifest_is_refused_at_load(onnx_mlp, tmp_path, cli, chang
     (lambda p: np.savez(p, x=np.array(["2020-01-01"], "datetime64[D]")), "dtype"),
     (lambda p: np.savez(p, x=np.zeros(2, [("a", "f4"), ("b", "i4")])), "dtype"),
 ], ids=["npy", "str", "datetime", "structured"])
-def test_inputs_that_are_not_numeric_arrays_are_exit_2(onnx_mlp, tmp_path, cli, make, needle):
+def test_inputs_that_are_not_numeric_arrays_are_exit_2(onnx_mlp, tmp_path, cli_here, make,
+                                                       needle):
     path = tmp_path / "in.npz"
     with open(path, "wb") as fh:
         make(fh)
-    _clean(cli("run", str(onnx_mlp), "--inputs", str(path)), 2, needle)
+    _clean(cli_here("run", str(onnx_mlp), "--inputs", str(path)), 2, needle)
 
 
-def test_run_out_problems_are_exit_2_and_out_writes_the_file_named(onnx_mlp, tmp_path, cli):
+def test_run_out_problems_are_exit_2_and_out_writes_the_file_named(onnx_mlp, tmp_path,
+                                                                   cli_here):
     np.savez(tmp_path / "in.npz", x=np.zeros((2, 64), np.float32))
-    inputs = str(tmp_path / "in.npz")
+    inputs, cli = str(tmp_path / "in.npz"), cli_here
     _clean(cli("run", str(onnx_mlp), "--inputs", inputs, "--out", str(tmp_path / "no/o.npz")),
            2, "does not exist")
     _clean(cli("run", str(onnx_mlp), "--inputs", str(tmp_path)), 2, "is a directory")
@@ -266,17 +269,17 @@ def _undefined_input_graph() -> bytes:
 
 @pytest.mark.parametrize("graph", [_unknown_op_graph, _undefined_input_graph],
                          ids=["unknown-op", "undefined-input"])
-def test_an_onnx_graph_the_runtime_refuses_is_a_bad_artifact_at_run(onnx_mlp, tmp_path, cli,
-                                                                     graph):
+def test_an_onnx_graph_the_runtime_refuses_is_a_bad_artifact_at_run(onnx_mlp, tmp_path,
+                                                                     cli_here, graph):
     pytest.importorskip("onnx")
     with ArtifactReader.open(onnx_mlp) as reader:
         (entry,) = [n for n in reader.names() if n.endswith(".onnx")]
     bad = _rewrite(onnx_mlp, tmp_path / "refused.artifact", extra={entry: graph()})
     np.savez(tmp_path / "in.npz", x=np.zeros((2, 64), np.float32))
-    result = cli("run", str(bad), "--inputs", str(tmp_path / "in.npz"))
+    result = cli_here("run", str(bad), "--inputs", str(tmp_path / "in.npz"))
     _clean(result, 2, "could not load partition 'p0'", f"{bad}: {entry}")
     assert result.stderr.count("error:") == 1 and "edge-artifact-" not in result.stderr
-    as_json = cli("run", str(bad), "--inputs", str(tmp_path / "in.npz"), "--json")
+    as_json = cli_here("run", str(bad), "--inputs", str(tmp_path / "in.npz"), "--json")
     assert as_json.returncode == 2
     assert json.loads(as_json.stdout)["error"]["exit_code"] == 2
 

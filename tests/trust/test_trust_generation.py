@@ -209,15 +209,16 @@ def _cache_of(size):
         "eos-past-vocab", "eos-bool", "dtype-not-dtype", "forced-past-vocab",
         "suppress-not-ids"])
 def test_generation_settings_that_contradict_the_programs_are_refused_at_load(
-        onnx_lm, tmp_path, cli, change, needle):
+        onnx_lm, tmp_path, cli_here, change, needle):
     """prefill_chunk 0, a context beyond the cache, a 128 GB cache: exit 4 or an
-    allocation. Now checked against the programs before the cache is allocated."""
+    allocation. Now checked against the programs before the cache is allocated (the
+    command in process: runtime.load above already refused it here)."""
     built, _ = onnx_lm
     bad = _rewrite(built.artifact, tmp_path / "bad-settings.artifact", _generation(change))
     with pytest.raises(ArtifactError, match="generation section") as caught:
         runtime.load(bad)  # at load: not left for the first generate to find
     assert needle in str(caught.value)
-    _clean(cli("generate", str(bad), "--prompt-ids", "1,5", "-n", "2"), 2, needle)
+    _clean(cli_here("generate", str(bad), "--prompt-ids", "1,5", "-n", "2"), 2, needle)
 
 
 def test_a_consistent_cache_larger_than_memory_is_refused_before_allocation(onnx_lm, tmp_path,
