@@ -94,6 +94,11 @@ def cli_here():
     return exporter_in_process
 
 
+def pytest_configure(config):
+    from tests.cpu_record import register
+    register(config)  # EDGE_TEST_CPU=FOLDER: per-test CPU seconds (tests/cpu_record.py)
+
+
 def pytest_collection_modifyitems(items):
     from tests.schedule import heaviest_first
     heaviest_first(items)
