@@ -28,9 +28,11 @@ def _build(cli, out, spec, *extra):
 
 
 @pytest.fixture(scope="module")
-def int4_mixer(artifacts_dir, cli):
+def int4_mixer(artifacts_dir, cli_here):
+    """Built in process: its validation is still a process of its own, which must import
+    torchao's ops for the artifact (the reason this build once failed)."""
     out = artifacts_dir / "token-mixer-executorch-int4.artifact"
-    return out, _build(cli, out, f"{GAPS}:token_mixer", "--quantize", "int4-weight")
+    return out, _build(cli_here, out, f"{GAPS}:token_mixer", "--quantize", "int4-weight")
 
 
 def test_int4_weight_runs_8da4w_linears_inside_xnnpack_and_says_why_one_stays_float(
