@@ -7,8 +7,8 @@ and how build variants move it: each model's candidates interleaved in one proce
 
 A variant is a name and Inductor settings laid over what the cuda target passes, less
 the passes its ``skip_passes`` names, plus the candidate passes its ``add_passes`` names
-(``{}``: the target as it is; the default compares the target without and with its
-candidate depthwise rewrite). Every (model,
+(``{}``: the target as it is; the default compares the target without and with the
+rewrites session 61 made default). Every (model,
 variant) build is its own process (the whole build, validation included, bench/cuda_jobs.py),
 all at once; beside them one measuring process per model compiles its baselines
 (``compile``: the model cast as the build casts it, torch.compile(mode="reduce-overhead");
@@ -39,8 +39,9 @@ sys.path.insert(0, str(ROOT))
 
 from bench.cuda_jobs import build_one, note, run_jobs, time_on_gpu, write_result  # noqa: E402
 
-# the cuda target as it is, and with its candidate depthwise rewrite (targets/aoti/cuda.py)
-BEFORE_AFTER = 'before={};after={"add_passes": ["depthwise_convs_as_taps"]}'
+# the cuda target without and with the rewrites made default in session 61
+BEFORE_AFTER = ('before={"skip_passes": ["depthwise_convs_as_taps", '
+                '"grouped_convs_as_batched_gemms", "tanh_gelu_as_gemm_epilogue"]};after={}')
 CLASSES = (  # first match wins: a Triton GEMM template is a GEMM, not a Triton kernel
     ("attention", re.compile(r"flash|fmha|attention|attn", re.I)),
     ("gemm", re.compile(r"gemm|xmma|cutlass|cublas|sm90_|sm80_|triton_tem|_mm_|mm_kernel"

@@ -40,8 +40,7 @@ from targets.facets import Quantization
 
 # Passes faster alone but not yet shown faster inside a whole build: off by default;
 # bench/cuda_gap.py turns them on by name to time them inside whole builds.
-CANDIDATE_PASSES = {p.name: p for p in (DepthwiseConvsAsTaps, LinearInputsAlignedByPadding,
-                                        TanhGeluAsGemmEpilogue, GroupedConvsAsBatchedGemms)}
+CANDIDATE_PASSES = {p.name: p for p in (LinearInputsAlignedByPadding,)}
 
 
 class CudaPackaging(AotiPackaging):
@@ -73,7 +72,10 @@ class CudaTarget(AOTInductorTarget):
         passes = super().default_passes(options)
         if not options.fuse:
             return passes
-        # GEMMs cuBLAS runs well in place of a patch convolution and of an unaligned head,
+        # GEMMs cuBLAS runs well in place of a patch convolution and of an unaligned head;
+        # small depthwise convolutions as Inductor's reductions, group convolutions cuDNN
+        # wraps in layout transforms as batched GEMMs, a tanh GELU as its GEMM's epilogue
+        # (each faster inside whole builds: bench/RESULTS.md, session 61);
         # attention inputs as views, not copies;
         # last, after --quantize: its linears keep their own kernels (passes/row_linears.py);
         # a decode step's products and attention as our Triton kernels, the rest of the
@@ -81,6 +83,7 @@ class CudaTarget(AOTInductorTarget):
         decode = [DecodeAttentionAsKernel(), RowLinearsAsKernels()] if decode_ops.TRITON \
             else []
         return [*passes, PatchConvsAsMatmuls(), LinearsAlignedByPadding(),
+                DepthwiseConvsAsTaps(), GroupedConvsAsBatchedGemms(), TanhGeluAsGemmEpilogue(),
                 AttentionInputsAsViews(), *decode,
                 SingleRowLinearsAsReductions()]
 

@@ -8,8 +8,9 @@ its input's windows: im2col per group, then a GEMM a group, one launch for all.
 cuDNN runs a RegNet's group convolutions (24 channels a group) with three layout
 transforms around each, which took more GPU time than the convolutions themselves, in
 torch.compile too (an H200, fp16: bench/cuda_gap.py profiles them). The windows are one
-Inductor gather kernel and the GEMMs cuBLAS's; the sums stay fp32 inside the GEMM. Only
-static image sizes and half-precision constant weights (what was measured).
+Inductor gather kernel and the GEMMs cuBLAS's; the sums stay fp32 inside the GEMM. Groups
+of a power-of-two width (ResNeXt's 4-32) stay: cuDNN runs them in place, faster than the
+GEMMs. Only static image sizes and half-precision constant weights (what was measured).
 """
 
 from __future__ import annotations
@@ -60,7 +61,8 @@ def _rewrite_all(module: torch.fx.GraphModule) -> dict:
 
 def _grouped_args(module: torch.fx.GraphModule, node: torch.fx.Node) -> tuple | None:
     """(x, weight, bias, stride, padding, dilation, groups) where ``node`` is a 2-D
-    convolution of several groups of more than one input channel each, else None."""
+    convolution of several groups, each of more than one input channel and not a power of
+    two of them, else None."""
     call = conv2d_call(node)
     if call is None:
         return None
@@ -71,7 +73,10 @@ def _grouped_args(module: torch.fx.GraphModule, node: torch.fx.Node) -> tuple | 
         return None
     if not all(isinstance(d, int) for d in value.shape) or not _half_constant(w):
         return None
-    if groups <= 1 or w.shape[1] <= 1 or w.dtype != value.dtype:
+    per_group = w.shape[1]
+    if groups <= 1 or per_group <= 1 or per_group & (per_group - 1) == 0:
+        return None  # not grouped, depthwise, or a width cuDNN runs without transforms
+    if w.dtype != value.dtype:
         return None
     if bias is not None and attribute(module, bias) is None:
         return None

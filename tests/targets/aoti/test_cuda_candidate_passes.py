@@ -1,6 +1,7 @@
-"""The cuda target's candidate GEMM rewrites (targets/aoti/cuda.py CANDIDATE_PASSES): a
-linear's unaligned input width padded with zeros, a linear + tanh GELU as one GEMM
-with cuBLASLt's GELU epilogue, and a grouped convolution as a batched GEMM. Checked against eager on the CPU, marked cuda with the
+"""The cuda target's GEMM rewrites after session 60: a linear's unaligned input width
+padded with zeros (still a candidate, targets/aoti/cuda.py CANDIDATE_PASSES), a linear +
+tanh GELU as one GEMM with cuBLASLt's GELU epilogue, and a grouped convolution as a
+batched GEMM (both default since session 61). Checked against eager on the CPU, marked cuda with the
 rest of the target's own tests."""
 
 from __future__ import annotations
@@ -60,8 +61,7 @@ def _shapes(program) -> list[tuple]:
 def test_candidates_are_named_for_the_gap_bench_and_off_by_default(tmp_path):
     from targets import get_target
     from targets.base import LowerOptions
-    assert {"depthwise_convs_as_taps", "linear_inputs_aligned_by_padding",
-            "tanh_gelu_as_gemm_epilogue"} <= set(CANDIDATE_PASSES)
+    assert "linear_inputs_aligned_by_padding" in CANDIDATE_PASSES
     defaults = {p.name for p in get_target("cuda").default_passes(LowerOptions(tmp_path))}
     assert not defaults & set(CANDIDATE_PASSES)
 
@@ -161,15 +161,16 @@ def test_exact_gelu_and_a_gemm_read_elsewhere_stay(model):
 
 
 class _Grouped(torch.nn.Module):
-    """RegNet's and ResNeXt's group convolutions: padded 3x3, strided with twice the
-    outputs and no bias, dilated uneven kernel; a depthwise and a plain conv, which stay."""
+    """RegNet-like group convolutions (12 and 24 channels a group): padded 3x3, strided
+    with twice the outputs and no bias, dilated uneven kernel; a depthwise and a plain
+    conv, which stay."""
 
     def __init__(self) -> None:
         super().__init__()
         self.padded = torch.nn.Conv2d(48, 48, 3, padding=1, groups=2)
         self.strided = torch.nn.Conv2d(48, 96, 3, stride=2, padding=1, groups=4, bias=False)
         self.dilated = torch.nn.Conv2d(48, 48, (3, 5), stride=(1, 2), padding=(2, 1),
-                                       dilation=2, groups=3)
+                                       dilation=2, groups=4)
         self.depthwise = torch.nn.Conv2d(48, 48, 3, padding=1, groups=48)
         self.plain = torch.nn.Conv2d(48, 16, 1)
 
@@ -195,7 +196,11 @@ def test_grouped_convolutions_become_batched_gemms_with_eager_values(dtype, atol
         torch.testing.assert_close(tensor.float(), expected, atol=atol, rtol=rtol)
 
 
-def test_float32_grouped_convolution_stays_cudnns():
-    conv = torch.nn.Conv2d(8, 8, 3, padding=1, groups=2).eval()
-    result = GroupedConvsAsBatchedGemms()(torch.export.export(conv, (torch.randn(1, 8, 9, 9),)))
+@pytest.mark.parametrize("conv, dtype", [
+    (torch.nn.Conv2d(48, 48, 3, padding=1, groups=2), torch.float32),  # not measured
+    (torch.nn.Conv2d(64, 64, 3, padding=1, groups=8), torch.float16),  # 8 a group: ResNeXt's
+], ids=["float32", "power_of_two_group"])
+def test_float32_and_power_of_two_groups_stay_cudnns(conv, dtype):
+    conv, image = conv.eval().to(dtype), torch.randn(1, conv.in_channels, 9, 9, dtype=dtype)
+    result = GroupedConvsAsBatchedGemms()(torch.export.export(conv, (image,)))
     assert not result.modified
