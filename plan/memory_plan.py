@@ -44,7 +44,8 @@ def plan(program: ExportedProgram, alignment: int = 64) -> dict:
             "naive_bytes": sum(b.size for b in buffers),
             "lower_bound_bytes": lower_bound(buffers),
             "sized_at": "the example inputs' sizes (dims without an upper bound)" if unbounded
-            else "the dynamic dims' upper bounds",
+            else "the dynamic dims' upper bounds" if program.range_constraints
+            else "the static shapes",
             "offsets": {b.name: [offsets[b.name], b.size, b.start, b.end] for b in buffers}}
 
 

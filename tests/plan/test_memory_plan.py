@@ -173,3 +173,14 @@ def test_local_search_brings_roformer_to_its_lower_bound():
     arena = max(offsets[b.name] + b.size for b in buffers)
     assert arena <= 1.05 * lower_bound(buffers)
     assert best_plan(buffers) == (order, offsets), "deterministic: the artifact's bytes"
+
+
+def test_the_plan_says_static_shapes_where_no_dim_is_dynamic():
+    """A static build's summary said its plan was sized 'at the dynamic dims' upper bounds'."""
+    from torch.export import Dim
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())
+    static = torch.export.export(model, (torch.randn(2, 4),))
+    dynamic = torch.export.export(model, (torch.randn(2, 4),),
+                                  dynamic_shapes=({0: Dim("b", min=1, max=8)},))
+    assert plan(static)["sized_at"] == "the static shapes"
+    assert plan(dynamic)["sized_at"] == "the dynamic dims' upper bounds"
