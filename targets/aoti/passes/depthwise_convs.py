@@ -23,8 +23,8 @@ import torch
 from torch.export import ExportedProgram
 
 from passes.base import PassResult
-from passes.graph.rewrite import attribute, replace_calls, rewrite_and_recapture
-from targets.aoti.passes.conv_calls import conv2d_call, pair
+from passes.graph.rewrite import replace_calls, rewrite_and_recapture
+from targets.aoti.passes.conv_calls import output_size, pair, static_conv, windows
 
 # batch x channels x output pixels x taps; a ConvNeXt-T's 14x14 and 7x7 stages are under it
 MAX_MULTIPLY_ADDS = 4_000_000
@@ -44,14 +44,8 @@ def depthwise_conv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | N
     reduction over its taps, accumulated in fp32."""
     c = x.shape[1]
     kh, kw = weight.shape[2:]
-    (sh, sw), (ph, pw), (dh, dw) = stride, padding, dilation
-    padded = torch.nn.functional.pad(x, (pw, pw, ph, ph)) if ph or pw else x
-    # [N, C, Ho, Wo, span_h, span_w], then every d-th row and column of each window
-    windows = padded.unfold(2, dh * (kh - 1) + 1, sh).unfold(3, dw * (kw - 1) + 1, sw)
-    if dh > 1 or dw > 1:
-        windows = windows[..., ::dh, ::dw]
     taps = weight.float().reshape(1, c, 1, 1, kh, kw)
-    out = (windows.float() * taps).sum((-2, -1))
+    out = (windows(x, (kh, kw), stride, padding, dilation).float() * taps).sum((-2, -1))
     if bias is not None:
         out = out + bias.float().reshape(1, c, 1, 1)
     return out.to(x.dtype)
@@ -67,30 +61,17 @@ def _rewrite_all(module: torch.fx.GraphModule) -> dict:
 def _depthwise_args(module: torch.fx.GraphModule, node: torch.fx.Node) -> tuple | None:
     """(x, weight, bias, stride, padding, dilation) where ``node`` is a depthwise 2-D
     convolution of one filter per channel, else None."""
-    call = conv2d_call(node)
-    if call is None:
+    conv = static_conv(module, node, (torch.float16, torch.bfloat16))
+    if conv is None:
         return None
-    x, weight, bias, stride, padding, dilation, groups = call
-    value = x.meta.get("val") if isinstance(x, torch.fx.Node) else None
-    w = attribute(module, weight)
-    if value is None or value.dim() != 4 or w is None or w.dim() != 4 or isinstance(padding, str):
-        return None
-    if not all(isinstance(d, int) for d in value.shape) or not _plain_float(w):
-        return None
+    (x, weight, bias, stride, padding, dilation, groups), value, w = conv
     channels = value.shape[1]
     if groups != channels or w.shape[0] != channels or w.shape[1] != 1:
         return None
-    if w.dtype != value.dtype or (bias is not None and attribute(module, bias) is None):
-        return None
-    stride, padding, dilation = pair(stride), pair(padding), pair(dilation)
-    outputs = [(size + 2 * p - d * (k - 1) - 1) // s + 1 for size, p, d, k, s
-               in zip(value.shape[2:], padding, dilation, w.shape[2:], stride)]
-    if min(outputs) < 1:
+    outputs = output_size(conv)
+    if w.dtype != value.dtype or min(outputs) < 1:
         return None
     work = value.shape[0] * channels * outputs[0] * outputs[1] * w.shape[2] * w.shape[3]
-    return (x, weight, bias, stride, padding, dilation) if work <= MAX_MULTIPLY_ADDS else None
-
-
-def _plain_float(weight: torch.Tensor) -> bool:
-    return (type(weight) in (torch.Tensor, torch.nn.Parameter)
-            and weight.dtype in (torch.float16, torch.bfloat16))
+    if work > MAX_MULTIPLY_ADDS:
+        return None
+    return x, weight, bias, pair(stride), pair(padding), pair(dilation)

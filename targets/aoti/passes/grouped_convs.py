@@ -19,8 +19,8 @@ import torch
 from torch.export import ExportedProgram
 
 from passes.base import PassResult
-from passes.graph.rewrite import attribute, replace_calls, rewrite_and_recapture
-from targets.aoti.passes.conv_calls import conv2d_call, pair
+from passes.graph.rewrite import replace_calls, rewrite_and_recapture
+from targets.aoti.passes.conv_calls import output_size, pair, static_conv, windows
 
 
 class GroupedConvsAsBatchedGemms:
@@ -37,15 +37,11 @@ def grouped_conv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
     each group's filters over its windows."""
     n = x.shape[0]
     out_channels, per_group, kh, kw = weight.shape
-    (sh, sw), (ph, pw), (dh, dw) = stride, padding, dilation
-    padded = torch.nn.functional.pad(x, (pw, pw, ph, ph)) if ph or pw else x
-    windows = padded.unfold(2, dh * (kh - 1) + 1, sh).unfold(3, dw * (kw - 1) + 1, sw)
-    if dh > 1 or dw > 1:
-        windows = windows[..., ::dh, ::dw]
-    ho, wo = windows.shape[2:4]
+    found = windows(x, (kh, kw), stride, padding, dilation)
+    ho, wo = found.shape[2:4]
     taps = per_group * kh * kw
     # [N, G, Cg, Ho, Wo, kh, kw] -> [N, G, Cg*kh*kw, Ho*Wo]: the filters' order of taps
-    cols = (windows.reshape(n, groups, per_group, ho, wo, kh, kw)
+    cols = (found.reshape(n, groups, per_group, ho, wo, kh, kw)
             .permute(0, 1, 2, 5, 6, 3, 4).reshape(n, groups, taps, ho * wo))
     out = torch.matmul(weight.reshape(groups, out_channels // groups, taps), cols)
     out = out.reshape(n, out_channels, ho, wo)
@@ -63,31 +59,13 @@ def _grouped_args(module: torch.fx.GraphModule, node: torch.fx.Node) -> tuple | 
     """(x, weight, bias, stride, padding, dilation, groups) where ``node`` is a 2-D
     convolution of several groups, each of more than one input channel and not a power of
     two of them, else None."""
-    call = conv2d_call(node)
-    if call is None:
+    conv = static_conv(module, node, (torch.float16, torch.bfloat16))
+    if conv is None:
         return None
-    x, weight, bias, stride, padding, dilation, groups = call
-    value = x.meta.get("val") if isinstance(x, torch.fx.Node) else None
-    w = attribute(module, weight)
-    if value is None or value.dim() != 4 or w is None or w.dim() != 4 or isinstance(padding, str):
-        return None
-    if not all(isinstance(d, int) for d in value.shape) or not _half_constant(w):
-        return None
+    (x, weight, bias, stride, padding, dilation, groups), value, w = conv
     per_group = w.shape[1]
     if groups <= 1 or per_group <= 1 or per_group & (per_group - 1) == 0:
         return None  # not grouped, depthwise, or a width cuDNN runs without transforms
-    if w.dtype != value.dtype:
+    if w.dtype != value.dtype or min(output_size(conv)) < 1:
         return None
-    if bias is not None and attribute(module, bias) is None:
-        return None
-    stride, padding, dilation = pair(stride), pair(padding), pair(dilation)
-    outputs = [(size + 2 * p - d * (k - 1) - 1) // s + 1 for size, p, d, k, s
-               in zip(value.shape[2:], padding, dilation, w.shape[2:], stride)]
-    if min(outputs) < 1:
-        return None
-    return x, weight, bias, stride, padding, dilation, groups
-
-
-def _half_constant(weight: torch.Tensor) -> bool:
-    return (type(weight) in (torch.Tensor, torch.nn.Parameter)
-            and weight.dtype in (torch.float16, torch.bfloat16))
+    return x, weight, bias, pair(stride), pair(padding), pair(dilation), groups

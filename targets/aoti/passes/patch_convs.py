@@ -19,8 +19,8 @@ import torch
 from torch.export import ExportedProgram
 
 from passes.base import PassResult
-from passes.graph.rewrite import attribute, replace_calls, rewrite_and_recapture
-from targets.aoti.passes.conv_calls import conv2d_call, pair
+from passes.graph.rewrite import replace_calls, rewrite_and_recapture
+from targets.aoti.passes.conv_calls import pair, static_conv
 
 
 
@@ -55,27 +55,14 @@ def _rewrite_all(module: torch.fx.GraphModule) -> dict:
 
 def _patch_conv_args(module: torch.fx.GraphModule, node: torch.fx.Node) -> tuple | None:
     """(x, weight, bias) where ``node`` is a 2-D convolution over non-overlapping patches."""
-    call = conv2d_call(node)
-    if call is None:
+    conv = static_conv(module, node, (torch.float16, torch.bfloat16, torch.float32))
+    if conv is None:
         return None
-    x, weight, bias, stride, padding, dilation, groups = call
-    value = x.meta.get("val") if isinstance(x, torch.fx.Node) else None
-    w = attribute(module, weight)
-    if value is None or value.dim() != 4 or w is None or w.dim() != 4 or groups != 1:
-        return None
-    if not all(isinstance(d, int) for d in value.shape) or not _plain_float(w):
-        return None
+    (x, weight, bias, stride, padding, dilation, groups), value, w = conv
     kernel = list(w.shape[2:])
-    if kernel == [1, 1] or pair(stride) != kernel or any(pair(padding)) \
+    if groups != 1 or kernel == [1, 1] or pair(stride) != kernel or any(pair(padding)) \
             or pair(dilation) != [1, 1]:
         return None
     if value.shape[2] < kernel[0] or value.shape[3] < kernel[1]:
         return None
-    if bias is not None and attribute(module, bias) is None:
-        return None
     return (x, weight, bias)
-
-
-def _plain_float(weight: torch.Tensor) -> bool:
-    return (type(weight) in (torch.Tensor, torch.nn.Parameter)
-            and weight.dtype in (torch.float16, torch.bfloat16, torch.float32))

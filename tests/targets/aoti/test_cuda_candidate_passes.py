@@ -1,8 +1,7 @@
 """The cuda target's GEMM rewrites after session 60: a linear's unaligned input width
-padded with zeros (still a candidate, targets/aoti/cuda.py CANDIDATE_PASSES), a linear +
-tanh GELU as one GEMM with cuBLASLt's GELU epilogue, and a grouped convolution as a
-batched GEMM (both default since session 61). Checked against eager on the CPU, marked cuda with the
-rest of the target's own tests."""
+padded with zeros (still a candidate, targets/aoti/cuda.py CANDIDATE_PASSES), and a
+linear + tanh GELU as one GEMM with cuBLASLt's GELU epilogue (default since session 61).
+Checked against eager on the CPU, marked cuda with the rest of the target's own tests."""
 
 from __future__ import annotations
 
@@ -17,7 +16,6 @@ from targets.aoti.passes.aligned_linears import (
     LinearsAlignedByPadding,
 )
 from targets.aoti.passes.gelu_epilogues import TanhGeluAsGemmEpilogue
-from targets.aoti.passes.grouped_convs import GroupedConvsAsBatchedGemms
 
 pytestmark = pytest.mark.cuda
 
@@ -157,50 +155,4 @@ def test_tanh_gelu_after_a_linear_becomes_one_gemm_with_its_operands(make, devic
                          ids=["exact_gelu", "gemm_read_elsewhere"])
 def test_exact_gelu_and_a_gemm_read_elsewhere_stay(model):
     result = TanhGeluAsGemmEpilogue()(torch.export.export(model, (torch.randn(3, 16),)))
-    assert not result.modified
-
-
-class _Grouped(torch.nn.Module):
-    """RegNet-like group convolutions (12 and 24 channels a group): padded 3x3, strided
-    with twice the outputs and no bias, dilated uneven kernel; a depthwise and a plain
-    conv, which stay."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.padded = torch.nn.Conv2d(48, 48, 3, padding=1, groups=2)
-        self.strided = torch.nn.Conv2d(48, 96, 3, stride=2, padding=1, groups=4, bias=False)
-        self.dilated = torch.nn.Conv2d(48, 48, (3, 5), stride=(1, 2), padding=(2, 1),
-                                       dilation=2, groups=4)
-        self.depthwise = torch.nn.Conv2d(48, 48, 3, padding=1, groups=48)
-        self.plain = torch.nn.Conv2d(48, 16, 1)
-
-    def forward(self, x):
-        return (self.padded(x), self.strided(x), self.dilated(x),
-                self.depthwise(x) + self.plain(x).mean())
-
-
-@pytest.mark.parametrize("dtype, atol, rtol", [(torch.bfloat16, 0.05, 0.02),
-                                              (torch.float16, 5e-3, 2e-3)])
-def test_grouped_convolutions_become_batched_gemms_with_eager_values(dtype, atol, rtol):
-    torch.manual_seed(0)
-    model, x = _Grouped().eval().to(dtype), torch.randn(2, 48, 15, 13, dtype=dtype)
-    result = GroupedConvsAsBatchedGemms()(torch.export.export(model, (x,)))
-    assert result.modified and result.info["grouped_convs_rewritten"] == 3
-    assert _ops(result.program).count("aten.conv2d.default") == 2
-    fresh = torch.randn(2, 48, 15, 13).to(dtype)
-    got = result.program.module()(fresh)
-    with torch.no_grad():  # against eager in float32 on the same half-precision weights
-        want = copy.deepcopy(model).float()(fresh.float())
-    for tensor, expected in zip(got, want):
-        assert tensor.dtype == dtype and tensor.shape == expected.shape
-        torch.testing.assert_close(tensor.float(), expected, atol=atol, rtol=rtol)
-
-
-@pytest.mark.parametrize("conv, dtype", [
-    (torch.nn.Conv2d(48, 48, 3, padding=1, groups=2), torch.float32),  # not measured
-    (torch.nn.Conv2d(64, 64, 3, padding=1, groups=8), torch.float16),  # 8 a group: ResNeXt's
-], ids=["float32", "power_of_two_group"])
-def test_float32_and_power_of_two_groups_stay_cudnns(conv, dtype):
-    conv, image = conv.eval().to(dtype), torch.randn(1, conv.in_channels, 9, 9, dtype=dtype)
-    result = GroupedConvsAsBatchedGemms()(torch.export.export(conv, (image,)))
     assert not result.modified

@@ -1,7 +1,8 @@
 """The cuda target's GEMM rewrites: a patch convolution as a GEMM over its patches, and a
-linear of unaligned width over a padded weight; a depthwise convolution as its taps, and
-attention reading its inputs as views of the packed projection. Graph rewrites checked against eager on the
-CPU (no GPU needed), marked cuda with the rest of the target's own tests."""
+linear of unaligned width over a padded weight; a depthwise convolution as its taps, a
+grouped one as a batched GEMM, and attention reading its inputs as views of the packed
+projection. Graph rewrites checked against eager on the CPU (no GPU needed), marked cuda
+with the rest of the target's own tests."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import torch
 from targets.aoti.passes.aligned_linears import LinearsAlignedByPadding
 from targets.aoti.passes.attention_views import AttentionInputsAsViews
 from targets.aoti.passes.depthwise_convs import DepthwiseConvsAsTaps
+from targets.aoti.passes.grouped_convs import GroupedConvsAsBatchedGemms
 from targets.aoti.passes.patch_convs import PatchConvsAsMatmuls
 
 pytestmark = pytest.mark.cuda
@@ -66,6 +68,25 @@ class _Depthwise(torch.nn.Module):
                 self.doubled(x).mean() + self.grouped(x).mean())
 
 
+class _Grouped(torch.nn.Module):
+    """RegNet-like group convolutions (12 and 24 channels a group): padded 3x3, strided
+    with twice the outputs and no bias, dilated uneven kernel; a depthwise and a plain
+    conv, which stay."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.padded = torch.nn.Conv2d(48, 48, 3, padding=1, groups=2)
+        self.strided = torch.nn.Conv2d(48, 96, 3, stride=2, padding=1, groups=4, bias=False)
+        self.dilated = torch.nn.Conv2d(48, 48, (3, 5), stride=(1, 2), padding=(2, 1),
+                                       dilation=2, groups=4)
+        self.depthwise = torch.nn.Conv2d(48, 48, 3, padding=1, groups=48)
+        self.plain = torch.nn.Conv2d(48, 16, 1)
+
+    def forward(self, x):
+        return (self.padded(x), self.strided(x), self.dilated(x),
+                self.depthwise(x) + self.plain(x).mean())
+
+
 class _PackedAttention(torch.nn.Module):
     """torchvision's encoder block's attention: nn.MultiheadAttention over one input."""
 
@@ -109,19 +130,23 @@ def test_unaligned_head_reads_one_padded_copy_shared_with_its_tied_embedding():
 
 @pytest.mark.parametrize("dtype, atol, rtol", [(torch.bfloat16, 0.05, 0.02),
                                               (torch.float16, 5e-3, 2e-3)])
-def test_depthwise_convolutions_become_taps_with_eager_values_other_groups_stay(dtype, atol,
-                                                                                 rtol):
+@pytest.mark.parametrize("make, rewrite, figure, channels", [
+    (_Depthwise, DepthwiseConvsAsTaps, "depthwise_convs_rewritten", 8),
+    (_Grouped, GroupedConvsAsBatchedGemms, "grouped_convs_rewritten", 48)],
+    ids=["depthwise_as_taps", "grouped_as_batched_gemms"])
+def test_convolutions_rewritten_with_eager_values_other_convs_stay(make, rewrite, figure,
+                                                                    channels, dtype, atol, rtol):
     torch.manual_seed(0)
-    model, x = _Depthwise().eval().to(dtype), torch.randn(2, 8, 15, 13, dtype=dtype)
-    result = DepthwiseConvsAsTaps()(torch.export.export(model, (x,)))
-    assert result.modified and result.info["depthwise_convs_rewritten"] == 3
+    model, x = make().eval().to(dtype), torch.randn(2, channels, 15, 13, dtype=dtype)
+    result = rewrite()(torch.export.export(model, (x,)))
+    assert result.modified and result.info[figure] == 3
     assert _ops(result.program).count("aten.conv2d.default") == 2
-    fresh = torch.randn(2, 8, 15, 13).to(dtype)
+    fresh = torch.randn(2, channels, 15, 13).to(dtype)
     got = result.program.module()(fresh)
     with torch.no_grad():  # against eager in float32 on the same half-precision weights
         want = copy.deepcopy(model).float()(fresh.float())
     for tensor, expected in zip(got, want):
-        assert tensor.dtype == dtype
+        assert tensor.dtype == dtype and tensor.shape == expected.shape
         torch.testing.assert_close(tensor.float(), expected, atol=atol, rtol=rtol)
 
 
@@ -188,3 +213,13 @@ def test_cuda_target_rewrites_gemms_before_the_single_row_linears(tmp_path):
         "attention_inputs_as_views")
     assert "patch_convs_as_matmuls" not in names(fuse=False)
     assert names()[-1] == "single_row_linears_as_reductions"
+
+
+@pytest.mark.parametrize("conv, dtype", [
+    (torch.nn.Conv2d(48, 48, 3, padding=1, groups=2), torch.float32),  # not measured
+    (torch.nn.Conv2d(64, 64, 3, padding=1, groups=8), torch.float16),  # 8 a group: ResNeXt's
+], ids=["float32", "power_of_two_group"])
+def test_float32_and_power_of_two_groups_stay_cudnns(conv, dtype):
+    conv, image = conv.eval().to(dtype), torch.randn(1, conv.in_channels, 9, 9, dtype=dtype)
+    result = GroupedConvsAsBatchedGemms()(torch.export.export(conv, (image,)))
+    assert not result.modified
