@@ -82,8 +82,10 @@ class CudaTarget(AOTInductorTarget):
         # one-row linears as Inductor's reductions (passes/decode_kernels.py)
         decode = [DecodeAttentionAsKernel(), RowLinearsAsKernels()] if decode_ops.TRITON \
             else []
+        # not in generating builds: a decode step's one-row fc1 keeps its row kernel
+        epilogue = [] if options.shared_weights else [TanhGeluAsGemmEpilogue()]
         return [*passes, PatchConvsAsMatmuls(), LinearsAlignedByPadding(),
-                DepthwiseConvsAsTaps(), GroupedConvsAsBatchedGemms(), TanhGeluAsGemmEpilogue(),
+                DepthwiseConvsAsTaps(), GroupedConvsAsBatchedGemms(), *epilogue,
                 AttentionInputsAsViews(), *decode,
                 SingleRowLinearsAsReductions()]
 

@@ -211,6 +211,7 @@ def test_cuda_target_rewrites_gemms_before_the_single_row_linears(tmp_path):
             "tanh_gelu_as_gemm_epilogue"} <= set(names())  # whole builds (session 61)
     assert names().index("grouped_convs_as_batched_gemms") < names().index(
         "attention_inputs_as_views")
+    assert "tanh_gelu_as_gemm_epilogue" not in names(shared_weights=True)  # generating
     assert "patch_convs_as_matmuls" not in names(fuse=False)
     assert names()[-1] == "single_row_linears_as_reductions"
 
