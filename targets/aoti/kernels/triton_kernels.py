@@ -43,17 +43,6 @@ def _activation(y, ACT: tl.constexpr):
 
 
 @triton.jit
-def _widen(w):
-    """A weight tile as fp32. int8 through the float's bits (0x4B000080 + s is the float
-    2^23 + 128 + s), integer adds and one float subtract instead of the int-to-float
-    conversion, which runs at an eighth of the float rate and held int8 rows to the
-    same time as fp16 rows of twice the bytes (bench/RESULTS.md, session 61)."""
-    if w.dtype == tl.int8:
-        return (w.to(tl.int32) + 0x4B000080).to(tl.float32, bitcast=True) - 8388736.0
-    return w.to(tl.float32)
-
-
-@triton.jit
 def row_gemv_kernel(x_ptr, w_ptr, b_ptr, nw_ptr, r_ptr, s_ptr, out_ptr,
                     EPS: tl.constexpr, OFFSET: tl.constexpr,
                     N: tl.constexpr, K: tl.constexpr, HAS_BIAS: tl.constexpr,
@@ -92,9 +81,9 @@ def row_gemv_kernel(x_ptr, w_ptr, b_ptr, nw_ptr, r_ptr, s_ptr, out_ptr,
         if HAS_NORM:  # the norm's scale is one number: applied to the sums at the end
             x = x * (tl.load(nw_ptr + first, mask=first_ok, other=0.0).to(tl.float32) +
                      OFFSET)
-        y = tl.sum(_widen(w_first) * x[None, :], axis=1)
+        y = tl.sum(w_first.to(tl.float32) * x[None, :], axis=1)
         if ACT != 0:
-            u = tl.sum(_widen(u_first) * x[None, :], axis=1)
+            u = tl.sum(u_first.to(tl.float32) * x[None, :], axis=1)
     acc = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
     up = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
     squares = tl.zeros((BLOCK_K,), dtype=tl.float32)
@@ -108,11 +97,11 @@ def row_gemv_kernel(x_ptr, w_ptr, b_ptr, nw_ptr, r_ptr, s_ptr, out_ptr,
         tile = rows[:, None] * K + cols[None, :]
         ok = row_ok[:, None] & col_ok[None, :]
         w = tl.load(w_ptr + tile, mask=ok, other=0.0, eviction_policy="evict_first")
-        acc += _widen(w) * x[None, :]
+        acc += w.to(tl.float32) * x[None, :]
         if ACT != 0:
             w2 = tl.load(w_ptr + N * K + tile, mask=ok, other=0.0,
                          eviction_policy="evict_first")
-            up += _widen(w2) * x[None, :]
+            up += w2.to(tl.float32) * x[None, :]
     y += tl.sum(acc, axis=1)
     if HAS_SCALE:  # int8 rows: one scale a row, applied to the sums
         y = y * tl.load(s_ptr + rows, mask=row_ok, other=0.0).to(tl.float32)
@@ -143,10 +132,10 @@ def gemv_config(rows: int, cols: int, gated: bool, dependent: bool = False,
                 weight_bytes: int = 2) -> tuple[int, int, int, int]:
     """(BLOCK_N, BLOCK_K, num_warps, AHEAD): enough programs to keep every SM's loads in
     flight (several per SM), 16-byte loads along K (int8 rows: 1024 columns a tile, and
-    a gated product's pairs of rows two a program, the fastest of session 61's sweep); a
-    ``dependent`` launch loads as many of a program's first columns ahead of its wait as
-    fit in registers, a plain one none (AHEAD 0: the loop alone, the kernel as the built
-    library runs it)."""
+    a gated product's pairs of rows two a program, the fastest in session 61's sweep,
+    bench/RESULTS.md); a ``dependent`` launch loads as many of a program's first columns
+    ahead of its wait as fit in registers, a plain one none (AHEAD 0: the loop alone, the
+    kernel as the built library runs it)."""
     int8 = weight_bytes == 1
     block_k = min(1024 if int8 else 256 if rows >= 4096 else 512,
                   triton.next_power_of_2(cols))
