@@ -141,15 +141,16 @@ def _tokenizer_entry(manifest):
 
 
 def test_a_tokenizer_that_does_not_parse_generates_by_ids_and_refuses_text(onnx_lm, tmp_path,
-                                                                           cli):
+                                                                           cli_here):
     """A tokenizer.json that does not parse: exit 4 even with --prompt-ids, and a raw
     traceback (exit 1) on the device's CLI. Ids now generate (the tokenizer said
-    unusable); text is exit 2 with one paragraph, on both CLIs, --json one object."""
+    unusable); text is exit 2 with one paragraph, on both CLIs, --json one object (the
+    exporter's in process, the device's in a process of its own)."""
     built, program = onnx_lm
     bad = _rewrite(built.artifact, tmp_path / "bad-tokenizer.artifact", files_change=lambda m, f:
                    f.update({_tokenizer_entry(m): b'{"model": {"type": "nothing"'}))
     expected = program.generate([1, 5, 9], 4, stop_at_eos=False).tokens
-    for run in (lambda *a: cli("generate", *a), _device_cli):
+    for run in (lambda *a: cli_here("generate", *a), _device_cli):
         done = run(str(bad), "--prompt-ids", "1,5,9", "-n", "4", "--ignore-eos", "--json")
         assert _clean(done, 0, "tokenizer", as_json=True)["tokens"] == expected
         streamed = run(str(bad), "--prompt-ids", "1,5,9", "-n", "4", "--ignore-eos")
