@@ -226,7 +226,11 @@ def _from_factory(text: str, factory: Callable, origin: str | None,
                   module_only: bool = False) -> ModelSpec:
     name = getattr(factory, "__qualname__", repr(factory))
     try:
-        result = factory()
+        # seeded: a factory that draws random weights (the README's) gives the same model
+        # to `exporter validate` as it gave the build; the caller's RNG is left alone
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
+            result = factory()
     except (Exception, SystemExit) as exc:  # user code: the user's error, reported
         # sys.exit() in a factory is not a successful build (exit 0, no artifact)
         raise _user_code_failed(f"The factory {name}() raised", exc, origin or text) from exc

@@ -158,6 +158,19 @@ def test_file_spec_imports_its_siblings(tmp_path):
     assert load_spec(f"{path}:make").module.in_features == 3
 
 
+def test_a_factory_of_random_weights_gives_the_same_model_each_load(tmp_path):
+    """`exporter validate` rebuilds the spec: a factory that draws its weights (the
+    README's my_model.py) must give the weights the build had, not fail validation."""
+    path = _write(tmp_path, GOOD)
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    first, second = load_spec(f"{path}:make"), load_spec(f"{path}:make")
+    assert torch.equal(torch.rand(3), expected)  # the caller's RNG is untouched
+    assert torch.equal(first.module.fc.weight, second.module.fc.weight)
+    assert torch.equal(first.args[0], second.args[0])
+
+
 def test_each_load_is_a_fresh_module(tmp_path):
     path = _write(tmp_path, "def make():\n    return nn.Linear(4, 1), (torch.randn(2, 4),)\n")
     first = load_spec(f"{path}:make")
