@@ -168,8 +168,9 @@ def load_pretrained(text: str, path_text: str, options: HfOptions) -> tuple:
     try:
         import transformers
     except ImportError:
+        from targets.card import install_command
         raise SpecError("hf: specs need the 'transformers' package", where=text,
-                        hint="pip install '.[hf]'") from None
+                        hint=install_command("hf")) from None
     path = Path(path_text).expanduser()
     config, raw = _config(transformers, path, text, options)
     name = options.task or _task_from(config)

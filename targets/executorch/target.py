@@ -35,12 +35,13 @@ from targets.executorch.facets import ExecutorchPackaging, ExecutorchTooling
 from targets.executorch.floor_remainder import FloorRemainder
 from targets.executorch.lower import METHOD, PROGRAM_NAME, lower_program, version
 from targets.executorch.quantize import RECIPES, XnnpackQuantization
+from targets.card import install_command
 from targets.facets import Generation
 from targets.fusion import GRAPH_FUSIONS
 
 log = logging.getLogger(__name__)
 
-_INSTALL = "pip install '.[executorch]'"
+_INSTALL = install_command("executorch")  # the clone's path: works from any folder
 
 
 class ExecutorchTarget(Target):

@@ -19,6 +19,7 @@ import tvm
 from tvm import relax, tirx
 from tvm.s_tir import dlight as dl
 
+from targets.card import install_command
 from targets.errors import TargetOptionError
 from targets.tvm.schedule import TRANSFORM_PARAMS, default_rules, schedule
 
@@ -29,7 +30,7 @@ def tune(mod: tvm.IRModule, target: tvm.target.Target, trials: int, work_dir: Pa
     missing = [m for m in ("psutil", "cloudpickle") if importlib.util.find_spec(m) is None]
     if missing:
         raise TargetOptionError(f"--tune needs {', '.join(missing)} (MetaSchedule's workers)",
-                                hint="pip install '.[tvm]'")
+                                hint=install_command("tvm"))
     from tvm.s_tir import meta_schedule as ms
     if "num-cores" not in target.attrs:  # MetaSchedule refuses a target without it
         target = tvm.target.Target({**dict(target.export()), "num-cores": _usable_cores()})

@@ -78,6 +78,23 @@ def test_doctor_fixes_install_an_extra_by_the_clones_path_from_any_folder(tmp_pa
     assert row.status == "absent" and row.fix == f"pip install '{ROOT}[onnx]'"
 
 
+def test_install_hints_outside_doctor_name_the_clone_too(monkeypatch, tmp_path):
+    """An hf: spec without transformers and the executorch target said `pip install
+    '.[hf]'`, which fails outside the clone's root."""
+    import pytest
+
+    from exporter.errors import SpecError
+    from exporter.model.hf_spec import HfOptions, load_pretrained
+    from targets.card import install_command
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setitem(sys.modules, "transformers", None)  # `import transformers` fails
+    with pytest.raises(SpecError) as caught:
+        load_pretrained("hf:./x", "./x", HfOptions())
+    assert caught.value.hint == install_command("hf") == f"pip install '{ROOT}[hf]'"
+    from targets.executorch.target import _INSTALL
+    assert _INSTALL == f"pip install '{ROOT}[executorch]'"
+
+
 def test_a_misspelled_model_file_is_told_its_near_file_before_torch(ran):
     typo = _exporter_without_torch(ran, "build", "tests/models/statefull.py:export_differs")
     assert typo.returncode == 2, typo.stderr
