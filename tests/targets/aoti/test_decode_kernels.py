@@ -81,15 +81,15 @@ def test_decode_step_products_and_attention_become_fused_kernel_ops(family):
         torch.testing.assert_close(got[name], want[name], rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("family", ["llama", "qwen2"])
-def test_int8_weight_only_products_become_the_kernel_over_int8_rows(family):
+def test_int8_weight_only_products_become_the_kernel_over_int8_rows():
     """After --quantize int8-weight each product is torchao's decomposed int8 linear
     (the int8 weight converted, a matmul, each row's scale): it becomes one row_gemv over
-    the int8 rows and their scales, with the norm, the gated activation, Qwen's bias and
-    the residual folded in as for float weights, and the step computes what it did."""
+    the int8 rows and their scales, with the norm, the gated activation, Qwen's q/k/v
+    bias and the residual folded in as for float weights, and the step computes what it
+    did."""
     pytest.importorskip("torchao")
     from passes.quantize.quantize_weight_only import QuantizeWeightOnly
-    program, past = _captured(family, 1)
+    program, past = _captured("qwen2", 1)
     program = DecodeAttentionAsKernel()(program).program
     quantized = QuantizeWeightOnly("int8-weight", "weight-only", "cuda")(program).program
     result = RowLinearsAsKernels()(quantized)
@@ -103,6 +103,7 @@ def test_int8_weight_only_products_become_the_kernel_over_int8_rows(family):
     int8 = [n for n in result.program.graph.nodes if n.target == ops_row_gemv()
             and weights[n.args[1].name].meta["val"].dtype == torch.int8]
     assert len(int8) == 4 * layers + 1 and all(n.args[8] is not None for n in int8)
+    assert sum(n.args[2] is not None for n in int8) == layers  # each q/k/v's bias
     cache = _randomised(past)
     ids, position = torch.tensor([[7]]), torch.tensor([9])
     with torch.no_grad():
