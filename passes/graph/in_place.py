@@ -21,6 +21,7 @@ import dataclasses
 from dataclasses import dataclass
 
 import torch
+from torch._dispatch.python import enable_python_dispatcher
 from torch.export import ExportedProgram
 from torch.export.graph_signature import (ExportGraphSignature, InputKind, InputSpec,
                                           TensorArgument)
@@ -190,7 +191,9 @@ def _fake_values(graph: torch.fx.Graph, before: set, fake) -> None:
             node.meta["nn_module_stack"] = dict(list(stack.items())[:-1])
         args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs),
                                              lambda n: n.meta["val"])
-        with fake:
+        # the python dispatcher runs the symbolic-shape decompositions export ran under;
+        # without it, torch 2.11 refuses a split of a dynamic-length prompt (numel())
+        with fake, enable_python_dispatcher():
             node.meta["val"] = node.target(*args, **kwargs)
 
 
