@@ -246,9 +246,17 @@ def _quiet_transformers(transformers) -> Iterator[None]:
     bar, verbosity = hf_logging.is_progress_bar_enabled(), hf_logging.get_verbosity()
     hf_logging.disable_progress_bar()
     hf_logging.set_verbosity_error()
+    # building the model imports torchao, which logs the CUDA kernels a CPU machine cannot
+    # load and torch's pytree deprecations (the CLI hides them; the API did not)
+    others = [logging.getLogger(name) for name in ("torchao", "torch.utils._pytree")]
+    levels = [other.level for other in others]
+    for other in others:
+        other.setLevel(logging.ERROR)
     try:
         yield
     finally:
+        for other, level in zip(others, levels):
+            other.setLevel(level)
         hf_logging.set_verbosity(verbosity)
         if bar:
             hf_logging.enable_progress_bar()

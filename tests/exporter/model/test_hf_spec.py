@@ -167,3 +167,26 @@ def test_damaged_checkpoint_files_are_usage_errors_naming_the_file(checkpoints, 
         done = cli_here("build", spec, "--target", "onnx", "--dry-run")
         assert done.returncode == 2 and said in done.stderr, done.stderr
         assert "Traceback" not in done.stderr and "bug in the exporter" not in done.stderr
+
+
+def test_torchaos_import_chatter_is_quiet_while_the_model_builds_and_levels_come_back():
+    """transformers imports torchao as it builds a model, and torchao logs CUDA kernels a
+    CPU machine cannot load: the API printed them with every hf: build."""
+    import logging
+
+    from exporter.model.hf_spec import _quiet_transformers
+    seen = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            seen.append(record.getMessage())
+    keep = Keep()
+    logging.getLogger().addHandler(keep)
+    try:
+        with _quiet_transformers(transformers):
+            logging.getLogger("torchao.kernel").warning("Failed to load _C_mxfp8")
+            logging.getLogger("torch.utils._pytree").warning("Enum subclass")
+        logging.getLogger("torchao.kernel").warning("after")
+    finally:
+        logging.getLogger().removeHandler(keep)
+    assert seen == ["after"]
