@@ -20,9 +20,10 @@ def _line(partition: str, record: dict) -> str:
     how = str(record.get("by") or "not said") + (
         f" at {threads} threads" if isinstance(threads, int) else "")
     candidates = record.get("candidates")
-    figures = [_figure(str(name), c) for name, c in
-               (candidates.items() if isinstance(candidates, dict) else ())
-               if isinstance(c, dict)]
+    # the kept one first: the manifest on disk has its keys sorted, the build's record not
+    rows = sorted(candidates.items() if isinstance(candidates, dict) else (),
+                  key=lambda row: row[0] != record.get("chosen"))
+    figures = [_figure(str(name), c) for name, c in rows if isinstance(c, dict)]
     figures = [f for f in figures if f]
     return (f"backend of partition {partition}: {record.get('chosen')} ({how})"
             + (": " + ", ".join(figures) if figures else ""))

@@ -16,6 +16,16 @@ def test_a_measured_choice_is_one_line_with_every_candidates_figure():
         "backend of partition p0: onnx (measured at 2 threads): onnx 120.9 ms, aoti 450.6 ms"]
 
 
+def test_the_kept_backend_comes_first_whatever_the_records_order():
+    """The manifest on disk has sorted keys (aoti before onnx): `exporter inspect` said
+    'aoti 0.148 ms, onnx 0.021 ms' where the build had said onnx first."""
+    build = {"backend_choice": {"p0": {
+        "chosen": "onnx", "by": "measured", "threads": 2,
+        "candidates": {"aoti": {"median_ms": 0.148}, "onnx": {"median_ms": 0.021}}}}}
+    assert choice_lines(build) == [
+        "backend of partition p0: onnx (measured at 2 threads): onnx 0.021 ms, aoti 0.148 ms"]
+
+
 def test_a_pin_and_a_dropped_candidate_are_said():
     build = {"backend_choice": {
         "p0": {"chosen": "aoti", "by": "--cpu-backend aoti"},
