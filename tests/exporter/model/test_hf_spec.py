@@ -180,13 +180,18 @@ def test_torchaos_import_chatter_is_quiet_while_the_model_builds_and_levels_come
     class Keep(logging.Handler):
         def emit(self, record):
             seen.append(record.getMessage())
-    keep = Keep()
+    keep, loggers = Keep(), [logging.getLogger(n) for n in ("torchao", "torch.utils._pytree")]
+    before = [logger.level for logger in loggers]  # an in-process CLI run may have set them
     logging.getLogger().addHandler(keep)
     try:
+        for logger in loggers:
+            logger.setLevel(logging.NOTSET)
         with _quiet_transformers(transformers):
             logging.getLogger("torchao.kernel").warning("Failed to load _C_mxfp8")
             logging.getLogger("torch.utils._pytree").warning("Enum subclass")
         logging.getLogger("torchao.kernel").warning("after")
     finally:
         logging.getLogger().removeHandler(keep)
+        for logger, level in zip(loggers, before):
+            logger.setLevel(level)
     assert seen == ["after"]
