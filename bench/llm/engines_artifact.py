@@ -29,6 +29,10 @@ BUILDS = {"artifact-cpu": ("cpu", None), "artifact-cpu-int8": ("cpu", "int8-dyna
           # onnx target's default is 128 (targets/onnx/quantize.py)
           "artifact-onnx-int8-b32": ("onnx", "int8-weight", "--quant-block", "32"),
           "artifact-onnx-int4-b32": ("onnx", "int4-weight", "--quant-block", "32"),
+          # blocks of 64: MLAS's AVX2 int8-activation kernels have their own 64-wide
+          # one-row path (an AVX2-only CPU has no VNNI)
+          "artifact-onnx-int8-b64": ("onnx", "int8-weight", "--quant-block", "64"),
+          "artifact-onnx-int4-b64": ("onnx", "int4-weight", "--quant-block", "64"),
           # ExecuTorch with XNNPACK: int8-dynamic is per-token int8 activations and int8
           # weights; int4-weight is 8da4w, ExecuTorch's own LLM export recipe
           "artifact-executorch": ("executorch", None),
