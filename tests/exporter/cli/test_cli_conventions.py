@@ -67,12 +67,13 @@ def test_build_help_groups_flags_shows_no_bool_type_and_keeps_choices_whole():
 
 
 def test_the_command_list_gives_each_command_one_unbroken_summary():
-    """rich wraps a summary at the panel's width only: a line that ends while the next
-    word would still have fitted is a docstring's own line break showing through."""
+    """click wraps a summary at the list's width only: a line that ends while the next
+    word would still have fitted (within the longest line) is a docstring's own line
+    break showing through."""
     text = _piped("--help").stdout
-    rows = [line[1:-1] for line in text.splitlines() if line.startswith("│")]
+    rows = [line for line in text.split("Commands:\n", 1)[1].splitlines() if line.strip()]
     start = rows[0].index(rows[0].split()[1])  # the summaries' column
-    width = len(rows[0]) - start
+    width = max(len(row) for row in rows) - start
     early = [(a.strip(), b.strip()) for a, b in zip(rows, rows[1:])
              if not b[:start].strip() and b.strip()  # b continues a's summary
              and len(a[start:].rstrip()) + 1 + len(b.split()[0]) < width]
