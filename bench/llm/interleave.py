@@ -47,6 +47,9 @@ def main() -> None:
     parser.add_argument("--max-wait", type=float, default=600.0, help="seconds, at most")
     parser.add_argument("--no-ballast", dest="ballast", action="store_false",
                         help="time the first engine as the process's first load")
+    parser.add_argument("--alternate", action="store_true",
+                        help="reverse the engines' order every other round (each engine "
+                             "runs as often after as before each other one)")
     args = parser.parse_args()
     import_engine_modules(args.engine_module)
     threads = fix_threads(args.threads)  # torch's pool and ExecuTorch's XNNPACK pool
@@ -68,13 +71,15 @@ def main() -> None:
     rates: dict[str, list[float]] = {name: [] for name in loaded}
     quiet = wait_for_quiet(args.max_load, args.max_wait)
     with LoadSampler() as load:
-        for _ in range(args.rounds):
-            for name, engine in loaded.items():
+        for round_ in range(args.rounds):
+            order = list(loaded.items())
+            for name, engine in order[::-1] if args.alternate and round_ % 2 else order:
                 call = time_call(engine.generate, prompt, args.new_tokens)
                 rates[name].append((args.new_tokens - 1) / call.decode_s)
     medians = {name: round(statistics.median(r), 2) for name, r in rates.items()}
     first = next(iter(medians))
     row = {**machine_header(), "threads": args.threads, "pools": threads, "rounds": args.rounds,
+           "alternate": args.alternate,
            "warmup_tokens": args.warmup_tokens or args.new_tokens,
            "ballast": bool(ballast), "quiet": quiet, "load": load.summary(),
            "decode_tokens_per_s": medians,
