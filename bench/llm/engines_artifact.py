@@ -25,6 +25,8 @@ BUILDS = {"artifact-cpu": ("cpu", None), "artifact-cpu-int8": ("cpu", "int8-dyna
           "artifact-cpu-int4": ("cpu", "int4-weight"), "artifact-onnx": ("onnx", None),
           "artifact-onnx-int8": ("onnx", "int8-weight"),
           "artifact-onnx-int4": ("onnx", "int4-weight"),
+          # ORT's dynamic quantizer (MatMulInteger, u8s8; 7-bit weights on x86)
+          "artifact-onnx-int8-dynamic": ("onnx", "int8-dynamic"),
           # MatMulNBits blocks of 32 (llama.cpp Q4_0's and ORT GenAI's default); the
           # onnx target's default is 128 (targets/onnx/quantize.py)
           "artifact-onnx-int8-b32": ("onnx", "int8-weight", "--quant-block", "32"),
