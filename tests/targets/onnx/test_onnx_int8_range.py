@@ -53,21 +53,25 @@ def _int8_weights(model) -> list[np.ndarray]:
             if t.data_type == TensorProto.INT8 and len(t.dims) == 2]
 
 
-def test_x86_artifact_int8_weights_keep_to_seven_bits_and_match_float(tmp_path):
+def _sqnr_against_float(model, path: Path, x: np.ndarray) -> float:
+    """dB of the quantized model's output against the float model saved at ``path``."""
     import onnx
     import onnxruntime as ort
 
+    def run(m) -> np.ndarray:
+        return ort.InferenceSession(m.SerializeToString(), providers=[
+            "CPUExecutionProvider"]).run(None, {"x": x})[0]
+    reference, got = run(onnx.load(str(path))), run(model)
+    return 10 * np.log10((reference ** 2).sum() / ((reference - got) ** 2).sum())
+
+
+def test_x86_artifact_int8_weights_keep_to_seven_bits_and_match_float(tmp_path):
     model, report, x, path = _quantized(tmp_path, "linux-x86_64")
     weights = _int8_weights(model)
     assert len(weights) == 2 and report["weight_bits"] == 7
     assert max(int(np.abs(w.astype(np.int32)).max()) for w in weights) <= 64
 
-    def run(m) -> np.ndarray:
-        return ort.InferenceSession(m.SerializeToString(), providers=[
-            "CPUExecutionProvider"]).run(None, {"x": x})[0]
-    reference = run(onnx.load(str(path)))
-    got = run(model)
-    sqnr = 10 * np.log10((reference ** 2).sum() / ((reference - got) ** 2).sum())
+    sqnr = _sqnr_against_float(model, path, x)
     assert sqnr > 25, sqnr  # 8-bit weights on an AVX2-only CPU: about 12 dB
 
 
@@ -81,8 +85,6 @@ def test_x86_int8_weight_recipe_keeps_eight_bits_and_matches_float(tmp_path):
     """The generation recipe (MatMulNBits, 8-bit blocks) is not ORT's u8s8 GEMM: its int8
     activations are symmetric (|a| <= 127), so its AVX2 pair sums stay in 16 bits with the
     full weight range, and an x86 build keeps all 8 bits."""
-    import onnx
-    import onnxruntime as ort
     import torch
     from onnx import numpy_helper
 
@@ -98,10 +100,5 @@ def test_x86_int8_weight_recipe_keeps_eight_bits_and_matches_float(tmp_path):
     codes = np.concatenate([stored[n.input[1]].ravel() for n in nbits]).astype(np.int32)
     assert codes.min() <= 8 and codes.max() >= 248  # uint8 codes around 128: the full range
 
-    def run(m) -> np.ndarray:
-        return ort.InferenceSession(m.SerializeToString(), providers=[
-            "CPUExecutionProvider"]).run(None, {"x": x})[0]
-    reference = run(onnx.load(str(path)))
-    got = run(model)
-    sqnr = 10 * np.log10((reference ** 2).sum() / ((reference - got) ** 2).sum())
+    sqnr = _sqnr_against_float(model, path, x)
     assert sqnr > 30, sqnr  # 39.6 dB on an AVX2-only EPYC (u8s8, 8 bits: ~12)
