@@ -51,6 +51,9 @@ class TargetCard:
     # backend placed the ops inside it, and the memory it plans itself beside our plan
     placement_lines: Callable[[Partition], list[str]] = lambda partition: []
     memory_lines: Callable[[Partition], list[str]] = lambda partition: []
+    # chatty third-party loggers the CLI quiets (its tooling facet's): read without
+    # importing the backend, so a command that runs an artifact need not load every target
+    loggers_to_quiet: tuple[str, ...] = ()
 
 
 def card_of(target) -> TargetCard:
@@ -60,7 +63,8 @@ def card_of(target) -> TargetCard:
         return found.ok, found.reason
     return TargetCard(target.name, target.device, target.backend, target.description,
                       target.Options, tuple(target.quantization.recipes),
-                      tuple(target.tooling.baselines()), check)
+                      tuple(target.tooling.baselines()), check,
+                      loggers_to_quiet=tuple(target.tooling.loggers_to_quiet))
 
 
 def installed(module: str) -> bool:

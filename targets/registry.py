@@ -104,8 +104,11 @@ def _target(name: str) -> Target:
 
 
 def _core(target: Target | TargetCard) -> tuple:
-    """What a card and its implementation both declare."""
-    return (target.name, target.device, target.backend, target.description, target.Options)
+    """What a card and its implementation both declare (a card's loggers are its own, an
+    implementation's its tooling facet's)."""
+    loggers = tuple(getattr(target, "tooling", target).loggers_to_quiet)
+    return (target.name, target.device, target.backend, target.description, target.Options,
+            loggers)
 
 
 def _cards() -> dict[str, TargetCard]:

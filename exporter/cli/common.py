@@ -385,8 +385,8 @@ def quiet_torch_logs() -> None:
     # already says what matters, so keep the terminal readable.
     import torch._logging
     torch._logging.set_logs(all=logging.ERROR)
-    from targets import all_targets
-    for name in {n for target in all_targets().values() for n in target.tooling.loggers_to_quiet}:
+    from targets import described  # the cards: running an artifact loads no target
+    for name in {n for card in described().values() for n in card.loggers_to_quiet}:
         logging.getLogger(name).setLevel(logging.ERROR)
     # Third-party noise that says nothing about the user's build (--verbose shows it):
     # torchao failing to load CUDA kernels on a CPU machine and finding no triton (it is

@@ -83,6 +83,10 @@ def onnx_here() -> tuple[bool, str]:
                   f"{', '.join(onnxruntime.get_available_providers())}")
 
 
+# constant-folding chatter; onnx_ir types each empty list attribute as INTS, a line each
+LOGGERS_TO_QUIET = ("onnxscript", "onnx_ir")
+
 ONNX = TargetCard("onnx", "cpu", "onnxruntime", "ONNX model per partition (torch.onnx "
                   "dynamo exporter), run by ONNX Runtime", OnnxOptions, tuple(RECIPES),
-                  baselines=("onnxruntime",), check=onnx_here)
+                  baselines=("onnxruntime",), check=onnx_here,
+                  loggers_to_quiet=LOGGERS_TO_QUIET)

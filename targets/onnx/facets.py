@@ -11,6 +11,7 @@ import torch
 from runtime.format.manifest import Partition
 from targets.facets import Baseline, Packaging, Tooling
 from targets.facets.packaging import PORTABLE
+from targets.onnx.card import LOGGERS_TO_QUIET
 from targets.onnx import inside
 
 
@@ -33,8 +34,7 @@ class OnnxPackaging(Packaging):
 @dataclass(frozen=True)
 class OnnxTooling(Tooling):
     colour: str = "#1c7ed6"
-    # constant-folding chatter; onnx_ir types each empty list attribute as INTS, a line each
-    loggers_to_quiet: tuple[str, ...] = ("onnxscript", "onnx_ir")
+    loggers_to_quiet: tuple[str, ...] = LOGGERS_TO_QUIET
 
     def intermediate_values(self, folder: Path, partition: Partition, wanted: dict,
                             inputs: list, shared: dict | None = None, program=None

@@ -7,6 +7,7 @@ A real build through each target: test_target_builds.py."""
 from __future__ import annotations
 
 import json
+import logging
 import re
 
 import pytest
@@ -143,3 +144,24 @@ def test_a_text_option_without_examples_cannot_be_round_tripped():
     field.annotation = str
     with pytest.raises(AssertionError, match="examples"):
         _not_default(field)
+
+
+def test_quieting_the_backends_loggers_reads_the_cards_alone():
+    """The CLI quiets every target's chatty loggers before a command's work; it reads the
+    names from the cards, so running an artifact imports no target's lowering (each one
+    about a CPU second at every `exporter run`). The registry refuses a card whose names
+    differ from its implementation's (get_target compares them)."""
+    import subprocess
+    import sys
+    from targets.registry import BUILTIN
+    implementations = [line.partition(":")[0] for _, line in BUILTIN]
+    code = ("import logging, sys\n"
+            "from exporter.cli.common import quiet_torch_logs\n"
+            "quiet_torch_logs()\n"
+            f"print([m for m in {implementations!r} if m in sys.modules])\n"
+            "print(logging.getLogger('onnx_ir').level)\n")
+    lines = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           cwd=ROOT, check=True).stdout.split()
+    assert lines == ["[]", str(logging.ERROR)]
+    for name in NAMES:
+        get_target(name)  # raises where a card and its implementation disagree
