@@ -75,7 +75,7 @@ class CudaTarget(AOTInductorTarget):
         # GEMMs cuBLAS runs well in place of a patch convolution and of an unaligned head;
         # small depthwise convolutions as Inductor's reductions, group convolutions cuDNN
         # wraps in layout transforms as batched GEMMs, a tanh GELU as its GEMM's epilogue
-        # (each faster inside whole builds: bench/RESULTS.md, session 61);
+        # (each kept for being faster inside whole builds, not in isolation);
         # attention inputs as views, not copies;
         # last, after --quantize: its linears keep their own kernels (passes/row_linears.py);
         # a decode step's products and attention as our Triton kernels, the rest of the

@@ -207,8 +207,8 @@ def test_cuda_target_rewrites_gemms_before_the_single_row_linears(tmp_path):
         return [p.name for p in cuda.default_passes(LowerOptions(tmp_path, **options))]
     assert {"patch_convs_as_matmuls", "linears_aligned_by_padding",
             "attention_inputs_as_views"} <= set(names())
-    assert {"depthwise_convs_as_taps", "grouped_convs_as_batched_gemms",  # measured in
-            "tanh_gelu_as_gemm_epilogue"} <= set(names())  # whole builds (session 61)
+    assert {"depthwise_convs_as_taps", "grouped_convs_as_batched_gemms",
+            "tanh_gelu_as_gemm_epilogue"} <= set(names())
     assert names().index("grouped_convs_as_batched_gemms") < names().index(
         "attention_inputs_as_views")
     assert "tanh_gelu_as_gemm_epilogue" not in names(shared_weights=True)  # generating

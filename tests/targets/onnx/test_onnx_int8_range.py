@@ -101,4 +101,4 @@ def test_x86_int8_weight_recipe_keeps_eight_bits_and_matches_float(tmp_path):
     assert codes.min() <= 8 and codes.max() >= 248  # uint8 codes around 128: the full range
 
     sqnr = _sqnr_against_float(model, path, x)
-    assert sqnr > 30, sqnr  # 39.6 dB on an AVX2-only EPYC (u8s8, 8 bits: ~12)
+    assert sqnr > 30, sqnr  # saturating 8-bit u8s8 sums fall far below (about 12 dB)
