@@ -82,6 +82,8 @@ def exporter_in_process(*args: str, cwd: Path | None = None) -> subprocess.Compl
             logging.getLogger(name).setLevel(level)
         for number, handler in signals.items():
             signal.signal(number, handler)
+        from exporter.cli import interrupts
+        interrupts.forget()  # a process runs one command; here the next one starts afresh
     if done.exception is not None and not isinstance(done.exception, SystemExit):
         raise done.exception  # a subprocess would have printed a traceback: a bug
     return subprocess.CompletedProcess(["exporter", *args_list], done.exit_code, done.stdout,

@@ -27,7 +27,8 @@ def main() -> None:
         # (CI: a Ctrl-C 3 s in landed there); --help lists commands without importing them
         from exporter.cli.commands import console_command
         command = console_command(sys.argv[1:])
-        if interrupted():  # raised, and swallowed on its way up
+        if interrupted():  # raised, and swallowed on its way up; or still waiting
+            disarm()  # for an import to end: raised here instead, once
             raise KeyboardInterrupt
     except KeyboardInterrupt:  # Ctrl-C before any command ran: nothing to clean up
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second one must not cut this short

@@ -206,11 +206,11 @@ def guarded(action: Callable[[], int | None], *, quiet: bool = False, verbose: b
     _configure_logging(uses_torch)
     with contextlib.suppress(ValueError):  # only the main thread may set handlers
         signal.signal(signal.SIGTERM, _terminated)
-    # this command's interruptions (main() has dealt with any while the CLI imported; in
-    # one process, as tests run commands, each command starts afresh)
-    interrupts.forget()
-    with _stdout_kept_for_json() if as_json else contextlib.nullcontext():
-        _guarded_body(action, as_json)
+    try:
+        with _stdout_kept_for_json() if as_json else contextlib.nullcontext():
+            _guarded_body(action, as_json)
+    finally:
+        interrupts.settle()
 
 
 def _terminated(signum, frame) -> None:
@@ -285,6 +285,8 @@ def _interruptions_as_such(action: Callable[[], int | None]) -> int:
     pybind11 module, interrupted while it initialises, raises "ImportError: initialization
     failed" from it, which was reported as an internal error (exit 4)."""
     try:
+        if interrupts.interrupted():  # a Ctrl-C between main()'s check and this guard, its
+            raise KeyboardInterrupt  # raise still waiting for an import to end (CI: lost)
         return action() or 0
     except Exception as exc:
         if interrupts.interrupted():  # raised, then swallowed (exporter/cli/interrupts.py)

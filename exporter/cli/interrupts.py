@@ -49,10 +49,13 @@ def _retry(signum, frame) -> None:
 
 
 def disarm() -> None:
-    """Whoever raises the interruption first: no waiting one comes after it."""
+    """Whoever raises the interruption first: no waiting one comes after it. The handler
+    to restore is taken first, so a retry that fires while this runs finds nothing to do
+    (CI: one raised a second KeyboardInterrupt inside main's except, a traceback)."""
     if _pending:
+        previous = _pending.pop()
         signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, _pending.pop())
+        signal.signal(signal.SIGALRM, previous)
 
 
 def _importing(frame) -> bool:
@@ -80,6 +83,13 @@ def told() -> None:
 def untold() -> bool:
     """Interrupted, and nobody said so yet."""
     return interrupted() and not _told
+
+
+def settle() -> None:
+    """At a command's end: once it has told the user, the next command in this process
+    (tests run several) starts afresh; an untold one stays for main() to report."""
+    if _told:
+        forget()
 
 
 def forget() -> None:

@@ -1,0 +1,95 @@
+"""Ctrl-C and SIGTERM as an interruption: exit 130 with one line, whatever a library did
+with the KeyboardInterrupt and wherever in start-up it landed (exporter/cli/interrupts.py).
+The end-to-end signal tests are in tests/system/test_reliability.py."""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+import typer
+
+from exporter.cli import interrupts
+from exporter.cli.common import guarded
+
+
+def test_an_interruption_a_library_wrapped_is_still_an_interruption(capsys):
+    """SIGTERM (as Ctrl-C) while onnxruntime's pybind11 module initialised came back as
+    "ImportError: initialization failed" raised from it, and the build reported an
+    internal error (exit 4) where an interrupted one exits 130. A plain error stays ours."""
+    def interrupted_import():
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt as exc:
+            raise ImportError("initialization failed") from exc
+
+    def broken():
+        raise ImportError("initialization failed")
+    with pytest.raises(typer.Exit) as caught:
+        guarded(interrupted_import)
+    assert caught.value.exit_code == 130 and "interrupted" in capsys.readouterr().err
+    with pytest.raises(typer.Exit) as caught:
+        guarded(broken)
+    assert caught.value.exit_code == 4
+
+
+def test_an_interruption_a_library_swallowed_is_still_an_interruption(capsys):
+    """CI: a Ctrl-C that landed in an import inside an extension's initialisation came back
+    as an ImportError that a library passed over; the half-imported module then failed in
+    its own way (numpy's __getattr__ recursing, exit 4). The signal handler remembers the
+    signal, so the error that follows is the interruption (130); the next command in the
+    same process starts afresh."""
+    def swallowed_then_broken():
+        try:
+            interrupts.interrupt(signal.SIGINT, None)
+        except KeyboardInterrupt:
+            pass  # what the library did with it
+        raise RecursionError("maximum recursion depth exceeded")
+
+    def plain_error():
+        raise RecursionError("a bug of ours")
+    try:
+        with pytest.raises(typer.Exit) as caught:
+            guarded(swallowed_then_broken)
+        assert caught.value.exit_code == 130 and "interrupted" in capsys.readouterr().err
+        with pytest.raises(typer.Exit) as caught:
+            guarded(plain_error)
+        assert caught.value.exit_code == 4
+    finally:
+        interrupts.forget()
+
+
+def test_a_ctrl_c_noted_before_the_guard_interrupts_the_command(capsys):
+    """CI: a Ctrl-C that landed in an import after main()'s check, its raise still waiting
+    for the import to end, was cancelled when the command's guard started: the build then
+    ran to the end (exit 0). The guard raises it, and the next command starts afresh."""
+    ran = []
+    try:
+        interrupts.note(signal.SIGINT)
+        with pytest.raises(typer.Exit) as caught:
+            guarded(lambda: ran.append("build") or 0)
+        assert caught.value.exit_code == 130 and ran == []
+        assert "interrupted" in capsys.readouterr().err
+        with pytest.raises(typer.Exit) as caught:
+            guarded(lambda: ran.append("next") or 0)
+        assert caught.value.exit_code == 0 and ran == ["next"]
+    finally:
+        interrupts.forget()
+
+
+def test_a_waiting_retry_that_fires_while_disarmed_raises_nothing(monkeypatch):
+    """CI: the SIGALRM retry fired inside disarm(), between main() raising the interruption
+    and cancelling the timer: a second KeyboardInterrupt escaped main's except (a
+    traceback, death by SIGINT). The alarm is simulated arriving as the timer is cancelled."""
+    def alarm_arrives(*args):
+        interrupts._retry(signal.SIGALRM, None)
+    previous = signal.getsignal(signal.SIGALRM)
+    try:
+        interrupts.note(signal.SIGINT)
+        interrupts._pending[:] = [previous]
+        monkeypatch.setattr(interrupts.signal, "setitimer", alarm_arrives)
+        interrupts.disarm()  # raises nothing
+        assert interrupts._pending == [] and signal.getsignal(signal.SIGALRM) == previous
+    finally:
+        monkeypatch.undo()
+        interrupts.forget()
