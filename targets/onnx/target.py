@@ -37,7 +37,7 @@ from targets.base import (
 from targets.errors import LoweringError, TargetOptionError
 from targets.facets import Generation, Partitioning, Quantization
 from targets.fusion import GRAPH_FUSIONS
-from targets.onnx import contrib_ops, inside, variance
+from targets.onnx import contrib_ops, inside, torch_onnx, variance
 from targets.onnx.facets import OnnxPackaging, OnnxTooling
 from targets.onnx.initializers import external_files
 from targets.onnx.shared import externalize
@@ -237,10 +237,7 @@ class OnnxTarget(Target):
         start = time.perf_counter()
         try:
             with quiet_registry(), without_input_guards(program), exact_no_op_rules():
-                onnx_program = torch.onnx.export(
-                    program, (), dynamo=True, optimize=True, report=True,
-                    artifacts_dir=report_dir, verbose=False,
-                    custom_translation_table=contrib_ops.translations())
+                onnx_program = torch_onnx.export(program, report_dir, contrib_ops.translations())
         except Exception as exc:  # torch.onnx raises several types; keep the full text
             scratch.release(report_dir)
             raise self._error("torch.onnx could not export the program", exc, options,

@@ -7,6 +7,7 @@ and a report folder for a failure.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import tempfile
 import time
@@ -34,6 +35,30 @@ def quiet_registry():
             yield
     finally:
         logger.setLevel(level)
+
+
+def export(program: ExportedProgram, report_dir: Path, translations: dict):
+    """``torch.onnx.export(program, (), dynamo=True, optimize=True, report=True,
+    artifacts_dir=report_dir, verbose=False, custom_translation_table=translations)``, as
+    its _compat.export_compat makes it for a program, but with one registry per process:
+    export_compat rebuilds torch.onnx's registry on every call (0.6-1 CPU s); the export
+    only reads it (_core.export, _dispatching.dispatch)."""
+    from torch.onnx._constants import ONNX_DEFAULT_OPSET
+    from torch.onnx._internal.exporter import _core
+    return _core.export(
+        program, (), None, registry=_registry(ONNX_DEFAULT_OPSET, tuple(translations.items())),
+        dynamic_shapes={}, report=True, artifacts_dir=report_dir, verbose=False,
+        optimize=True, opset_version=ONNX_DEFAULT_OPSET)
+
+
+@functools.cache
+def _registry(opset: int, translations: tuple):
+    from torch.onnx._internal.exporter import _constants, _registration
+    registry = _registration.ONNXRegistry.from_torchlib(
+        opset_version=max(opset, _constants.TORCHLIB_OPSET))
+    for op, translation in translations:
+        registry.register_op(op, translation, is_complex=False)
+    return registry
 
 
 @contextlib.contextmanager

@@ -1,0 +1,50 @@
+"""The onnx target's call of torch.onnx (targets/onnx/torch_onnx.py): the same ONNX model
+as ``torch.onnx.export``, with torch.onnx's op registry built once per process."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from targets.onnx import contrib_ops
+from targets.onnx.torch_onnx import export, quiet_registry
+
+pytest.importorskip("onnxscript")
+
+
+class _Block(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        return torch.softmax(torch.nn.functional.gelu(self.proj(x)), dim=-1) * x.sum()
+
+
+def _program():
+    torch.manual_seed(0)
+    batch = torch.export.Dim("batch", min=1, max=16)
+    return torch.export.export(_Block().eval(), (torch.randn(2, 8),),
+                               dynamic_shapes=({0: batch},))
+
+
+def test_export_writes_the_model_torch_onnx_export_writes(tmp_path):
+    program = _program()
+    with quiet_registry():
+        ours = export(program, tmp_path, contrib_ops.translations())
+        theirs = torch.onnx.export(program, (), dynamo=True, optimize=True, verbose=False,
+                                   custom_translation_table=contrib_ops.translations())
+    assert ours.model_proto.SerializeToString() == theirs.model_proto.SerializeToString()
+    assert ours.model_proto.graph.input[0].type.tensor_type.shape.dim[0].dim_param
+
+
+def test_a_second_export_reuses_the_registry(tmp_path, monkeypatch):
+    from torch.onnx._internal.exporter import _registration
+    with quiet_registry():
+        export(_program(), tmp_path, contrib_ops.translations())
+
+        def rebuilt(*args, **kwargs):
+            raise AssertionError("torch.onnx's registry was built again")
+        monkeypatch.setattr(_registration.ONNXRegistry, "from_torchlib", rebuilt)
+        again = export(_program(), tmp_path, contrib_ops.translations())
+    assert {node.op_type for node in again.model_proto.graph.node} >= {"Softmax", "Gelu"}
