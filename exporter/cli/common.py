@@ -178,6 +178,7 @@ def stage_printer():
     Where stderr is no terminal (a log file, CI) only the "✓" lines."""
     @contextlib.contextmanager
     def stage(name: str) -> Iterator[None]:
+        interrupts.checkpoint()
         if style.quiet or style.json:
             yield
             return
@@ -203,9 +204,10 @@ def guarded(action: Callable[[], int | None], *, quiet: bool = False, verbose: b
     none, as inspect, starts without importing it)."""
     style.quiet, style.verbose = quiet or _global.quiet, verbose or _global.verbose
     style.debug, style.json = debug or _global.debug, as_json
-    _configure_logging(uses_torch)
-    with contextlib.suppress(ValueError):  # only the main thread may set handlers
-        signal.signal(signal.SIGTERM, _terminated)
+    with interrupts.held():
+        _configure_logging(uses_torch)
+        with contextlib.suppress(ValueError):  # only the main thread may set handlers
+            signal.signal(signal.SIGTERM, _terminated)
     try:
         with _stdout_kept_for_json() if as_json else contextlib.nullcontext():
             _guarded_body(action, as_json)
@@ -285,8 +287,8 @@ def _interruptions_as_such(action: Callable[[], int | None]) -> int:
     pybind11 module, interrupted while it initialises, raises "ImportError: initialization
     failed" from it, which was reported as an internal error (exit 4)."""
     try:
-        if interrupts.interrupted():  # a Ctrl-C between main()'s check and this guard, its
-            raise KeyboardInterrupt  # raise still waiting for an import to end (CI: lost)
+        interrupts.checkpoint()  # a Ctrl-C between main()'s check and here, its raise
+        # still waiting for an import to end (CI: the guard cancelled it, the build ran on)
         return action() or 0
     except Exception as exc:
         if interrupts.interrupted():  # raised, then swallowed (exporter/cli/interrupts.py)

@@ -12,6 +12,7 @@ so the console script can install it before anything heavy loads.
 
 from __future__ import annotations
 
+import contextlib
 import signal
 
 _signals: list[int] = []
@@ -83,6 +84,29 @@ def told() -> None:
 def untold() -> bool:
     """Interrupted, and nobody said so yet."""
     return interrupted() and not _told
+
+
+def checkpoint() -> None:
+    """Where a command may stop cleanly (a stage's start): an interruption raised where
+    Python only prints it (a weakref callback, a __del__) and goes on stops it here,
+    before the next stage writes anything."""
+    if _signals and not _told:
+        disarm()
+        raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def held():
+    """Ctrl-C and SIGTERM wait while a block that must not be cut half-way runs (CI: one
+    cut a logging handler in its __init__, and logging's exit hook then failed); a signal
+    that came is noted on the way out, for the guard to raise where it cleans up."""
+    both = {signal.SIGINT, signal.SIGTERM}
+    signal.pthread_sigmask(signal.SIG_BLOCK, both)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(KeyboardInterrupt):  # the handlers run as it unblocks
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, both)
 
 
 def settle() -> None:

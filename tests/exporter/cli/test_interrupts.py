@@ -93,3 +93,45 @@ def test_a_waiting_retry_that_fires_while_disarmed_raises_nothing(monkeypatch):
     finally:
         monkeypatch.undo()
         interrupts.forget()
+
+
+def test_a_ctrl_c_during_the_guards_set_up_waits_and_then_interrupts(capsys):
+    """CI: a Ctrl-C cut a logging handler in its __init__ while the guard set logging up;
+    logging's exit hook then failed with a traceback. The set-up runs with the signals
+    held; the one that came is raised before the command's body runs."""
+    previous = signal.signal(signal.SIGINT, interrupts.interrupt)
+    ran = []
+    try:
+        with interrupts.held():
+            signal.raise_signal(signal.SIGINT)
+            ran.append("set-up finished")
+        assert ran == ["set-up finished"] and interrupts.interrupted()
+        with pytest.raises(typer.Exit) as caught:
+            guarded(lambda: ran.append("body") or 0)
+        assert caught.value.exit_code == 130 and ran == ["set-up finished"]
+        assert "interrupted" in capsys.readouterr().err
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        interrupts.forget()
+
+
+def test_an_interruption_python_only_printed_stops_the_next_stage(capsys):
+    """CI: the interruption was raised inside a weakref callback, where Python prints it
+    and goes on; the build ran to the end and wrote its artifact. The next stage's start
+    raises it, so nothing after it runs."""
+    from exporter.cli.common import stage_printer
+    stage, done = stage_printer(), []
+
+    def build():
+        with stage("validate"):
+            interrupts.note(signal.SIGINT)  # raised and printed-and-ignored by Python
+            done.append("validate")
+        with stage("package"):
+            done.append("package")
+    try:
+        with pytest.raises(typer.Exit) as caught:
+            guarded(build)
+        assert caught.value.exit_code == 130 and done == ["validate"]
+        assert "interrupted" in capsys.readouterr().err
+    finally:
+        interrupts.forget()
