@@ -109,8 +109,9 @@ def test_partition_file_must_be_a_verified_entry(onnx_mlp, tmp_path, path):
 
 # --- inspect never claims an unchecked signature -------------------------------------------
 
-def test_inspect_says_not_verified_for_stale_or_garbage_signatures(onnx_mlp, tmp_path, cli):
-    keys = tmp_path / "keys"
+def test_inspect_says_not_verified_for_stale_or_garbage_signatures(onnx_mlp, tmp_path,
+                                                                   cli_here):
+    cli, keys = cli_here, tmp_path / "keys"
     assert cli("keygen", "--out-dir", str(keys)).returncode == 0, "keygen makes its folder"
     signed = shutil.copy(onnx_mlp, tmp_path / "signed.artifact")
     assert cli("sign", str(signed), "--key", str(keys / "signing.key")).returncode == 0
@@ -217,9 +218,9 @@ def test_inspect_escapes_control_characters(onnx_mlp, tmp_path, cli):
     assert "\x1b" not in shown.stdout and "\\x1b]0;owned" in shown.stdout
 
 
-def test_validate_against_the_wrong_model_is_a_usage_error(onnx_mlp, cli):
+def test_validate_against_the_wrong_model_is_a_usage_error(onnx_mlp, cli_here):
     for model in ("zoo:cnn", "zoo:encoder"):
-        _clean(cli("validate", str(onnx_mlp), "--model", model), 2, "built from")
+        _clean(cli_here("validate", str(onnx_mlp), "--model", model), 2, "built from")
 
 
 def test_a_failed_aotinductor_load_leaves_no_unpacked_folder(onnx_mlp, tmp_path):

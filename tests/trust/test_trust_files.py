@@ -44,7 +44,8 @@ def _writers(artifact: Path, tmp_path: Path, target: Path) -> dict[str, list[str
 
 
 @pytest.mark.parametrize("kind", ["fifo", "dev-null", "directory"])
-def test_outputs_that_are_not_regular_files_are_refused(onnx_mlp, tmp_path, cli, kind):
+def test_outputs_that_are_not_regular_files_are_refused(onnx_mlp, tmp_path, cli_here, kind):
+    cli = cli_here  # what each command writes is under test, not its process
     assert cli("keygen", "--out-dir", str(tmp_path / "keys")).returncode == 0
     if kind == "fifo":
         target = tmp_path / "pipe"
@@ -66,7 +67,8 @@ def test_outputs_that_are_not_regular_files_are_refused(onnx_mlp, tmp_path, cli,
         assert os.stat(target).st_mode == before, f"{name} replaced the {kind}"
 
 
-def test_package_and_keygen_refuse_special_files(onnx_mlp, tmp_path, cli):
+def test_package_and_keygen_refuse_special_files(onnx_mlp, tmp_path, cli_here):
+    cli = cli_here
     bundle = tmp_path / "bundle.tar.gz"
     os.mkfifo(bundle)
     _clean(cli("package", str(onnx_mlp), "--out", str(bundle)), 2, "FIFO")
@@ -78,7 +80,8 @@ def test_package_and_keygen_refuse_special_files(onnx_mlp, tmp_path, cli):
     assert not (keys / "signing.key").exists() and stat.S_ISFIFO(os.stat(keys / "signing.pub").st_mode)
 
 
-def test_sign_through_a_symlink_signs_its_target(onnx_mlp, tmp_path, cli):
+def test_sign_through_a_symlink_signs_its_target(onnx_mlp, tmp_path, cli_here):
+    cli = cli_here
     assert cli("keygen", "--out-dir", str(tmp_path / "keys")).returncode == 0
     real = shutil.copy(onnx_mlp, tmp_path / "real.artifact")
     link = tmp_path / "link.artifact"
@@ -113,7 +116,8 @@ def test_run_out_on_a_full_disk_keeps_the_previous_outputs(onnx_mlp, tmp_path):
 
 # --- the sweeper removes only what dead processes of ours recorded ----------------------
 
-def test_sweep_keeps_look_alikes_and_removes_recorded_leftovers(onnx_mlp, tmp_path, cli):
+def test_sweep_keeps_look_alikes_and_removes_recorded_leftovers(onnx_mlp, tmp_path, cli_here):
+    cli = cli_here  # the dead process is a real one; the build that sweeps needs none
     out = tmp_path / "model.artifact"
     shutil.copy(onnx_mlp, out)
     notes = tmp_path / "exporter-onnx-99999-notes"
@@ -151,10 +155,10 @@ def test_a_kept_onnx_report_is_released_not_swept(tmp_path):
     ("new\nline.artifact", "b.tar.gz", "line.artifact"),
     ("$(reboot).artifact", "b.tar.gz", "reboot"),
 ], ids=["empty-folder-name", "space", "newline", "shell"])
-def test_package_refuses_names_that_break_tar_sums_or_shell(onnx_mlp, tmp_path, cli,
+def test_package_refuses_names_that_break_tar_sums_or_shell(onnx_mlp, tmp_path, cli_here,
                                                                artifact_name, out_name, needle):
     artifact = shutil.copy(onnx_mlp, tmp_path / artifact_name)
-    result = cli("package", str(artifact), "--out", str(tmp_path / out_name))
+    result = cli_here("package", str(artifact), "--out", str(tmp_path / out_name))
     _clean(result, 2, needle)
     assert not (tmp_path / out_name).exists()
 

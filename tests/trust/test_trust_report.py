@@ -27,8 +27,8 @@ def _text(html: str) -> str:
 
 
 def test_a_generating_artifacts_report_shows_its_generation_and_every_entry_point(
-        whisper_onnx, cli, tmp_path):
-    built, _ = whisper_onnx
+        whisper_onnx, cli_here, tmp_path):
+    (built, _), cli = whisper_onnx, cli_here  # the page, not the process (test_html_report)
     manifest = built.manifest
     out = tmp_path / "whisper.html"
     result = cli("report", str(built.artifact), "--html", str(out), "--json")

@@ -39,10 +39,10 @@ def test_another_specs_artifact_at_the_default_name_is_refused_then_forced(
 
 
 def test_the_cli_refusal_names_both_specs_and_the_flag(
-        onnx_mlp, tmp_path, cli):
+        onnx_mlp, tmp_path, cli_here):
     taken = tmp_path / "encoder.artifact"
     shutil.copy(onnx_mlp, taken)
-    refused = cli("build", "zoo:encoder", "--target", "onnx", "--out", str(taken), "--json")
+    refused = cli_here("build", "zoo:encoder", "--target", "onnx", "--out", str(taken), "--json")
     assert refused.returncode == 2, refused.stderr
     error = json.loads(refused.stdout)["error"]
     assert "'zoo:mlp'" in error["what"] and "'zoo:encoder'" in error["what"]

@@ -191,8 +191,8 @@ def _assert_screenshot_shows_placement(shot: Path) -> None:
         assert count > 2000, f"colour {colour}: {count} pixels"  # boxes, chips, squares
 
 
-def test_report_bad_inputs_exit_2_and_write_nothing(custom_onnx, cli, tmp_path):
-    artifact, _ = custom_onnx
+def test_report_bad_inputs_exit_2_and_write_nothing(custom_onnx, cli_here, tmp_path):
+    artifact, cli = custom_onnx[0], cli_here  # the page fixture runs the command's process
     bench = tmp_path / "bench.json"
     bench.write_text('{"timings": {"artifact": {"median": 1}}}')
     out = tmp_path / "r.html"
@@ -273,7 +273,7 @@ def mlp_int8(artifacts_dir):
 
 
 @pytest.fixture(scope="module")
-def comparison(onnx_mlp, mlp_int8, cli, tmp_path_factory):
+def comparison(onnx_mlp, mlp_int8, cli_here, tmp_path_factory):
     """The fp32 and int8 builds of zoo:mlp, each benched (exporter.bench, in this process:
     the CLI's bench is test_bench_cpu's), on one comparison page."""
     from exporter.benchmark import bench
@@ -285,8 +285,8 @@ def comparison(onnx_mlp, mlp_int8, cli, tmp_path_factory):
         benches[-1].write_text(json.dumps(bench(artifact, baselines=("eager",), runs=10,
                                                 warmup=2)))
     html = scratch / "cmp.html"
-    made = cli("report", str(onnx_mlp), str(mlp_int8), "--html", str(html), "--bench",
-               str(benches[1]), "--bench", str(benches[0]), "--json")  # any order
+    made = cli_here("report", str(onnx_mlp), str(mlp_int8), "--html", str(html), "--bench",
+                    str(benches[1]), "--bench", str(benches[0]), "--json")  # any order
     assert made.returncode == 0, made.stderr
     assert json.loads(made.stdout)["artifacts"] == [str(onnx_mlp), str(mlp_int8)]
     return html, [json.loads(b.read_text()) for b in benches]

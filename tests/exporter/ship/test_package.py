@@ -174,9 +174,9 @@ def test_onnx_only_bundle_installs_no_torch_and_runs_like_the_build(onnx_only, o
         np.testing.assert_allclose(got["output"], built, rtol=1e-6, atol=1e-6)
 
 
-def test_package_refuses_a_damaged_artifact_and_keeps_the_old_bundle(bundle, mlp_build, cli,
-                                                                     tmp_path):
-    out, _ = bundle
+def test_package_refuses_a_damaged_artifact_and_keeps_the_old_bundle(bundle, mlp_build,
+                                                                     cli_here, tmp_path):
+    (out, _), cli = bundle, cli_here  # the refusals; the bundle fixture runs the process
     before = out.read_bytes()
     damaged = tmp_path / "damaged.artifact"
     data = bytearray(Path(mlp_build.artifact).read_bytes())
