@@ -141,6 +141,27 @@ def plain_ort(module, args: tuple, kwargs: dict, inputs: list, path: Path, threa
     return lambda: session.run(None, feeds)
 
 
+def plain_aoti(module, args: tuple, kwargs: dict, path: Path):
+    """A call of AOTInductor as a user without us would: ``torch.export``, then
+    ``aoti_compile_and_package`` with freezing (weights folded into the library and
+    prepacked: Inductor's fast CPU setting), loaded by ``aoti_load_package``. Compiled
+    under the process's thread count, which Inductor's C++ code is generated for."""
+    import torch
+
+    from targets.toolchain import choose_cxx
+
+    if not path.exists():
+        tmp = path.with_suffix(".tmp.pt2")
+        configs = {"freezing": True, "cpp.cxx": (None, choose_cxx().compiler or "g++")}
+        with torch.no_grad():
+            program = torch.export.export(module, args, kwargs, strict=False)
+            torch._inductor.aoti_compile_and_package(program, package_path=str(tmp),
+                                                     inductor_configs=configs)
+        tmp.rename(path)
+    runner = torch._inductor.aoti_load_package(str(path))
+    return lambda: runner(*args, **(kwargs or {}))
+
+
 def eager_int8(module):
     import copy
 
@@ -150,8 +171,11 @@ def eager_int8(module):
     return quantize_dynamic(copy.deepcopy(module), {torch.nn.Linear}, dtype=torch.qint8)
 
 
-def baselines(model: str, names: list[str], work_dir: Path, threads: int) -> tuple:
-    """(inputs, {label: call}) for eager and each asked baseline."""
+def baselines(model: str, names: list[str], work_dir: Path, threads: int,
+              made_only: bool = False) -> tuple:
+    """(inputs, {label: call}) for eager and each asked baseline (``aoti``: AOTInductor
+    frozen). ``made_only``: a baseline whose file an earlier step did not make is left out
+    rather than made now (a timing step must not compile beside other timings)."""
     from exporter.model.spec import load_spec
     from runtime.program.flat_inputs import flatten_inputs
 
@@ -159,9 +183,13 @@ def baselines(model: str, names: list[str], work_dir: Path, threads: int) -> tup
     module, args, kwargs = spec.module, spec.args, spec.kwargs
     inputs = flatten_inputs(args, kwargs).tensors
     calls = {"eager": lambda: module(*args, **kwargs)}
+    files = {"ort": work_dir / f"{_name(model)}-torch-onnx-export.onnx",
+             "aoti": work_dir / f"{_name(model)}-aoti-frozen.pt2"}
+    names = [n for n in names if not (made_only and n in files and not files[n].exists())]
     if "ort" in names:
-        calls["ort"] = plain_ort(module, args, kwargs, inputs,
-                                 work_dir / f"{_name(model)}-torch-onnx-export.onnx", threads)
+        calls["ort"] = plain_ort(module, args, kwargs, inputs, files["ort"], threads)
+    if "aoti" in names:
+        calls["aoti"] = plain_aoti(module, args, kwargs, files["aoti"])
     if "eager-int8" in names:
         quantized = eager_int8(module)
         calls["eager-int8"] = lambda: quantized(*args, **kwargs)
@@ -296,7 +324,8 @@ def main() -> None:
     parser.add_argument("--models", default="mlp,cnn,encoder,decoder")
     parser.add_argument("--variants", default=",".join(TARGETS),
                         help="TARGET or TARGET:RECIPE (a --quantize build), comma-separated")
-    parser.add_argument("--baselines", default="", help="ort, eager-int8 (eager always)")
+    parser.add_argument("--baselines", default="",
+                        help="ort, aoti (frozen), eager-int8 (eager always)")
     parser.add_argument("--focus", default="tvm", help="the target the ratio columns are of")
     parser.add_argument("--tune", default="", help="MODEL:TRIALS,... for tvm --tune")
     parser.add_argument("--threads", type=int, default=2)

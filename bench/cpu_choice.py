@@ -1,25 +1,30 @@
 """The cpu target's backend choice against its own candidates and the peers: each model
 built with `--target cpu` (`--cpu-backend auto`: the build times AOTInductor and ONNX
-Runtime and keeps the faster, recording both figures in the manifest) and with
-`--target onnx`, then the cpu artifact, the onnx artifact, eager torch and a plain ONNX
-Runtime session on `torch.onnx.export`'s file timed in one process, interleaved, on the
-model's example inputs, everything on ``--threads`` threads.
+Runtime and keeps the faster, recording both figures in the manifest) and, if asked, with
+`--target onnx`; then those artifacts, eager torch, a plain ONNX Runtime session on
+`torch.onnx.export`'s file and AOTInductor frozen (`aoti_compile_and_package` with
+freezing) timed in one process, interleaved, on the model's example inputs, everything on
+``--threads`` threads.
 
     taskset -c 0,1 env OMP_NUM_THREADS=2 python bench/cpu_choice.py \
         --models bench/models.py:hf_resnet50 --json-out build/bench/cpu-choice.jsonl
     python bench/cpu_choice.py --render build/bench/cpu-choice.jsonl >> bench/RESULTS.md
 
-The candidates' figures are the build's own (its timing process, on the same CPUs and
-threads); the other columns are this script's. Builds run as the CLI, validation
-included, cached in ``--work-dir`` (bench/compare_targets.py's ``build_one``).
+``--stage`` splits that into steps (build, peers, time) so that no timing runs beside a
+build: bench/cpu_choice_pinned.py runs each model's steps on its own cores. The
+candidates' figures are the build's own (its timing process, on the same CPUs and
+threads); the other columns are this script's. Builds run as the CLI, cached in
+``--work-dir`` (bench/compare_targets.py's ``build_one``).
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 import time
+from importlib import metadata
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -42,65 +47,105 @@ def run(args) -> None:
     work_dir.mkdir(parents=True, exist_ok=True)
     threads = fix_threads(args.threads)
     header = machine_header(torch=torch.__version__, onnxruntime=onnxruntime.__version__,
-                            runs=args.runs, threads=threads,
-                            affinity=sorted(os.sched_getaffinity(0)), argv=" ".join(sys.argv))
-    Path(args.json_out).parent.mkdir(parents=True, exist_ok=True)
-    with open(args.json_out, "a") as sink:
-        for model in args.models.split(","):
-            start = time.perf_counter()
-            extra = ["--no-validate"] if args.no_validate else []
-            built = {label: build_one(label, _spec(model), flags + extra, work_dir,
-                                      _name(model))
-                     for label, flags in VARIANTS.items()
-                     if label in args.variants.split(",")}
-            paths = {k: v["path"] for k, v in built.items() if "path" in v}
-            choice = (runtime.read_manifest(paths["cpu"]).build.get("backend_choice")
-                      if "cpu" in paths else None)
-            inputs, calls = baselines(model, args.baselines.split(","), work_dir, args.threads)
-            with LoadSampler() as load:
-                timings = time_artifacts(paths, inputs, args.runs, args.warmup,
-                                         extra_calls=calls)
+                            transformers=_version("transformers"), runs=args.runs,
+                            threads=threads, affinity=sorted(os.sched_getaffinity(0)),
+                            argv=" ".join(sys.argv))
+    baseline_names = args.baselines.split(",")
+    for model in args.models.split(","):
+        start = time.perf_counter()
+        if args.stage in ("all", "build"):
+            _built(model, args, work_dir)
+        if args.stage in ("peers", "all"):  # makes their files (export, compile) if missing
+            baselines(model, baseline_names, work_dir, args.threads)
+        if args.stage not in ("all", "time"):
+            continue
+        built = _built(model, args, work_dir, made_only=args.stage == "time")
+        paths = {k: v["path"] for k, v in built.items() if "path" in v}
+        inputs, calls = baselines(model, baseline_names, work_dir, args.threads,
+                                  made_only=args.stage == "time")
+        with LoadSampler() as load:
+            timings = time_artifacts(paths, inputs, args.runs, args.warmup, extra_calls=calls)
+        choice = (runtime.read_manifest(paths["cpu"]).build.get("backend_choice")
+                  if "cpu" in paths else None)
+        Path(args.json_out).parent.mkdir(parents=True, exist_ok=True)
+        with open(args.json_out, "a") as sink:
             append_row(sink, {**header, "model": _name(model), "spec": _spec(model),
                               "timings": timings, "backend_choice": choice,
-                              "build_s": {k: v["build_s"] for k, v in built.items()},
+                              "build_s": {k: v.get("build_s") for k, v in built.items()},
                               "errors": {k: v["error"] for k, v in built.items()
                                          if "error" in v},
+                              "missing": sorted(set(baseline_names) - set(calls)),
                               "load": load.summary(), "validated": not args.no_validate,
                               "wall_s": round(time.perf_counter() - start, 1)})
+
+
+def _version(package: str) -> str | None:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _built(model: str, args, work_dir: Path, made_only: bool = False) -> dict:
+    """{variant: build_one's record}; ``made_only``: those an earlier step built, no more."""
+    extra = ["--no-validate"] if args.no_validate else []
+    labels = [label for label in args.variants.split(",") if label in VARIANTS]
+    if made_only:
+        labels = [label for label in labels if _sidecar(work_dir, model, label).exists()]
+    return {label: build_one(label, _spec(model), VARIANTS[label] + extra, work_dir,
+                             _name(model)) for label in labels}
+
+
+def _sidecar(work_dir: Path, model: str, label: str) -> Path:
+    return work_dir / f"{_name(model)}-{label}.build.json"  # build_one's record
+
+
+PEERS = {"eager": "eager", "ort": "plain ORT", "aoti": "AOTInductor frozen"}
 
 
 def render(paths: list[str]) -> str:
     rows = read_rows(paths)
     head = rows[0]
-    lines = [f"| model | cpu chose | its build's figures (ms) | cpu | onnx target | eager | "
-             f"plain ORT | cpu / best peer | cpu / onnx target | build s (cpu, onnx) |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    peers = [k for k in PEERS if any(k in row["timings"] for row in rows)]
+    lines = ["| model | cpu chose (build's figures, ms) | cpu ms (p10-p90) | "
+             + " | ".join(PEERS[k] for k in peers) + " | best peer | **cpu / best peer** |",
+             "|---|---|---|" + "---|" * len(peers) + "---|---|"]
+    ratios = []
     for row in rows:
-        t = {k: v["median_ms"] for k, v in row["timings"].items()}
+        t = row["timings"]
         record = next(iter((row.get("backend_choice") or {}).values()), {})
         figures = ", ".join(f"{name} {c['median_ms']:.4g}" if "median_ms" in c
                             else f"{name} dropped" for name, c in
                             record.get("candidates", {}).items())
-        peers = [t[k] for k in ("eager", "ort") if k in t]
-        cells = [f"{t[k]:.4g}" if k in t else row.get("errors", {}).get(k, "-")[:40]
-                 for k in ("cpu", "onnx", "eager", "ort")]
-        vs_peer = f"{t['cpu'] / min(peers):.2f}" if "cpu" in t and peers else "-"
-        vs_onnx = f"{t['cpu'] / t['onnx']:.2f}" if "cpu" in t and "onnx" in t else "-"
-        build = row.get("build_s", {})
-        lines.append(f"| {row['model']} | {record.get('chosen', '-')} "
-                     f"({record.get('by', '-')}) | {figures or '-'} | " + " | ".join(cells)
-                     + f" | {vs_peer} | {vs_onnx} | {build.get('cpu')}, {build.get('onnx')} |")
-    intro = (f"\n{head['cpu']}, {head['cores']} cores in the affinity mask, threads "
+        timed = [k for k in peers if k in t]
+        best = min(timed, key=lambda k: t[k]["median_ms"]) if timed else None
+        ratio = t["cpu"]["median_ms"] / t[best]["median_ms"] if "cpu" in t and best else None
+        ratios += [ratio] if ratio else []
+        cells = [_cell(t[k]) if k in t else "-" for k in ["cpu", *peers]]
+        lines.append(f"| {row['model']} | {record.get('chosen', '-')} ({figures or '-'}) | "
+                     + " | ".join(cells) + f" | {PEERS.get(best, '-')} | "
+                     + (f"**{ratio:.3f}** |" if ratio else "- |"))
+    geomean = math.exp(sum(map(math.log, ratios)) / len(ratios)) if ratios else float("nan")
+    intro = (f"\n{head['cpu']}, {head['cores']} cores in each process's mask, threads "
              f"{head['threads']}; torch {head['torch']}, onnxruntime {head['onnxruntime']}; "
-             f"median ms over {head['runs']} interleaved calls per engine, batch 1.\n")
+             f"median ms (p10-p90) over {head['runs']} interleaved calls per engine, batch 1."
+             f" Geometric mean cpu / best peer **{geomean:.3f}**.\n\n")
     return intro + "\n".join(lines) + "\n"
+
+
+def _cell(timing: dict) -> str:
+    return f"{timing['median_ms']:.4g} ({timing['p10_ms']:.4g}-{timing['p90_ms']:.4g})"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--models", default="bench/models.py:hf_resnet50")
     parser.add_argument("--variants", default="cpu,onnx", help="cpu (auto) and/or onnx")
-    parser.add_argument("--baselines", default="ort", help="ort (eager always)")
+    parser.add_argument("--baselines", default="ort,aoti",
+                        help="ort (plain ONNX Runtime), aoti (AOTInductor frozen); eager always")
+    parser.add_argument("--stage", default="all", choices=("all", "build", "peers", "time"),
+                        help="build: the variants; peers: the baselines' files; time: "
+                             "what those made, nothing built (bench/cpu_choice_pinned.py)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--runs", type=int, default=50)
     parser.add_argument("--warmup", type=int, default=5)

@@ -1,0 +1,54 @@
+"""bench/cpu_choice.py's table and bench/cpu_choice_pinned.py's phases, without building."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+from bench import cpu_choice, cpu_choice_pinned
+
+
+def _timing(median: float) -> dict:
+    return {"median_ms": median, "p10_ms": median * 0.9, "p90_ms": median * 1.2}
+
+
+def _row(model: str, timings: dict) -> dict:
+    return {"date": "2026-11-29", "cpu": "Xeon", "cores": 2, "torch": "2.11",
+            "onnxruntime": "1.30", "runs": 30, "threads": {"torch": 2}, "model": model,
+            "backend_choice": {"p0": {"chosen": "onnx", "candidates": {
+                "aoti": {"median_ms": 9.0}, "onnx": {"median_ms": 5.5}}}},
+            "timings": {k: _timing(v) for k, v in timings.items()}}
+
+
+def test_table_divides_by_the_fastest_peer_and_gives_the_geometric_mean(tmp_path):
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("\n".join(json.dumps(r) for r in [
+        _row("mnv2", {"cpu": 6.0, "eager": 20.0, "ort": 5.0, "aoti": 8.0}),
+        _row("vit", {"cpu": 150.0, "eager": 170.0, "ort": 160.0, "aoti": 200.0})]))
+    text = cpu_choice.render([str(rows)])
+    mnv2 = next(line for line in text.splitlines() if line.startswith("| mnv2 |"))
+    assert "| plain ORT | **1.200** |" in mnv2  # 6 / 5, not 6 / 20 (eager)
+    assert "onnx (aoti 9, onnx 5.5)" in mnv2 and "6 (5.4-7.2)" in mnv2
+    assert "geometric mean cpu / best peer **1.061**" in text.lower()  # sqrt(1.2 * 150/160)
+
+
+def test_a_timing_step_leaves_out_peers_no_earlier_step_made(tmp_path, monkeypatch):
+    from bench import compare_targets
+
+    monkeypatch.setattr(compare_targets, "plain_aoti", lambda *a: (_ for _ in ()).throw(
+        AssertionError("compiled in a timing step")))
+    _, calls = compare_targets.baselines("zoo:mlp", ["aoti"], tmp_path, 1, made_only=True)
+    assert set(calls) == {"eager"}
+
+
+def test_slots_still_running_at_the_barrier_are_ended_and_named(tmp_path):
+    sleeper = [sys.executable, "-c", "import time; time.sleep(60)"]
+    quick = [sys.executable, "-c", "pass"]
+    slots = [cpu_choice_pinned.Slot("slow", "0", [sleeper, quick], tmp_path / "slow.log", 1),
+             cpu_choice_pinned.Slot("fast", "0", [quick], tmp_path / "fast.log", 1)]
+    start = time.monotonic()
+    ended = cpu_choice_pinned.run_slots(slots, start + 3.0)
+    assert ended == ["slow"] and time.monotonic() - start < 20
+    assert slots[1].seconds is not None and not slots[1].failed
+    assert (tmp_path / "slow.log").read_text().count("$ ") == 1  # the second never started
