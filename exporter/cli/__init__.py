@@ -50,11 +50,23 @@ def main() -> None:
         # the interpreter ending by a signal of its own (exit -2, seen under load in CI's
         # SIGTERM test) instead of the code the command chose: the exit handlers run, then
         # the process ends here.
+        _close_logging_handlers()
         atexit._run_exitfuncs()
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(OSError, ValueError):
                 stream.flush()
         os._exit(130)
+
+
+def _close_logging_handlers() -> None:
+    """logging's exit hook, one handler at a time: one the interruption cut in its
+    __init__ has no stream or lock, and logging's own hook stopped at it with a
+    traceback (CI), leaving the handlers after it unflushed."""
+    import logging
+    atexit.unregister(logging.shutdown)
+    for handler_ref in reversed(logging._handlerList[:]):
+        with contextlib.suppress(Exception):
+            logging.shutdown([handler_ref])
 
 
 def version_line() -> str:

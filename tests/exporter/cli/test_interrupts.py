@@ -135,3 +135,31 @@ def test_an_interruption_python_only_printed_stops_the_next_stage(capsys):
         assert "interrupted" in capsys.readouterr().err
     finally:
         interrupts.forget()
+
+
+def test_the_exit_after_an_interruption_closes_logging_past_a_half_built_handler(
+        capsys, monkeypatch):
+    """CI: a Ctrl-C cut a StreamHandler in its __init__ (no stream, no lock yet); at exit
+    logging's hook stopped at it with "Exception ignored ... AttributeError" and a
+    traceback. The interrupted exit closes the handlers one at a time, quietly."""
+    import atexit
+    import io
+    import logging
+
+    from exporter.cli import _close_logging_handlers
+
+    class Written(io.StringIO):
+        flushed = False
+
+        def flush(self):
+            Written.flushed = True
+    monkeypatch.setattr(logging, "_handlerList", [])  # pytest's own handlers stay open
+    whole = logging.StreamHandler(Written())
+    half_built = object.__new__(logging.StreamHandler)
+    logging._addHandlerRef(half_built)  # what Handler.__init__ does before the cut
+    try:
+        _close_logging_handlers()
+        assert Written.flushed and "Traceback" not in capsys.readouterr().err
+    finally:
+        atexit.register(logging.shutdown)
+        whole.close()
