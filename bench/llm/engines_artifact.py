@@ -35,6 +35,9 @@ BUILDS = {"artifact-cpu": ("cpu", None), "artifact-cpu-int8": ("cpu", "int8-dyna
           # one-row path (an AVX2-only CPU has no VNNI)
           "artifact-onnx-int8-b64": ("onnx", "int8-weight", "--quant-block", "64"),
           "artifact-onnx-int4-b64": ("onnx", "int4-weight", "--quant-block", "64"),
+          # blocks of 256: fewer per-block scale steps in MLAS's int8-activation kernels
+          "artifact-onnx-int8-b256": ("onnx", "int8-weight", "--quant-block", "256"),
+          "artifact-onnx-int4-b256": ("onnx", "int4-weight", "--quant-block", "256"),
           # ExecuTorch with XNNPACK: int8-dynamic is per-token int8 activations and int8
           # weights; int4-weight is 8da4w, ExecuTorch's own LLM export recipe
           "artifact-executorch": ("executorch", None),

@@ -47,6 +47,9 @@ def main() -> None:
     parser.add_argument("--max-wait", type=float, default=600.0, help="seconds, at most")
     parser.add_argument("--no-ballast", dest="ballast", action="store_false",
                         help="time the first engine as the process's first load")
+    parser.add_argument("--pairs", default="",
+                        help="also the paired ratio of each A/B given (comma-separated), "
+                             "e.g. artifact-onnx-int8/llamacpp-q8_0")
     parser.add_argument("--alternate", action="store_true",
                         help="reverse the engines' order every other round (each engine "
                              "runs as often after as before each other one)")
@@ -88,13 +91,18 @@ def main() -> None:
                                  for name, m in medians.items()},
            # the median over rounds of each round's own ratio: the load moves within a
            # round far less than across rounds, so this is the steadier figure
-           "paired_ratio_to_" + first: {
-               name: round(statistics.median(x / y for x, y in zip(r, rates[first])), 3)
-               for name, r in rates.items()}}
+           "paired_ratio_to_" + first: {name: paired(rates, name, first) for name in rates},
+           "paired": {pair: paired(rates, *pair.split("/")) for pair in
+                      filter(None, args.pairs.split(","))}}
     print(json.dumps(row))
     if args.out:
         with open(args.out, "a") as sink:
             sink.write(json.dumps(row) + "\n")
+
+
+def paired(rates: dict[str, list[float]], a: str, b: str) -> float:
+    """The median over rounds of engine ``a``'s rate over ``b``'s in the same round."""
+    return round(statistics.median(x / y for x, y in zip(rates[a], rates[b])), 3)
 
 
 if __name__ == "__main__":
