@@ -13,6 +13,7 @@ from targets import cpu_isa
 from targets.aoti import choice
 from targets.aoti.base import AotiPackaging, AOTInductorTarget
 from targets.aoti.card import CPU, CPU_RECIPES, CpuOptions
+from targets.aoti.linear_packing import float32_linears_unpacked
 from targets.base import Lowered, LowerOptions, base_requirements
 from targets.facets import Quantization
 
@@ -46,7 +47,7 @@ class CpuTarget(AOTInductorTarget):
                                                       "onnx": choice.lower_as_onnx})
 
     def lowering_fixes(self, options: LowerOptions) -> contextlib.AbstractContextManager:
-        return _int4_rows_contiguous()
+        return _cpu_lowering_fixes()
 
     def inductor_configs(self, options: LowerOptions, dynamic: bool = False,
                          data_sizes: bool = False) -> dict:
@@ -58,6 +59,12 @@ class CpuTarget(AOTInductorTarget):
         isa, flags = cpu_isa.required_flags(cpu_isa.resolve(options.cpu_isa))
         base = base_requirements()
         return Requirements(arch=base.arch, torch=base.torch, cpu_isa=isa, cpu_flags=flags)
+
+
+@contextlib.contextmanager
+def _cpu_lowering_fixes() -> Iterator[None]:
+    with _int4_rows_contiguous(), float32_linears_unpacked():
+        yield
 
 
 @contextlib.contextmanager
