@@ -36,6 +36,9 @@ def raise_when_safe(frame) -> None:
     (SIGALRM polls every RETRY_S)."""
     if _importing(frame) and len(_signals) < IMPATIENT:
         previous = signal.signal(signal.SIGALRM, _retry)
+        # restart the system calls it lands in: a retry every 50 ms through torch's C++
+        # start-up must not hand its reads and waits an EINTR they may not expect
+        signal.siginterrupt(signal.SIGALRM, False)
         if not _pending:  # the handler to give SIGALRM back (the model's code may use it)
             _pending[:] = [signal.SIG_DFL if previous is None else previous]
         signal.setitimer(signal.ITIMER_REAL, RETRY_S)
