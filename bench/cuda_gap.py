@@ -6,7 +6,8 @@ and how build variants move it: each model's candidates interleaved in one proce
         --time-cores 12-15
 
 A variant is a name and Inductor settings laid over what the cuda target passes, less
-the passes its ``skip_passes`` names, plus the candidate passes its ``add_passes`` names
+the passes its ``skip_passes`` names, plus the candidate passes its ``add_passes`` names,
+with only the attention backends its ``sdpa_backends`` names enabled while it builds
 (``{}``: the target as it is; the default compares the target without and with the
 rewrites session 61 made default). Every (model,
 variant) build is its own process (the whole build, validation included, bench/cuda_jobs.py),

@@ -49,10 +49,19 @@ def _build(spec: str, overrides: dict, out: Path, device: str):
     from targets.aoti.cuda import CudaTarget
     original = with_variant(overrides)
     try:
-        with _unless_changed(overrides):
+        with _unless_changed(overrides), _sdpa_backends(overrides.get("sdpa_backends")):
             return build(spec, BuildSettings(target="cuda", dtype="fp16", out=out))
     finally:
         CudaTarget.inductor_configs, CudaTarget.default_passes = original
+
+
+def _sdpa_backends(names: list[str] | None):
+    """The attention backends a build may choose from (``SDPBackend`` names): capture and
+    lowering pick one per attention call from those enabled; None: torch's own choice."""
+    if not names:
+        return contextlib.nullcontext()
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    return sdpa_kernel([getattr(SDPBackend, name) for name in names])
 
 
 class SameAsTarget(BaseException):
@@ -116,6 +125,7 @@ def with_variant(overrides: dict):
     skipped = set(overrides.pop("skip_passes", ()))
     added = [CANDIDATE_PASSES[name] for name in overrides.pop("add_passes", ())]
     overrides.pop("unless_same", None)
+    overrides.pop("sdpa_backends", None)  # not an Inductor setting: _build applies it
     original = CudaTarget.inductor_configs, CudaTarget.default_passes
 
     def configs(self, options, dynamic=False, data_sizes=False):

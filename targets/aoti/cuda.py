@@ -39,7 +39,7 @@ from targets.base import (
 from targets.facets import Quantization
 
 
-# Passes faster alone but not yet shown faster inside a whole build: off by default;
+# Passes not yet shown faster inside a whole build: off by default;
 # bench/cuda_gap.py turns them on by name to time them inside whole builds.
 CANDIDATE_PASSES = {p.name: p for p in (LinearInputsAlignedByPadding,
                                          WrittenAttentionAsSdpa)}
