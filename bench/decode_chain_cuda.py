@@ -2,6 +2,7 @@
 (targets/aoti/kernels/), launched as plain launches and as programmatic dependent launches.
 
     python bench/decode_chain_cuda.py [--layers 22] [--slots 512] [--out FILE]
+        [--int8] [--best SWEEP.jsonl]
 
 Each layer is what the built step runs of ours, in order and feeding each other: q/k/v
 (RMSNorm folded in) -> attention over a 512-slot cache (split + join) -> o (+ residual)
@@ -16,6 +17,9 @@ plain launches: a dependent launch that read before the kernel before had writte
 differ.
 "As built" is the configuration a built library runs (gemv_config's plain one: no columns
 ahead, the loop alone); the other variants load the dependent launch's AHEAD columns.
+``--int8``: the products over int8 rows with a scale a row (``--quantize int8-weight``);
+``--best``: plain and dependent launches with each product's fastest configuration in a
+bench/decode_gemv_sweep.py run (its rows at the same weight width).
 """
 
 from __future__ import annotations
@@ -39,9 +43,12 @@ PRODUCTS = {"qkv": (HIDDEN + 2 * KV, HIDDEN, 0), "o": (HIDDEN, HIDDEN, 0),
             "head": (VOCAB, HIDDEN, 0)}
 
 
-def weights(layers: int, slots: int) -> dict:
+def weights(layers: int, slots: int, int8: bool = False) -> dict:
     def w(rows, cols):
-        return torch.randn(rows, cols, device="cuda", dtype=torch.float16) * 0.02
+        if int8:  # the rows and a scale a row, as the int8 products take them
+            return (torch.randint(-127, 128, (rows, cols), device="cuda", dtype=torch.int8),
+                    torch.rand(rows, device="cuda", dtype=torch.float16) * 2e-4 + 1e-4)
+        return torch.randn(rows, cols, device="cuda", dtype=torch.float16) * 0.02, None
     made = {"layers": [], "norm": torch.rand(HIDDEN, device="cuda", dtype=torch.float16) + 0.5}
     for _ in range(layers):
         made["layers"].append({
@@ -61,8 +68,9 @@ def step(made: dict, hidden: torch.Tensor, pdl: bool, configs: dict) -> torch.Te
     norm = made["norm"]
 
     def gemv(name, x, weight, **fold):
-        return launch_row_gemv(x, weight, None, fold.get("norm"), fold.get("residual"), 1e-5,
-                               0.0, fold.get("act", 0), configs.get(name), pdl)
+        rows, scale = weight
+        return launch_row_gemv(x, rows, None, fold.get("norm"), fold.get("residual"), 1e-5,
+                               0.0, fold.get("act", 0), configs.get(name), pdl, scale)
     h = hidden
     for layer in made["layers"]:
         qkv = gemv("qkv", h, layer["qkv"], norm=norm)
@@ -97,11 +105,31 @@ def per_kernel(calls) -> dict:
     return found
 
 
-def variants() -> dict:
+def swept(path: Path, int8: bool) -> dict:
+    """Each product's fastest configuration in a sweep's rows (within the error gate)."""
+    names = {"qkv+norm": "qkv", "o+res": "o", "gate_up+norm+silu": "gate_up",
+             "down+res": "down", "lm_head+norm": "head"}
+    best: dict = {}
+    for line in path.read_text().splitlines():
+        row = json.loads(line)
+        name = names[row["product"]]
+        if row["int8"] == int8 and row["rel_err"] < 2e-3 and row["us"] < best.get(
+                name, (None, float("inf")))[1]:
+            best[name] = (tuple(row["config"]), row["us"])
+    return {name: config for name, (config, _) in best.items()}
+
+
+def variants(best: Path | None = None, int8: bool = False) -> dict:
     from targets.aoti.kernels.triton_kernels import gemv_config
-    built = {name: gemv_config(n, k, bool(act)) for name, (n, k, act) in PRODUCTS.items()}
-    default = {name: gemv_config(n, k, bool(act), dependent=True)
+    size = 1 if int8 else 2
+    built = {name: gemv_config(n, k, bool(act), False, size)
+             for name, (n, k, act) in PRODUCTS.items()}
+    default = {name: gemv_config(n, k, bool(act), True, size)
                for name, (n, k, act) in PRODUCTS.items()}
+    if best is not None:
+        fastest = swept(best, int8)
+        return {"as built": (False, built), "fastest of the sweep": (False, fastest),
+                "fastest of the sweep, dependent": (True, fastest)}
     no_ahead = {name: (*c[:3], 16) for name, c in default.items()}
     small4 = {**default, "qkv": (2, 512, 4, 2048), "o": (2, 512, 4, 2048)}
     gate2 = {**default, "gate_up": (2, 512, 4, 2048), "down": (2, 512, 4, 2048)}
@@ -123,15 +151,17 @@ def main() -> None:
     parser.add_argument("--slots", type=int, default=512)
     parser.add_argument("--out", type=Path)
     parser.add_argument("--variants", help="comma-separated variant names (default: all)")
+    parser.add_argument("--int8", action="store_true", help="the products over int8 rows")
+    parser.add_argument("--best", type=Path, help="a decode_gemv_sweep.py run's rows")
     args = parser.parse_args()
     torch.manual_seed(0)
-    made = weights(args.layers, args.slots)
+    made = weights(args.layers, args.slots, args.int8)
     hidden = torch.randn(1, 1, HIDDEN, device="cuda", dtype=torch.float16)
-    byte_count = made["head"].numel() * 2 + sum(
-        w.numel() * 2 for layer in made["layers"] for key, w in layer.items()
-        if key not in ("k", "v"))
+    byte_count = sum(t.numel() * t.element_size() for w in [made["head"]] + [
+        w for layer in made["layers"] for key, w in layer.items() if key not in ("k", "v")]
+        for t in w if t is not None)
     rows = []
-    chosen = variants()
+    chosen = variants(args.best, args.int8)
     if args.variants:
         chosen = {name: chosen[name] for name in args.variants.split(",")}
     for label, (pdl, configs) in chosen.items():
@@ -139,7 +169,8 @@ def main() -> None:
         differs = (out - step(made, hidden, False, configs).float()).abs().max().item()
         ms = graph_time([lambda: step(made, hidden, pdl, configs)], warm=2, runs=50)
         kernels = per_kernel(lambda: step(made, hidden, pdl, configs))
-        row = {"variant": label, "dependent_launch": pdl, "configs": configs, "ms": ms,
+        row = {"variant": label, "int8": args.int8, "dependent_launch": pdl,
+               "configs": configs, "ms": ms,
                "weight_gb": byte_count / 1e9, "tb_s": byte_count / ms / 1e9,
                "max_abs_diff_vs_plain_launch": differs, "kernels_us": kernels,
                "gpu": torch.cuda.get_device_name(), "torch": torch.__version__}

@@ -186,6 +186,36 @@ def test_row_gemv_kernel_over_int8_rows_matches_its_reference(case):
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("int8", [False, True])
+@pytest.mark.parametrize("config", [  # (BLOCK_N, BLOCK_K, warps, AHEAD, STAGES, TILE_X)
+    (4, 512, 4, 0, 0, True), (2, 256, 8, 0, 3, False), (8, 256, 4, 64, 0, True),
+    (2, 1024, 4, 0, 2, True)])
+@pytest.mark.parametrize("case", [  # (N, K, norm, act, residual, bias)
+    (37, 200, True, 1, False, True), (2048, 5632, False, 0, True, False)])
+def test_row_gemv_loop_forms_match_the_reference(case, config, int8):
+    """x read as a tile of the weights' shape, and the pipelined loop (cp.async), with
+    odd sizes, columns loaded ahead, int8 rows: the reference math either way."""
+    if not torch.cuda.is_available():
+        pytest.skip("no GPU")
+    from targets.aoti.kernels.triton_kernels import launch_row_gemv
+    n, k, norm, act, res, bias = case
+    torch.manual_seed(n + k + config[1])
+    cuda = dict(device="cuda", dtype=torch.float16)
+    rows = 2 * n if act else n
+    weight = (torch.randint(-127, 128, (rows, k), device="cuda", dtype=torch.int8) if int8
+              else torch.randn(rows, k, **cuda) * 0.05)
+    scale = torch.rand(rows, **cuda) * 1e-3 + 1e-4 if int8 else None
+    x = torch.randn(1, 1, k, **cuda)
+    args = (torch.randn(rows, **cuda) if bias else None,
+            torch.rand(k, **cuda) + 0.5 if norm else None,
+            torch.randn(1, 1, n, **cuda) if res else None, 1e-6, 0.0, act)
+    want = reference.row_gemv(x, weight, *args, weight_scale=scale).float()
+    got = launch_row_gemv(x, weight, *args, config=config, weight_scale=scale).float()
+    assert got.shape == want.shape
+    assert ((got - want).norm() / want.norm()).item() < 2e-3
+
+
+@pytest.mark.cuda
 @pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
 @pytest.mark.parametrize("shape", [(32, 4, 512, 64), (6, 6, 70, 80), (8, 1, 33, 16),
                                    (8, 2, 5000, 64)])
