@@ -7,7 +7,10 @@ cuda target's rewrites bet on, timed without a whole build.
   Inductor's kernel for the taps rewrite (targets/aoti/passes/depthwise_convs.py);
 - a linear then GELU: cuBLAS then a pointwise kernel, against ``_addmm_activation`` (one
   cuBLASLt GEMM with a GELU epilogue; tanh-approximate GELU);
-- attention at ViT's and GPT-2's sizes: each SDPA backend.
+- attention at ViT's and GPT-2's sizes, and Swin-T's windows with their additive mask (its
+  four stages: windows x heads x 49 tokens, head width 32): each SDPA backend, and the
+  written-out form (q @ k^T + mask, softmax, @ v) the candidate pass
+  written_attention_as_sdpa replaces.
 Each time is ``triton.testing.do_bench_cudagraph`` (a graph of the call, replayed;
 median ms), with the max difference against the first way.
 """
@@ -34,6 +37,7 @@ DEPTHWISE = [  # (channels, size, kernel, stride): ConvNeXt-T's stages, MobileNe
 GELU_LINEARS = [(197, 768, 3072), (196, 768, 3072), (768, 196, 384), (197, 384, 1536),
                 (128, 768, 3072)]
 ATTENTION = [((1, 12, 197, 64), False), ((1, 6, 197, 64), False), ((1, 12, 128, 64), True)]
+MASKED_ATTENTION = [(64, 3, 49, 32), (16, 6, 49, 32), (4, 12, 49, 32), (1, 24, 49, 32)]
 
 
 def timed(fn) -> float:
@@ -94,13 +98,33 @@ def attention_rows() -> list[dict]:
                 except RuntimeError as exc:
                     row[backend.name] = f"refused: {str(exc)[:80]}"
         rows.append(row)
+    for shape in MASKED_ATTENTION:
+        q, k, v = (torch.randn(shape, device="cuda", dtype=HALF) for _ in range(3))
+        mask = torch.randn(*shape[:2], shape[2], shape[2], device="cuda", dtype=HALF)
+        want = torch.softmax((q @ k.transpose(-2, -1)) * shape[3] ** -0.5 + mask, -1) @ v
+        row = {"what": "masked_attention", "shape": list(shape),
+               "written_ms": timed(lambda: torch.softmax(
+                   (q @ k.transpose(-2, -1)) * shape[3] ** -0.5 + mask, -1) @ v)}
+        for backend in (SDPBackend.CUDNN_ATTENTION, SDPBackend.EFFICIENT_ATTENTION):
+            with sdpa_kernel([backend]):
+                try:
+                    got = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+                    row[backend.name] = timed(lambda: F.scaled_dot_product_attention(
+                        q, k, v, attn_mask=mask))
+                    row[f"{backend.name}_max_diff"] = float((got - want).abs().max())
+                except RuntimeError as exc:
+                    row[backend.name] = f"refused: {str(exc)[:80]}"
+        rows.append(row)
     return rows
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json-out", default="build/cuda-kernel-ab.jsonl")
+    parser.add_argument("--rows", default="attention,depthwise,gelu",
+                        help="which tables (depthwise compiles one kernel a shape: minutes)")
     args = parser.parse_args()
+    tables = {"attention": attention_rows, "depthwise": depthwise_rows, "gelu": gelu_rows}
     inductor = torch._inductor.config
     header = {"torch": torch.__version__, "gpu": torch.cuda.get_device_name(),
               "enable_pdl": hasattr(inductor.triton, "enable_pdl"),
@@ -108,8 +132,8 @@ def main() -> None:
               if hasattr(torch._C, "_get_sdp_priority_order") else None}
     print(json.dumps(header), flush=True)
     with open(args.json_out, "a") as sink, torch.inference_mode():
-        for rows in (attention_rows, depthwise_rows, gelu_rows):
-            for row in rows():
+        for name in args.rows.split(","):
+            for row in tables[name]():
                 sink.write(json.dumps({**header, **row}) + "\n")
                 sink.flush()
                 print(json.dumps(row), flush=True)
