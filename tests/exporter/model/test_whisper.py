@@ -20,15 +20,16 @@ from tests.models import tiny_seq2seq
 pytest.importorskip("transformers")
 
 
-def test_whisper_generates_from_features_on_both_clis(whisper_onnx, cli, tmp_path):
+def test_whisper_generates_from_features_on_both_clis(whisper_onnx, cli_here, tmp_path):
     _, program = whisper_onnx
     features = torch.randn(16, 48, generator=torch.Generator().manual_seed(7))
     import numpy
     numpy.save(tmp_path / "features.npy", features.numpy())
     expected = program.generate(None, 6, source=features, stop_at_eos=False).tokens
     artifact = str(program.source)
-    done = cli("generate", artifact, "--source-features", str(tmp_path / "features.npy"),
-               "-n", "6", "--ignore-eos", "--json")
+    # exporter's in process (its process: test_cli_generate); the runtime's as on a device
+    done = cli_here("generate", artifact, "--source-features", str(tmp_path / "features.npy"),
+                    "-n", "6", "--ignore-eos", "--json")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["tokens"] == expected
     runtime_cli = subprocess.run(

@@ -29,11 +29,12 @@ A64 = "linux-aarch64"
 
 
 @pytest.fixture(scope="module")
-def a64_bundle(onnx_mlp, cli, tmp_path_factory) -> tuple[Path, dict]:
-    """The onnx zoo:mlp packaged for aarch64, unpacked: (folder, the --json answer)."""
+def a64_bundle(onnx_mlp, cli_here, tmp_path_factory) -> tuple[Path, dict]:
+    """The onnx zoo:mlp packaged for aarch64 (in process: test_package runs the command's
+    own), unpacked: (folder, the --json answer)."""
     where = tmp_path_factory.mktemp("a64")
     out = where / "mlp-a64.tar.gz"
-    result = cli("package", str(onnx_mlp), "--platform", A64, "--out", str(out), "--json")
+    result = cli_here("package", str(onnx_mlp), "--platform", A64, "--out", str(out), "--json")
     assert result.returncode == 0, result.stderr
     with tarfile.open(out) as tar:
         tar.extractall(where, filter="data")
