@@ -74,6 +74,21 @@ def recipe_model(source: Path, recipe: str, block: int, folder: Path) -> Path:
     return path
 
 
+def with_accuracy_level(path: Path, level: int) -> Path:
+    """A copy of the MatMulNBits model at ``path`` computing at accuracy ``level`` (the
+    same weight files)."""
+    import onnx
+
+    model = onnx.load(str(path), load_external_data=False)
+    for node in model.graph.node:
+        for attribute in node.attribute:
+            if node.op_type == "MatMulNBits" and attribute.name == "accuracy_level":
+                attribute.i = level
+    copy = path.with_name(f"{path.stem}-acc{level}.onnx")
+    onnx.save_model(model, str(copy))
+    return copy
+
+
 def u8u8_model(source: Path, folder: Path) -> Path:
     """DynamicQuantizeMatMul with 8-bit unsigned weights (per column, zero point 128)."""
     import onnx
@@ -103,9 +118,10 @@ def u8u8_model(source: Path, folder: Path) -> Path:
 
 
 def path_models(shapes: list[tuple[int, int]], layers: int, folder: Path,
-                blocks: list[int]) -> dict[str, Path]:
+                blocks: list[int], levels: tuple[int, ...] = ()) -> dict[str, Path]:
     """{path name: its model in ``folder``}, with the float model ``float.onnx``; models
-    already there are reused."""
+    already there are reused. ``levels``: MatMulNBits accuracy levels to time besides the
+    recipes' 4 (int8 activations), e.g. 1 (float32 compute)."""
     source = folder / "float.onnx"
     if not source.exists():
         float_model(shapes, layers, folder)
@@ -115,6 +131,9 @@ def path_models(shapes: list[tuple[int, int]], layers: int, folder: Path,
             name = f"{recipe}-b{block}" if recipe.endswith("-weight") else recipe
             path = folder / f"{recipe}-{block}.onnx"
             paths[name] = path if path.exists() else recipe_model(source, recipe, block, folder)
+    for name in [n for n in paths if n.startswith("int") and "-weight-" in n]:
+        for level in levels:
+            paths[f"{name}-acc{level}"] = with_accuracy_level(paths[name], level)
     paths["u8u8"] = folder / "u8u8.onnx"
     if not paths["u8u8"].exists():
         u8u8_model(source, folder)
@@ -156,6 +175,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--blocks", default="128,256", help="MatMulNBits block sizes")
+    parser.add_argument("--levels", default="", help="MatMulNBits accuracy levels besides "
+                                                      "4, e.g. 1 (float32 compute: slow)")
     parser.add_argument("--out", help="append the result as one JSON line")
     parser.add_argument("--models", help="a folder to keep the models in (and reuse: a run "
                                          "on a quiet machine need not quantize)")
@@ -169,7 +190,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="ort-int8-paths-") as scratch:
         folder = Path(args.models or scratch)
         folder.mkdir(parents=True, exist_ok=True)
-        paths = path_models(shapes, layers, folder, [int(b) for b in args.blocks.split(",")])
+        paths = path_models(shapes, layers, folder, [int(b) for b in args.blocks.split(",")],
+                            tuple(int(v) for v in args.levels.split(",") if v))
         want = session(folder / "float.onnx", 1).run(None, feeds)
         sessions = {name: session(p, args.threads) for name, p in paths.items()}
         accuracy = {name: sqnr_db(s.run(None, feeds), want) for name, s in sessions.items()}
@@ -181,7 +203,7 @@ def main() -> None:
         rows[name] = {"min_ms": t.min() * 1e3, "p25_ms": np.percentile(t, 25) * 1e3,
                       "median_ms": np.median(t) * 1e3,
                       "gweights_per_s": weights / np.median(t) / 1e9, "sqnr_db": accuracy[name]}
-        print(f"{name:18s} median {rows[name]['median_ms']:7.2f} ms (p25 "
+        print(f"{name:22s} median {rows[name]['median_ms']:7.2f} ms (p25 "
               f"{rows[name]['p25_ms']:7.2f}, min {rows[name]['min_ms']:7.2f})  "
               f"{rows[name]['gweights_per_s']:5.1f} G weights/s  SQNR {accuracy[name]:5.1f} dB")
     if args.out:
