@@ -61,6 +61,9 @@ def main() -> None:
     prompt = prompt_ids(vocab)
     work = Path(args.work_dir).resolve() / f"engines-{checkpoint.name}"
     loaded, names = {}, args.engines.split(",")
+    pairs = [pair.split("/") for pair in filter(None, args.pairs.split(","))]
+    if any(len(pair) != 2 or not set(pair) <= set(names) for pair in pairs):
+        parser.error(f"--pairs takes A/B of engines in --engines, not {args.pairs!r}")
     requests = {name: EngineRequest(checkpoint, work / name, args.threads,
                                     max_tokens=len(prompt) + args.new_tokens)
                 for name in names}
@@ -92,8 +95,7 @@ def main() -> None:
            # the median over rounds of each round's own ratio: the load moves within a
            # round far less than across rounds, so this is the steadier figure
            "paired_ratio_to_" + first: {name: paired(rates, name, first) for name in rates},
-           "paired": {pair: paired(rates, *pair.split("/")) for pair in
-                      filter(None, args.pairs.split(","))}}
+           "paired": {"/".join(pair): paired(rates, *pair) for pair in pairs}}
     print(json.dumps(row))
     if args.out:
         with open(args.out, "a") as sink:
