@@ -20,6 +20,7 @@ threads); the other columns are this script's. Builds run as the CLI, cached in
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import sys
@@ -54,15 +55,20 @@ def run(args) -> None:
     for model in args.models.split(","):
         start = time.perf_counter()
         if args.stage in ("all", "build"):
-            _built(model, args, work_dir)
+            for label, record in _built(model, args, work_dir).items():
+                if "path" in record:  # the choice's figures, in the log of a call cut short
+                    _said(start, f"{label} built: " + json.dumps(runtime.read_manifest(
+                        record["path"]).build.get("backend_choice")))
         if args.stage in ("peers", "all"):  # makes their files (export, compile) if missing
             baselines(model, baseline_names, work_dir, args.threads)
+            _said(start, "peers made")
         if args.stage not in ("all", "time"):
             continue
         built = _built(model, args, work_dir, made_only=args.stage == "time")
         paths = {k: v["path"] for k, v in built.items() if "path" in v}
         inputs, calls = baselines(model, baseline_names, work_dir, args.threads,
                                   made_only=args.stage == "time")
+        _said(start, f"timing {', '.join([*paths, *calls])}")
         with LoadSampler() as load:
             timings = time_artifacts(paths, inputs, args.runs, args.warmup, extra_calls=calls)
         choice = (runtime.read_manifest(paths["cpu"]).build.get("backend_choice")
@@ -77,6 +83,10 @@ def run(args) -> None:
                               "missing": sorted(set(baseline_names) - set(calls)),
                               "load": load.summary(), "validated": not args.no_validate,
                               "wall_s": round(time.perf_counter() - start, 1)})
+
+
+def _said(start: float, what: str) -> None:
+    print(f"[{time.perf_counter() - start:.1f} s] {what}", file=sys.stderr, flush=True)
 
 
 def _version(package: str) -> str | None:
