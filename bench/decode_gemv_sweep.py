@@ -2,13 +2,12 @@
 forms, fp16 and int8 rows, against each product's own bytes.
 
     python bench/decode_gemv_sweep.py --out FILE [--jobs 14] [--layers 22] [--compile-only]
-        [--forms unrolled,tile-x,...]
+        [--forms unrolled,tile-x]
 
-Loop forms (launch_row_gemv's config tail, STAGES and TILE_X):
-  unrolled     the column blocks unrolled; x read as a row and moved into the weights'
-               layout every block (through shared memory, behind a barrier)
-  tile-x       unrolled, x read as a tile of the weights' shape: one layout, no exchange
-  pipelined-S  a loop whose loads Triton issues S - 1 blocks ahead (cp.async)
+Forms (launch_row_gemv's config tail, TILE_X):
+  unrolled     x read as a row and moved into the weights' layout every block (through
+               shared memory, behind a barrier): as built
+  tile-x       x read as a tile of the weights' shape: one layout, no exchange
 Each form over BLOCK_N 2/4/8, two BLOCK_K, 4 or 8 warps. The kernels are compiled first
 in ``--jobs`` processes side by side (Triton's disk cache; ``--compile-only`` stops
 there, ``--jobs 0`` skips it), then timed one at a time in this process: a CUDA graph of
@@ -33,8 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.decode_kernels_cuda import SHAPES  # noqa: E402
 from bench.decode_kernels_microbench import graph_time  # noqa: E402
 
-FORMS = {"unrolled": (0, False), "tile-x": (0, True), "pipelined-3": (3, False),
-         "pipelined-4": (4, False)}
+FORMS = {"unrolled": (False,), "tile-x": (True,)}
 
 
 def configs(int8: bool, forms=tuple(FORMS)) -> list[tuple]:

@@ -49,8 +49,7 @@ def row_gemv_kernel(x_ptr, w_ptr, b_ptr, nw_ptr, r_ptr, s_ptr, out_ptr,
                     HAS_NORM: tl.constexpr, ACT: tl.constexpr, HAS_RES: tl.constexpr,
                     HAS_SCALE: tl.constexpr,
                     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, AHEAD: tl.constexpr,
-                    GDC: tl.constexpr, W_AHEAD: tl.constexpr, STAGES: tl.constexpr = 0,
-                    TILE_X: tl.constexpr = False):
+                    GDC: tl.constexpr, W_AHEAD: tl.constexpr, TILE_X: tl.constexpr = False):
     # rows of W this program reduces; a gated product also reads the rows N below them
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     row_ok = rows < N
@@ -91,16 +90,36 @@ def row_gemv_kernel(x_ptr, w_ptr, b_ptr, nw_ptr, r_ptr, s_ptr, out_ptr,
         squares = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
     else:
         squares = tl.zeros((BLOCK_K,), dtype=tl.float32)
-    if STAGES == 0:  # unrolled: every column block's loads in one straight run
-        for start in tl.static_range(AHEAD, K, BLOCK_K):
-            acc, up, squares = _gemv_tile(x_ptr, w_ptr, nw_ptr, rows, row_ok, start, acc,
-                                          up, squares, OFFSET, N, K, HAS_NORM, ACT,
-                                          BLOCK_K, TILE_X)
-    else:  # a loop whose weight loads Triton issues STAGES - 1 blocks ahead (cp.async)
-        for start in tl.range(AHEAD, K, BLOCK_K, num_stages=STAGES):
-            acc, up, squares = _gemv_tile(x_ptr, w_ptr, nw_ptr, rows, row_ok, start, acc,
-                                          up, squares, OFFSET, N, K, HAS_NORM, ACT,
-                                          BLOCK_K, TILE_X)
+    # TILE_X: x (and the norm's weight) read as a tile of the weights' shape, 8 columns a
+    # thread for both (int8 rows: 8-byte loads), so the two share one register layout.
+    # Read as a row, x is moved into the weights' layout through shared memory, behind a
+    # barrier, every block. Faster alone for some products, not in the step's chain of
+    # kernels (bench/RESULTS.md): an option for the timing scripts, not a default.
+    for start in tl.static_range(AHEAD, K, BLOCK_K):
+        cols = start + tl.arange(0, BLOCK_K)
+        if TILE_X:
+            cols = tl.max_contiguous(tl.multiple_of(cols, 8), 8)
+        col_ok = cols < K
+        if TILE_X:
+            at = (rows * 0)[:, None] + cols[None, :]
+            x_ok = (rows >= 0)[:, None] & col_ok[None, :]
+        else:
+            at = cols
+            x_ok = col_ok
+        # x before the weights, as the kernel always read them: with the weights' loads
+        # first, the unrolled gated and long products ran slower (bench/RESULTS.md)
+        x = tl.load(x_ptr + at, mask=x_ok, other=0.0).to(tl.float32)
+        if HAS_NORM:
+            squares += x * x
+            x = x * (tl.load(nw_ptr + at, mask=x_ok, other=0.0).to(tl.float32) + OFFSET)
+        tile = rows[:, None] * K + cols[None, :]
+        ok = row_ok[:, None] & col_ok[None, :]
+        w = tl.load(w_ptr + tile, mask=ok, other=0.0, eviction_policy="evict_first")
+        acc += w.to(tl.float32) * (x if TILE_X else x[None, :])
+        if ACT != 0:
+            w2 = tl.load(w_ptr + N * K + tile, mask=ok, other=0.0,
+                         eviction_policy="evict_first")
+            up += w2.to(tl.float32) * (x if TILE_X else x[None, :])
     y += tl.sum(acc, axis=1)
     if HAS_SCALE:  # int8 rows: one scale a row, applied to the sums
         y = y * tl.load(s_ptr + rows, mask=row_ok, other=0.0).to(tl.float32)
@@ -125,47 +144,6 @@ def row_gemv_kernel(x_ptr, w_ptr, b_ptr, nw_ptr, r_ptr, s_ptr, out_ptr,
     if HAS_RES:
         y += tl.load(r_ptr + rows, mask=row_ok, other=0.0).to(tl.float32)
     tl.store(out_ptr + rows, y.to(out_ptr.dtype.element_ty), mask=row_ok)
-
-
-@triton.jit
-def _gemv_tile(x_ptr, w_ptr, nw_ptr, rows, row_ok, start, acc, up, squares, OFFSET, N, K,
-               HAS_NORM: tl.constexpr, ACT: tl.constexpr, BLOCK_K: tl.constexpr,
-               TILE_X: tl.constexpr):
-    """One [rows, BLOCK_K] block of the weights times x, added to the products' tile(s).
-    TILE_X: x (and the norm's weight) read as a tile of the weights' shape, 8 columns a
-    thread for both (int8 rows too: 8-byte loads), so the two share one register layout.
-    Read as a row, x is moved into the weights' layout through shared memory, behind a
-    barrier, every block: the next block's weight loads then wait for that exchange."""
-    cols = start + tl.arange(0, BLOCK_K)
-    if TILE_X:
-        cols = tl.max_contiguous(tl.multiple_of(cols, 8), 8)
-    col_ok = cols < K
-    if TILE_X:
-        at = (rows * 0)[:, None] + cols[None, :]
-        x_ok = (rows >= 0)[:, None] & col_ok[None, :]
-    else:
-        at = cols
-        x_ok = col_ok
-    # x before the weights, as the kernel always read them: with the weights' loads
-    # first, the unrolled gated and long products ran slower (bench/RESULTS.md)
-    x = tl.load(x_ptr + at, mask=x_ok, other=0.0).to(tl.float32)
-    if HAS_NORM:
-        squares += x * x
-        x = x * (tl.load(nw_ptr + at, mask=x_ok, other=0.0).to(tl.float32) + OFFSET)
-    tile = rows[:, None] * K + cols[None, :]
-    ok = row_ok[:, None] & col_ok[None, :]
-    w = tl.load(w_ptr + tile, mask=ok, other=0.0, eviction_policy="evict_first")
-    if TILE_X:
-        acc += w.to(tl.float32) * x
-    else:
-        acc += w.to(tl.float32) * x[None, :]
-    if ACT != 0:
-        w2 = tl.load(w_ptr + N * K + tile, mask=ok, other=0.0, eviction_policy="evict_first")
-        if TILE_X:
-            up += w2.to(tl.float32) * x
-        else:
-            up += w2.to(tl.float32) * x[None, :]
-    return acc, up, squares
 
 
 # weight elements a thread holds while it waits for the kernel before (32 registers)
@@ -223,14 +201,14 @@ def launch_row_gemv(x, weight, bias, norm_weight, residual, eps: float, offset: 
                     act: int, config: tuple | None = None, pdl: bool = False,
                     weight_scale=None) -> torch.Tensor:
     """The op's kernel (reference.row_gemv's math); ``weight_scale``: int8 rows' scales.
-    ``config``: (BLOCK_N, BLOCK_K, num_warps, AHEAD[, STAGES, TILE_X]) (gemv_config's)."""
+    ``config``: (BLOCK_N, BLOCK_K, num_warps, AHEAD[, TILE_X]) (gemv_config's)."""
     width = weight.shape[0] // 2 if act else weight.shape[0]
     cols = weight.shape[1]
     out = torch.empty((*x.shape[:-1], width), dtype=x.dtype, device=x.device)
     gdc = pdl and dependent_launch_here(x.device)
     block_n, block_k, warps, ahead, *loop = config or gemv_config(
         width, cols, bool(act), gdc, weight.element_size())
-    stages, tile_x = loop or (0, False)
+    tile_x = bool(loop and loop[0])
     row = x.reshape(cols)
     dummy = weight  # an unused pointer argument (its branch is compiled out)
     ahead_ok = weight.is_contiguous()  # else a copy the step makes: read after the wait
@@ -243,7 +221,7 @@ def launch_row_gemv(x, weight, bias, norm_weight, residual, eps: float, offset: 
         HAS_NORM=norm_weight is not None, ACT=act, HAS_RES=residual is not None,
         HAS_SCALE=weight_scale is not None,
         BLOCK_N=block_n, BLOCK_K=block_k, AHEAD=ahead, GDC=gdc, W_AHEAD=ahead_ok,
-        STAGES=stages, TILE_X=bool(tile_x), num_warps=warps)
+        TILE_X=tile_x, num_warps=warps)
     return out
 
 

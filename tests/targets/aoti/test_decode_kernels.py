@@ -187,14 +187,14 @@ def test_row_gemv_kernel_over_int8_rows_matches_its_reference(case):
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("int8", [False, True])
-@pytest.mark.parametrize("config", [  # (BLOCK_N, BLOCK_K, warps, AHEAD, STAGES, TILE_X)
-    (4, 512, 4, 0, 0, True), (2, 256, 8, 0, 3, False), (8, 256, 4, 64, 0, True),
-    (2, 1024, 4, 0, 2, True)])
+@pytest.mark.parametrize("config", [  # (BLOCK_N, BLOCK_K, warps, AHEAD, TILE_X)
+    (4, 512, 4, 0, True), (8, 256, 4, 64, True), (2, 1024, 4, 0, True),
+    (2, 256, 8, 0, False)])
 @pytest.mark.parametrize("case", [  # (N, K, norm, act, residual, bias)
     (37, 200, True, 1, False, True), (2048, 5632, False, 0, True, False)])
 def test_row_gemv_loop_forms_match_the_reference(case, config, int8):
-    """x read as a tile of the weights' shape, and the pipelined loop (cp.async), with
-    odd sizes, columns loaded ahead, int8 rows: the reference math either way."""
+    """x read as a tile of the weights' shape (and as a row), with odd sizes, columns
+    loaded ahead, int8 rows: the reference math either way."""
     if not torch.cuda.is_available():
         pytest.skip("no GPU")
     from targets.aoti.kernels.triton_kernels import launch_row_gemv
