@@ -34,6 +34,11 @@ PRELOAD = ("numpy", "torch", "safetensors.torch", "runtime", "runtime.__main__",
            "runtime.program.torch_program", "runtime.executors.torch_fallback",
            "runtime.generation")
 KEPT = 2  # idle templates kept: one environment, and one a test or a matrix cell changed
+# Never read by PRELOAD's imports (terminal size is read when used; no Hugging Face library
+# is among them): a template started without them serves any value, each child getting
+# its own. An hf: build sets HF_HUB_OFFLINE and the CLI COLUMNS: each started another.
+_UNREAD_AT_IMPORT = ("COLUMNS", "LINES")
+_UNIMPORTED = ("HF_", "HUGGINGFACE_", "TRANSFORMERS_")
 AVAILABLE = client.AVAILABLE
 
 
@@ -45,6 +50,11 @@ def _template(env: dict[str, str], modules: tuple[str, ...]) -> client.ForkServe
 
 
 TEMPLATES = client.Pool(_template, kept=KEPT)
+
+
+def _template_env(env: dict[str, str]) -> dict[str, str]:
+    return {name: value for name, value in env.items()
+            if name not in _UNREAD_AT_IMPORT and not name.startswith(_UNIMPORTED)}
 
 
 class Child:
@@ -59,7 +69,7 @@ class Child:
             path.touch(mode=0o600)
         self.returncode: int | None = None
         self._proc: subprocess.Popen | None = None
-        self._template = TEMPLATES.acquire(env, PRELOAD) if AVAILABLE else None
+        self._template = TEMPLATES.acquire(_template_env(env), PRELOAD) if AVAILABLE else None
         self._pid: int | None = None
         self._closing = False  # while closing, a template that is gone starts nothing new
         if self._template is not None:

@@ -10,6 +10,7 @@ import time
 
 seen = {"pid": os.getpid(), "ppid": os.getppid(), "argv": sys.argv[1:], "cwd": os.getcwd(),
         "probe_env": os.environ.get("EDGE_PROBE"), "path0": sys.path[0],
+        "hf_offline": os.environ.get("HF_HUB_OFFLINE"), "columns": os.environ.get("COLUMNS"),
         "preloaded": "torch" in sys.modules, "name": __name__,
         "build_side": sorted(m for m in sys.modules if m.startswith("exporter.builder"))}
 print(json.dumps(seen), flush=True)

@@ -88,6 +88,15 @@ def test_another_environment_gets_another_template_a_test_name_does_not(tmp_path
     assert renamed["ppid"] == first["ppid"] and other["ppid"] != first["ppid"]
 
 
+def test_what_the_templates_imports_never_read_may_differ_and_reaches_the_child(tmp_path):
+    base = {k: v for k, v in _child_env().items() if k not in ("COLUMNS", "HF_HUB_OFFLINE")}
+    _, plain, _ = _run(tmp_path, "ok", env=base)
+    _, changed, _ = _run(tmp_path, "ok", env={**base, "COLUMNS": "200", "HF_HUB_OFFLINE": "1"})
+    assert changed["ppid"] == plain["ppid"] != os.getpid(), "one template serves both"
+    assert (plain["columns"], plain["hf_offline"]) == (None, None)
+    assert (changed["columns"], changed["hf_offline"]) == ("200", "1")
+
+
 def test_a_dead_template_gives_way_to_a_fresh_interpreter(tmp_path):
     _, first, _ = _run(tmp_path, "ok")
     os.kill(first["ppid"], signal.SIGKILL)
