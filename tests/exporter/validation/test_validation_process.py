@@ -89,9 +89,10 @@ def test_another_environment_gets_another_template_a_test_name_does_not(tmp_path
 
 
 def test_what_the_templates_imports_never_read_may_differ_and_reaches_the_child(tmp_path):
-    base = {k: v for k, v in _child_env().items() if k not in ("COLUMNS", "HF_HUB_OFFLINE")}
+    changes = {"COLUMNS": "200", "HF_HUB_OFFLINE": "1", "TVM_NUM_THREADS": "2"}
+    base = {k: v for k, v in _child_env().items() if k not in changes}
     _, plain, _ = _run(tmp_path, "ok", env=base)
-    _, changed, _ = _run(tmp_path, "ok", env={**base, "COLUMNS": "200", "HF_HUB_OFFLINE": "1"})
+    _, changed, _ = _run(tmp_path, "ok", env={**base, **changes})
     assert changed["ppid"] == plain["ppid"] != os.getpid(), "one template serves both"
     assert (plain["columns"], plain["hf_offline"]) == (None, None)
     assert (changed["columns"], changed["hf_offline"]) == ("200", "1")
