@@ -142,9 +142,9 @@ ONNX_ONLY_LIMIT_MB = 150  # ONNX Runtime and numpy, no torch
 
 
 @pytest.fixture(scope="module")
-def onnx_only(onnx_mlp, cli, ran, tmp_path_factory):
+def onnx_only(onnx_mlp, cli_here, ran, tmp_path_factory):
     out = tmp_path_factory.mktemp("onnx-bundle") / "onnx-only.tar.gz"
-    result = cli("package", str(onnx_mlp), "--out", str(out))
+    result = cli_here("package", str(onnx_mlp), "--out", str(out))  # the process: bundle()
     assert result.returncode == 0, result.stderr
     return _install(out, ran, tmp_path_factory)
 
