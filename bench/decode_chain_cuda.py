@@ -2,7 +2,7 @@
 (targets/aoti/kernels/), launched as plain launches and as programmatic dependent launches.
 
     python bench/decode_chain_cuda.py [--layers 22] [--slots 512] [--out FILE]
-        [--int8] [--best SWEEP.jsonl]
+        [--int8] [--best SWEEP.jsonl [--search N]]
 
 Each layer is what the built step runs of ours, in order and feeding each other: q/k/v
 (RMSNorm folded in) -> attention over a 512-slot cache (split + join) -> o (+ residual)
@@ -19,7 +19,8 @@ differ.
 ahead, the loop alone); the other variants load the dependent launch's AHEAD columns.
 ``--int8``: the products over int8 rows with a scale a row (``--quantize int8-weight``);
 ``--best``: plain and dependent launches with each product's fastest configuration in a
-bench/decode_gemv_sweep.py run (its rows at the same weight width).
+bench/decode_gemv_sweep.py run (its rows at the same weight width); ``--search N``: the
+configurations chosen in the chain instead, from each product's N fastest alone (search).
 """
 
 from __future__ import annotations
@@ -105,18 +106,49 @@ def per_kernel(calls) -> dict:
     return found
 
 
-def swept(path: Path, int8: bool) -> dict:
-    """Each product's fastest configuration in a sweep's rows (within the error gate)."""
+def swept(path: Path, int8: bool, keep: int = 1) -> dict:
+    """Each product's ``keep`` fastest configurations alone in a sweep's rows (within the
+    error gate), fastest first."""
     names = {"qkv+norm": "qkv", "o+res": "o", "gate_up+norm+silu": "gate_up",
              "down+res": "down", "lm_head+norm": "head"}
-    best: dict = {}
+    timed: dict = {}
     for line in path.read_text().splitlines():
         row = json.loads(line)
-        name = names[row["product"]]
-        if row["int8"] == int8 and row["rel_err"] < 2e-3 and row["us"] < best.get(
-                name, (None, float("inf")))[1]:
-            best[name] = (tuple(row["config"]), row["us"])
-    return {name: config for name, (config, _) in best.items()}
+        if row["int8"] == int8 and row["rel_err"] < 2e-3:
+            timed.setdefault(names[row["product"]], {})[tuple(row["config"])] = row["us"]
+    return {name: sorted(configs, key=configs.get)[:keep] for name, configs in timed.items()}
+
+
+def search(time_of, start: dict, candidates: dict, margin: float = 0.01) -> tuple:
+    """Coordinate descent over the chain: one product at a time, each candidate
+    configuration in place of its current one, kept if the whole chain's time drops by
+    more than ``margin`` (a product's configuration also moves the gaps around it, so
+    the fastest alone need not be fastest here). Returns (configs, us, trials)."""
+    best, best_us = dict(start), time_of(start)
+    trials = [(dict(best), best_us)]
+    for name, configs in candidates.items():
+        for config in configs:
+            if config == best[name]:
+                continue
+            trial = {**best, name: config}
+            us = time_of(trial)
+            trials.append((trial, us))
+            if us < best_us * (1 - margin):
+                best, best_us = trial, us
+    return best, best_us, trials
+
+
+def searched(made: dict, hidden: torch.Tensor, start: dict, candidates: dict) -> dict:
+    """search() with the chain's plain launches timed (median of 30 replays)."""
+    def time_of(configs):
+        return graph_time([lambda: step(made, hidden, False, configs)], warm=2,
+                          runs=30) * 1000
+    found, us, trials = search(time_of, start, candidates)
+    for configs, trial_us in trials:
+        changed = {name: c for name, c in configs.items() if c != start[name]}
+        print(f"  search {trial_us:7.1f} us  {changed or 'as built'}", flush=True)
+    print(f"  search kept {us:.1f} us: {found}", flush=True)
+    return found
 
 
 def variants(best: Path | None = None, int8: bool = False) -> dict:
@@ -127,7 +159,7 @@ def variants(best: Path | None = None, int8: bool = False) -> dict:
     default = {name: gemv_config(n, k, bool(act), True, size)
                for name, (n, k, act) in PRODUCTS.items()}
     if best is not None:
-        fastest = swept(best, int8)
+        fastest = {name: configs[0] for name, configs in swept(best, int8).items()}
         return {"as built": (False, built), "fastest of the sweep": (False, fastest),
                 "fastest of the sweep, dependent": (True, fastest)}
     no_ahead = {name: (*c[:3], 16) for name, c in default.items()}
@@ -153,7 +185,12 @@ def main() -> None:
     parser.add_argument("--variants", help="comma-separated variant names (default: all)")
     parser.add_argument("--int8", action="store_true", help="the products over int8 rows")
     parser.add_argument("--best", type=Path, help="a decode_gemv_sweep.py run's rows")
+    parser.add_argument("--search", type=int, default=0, metavar="N",
+                        help="with --best: search the chain over each product's N fastest "
+                             "configurations alone, then time what it found as a variant")
     args = parser.parse_args()
+    if args.search and args.best is None:
+        parser.error("--search needs --best (a decode_gemv_sweep.py run's rows)")
     torch.manual_seed(0)
     made = weights(args.layers, args.slots, args.int8)
     hidden = torch.randn(1, 1, HIDDEN, device="cuda", dtype=torch.float16)
@@ -164,6 +201,10 @@ def main() -> None:
     chosen = variants(args.best, args.int8)
     if args.variants:
         chosen = {name: chosen[name] for name in args.variants.split(",")}
+    if args.search:
+        start = variants(args.best, args.int8)["as built"][1]
+        chosen["searched in the chain"] = (False, searched(
+            made, hidden, start, swept(args.best, args.int8, args.search)))
     for label, (pdl, configs) in chosen.items():
         out = step(made, hidden, pdl, configs).float()
         differs = (out - step(made, hidden, False, configs).float()).abs().max().item()
