@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import logging
 import tempfile
 import time
 from pathlib import Path
 
+import torch
 from torch.export import ExportedProgram
 
 from passes.graph.torch_warnings import quiet_run_decompositions
@@ -42,13 +44,22 @@ def export(program: ExportedProgram, report_dir: Path, translations: dict):
     artifacts_dir=report_dir, verbose=False, custom_translation_table=translations)``, as
     its _compat.export_compat makes it for a program, but with one registry per process:
     export_compat rebuilds torch.onnx's registry on every call (0.6-1 CPU s); the export
-    only reads it (_core.export, _dispatching.dispatch)."""
+    only reads it (_core.export, _dispatching.dispatch). A torch whose _core.export takes
+    other arguments gets torch.onnx.export itself."""
     from torch.onnx._constants import ONNX_DEFAULT_OPSET
     from torch.onnx._internal.exporter import _core
+    if not _takes(_core.export, "registry", "optimize", "opset_version", "artifacts_dir"):
+        return torch.onnx.export(program, (), dynamo=True, optimize=True, report=True,
+                                 artifacts_dir=report_dir, verbose=False,
+                                 custom_translation_table=translations)
     return _core.export(
         program, (), None, registry=_registry(ONNX_DEFAULT_OPSET, tuple(translations.items())),
         dynamic_shapes={}, report=True, artifacts_dir=report_dir, verbose=False,
         optimize=True, opset_version=ONNX_DEFAULT_OPSET)
+
+
+def _takes(function, *names: str) -> bool:
+    return set(names) <= set(inspect.signature(function).parameters)
 
 
 @functools.cache
