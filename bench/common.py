@@ -34,9 +34,11 @@ def run_or_render(parser: argparse.ArgumentParser, run: Callable, render: Callab
 
 
 def time_artifacts(paths: dict[str, str], inputs: list, runs: int, warmup: int,
-                   extra_calls: dict | None = None, device: str = "cpu") -> dict:
+                   extra_calls: dict | None = None, device: str = "cpu",
+                   rounds: int = 10) -> dict:
     """Every artifact (and ``extra_calls``, e.g. eager) on the same inputs in this one
-    process, interleaved by ``exporter.benchmark.time_side_by_side``: medians per label. On
+    process, interleaved by ``exporter.benchmark.time_side_by_side`` (``rounds`` blocks of
+    runs/rounds calls per label): medians per label. On
     ``cuda`` the inputs live on the GPU and the timer is CUDA events."""
     import torch
 
@@ -49,7 +51,7 @@ def time_artifacts(paths: dict[str, str], inputs: list, runs: int, warmup: int,
         program = runtime.load(path)
         calls[label] = (lambda p: lambda: p.run(inputs))(program)
     with torch.inference_mode():
-        return time_side_by_side(calls, device, runs, warmup)
+        return time_side_by_side(calls, device, runs, warmup, rounds=rounds)
 
 
 def machine_header(**versions: str) -> dict:

@@ -70,7 +70,8 @@ def run(args) -> None:
                                   made_only=args.stage == "time")
         _said(start, f"timing {', '.join([*paths, *calls])}")
         with LoadSampler() as load:
-            timings = time_artifacts(paths, inputs, args.runs, args.warmup, extra_calls=calls)
+            timings = time_artifacts(paths, inputs, args.runs, args.warmup, extra_calls=calls,
+                                     rounds=args.rounds)
         choice = (runtime.read_manifest(paths["cpu"]).build.get("backend_choice")
                   if "cpu" in paths else None)
         Path(args.json_out).parent.mkdir(parents=True, exist_ok=True)
@@ -81,6 +82,7 @@ def run(args) -> None:
                               "errors": {k: v["error"] for k, v in built.items()
                                          if "error" in v},
                               "missing": sorted(set(baseline_names) - set(calls)),
+                              "rounds": args.rounds,
                               "load": load.summary(), "validated": not args.no_validate,
                               "wall_s": round(time.perf_counter() - start, 1)})
 
@@ -159,6 +161,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--runs", type=int, default=50)
     parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=10,
+                        help="blocks per engine (runs/rounds calls each, after one untimed)")
     parser.add_argument("--no-validate", action="store_true",
                         help="build without the validation process (a short machine lease)")
     run_or_render(parser, run, render, "build/bench/cpu-choice.jsonl")

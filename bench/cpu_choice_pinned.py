@@ -125,6 +125,8 @@ def main() -> None:
     parser.add_argument("--deadline-s", type=float, default=330.0)
     parser.add_argument("--runs", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=10,
+                        help="blocks per engine; fewer, longer blocks for models of a few ms")
     args = parser.parse_args()
 
     start = time.monotonic()
@@ -168,7 +170,8 @@ def main() -> None:
         timers.append(Slot(name, cores_of(args.first_core, args.threads, index),
                            [step(model, "time", "--variants", args.variants, "--baselines",
                                  args.baselines, "--runs", str(args.runs), "--warmup",
-                                 str(args.warmup), "--json-out", str(rows))],
+                                 str(args.warmup), "--rounds", str(args.rounds),
+                                 "--json-out", str(rows))],
                            work / "logs" / f"{name}-time.log", args.threads))
     ended = run_slots(timers, start + args.deadline_s)
     print(f"phase 2 (timing) {round(time.monotonic() - start - phase1, 1)} s; ended: "
