@@ -141,19 +141,24 @@ def plain_ort(module, args: tuple, kwargs: dict, inputs: list, path: Path, threa
     return lambda: session.run(None, feeds)
 
 
-def plain_aoti(module, args: tuple, kwargs: dict, path: Path):
+def plain_aoti(module, args: tuple, kwargs: dict, path: Path, while_compiling=None,
+               freezing: bool = True):
     """A call of AOTInductor as a user without us would: ``torch.export``, then
     ``aoti_compile_and_package`` with freezing (weights folded into the library and
     prepacked: Inductor's fast CPU setting), loaded by ``aoti_load_package``. Compiled
-    under the process's thread count, which Inductor's C++ code is generated for."""
+    under the process's thread count, which Inductor's C++ code is generated for;
+    ``while_compiling``: a context manager around the compile (one change to Inductor);
+    ``freezing=False``: the weights stay inputs of the library's kernels, as in eager."""
+    import contextlib
+
     import torch
 
     from targets.toolchain import choose_cxx
 
     if not path.exists():
         tmp = path.with_suffix(".tmp.pt2")
-        configs = {"freezing": True, "cpp.cxx": (None, choose_cxx().compiler or "g++")}
-        with torch.no_grad():
+        configs = {"freezing": freezing, "cpp.cxx": (None, choose_cxx().compiler or "g++")}
+        with torch.no_grad(), (while_compiling or contextlib.nullcontext()):
             program = torch.export.export(module, args, kwargs, strict=False)
             torch._inductor.aoti_compile_and_package(program, package_path=str(tmp),
                                                      inductor_configs=configs)

@@ -3,11 +3,11 @@
 Freezing lets Inductor repack constant weights for faster kernels. For float32 linears its
 JIT mode packs them for MKL's GEMM; an AOTInductor library cannot hold MKL's packed
 weights (their layout depends on their address), so in AOT mode Inductor packs them for
-oneDNN's linear instead, and that ran BERT-base 24% slower than leaving the linear as an
-ATen ``addmm`` (MKL's sgemm, with the weight a frozen constant): 486 against 368 ms on one
-AVX2 core, where eager took 410 (bench/RESULTS.md, session 62). Convolutions keep their
-oneDNN packing, and low-precision or quantized linears keep theirs: only the float32
-check of Inductor's linear-packing patterns is answered "not packable".
+oneDNN's linear instead, and that ran BERT-base and ConvNeXt-T 31% and 26% slower than
+leaving the linear an ATen ``addmm`` on the frozen weight (MKL's sgemm, as eager): 471
+against 359 ms and 222 against 176 on one AVX2 core (bench/RESULTS.md, session 62).
+Convolutions keep their oneDNN packing, and low-precision or quantized linears keep
+theirs: only the float32 check of Inductor's linear-packing patterns says "not packable".
 """
 
 from __future__ import annotations
