@@ -164,7 +164,7 @@ def test_closing_a_child_whose_template_died_starts_nothing_new(tmp_path):
     env = {**_child_env(), "EDGE_PROBE": "closing"}  # its own template, still importing
     child = Child([PROBE, "ok"], env, tmp_path)
     (template,) = [t for t in process.TEMPLATES.servers()
-                   if t.key[1] == client.env_key(env)]
+                   if t.key[1] == client.env_key(process._template_env(env))]
     template._proc.kill()
     child.close()
     assert child.returncode == -signal.SIGKILL and child.output() == ("", "")
