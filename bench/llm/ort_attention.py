@@ -80,6 +80,8 @@ def bound_run(graph, feeds: dict, in_place: dict, threads: int):
                                                          onnx.helper.make_opsetid(_MS, 1)])
     options = ort.SessionOptions()
     options.intra_op_num_threads, options.log_severity_level = threads, 3
+    # the two sessions take turns: a pool left spinning would take a core from the other
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     session = ort.InferenceSession(model.SerializeToString(), options,
                                    providers=["CPUExecutionProvider"])
     io = session.io_binding()

@@ -146,6 +146,8 @@ def session(path: Path, threads: int):
     options = ort.SessionOptions()
     options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
     options.log_severity_level = 3
+    # the sessions take turns: a pool left spinning after its run takes a core from the next
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
 
