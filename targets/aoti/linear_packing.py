@@ -3,9 +3,8 @@
 Freezing lets Inductor repack constant weights for faster kernels. For float32 linears its
 JIT mode packs them for MKL's GEMM; an AOTInductor library cannot hold MKL's packed
 weights (their layout depends on their address), so in AOT mode Inductor packs them for
-oneDNN's linear instead, and that ran BERT-base and ConvNeXt-T 31% and 26% slower than
-leaving the linear an ATen ``addmm`` on the frozen weight (MKL's sgemm, as eager): 471
-against 359 ms and 222 against 176 on one AVX2 core (bench/RESULTS.md, session 62).
+oneDNN's linear instead, and that ran BERT-base and ConvNeXt-T slower than leaving the
+linear an ATen ``addmm`` on the frozen weight (MKL's sgemm, as eager; bench/RESULTS.md).
 Convolutions keep their oneDNN packing, and low-precision or quantized linears keep
 theirs: only the float32 check of Inductor's linear-packing patterns says "not packable".
 """
