@@ -207,39 +207,12 @@ def guarded(action: Callable[[], int | None], *, quiet: bool = False, verbose: b
     with interrupts.held():
         _configure_logging(uses_torch)
         with contextlib.suppress(ValueError):  # only the main thread may set handlers
-            signal.signal(signal.SIGTERM, _terminated)
+            signal.signal(signal.SIGTERM, interrupts.terminated)
     try:
         with _stdout_kept_for_json() if as_json else contextlib.nullcontext():
             _guarded_body(action, as_json)
     finally:
         interrupts.settle()
-
-
-def _terminated(signum, frame) -> None:
-    """SIGTERM (a CI timeout, ``kill``) is handled as Ctrl-C is: compilers and other child
-    processes are stopped, temporaries removed, the previous output kept; exit 130."""
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: cleanup must not be cut short
-    interrupts.note(signum)
-    for pid in _descendants(os.getpid()):
-        with contextlib.suppress(OSError):
-            os.kill(pid, signal.SIGTERM)
-    interrupts.raise_when_safe(frame)
-
-
-def _descendants(pid: int) -> list[int]:
-    """Child processes, recursively, from /proc (Linux; elsewhere none are found). Read
-    here rather than with psutil: ten lines, and the core needs no extra package."""
-    children: dict[int, list[int]] = {}
-    for stat_file in Path("/proc").glob("[0-9]*/stat"):
-        with contextlib.suppress(OSError, ValueError, IndexError):
-            fields = stat_file.read_text().rsplit(")", 1)[1].split()
-            children.setdefault(int(fields[1]), []).append(int(stat_file.parent.name))
-    found, todo = [], list(children.get(pid, []))
-    while todo:
-        child = todo.pop()
-        found.append(child)
-        todo.extend(children.get(child, []))
-    return found
 
 
 def _guarded_body(action: Callable[[], int | None], as_json: bool) -> None:

@@ -6,13 +6,14 @@ library takes for a missing optional package and passes over; the half-imported 
 then fails later in its own way (CI: numpy's ``__getattr__`` recursing, reported as an
 internal error, exit 4, instead of 130). And one raised inside an extension's own
 initialisation can abort the process (CI: torch's import ended by SIGABRT): so while an
-import is under way the KeyboardInterrupt waits until it is done. Imports only builtins,
+import is under way the KeyboardInterrupt waits until it is done. Imports only contextlib, os and signal,
 so the console script can install it before anything heavy loads.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 
 _signals: list[int] = []
@@ -123,3 +124,34 @@ def forget() -> None:
     disarm()
     _signals.clear()
     _told.clear()
+
+
+def terminated(signum, frame) -> None:
+    """A command's SIGTERM handler (a CI timeout, ``kill``): handled as Ctrl-C is, with
+    compilers and other child processes stopped first; exit 130."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: cleanup must not be cut short
+    note(signum)
+    for pid in _descendants(os.getpid()):
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGTERM)
+    raise_when_safe(frame)
+
+
+def _descendants(pid: int) -> list[int]:
+    """Child processes, recursively, from /proc (Linux; elsewhere none are found). Read
+    here rather than with psutil: ten lines, and the core needs no extra package."""
+    children: dict[int, list[int]] = {}
+    with contextlib.suppress(OSError):
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit():
+                continue
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                with open(f"/proc/{entry.name}/stat") as stat:
+                    fields = stat.read().rsplit(")", 1)[1].split()
+                children.setdefault(int(fields[1]), []).append(int(entry.name))
+    found, todo = [], list(children.get(pid, []))
+    while todo:
+        child = todo.pop()
+        found.append(child)
+        todo.extend(children.get(child, []))
+    return found
