@@ -13,6 +13,13 @@ from exporter.cli import interrupts
 from exporter.cli.common import guarded
 
 
+def _exit_code(action) -> int:
+    """The exit code guarded() gives a command body (it always exits through typer.Exit)."""
+    with pytest.raises(typer.Exit) as caught:
+        guarded(action)
+    return caught.value.exit_code
+
+
 def test_an_interruption_a_library_wrapped_is_still_an_interruption(capsys):
     """SIGTERM (as Ctrl-C) while onnxruntime's pybind11 module initialised came back as
     "ImportError: initialization failed" raised from it, and the build reported an
@@ -25,12 +32,8 @@ def test_an_interruption_a_library_wrapped_is_still_an_interruption(capsys):
 
     def broken():
         raise ImportError("initialization failed")
-    with pytest.raises(typer.Exit) as caught:
-        guarded(interrupted_import)
-    assert caught.value.exit_code == 130 and "interrupted" in capsys.readouterr().err
-    with pytest.raises(typer.Exit) as caught:
-        guarded(broken)
-    assert caught.value.exit_code == 4
+    assert _exit_code(interrupted_import) == 130 and "interrupted" in capsys.readouterr().err
+    assert _exit_code(broken) == 4
 
 
 def test_an_interruption_a_library_swallowed_is_still_an_interruption(capsys):
@@ -49,12 +52,9 @@ def test_an_interruption_a_library_swallowed_is_still_an_interruption(capsys):
     def plain_error():
         raise RecursionError("a bug of ours")
     try:
-        with pytest.raises(typer.Exit) as caught:
-            guarded(swallowed_then_broken)
-        assert caught.value.exit_code == 130 and "interrupted" in capsys.readouterr().err
-        with pytest.raises(typer.Exit) as caught:
-            guarded(plain_error)
-        assert caught.value.exit_code == 4
+        assert _exit_code(swallowed_then_broken) == 130
+        assert "interrupted" in capsys.readouterr().err
+        assert _exit_code(plain_error) == 4
     finally:
         interrupts.forget()
 
@@ -66,13 +66,9 @@ def test_a_ctrl_c_noted_before_the_guard_interrupts_the_command(capsys):
     ran = []
     try:
         interrupts.note(signal.SIGINT)
-        with pytest.raises(typer.Exit) as caught:
-            guarded(lambda: ran.append("build") or 0)
-        assert caught.value.exit_code == 130 and ran == []
+        assert _exit_code(lambda: ran.append("build") or 0) == 130 and ran == []
         assert "interrupted" in capsys.readouterr().err
-        with pytest.raises(typer.Exit) as caught:
-            guarded(lambda: ran.append("next") or 0)
-        assert caught.value.exit_code == 0 and ran == ["next"]
+        assert _exit_code(lambda: ran.append("next") or 0) == 0 and ran == ["next"]
     finally:
         interrupts.forget()
 
@@ -106,9 +102,7 @@ def test_a_ctrl_c_during_the_guards_set_up_waits_and_then_interrupts(capsys):
             signal.raise_signal(signal.SIGINT)
             ran.append("set-up finished")
         assert ran == ["set-up finished"] and interrupts.interrupted()
-        with pytest.raises(typer.Exit) as caught:
-            guarded(lambda: ran.append("body") or 0)
-        assert caught.value.exit_code == 130 and ran == ["set-up finished"]
+        assert _exit_code(lambda: ran.append("body") or 0) == 130 and ran == ["set-up finished"]
         assert "interrupted" in capsys.readouterr().err
     finally:
         signal.signal(signal.SIGINT, previous)
@@ -129,9 +123,7 @@ def test_an_interruption_python_only_printed_stops_the_next_stage(capsys):
         with stage("package"):
             done.append("package")
     try:
-        with pytest.raises(typer.Exit) as caught:
-            guarded(build)
-        assert caught.value.exit_code == 130 and done == ["validate"]
+        assert _exit_code(build) == 130 and done == ["validate"]
         assert "interrupted" in capsys.readouterr().err
     finally:
         interrupts.forget()
