@@ -94,7 +94,7 @@ def row_gemv_kernel(x_ptr, w_ptr, b_ptr, nw_ptr, r_ptr, s_ptr, out_ptr,
     # thread for both (int8 rows: 8-byte loads), so the two share one register layout.
     # Read as a row, x is moved into the weights' layout through shared memory, behind a
     # barrier, every block. Faster alone for some products, not in the step's chain of
-    # kernels (bench/RESULTS.md): an option for the timing scripts, not a default.
+    # kernels: an option for the timing scripts, not a default.
     for start in tl.static_range(AHEAD, K, BLOCK_K):
         cols = start + tl.arange(0, BLOCK_K)
         if TILE_X:
@@ -107,7 +107,7 @@ def row_gemv_kernel(x_ptr, w_ptr, b_ptr, nw_ptr, r_ptr, s_ptr, out_ptr,
             at = cols
             x_ok = col_ok
         # x before the weights, as the kernel always read them: with the weights' loads
-        # first, the unrolled gated and long products ran slower (bench/RESULTS.md)
+        # first, the compiler's schedule made the unrolled gated and long products slower
         x = tl.load(x_ptr + at, mask=x_ok, other=0.0).to(tl.float32)
         if HAS_NORM:
             squares += x * x
