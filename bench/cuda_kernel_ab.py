@@ -8,9 +8,10 @@ cuda target's rewrites bet on, timed without a whole build.
 - a linear then GELU: cuBLAS then a pointwise kernel, against ``_addmm_activation`` (one
   cuBLASLt GEMM with a GELU epilogue; tanh-approximate GELU);
 - attention at ViT's and GPT-2's sizes, and Swin-T's windows with their additive mask (its
-  four stages: windows x heads x 49 tokens, head width 32): each SDPA backend, and the
-  written-out form (q @ k^T + mask, softmax, @ v) the candidate pass
-  written_attention_as_sdpa replaces.
+  four stages: windows x heads x 49 tokens, head width 32): each SDPA backend (efficient
+  attention also with the mask stored at an aligned row stride), the written-out form
+  (q @ k^T + mask, softmax, @ v) that written_attention_as_sdpa replaces, and that form
+  with keys, values and mask padded to aligned rows.
 Each time is ``triton.testing.do_bench_cudagraph`` (a graph of the call, replayed;
 median ms), with the max difference against the first way.
 """
@@ -105,15 +106,30 @@ def attention_rows() -> list[dict]:
         row = {"what": "masked_attention", "shape": list(shape),
                "written_ms": timed(lambda: torch.softmax(
                    (q @ k.transpose(-2, -1)) * shape[3] ** -0.5 + mask, -1) @ v)}
-        for backend in (SDPBackend.CUDNN_ATTENTION, SDPBackend.EFFICIENT_ATTENTION):
+        # the written form with keys, values and mask padded to aligned rows beforehand
+        # (zero keys masked out by -inf): every GEMM operand 16-byte aligned
+        pad = -shape[2] % 8
+        kp, vp = F.pad(k, (0, 0, 0, pad)), F.pad(v, (0, 0, 0, pad))
+        maskp = F.pad(mask, (0, pad), value=float("-inf"))
+        padded = lambda: torch.softmax(  # noqa: E731
+            (q @ kp.transpose(-2, -1)) * shape[3] ** -0.5 + maskp, -1) @ vp
+        row["written_padded_ms"] = timed(padded)
+        row["written_padded_max_diff"] = float((padded() - want).abs().max())
+        # the mask stored with an aligned row stride: no per-call pad for efficient attention
+        aligned = torch.empty(*mask.shape[:-1], shape[2] + pad, device="cuda", dtype=HALF)
+        aligned = aligned[..., :shape[2]].copy_(mask)
+        for backend, label, bias in ((SDPBackend.CUDNN_ATTENTION, None, mask),
+                                     (SDPBackend.EFFICIENT_ATTENTION, None, mask),
+                                     (SDPBackend.EFFICIENT_ATTENTION, "aligned_mask", aligned)):
+            name = backend.name + (f"_{label}" if label else "")
             with sdpa_kernel([backend]):
                 try:
-                    got = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-                    row[backend.name] = timed(lambda: F.scaled_dot_product_attention(
-                        q, k, v, attn_mask=mask))
-                    row[f"{backend.name}_max_diff"] = float((got - want).abs().max())
+                    got = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+                    row[name] = timed(lambda: F.scaled_dot_product_attention(
+                        q, k, v, attn_mask=bias))
+                    row[f"{name}_max_diff"] = float((got - want).abs().max())
                 except RuntimeError as exc:
-                    row[backend.name] = f"refused: {str(exc)[:80]}"
+                    row[name] = f"refused: {str(exc)[:80]}"
         rows.append(row)
     return rows
 

@@ -66,6 +66,9 @@ class CudaTarget(AOTInductorTarget):
     packaging = CudaPackaging()
     tooling = CudaTooling()
     quantization = Quantization(recipes=CUDA_RECIPES)
+    # The attention kernels (SDPBackend names) a plain build's SDPA calls may lower to,
+    # chosen while Inductor traces; None: torch's own choice. Not generating builds.
+    attention_backends: tuple[str, ...] | None = None
 
     def availability(self) -> Availability:
         return Availability(*gpu_here())
@@ -91,12 +94,16 @@ class CudaTarget(AOTInductorTarget):
                 AttentionInputsAsViews(), *decode,
                 SingleRowLinearsAsReductions()]
 
-    def lowering_fixes(self, options: LowerOptions) -> contextlib.AbstractContextManager:
+    @contextlib.contextmanager
+    def lowering_fixes(self, options: LowerOptions):
         # Coordinate-descent tuning (below) then times each candidate with the host out
         # of the measurement, so a busy host does not choose the kernels (kernel_timing.py).
-        if options.deterministic:
-            return contextlib.nullcontext()
-        return host_independent_kernel_timing()
+        with contextlib.ExitStack() as fixes:
+            if not options.shared_weights:
+                fixes.enter_context(attention_backends(self.attention_backends))
+            if not options.deterministic:
+                fixes.enter_context(host_independent_kernel_timing())
+            yield
 
     def inductor_configs(self, options: LowerOptions, dynamic: bool = False,
                          data_sizes: bool = False) -> dict:
@@ -133,6 +140,14 @@ class CudaTarget(AOTInductorTarget):
         major, minor = torch.cuda.get_device_capability()
         return Requirements(arch=base.arch, torch=base.torch, cuda=torch.version.cuda,
                             cuda_capability=f"{major}.{minor}")
+
+
+def attention_backends(names: tuple[str, ...] | None) -> contextlib.AbstractContextManager:
+    """Only ``names`` (SDPBackend names) enabled while it lasts; None: as they are."""
+    if names is None:
+        return contextlib.nullcontext()
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    return sdpa_kernel([getattr(SDPBackend, name) for name in names])
 
 
 def _gpu_check() -> Check:
