@@ -37,8 +37,10 @@ class QuantizePT2E:
     required = True  # the user asked for it: a failure fails the build
 
     def __init__(self, recipe: str, make_quantizer: Callable[[], object],
-                 calibration: Sequence[Sequence[torch.Tensor]], how: str) -> None:
+                 calibration: Sequence[Sequence[torch.Tensor]], how: str,
+                 record: dict | None = None) -> None:
         self.recipe, self.make_quantizer, self.how = recipe, make_quantizer, how
+        self.record = dict(record or {})  # the target's own facts for the report
         self.calibration = list(calibration)  # flat input sets; [] for dynamic recipes
 
     def __call__(self, program: ExportedProgram) -> PassResult:
@@ -73,7 +75,7 @@ class QuantizePT2E:
                 "calibration_sets": len(self.calibration), "rewritten_as_linear": rewritten,
                 "layers_quantized": tables + quantized, "layers_float": tables_float + in_float,
                 "weight_bytes_before": before, "weight_bytes_after": weight_bytes(recaptured),
-                **errors}
+                **self.record, **errors}
         return PassResult(recaptured, modified=bool(quantized), info=info)
 
 

@@ -64,10 +64,11 @@ def pinned_by_environment() -> str | None:
 
 CPU_RECIPES = {
     "int8-dynamic": "torchao PT2E, X86InductorQuantizer (dynamic): int8 per-channel "
-                    "weights, activations quantized per call; embeddings int8 per row",
+                    "weights, activations quantized per call (7 bits on x86, which may "
+                    "lack VNNI); embeddings int8 per row",
     "int8-static": "torchao PT2E, X86InductorQuantizer (static): int8 per-channel "
-                   "weights, activation scales from --calibration; embeddings int8 "
-                   "per row",
+                   "weights, activation scales from --calibration (7 bits on x86); "
+                   "embeddings int8 per row",
     "int8-weight": "torchao Int8WeightOnlyConfig: int8 per-channel linear and "
                    "embedding weights, float activations (Inductor's weight-only int8 GEMM)",
     "int4-weight": "int4 linear weights in groups of 32 (torchao's asymmetric "

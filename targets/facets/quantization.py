@@ -22,6 +22,11 @@ class Quantization:
         torchao's tensor subclasses instead, the same on every target)."""
         raise NotImplementedError(f"no PT2E quantizer for recipe {recipe}")
 
+    def record(self, recipe: str) -> dict:
+        """What the quantize report adds for a PT2E recipe on this target (e.g. the
+        activation bits the quantizer kept to)."""
+        return {}
+
     def layer_config(self, recipe: str) -> Configure | None:
         """This target's own torchao config for each layer of a tensor-subclass recipe
         (int8-weight, int4-weight), or None for the shared one (quantize_weight_only.py)."""
@@ -39,4 +44,4 @@ class Quantization:
         if recipe in QuantizeWeightOnly.recipes:
             return QuantizeWeightOnly(recipe, how, device, self.layer_config(recipe))
         return QuantizePT2E(recipe, lambda: self.quantizer(recipe), list(options.calibration),
-                            how)
+                            how, self.record(recipe))
