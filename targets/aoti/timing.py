@@ -5,8 +5,11 @@ partition's example inputs. Before timing, each candidate's outputs are compared
 the partition's own (eager) outputs: one that runs wrong is dropped, not timed.
 
 Timing: a warm-up, then rounds in which every candidate runs for about ``ROUND_S`` in
-turn (the order rotating), so a thread pool that spins after its calls, or a machine
-that gets busier, weighs on all alike; the figure is the median call.
+turn (the order rotating), so a machine that gets busier weighs on all alike; the figure
+is the median call. Each turn starts with an untimed call: the previous candidate's
+thread pool (ONNX Runtime's spinning workers, OpenMP's) still holds the cores for a
+while, and turns of one timed call would time only that, against the candidate whose
+pool is slower to let go of them.
 
     python -m targets.aoti.timing FOLDER   # job.json, inputs and reference in FOLDER
 """
@@ -32,7 +35,8 @@ log = logging.getLogger(__name__)
 
 WARMUP = 2
 ROUNDS = 7
-ROUND_S = 0.25  # each candidate's share of a round, in seconds (one call at least)
+ROUND_S = 0.25  # each candidate's share of a round, in seconds
+TURN_CALLS = 3  # timed calls a turn at least, after its untimed one
 TIMEOUT_S = 900.0
 # An output off by more than this share of its largest value runs wrong: the build's
 # validation judges the kept one closely; this only keeps a broken one from being timed
@@ -114,17 +118,20 @@ def main(folder: Path) -> None:
 
 
 def interleaved(runs: dict, inputs: list) -> dict[str, list[float]]:
-    """Seconds per call of each run, in rotating rounds after a warm-up."""
+    """Seconds per call of each run, in rotating rounds after a warm-up; each turn an
+    untimed call, then calls for about ``ROUND_S``, ``TURN_CALLS`` at least."""
     share = {}
     for name, run in runs.items():
-        start = time.perf_counter()
-        for _ in range(WARMUP):
+        for _ in range(WARMUP):  # a first call's one-time work stays out of the sizing
             run(list(inputs))
-        share[name] = max(1, int(ROUND_S / max((time.perf_counter() - start) / WARMUP, 1e-6)))
+        start = time.perf_counter()
+        run(list(inputs))
+        share[name] = max(TURN_CALLS, int(ROUND_S / max(time.perf_counter() - start, 1e-6)))
     times: dict[str, list[float]] = {name: [] for name in runs}
     names = list(runs)
     for round_ in range(ROUNDS):
         for name in names[round_ % len(names):] + names[:round_ % len(names)]:
+            runs[name](list(inputs))  # settles the cores after the previous candidate
             for _ in range(share[name]):
                 start = time.perf_counter()
                 runs[name](list(inputs))

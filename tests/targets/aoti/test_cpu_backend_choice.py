@@ -160,6 +160,40 @@ def test_the_timing_process_times_what_runs_right_and_drops_what_runs_wrong(tmp_
     assert found["candidates"]["aoti"]["dropped"].startswith("failed validation: output 0")
 
 
+class _PoolsOnOneCore:
+    """Stand-in candidates that share the cores: a call right after another candidate's
+    costs ``SWITCH_S`` more (that one's thread pool still holds them), and each one's
+    first call ``FIRST_S`` more (lazy set-up)."""
+    SWITCH_S, FIRST_S = 0.010, 0.100
+
+    def __init__(self, **steady_s: float) -> None:
+        self.last = None
+        self.runs = {name: self._run(name, s) for name, s in steady_s.items()}
+
+    def _run(self, name: str, steady_s: float):
+        first = [True]
+
+        def run(inputs):
+            import time
+            time.sleep(steady_s + self.FIRST_S * first[0]
+                       + self.SWITCH_S * (self.last not in (None, name)))
+            first[0], self.last = False, name
+        return run
+
+
+def test_the_choice_times_each_turn_after_an_untimed_call_so_a_switch_costs_neither(
+        monkeypatch):
+    """A slow first call must not shrink a candidate's turns to one call each, every one
+    of them paying for the previous candidate's pool: the medians are the steady calls."""
+    monkeypatch.setattr(timing, "ROUND_S", 0.02)
+    pools = _PoolsOnOneCore(aoti=0.002, onnx=0.001)
+    times = timing.interleaved(pools.runs, [])
+    for name, steady_s in (("aoti", 0.002), ("onnx", 0.001)):
+        assert len(times[name]) >= timing.ROUNDS * timing.TURN_CALLS
+        median = sorted(times[name])[len(times[name]) // 2]
+        assert median < steady_s + pools.SWITCH_S / 2, (name, median)
+
+
 def test_a_cpu_artifact_keeps_onnx_when_aoti_fails_and_loads_fresh_matching_eager(
         tmp_path, monkeypatch, cli_here):
     """AOTInductor failing on the model: the build goes on with ONNX Runtime alone, says
