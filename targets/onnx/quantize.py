@@ -51,13 +51,15 @@ class _Calibration:
 
 
 def quantize_model(path: Path, recipe: str, calibration: list, examples: list | None = None,
-                   block: int = NBITS_BLOCK, platform: str = "linux-x86_64"):
+                   block: int | None = None, platform: str = "linux-x86_64"):
     """(the quantized ModelProto, with its weights loaded, and the report). ORT writes to
     a scratch folder; the caller saves the model under the artifact's own file names.
     ``examples``: flat input sets (the partition's own inputs) the per-layer error is
-    measured on when there is no calibration data. ``platform``: where the artifact runs
-    (its int8 weights' range, ``seven_bit_weights``). The exported model's weights are read
-    from its files as each step needs them, never held whole (initializers.py)."""
+    measured on when there is no calibration data. ``block``: weights per scale of the
+    ``-weight`` recipes (None: the recipe's, card.NBITS_BLOCK). ``platform``: where the
+    artifact runs (its int8 weights' range, ``seven_bit_weights``). The exported model's
+    weights are read from its files as each step needs them, never held whole
+    (initializers.py)."""
     import onnx
 
     with tempfile.TemporaryDirectory(prefix="ort-quantize-", dir=path.parent) as folder:
@@ -68,7 +70,8 @@ def quantize_model(path: Path, recipe: str, calibration: list, examples: list | 
         exported = initializers.external_files(before)
         initializers.move_files(exported, path.parent, scratch)
         try:
-            return _quantize_in(scratch, before, recipe, calibration, examples or [], block,
+            return _quantize_in(scratch, before, recipe, calibration, examples or [],
+                                block or NBITS_BLOCK.get(recipe, 0),
                                 seven_bit_weights(platform))
         finally:
             initializers.move_files(exported, scratch, path.parent)

@@ -259,7 +259,8 @@ class OnnxTarget(Target):
         try:
             quantized, quantization = quantize_model(
                 path, options.quantize, list(options.calibration), _example_sets(program),
-                block=self.own_options(options).quant_block, platform=options.platform)
+                block=self.own_options(options).block_for(options.quantize),
+                platform=options.platform)
         except TargetOptionError:
             raise
         except Exception as exc:  # noqa: BLE001 - ORT's quantizer raises many kinds

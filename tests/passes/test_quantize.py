@@ -174,10 +174,10 @@ def test_a_quantizer_failure_stops_the_build_instead_of_running_float(monkeypatc
 
 
 def test_onnx_weight_only_blocks_follow_quant_block(cli_here, tmp_path):
-    """MatMulNBits blocks: 128 weights a scale by default (the faster kernel on ORT's CPU
-    provider), 32 with --quant-block 32 (llama.cpp Q4_0's): the graph and the record say
-    which, and the trained encoder passes the quantized gate (SQNR >= 20 dB against eager
-    fp32, with margin at both block sizes)."""
+    """MatMulNBits blocks: 128 weights a scale by default at 4 bits, 256 at 8 (ORT's
+    8-bit CPU kernel pays per block), 32 with --quant-block 32 (llama.cpp Q4_0's): the
+    graph and the record say which, and the trained encoder passes the quantized gate
+    (SQNR >= 20 dB against eager fp32, with margin at both block sizes)."""
     pytest.importorskip("onnxruntime")
     import io
     import zipfile
@@ -185,7 +185,9 @@ def test_onnx_weight_only_blocks_follow_quant_block(cli_here, tmp_path):
     import onnx
 
     from targets.onnx.target import OnnxOptions
-    assert OnnxOptions().quant_block == 128
+    defaults = OnnxOptions()
+    assert (defaults.block_for("int4-weight"), defaults.block_for("int8-weight")) == (128, 256)
+    assert OnnxOptions(quant_block=32).block_for("int8-weight") == 32
     out = tmp_path / "encoder-int4-32.artifact"
     result = cli_here("build", "zoo:encoder-trained", "--target", "onnx", "--quantize",
                       "int4-weight", "--quant-block", "32", "--out", str(out))
