@@ -13,6 +13,8 @@ runtime, greedy, end of sequence masked as the protocol asks (bench/llm/protocol
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import subprocess
 import sys
 from pathlib import Path
@@ -28,13 +30,14 @@ BUILDS = {"artifact-cpu": ("cpu", None), "artifact-cpu-int8": ("cpu", "int8-dyna
           # ORT's dynamic quantizer (MatMulInteger, u8s8; 7-bit weights on x86)
           "artifact-onnx-int8-dynamic": ("onnx", "int8-dynamic"),
           # MatMulNBits blocks of 32 (llama.cpp Q4_0's and ORT GenAI's default); the
-          # onnx target's default is 128 (targets/onnx/quantize.py)
+          # onnx target's defaults are 256 at 8 bits, 128 at 4 (targets/onnx/card.py)
           "artifact-onnx-int8-b32": ("onnx", "int8-weight", "--quant-block", "32"),
           "artifact-onnx-int4-b32": ("onnx", "int4-weight", "--quant-block", "32"),
           # blocks of 64: MLAS's AVX2 int8-activation kernels have their own 64-wide
           # one-row path (an AVX2-only CPU has no VNNI)
           "artifact-onnx-int8-b64": ("onnx", "int8-weight", "--quant-block", "64"),
           "artifact-onnx-int4-b64": ("onnx", "int4-weight", "--quant-block", "64"),
+          "artifact-onnx-int8-b128": ("onnx", "int8-weight", "--quant-block", "128"),
           # blocks of 256: fewer per-block scale steps in MLAS's int8-activation kernels
           "artifact-onnx-int8-b256": ("onnx", "int8-weight", "--quant-block", "256"),
           "artifact-onnx-int4-b256": ("onnx", "int4-weight", "--quant-block", "256"),
@@ -66,13 +69,19 @@ def preparer(name: str):
     return prepare
 
 
-def loader(name: str):
+def loader(name: str, source: str | None = None, opening=contextlib.nullcontext,
+           label: str = "our artifact"):
+    """``source``: the engine whose artifact it loads (default: its own); ``opening``:
+    a context the runtime loads it in (bench/llm/rows: our own kernels)."""
     def load(req: EngineRequest) -> Loaded:
         import torch
 
         import runtime
         torch.set_num_threads(req.threads)
-        program = runtime.load(_artifact(name, req), limits=_limits(_artifact(name, req)))
+        path = (_artifact(source, dataclasses.replace(req, work_dir=req.work_dir.parent / source))
+                if source else _artifact(name, req))
+        with opening():
+            program = runtime.load(path, limits=_limits(path))
         generator = program.generator
         eos = sorted(generator.eos)
 
@@ -87,9 +96,9 @@ def loader(name: str):
                 if step + 1 < new_tokens:
                     logits = generator.step(torch.tensor([token]), position)[-1]
                     position += 1
-        target, recipe, *flags = BUILDS[name]
-        return Loaded(generate, f"{target} {recipe or 'fp32'} {' '.join(flags)} (our artifact)",
-                      [_artifact(name, req)])
+        target, recipe, *flags = BUILDS[source or name]
+        return Loaded(generate, f"{target} {recipe or 'fp32'} {' '.join(flags)} ({label})",
+                      [path])
     return load
 
 
@@ -97,8 +106,6 @@ def _limits(path: Path):
     """The runtime's limits, raised to this artifact's size: the bench's own builds are
     trusted, and a 1.1B model's fp32 artifact passes the defaults (4.4 GB; its
     ExecuTorch program one 4.4 GB entry, over the 2 GiB an entry may have)."""
-    import dataclasses
-
     from runtime.format.archive import Limits
     size, default = path.stat().st_size, Limits()
     return dataclasses.replace(

@@ -179,6 +179,8 @@ def main() -> None:
     parser.add_argument("--blocks", default="128,256", help="MatMulNBits block sizes")
     parser.add_argument("--levels", default="", help="MatMulNBits accuracy levels besides "
                                                       "4, e.g. 1 (float32 compute: slow)")
+    parser.add_argument("--rows", action="store_true", help="also each -weight model's "
+                        "MatMulNBits run by our own kernels (bench/llm/rows), as NAME+rows")
     parser.add_argument("--out", help="append the result as one JSON line")
     parser.add_argument("--models", help="a folder to keep the models in (and reuse: a run "
                                          "on a quiet machine need not quantize)")
@@ -196,6 +198,12 @@ def main() -> None:
                             tuple(int(v) for v in args.levels.split(",") if v))
         want = session(folder / "float.onnx", 1).run(None, feeds)
         sessions = {name: session(p, args.threads) for name, p in paths.items()}
+        if args.rows:
+            from bench.llm.rows import opened_with_rows
+            with opened_with_rows():
+                sessions.update({f"{name}+rows": session(p, args.threads)
+                                 for name, p in paths.items() if name.endswith(("-b128",
+                                                                                "-b256"))})
         accuracy = {name: sqnr_db(s.run(None, feeds), want) for name, s in sessions.items()}
         times = measure(sessions, feeds, args.rounds, args.threads)
     weights = layers * sum(k * n for k, n in shapes)
@@ -205,7 +213,7 @@ def main() -> None:
         rows[name] = {"min_ms": t.min() * 1e3, "p25_ms": np.percentile(t, 25) * 1e3,
                       "median_ms": np.median(t) * 1e3,
                       "gweights_per_s": weights / np.median(t) / 1e9, "sqnr_db": accuracy[name]}
-        print(f"{name:22s} median {rows[name]['median_ms']:7.2f} ms (p25 "
+        print(f"{name:27s} median {rows[name]['median_ms']:7.2f} ms (p25 "
               f"{rows[name]['p25_ms']:7.2f}, min {rows[name]['min_ms']:7.2f})  "
               f"{rows[name]['gweights_per_s']:5.1f} G weights/s  SQNR {accuracy[name]:5.1f} dB")
     if args.out:

@@ -1,0 +1,86 @@
+"""Our own AVX2 int8/int4 GEMV inside ONNX Runtime, as a bench probe (issue 52, goal 3): the
+onnx target's MatMulNBits nodes (8- or 4-bit symmetric blocks, no zero points) run by a
+custom-op library built here from ``nbits_rows.c`` instead of MLAS, over the same inputs.
+
+    python -m bench.llm.rows [--threads 1] [--models build/llm/ort-int8-paths]
+
+compares the two on ``bench.llm.ort_int8_paths``'s models (the 300M's 80 projections, one
+row); ``opened_with_rows()`` rewrites every session the runtime opens inside it, which is
+how ``bench.llm.engines_rows`` decodes an onnx artifact with the kernels. Not part of any
+build: what it measures decides whether the onnx target should ship such a library.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+SOURCE = HERE / "nbits_rows.c"
+DOMAIN = "edge_exporter.cpu"
+CACHE = HERE.parents[2] / "build" / "llm" / "rows"
+
+
+def library() -> Path:
+    """The compiled library (built once per source text, at low priority)."""
+    digest = hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:12]
+    path = CACHE / f"libnbits_rows-{digest}.so"
+    if not path.exists():
+        CACHE.mkdir(parents=True, exist_ok=True)
+        compiler = shutil.which("cc") or shutil.which("gcc")
+        if compiler is None:
+            raise RuntimeError("bench.llm.rows needs a C compiler (cc or gcc) on PATH")
+        scratch = path.with_suffix(f".{os.getpid()}.tmp")
+        subprocess.run(["nice", "-n", "19", compiler, "-O3", "-mavx2", "-mfma", "-fPIC",
+                        "-shared", str(SOURCE), "-o", str(scratch)], check=True)
+        scratch.replace(path)
+    return path
+
+
+def rewrite(model) -> int:
+    """Moves ``model``'s MatMulNBits nodes the library runs to its domain; how many."""
+    import onnx
+
+    moved = 0
+    for node in model.graph.node:
+        attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+        if (node.op_type == "MatMulNBits" and len(node.input) == 3
+                and attrs.get("bits") in (4, 8) and attrs.get("block_size", 0) % 64 == 0):
+            node.domain = DOMAIN
+            moved += 1
+    if moved and not any(o.domain == DOMAIN for o in model.opset_import):
+        model.opset_import.append(onnx.helper.make_opsetid(DOMAIN, 1))
+    return moved
+
+
+@contextlib.contextmanager
+def opened_with_rows(counts: list[int] | None = None):
+    """Every ``onnxruntime.InferenceSession`` opened inside runs its MatMulNBits nodes
+    with the library; ``counts`` collects the nodes moved per session."""
+    import onnx
+    import onnxruntime as ort
+
+    plain, lib = ort.InferenceSession, str(library())
+
+    class WithRows(plain):
+        def __init__(self, path, sess_options=None, *args, **kwargs):
+            sess_options = sess_options or ort.SessionOptions()
+            sess_options.register_custom_ops_library(lib)
+            model = onnx.load(str(path), load_external_data=False)
+            moved = rewrite(model)
+            if counts is not None:
+                counts.append(moved)
+            if moved:  # beside the original: its external data files are relative to it
+                path = Path(path).with_name(Path(path).stem + ".rows.onnx")
+                onnx.save(model, str(path))
+            super().__init__(str(path), sess_options, *args, **kwargs)
+
+    ort.InferenceSession = WithRows
+    try:
+        yield
+    finally:
+        ort.InferenceSession = plain

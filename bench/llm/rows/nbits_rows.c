@@ -1,0 +1,312 @@
+// MatMulNBits (symmetric 8- and 4-bit blocks, no zero points) as an ONNX Runtime custom
+// op with our own AVX2 kernels, over MatMulNBits's own inputs and attributes: a bench
+// probe of what our own int8/int4 GEMV would give the onnx target's decode step
+// (bench/llm/rows/__init__.py rewrites the nodes; issue 52, goal 3).
+//
+// Weights are repacked once, when the kernel is made, four output rows interleaved per
+// 32 bytes so each thread reads one sequential stream (MLAS packs its own way too).
+// Activations are quantized to int8 per weight block, as MLAS does at accuracy level 4.
+#include <immintrin.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+// ---- The few ONNX Runtime C API entries used, by their slot in OrtApi's function table
+// (the table only grows at its end: slots hold from API version 17 on).
+typedef struct OrtStatus OrtStatus;
+typedef struct OrtValue OrtValue;
+typedef struct OrtKernelInfo OrtKernelInfo;
+typedef struct OrtKernelContext OrtKernelContext;
+typedef struct OrtSessionOptions OrtSessionOptions;
+typedef struct OrtCustomOpDomain OrtCustomOpDomain;
+typedef struct OrtShapeInfo OrtShapeInfo;
+typedef void* const* OrtApiTable;
+typedef struct {
+  OrtApiTable (*GetApi)(uint32_t version);
+  const char* (*GetVersionString)(void);
+} OrtApiBase;
+enum { API_VERSION = 17, TYPE_FLOAT = 1, TYPE_UINT8 = 2, INVALID_ARGUMENT = 2 };
+#define SLOT(index, ret, ...) ((ret(*)(__VA_ARGS__))api[index])
+static OrtApiTable api;
+#define CreateStatus SLOT(0, OrtStatus*, int, const char*)
+#define CreateCustomOpDomain SLOT(26, OrtStatus*, const char*, OrtCustomOpDomain**)
+#define CustomOpDomain_Add SLOT(27, OrtStatus*, OrtCustomOpDomain*, const void*)
+#define AddCustomOpDomain SLOT(28, OrtStatus*, OrtSessionOptions*, OrtCustomOpDomain*)
+#define GetTensorMutableData SLOT(51, OrtStatus*, const OrtValue*, void**)
+#define GetDimensionsCount SLOT(61, OrtStatus*, const OrtShapeInfo*, size_t*)
+#define GetDimensions SLOT(62, OrtStatus*, const OrtShapeInfo*, int64_t*, size_t)
+#define GetTensorTypeAndShape SLOT(65, OrtStatus*, const OrtValue*, OrtShapeInfo**)
+#define KernelInfoGetAttribute_int64 \
+  SLOT(86, OrtStatus*, const OrtKernelInfo*, const char*, int64_t*)
+#define KernelContext_GetInput \
+  SLOT(90, OrtStatus*, const OrtKernelContext*, size_t, const OrtValue**)
+#define KernelContext_GetOutput \
+  SLOT(91, OrtStatus*, OrtKernelContext*, size_t, const int64_t*, size_t, OrtValue**)
+#define ReleaseTensorTypeAndShapeInfo SLOT(99, void, OrtShapeInfo*)
+#define KernelInfoGetConstantInput_tensor \
+  SLOT(249, OrtStatus*, const OrtKernelInfo*, size_t, int*, const OrtValue**)
+#define KernelContext_ParallelFor \
+  SLOT(274, OrtStatus*, const OrtKernelContext*, void (*)(void*, size_t), size_t, size_t, \
+       void*)
+
+// OrtCustomOp, field by field as ONNX Runtime reads it (up to the version set in it)
+typedef struct {
+  uint32_t version;
+  void* (*CreateKernel)(const void*, OrtApiTable, const OrtKernelInfo*);
+  const char* (*GetName)(const void*);
+  const char* (*GetExecutionProviderType)(const void*);
+  int (*GetInputType)(const void*, size_t);
+  size_t (*GetInputTypeCount)(const void*);
+  int (*GetOutputType)(const void*, size_t);
+  size_t (*GetOutputTypeCount)(const void*);
+  void (*KernelCompute)(void*, OrtKernelContext*);
+  void (*KernelDestroy)(void*);
+  int (*GetInputCharacteristic)(const void*, size_t);
+  int (*GetOutputCharacteristic)(const void*, size_t);
+  int (*GetInputMemoryType)(const void*, size_t);
+  int (*GetVariadicInputMinArity)(const void*);
+  int (*GetVariadicInputHomogeneity)(const void*);
+  int (*GetVariadicOutputMinArity)(const void*);
+  int (*GetVariadicOutputHomogeneity)(const void*);
+  OrtStatus* (*CreateKernelV2)(const void*, OrtApiTable, const OrtKernelInfo*, void**);
+  OrtStatus* (*KernelComputeV2)(void*, OrtKernelContext*);
+  void* InferOutputShapeFn;
+  int (*GetStartVersion)(const void*);
+  int (*GetEndVersion)(const void*);
+  void* later[4];  // GetMayInplace ... ReleaseAliasMap: not read at version 17
+} CustomOp;
+
+// ---- Kernels
+enum { R = 4, ROWS_PER_TASK = 32, PREFETCH = 2048 };
+typedef struct { int64_t K, N, bits, block; uint8_t* packed; } Kernel;
+typedef struct {
+  const uint8_t* w; const float* ws; const int8_t* xq; const float* xs; const int32_t* xsum;
+  float* y; int64_t M, N, nb, block, bits;
+} Job;
+
+static inline float hsum(__m256 v) {
+  __m128 a = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  a = _mm_hadd_ps(a, a);
+  a = _mm_hadd_ps(a, a);
+  return _mm_cvtss_f32(a);
+}
+// 32 signed weights against 32 int8 activations: |w| * (x signed as w) in vpmaddubsw,
+// whose 16-bit pair sums stay under 2 * 128 * 127 (AVX2 has no VNNI)
+static inline __m256i dot8(__m256i w, __m256i x) {
+  __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
+  return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+}
+// 64 4-bit codes (low nibble: the even element) against activations laid out [evens,
+// odds]; codes are w + 8, so pair sums stay under 2 * 2 * 15 * 127
+static inline __m256i dot4(__m256i packed, __m256i xe, __m256i xo) {
+  const __m256i low = _mm256_set1_epi8(0x0F);
+  __m256i lo = _mm256_and_si256(packed, low);
+  __m256i hi = _mm256_and_si256(_mm256_srli_epi16(packed, 4), low);
+  __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo, xe), _mm256_maddubs_epi16(hi, xo));
+  return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+}
+
+// rows_n (<= R) outputs of one packed group of R rows for one activation row
+static inline __attribute__((always_inline)) void tile(
+    const uint8_t* restrict wg, const float* restrict ws, const int8_t* restrict x,
+    const float* restrict xs, const int32_t* restrict xsum, float* restrict y, int64_t nb,
+    int64_t block, int bits, int rows_n) {
+  const int64_t blob = bits == 8 ? block : block / 2;
+  __m256 acc[R];
+  for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; b++) {
+    __m256i is[R];
+    for (int r = 0; r < R; r++) is[r] = _mm256_setzero_si256();
+    const uint8_t* w = wg + b * blob * R;
+    const int8_t* xb = x + b * block;
+    for (int64_t c = 0; c < blob * R; c += 64)
+      _mm_prefetch((const char*)(w + PREFETCH + c), _MM_HINT_T0);
+    if (bits == 8) {
+      for (int64_t k = 0; k < block; k += 32) {
+        __m256i xv = _mm256_loadu_si256((const __m256i*)(xb + k));
+        for (int r = 0; r < rows_n; r++)
+          is[r] = _mm256_add_epi32(
+              is[r], dot8(_mm256_loadu_si256((const __m256i*)(w + k * R + r * 32)), xv));
+      }
+    } else {
+      for (int64_t k = 0; k < block; k += 64) {
+        __m256i xe = _mm256_loadu_si256((const __m256i*)(xb + k));
+        __m256i xo = _mm256_loadu_si256((const __m256i*)(xb + k + 32));
+        for (int r = 0; r < rows_n; r++)
+          is[r] = _mm256_add_epi32(is[r], dot4(_mm256_loadu_si256(
+              (const __m256i*)(w + k / 2 * R + r * 32)), xe, xo));
+      }
+    }
+    for (int r = 0; r < rows_n; r++) {  // 4 bits: 8 * sum(x) off, a lane's share each
+      __m256i v = bits == 4 ? _mm256_sub_epi32(is[r], _mm256_set1_epi32(xsum[b])) : is[r];
+      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(v), _mm256_set1_ps(ws[r * nb + b] * xs[b]),
+                               acc[r]);
+    }
+  }
+  for (int r = 0; r < rows_n; r++) y[r] = hsum(acc[r]);
+}
+
+static void rows(const Job* j, int64_t n0, int64_t n1) {
+  const int64_t nb = j->nb, block = j->block, kp = nb * block;
+  const int64_t group = (j->bits == 8 ? block : block / 2) * nb;  // bytes of one row
+  for (int64_t m = 0; m < j->M; m++) {
+    const int8_t* x = j->xq + m * kp;
+    const float* xs = j->xs + m * nb;
+    const int32_t* xsum = j->xsum ? j->xsum + m * nb : NULL;
+    float* y = j->y + m * j->N;
+    int64_t n = n0;
+    if (j->bits == 8)
+      for (; n + R <= n1; n += R)
+        tile(j->w + n * group, j->ws + n * nb, x, xs, xsum, y + n, nb, block, 8, R);
+    else
+      for (; n + R <= n1; n += R)
+        tile(j->w + n * group, j->ws + n * nb, x, xs, xsum, y + n, nb, block, 4, R);
+    if (n < n1)
+      tile(j->w + n * group, j->ws + n * nb, x, xs, xsum, y + n, nb, block, (int)j->bits,
+           (int)(n1 - n));
+  }
+}
+
+static void task(void* data, size_t i) {
+  const Job* j = (const Job*)data;
+  int64_t n0 = (int64_t)i * ROWS_PER_TASK, n1 = n0 + ROWS_PER_TASK;
+  rows(j, n0, n1 < j->N ? n1 : j->N);
+}
+
+// int8 per block, symmetric; 4 bits: each 64 as [evens, odds], and the block's code sum
+static void quantize_rows(const float* a, int64_t M, int64_t K, int64_t nb, int64_t block,
+                          int bits, int8_t* xq, float* xs, int32_t* xsum) {
+  for (int64_t m = 0; m < M; m++)
+    for (int64_t b = 0; b < nb; b++) {
+      const float* src = a + m * K + b * block;
+      int64_t len = K - b * block < block ? K - b * block : block;
+      float amax = 0.f;
+      for (int64_t k = 0; k < len; k++) amax = fmaxf(amax, fabsf(src[k]));
+      float inv = amax > 0.f ? 127.f / amax : 0.f;
+      int8_t* dst = xq + (m * nb + b) * block;
+      int32_t sum = 0;
+      for (int64_t k = 0; k < block; k++) {
+        int q = k < len ? (int)nearbyintf(src[k] * inv) : 0;
+        sum += q;
+        dst[bits == 8 ? k : (k / 64) * 64 + (k % 2) * 32 + (k % 64) / 2] = (int8_t)q;
+      }
+      xs[m * nb + b] = amax / 127.f;
+      if (xsum) xsum[m * nb + b] = sum;
+    }
+}
+
+#define TRY(x) do { OrtStatus* _s = (x); if (_s) return _s; } while (0)
+
+static OrtStatus* compute(void* op_kernel, OrtKernelContext* ctx) {
+  const Kernel* kern = (const Kernel*)op_kernel;
+  const OrtValue *a_v, *s_v;
+  TRY(KernelContext_GetInput(ctx, 0, &a_v));
+  TRY(KernelContext_GetInput(ctx, 2, &s_v));
+  OrtShapeInfo* info;
+  size_t rank;
+  int64_t dims[8];
+  TRY(GetTensorTypeAndShape(a_v, &info));
+  TRY(GetDimensionsCount(info, &rank));
+  if (rank < 1 || rank > 8) return CreateStatus(INVALID_ARGUMENT, "NBitsRows: input rank");
+  TRY(GetDimensions(info, dims, rank));
+  ReleaseTensorTypeAndShapeInfo(info);
+  int64_t M = 1;
+  for (size_t i = 0; i + 1 < rank; i++) M *= dims[i];
+  dims[rank - 1] = kern->N;
+  OrtValue* y_v;
+  void *a, *ws, *y;
+  TRY(KernelContext_GetOutput(ctx, 0, dims, rank, &y_v));
+  TRY(GetTensorMutableData(a_v, &a));
+  TRY(GetTensorMutableData(s_v, &ws));
+  TRY(GetTensorMutableData(y_v, &y));
+  int64_t nb = (kern->K + kern->block - 1) / kern->block;
+  int8_t* xq = malloc((size_t)(M * nb * kern->block));
+  float* xs = malloc(sizeof(float) * (size_t)(M * nb));
+  int32_t* xsum = kern->bits == 4 ? malloc(sizeof(int32_t) * (size_t)(M * nb)) : NULL;
+  quantize_rows(a, M, kern->K, nb, kern->block, (int)kern->bits, xq, xs, xsum);
+  Job j = {kern->packed, ws, xq, xs, xsum, y, M, kern->N, nb, kern->block, kern->bits};
+  size_t tasks = (size_t)((kern->N + ROWS_PER_TASK - 1) / ROWS_PER_TASK);
+  OrtStatus* status = KernelContext_ParallelFor(ctx, task, tasks, 0, &j);
+  free(xq);
+  free(xs);
+  free(xsum);
+  return status;
+}
+
+// the weights, four rows interleaved per 32 bytes (a short last group padded); 8-bit
+// codes (w + 128) become signed weights for dot8
+static OrtStatus* pack(Kernel* k, const OrtKernelInfo* info) {
+  int is_const = 0;
+  const OrtValue* b_v = NULL;
+  void* src_v;
+  TRY(KernelInfoGetConstantInput_tensor(info, 1, &is_const, &b_v));
+  if (!is_const) return CreateStatus(INVALID_ARGUMENT, "NBitsRows: weights not constant");
+  TRY(GetTensorMutableData(b_v, &src_v));
+  const uint8_t* src = src_v;
+  int64_t nb = (k->K + k->block - 1) / k->block, blob = k->bits == 8 ? k->block : k->block / 2;
+  const size_t huge = 2 << 20;
+  size_t bytes = (size_t)(((k->N + R - 1) / R) * R * nb * blob);
+  k->packed = aligned_alloc(huge, (bytes + huge - 1) / huge * huge);
+  if (!k->packed) return CreateStatus(INVALID_ARGUMENT, "NBitsRows: out of memory");
+  madvise(k->packed, bytes, MADV_HUGEPAGE);  // fewer TLB misses across the stream
+  memset(k->packed, k->bits == 8 ? 0x80 : 0x88, bytes);
+  for (int64_t n = 0; n < k->N; n++)
+    for (int64_t b = 0; b < nb; b++)
+      for (int64_t off = 0; off < blob; off += 32)
+        memcpy(k->packed + (n / R) * R * nb * blob + b * blob * R + off * R + (n % R) * 32,
+               src + (n * nb + b) * blob + off, 32);
+  if (k->bits == 8)
+    for (size_t i = 0; i < bytes; i++) k->packed[i] ^= 0x80;
+  return NULL;
+}
+
+static OrtStatus* create(const void* op, OrtApiTable table, const OrtKernelInfo* info,
+                         void** out) {
+  (void)op;
+  (void)table;
+  Kernel* k = calloc(1, sizeof(Kernel));
+  TRY(KernelInfoGetAttribute_int64(info, "K", &k->K));
+  TRY(KernelInfoGetAttribute_int64(info, "N", &k->N));
+  TRY(KernelInfoGetAttribute_int64(info, "bits", &k->bits));
+  TRY(KernelInfoGetAttribute_int64(info, "block_size", &k->block));
+  if ((k->bits != 8 && k->bits != 4) || k->block % 64)
+    return CreateStatus(INVALID_ARGUMENT, "NBitsRows: 8 or 4 bits in blocks of 64n");
+  TRY(pack(k, info));
+  *out = k;
+  return NULL;
+}
+static void destroy(void* k) {
+  free(((Kernel*)k)->packed);
+  free(k);
+}
+static const char* name(const void* op) { (void)op; return "MatMulNBits"; }
+static const char* provider(const void* op) { (void)op; return "CPUExecutionProvider"; }
+static int in_type(const void* op, size_t i) { (void)op; return i == 1 ? TYPE_UINT8 : TYPE_FLOAT; }
+static size_t three(const void* op) { (void)op; return 3; }
+static int out_type(const void* op, size_t i) { (void)op; (void)i; return TYPE_FLOAT; }
+static size_t one_output(const void* op) { (void)op; return 1; }
+static int zero_at(const void* op, size_t i) { (void)op; (void)i; return 0; }
+static int one(const void* op) { (void)op; return 1; }
+static int zero(const void* op) { (void)op; return 0; }
+static int last_version(const void* op) { (void)op; return 1 << 30; }
+
+static CustomOp op;
+OrtStatus* RegisterCustomOps(OrtSessionOptions* options, const OrtApiBase* base) {
+  api = base->GetApi(API_VERSION);
+  op = (CustomOp){.version = API_VERSION, .GetName = name,
+                  .GetExecutionProviderType = provider, .GetInputType = in_type,
+                  .GetInputTypeCount = three, .GetOutputType = out_type,
+                  .GetOutputTypeCount = one_output, .KernelDestroy = destroy,
+                  .GetInputCharacteristic = zero_at, .GetOutputCharacteristic = zero_at,
+                  .GetInputMemoryType = zero_at, .GetVariadicInputMinArity = one,
+                  .GetVariadicInputHomogeneity = zero, .GetVariadicOutputMinArity = one,
+                  .GetVariadicOutputHomogeneity = zero, .CreateKernelV2 = create,
+                  .KernelComputeV2 = compute, .GetStartVersion = one,
+                  .GetEndVersion = last_version};
+  OrtCustomOpDomain* domain;
+  TRY(CreateCustomOpDomain("edge_exporter.cpu", &domain));
+  TRY(CustomOpDomain_Add(domain, &op));
+  return AddCustomOpDomain(options, domain);
+}
