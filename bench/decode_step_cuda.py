@@ -129,7 +129,18 @@ def replay_and_profile(artifact: str) -> dict:
     sequence = [(name, us) for _, name, us in sorted(sequence)]
     return {"replay_ms": statistics.median(times),
             "kernels": {k: [n / 20, us / 20] for k, (n, us) in kernels.items()},
-            "by_position": by_position(sequence)}
+            "by_position": by_position(sequence), "step": step_kernels(sequence, 20)}
+
+
+def step_kernels(sequence: list, steps: int) -> list:
+    """Each kernel of one step in launch order, its median time over the steps: the
+    per-kernel table of any build (int4's products are not row_gemv)."""
+    per_step, left = divmod(len(sequence), steps)
+    if left:
+        return []
+    return [[sequence[i][0], statistics.median(sequence[i + s * per_step][1]
+                                               for s in range(steps))]
+            for i in range(per_step)]
 
 
 def by_position(sequence: list) -> dict:
