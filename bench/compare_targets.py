@@ -145,7 +145,7 @@ def plain_aoti(module, args: tuple, kwargs: dict, path: Path, while_compiling=No
                freezing: bool = True):
     """A call of AOTInductor as a user without us would: ``torch.export``, then
     ``aoti_compile_and_package`` with freezing (weights folded into the library and
-    prepacked: Inductor's fast CPU setting), loaded by ``aoti_load_package``. Compiled
+    prepacked: Inductor's fast CPU setting), loaded as ``aoti_load_package`` does. Compiled
     under the process's thread count, which Inductor's C++ code is generated for;
     ``while_compiling``: a context manager around the compile (one change to Inductor);
     ``freezing=False``: the weights stay inputs of the library's kernels, as in eager."""
@@ -163,7 +163,11 @@ def plain_aoti(module, args: tuple, kwargs: dict, path: Path, while_compiling=No
             torch._inductor.aoti_compile_and_package(program, package_path=str(tmp),
                                                      inductor_configs=configs)
         tmp.rename(path)
-    runner = torch._inductor.aoti_load_package(str(path))
+    # aoti_load_package's own wrapper over this C++ loader, without its CPU-ISA probes
+    # (compiler runs, most of a minute on a fresh machine: runtime/executors/aoti.py)
+    from torch._inductor.package.package import AOTICompiledModel
+    runner = AOTICompiledModel(torch._C._aoti.AOTIModelPackageLoader(str(path), "model",
+                                                                      False, 1, -1))
     return lambda: runner(*args, **(kwargs or {}))
 
 
