@@ -49,11 +49,19 @@ def _build(spec: str, overrides: dict, out: Path, device: str):
     from targets.aoti.cuda import CudaTarget
     original = with_variant(overrides)
     try:
-        with _unless_changed(overrides):
+        with _unless_changed(overrides), _sdpa_backends(overrides.get("sdpa_backends")):
             return build(spec, BuildSettings(target="cuda", dtype="fp16", out=out))
     finally:
-        (CudaTarget.inductor_configs, CudaTarget.default_passes,
-         CudaTarget.attention_backends) = original
+        CudaTarget.inductor_configs, CudaTarget.default_passes = original
+
+
+def _sdpa_backends(names: list[str] | None):
+    """The attention backends a build may choose from (``SDPBackend`` names): capture and
+    lowering pick one per attention call from those enabled; None: torch's own choice."""
+    if not names:
+        return contextlib.nullcontext()
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    return sdpa_kernel([getattr(SDPBackend, name) for name in names])
 
 
 class SameAsTarget(BaseException):
@@ -110,19 +118,15 @@ def with_variant(overrides: dict):
     """The cuda target's Inductor settings with ``overrides`` laid over them, less the
     passes named in ``overrides["skip_passes"]``, plus the candidate passes named in
     ``overrides["add_passes"]`` (targets/aoti/cuda.py CANDIDATE_PASSES, placed before the
-    attention-input rewrite, where they ran when on by default), with the attention
-    backends ``overrides["sdpa_backends"]`` names (``null``: torch's own choice) in place of
-    the target's, for one build; returns the originals."""
+    attention-input rewrite, where they ran when on by default), for one build; returns
+    the originals."""
     from targets.aoti.cuda import CANDIDATE_PASSES, CudaTarget
     overrides = dict(overrides)
     skipped = set(overrides.pop("skip_passes", ()))
     added = [CANDIDATE_PASSES[name] for name in overrides.pop("add_passes", ())]
     overrides.pop("unless_same", None)
-    original = (CudaTarget.inductor_configs, CudaTarget.default_passes,
-                CudaTarget.attention_backends)
-    if "sdpa_backends" in overrides:  # not an Inductor setting
-        names = overrides.pop("sdpa_backends")
-        CudaTarget.attention_backends = None if names is None else tuple(names)
+    overrides.pop("sdpa_backends", None)  # not an Inductor setting: _build applies it
+    original = CudaTarget.inductor_configs, CudaTarget.default_passes
 
     def configs(self, options, dynamic=False, data_sizes=False):
         return {**original[0](self, options, dynamic, data_sizes), **overrides}

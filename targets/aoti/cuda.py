@@ -19,6 +19,7 @@ from targets.aoti.passes.aligned_linears import (
     LinearInputsAlignedByPadding,
     LinearsAlignedByPadding,
 )
+from targets.aoti.passes.attention_kernels import AttentionKernelsByTiming
 from targets.aoti.passes.attention_views import AttentionInputsAsViews
 from targets.aoti.passes.decode_kernels import DecodeAttentionAsKernel, RowLinearsAsKernels
 from targets.aoti.passes.depthwise_convs import DepthwiseConvsAsTaps
@@ -41,8 +42,7 @@ from targets.facets import Quantization
 
 # Passes not yet shown faster inside a whole build: off by default;
 # bench/cuda_gap.py turns them on by name to time them inside whole builds.
-CANDIDATE_PASSES = {p.name: p for p in (LinearInputsAlignedByPadding,
-                                         WrittenAttentionAsSdpa)}
+CANDIDATE_PASSES = {p.name: p for p in (LinearInputsAlignedByPadding,)}
 
 
 class CudaPackaging(AotiPackaging):
@@ -50,7 +50,8 @@ class CudaPackaging(AotiPackaging):
         found = super().nondeterminism(options)
         if not options.deterministic:
             found.append("Inductor times Triton kernel configurations on this GPU and keeps the "
-                         "fastest (--deterministic turns this off)")
+                         "fastest, and each attention call's kernel is chosen by timing "
+                         "(--deterministic turns this off)")
         return found
 
 
@@ -66,9 +67,6 @@ class CudaTarget(AOTInductorTarget):
     packaging = CudaPackaging()
     tooling = CudaTooling()
     quantization = Quantization(recipes=CUDA_RECIPES)
-    # The attention kernels (SDPBackend names) a plain build's SDPA calls may lower to,
-    # chosen while Inductor traces; None: torch's own choice. Not generating builds.
-    attention_backends: tuple[str, ...] | None = None
 
     def availability(self) -> Availability:
         return Availability(*gpu_here())
@@ -81,29 +79,30 @@ class CudaTarget(AOTInductorTarget):
         # small depthwise convolutions as Inductor's reductions, group convolutions cuDNN
         # wraps in layout transforms as batched GEMMs, a tanh GELU as its GEMM's epilogue
         # (each kept for being faster inside whole builds, not in isolation);
-        # attention inputs as views, not copies;
+        # written-out attention as one SDPA call, attention inputs as views, not copies;
+        # each attention call's kernel timed on this GPU (not with --deterministic);
         # last, after --quantize: its linears keep their own kernels (passes/row_linears.py);
         # a decode step's products and attention as our Triton kernels, the rest of the
         # one-row linears as Inductor's reductions (passes/decode_kernels.py)
         decode = [DecodeAttentionAsKernel(), RowLinearsAsKernels()] if decode_ops.TRITON \
             else []
-        # not in generating builds: a decode step's one-row fc1 keeps its row kernel
-        epilogue = [] if options.shared_weights else [TanhGeluAsGemmEpilogue()]
+        # not in generating builds (measured on plain ones): a decode step's one-row fc1
+        # keeps its row kernel, its attention its decode kernel
+        plain = not options.shared_weights
+        epilogue = [TanhGeluAsGemmEpilogue()] if plain else []
+        written = [WrittenAttentionAsSdpa()] if plain else []
+        timed = [AttentionKernelsByTiming()] if plain and not options.deterministic else []
         return [*passes, PatchConvsAsMatmuls(), LinearsAlignedByPadding(),
-                DepthwiseConvsAsTaps(), GroupedConvsAsBatchedGemms(), *epilogue,
-                AttentionInputsAsViews(), *decode,
+                DepthwiseConvsAsTaps(), GroupedConvsAsBatchedGemms(), *epilogue, *written,
+                AttentionInputsAsViews(), *decode, *timed,
                 SingleRowLinearsAsReductions()]
 
-    @contextlib.contextmanager
-    def lowering_fixes(self, options: LowerOptions):
+    def lowering_fixes(self, options: LowerOptions) -> contextlib.AbstractContextManager:
         # Coordinate-descent tuning (below) then times each candidate with the host out
         # of the measurement, so a busy host does not choose the kernels (kernel_timing.py).
-        with contextlib.ExitStack() as fixes:
-            if not options.shared_weights:
-                fixes.enter_context(attention_backends(self.attention_backends))
-            if not options.deterministic:
-                fixes.enter_context(host_independent_kernel_timing())
-            yield
+        if options.deterministic:
+            return contextlib.nullcontext()
+        return host_independent_kernel_timing()
 
     def inductor_configs(self, options: LowerOptions, dynamic: bool = False,
                          data_sizes: bool = False) -> dict:
@@ -140,14 +139,6 @@ class CudaTarget(AOTInductorTarget):
         major, minor = torch.cuda.get_device_capability()
         return Requirements(arch=base.arch, torch=base.torch, cuda=torch.version.cuda,
                             cuda_capability=f"{major}.{minor}")
-
-
-def attention_backends(names: tuple[str, ...] | None) -> contextlib.AbstractContextManager:
-    """Only ``names`` (SDPBackend names) enabled while it lasts; None: as they are."""
-    if names is None:
-        return contextlib.nullcontext()
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-    return sdpa_kernel([getattr(SDPBackend, name) for name in names])
 
 
 def _gpu_check() -> Check:

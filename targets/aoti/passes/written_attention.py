@@ -12,8 +12,8 @@ position bias and shifted-window mask). Models whose attention is written out th
 (timm's Swin, older encoders) ran two batched GEMMs and a softmax kernel a layer; with
 49-token windows both GEMMs had unaligned rows, which cuBLAS runs on its slow alignment-1
 kernels. Only half-precision attention of 4-d inputs whose scores feed nothing else.
-A candidate (targets/aoti/cuda.py): on Swin-T Inductor gave the masked attention cuDNN's
-kernel, and the build ran slower by the clock than the two GEMMs (bench/RESULTS.md).
+Which fused kernel runs it is timed per call (passes/attention_kernels.py): torch's own
+choice for Swin-T's windows, cuDNN's, ran slower by the clock than the two GEMMs.
 """
 
 from __future__ import annotations
