@@ -80,7 +80,8 @@ typedef struct {
 
 // ---- Kernels
 enum { R = 4, ROWS_PER_TASK = 32, PREFETCH = 2048 };
-typedef struct { int64_t K, N, bits, block; uint8_t* packed; } Kernel;
+// glu: the output is silu(first half) * second half, a LLaMA MLP's packed gate/up
+typedef struct { int64_t K, N, bits, block, glu; uint8_t* packed; } Kernel;
 typedef struct {
   const uint8_t* w; const float* ws; const int8_t* xq; const float* xs; const int32_t* xsum;
   float* y; int64_t M, N, nb, block, bits;
@@ -214,13 +215,14 @@ static OrtStatus* compute(void* op_kernel, OrtKernelContext* ctx) {
   ReleaseTensorTypeAndShapeInfo(info);
   int64_t M = 1;
   for (size_t i = 0; i + 1 < rank; i++) M *= dims[i];
-  dims[rank - 1] = kern->N;
+  dims[rank - 1] = kern->glu ? kern->N / 2 : kern->N;
   OrtValue* y_v;
-  void *a, *ws, *y;
+  void *a, *ws, *out;
   TRY(KernelContext_GetOutput(ctx, 0, dims, rank, &y_v));
   TRY(GetTensorMutableData(a_v, &a));
   TRY(GetTensorMutableData(s_v, &ws));
-  TRY(GetTensorMutableData(y_v, &y));
+  TRY(GetTensorMutableData(y_v, &out));
+  float* y = kern->glu ? malloc(sizeof(float) * (size_t)(M * kern->N)) : out;
   int64_t nb = (kern->K + kern->block - 1) / kern->block;
   int8_t* xq = malloc((size_t)(M * nb * kern->block));
   float* xs = malloc(sizeof(float) * (size_t)(M * nb));
@@ -229,6 +231,15 @@ static OrtStatus* compute(void* op_kernel, OrtKernelContext* ctx) {
   Job j = {kern->packed, ws, xq, xs, xsum, y, M, kern->N, nb, kern->block, kern->bits};
   size_t tasks = (size_t)((kern->N + ROWS_PER_TASK - 1) / ROWS_PER_TASK);
   OrtStatus* status = KernelContext_ParallelFor(ctx, task, tasks, 0, &j);
+  if (kern->glu) {
+    int64_t half = kern->N / 2;
+    for (int64_t m = 0; m < M; m++)
+      for (int64_t i = 0; i < half; i++) {
+        float g = y[m * kern->N + i];
+        ((float*)out)[m * half + i] = g / (1.f + expf(-g)) * y[m * kern->N + half + i];
+      }
+    free(y);
+  }
   free(xq);
   free(xs);
   free(xsum);
@@ -262,11 +273,12 @@ static OrtStatus* pack(Kernel* k, const OrtKernelInfo* info) {
   return NULL;
 }
 
-static OrtStatus* create(const void* op, OrtApiTable table, const OrtKernelInfo* info,
+static CustomOp op, glu_op;
+static OrtStatus* create(const void* which, OrtApiTable table, const OrtKernelInfo* info,
                          void** out) {
-  (void)op;
   (void)table;
   Kernel* k = calloc(1, sizeof(Kernel));
+  k->glu = which == &glu_op;
   TRY(KernelInfoGetAttribute_int64(info, "K", &k->K));
   TRY(KernelInfoGetAttribute_int64(info, "N", &k->N));
   TRY(KernelInfoGetAttribute_int64(info, "bits", &k->bits));
@@ -281,7 +293,9 @@ static void destroy(void* k) {
   free(((Kernel*)k)->packed);
   free(k);
 }
-static const char* name(const void* op) { (void)op; return "MatMulNBits"; }
+static const char* name(const void* which) {
+  return which == &glu_op ? "MatMulNBitsGLU" : "MatMulNBits";
+}
 static const char* provider(const void* op) { (void)op; return "CPUExecutionProvider"; }
 static int in_type(const void* op, size_t i) { (void)op; return i == 1 ? TYPE_UINT8 : TYPE_FLOAT; }
 static size_t three(const void* op) { (void)op; return 3; }
@@ -292,7 +306,6 @@ static int one(const void* op) { (void)op; return 1; }
 static int zero(const void* op) { (void)op; return 0; }
 static int last_version(const void* op) { (void)op; return 1 << 30; }
 
-static CustomOp op;
 OrtStatus* RegisterCustomOps(OrtSessionOptions* options, const OrtApiBase* base) {
   api = base->GetApi(API_VERSION);
   op = (CustomOp){.version = API_VERSION, .GetName = name,
@@ -305,8 +318,10 @@ OrtStatus* RegisterCustomOps(OrtSessionOptions* options, const OrtApiBase* base)
                   .GetVariadicOutputHomogeneity = zero, .CreateKernelV2 = create,
                   .KernelComputeV2 = compute, .GetStartVersion = one,
                   .GetEndVersion = last_version};
+  glu_op = op;
   OrtCustomOpDomain* domain;
   TRY(CreateCustomOpDomain("edge_exporter.cpu", &domain));
   TRY(CustomOpDomain_Add(domain, &op));
+  TRY(CustomOpDomain_Add(domain, &glu_op));
   return AddCustomOpDomain(options, domain);
 }

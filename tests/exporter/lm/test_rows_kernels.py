@@ -19,16 +19,25 @@ pytestmark = pytest.mark.skipif(
 K, N = 320, 202  # 320 = 2.5 blocks of 128; 202 rows = 50 groups of four and two more
 
 
-def _model(path):
+def _model(path, glu: bool = False):
+    """x @ w, or a LLaMA MLP's packed gate/up as the onnx target exports it: the
+    product split in halves, silu(gate) * up."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
     w = (np.random.default_rng(0).standard_normal((K, N)) * 0.05).astype(np.float32)
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["p" if glu else "y"])]
+    tables = [numpy_helper.from_array(w, "w")]
+    if glu:
+        nodes += [helper.make_node("Split", ["p", "halves"], ["gate", "up"], axis=2),
+                  helper.make_node("Sigmoid", ["gate"], ["sig"]),
+                  helper.make_node("Mul", ["gate", "sig"], ["silu"]),
+                  helper.make_node("Mul", ["silu", "up"], ["y"])]
+        tables.append(numpy_helper.from_array(np.array([N // 2, N // 2]), "halves"))
     graph = helper.make_graph(
-        [helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, "s", K])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, "s", N])],
-        [numpy_helper.from_array(w, "w")])
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, "s", K])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, "s", N // 2 if glu else N])],
+        tables)
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
 
 
@@ -36,15 +45,17 @@ def _db(want, got) -> float:
     return float(10 * np.log10((want ** 2).sum() / max(((want - got) ** 2).sum(), 1e-30)))
 
 
-@pytest.mark.parametrize("recipe,block", [("int8-weight", 256), ("int4-weight", 128),
-                                          ("int8-weight", 64)])
-def test_our_kernels_compute_what_matmulnbits_computes(tmp_path, recipe, block):
+@pytest.mark.parametrize("recipe,block,glu", [("int8-weight", 256, False),
+                                              ("int4-weight", 128, False),
+                                              ("int8-weight", 64, False),
+                                              ("int4-weight", 128, True)])
+def test_our_kernels_compute_what_matmulnbits_computes(tmp_path, recipe, block, glu):
     import onnx
     import onnxruntime as ort
 
     from bench.llm.rows import DOMAIN, opened_with_rows
     from targets.onnx.quantize import quantize_model
-    _model(tmp_path / "float.onnx")
+    _model(tmp_path / "float.onnx", glu)
     x = np.random.default_rng(1).standard_normal((1, 5, K)).astype(np.float32)
     model, _ = quantize_model(tmp_path / "float.onnx", recipe, [], [[torch.from_numpy(x)]],
                               block=block)
@@ -57,10 +68,11 @@ def test_our_kernels_compute_what_matmulnbits_computes(tmp_path, recipe, block):
     with opened_with_rows(moved):
         ours = ort.InferenceSession(str(path), options)
     rewritten = onnx.load(str(tmp_path / "quantized.rows.onnx"))
-    assert moved == [1] and [n.domain for n in rewritten.graph.node] == [DOMAIN]
+    assert moved == [1] and [(n.domain, n.op_type) for n in rewritten.graph.node] == [
+        (DOMAIN, "MatMulNBitsGLU" if glu else "MatMulNBits")]
     for rows in (x[:, :1], x):  # one row (decode) and five (prefill)
         want, got = theirs.run(None, {"x": rows})[0], ours.run(None, {"x": rows})[0]
-        assert got.shape == want.shape == (1, rows.shape[1], N)
+        assert got.shape == want.shape == (1, rows.shape[1], N // 2 if glu else N)
         assert _db(want, got) > 100  # float sums in another order, nothing more
 
 
