@@ -12,6 +12,7 @@ times; the shares are the figure), the ORT runs' own time and the whole Python s
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import tempfile
 import time
@@ -61,13 +62,17 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=64)
     parser.add_argument("--warmup", type=int, default=8)
     parser.add_argument("--json", help="write the per-op figures here too")
+    parser.add_argument("--rows", action="store_true",
+                        help="MatMulNBits on our own kernels (bench/llm/rows)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         opened = profiled_sessions(str(Path(tmp) / "ort"))
         import torch
 
         import runtime
-        program = runtime.load(args.artifact)
+        from bench.llm.rows import opened_with_rows
+        with opened_with_rows() if args.rows else contextlib.nullcontext():
+            program = runtime.load(args.artifact)
         generator = program.generator
         logits = generator.prefill_prompt(list(range(3, 131)))
         position, token, started = 128, int(logits.argmax()), 0.0

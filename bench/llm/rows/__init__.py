@@ -55,6 +55,7 @@ def rewrite(model) -> int:
     if moved and not any(o.domain == DOMAIN for o in model.opset_import):
         model.opset_import.append(onnx.helper.make_opsetid(DOMAIN, 1))
     _fuse_glu(model)
+    _fuse_norms(model)
     return moved
 
 
@@ -141,3 +142,42 @@ def opened_with_rows(counts: list[int] | None = None):
         yield
     finally:
         ort.InferenceSession = plain
+
+
+def _fuse_norms(model) -> int:
+    """Each SkipSimplifiedLayerNormalization (no bias) whose normed output only feeds one
+    moved node becomes that node's first step (MatMulNBitsNorm / MatMulNBitsNormGLU, at
+    the norm's place: its other inputs are weights), x + skip its second output."""
+    nodes = list(model.graph.node)
+    users: dict[str, list] = {}
+    for node in nodes:
+        for name in node.input:
+            users.setdefault(name, []).append(node)
+    graph_outputs = {o.name for o in model.graph.output}
+    fused = 0
+    for norm in nodes:
+        if (norm.op_type != "SkipSimplifiedLayerNormalization" or len(norm.input) != 3
+                or any(name and (users.get(name) or name in graph_outputs)
+                       for name in norm.output[1:3])):
+            continue
+        found = users.get(norm.output[0], [])
+        ours = found[0] if len(found) == 1 else None
+        if (ours is None or ours.domain != DOMAIN or "Norm" in ours.op_type
+                or list(ours.input[:1]) != [norm.output[0]] or norm.output[0] in graph_outputs):
+            continue
+        total = norm.output[3] if len(norm.output) > 3 and norm.output[3] else \
+            f"{norm.name or norm.output[0]}_sum"
+        fusedop = type(ours)()
+        fusedop.CopyFrom(ours)
+        fusedop.op_type = ours.op_type.replace("MatMulNBits", "MatMulNBitsNorm")
+        del fusedop.input[:], fusedop.output[:]
+        fusedop.input.extend([*norm.input, *ours.input[1:]])
+        fusedop.output.extend([ours.output[0], total])
+        fusedop.attribute.extend(a for a in norm.attribute if a.name == "epsilon")
+        norm.CopyFrom(fusedop)
+        ours.op_type = ""  # dropped below
+        fused += 1
+    keep = [x for x in model.graph.node if x.op_type]
+    del model.graph.node[:]
+    model.graph.node.extend(keep)
+    return fused

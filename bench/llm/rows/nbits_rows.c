@@ -38,6 +38,8 @@ static OrtApiTable api;
 #define GetDimensionsCount SLOT(61, OrtStatus*, const OrtShapeInfo*, size_t*)
 #define GetDimensions SLOT(62, OrtStatus*, const OrtShapeInfo*, int64_t*, size_t)
 #define GetTensorTypeAndShape SLOT(65, OrtStatus*, const OrtValue*, OrtShapeInfo**)
+#define KernelInfoGetAttribute_float \
+  SLOT(85, OrtStatus*, const OrtKernelInfo*, const char*, float*)
 #define KernelInfoGetAttribute_int64 \
   SLOT(86, OrtStatus*, const OrtKernelInfo*, const char*, int64_t*)
 #define KernelContext_GetInput \
@@ -80,8 +82,10 @@ typedef struct {
 
 // ---- Kernels
 enum { R = 4, ROWS_PER_TASK = 32, PREFETCH = 2048 };
-// glu: the output is silu(first half) * second half, a LLaMA MLP's packed gate/up
-typedef struct { int64_t K, N, bits, block, glu; uint8_t* packed; } Kernel;
+// glu: the output is silu(first half) * second half, a LLaMA MLP's packed gate/up;
+// norm: the input is ORT's SkipSimplifiedLayerNormalization of (x, skip, gamma) first,
+// x + skip the second output
+typedef struct { int64_t K, N, bits, block, glu, norm; float eps; uint8_t* packed; } Kernel;
 typedef struct {
   const uint8_t* w; const float* ws; const int8_t* xq; const float* xs; const int32_t* xsum;
   float* y; int64_t M, N, nb, block, bits;
@@ -200,11 +204,40 @@ static void quantize_rows(const float* a, int64_t M, int64_t K, int64_t nb, int6
 
 #define TRY(x) do { OrtStatus* _s = (x); if (_s) return _s; } while (0)
 
+// (x + skip) * gamma / rms into a new buffer, x + skip into the second output
+static OrtStatus* normalize(const Kernel* kern, OrtKernelContext* ctx, const float* x,
+                            int64_t M, const int64_t* dims, size_t rank, float** normed) {
+  const OrtValue *skip_v, *gamma_v;
+  OrtValue* sum_v;
+  void *skip, *gamma, *sum;
+  TRY(KernelContext_GetInput(ctx, 1, &skip_v));
+  TRY(KernelContext_GetInput(ctx, 2, &gamma_v));
+  TRY(KernelContext_GetOutput(ctx, 1, dims, rank, &sum_v));
+  TRY(GetTensorMutableData(skip_v, &skip));
+  TRY(GetTensorMutableData(gamma_v, &gamma));
+  TRY(GetTensorMutableData(sum_v, &sum));
+  float* out = malloc(sizeof(float) * (size_t)(M * kern->K));
+  for (int64_t m = 0; m < M; m++) {
+    const float *xr = x + m * kern->K, *sr = (const float*)skip + m * kern->K;
+    float* total = (float*)sum + m * kern->K;
+    float squares = 0.f;
+    for (int64_t k = 0; k < kern->K; k++) {
+      total[k] = xr[k] + sr[k];
+      squares += total[k] * total[k];
+    }
+    float inv = 1.f / sqrtf(squares / (float)kern->K + kern->eps);
+    for (int64_t k = 0; k < kern->K; k++)
+      out[m * kern->K + k] = total[k] * inv * ((const float*)gamma)[k];
+  }
+  *normed = out;
+  return NULL;
+}
+
 static OrtStatus* compute(void* op_kernel, OrtKernelContext* ctx) {
   const Kernel* kern = (const Kernel*)op_kernel;
   const OrtValue *a_v, *s_v;
   TRY(KernelContext_GetInput(ctx, 0, &a_v));
-  TRY(KernelContext_GetInput(ctx, 2, &s_v));
+  TRY(KernelContext_GetInput(ctx, kern->norm ? 4 : 2, &s_v));
   OrtShapeInfo* info;
   size_t rank;
   int64_t dims[8];
@@ -223,6 +256,12 @@ static OrtStatus* compute(void* op_kernel, OrtKernelContext* ctx) {
   TRY(GetTensorMutableData(s_v, &ws));
   TRY(GetTensorMutableData(y_v, &out));
   float* y = kern->glu ? malloc(sizeof(float) * (size_t)(M * kern->N)) : out;
+  float* normed = NULL;
+  if (kern->norm) {
+    dims[rank - 1] = kern->K;
+    TRY(normalize(kern, ctx, (const float*)a, M, dims, rank, &normed));
+    a = normed;
+  }
   int64_t nb = (kern->K + kern->block - 1) / kern->block;
   int8_t* xq = malloc((size_t)(M * nb * kern->block));
   float* xs = malloc(sizeof(float) * (size_t)(M * nb));
@@ -243,6 +282,7 @@ static OrtStatus* compute(void* op_kernel, OrtKernelContext* ctx) {
   free(xq);
   free(xs);
   free(xsum);
+  free(normed);
   return status;
 }
 
@@ -252,7 +292,7 @@ static OrtStatus* pack(Kernel* k, const OrtKernelInfo* info) {
   int is_const = 0;
   const OrtValue* b_v = NULL;
   void* src_v;
-  TRY(KernelInfoGetConstantInput_tensor(info, 1, &is_const, &b_v));
+  TRY(KernelInfoGetConstantInput_tensor(info, k->norm ? 3 : 1, &is_const, &b_v));
   if (!is_const) return CreateStatus(INVALID_ARGUMENT, "NBitsRows: weights not constant");
   TRY(GetTensorMutableData(b_v, &src_v));
   const uint8_t* src = src_v;
@@ -273,12 +313,23 @@ static OrtStatus* pack(Kernel* k, const OrtKernelInfo* info) {
   return NULL;
 }
 
-static CustomOp op, glu_op;
+// the four ops, by glu + 2 * norm
+static CustomOp ops[4];
+static const char* const NAMES[4] = {"MatMulNBits", "MatMulNBitsGLU", "MatMulNBitsNorm",
+                                     "MatMulNBitsNormGLU"};
+static int variant(const void* which) { return (int)((const CustomOp*)which - ops); }
+
 static OrtStatus* create(const void* which, OrtApiTable table, const OrtKernelInfo* info,
                          void** out) {
   (void)table;
   Kernel* k = calloc(1, sizeof(Kernel));
-  k->glu = which == &glu_op;
+  k->glu = variant(which) & 1;
+  k->norm = variant(which) >> 1;
+  if (k->norm) {
+    float eps;
+    TRY(KernelInfoGetAttribute_float(info, "epsilon", &eps));
+    k->eps = eps;
+  }
   TRY(KernelInfoGetAttribute_int64(info, "K", &k->K));
   TRY(KernelInfoGetAttribute_int64(info, "N", &k->N));
   TRY(KernelInfoGetAttribute_int64(info, "bits", &k->bits));
@@ -293,14 +344,14 @@ static void destroy(void* k) {
   free(((Kernel*)k)->packed);
   free(k);
 }
-static const char* name(const void* which) {
-  return which == &glu_op ? "MatMulNBitsGLU" : "MatMulNBits";
-}
+static const char* name(const void* which) { return NAMES[variant(which)]; }
 static const char* provider(const void* op) { (void)op; return "CPUExecutionProvider"; }
-static int in_type(const void* op, size_t i) { (void)op; return i == 1 ? TYPE_UINT8 : TYPE_FLOAT; }
-static size_t three(const void* op) { (void)op; return 3; }
+static int in_type(const void* which, size_t i) {
+  return i == (variant(which) >> 1 ? 3u : 1u) ? TYPE_UINT8 : TYPE_FLOAT;
+}
+static size_t inputs(const void* which) { return variant(which) >> 1 ? 5 : 3; }
+static size_t outputs(const void* which) { return variant(which) >> 1 ? 2 : 1; }
 static int out_type(const void* op, size_t i) { (void)op; (void)i; return TYPE_FLOAT; }
-static size_t one_output(const void* op) { (void)op; return 1; }
 static int zero_at(const void* op, size_t i) { (void)op; (void)i; return 0; }
 static int one(const void* op) { (void)op; return 1; }
 static int zero(const void* op) { (void)op; return 0; }
@@ -308,20 +359,21 @@ static int last_version(const void* op) { (void)op; return 1 << 30; }
 
 OrtStatus* RegisterCustomOps(OrtSessionOptions* options, const OrtApiBase* base) {
   api = base->GetApi(API_VERSION);
-  op = (CustomOp){.version = API_VERSION, .GetName = name,
+  CustomOp op = {.version = API_VERSION, .GetName = name,
                   .GetExecutionProviderType = provider, .GetInputType = in_type,
-                  .GetInputTypeCount = three, .GetOutputType = out_type,
-                  .GetOutputTypeCount = one_output, .KernelDestroy = destroy,
+                  .GetInputTypeCount = inputs, .GetOutputType = out_type,
+                  .GetOutputTypeCount = outputs, .KernelDestroy = destroy,
                   .GetInputCharacteristic = zero_at, .GetOutputCharacteristic = zero_at,
                   .GetInputMemoryType = zero_at, .GetVariadicInputMinArity = one,
                   .GetVariadicInputHomogeneity = zero, .GetVariadicOutputMinArity = one,
                   .GetVariadicOutputHomogeneity = zero, .CreateKernelV2 = create,
                   .KernelComputeV2 = compute, .GetStartVersion = one,
                   .GetEndVersion = last_version};
-  glu_op = op;
   OrtCustomOpDomain* domain;
   TRY(CreateCustomOpDomain("edge_exporter.cpu", &domain));
-  TRY(CustomOpDomain_Add(domain, &op));
-  TRY(CustomOpDomain_Add(domain, &glu_op));
+  for (int i = 0; i < 4; i++) {
+    ops[i] = op;
+    TRY(CustomOpDomain_Add(domain, &ops[i]));
+  }
   return AddCustomOpDomain(options, domain);
 }

@@ -19,45 +19,61 @@ pytestmark = pytest.mark.skipif(
 K, N = 320, 202  # 320 = 2.5 blocks of 128; 202 rows = 50 groups of four and two more
 
 
-def _model(path, glu: bool = False):
+def _model(path, glu: bool = False, norm: bool = False):
     """x @ w, or a LLaMA MLP's packed gate/up as the onnx target exports it: the
-    product split in halves, silu(gate) * up."""
+    product split in halves, silu(gate) * up; ``norm``: x is first ORT's
+    SkipSimplifiedLayerNormalization of (x, skip), whose sum is an output too."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
     w = (np.random.default_rng(0).standard_normal((K, N)) * 0.05).astype(np.float32)
-    nodes = [helper.make_node("MatMul", ["x", "w"], ["p" if glu else "y"])]
+    nodes = [helper.make_node("MatMul", ["normed" if norm else "x", "w"],
+                              ["p" if glu else "y"])]
     tables = [numpy_helper.from_array(w, "w")]
+    inputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, "s", K])
+              for n in (("x", "skip") if norm else ("x",))]
+    outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT,
+                                             [1, "s", N // 2 if glu else N])]
+    if norm:
+        nodes.insert(0, helper.make_node("SkipSimplifiedLayerNormalization",
+                                         ["x", "skip", "gamma"], ["normed", "", "", "sum"],
+                                         domain="com.microsoft", epsilon=1e-5))
+        tables.append(numpy_helper.from_array(
+            np.linspace(0.5, 1.5, K).astype(np.float32), "gamma"))
+        outputs.append(helper.make_tensor_value_info("sum", TensorProto.FLOAT, [1, "s", K]))
     if glu:
         nodes += [helper.make_node("Split", ["p", "halves"], ["gate", "up"], axis=2),
                   helper.make_node("Sigmoid", ["gate"], ["sig"]),
                   helper.make_node("Mul", ["gate", "sig"], ["silu"]),
                   helper.make_node("Mul", ["silu", "up"], ["y"])]
         tables.append(numpy_helper.from_array(np.array([N // 2, N // 2]), "halves"))
-    graph = helper.make_graph(
-        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, "s", K])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, "s", N // 2 if glu else N])],
-        tables)
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    graph = helper.make_graph(nodes, "g", inputs, outputs, tables)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                      helper.make_opsetid("com.microsoft", 1)]),
+              str(path))
 
 
 def _db(want, got) -> float:
     return float(10 * np.log10((want ** 2).sum() / max(((want - got) ** 2).sum(), 1e-30)))
 
 
-@pytest.mark.parametrize("recipe,block,glu", [("int8-weight", 256, False),
-                                              ("int4-weight", 128, False),
-                                              ("int8-weight", 64, False),
-                                              ("int4-weight", 128, True)])
-def test_our_kernels_compute_what_matmulnbits_computes(tmp_path, recipe, block, glu):
+@pytest.mark.parametrize("recipe,block,glu,norm", [("int8-weight", 256, False, False),
+                                                   ("int4-weight", 128, False, False),
+                                                   ("int8-weight", 64, False, False),
+                                                   ("int4-weight", 128, True, False),
+                                                   ("int8-weight", 256, True, True),
+                                                   ("int4-weight", 128, False, True)])
+def test_our_kernels_compute_what_matmulnbits_computes(tmp_path, recipe, block, glu, norm):
     import onnx
     import onnxruntime as ort
 
     from bench.llm.rows import DOMAIN, opened_with_rows
     from targets.onnx.quantize import quantize_model
-    _model(tmp_path / "float.onnx", glu)
+    _model(tmp_path / "float.onnx", glu, norm)
     x = np.random.default_rng(1).standard_normal((1, 5, K)).astype(np.float32)
-    model, _ = quantize_model(tmp_path / "float.onnx", recipe, [], [[torch.from_numpy(x)]],
+    feeds = {"x": x, **({"skip": x[:, ::-1] * 0.5} if norm else {})}
+    model, _ = quantize_model(tmp_path / "float.onnx", recipe, [],
+                              [[torch.from_numpy(v.copy()) for v in feeds.values()]],
                               block=block)
     path = tmp_path / "quantized.onnx"
     onnx.save(model, str(path))
@@ -68,12 +84,14 @@ def test_our_kernels_compute_what_matmulnbits_computes(tmp_path, recipe, block, 
     with opened_with_rows(moved):
         ours = ort.InferenceSession(str(path), options)
     rewritten = onnx.load(str(tmp_path / "quantized.rows.onnx"))
+    name = "MatMulNBits" + "Norm" * norm + "GLU" * glu
     assert moved == [1] and [(n.domain, n.op_type) for n in rewritten.graph.node] == [
-        (DOMAIN, "MatMulNBitsGLU" if glu else "MatMulNBits")]
-    for rows in (x[:, :1], x):  # one row (decode) and five (prefill)
-        want, got = theirs.run(None, {"x": rows})[0], ours.run(None, {"x": rows})[0]
-        assert got.shape == want.shape == (1, rows.shape[1], N // 2 if glu else N)
-        assert _db(want, got) > 100  # float sums in another order, nothing more
+        (DOMAIN, name)]
+    for rows in (1, 5):  # one row (decode) and five (prefill)
+        given = {k: np.ascontiguousarray(v[:, :rows]) for k, v in feeds.items()}
+        want, got = theirs.run(None, given), ours.run(None, given)
+        assert got[0].shape == want[0].shape == (1, rows, N // 2 if glu else N)
+        assert all(_db(w, g) > 100 for w, g in zip(want, got))  # sums in another order
 
 
 def test_only_the_nodes_the_kernels_take_are_moved():
