@@ -6,8 +6,8 @@ so that no timing runs beside a build or a compile:
    are taken from one queue by the spare cores (``--peer-cores``, two a worker) at once
    and by each model's cores once its build is done;
 2. when all of phase 1 is done, or at ``--barrier-s`` (what still runs is ended and
-   named), every built model's timing process on its cores, all at once, until
-   ``--deadline-s``.
+   named), every built model's timing process on its cores, all at once (``--alone``:
+   one after another), until ``--deadline-s``.
 
     python bench/cpu_choice_pinned.py --models hf_mobilenet_v2,hf_resnet50 \\
         --work-dir build/cpu-pinned --peer-cores 12-15 --barrier-s 200 --deadline-s 300
@@ -91,6 +91,15 @@ def run_slots(slots: list[Slot], until: float) -> list[str]:
     return [slot.label for slot in late]
 
 
+def run_timers(timers: list[Slot], until: float, alone: bool) -> list[str]:
+    """The timing processes all at once (each on its cores, the issue's protocol), or
+    ``alone``: one after another, so that no model's timing shares the machine's memory
+    and caches with another's; what still runs at ``until`` is ended and named."""
+    if not alone:
+        return run_slots(timers, until)
+    return [name for timer in timers for name in run_slots([timer], until)]
+
+
 def cores_of(first: int, per: int, index: int) -> str:
     return ",".join(str(first + per * index + k) for k in range(per))
 
@@ -127,6 +136,8 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=10,
                         help="blocks per engine; fewer, longer blocks for models of a few ms")
+    parser.add_argument("--alone", action="store_true",
+                        help="phase 2 times one model at a time (default: all at once)")
     args = parser.parse_args()
 
     start = time.monotonic()
@@ -173,8 +184,8 @@ def main() -> None:
                                  str(args.warmup), "--rounds", str(args.rounds),
                                  "--json-out", str(rows))],
                            work / "logs" / f"{name}-time.log", args.threads))
-    ended = run_slots(timers, start + args.deadline_s)
-    print(f"phase 2 (timing) {round(time.monotonic() - start - phase1, 1)} s; ended: "
+    ended = run_timers(timers, start + args.deadline_s, args.alone)
+    print(f"phase 2 (timing{', one model at a time' if args.alone else ''}) {round(time.monotonic() - start - phase1, 1)} s; ended: "
           f"{ended or 'none'}; " + ", ".join(f"{s.label} {s.seconds} s" for s in timers),
           flush=True)
     found = [work / f"rows-{m.rsplit(':', 1)[-1]}.jsonl" for m in models]

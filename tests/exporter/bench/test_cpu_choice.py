@@ -52,3 +52,15 @@ def test_slots_still_running_at_the_barrier_are_ended_and_named(tmp_path):
     assert ended == ["slow"] and time.monotonic() - start < 20
     assert slots[1].seconds is not None and not slots[1].failed
     assert (tmp_path / "slow.log").read_text().count("$ ") == 1  # the second never started
+
+
+def test_alone_the_timing_processes_run_one_after_another(tmp_path):
+    stamp = ("import sys, time; f = open(sys.argv[1], 'a'); f.write(f'{time.time()} ');"
+             " time.sleep(0.4); f.write(f'{time.time()}\\n')")
+    timers = [cpu_choice_pinned.Slot(name, "0", [[sys.executable, "-c", stamp,
+                                                   str(tmp_path / f"{name}.txt")]],
+                                     tmp_path / f"{name}.log", 1) for name in ("a", "b")]
+    ended = cpu_choice_pinned.run_timers(timers, time.monotonic() + 30, alone=True)
+    (a0, a1), (b0, b1) = [map(float, (tmp_path / f"{n}.txt").read_text().split())
+                          for n in ("a", "b")]
+    assert ended == [] and a1 <= b0, "b started before a ended"
