@@ -79,8 +79,8 @@ class CudaTarget(AOTInductorTarget):
         # small depthwise convolutions as Inductor's reductions, group convolutions cuDNN
         # wraps in layout transforms as batched GEMMs, a tanh GELU as its GEMM's epilogue
         # (each kept for being faster inside whole builds, not in isolation);
-        # written-out attention as one SDPA call, attention inputs as views, not copies;
-        # each attention call's kernel timed on this GPU (not with --deterministic);
+        # written-out attention as one SDPA call, attention inputs as views, not copies,
+        # each attention call's kernel timed on this GPU (those two not with --deterministic);
         # last, after --quantize: its linears keep their own kernels (passes/row_linears.py);
         # a decode step's products and attention as our Triton kernels, the rest of the
         # one-row linears as Inductor's reductions (passes/decode_kernels.py)
@@ -90,11 +90,13 @@ class CudaTarget(AOTInductorTarget):
         # keeps its row kernel, its attention its decode kernel
         plain = not options.shared_weights
         epilogue = [TanhGeluAsGemmEpilogue()] if plain else []
-        written = [WrittenAttentionAsSdpa()] if plain else []
-        timed = [AttentionKernelsByTiming()] if plain and not options.deterministic else []
+        # the fold paid only with the timed kernel (torch's choice, cuDNN's, was slower)
+        timing = plain and not options.deterministic
+        written = [WrittenAttentionAsSdpa()] if timing else []
+        kernels = [AttentionKernelsByTiming()] if timing else []
         return [*passes, PatchConvsAsMatmuls(), LinearsAlignedByPadding(),
                 DepthwiseConvsAsTaps(), GroupedConvsAsBatchedGemms(), *epilogue, *written,
-                AttentionInputsAsViews(), *decode, *timed,
+                AttentionInputsAsViews(), *decode, *kernels,
                 SingleRowLinearsAsReductions()]
 
     def lowering_fixes(self, options: LowerOptions) -> contextlib.AbstractContextManager:
