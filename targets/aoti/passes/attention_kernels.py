@@ -52,7 +52,7 @@ class AttentionKernelsByTiming:
             if key is None or key in picks or not _timeable(call):
                 continue
             picks[key] = self._pick(call, call["attn_mask"] in weights_only)
-            info["kernels"][_label(key)] = picks[key]
+            info["kernels"][_label(key)] = picks[key] or "torch's own choice"
         chosen = {key: kernel for key, kernel in picks.items() if kernel}
         if not chosen:
             return PassResult(program, modified=False, info=info)
