@@ -36,16 +36,30 @@ def test_doctor_reports_every_part_with_the_build_s_own_probes():
         assert check["status"] == "ok" or check["fix"], check
 
 
+@pytest.fixture
+def cxx(monkeypatch):
+    """Sets CXX for an in-process `exporter doctor`: the compiler choice is made once per
+    process (targets/toolchain.py choose_cxx), so it is forgotten before and after."""
+    from targets.toolchain import choose_cxx
+
+    def use(compiler: str) -> None:
+        monkeypatch.setenv("CXX", compiler)
+        choose_cxx.cache_clear()
+    yield use
+    choose_cxx.cache_clear()  # before monkeypatch gives CXX back: the next use probes again
+
+
 @pytest.mark.skipif(shutil.which("g++") is None or shutil.which("readelf") is None,
                     reason="needs g++ and readelf")
-@pytest.mark.parametrize("cxx, says", [("static", "statically"), ("missing", "was not found")])
-def test_doctor_names_a_bad_compiler_and_the_fix(tmp_path, cxx, says):
+@pytest.mark.parametrize("kind, says", [("static", "statically"), ("missing", "was not found")])
+def test_doctor_names_a_bad_compiler_and_the_fix(tmp_path, cxx, cli_here, kind, says):
     compiler = tmp_path / "static-g++"
-    if cxx == "static":  # what the GPU machine's CXX does
+    if kind == "static":  # what the GPU machine's CXX does
         compiler.write_text('#!/bin/sh\nexec g++ "$@" -static-libstdc++ -static-libgcc\n')
         compiler.chmod(0o755)
-    result = _doctor({"CXX": str(compiler)}, "--json")
+    cxx(str(compiler))  # in process: the command's own process is the other test's
+    result = cli_here("doctor", "--json")
     assert result.returncode == 0, result.stderr
     (row,) = [c for c in json.loads(result.stdout)["checks"] if c["name"] == "c++ compiler"]
     assert says in row["found"] and "set CXX=" in row["fix"]
-    assert "c++ compiler" in _doctor({"CXX": str(compiler)}).stdout  # the table renders too
+    assert "c++ compiler" in cli_here("doctor").stdout  # the table renders too
