@@ -1,6 +1,9 @@
-"""Our own AVX2 int8/int4 GEMV inside ONNX Runtime, as a bench probe (issue 52, goal 3): the
-onnx target's MatMulNBits nodes (8- or 4-bit symmetric blocks, no zero points) run by a
-custom-op library built here from ``nbits_rows.c`` instead of MLAS, over the same inputs.
+"""Our own AVX2 int8/int4 GEMV and decode attention inside ONNX Runtime, as a bench probe
+(issue 52, goal 3): the onnx target's MatMulNBits nodes (8- or 4-bit symmetric blocks, no
+zero points) and GroupQueryAttention nodes (packed, rotary inside) run by a custom-op
+library built here from ``nbits_rows.c`` and ``rows_attention.c`` instead of ORT's own
+kernels, over the same inputs; the skip-RMSNorm before a GEMV and the SwiGLU after the
+gate/up GEMV run inside it.
 
     python -m bench.llm.rows [--threads 1] [--models build/llm/ort-int8-paths]
 
@@ -20,14 +23,15 @@ import subprocess
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-SOURCE = HERE / "nbits_rows.c"
+SOURCES = (HERE / "nbits_rows.c", HERE / "rows_attention.c")
 DOMAIN = "edge_exporter.cpu"
 CACHE = HERE.parents[2] / "build" / "llm" / "rows"
 
 
 def library() -> Path:
     """The compiled library (built once per source text, at low priority)."""
-    digest = hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:12]
+    digest = hashlib.sha256(b"".join(p.read_bytes() for p in (*SOURCES, HERE / "rows_abi.h"))
+                            ).hexdigest()[:12]
     path = CACHE / f"libnbits_rows-{digest}.so"
     if not path.exists():
         CACHE.mkdir(parents=True, exist_ok=True)
@@ -36,7 +40,7 @@ def library() -> Path:
             raise RuntimeError("bench.llm.rows needs a C compiler (cc or gcc) on PATH")
         scratch = path.with_suffix(f".{os.getpid()}.tmp")
         subprocess.run(["nice", "-n", "19", compiler, "-O3", "-mavx2", "-mfma", "-fPIC",
-                        "-shared", str(SOURCE), "-o", str(scratch)], check=True)
+                        "-shared", *map(str, SOURCES), "-o", str(scratch)], check=True)
         scratch.replace(path)
     return path
 
@@ -52,11 +56,31 @@ def rewrite(model) -> int:
                 and attrs.get("bits") in (4, 8) and attrs.get("block_size", 0) % 64 == 0):
             node.domain = DOMAIN
             moved += 1
+    for node in model.graph.node:
+        if _our_attention(node):
+            node.domain = DOMAIN
+            moved += 1
     if moved and not any(o.domain == DOMAIN for o in model.opset_import):
         model.opset_import.append(onnx.helper.make_opsetid(DOMAIN, 1))
     _fuse_glu(model)
     _fuse_norms(model)
     return moved
+
+
+def _our_attention(node) -> bool:
+    """A GroupQueryAttention the library's attention runs: packed q/k/v, the rotary's
+    halves inside, a plain softmax over every cached position."""
+    import onnx
+
+    if node.op_type != "GroupQueryAttention" or node.domain != "com.microsoft":
+        return False
+    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+    plain = {"do_rotary": 1, "rotary_interleaved": 0, "softcap": 0.0,
+             "local_window_size": -1, "smooth_softmax": 0}
+    inputs = list(node.input)
+    return (all(attrs.get(k, v if k != "do_rotary" else 0) == v for k, v in plain.items())
+            and "scale" in attrs and len(inputs) == 9 and inputs[1:3] == ["", ""]
+            and all(inputs[i] for i in (0, 3, 4, 5, 6, 7, 8)) and len(node.output) == 3)
 
 
 def _fuse_glu(model) -> int:

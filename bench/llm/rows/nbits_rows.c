@@ -6,79 +6,14 @@
 // Weights are repacked once, when the kernel is made, four output rows interleaved per
 // 32 bytes so each thread reads one sequential stream (MLAS packs its own way too).
 // Activations are quantized to int8 per weight block, as MLAS does at accuracy level 4.
-#include <immintrin.h>
+// The library's attention op is in rows_attention.c; the API declarations in rows_abi.h.
 #include <math.h>
-#include <stdint.h>
-#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 
-// ---- The few ONNX Runtime C API entries used, by their slot in OrtApi's function table
-// (the table only grows at its end: slots hold from API version 17 on).
-typedef struct OrtStatus OrtStatus;
-typedef struct OrtValue OrtValue;
-typedef struct OrtKernelInfo OrtKernelInfo;
-typedef struct OrtKernelContext OrtKernelContext;
-typedef struct OrtSessionOptions OrtSessionOptions;
-typedef struct OrtCustomOpDomain OrtCustomOpDomain;
-typedef struct OrtShapeInfo OrtShapeInfo;
-typedef void* const* OrtApiTable;
-typedef struct {
-  OrtApiTable (*GetApi)(uint32_t version);
-  const char* (*GetVersionString)(void);
-} OrtApiBase;
-enum { API_VERSION = 17, TYPE_FLOAT = 1, TYPE_UINT8 = 2, INVALID_ARGUMENT = 2 };
-#define SLOT(index, ret, ...) ((ret(*)(__VA_ARGS__))api[index])
-static OrtApiTable api;
-#define CreateStatus SLOT(0, OrtStatus*, int, const char*)
-#define CreateCustomOpDomain SLOT(26, OrtStatus*, const char*, OrtCustomOpDomain**)
-#define CustomOpDomain_Add SLOT(27, OrtStatus*, OrtCustomOpDomain*, const void*)
-#define AddCustomOpDomain SLOT(28, OrtStatus*, OrtSessionOptions*, OrtCustomOpDomain*)
-#define GetTensorMutableData SLOT(51, OrtStatus*, const OrtValue*, void**)
-#define GetDimensionsCount SLOT(61, OrtStatus*, const OrtShapeInfo*, size_t*)
-#define GetDimensions SLOT(62, OrtStatus*, const OrtShapeInfo*, int64_t*, size_t)
-#define GetTensorTypeAndShape SLOT(65, OrtStatus*, const OrtValue*, OrtShapeInfo**)
-#define KernelInfoGetAttribute_float \
-  SLOT(85, OrtStatus*, const OrtKernelInfo*, const char*, float*)
-#define KernelInfoGetAttribute_int64 \
-  SLOT(86, OrtStatus*, const OrtKernelInfo*, const char*, int64_t*)
-#define KernelContext_GetInput \
-  SLOT(90, OrtStatus*, const OrtKernelContext*, size_t, const OrtValue**)
-#define KernelContext_GetOutput \
-  SLOT(91, OrtStatus*, OrtKernelContext*, size_t, const int64_t*, size_t, OrtValue**)
-#define ReleaseTensorTypeAndShapeInfo SLOT(99, void, OrtShapeInfo*)
-#define KernelInfoGetConstantInput_tensor \
-  SLOT(249, OrtStatus*, const OrtKernelInfo*, size_t, int*, const OrtValue**)
-#define KernelContext_ParallelFor \
-  SLOT(274, OrtStatus*, const OrtKernelContext*, void (*)(void*, size_t), size_t, size_t, \
-       void*)
+#include "rows_abi.h"
 
-// OrtCustomOp, field by field as ONNX Runtime reads it (up to the version set in it)
-typedef struct {
-  uint32_t version;
-  void* (*CreateKernel)(const void*, OrtApiTable, const OrtKernelInfo*);
-  const char* (*GetName)(const void*);
-  const char* (*GetExecutionProviderType)(const void*);
-  int (*GetInputType)(const void*, size_t);
-  size_t (*GetInputTypeCount)(const void*);
-  int (*GetOutputType)(const void*, size_t);
-  size_t (*GetOutputTypeCount)(const void*);
-  void (*KernelCompute)(void*, OrtKernelContext*);
-  void (*KernelDestroy)(void*);
-  int (*GetInputCharacteristic)(const void*, size_t);
-  int (*GetOutputCharacteristic)(const void*, size_t);
-  int (*GetInputMemoryType)(const void*, size_t);
-  int (*GetVariadicInputMinArity)(const void*);
-  int (*GetVariadicInputHomogeneity)(const void*);
-  int (*GetVariadicOutputMinArity)(const void*);
-  int (*GetVariadicOutputHomogeneity)(const void*);
-  OrtStatus* (*CreateKernelV2)(const void*, OrtApiTable, const OrtKernelInfo*, void**);
-  OrtStatus* (*KernelComputeV2)(void*, OrtKernelContext*);
-  void* InferOutputShapeFn;
-  int (*GetStartVersion)(const void*);
-  int (*GetEndVersion)(const void*);
-  void* later[4];  // GetMayInplace ... ReleaseAliasMap: not read at version 17
-} CustomOp;
+OrtApiTable api;
 
 // ---- Kernels
 enum { R = 4, ROWS_PER_TASK = 32, PREFETCH = 2048 };
@@ -91,12 +26,6 @@ typedef struct {
   float* y; int64_t M, N, nb, block, bits;
 } Job;
 
-static inline float hsum(__m256 v) {
-  __m128 a = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  a = _mm_hadd_ps(a, a);
-  a = _mm_hadd_ps(a, a);
-  return _mm_cvtss_f32(a);
-}
 // 32 signed weights against 32 int8 activations: |w| * (x signed as w) in vpmaddubsw,
 // whose 16-bit pair sums stay under 2 * 128 * 127 (AVX2 has no VNNI)
 static inline __m256i dot8(__m256i w, __m256i x) {
@@ -202,7 +131,6 @@ static void quantize_rows(const float* a, int64_t M, int64_t K, int64_t nb, int6
     }
 }
 
-#define TRY(x) do { OrtStatus* _s = (x); if (_s) return _s; } while (0)
 
 // (x + skip) * gamma / rms into a new buffer, x + skip into the second output
 static OrtStatus* normalize(const Kernel* kern, OrtKernelContext* ctx, const float* x,
@@ -313,6 +241,7 @@ static OrtStatus* pack(Kernel* k, const OrtKernelInfo* info) {
   return NULL;
 }
 
+
 // the four ops, by glu + 2 * norm
 static CustomOp ops[4];
 static const char* const NAMES[4] = {"MatMulNBits", "MatMulNBitsGLU", "MatMulNBitsNorm",
@@ -357,6 +286,16 @@ static int one(const void* op) { (void)op; return 1; }
 static int zero(const void* op) { (void)op; return 0; }
 static int last_version(const void* op) { (void)op; return 1 << 30; }
 
+static const char* attention_name(const void* op) { (void)op; return "GroupQueryAttention"; }
+static int attention_in_type(const void* op, size_t i) {
+  (void)op;
+  return i == 5 || i == 6 ? TYPE_INT32 : TYPE_FLOAT;
+}
+static size_t nine(const void* op) { (void)op; return 9; }
+static size_t three(const void* op) { (void)op; return 3; }
+static int optional_kv(const void* op, size_t i) { (void)op; return i == 1 || i == 2; }
+static CustomOp attention_op;
+
 OrtStatus* RegisterCustomOps(OrtSessionOptions* options, const OrtApiBase* base) {
   api = base->GetApi(API_VERSION);
   CustomOp op = {.version = API_VERSION, .GetName = name,
@@ -375,5 +314,15 @@ OrtStatus* RegisterCustomOps(OrtSessionOptions* options, const OrtApiBase* base)
     ops[i] = op;
     TRY(CustomOpDomain_Add(domain, &ops[i]));
   }
+  attention_op = op;
+  attention_op.GetName = attention_name;
+  attention_op.GetInputType = attention_in_type;
+  attention_op.GetInputTypeCount = nine;
+  attention_op.GetOutputTypeCount = three;
+  attention_op.GetInputCharacteristic = optional_kv;
+  attention_op.KernelDestroy = free;
+  attention_op.CreateKernelV2 = attention_create;
+  attention_op.KernelComputeV2 = attention;
+  TRY(CustomOpDomain_Add(domain, &attention_op));
   return AddCustomOpDomain(options, domain);
 }

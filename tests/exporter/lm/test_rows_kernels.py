@@ -108,3 +108,60 @@ def test_only_the_nodes_the_kernels_take_are_moved():
     assert rewrite(model) == 2
     assert [n.domain for n in model.graph.node][:2] == ["edge_exporter.cpu"] * 2
     assert {n.domain for n in model.graph.node[2:]} == {"com.microsoft"}
+
+
+HEADS, KV_HEADS, D, SLOTS = 4, 2, 16, 32
+
+
+def _attention_model(path):
+    """The onnx target's decoder attention: one GroupQueryAttention over packed q/k/v rows
+    with the rotary inside, the cache as past and present."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    angles = np.arange(SLOTS)[:, None] / 10000 ** (np.arange(D // 2) / (D // 2))
+    cache = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, KV_HEADS, SLOTS, D])
+             for n in ("past_k", "past_v")]
+    node = helper.make_node(
+        "GroupQueryAttention", ["qkv", "", "", "past_k", "past_v", "seqlens_k", "total",
+                                "cos", "sin"], ["out", "present_k", "present_v"],
+        domain="com.microsoft", num_heads=HEADS, kv_num_heads=KV_HEADS, scale=0.25,
+        do_rotary=1, rotary_interleaved=0)
+    graph = helper.make_graph(
+        [node], "g",
+        [helper.make_tensor_value_info("qkv", TensorProto.FLOAT,
+                                       [1, "s", (HEADS + 2 * KV_HEADS) * D]), *cache,
+         helper.make_tensor_value_info("seqlens_k", TensorProto.INT32, [1]),
+         helper.make_tensor_value_info("total", TensorProto.INT32, [])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, "s", HEADS * D]),
+         *[helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, KV_HEADS, SLOTS, D])
+           for n in ("present_k", "present_v")]],
+        [numpy_helper.from_array(np.cos(angles).astype(np.float32), "cos"),
+         numpy_helper.from_array(np.sin(angles).astype(np.float32), "sin")])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                      helper.make_opsetid("com.microsoft", 1)]),
+              str(path))
+
+
+@pytest.mark.parametrize("past,rows", [(0, 5), (7, 1), (30, 2)])
+def test_our_attention_computes_what_group_query_attention_computes(tmp_path, past, rows):
+    import onnxruntime as ort
+
+    from bench.llm.rows import opened_with_rows
+    _attention_model(tmp_path / "attention.onnx")
+    rng = np.random.default_rng(past)
+    feeds = {"qkv": rng.standard_normal((1, rows, (HEADS + 2 * KV_HEADS) * D)),
+             "past_k": rng.standard_normal((1, KV_HEADS, SLOTS, D)),
+             "past_v": rng.standard_normal((1, KV_HEADS, SLOTS, D))}
+    feeds = {k: v.astype(np.float32) for k, v in feeds.items()}
+    feeds |= {"seqlens_k": np.array([past + rows - 1], np.int32),
+              "total": np.array(past + rows, np.int32)}
+    want = ort.InferenceSession(str(tmp_path / "attention.onnx")).run(None, feeds)
+    moved: list[int] = []
+    with opened_with_rows(moved):
+        got = ort.InferenceSession(str(tmp_path / "attention.onnx")).run(None, feeds)
+    assert moved == [1] and got[0].shape == want[0].shape == (1, rows, HEADS * D)
+    assert _db(want[0], got[0]) > 100
+    # the cache up to the new rows (slots past them are not the op's to define)
+    assert all(_db(w[:, :, :past + rows], g[:, :, :past + rows]) > 100
+               for w, g in zip(want[1:], got[1:]))
