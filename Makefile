@@ -8,6 +8,12 @@ EXECUTORCH_VERSION ?= 1.5.1
 # pytest-xdist workers: most tests wait on one-threaded export/compile subprocesses, so two
 # workers on two cores halve the wall time; files stay whole on a worker (--dist loadfile)
 TEST_WORKERS ?= 2
+# Threads of each worker's pools (OMP_NUM_THREADS: torch, ONNX Runtime through
+# runtime/executors/ort_threads.py, TVM), children included: the workers already fill the
+# cores, and pools wider than their share spin and wait on each other (test_onnx_target,
+# two copies side by side: 108 -> 88 CPU s each). Tests about threads set their own.
+# (make test only: the slow tier's timings have not been checked at one thread)
+TEST_THREADS ?= 1
 # this checkout, editable, built with the venv's setuptools (installed with torch): an
 # isolated build environment downloads setuptools again for each install (15 s)
 EDITABLE := --no-build-isolation -e
@@ -102,7 +108,7 @@ BYTECODE := $(PY) -m compileall -q -j 0 exporter runtime targets passes plan ben
 
 test: install browser native-deps
 	$(BYTECODE)
-	$(PY) -m pytest $(PYTEST_XDIST) -m "not slow and not cuda" --durations=25
+	OMP_NUM_THREADS=$(TEST_THREADS) $(PY) -m pytest $(PYTEST_XDIST) -m "not slow and not cuda" --durations=25
 
 test-slow: install browser native-deps
 	$(BYTECODE)

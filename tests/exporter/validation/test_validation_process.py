@@ -84,7 +84,8 @@ def test_another_environment_gets_another_template_a_test_name_does_not(tmp_path
     base = _child_env()
     _, first, _ = _run(tmp_path, "ok", env={**base, "PYTEST_CURRENT_TEST": "one"})
     _, renamed, _ = _run(tmp_path, "ok", env={**base, "PYTEST_CURRENT_TEST": "two"})
-    _, other, _ = _run(tmp_path, "ok", env={**base, "OMP_NUM_THREADS": "1"})
+    threads = "2" if base.get("OMP_NUM_THREADS") == "1" else "1"  # not the base's (make test: 1)
+    _, other, _ = _run(tmp_path, "ok", env={**base, "OMP_NUM_THREADS": threads})
     assert renamed["ppid"] == first["ppid"] and other["ppid"] != first["ppid"]
 
 
