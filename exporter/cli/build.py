@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from itertools import groupby
 from pathlib import Path
 from typing import Optional
 
@@ -74,9 +75,28 @@ def _run_build(spec: str, settings, as_json: bool) -> int:
         print(result.artifact)
     else:
         print_build(out_console, result, verbose=style.verbose)
-        for warning in result.warnings:
+        for warning in shown_warnings(result.warnings, style.verbose):
             warn(warning)
     return 0
+
+
+LISTED = 3  # lines of a warning's list shown without --verbose
+
+
+def shown_warnings(warnings: list[str], verbose: bool) -> list[str]:
+    """The warnings as printed: a list under a warning (its lines indented: one per op on
+    the CPU fallback, hundreds where most of a model fell back) is cut to its first
+    LISTED lines and a count, unless --verbose."""
+    if verbose:
+        return list(warnings)
+    shown: list[str] = []
+    for listed, group in groupby(warnings, key=lambda line: line.startswith("  ")):
+        lines = list(group)
+        if listed and len(lines) > LISTED + 1:
+            lines = lines[:LISTED] + [f"  ... and {len(lines) - LISTED} more (--verbose "
+                                      "lists them; `exporter inspect ARTIFACT` too)"]
+        shown.extend(lines)
+    return shown
 
 
 def _build_settings(spec: str | None, config: Path | None, save_config: Path | None,
@@ -103,6 +123,7 @@ def _dry_run(spec: str, settings, as_json: bool) -> int:
     """Each entry point's placement (a generating build's prefill first); compile nothing."""
     from exporter.api import build_kind
     from exporter.builder.pipeline import dry_run
+    from exporter.cli.common import style
     from exporter.report.console import model_line, print_placement
 
     kind = build_kind(settings)
@@ -117,7 +138,7 @@ def _dry_run(spec: str, settings, as_json: bool) -> int:
         if title:
             out_console.print(title, markup=False, highlight=False)
         print_placement(out_console, coverage, summary)
-    for warning in report.warnings:
+    for warning in shown_warnings(report.warnings, style.verbose):
         warn(warning)
     return 0
 
