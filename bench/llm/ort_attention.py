@@ -103,6 +103,8 @@ def main() -> None:
     parser.add_argument("--positions", default="1,128,192,250")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--calls", type=int, default=50)
+    parser.add_argument("--rows", action="store_true",
+                        help="also the same model on our own attention op (bench/llm/rows)")
     parser.add_argument("--out", help="append the result as one JSON line")
     args = parser.parse_args()
     config = json.loads((Path(args.checkpoint) / "config.json").read_text())
@@ -121,11 +123,21 @@ def main() -> None:
             "total": np.array([position + 1], np.int32), **cache},
             {f"present_{x}{n}": f"past_{x}{n}" for n in range(layers) for x in "kv"},
             args.threads)
+        if args.rows:  # the same model and feeds, on our attention op
+            from bench.llm.rows import opened_with_rows
+            with opened_with_rows():
+                rows_run = bound_run(gqa_model(heads, kv, head, args.slots, layers), {
+                    "qkv": rng.standard_normal((1, 1, (heads + 2 * kv) * head)).astype(
+                        np.float32), "seqlens_k": np.array([position], np.int32),
+                    "total": np.array([position + 1], np.int32), **cache},
+                    {f"present_{x}{n}": f"past_{x}{n}" for n in range(layers) for x in "kv"},
+                    args.threads)
         mask = np.where(np.arange(args.slots) <= position, 0, -np.inf).astype(np.float32)
         composed = bound_run(composed_model(heads, kv, head, args.slots, layers), {
             "q": rng.standard_normal((1, 1, heads * head)).astype(np.float32),
             "mask": mask.reshape(1, 1, 1, -1), **cache}, {}, args.threads)
-        ways = [("gqa", gqa), ("composed", composed)]
+        ways = [("gqa", gqa), ("composed", composed)] + ([("rows", rows_run)] if args.rows
+                                                          else [])
         times = {way: [] for way, _ in ways}
         for _, run in ways:
             run()
@@ -138,7 +150,9 @@ def main() -> None:
                                         for way, t in times.items()}}
         rows.append(row)
         print(f"position {position:4d}: gqa {row['gqa_us_per_layer']:6.1f} us a layer, "
-              f"composed (no rotary, no cache write) {row['composed_us_per_layer']:6.1f} us")
+              f"composed (no rotary, no cache write) {row['composed_us_per_layer']:6.1f} us"
+              + (f", ours (bench/llm/rows) {row['rows_us_per_layer']:6.1f} us" if args.rows
+                 else ""))
     if args.out:
         import onnxruntime
 

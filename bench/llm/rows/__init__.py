@@ -79,7 +79,7 @@ def _our_attention(node) -> bool:
              "local_window_size": -1, "smooth_softmax": 0}
     inputs = list(node.input)
     return (all(attrs.get(k, v if k != "do_rotary" else 0) == v for k, v in plain.items())
-            and "scale" in attrs and len(inputs) == 9 and inputs[1:3] == ["", ""]
+            and len(inputs) == 9 and inputs[1:3] == ["", ""]
             and all(inputs[i] for i in (0, 3, 4, 5, 6, 7, 8)) and len(node.output) == 3)
 
 
@@ -152,14 +152,18 @@ def opened_with_rows(counts: list[int] | None = None):
         def __init__(self, path, sess_options=None, *args, **kwargs):
             sess_options = sess_options or ort.SessionOptions()
             sess_options.register_custom_ops_library(lib)
-            model = onnx.load(str(path), load_external_data=False)
+            given = isinstance(path, bytes)  # a serialized model, or its file
+            model = (onnx.load_from_string(path) if given
+                     else onnx.load(str(path), load_external_data=False))
             moved = rewrite(model)
             if counts is not None:
                 counts.append(moved)
-            if moved:  # beside the original: its external data files are relative to it
+            if moved and given:
+                path = model.SerializeToString()
+            elif moved:  # beside the original: its external data files are relative to it
                 path = Path(path).with_name(Path(path).stem + ".rows.onnx")
                 onnx.save(model, str(path))
-            super().__init__(str(path), sess_options, *args, **kwargs)
+            super().__init__(path if given else str(path), sess_options, *args, **kwargs)
 
     ort.InferenceSession = WithRows
     try:

@@ -39,6 +39,7 @@ extern OrtApiTable api;
 #define KernelContext_GetOutput \
   SLOT(91, OrtStatus*, OrtKernelContext*, size_t, const int64_t*, size_t, OrtValue**)
 #define ReleaseTensorTypeAndShapeInfo SLOT(99, void, OrtShapeInfo*)
+#define ReleaseStatus SLOT(93, void, OrtStatus*)
 #define KernelInfoGetConstantInput_tensor \
   SLOT(249, OrtStatus*, const OrtKernelInfo*, size_t, int*, const OrtValue**)
 #define KernelContext_ParallelFor \

@@ -29,36 +29,98 @@ static void rotary(const float* x, const float* cos, const float* sin, int64_t D
     out[i + half] = x[i + half] * cos[i] + x[i] * sin[i];
   }
 }
-static void attend_head(void* data, size_t h) {
+// e^x for x <= 0, 8 lanes: 2^n * a degree-5 polynomial of the remainder (~1e-7 relative)
+static inline __m256 exp_ps(__m256 x) {
+  x = _mm256_max_ps(x, _mm256_set1_ps(-87.f));
+  __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504f)),
+                             _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+  p = _mm256_fmadd_ps(_mm256_mul_ps(p, r), r, _mm256_add_ps(r, _mm256_set1_ps(1.f)));
+  __m256i e = _mm256_slli_epi32(
+      _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+// q against 8 consecutive key rows (D a multiple of 8): one lane each
+static inline __m256 dot8rows(const float* q, const float* K, int64_t D) {
+  __m256 acc[8];
+  for (int r = 0; r < 8; r++) acc[r] = _mm256_setzero_ps();
+  for (int64_t i = 0; i < D; i += 8) {
+    __m256 qv = _mm256_loadu_ps(q + i);
+    for (int r = 0; r < 8; r++)
+      acc[r] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(K + r * D + i), acc[r]);
+  }
+  __m256 h01 = _mm256_hadd_ps(acc[0], acc[1]), h23 = _mm256_hadd_ps(acc[2], acc[3]);
+  __m256 h45 = _mm256_hadd_ps(acc[4], acc[5]), h67 = _mm256_hadd_ps(acc[6], acc[7]);
+  __m256 a = _mm256_hadd_ps(h01, h23), b = _mm256_hadd_ps(h45, h67);
+  return _mm256_add_ps(_mm256_permute2f128_ps(a, b, 0x20), _mm256_permute2f128_ps(a, b, 0x31));
+}
+
+// the weighted sum of V's rows 0..p into out (D floats)
+static void weigh(const float* scores, float inv, const float* V, int64_t p, int64_t D,
+                  float* out) {
+  __m256 acc[8];  // D up to 64 in registers; wider heads take the loop below
+  int64_t lanes = D / 8 < 8 ? D / 8 : 8;
+  for (int64_t l = 0; l < lanes; l++) acc[l] = _mm256_setzero_ps();
+  for (int64_t i = lanes * 8; i < D; i++) out[i] = 0.f;
+  for (int64_t t = 0; t <= p; t++) {
+    __m256 w = _mm256_set1_ps(scores[t] * inv);
+    for (int64_t l = 0; l < lanes; l++)
+      acc[l] = _mm256_fmadd_ps(w, _mm256_loadu_ps(V + t * D + l * 8), acc[l]);
+    for (int64_t i = lanes * 8; i < D; i++) out[i] += scores[t] * inv * V[t * D + i];
+  }
+  for (int64_t l = 0; l < lanes; l++) _mm256_storeu_ps(out + l * 8, acc[l]);
+}
+
+// scores[0..p] = e^(score - max), returns their sum
+static float softmax_numerators(float* scores, int64_t p) {
+  float top = -INFINITY, total = 0.f;
+  int64_t t = 0;
+  for (; t <= p; t++) top = fmaxf(top, scores[t]);
+  __m256 sum8 = _mm256_setzero_ps();
+  for (t = 0; t + 8 <= p + 1; t += 8) {
+    __m256 e = exp_ps(_mm256_sub_ps(_mm256_loadu_ps(scores + t), _mm256_set1_ps(top)));
+    _mm256_storeu_ps(scores + t, e);
+    sum8 = _mm256_add_ps(sum8, e);
+  }
+  for (; t <= p; t++) total += scores[t] = expf(scores[t] - top);
+  return total + hsum(sum8);
+}
+
+// one key/value head and the query heads that read it: each cached row is read from
+// memory once for all of them
+static void attend_group(void* data, size_t g) {
   const AttentionJob* j = (const AttentionJob*)data;
   const int64_t D = j->D, width = (j->a->heads + 2 * j->a->kv_heads) * D;
-  const int64_t kvh = (int64_t)h / (j->a->heads / j->a->kv_heads);
-  const float* K = j->k + kvh * j->slots * D;
-  const float* V = j->v + kvh * j->slots * D;
-  float* scores = malloc(sizeof(float) * (size_t)(j->past + j->S));
-  float* q = malloc(sizeof(float) * (size_t)D);
+  const int64_t G = j->a->heads / j->a->kv_heads, n = j->past + j->S + 8;
+  const float* K = j->k + (int64_t)g * j->slots * D;
+  const float* V = j->v + (int64_t)g * j->slots * D;
+  float* scores = malloc(sizeof(float) * (size_t)(G * n));
+  float* q = malloc(sizeof(float) * (size_t)(G * D));
   for (int64_t s = 0; s < j->S; s++) {
-    int64_t p = j->past + s;
-    rotary(j->qkv + s * width + (int64_t)h * D, j->cos + p * (D / 2), j->sin + p * (D / 2),
-           D, q);
-    float top = -INFINITY, total = 0.f;
-    for (int64_t t = 0; t <= p; t++) {
-      scores[t] = dot(q, K + t * D, D) * j->a->scale;
-      top = fmaxf(top, scores[t]);
+    int64_t p = j->past + s, t = 0;
+    for (int64_t i = 0; i < G; i++)
+      rotary(j->qkv + s * width + ((int64_t)g * G + i) * D, j->cos + p * (D / 2),
+             j->sin + p * (D / 2), D, q + i * D);
+    if (D % 8 == 0)
+      for (; t + 8 <= p + 1; t += 8)
+        for (int64_t i = 0; i < G; i++)
+          _mm256_storeu_ps(scores + i * n + t, _mm256_mul_ps(
+              dot8rows(q + i * D, K + t * D, D), _mm256_set1_ps(j->a->scale)));
+    for (; t <= p; t++)
+      for (int64_t i = 0; i < G; i++)
+        scores[i * n + t] = dot(q + i * D, K + t * D, D) * j->a->scale;
+    for (int64_t i = 0; i < G; i++) {
+      float total = softmax_numerators(scores + i * n, p);
+      weigh(scores + i * n, 1.f / total, V, p, D,
+            j->out + s * j->a->heads * D + ((int64_t)g * G + i) * D);
     }
-    for (int64_t t = 0; t <= p; t++) total += scores[t] = expf(scores[t] - top);
-    float* out = j->out + s * j->a->heads * D + (int64_t)h * D;
-    __m256 acc[8];  // D up to 64 in registers; wider heads take the loop below
-    int64_t lanes = D / 8 < 8 ? D / 8 : 8;
-    for (int64_t l = 0; l < lanes; l++) acc[l] = _mm256_setzero_ps();
-    for (int64_t i = lanes * 8; i < D; i++) out[i] = 0.f;
-    for (int64_t t = 0; t <= p; t++) {
-      __m256 w = _mm256_set1_ps(scores[t] / total);
-      for (int64_t l = 0; l < lanes; l++)
-        acc[l] = _mm256_fmadd_ps(w, _mm256_loadu_ps(V + t * D + l * 8), acc[l]);
-      for (int64_t i = lanes * 8; i < D; i++) out[i] += scores[t] / total * V[t * D + i];
-    }
-    for (int64_t l = 0; l < lanes; l++) _mm256_storeu_ps(out + l * 8, acc[l]);
   }
   free(q);
   free(scores);
@@ -115,8 +177,10 @@ OrtStatus* attention(void* kernel, OrtKernelContext* ctx) {
              (float*)k + at);
       memcpy((float*)v + at, row + a->kv_heads * D, sizeof(float) * (size_t)D);
     }
-  AttentionJob j = {a, qkv, cos, sin, k, v, out, S, past, D, slots};
-  return KernelContext_ParallelFor(ctx, attend_head, (size_t)a->heads, 0, &j);
+  Attention scaled = *a;
+  if (scaled.scale == 0.f) scaled.scale = 1.f / sqrtf((float)D);
+  AttentionJob j = {&scaled, qkv, cos, sin, k, v, out, S, past, D, slots};
+  return KernelContext_ParallelFor(ctx, attend_group, (size_t)a->kv_heads, 0, &j);
 }
 
 OrtStatus* attention_create(const void* which, OrtApiTable table, const OrtKernelInfo* info,
@@ -126,7 +190,11 @@ OrtStatus* attention_create(const void* which, OrtApiTable table, const OrtKerne
   Attention* a = calloc(1, sizeof(Attention));
   TRY(KernelInfoGetAttribute_int64(info, "num_heads", &a->heads));
   TRY(KernelInfoGetAttribute_int64(info, "kv_num_heads", &a->kv_heads));
-  TRY(KernelInfoGetAttribute_float(info, "scale", &a->scale));
+  OrtStatus* unset = KernelInfoGetAttribute_float(info, "scale", &a->scale);
+  if (unset) {  // ORT's default, 1 / sqrt(head size), once the size is known
+    ReleaseStatus(unset);
+    a->scale = 0.f;
+  }
   *out = a;
   return NULL;
 }

@@ -125,7 +125,7 @@ def _attention_model(path):
     node = helper.make_node(
         "GroupQueryAttention", ["qkv", "", "", "past_k", "past_v", "seqlens_k", "total",
                                 "cos", "sin"], ["out", "present_k", "present_v"],
-        domain="com.microsoft", num_heads=HEADS, kv_num_heads=KV_HEADS, scale=0.25,
+        domain="com.microsoft", num_heads=HEADS, kv_num_heads=KV_HEADS,
         do_rotary=1, rotary_interleaved=0)
     graph = helper.make_graph(
         [node], "g",
