@@ -26,6 +26,7 @@ HERE = Path(__file__).resolve().parent
 SOURCES = (HERE / "nbits_rows.c", HERE / "rows_attention.c")
 DOMAIN = "edge_exporter.cpu"
 CACHE = HERE.parents[2] / "build" / "llm" / "rows"
+_REGISTERED: dict[int, object] = {}  # session options holding the library (kept alive)
 
 
 def library() -> Path:
@@ -151,7 +152,9 @@ def opened_with_rows(counts: list[int] | None = None):
     class WithRows(plain):
         def __init__(self, path, sess_options=None, *args, **kwargs):
             sess_options = sess_options or ort.SessionOptions()
-            sess_options.register_custom_ops_library(lib)
+            if id(sess_options) not in _REGISTERED:  # ORT refuses a domain twice
+                sess_options.register_custom_ops_library(lib)
+                _REGISTERED[id(sess_options)] = sess_options
             given = isinstance(path, bytes)  # a serialized model, or its file
             model = (onnx.load_from_string(path) if given
                      else onnx.load(str(path), load_external_data=False))
