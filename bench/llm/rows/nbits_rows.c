@@ -112,25 +112,47 @@ static void task(void* data, size_t i) {
 // int8 per block, symmetric; 4 bits: each 64 as [evens, odds], and the block's code sum
 static void quantize_rows(const float* a, int64_t M, int64_t K, int64_t nb, int64_t block,
                           int bits, int8_t* xq, float* xs, int32_t* xsum) {
+  const __m256 sign = _mm256_set1_ps(-0.f);
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  int32_t q[64];
   for (int64_t m = 0; m < M; m++)
     for (int64_t b = 0; b < nb; b++) {
       const float* src = a + m * K + b * block;
-      int64_t len = K - b * block < block ? K - b * block : block;
-      float amax = 0.f;
-      for (int64_t k = 0; k < len; k++) amax = fmaxf(amax, fabsf(src[k]));
+      int64_t len = K - b * block < block ? K - b * block : block, k = 0;
+      __m256 top = _mm256_setzero_ps();
+      for (; k + 8 <= len; k += 8)
+        top = _mm256_max_ps(top, _mm256_andnot_ps(sign, _mm256_loadu_ps(src + k)));
+      float lanes[8], amax = 0.f;
+      _mm256_storeu_ps(lanes, top);
+      for (int l = 0; l < 8; l++) amax = fmaxf(amax, lanes[l]);
+      for (; k < len; k++) amax = fmaxf(amax, fabsf(src[k]));
       float inv = amax > 0.f ? 127.f / amax : 0.f;
       int8_t* dst = xq + (m * nb + b) * block;
       int32_t sum = 0;
-      for (int64_t k = 0; k < block; k++) {
-        int q = k < len ? (int)nearbyintf(src[k] * inv) : 0;
-        sum += q;
-        dst[bits == 8 ? k : (k / 64) * 64 + (k % 2) * 32 + (k % 64) / 2] = (int8_t)q;
+      for (k = 0; k < block; k += 64) {  // rounded to nearest even, as nearbyintf
+        for (int64_t i = 0; i < 64; i++) q[i] = 0;
+        int64_t here = len - k < 64 ? (len - k > 0 ? len - k : 0) : 64, i = 0;
+        for (; i + 8 <= here; i += 8)
+          _mm256_storeu_si256((__m256i*)(q + i), _mm256_cvtps_epi32(
+              _mm256_mul_ps(_mm256_loadu_ps(src + k + i), _mm256_set1_ps(inv))));
+        for (; i < here; i++) q[i] = (int)nearbyintf(src[k + i] * inv);
+        for (i = 0; i < 64; i++) sum += q[i];
+        if (bits == 8) {
+          for (i = 0; i < 64; i += 32) {
+            const __m256i* v = (const __m256i*)(q + i);
+            __m256i lo = _mm256_packs_epi32(_mm256_loadu_si256(v), _mm256_loadu_si256(v + 1));
+            __m256i hi = _mm256_packs_epi32(_mm256_loadu_si256(v + 2), _mm256_loadu_si256(v + 3));
+            _mm256_storeu_si256((__m256i*)(dst + k + i), _mm256_permutevar8x32_epi32(
+                _mm256_packs_epi16(lo, hi), order));
+          }
+        } else {
+          for (i = 0; i < 64; i++) dst[k + (i % 2) * 32 + i / 2] = (int8_t)q[i];
+        }
       }
       xs[m * nb + b] = amax / 127.f;
       if (xsum) xsum[m * nb + b] = sum;
     }
 }
-
 
 // (x + skip) * gamma / rms into a new buffer, x + skip into the second output
 static OrtStatus* normalize(const Kernel* kern, OrtKernelContext* ctx, const float* x,
