@@ -84,8 +84,9 @@ _INSTALL = """#!/bin/sh
 # A new virtual environment (default: .venv next to this script) with exactly the wheels
 # in wheels/: offline (--no-index), each file checked against the SHA-256 that
 # requirements.lock pins (--require-hashes), after every file of the bundle is checked
-# against SHA256SUMS. pip runs from a throwaway venv and installs into the new one
-# (pip --python), so the device's venv holds what runs the artifacts, not the installer;
+# against SHA256SUMS. pip installs into the new venv from outside it (pip --python), so
+# the device's venv holds what runs the artifacts, not the installer: $PYTHON's own pip
+# where it has 22.3+ (--python), else a throwaway venv's (ensurepip, seconds more);
 # bytecode is written as modules are first imported (--no-compile). The wheels are for
 # CPython @PYTHON@ on Linux @ARCH@ (exporter package --platform). To add packages later:
 # .venv/bin/python -m ensurepip, then .venv/bin/python -m pip install ...
@@ -104,11 +105,16 @@ found=$("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])') ||
 [ "$found" = @PYTHON@ ] ||
     refuse "the bundle's wheels are for Python @PYTHON@; $python is $found (set PYTHON)"
 "$python" -m venv --without-pip "$venv"
-tools=$(mktemp -d)
-trap 'rm -rf "$tools"' EXIT
-"$python" -m venv "$tools"
+installer=$python
+if ! "$python" -c 'import sys, pip
+sys.exit(tuple(map(int, pip.__version__.split(".")[:2])) < (22, 3))' 2>/dev/null; then
+    tools=$(mktemp -d)
+    trap 'rm -rf "$tools"' EXIT
+    "$python" -m venv "$tools"
+    installer=$tools/bin/python
+fi
 # no pip configuration of this machine applies: the lock and wheels/ are the whole input
-PIP_CONFIG_FILE=/dev/null "$tools/bin/python" -m pip --isolated --python "$venv/bin/python" \\
+PIP_CONFIG_FILE=/dev/null "$installer" -m pip --isolated --python "$venv/bin/python" \\
     install --quiet --disable-pip-version-check --no-compile --no-index \\
     --find-links "$here/wheels" --only-binary=:all: --require-hashes \\
     -r "$here/requirements.lock"

@@ -41,16 +41,18 @@ def installed(bundle, ran, tmp_path_factory):
     return _install(bundle[0], ran, tmp_path_factory)
 
 
-def _install(bundle: Path, ran, tmp_path_factory) -> tuple[Path, dict]:
+def _install(bundle: Path, ran, tmp_path_factory, python: str = sys.executable
+             ) -> tuple[Path, dict]:
     """(the unpacked folder, the environment to run its scripts in): no PYTHONPATH, so
-    nothing of this checkout is importable there."""
+    nothing of this checkout is importable there. install.sh runs ``python``'s own pip
+    (this one has pip), or a throwaway venv's where it has none."""
     where = tmp_path_factory.mktemp("device")
     with tarfile.open(bundle) as tar:
         tar.extractall(where, filter="data")
     folder = where / bundle.name.removesuffix(".tar.gz")
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     done = ran(subprocess.run, [str(folder / "install.sh")], capture_output=True, text=True,
-               env={**env, "PYTHON": sys.executable}, timeout=600)
+               env={**env, "PYTHON": python}, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     return folder, env
 
@@ -146,7 +148,9 @@ def onnx_only(onnx_mlp, cli_here, ran, tmp_path_factory):
     out = tmp_path_factory.mktemp("onnx-bundle") / "onnx-only.tar.gz"
     result = cli_here("package", str(onnx_mlp), "--out", str(out))  # the process: bundle()
     assert result.returncode == 0, result.stderr
-    return _install(out, ran, tmp_path_factory)
+    bare = tmp_path_factory.mktemp("no-pip")  # a Python without pip: install.sh's other way
+    ran(subprocess.run, [sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True)
+    return _install(out, ran, tmp_path_factory, str(bare / "bin" / "python"))
 
 
 def test_onnx_only_bundle_installs_no_torch_and_runs_like_the_build(onnx_only, onnx_mlp, ran,
