@@ -46,6 +46,14 @@ def export(program: ExportedProgram, report_dir: Path, translations: dict):
     export_compat rebuilds torch.onnx's registry on every call (0.6-1 CPU s); the export
     only reads it (_core.export, _dispatching.dispatch). A torch whose _core.export takes
     other arguments gets torch.onnx.export itself."""
+    import numpy as np
+    # the optimizer folds constants with onnx's numpy reference ops, where log(0) = -inf and
+    # a cast of inf are meant: numpy's RuntimeWarnings there told the user nothing
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        return _export(program, report_dir, translations)
+
+
+def _export(program: ExportedProgram, report_dir: Path, translations: dict):
     from torch.onnx._constants import ONNX_DEFAULT_OPSET
     from torch.onnx._internal.exporter import _core
     if not _takes(_core.export, "registry", "optimize", "opset_version", "artifacts_dir"):
