@@ -154,3 +154,25 @@ def test_a_select_at_a_negative_index_reads_that_row_not_memory_past_it(tmp_path
     placed = {(row["op"], row["backend"]): row["reason"] for row in built.manifest.coverage}
     assert ("aten.select.int", "tvm") in placed
     assert "negative index of a dynamic dim" in placed[("aten.select.int", "torch")]
+
+
+class _BlockIds(torch.nn.Module):
+    def forward(self, mask):
+        ones = torch.ones_like(mask) / 4  # int64 / int: true division, float32
+        return torch.cumsum(ones, 1) - ones
+
+
+def test_true_division_of_integers_runs_in_float_on_tvm(tmp_path):
+    """TVM's importer divided int64 operands as integers where PyTorch returns float32
+    (LongT5's block ids: the build failed validation): the operands are cast first and
+    the division stays on TVM."""
+    import exporter
+    built = exporter.build(_BlockIds(), (torch.ones(2, 8, dtype=torch.int64),), target="tvm",
+                           out=tmp_path / "ids.artifact")
+    assert built.manifest.validation["passed"]
+    assert ("aten.div.Tensor", "tvm") in {(row["op"], row["backend"])
+                                          for row in built.manifest.coverage}
+    program = runtime.load(tmp_path / "ids.artifact")
+    got = program(torch.ones(2, 8, dtype=torch.int64))
+    assert got.dtype == torch.float32
+    torch.testing.assert_close(got, _BlockIds()(torch.ones(2, 8, dtype=torch.int64)))
