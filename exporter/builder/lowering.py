@@ -133,6 +133,16 @@ def _to_move(prep: Prepared, settings: BuildSettings, exc: LoweringError,
     return exc.nodes if found is None else [n.name for n in found]
 
 
+NAMED = 6  # ops a fallback warning names; the placement table has them all
+
+
+def named(nodes: list[str]) -> str:
+    """The first NAMED of ``nodes`` and a count of the rest (LongT5 on tvm: 69 names)."""
+    rest = len(nodes) - NAMED
+    return ", ".join(nodes[:NAMED]) + (
+        f" and {rest} more (`exporter inspect ARTIFACT` lists them)" if rest > 0 else "")
+
+
 def _move_to_fallback(prep: Prepared, settings: BuildSettings, exc: LoweringError,
                       nodes: list[str], failed: dict[str, str]) -> None:
     for path in exc.kept:  # the build goes on: no log of it left beside the output
@@ -143,6 +153,6 @@ def _move_to_fallback(prep: Prepared, settings: BuildSettings, exc: LoweringErro
                 len(nodes), exc.what, ", ".join(nodes))
     prep.placement = place(prep.program, prep.target, settings.min_partition_size, failed)
     prep.warnings.append(f"{len(nodes)} op(s) moved to the CPU fallback after "
-                         f"{prep.target.name} failed on them: {', '.join(nodes)} "
+                         f"{prep.target.name} failed on them: {named(nodes)} "
                          f"({exc.what}; --fallback forbid stops there instead and "
                          "keeps the backend's log)")

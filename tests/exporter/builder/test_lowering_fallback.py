@@ -69,3 +69,11 @@ def test_most_ops_on_the_fallback_is_one_warning_line_with_the_reasons():
     model, args, _ = unconvertible.factory()
     program = torch.export.export(model, args, strict=False)
     assert mostly_fallback(place(program, target, 1), target) is None  # 1 of 6
+
+
+def test_a_fallback_warning_names_six_ops_and_counts_the_rest():
+    from exporter.builder.lowering import named
+    assert named(["a", "b"]) == "a, b"
+    ops = [f"add_{i}" for i in range(69)]
+    assert named(ops) == ("add_0, add_1, add_2, add_3, add_4, add_5 and 63 more "
+                          "(`exporter inspect ARTIFACT` lists them)")
