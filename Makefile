@@ -8,15 +8,11 @@ EXECUTORCH_VERSION ?= 1.5.1
 # pytest-xdist workers: most tests wait on one-threaded export/compile subprocesses, so two
 # workers on two cores halve the wall time; files stay whole on a worker (--dist loadfile)
 TEST_WORKERS ?= 2
-# Threads of each worker's pools (OMP_NUM_THREADS: torch, ONNX Runtime through
-# runtime/executors/ort_threads.py, TVM), children included: the workers already fill the
-# cores, and pools wider than their share spin and wait on each other (test_onnx_target,
-# two copies side by side: 108 -> 88 CPU s each). Tests about threads set their own.
-# (make test only: the slow tier's timings have not been checked at one thread). Inductor
-# compiles in the build's own process: its default pool of two starts a worker process
-# that imports torch again (zoo:mlp on cpu, cold: 44.4 -> 39.9 CPU s).
-TEST_THREADS ?= 1
-TEST_ENV := OMP_NUM_THREADS=$(TEST_THREADS) TORCHINDUCTOR_COMPILE_THREADS=$(TEST_THREADS)
+# Inductor compiles in the build's own process: its default pool of two starts a worker
+# process that imports torch again (zoo:mlp on cpu, cold cache: 44.4 -> 39.9 CPU s, twice).
+# (OMP_NUM_THREADS=1 per worker was tried in session 63: the quiet clean-clone run showed
+# no gain, so torch's and ORT's pools keep their default; bench/RESULTS.md.)
+TEST_ENV := TORCHINDUCTOR_COMPILE_THREADS=1
 # this checkout, editable, built with the venv's setuptools (installed with torch): an
 # isolated build environment downloads setuptools again for each install (15 s)
 EDITABLE := --no-build-isolation -e
