@@ -75,6 +75,11 @@ def _run(argv: list[str], cwd: str, start_dir: str) -> int:
     if sys.path and sys.path[0] == start_dir:  # `python -m` puts the working folder first
         sys.path[0] = cwd
     sys.argv = ["-m", *argv[1:]]
+    # `python -m` runs a module not yet imported: one the template preloaded for its imports
+    # leaves sys.modules (runpy warned "found in sys.modules ... prior to execution")
+    for name in (argv[0], f"{argv[0]}.__main__"):
+        if not hasattr(sys.modules.get(name), "__path__"):
+            sys.modules.pop(name, None)
     try:
         runpy.run_module(argv[0], run_name="__main__", alter_sys=True)
     except SystemExit as done:

@@ -55,6 +55,16 @@ def test_a_child_that_exits_raises_or_crashes_says_so_as_a_fresh_one_would(tmp_p
     assert code == -signal.SIGSEGV and "Fatal Python error: Segmentation fault" in stderr
 
 
+def test_a_module_the_template_preloaded_runs_without_runpys_warning(tmp_path):
+    """The template imports runtime.__main__ for its imports; the child runs it as a fresh
+    ``python -m runtime`` does, and its last words (shown when a validation dies) are
+    the runtime's, not runpy's "found in sys.modules" warning."""
+    child = Child(["runtime", "nonsense"], _child_env(), tmp_path)
+    code = child.wait(120)
+    _, stderr = child.output()
+    assert code == 2 and stderr.startswith("usage: python -m runtime"), stderr
+
+
 def test_a_child_past_its_time_is_killed_and_the_template_serves_the_next(tmp_path):
     child = Child([PROBE, "sleep"], _child_env(), tmp_path)
     with pytest.raises(subprocess.TimeoutExpired):
