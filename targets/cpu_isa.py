@@ -46,6 +46,14 @@ X86_LEVELS = {
 CHOICES = ("auto", *X86_LEVELS)
 
 
+def int8_pairs_may_saturate(arch: str) -> bool:
+    """Whether an int8 artifact for ``arch`` (a machine or platform name) may run where u8s8
+    products saturate: on an x86 CPU without VNNI (AVX2 alone, and no x86-64 level requires
+    VNNI) oneDNN's and ONNX Runtime's kernels sum pairs of products in 16 bits with
+    saturation (vpmaddubsw), so one operand keeps to 7 bits there."""
+    return arch.endswith(("x86_64", "AMD64"))
+
+
 def resolve(requested: str) -> IsaLevel | None:
     """The level to build for; None means Inductor's own defaults (non-x86 hosts)."""
     if requested not in CHOICES:

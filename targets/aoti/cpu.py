@@ -31,10 +31,9 @@ class X86Quantization(Quantization):
 
 
 def seven_bit_activations() -> bool:
-    """Whether activations keep to 7 bits (torchao's ``reduce_range``). Without VNNI (AVX2
-    alone, and no x86-64 level requires VNNI) oneDNN's u8s8 kernels sum pairs of products in
-    16 bits with saturation: the zoo encoder's int8-dynamic build reached 15.6 dB there."""
-    return platform.machine() in ("x86_64", "AMD64")
+    """Whether activations keep to 7 bits (torchao's ``reduce_range``): the zoo encoder's
+    int8-dynamic build reached 15.6 dB on an AVX2-only CPU with 8 bits."""
+    return cpu_isa.int8_pairs_may_saturate(platform.machine())
 
 
 class CpuPackaging(AotiPackaging):
