@@ -35,4 +35,7 @@ def test_bf16_cpu_build_validates_under_its_own_tolerance(artifacts_dir):
     result = exporter.build("zoo:encoder", target="cpu", dtype="bf16",
                             out=artifacts_dir / "encoder-bf16.artifact")
     assert result.manifest.validation["passed"] is True
-    assert result.manifest.passes[-1]["name"] == "cast_dtype"
+    # the cast happens before capture, so its record comes before every graph pass
+    cast = result.manifest.passes[0]
+    assert cast["name"] == "cast_dtype" and cast["info"]["dtype"] == "bf16"
+    assert cast["info"]["float_weight_bytes_after"] < cast["info"]["float_weight_bytes_before"]
