@@ -7,7 +7,7 @@ so that no timing runs beside a build or a compile:
    and by each model's cores once its build is done;
 2. when all of phase 1 is done, or at ``--barrier-s`` (what still runs is ended and
    named), every built model's timing process on its cores, all at once (``--alone``:
-   one after another), until ``--deadline-s``.
+   one after another; ``--lanes N``: N at a time), until ``--deadline-s``.
 
     python bench/cpu_choice_pinned.py --models hf_mobilenet_v2,hf_resnet50 \\
         --work-dir build/cpu-pinned --peer-cores 12-15 --barrier-s 200 --deadline-s 300
@@ -91,13 +91,25 @@ def run_slots(slots: list[Slot], until: float) -> list[str]:
     return [slot.label for slot in late]
 
 
-def run_timers(timers: list[Slot], until: float, alone: bool) -> list[str]:
-    """The timing processes all at once (each on its cores, the issue's protocol), or
-    ``alone``: one after another, so that no model's timing shares the machine's memory
-    and caches with another's; what still runs at ``until`` is ended and named."""
-    if not alone:
+def run_timers(timers: list[Slot], until: float, lanes: int = 0) -> list[str]:
+    """The timing processes all at once (each on its cores, the issue's protocol), or in
+    ``lanes`` lanes at once, each lane's one after another (``timers[i::lanes]``): fewer
+    timings share the machine's memory and caches at a time (1: none); what still runs
+    at ``until`` is ended and named."""
+    if lanes <= 0 or lanes >= len(timers):
         return run_slots(timers, until)
-    return [name for timer in timers for name in run_slots([timer], until)]
+    ended: list[list[str]] = [[] for _ in range(lanes)]
+
+    def lane(index: int) -> None:
+        ended[index] = [name for timer in timers[index::lanes]
+                        for name in run_slots([timer], until)]
+
+    threads = [threading.Thread(target=lane, args=(i,)) for i in range(lanes)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return [name for names in ended for name in names]
 
 
 def cores_of(first: int, per: int, index: int) -> str:
@@ -138,6 +150,9 @@ def main() -> None:
                         help="blocks per engine; fewer, longer blocks for models of a few ms")
     parser.add_argument("--alone", action="store_true",
                         help="phase 2 times one model at a time (default: all at once)")
+    parser.add_argument("--lanes", type=int, default=0,
+                        help="phase 2 times LANES models at a time, models i, i+LANES, ... "
+                             "one after another (--alone: 1)")
     args = parser.parse_args()
 
     start = time.monotonic()
@@ -184,8 +199,10 @@ def main() -> None:
                                  str(args.warmup), "--rounds", str(args.rounds),
                                  "--json-out", str(rows))],
                            work / "logs" / f"{name}-time.log", args.threads))
-    ended = run_timers(timers, start + args.deadline_s, args.alone)
-    print(f"phase 2 (timing{', one model at a time' if args.alone else ''}) {round(time.monotonic() - start - phase1, 1)} s; ended: "
+    lanes = 1 if args.alone else args.lanes
+    ended = run_timers(timers, start + args.deadline_s, lanes)
+    print(f"phase 2 (timing, {lanes or len(timers)} model(s) at a time) "
+          f"{round(time.monotonic() - start - phase1, 1)} s; ended: "
           f"{ended or 'none'}; " + ", ".join(f"{s.label} {s.seconds} s" for s in timers),
           flush=True)
     found = [work / f"rows-{m.rsplit(':', 1)[-1]}.jsonl" for m in models]

@@ -108,18 +108,19 @@ def main(folder: Path) -> None:
             results[name] = {"dropped": f"failed validation: {problem}"}
             continue
         ready[name] = run
-    for name, times in interleaved(ready, inputs).items():
-        ordered = sorted(times)
+    for name, turns in interleaved(ready, inputs).items():
+        ordered = sorted(t for turn in turns for t in turn)
         results[name] = {"median_ms": round(statistics.median(ordered) * 1e3, 3),
                          "p10_ms": round(ordered[len(ordered) // 10] * 1e3, 3),
-                         "calls": len(ordered)}
+                         "calls": len(ordered),  # each turn's median: the spread of rounds
+                         "turn_ms": [round(statistics.median(t) * 1e3, 3) for t in turns]}
     figures = {"threads": torch.get_num_threads(), "candidates": results}
     (folder / "figures.json").write_text(json.dumps(figures))
 
 
-def interleaved(runs: dict, inputs: list) -> dict[str, list[float]]:
-    """Seconds per call of each run, in rotating rounds after a warm-up; each turn an
-    untimed call, then calls for about ``ROUND_S``, ``TURN_CALLS`` at least."""
+def interleaved(runs: dict, inputs: list) -> dict[str, list[list[float]]]:
+    """Seconds per call of each run, turn by turn, in rotating rounds after a warm-up;
+    each turn an untimed call, then calls for about ``ROUND_S``, ``TURN_CALLS`` at least."""
     share = {}
     for name, run in runs.items():
         for _ in range(WARMUP):  # a first call's one-time work stays out of the sizing
@@ -127,15 +128,17 @@ def interleaved(runs: dict, inputs: list) -> dict[str, list[float]]:
         start = time.perf_counter()
         run(list(inputs))
         share[name] = max(TURN_CALLS, int(ROUND_S / max(time.perf_counter() - start, 1e-6)))
-    times: dict[str, list[float]] = {name: [] for name in runs}
+    times: dict[str, list[list[float]]] = {name: [] for name in runs}
     names = list(runs)
     for round_ in range(ROUNDS):
         for name in names[round_ % len(names):] + names[:round_ % len(names)]:
             runs[name](list(inputs))  # settles the cores after the previous candidate
+            turn = []
             for _ in range(share[name]):
                 start = time.perf_counter()
                 runs[name](list(inputs))
-                times[name].append(time.perf_counter() - start)
+                turn.append(time.perf_counter() - start)
+            times[name].append(turn)
     return times
 
 

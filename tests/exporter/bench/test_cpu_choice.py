@@ -60,7 +60,21 @@ def test_alone_the_timing_processes_run_one_after_another(tmp_path):
     timers = [cpu_choice_pinned.Slot(name, "0", [[sys.executable, "-c", stamp,
                                                    str(tmp_path / f"{name}.txt")]],
                                      tmp_path / f"{name}.log", 1) for name in ("a", "b")]
-    ended = cpu_choice_pinned.run_timers(timers, time.monotonic() + 30, alone=True)
+    ended = cpu_choice_pinned.run_timers(timers, time.monotonic() + 30, lanes=1)
     (a0, a1), (b0, b1) = [map(float, (tmp_path / f"{n}.txt").read_text().split())
                           for n in ("a", "b")]
     assert ended == [] and a1 <= b0, "b started before a ended"
+
+
+def test_in_two_lanes_two_timings_run_at_once_and_each_lane_in_turn(tmp_path):
+    stamp = ("import sys, time; f = open(sys.argv[1], 'a'); f.write(f'{time.time()} ');"
+             " time.sleep(0.6); f.write(f'{time.time()}\\n')")
+    timers = [cpu_choice_pinned.Slot(name, "0", [[sys.executable, "-c", stamp,
+                                                   str(tmp_path / f"{name}.txt")]],
+                                     tmp_path / f"{name}.log", 1) for name in "abc"]
+    ended = cpu_choice_pinned.run_timers(timers, time.monotonic() + 30, lanes=2)
+    (a0, a1), (b0, b1), (c0, c1) = [map(float, (tmp_path / f"{n}.txt").read_text().split())
+                                    for n in "abc"]
+    assert ended == []
+    assert b0 < a1 and a0 < b1, "a and b (two lanes) did not overlap"
+    assert a1 <= c0, "c (a's lane) started before a ended"

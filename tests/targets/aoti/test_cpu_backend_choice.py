@@ -157,6 +157,7 @@ def test_the_timing_process_times_what_runs_right_and_drops_what_runs_wrong(tmp_
     assert found["threads"] >= 1
     assert found["candidates"]["onnx"]["median_ms"] > 0
     assert found["candidates"]["onnx"]["calls"] >= timing.ROUNDS
+    assert len(found["candidates"]["onnx"]["turn_ms"]) == timing.ROUNDS
     assert found["candidates"]["aoti"]["dropped"].startswith("failed validation: output 0")
 
 
@@ -187,8 +188,10 @@ def test_the_choice_times_each_turn_after_an_untimed_call_so_a_switch_costs_neit
     of them paying for the previous candidate's pool: the medians are the steady calls."""
     monkeypatch.setattr(timing, "ROUND_S", 0.02)
     pools = _PoolsOnOneCore(aoti=0.002, onnx=0.001)
-    times = timing.interleaved(pools.runs, [])
+    turns = timing.interleaved(pools.runs, [])
+    times = {name: [t for turn in done for t in turn] for name, done in turns.items()}
     for name, steady_s in (("aoti", 0.002), ("onnx", 0.001)):
+        assert len(turns[name]) == timing.ROUNDS
         assert len(times[name]) >= timing.ROUNDS * timing.TURN_CALLS
         median = sorted(times[name])[len(times[name]) // 2]
         assert median < steady_s + pools.SWITCH_S / 2, (name, median)
