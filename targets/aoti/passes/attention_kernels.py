@@ -15,13 +15,13 @@ with aligned rows: its padding (the kernels want 8-element rows) folds at freezi
 from __future__ import annotations
 
 import contextlib
-import statistics
 from collections.abc import Callable
 
 import torch
 from torch.export import ExportedProgram
 
 from passes.base import PassResult
+from targets.aoti.passes.call_timing import faster, graph_replay_ms
 
 aten = torch.ops.aten
 _SDPA = aten.scaled_dot_product_attention.default
@@ -29,8 +29,6 @@ _FUSED = {"CUDNN_ATTENTION": torch.backends.cuda.cudnn_sdp_enabled,
           "FLASH_ATTENTION": torch.backends.cuda.flash_sdp_enabled,
           "EFFICIENT_ATTENTION": torch.backends.cuda.mem_efficient_sdp_enabled}
 _ARGS = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal")
-MARGIN = 0.95  # a kernel replaces torch's choice only when clearly faster, not by noise
-_CALLS, _REPLAYS = 20, 7
 
 
 class AttentionKernelsByTiming:
@@ -74,12 +72,6 @@ class AttentionKernelsByTiming:
         return faster(own, times)
 
 
-def faster(own: float, times: dict[str, float]) -> str | None:
-    """The kernel of ``times`` under MARGIN of torch's own choice's time ``own``, or None."""
-    best = min(times, key=times.get, default=None)
-    return best if best and times[best] < MARGIN * own else None
-
-
 def decomposed(program: ExportedProgram, chosen: dict) -> ExportedProgram:
     """``program`` with each attention call decomposed as torch decomposes it, under the
     kernel ``chosen`` gives its key (torch's own choice where none)."""
@@ -90,26 +82,6 @@ def decomposed(program: ExportedProgram, chosen: dict) -> ExportedProgram:
             return _SDPA._op_dk(torch._C.DispatchKey.CompositeImplicitAutograd,
                                 *args, **kwargs)
     return program.run_decompositions({_SDPA: decompose})
-
-
-def graph_replay_ms(call: Callable) -> float:
-    """Median milliseconds of one ``call`` in a CUDA graph of back-to-back calls."""
-    call()  # plans and workspaces made outside the capture
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(_CALLS):
-            call()
-    graph.replay()
-    times = []
-    for _ in range(_REPLAYS):
-        start, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / _CALLS)
-    return statistics.median(times)
 
 
 def _bound(args, kwargs) -> dict:

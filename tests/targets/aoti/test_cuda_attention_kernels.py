@@ -9,12 +9,11 @@ import torch
 import torch.nn.functional as F
 
 from targets.aoti.passes.attention_kernels import (
-    MARGIN,
     AttentionKernelsByTiming,
     decomposed,
-    faster,
 )
 from targets.aoti.passes.attention_kernels import _key, _bound, _from_weights_only
+from targets.aoti.passes.call_timing import MARGIN, faster
 
 pytestmark = pytest.mark.cuda
 
