@@ -21,6 +21,7 @@ from targets.aoti.passes.aligned_linears import (
 )
 from targets.aoti.passes.attention_kernels import AttentionKernelsByTiming
 from targets.aoti.passes.attention_views import AttentionInputsAsViews
+from targets.aoti.passes.conv_gemms import ConvsAsGemmsByTiming
 from targets.aoti.passes.decode_kernels import DecodeAttentionAsKernel, RowLinearsAsKernels
 from targets.aoti.passes.depthwise_convs import DepthwiseConvsAsTaps
 from targets.aoti.passes.gelu_epilogues import TanhGeluAsGemmEpilogue
@@ -42,7 +43,7 @@ from targets.facets import Quantization
 
 # Passes not yet shown faster inside a whole build: off by default;
 # bench/cuda_gap.py turns them on by name to time them inside whole builds.
-CANDIDATE_PASSES = {p.name: p for p in (LinearInputsAlignedByPadding,)}
+CANDIDATE_PASSES = {p.name: p for p in (LinearInputsAlignedByPadding, ConvsAsGemmsByTiming)}
 
 
 class CudaPackaging(AotiPackaging):

@@ -1,0 +1,121 @@
+"""Each dense convolution as cuDNN's kernel or as one GEMM over its windows, whichever this
+GPU runs faster at the call's shape.
+
+    before: y = conv2d(x, W, b, stride=s, padding=p, dilation=d)          W: [O, C, kh, kw]
+    after:  cols = windows of pad(x, p) as [N*Ho*Wo, kh*kw*C]        (a gather, or a view)
+            y = linear(cols, W.permute(0, 2, 3, 1).reshape(O, -1), b) as [N, O, Ho, Wo],
+                laid out channels-last
+
+cuDNN runs a small convolution at batch 1 as an implicit GEMM of few tiles, each looping
+over all of C*kh*kw: DenseNet-121's 58 3x3 convolutions (32 filters, 7x7 to 56x56
+pixels) took 6-7 us each whatever the pixels, 42% of its GPU time, in torch.compile too
+(bench/RESULTS.md, session 62). cuBLAS splits such a product's sum across the GPU. Which
+one wins depends on the shape, so each distinct call (input and filter shapes, stride,
+padding, dilation, dtype) is timed on the build's GPU: cuDNN with the input as given and
+channels-last, against the gather and the GEMM as two kernels. Where the GEMM form takes
+under MARGIN of cuDNN's faster layout, the call is rewritten; Inductor may then fold the
+gather into the kernel that makes the input, which the timing does not count. Only groups
+of 1 (grouped_convs.py and depthwise_convs.py take the rest), static image sizes and
+half-precision constant weights.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch.export import ExportedProgram
+
+from passes.base import PassResult
+from passes.graph.rewrite import attribute, replace_calls, rewrite_and_recapture
+from targets.aoti.passes.call_timing import faster, graph_replay_ms
+from targets.aoti.passes.conv_calls import output_size, pair, static_conv, windows
+
+
+class ConvsAsGemmsByTiming:
+    name = "convs_as_gemms_by_timing"
+    required = False
+
+    def __init__(self, timer: Callable[[Callable], float] | None = None) -> None:
+        self.timer = timer or graph_replay_ms
+
+    def __call__(self, program: ExportedProgram) -> PassResult:
+        timed: dict = {}
+
+        def choose(key, sample):
+            if sample[0].device.type != "cuda" or not torch.cuda.is_available():
+                return False
+            if key not in timed:
+                timed[key] = self._times(*sample)
+            return faster(timed[key]["cudnn"], {"gemm": timed[key]["gemm"]}) is not None
+
+        result = rewritten(program, choose)
+        result.info["convs"] = {_label(key): {k: round(v * 1000, 1) for k, v in t.items()}
+                                for key, t in timed.items()}  # us a call
+        return result
+
+    def _times(self, x, weight, bias, stride, padding, dilation) -> dict:
+        """ms a call: cuDNN's faster layout, and the GEMM form, on random inputs."""
+        x = torch.randn(x.shape, dtype=x.dtype, device="cuda")
+        weight = torch.randn(weight.shape, dtype=weight.dtype, device="cuda")
+        bias = None if bias is None else torch.randn(bias.shape, dtype=bias.dtype,
+                                                     device="cuda")
+        last = torch.channels_last
+        with torch.no_grad():
+            cudnn = min(self.timer(lambda: F.conv2d(a, w, bias, stride, padding, dilation))
+                        for a, w in ((x, weight), (x.to(memory_format=last),
+                                                   weight.to(memory_format=last))))
+            gemm = self.timer(lambda: conv_as_gemm(x, weight, bias, stride, padding,
+                                                   dilation))
+        return {"cudnn": cudnn, "gemm": gemm}
+
+
+def rewritten(program: ExportedProgram, choose: Callable[[tuple, tuple], bool]
+              ) -> PassResult:
+    """``program`` with each dense convolution on the GPU for which ``choose(key,
+    sample)`` says so as ``conv_as_gemm``; ``info["convs_as_gemms"]``: how many."""
+    def rewrite(module: torch.fx.GraphModule) -> dict:
+        def arguments(node):
+            found = _dense_args(module, node)
+            if found is None:
+                return None
+            args, key, sample = found
+            return (args, {}) if choose(key, sample) else None
+        return replace_calls(module, arguments, conv_as_gemm, "convs_as_gemms")
+    return rewrite_and_recapture(program, rewrite, "convs_as_gemms")
+
+
+def conv_as_gemm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                 stride: list, padding: list, dilation: list) -> torch.Tensor:
+    """``conv2d(x, weight, bias, stride, padding, dilation)`` as one GEMM of the windows
+    (taps, then channels, along a row) by the filters; the result channels-last."""
+    n = x.shape[0]
+    out, channels, kh, kw = weight.shape
+    found = windows(x, (kh, kw), stride, padding, dilation)  # [N, C, Ho, Wo, kh, kw]
+    ho, wo = found.shape[2:4]
+    cols = found.permute(0, 2, 3, 4, 5, 1).reshape(n * ho * wo, kh * kw * channels)
+    filters = weight.permute(0, 2, 3, 1).reshape(out, kh * kw * channels)
+    return F.linear(cols, filters, bias).reshape(n, ho, wo, out).permute(0, 3, 1, 2)
+
+
+def _dense_args(module: torch.fx.GraphModule, node: torch.fx.Node):
+    """(args, key, sample) where ``node`` is a convolution of one group, else None: the rewrite's arguments, what its kernels' times depend on, and the input's,
+    filters' and bias's tensors (the input's example value) to time it with."""
+    conv = static_conv(module, node, (torch.float16, torch.bfloat16))
+    if conv is None:
+        return None
+    (x, weight, bias, stride, padding, dilation, groups), value, w = conv
+    if groups != 1 or w.dtype != value.dtype or min(output_size(conv)) < 1:
+        return None
+    stride, padding, dilation = pair(stride), pair(padding), pair(dilation)
+    key = (tuple(value.shape), tuple(w.shape), tuple(stride), tuple(padding),
+           tuple(dilation), bias is not None, value.dtype)
+    sample = (value, w, attribute(module, bias), stride, padding, dilation)
+    return (x, weight, bias, stride, padding, dilation), key, sample
+
+
+def _label(key) -> str:
+    shape, filters, stride = key[0], key[1], key[2]
+    return (f"{'x'.join(map(str, shape))} by {filters[0]}x{filters[2]}x{filters[3]}"
+            + (f" stride {stride[0]}" if stride != (1, 1) else ""))
