@@ -87,13 +87,13 @@ def measure(name: str, variants: dict[str, dict], args) -> dict:
     while other models build, then timed and profiled when this process holds the GPU."""
     import runtime
     from bench.cuda_jobs import wait_for_build
-    from bench.cuda_models import CUDA_SUITE as SUITE
+    from bench.cuda_models import model_spec
     from exporter.benchmark import _baselines, time_side_by_side
     from exporter.model.spec import load_spec
     from runtime.program.flat_inputs import flatten_inputs
 
     device, dtype = ("cuda", "fp16") if args.device == "cuda" else ("cpu", "fp32")
-    spec = load_spec(SUITE[name])
+    spec = load_spec(model_spec(name))
     inputs = [t.to(device) for t in flatten_inputs(spec.args, spec.kwargs).tensors]
     with torch.inference_mode():
         calls = _baselines(spec, inputs, device, dtype, tuple(args.baselines.split(",")))
@@ -112,7 +112,7 @@ def measure(name: str, variants: dict[str, dict], args) -> dict:
                          for label, call in calls.items()}
                         if device == "cuda" and args.profile_calls else {})
     base = next((timings[k]["median_ms"] for k in ("compile", "eager") if k in timings), None)
-    return {"model": name, "spec": SUITE[name], "builds": builds, "timings": timings,
+    return {"model": name, "spec": model_spec(name), "builds": builds, "timings": timings,
             "vs": {v: round(timings[v]["median_ms"] / base, 3) for v in builds
                    if v in timings} if base else None,
             "vs_baseline": next((k for k in ("compile", "eager") if k in timings), None),

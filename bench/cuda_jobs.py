@@ -143,7 +143,7 @@ def with_variant(overrides: dict):
 def run_jobs(args, plan: list[tuple[str, dict[str, dict]]]) -> None:
     """Start every build and measuring process of ``plan`` ((model, variants) pairs), echo
     the progress lines as they come, end what is left at ``--deadline-s``."""
-    from bench.cuda_models import CUDA_SUITE as SUITE
+    from bench.cuda_models import model_spec
     work = Path(args.work_dir)
     (work / "logs").mkdir(parents=True, exist_ok=True)
     sync = work / "sync"
@@ -160,7 +160,7 @@ def run_jobs(args, plan: list[tuple[str, dict[str, dict]]]) -> None:
     builds = []
     for name, variants in plan:
         for variant, overrides in variants.items():
-            job = [name, SUITE[name], variant, overrides]
+            job = [name, model_spec(name), variant, overrides]
             builds.append(_spawn([*common, "--build-one", json.dumps(job), "--json-out",
                                   str(result_file(name, variant, args))],
                                  work / "logs" / f"{name}-{variant}.log", env))

@@ -1,7 +1,9 @@
 """bench/cuda_gap.py's models: the suite's (bench/models.py) and architectures the suite
 does not tune for, so a cuda change is judged on models it was not written against
 (issue 52 checks on models outside the repository). Batch 1, random weights, no downloads;
-torchvision, timm and transformers as installed on the GPU machine."""
+torchvision, timm and transformers as installed on the GPU machine. Any other timm or
+torchvision image model is named ``timm__NAME`` or ``tv__NAME`` (``model_spec``): a
+held-back model is timed without a factory written for it here."""
 
 from __future__ import annotations
 
@@ -62,6 +64,26 @@ def distilbert():
     torch.manual_seed(0)
     model = DistilBertModel(DistilBertConfig()).eval()
     return model, (torch.randint(0, 30522, (1, 128)), torch.ones(1, 128, dtype=torch.int64))
+
+
+def __getattr__(name: str):
+    """``timm__NAME`` / ``tv__NAME``: a factory for that timm / torchvision model."""
+    source, _, model = name.partition("__")
+    if model and source in _BY_NAME:
+        return lambda: _BY_NAME[source](model)
+    raise AttributeError(name)
+
+
+_BY_NAME = {"timm": _timm, "tv": _torchvision}
+
+
+def model_spec(name: str) -> str:
+    """The spec of a suite model, or of a ``timm__NAME`` / ``tv__NAME`` model."""
+    if name in CUDA_SUITE:
+        return CUDA_SUITE[name]
+    if name.partition("__")[0] in _BY_NAME:
+        return f"bench/cuda_models.py:{name}"
+    raise KeyError(f"{name}: not in the suite and not timm__NAME or tv__NAME")
 
 
 CUDA_SUITE = {**SUITE, **{name: f"bench/cuda_models.py:{name}" for name in (
