@@ -12,11 +12,11 @@ pixels) took 6-7 us each whatever the pixels, 42% of its GPU time, in torch.comp
 (bench/RESULTS.md, session 62). cuBLAS splits such a product's sum across the GPU. Which
 one wins depends on the shape, so each distinct call (input and filter shapes, stride,
 padding, dilation, dtype) is timed on the build's GPU: cuDNN with the input as given and
-channels-last, against the gather and the GEMM as two kernels. Where the GEMM form takes
-under MARGIN of cuDNN's faster layout, the call is rewritten; Inductor may then fold the
-gather into the kernel that makes the input, which the timing does not count. Only groups
-of 1 (grouped_convs.py and depthwise_convs.py take the rest), static image sizes and
-half-precision constant weights.
+channels-last, against the gather and the GEMM as two kernels on a channels-last input.
+Where the GEMM form takes under MARGIN of cuDNN's faster layout, the call is rewritten;
+Inductor may then fold the gather into the kernel that makes the input, which the
+timing does not count. Only groups of 1 (grouped_convs.py and depthwise_convs.py take
+the rest), static image sizes and half-precision constant weights.
 """
 
 from __future__ import annotations
@@ -56,19 +56,25 @@ class ConvsAsGemmsByTiming:
         return result
 
     def _times(self, x, weight, bias, stride, padding, dilation) -> dict:
-        """ms a call: cuDNN's faster layout, and the GEMM form, on random inputs."""
+        """ms a call on random inputs: cuDNN's faster layout; the gather and the GEMM, the
+        input channels-last as Inductor lays out a convolution's (what decides); the GEMM
+        alone, its windows made beforehand (recorded: what a fused gather would leave)."""
         x = torch.randn(x.shape, dtype=x.dtype, device="cuda")
         weight = torch.randn(weight.shape, dtype=weight.dtype, device="cuda")
         bias = None if bias is None else torch.randn(bias.shape, dtype=bias.dtype,
                                                      device="cuda")
-        last = torch.channels_last
+        last = x.to(memory_format=torch.channels_last)
+        args = (stride, padding, dilation)
+        out, channels, kh, kw = weight.shape
+        cols = windows(last, (kh, kw), *args).permute(0, 2, 3, 4, 5, 1).reshape(
+            -1, kh * kw * channels)
+        filters = weight.permute(0, 2, 3, 1).reshape(out, -1)
         with torch.no_grad():
-            cudnn = min(self.timer(lambda: F.conv2d(a, w, bias, stride, padding, dilation))
-                        for a, w in ((x, weight), (x.to(memory_format=last),
-                                                   weight.to(memory_format=last))))
-            gemm = self.timer(lambda: conv_as_gemm(x, weight, bias, stride, padding,
-                                                   dilation))
-        return {"cudnn": cudnn, "gemm": gemm}
+            cudnn = min(self.timer(lambda: F.conv2d(a, w, bias, *args)) for a, w in (
+                (x, weight), (last, weight.to(memory_format=torch.channels_last))))
+            return {"cudnn": cudnn,
+                    "gemm": self.timer(lambda: conv_as_gemm(last, weight, bias, *args)),
+                    "gemm_alone": self.timer(lambda: F.linear(cols, filters, bias))}
 
 
 def rewritten(program: ExportedProgram, choose: Callable[[tuple, tuple], bool]
