@@ -2,7 +2,8 @@
 ``artifact-cpu`` (AOTInductor, fp32), ``artifact-cpu-int8`` (int8-dynamic: oneDNN int8
 GEMMs), ``artifact-cpu-int4`` (ATen's int4 CPU GEMM, passes/quantize/int4_cpu.py),
 ``artifact-onnx`` (ONNX Runtime, fp32) and ``artifact-onnx-int8`` / ``artifact-onnx-int4``
-(MatMulNBits weights, int8 activations: ONNX Runtime GenAI's kernels, our graph),
+(MatMulNBits weights, int8 activations, on the target's own kernels; ``-ort``: on ONNX
+Runtime GenAI's kernels, our graph),
 ``artifact-executorch`` (ExecuTorch with XNNPACK, fp32) and its ``-int8`` / ``-int4``. ``prepare`` builds with ``exporter build``
 (validation included) into the engine's work folder; ``load`` generates through the
 runtime, greedy, end of sequence masked as the protocol asks (bench/llm/protocol.py).
@@ -13,7 +14,6 @@ runtime, greedy, end of sequence masked as the protocol asks (bench/llm/protocol
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import subprocess
 import sys
@@ -25,8 +25,12 @@ from bench.llm.registry import register_engine
 ROOT = Path(__file__).resolve().parents[2]
 BUILDS = {"artifact-cpu": ("cpu", None), "artifact-cpu-int8": ("cpu", "int8-dynamic"),
           "artifact-cpu-int4": ("cpu", "int4-weight"), "artifact-onnx": ("onnx", None),
+          # the GEMVs and decode attention on the target's own AVX2 kernels (the default
+          # on x86-64 with AVX2+FMA: targets/onnx/kernels); -ort: ONNX Runtime's own ops
           "artifact-onnx-int8": ("onnx", "int8-weight"),
           "artifact-onnx-int4": ("onnx", "int4-weight"),
+          "artifact-onnx-int8-ort": ("onnx", "int8-weight", "--no-own-kernels"),
+          "artifact-onnx-int4-ort": ("onnx", "int4-weight", "--no-own-kernels"),
           # ORT's dynamic quantizer (MatMulInteger, u8s8; 7-bit weights on x86)
           "artifact-onnx-int8-dynamic": ("onnx", "int8-dynamic"),
           # MatMulNBits blocks of 32 (llama.cpp Q4_0's and ORT GenAI's default); the
@@ -69,19 +73,14 @@ def preparer(name: str):
     return prepare
 
 
-def loader(name: str, source: str | None = None, opening=contextlib.nullcontext,
-           label: str = "our artifact"):
-    """``source``: the engine whose artifact it loads (default: its own); ``opening``:
-    a context the runtime loads it in (bench/llm/rows: our own kernels)."""
+def loader(name: str):
     def load(req: EngineRequest) -> Loaded:
         import torch
 
         import runtime
         torch.set_num_threads(req.threads)
-        path = (_artifact(source, dataclasses.replace(req, work_dir=req.work_dir.parent / source))
-                if source else _artifact(name, req))
-        with opening():
-            program = runtime.load(path, limits=_limits(path))
+        path = _artifact(name, req)
+        program = runtime.load(path, limits=_limits(path))
         generator = program.generator
         eos = sorted(generator.eos)
 
@@ -96,8 +95,8 @@ def loader(name: str, source: str | None = None, opening=contextlib.nullcontext,
                 if step + 1 < new_tokens:
                     logits = generator.step(torch.tensor([token]), position)[-1]
                     position += 1
-        target, recipe, *flags = BUILDS[source or name]
-        return Loaded(generate, f"{target} {recipe or 'fp32'} {' '.join(flags)} ({label})",
+        target, recipe, *flags = BUILDS[name]
+        return Loaded(generate, f"{target} {recipe or 'fp32'} {' '.join(flags)} (our artifact)",
                       [path])
     return load
 

@@ -20,6 +20,7 @@ from typing import Any, Callable
 
 from runtime.errors import ArtifactError, CompatibilityError, ExecutionError
 from runtime.executors.meta import Entry, PartitionMeta
+from runtime.executors.ort_kernels import check_kernels, register_kernels
 from runtime.executors.ort_shared import supply_shared
 from runtime.executors.ort_threads import intra_op_threads
 from runtime.format.manifest import Partition
@@ -60,6 +61,13 @@ class OnnxRuntimeMeta(PartitionMeta):
     # The shared initializers' external data are files named by ort_shared.shared_location,
     # which the executor supplies from the store's memory (read in place, not copied).
     shared_files: bool | None = None
+    # The project's own kernels (targets/onnx/kernels): a custom-op library compiled for
+    # ``kernels_platform``, needing ``kernels_cpu_flags``; {op type: nodes} it runs
+    kernels: Entry | None = None
+    kernels_platform: str | None = None
+    kernels_isa: str | None = None
+    kernels_cpu_flags: tuple[str, ...] | None = None
+    kernels_nodes: dict[str, int] | None = None
 
 
 class OnnxRuntimeExecutor:
@@ -97,6 +105,7 @@ class OnnxRuntimeExecutor:
         model = files_dir / meta.model
         where = f"{where}: {meta.model}"
         _check_external_data(model, where, ort.__version__)
+        check_kernels(meta, partition.name, where)  # before any library is loaded
 
         requested = list(providers or meta.providers or [CPU])
         forbid = meta.disable_cpu_ep_fallback
@@ -117,7 +126,8 @@ class OnnxRuntimeExecutor:
 
         shared_tensors = _shared_tensors(partition, meta, shared, where)
         session, records, no_fallback, weights = _open_session(
-            ort, model, partition, usable, forbid, where, shared_tensors, meta.shared_files)
+            ort, model, partition, usable, forbid, where, shared_tensors, meta.shared_files,
+            kernels=files_dir / meta.kernels if meta.kernels else None)
         placement = _placement(session) if records else {}
         report = {"requested": requested, "available": available, "missing": missing,
                   "used": list(session.get_providers()), "disable_cpu_ep_fallback": no_fallback,
@@ -146,10 +156,14 @@ def _shared_tensors(partition: Partition, meta: OnnxRuntimeMeta, shared: SharedW
 
 
 def _open_session(ort, model: Path, partition: Partition, usable: list[str], forbid: bool,
-                  where: str, shared_tensors: dict, shared_files: bool | None):
+                  where: str, shared_tensors: dict, shared_files: bool | None,
+                  kernels: Path | None = None):
     """(session, whether ORT records node placement, whether CPU fallback is disabled,
-    what the session reads in place and must outlive it)."""
+    what the session reads in place and must outlive it). ``kernels``: our custom-op
+    library, checked against this CPU already."""
     options = ort.SessionOptions()
+    if kernels is not None:
+        register_kernels(options, kernels, partition.name, where)
     # never 0, ORT's default: that pool ignores the CPU mask and pins its threads
     options.intra_op_num_threads = intra_op_threads()
     weights = supply_shared(ort, options, shared_tensors, in_memory_files=bool(shared_files),

@@ -43,11 +43,19 @@ class OnnxOptions(TargetOptions):
                                     "at 4): 32 as llama.cpp's Q4_0 and ONNX Runtime GenAI "
                                     "(slower, a little more exact)", examples=[32],
                                     json_schema_extra={"flag": "--quant-block"})
+    own_kernels: bool = Field(True, description="with --quantize int8-weight/int4-weight: "
+                              "the GEMVs (norm and SwiGLU folded in) and the decode "
+                              "attention on the target's own AVX2 kernels, compiled into "
+                              "the artifact (x86-64 with AVX2+FMA; elsewhere ONNX "
+                              "Runtime's ops stay); --no-own-kernels keeps ONNX Runtime's")
 
     def unused_with(self, quantize: str | None) -> list[str]:
         blocks = quantize in ("int8-weight", "int4-weight")
-        return ([] if blocks or self.quant_block is None
-                else ["--quant-block (blocks of --quantize int8-weight or int4-weight)"])
+        return [] if blocks else (
+            (["--quant-block (blocks of --quantize int8-weight or int4-weight)"]
+             if self.quant_block is not None else [])
+            + (["--no-own-kernels (kernels of --quantize int8-weight or int4-weight)"]
+               if not self.own_kernels else []))
 
     def block_for(self, recipe: str) -> int | None:
         """Weights per scale of ``recipe``'s MatMulNBits (None: a recipe without blocks)."""

@@ -40,15 +40,21 @@ class OnnxTooling(Tooling):
                             inputs: list, shared: dict | None = None, program=None
                             ) -> list[tuple[str, str, torch.Tensor]]:
         return inside.intermediate_values(folder / partition.meta["model"], wanted, inputs,
-                                          shared or {})
+                                          shared or {}, _kernels(folder, partition))
 
     def op_times(self, folder: Path, partition: Partition, inputs: list, runs: int
                  ) -> list[dict]:
         return inside.node_times(folder / partition.meta["model"], inputs, runs,
-                                 partition.meta.get("providers"))
+                                 partition.meta.get("providers"), _kernels(folder, partition))
 
     def graph_nodes(self, read, partition: Partition, limit: int) -> list[dict] | None:
         return inside.graph_nodes(read(partition.meta["model"]), limit)
 
     def baselines(self) -> dict[str, Baseline]:
         return {"onnxruntime": inside.direct_session}
+
+
+def _kernels(folder: Path, partition: Partition) -> Path | None:
+    """The partition's own kernel library (targets/onnx/kernels), where it has one."""
+    library = partition.meta.get("kernels")
+    return folder / library if library else None

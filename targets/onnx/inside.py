@@ -13,16 +13,18 @@ from typing import Callable
 import torch
 
 from passes.graph.rewrite import module_path
+from runtime.executors.ort_kernels import register_kernels
 from runtime.executors.ort_shared import supply_shared
 from targets.errors import TargetOptionError
 
 
 def intermediate_values(model_path: Path, wanted: dict[str, torch.dtype], inputs: list,
-                        shared: dict[str, torch.Tensor] | None = None
-                        ) -> list[tuple[str, str, torch.Tensor]]:
+                        shared: dict[str, torch.Tensor] | None = None,
+                        kernels: Path | None = None) -> list[tuple[str, str, torch.Tensor]]:
     """(ONNX op type, value name, value) for each value of ``wanted`` (name -> dtype) the
     ONNX graph produces, in graph order. bfloat16 values are skipped (numpy has none).
-    ``shared``: the initializers the partition takes from the artifact's shared store."""
+    ``shared``: the initializers the partition takes from the artifact's shared store;
+    ``kernels``: the partition's own kernel library (targets/onnx/kernels)."""
     import numpy as np
     import onnx
     import onnxruntime as ort
@@ -38,7 +40,7 @@ def intermediate_values(model_path: Path, wanted: dict[str, torch.dtype], inputs
             model.graph.output.append(onnx.helper.make_tensor_value_info(name, element, None))
     marked = model_path.with_name(model_path.stem + ".marked.onnx")  # beside its external data
     onnx.save(model, str(marked))
-    options = ort.SessionOptions()
+    options = _options(ort, kernels, model_path)
     kept = supply_shared(ort, options, shared, in_memory_files=True, partition=model_path.parent.name,
                          where=str(model_path)) if shared else []
     session = ort.InferenceSession(str(marked), options, providers=["CPUExecutionProvider"])
@@ -64,7 +66,8 @@ def direct_session(program, inputs: list[torch.Tensor]) -> Callable:
     return lambda: session.run(None, feeds)
 
 
-def node_times(model_path: Path, inputs: list, runs: int, providers=None) -> list[dict]:
+def node_times(model_path: Path, inputs: list, runs: int, providers=None,
+               kernels: Path | None = None) -> list[dict]:
     """Each node's kernel time from ONNX Runtime's own profiler (SessionOptions.
     enable_profiling) over ``runs`` calls on ``inputs``, after a few untimed ones: rows
     ``{node, op, provider, median_ms, calls}``. ``op`` is the kernel ORT ran, after its
@@ -74,7 +77,7 @@ def node_times(model_path: Path, inputs: list, runs: int, providers=None) -> lis
 
     import onnxruntime as ort
 
-    options = ort.SessionOptions()
+    options = _options(ort, kernels, model_path)
     options.enable_profiling = True
     options.profile_file_prefix = str(model_path.parent / "ort-profile")
     usable = [p for p in (providers or []) if p in ort.get_available_providers()]
@@ -100,6 +103,14 @@ def node_times(model_path: Path, inputs: list, runs: int, providers=None) -> lis
     return [{"node": node, "op": kinds[node][0], "provider": kinds[node][1],
              "median_ms": statistics.median(values), "calls": len(values)}
             for node, values in durations.items()]
+
+
+def _options(ort, kernels: Path | None, model_path: Path):
+    """Session options with the partition's own kernels registered, where it has them."""
+    options = ort.SessionOptions()
+    if kernels is not None:
+        register_kernels(options, kernels, model_path.parent.name, str(model_path))
+    return options
 
 
 def graph_nodes(model_bytes: bytes, limit: int) -> list[dict]:

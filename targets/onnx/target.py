@@ -8,6 +8,7 @@ translating. Asking the exporter's tables, not a hand-written list, keeps
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import re
@@ -22,6 +23,7 @@ from passes.base import Pass
 from passes.cleanup.decompose import Decompose
 from passes.graph.ops import is_custom_op
 from runtime.executors.onnxruntime import OnnxRuntimeMeta
+from runtime.format.manifest import Requirements
 from runtime.host import scratch
 from runtime.program.flat_inputs import flatten_inputs
 from targets.card import install_command
@@ -38,6 +40,7 @@ from targets.errors import LoweringError, TargetOptionError
 from targets.facets import Generation, Partitioning, Quantization
 from targets.fusion import GRAPH_FUSIONS
 from targets.onnx import contrib_ops, inside, torch_onnx, variance
+from targets.onnx import kernels as own_kernels
 from targets.onnx.facets import OnnxPackaging, OnnxTooling
 from targets.onnx.initializers import external_files
 from targets.onnx.shared import externalize
@@ -209,6 +212,11 @@ class OnnxTarget(Target):
             raise self._error("the ONNX checker rejected the exported model", exc, options,
                               program, where=str(path)) from exc
 
+        kernels, notes = None, []  # our kernels run the nbits recipes' GEMVs (kernels/)
+        if (self.own_options(options).own_kernels
+                and options.quantize in ("int8-weight", "int4-weight")):
+            kernels, note = own_kernels.apply(path, options.platform)
+            notes += [note] if note else []
         weights = {}
         if options.shared_weights:  # after the checker, which reads every initializer
             weights, external = externalize(path), []
@@ -222,11 +230,13 @@ class OnnxTarget(Target):
             quantization=quantization, in_place=in_place or None,
             stored_outputs=stored.outputs or None, stored_into=stored.into or None,
             rows_start=stored.positions,
-            shared_files=True if weights else None).to_json()
+            shared_files=True if weights else None, **_kernels_meta(kernels)).to_json()
         here = onnxruntime.get_available_providers()
-        notes = [f"execution provider {p} is not available on this machine; the build's "
-                 f"validation runs without it" for p in providers if p not in here]
-        return Lowered(files=files, meta=meta, requirements=base_requirements(),
+        notes += [f"execution provider {p} is not available on this machine; the build's "
+                  f"validation runs without it" for p in providers if p not in here]
+        if kernels:
+            files[own_kernels.LIBRARY] = kernels.library
+        return Lowered(files=files, meta=meta, requirements=_requirements(kernels),
                        notes=notes, weights=weights)
 
     def _export(self, program: ExportedProgram, options: LowerOptions):
@@ -303,6 +313,23 @@ class OnnxTarget(Target):
 
 # torch.onnx's export report: removed on success, kept (and released from the scratch
 # registry, so no later build sweeps it) when an error message points the user to it.
+
+
+def _kernels_meta(kernels: own_kernels.Kernels | None) -> dict:
+    """OnnxRuntimeMeta's record of the nodes on our kernels and what they need."""
+    if kernels is None:
+        return {}
+    return dict(kernels=own_kernels.LIBRARY, kernels_platform=own_kernels.PLATFORM,
+                kernels_isa=own_kernels.ISA, kernels_cpu_flags=own_kernels.CPU_FLAGS,
+                kernels_nodes=kernels.nodes)
+
+
+def _requirements(kernels: own_kernels.Kernels | None) -> Requirements:
+    """This machine's; with our kernels, their ISA too (reports; the executor checks it)."""
+    base = base_requirements()
+    if kernels is None:
+        return base
+    return dataclasses.replace(base, cpu_isa=own_kernels.ISA, cpu_flags=own_kernels.CPU_FLAGS)
 
 
 def _example_sets(program: ExportedProgram) -> list[list[torch.Tensor]]:

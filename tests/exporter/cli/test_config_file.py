@@ -19,7 +19,8 @@ def test_saved_config_replays_the_build_and_flags_win(cli_here, tmp_path):
     for key in set(written) - {"spec", "spec_sha256", "onnx"}:  # a key reads as its flag
         assert f"--{key.replace('_', '-')}" in flags, key
     # an option left at its default (None: the recipe decides) is not written
-    assert set(written["onnx"]) == {"ep"} and {"--ep", "--quant-block"} <= flags
+    assert set(written["onnx"]) == {"ep", "own_kernels"}
+    assert {"--ep", "--quant-block", "--own-kernels", "--no-own-kernels"} <= flags
     replay = cli_here("build", "--config", str(saved), "--dry-run", "--json")
     assert replay.returncode == 0, replay.stderr
     a, b = json.loads(first.stdout), json.loads(replay.stdout)

@@ -1,7 +1,7 @@
 // MatMulNBits (symmetric 8- and 4-bit blocks, no zero points) as an ONNX Runtime custom
-// op with our own AVX2 kernels, over MatMulNBits's own inputs and attributes: a bench
-// probe of what our own int8/int4 GEMV would give the onnx target's decode step
-// (bench/llm/rows/__init__.py rewrites the nodes; issue 52, goal 3).
+// op with the onnx target's own AVX2 kernels, over MatMulNBits's own inputs and
+// attributes (targets/onnx/kernels/rewrite.py moves the nodes at build time; the library
+// is compiled into the artifact: issue 52, goal 3).
 //
 // Weights are repacked once, when the kernel is made, four output rows interleaved per
 // 32 bytes so each thread reads one sequential stream (MLAS packs its own way too).

@@ -1,5 +1,5 @@
-// GroupQueryAttention's decoder case as a custom op of the bench's library (bench/llm/
-// rows): packed q/k/v rows, the rotary's halves inside, the new rows written into a cache
+// GroupQueryAttention's decoder case as a custom op of the onnx target's library
+// (targets/onnx/kernels): packed q/k/v rows, the rotary's halves inside, the new rows written into a cache
 // that past and present share, batch 1; the cache is read where it lies, never packed.
 #include <math.h>
 #include <string.h>

@@ -1,5 +1,5 @@
-// The ONNX Runtime C API entries and the OrtCustomOp layout the bench's kernels use
-// (bench/llm/rows), declared here by slot, and what their two files share.
+// The ONNX Runtime C API entries and the OrtCustomOp layout the onnx target's kernels use
+// (targets/onnx/kernels), declared here by slot, and what their two files share.
 #pragma once
 #include <immintrin.h>
 #include <stdint.h>

@@ -1,20 +1,22 @@
-"""bench/llm/rows: our own int8/int4 GEMV kernels in ONNX Runtime compute what MatMulNBits
-computes (the same int8 activation blocks, the same integer sums), at one row and several,
-for widths that are not a multiple of the block and row counts not a multiple of four."""
+"""targets/onnx/kernels: the onnx target's own int8/int4 GEMV kernels in ONNX Runtime compute
+what MatMulNBits computes (the same int8 activation blocks, the same integer sums), at one
+row and several, for widths that are not a multiple of the block and row counts not a
+multiple of four; its decode attention computes what GroupQueryAttention computes."""
 
 from __future__ import annotations
-
-import platform
-import shutil
 
 import numpy as np
 import pytest
 import torch
 
-pytestmark = pytest.mark.skipif(
-    platform.machine() not in ("x86_64", "AMD64") or not (shutil.which("cc")
-                                                          or shutil.which("gcc")),
-    reason="the kernels are x86-64 AVX2 C, compiled here")
+from runtime.executors.ort_kernels import register_kernels
+from runtime.host.platforms import host_platform
+
+from targets.onnx.kernels import LIBRARY, compile_library, unusable
+from targets.onnx.kernels.rewrite import DOMAIN, rewrite
+
+pytestmark = pytest.mark.skipif(unusable(host_platform()) is not None,
+                                reason="the kernels are x86-64 AVX2+FMA C, compiled here")
 
 K, N = 320, 202  # 320 = 2.5 blocks of 128; 202 rows = 50 groups of four and two more
 
@@ -53,6 +55,21 @@ def _model(path, glu: bool = False, norm: bool = False):
               str(path))
 
 
+def _on_ours(path, tmp_path) -> tuple[dict[str, int], object]:
+    """The model at ``path`` rewritten as a build rewrites it, in a session with the
+    library registered as the runtime registers it: (nodes moved, session)."""
+    import onnx
+    import onnxruntime as ort
+
+    model = onnx.load(str(path))
+    moved = rewrite(model)
+    onnx.save(model, str(tmp_path / "ours.onnx"))
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 2
+    register_kernels(options, compile_library(tmp_path / LIBRARY), "test", str(path))
+    return moved, ort.InferenceSession(str(tmp_path / "ours.onnx"), options)
+
+
 def _db(want, got) -> float:
     return float(10 * np.log10((want ** 2).sum() / max(((want - got) ** 2).sum(), 1e-30)))
 
@@ -67,7 +84,6 @@ def test_our_kernels_compute_what_matmulnbits_computes(tmp_path, recipe, block, 
     import onnx
     import onnxruntime as ort
 
-    from bench.llm.rows import DOMAIN, opened_with_rows
     from targets.onnx.quantize import quantize_model
     _model(tmp_path / "float.onnx", glu, norm)
     x = np.random.default_rng(1).standard_normal((1, 5, K)).astype(np.float32)
@@ -80,12 +96,10 @@ def test_our_kernels_compute_what_matmulnbits_computes(tmp_path, recipe, block, 
     options = ort.SessionOptions()
     options.intra_op_num_threads = 2
     theirs = ort.InferenceSession(str(path), options)
-    moved: list[int] = []
-    with opened_with_rows(moved):
-        ours = ort.InferenceSession(str(path), options)
-    rewritten = onnx.load(str(tmp_path / "quantized.rows.onnx"))
+    moved, ours = _on_ours(path, tmp_path)
+    rewritten = onnx.load(str(tmp_path / "ours.onnx"))
     name = "MatMulNBits" + "Norm" * norm + "GLU" * glu
-    assert moved == [1] and [(n.domain, n.op_type) for n in rewritten.graph.node] == [
+    assert moved == {name: 1} and [(n.domain, n.op_type) for n in rewritten.graph.node] == [
         (DOMAIN, name)]
     for rows in (1, 5):  # one row (decode) and five (prefill)
         given = {k: np.ascontiguousarray(v[:, :rows]) for k, v in feeds.items()}
@@ -97,16 +111,15 @@ def test_our_kernels_compute_what_matmulnbits_computes(tmp_path, recipe, block, 
 def test_only_the_nodes_the_kernels_take_are_moved():
     from onnx import helper
 
-    from bench.llm.rows import rewrite
-
-    def node(bits, block, inputs=3):
+    def node(bits, block, inputs=3, level=4):
         return helper.make_node("MatMulNBits", ["a", "b", "s", "z"][:inputs], ["y"],
                                 domain="com.microsoft", K=256, N=8, bits=bits,
-                                block_size=block)
-    nodes = [node(8, 256), node(4, 128), node(4, 32), node(2, 64), node(8, 128, inputs=4)]
+                                block_size=block, accuracy_level=level)
+    nodes = [node(8, 256), node(4, 128), node(4, 32), node(2, 64), node(8, 128, inputs=4),
+             node(8, 256, level=0)]  # float activations: not what the kernel computes
     model = helper.make_model(helper.make_graph(nodes, "g", [], []))
-    assert rewrite(model) == 2
-    assert [n.domain for n in model.graph.node][:2] == ["edge_exporter.cpu"] * 2
+    assert rewrite(model) == {"MatMulNBits": 2}
+    assert [n.domain for n in model.graph.node][:2] == [DOMAIN] * 2
     assert {n.domain for n in model.graph.node[2:]} == {"com.microsoft"}
 
 
@@ -147,7 +160,6 @@ def _attention_model(path):
 def test_our_attention_computes_what_group_query_attention_computes(tmp_path, past, rows):
     import onnxruntime as ort
 
-    from bench.llm.rows import opened_with_rows
     _attention_model(tmp_path / "attention.onnx")
     rng = np.random.default_rng(past)
     feeds = {"qkv": rng.standard_normal((1, rows, (HEADS + 2 * KV_HEADS) * D)),
@@ -157,10 +169,9 @@ def test_our_attention_computes_what_group_query_attention_computes(tmp_path, pa
     feeds |= {"seqlens_k": np.array([past + rows - 1], np.int32),
               "total": np.array(past + rows, np.int32)}
     want = ort.InferenceSession(str(tmp_path / "attention.onnx")).run(None, feeds)
-    moved: list[int] = []
-    with opened_with_rows(moved):
-        got = ort.InferenceSession(str(tmp_path / "attention.onnx")).run(None, feeds)
-    assert moved == [1] and got[0].shape == want[0].shape == (1, rows, HEADS * D)
+    moved, ours = _on_ours(tmp_path / "attention.onnx", tmp_path)
+    got = ours.run(None, feeds)
+    assert moved == {"GroupQueryAttention": 1} and got[0].shape == want[0].shape == (1, rows, HEADS * D)
     assert _db(want[0], got[0]) > 100
     # the cache up to the new rows (slots past them are not the op's to define)
     assert all(_db(w[:, :, :past + rows], g[:, :, :past + rows]) > 100
