@@ -6,17 +6,18 @@ GPU runs faster at the call's shape.
             y = linear(cols, W.permute(0, 2, 3, 1).reshape(O, -1), b) as [N, O, Ho, Wo],
                 laid out channels-last
 
-cuDNN runs a small convolution at batch 1 as an implicit GEMM of few tiles, each looping
-over all of C*kh*kw: DenseNet-121's 58 3x3 convolutions (32 filters, 7x7 to 56x56
-pixels) took 6-7 us each whatever the pixels, 42% of its GPU time, in torch.compile too
-(bench/RESULTS.md, session 62). cuBLAS splits such a product's sum across the GPU. Which
-one wins depends on the shape, so each distinct call (input and filter shapes, stride,
-padding, dilation, dtype) is timed on the build's GPU: cuDNN with the input as given and
-channels-last, against the gather and the GEMM as two kernels on a channels-last input.
-Where the GEMM form takes under MARGIN of cuDNN's faster layout, the call is rewritten;
-Inductor may then fold the gather into the kernel that makes the input, which the
-timing does not count. Only groups of 1 (grouped_convs.py and depthwise_convs.py take
-the rest), static image sizes and half-precision constant weights.
+At batch 1 cuDNN runs a small convolution as an implicit GEMM of few tiles, each looping
+over all of C*kh*kw, so its time hardly falls with the pixels; cuBLAS splits the same
+product across the GPU, but the GEMM needs the windows gathered first. Which form wins
+depends on the shape, so each distinct call (input and filter shapes, stride, padding,
+dilation, dtype) is timed on the build's GPU: cuDNN with the input as given and
+channels-last, against the windows gathered by one kernel plus the GEMM on them.
+Inductor makes the gather one kernel too, and may fold into it the kernel that makes the
+input, which the timing does not count. Where the GEMM form takes under MARGIN of
+cuDNN's time, the call is rewritten. A 1x1 convolution of stride 1 is a GEMM already
+(cuDNN runs cuBLAS's kernels for it): left as it is. Only groups of 1 (grouped_convs.py
+and depthwise_convs.py take the rest), static image sizes and half-precision constant
+weights.
 """
 
 from __future__ import annotations
@@ -48,7 +49,8 @@ class ConvsAsGemmsByTiming:
                 return False
             if key not in timed:
                 timed[key] = self._times(*sample)
-            return faster(timed[key]["cudnn"], {"gemm": timed[key]["gemm"]}) is not None
+            gemm = timed[key]["gather"] + timed[key]["gemm_alone"]
+            return faster(timed[key]["cudnn"], {"gemm": gemm}) is not None
 
         result = rewritten(program, choose)
         result.info["convs"] = {_label(key): {k: round(v * 1000, 1) for k, v in t.items()}
@@ -56,9 +58,8 @@ class ConvsAsGemmsByTiming:
         return result
 
     def _times(self, x, weight, bias, stride, padding, dilation) -> dict:
-        """ms a call on random inputs: cuDNN's faster layout; the gather and the GEMM, the
-        input channels-last as Inductor lays out a convolution's (what decides); the GEMM
-        alone, its windows made beforehand (recorded: what a fused gather would leave)."""
+        """ms a call on random inputs: cuDNN at its faster layout; the windows gathered by
+        one kernel (im2col's); the GEMM alone, on windows made beforehand."""
         x = torch.randn(x.shape, dtype=x.dtype, device="cuda")
         weight = torch.randn(weight.shape, dtype=weight.dtype, device="cuda")
         bias = None if bias is None else torch.randn(bias.shape, dtype=bias.dtype,
@@ -73,7 +74,8 @@ class ConvsAsGemmsByTiming:
             cudnn = min(self.timer(lambda: F.conv2d(a, w, bias, *args)) for a, w in (
                 (x, weight), (last, weight.to(memory_format=torch.channels_last))))
             return {"cudnn": cudnn,
-                    "gemm": self.timer(lambda: conv_as_gemm(last, weight, bias, *args)),
+                    "gather": self.timer(lambda: F.unfold(x, (kh, kw), dilation, padding,
+                                                          stride)),
                     "gemm_alone": self.timer(lambda: F.linear(cols, filters, bias))}
 
 
@@ -106,8 +108,9 @@ def conv_as_gemm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
 
 
 def _dense_args(module: torch.fx.GraphModule, node: torch.fx.Node):
-    """(args, key, sample) where ``node`` is a convolution of one group, else None: the rewrite's arguments, what its kernels' times depend on, and the input's,
-    filters' and bias's tensors (the input's example value) to time it with."""
+    """(args, key, sample) where ``node`` is a convolution of one group with windows to
+    gather, else None: the rewrite's arguments, what its kernels' times depend on, and
+    the input's, filters' and bias's tensors (the input's example value) to time it."""
     conv = static_conv(module, node, (torch.float16, torch.bfloat16))
     if conv is None:
         return None
@@ -115,6 +118,8 @@ def _dense_args(module: torch.fx.GraphModule, node: torch.fx.Node):
     if groups != 1 or w.dtype != value.dtype or min(output_size(conv)) < 1:
         return None
     stride, padding, dilation = pair(stride), pair(padding), pair(dilation)
+    if list(w.shape[2:]) == [1, 1] and stride == [1, 1]:
+        return None  # a GEMM already: cuDNN runs cuBLAS's kernels for it
     key = (tuple(value.shape), tuple(w.shape), tuple(stride), tuple(padding),
            tuple(dilation), bias is not None, value.dtype)
     sample = (value, w, attribute(module, bias), stride, padding, dilation)
