@@ -1,5 +1,7 @@
 """The cpu target's backend for each partition: AOTInductor or ONNX Runtime, whichever
-runs it faster on this machine (``--cpu-backend auto``), or the one the user pins.
+runs it faster on this machine (``--cpu-backend auto``), or the one the user pins. Where
+the partition's float32 linears are large, AOTInductor is built twice, their weights on
+MKL's GEMM and packed for oneDNN's (``PACKED``), and timed as two candidates.
 
     the candidates this build can use, cheapest to build first -> each lowered in a folder
     of its own (one that fails is dropped, with why) -> those that built timed in a child
@@ -35,10 +37,18 @@ from targets.errors import LoweringError, TargetOptionError, first_line
 log = logging.getLogger(__name__)
 
 Lowering = Callable[[ExportedProgram, LowerOptions], Lowered]
-EXECUTOR = {"aoti": "aoti", "onnx": "onnxruntime"}  # a backend's name -> its executor kind
+# AOTInductor with Inductor's own packing of float32 linears (oneDNN's, as a plain frozen
+# AOTInductor build has them), where "aoti" keeps them on MKL (linear_packing.py): which
+# is faster depends on the CPU (slower on an AVX2 EPYC, faster on an AVX-512 Xeon), so
+# it is a candidate, built where the float32 linears do at least PACKED_MIN_MACS
+# multiply-adds a call (about a millisecond on two cores: less cannot repay its compile)
+PACKED = "aoti-onednn"
+PACKED_MIN_MACS = 10**8
+# a backend's name -> its executor kind
+EXECUTOR = {"aoti": "aoti", PACKED: "aoti", "onnx": "onnxruntime"}
 # An ONNX export takes seconds where Inductor's C++ compile takes a minute: the export
 # first, so a build stopped early has spent little on the candidate it may not keep.
-BUILD_ORDER = ("onnx", "aoti")
+BUILD_ORDER = ("onnx", "aoti", PACKED)
 OWN = "aoti"  # the target's own backend: kept when nothing was measured
 
 
@@ -68,9 +78,12 @@ def lower_chosen(program: ExportedProgram, options: LowerOptions,
         return _kept(lowered, asked, {"by": by})
     order = (OWN, *[n for n in BUILD_ORDER if n != OWN]) if options.deterministic \
         else BUILD_ORDER
-    built, errors = {}, {}
+    built, errors, not_built = {}, {}, {}
     dropped = {n: {"dropped": f"not a candidate: {why}"} for n, why in barred.items()}
-    for name in [n for n in order if n not in barred]:
+    for name in [n for n in order if n not in barred and n in lowerings]:
+        not_built[name] = _not_worth(name, built, barred)
+        if not_built[name]:
+            continue
         try:
             built[name] = _build(name, program, options, lowerings[name])
         except Exception as exc:  # noqa: BLE001 - a candidate's failure drops it, no more
@@ -87,7 +100,25 @@ def lower_chosen(program: ExportedProgram, options: LowerOptions,
             _release(exc)
     if failure is not None:
         raise failure
-    return _pick(built, dropped, program, options)
+    kept = _pick(built, dropped, program, options)
+    skipped = {n: why for n, why in not_built.items() if why}
+    return dataclasses.replace(kept, choice={**kept.choice, "not_built": skipped}) \
+        if skipped else kept
+
+
+def _not_worth(name: str, built: dict, barred: dict) -> str | None:
+    """Why candidate ``name`` is not worth building after ``built``, or None."""
+    if name != PACKED:
+        return None
+    if "onnx" in barred:  # a build the choice does not time (quantized, bf16, generation)
+        return f"built only where the choice times onnx too, not here ({barred['onnx']})"
+    if OWN not in built:
+        return f"{OWN} did not build"
+    macs = (built[OWN][0].choice or {}).get("float32_linear_macs", 0)
+    if macs < PACKED_MIN_MACS:
+        return (f"its float32 linears do {macs:.3g} multiply-adds a call, under "
+                f"{PACKED_MIN_MACS:.0e}")
+    return None
 
 
 def not_offered(options: LowerOptions) -> dict[str, str]:
@@ -140,8 +171,8 @@ def _pick(built: dict[str, tuple[Lowered, float]], dropped: dict[str, dict],
           program: ExportedProgram, options: LowerOptions) -> Lowered:
     """The fastest that built and ran right; without figures, the first that built (the
     target's own where it did)."""
-    candidates = {name: {"backend": EXECUTOR[name], "build_s": seconds}
-                  for name, (_, seconds) in built.items()}
+    candidates = {name: {"backend": EXECUTOR[name], "build_s": seconds, **(low.choice or {})}
+                  for name, (low, seconds) in built.items()}
     record: dict = {}
     if options.deterministic:
         record["by"] = "--deterministic: not timed, the first backend that built"

@@ -4,6 +4,7 @@ ONNX Runtime where that runs it faster here (``--cpu-backend``: targets/aoti/cho
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import platform
 from typing import Iterator
 
@@ -53,11 +54,20 @@ class CpuTarget(AOTInductorTarget):
     packaging = CpuPackaging()
 
     def lower(self, program: ExportedProgram, options: LowerOptions) -> Lowered:
-        return choice.lower_chosen(program, options, {"aoti": super().lower,
+        return choice.lower_chosen(program, options, {"aoti": self._lower_mkl_linears,
+                                                      choice.PACKED: super().lower,
                                                       "onnx": choice.lower_as_onnx})
 
+    def _lower_mkl_linears(self, program: ExportedProgram, options: LowerOptions) -> Lowered:
+        """AOTInductor with float32 linears on ATen's GEMM (linear_packing.py); records
+        their multiply-adds a call, which say whether Inductor's own packing is worth a
+        compile of its own (choice.PACKED)."""
+        with float32_linears_unpacked() as unpacked:
+            lowered = super().lower(program, options)
+        return dataclasses.replace(lowered, choice={"float32_linear_macs": unpacked.macs})
+
     def lowering_fixes(self, options: LowerOptions) -> contextlib.AbstractContextManager:
-        return _cpu_lowering_fixes()
+        return _int4_rows_contiguous()
 
     def inductor_configs(self, options: LowerOptions, dynamic: bool = False,
                          data_sizes: bool = False) -> dict:
@@ -69,12 +79,6 @@ class CpuTarget(AOTInductorTarget):
         isa, flags = cpu_isa.required_flags(cpu_isa.resolve(options.cpu_isa))
         base = base_requirements()
         return Requirements(arch=base.arch, torch=base.torch, cpu_isa=isa, cpu_flags=flags)
-
-
-@contextlib.contextmanager
-def _cpu_lowering_fixes() -> Iterator[None]:
-    with _int4_rows_contiguous(), float32_linears_unpacked():
-        yield
 
 
 @contextlib.contextmanager

@@ -5,6 +5,8 @@ pin themselves. Unit tests use stand-in lowerings and figures; the builds are re
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -63,6 +65,51 @@ def test_the_faster_backend_is_kept_and_every_candidates_figures_recorded(tmp_pa
     assert record["candidates"]["onnx"]["median_ms"] == 3.0
     assert record["candidates"]["aoti"]["backend"] == "aoti"
     assert not (tmp_path / "aoti").exists(), "the slower backend's files are not kept"
+
+
+def _counted(macs: int, calls: list[str]):
+    """The aoti stand-in, recording its float32 linears' multiply-adds as the real one."""
+    lower = _stand_in("aoti", calls)
+    return lambda program, options: dataclasses.replace(
+        lower(program, options), choice={"float32_linear_macs": macs})
+
+
+def test_inductors_packed_linears_are_a_third_candidate_where_the_linears_are_worth_it(
+        tmp_path, monkeypatch):
+    packed = choice.PACKED
+    monkeypatch.setattr(timing, "time_candidates",
+                        _figures(**{"aoti": 9.0, "onnx": 8.0, packed: 7.0}))
+    calls: list[str] = []
+    low = choice.lower_chosen(None, _options(tmp_path / "big", cpu_backend="auto"),
+                              {"aoti": _counted(choice.PACKED_MIN_MACS, calls),
+                               packed: _stand_in(packed, calls),
+                               "onnx": _stand_in("onnx", calls)})
+    assert calls == ["onnx", "aoti", packed]
+    assert (low.choice["chosen"], low.backend, low.meta) == (packed, "aoti",
+                                                             {"made_by": packed})
+    assert low.choice["candidates"]["aoti"]["float32_linear_macs"] == choice.PACKED_MIN_MACS
+    assert "not_built" not in low.choice
+
+    monkeypatch.setattr(timing, "time_candidates", _figures(aoti=9.0, onnx=8.0))
+    calls.clear()
+    low = choice.lower_chosen(None, _options(tmp_path / "small", cpu_backend="auto"),
+                              {"aoti": _counted(choice.PACKED_MIN_MACS - 1, calls),
+                               packed: _stand_in(packed, calls),
+                               "onnx": _stand_in("onnx", calls)})
+    assert calls == ["onnx", "aoti"] and low.choice["chosen"] == "onnx"
+    assert "multiply-adds a call" in low.choice["not_built"][packed]
+    assert packed not in low.choice["candidates"]  # not a line of the build's report
+
+
+def test_inductors_packed_linears_are_no_candidate_of_a_build_the_choice_does_not_time(
+        tmp_path):
+    calls: list[str] = []
+    options = LowerOptions(work_dir=tmp_path, target=CpuOptions(cpu_backend="auto"),
+                           dtype="bf16")
+    low = choice.lower_chosen(None, options, {"aoti": _counted(10**12, calls),
+                                              choice.PACKED: _stand_in(choice.PACKED, calls),
+                                              "onnx": _stand_in("onnx", calls)})
+    assert calls == ["aoti"] and "bf16" in low.choice["not_built"][choice.PACKED]
 
 
 def test_a_candidate_that_fails_to_build_is_dropped_with_its_reason(tmp_path, monkeypatch):
@@ -231,8 +278,38 @@ def test_an_auto_build_times_both_backends_and_keeps_the_faster(tmp_path):
     record = result.manifest.build["backend_choice"][partition.name]
     medians = {name: c["median_ms"] for name, c in record["candidates"].items()}
     assert set(medians) == {"aoti", "onnx"} and record["by"] == "measured"
+    assert choice.PACKED in record["not_built"]  # zoo:cnn's linears: far under the bar
     assert record["chosen"] == min(medians, key=medians.get)
     assert partition.backend == choice.EXECUTOR[record["chosen"]]
     assert result.manifest.validation["passed"] is True
     program = runtime.load(result.artifact)
     assert program is not None
+
+
+class _WideLinear(torch.nn.Module):
+    """One float32 linear of 128 x 1024 x 1024 multiply-adds: over choice.PACKED_MIN_MACS."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(1024, 1024)
+
+    def forward(self, x):
+        return torch.relu(self.linear(x))
+
+
+@pytest.mark.slow
+def test_an_auto_build_of_wide_linears_times_inductors_packing_too(tmp_path):
+    from tests.targets.aoti.test_linear_packing import _libraries
+
+    model = _WideLinear().eval()
+    result = exporter.build(model, (torch.randn(128, 1024),), target="cpu",
+                            cpu_backend="auto", out=tmp_path / "wide.artifact")
+    (partition,) = result.manifest.partitions
+    record = result.manifest.build["backend_choice"][partition.name]
+    medians = {name: c["median_ms"] for name, c in record["candidates"].items()}
+    assert set(medians) == {"aoti", choice.PACKED, "onnx"}
+    assert record["candidates"]["aoti"]["float32_linear_macs"] == 128 * 1024 * 1024
+    assert record["chosen"] == min(medians, key=medians.get)
+    if record["chosen"] != "onnx":  # the kept library calls the GEMM its name says
+        library = _libraries(result.artifact)
+        assert (b"_linear_pointwise" in library) == (record["chosen"] == choice.PACKED)

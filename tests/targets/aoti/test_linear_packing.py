@@ -1,5 +1,6 @@
-"""The cpu target leaves float32 linears on ATen's GEMM (MKL), not oneDNN's packed linear
-(targets/aoti/linear_packing.py); its numbers against eager are test_build_cpu.py's."""
+"""The cpu target's own candidate leaves float32 linears on ATen's GEMM (MKL), not oneDNN's
+packed linear (targets/aoti/linear_packing.py), and counts their multiply-adds; its numbers
+against eager are test_build_cpu.py's."""
 
 from __future__ import annotations
 
@@ -38,7 +39,21 @@ def test_inductors_own_checks_are_back_after_the_build():
         return [entry.extra_check for patterns in freezing_patterns.pass_patterns
                 for found in patterns.patterns.values() for entry in found
                 if getattr(entry.extra_check, "__name__", "") == CHECK_NAME]
-    with float32_linears_unpacked() as changed:
-        assert changed >= 1 and all(isinstance(c, functools.partial) for c in checks())
-    assert changed == len(checks())
+    with float32_linears_unpacked() as unpacked:
+        assert unpacked.patterns >= 1
+        assert all(isinstance(c, functools.partial) for c in checks())
+    assert unpacked.patterns == len(checks())
     assert all(c.__module__.endswith("mkldnn_fusion") for c in checks())  # Inductor's own
+
+
+@needs_mkl
+def test_the_multiply_adds_of_the_linears_left_unpacked_are_counted_once_each():
+    """What says whether Inductor's own packing is worth a compile (choice.PACKED)."""
+    model = torch.nn.Sequential(torch.nn.Linear(32, 16),
+                                torch.nn.Linear(16, 8, bias=False)).eval()
+    torch._dynamo.reset()
+    with torch.no_grad(), torch._inductor.config.patch(freezing=True), \
+            float32_linears_unpacked() as unpacked:
+        out = torch.compile(model)(torch.randn(64, 32))
+    assert out.shape == (64, 8)
+    assert unpacked.macs == 64 * 32 * 16 + 64 * 16 * 8  # addmm and mm, each once
