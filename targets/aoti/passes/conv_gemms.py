@@ -12,9 +12,10 @@ product across the GPU, but the GEMM needs the windows gathered first. Which for
 depends on the shape, so each distinct call (input and filter shapes, stride, padding,
 dilation, dtype) is timed on the build's GPU: cuDNN with the input as given and
 channels-last, against the windows gathered by one kernel plus the GEMM on them.
-Inductor makes the gather one kernel too, and may fold into it the kernel that makes the
-input, which the timing does not count. Where the GEMM form takes under MARGIN of
-cuDNN's time, the call is rewritten. A 1x1 convolution of stride 1 is a GEMM already
+Inductor makes the gather one kernel too, and folds into it a pointwise kernel that makes
+the input for this convolution alone (a ReLU after a batch norm, say): there the gather
+costs only its time beyond such a kernel. Where the GEMM form takes under MARGIN of cuDNN's time,
+the call is rewritten. A 1x1 convolution of stride 1 is a GEMM already
 (cuDNN runs cuBLAS's kernels for it): left as it is. Only groups of 1 (grouped_convs.py
 and depthwise_convs.py take the rest), static image sizes and half-precision constant
 weights.
@@ -49,7 +50,7 @@ class ConvsAsGemmsByTiming:
                 return False
             if key not in timed:
                 timed[key] = self._times(*sample)
-            gemm = timed[key]["gather"] + timed[key]["gemm_alone"]
+            gemm = gemm_cost(timed[key], fusable=key[-1])
             return faster(timed[key]["cudnn"], {"gemm": gemm}) is not None
 
         result = rewritten(program, choose)
@@ -59,7 +60,8 @@ class ConvsAsGemmsByTiming:
 
     def _times(self, x, weight, bias, stride, padding, dilation) -> dict:
         """ms a call on random inputs: cuDNN at its faster layout; the windows gathered by
-        one kernel (im2col's); the GEMM alone, on windows made beforehand."""
+        one kernel (im2col's); the GEMM alone, on windows made beforehand; one pointwise
+        kernel over the input (what a kernel making the input costs)."""
         x = torch.randn(x.shape, dtype=x.dtype, device="cuda")
         weight = torch.randn(weight.shape, dtype=weight.dtype, device="cuda")
         bias = None if bias is None else torch.randn(bias.shape, dtype=bias.dtype,
@@ -76,7 +78,16 @@ class ConvsAsGemmsByTiming:
             return {"cudnn": cudnn,
                     "gather": self.timer(lambda: F.unfold(x, (kh, kw), dilation, padding,
                                                           stride)),
-                    "gemm_alone": self.timer(lambda: F.linear(cols, filters, bias))}
+                    "gemm_alone": self.timer(lambda: F.linear(cols, filters, bias)),
+                    "pointwise": self.timer(lambda: torch.relu(last))}
+
+
+def gemm_cost(times: dict, fusable: bool) -> float:
+    """The GEMM form's time from ``_times``' parts. Where a pointwise kernel alone makes
+    the input, Inductor folds the gather into it (one kernel writing the windows), so the
+    gather costs only what it takes beyond that kernel; otherwise it is a kernel more."""
+    gather = max(0.0, times["gather"] - times["pointwise"]) if fusable else times["gather"]
+    return times["gemm_alone"] + gather
 
 
 def rewritten(program: ExportedProgram, choose: Callable[[tuple, tuple], bool]
@@ -121,12 +132,19 @@ def _dense_args(module: torch.fx.GraphModule, node: torch.fx.Node):
     if list(w.shape[2:]) == [1, 1] and stride == [1, 1]:
         return None  # a GEMM already: cuDNN runs cuBLAS's kernels for it
     key = (tuple(value.shape), tuple(w.shape), tuple(stride), tuple(padding),
-           tuple(dilation), bias is not None, value.dtype)
+           tuple(dilation), bias is not None, value.dtype, _made_pointwise(x))
     sample = (value, w, attribute(module, bias), stride, padding, dilation)
     return (x, weight, bias, stride, padding, dilation), key, sample
+
+
+def _made_pointwise(x) -> bool:
+    """Whether a pointwise op whose only reader is this convolution makes its input."""
+    return (isinstance(x, torch.fx.Node) and x.op == "call_function" and len(x.users) == 1
+            and torch.Tag.pointwise in getattr(x.target, "tags", ()))
 
 
 def _label(key) -> str:
     shape, filters, stride = key[0], key[1], key[2]
     return (f"{'x'.join(map(str, shape))} by {filters[0]}x{filters[2]}x{filters[3]}"
-            + (f" stride {stride[0]}" if stride != (1, 1) else ""))
+            + (f" stride {stride[0]}" if stride != (1, 1) else "")
+            + (" (input made pointwise)" if key[-1] else ""))

@@ -8,7 +8,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from targets.aoti.passes.conv_gemms import ConvsAsGemmsByTiming, conv_as_gemm, rewritten
+from targets.aoti.passes.conv_gemms import (
+    ConvsAsGemmsByTiming,
+    conv_as_gemm,
+    gemm_cost,
+    rewritten,
+)
 
 pytestmark = pytest.mark.cuda
 
@@ -61,9 +66,18 @@ def test_only_the_chosen_shapes_of_one_group_are_rewritten_with_eager_values():
     result = rewritten(program, choose)
     assert len(seen) == 2 and result.info["convs_as_gemms"] == 1
     assert result.modified and _convs(result.program) == 3
+    # a's input is the program's input; b's a ReLU that only b reads (its gather folds in)
+    assert [key[-1] for key in seen] == [False, True]
     with torch.no_grad():
         torch.testing.assert_close(result.program.module()(x).float(), model(x).float(),
                                    rtol=2e-2, atol=2e-2)
+
+
+def test_a_gather_folded_into_the_kernel_making_the_input_costs_only_the_excess():
+    times = {"gather": 3.0, "gemm_alone": 4.0, "pointwise": 1.25}
+    assert gemm_cost(times, fusable=False) == 7.0
+    assert gemm_cost(times, fusable=True) == 5.75
+    assert gemm_cost({**times, "pointwise": 5.0}, fusable=True) == 4.0
 
 
 def test_without_a_gpu_nothing_is_timed_or_changed():
@@ -91,7 +105,8 @@ def test_densenet_shaped_convolutions_keep_eager_values_whatever_form_wins():
     program = torch.export.export(model, (x,))
     result = ConvsAsGemmsByTiming()(program)
     (times,) = result.info["convs"].values()  # the 3x3 alone: the 1x1 is a GEMM already
-    assert set(times) == {"cudnn", "gather", "gemm_alone"} and min(times.values()) > 0
+    assert set(times) == {"cudnn", "gather", "gemm_alone", "pointwise"}
+    assert min(times.values()) > 0
     with torch.no_grad():
         torch.testing.assert_close(result.program.module()(x).float(), model(x).float(),
                                    rtol=2e-3, atol=2e-3)
