@@ -27,6 +27,7 @@ from targets.aoti.passes.depthwise_convs import DepthwiseConvsAsTaps
 from targets.aoti.passes.gelu_epilogues import TanhGeluAsGemmEpilogue
 from targets.aoti.passes.grouped_convs import GroupedConvsAsBatchedGemms
 from targets.aoti.passes.patch_convs import PatchConvsAsMatmuls
+from targets.aoti.passes.pixel_convs import PixelConvsAsRowLinears
 from targets.aoti.passes.row_linears import SingleRowLinearsAsReductions
 from targets.aoti.passes.written_attention import WrittenAttentionAsSdpa
 from targets.base import (
@@ -43,7 +44,8 @@ from targets.facets import Quantization
 
 # Passes not yet shown faster inside a whole build: off by default;
 # bench/cuda_gap.py turns them on by name to time them inside whole builds.
-CANDIDATE_PASSES = {p.name: p for p in (LinearInputsAlignedByPadding, ConvsAsGemmsByTiming)}
+CANDIDATE_PASSES = {p.name: p for p in (LinearInputsAlignedByPadding, ConvsAsGemmsByTiming,
+                                        PixelConvsAsRowLinears)}
 
 
 class CudaPackaging(AotiPackaging):
