@@ -65,7 +65,8 @@ def weights(layers: int, slots: int, int8: bool = False) -> dict:
 
 
 def step(made: dict, hidden: torch.Tensor, pdl: bool, configs: dict) -> torch.Tensor:
-    from targets.aoti.kernels.triton_kernels import launch_decode_attention, launch_row_gemv
+    from targets.aoti.kernels.decode_attention import launch_decode_attention
+    from targets.aoti.kernels.triton_kernels import launch_row_gemv
     norm = made["norm"]
 
     def gemv(name, x, weight, **fold):

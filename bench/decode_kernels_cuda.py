@@ -81,7 +81,7 @@ def gemv_case(name, n, k, norm, act, res, layers, configs, int8=False):
 
 def attention_case(layers, block_s_values):
     from targets.aoti.kernels import reference
-    from targets.aoti.kernels.triton_kernels import launch_decode_attention
+    from targets.aoti.kernels.decode_attention import launch_decode_attention
     dt, heads, kvh, slots, dim = torch.float16, 32, 4, 512, 64
     for dtype in (torch.float16, torch.float32):
         q = torch.randn(1, heads, 1, dim, device="cuda", dtype=dtype)

@@ -15,6 +15,7 @@ from targets.aoti.base import AotiGeneration, AotiPackaging, AOTInductorTarget, 
 from targets.aoti.card import CUDA, CUDA_RECIPES, gpu_here
 from targets.aoti.kernel_timing import host_independent_kernel_timing
 from targets.aoti.kernels import ops as decode_ops
+from targets.aoti.kernels.dependent_launch import dependent_launches
 from targets.aoti.passes.aligned_linears import (
     LinearInputsAlignedByPadding,
     LinearsAlignedByPadding,
@@ -105,9 +106,13 @@ class CudaTarget(AOTInductorTarget):
     def lowering_fixes(self, options: LowerOptions) -> contextlib.AbstractContextManager:
         # Coordinate-descent tuning (below) then times each candidate with the host out
         # of the measurement, so a busy host does not choose the kernels (kernel_timing.py).
-        if options.deterministic:
-            return contextlib.nullcontext()
-        return host_independent_kernel_timing()
+        # The decode kernels start as programmatic dependent launches on Hopper and later
+        # (kernels/dependent_launch.py).
+        fixes = contextlib.ExitStack()
+        fixes.enter_context(dependent_launches())
+        if not options.deterministic:
+            fixes.enter_context(host_independent_kernel_timing())
+        return fixes
 
     def inductor_configs(self, options: LowerOptions, dynamic: bool = False,
                          data_sizes: bool = False) -> dict:

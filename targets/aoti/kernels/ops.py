@@ -35,7 +35,7 @@ def _row_gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
 def _decode_attention(query: torch.Tensor, past_k: torch.Tensor, new_k: torch.Tensor,
                       past_v: torch.Tensor, new_v: torch.Tensor, mask: torch.Tensor,
                       scale: float) -> torch.Tensor:
-    from targets.aoti.kernels.triton_kernels import launch_decode_attention
+    from targets.aoti.kernels.decode_attention import launch_decode_attention
     return launch_decode_attention(query, past_k, new_k, past_v, new_v, mask, scale)
 
 

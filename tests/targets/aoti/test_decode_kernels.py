@@ -222,7 +222,7 @@ def test_row_gemv_loop_forms_match_the_reference(case, config, int8):
 def test_decode_attention_kernel_matches_its_reference(shape, dtype):
     if not torch.cuda.is_available():
         pytest.skip("no GPU")
-    from targets.aoti.kernels.triton_kernels import launch_decode_attention
+    from targets.aoti.kernels.decode_attention import launch_decode_attention
     heads, kv_heads, slots, dim = shape
     torch.manual_seed(slots)
     cuda = dict(device="cuda", dtype=dtype)
@@ -245,7 +245,8 @@ def test_kernels_started_as_dependent_launches_wait_for_what_they_read():
     written would not be)."""
     if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] < 9:
         pytest.skip("dependent launches need a Hopper GPU")
-    from targets.aoti.kernels.triton_kernels import launch_decode_attention, launch_row_gemv
+    from targets.aoti.kernels.decode_attention import launch_decode_attention
+    from targets.aoti.kernels.triton_kernels import launch_row_gemv
     torch.manual_seed(5)
     cuda = dict(device="cuda", dtype=torch.float16)
     hidden, heads, kv_heads, dim, slots = 512, 8, 2, 64, 96

@@ -1,0 +1,183 @@
+"""The decode step's attention as two Triton kernels (flash-decoding): one query row over
+the cache's past rows in blocks of slots, each program a key/value head's grouped query
+heads over one block, then a join of the blocks' partial results with the new row's key
+and value. Each kernel has a plain and a ``_gdc`` form, as triton_kernels.py's product.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from targets.aoti.kernels.dependent_launch import declare_writes, launcher
+
+
+@triton.jit
+def _attention_split(q_ptr, pk_ptr, pv_ptr, mask_ptr, m_ptr, l_ptr, acc_ptr,
+                     sq_h, spk_h, spk_s, spv_h, spv_s, sm, SCALE: tl.constexpr,
+                     S: tl.constexpr, D: tl.constexpr, G: tl.constexpr,
+                     SPLITS: tl.constexpr, BLOCK_S: tl.constexpr,
+                     BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr, IEEE: tl.constexpr,
+                     GDC: tl.constexpr, CACHE_AHEAD: tl.constexpr):
+    """One key/value head's G query heads over BLOCK_S past slots: the block's max score,
+    sum of exponentials and weighted values (flash-decoding's partial results).
+    CACHE_AHEAD: the past rows are the cache's own (no copy the step made), so they are
+    read before waiting for the kernel before."""
+    if GDC:
+        tl.extra.cuda.gdc_launch_dependents()
+    kvh = tl.program_id(0)
+    split = tl.program_id(1)
+    g = tl.arange(0, BLOCK_G)
+    d = tl.arange(0, BLOCK_D)
+    s = split * BLOCK_S + tl.arange(0, BLOCK_S)
+    g_ok, d_ok, s_ok = g < G, d < D, s < S
+    heads = kvh * G + g
+    kv_ok = s_ok[:, None] & d_ok[None, :]
+    if GDC and not CACHE_AHEAD:
+        tl.extra.cuda.gdc_wait()
+    k = tl.load(pk_ptr + kvh * spk_h + s[:, None] * spk_s + d[None, :], mask=kv_ok, other=0.0)
+    v = tl.load(pv_ptr + kvh * spv_h + s[:, None] * spv_s + d[None, :], mask=kv_ok, other=0.0)
+    if GDC and CACHE_AHEAD:
+        tl.extra.cuda.gdc_wait()
+    q = tl.load(q_ptr + heads[:, None] * sq_h + d[None, :], mask=g_ok[:, None] & d_ok[None, :],
+                other=0.0)
+    if IEEE:
+        scores = tl.dot(q, tl.trans(k), input_precision="ieee")
+    else:
+        scores = tl.dot(q, tl.trans(k))
+    added = tl.load(mask_ptr + s * sm, mask=s_ok, other=float("-inf")).to(tl.float32)
+    scores = scores * SCALE + added[None, :]
+    top = tl.maximum(tl.max(scores, axis=1), -1e30)  # a block of masked slots only: no NaN
+    p = tl.exp(scores - top[:, None])
+    total = tl.sum(p, axis=1)
+    if IEEE:
+        acc = tl.dot(p, v.to(tl.float32), input_precision="ieee")
+    else:
+        acc = tl.dot(p.to(v.dtype), v)
+    part = heads * SPLITS + split
+    tl.store(m_ptr + part, top, mask=g_ok)
+    tl.store(l_ptr + part, total, mask=g_ok)
+    tl.store(acc_ptr + part[:, None] * BLOCK_D + d[None, :], acc, mask=g_ok[:, None])
+
+
+@triton.jit
+def _attention_combine(q_ptr, nk_ptr, nv_ptr, mask_ptr, m_ptr, l_ptr, acc_ptr,
+                       out_ptr, sq_h, snk_h, snv_h, sm, SCALE: tl.constexpr,
+                       S: tl.constexpr, D: tl.constexpr, G: tl.constexpr,
+                       SPLITS: tl.constexpr, BLOCK_SPLITS: tl.constexpr,
+                       BLOCK_D: tl.constexpr, GDC: tl.constexpr):
+    """One query head: its partial results joined, with the new row's key and value."""
+    if GDC:  # everything it reads is the step's own: nothing to load ahead
+        tl.extra.cuda.gdc_launch_dependents()
+        tl.extra.cuda.gdc_wait()
+    h = tl.program_id(0)
+    kvh = h // G
+    d = tl.arange(0, BLOCK_D)
+    d_ok = d < D
+    q = tl.load(q_ptr + h * sq_h + d, mask=d_ok, other=0.0).to(tl.float32)
+    key = tl.load(nk_ptr + kvh * snk_h + d, mask=d_ok, other=0.0).to(tl.float32)
+    value = tl.load(nv_ptr + kvh * snv_h + d, mask=d_ok, other=0.0).to(tl.float32)
+    new = tl.sum(q * key, axis=0) * SCALE + tl.load(mask_ptr + S * sm).to(tl.float32)
+    j = tl.arange(0, BLOCK_SPLITS)
+    j_ok = j < SPLITS
+    tops = tl.load(m_ptr + h * SPLITS + j, mask=j_ok, other=-1e30)
+    sums = tl.load(l_ptr + h * SPLITS + j, mask=j_ok, other=0.0)
+    accs = tl.load(acc_ptr + (h * SPLITS + j)[:, None] * BLOCK_D + d[None, :],
+                   mask=j_ok[:, None], other=0.0)
+    top = tl.maximum(tl.max(tops, axis=0), new)
+    weights = tl.exp(tops - top)
+    weight_new = tl.exp(new - top)
+    total = tl.sum(sums * weights, axis=0) + weight_new
+    out = (tl.sum(accs * weights[:, None], axis=0) + weight_new * value) / total
+    tl.store(out_ptr + h * D + d, out.to(out_ptr.dtype.element_ty), mask=d_ok)
+
+
+@triton.jit
+def attention_split_kernel(q_ptr, pk_ptr, pv_ptr, mask_ptr, m_ptr, l_ptr, acc_ptr,
+                           sq_h, spk_h, spk_s, spv_h, spv_s, sm, SCALE: tl.constexpr,
+                           S: tl.constexpr, D: tl.constexpr, G: tl.constexpr,
+                           SPLITS: tl.constexpr, BLOCK_S: tl.constexpr,
+                           BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr, IEEE: tl.constexpr):
+    _attention_split(q_ptr, pk_ptr, pv_ptr, mask_ptr, m_ptr, l_ptr, acc_ptr, sq_h, spk_h,
+                     spk_s, spv_h, spv_s, sm, SCALE, S, D, G, SPLITS, BLOCK_S, BLOCK_G,
+                     BLOCK_D, IEEE, False, False)
+
+
+@triton.jit
+def attention_split_kernel_gdc(q_ptr, pk_ptr, pv_ptr, mask_ptr, m_ptr, l_ptr, acc_ptr,
+                               sq_h, spk_h, spk_s, spv_h, spv_s, sm, SCALE: tl.constexpr,
+                               S: tl.constexpr, D: tl.constexpr, G: tl.constexpr,
+                               SPLITS: tl.constexpr, BLOCK_S: tl.constexpr,
+                               BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr,
+                               IEEE: tl.constexpr, CACHE_AHEAD: tl.constexpr):
+    _attention_split(q_ptr, pk_ptr, pv_ptr, mask_ptr, m_ptr, l_ptr, acc_ptr, sq_h, spk_h,
+                     spk_s, spv_h, spv_s, sm, SCALE, S, D, G, SPLITS, BLOCK_S, BLOCK_G,
+                     BLOCK_D, IEEE, True, CACHE_AHEAD)
+
+
+@triton.jit
+def attention_combine_kernel(q_ptr, nk_ptr, nv_ptr, mask_ptr, m_ptr, l_ptr, acc_ptr,
+                             out_ptr, sq_h, snk_h, snv_h, sm, SCALE: tl.constexpr,
+                             S: tl.constexpr, D: tl.constexpr, G: tl.constexpr,
+                             SPLITS: tl.constexpr, BLOCK_SPLITS: tl.constexpr,
+                             BLOCK_D: tl.constexpr):
+    _attention_combine(q_ptr, nk_ptr, nv_ptr, mask_ptr, m_ptr, l_ptr, acc_ptr, out_ptr,
+                       sq_h, snk_h, snv_h, sm, SCALE, S, D, G, SPLITS, BLOCK_SPLITS,
+                       BLOCK_D, False)
+
+
+@triton.jit
+def attention_combine_kernel_gdc(q_ptr, nk_ptr, nv_ptr, mask_ptr, m_ptr, l_ptr, acc_ptr,
+                                 out_ptr, sq_h, snk_h, snv_h, sm, SCALE: tl.constexpr,
+                                 S: tl.constexpr, D: tl.constexpr, G: tl.constexpr,
+                                 SPLITS: tl.constexpr, BLOCK_SPLITS: tl.constexpr,
+                                 BLOCK_D: tl.constexpr):
+    _attention_combine(q_ptr, nk_ptr, nv_ptr, mask_ptr, m_ptr, l_ptr, acc_ptr, out_ptr,
+                       sq_h, snk_h, snv_h, sm, SCALE, S, D, G, SPLITS, BLOCK_SPLITS,
+                       BLOCK_D, True)
+
+
+declare_writes(attention_split_kernel_gdc, "m_ptr", "l_ptr", "acc_ptr")
+declare_writes(attention_combine_kernel_gdc, "out_ptr")
+
+
+def launch_decode_attention(query, past_k, new_k, past_v, new_v, mask, scale: float,
+                            block_s: int | None = None, pdl: bool = False) -> torch.Tensor:
+    heads, dim = query.shape[1], query.shape[-1]
+    kv_heads, slots = past_k.shape[1], past_k.shape[2]
+    groups = heads // kv_heads
+    # 32 slots a program fill the GPU at a few hundred slots; longer caches take longer
+    # blocks, so the join's partial results stay few
+    block_s = block_s or (32 if slots <= 1024 else 64 if slots <= 4096 else 128)
+    splits = triton.cdiv(slots, block_s)
+    block_splits = max(2, triton.next_power_of_2(splits))
+    block_d = max(16, triton.next_power_of_2(dim))
+    split, gdc = launcher(attention_split_kernel, attention_split_kernel_gdc, query.device,
+                          pdl)
+    combine, _ = launcher(attention_combine_kernel, attention_combine_kernel_gdc,
+                          query.device, pdl)
+    # the past rows read before the wait only where the script gave the cache itself; in
+    # a library they may be what a kernel of the step wrote
+    cache_first = dict(CACHE_AHEAD=pdl and past_k.stride(-1) == 1 and
+                       past_v.stride(-1) == 1) if gdc else {}
+    query, past_k, past_v = (t if t.stride(-1) == 1 else t.contiguous()
+                             for t in (query, past_k, past_v))
+    new_k, new_v = (t if t.stride(-1) == 1 else t.contiguous() for t in (new_k, new_v))
+    tops = torch.empty((heads * splits,), dtype=torch.float32, device=query.device)
+    sums = torch.empty_like(tops)
+    accs = torch.empty((heads * splits, block_d), dtype=torch.float32, device=query.device)
+    out = torch.empty((1, heads, 1, dim), dtype=query.dtype, device=query.device)
+    ieee = query.dtype == torch.float32
+    split((kv_heads, splits))(
+        query, past_k, past_v, mask, tops, sums, accs, query.stride(1),
+        past_k.stride(1), past_k.stride(2), past_v.stride(1), past_v.stride(2),
+        mask.stride(-1), SCALE=float(scale), S=slots, D=dim, G=groups, SPLITS=splits,
+        BLOCK_S=block_s, BLOCK_G=max(16, triton.next_power_of_2(groups)), BLOCK_D=block_d,
+        IEEE=ieee, num_warps=4, **cache_first)
+    combine((heads,))(
+        query, new_k, new_v, mask, tops, sums, accs, out, query.stride(1),
+        new_k.stride(1), new_v.stride(1), mask.stride(-1), SCALE=float(scale), S=slots,
+        D=dim, G=groups, SPLITS=splits, BLOCK_SPLITS=block_splits, BLOCK_D=block_d,
+        num_warps=min(8, max(1, block_splits * block_d // 1024)))
+    return out
