@@ -11,7 +11,9 @@ decode CUDA graph's replay time (CUDA events, median of 200), the kernels of 20 
 (torch.profiler: name, calls and microseconds a step) and, with ``--ncu``, one replay
 under Nsight Compute (--clock-control none): each kernel's DRAM bytes and its own time.
 The bound: the step's weight bytes over 4.8 TB/s (the H200's datasheet bandwidth).
-Rows go to DIR/decode-step.jsonl; a table per build is printed. ``--build-only`` and
+Rows go to DIR/decode-step.jsonl; a table per build is printed. With
+``EDGE_EXPORTER_PLAIN_LAUNCHES=1`` set, a build makes a library without dependent
+launches, and a measurement starts the same library's kernels plainly (the row says). ``--build-only`` and
 ``--measure-only`` split the two halves, so builds can run side by side (in separate
 processes, each with its own DIR) and be timed one at a time on a quiet GPU afterwards.
 """
@@ -23,6 +25,7 @@ import contextlib
 import csv
 import io
 import json
+import os
 import re
 import shutil
 import statistics
@@ -36,6 +39,8 @@ import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from targets.aoti.kernels.dependent_launch import PLAIN_ENV  # noqa: E402
 
 BANDWIDTH = 4.8e12
 DECODE_PASSES = ("decode_attention_as_kernel", "row_linears_as_kernels")
@@ -103,7 +108,7 @@ def graph_of(artifact: str):
     return program, graph
 
 
-def replay_and_profile(artifact: str) -> dict:
+def replay_and_profile(artifact: str, layers: int) -> dict:
     _, graph = graph_of(artifact)
     times = []
     for i in range(200):
@@ -129,7 +134,7 @@ def replay_and_profile(artifact: str) -> dict:
     sequence = [(name, us) for _, name, us in sorted(sequence)]
     return {"replay_ms": statistics.median(times),
             "kernels": {k: [n / 20, us / 20] for k, (n, us) in kernels.items()},
-            "by_position": by_position(sequence), "step": step_kernels(sequence, 20)}
+            "by_position": by_position(sequence, layers), "step": step_kernels(sequence, 20)}
 
 
 def step_kernels(sequence: list, steps: int) -> list:
@@ -143,11 +148,11 @@ def step_kernels(sequence: list, steps: int) -> list:
             for i in range(per_step)]
 
 
-def by_position(sequence: list) -> dict:
+def by_position(sequence: list, layers: int) -> dict:
     """A kernel launched several times a layer (row_gemv: q/k/v, o, gate/up, down, then
     the head), its median time at each place in the layer's order."""
-    calls = [us for name, us in sequence if name == "row_gemv_kernel"]
-    per_step = 4 * 22 + 1
+    calls = [us for name, us in sequence if name.startswith("row_gemv_kernel")]
+    per_step = 4 * layers + 1
     steps = [calls[i:i + per_step] for i in range(0, len(calls) - per_step + 1, per_step)]
     if not steps:
         return {}
@@ -202,10 +207,10 @@ def ncu(artifact: str, out: Path) -> dict:
         entry[0] += 1
         entry[1] += metrics["gpu__time_duration.sum"] / 1e3
         entry[2] += moved
-        if names[kid] == "row_gemv_kernel":
+        if names[kid].startswith("row_gemv_kernel"):
             rows.append((metrics["gpu__time_duration.sum"] / 1e3, moved))
     places = {}
-    if len(rows) == 4 * 22 + 1:
+    if len(rows) % 4 == 1:
         for i, place in enumerate(("qkv", "o", "gate_up", "down")):
             places[place] = [statistics.median(r[0] for r in rows[i:-1:4]),
                              statistics.median(r[1] for r in rows[i:-1:4])]
@@ -244,6 +249,8 @@ def main() -> None:
     parser.add_argument("--variant", default="after", choices=("before", "after"))
     parser.add_argument("--ncu", action="store_true")
     parser.add_argument("--validate", action="store_true")
+    parser.add_argument("--layers", type=int, help="that many of the 1.1B's 22 layers (a "
+                        "quicker build of the same layer)")
     parser.add_argument("--ncu-child")
     phase = parser.add_mutually_exclusive_group()
     phase.add_argument("--build-only", action="store_true")
@@ -257,10 +264,14 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     folder = args.out / "llama-1b"
     if not folder.exists():
-        big_checkpoint(folder, "1b", 0.02)
+        big_checkpoint(folder, "1b", 0.02, args.layers)
+    layers = json.loads((folder / "config.json").read_text())["num_hidden_layers"]
     for name in args.builds.split(","):
         row = {**machine_header(torch=torch.__version__), "build": name,
-               "variant": args.variant, "gpu": torch.cuda.get_device_name()}
+               "variant": args.variant, "gpu": torch.cuda.get_device_name(),
+               # set while building: a library without dependent launches; while
+               # measuring: the same library's kernels all started plainly
+               "plain_launches": bool(os.environ.get(PLAIN_ENV))}
         try:
             if args.measure_only:
                 row["artifact"] = str(args.out / f"llama-1b-{name}-{args.variant}.artifact")
@@ -273,7 +284,7 @@ def main() -> None:
                     fh.write(json.dumps(row) + "\n")
                 continue
             row["bench"] = bench(row["artifact"])
-            row["profile"] = replay_and_profile(row["artifact"])
+            row["profile"] = replay_and_profile(row["artifact"], layers)
         except Exception as exc:  # noqa: BLE001 - recorded; the next build runs
             row["error"] = f"{type(exc).__name__}: {exc}"[:3000]
             print(json.dumps(row)[:3000], flush=True)
@@ -282,7 +293,8 @@ def main() -> None:
         row["bound_tok_s"] = BANDWIDTH / row["step_bytes"]
         print(json.dumps({k: row[k] for k in ("build", "variant", "build_s", "validation",
                                                "bench", "passes") if k in row}), flush=True)
-        table(f"{name} {args.variant}", row)
+        launches = "plain launches" if row["plain_launches"] else "as built"
+        table(f"{name} {args.variant}, {launches}", row)
         with open(args.out / "decode-step.jsonl", "a") as fh:
             fh.write(json.dumps(row) + "\n")
         if args.ncu:  # last: the rows above are kept if it runs out of time

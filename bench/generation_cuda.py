@@ -75,10 +75,12 @@ def tiny_builds(out: Path, families: list[str], dtypes: list[str]) -> None:
                        "plain_decode_tok_s": plain.stats["decode_tokens_per_s"]})
 
 
-def big_checkpoint(folder: Path, size: str, std: float) -> Path:
+def big_checkpoint(folder: Path, size: str, std: float, layers: int | None = None) -> Path:
+    """A random LLaMA of SIZES[size] (``layers``: that many of its layers instead)."""
     import transformers as tf
     torch.manual_seed(0)
-    config = tf.LlamaConfig(**SIZES[size], max_position_embeddings=2048, bos_token_id=1,
+    shape = {**SIZES[size], **({"num_hidden_layers": layers} if layers else {})}
+    config = tf.LlamaConfig(**shape, max_position_embeddings=2048, bos_token_id=1,
                             eos_token_id=2, initializer_range=std)
     with torch.device("cuda"):
         model = tf.LlamaForCausalLM(config)
