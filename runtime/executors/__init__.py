@@ -93,8 +93,15 @@ def array_packages(partition: Partition) -> tuple[str, ...] | None:
 def holds_native_code(partition: Partition) -> bool:
     """Whether the partition's files hold code compiled for one platform, so the loader
     checks the artifact's platform and CPU: true unless its kind declares ``portable =
-    True`` (a kind that cannot be imported here counts as native, the safe side)."""
-    return not _declared(partition)[2]
+    True`` (a kind that cannot be imported here counts as native, the safe side) and does
+    not say, by its optional ``native_code(meta)``, that this partition carries some (the
+    onnx target's kernel library beside its graph)."""
+    if not _declared(partition)[2]:
+        return True
+    if partition.backend in _TORCH_KINDS:
+        return False
+    says = getattr(_loader(partition, where=""), "native_code", None)
+    return bool(says and says(partition.meta))
 
 
 def _declared(partition: Partition) -> tuple[bool, tuple[str, ...], bool]:

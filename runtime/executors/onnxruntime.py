@@ -79,7 +79,13 @@ class OnnxRuntimeExecutor:
     Meta = OnnxRuntimeMeta
     arena_slots = 0  # ORT allocates its own memory
     arrays = True  # runs on numpy arrays where torch is missing (runtime/program/requires.py)
-    portable = True  # an ONNX graph: no native code, loads on any platform ORT runs on
+    portable = True  # an ONNX graph: no native code, loads on any platform ORT runs on,
+    # unless the partition carries our kernel library (native_code)
+
+    @staticmethod
+    def native_code(meta: dict) -> bool:
+        """Whether the partition's files hold compiled code: our kernels' library."""
+        return bool(meta.get("kernels"))
 
     def __init__(self, run, session, report: dict, weights: list | None = None) -> None:
         self.__call__ = run

@@ -184,7 +184,8 @@ def _check_cpu_flags(req: Requirements, where: str) -> None:
         raise CompatibilityError(
             f"the artifact was compiled for the {req.cpu_isa} CPU instruction set, and this CPU "
             f"lacks {len(missing)} of the features it needs: {', '.join(missing)}", where=where,
-            hint="rebuild with a lower --cpu-isa (e.g. `--cpu-isa avx2` or `--cpu-isa generic`)")
+            hint="rebuild with a lower --cpu-isa (e.g. `--cpu-isa avx2` or `--cpu-isa generic`), "
+                 "or, for the onnx target's own kernels, with --no-own-kernels")
 
 
 def _check_cuda(req: Requirements, where: str, torch) -> None:

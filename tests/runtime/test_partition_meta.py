@@ -83,7 +83,7 @@ def test_the_real_fallback_lowering_round_trips(tmp_path):
 
 def test_file_keys_are_declared_by_the_dataclass():
     assert AotiMeta.file_keys() == ("package",)
-    assert OnnxRuntimeMeta.file_keys() == ("model",)
+    assert OnnxRuntimeMeta.file_keys() == ("model", "kernels")  # kernels: our library
     assert TvmMeta.file_keys() == ("library", "params")
     assert TorchFallbackMeta.file_keys() == (PROGRAM_KEY, WEIGHTS_KEY)
     meta = TvmMeta.from_json(WRITTEN[TvmMeta], where="test")

@@ -16,6 +16,7 @@ from exporter.ship.archive_writer import write_artifact
 from runtime.errors import CompatibilityError
 from runtime.format.archive import ArtifactReader
 from runtime.host.platforms import host_platform
+from runtime.program.requires import loads_on
 from targets.onnx import kernels
 from tests.conftest import ROOT
 
@@ -52,6 +53,9 @@ def test_the_manifest_records_the_nodes_on_our_kernels_and_their_isa(builds):
     assert (ours.meta["kernels_platform"], ours.meta["kernels_cpu_flags"]) == (
         "linux-x86_64", ["avx2", "fma"])
     assert builds[True].manifest.requirements.cpu_isa == kernels.ISA
+    # native code now: it loads on its platform, with that ISA (`exporter inspect` says so)
+    assert loads_on(builds[True].manifest)["platforms"] == ["linux-x86_64"]
+    assert loads_on(builds[False].manifest)["any_platform"]
     assert not any(k.startswith("kernels") for k in theirs.meta)  # --no-own-kernels
     assert builds[True].manifest.validation["passed"]
 
