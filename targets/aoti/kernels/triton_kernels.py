@@ -219,9 +219,9 @@ def gemv_config(rows: int, cols: int, gated: bool, dependent: bool = False,
     """(BLOCK_N, BLOCK_K, num_warps, AHEAD): enough programs to keep every SM's loads in
     flight (several per SM), 16-byte loads along K (int8 rows: 1024 columns a tile, and
     a gated product's pairs of rows two a program, the fastest in session 61's sweep,
-    bench/RESULTS.md); a ``dependent`` launch loads as many of a program's first columns
-    ahead of its wait as fit in registers, a plain one none (AHEAD 0: the loop alone, the
-    kernel as the built library runs it)."""
+    bench/RESULTS.md); a ``dependent`` launch of a product that is not gated loads as many
+    of a program's first columns ahead of its wait as fit in registers, a plain one none
+    (AHEAD 0: the loop alone)."""
     int8 = weight_bytes == 1
     block_k = min(1024 if int8 else 256 if rows >= 4096 else 512,
                   triton.next_power_of_2(cols))
@@ -233,7 +233,9 @@ def gemv_config(rows: int, cols: int, gated: bool, dependent: bool = False,
         block_n, warps = 8, 4
         while block_n > 1 and rows // block_n < 512:
             block_n //= 2
-    ahead = ahead_columns(block_n, cols, gated, warps) if dependent else 0
+    # a gated product loads nothing ahead: its two rows' columns ahead took its call from
+    # 12.9 to 19.3 us in the built step (bench/RESULTS.md, session 64)
+    ahead = ahead_columns(block_n, cols, gated, warps) if dependent and not gated else 0
     return block_n, block_k, warps, ahead
 
 
