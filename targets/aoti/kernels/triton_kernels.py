@@ -11,11 +11,12 @@ argument as fp64, which turned a norm's whole product into fp64 arithmetic
 
 Each kernel has a plain form and a ``_gdc`` one, a programmatic dependent launch
 (Hopper and later): it starts while the kernel before it drains, loads what no kernel of
-the step writes (weights, the cache's past rows) first, then waits (``gdc_wait``) before
-it reads anything the step computed, and so before it writes, and lets the kernel after
-it start early. The timing scripts and tests start it through Triton's launcher
-(``pdl=True``); a built library through AOTInductor's, rewritten while the cuda target
-compiles (dependent_launch.py). The attention kernels: decode_attention.py.
+the step writes (weights; the cache's past rows where a script gave the cache) first,
+then waits (``gdc_wait``) before it reads anything the step computed, and so before it
+writes, and lets the kernel after it start early. The timing scripts and tests start it
+through Triton's launcher (``pdl=True``); a built library through AOTInductor's,
+rewritten while the cuda target compiles (dependent_launch.py). The attention kernels:
+decode_attention.py.
 """
 
 from __future__ import annotations
