@@ -12,7 +12,11 @@ TEST_WORKERS ?= 2
 # process that imports torch again (zoo:mlp on cpu, cold cache: 44.4 -> 39.9 CPU s, twice).
 # (OMP_NUM_THREADS=1 per worker was tried in session 63: the quiet clean-clone run showed
 # no gain, so torch's and ORT's pools keep their default; bench/RESULTS.md.)
-TEST_ENV := TORCHINDUCTOR_COMPILE_THREADS=1
+# uv compiles no bytecode at install: Python writes it on first import, where
+# PYTHONDONTWRITEBYTECODE (this box sets it) does not forbid it, so make's commands unset it
+# (only the modules in use get compiled: about a third of site-packages; docs/testing.md).
+RUN := env -u PYTHONDONTWRITEBYTECODE
+TEST_ENV := $(RUN) TORCHINDUCTOR_COMPILE_THREADS=1
 # this checkout, editable, built with the venv's setuptools (installed with torch): an
 # isolated build environment downloads setuptools again for each install (15 s)
 EDITABLE := --no-build-isolation -e
@@ -21,24 +25,28 @@ STAMP := $(VENV)/.installed-$(TORCH_VERSION)
 
 .PHONY: install browser native-deps demo test test-slow test-gpu coverage coverage-gpu bench-llm clean
 
+# uv where it can be had (on PATH, or fetched once into build/uv), pip otherwise
+# (INSTALLER=pip): tools/venv_install.py. uv installs the same packages from the sources
+# pip is configured with, about 10 s instead of 3 minutes with its cache warm.
+INSTALL := $(PYTHON) tools/venv_install.py
+
 $(PY):
-	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
+	$(INSTALL) venv $(VENV)
 
 # What a user needs for the cpu target (make demo): torch and the project's own
 # dependencies. The tests add the dev extra: ONNX Runtime, TVM, torchao, transformers...
 $(CORE_STAMP): $(PY) pyproject.toml
-	@echo "installing torch $(TORCH_VERSION) (about 1 minute; pip shows each package)"
-	$(PY) -m pip install --progress-bar on torch==$(TORCH_VERSION) "setuptools>=68"
+	@echo "installing torch $(TORCH_VERSION) (seconds with uv, about 1 minute with pip)"
+	$(INSTALL) pip $(VENV) torch==$(TORCH_VERSION) "setuptools>=68"
 	@echo "installing edge-exporter and its dependencies (typer, rich, pydantic, ...)"
-	$(PY) -m pip install --progress-bar on $(EDITABLE) .
+	$(INSTALL) pip $(VENV) $(EDITABLE) .
 	touch $(CORE_STAMP)
 
 $(STAMP): $(CORE_STAMP)
-	@echo "installing the dev extra: pytest, transformers, onnxruntime, apache-tvm, torchao, ray (2-3 minutes)"
+	@echo "installing the dev extra: pytest, transformers, onnxruntime, apache-tvm, torchao, ray (2-3 minutes with pip)"
 	# ExecuTorch without its declared extras (coremltools, pandas...: never imported here)
-	$(PY) -m pip install --quiet --no-deps executorch==$(EXECUTORCH_VERSION)
-	$(PY) -m pip install --quiet $(EDITABLE) '.[dev,executorch-deps]'
+	$(INSTALL) pip $(VENV) --quiet --no-deps executorch==$(EXECUTORCH_VERSION)
+	$(INSTALL) pip $(VENV) --quiet $(EDITABLE) '.[dev,executorch-deps]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -61,7 +69,7 @@ browser:
 # packages), the aarch64 cross compiler, qemu-user and ccache (the runners of each
 # platform share their core objects); and the aarch64 wheels of ExecuTorch
 # and TVM, unpacked as files (their runtime libraries and headers), never installed. Needs
-# root and apt-get; where apt-get has nothing to install, no apt-get update (10-20 s).
+# root and apt-get; where dpkg has them all, no apt-get at all (its update: 10-20 s).
 NATIVE_APT := cmake ccache libminizip-dev nlohmann-json3-dev libsodium-dev \
   gcc-aarch64-linux-gnu g++-aarch64-linux-gnu qemu-user \
   libminizip-dev:arm64 libsodium-dev:arm64 libstdc++6:arm64
@@ -70,20 +78,17 @@ AARCH64_WHEELS := build/wheels/linux-aarch64
 NATIVE_STAMP := build/.native-deps-$(EXECUTORCH_VERSION)-minizip-ccache
 
 $(NATIVE_STAMP): $(STAMP)
-	@if apt-get install -s -q $(NATIVE_APT) 2>/dev/null | grep -q '^0 upgraded, 0 newly installed'; then \
-	  echo "the native toolchain is installed (apt-get -s: nothing to install)"; \
+	@if st=$$(dpkg-query -W -f='$${db:Status-Abbrev}\n' $(NATIVE_APT) 2>/dev/null) && \
+	    ! printf '%s\n' "$$st" | grep -qv '^ii'; then \
+	  echo "the native toolchain is installed (dpkg-query)"; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	  echo "installing the native toolchain (apt-get: cmake, ccache, minizip, libsodium, aarch64 cross compiler, qemu-user)"; \
 	  dpkg --add-architecture arm64 && apt-get update -q >/dev/null && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q $(NATIVE_APT) >/dev/null; \
 	else echo "note: not root or no apt-get: the native runtime needs: $(NATIVE_APT)"; fi
-	rm -rf $(AARCH64_WHEELS) && mkdir -p $(AARCH64_WHEELS)/dl
-	$(PY) -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.11 \
-	  --platform manylinux_2_28_aarch64 -d $(AARCH64_WHEELS)/dl \
+	$(INSTALL) unpack $(VENV) $(AARCH64_WHEELS) manylinux_2_28_aarch64 3.11 \
 	  executorch==$(EXECUTORCH_VERSION) "apache-tvm==$$($(PY) -c 'import importlib.metadata as m; print(m.version("apache-tvm"))')" \
 	  "apache-tvm-ffi==$$($(PY) -c 'import importlib.metadata as m; print(m.version("apache-tvm-ffi"))')"
-	cd $(AARCH64_WHEELS) && for w in dl/*.whl; do $(abspath $(PY)) -m zipfile -e $$w . ; done
-	rm -rf $(AARCH64_WHEELS)/dl
 	touch $(NATIVE_STAMP)
 
 native-deps: $(NATIVE_STAMP)
@@ -91,10 +96,10 @@ native-deps: $(NATIVE_STAMP)
 # Build the zoo MLP for the CPU, validate it, inspect it and run it from an .npz.
 demo: $(CORE_STAMP)
 	mkdir -p build
-	$(VENV)/bin/exporter build zoo:mlp --target cpu --out build/mlp-cpu.artifact
-	$(VENV)/bin/exporter inspect build/mlp-cpu.artifact
+	$(RUN) $(VENV)/bin/exporter build zoo:mlp --target cpu --out build/mlp-cpu.artifact
+	$(RUN) $(VENV)/bin/exporter inspect build/mlp-cpu.artifact
 	$(PY) -c "import numpy as np; np.savez('build/mlp-inputs.npz', x=np.random.default_rng(0).standard_normal((4, 64), dtype=np.float32))"
-	$(VENV)/bin/exporter run build/mlp-cpu.artifact --inputs build/mlp-inputs.npz --out build/mlp-outputs.npz
+	$(RUN) $(VENV)/bin/exporter run build/mlp-cpu.artifact --inputs build/mlp-inputs.npz --out build/mlp-outputs.npz
 
 # The default tier; `make test-slow` runs the rest (docs/testing.md: what goes where). Files
 # go out heaviest first (tests/conftest.py), so pytest-xdist must keep that order.
@@ -111,7 +116,7 @@ test: install browser native-deps
 
 test-slow: install browser native-deps
 	$(BYTECODE)
-	$(PY) -m pytest $(PYTEST_XDIST) -m "slow and not cuda" --durations=25
+	$(RUN) $(PY) -m pytest $(PYTEST_XDIST) -m "slow and not cuda" --durations=25
 
 # The coverage matrix (bench/coverage/) through `exporter matrix`: every suite model (77
 # Hugging Face architectures from configs) on cpu, onnx and tvm, each build in its own
