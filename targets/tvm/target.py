@@ -47,6 +47,7 @@ from targets.tvm import cross
 from targets.card import install_command
 from targets.tvm.card import TVM, TvmOptions, llvm_target, tvm_here
 from targets.tvm.locate import native_stderr_to_log
+from targets.tvm.passes.bool_comparisons import BoolComparisonsAsNumbers
 from targets.tvm.passes.true_division import TrueDivisionInFloat
 from targets.tvm.passes.wrap_negative_indices import (WrapNegativeIndices,
                                                       negative_select_on_a_dynamic_dim)
@@ -143,7 +144,7 @@ class TvmTarget(Target):
         # placement judges the graph TVM's importer will convert
         return pipeline(options, fusions=GRAPH_FUSIONS) + [
             Decompose(lambda: None, "torch.export default"), WrapNegativeIndices(),
-            TrueDivisionInFloat()]
+            TrueDivisionInFloat(), BoolComparisonsAsNumbers()]
 
     def lower(self, program: ExportedProgram, options: LowerOptions) -> Lowered:
         if not _installed():

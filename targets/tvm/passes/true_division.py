@@ -13,41 +13,20 @@ values on every backend, one cast each.
 from __future__ import annotations
 
 import torch
-from torch.export import ExportedProgram
+from torch.fx import Node
 
-from passes.base import PassResult
+from targets.tvm.passes.operand_casts import OperandCasts
 
 aten = torch.ops.aten
-_TRUE_DIVISIONS = (aten.div.Tensor, aten.div.Scalar, aten.div.Tensor_mode, aten.div.Scalar_mode)
 
 
-class TrueDivisionInFloat:
+class TrueDivisionInFloat(OperandCasts):
     name = "true_division_in_float"
-    required = False
+    ops = (aten.div.Tensor, aten.div.Scalar, aten.div.Tensor_mode, aten.div.Scalar_mode)
 
-    def __call__(self, program: ExportedProgram) -> PassResult:
-        graph, count = program.graph, 0
-        for node in list(graph.nodes):
-            result = node.meta.get("val")
-            if node.op != "call_function" or node.target not in _TRUE_DIVISIONS or \
-                    node.kwargs.get("rounding_mode") is not None or \
-                    not isinstance(result, torch.Tensor) or not result.dtype.is_floating_point:
-                continue
-            args = list(node.args)
-            for position, operand in enumerate(args[:2]):
-                value = operand.meta.get("val") if isinstance(operand, torch.fx.Node) else None
-                if isinstance(value, torch.Tensor) and not value.dtype.is_floating_point:
-                    args[position] = _cast(graph, node, operand, value, result.dtype)
-                    count += 1
-            node.args = tuple(args)
-        if count:
-            program.graph_module.recompile()
-        return PassResult(program, modified=bool(count), info={"operands_cast": count})
-
-
-def _cast(graph: torch.fx.Graph, before: torch.fx.Node, operand: torch.fx.Node,
-          value: torch.Tensor, dtype: torch.dtype) -> torch.fx.Node:
-    with graph.inserting_before(before):
-        cast = graph.call_function(aten._to_copy.default, (operand,), {"dtype": dtype})
-    cast.meta = {**operand.meta, "val": value.to(dtype)}
-    return cast
+    def cast_to(self, node: Node, value: torch.Tensor) -> torch.dtype | None:
+        result = node.meta.get("val")
+        if node.kwargs.get("rounding_mode") is not None or \
+                not isinstance(result, torch.Tensor) or not result.dtype.is_floating_point:
+            return None
+        return None if value.dtype.is_floating_point else result.dtype
