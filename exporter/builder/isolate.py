@@ -30,23 +30,33 @@ from runtime.host import scratch
 from targets import LoweringError
 
 log = logging.getLogger(__name__)
+# lowerings one search spends at most (each a backend compile of a prefix): halving, that
+# pins one op among 1,024; a longer partition moves the window it narrowed to
+MAX_PROBES = 10
 
 
 def isolate_failure(prep: Prepared, plan: PlannedPartition, work_dir: Path,
                     lower: Callable[[PlannedPartition, Path], object]) -> list[Node] | None:
     """The ops of ``plan`` to move to the fallback: the first whose prefix ``lower``
-    fails on and the program's ops shaped like it; None where the search cannot tell (a
-    single op, or a probe that failed in a way moving ops does not help)."""
+    fails on and the program's ops shaped like it (the ops still undecided after
+    MAX_PROBES lowerings); None where the search cannot tell (a single op, or a probe
+    that failed in a way moving ops does not help)."""
     compute = [n for n in plan.nodes if n.target is not operator.getitem]
     if len(compute) < 2:
         return None
     lowers, fails = 0, len(compute)  # the whole partition failed: that is known
-    while fails - lowers > 1:
+    for _ in range(MAX_PROBES):
+        if fails - lowers <= 1:
+            break
         middle = (lowers + fails) // 2
         outcome = _probe(prep, plan, compute[:middle], work_dir / f"probe-{middle}", lower)
         if outcome is None:
             return None
         lowers, fails = (middle, fails) if outcome else (lowers, middle)
+    if fails - lowers > 1:  # out of probes: the ops not yet told apart move together
+        log.info("%s: %s fails within %d ops, %d probes spent", plan.name, prep.target.name,
+                 fails - lowers, MAX_PROBES)
+        return compute[lowers:fails]
     culprit = compute[fails - 1]
     alike = [n for n in prep.program.graph.nodes if n is not culprit
              and n.op == "call_function" and _shape_of_call(n) == _shape_of_call(culprit)]

@@ -105,10 +105,11 @@ def lower_with_fallback(prep: Prepared, settings: BuildSettings, work_dir: Path
         try:
             lowered = _lower_all(prep, settings, attempt_dir)
         except LoweringError as exc:
-            if (not exc.movable or settings.fallback == FallbackPolicy.FORBID
-                    or attempt == MAX_LOWERING_RETRIES):
+            if not exc.movable or attempt == MAX_LOWERING_RETRIES:
                 raise
             nodes = [n for n in _to_move(prep, settings, exc, attempt_dir) if n not in failed]
+            if settings.fallback == FallbackPolicy.FORBID:
+                raise _naming(exc, prep, nodes)
             if not nodes:
                 raise
             _move_to_fallback(prep, settings, exc, nodes, failed)
@@ -131,6 +132,15 @@ def _to_move(prep: Prepared, settings: BuildSettings, exc: LoweringError,
     found = isolate_failure(prep, whole, attempt_dir / f"isolate-{whole.name}",
                             lambda plan, folder: _lower_delegated(prep, settings, plan, folder))
     return exc.nodes if found is None else [n.name for n in found]
+
+
+def _naming(exc: LoweringError, prep: Prepared, nodes: list[str]) -> LoweringError:
+    """With --fallback forbid the build stops at the failure; where the backend named no
+    op, the error names those the search found (a compiler's internal error names none)."""
+    if not exc.details:
+        targets = {n.name: n.target for n in prep.program.graph.nodes}
+        exc.details = [f"{name}: {targets.get(name, '?')}" for name in nodes]
+    return exc
 
 
 NAMED = 6  # ops a fallback warning names; the placement table has them all

@@ -4,7 +4,6 @@ failure comes from. Imported only when target ``tvm`` lowers (``tvm`` is optiona
 from __future__ import annotations
 
 import json
-import logging
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,7 +28,6 @@ from targets.tvm.schedule import (
     schedule_report,
 )
 
-log = logging.getLogger(__name__)
 # target options TVM types as lists: "-mattr=+neon,+v8.2a" is ["+neon", "+v8.2a"]
 _LIST_OPTIONS = frozenset({"mattr", "keys", "libs", "cl-opt"})
 
@@ -91,11 +89,11 @@ def compile_partition(program: ExportedProgram, target_string: str, tune: int, o
                          "tune them)")
     try:
         executable = tvm.compile(scheduled, target=target, relax_pipeline=lower_pipeline(target))
-    except Exception as exc:  # noqa: BLE001 - TVM's InternalError and friends: locate, then raise
-        failing = _failing_prim_funcs(scheduled, target)
-        log.info("TVM compile failed; failing PrimFuncs: %s", failing)
-        nodes = ops_named_in(" ".join(failing) or str(exc), program)
-        raise error("compile", exc, program, options, nodes) from exc
+    except Exception as exc:  # noqa: BLE001 - TVM's InternalError and friends
+        # names no op (``t.MatchesCode(kDLFloat)``), and PrimFunc names match ops only by
+        # guess ('add' named every add): the build finds the op by lowering the partition's
+        # prefixes (exporter/builder/isolate.py)
+        raise error("compile", exc, program, options, []) from exc
     return Compiled(executable, run_transform_params(executable, scheduled, main_params,
                                                      cross=cross),
                     schedules, notes=notes)
@@ -142,19 +140,6 @@ def parse_target(target_string: str) -> tvm.target.Target:
                                 hint="the runtime runs TVM partitions on the CPU (LLVM); for "
                                      "an NVIDIA GPU use --target cuda (AOTInductor)")
     return target
-
-
-def _failing_prim_funcs(mod: tvm.IRModule, target: tvm.target.Target) -> list[str]:
-    """Build each PrimFunc alone: the names of those that fail (e.g. 'cumsum')."""
-    failing = []
-    for gvar, func in mod.functions_items():
-        if not isinstance(func, tvm.tirx.PrimFunc):
-            continue
-        try:
-            tvm.compile(tvm.IRModule({gvar: func}), target=target)
-        except Exception:  # noqa: BLE001 - this one fails; that is what we are looking for
-            failing.append(gvar.name_hint)
-    return failing
 
 
 def _libraries() -> dict:

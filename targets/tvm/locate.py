@@ -36,8 +36,8 @@ def native_stderr_to_log(logger: logging.Logger) -> Iterator[None]:
 
 
 def ops_named_in(text: str, program: ExportedProgram) -> list[Node]:
-    """Graph nodes whose op TVM names in an error: 'Unsupported function types
-    ['cumsum.default']' or a failing PrimFunc called 'cumsum1'."""
+    """Graph nodes whose op TVM's importer names in an error: 'Unsupported function
+    types ['cumsum.default']'."""
     nodes = [n for n in program.graph.nodes if n.op == "call_function"]
     quoted = set(re.findall(r"'([\w.]+)'", text))
     hits = [n for n in nodes if getattr(n.target, "__name__", None) in quoted]
