@@ -47,6 +47,10 @@ class AotiExecutor:
         # leaves it behind when loading fails; pointed at a recorded folder of ours, every
         # such folder is removed: now on failure, with the executor otherwise.
         unpacked = scratch.make_dir("aoti-load-")
+        if partition.device == "cpu" and not meta.shared_weights and not run_single_threaded:
+            runner = aligned_cpu_runner(files_dir / meta.package, unpacked)
+            if runner is not None:
+                return cls(runner, unpacked, full_fp32=False)
         try:
             with _tmpdir(unpacked):
                 loader = torch._C._aoti.AOTIModelPackageLoader(
@@ -76,6 +80,53 @@ class AotiExecutor:
 
     def report(self) -> dict:
         return {}
+
+
+def aligned_cpu_runner(package: Path, folder: Path):
+    """The package's CPU library in a container runner, its constants moved to 64-byte
+    aligned memory where oneDNN reads packed weights among them; None where the package
+    is not one plain library (the package loader takes it then).
+
+    The library copies its constants into one ``malloc`` block at load, at 64-byte offsets
+    from a base that glibc aligns to 16 only, and oneDNN's packed weights were read across
+    cache lines: two packed 197x768x3072 linears took 1.15-1.24x as long as with aligned
+    copies (bench/aoti_constant_alignment.py, bench/RESULTS.md 2026-11-30); on MKL's
+    unpacked weights the copies did not help. So where a constant is oneDNN's, each one
+    is copied (torch's copies are aligned), the copies made the active buffer and the
+    library's own block freed."""
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(package) as archive:
+            members = [m for m in archive.namelist() if "/data/aotinductor/model/" in m]
+            libraries = [m for m in members if m.endswith(".so")]
+            if len(libraries) != 1:
+                return None
+            archive.extractall(folder, members)
+        runner = torch._C._aoti.AOTIModelContainerRunnerCpu(str(folder / libraries[0]), 1)
+        current = runner.extract_constants_map(False)
+        if not any(t.layout == torch._mkldnn for t in current.values()):
+            return _Runner(runner, {})
+        copies = {fqn: t.clone() for fqn, t in current.items()}
+        del current  # views of the block freed below
+        fqns = runner.get_constant_names_to_original_fqns()
+        runner.update_constant_buffer({name: copies[fqn] for name, fqn in fqns.items()},
+                                      True, True, True)  # inactive, every one, ours
+        runner.swap_constant_buffer()
+        runner.free_inactive_constant_buffer()
+    except (RuntimeError, KeyError, OSError, zipfile.BadZipFile):
+        return None  # the package loader's way, and its error if the package is bad
+    return _Runner(runner, copies)
+
+
+@dataclass(frozen=True)
+class _Runner:
+    """A container runner and the constants it reads (user-managed: kept alive here)."""
+    runner: object
+    constants: dict
+
+    def run(self, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+        return self.runner.run(inputs)
 
 
 def _load_shared(loader, partition: Partition, meta: AotiMeta, shared: SharedWeights | None,
