@@ -158,7 +158,10 @@ def test_an_int4_step_keeps_its_packed_layers_and_stored_rows(tmp_path_factory):
     meta = built.manifest.partitions[0].meta
     record = built.manifest.validation
     consistency = [row["decode_vs_prefill_max_abs_err"] for row in record["outputs"]]
-    assert ops["MatMulNBits"] == 2 * 4 + 1 and ops["GroupQueryAttention"] == 2
+    # each projection one MatMulNBits, on the target's own kernels where it folded the
+    # norm before it or the SwiGLU after it in (targets/onnx/kernels)
+    gemvs = sum(n for op, n in ops.items() if op.startswith("MatMulNBits"))
+    assert gemvs == 2 * 4 + 1 and ops["GroupQueryAttention"] == 2
     # the token table as int8 rows (an untied head: the table is the Gather's alone)
     assert ops["GatherBlockQuantized"] == 1
     assert "model.embed_tokens:node_embedding" in meta["quantization"]["layers_quantized"]
