@@ -26,6 +26,7 @@ from torch.fx import Node
 
 from passes.base import Pass
 from passes.cleanup.decompose import Decompose
+from passes.cleanup.empty_concat import DropEmptyConcatOperands
 from passes.graph.ops import is_custom_op
 from runtime.executors.tvm import TvmMeta
 from runtime.format.manifest import Partition, Requirements
@@ -141,10 +142,11 @@ class TvmTarget(Target):
 
     def default_passes(self, options: LowerOptions) -> list[Pass]:
         # from_exported_program's own run_decompositions() (the default table) last, so
-        # placement judges the graph TVM's importer will convert
+        # placement judges the graph TVM's importer will convert; an empty operand of a
+        # cat (XLM's empty cache) made TVM refuse the Concat of mixed ranks
         return pipeline(options, fusions=GRAPH_FUSIONS) + [
-            Decompose(lambda: None, "torch.export default"), WrapNegativeIndices(),
-            TrueDivisionInFloat(), BoolComparisonsAsNumbers()]
+            Decompose(lambda: None, "torch.export default"), DropEmptyConcatOperands(),
+            WrapNegativeIndices(), TrueDivisionInFloat(), BoolComparisonsAsNumbers()]
 
     def lower(self, program: ExportedProgram, options: LowerOptions) -> Lowered:
         if not _installed():

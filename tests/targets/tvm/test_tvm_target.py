@@ -176,3 +176,25 @@ def test_true_division_of_integers_runs_in_float_on_tvm(tmp_path):
     got = program(torch.ones(2, 8, dtype=torch.int64))
     assert got.dtype == torch.float32
     torch.testing.assert_close(got, _BlockIds()(torch.ones(2, 8, dtype=torch.int64)))
+
+
+class _EmptyCache(torch.nn.Module):
+    """transformers' DynamicCache before its first update: keys start as tensor([])."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("keys", torch.tensor([]))
+
+    def forward(self, k):
+        return torch.cat([self.keys, k], dim=-2).softmax(-1)
+
+
+def test_a_cat_with_an_empty_legacy_operand_stays_on_tvm(tmp_path):
+    """torch.cat skips a (0,) operand; TVM's importer refused the Concat of mixed ranks
+    and XLM's four cats ran on the CPU fallback: the empty operand is dropped first."""
+    import exporter
+    k = torch.randn(1, 2, 5, 4)
+    built = exporter.build(_EmptyCache(), (k,), target="tvm", out=tmp_path / "cat.artifact")
+    assert built.manifest.validation["passed"]
+    assert {row["backend"] for row in built.manifest.coverage} == {"tvm"}
+    torch.testing.assert_close(runtime.load(tmp_path / "cat.artifact")(k), _EmptyCache()(k))
