@@ -41,8 +41,9 @@ def find_uv() -> str | None:
     if not local.exists():
         print(f"fetching uv into {BOOTSTRAP.relative_to(ROOT)} (pip; once)", flush=True)
         fetched = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet",
-                                  "--disable-pip-version-check", "--target", str(BOOTSTRAP),
-                                  "uv"], capture_output=True, text=True)
+                                  "--disable-pip-version-check", "--no-deps", "--no-compile",
+                                  "--target", str(BOOTSTRAP), "uv"],
+                                 capture_output=True, text=True)
         if fetched.returncode != 0 or not local.exists():
             print("note: uv could not be installed; pip installs instead", flush=True)
             return None
