@@ -63,7 +63,8 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=8)
     parser.add_argument("--json", help="write the per-op figures here too")
     parser.add_argument("--rows", action="store_true",
-                        help="MatMulNBits on our own kernels (bench/llm/rows)")
+                        help="our own kernels on an artifact built with --no-own-kernels "
+                             "(an int8/int4-weight build has them already)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         opened = profiled_sessions(str(Path(tmp) / "ort"))
