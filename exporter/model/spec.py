@@ -24,6 +24,7 @@ to torch.export as given (its own format). The module is put in eval mode.
 from __future__ import annotations
 
 import importlib
+import importlib.machinery
 import importlib.util
 import inspect
 import itertools
@@ -139,6 +140,15 @@ def _on_sys_path(folder: Path) -> Iterator[None]:
             sys.path.remove(entry)
 
 
+class _SourceAsItIs(importlib.machinery.SourceFileLoader):
+    """Compiles the file as it is now: cached bytecode is checked by the source's mtime in
+    whole seconds and its size, so an edit within a second that keeps the size ran the old
+    code wherever Python writes bytecode (its default)."""
+
+    def get_code(self, fullname):
+        return self.source_to_code(self.get_data(self.path), self.path)
+
+
 def _import_file(path: Path):
     # A file already run and unchanged is reused (spec_modules.py says why). Otherwise a
     # unique name per load: two specs in files both called model.py must not collide, and
@@ -147,7 +157,8 @@ def _import_file(path: Path):
     if earlier is not None:
         return earlier
     name = f"_exporter_spec_{path.stem}_{next(_fresh_ids)}"
-    module_spec = importlib.util.spec_from_file_location(name, path)
+    module_spec = importlib.util.spec_from_file_location(
+        name, path, loader=_SourceAsItIs(name, str(path)) if path.suffix == ".py" else None)
     if module_spec is None or module_spec.loader is None:
         raise SpecError(f"Python cannot import {path.name}", where=str(path),
                         hint="the model file must be a Python source file ending in .py")
