@@ -91,9 +91,9 @@ def aligned_cpu_runner(package: Path, folder: Path):
     from a base that glibc aligns to 16 only, and oneDNN's packed weights were read across
     cache lines: two packed 197x768x3072 linears took 1.15-1.24x as long as with aligned
     copies (bench/aoti_constant_alignment.py, bench/RESULTS.md 2026-11-30); on MKL's
-    unpacked weights the copies did not help. So where a constant is oneDNN's, each one
-    is copied (torch's copies are aligned), the copies made the active buffer and the
-    library's own block freed."""
+    unpacked weights the copies did not help. So where the oneDNN constants are float32,
+    each constant is copied (torch's copies are aligned), the copies made the active
+    buffer and the library's own block freed."""
     import zipfile
 
     try:
@@ -106,13 +106,10 @@ def aligned_cpu_runner(package: Path, folder: Path):
         runner = torch._C._aoti.AOTIModelContainerRunnerCpu(str(folder / libraries[0]), 1)
         current = runner.extract_constants_map(False)
         packed = [t for t in current.values() if t.layout == torch._mkldnn]
-        if not packed:
+        # int8 packed weights (PT2E recipes) carry oneDNN's quantization state, which a
+        # clone does not keep (a CNN's outputs came out at -26 dB): they run as loaded
+        if not packed or any(t.dtype != torch.float32 for t in packed):
             return _Runner(runner, {})
-        if any(t.dtype != torch.float32 for t in packed):
-            # int8 packed weights (PT2E recipes) carry oneDNN's quantization state, which a
-            # clone does not keep: a CNN's outputs came out at -26 dB. The measured case is
-            # float32; the package loader takes the others.
-            return None
         copies = {fqn: t.clone() for fqn, t in current.items()}
         del current  # views of the block freed below
         fqns = runner.get_constant_names_to_original_fqns()
