@@ -119,9 +119,11 @@ def render(paths: list[str]) -> str:
     rows = read_rows(paths)
     head = rows[0]
     peers = [k for k in PEERS if any(k in row["timings"] for row in rows)]
-    lines = ["| model | cpu chose (build's figures, ms) | cpu ms (p10-p90) | "
+    ours = ["cpu", *(["onnx"] if any("onnx" in row["timings"] for row in rows) else [])]
+    lines = ["| model | cpu chose (build's figures, ms) | "
+             + " | ".join(f"{k} target ms (p10-p90)" for k in ours) + " | "
              + " | ".join(PEERS[k] for k in peers) + " | best peer | **cpu / best peer** |",
-             "|---|---|---|" + "---|" * len(peers) + "---|---|"]
+             "|---|---|" + "---|" * (len(ours) + len(peers)) + "---|---|"]
     ratios = []
     for row in rows:
         t = row["timings"]
@@ -133,7 +135,7 @@ def render(paths: list[str]) -> str:
         best = min(timed, key=lambda k: t[k]["median_ms"]) if timed else None
         ratio = t["cpu"]["median_ms"] / t[best]["median_ms"] if "cpu" in t and best else None
         ratios += [ratio] if ratio else []
-        cells = [_cell(t[k]) if k in t else "-" for k in ["cpu", *peers]]
+        cells = [_cell(t[k]) if k in t else "-" for k in [*ours, *peers]]
         lines.append(f"| {row['model']} | {record.get('chosen', '-')} ({figures or '-'}) | "
                      + " | ".join(cells) + f" | {PEERS.get(best, '-')} | "
                      + (f"**{ratio:.3f}** |" if ratio else "- |"))

@@ -1,10 +1,11 @@
 """bench/cpu_choice.py for several models at once, each on its own cores, in two phases
 so that no timing runs beside a build or a compile:
 
-1. every model's builds (`--target cpu`, whose own choice timing runs there too) on its
+1. every model's `--target cpu` build (whose own choice timing runs there too) on its
    cores; the peers' files (`torch.onnx.export`, AOTInductor frozen), one job a model,
-   are taken from one queue by the spare cores (``--peer-cores``, two a worker) at once
-   and by each model's cores once its build is done;
+   and its other ``--variants`` (`--target onnx`), one job each, are taken from one queue
+   by the spare cores (``--peer-cores``, two a worker) at once and by each model's cores
+   once its build is done;
 2. when all of phase 1 is done, or at ``--barrier-s`` (what still runs is ended and
    named), every built model's timing process on its cores, all at once (``--alone``:
    one after another; ``--lanes N``: N at a time), until ``--deadline-s``.
@@ -167,15 +168,20 @@ def main() -> None:
 
     # The peers' files go to a queue that the spare cores take from at once and each
     # model's cores after its build; the largest models last in --models, first here.
+    # Variants other than cpu (the onnx target) build there too: no choice timing runs
+    # in them, and the cpu build, the longest, stays alone on its model's cores.
     peers = queue.SimpleQueue()
+    others = [v for v in args.variants.split(",") if v != "cpu"]
     for model in reversed(models):
         peers.put(step(model, "peers", "--baselines", args.baselines))
+        for variant in others:
+            peers.put(step(model, "build", "--variants", variant, "--no-validate"))
     spare = [f"{a},{b}" if b else a for a, b in _pairs(_cpus(args.peer_cores))]
     slots = [Slot(f"spare {cores}", cores, [], work / "logs" / f"spare-{i}.log",
                   args.threads, peers) for i, cores in enumerate(spare)]
     for index, model in enumerate(models):
         name, cores = model.rsplit(":", 1)[-1], cores_of(args.first_core, args.threads, index)
-        slots.append(Slot(name, cores, [step(model, "build", "--variants", args.variants,
+        slots.append(Slot(name, cores, [step(model, "build", "--variants", "cpu",
                                              "--no-validate")],
                           work / "logs" / f"{name}-build.log", args.threads, peers))
     ended = run_slots(slots, start + args.barrier_s)

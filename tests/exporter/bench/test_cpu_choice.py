@@ -33,6 +33,15 @@ def test_table_divides_by_the_fastest_peer_and_gives_the_geometric_mean(tmp_path
     assert "geometric mean cpu / best peer **1.061**" in text.lower()  # sqrt(1.2 * 150/160)
 
 
+def test_the_onnx_targets_column_is_shown_and_not_taken_for_a_peer(tmp_path):
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text(json.dumps(_row("convnext", {"cpu": 60.0, "onnx": 50.0, "eager": 80.0,
+                                                 "ort": 55.0, "aoti": 70.0})))
+    text = cpu_choice.render([str(rows)])
+    assert "| cpu target ms (p10-p90) | onnx target ms (p10-p90) | eager |" in text
+    line = next(line for line in text.splitlines() if line.startswith("| convnext |"))
+    assert "| 50 (45-60) |" in line and "| plain ORT | **1.091** |" in line  # 60 / 55
+
 def test_a_timing_step_leaves_out_peers_no_earlier_step_made(tmp_path, monkeypatch):
     from bench import compare_targets
 
