@@ -19,12 +19,15 @@ from bench.llm import protocol
 
 from tests.conftest import ROOT  # noqa: E402
 NEW = 128
+# one thread: the record must say the count it was given (not compare's default, 2); two
+# threads of HF eager spin 2-6x the CPU a token on a busy two-core box
+THREADS = 1
 
 
 def compare(ran, work: Path, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
-    cmd = [sys.executable, "-m", "bench.llm.compare", "--size", "tiny", "--threads", "2",
+    cmd = [sys.executable, "-m", "bench.llm.compare", "--size", "tiny", "--threads", str(THREADS),
            "--repeats", "1", "--work-dir", str(work), "--out", str(work / "rows.jsonl"), *args]
     return ran(subprocess.run, cmd, cwd=ROOT, env=env, capture_output=True, text=True,
                timeout=900)
@@ -38,7 +41,14 @@ def rows(work: Path) -> dict[str, dict]:
 @pytest.fixture(scope="module")
 def eager_run(tmp_path_factory, ran):
     """hf-eager and the same engine registered by a plugin module, on the tiny checkpoint."""
+    import torch
+    from bench.llm.checkpoint import ensure_checkpoint
+
     work = tmp_path_factory.mktemp("llm")
+    # written here, where torch and transformers are loaded already (a process of its own
+    # costs ~7 CPU s of imports); compare's own call then finds it by its stamp
+    with torch.random.fork_rng():
+        ensure_checkpoint("tiny", work / "ckpt-tiny")
     proc = compare(ran, work, "--engines", "hf-eager,hf-eager-plugin",
                    "--engine-module", "tests.llm_engine_plugin")
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -51,7 +61,7 @@ def test_eager_record_counts_exactly_127_decode_steps(eager_run):
     assert "error" not in row, row.get("error")
     assert (row["prompt_tokens"], row["new_tokens"], row["decode_steps"]) == (128, NEW, NEW - 1)
     assert len(row["token_ids"]) == NEW and row["deterministic"] is True
-    assert row["threads"] == 2 and row["device"] == "cpu" and len(row["runs"]) == 1
+    assert row["threads"] == THREADS and row["device"] == "cpu" and len(row["runs"]) == 1
     run = row["runs"][0]
     assert row["decode_tok_s"] == pytest.approx((NEW - 1) / run["decode_s"])
     assert row["prefill_tok_s"] == pytest.approx(128 / run["ttft_s"])
