@@ -27,8 +27,9 @@ THREADS = 1
 def compare(ran, work: Path, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
-    cmd = [sys.executable, "-m", "bench.llm.compare", "--size", "tiny", "--threads", str(THREADS),
-           "--repeats", "1", "--work-dir", str(work), "--out", str(work / "rows.jsonl"), *args]
+    cmd = [sys.executable, "-m", "bench.llm.compare", "--size", "tiny",
+           "--threads", str(THREADS), "--repeats", "1", "--work-dir", str(work),
+           "--out", str(work / "rows.jsonl"), *args]
     return ran(subprocess.run, cmd, cwd=ROOT, env=env, capture_output=True, text=True,
                timeout=900)
 
