@@ -33,9 +33,11 @@ def config(family: str, window: int = 12):
                                               sliding_window_pattern=2),
         "gpt2": lambda: tf.GPT2Config(vocab_size=VOCAB, n_embd=64, n_layer=2, n_head=4,
                                       n_positions=256),
-        # rotaries whose angles follow the sequence length (exporter/lm/rope.py)
-        "llama-dynamic-rope": lambda: tf.LlamaConfig(**_COMMON, rope_parameters=dict(
-            rope_type="dynamic", rope_theta=10000.0, factor=2.0)),
+        # rotaries whose angles follow the sequence length (exporter/lm/rope.py); one
+        # layer: the rope is the same in each
+        "llama-dynamic-rope": lambda: tf.LlamaConfig(
+            **{**_COMMON, "num_hidden_layers": 1}, rope_parameters=dict(
+                rope_type="dynamic", rope_theta=10000.0, factor=2.0)),
         "phi3-longrope": lambda: tf.Phi3Config(
             **{**_COMMON, "max_position_embeddings": 128}, pad_token_id=0,
             original_max_position_embeddings=32, rope_parameters=dict(
