@@ -26,15 +26,16 @@ class AotiOptions(TargetOptions):
 
 # The cpu target's backends a partition may run on (targets/aoti/choice.py); "auto" times
 # each that builds and keeps the fastest. The variable pins one where no option is given.
-CPU_BACKENDS = ("aoti", "onnx")
+CPU_BACKENDS = ("aoti", "aoti-onednn", "onnx")
 CPU_BACKEND_ENV = "EDGE_EXPORTER_CPU_BACKEND"
 
 
 class CpuOptions(AotiOptions):
-    cpu_backend: Literal["auto", "aoti", "onnx"] | None = Field(
+    cpu_backend: Literal["auto", "aoti", "aoti-onednn", "onnx"] | None = Field(
         None, examples=["onnx"], validate_default=True,
         description="the backend of each partition: auto times every one that builds "
-                    f"and keeps the fastest; aoti or onnx pins one (default: "
+                    f"and keeps the fastest; aoti, aoti-onednn (Inductor's oneDNN "
+                    f"packing of float32 linears) or onnx pins one (default: "
                     f"${CPU_BACKEND_ENV}, else auto)")
 
     @field_validator("cpu_backend")

@@ -15,7 +15,7 @@ import runtime
 from exporter.errors import UserInputError
 from exporter.settings import BuildSettings, settings_from
 from targets.aoti import choice, timing
-from targets.aoti.card import CPU_BACKEND_ENV, CpuOptions
+from targets.aoti.card import CPU_BACKEND_ENV, CPU_BACKENDS, CpuOptions
 from targets.base import Lowered, LowerOptions, base_requirements
 from targets.errors import LoweringError, TargetOptionError
 
@@ -135,9 +135,9 @@ def test_when_no_backend_builds_the_aoti_error_is_the_builds(tmp_path):
     assert info.value is own
 
 
-@pytest.mark.parametrize("pin", ["aoti", "onnx"])
+@pytest.mark.parametrize("pin", CPU_BACKENDS)
 def test_a_pinned_backend_is_the_only_one_built_and_its_failure_is_the_error(tmp_path, pin):
-    other = "onnx" if pin == "aoti" else "aoti"
+    other = "onnx" if pin != "onnx" else "aoti"
     calls: list[str] = []
     low = choice.lower_chosen(None, _options(tmp_path / "ok", cpu_backend=pin),
                               {pin: _stand_in(pin, calls), other: _stand_in(other, calls)})
