@@ -15,6 +15,8 @@ VOCAB = 320
 _TEXT = dict(vocab_size=VOCAB, d_model=64, encoder_layers=2, decoder_layers=2,
              encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=128,
              decoder_ffn_dim=128, max_position_embeddings=96)
+# for the models one test builds alone, where the property is no layer's own
+_ONE_LAYER = {**_TEXT, "encoder_layers": 1, "decoder_layers": 1}
 FAMILIES = ("whisper", "bart", "marian", "t5")
 
 
@@ -26,12 +28,13 @@ def config(family: str):
             num_mel_bins=16, max_source_positions=24, max_target_positions=96,
             decoder_start_token_id=1, pad_token_id=0, eos_token_id=2, bos_token_id=1),
         "bart": lambda: tf.BartConfig(**_TEXT, decoder_start_token_id=2),
-        # BART's shape, numbering its decoder positions from the cache length itself
-        "mvp": lambda: tf.MvpConfig(**_TEXT, decoder_start_token_id=2),
+        # BART's shape, numbering its decoder positions from the cache length itself (one
+        # layer each side: each numbers its positions alike)
+        "mvp": lambda: tf.MvpConfig(**_ONE_LAYER, decoder_start_token_id=2),
         "marian": lambda: tf.MarianConfig(**_TEXT, decoder_start_token_id=0, pad_token_id=0),
         # opus-mt-tc-*'s kind: the source's vocabulary larger than the target's
         "marian-two-vocabs": lambda: tf.MarianConfig(
-            **_TEXT, decoder_vocab_size=VOCAB - 20, share_encoder_decoder_embeddings=False,
+            **_ONE_LAYER, decoder_vocab_size=VOCAB - 20, share_encoder_decoder_embeddings=False,
             tie_word_embeddings=False, decoder_start_token_id=0, pad_token_id=0),
         "t5": lambda: tf.T5Config(vocab_size=VOCAB, d_model=64, d_kv=16, d_ff=128,
                                   num_layers=2, num_decoder_layers=2, num_heads=4,
