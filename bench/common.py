@@ -35,15 +35,17 @@ def run_or_render(parser: argparse.ArgumentParser, run: Callable, render: Callab
 
 def time_artifacts(paths: dict[str, str], inputs: list, runs: int, warmup: int,
                    extra_calls: dict | None = None, device: str = "cpu",
-                   rounds: int = 10) -> dict:
+                   rounds: int = 10, stage=None) -> dict:
     """Every artifact (and ``extra_calls``, e.g. eager) on the same inputs in this one
     process, interleaved by ``exporter.benchmark.time_side_by_side`` (``rounds`` blocks of
     runs/rounds calls per label): medians per label. On
-    ``cuda`` the inputs live on the GPU and the timer is CUDA events."""
+    ``cuda`` the inputs live on the GPU and the timer is CUDA events. ``stage``: its
+    stage hook (warm-up per label, then the timed calls)."""
     import torch
 
     import runtime
     from exporter.benchmark import time_side_by_side
+    from exporter.progress import quiet_stage
 
     inputs = [t.to(device) for t in inputs]
     calls = dict(extra_calls or {})
@@ -51,7 +53,8 @@ def time_artifacts(paths: dict[str, str], inputs: list, runs: int, warmup: int,
         program = runtime.load(path)
         calls[label] = (lambda p: lambda: p.run(inputs))(program)
     with torch.inference_mode():
-        return time_side_by_side(calls, device, runs, warmup, rounds=rounds)
+        return time_side_by_side(calls, device, runs, warmup, rounds=rounds,
+                                 stage=stage or quiet_stage)
 
 
 def machine_header(**versions: str) -> dict:

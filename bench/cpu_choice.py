@@ -20,6 +20,7 @@ threads); the other columns are this script's. Builds run as the CLI, cached in
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -69,9 +70,12 @@ def run(args) -> None:
         inputs, calls = baselines(model, baseline_names, work_dir, args.threads,
                                   made_only=args.stage == "time")
         _said(start, f"timing {', '.join([*paths, *calls])}")
+        together = (Together(Path(args.together), args.together_count, _name(model))
+                    if args.together else None)
         with LoadSampler() as load:
             timings = time_artifacts(paths, inputs, args.runs, args.warmup, extra_calls=calls,
-                                     rounds=args.rounds)
+                                     rounds=args.rounds,
+                                     stage=together.stage if together else None)
         choice = (runtime.read_manifest(paths["cpu"]).build.get("backend_choice")
                   if "cpu" in paths else None)
         Path(args.json_out).parent.mkdir(parents=True, exist_ok=True)
@@ -84,7 +88,45 @@ def run(args) -> None:
                               "missing": sorted(set(baseline_names) - set(calls)),
                               "rounds": args.rounds,
                               "load": load.summary(), "validated": not args.no_validate,
+                              **({"together": together.record} if together else {}),
                               "wall_s": round(time.perf_counter() - start, 1)})
+
+
+class Together:
+    """Timing processes of several models (bench/cpu_choice_pinned.py, all at once) that
+    start their timed calls together, after every one has loaded and warmed up, and keep
+    their cores busy until the last is done, so that a model's neighbours stay the same
+    through its timing. Without it, session 65's small models were timed while the large
+    ones still loaded, and the large ones partly after the small ones had finished."""
+
+    def __init__(self, folder: Path, count: int, name: str, limit_s: float = 120.0) -> None:
+        self.folder, self.count, self.name, self.limit_s = folder, count, name, limit_s
+        self.record: dict = {"count": count}
+
+    @contextlib.contextmanager
+    def stage(self, label: str):
+        """time_side_by_side's stage hook: waits before its timed calls, spins after."""
+        timed = label.startswith("time ")
+        if timed:
+            self.record["waited_s"], self.record["all_ready"] = self._wait("ready", None)
+        yield
+        if timed:
+            import torch
+            square = torch.randn(512, 512)
+            self.record["busy_after_s"], self.record["all_done"] = self._wait(
+                "done", lambda: torch.mm(square, square))
+
+    def _wait(self, kind: str, busy) -> tuple[float, bool]:
+        """Marks this process ``kind``, then sleeps (or calls ``busy``) until ``count``
+        processes have, or ``limit_s`` ran out."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        (self.folder / f"{kind}-{self.name}").touch()
+        start = time.monotonic()
+        while (len(list(self.folder.glob(f"{kind}-*"))) < self.count
+               and time.monotonic() - start < self.limit_s):
+            busy() if busy else time.sleep(0.02)
+        return (round(time.monotonic() - start, 1),
+                len(list(self.folder.glob(f"{kind}-*"))) >= self.count)
 
 
 def _said(start: float, what: str) -> None:
@@ -165,6 +207,10 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--rounds", type=int, default=10,
                         help="blocks per engine (runs/rounds calls each, after one untimed)")
+    parser.add_argument("--together", default=None, metavar="DIR",
+                        help="time with --together-count processes that share DIR: start "
+                             "together, keep the cores busy until all are done")
+    parser.add_argument("--together-count", type=int, default=1)
     parser.add_argument("--no-validate", action="store_true",
                         help="build without the validation process (a short machine lease)")
     run_or_render(parser, run, render, "build/bench/cpu-choice.jsonl")

@@ -7,7 +7,8 @@ so that no timing runs beside a build or a compile:
    by the spare cores (``--peer-cores``, two a worker) at once and by each model's cores
    once its build is done;
 2. when all of phase 1 is done, or at ``--barrier-s`` (what still runs is ended and
-   named), every built model's timing process on its cores, all at once (``--alone``:
+   named), every built model's timing process on its cores, all at once, their timed
+   calls started together and the cores kept busy until the last is done (``--alone``:
    one after another; ``--lanes N``: N at a time), until ``--deadline-s``.
 
     python bench/cpu_choice_pinned.py --models hf_mobilenet_v2,hf_resnet50 \\
@@ -192,20 +193,25 @@ def main() -> None:
 
     sys.path.insert(0, str(ROOT))
     from bench.cpu_choice import _sidecar, render
+    built = [(index, model) for index, model in enumerate(models)
+             if _sidecar(work, model, "cpu").exists()]  # else nothing of ours to time
+    lanes = 1 if args.alone else args.lanes
+    # all at once: timed calls start together and every core stays busy until the last
+    # is done (cpu_choice.Together), so each model's neighbours do not change meanwhile
+    together = ([] if 0 < lanes < len(built) else
+                ["--together", str(work / f"together-{os.getpid()}-{time.time_ns()}"),
+                 "--together-count", str(len(built))])
     timers = []
-    for index, model in enumerate(models):
+    for index, model in built:
         name = model.rsplit(":", 1)[-1]
-        if not _sidecar(work, model, "cpu").exists():
-            continue  # its build did not finish: nothing of ours to time
         rows = work / f"rows-{name}.jsonl"
         rows.unlink(missing_ok=True)
         timers.append(Slot(name, cores_of(args.first_core, args.threads, index),
                            [step(model, "time", "--variants", args.variants, "--baselines",
                                  args.baselines, "--runs", str(args.runs), "--warmup",
                                  str(args.warmup), "--rounds", str(args.rounds),
-                                 "--json-out", str(rows))],
+                                 "--json-out", str(rows), *together)],
                            work / "logs" / f"{name}-time.log", args.threads))
-    lanes = 1 if args.alone else args.lanes
     ended = run_timers(timers, start + args.deadline_s, lanes)
     print(f"phase 2 (timing, {lanes or len(timers)} model(s) at a time) "
           f"{round(time.monotonic() - start - phase1, 1)} s; ended: "

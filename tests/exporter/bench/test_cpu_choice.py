@@ -87,3 +87,26 @@ def test_in_two_lanes_two_timings_run_at_once_and_each_lane_in_turn(tmp_path):
     assert ended == []
     assert b0 < a1 and a0 < b1, "a and b (two lanes) did not overlap"
     assert a1 <= c0, "c (a's lane) started before a ended"
+
+
+def test_processes_timed_together_start_when_all_are_ready_and_stay_busy_until_all_are_done(
+        tmp_path):
+    first = cpu_choice.Together(tmp_path, 2, "a", limit_s=30)
+    second = cpu_choice.Together(tmp_path, 2, "b", limit_s=30)
+    (tmp_path / "ready-b").touch()  # b loaded and warmed up first
+    with first.stage("warm up eager (3 calls)"):
+        assert not (tmp_path / "ready-a").exists(), "warm-ups wait for no one"
+    with first.stage("time eager, cpu (30 calls each, interleaved)"):
+        assert (tmp_path / "ready-a").exists() and first.record["all_ready"]
+        (tmp_path / "done-b").touch()
+    assert first.record["all_done"] and first.record["busy_after_s"] < 30
+    with second.stage("time eager (1 calls each, interleaved)"):
+        pass
+    assert second.record["all_ready"] and second.record["all_done"]
+
+
+def test_a_process_timed_together_goes_on_alone_once_its_wait_runs_out(tmp_path):
+    alone = cpu_choice.Together(tmp_path, 2, "a", limit_s=0.2)
+    with alone.stage("time eager (1 calls each, interleaved)"):
+        pass
+    assert alone.record["all_ready"] is False and alone.record["all_done"] is False
