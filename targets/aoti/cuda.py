@@ -13,6 +13,7 @@ import torch
 from runtime.format.manifest import Requirements
 from targets.aoti.base import AotiGeneration, AotiPackaging, AOTInductorTarget, AotiTooling
 from targets.aoti.card import CUDA, CUDA_RECIPES, gpu_here
+from targets.aoti.dependent_kernels import dependent_kernels, inductor_settings
 from targets.aoti.kernel_timing import host_independent_kernel_timing
 from targets.aoti.kernels import ops as decode_ops
 from targets.aoti.kernels.dependent_launch import dependent_launches
@@ -107,9 +108,11 @@ class CudaTarget(AOTInductorTarget):
         # Coordinate-descent tuning (below) then times each candidate with the host out
         # of the measurement, so a busy host does not choose the kernels (kernel_timing.py).
         # The decode kernels start as programmatic dependent launches on Hopper and later
-        # (kernels/dependent_launch.py).
+        # (kernels/dependent_launch.py), and so do Inductor's own kernels under the setting
+        # inductor_configs gives (dependent_kernels.py; entered after: it extends that rewrite).
         fixes = contextlib.ExitStack()
         fixes.enter_context(dependent_launches())
+        fixes.enter_context(dependent_kernels())
         if not options.deterministic:
             fixes.enter_context(host_independent_kernel_timing())
         return fixes
@@ -120,6 +123,10 @@ class CudaTarget(AOTInductorTarget):
         # vectorised for a GPU program); skip Inductor's compile-and-run probes of it.
         configs = {**super().inductor_configs(options, dynamic, data_sizes),
                    "cpp.vec_isa_ok": True}
+        if not options.shared_weights:
+            # Inductor's kernels as dependent launches (dependent_kernels.py), recorded in
+            # the manifest with the other settings; measured on plain builds only (RESULTS).
+            configs.update(inductor_settings())
         if options.shared_weights and data_sizes:
             # Inductor runs Triton kernels while it compiles (timing their configurations),
             # on inputs sized by each symbol's hint; a value read from a tensor has none,

@@ -108,6 +108,15 @@ static inline void launchKernel(CUfunction func, Rest... rest) {
         launchKernelPlain(func, rest...);
     }
 }
+// a kernel the build chose by its code (targets/aoti/dependent_kernels.py)
+template <typename... Rest>
+static inline void launchKernelDependent(CUfunction func, Rest... rest) {
+    if (edgeGdcDevice()) {
+        edgeGdcLaunch(func, rest...);
+    } else {
+        launchKernelPlain(func, rest...);
+    }
+}
 """.replace("SUFFIX", SUFFIX).replace("PLAIN_ENV", PLAIN_ENV)
 
 
