@@ -25,11 +25,15 @@ TRITON = importlib.util.find_spec("triton") is not None
 
 def _row_gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
               norm_weight: torch.Tensor | None, residual: torch.Tensor | None, eps: float,
-              offset: float, act: int, weight_scale: torch.Tensor | None = None
-              ) -> torch.Tensor:
+              offset: float, act: int, weight_scale: torch.Tensor | None = None,
+              rotary_cos: torch.Tensor | None = None,
+              rotary_sin: torch.Tensor | None = None, rotary_rows: int = 0,
+              head_dim: int = 0) -> torch.Tensor:
     from targets.aoti.kernels.triton_kernels import launch_row_gemv
     return launch_row_gemv(x, weight, bias, norm_weight, residual, eps, offset, act,
-                           weight_scale=weight_scale)
+                           weight_scale=weight_scale, rotary_cos=rotary_cos,
+                           rotary_sin=rotary_sin, rotary_rows=rotary_rows,
+                           head_dim=head_dim)
 
 
 def _decode_attention(query: torch.Tensor, past_k: torch.Tensor, new_k: torch.Tensor,
@@ -53,7 +57,7 @@ def _define() -> None:
                                                                     mutates_args=()))(
         reference.row_gemv)
     row.register_fake(lambda x, weight, bias, norm_weight, residual, eps, offset, act,
-                      weight_scale=None: x.new_empty(reference.row_gemv_shape(x, weight, act)))
+                      *rest, **named: x.new_empty(reference.row_gemv_shape(x, weight, act)))
     attention = torch.library.custom_op(
         DECODE_ATTENTION, mutates_args=(),
         schema=torch.library.infer_schema(_decode_attention, mutates_args=()))(

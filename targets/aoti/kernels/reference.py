@@ -7,6 +7,7 @@ Triton is not installed, and what the Triton kernels are checked against.
     y  = (x' @ W.T) * weight_scale + bias                         W: [N, K] (or [2N, K]);
                                                                   weight_scale: int8 W's
                                                                   per-row scales, if given
+    y  = y * cos + rotate_half(y) * sin   each head of head_dim   over rows < rotary_rows
     y  = act(y[:N]) * y[N:]                                       if act (a gated MLP)
     y  = y + residual                                             if residual is given
 
@@ -35,8 +36,9 @@ def activation(y: torch.Tensor, act: int) -> torch.Tensor:
 
 def row_gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
              norm_weight: torch.Tensor | None, residual: torch.Tensor | None, eps: float,
-             offset: float, act: int, weight_scale: torch.Tensor | None = None
-             ) -> torch.Tensor:
+             offset: float, act: int, weight_scale: torch.Tensor | None = None,
+             rotary_cos: torch.Tensor | None = None, rotary_sin: torch.Tensor | None = None,
+             rotary_rows: int = 0, head_dim: int = 0) -> torch.Tensor:
     row = x.reshape(x.shape[-1]).float()
     if norm_weight is not None:
         row = row * torch.rsqrt(row.pow(2).mean() + eps) * (norm_weight.float() + offset)
@@ -45,6 +47,12 @@ def row_gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
         y = y * weight_scale.reshape(-1).float()
     if bias is not None:
         y = y + bias.float()
+    if rotary_rows:
+        heads = y[:rotary_rows].reshape(-1, head_dim)
+        first, second = heads.chunk(2, dim=-1)
+        turned = torch.cat([-second, first], dim=-1)
+        heads = heads * rotary_cos.reshape(-1).float() + turned * rotary_sin.reshape(-1).float()
+        y = torch.cat([heads.reshape(-1), y[rotary_rows:]])
     if act:
         half = y.shape[0] // 2
         y = activation(y[:half], act) * y[half:]

@@ -127,12 +127,13 @@ def _column_sums(x_ptr, w_ptr, nw_ptr, rows, row_ok, OFFSET: tl.constexpr,
 
 
 @triton.jit
-def _finish(y, u, up, square_sum, b_ptr, r_ptr, s_ptr, rows, row_ok, EPS: tl.constexpr,
-            N: tl.constexpr, K: tl.constexpr, HAS_BIAS: tl.constexpr,
+def _finish(y, u, up, square_sum, b_ptr, r_ptr, s_ptr, cos_ptr, sin_ptr, rows, row_ok,
+            EPS: tl.constexpr, N: tl.constexpr, K: tl.constexpr, HAS_BIAS: tl.constexpr,
             HAS_NORM: tl.constexpr, ACT: tl.constexpr, HAS_RES: tl.constexpr,
-            HAS_SCALE: tl.constexpr):
+            HAS_SCALE: tl.constexpr, BLOCK_N: tl.constexpr, ROT_ROWS: tl.constexpr,
+            HEAD_D: tl.constexpr):
     """The sums' epilogue: int8 rows' scales, the norm's scale, bias, the gated
-    activation, the residual. The up rows' products ``up`` are summed only here, after
+    activation, rotary embedding (rows below ROT_ROWS), the residual. The up rows' products ``up`` are summed only here, after
     y's epilogue: the compiler then keeps their loads in flight through the column loop
     instead of waiting on them every block (gate/up 12.9 us a call against 21.6 summed in
     the loop; bench/RESULTS.md, session 65)."""
@@ -143,6 +144,8 @@ def _finish(y, u, up, square_sum, b_ptr, r_ptr, s_ptr, rows, row_ok, EPS: tl.con
         y = y * scale
     if HAS_BIAS:
         y += tl.load(b_ptr + rows, mask=row_ok, other=0.0).to(tl.float32)
+    if ROT_ROWS > 0:
+        y = _rotate_pairs(y, rows, cos_ptr, sin_ptr, BLOCK_N, ROT_ROWS, HEAD_D)
     if ACT != 0:
         u += tl.sum(up, axis=1)
         if HAS_SCALE:
@@ -158,15 +161,45 @@ def _finish(y, u, up, square_sum, b_ptr, r_ptr, s_ptr, rows, row_ok, EPS: tl.con
 
 
 @triton.jit
-def _row_gemv(x_ptr, w_ptr, b_ptr, nw_ptr, r_ptr, s_ptr, EPS: tl.constexpr,
-              OFFSET: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
+def _program_rows(BLOCK_N: tl.constexpr, ROT_ROWS: tl.constexpr, HEAD_D: tl.constexpr):
+    """The rows this program reduces: BLOCK_N in a row, or below ROT_ROWS (rotary
+    embedding in the epilogue) pairs of rows half a head apart, (d, d + HEAD_D / 2), next
+    to each other, so that each row's partner is in the same program."""
+    idx = tl.arange(0, BLOCK_N)
+    rows = tl.program_id(0) * BLOCK_N + idx
+    if ROT_ROWS > 0:
+        half: tl.constexpr = HEAD_D // 2
+        low = tl.program_id(0) * (BLOCK_N // 2) + idx // 2  # the pair's first row, counted
+        paired = (low // half) * HEAD_D + low % half + (idx % 2) * half  # over all heads
+        rows = tl.where(rows < ROT_ROWS, paired, rows)
+    return rows
+
+
+@triton.jit
+def _rotate_pairs(y, rows, cos_ptr, sin_ptr, BLOCK_N: tl.constexpr, ROT_ROWS: tl.constexpr,
+                  HEAD_D: tl.constexpr):
+    """``y * cos + rotate_half(y) * sin`` over the rows below ROT_ROWS, each row's
+    partner next to it (_program_rows)."""
+    first, second = tl.split(tl.reshape(y, (BLOCK_N // 2, 2)))
+    partner = tl.reshape(tl.join(second, first), (BLOCK_N,))
+    d = rows % HEAD_D
+    cos = tl.load(cos_ptr + d).to(tl.float32)
+    sin = tl.load(sin_ptr + d).to(tl.float32)
+    turned = y * cos + tl.where(d < HEAD_D // 2, -partner, partner) * sin
+    return tl.where(rows < ROT_ROWS, turned, y)
+
+
+@triton.jit
+def _row_gemv(x_ptr, w_ptr, b_ptr, nw_ptr, r_ptr, s_ptr, cos_ptr, sin_ptr,
+              EPS: tl.constexpr, OFFSET: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
               HAS_BIAS: tl.constexpr, HAS_NORM: tl.constexpr, ACT: tl.constexpr,
               HAS_RES: tl.constexpr, HAS_SCALE: tl.constexpr, BLOCK_N: tl.constexpr,
               BLOCK_K: tl.constexpr, AHEAD: tl.constexpr, GDC: tl.constexpr,
-              W_AHEAD: tl.constexpr, TILE_X: tl.constexpr):
+              W_AHEAD: tl.constexpr, TILE_X: tl.constexpr, ROT_ROWS: tl.constexpr,
+              HEAD_D: tl.constexpr):
     """(this program's rows, their values): rows of W this program reduces; a gated
     product also reads the rows N below them."""
-    rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    rows = _program_rows(BLOCK_N, ROT_ROWS, HEAD_D)
     row_ok = rows < N
     if GDC:  # the next kernel may start as soon as every program here has
         tl.extra.cuda.gdc_launch_dependents()
@@ -177,39 +210,42 @@ def _row_gemv(x_ptr, w_ptr, b_ptr, nw_ptr, r_ptr, s_ptr, EPS: tl.constexpr,
     y_rest, up, squares_rest = _column_sums(x_ptr, w_ptr, nw_ptr, rows, row_ok, OFFSET,
                                             N, K, BLOCK_N, BLOCK_K, HAS_NORM, ACT,
                                             AHEAD, TILE_X)
-    y = _finish(y + y_rest, u, up, square_sum + squares_rest, b_ptr, r_ptr, s_ptr,
-                rows, row_ok, EPS, N, K, HAS_BIAS, HAS_NORM, ACT, HAS_RES, HAS_SCALE)
+    y = _finish(y + y_rest, u, up, square_sum + squares_rest, b_ptr, r_ptr, s_ptr, cos_ptr,
+                sin_ptr, rows, row_ok, EPS, N, K, HAS_BIAS, HAS_NORM, ACT, HAS_RES,
+                HAS_SCALE, BLOCK_N, ROT_ROWS, HEAD_D)
     return rows, y
 
 
 @triton.jit
-def row_gemv_kernel(x_ptr, w_ptr, b_ptr, nw_ptr, r_ptr, s_ptr, out_ptr,
+def row_gemv_kernel(x_ptr, w_ptr, b_ptr, nw_ptr, r_ptr, s_ptr, cos_ptr, sin_ptr, out_ptr,
                     EPS: tl.constexpr, OFFSET: tl.constexpr,
                     N: tl.constexpr, K: tl.constexpr, HAS_BIAS: tl.constexpr,
                     HAS_NORM: tl.constexpr, ACT: tl.constexpr, HAS_RES: tl.constexpr,
                     HAS_SCALE: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                    AHEAD: tl.constexpr, TILE_X: tl.constexpr = False):
+                    AHEAD: tl.constexpr, TILE_X: tl.constexpr = False,
+                    ROT_ROWS: tl.constexpr = 0, HEAD_D: tl.constexpr = 0):
     """reference.row_gemv, started as a plain launch."""
-    rows, y = _row_gemv(x_ptr, w_ptr, b_ptr, nw_ptr, r_ptr, s_ptr, EPS, OFFSET, N, K,
-                        HAS_BIAS, HAS_NORM, ACT, HAS_RES, HAS_SCALE, BLOCK_N, BLOCK_K,
-                        AHEAD, False, False, TILE_X)
+    rows, y = _row_gemv(x_ptr, w_ptr, b_ptr, nw_ptr, r_ptr, s_ptr, cos_ptr, sin_ptr, EPS,
+                        OFFSET, N, K, HAS_BIAS, HAS_NORM, ACT, HAS_RES, HAS_SCALE, BLOCK_N,
+                        BLOCK_K, AHEAD, False, False, TILE_X, ROT_ROWS, HEAD_D)
     tl.store(out_ptr + rows, y.to(out_ptr.dtype.element_ty), mask=rows < N)
 
 
 @triton.jit
-def row_gemv_kernel_gdc(x_ptr, w_ptr, b_ptr, nw_ptr, r_ptr, s_ptr, out_ptr,
-                        EPS: tl.constexpr, OFFSET: tl.constexpr,
+def row_gemv_kernel_gdc(x_ptr, w_ptr, b_ptr, nw_ptr, r_ptr, s_ptr, cos_ptr, sin_ptr,
+                        out_ptr, EPS: tl.constexpr, OFFSET: tl.constexpr,
                         N: tl.constexpr, K: tl.constexpr, HAS_BIAS: tl.constexpr,
                         HAS_NORM: tl.constexpr, ACT: tl.constexpr, HAS_RES: tl.constexpr,
                         HAS_SCALE: tl.constexpr, BLOCK_N: tl.constexpr,
                         BLOCK_K: tl.constexpr, AHEAD: tl.constexpr, W_AHEAD: tl.constexpr,
-                        TILE_X: tl.constexpr = False):
+                        TILE_X: tl.constexpr = False, ROT_ROWS: tl.constexpr = 0,
+                        HEAD_D: tl.constexpr = 0):
     """reference.row_gemv as a programmatic dependent launch (Hopper and later): its first
     AHEAD columns of weights loaded before it waits for the kernel before (W_AHEAD: the
     weight is one no kernel of the step writes)."""
-    rows, y = _row_gemv(x_ptr, w_ptr, b_ptr, nw_ptr, r_ptr, s_ptr, EPS, OFFSET, N, K,
-                        HAS_BIAS, HAS_NORM, ACT, HAS_RES, HAS_SCALE, BLOCK_N, BLOCK_K,
-                        AHEAD, True, W_AHEAD, TILE_X)
+    rows, y = _row_gemv(x_ptr, w_ptr, b_ptr, nw_ptr, r_ptr, s_ptr, cos_ptr, sin_ptr, EPS,
+                        OFFSET, N, K, HAS_BIAS, HAS_NORM, ACT, HAS_RES, HAS_SCALE, BLOCK_N,
+                        BLOCK_K, AHEAD, True, W_AHEAD, TILE_X, ROT_ROWS, HEAD_D)
     tl.store(out_ptr + rows, y.to(out_ptr.dtype.element_ty), mask=rows < N)
 
 
@@ -257,9 +293,12 @@ def ahead_columns(block_n: int, cols: int, gated: bool, warps: int) -> int:
 
 def launch_row_gemv(x, weight, bias, norm_weight, residual, eps: float, offset: float,
                     act: int, config: tuple | None = None, pdl: bool = False,
-                    weight_scale=None) -> torch.Tensor:
-    """The op's kernel (reference.row_gemv's math); ``weight_scale``: int8 rows' scales.
-    ``config``: (BLOCK_N, BLOCK_K, num_warps, AHEAD[, TILE_X]) (gemv_config's)."""
+                    weight_scale=None, rotary_cos=None, rotary_sin=None,
+                    rotary_rows: int = 0, head_dim: int = 0) -> torch.Tensor:
+    """The op's kernel (reference.row_gemv's math); ``weight_scale``: int8 rows' scales;
+    ``rotary_*``: the rotary embedding of the first ``rotary_rows`` rows, heads of
+    ``head_dim``. ``config``: (BLOCK_N, BLOCK_K, num_warps, AHEAD[, TILE_X])
+    (gemv_config's)."""
     width = weight.shape[0] // 2 if act else weight.shape[0]
     cols = weight.shape[1]
     out = torch.empty((*x.shape[:-1], width), dtype=x.dtype, device=x.device)
@@ -267,6 +306,10 @@ def launch_row_gemv(x, weight, bias, norm_weight, residual, eps: float, offset: 
     block_n, block_k, warps, ahead, *loop = config or gemv_config(
         width, cols, bool(act), gdc, weight.element_size())
     tile_x = bool(loop and loop[0])
+    if rotary_rows:  # a program takes whole pairs of rows, all rotated or none
+        block_n = max(2, block_n)
+        while rotary_rows % block_n:
+            block_n //= 2
     row = x.reshape(cols)
     dummy = weight  # an unused pointer argument (its branch is compiled out)
     # else a copy the step makes: read after the wait
@@ -275,10 +318,12 @@ def launch_row_gemv(x, weight, bias, norm_weight, residual, eps: float, offset: 
         row, weight.contiguous(), dummy if bias is None else bias,
         dummy if norm_weight is None else norm_weight,
         dummy if residual is None else residual.reshape(width).contiguous(),
-        dummy if weight_scale is None else weight_scale.reshape(-1), out,
+        dummy if weight_scale is None else weight_scale.reshape(-1),
+        dummy if rotary_cos is None else rotary_cos.reshape(-1).contiguous(),
+        dummy if rotary_sin is None else rotary_sin.reshape(-1).contiguous(), out,
         EPS=eps, OFFSET=offset, N=width, K=cols, HAS_BIAS=bias is not None,
         HAS_NORM=norm_weight is not None, ACT=act, HAS_RES=residual is not None,
         HAS_SCALE=weight_scale is not None,
         BLOCK_N=block_n, BLOCK_K=block_k, AHEAD=ahead, TILE_X=tile_x, num_warps=warps,
-        **weights_first)
+        ROT_ROWS=rotary_rows, HEAD_D=head_dim, **weights_first)
     return out

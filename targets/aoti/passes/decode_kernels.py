@@ -7,6 +7,7 @@
     after:  y = row_gemv(x, W, norm=w)                      one kernel a product
             a = row_gemv(x, W_gate_up, norm=w, act=silu)
             out = row_gemv(a, Wd, residual=x)
+            q/k/v's rotary embedding in its product's epilogue (decode_rotary.py)
 
     before: sdpa(q, cat(past_k, k), cat(past_v, v), mask)   (two copies of the cache,
     after:  decode_attention(q, past_k, k, past_v, v, mask)  SDPA and its reduction)
@@ -32,6 +33,7 @@ from targets.aoti.kernels import ops
 from targets.aoti.passes.decode_patterns import (match_decode_attention, match_gated,
                                                  match_int8_linear, match_norm,
                                                  match_residual, val)
+from targets.aoti.passes.decode_rotary import match_rotary
 from targets.aoti.passes.row_linears import _one_row, _plain_float
 
 _LINEAR = torch.ops.aten.linear.default
@@ -55,7 +57,7 @@ class DecodeAttentionAsKernel:
 
 def _rewrite_linears(module: torch.fx.GraphModule) -> dict:
     counts = {"linears_as_kernels": 0, "int8_linears": 0, "norms_folded": 0,
-              "gated_folded": 0, "residuals_folded": 0}
+              "gated_folded": 0, "residuals_folded": 0, "rotary_folded": 0}
     # export's dtype asserts (of the model's and torchao's .to() calls) are extra uses of
     # the nodes fused here, and check nothing a compiled library keeps (Inductor drops them)
     for node in list(module.graph.nodes):
@@ -73,17 +75,23 @@ def _rewrite_linears(module: torch.fx.GraphModule) -> dict:
         last, act = gated if gated else (node, 0)
         residual = match_residual(last)
         replaced, extra = residual if residual else (last, None)
+        rotary = match_rotary(replaced) if not (act or residual) else None
+        turn = (rotary.cos, rotary.sin, rotary.rows, rotary.head_dim) if rotary else ()
         with module.graph.inserting_before(replaced):
             fused = module.graph.call_function(ops.row_gemv, (
                 norm.hidden if norm else x, weight, bias, norm.weight if norm else None,
-                extra, norm.eps if norm else 0.0, norm.offset if norm else 0.0, act, scale))
+                extra, norm.eps if norm else 0.0, norm.offset if norm else 0.0, act, scale,
+                *turn))
         fused.meta = dict(replaced.meta)
         replaced.replace_all_uses_with(fused)
+        for rotated, heads in rotary.replaced if rotary else ():
+            rotated.replace_all_uses_with(heads)  # the op's rows are rotated already
         counts["linears_as_kernels"] += 1
         counts["int8_linears"] += scale is not None
         counts["norms_folded"] += norm is not None
         counts["gated_folded"] += gated is not None
         counts["residuals_folded"] += residual is not None
+        counts["rotary_folded"] += rotary is not None
     module.graph.eliminate_dead_code()
     module.recompile()
     return counts
