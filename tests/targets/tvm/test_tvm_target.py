@@ -109,9 +109,10 @@ def test_tune_runs_metaschedule_on_static_shapes(cli_here, tmp_path):
 
 
 def test_weight_only_value_from_a_fallback_partition_is_a_constant(monkeypatch, tmp_path):
-    """The decoder's tied head reads ``tokens.weight.T``. Forced onto the CPU, that
+    """A tied head reads ``tokens.weight.T`` (zoo:decoder's does). Forced onto the CPU, that
     transpose feeds the TVM partition a value computed from weights alone; it must
-    arrive as a constant (TVM's import failed on torch.export's guard for it as an input)."""
+    arrive as a constant (TVM's import failed on torch.export's guard for it as an input).
+    The head alone (tests/models/tied_head.py): the decoder's blocks took 15 of 18 CPU s."""
     from pathlib import Path
 
     from exporter.builder.pipeline import build
@@ -128,12 +129,15 @@ def test_weight_only_value_from_a_fallback_partition_is_a_constant(monkeypatch, 
         return supports(self, node)
 
     monkeypatch.setattr(TvmTarget, "supports", without_transpose)
-    out = Path(tmp_path) / "decoder.artifact"
-    result = build("zoo:decoder", BuildSettings(target="tvm", out=out))
+    from tests.models import tied_head
+    out = Path(tmp_path) / "tied.artifact"
+    result = build("tests.models.tied_head:factory", BuildSettings(target="tvm", out=out))
     backends = {p.backend: p for p in result.manifest.partitions}
     assert set(backends) == {"torch", "tvm"} and list(backends["tvm"].inputs) == ["input_ids"]
     assert result.manifest.validation["passed"]
-    assert_zoo_artifact_matches_eager(out, "decoder")
+    model, (ids,) = tied_head.factory()
+    with torch.no_grad():
+        torch.testing.assert_close(runtime.load(out)(ids), model(ids), rtol=1e-4, atol=1e-5)
 
 
 class _LastRows(torch.nn.Module):
