@@ -4,6 +4,8 @@ and oneDNN's packed weights read across cache lines."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -60,13 +62,22 @@ def test_a_package_that_is_not_one_library_is_left_to_the_package_loader(tmp_pat
     assert aligned_cpu_runner(empty, tmp_path / "out") is None
 
 
-def test_a_library_without_onednn_constants_runs_as_loaded(tmp_path):
-    model, x = torch.nn.Linear(8, 4).eval(), torch.randn(2, 8)
-    path = tmp_path / "plain.pt2"
-    with torch.no_grad():
-        torch._inductor.aoti_compile_and_package(torch.export.export(model, (x,)),
-                                                 package_path=str(path))
+def test_a_library_without_onednn_constants_runs_as_loaded(mlp_build, tmp_path):
+    """zoo:mlp's cpu library (the suite's shared build: MKL's linears, nothing packed for
+    oneDNN) runs with the constants it loaded, as the package loader runs it."""
+    import zipfile
+
+    from exporter.model.zoo import ZOO
+
+    with zipfile.ZipFile(mlp_build.artifact) as archive:
+        (member,) = [m for m in archive.namelist() if m.endswith(".pt2")]
+        path = Path(archive.extract(member, tmp_path))
     ours = aligned_cpu_runner(path, tmp_path / "ours")
     assert ours is not None and ours.constants == {}  # nothing copied
+    read = ours.runner.extract_constants_map(False)
+    assert read and torch._mkldnn not in {t.layout for t in read.values()}
+    model, (x,), _ = ZOO["mlp"]()
+    loader = torch._C._aoti.AOTIModelPackageLoader(str(path), "model", False, 1, -1)
     with torch.no_grad():
-        torch.testing.assert_close(ours.run([x])[0], model(x))
+        assert torch.equal(ours.run([x])[0], loader.run([x])[0])
+        torch.testing.assert_close(ours.run([x])[0], model(x), rtol=1e-4, atol=1e-5)
