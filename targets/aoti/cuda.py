@@ -108,8 +108,9 @@ class CudaTarget(AOTInductorTarget):
         # Coordinate-descent tuning (below) then times each candidate with the host out
         # of the measurement, so a busy host does not choose the kernels (kernel_timing.py).
         # The decode kernels start as programmatic dependent launches on Hopper and later
-        # (kernels/dependent_launch.py), and so do Inductor's own kernels under the setting
-        # inductor_configs gives (dependent_kernels.py; entered after: it extends that rewrite).
+        # (kernels/dependent_launch.py), and so do Inductor's own kernels under the
+        # setting inductor_configs gives (dependent_kernels.py; entered after that rewrite,
+        # which it extends).
         fixes = contextlib.ExitStack()
         fixes.enter_context(dependent_launches())
         fixes.enter_context(dependent_kernels())

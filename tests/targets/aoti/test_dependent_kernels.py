@@ -1,6 +1,7 @@
-"""Inductor's own kernels as dependent launches in cuda builds (targets/aoti/dependent_kernels.py):
-which kernels qualify, the launch lines and launcher they get, the waits Inductor is made to
-write; all on the CPU (the device bench times and validates whole builds)."""
+"""Inductor's own kernels as dependent launches in cuda builds
+(targets/aoti/dependent_kernels.py): which kernels qualify, the launch lines and launcher
+they get, the waits Inductor is made to write, on the CPU; on a Hopper GPU, a compiled
+library's launches (the device bench times and validates whole builds)."""
 
 from __future__ import annotations
 
@@ -119,3 +120,32 @@ def test_the_setting_is_given_only_where_dependent_launches_run(monkeypatch):
     monkeypatch.delenv(PLAIN_ENV)
     monkeypatch.setattr(dk, "dependent_launch_here", lambda device: False)
     assert dk.inductor_settings() == {}
+
+
+@pytest.mark.cuda
+def test_a_compiled_library_starts_only_its_waiting_inductor_kernels_dependent(tmp_path):
+    """A convolution, GroupNorm, GELU and residual compiled as the cuda target does: its
+    Inductor kernels start as dependent launches and each waits first; numbers are the
+    build gate's to check (bench/RESULTS.md, session 65)."""
+    import re
+    import zipfile
+    if not dk.inductor_settings():
+        pytest.skip("dependent launches need a Hopper GPU and a torch with the setting")
+    from targets.aoti.kernels.dependent_launch import dependent_launches
+    model = torch.nn.Sequential(torch.nn.Conv2d(16, 32, 3, padding=1),
+                                torch.nn.GroupNorm(1, 32), torch.nn.GELU()).cuda().half().eval()
+    program = torch.export.export(model, (torch.randn(1, 16, 28, 28, device="cuda").half(),))
+    with config.patch(dk.inductor_settings()), dependent_launches(), dk.dependent_kernels():
+        path = torch._inductor.aoti_compile_and_package(program,
+                                                        package_path=str(tmp_path / "m.pt2"))
+    with zipfile.ZipFile(path) as package:
+        source = "\n".join(package.read(n).decode() for n in package.namelist()
+                           if n.endswith(".cpp"))
+    dependent = re.findall(r"launchKernelDependent\(kernels_\.(\w+)", source)
+    plain = re.findall(r"\blaunchKernel\(kernels_\.(\w+)", source)
+    assert dependent and set(dependent) == set(dk.launched)
+    assert all(name.startswith("triton_") and "_tem_" not in name for name in dependent)
+    assert not [name for name in plain if name.startswith(("triton_poi", "triton_per",
+                                                            "triton_red"))]
+    assert source.count(dk.WAIT) >= len(set(dependent))  # their sources, quoted in the library
+    assert "static inline void launchKernelDependent(" in source
