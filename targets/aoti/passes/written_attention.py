@@ -1,7 +1,6 @@
 """Attention written out as two matmuls around a softmax, as one fused attention call.
 
     before: s = (q * a) @ k.transpose(-2, -1)           a: a number (or none)
-                (or @ x.permute(p): k = x.permute(p with its last two swapped))
             t = chain(s)     views, adds of terms that do not read s, products by numbers
             y = softmax(t, -1) @ v                      (a dropout of p = 0 between: none)
     after:  y = scaled_dot_product_attention(q, k, v, attn_mask=chain(0), scale=a * c)
@@ -44,13 +43,9 @@ class WrittenAttentionAsSdpa:
 def _rewrite_all(module: torch.fx.GraphModule) -> dict:
     found = [f for f in map(_written_attention, list(module.graph.nodes)) if f]
     graph = module.graph
-    for q, (x, order), v, scale, scores, chain, path in found:
+    for q, k, v, scale, scores, chain, path in found:
         out = path[-1]
         with graph.inserting_before(out):
-            k = x
-            if order is not None:
-                k = graph.call_function(aten.permute.default, (x, order))
-                k.meta["val"] = _val(x).permute(order)
             mask = None
             if any(link.target is aten.add.Tensor for link in chain):
                 like = _val(scores)  # no read of q: constant, so freezing folds the mask
@@ -105,19 +100,16 @@ def _written_attention(scores: torch.fx.Node):
     out = next(iter(probs.users))
     if not (_is_call(out, aten.matmul.default) and out.args[0] is probs):
         return None
-    q, key, a, _ = query_key
+    q, k, a, _ = query_key
     v = out.args[1]
-    x, order = key
-    k = _val(x) if order is None or _val(x) is None else _val(x).permute(order)
-    if not _fits(_val(q), k, _val(v)):
+    if not _fits(q, k, v):
         return None
-    return q, key, v, float(a * c), scores, chain, [*path, out]
+    return q, k, v, float(a * c), scores, chain, [*path, out]
 
 
 def _query_key(scores: torch.fx.Node):
-    """``(q, (x, order), a, nodes)`` where ``scores`` is ``matmul(q * a, k^T)`` and k is
-    ``x.permute(order)`` (order None: k is x) (nodes: the scaling, if any, and k^T's
-    transpose or permute); else None."""
+    """``(q, k, a, nodes)`` where ``scores`` is ``matmul(q * a, transpose(k))`` (nodes: the
+    scaling, if any, and the transpose); else None."""
     if not (_is_call(scores, aten.matmul.default) and len(scores.args) == 2):
         return None
     scaled, key_t = scores.args
@@ -126,13 +118,10 @@ def _query_key(scores: torch.fx.Node):
     rank = _rank(key_t)
     last_two = {(-2, -1), (-1, -2), (rank - 2, rank - 1), (rank - 1, rank - 2)}
     if _is_call(key_t, aten.transpose.int) and tuple(key_t.args[1:3]) in last_two:
-        key = key_t.args[0], None
-    elif _is_call(key_t, aten.permute.default) and rank >= 2:
-        # any permute: k is its input permuted as it is, but for the last two dims
-        # (LeViT's k comes permuted (0, 2, 3, 1) straight from the qkv view)
-        order = [d % rank for d in key_t.args[1]]
-        order[-2:] = order[-1], order[-2]
-        key = key_t.args[0], None if order == list(range(rank)) else order
+        k = key_t.args[0]
+    elif _is_call(key_t, aten.permute.default) and list(key_t.args[1]) == [
+            *range(rank - 2), rank - 1, rank - 2]:
+        k = key_t.args[0]
     else:
         return None
     q, a, nodes = scaled, 1.0, [key_t]
@@ -141,7 +130,7 @@ def _query_key(scores: torch.fx.Node):
         by = float(scaled.args[1])
         q, a = scaled.args[0], (by if scaled.target is aten.mul.Tensor else 1 / by)
         nodes.insert(0, scaled)
-    return q, key, a, nodes
+    return q, k, a, nodes
 
 
 def _chain_step(step: torch.fx.Node, link: torch.fx.Node, c: float) -> float | None:
@@ -160,11 +149,12 @@ def _chain_step(step: torch.fx.Node, link: torch.fx.Node, c: float) -> float | N
 
 
 def _fits(q, k, v) -> bool:
-    """4-d half-precision query, key and value (their values) of the same batch and heads
-    (no broadcasting), keys and values of one length."""
-    if any(not isinstance(t, torch.Tensor) or t.dim() != 4 or t.dtype not in _HALF
-           for t in (q, k, v)):
+    """4-d half-precision query, key and value of the same batch and heads (no
+    broadcasting), keys and values of one length."""
+    values = [_val(t) if isinstance(t, torch.fx.Node) else None for t in (q, k, v)]
+    if any(t is None or t.dim() != 4 or t.dtype not in _HALF for t in values):
         return False
+    q, k, v = values
     return (q.dtype == k.dtype == v.dtype and q.shape[:2] == k.shape[:2] == v.shape[:2]
             and k.shape[2] == v.shape[2] and q.shape[3] == k.shape[3])
 
@@ -174,8 +164,8 @@ def _is_call(node, *targets) -> bool:
         node.target in targets)
 
 
-def _val(node):
-    return node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+def _val(node: torch.fx.Node):
+    return node.meta.get("val")
 
 
 def _rank(node: torch.fx.Node) -> int:
