@@ -130,10 +130,12 @@ def test_prompt_ids_as_a_tokenizer_gives_them_and_bad_forms(onnx_lm):
             program.generate(bad, 2)
 
 
-def test_cli_generate(onnx_lm, cli):
+def test_cli_generate(onnx_lm, cli_here):
+    """exporter generate in process (in a process of its own: tests/trust/
+    test_trust_generation.py); the device runtime's CLI in its own, as it runs alone."""
     built, program = onnx_lm
     expected = program.generate([1, 5, 9], 6, stop_at_eos=False).tokens
-    done = cli("generate", str(built.artifact), "--prompt-ids", "1,5,9", "-n", "6",
+    done = cli_here("generate", str(built.artifact), "--prompt-ids", "1,5,9", "-n", "6",
                "--ignore-eos", "--json")
     assert done.returncode == 0, done.stderr
     printed = json.loads(done.stdout)
