@@ -144,14 +144,14 @@ def _as_aoti_for_avx2(manifest, files):
 
 
 def test_inspect_says_where_an_artifact_loads_and_which_cpu_its_native_code_needs(
-        onnx_mlp, tmp_path, cli):
+        onnx_mlp, tmp_path, cli_here):
     native = _rewrite(onnx_mlp, tmp_path / "aoti.artifact", _as_aoti_for_avx2)
-    said = json.loads(cli("inspect", str(native), "--json").stdout)["loads_on"]
+    said = json.loads(cli_here("inspect", str(native), "--json").stdout)["loads_on"]
     assert said == {"any_platform": False, "platforms": ["linux-x86_64"],
                     "native_code": ["aoti"], "cpu_isa": "avx2",
                     "cpu_flags": ["avx", "avx2", "fma"], "cuda_capability": None}
-    text = cli("inspect", str(native)).stdout
+    text = cli_here("inspect", str(native)).stdout
     assert "requires linux-x86_64 with avx2 (3 CPU flags; --cpu-isa to choose)" in text
-    portable = json.loads(cli("inspect", str(onnx_mlp), "--json").stdout)["loads_on"]
+    portable = json.loads(cli_here("inspect", str(onnx_mlp), "--json").stdout)["loads_on"]
     assert portable["any_platform"] and set(portable["platforms"]) == set(platforms.NAMES)
-    assert "loads on any platform" in cli("inspect", str(onnx_mlp)).stdout
+    assert "loads on any platform" in cli_here("inspect", str(onnx_mlp)).stdout
