@@ -52,7 +52,7 @@ def zoo_built(artifacts_dir, cli_here):
 
 
 # cnn: make test-slow; convolutions in XNNPACK run in make test at int8 (below) and in the
-# native MobileNetV2 bundle (tests/native/test_executorch_native.py)
+# native RegNetY bundle (tests/native/test_executorch_native.py)
 @pytest.mark.parametrize("name", ["mlp", pytest.param("cnn", marks=pytest.mark.slow)])
 def test_zoo_model_runs_on_executorch_at_both_ends_of_its_batch_range(name, zoo_built):
     out = zoo_built(name)
