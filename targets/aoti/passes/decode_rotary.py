@@ -24,6 +24,8 @@ from targets.aoti.passes.decode_patterns import calls, strip_casts, val
 aten = torch.ops.aten
 _VIEWS = (aten.view.default, aten.reshape.default, aten._unsafe_view.default)
 _TRANSPOSES = (aten.transpose.int, aten.permute.default)
+_PURE = (*_VIEWS, *_TRANSPOSES, aten.split_with_sizes.default, aten.slice.Tensor,
+         aten.unsqueeze.default, aten.alias.default, operator.getitem)
 
 
 @dataclass(frozen=True)
@@ -38,10 +40,12 @@ class Rotary:
 def match_rotary(product: Node) -> Rotary | None:
     """The rotary embedding of the first pieces of ``product``'s output split along its
     last dim, each piece viewed as heads of the same D (cos and sin alike), or None."""
-    users = list(product.users)
-    if len(users) != 1 or not calls(users[0], aten.split_with_sizes.default):
+    order = {node: i for i, node in enumerate(product.graph.nodes)}
+    _merge_same_views(product, order)
+    splits = _splits_of(product)
+    if len(splits) != 1:
         return None
-    split = users[0]
+    split = splits[0]
     sizes = list(split.args[1])
     if (split.args[2] if len(split.args) > 2 else split.kwargs.get("dim", 0)) not in (
             -1, val(product).dim() - 1):
@@ -61,10 +65,44 @@ def match_rotary(product: Node) -> Rotary | None:
     cos, sin, dim = found[0][2], found[0][3], found[0][4]
     if any(f[2] is not cos or f[3] is not sin or f[4] != dim for f in found) or rows % dim:
         return None
-    order = {node: i for i, node in enumerate(product.graph.nodes)}
     if max(order[cos], order[sin]) > order[product]:  # the op reads them: made before it
         return None
     return Rotary(cos, sin, rows, dim, tuple((f[0], f[1]) for f in found))
+
+
+def _merge_same_views(node: Node, order: dict) -> None:
+    """The views, splits and pieces of ``node`` that are the same op on the same arguments
+    become one, and so on down: after the quantize's decompositions each use of q/k/v
+    has its own split and views of the product."""
+    kept = {}
+    for user in sorted(node.users, key=order.get):
+        if not calls(user, *_PURE) or user.args[0] is not node or \
+                any(isinstance(a, Node) for a in user.args[1:]) or user.kwargs:
+            continue
+        key = (user.target, _frozen(user.args[1:]))
+        if key in kept:
+            user.replace_all_uses_with(kept[key])
+            node.graph.erase_node(user)
+        else:
+            kept[key] = user
+    for user in kept.values():
+        _merge_same_views(user, order)
+
+
+def _frozen(value):
+    return tuple(_frozen(v) for v in value) if isinstance(value, (list, tuple)) else value
+
+
+def _splits_of(node: Node) -> list[Node]:
+    """The splits of ``node``'s values along their last dim, through views that keep it."""
+    found = []
+    for user in node.users:
+        if calls(user, aten.split_with_sizes.default):
+            found.append(user)
+        elif calls(user, *_VIEWS) and val(user) is not None and \
+                val(user).shape[-1] == val(node).shape[-1]:
+            found.extend(_splits_of(user))
+    return found
 
 
 def _heads(piece: Node | None) -> list[Node]:

@@ -102,9 +102,7 @@ def test_int8_weight_only_products_become_the_kernel_over_int8_rows():
     layers = 2
     assert result.info == {"linears_as_kernels": 4 * layers + 1, "int8_linears": 4 * layers + 1,
                            "norms_folded": 2 * layers + 1, "gated_folded": layers,
-                           "residuals_folded": 2 * layers, "rotary_folded": 0}
-    # the quantize's decompositions give each use of q/k/v its own split and views: the
-    # rotary embedding stays a kernel of its own there (not yet matched)
+                           "residuals_folded": 2 * layers, "rotary_folded": layers}
     calls = _calls(result.program)
     assert not {"aten.mm.default", "aten.silu.default"} & set(calls)
     weights = {n.name: n for n in result.program.graph.nodes if n.op == "placeholder"}
