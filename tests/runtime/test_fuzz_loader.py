@@ -31,18 +31,21 @@ import runtime
 import tests.models.custom_op  # noqa: F401  registers the custom op the artifact calls
 from exporter.ship.archive_writer import write_artifact
 from runtime.errors import ToolchainError
+from tests.conftest import built_once
 
 HEALTH = [HealthCheck.too_slow, HealthCheck.function_scoped_fixture,
           HealthCheck.data_too_large]
 
 
 @pytest.fixture(scope="module")
-def seed(artifacts_dir) -> bytes:
-    out = artifacts_dir / "fuzz-seed.artifact"
-    # a module spec, as tests/system/test_reliability.py says why
-    exporter.build("tests.models.custom_op:factory", target="onnx", min_partition_size=3,
-                   out=out)
-    return out.read_bytes()
+def seed(tmp_path_factory) -> bytes:
+    """Built once a run under a name other modules building the same can share (read
+    only: the cases mutate copies)."""
+    def build(folder):
+        # a module spec, as tests/system/test_reliability.py says why
+        return exporter.build("tests.models.custom_op:factory", target="onnx",
+                              min_partition_size=3, out=folder / "all-fallback.artifact")
+    return built_once(tmp_path_factory, "all-fallback-onnx", build).artifact.read_bytes()
 
 
 @pytest.fixture
