@@ -161,9 +161,10 @@ def test_a_tokenizer_that_does_not_parse_generates_by_ids_and_refuses_text(onnx_
 
 
 def test_a_tokenizer_whose_regex_backtracks_is_exit_2_with_one_json_object(onnx_lm, tmp_path,
-                                                                          cli):
+                                                                          cli_here):
     """A pre-tokenizer regex that backtracks past Oniguruma's limit: a Rust panic
-    (pyo3's PanicException, a BaseException) and a traceback, exit 1, no JSON."""
+    (pyo3's PanicException, a BaseException) and a traceback, exit 1, no JSON. Now exit 2
+    and one JSON object (the exporter's CLI in process, the device's in its own)."""
     built, _ = onnx_lm
 
     def catastrophic(manifest, files):
@@ -173,7 +174,7 @@ def test_a_tokenizer_whose_regex_backtracks_is_exit_2_with_one_json_object(onnx_
         files[_tokenizer_entry(manifest)] = json.dumps(raw).encode()
     bad = _rewrite(built.artifact, tmp_path / "backtracking.artifact", files_change=catastrophic)
     prompt = "a" * 60 + "b"
-    for run in (lambda *a: cli("generate", *a), _device_cli):
+    for run in (lambda *a: cli_here("generate", *a), _device_cli):
         done = run(str(bad), "--prompt", prompt, "-n", "2", "--json")
         error = _clean(done, 2, "failed on the text", as_json=True)["error"]
         assert "retry-limit" in error["message"]
