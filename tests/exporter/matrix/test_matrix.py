@@ -304,7 +304,9 @@ def test_a_failed_rebuild_does_not_report_the_artifact_an_earlier_build_left(
         "import os, torch\ndef factory():\n    if os.environ.get('MATRIX_TEST_BREAK'):\n"
         "        raise RuntimeError('broken now')\n"
         "    return torch.nn.Linear(4, 2), (torch.randn(3, 4),)\n")
-    (tmp_path / "m.toml").write_text('[models]\nflaky = "flaky.py:factory"\n[targets.onnx]\n')
+    # cold cells: a warm worker's imports cost more than a one-cell run's two builds
+    (tmp_path / "m.toml").write_text('warm_start = false\n[models]\nflaky = "flaky.py:factory"\n'
+                                     '[targets.onnx]\n')
     out = tmp_path / "out"
     first = run_matrix(tmp_path / "m.toml", out, workers=1)["cells"][0]
     assert first["status"] == "ok" and (out / "artifacts" / "flaky--onnx.artifact").is_file()
