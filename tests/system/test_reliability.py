@@ -26,7 +26,7 @@ from runtime.format.archive import ArtifactReader
 from exporter.ship.archive_writer import write_artifact
 from runtime.errors import ArtifactError, InputMismatchError
 from runtime.format.signing import SignatureError
-from tests.conftest import ROOT
+from tests.conftest import ROOT, built_once
 
 # as a module, not a file path: built in this process, a path would load the file again and
 # register its custom op a second time, leaving the module's op object stale
@@ -36,11 +36,13 @@ WEIGHTS = "partitions/p0/weights.safetensors"
 
 
 @pytest.fixture(scope="module")
-def fallback_artifact(artifacts_dir) -> Path:
-    """Every op on the CPU fallback (islands under 3 ops): a safetensors weights slot."""
-    out = artifacts_dir / "all-fallback.artifact"
-    exporter.build(CUSTOM, target="onnx", min_partition_size=3, out=out)
-    return out
+def fallback_artifact(tmp_path_factory) -> Path:
+    """Every op on the CPU fallback (islands under 3 ops): a safetensors weights slot. One
+    build a run, shared with tests/runtime/test_fuzz_loader.py's seed (read only)."""
+    def build(folder):
+        return exporter.build(CUSTOM, target="onnx", min_partition_size=3,
+                              out=folder / "all-fallback.artifact")
+    return built_once(tmp_path_factory, "all-fallback-onnx", build).artifact
 
 
 def rewrite(src: Path, dst: Path, *, files: dict | None = None, meta: callable = None) -> Path:
