@@ -131,8 +131,9 @@ def test_prompt_ids_as_a_tokenizer_gives_them_and_bad_forms(onnx_lm):
 
 
 def test_cli_generate(onnx_lm, cli_here):
-    """exporter generate in process (in a process of its own: tests/trust/
-    test_trust_generation.py); the device runtime's CLI in its own, as it runs alone."""
+    """exporter generate through its in-process twin (the CLI's start-up is
+    tests/exporter/cli/test_startup.py's); the device runtime's CLI in a process of its
+    own, as it runs without the exporter."""
     built, program = onnx_lm
     expected = program.generate([1, 5, 9], 6, stop_at_eos=False).tokens
     done = cli_here("generate", str(built.artifact), "--prompt-ids", "1,5,9", "-n", "6",
