@@ -64,7 +64,7 @@ def test_a_forked_cell_answers_as_a_fresh_exporter_does(worker, tmp_path):
 def test_a_cell_past_its_time_limit_is_killed_with_its_session(worker, tmp_path):
     (tmp_path / "sleeper.py").write_text(SLEEPER)
     pids = []
-    with pytest.raises(subprocess.TimeoutExpired):  # 4 s of its 120: the core idled 15 s
+    with pytest.raises(subprocess.TimeoutExpired):  # any limit under its 120 s sleep
         worker.run(["build", "sleeper.py:factory", "--target", "onnx", "--out", "s.artifact",
                     "--json"], str(tmp_path), 4, pids.append)
     assert pids and not _alive(pids[0])
