@@ -5,16 +5,12 @@ two one-block stages, 33 ops where tests/models/hf_mobilenet.py's MobileNetV2 ha
 import torch
 from transformers import RegNetConfig, RegNetForImageClassification
 
-from tests.models.hf_mobilenet import Logits
+from tests.models.hf_mobilenet import Logits, he_initialized
 
 
 def tiny_regnet_y():
     config = RegNetConfig(embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1],
                           groups_width=1, layer_type="y", num_labels=10)
     torch.manual_seed(0)
-    model = RegNetForImageClassification(config).eval()
-    # He init, as the MobileNetV2's: outputs of order 1
-    for module in model.modules():
-        if isinstance(module, (torch.nn.Conv2d, torch.nn.Linear)):
-            torch.nn.init.kaiming_normal_(module.weight)
+    model = he_initialized(RegNetForImageClassification(config).eval())
     return Logits(model).eval(), (torch.randn(2, 3, 32, 32),)
