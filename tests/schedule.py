@@ -37,7 +37,7 @@ HEAVIEST = (
     "tests/targets/onnx/test_generation_onnx.py",
     "tests/exporter/model/test_hf_spec.py",
     "tests/exporter/cli/test_cli_style.py",
-    # session 64's new files of 23-30 s, which went out last and ran alone at the end
+    # files of 23-30 s: started late, one ran alone at the end of the run
     "tests/targets/onnx/test_own_kernels_build.py",
     "tests/targets/tvm/test_tvm_compile_failures.py",
     "tests/runtime/test_aoti_constants.py",

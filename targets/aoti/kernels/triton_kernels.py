@@ -275,8 +275,8 @@ def gemv_config(rows: int, cols: int, gated: bool, dependent: bool = False,
         block_n, warps = 8, 4
         while block_n > 1 and rows // block_n < 512:
             block_n //= 2
-    # a gated product loads nothing ahead: holding two rows' columns ahead in registers
-    # made its call half again as long as the plain loop's (figures in bench/RESULTS.md)
+    # a gated product loads nothing ahead: two rows' columns held ahead in registers
+    # starve its loop of them, and it ran slower than the plain loop
     ahead = ahead_columns(block_n, cols, gated, warps) if dependent and not gated else 0
     return block_n, block_k, warps, ahead
 
