@@ -96,7 +96,7 @@ class Together:
     """Timing processes of several models (bench/cpu_choice_pinned.py, all at once) that
     start their timed calls together, after every one has loaded and warmed up, and keep
     their cores busy until the last is done, so that a model's neighbours stay the same
-    through its timing. Without it, session 65's small models were timed while the large
+    through its timing. Without it, small models were timed while the large
     ones still loaded, and the large ones partly after the small ones had finished."""
 
     def __init__(self, folder: Path, count: int, name: str, limit_s: float = 120.0) -> None:

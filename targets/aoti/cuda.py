@@ -126,7 +126,8 @@ class CudaTarget(AOTInductorTarget):
                    "cpp.vec_isa_ok": True}
         if not options.shared_weights:
             # Inductor's kernels as dependent launches (dependent_kernels.py), recorded in
-            # the manifest with the other settings; measured on plain builds only (RESULTS).
+            # the manifest with the other settings; generating builds keep plain launches
+            # until the decode step is measured with it.
             configs.update(inductor_settings())
         if options.shared_weights and data_sizes:
             # Inductor runs Triton kernels while it compiles (timing their configurations),

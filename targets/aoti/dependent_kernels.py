@@ -1,8 +1,8 @@
 """Inductor's own Triton kernels started as programmatic dependent launches in cuda builds.
 
 A batch-1 CNN runs 100-200 kernels of 1-3 us a call, and each plain launch waits for the
-kernel before to drain: about 2.2 us a kernel against 0.4 us as a dependent launch
-(bench/RESULTS.md, session 63). Inductor writes its kernels for that under
+kernel before to drain: about 2.2 us a kernel against 0.4 us as a dependent launch.
+Inductor writes its kernels for that under
 ``triton.enable_pdl`` (``gdc_wait`` before an access, ``gdc_launch_dependents`` after the
 last load), but AOTInductor starts every kernel plainly. While a cuda build compiles with
 that setting (``dependent_kernels()``), three things change:

@@ -133,10 +133,10 @@ def _finish(y, u, up, square_sum, b_ptr, r_ptr, s_ptr, cos_ptr, sin_ptr, rows, r
             HAS_SCALE: tl.constexpr, BLOCK_N: tl.constexpr, ROT_ROWS: tl.constexpr,
             HEAD_D: tl.constexpr):
     """The sums' epilogue: int8 rows' scales, the norm's scale, bias, the gated
-    activation, rotary embedding (rows below ROT_ROWS), the residual. The up rows' products ``up`` are summed only here, after
-    y's epilogue: the compiler then keeps their loads in flight through the column loop
-    instead of waiting on them every block (gate/up 12.9 us a call against 21.6 summed in
-    the loop; bench/RESULTS.md, session 65)."""
+    activation, rotary embedding (rows below ROT_ROWS), the residual. The up rows'
+    products ``up`` are summed only here, after y's epilogue: the compiler then keeps
+    their loads in flight through the column loop instead of waiting on them every block
+    (summed in the loop, gate/up took two thirds longer a call)."""
     if HAS_SCALE:  # int8 rows: one scale a row, applied to the sums
         y = y * tl.load(s_ptr + rows, mask=row_ok, other=0.0).to(tl.float32)
     scale = tl.rsqrt(square_sum / K + EPS)

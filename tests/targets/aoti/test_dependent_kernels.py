@@ -126,7 +126,7 @@ def test_the_setting_is_given_only_where_dependent_launches_run(monkeypatch):
 def test_a_compiled_library_starts_only_its_waiting_inductor_kernels_dependent(tmp_path):
     """A convolution, GroupNorm, GELU and residual compiled as the cuda target does: its
     Inductor kernels start as dependent launches and each waits first; numbers are the
-    build gate's to check (bench/RESULTS.md, session 65)."""
+    build gate's to check."""
     import re
     import zipfile
     if not dk.inductor_settings():
