@@ -26,10 +26,12 @@ from targets.aoti.passes.attention_views import AttentionInputsAsViews
 from targets.aoti.passes.conv_gemms import ConvsAsGemmsByTiming
 from targets.aoti.passes.decode_kernels import DecodeAttentionAsKernel, RowLinearsAsKernels
 from targets.aoti.passes.depthwise_convs import DepthwiseConvsAsTaps
+from targets.aoti.passes.depthwise_kernel import DepthwiseConvsByTiming
 from targets.aoti.passes.gelu_epilogues import TanhGeluAsGemmEpilogue
 from targets.aoti.passes.grouped_convs import GroupedConvsAsBatchedGemms
 from targets.aoti.passes.patch_convs import PatchConvsAsMatmuls
 from targets.aoti.passes.pixel_convs import PixelConvsAsRowLinears
+from targets.aoti.passes.row_linear_choice import RowLinearsOnCublasByTiming
 from targets.aoti.passes.row_linears import SingleRowLinearsAsReductions
 from targets.aoti.passes.written_attention import WrittenAttentionAsSdpa
 from targets.base import (
@@ -55,7 +57,8 @@ class CudaPackaging(AotiPackaging):
         found = super().nondeterminism(options)
         if not options.deterministic:
             found.append("Inductor times Triton kernel configurations on this GPU and keeps the "
-                         "fastest, and each attention call's kernel is chosen by timing "
+                         "fastest, and each attention call's, large depthwise "
+                         "convolution's and lone one-row linear's kernel is chosen by timing "
                          "(--deterministic turns this off)")
         return found
 
@@ -81,14 +84,16 @@ class CudaTarget(AOTInductorTarget):
         if not options.fuse:
             return passes
         # GEMMs cuBLAS runs well in place of a patch convolution and of an unaligned head;
-        # small depthwise convolutions as Inductor's reductions, group convolutions cuDNN
+        # small depthwise convolutions as Inductor's reductions, the larger ones as our
+        # kernel where it times faster than cuDNN's, group convolutions cuDNN
         # wraps in layout transforms as batched GEMMs, a tanh GELU as its GEMM's epilogue
         # (each kept for being faster inside whole builds, not in isolation);
         # written-out attention as one SDPA call, attention inputs as views, not copies,
         # each attention call's kernel timed on this GPU (those two not with --deterministic);
         # last, after --quantize: its linears keep their own kernels (passes/row_linears.py);
         # a decode step's products and attention as our Triton kernels, the rest of the
-        # one-row linears as Inductor's reductions (passes/decode_kernels.py)
+        # one-row linears as Inductor's reductions (passes/decode_kernels.py), but a
+        # plain build's lone one-row linears on cuBLAS where it times faster
         decode = [DecodeAttentionAsKernel(), RowLinearsAsKernels()] if decode_ops.TRITON \
             else []
         # not in generating builds (measured on plain ones): a decode step's one-row fc1
@@ -99,9 +104,11 @@ class CudaTarget(AOTInductorTarget):
         timing = plain and not options.deterministic
         written = [WrittenAttentionAsSdpa()] if timing else []
         kernels = [AttentionKernelsByTiming()] if timing else []
+        cublas = [RowLinearsOnCublasByTiming()] if timing and decode else []
+        depthwise = [] if options.deterministic else [DepthwiseConvsByTiming()]
         return [*passes, PatchConvsAsMatmuls(), LinearsAlignedByPadding(),
-                DepthwiseConvsAsTaps(), GroupedConvsAsBatchedGemms(), *epilogue, *written,
-                AttentionInputsAsViews(), *decode, *kernels,
+                DepthwiseConvsAsTaps(), *depthwise, GroupedConvsAsBatchedGemms(),
+                *epilogue, *written, AttentionInputsAsViews(), *cublas, *decode, *kernels,
                 SingleRowLinearsAsReductions()]
 
     def lowering_fixes(self, options: LowerOptions) -> contextlib.AbstractContextManager:
