@@ -29,6 +29,7 @@ from targets.aoti.passes.depthwise_convs import DepthwiseConvsAsTaps
 from targets.aoti.passes.depthwise_kernel import DepthwiseConvsByTiming
 from targets.aoti.passes.gelu_epilogues import TanhGeluAsGemmEpilogue
 from targets.aoti.passes.grouped_convs import GroupedConvsAsBatchedGemms
+from targets.aoti.passes.narrow_convs import NarrowConvsPaddedByTiming
 from targets.aoti.passes.patch_convs import PatchConvsAsMatmuls
 from targets.aoti.passes.pixel_convs import PixelConvsAsRowLinears
 from targets.aoti.passes.row_linear_choice import RowLinearsOnCublasByTiming
@@ -58,7 +59,8 @@ class CudaPackaging(AotiPackaging):
         if not options.deterministic:
             found.append("Inductor times Triton kernel configurations on this GPU and keeps the "
                          "fastest, and each attention call's, large depthwise "
-                         "convolution's and lone one-row linear's kernel is chosen by timing "
+                         "convolution's, narrow convolution's and lone one-row linear's "
+                         "kernel is chosen by timing "
                          "(--deterministic turns this off)")
         return found
 
@@ -84,6 +86,7 @@ class CudaTarget(AOTInductorTarget):
         if not options.fuse:
             return passes
         # GEMMs cuBLAS runs well in place of a patch convolution and of an unaligned head;
+        # a convolution over a few channels (an RGB stem) padded to 8 where that times faster;
         # small depthwise convolutions as Inductor's reductions, the larger ones as our
         # kernel where it times faster than cuDNN's, group convolutions cuDNN
         # wraps in layout transforms as batched GEMMs, a tanh GELU as its GEMM's epilogue
@@ -106,7 +109,8 @@ class CudaTarget(AOTInductorTarget):
         kernels = [AttentionKernelsByTiming()] if timing else []
         cublas = [RowLinearsOnCublasByTiming()] if timing and decode else []
         depthwise = [] if options.deterministic else [DepthwiseConvsByTiming()]
-        return [*passes, PatchConvsAsMatmuls(), LinearsAlignedByPadding(),
+        narrow = [] if options.deterministic else [NarrowConvsPaddedByTiming()]
+        return [*passes, PatchConvsAsMatmuls(), *narrow, LinearsAlignedByPadding(),
                 DepthwiseConvsAsTaps(), *depthwise, GroupedConvsAsBatchedGemms(),
                 *epilogue, *written, AttentionInputsAsViews(), *cublas, *decode, *kernels,
                 SingleRowLinearsAsReductions()]
