@@ -72,6 +72,29 @@ def static_conv(module: torch.fx.GraphModule, node: torch.fx.Node,
     return StaticConv(call, value, weight)
 
 
+def static_dense(module: torch.fx.GraphModule, node: torch.fx.Node) -> StaticConv | None:
+    """``node`` as a static half-precision convolution of one group (filters of the
+    input's dtype) with an output, else None."""
+    conv = static_conv(module, node, (torch.float16, torch.bfloat16))
+    if conv is None or conv.call.groups != 1 or conv.weight.dtype != conv.value.dtype:
+        return None
+    return conv if min(output_size(conv)) >= 1 else None
+
+
+def static_depthwise(module: torch.fx.GraphModule, node: torch.fx.Node) -> StaticConv | None:
+    """``node`` as a static half-precision depthwise convolution (one filter a channel, of
+    the input's dtype) with an output, else None."""
+    conv = static_conv(module, node, (torch.float16, torch.bfloat16))
+    if conv is None:
+        return None
+    channels, w = conv.value.shape[1], conv.weight
+    if conv.call.groups != channels or w.shape[0] != channels or w.shape[1] != 1:
+        return None
+    if w.dtype != conv.value.dtype or min(output_size(conv)) < 1:
+        return None
+    return conv
+
+
 def output_size(conv: StaticConv) -> list[int]:
     """The convolution's output height and width."""
     call, kernel = conv.call, conv.weight.shape[2:]

@@ -30,42 +30,29 @@ import torch.nn.functional as F
 from torch.export import ExportedProgram
 
 from passes.base import PassResult
-from passes.graph.rewrite import attribute, replace_calls, rewrite_and_recapture
-from targets.aoti.passes.call_timing import faster, graph_replay_ms
-from targets.aoti.passes.conv_calls import output_size, pair, static_conv, windows
+from passes.graph.rewrite import attribute
+from targets.aoti.passes.call_timing import TimedRewrite, faster, random_on_gpu, rewrite_chosen
+from targets.aoti.passes.conv_calls import pair, static_dense, windows
 
 
-class ConvsAsGemmsByTiming:
-    name = "convs_as_gemms_by_timing"
-    required = False
+class ConvsAsGemmsByTiming(TimedRewrite):
+    name, record = "convs_as_gemms_by_timing", "convs"
 
-    def __init__(self, timer: Callable[[Callable], float] | None = None) -> None:
-        self.timer = timer or graph_replay_ms
+    def pick(self, times: dict, key) -> bool:
+        gemm = gemm_cost(times, fusable=key[-1])
+        return faster(times["cudnn"], {"gemm": gemm}) is not None
 
-    def __call__(self, program: ExportedProgram) -> PassResult:
-        timed: dict = {}
+    def rewritten(self, program: ExportedProgram, choose) -> PassResult:
+        return rewritten(program, choose)
 
-        def choose(key, sample):
-            if sample[0].device.type != "cuda" or not torch.cuda.is_available():
-                return False
-            if key not in timed:
-                timed[key] = self._times(*sample)
-            gemm = gemm_cost(timed[key], fusable=key[-1])
-            return faster(timed[key]["cudnn"], {"gemm": gemm}) is not None
+    def label(self, key) -> str:
+        return _label(key)
 
-        result = rewritten(program, choose)
-        result.info["convs"] = {_label(key): {k: round(v * 1000, 1) for k, v in t.items()}
-                                for key, t in timed.items()}  # us a call
-        return result
-
-    def _times(self, x, weight, bias, stride, padding, dilation) -> dict:
+    def times(self, x, weight, bias, stride, padding, dilation) -> dict:
         """ms a call on random inputs: cuDNN at its faster layout; the windows gathered by
         one kernel (im2col's); the GEMM alone, on windows made beforehand; one pointwise
         kernel over the input (what a kernel making the input costs)."""
-        x = torch.randn(x.shape, dtype=x.dtype, device="cuda")
-        weight = torch.randn(weight.shape, dtype=weight.dtype, device="cuda")
-        bias = None if bias is None else torch.randn(bias.shape, dtype=bias.dtype,
-                                                     device="cuda")
+        x, weight, bias = random_on_gpu(x, weight, bias)
         last = x.to(memory_format=torch.channels_last)
         args = (stride, padding, dilation)
         out, channels, kh, kw = weight.shape
@@ -94,15 +81,7 @@ def rewritten(program: ExportedProgram, choose: Callable[[tuple, tuple], bool]
               ) -> PassResult:
     """``program`` with each dense convolution on the GPU for which ``choose(key,
     sample)`` says so as ``conv_as_gemm``; ``info["convs_as_gemms"]``: how many."""
-    def rewrite(module: torch.fx.GraphModule) -> dict:
-        def arguments(node):
-            found = _dense_args(module, node)
-            if found is None:
-                return None
-            args, key, sample = found
-            return (args, {}) if choose(key, sample) else None
-        return replace_calls(module, arguments, conv_as_gemm, "convs_as_gemms")
-    return rewrite_and_recapture(program, rewrite, "convs_as_gemms")
+    return rewrite_chosen(program, choose, _dense_args, conv_as_gemm, "convs_as_gemms")
 
 
 def conv_as_gemm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
@@ -122,12 +101,10 @@ def _dense_args(module: torch.fx.GraphModule, node: torch.fx.Node):
     """(args, key, sample) where ``node`` is a convolution of one group with windows to
     gather, else None: the rewrite's arguments, what its kernels' times depend on, and
     the input's, filters' and bias's tensors (the input's example value) to time it."""
-    conv = static_conv(module, node, (torch.float16, torch.bfloat16))
+    conv = static_dense(module, node)
     if conv is None:
         return None
-    (x, weight, bias, stride, padding, dilation, groups), value, w = conv
-    if groups != 1 or w.dtype != value.dtype or min(output_size(conv)) < 1:
-        return None
+    (x, weight, bias, stride, padding, dilation, _), value, w = conv
     stride, padding, dilation = pair(stride), pair(padding), pair(dilation)
     if list(w.shape[2:]) == [1, 1] and stride == [1, 1]:
         return None  # a GEMM already: cuDNN runs cuBLAS's kernels for it

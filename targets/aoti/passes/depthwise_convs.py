@@ -24,7 +24,7 @@ from torch.export import ExportedProgram
 
 from passes.base import PassResult
 from passes.graph.rewrite import replace_calls, rewrite_and_recapture
-from targets.aoti.passes.conv_calls import output_size, pair, static_conv, windows
+from targets.aoti.passes.conv_calls import output_size, pair, static_depthwise, windows
 
 # batch x channels x output pixels x taps; a ConvNeXt-T's 14x14 and 7x7 stages are under it
 MAX_MULTIPLY_ADDS = 4_000_000
@@ -60,18 +60,13 @@ def _rewrite_all(module: torch.fx.GraphModule) -> dict:
 
 def _depthwise_args(module: torch.fx.GraphModule, node: torch.fx.Node) -> tuple | None:
     """(x, weight, bias, stride, padding, dilation) where ``node`` is a depthwise 2-D
-    convolution of one filter per channel, else None."""
-    conv = static_conv(module, node, (torch.float16, torch.bfloat16))
+    convolution of one filter per channel of at most MAX_MULTIPLY_ADDS, else None."""
+    conv = static_depthwise(module, node)
     if conv is None:
         return None
-    (x, weight, bias, stride, padding, dilation, groups), value, w = conv
-    channels = value.shape[1]
-    if groups != channels or w.shape[0] != channels or w.shape[1] != 1:
-        return None
+    (x, weight, bias, stride, padding, dilation, _), value, w = conv
     outputs = output_size(conv)
-    if w.dtype != value.dtype or min(outputs) < 1:
-        return None
-    work = value.shape[0] * channels * outputs[0] * outputs[1] * w.shape[2] * w.shape[3]
+    work = value.shape[0] * value.shape[1] * outputs[0] * outputs[1] * w.shape[2] * w.shape[3]
     if work > MAX_MULTIPLY_ADDS:
         return None
     return x, weight, bias, pair(stride), pair(padding), pair(dilation)

@@ -24,47 +24,36 @@ import torch.nn.functional as F
 from torch.export import ExportedProgram
 
 from passes.base import PassResult
-from passes.graph.rewrite import attribute, replace_calls, rewrite_and_recapture
+from passes.graph.rewrite import attribute
 from targets.aoti.kernels import ops
 from targets.aoti.kernels.depthwise_conv import depthwise_conv2d
-from targets.aoti.passes.call_timing import faster, graph_replay_ms
-from targets.aoti.passes.conv_calls import output_size, pair, static_conv
+from targets.aoti.passes.call_timing import TimedRewrite, faster, random_on_gpu, rewrite_chosen
+from targets.aoti.passes.conv_calls import pair, static_depthwise
 
 # (pixels, channels, warps) a program; timed, the fastest kept
 TILES = ((64, 32, 4), (32, 64, 4), (128, 16, 4), (16, 64, 2))
 
 
-class DepthwiseConvsByTiming:
-    name = "depthwise_convs_by_timing"
-    required = False
+class DepthwiseConvsByTiming(TimedRewrite):
+    name, record = "depthwise_convs_by_timing", "depthwise"
 
-    def __init__(self, timer: Callable[[Callable], float] | None = None) -> None:
-        self.timer = timer or graph_replay_ms
+    def can_time(self) -> bool:
+        return ops.TRITON and torch.cuda.is_available()
 
-    def __call__(self, program: ExportedProgram) -> PassResult:
-        timed: dict = {}
+    def pick(self, times: dict, key) -> tuple | None:
+        return faster(times["cudnn"], {tile: t for tile, t in times.items() if tile != "cudnn"})
 
-        def choose(key, sample):
-            here = ops.TRITON and torch.cuda.is_available()
-            if not here or sample[0].device.type != "cuda":
-                return None
-            if key not in timed:
-                timed[key] = self._times(*sample)
-            kernels = {tile: t for tile, t in timed[key].items() if tile != "cudnn"}
-            return faster(timed[key]["cudnn"], kernels)
+    def rewritten(self, program: ExportedProgram, choose) -> PassResult:
+        return rewritten(program, choose)
 
-        result = rewritten(program, choose)
-        result.info["depthwise"] = {_label(key): {str(k): round(v * 1000, 1)
-                                                  for k, v in t.items()}
-                                    for key, t in timed.items()}  # us a call
-        return result
+    def label(self, key) -> str:
+        return _label(key)
 
-    def _times(self, x, weight, bias, stride, padding, dilation) -> dict:
+    def times(self, x, weight, bias, stride, padding, dilation) -> dict:
         """ms a call on random inputs: cuDNN at its faster layout, the kernel at each of
         TILES on the input laid out as the program's (a tile that cannot run is left out)."""
         x = torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="cuda").normal_()
-        w = torch.randn(weight.shape, dtype=weight.dtype, device="cuda")
-        b = None if bias is None else torch.randn(bias.shape, dtype=bias.dtype, device="cuda")
+        w, b = random_on_gpu(weight, bias)
         args, groups = (stride, padding, dilation), x.shape[1]
         times = {}
         with torch.no_grad():
@@ -84,31 +73,18 @@ def rewritten(program: ExportedProgram, choose: Callable[[tuple, tuple], object]
     """``program`` with each static half-precision depthwise convolution for which
     ``choose(key, sample)`` gives a tile (pixels, channels, warps) as ``depthwise_conv2d``
     at that tile; ``info["depthwise_kernels"]``: how many."""
-    def rewrite(module: torch.fx.GraphModule) -> dict:
-        def arguments(node):
-            found = _depthwise_args(module, node)
-            if found is None:
-                return None
-            args, key, sample = found
-            tile = choose(key, sample)
-            return ((*args, *tile), {}) if tile else None
-        return replace_calls(module, arguments, depthwise_conv2d, "depthwise_kernels")
-    return rewrite_and_recapture(program, rewrite, "depthwise_kernels")
+    return rewrite_chosen(program, choose, _depthwise_args, depthwise_conv2d,
+                          "depthwise_kernels", extra=lambda tile: tile)
 
 
 def _depthwise_args(module: torch.fx.GraphModule, node: torch.fx.Node):
     """(args, key, sample) where ``node`` is a depthwise convolution, one filter a
     channel: the op's arguments less the tile, what its time depends on, and the input's
     example value, the filters, the bias and the settings to time it with."""
-    conv = static_conv(module, node, (torch.float16, torch.bfloat16))
+    conv = static_depthwise(module, node)
     if conv is None:
         return None
-    (x, weight, bias, stride, padding, dilation, groups), value, w = conv
-    channels = value.shape[1]
-    if groups != channels or w.shape[0] != channels or w.shape[1] != 1:
-        return None
-    if w.dtype != value.dtype or min(output_size(conv)) < 1:
-        return None
+    (x, weight, bias, stride, padding, dilation, _), value, w = conv
     stride, padding, dilation = pair(stride), pair(padding), pair(dilation)
     key = (tuple(value.shape), tuple(value.stride()), tuple(w.shape), tuple(stride),
            tuple(padding), tuple(dilation), bias is not None, value.dtype)

@@ -25,43 +25,29 @@ import torch.nn.functional as F
 from torch.export import ExportedProgram
 
 from passes.base import PassResult
-from passes.graph.rewrite import attribute, replace_calls, rewrite_and_recapture
-from targets.aoti.passes.call_timing import faster, graph_replay_ms
-from targets.aoti.passes.conv_calls import output_size, pair, static_conv
+from passes.graph.rewrite import attribute
+from targets.aoti.passes.call_timing import TimedRewrite, faster, random_on_gpu, rewrite_chosen
+from targets.aoti.passes.conv_calls import pair, static_dense
 
 ALIGN = 8  # channels a 16-byte vector of half-precision values holds
 
 
-class NarrowConvsPaddedByTiming:
-    name = "narrow_convs_padded_by_timing"
-    required = False
+class NarrowConvsPaddedByTiming(TimedRewrite):
+    name, record = "narrow_convs_padded_by_timing", "narrow_convs"
 
-    def __init__(self, timer: Callable[[Callable], float] | None = None) -> None:
-        self.timer = timer or graph_replay_ms
+    def pick(self, times: dict, key) -> bool:
+        return faster(times["cudnn"], {"padded": times["padded"]}) is not None
 
-    def __call__(self, program: ExportedProgram) -> PassResult:
-        timed: dict = {}
+    def rewritten(self, program: ExportedProgram, choose) -> PassResult:
+        return rewritten(program, choose)
 
-        def choose(key, sample):
-            if sample[0].device.type != "cuda" or not torch.cuda.is_available():
-                return False
-            if key not in timed:
-                timed[key] = self._times(*sample)
-            return faster(timed[key]["cudnn"], {"padded": timed[key]["padded"]}) is not None
+    def label(self, key) -> str:
+        return _label(key)
 
-        result = rewritten(program, choose)
-        result.info["narrow_convs"] = {_label(key): {k: round(v * 1000, 1)
-                                                     for k, v in t.items()}
-                                       for key, t in timed.items()}  # us a call
-        return result
-
-    def _times(self, x, weight, bias, stride, padding, dilation) -> dict:
+    def times(self, x, weight, bias, stride, padding, dilation) -> dict:
         """ms a call on random inputs, each form at its faster layout: cuDNN as the call
         is; the zero channels' pad plus cuDNN on the padded input."""
-        x = torch.randn(x.shape, dtype=x.dtype, device="cuda")
-        weight = torch.randn(weight.shape, dtype=weight.dtype, device="cuda")
-        bias = None if bias is None else torch.randn(bias.shape, dtype=bias.dtype,
-                                                     device="cuda")
+        x, weight, bias = random_on_gpu(x, weight, bias)
         args, extra = (bias, stride, padding, dilation), _extra(x.shape[1])
         wide_weight = _widened(weight, extra)
         layouts = (torch.contiguous_format, torch.channels_last)
@@ -84,15 +70,7 @@ def rewritten(program: ExportedProgram, choose: Callable[[tuple, tuple], bool]
     """``program`` with each convolution of one group over channels not a multiple of
     ALIGN for which ``choose(key, sample)`` says so as ``padded_conv``;
     ``info["narrow_convs_padded"]``: how many."""
-    def rewrite(module: torch.fx.GraphModule) -> dict:
-        def arguments(node):
-            found = _narrow_args(module, node)
-            if found is None:
-                return None
-            args, key, sample = found
-            return (args, {}) if choose(key, sample) else None
-        return replace_calls(module, arguments, padded_conv, "narrow_convs_padded")
-    return rewrite_and_recapture(program, rewrite, "narrow_convs_padded")
+    return rewrite_chosen(program, choose, _narrow_args, padded_conv, "narrow_convs_padded")
 
 
 def padded_conv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
@@ -116,12 +94,10 @@ def _widened(t: torch.Tensor, extra: int) -> torch.Tensor:
 def _narrow_args(module: torch.fx.GraphModule, node: torch.fx.Node):
     """(args, key, sample) where ``node`` is a convolution of one group over input
     channels not a multiple of ALIGN, else None."""
-    conv = static_conv(module, node, (torch.float16, torch.bfloat16))
+    conv = static_dense(module, node)
     if conv is None:
         return None
-    (x, weight, bias, stride, padding, dilation, groups), value, w = conv
-    if groups != 1 or w.dtype != value.dtype or min(output_size(conv)) < 1:
-        return None
+    (x, weight, bias, stride, padding, dilation, _), value, w = conv
     if not _extra(value.shape[1]):
         return None
     stride, padding, dilation = pair(stride), pair(padding), pair(dilation)

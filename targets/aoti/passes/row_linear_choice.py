@@ -23,67 +23,44 @@ import torch
 from torch.export import ExportedProgram
 
 from passes.base import PassResult
-from passes.graph.rewrite import attribute, replace_calls, rewrite_and_recapture
+from passes.graph.rewrite import attribute
 from targets.aoti.kernels import ops
-from targets.aoti.passes.call_timing import faster, graph_replay_ms
+from targets.aoti.passes.call_timing import TimedRewrite, faster, random_on_gpu, rewrite_chosen
 from targets.aoti.passes.decode_kernels import _row_linear
 from targets.aoti.passes.decode_patterns import match_gated, match_norm, match_residual
 
 
-class RowLinearsOnCublasByTiming:
-    name = "row_linears_on_cublas_by_timing"
-    required = False
+class RowLinearsOnCublasByTiming(TimedRewrite):
+    name, record = "row_linears_on_cublas_by_timing", "row_linears"
 
-    def __init__(self, timer: Callable[[Callable], float] | None = None) -> None:
-        self.timer = timer or graph_replay_ms
+    def can_time(self) -> bool:
+        return ops.TRITON and torch.cuda.is_available()
 
-    def __call__(self, program: ExportedProgram) -> PassResult:
-        timed: dict = {}
-
-        def choose(key, sample):
-            here = ops.TRITON and torch.cuda.is_available()
-            if not here or sample[0].device.type != "cuda":
-                return None
-            if key not in timed:
-                timed[key] = self._times(*sample)
-            return faster(timed[key]["row_kernel"], {"cublas": timed[key]["cublas"]})
-
-        result = rewritten(program, choose)
-        result.info["row_linears"] = {_label(key): {k: round(v * 1000, 1) for k, v in t.items()}
-                                      for key, t in timed.items()}  # us a call
-        return result
-
-    def _times(self, _x, weight: torch.Tensor, bias: torch.Tensor | None) -> dict:
+    def times(self, _x, weight: torch.Tensor, bias: torch.Tensor | None) -> dict:
         """ms a call on random inputs of the linear's shape: the row kernel, cuBLAS."""
-        w = torch.randn(weight.shape, dtype=weight.dtype, device="cuda")
-        b = None if bias is None else torch.randn(bias.shape, dtype=bias.dtype,
-                                                   device="cuda")
-        x = torch.randn(1, weight.shape[1], dtype=weight.dtype, device="cuda")
+        x, w, b = random_on_gpu(weight[:1], weight, bias)
         with torch.no_grad():
             return {"row_kernel": self.timer(lambda: ops.row_gemv(x, w, b, None, None, 0.0,
                                                                   0.0, 0)),
                     "cublas": self.timer(lambda: linear_on_cublas(x, w, b))}
 
+    def pick(self, times: dict, key) -> str | None:
+        return faster(times["row_kernel"], {"cublas": times["cublas"]})
+
+    def rewritten(self, program: ExportedProgram, choose) -> PassResult:
+        return rewritten(program, choose)
+
+    def label(self, key) -> str:
+        return _label(key)
+
 
 def rewritten(program: ExportedProgram, choose: Callable[[tuple, tuple], object]
               ) -> PassResult:
-    """``program`` with each lone one-row linear on the GPU for which ``choose(key,
-    (x, weight, bias))`` answers truly (x: the input's example value) as
-    ``linear_on_cublas``; ``info["row_linears_on_cublas"]``:
-    how many."""
-    def rewrite(module: torch.fx.GraphModule) -> dict:
-        def arguments(node):
-            if not _lone_row_linear(module, node):
-                return None
-            weight = attribute(module, node.args[1])
-            bias_node = node.args[2] if len(node.args) > 2 else node.kwargs.get("bias")
-            bias = attribute(module, bias_node)
-            key = (tuple(weight.shape), bias is not None, weight.dtype)
-            if not choose(key, (node.args[0].meta["val"], weight, bias)):
-                return None
-            return (node.args[0], node.args[1], bias_node), {}
-        return replace_calls(module, arguments, linear_on_cublas, "row_linears_on_cublas")
-    return rewrite_and_recapture(program, rewrite, "row_linears_on_cublas")
+    """``program`` with each lone one-row linear for which ``choose(key, (x, weight,
+    bias))`` answers truly (x: the input's example value) as ``linear_on_cublas``;
+    ``info["row_linears_on_cublas"]``: how many."""
+    return rewrite_chosen(program, choose, _lone_row_linear, linear_on_cublas,
+                          "row_linears_on_cublas")
 
 
 def linear_on_cublas(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
@@ -95,12 +72,18 @@ def linear_on_cublas(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor |
     return torch.addmm(shift, row, weight.t()).reshape(*x.shape[:-1], weight.shape[0])
 
 
-def _lone_row_linear(module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
-    """A one-row linear the row kernel would take with nothing folded into it."""
-    if not _row_linear(module, node):
-        return False
-    return (match_norm(node.args[0]) is None and match_gated(node) is None
-            and match_residual(node) is None)
+def _lone_row_linear(module: torch.fx.GraphModule, node: torch.fx.Node):
+    """(args, key, sample) where ``node`` is a one-row linear the row kernel would take
+    with nothing folded into it, else None."""
+    if not _row_linear(module, node) or match_norm(node.args[0]) is not None or \
+            match_gated(node) is not None or match_residual(node) is not None:
+        return None
+    weight = attribute(module, node.args[1])
+    bias_node = node.args[2] if len(node.args) > 2 else node.kwargs.get("bias")
+    bias = attribute(module, bias_node)
+    key = (tuple(weight.shape), bias is not None, weight.dtype)
+    return (node.args[0], node.args[1], bias_node), key, (node.args[0].meta["val"], weight,
+                                                           bias)
 
 
 def _label(key) -> str:
