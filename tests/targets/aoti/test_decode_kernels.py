@@ -59,10 +59,13 @@ def test_decode_step_products_and_attention_become_fused_kernel_ops(family):
     attention = DecodeAttentionAsKernel()(program)
     result = RowLinearsAsKernels()(attention.program)
     layers = 2
-    assert attention.info == {"attention_as_kernel": layers}
+    # the mask every layer's attention reads, and the rotary cos and sin every q/k/v
+    # product reads, each stored once (decode_stored.py)
+    assert attention.info == {"attention_as_kernel": layers, "stored_once": 1}
     assert result.info == {"linears_as_kernels": 4 * layers + 1, "int8_linears": 0,
                            "norms_folded": 2 * layers + 1, "gated_folded": layers,
-                           "residuals_folded": 2 * layers, "rotary_folded": layers}
+                           "residuals_folded": 2 * layers, "rotary_folded": layers,
+                           "stored_once": 2}
     calls = _calls(result.program)
     assert calls["edge_exporter.row_gemv.default"] == 4 * layers + 1
     assert calls["edge_exporter.decode_attention.default"] == layers
@@ -73,6 +76,13 @@ def test_decode_step_products_and_attention_become_fused_kernel_ops(family):
     head_dim = heads.hidden_size // heads.num_attention_heads
     assert qkv.args[11:] == ((heads.num_attention_heads + heads.num_key_value_heads)
                              * head_dim, head_dim)  # queries and keys rotated, not values
+    masks = {n.args[5] for n in result.program.graph.nodes
+             if str(n.target) == "edge_exporter.decode_attention.default"}
+    turns = {tuple(n.args[9:11]) for n in result.program.graph.nodes
+             if n.target == ops_row_gemv() and len(n.args) > 9}
+    assert len(masks) == 1 and len(turns) == 1  # one stored value read by every layer
+    assert all(str(n.target) == "prims.inductor_force_stride_order.default"
+               for n in (*masks, *next(iter(turns))))
     cache_inputs = {n for n in result.program.graph.nodes if n.op == "placeholder"
                     and n.name.startswith("past")}
     assert not [n for n in result.program.graph.nodes if str(n.target) == "aten.cat.default"
@@ -102,7 +112,8 @@ def test_int8_weight_only_products_become_the_kernel_over_int8_rows():
     layers = 2
     assert result.info == {"linears_as_kernels": 4 * layers + 1, "int8_linears": 4 * layers + 1,
                            "norms_folded": 2 * layers + 1, "gated_folded": layers,
-                           "residuals_folded": 2 * layers, "rotary_folded": layers}
+                           "residuals_folded": 2 * layers, "rotary_folded": layers,
+                           "stored_once": 2}
     calls = _calls(result.program)
     assert not {"aten.mm.default", "aten.silu.default"} & set(calls)
     weights = {n.name: n for n in result.program.graph.nodes if n.op == "placeholder"}
