@@ -10,7 +10,9 @@ float, so the gain is memory traffic (GPU, memory-bound decoders), not int8 math
                                                               int4-weight (CPU: int4_cpu.py)
 
 A target may give its own torchao config per layer (``Quantization.layer_config``):
-executorch's int4-weight also quantizes activations per call (8da4w, XNNPACK's kernels).
+executorch's int4-weight also quantizes activations per call (8da4w, XNNPACK's kernels);
+or its own format for linears (``Quantization.linear_formats``): cuda's int4-weight is int4
+rows its decode kernels read (targets/aoti/kernels/int4_rows.py).
 
 torchao quantizes modules (``quantize_``), not graphs, so each linear's weight is
 quantized through a throwaway ``nn.Linear`` holding it, put back into the captured
@@ -55,6 +57,9 @@ INT4_GROUPS = (128, 64, 32)
 # A target's own torchao config for a recipe's layers (``Quantization.layer_config``):
 # (recipe, in_features) -> (config, the dtype its format packs from), or why it stays float.
 Configure = Callable[[str, int], "tuple[object, torch.dtype | None] | str"]
+# A target's own swap of a linear's weight for its format (module, node, op, weight node)
+# -> None when swapped, else why the layer stays float (the cuda target's int4 rows).
+Swap = Callable[[torch.fx.GraphModule, torch.fx.Node, str, object], "str | None"]
 
 
 def torchao_config(recipe: str, in_features: int) -> tuple[object, torch.dtype | None] | str:
@@ -81,16 +86,20 @@ class QuantizeWeightOnly:
     recipes = tuple(_FUNCTIONAL)
 
     def __init__(self, recipe: str, how: str, device: str,
-                 configure: Configure | None = None) -> None:
+                 configure: Configure | None = None, swap_linear: Swap | None = None,
+                 layout: str = "") -> None:
         self.recipe, self.how, self.device = recipe, how, device
         self.configure = configure  # the target's own layer config, or the shared one
+        self.swap_linear = swap_linear  # the target's own linear format (cuda int4 rows)
+        self.layout = layout  # its weights' layout, recorded with the figures
 
     def __call__(self, program: ExportedProgram) -> PassResult:
         before = weight_bytes(program)
         module = copy.deepcopy(program.module())  # the user's model keeps its float weights
         rewritten = products_as_linear(module)
         quantized, in_float = quantize_weights(module, self.recipe, device=self.device,
-                                               configure=self.configure)
+                                               configure=self.configure,
+                                               swap_linear=self.swap_linear)
         errors = layer_error_record(program.module(), module, quantized,
                                     [flatten_inputs(*program.example_inputs).tensors],
                                     "the example inputs")
@@ -100,17 +109,20 @@ class QuantizeWeightOnly:
                 "rewritten_as_linear": rewritten, "layers_quantized": quantized,
                 "layers_float": in_float, "weight_bytes_before": before,
                 "weight_bytes_after": weight_bytes(recaptured), **errors}
+        if self.layout:
+            info["layout"] = self.layout
         return PassResult(recaptured, modified=bool(quantized), info=info)
 
 
 def quantize_weights(module: torch.fx.GraphModule, recipe: str,
                      only: set[str] | None = None,
-                     device: str = "", configure: Configure | None = None
-                     ) -> tuple[list[str], list[dict]]:
+                     device: str = "", configure: Configure | None = None,
+                     swap_linear: Swap | None = None) -> tuple[list[str], list[dict]]:
     """Swap the weights of the recipe's layers (of ``only`` these ops, if given) for
     torchao's quantized tensors, in place (int4 on ``device`` "cpu": ATen's CPU format,
     int4_cpu.py, with int8 embedding tables; ``configure``: a target's own config for
-    the layers instead); the caller re-captures (then ``run_decompositions``). Returns
+    the layers instead; ``swap_linear``: a target's own format for its linears); the
+    caller re-captures (then ``run_decompositions``). Returns
     the layers quantized and those left in float, why."""
     quiet_torchao()
     quantized, in_float = [], []
@@ -120,7 +132,9 @@ def quantize_weights(module: torch.fx.GraphModule, recipe: str,
             continue
         if attribute(module, weight) is None and op != "linear":
             continue  # activation x activation (attention scores): not a layer
-        why = _swapper(recipe, device, op, configure)(module, node, op, weight)
+        swap = swap_linear if swap_linear is not None and op == "linear" else \
+            _swapper(recipe, device, op, configure)
+        why = swap(module, node, op, weight)
         if why is None:
             quantized.append(layer_name(node))
         else:

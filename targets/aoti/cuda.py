@@ -15,6 +15,7 @@ from targets.aoti.base import AotiGeneration, AotiPackaging, AOTInductorTarget, 
 from targets.aoti.card import CUDA, CUDA_RECIPES, gpu_here
 from targets.aoti.dependent_kernels import dependent_kernels, inductor_settings
 from targets.aoti.kernel_timing import host_independent_kernel_timing
+from targets.aoti.kernels import int4_rows
 from targets.aoti.kernels import ops as decode_ops
 from targets.aoti.kernels.dependent_launch import dependent_launches
 from targets.aoti.passes.aligned_linears import (
@@ -76,7 +77,9 @@ class CudaTarget(AOTInductorTarget):
     generation = AotiGeneration(step_attention="sdpa")
     packaging = CudaPackaging()
     tooling = CudaTooling()
-    quantization = Quantization(recipes=CUDA_RECIPES)
+    # int4-weight as int4 rows our decode kernels read (kernels/int4_rows.py)
+    quantization = Quantization(recipes=CUDA_RECIPES, linear_formats={
+        "int4-weight": (int4_rows.swap, int4_rows.LAYOUT)})
 
     def availability(self) -> Availability:
         return Availability(*gpu_here())

@@ -8,7 +8,7 @@ from typing import Mapping
 
 from passes.base import Pass
 from passes.quantize.quantize import QuantizePT2E
-from passes.quantize.quantize_weight_only import Configure, QuantizeWeightOnly
+from passes.quantize.quantize_weight_only import Configure, QuantizeWeightOnly, Swap
 from targets.options import LowerOptions
 
 
@@ -16,6 +16,9 @@ from targets.options import LowerOptions
 class Quantization:
     # recipe -> how this target runs it (the report says it); none by default
     recipes: Mapping[str, str] = field(default_factory=dict)
+    # weight-only recipe -> (the target's own swap of a linear for its format, the
+    # format's layout as the report records it); torchao's tensors otherwise
+    linear_formats: Mapping[str, tuple[Swap, str]] = field(default_factory=dict)
 
     def quantizer(self, recipe: str) -> object:
         """The torchao PT2E quantizer for one of ``recipes`` (weight-only recipes use
@@ -42,6 +45,8 @@ class Quantization:
             raise ValueError(f"recipe {recipe} is not one of {', '.join(self.recipes)}")
         how = self.recipes[recipe]
         if recipe in QuantizeWeightOnly.recipes:
-            return QuantizeWeightOnly(recipe, how, device, self.layer_config(recipe))
+            swap, layout = self.linear_formats.get(recipe, (None, ""))
+            return QuantizeWeightOnly(recipe, how, device, self.layer_config(recipe), swap,
+                                      layout)
         return QuantizePT2E(recipe, lambda: self.quantizer(recipe), list(options.calibration),
                             how, self.record(recipe))

@@ -29,6 +29,12 @@ def _row_gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
               rotary_cos: torch.Tensor | None = None,
               rotary_sin: torch.Tensor | None = None, rotary_rows: int = 0,
               head_dim: int = 0) -> torch.Tensor:
+    if weight.dtype == torch.uint8:  # int4 rows (int4_rows.py), their groups' scales
+        from targets.aoti.kernels.int4_triton import launch_int4_row_gemv
+        return launch_int4_row_gemv(x, weight, weight_scale, bias, norm_weight, residual,
+                                    eps, offset, act, rotary_cos=rotary_cos,
+                                    rotary_sin=rotary_sin, rotary_rows=rotary_rows,
+                                    head_dim=head_dim)
     from targets.aoti.kernels.triton_kernels import launch_row_gemv
     return launch_row_gemv(x, weight, bias, norm_weight, residual, eps, offset, act,
                            weight_scale=weight_scale, rotary_cos=rotary_cos,
@@ -69,3 +75,6 @@ def _define() -> None:
 _define()
 row_gemv = torch.ops.edge_exporter.row_gemv.default
 decode_attention = torch.ops.edge_exporter.decode_attention.default
+
+# int4 rows' linear (int4-weight on cuda), an op of its own: registered with these
+from targets.aoti.kernels import int4_rows  # noqa: E402,F401

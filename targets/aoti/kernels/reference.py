@@ -7,6 +7,7 @@ Triton is not installed, and what the Triton kernels are checked against.
     y  = (x' @ W.T) * weight_scale + bias                         W: [N, K] (or [2N, K]);
                                                                   weight_scale: int8 W's
                                                                   per-row scales, if given
+    (W uint8 [N, K/2]: int4 rows, weight_scale their groups' (scale, offset): int4_weight)
     y  = y * cos + rotate_half(y) * sin   each head of head_dim   over rows < rotary_rows
     y  = act(y[:N]) * y[N:]                                       if act (a gated MLP)
     y  = y + residual                                             if residual is given
@@ -42,6 +43,8 @@ def row_gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
     row = x.reshape(x.shape[-1]).float()
     if norm_weight is not None:
         row = row * torch.rsqrt(row.pow(2).mean() + eps) * (norm_weight.float() + offset)
+    if weight.dtype == torch.uint8:
+        weight, weight_scale = int4_weight(weight, weight_scale), None
     y = weight.float() @ row
     if weight_scale is not None:
         y = y * weight_scale.reshape(-1).float()
@@ -59,6 +62,16 @@ def row_gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
     if residual is not None:
         y = y + residual.reshape(-1).float()
     return y.to(x.dtype).reshape(*x.shape[:-1], y.shape[0])
+
+
+def int4_weight(packed: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
+    """The float32 weight [N, K] of int4 rows (kernels/int4_rows.py's format): byte j of
+    each group of ``packed`` [N, K/2] holds q[j] (low nibble) and q[j + group/2], and
+    each weight is ``q * scale + offset`` with ``scales`` [N, K/group, 2]."""
+    rows, groups = scales.shape[0], scales.shape[1]
+    nibbles = packed.reshape(rows, groups, -1)
+    q = torch.cat([nibbles & 15, nibbles >> 4], dim=-1).float()
+    return (q * scales[..., :1].float() + scales[..., 1:].float()).reshape(rows, -1)
 
 
 def row_gemv_shape(x: torch.Tensor, weight: torch.Tensor, act: int) -> torch.Size:

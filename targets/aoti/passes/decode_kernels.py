@@ -18,8 +18,9 @@ and copies between the products move almost nothing but each costs a launch and 
 (docs/design-notes.md). Only what is known at capture to be one row
 (the decode entry point; a prompt of dynamic length is not) with plain float weights, or
 int8 weight-only ones (``--quantize int8-weight``: the kernel reads the int8 rows, half
-the bytes, and applies each row's scale to its sum); int4 weights keep torchao's tinygemm
-kernel, and other linears row_linears.py's reduction.
+the bytes, and applies each row's scale to its sum), or int4 rows (``--quantize
+int4-weight``: kernels/int4_rows.py's format, a quarter of the bytes, each group's scale
+and offset applied to its sums); other linears row_linears.py's reduction.
 """
 
 from __future__ import annotations
@@ -29,12 +30,11 @@ from torch.export import ExportedProgram
 
 from passes.base import PassResult
 from passes.graph.rewrite import attribute, replace_calls, rewrite_and_recapture
-from targets.aoti.kernels import ops
+from targets.aoti.kernels import int4_rows, ops
 from targets.aoti.passes.decode_patterns import (match_decode_attention, match_gated,
                                                  match_int8_linear, match_norm,
                                                  match_residual, val)
 from targets.aoti.passes.decode_rotary import match_rotary
-from targets.aoti.passes.decode_stored import stored_once
 from targets.aoti.passes.row_linears import _one_row, _plain_float
 
 _LINEAR = torch.ops.aten.linear.default
@@ -57,8 +57,8 @@ class DecodeAttentionAsKernel:
 
 
 def _rewrite_linears(module: torch.fx.GraphModule) -> dict:
-    counts = {"linears_as_kernels": 0, "int8_linears": 0, "norms_folded": 0,
-              "gated_folded": 0, "residuals_folded": 0, "rotary_folded": 0}
+    counts = {"linears_as_kernels": 0, "int8_linears": 0, "int4_linears": 0,
+              "norms_folded": 0, "gated_folded": 0, "residuals_folded": 0, "rotary_folded": 0}
     # export's dtype asserts (of the model's and torchao's .to() calls) are extra uses of
     # the nodes fused here, and check nothing a compiled library keeps (Inductor drops them)
     for node in list(module.graph.nodes):
@@ -88,23 +88,27 @@ def _rewrite_linears(module: torch.fx.GraphModule) -> dict:
         for rotated, heads in rotary.replaced if rotary else ():
             rotated.replace_all_uses_with(heads)  # the op's rows are rotated already
         counts["linears_as_kernels"] += 1
-        counts["int8_linears"] += scale is not None
+        counts["int8_linears"] += scale is not None and val(weight).dtype == torch.int8
+        counts["int4_linears"] += val(weight).dtype == torch.uint8
         counts["norms_folded"] += norm is not None
         counts["gated_folded"] += gated is not None
         counts["residuals_folded"] += residual is not None
         counts["rotary_folded"] += rotary is not None
-    counts["stored_once"] = stored_once(module, ops.row_gemv, (9, 10))  # cos, sin
     module.graph.eliminate_dead_code()
     module.recompile()
     return counts
 
 
 def _product(module: torch.fx.GraphModule, node: torch.fx.Node) -> tuple | None:
-    """A one-row product the kernel takes: (x, weight, bias, int8 scales or None, the node
-    standing for its output)."""
+    """A one-row product the kernel takes: (x, weight, bias, int8 rows' scales, int4 rows'
+    groups' scales or None, the node standing for its output)."""
     if _row_linear(module, node):
         bias = node.args[2] if len(node.args) > 2 else node.kwargs.get("bias")
         return node.args[0], node.args[1], bias, None, node
+    if node.op == "call_function" and node.target is int4_rows.int4_linear \
+            and _one_row(node):  # int4 rows: the kernel reads the packed rows as stored
+        x, packed, scales, *bias = node.args
+        return x, packed, bias[0] if bias else None, scales, node
     found = match_int8_linear(node)
     if found is None or not _one_row(node):
         return None
@@ -132,7 +136,6 @@ def _rewrite_attention(module: torch.fx.GraphModule) -> dict:
     # SDPA is tagged random (its dropout), so dead-code elimination would keep it, and
     # with it the cache copies it reads: replace_calls erases it
     info = replace_calls(module, arguments, ops.decode_attention, "attention_as_kernel")
-    info["stored_once"] = stored_once(module, ops.decode_attention, (5,))  # the mask
     module.graph.eliminate_dead_code()
     module.recompile()
     return info

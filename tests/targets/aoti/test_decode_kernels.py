@@ -63,7 +63,7 @@ def test_decode_step_products_and_attention_become_fused_kernel_ops(family):
     # product reads, each stored once (decode_stored.py)
     assert attention.info == {"attention_as_kernel": layers, "stored_once": 1}
     assert result.info == {"linears_as_kernels": 4 * layers + 1, "int8_linears": 0,
-                           "norms_folded": 2 * layers + 1, "gated_folded": layers,
+                           "int4_linears": 0, "norms_folded": 2 * layers + 1, "gated_folded": layers,
                            "residuals_folded": 2 * layers, "rotary_folded": layers,
                            "stored_once": 2}
     calls = _calls(result.program)
@@ -111,7 +111,7 @@ def test_int8_weight_only_products_become_the_kernel_over_int8_rows():
     result = RowLinearsAsKernels()(quantized)
     layers = 2
     assert result.info == {"linears_as_kernels": 4 * layers + 1, "int8_linears": 4 * layers + 1,
-                           "norms_folded": 2 * layers + 1, "gated_folded": layers,
+                           "int4_linears": 0, "norms_folded": 2 * layers + 1, "gated_folded": layers,
                            "residuals_folded": 2 * layers, "rotary_folded": layers,
                            "stored_once": 2}
     calls = _calls(result.program)

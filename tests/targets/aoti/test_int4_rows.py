@@ -1,0 +1,143 @@
+"""The cuda target's int4 rows (targets/aoti/kernels/int4_rows.py): the format against
+the float weight, the int4-weight recipe's products becoming row_gemv over the packed rows
+with the decode step's folds (checked on the CPU through the reference kernels), and the
+Triton kernel against the reference math (on a GPU, or on the CPU under Triton's
+interpreter with TRITON_INTERPRET=1)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+
+import pytest
+import torch
+
+from targets.aoti.kernels import int4_rows, reference
+from tests.targets.aoti.test_decode_kernels import _calls, _captured, _randomised, ops_row_gemv
+
+pytest.importorskip("transformers")
+
+
+def test_int4_rows_stand_for_the_weight_within_a_step_of_each_group():
+    """Each weight comes back within half a step (scale / 2) of its group's range, the
+    low nibble holding a group's first half and the high one its second."""
+    torch.manual_seed(0)
+    weight = torch.randn(24, 256) * 0.05
+    packed, scales = int4_rows.pack(weight, 128)
+    assert packed.dtype == torch.uint8 and packed.shape == (24, 128)
+    assert scales.shape == (24, 2, 2)
+    back = reference.int4_weight(packed, scales)
+    step = scales[..., 0].repeat_interleave(128, dim=1)
+    assert ((back - weight).abs() <= step / 2 + 1e-6).all()
+    q = (packed[0, 0] & 15, packed[0, 0] >> 4)  # columns 0 and 64 of row 0
+    for nibble, col in zip(q, (0, 64)):
+        assert torch.isclose(nibble.float() * scales[0, 0, 0] + scales[0, 0, 1],
+                             back[0, col])
+
+
+def _quantized_int4(family: str):
+    from passes.quantize.quantize_weight_only import QuantizeWeightOnly
+    from targets.aoti.passes.decode_kernels import DecodeAttentionAsKernel
+    program, past = _captured(family, 1)
+    program = DecodeAttentionAsKernel()(program).program
+    quantize = QuantizeWeightOnly("int4-weight", "weight-only", "cuda",
+                                  swap_linear=int4_rows.swap, layout=int4_rows.LAYOUT)
+    return quantize(program), past
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2"])
+def test_int4_weight_products_become_the_kernel_over_int4_rows(family):
+    """With the cuda target's int4 rows each product is one int4_linear, and in a decode
+    step one row_gemv over the packed rows, the norm, gated activation, Qwen's q/k/v bias,
+    rotary and residual folded in as for float weights; the step computes what the
+    quantized program did, and that stays near the float one."""
+    from targets.aoti.passes.decode_kernels import RowLinearsAsKernels
+    quantized, past = _quantized_int4(family)
+    assert quantized.info["layout"] == int4_rows.LAYOUT
+    assert quantized.info["layers_float"] == []
+    result = RowLinearsAsKernels()(quantized.program)
+    layers = 2
+    folds = {"linears_as_kernels": 4 * layers + 1, "int8_linears": 0,
+             "int4_linears": 4 * layers + 1, "norms_folded": 2 * layers + 1,
+             "gated_folded": layers, "residuals_folded": 2 * layers, "rotary_folded": layers}
+    assert {name: result.info[name] for name in folds} == folds
+    calls = _calls(result.program)
+    assert not {"edge_exporter.int4_linear.default", "aten.silu.default"} & set(calls)
+    weights = {n.name: n for n in result.program.graph.nodes if n.op == "placeholder"}
+    int4 = [n for n in result.program.graph.nodes if n.target == ops_row_gemv()
+            and weights[n.args[1].name].meta["val"].dtype == torch.uint8]
+    assert len(int4) == 4 * layers + 1 and all(n.args[8] is not None for n in int4)
+    assert sum(n.args[2] is not None for n in int4) == (layers if family == "qwen2" else 0)
+    cache = _randomised(past)
+    ids, position = torch.tensor([[7]]), torch.tensor([9])
+    with torch.no_grad():
+        want = quantized.program.module()(ids, position, *cache.values())
+        got = result.program.module()(ids, position, *cache.values())
+    for name in want:
+        torch.testing.assert_close(got[name], want[name], rtol=1e-4, atol=1e-4)
+
+
+def test_prompt_rows_keep_the_int4_linear():
+    """A prefill chunk (rows of dynamic count) keeps int4_linear: its body, the unpacked
+    weight's linear, is what Inductor compiles there."""
+    from passes.quantize.quantize_weight_only import QuantizeWeightOnly
+    from targets.aoti.passes.decode_kernels import RowLinearsAsKernels
+    program, _ = _captured("llama", 4)
+    quantized = QuantizeWeightOnly("int4-weight", "weight-only", "cuda",
+                                   swap_linear=int4_rows.swap)(program).program
+    assert _calls(quantized)["edge_exporter.int4_linear.default"] == 4 * 2 + 1
+    assert not RowLinearsAsKernels()(quantized).modified
+
+
+def _kernel_device() -> str:
+    if torch.cuda.is_available():
+        return "cuda"
+    if os.environ.get("TRITON_INTERPRET") == "1" and importlib.util.find_spec("triton"):
+        return "cpu"
+    pytest.skip("no GPU (on the CPU: TRITON_INTERPRET=1 with Triton installed)")
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("config", [None, (2, 1, 4), (8, 4, 4)])
+@pytest.mark.parametrize("case", [  # (N, K, group, norm, act, residual, bias)
+    (37, 256, 128, True, 1, False, True), (2560, 2048, 128, True, 0, False, False),
+    (64, 5632, 128, False, 0, True, True), (48, 96, 32, True, 1, True, False)])
+def test_int4_row_gemv_kernel_matches_its_reference(case, config):
+    """fp16 rows against int4 rows: odd row counts, a group count no block divides, every
+    fold, plain and with the rows' blocks given."""
+    device = _kernel_device()
+    from targets.aoti.kernels.int4_triton import launch_int4_row_gemv
+    n, k, group, norm, act, res, bias = case
+    torch.manual_seed(n + k)
+    dtype = dict(device=device, dtype=torch.float16)
+    rows = 2 * n if act else n
+    packed, scales = int4_rows.pack(torch.randn(rows, k, **dtype) * 0.05, group)
+    x = torch.randn(1, 1, k, **dtype)
+    args = (torch.randn(rows, **dtype) if bias else None,
+            torch.rand(k, **dtype) + 0.5 if norm else None,
+            torch.randn(1, 1, n, **dtype) if res else None, 1e-6, 0.0, act)
+    want = reference.row_gemv(x, packed, *args, weight_scale=scales).float()
+    got = launch_int4_row_gemv(x, packed, scales, *args, config=config)
+    assert got.dtype == torch.float16 and got.shape == want.shape
+    assert ((got.float() - want).norm() / want.norm()).item() < 2e-3
+
+
+@pytest.mark.cuda
+def test_int4_row_gemv_kernel_rotates_the_first_rows_as_its_reference():
+    device = _kernel_device()
+    from targets.aoti.kernels.int4_triton import launch_int4_row_gemv
+    heads, kv_heads, dim, k = 8, 2, 64, 256
+    torch.manual_seed(dim)
+    dtype = dict(device=device, dtype=torch.float16)
+    rotated = (heads + kv_heads) * dim
+    packed, scales = int4_rows.pack(torch.randn(rotated + kv_heads * dim, k, **dtype) * 0.05,
+                                    128)
+    x = torch.randn(1, 1, k, **dtype)
+    angle = 9.0 / 10000 ** (torch.arange(0, dim, 2, device=device) / dim)
+    cos, sin = (f(torch.cat([angle, angle])).half().view(1, 1, 1, dim)
+                for f in (torch.cos, torch.sin))
+    args = (None, torch.rand(k, **dtype) + 0.5, None, 1e-6, 0.0, 0)
+    turn = dict(rotary_cos=cos, rotary_sin=sin, rotary_rows=rotated, head_dim=dim)
+    want = reference.row_gemv(x, packed, *args, weight_scale=scales, **turn).float()
+    got = launch_int4_row_gemv(x, packed, scales, *args, **turn).float()
+    assert ((got - want).norm() / want.norm()).item() < 2e-3
