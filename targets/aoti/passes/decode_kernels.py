@@ -35,6 +35,7 @@ from targets.aoti.passes.decode_patterns import (match_decode_attention, match_g
                                                  match_int8_linear, match_norm,
                                                  match_residual, val)
 from targets.aoti.passes.decode_rotary import match_rotary
+from targets.aoti.passes.decode_stored import stored_once
 from targets.aoti.passes.row_linears import _one_row, _plain_float
 
 _LINEAR = torch.ops.aten.linear.default
@@ -94,6 +95,7 @@ def _rewrite_linears(module: torch.fx.GraphModule) -> dict:
         counts["gated_folded"] += gated is not None
         counts["residuals_folded"] += residual is not None
         counts["rotary_folded"] += rotary is not None
+    counts["stored_once"] = stored_once(module, ops.row_gemv, (9, 10))  # cos, sin
     module.graph.eliminate_dead_code()
     module.recompile()
     return counts
@@ -136,6 +138,7 @@ def _rewrite_attention(module: torch.fx.GraphModule) -> dict:
     # SDPA is tagged random (its dropout), so dead-code elimination would keep it, and
     # with it the cache copies it reads: replace_calls erases it
     info = replace_calls(module, arguments, ops.decode_attention, "attention_as_kernel")
+    info["stored_once"] = stored_once(module, ops.decode_attention, (5,))  # the mask
     module.graph.eliminate_dead_code()
     module.recompile()
     return info
