@@ -35,12 +35,13 @@ def run_or_render(parser: argparse.ArgumentParser, run: Callable, render: Callab
 
 def time_artifacts(paths: dict[str, str], inputs: list, runs: int, warmup: int,
                    extra_calls: dict | None = None, device: str = "cpu",
-                   rounds: int = 10, stage=None) -> dict:
+                   rounds: int = 10, stage=None, after=None) -> dict:
     """Every artifact (and ``extra_calls``, e.g. eager) on the same inputs in this one
     process, interleaved by ``exporter.benchmark.time_side_by_side`` (``rounds`` blocks of
     runs/rounds calls per label): medians per label. On
     ``cuda`` the inputs live on the GPU and the timer is CUDA events. ``stage``: its
-    stage hook (warm-up per label, then the timed calls)."""
+    stage hook (warm-up per label, then the timed calls); ``after``: called with the
+    calls by label once they are timed."""
     import torch
 
     import runtime
@@ -53,8 +54,11 @@ def time_artifacts(paths: dict[str, str], inputs: list, runs: int, warmup: int,
         program = runtime.load(path)
         calls[label] = (lambda p: lambda: p.run(inputs))(program)
     with torch.inference_mode():
-        return time_side_by_side(calls, device, runs, warmup, rounds=rounds,
-                                 stage=stage or quiet_stage)
+        timings = time_side_by_side(calls, device, runs, warmup, rounds=rounds,
+                                    stage=stage or quiet_stage)
+        if after is not None:
+            after(calls)
+    return timings
 
 
 def machine_header(**versions: str) -> dict:

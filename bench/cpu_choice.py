@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
 import math
 import os
@@ -75,7 +76,8 @@ def run(args) -> None:
         with LoadSampler() as load:
             timings = time_artifacts(paths, inputs, args.runs, args.warmup, extra_calls=calls,
                                      rounds=args.rounds,
-                                     stage=together.stage if together else None)
+                                     stage=together.stage if together else None,
+                                     after=together.keep_busy if together else None)
         choice = (runtime.read_manifest(paths["cpu"]).build.get("backend_choice")
                   if "cpu" in paths else None)
         Path(args.json_out).parent.mkdir(parents=True, exist_ok=True)
@@ -94,10 +96,12 @@ def run(args) -> None:
 
 class Together:
     """Timing processes of several models (bench/cpu_choice_pinned.py, all at once) that
-    start their timed calls together, after every one has loaded and warmed up, and keep
-    their cores busy until the last is done, so that a model's neighbours stay the same
-    through its timing. Without it, small models were timed while the large
-    ones still loaded, and the large ones partly after the small ones had finished."""
+    start their timed calls together, after every one has loaded and warmed up, and go on
+    calling their engines, untimed, until the last is done, so that a model's neighbours
+    stay the same through its timing. Without it, small models were timed while the large
+    ones still loaded, and the large ones partly after the small ones had finished; with
+    a matmul loop after instead, the large ones' later rounds had neighbours other
+    than their first rounds'."""
 
     def __init__(self, folder: Path, count: int, name: str, limit_s: float = 120.0) -> None:
         self.folder, self.count, self.name, self.limit_s = folder, count, name, limit_s
@@ -105,16 +109,16 @@ class Together:
 
     @contextlib.contextmanager
     def stage(self, label: str):
-        """time_side_by_side's stage hook: waits before its timed calls, spins after."""
-        timed = label.startswith("time ")
-        if timed:
+        """time_side_by_side's stage hook: waits before its timed calls."""
+        if label.startswith("time "):
             self.record["waited_s"], self.record["all_ready"] = self._wait("ready", None)
         yield
-        if timed:
-            import torch
-            square = torch.randn(512, 512)
-            self.record["busy_after_s"], self.record["all_done"] = self._wait(
-                "done", lambda: torch.mm(square, square))
+
+    def keep_busy(self, calls: dict) -> None:
+        """time_artifacts' ``after``: this process's engines in turn until all are done."""
+        engines = itertools.cycle(list(calls.values()))
+        self.record["busy_after_s"], self.record["all_done"] = self._wait(
+            "done", lambda: next(engines)())
 
     def _wait(self, kind: str, busy) -> tuple[float, bool]:
         """Marks this process ``kind``, then sleeps (or calls ``busy``) until ``count``

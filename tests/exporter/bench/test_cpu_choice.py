@@ -89,7 +89,7 @@ def test_in_two_lanes_two_timings_run_at_once_and_each_lane_in_turn(tmp_path):
     assert a1 <= c0, "c (a's lane) started before a ended"
 
 
-def test_processes_timed_together_start_when_all_are_ready_and_stay_busy_until_all_are_done(
+def test_processes_timed_together_start_when_all_are_ready_and_call_engines_until_all_are_done(
         tmp_path):
     first = cpu_choice.Together(tmp_path, 2, "a", limit_s=30)
     second = cpu_choice.Together(tmp_path, 2, "b", limit_s=30)
@@ -98,10 +98,21 @@ def test_processes_timed_together_start_when_all_are_ready_and_stay_busy_until_a
         assert not (tmp_path / "ready-a").exists(), "warm-ups wait for no one"
     with first.stage("time eager, cpu (30 calls each, interleaved)"):
         assert (tmp_path / "ready-a").exists() and first.record["all_ready"]
-        (tmp_path / "done-b").touch()
+    called = {"eager": 0, "cpu": 0}
+
+    def engine(name):
+        def call():
+            called[name] += 1
+            if called["cpu"] == 3:  # b is done while a still calls its engines
+                (tmp_path / "done-b").touch()
+        return call
+
+    first.keep_busy({name: engine(name) for name in called})
     assert first.record["all_done"] and first.record["busy_after_s"] < 30
+    assert called == {"eager": 3, "cpu": 3}, "the engines were not called in turn"
     with second.stage("time eager (1 calls each, interleaved)"):
         pass
+    second.keep_busy({"eager": lambda: None})
     assert second.record["all_ready"] and second.record["all_done"]
 
 
@@ -109,4 +120,5 @@ def test_a_process_timed_together_goes_on_alone_once_its_wait_runs_out(tmp_path)
     alone = cpu_choice.Together(tmp_path, 2, "a", limit_s=0.2)
     with alone.stage("time eager (1 calls each, interleaved)"):
         pass
+    alone.keep_busy({"eager": lambda: None})
     assert alone.record["all_ready"] is False and alone.record["all_done"] is False
