@@ -46,7 +46,9 @@ BANDWIDTH = 4.8e12
 DECODE_PASSES = ("decode_attention_as_kernel", "row_linears_as_kernels")
 BUILDS = {"fp16": dict(dtype="fp16"),
           "fp16-int8-weight": dict(dtype="fp16", quantize="int8-weight", min_top1=0.5),
-          "fp16-int4-weight": dict(dtype="fp16", quantize="int4-weight")}
+          # random weights' flat logits: int4's rounding flips many near-ties
+          "fp16-int4-weight": dict(dtype="fp16", quantize="int4-weight", min_top1=0.3,
+                                   max_kl=1.0)}
 
 
 def step_bytes(folder: Path, build: str) -> float:
