@@ -23,6 +23,9 @@ class AotiMeta(PartitionMeta):
     package: Entry  # the .pt2 package
     inductor_configs: dict | None = None  # the Inductor settings it was compiled with (report)
     compiler: str | None = None  # which C++ compiler, and why (report)
+    # CPU: the library reads its constants where its own load put them, not from aligned
+    # copies (aligned_cpu_runner); the cpu target's choice times both and records it here
+    constants_as_loaded: bool | None = None
 
 
 class AotiExecutor:
@@ -47,7 +50,8 @@ class AotiExecutor:
         # leaves it behind when loading fails; pointed at a recorded folder of ours, every
         # such folder is removed: now on failure, with the executor otherwise.
         unpacked = scratch.make_dir("aoti-load-")
-        if partition.device == "cpu" and not meta.shared_weights and not run_single_threaded:
+        if (partition.device == "cpu" and not meta.shared_weights and not run_single_threaded
+                and not meta.constants_as_loaded):
             runner = aligned_cpu_runner(files_dir / meta.package, unpacked)
             if runner is not None:
                 return cls(runner, unpacked, full_fp32=False)

@@ -53,6 +53,24 @@ def test_the_librarys_constants_are_aligned_and_its_outputs_unchanged(packed_pac
         torch.testing.assert_close(ours.run([x])[0], model(x), rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("as_loaded", [False, True])
+def test_the_partitions_meta_says_whether_constants_are_copied_or_read_as_loaded(
+        packed_package, as_loaded):
+    from runtime.executors.aoti import AotiExecutor, AotiMeta, _Runner
+    from runtime.format.manifest import Partition
+
+    path, model, x = packed_package
+    partition = Partition(name="p0", backend="aoti", device="cpu", files=(path.name,),
+                          inputs=("x",), outputs=("y",), meta={})
+    meta = AotiMeta(package=path.name, constants_as_loaded=as_loaded or None)
+    executor = AotiExecutor.load(partition, meta, path.parent, where="test")
+    runner = executor._run.__self__
+    assert isinstance(runner, _Runner) != as_loaded
+    assert as_loaded or runner.constants, "aligned: the library reads our copies"
+    with torch.no_grad():
+        torch.testing.assert_close(executor([x])[0], model(x), rtol=1e-4, atol=1e-4)
+
+
 def test_a_package_that_is_not_one_library_is_left_to_the_package_loader(tmp_path):
     import zipfile
 
