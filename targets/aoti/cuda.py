@@ -51,7 +51,7 @@ from targets.facets import Quantization
 # Passes not yet shown faster inside a whole build: off by default;
 # bench/cuda_gap.py turns them on by name to time them inside whole builds.
 CANDIDATE_PASSES = {p.name: p for p in (LinearInputsAlignedByPadding, ConvsAsGemmsByTiming,
-                                        PixelConvsAsRowLinears)}
+                                        PixelConvsAsRowLinears, NarrowConvsPaddedByTiming)}
 
 
 class CudaPackaging(AotiPackaging):
@@ -60,8 +60,7 @@ class CudaPackaging(AotiPackaging):
         if not options.deterministic:
             found.append("Inductor times Triton kernel configurations on this GPU and keeps the "
                          "fastest, and each attention call's, large depthwise "
-                         "convolution's, narrow convolution's and lone one-row linear's "
-                         "kernel is chosen by timing "
+                         "convolution's and lone one-row linear's kernel is chosen by timing "
                          "(--deterministic turns this off)")
         return found
 
@@ -89,7 +88,6 @@ class CudaTarget(AOTInductorTarget):
         if not options.fuse:
             return passes
         # GEMMs cuBLAS runs well in place of a patch convolution and of an unaligned head;
-        # a convolution over a few channels (an RGB stem) padded to 8 where that times faster;
         # small depthwise convolutions as Inductor's reductions, the larger ones as our
         # kernel where it times faster than cuDNN's, group convolutions cuDNN
         # wraps in layout transforms as batched GEMMs, a tanh GELU as its GEMM's epilogue
@@ -112,8 +110,7 @@ class CudaTarget(AOTInductorTarget):
         kernels = [AttentionKernelsByTiming()] if timing else []
         cublas = [RowLinearsOnCublasByTiming()] if timing and decode else []
         depthwise = [] if options.deterministic else [DepthwiseConvsByTiming()]
-        narrow = [] if options.deterministic else [NarrowConvsPaddedByTiming()]
-        return [*passes, PatchConvsAsMatmuls(), *narrow, LinearsAlignedByPadding(),
+        return [*passes, PatchConvsAsMatmuls(), LinearsAlignedByPadding(),
                 DepthwiseConvsAsTaps(), *depthwise, GroupedConvsAsBatchedGemms(),
                 *epilogue, *written, AttentionInputsAsViews(), *cublas, *decode, *kernels,
                 SingleRowLinearsAsReductions()]
