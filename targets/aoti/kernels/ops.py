@@ -75,6 +75,3 @@ def _define() -> None:
 _define()
 row_gemv = torch.ops.edge_exporter.row_gemv.default
 decode_attention = torch.ops.edge_exporter.decode_attention.default
-
-# int4 rows' linear (int4-weight on cuda), an op of its own: registered with these
-from targets.aoti.kernels import int4_rows  # noqa: E402,F401
