@@ -171,6 +171,21 @@ def plain_aoti(module, args: tuple, kwargs: dict, path: Path, while_compiling=No
     return lambda: runner(*args, **(kwargs or {}))
 
 
+def aligned_aoti(path: Path, work_dir: Path, inputs: list):
+    """The AOTInductor-frozen package's library as the runtime loads a CPU library
+    (runtime/executors/aoti.py): its float32 oneDNN-packed constants copied to 64-byte
+    aligned memory, so the two loads of one library can be timed side by side."""
+    import tempfile
+
+    from runtime.executors.aoti import aligned_cpu_runner
+
+    runner = aligned_cpu_runner(path, Path(tempfile.mkdtemp(dir=work_dir,
+                                                            prefix="aoti-aligned-")))
+    if runner is None:
+        raise RuntimeError(f"{path}: not one CPU library, nothing to align")
+    return lambda: runner.run(inputs)
+
+
 def eager_int8(module):
     import copy
 
@@ -183,8 +198,10 @@ def eager_int8(module):
 def baselines(model: str, names: list[str], work_dir: Path, threads: int,
               made_only: bool = False) -> tuple:
     """(inputs, {label: call}) for eager and each asked baseline (``aoti``: AOTInductor
-    frozen). ``made_only``: a baseline whose file an earlier step did not make is left out
-    rather than made now (a timing step must not compile beside other timings)."""
+    frozen; ``aoti-aligned``: its library with the constants the runtime would copy to
+    aligned memory copied so). ``made_only``: a baseline whose file an earlier step did
+    not make is left out rather than made now (a timing step must not compile beside
+    other timings)."""
     from exporter.model.spec import load_spec
     from runtime.program.flat_inputs import flatten_inputs
 
@@ -194,11 +211,15 @@ def baselines(model: str, names: list[str], work_dir: Path, threads: int,
     calls = {"eager": lambda: module(*args, **kwargs)}
     files = {"ort": work_dir / f"{_name(model)}-torch-onnx-export.onnx",
              "aoti": work_dir / f"{_name(model)}-aoti-frozen.pt2"}
+    files["aoti-aligned"] = files["aoti"]
     names = [n for n in names if not (made_only and n in files and not files[n].exists())]
     if "ort" in names:
         calls["ort"] = plain_ort(module, args, kwargs, inputs, files["ort"], threads)
     if "aoti" in names:
         calls["aoti"] = plain_aoti(module, args, kwargs, files["aoti"])
+    if "aoti-aligned" in names:
+        plain_aoti(module, args, kwargs, files["aoti"])  # compiled if not yet
+        calls["aoti-aligned"] = aligned_aoti(files["aoti"], work_dir, inputs)
     if "eager-int8" in names:
         quantized = eager_int8(module)
         calls["eager-int8"] = lambda: quantized(*args, **kwargs)

@@ -6,6 +6,8 @@ import json
 import sys
 import time
 
+import pytest
+
 from bench import cpu_choice, cpu_choice_pinned
 
 
@@ -47,8 +49,32 @@ def test_a_timing_step_leaves_out_peers_no_earlier_step_made(tmp_path, monkeypat
 
     monkeypatch.setattr(compare_targets, "plain_aoti", lambda *a: (_ for _ in ()).throw(
         AssertionError("compiled in a timing step")))
-    _, calls = compare_targets.baselines("zoo:mlp", ["aoti"], tmp_path, 1, made_only=True)
+    _, calls = compare_targets.baselines("zoo:mlp", ["aoti", "aoti-aligned"], tmp_path, 1,
+                                         made_only=True)
     assert set(calls) == {"eager"}
+
+
+def test_the_peers_library_loaded_aligned_is_a_column_and_not_taken_for_a_peer(tmp_path):
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text(json.dumps(_row("gpt2", {"cpu": 150.0, "eager": 180.0, "ort": 160.0,
+                                             "aoti": 140.0, "aoti-aligned": 130.0})))
+    text = cpu_choice.render([str(rows)])
+    assert "| cpu target ms (p10-p90) | AOTI frozen, constants aligned" in text
+    line = next(line for line in text.splitlines() if line.startswith("| gpt2 |"))
+    assert "| 130 (117-156) |" in line
+    assert "| AOTInductor frozen | **1.071** |" in line  # 150 / 140, not 150 / 130
+
+
+def test_a_peer_package_that_is_not_one_library_cannot_be_loaded_aligned(tmp_path):
+    import zipfile
+
+    from bench import compare_targets
+
+    empty = tmp_path / "empty.pt2"
+    with zipfile.ZipFile(empty, "w") as archive:
+        archive.writestr("empty/data/aotinductor/model/notes.txt", "no library")
+    with pytest.raises(RuntimeError, match="not one CPU library"):
+        compare_targets.aligned_aoti(empty, tmp_path, [])
 
 
 def test_slots_still_running_at_the_barrier_are_ended_and_named(tmp_path):
