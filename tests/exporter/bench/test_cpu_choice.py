@@ -35,13 +35,19 @@ def test_table_divides_by_the_fastest_peer_and_gives_the_geometric_mean(tmp_path
     assert "geometric mean cpu / best peer **1.061**" in text.lower()  # sqrt(1.2 * 150/160)
 
 
-def test_the_onnx_targets_column_is_shown_and_not_taken_for_a_peer(tmp_path):
+def _one_row_table(tmp_path, model: str, timings: dict) -> tuple[str, str]:
+    """render's text for one model's row, and that row's line."""
     rows = tmp_path / "rows.jsonl"
-    rows.write_text(json.dumps(_row("convnext", {"cpu": 60.0, "onnx": 50.0, "eager": 80.0,
-                                                 "ort": 55.0, "aoti": 70.0})))
+    rows.write_text(json.dumps(_row(model, timings)))
     text = cpu_choice.render([str(rows)])
+    return text, next(line for line in text.splitlines() if line.startswith(f"| {model} |"))
+
+
+def test_the_onnx_targets_column_is_shown_and_not_taken_for_a_peer(tmp_path):
+    text, line = _one_row_table(tmp_path, "convnext", {"cpu": 60.0, "onnx": 50.0,
+                                                       "eager": 80.0, "ort": 55.0,
+                                                       "aoti": 70.0})
     assert "| cpu target ms (p10-p90) | onnx target ms (p10-p90) | eager |" in text
-    line = next(line for line in text.splitlines() if line.startswith("| convnext |"))
     assert "| 50 (45-60) |" in line and "| plain ORT | **1.091** |" in line  # 60 / 55
 
 def test_a_timing_step_leaves_out_peers_no_earlier_step_made(tmp_path, monkeypatch):
@@ -55,12 +61,9 @@ def test_a_timing_step_leaves_out_peers_no_earlier_step_made(tmp_path, monkeypat
 
 
 def test_the_peers_library_loaded_aligned_is_a_column_and_not_taken_for_a_peer(tmp_path):
-    rows = tmp_path / "rows.jsonl"
-    rows.write_text(json.dumps(_row("gpt2", {"cpu": 150.0, "eager": 180.0, "ort": 160.0,
-                                             "aoti": 140.0, "aoti-aligned": 130.0})))
-    text = cpu_choice.render([str(rows)])
+    text, line = _one_row_table(tmp_path, "gpt2", {"cpu": 150.0, "eager": 180.0, "ort": 160.0,
+                                                   "aoti": 140.0, "aoti-aligned": 130.0})
     assert "| cpu target ms (p10-p90) | AOTI frozen, constants aligned" in text
-    line = next(line for line in text.splitlines() if line.startswith("| gpt2 |"))
     assert "| 130 (117-156) |" in line
     assert "| AOTInductor frozen | **1.071** |" in line  # 150 / 140, not 150 / 130
 
