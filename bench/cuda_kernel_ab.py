@@ -5,6 +5,9 @@ cuda target's rewrites bet on, timed without a whole build.
 
 - depthwise convolutions: cuDNN's (``F.conv2d(groups=C)``, channels-last input) against
   Inductor's kernel for the taps rewrite (targets/aoti/passes/depthwise_convs.py);
+- ``direct``: the larger depthwise convolutions as the cuda target times them at build
+  time (passes/depthwise_kernel.py: cuDNN at its faster layout against our direct kernel
+  at each tile), with the tile it would choose and the kernel's max difference;
 - a linear then GELU: cuBLAS then a pointwise kernel, against ``_addmm_activation`` (one
   cuBLASLt GEMM with a GELU epilogue; tanh-approximate GELU);
 - attention at ViT's and GPT-2's sizes, and Swin-T's windows with their additive mask (its
@@ -65,6 +68,34 @@ def depthwise_rows() -> list[dict]:
                      "cudnn_ms": timed(lambda: F.conv2d(x, w, b, stride, pad, 1, channels)),
                      "taps_ms": timed(lambda: taps(x)),
                      "max_diff": float((got.float() - want.float()).abs().max())})
+    return rows
+
+
+# (channels, size, kernel, stride, channels-last): ConvNeXtV2-Atto's and ConvNeXt-T's
+# first 7x7s, MixNet-style 9x9s over few channels
+DIRECT = [(40, 56, 7, 1, True), (96, 56, 7, 1, True), (192, 28, 7, 1, True),
+          (96, 56, 7, 1, False), (24, 56, 9, 1, True), (80, 28, 9, 1, True)]
+
+
+def direct_rows() -> list[dict]:
+    from targets.aoti.kernels.depthwise_conv import depthwise_conv2d
+    from targets.aoti.passes.depthwise_kernel import DepthwiseConvsByTiming
+    timing, rows = DepthwiseConvsByTiming(), []
+    for channels, size, kernel, stride, last in DIRECT:
+        x = torch.randn(1, channels, size, size, device="cuda", dtype=HALF)
+        x = x.to(memory_format=torch.channels_last) if last else x
+        w = torch.randn(channels, 1, kernel, kernel, device="cuda", dtype=HALF) * 0.1
+        b = torch.randn(channels, device="cuda", dtype=HALF)
+        args = ([stride] * 2, [kernel // 2] * 2, [1, 1])
+        times = timing.times(x, w, b, *args)
+        tile = timing.pick(times, None)
+        got = depthwise_conv2d(x, w, b, *args, *(tile or min(
+            (t for t in times if t != "cudnn"), key=times.get)))
+        want = F.conv2d(x.float(), w.float(), b.float(), *args, groups=channels)
+        rows.append({"what": "direct", "shape": [channels, size, kernel, stride],
+                     "channels_last": last, "chosen": str(tile),
+                     "us": {str(k): round(v * 1000, 2) for k, v in times.items()},
+                     "max_diff": float((got.float() - want).abs().max())})
     return rows
 
 
@@ -140,7 +171,8 @@ def main() -> None:
     parser.add_argument("--rows", default="attention,depthwise,gelu",
                         help="which tables (depthwise compiles one kernel a shape: minutes)")
     args = parser.parse_args()
-    tables = {"attention": attention_rows, "depthwise": depthwise_rows, "gelu": gelu_rows}
+    tables = {"attention": attention_rows, "depthwise": depthwise_rows, "gelu": gelu_rows,
+              "direct": direct_rows}
     inductor = torch._inductor.config
     header = {"torch": torch.__version__, "gpu": torch.cuda.get_device_name(),
               "enable_pdl": hasattr(inductor.triton, "enable_pdl"),
