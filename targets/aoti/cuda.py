@@ -51,7 +51,8 @@ from targets.facets import Quantization
 # Passes not yet shown faster inside a whole build: off by default;
 # bench/cuda_gap.py turns them on by name to time them inside whole builds.
 CANDIDATE_PASSES = {p.name: p for p in (LinearInputsAlignedByPadding, ConvsAsGemmsByTiming,
-                                        PixelConvsAsRowLinears, NarrowConvsPaddedByTiming)}
+                                        PixelConvsAsRowLinears, NarrowConvsPaddedByTiming,
+                                        DepthwiseConvsByTiming)}
 
 
 class CudaPackaging(AotiPackaging):
@@ -59,8 +60,8 @@ class CudaPackaging(AotiPackaging):
         found = super().nondeterminism(options)
         if not options.deterministic:
             found.append("Inductor times Triton kernel configurations on this GPU and keeps the "
-                         "fastest, and each attention call's, large depthwise "
-                         "convolution's and lone one-row linear's kernel is chosen by timing "
+                         "fastest, and each attention call's and lone one-row linear's "
+                         "kernel is chosen by timing "
                          "(--deterministic turns this off)")
         return found
 
@@ -88,8 +89,7 @@ class CudaTarget(AOTInductorTarget):
         if not options.fuse:
             return passes
         # GEMMs cuBLAS runs well in place of a patch convolution and of an unaligned head;
-        # small depthwise convolutions as Inductor's reductions, the larger ones as our
-        # kernel where it times faster than cuDNN's, group convolutions cuDNN
+        # small depthwise convolutions as Inductor's reductions, group convolutions cuDNN
         # wraps in layout transforms as batched GEMMs, a tanh GELU as its GEMM's epilogue
         # (each kept for being faster inside whole builds, not in isolation);
         # written-out attention as one SDPA call, attention inputs as views, not copies,
@@ -109,9 +109,8 @@ class CudaTarget(AOTInductorTarget):
         written = [WrittenAttentionAsSdpa()] if timing else []
         kernels = [AttentionKernelsByTiming()] if timing else []
         cublas = [RowLinearsOnCublasByTiming()] if timing and decode else []
-        depthwise = [] if options.deterministic else [DepthwiseConvsByTiming()]
         return [*passes, PatchConvsAsMatmuls(), LinearsAlignedByPadding(),
-                DepthwiseConvsAsTaps(), *depthwise, GroupedConvsAsBatchedGemms(),
+                DepthwiseConvsAsTaps(), GroupedConvsAsBatchedGemms(),
                 *epilogue, *written, AttentionInputsAsViews(), *cublas, *decode, *kernels,
                 SingleRowLinearsAsReductions()]
 
