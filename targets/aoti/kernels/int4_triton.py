@@ -6,7 +6,8 @@ A program reduces BLOCK_N rows, BLOCK_G groups a step: it loads a [BLOCK_N, BLOC
 group/2] tile of bytes (two weights each), multiplies the low nibbles by the groups'
 first halves of x and the high ones by their second halves, scales each group's sum and
 adds its offset times the group's sum of x. The ``_gdc`` form (a programmatic dependent
-launch) lets the next kernel start at once and waits before it reads anything.
+launch) lets the next kernel start at once, loads its first tile of weights and only then
+waits for the kernel before.
 """
 
 from __future__ import annotations
@@ -20,11 +21,25 @@ from targets.aoti.kernels.triton_kernels import _finish, _program_rows
 
 
 @triton.jit
-def _group_sums(x_ptr, w_ptr, s_ptr, nw_ptr, rows, row_ok, OFFSET: tl.constexpr,
+def _packed_tile(w_ptr, rows, row_ok, first, K: tl.constexpr, GROUP: tl.constexpr,
+                 BLOCK_G: tl.constexpr):
+    """The rows' packed bytes of BLOCK_G groups from group ``first``: [BLOCK_N, BLOCK_G,
+    GROUP / 2]."""
+    half: tl.constexpr = GROUP // 2
+    g = first + tl.arange(0, BLOCK_G)
+    j = tl.arange(0, half)
+    tile = rows[:, None, None] * (K // 2) + g[None, :, None] * half + j[None, None, :]
+    ok = row_ok[:, None, None] & (g < K // GROUP)[None, :, None] & (j >= 0)[None, None, :]
+    return tl.load(w_ptr + tile, mask=ok, other=0, eviction_policy="evict_first")
+
+
+@triton.jit
+def _group_sums(x_ptr, w_ptr, s_ptr, nw_ptr, rows, row_ok, ahead, OFFSET: tl.constexpr,
                 K: tl.constexpr, GROUP: tl.constexpr, BLOCK_N: tl.constexpr,
                 BLOCK_G: tl.constexpr, HAS_NORM: tl.constexpr):
     """(each row's scaled group sums, a [BLOCK_N, BLOCK_G] tile not yet summed; the sum of
-    x^2, a scalar) over all K columns of the rows at ``w_ptr``/``s_ptr``."""
+    x^2, a scalar) over all K columns of the rows at ``w_ptr``/``s_ptr``; ``ahead``: their
+    first tile of bytes, loaded by the caller (a dependent launch: before its wait)."""
     half: tl.constexpr = GROUP // 2
     groups: tl.constexpr = K // GROUP
     acc = tl.zeros((BLOCK_N, BLOCK_G), dtype=tl.float32)
@@ -44,11 +59,10 @@ def _group_sums(x_ptr, w_ptr, s_ptr, nw_ptr, rows, row_ok, OFFSET: tl.constexpr,
             x_high = x_high * (tl.load(nw_ptr + at + half, mask=x_ok, other=0.0)
                                .to(tl.float32) + OFFSET)
         x_sum = tl.sum(x_low + x_high, axis=1)
-        tile = (rows[:, None, None] * (K // 2) + g[None, :, None] * half
-                + j[None, None, :])
-        ok = row_ok[:, None, None] & x_ok[None, :, :]
-        packed = tl.load(w_ptr + tile, mask=ok, other=0,
-                         eviction_policy="evict_first").to(tl.int32)
+        if first == 0:
+            packed = ahead.to(tl.int32)
+        else:
+            packed = _packed_tile(w_ptr, rows, row_ok, first, K, GROUP, BLOCK_G).to(tl.int32)
         low = (packed & 15).to(tl.float32)
         high = (packed >> 4).to(tl.float32)
         dot = tl.sum(low * x_low[None, :, :] + high * x_high[None, :, :], axis=2)
@@ -69,16 +83,22 @@ def _int4_row_gemv(x_ptr, w_ptr, s_ptr, b_ptr, nw_ptr, r_ptr, cos_ptr, sin_ptr,
                    ROT_ROWS: tl.constexpr, HEAD_D: tl.constexpr):
     rows = _program_rows(BLOCK_N, ROT_ROWS, HEAD_D)
     row_ok = rows < N
-    if GDC:  # the next kernel may start at once; everything read here may be the step's
+    up_ptr = w_ptr + N * (K // 2)  # a gated product's up rows: N rows below the gate's
+    if GDC:  # the next kernel may start at once
         tl.extra.cuda.gdc_launch_dependents()
+    # no kernel of the step writes weights: their first bytes are loaded before the wait
+    ahead = _packed_tile(w_ptr, rows, row_ok, 0, K, GROUP, BLOCK_G)
+    up_ahead = ahead
+    if ACT != 0:
+        up_ahead = _packed_tile(up_ptr, rows, row_ok, 0, K, GROUP, BLOCK_G)
+    if GDC:
         tl.extra.cuda.gdc_wait()
-    acc, square_sum = _group_sums(x_ptr, w_ptr, s_ptr, nw_ptr, rows, row_ok, OFFSET, K,
-                                  GROUP, BLOCK_N, BLOCK_G, HAS_NORM)
+    acc, square_sum = _group_sums(x_ptr, w_ptr, s_ptr, nw_ptr, rows, row_ok, ahead, OFFSET,
+                                  K, GROUP, BLOCK_N, BLOCK_G, HAS_NORM)
     up = tl.zeros((BLOCK_N, BLOCK_G), dtype=tl.float32)
-    if ACT != 0:  # the up rows sit N rows below the gate rows
-        up, _ = _group_sums(x_ptr, w_ptr + N * (K // 2), s_ptr + N * (K // GROUP) * 2,
-                            nw_ptr, rows, row_ok, OFFSET, K, GROUP, BLOCK_N, BLOCK_G,
-                            HAS_NORM)
+    if ACT != 0:
+        up, _ = _group_sums(x_ptr, up_ptr, s_ptr + N * (K // GROUP) * 2, nw_ptr, rows,
+                            row_ok, up_ahead, OFFSET, K, GROUP, BLOCK_N, BLOCK_G, HAS_NORM)
     zero = tl.zeros((BLOCK_N,), dtype=tl.float32)
     y = _finish(tl.sum(acc, axis=1), zero, up, zero + square_sum, b_ptr, r_ptr, s_ptr,
                 cos_ptr, sin_ptr, rows, row_ok, EPS, N, K, HAS_BIAS, HAS_NORM, ACT,
