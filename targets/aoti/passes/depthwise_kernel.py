@@ -13,8 +13,8 @@ padding, dilation, dtype) is timed on the build's GPU, cuDNN at its faster layou
 against the kernel at a few tile sizes on the input as laid out, each as CUDA graphs of
 back-to-back calls (call_timing.py), and rewritten where the kernel takes under MARGIN of
 cuDNN's time. Only static image sizes and half-precision constant weights. A candidate,
-off by default: the kernel has not yet beaten cuDNN on a measured shape, and each tile's
-compile (49 unrolled taps) adds seconds to a build.
+off by default: the kernel has not yet beaten cuDNN on a measured shape, and each tile it
+times is compiled while the build runs.
 """
 
 from __future__ import annotations
