@@ -39,12 +39,10 @@ def _group_sums(x_ptr, w_ptr, s_ptr, nw_ptr, rows, row_ok, ahead, OFFSET: tl.con
                 BLOCK_G: tl.constexpr, HAS_NORM: tl.constexpr):
     """(each row's scaled group sums, a [BLOCK_N, BLOCK_G] tile not yet summed; the sum of
     x^2, a scalar) over all K columns of the rows at ``w_ptr``/``s_ptr``; ``ahead``: their
-    first tile of bytes, loaded by the caller (a dependent launch: before its wait).
-    Each product is scaled and summed into a tile of the bytes' shape, reduced once at the
-    end: summed over each group every step, the tile took shuffles and barriers a step."""
+    first tile of bytes, loaded by the caller (a dependent launch: before its wait)."""
     half: tl.constexpr = GROUP // 2
     groups: tl.constexpr = K // GROUP
-    acc = tl.zeros((BLOCK_N, BLOCK_G, half), dtype=tl.float32)
+    acc = tl.zeros((BLOCK_N, BLOCK_G), dtype=tl.float32)
     squares = tl.zeros((BLOCK_G, half), dtype=tl.float32)
     j = tl.arange(0, half)
     for first in tl.static_range(0, groups, BLOCK_G):
@@ -60,23 +58,20 @@ def _group_sums(x_ptr, w_ptr, s_ptr, nw_ptr, rows, row_ok, ahead, OFFSET: tl.con
                              + OFFSET)
             x_high = x_high * (tl.load(nw_ptr + at + half, mask=x_ok, other=0.0)
                                .to(tl.float32) + OFFSET)
-        x_both = x_low + x_high  # times each group's offset
-        x_high = x_high * 0.0625  # the high nibble is read as 16 q
+        x_sum = tl.sum(x_low + x_high, axis=1)
         if first == 0:
             packed = ahead.to(tl.int32)
         else:
             packed = _packed_tile(w_ptr, rows, row_ok, first, K, GROUP, BLOCK_G).to(tl.int32)
-        # q as a float without the int-to-float unit (a quarter of the float rate): the
-        # float with bits 0x4B000000 | q is 2^23 + q exactly
-        low = ((packed & 15) | 0x4B000000).to(tl.float32, bitcast=True) - 8388608.0
-        high = ((packed & 240) | 0x4B000000).to(tl.float32, bitcast=True) - 8388608.0
+        low = (packed & 15).to(tl.float32)
+        high = (packed >> 4).to(tl.float32)
+        dot = tl.sum(low * x_low[None, :, :] + high * x_high[None, :, :], axis=2)
         pair = (rows[:, None] * groups + g[None, :]) * 2
         pair_ok = row_ok[:, None] & g_ok[None, :]
         scale = tl.load(s_ptr + pair, mask=pair_ok, other=0.0).to(tl.float32)
         offset = tl.load(s_ptr + pair + 1, mask=pair_ok, other=0.0).to(tl.float32)
-        acc += ((low * x_low[None, :, :] + high * x_high[None, :, :]) * scale[:, :, None]
-                + offset[:, :, None] * x_both[None, :, :])
-    return tl.sum(acc, axis=2), tl.sum(tl.sum(squares, axis=1), axis=0)
+        acc += dot * scale + offset * x_sum[None, :]
+    return acc, tl.sum(tl.sum(squares, axis=1), axis=0)
 
 
 @triton.jit
