@@ -143,11 +143,13 @@ _BYTES_PER_THREAD = 16
 
 
 def int4_config(rows: int, cols: int, group: int, gated: bool) -> tuple[int, int, int]:
-    """(BLOCK_N, BLOCK_G, num_warps): 4 warps whose threads each load 16 bytes a step,
-    BLOCK_N rows (fewer where the product has few rows, so every SM gets programs)."""
-    warps = 4
+    """(BLOCK_N, BLOCK_G, num_warps): threads that each load 16 bytes a step, BLOCK_N rows
+    (fewer where the product has few rows, so every SM gets programs). Long rows (a down
+    projection) take twice the groups a step at 8 warps, and a head's many rows 8 rows a
+    program: the fastest of bench/int4_rows_cuda.py's sweep for those shapes."""
+    warps = 8 if cols >= 4096 and rows < 16384 else 4
+    block_n = 8 if rows >= 16384 else 4 if rows >= 2048 else 2
     tile = _BYTES_PER_THREAD * 32 * warps  # bytes a step
-    block_n = 4 if rows >= 2048 else 2
     block_g = max(1, tile // (block_n * group // 2))
     block_g = min(block_g, triton.next_power_of_2(cols // group))
     return block_n, block_g, warps

@@ -98,7 +98,7 @@ def _kernel_device() -> str:
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("config", [None, (2, 1, 4), (8, 4, 4)])
+@pytest.mark.parametrize("config", [None, (2, 1, 4), (8, 4, 4), (4, 16, 8)])
 @pytest.mark.parametrize("case", [  # (N, K, group, norm, act, residual, bias)
     (37, 256, 128, True, 1, False, True), (2560, 2048, 128, True, 0, False, False),
     (64, 5632, 128, False, 0, True, True), (48, 96, 32, True, 1, True, False)])
