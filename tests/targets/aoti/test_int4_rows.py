@@ -61,13 +61,12 @@ def test_int4_weight_products_become_the_kernel_over_int4_rows(family):
              "int4_linears": 4 * layers + 1, "norms_folded": 2 * layers + 1,
              "gated_folded": layers, "residuals_folded": 2 * layers, "rotary_folded": layers}
     assert {name: result.info[name] for name in folds} == folds
-    calls = _calls(result.program)
-    assert not {"edge_exporter.int4_linear.default", "aten.silu.default"} & set(calls)
-    weights = {n.name: n for n in result.program.graph.nodes if n.op == "placeholder"}
-    int4 = [n for n in result.program.graph.nodes if n.target == ops_row_gemv()
-            and weights[n.args[1].name].meta["val"].dtype == torch.uint8]
-    assert len(int4) == 4 * layers + 1 and all(n.args[8] is not None for n in int4)
-    assert sum(n.args[2] is not None for n in int4) == (layers if family == "qwen2" else 0)
+    assert not {"edge_exporter.int4_linear.default", "aten.silu.default"} & set(
+        _calls(result.program))
+    int4 = _row_gemvs_over(result.program, torch.uint8)  # each with its groups' scales
+    assert len(int4) == 4 * layers + 1 and None not in [n.args[8] for n in int4]
+    biased = [n for n in int4 if n.args[2] is not None]  # Qwen's q/k/v bias
+    assert len(biased) == (layers if family == "qwen2" else 0)
     cache = _randomised(past)
     ids, position = torch.tensor([[7]]), torch.tensor([9])
     with torch.no_grad():
@@ -75,6 +74,12 @@ def test_int4_weight_products_become_the_kernel_over_int4_rows(family):
         got = result.program.module()(ids, position, *cache.values())
     for name in want:
         torch.testing.assert_close(got[name], want[name], rtol=1e-4, atol=1e-4)
+
+
+def _row_gemvs_over(program, dtype: torch.dtype) -> list:
+    stored = {n.name: n.meta["val"].dtype for n in program.graph.nodes if n.op == "placeholder"}
+    return [n for n in program.graph.nodes
+            if n.target == ops_row_gemv() and stored[n.args[1].name] == dtype]
 
 
 def test_prompt_rows_keep_the_int4_linear():
