@@ -139,9 +139,9 @@ def test_static_libstdcxx_compiler_is_detected_here():
 @pytest.mark.parametrize("recipe", ["int8-weight", "int4-weight"])
 def test_weight_only_recipes_on_the_gpu(artifacts_dir, cli, recipe):
     """Weight-only (int8: torchao's rows; int4: int4 rows): every linear of a decoder and
-    its tied output projection (x @ table.T) quantized, and the token table as int8 rows; smaller weights, the gate
-    passed, and the loaded artifact (CUDA graphs) agrees with eager float32 at a new
-    batch size."""
+    its tied output projection (x @ table.T) quantized, and the token table as int8 rows;
+    smaller weights, the gate passed, and the loaded artifact (CUDA graphs) agrees with
+    eager float32 at a new batch size."""
     pytest.importorskip("torchao")
     from exporter.validation.gates import compare_quantized
     from exporter.report.console import quantization_records
