@@ -79,11 +79,11 @@ CPU_RECIPES = {
 CUDA_RECIPES = {
     "int8-weight": "torchao Int8WeightOnlyConfig: int8 per-channel linear and "
                    "embedding weights, float activations (Triton mixed-dtype GEMM)",
-    "int4-weight": "int4 rows (two weights a byte, a scale and offset per group of "
-                   "128, or 64/32 where in_features needs): the decode step's products "
-                   "one Triton kernel each with the norm, activation and residual folded "
-                   "in, a prompt's the unpacked weight's GEMM (kernels/int4_rows.py); "
-                   "embeddings int8 per row",
+    "int4-weight": "torchao Int4WeightOnlyConfig (groups of 128, or 64/32 where "
+                   "in_features needs, tinygemm layout): int4 "
+                   "linear weights, bfloat16 GEMM inside, float32 in and out; "
+                   "embeddings int8 per row (EDGE_EXPORTER_INT4_ROWS=1: int4 rows "
+                   "the decode kernels read, kernels/int4_rows.py)",
 }
 
 

@@ -7,6 +7,7 @@ built on (cubins are compiled for it), and the CUDA and torch versions.
 from __future__ import annotations
 
 import contextlib
+import os
 
 import torch
 
@@ -71,14 +72,25 @@ class CudaTooling(AotiTooling):
         return [*super().doctor_checks(), _gpu_check()]
 
 
+class CudaQuantization(Quantization):
+    """int4-weight as int4 rows our decode kernels read (kernels/int4_rows.py) only where
+    ``EDGE_EXPORTER_INT4_ROWS=1``: each product alone times 1.1-1.3x torchao's tinygemm and
+    the folds' gain is not yet measured in a whole decode step, so tinygemm stays the
+    default until it is."""
+
+    def linear_format(self, recipe: str):
+        if os.environ.get(int4_rows.ROWS_ENV) != "1":
+            return None, ""
+        return super().linear_format(recipe)
+
+
 class CudaTarget(AOTInductorTarget):
     name, device, description = CUDA.name, CUDA.device, CUDA.description
     # SDPA's GPU kernels (exporter/lm/attention.py: measured)
     generation = AotiGeneration(step_attention="sdpa")
     packaging = CudaPackaging()
     tooling = CudaTooling()
-    # int4-weight as int4 rows our decode kernels read (kernels/int4_rows.py)
-    quantization = Quantization(recipes=CUDA_RECIPES, linear_formats={
+    quantization = CudaQuantization(recipes=CUDA_RECIPES, linear_formats={
         "int4-weight": (int4_rows.swap, int4_rows.LAYOUT)})
 
     def availability(self) -> Availability:

@@ -30,6 +30,11 @@ class Quantization:
         activation bits the quantizer kept to)."""
         return {}
 
+    def linear_format(self, recipe: str) -> tuple[Swap | None, str]:
+        """This target's own (swap, layout) for a weight-only recipe's linears, or (None,
+        "") for torchao's tensors."""
+        return self.linear_formats.get(recipe, (None, ""))
+
     def layer_config(self, recipe: str) -> Configure | None:
         """This target's own torchao config for each layer of a tensor-subclass recipe
         (int8-weight, int4-weight), or None for the shared one (quantize_weight_only.py)."""
@@ -45,7 +50,7 @@ class Quantization:
             raise ValueError(f"recipe {recipe} is not one of {', '.join(self.recipes)}")
         how = self.recipes[recipe]
         if recipe in QuantizeWeightOnly.recipes:
-            swap, layout = self.linear_formats.get(recipe, (None, ""))
+            swap, layout = self.linear_format(recipe)
             return QuantizeWeightOnly(recipe, how, device, self.layer_config(recipe), swap,
                                       layout)
         return QuantizePT2E(recipe, lambda: self.quantizer(recipe), list(options.calibration),
