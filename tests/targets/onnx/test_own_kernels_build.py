@@ -83,6 +83,20 @@ def test_a_cpu_without_the_kernels_isa_is_refused_with_exit_2(builds, tmp_path, 
     assert "Traceback" not in done.stderr
 
 
+def test_packaging_for_another_platform_is_refused_before_anything_is_written(
+        builds, tmp_path, cli_here):
+    """The kernel library is x86-64 code: a bundle for aarch64 would be refused on the
+    device, so `exporter package` refuses it here (exit 2, no bundle, the way out named)."""
+    out = tmp_path / "arm.tar.gz"
+    done = cli_here("package", str(builds[True].artifact), "--platform", "linux-aarch64",
+                    "--out", str(out))
+    assert done.returncode == 2, done.stderr
+    assert "linux-x86_64" in done.stderr and "linux-aarch64" in done.stderr
+    # rebuilt for aarch64, the graph keeps ONNX Runtime's ops (the last test)
+    assert "exporter build --platform linux-aarch64" in done.stderr
+    assert not out.exists() and "Traceback" not in done.stderr
+
+
 def test_a_wrong_kernel_fails_the_builds_gate(tmp_path, monkeypatch):
     """The gate runs the rewritten graph on the packed library: GEMVs whose scales are
     negated (a sign slip in the kernel) must not ship."""
