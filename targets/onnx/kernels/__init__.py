@@ -27,7 +27,7 @@ from runtime.host.hostinfo import cpu_flags
 
 HERE = Path(__file__).resolve().parent
 SOURCES = ("nbits_rows.c", "rows_attention.c")
-HEADERS = ("rows_abi.h",)
+HEADERS = ("rows_abi.h", "nbits_tiles.h")
 LIBRARY = "onnx_kernels.so"  # the artifact entry, beside model.onnx
 PLATFORM = "linux-x86_64"  # what the library is compiled for
 ISA = "avx2+fma"

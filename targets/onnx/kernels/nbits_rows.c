@@ -12,11 +12,12 @@
 #include <sys/mman.h>
 
 #include "rows_abi.h"
+#include "nbits_tiles.h"
 
 OrtApiTable api;
 
 // ---- Kernels
-enum { R = 4, ROWS_PER_TASK = 32, PREFETCH = 2048 };
+enum { ROWS_PER_TASK = 32 };
 // glu: the output is silu(first half) * second half, a LLaMA MLP's packed gate/up;
 // norm: the input is ORT's SkipSimplifiedLayerNormalization of (x, skip, gamma) first,
 // x + skip the second output
@@ -24,83 +25,71 @@ typedef struct { int64_t K, N, bits, block, glu, norm; float eps; uint8_t* packe
 typedef struct {
   const uint8_t* w; const float* ws; const int8_t* xq; const float* xs; const int32_t* xsum;
   float* y; int64_t M, N, nb, block, bits;
+  const float* wst; int64_t npad; const __m256* xs4; const __m256i* xq4;  // M >= MB
 } Job;
 
-// 32 signed weights against 32 int8 activations: |w| * (x signed as w) in vpmaddubsw,
-// whose 16-bit pair sums stay under 2 * 128 * 127 (AVX2 has no VNNI)
-static inline __m256i dot8(__m256i w, __m256i x) {
-  __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
-  return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
-}
-// 64 4-bit codes (low nibble: the even element) against activations laid out [evens,
-// odds]; codes are w + 8, so pair sums stay under 2 * 2 * 15 * 127
-static inline __m256i dot4(__m256i packed, __m256i xe, __m256i xo) {
-  const __m256i low = _mm256_set1_epi8(0x0F);
-  __m256i lo = _mm256_and_si256(packed, low);
-  __m256i hi = _mm256_and_si256(_mm256_srli_epi16(packed, 4), low);
-  __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo, xe), _mm256_maddubs_epi16(hi, xo));
-  return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
-}
-
-// rows_n (<= R) outputs of one packed group of R rows for one activation row
-static inline __attribute__((always_inline)) void tile(
-    const uint8_t* restrict wg, const float* restrict ws, const int8_t* restrict x,
-    const float* restrict xs, const int32_t* restrict xsum, float* restrict y, int64_t nb,
-    int64_t block, int bits, int rows_n) {
-  const int64_t blob = bits == 8 ? block : block / 2;
-  __m256 acc[R];
-  for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
-  for (int64_t b = 0; b < nb; b++) {
-    __m256i is[R];
-    for (int r = 0; r < R; r++) is[r] = _mm256_setzero_si256();
-    const uint8_t* w = wg + b * blob * R;
-    const int8_t* xb = x + b * block;
-    for (int64_t c = 0; c < blob * R; c += 64)
-      _mm_prefetch((const char*)(w + PREFETCH + c), _MM_HINT_T0);
-    if (bits == 8) {
-      for (int64_t k = 0; k < block; k += 32) {
-        __m256i xv = _mm256_loadu_si256((const __m256i*)(xb + k));
-        for (int r = 0; r < rows_n; r++)
-          is[r] = _mm256_add_epi32(
-              is[r], dot8(_mm256_loadu_si256((const __m256i*)(w + k * R + r * 32)), xv));
-      }
-    } else {
-      for (int64_t k = 0; k < block; k += 64) {
-        __m256i xe = _mm256_loadu_si256((const __m256i*)(xb + k));
-        __m256i xo = _mm256_loadu_si256((const __m256i*)(xb + k + 32));
-        for (int r = 0; r < rows_n; r++)
-          is[r] = _mm256_add_epi32(is[r], dot4(_mm256_loadu_si256(
-              (const __m256i*)(w + k / 2 * R + r * 32)), xe, xo));
-      }
-    }
-    for (int r = 0; r < rows_n; r++) {  // 4 bits: 8 * sum(x) off, a lane's share each
-      __m256i v = bits == 4 ? _mm256_sub_epi32(is[r], _mm256_set1_epi32(xsum[b])) : is[r];
-      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(v), _mm256_set1_ps(ws[r * nb + b] * xs[b]),
-                               acc[r]);
-    }
-  }
-  for (int r = 0; r < rows_n; r++) y[r] = hsum(acc[r]);
+// decode: one activation row; a function per width and full group, so tile's loops unroll
+static void one_row(const Job* j, int64_t m, int64_t n, int rows_n) {
+  const int64_t nb = j->nb, kp = nb * j->block;
+  const int64_t group = (j->bits == 8 ? j->block : j->block / 2) * nb;
+  const uint8_t* w = j->w + n * group;
+  const float* ws = j->ws + n * nb;
+  const int32_t* xsum = j->xsum ? j->xsum + m * nb : NULL;
+  float* y = j->y + m * j->N + n;
+  if (j->bits == 8 && rows_n == R)
+    tile(w, ws, j->xq + m * kp, j->xs + m * nb, xsum, y, nb, j->block, 8, R);
+  else if (j->bits == 4 && rows_n == R)
+    tile(w, ws, j->xq + m * kp, j->xs + m * nb, xsum, y, nb, j->block, 4, R);
+  else
+    tile(w, ws, j->xq + m * kp, j->xs + m * nb, xsum, y, nb, j->block, (int)j->bits, rows_n);
 }
 
+// prefill: MB activation rows at once (a short last group computed whole, stored in part)
+static void many_rows(const Job* j, int64_t m, int64_t n, int rows_n) {
+  const int64_t nb = j->nb, kp = nb * j->block;
+  const uint8_t* w = j->w + n * (j->bits == 8 ? j->block : j->block / 2) * nb;
+  const __m256* xs4 = j->xs4 + m / MB * nb * 2;
+  const __m256i* xq4 = j->xq4 + m / MB * nb * 2;
+  float* y = j->y + m * j->N + n;
+  if (j->bits == 8)
+    tile_rows(w, j->wst + n, j->npad, j->xq + m * kp, xs4, xq4, y, nb, j->block, j->N, 8,
+              rows_n);
+  else
+    tile_rows(w, j->wst + n, j->npad, j->xq + m * kp, xs4, xq4, y, nb, j->block, j->N, 4,
+              rows_n);
+}
+
+// prefill: MB activation rows per pass over the task's weights; the rest one by one
 static void rows(const Job* j, int64_t n0, int64_t n1) {
-  const int64_t nb = j->nb, block = j->block, kp = nb * block;
-  const int64_t group = (j->bits == 8 ? block : block / 2) * nb;  // bytes of one row
-  for (int64_t m = 0; m < j->M; m++) {
-    const int8_t* x = j->xq + m * kp;
-    const float* xs = j->xs + m * nb;
-    const int32_t* xsum = j->xsum ? j->xsum + m * nb : NULL;
-    float* y = j->y + m * j->N;
-    int64_t n = n0;
-    if (j->bits == 8)
-      for (; n + R <= n1; n += R)
-        tile(j->w + n * group, j->ws + n * nb, x, xs, xsum, y + n, nb, block, 8, R);
-    else
-      for (; n + R <= n1; n += R)
-        tile(j->w + n * group, j->ws + n * nb, x, xs, xsum, y + n, nb, block, 4, R);
-    if (n < n1)
-      tile(j->w + n * group, j->ws + n * nb, x, xs, xsum, y + n, nb, block, (int)j->bits,
-           (int)(n1 - n));
-  }
+  int64_t m = 0;
+  for (; j->xs4 && m + MB <= j->M; m += MB)
+    for (int64_t n = n0; n < n1; n += R) many_rows(j, m, n, (int)(n1 - n < R ? n1 - n : R));
+  for (; m < j->M; m++)
+    for (int64_t n = n0; n < n1; n += R) one_row(j, m, n, (int)(n1 - n < R ? n1 - n : R));
+}
+
+// what tile_rows reads besides the weights: the scales by block, zero past N, and per
+// block of MB rows their scales and 4 * code sums laid out as fold's pairs (j->xs4, xq4)
+static void prefill_tables(Job* j) {
+  const int64_t nb = j->nb, blocks = j->M / MB;
+  j->npad = (j->N + R - 1) / R * R;
+  float* wst = calloc((size_t)(nb * j->npad), sizeof(float));
+  __m256* xs4 = aligned_alloc(32, sizeof(__m256) * (size_t)(blocks * nb * 2));
+  __m256i* xq4 = aligned_alloc(32, sizeof(__m256i) * (size_t)(blocks * nb * 2));
+  for (int64_t n = 0; n < j->N; n++)
+    for (int64_t b = 0; b < nb; b++) wst[b * j->npad + n] = j->ws[n * nb + b];
+  for (int64_t i = 0; i < blocks; i++)
+    for (int64_t b = 0; b < nb; b++)
+      for (int q = 0; q < 2; q++) {
+        int64_t m0 = (i * MB + 2 * q) * nb + b, m1 = m0 + nb;
+        float a = j->xs[m0], c = j->xs[m1];
+        int32_t s = j->xsum ? 4 * j->xsum[m0] : 0, t = j->xsum ? 4 * j->xsum[m1] : 0;
+        xs4[(i * nb + b) * 2 + q] = _mm256_setr_ps(a, a, c, c, a, a, c, c);
+        xq4[(i * nb + b) * 2 + q] = _mm256_setr_epi32(s, s, t, t, s, s, t, t);
+      }
+  j->wst = wst;
+  j->xs4 = xs4;
+  j->xq4 = xq4;
 }
 
 static void task(void* data, size_t i) {
@@ -217,7 +206,9 @@ static OrtStatus* compute(void* op_kernel, OrtKernelContext* ctx) {
   float* xs = malloc(sizeof(float) * (size_t)(M * nb));
   int32_t* xsum = kern->bits == 4 ? malloc(sizeof(int32_t) * (size_t)(M * nb)) : NULL;
   quantize_rows(a, M, kern->K, nb, kern->block, (int)kern->bits, xq, xs, xsum);
-  Job j = {kern->packed, ws, xq, xs, xsum, y, M, kern->N, nb, kern->block, kern->bits};
+  Job j = {kern->packed, ws, xq, xs, xsum, y, M, kern->N, nb, kern->block, kern->bits,
+           NULL, 0, NULL, NULL};
+  if (M >= MB) prefill_tables(&j);
   size_t tasks = (size_t)((kern->N + ROWS_PER_TASK - 1) / ROWS_PER_TASK);
   OrtStatus* status = KernelContext_ParallelFor(ctx, task, tasks, 0, &j);
   if (kern->glu) {
@@ -239,6 +230,9 @@ static OrtStatus* compute(void* op_kernel, OrtKernelContext* ctx) {
   free(xq);
   free(xs);
   free(xsum);
+  free((void*)j.wst);
+  free((void*)j.xs4);
+  free((void*)j.xq4);
   free(normed);
   return status;
 }
