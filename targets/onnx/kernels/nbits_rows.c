@@ -51,12 +51,15 @@ static void many_rows(const Job* j, int64_t m, int64_t n, int rows_n) {
   const __m256* xs4 = j->xs4 + m / MB * nb * 2;
   const __m256i* xq4 = j->xq4 + m / MB * nb * 2;
   float* y = j->y + m * j->N + n;
-  if (j->bits == 8)
-    tile_rows(w, j->wst + n, j->npad, j->xq + m * kp, xs4, xq4, y, nb, j->block, j->N, 8,
-              rows_n);
-  else
-    tile_rows(w, j->wst + n, j->npad, j->xq + m * kp, xs4, xq4, y, nb, j->block, j->N, 4,
-              rows_n);
+  // the recipes' blocks (card.NBITS_BLOCK) as constants: their steps unroll
+#define TILE_ROWS(bits, block)                                                          \
+  tile_rows(w, j->wst + n, j->npad, j->xq + m * kp, xs4, xq4, y, nb, block, j->N, bits, \
+            rows_n)
+  if (j->bits == 8 && j->block == 256) TILE_ROWS(8, 256);
+  else if (j->bits == 4 && j->block == 128) TILE_ROWS(4, 128);
+  else if (j->bits == 8) TILE_ROWS(8, j->block);
+  else TILE_ROWS(4, j->block);
+#undef TILE_ROWS
 }
 
 // prefill: MB activation rows per pass over the task's weights; the rest one by one

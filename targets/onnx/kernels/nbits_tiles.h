@@ -63,56 +63,55 @@ static inline __attribute__((always_inline)) void tile(
 }
 
 
-// MB activation rows against two rows (RH) of a packed group over one block: int32 sums
-// in v; only the 8 sums and the block's row data stay in registers. 4 bits: the codes'
-// 16-bit pair sums stay under 4 * 2 * 15 * 127 over 256 weights, so they add up in 16
-// bits and widen once per 256 (8 * sum(x), the codes' offset, comes off in tile_rows).
-enum { RH = 2 };
-static inline __attribute__((always_inline)) void block_rows(
-    const uint8_t* restrict w, const int8_t* restrict xb, int64_t kp, int64_t block,
-    int bits, __m256i v[MB][RH]) {
+// MB activation rows against two rows (RH) of a packed group over weights [k0, k1) of a
+// block: int32 sums in v; only the 8 sums and the step's row data stay in registers.
+// 4 bits: the codes' 16-bit pair sums stay under 4 * 2 * 15 * 127 over 256 weights, so a
+// chunk (CHUNK4) adds up in 16 bits and widens once (8 * sum(x), the codes' offset, comes
+// off in tile_rows).
+enum { RH = 2, CHUNK4 = 256 };
+static inline __attribute__((always_inline)) void chunk_rows(
+    const uint8_t* restrict w, const int8_t* restrict xb, int64_t kp, int64_t k0,
+    int64_t k1, int bits, __m256i v[MB][RH]) {
   const __m256i ones = _mm256_set1_epi16(1), low = _mm256_set1_epi8(0x0F);
-  for (int m = 0; m < MB; m++)
-    for (int r = 0; r < RH; r++) v[m][r] = _mm256_setzero_si256();
   if (bits == 8) {
-    for (int64_t k = 0; k < block; k += 32) {
-      __m256i wv[RH], mag[RH];
+    for (int m = 0; m < MB; m++)
+      for (int r = 0; r < RH; r++) v[m][r] = _mm256_setzero_si256();
+    for (int64_t k = k0; k < k1; k += 32) {
+      __m256i mag[RH];
       for (int r = 0; r < RH; r++) {
-        wv[r] = _mm256_loadu_si256((const __m256i*)(w + k * R + r * 32));
-        mag[r] = _mm256_sign_epi8(wv[r], wv[r]);
+        mag[r] = _mm256_loadu_si256((const __m256i*)(w + k * R + r * 32));
+        mag[r] = _mm256_sign_epi8(mag[r], mag[r]);
       }
       for (int m = 0; m < MB; m++) {
         __m256i xv = _mm256_loadu_si256((const __m256i*)(xb + m * kp + k));
-        for (int r = 0; r < RH; r++)
-          v[m][r] = _mm256_add_epi32(v[m][r], _mm256_madd_epi16(
-              _mm256_maddubs_epi16(mag[r], _mm256_sign_epi8(xv, wv[r])), ones));
+        for (int r = 0; r < RH; r++)  // the weights' signs read again: fewer registers
+          v[m][r] = _mm256_add_epi32(v[m][r], _mm256_madd_epi16(_mm256_maddubs_epi16(
+              mag[r], _mm256_sign_epi8(xv, _mm256_loadu_si256(
+                  (const __m256i*)(w + k * R + r * 32)))), ones));
       }
     }
     return;
   }
-  for (int64_t k0 = 0; k0 < block; k0 += 256) {
-    __m256i s16[MB][RH];
-    for (int m = 0; m < MB; m++)
-      for (int r = 0; r < RH; r++) s16[m][r] = _mm256_setzero_si256();
-    for (int64_t k = k0; k < block && k < k0 + 256; k += 64) {
-      __m256i lo[RH], hi[RH];
-      for (int r = 0; r < RH; r++) {
-        __m256i pv = _mm256_loadu_si256((const __m256i*)(w + k / 2 * R + r * 32));
-        lo[r] = _mm256_and_si256(pv, low);
-        hi[r] = _mm256_and_si256(_mm256_srli_epi16(pv, 4), low);
-      }
-      for (int m = 0; m < MB; m++) {
-        const __m256i* xm = (const __m256i*)(xb + m * kp + k);
-        __m256i xe = _mm256_loadu_si256(xm), xo = _mm256_loadu_si256(xm + 1);
-        for (int r = 0; r < RH; r++)
-          s16[m][r] = _mm256_add_epi16(s16[m][r], _mm256_add_epi16(
-              _mm256_maddubs_epi16(lo[r], xe), _mm256_maddubs_epi16(hi[r], xo)));
-      }
+  __m256i s16[MB][RH];
+  for (int m = 0; m < MB; m++)
+    for (int r = 0; r < RH; r++) s16[m][r] = _mm256_setzero_si256();
+  for (int64_t k = k0; k < k1; k += 64) {
+    __m256i lo[RH], hi[RH];
+    for (int r = 0; r < RH; r++) {
+      __m256i pv = _mm256_loadu_si256((const __m256i*)(w + k / 2 * R + r * 32));
+      lo[r] = _mm256_and_si256(pv, low);
+      hi[r] = _mm256_and_si256(_mm256_srli_epi16(pv, 4), low);
     }
-    for (int m = 0; m < MB; m++)
+    for (int m = 0; m < MB; m++) {
+      const __m256i* xm = (const __m256i*)(xb + m * kp + k);
       for (int r = 0; r < RH; r++)
-        v[m][r] = _mm256_add_epi32(v[m][r], _mm256_madd_epi16(s16[m][r], ones));
+        s16[m][r] = _mm256_add_epi16(s16[m][r], _mm256_add_epi16(
+            _mm256_maddubs_epi16(lo[r], _mm256_loadu_si256(xm)),
+            _mm256_maddubs_epi16(hi[r], _mm256_loadu_si256(xm + 1))));
+    }
   }
+  for (int m = 0; m < MB; m++)
+    for (int r = 0; r < RH; r++) v[m][r] = _mm256_madd_epi16(s16[m][r], ones);
 }
 
 // The 8 sums of MB = 4 activation rows by RH = 2 weight rows as two vectors: lanes j and
@@ -137,19 +136,22 @@ static inline __attribute__((always_inline)) void tile_rows(
     const uint8_t* w = wg + b * blob * R;
     for (int64_t c = 0; c < blob * R; c += 64)
       _mm_prefetch((const char*)(w + PREFETCH + c), _MM_HINT_T0);
-    for (int h = 0; h < R / RH; h++) {
-      __m256i v[MB][RH], f[2];
-      block_rows(w + h * RH * 32, x + b * block, kp, block, bits, v);
-      fold(v, f);
-      // the two weight rows' scales, (w0, w1) in every 64 bits
-      __m256 wpair = _mm256_castpd_ps(_mm256_broadcast_sd((const double*)(wst + b * npad
-                                                                         + h * RH)));
-      for (int q = 0; q < 2; q++) {
-        __m256i t = bits == 4 ? _mm256_sub_epi32(f[q], xq4[b * 2 + q]) : f[q];
-        acc[h][q] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t), _mm256_mul_ps(wpair, xs4[b * 2 + q]),
-                                    acc[h][q]);
+    const int64_t chunk = bits == 8 ? block : CHUNK4;
+    for (int h = 0; h < R / RH; h++)
+      for (int64_t k0 = 0; k0 < block; k0 += chunk) {
+        __m256i v[MB][RH], f[2];
+        chunk_rows(w + h * RH * 32, x + b * block, kp, k0, k0 + chunk < block ? k0 + chunk
+                   : block, bits, v);
+        fold(v, f);
+        // the two weight rows' scales, (w0, w1) in every 64 bits
+        __m256 wpair = _mm256_castpd_ps(_mm256_broadcast_sd(
+            (const double*)(wst + b * npad + h * RH)));
+        for (int q = 0; q < 2; q++) {
+          __m256i t = bits == 4 && k0 == 0 ? _mm256_sub_epi32(f[q], xq4[b * 2 + q]) : f[q];
+          acc[h][q] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t),
+                                      _mm256_mul_ps(wpair, xs4[b * 2 + q]), acc[h][q]);
+        }
       }
-    }
   }
   float out[R / RH][2][8];
   for (int h = 0; h < R / RH; h++)
