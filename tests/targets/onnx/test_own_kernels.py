@@ -1,7 +1,8 @@
 """targets/onnx/kernels: the onnx target's own int8/int4 GEMV kernels in ONNX Runtime compute
 what MatMulNBits computes (the same int8 activation blocks, the same integer sums), at one
-row and several, for widths that are not a multiple of the block and row counts not a
-multiple of four; its decode attention computes what GroupQueryAttention computes."""
+row and several (the prefill path takes four rows at once, the rest one by one), for
+widths that are not a multiple of the block and output counts not a multiple of four;
+its decode attention computes what GroupQueryAttention computes."""
 
 from __future__ import annotations
 
@@ -77,6 +78,7 @@ def _db(want, got) -> float:
 @pytest.mark.parametrize("recipe,block,glu,norm", [("int8-weight", 256, False, False),
                                                    ("int4-weight", 128, False, False),
                                                    ("int8-weight", 64, False, False),
+                                                   ("int4-weight", 256, False, False),
                                                    ("int4-weight", 128, True, False),
                                                    ("int8-weight", 256, True, True),
                                                    ("int4-weight", 128, False, True)])
@@ -86,7 +88,7 @@ def test_our_kernels_compute_what_matmulnbits_computes(tmp_path, recipe, block, 
 
     from targets.onnx.quantize import quantize_model
     _model(tmp_path / "float.onnx", glu, norm)
-    x = np.random.default_rng(1).standard_normal((1, 5, K)).astype(np.float32)
+    x = np.random.default_rng(1).standard_normal((1, 11, K)).astype(np.float32)
     feeds = {"x": x, **({"skip": x[:, ::-1] * 0.5} if norm else {})}
     model, _ = quantize_model(tmp_path / "float.onnx", recipe, [],
                               [[torch.from_numpy(v.copy()) for v in feeds.values()]],
@@ -101,11 +103,50 @@ def test_our_kernels_compute_what_matmulnbits_computes(tmp_path, recipe, block, 
     name = "MatMulNBits" + "Norm" * norm + "GLU" * glu
     assert moved == {name: 1} and [(n.domain, n.op_type) for n in rewritten.graph.node] == [
         (DOMAIN, name)]
-    for rows in (1, 5):  # one row (decode) and five (prefill)
+    for rows in (1, 4, 5, 11):  # one row (decode); prefill: 4 at once, and 1 or 3 more
         given = {k: np.ascontiguousarray(v[:, :rows]) for k, v in feeds.items()}
         want, got = theirs.run(None, given), ours.run(None, given)
         assert got[0].shape == want[0].shape == (1, rows, N // 2 if glu else N)
         assert all(_db(w, g) > 100 for w, g in zip(want, got))  # sums in another order
+
+
+def _nbits_model(K: int, N: int, bits: int, block: int) -> bytes:
+    """One MatMulNBits of random codes and scales, rewritten onto our kernels."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(N)
+    nb, blob = -(-K // block), block * bits // 8
+    node = helper.make_node("MatMulNBits", ["x", "w", "s"], ["y"], domain="com.microsoft",
+                            K=K, N=N, bits=bits, block_size=block, accuracy_level=4)
+    graph = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, "s", K])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, "s", N])],
+        [numpy_helper.from_array(rng.integers(0, 256, (N, nb, blob), dtype=np.uint8), "w"),
+         numpy_helper.from_array((rng.random(N * nb) * 0.01).astype(np.float32), "s")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                    helper.make_opsetid("com.microsoft", 1)])
+    assert rewrite(model) == {"MatMulNBits": 1}
+    return model.SerializeToString()
+
+
+@pytest.mark.parametrize("bits,block,N", [(4, 512, 201), (8, 512, 203), (4, 128, 203),
+                                          (8, 256, 201)])
+def test_rows_at_once_compute_what_one_row_at_a_time_computes(tmp_path, bits, block, N):
+    """The prefill tiles (four rows, two weight rows at a time, 4-bit sums folded per 256
+    weights) against the decode GEMV on each row alone, any block and output count."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 2
+    options.register_custom_ops_library(str(compile_library(tmp_path / LIBRARY)))
+    ours = ort.InferenceSession(_nbits_model(1100, N, bits, block), options)
+    x = np.random.default_rng(bits).standard_normal((1, 13, 1100)).astype(np.float32)
+    for rows in (4, 7, 13):
+        together = ours.run(None, {"x": x[:, :rows]})[0]
+        alone = np.concatenate([ours.run(None, {"x": x[:, i:i + 1]})[0]
+                                for i in range(rows)], axis=1)
+        assert _db(alone, together) > 100
 
 
 def test_only_the_nodes_the_kernels_take_are_moved():
