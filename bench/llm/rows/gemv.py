@@ -106,7 +106,8 @@ def main() -> None:
                 print(f"{bits:>4} {rows:>4} {shape:>5} "
                       + " ".join(f"{med[k]:>12.3f}" for k in libs)
                       + f"  {med['mlas'] / med['ours']:.3f}", flush=True)
-            print(f"{bits:>4} {rows:>4} layer " + " ".join(f"{sums[k]:>12.3f}" for k in libs)
+            print(f"{bits:>4} {rows:>4} layer "
+                  + " ".join(f"{sums[k]:>12.3f}" for k in libs)
                   + f"  {sums['mlas'] / sums['ours']:.3f}", flush=True)
 
 

@@ -112,7 +112,6 @@ def test_our_kernels_compute_what_matmulnbits_computes(tmp_path, recipe, block, 
 
 def _nbits_model(K: int, N: int, bits: int, block: int) -> bytes:
     """One MatMulNBits of random codes and scales, rewritten onto our kernels."""
-    import onnx
     from onnx import TensorProto, helper, numpy_helper
 
     rng = np.random.default_rng(N)
@@ -124,8 +123,8 @@ def _nbits_model(K: int, N: int, bits: int, block: int) -> bytes:
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, "s", N])],
         [numpy_helper.from_array(rng.integers(0, 256, (N, nb, blob), dtype=np.uint8), "w"),
          numpy_helper.from_array((rng.random(N * nb) * 0.01).astype(np.float32), "s")])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
-                                                    helper.make_opsetid("com.microsoft", 1)])
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
+    model = helper.make_model(graph, opset_imports=opsets)
     assert rewrite(model) == {"MatMulNBits": 1}
     return model.SerializeToString()
 
