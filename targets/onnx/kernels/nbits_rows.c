@@ -28,20 +28,25 @@ typedef struct {
   const float* wst; int64_t npad; const __m256* xs4; const __m256i* xq4;  // M >= MB
 } Job;
 
-// decode: one activation row; a function per width and full group, so tile's loops unroll
-static void one_row(const Job* j, int64_t m, int64_t n, int rows_n) {
-  const int64_t nb = j->nb, kp = nb * j->block;
-  const int64_t group = (j->bits == 8 ? j->block : j->block / 2) * nb;
-  const uint8_t* w = j->w + n * group;
-  const float* ws = j->ws + n * nb;
+// decode: activation row m against outputs [n0, n1), the widths' loops apart so tile's
+// loops unroll with constant bounds
+static void one_row(const Job* j, int64_t m, int64_t n0, int64_t n1) {
+  const int64_t nb = j->nb, block = j->block, kp = nb * block;
+  const int64_t group = (j->bits == 8 ? block : block / 2) * nb;  // bytes of one row
+  const int8_t* x = j->xq + m * kp;
+  const float* xs = j->xs + m * nb;
   const int32_t* xsum = j->xsum ? j->xsum + m * nb : NULL;
-  float* y = j->y + m * j->N + n;
-  if (j->bits == 8 && rows_n == R)
-    tile(w, ws, j->xq + m * kp, j->xs + m * nb, xsum, y, nb, j->block, 8, R);
-  else if (j->bits == 4 && rows_n == R)
-    tile(w, ws, j->xq + m * kp, j->xs + m * nb, xsum, y, nb, j->block, 4, R);
+  float* y = j->y + m * j->N;
+  int64_t n = n0;
+  if (j->bits == 8)
+    for (; n + R <= n1; n += R)
+      tile(j->w + n * group, j->ws + n * nb, x, xs, xsum, y + n, nb, block, 8, R);
   else
-    tile(w, ws, j->xq + m * kp, j->xs + m * nb, xsum, y, nb, j->block, (int)j->bits, rows_n);
+    for (; n + R <= n1; n += R)
+      tile(j->w + n * group, j->ws + n * nb, x, xs, xsum, y + n, nb, block, 4, R);
+  if (n < n1)
+    tile(j->w + n * group, j->ws + n * nb, x, xs, xsum, y + n, nb, block, (int)j->bits,
+         (int)(n1 - n));
 }
 
 // prefill: MB activation rows at once (a short last group computed whole, stored in part)
@@ -67,8 +72,7 @@ static void rows(const Job* j, int64_t n0, int64_t n1) {
   int64_t m = 0;
   for (; j->xs4 && m + MB <= j->M; m += MB)
     for (int64_t n = n0; n < n1; n += R) many_rows(j, m, n, (int)(n1 - n < R ? n1 - n : R));
-  for (; m < j->M; m++)
-    for (int64_t n = n0; n < n1; n += R) one_row(j, m, n, (int)(n1 - n < R ? n1 - n : R));
+  for (; m < j->M; m++) one_row(j, m, n0, n1);
 }
 
 // what tile_rows reads besides the weights: the scales by block, zero past N, and per
