@@ -50,6 +50,7 @@ static void one_row(const Job* j, int64_t m, int64_t n0, int64_t n1) {
 }
 
 // prefill: MB activation rows at once (a short last group computed whole, stored in part)
+__attribute__((optimize("schedule-insns", "sched-pressure")))  // fewer spills
 static void many_rows(const Job* j, int64_t m, int64_t n, int rows_n) {
   const int64_t nb = j->nb, kp = nb * j->block;
   const uint8_t* w = j->w + n * (j->bits == 8 ? j->block : j->block / 2) * nb;
