@@ -2,7 +2,7 @@
 (targets/onnx/kernels) on the same random weights, in one process, interleaved: the
 300M checkpoint's four GEMV shapes at 128 rows (a prefill chunk) and one (decode).
 
-    python -m bench.llm.rows.gemv [--bits 8 4] [--rows 128 1] [--reps 30] [--threads 2]
+    python -m bench.llm.rows.gemv [--bits 8 4] [--rows 128 1] [--reps 30] [--threads 2] [--batch 1]
         [--old REV]   # also the kernels' sources at git REV, as a third column
 
 Prints each shape's median ms and a layer's sum. ``--threads 1`` times the thread's CPU
@@ -78,6 +78,9 @@ def main() -> None:
     parser.add_argument("--rows", type=int, nargs="+", default=[128, 1])
     parser.add_argument("--reps", type=int, default=30)
     parser.add_argument("--threads", type=int, default=2, help="ORT's intra-op threads")
+    parser.add_argument("--batch", type=int, default=1,
+                        help="runs back to back per sample (a model's ops run so: the "
+                             "pool's threads stay awake)")
     parser.add_argument("--old", help="git revision of the kernels for a third column")
     args = parser.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)
@@ -100,9 +103,10 @@ def main() -> None:
                 for rep in range(args.reps + 3):  # interleaved; three warm-ups dropped
                     for k, s in runs.items():
                         t = clock()
-                        s.run(None, x)
+                        for _ in range(args.batch):
+                            s.run(None, x)
                         if rep >= 3:
-                            times[k].append(clock() - t)
+                            times[k].append((clock() - t) / args.batch)
                 med = {k: statistics.median(v) * 1e3 for k, v in times.items()}
                 for k in libs:
                     sums[k] += med[k]
