@@ -17,7 +17,7 @@ import triton
 import triton.language as tl
 
 from targets.aoti.kernels.dependent_launch import declare_writes, launcher
-from targets.aoti.kernels.triton_kernels import _finish, _program_rows
+from targets.aoti.kernels.triton_kernels import _finish, _program_rows, rotary_block
 
 
 @triton.jit
@@ -167,10 +167,7 @@ def launch_int4_row_gemv(x, packed, scales, bias, norm_weight, residual, eps: fl
     out = torch.empty((*x.shape[:-1], width), dtype=x.dtype, device=x.device)
     launch, _ = launcher(int4_row_gemv_kernel, int4_row_gemv_kernel_gdc, x.device, pdl)
     block_n, block_g, warps = config or int4_config(width, cols, group, bool(act))
-    if rotary_rows:  # a program takes whole pairs of rows, all rotated or none
-        block_n = max(2, block_n)
-        while rotary_rows % block_n:
-            block_n //= 2
+    block_n = rotary_block(block_n, rotary_rows)
     dummy = packed  # an unused pointer argument (its branch is compiled out)
     launch((triton.cdiv(width, block_n),))(
         x.reshape(cols), packed.contiguous(), scales.contiguous(),

@@ -291,6 +291,17 @@ def ahead_columns(block_n: int, cols: int, gated: bool, warps: int) -> int:
     return ahead
 
 
+def rotary_block(block_n: int, rotary_rows: int) -> int:
+    """BLOCK_N where the first ``rotary_rows`` rows are rotated: a program takes whole
+    pairs of rows, all rotated or none."""
+    if not rotary_rows:
+        return block_n
+    block_n = max(2, block_n)
+    while rotary_rows % block_n:
+        block_n //= 2
+    return block_n
+
+
 def launch_row_gemv(x, weight, bias, norm_weight, residual, eps: float, offset: float,
                     act: int, config: tuple | None = None, pdl: bool = False,
                     weight_scale=None, rotary_cos=None, rotary_sin=None,
@@ -306,10 +317,7 @@ def launch_row_gemv(x, weight, bias, norm_weight, residual, eps: float, offset: 
     block_n, block_k, warps, ahead, *loop = config or gemv_config(
         width, cols, bool(act), gdc, weight.element_size())
     tile_x = bool(loop and loop[0])
-    if rotary_rows:  # a program takes whole pairs of rows, all rotated or none
-        block_n = max(2, block_n)
-        while rotary_rows % block_n:
-            block_n //= 2
+    block_n = rotary_block(block_n, rotary_rows)
     row = x.reshape(cols)
     dummy = weight  # an unused pointer argument (its branch is compiled out)
     # else a copy the step makes: read after the wait

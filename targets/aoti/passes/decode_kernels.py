@@ -102,8 +102,8 @@ def _rewrite_linears(module: torch.fx.GraphModule) -> dict:
 
 
 def _product(module: torch.fx.GraphModule, node: torch.fx.Node) -> tuple | None:
-    """A one-row product the kernel takes: (x, weight, bias, int8 rows' scales, int4 rows'
-    groups' scales or None, the node standing for its output)."""
+    """A one-row product the kernel takes: (x, weight, bias, scales: int8 rows' per row,
+    int4 rows' per group, or None, the node standing for its output)."""
     if _row_linear(module, node):
         bias = node.args[2] if len(node.args) > 2 else node.kwargs.get("bias")
         return node.args[0], node.args[1], bias, None, node
