@@ -24,6 +24,7 @@ def build_one(job: list, args) -> dict:
     name, spec, variant, overrides = job
     out = Path(args.work_dir) / f"{name}-{variant}.artifact"
     start = time.perf_counter()
+    tuning = _log_tuning(out.with_suffix(".tuning.jsonl")) if args.device == "cuda" else None
     try:
         built = _build(spec, overrides, out, args.device)
     except SameAsTarget as same:  # nothing to time that the target's own build lacks
@@ -34,8 +35,44 @@ def build_one(job: list, args) -> dict:
     finally:
         note(args, {"model": name, "variant": variant, "built_at_s": since(args)})
     return {"path": str(out), "build_s": round(time.perf_counter() - start, 1),
-            "lower_s": built.timings.get("lower (aoti)"),
+            "lower_s": built.timings.get("lower (aoti)"), "stages_s": built.timings,
+            "tuning": tuning and tuning(),
             "validated": built.manifest.validation["passed"]}
+
+
+def _log_tuning(path: Path):
+    """Inductor's coordinate-descent tuning in this build process, a line a kernel to
+    ``path`` as it is tuned (so a build ended at the barrier still shows it): seconds,
+    configurations timed, the starting and best ms, the kernel's size hints. Returns a
+    function giving the totals."""
+    from torch._inductor.runtime.coordinate_descent_tuner import CoordescTuner
+    autotune, rows = CoordescTuner.autotune, []
+
+    def logged(tuner, func, baseline_config, baseline_timing=None):
+        begin, times = time.perf_counter(), []
+
+        def timed(config):
+            times.append(func(config))
+            return times[-1]
+        best = autotune(tuner, timed, baseline_config, baseline_timing)
+        row = {"kernel": tuner.name, "s": round(time.perf_counter() - begin, 3),
+               "configs": len(times),
+               "start_ms": baseline_timing if baseline_timing is not None else times[0],
+               "best_ms": min([*times, baseline_timing or float("inf")]),
+               "sizes": {k: v for k, v in (tuner.size_hints or {}).items()}}
+        rows.append(row)
+        with open(path, "a") as sink:
+            sink.write(json.dumps(row) + "\n")
+        return best
+    CoordescTuner.autotune = logged
+
+    def totals() -> dict:
+        from torch._dynamo.utils import compilation_time_metrics as phases
+        slowest = sorted(phases.items(), key=lambda kv: -sum(kv[1]))[:10]
+        return {"kernels": len(rows), "configs": sum(r["configs"] for r in rows),
+                "s": round(sum(r["s"] for r in rows), 1),
+                "inductor_s": {k: round(sum(v), 1) for k, v in slowest}}
+    return totals
 
 
 def _build(spec: str, overrides: dict, out: Path, device: str):
