@@ -35,13 +35,14 @@ def run_or_render(parser: argparse.ArgumentParser, run: Callable, render: Callab
 
 def time_artifacts(paths: dict[str, str], inputs: list, runs: int, warmup: int,
                    extra_calls: dict | None = None, device: str = "cpu",
-                   rounds: int = 10, stage=None, after=None) -> dict:
+                   rounds: int = 10, stage=None, after=None, wrap=None) -> dict:
     """Every artifact (and ``extra_calls``, e.g. eager) on the same inputs in this one
     process, interleaved by ``exporter.benchmark.time_side_by_side`` (``rounds`` blocks of
     runs/rounds calls per label): medians per label. On
     ``cuda`` the inputs live on the GPU and the timer is CUDA events. ``stage``: its
     stage hook (warm-up per label, then the timed calls); ``after``: called with the
-    calls by label once they are timed."""
+    calls by label once they are timed; ``wrap``: takes the calls by label and gives the
+    ones to time (a recorder of each call's time, say)."""
     import torch
 
     import runtime
@@ -53,6 +54,7 @@ def time_artifacts(paths: dict[str, str], inputs: list, runs: int, warmup: int,
     for label, path in paths.items():
         program = runtime.load(path)
         calls[label] = (lambda p: lambda: p.run(inputs))(program)
+    calls = wrap(calls) if wrap is not None else calls
     with torch.inference_mode():
         timings = time_side_by_side(calls, device, runs, warmup, rounds=rounds,
                                     stage=stage or quiet_stage)

@@ -25,6 +25,7 @@ import itertools
 import json
 import math
 import os
+import statistics
 import sys
 import time
 from importlib import metadata
@@ -73,10 +74,10 @@ def run(args) -> None:
         _said(start, f"timing {', '.join([*paths, *calls])}")
         together = (Together(Path(args.together), args.together_count, _name(model))
                     if args.together else None)
+        blocks = Blocks(args.runs, args.rounds, together.stage if together else None)
         with LoadSampler() as load:
             timings = time_artifacts(paths, inputs, args.runs, args.warmup, extra_calls=calls,
-                                     rounds=args.rounds,
-                                     stage=together.stage if together else None,
+                                     rounds=args.rounds, stage=blocks.stage, wrap=blocks.wrap,
                                      after=together.keep_busy if together else None)
         choice = (runtime.read_manifest(paths["cpu"]).build.get("backend_choice")
                   if "cpu" in paths else None)
@@ -88,7 +89,7 @@ def run(args) -> None:
                               "errors": {k: v["error"] for k, v in built.items()
                                          if "error" in v},
                               "missing": sorted(set(baseline_names) - set(calls)),
-                              "rounds": args.rounds,
+                              "rounds": args.rounds, "blocks": blocks.summary(),
                               "load": load.summary(), "validated": not args.no_validate,
                               **({"together": together.record} if together else {}),
                               "wall_s": round(time.perf_counter() - start, 1)})
@@ -133,6 +134,71 @@ class Together:
                 len(list(self.folder.glob(f"{kind}-*"))) >= self.count)
 
 
+class Blocks:
+    """Each engine's timed calls in the order the interleaving made them: the time of
+    each (seconds from the first) and its ms, in blocks of one untimed call and
+    runs/rounds timed ones (exporter.benchmark.time_side_by_side's). One round's blocks
+    run seconds apart, so two engines' blocks of one round divided leave out what the
+    machine did over longer times (a large model's two modes), which medians over all
+    calls keep: render's paired column."""
+
+    def __init__(self, runs: int, rounds: int, stage=None) -> None:
+        self.per_round = max(1, runs // rounds)
+        self.inner = stage
+        self.recording = False
+        self.calls: dict[str, list[tuple[float, float]]] = {}
+
+    @contextlib.contextmanager
+    def stage(self, label: str):
+        """time_side_by_side's stage hook (the inner one's, if any): records in "time"."""
+        with self.inner(label) if self.inner else contextlib.nullcontext():
+            self.recording = label.startswith("time ")
+            try:
+                yield
+            finally:
+                self.recording = False
+
+    def wrap(self, calls: dict) -> dict:
+        return {label: self._recorded(label, call) for label, call in calls.items()}
+
+    def _recorded(self, label: str, call):
+        record = self.calls.setdefault(label, [])
+
+        def recorded():
+            if not self.recording:
+                return call()
+            start = time.perf_counter()
+            out = call()
+            record.append((start, time.perf_counter() - start))
+            return out
+        return recorded
+
+    def summary(self) -> dict:
+        """{"per_round": n, label: {"ms": [block medians], "at_s": [block starts],
+        "calls": [[at_s, ms], ...]}}: the blocks without their untimed first call, the
+        calls with it."""
+        first = min((c[0][0] for c in self.calls.values() if c), default=0.0)
+        found: dict = {"per_round": self.per_round}
+        for label, calls in self.calls.items():
+            size = self.per_round + 1
+            chunks = [calls[i + 1:i + size] for i in range(0, len(calls), size)]
+            chunks = [c for c in chunks if c]
+            found[label] = {"ms": [round(statistics.median(ms for _, ms in c) * 1e3, 3)
+                                   for c in chunks],
+                            "at_s": [round(c[0][0] - first, 2) for c in chunks],
+                            "calls": [[round(at - first, 3), round(ms * 1e3, 3)]
+                                      for at, ms in calls]}
+        return found
+
+
+def paired(blocks: dict, ours: str, peer: str) -> float | None:
+    """Median over rounds of our block's median over the peer's in that round."""
+    if not blocks or ours not in blocks or peer not in blocks:
+        return None
+    ratios = [a / b for a, b in zip(blocks[ours]["ms"], blocks[peer]["ms"]) if b > 0]
+    return statistics.median(ratios) if ratios else None
+
+
 def _said(start: float, what: str) -> None:
     print(f"[{time.perf_counter() - start:.1f} s] {what}", file=sys.stderr, flush=True)
 
@@ -172,9 +238,10 @@ def render(paths: list[str]) -> str:
                      and any(k in row["timings"] for row in rows)]]
     lines = ["| model | cpu chose (build's figures, ms) | "
              + " | ".join(OURS[k] for k in ours) + " | "
-             + " | ".join(PEERS[k] for k in peers) + " | best peer | **cpu / best peer** |",
-             "|---|---|" + "---|" * (len(ours) + len(peers)) + "---|---|"]
-    ratios = []
+             + " | ".join(PEERS[k] for k in peers) + " | best peer | **cpu / best peer** "
+             "| paired (median of rounds) |",
+             "|---|---|" + "---|" * (len(ours) + len(peers)) + "---|---|---|"]
+    ratios, pairs = [], []
     for row in rows:
         t = row["timings"]
         record = next(iter((row.get("backend_choice") or {}).values()), {})
@@ -185,16 +252,24 @@ def render(paths: list[str]) -> str:
         best = min(timed, key=lambda k: t[k]["median_ms"]) if timed else None
         ratio = t["cpu"]["median_ms"] / t[best]["median_ms"] if "cpu" in t and best else None
         ratios += [ratio] if ratio else []
+        pair = paired(row.get("blocks"), "cpu", best) if best else None
+        pairs += [pair] if pair else []
         cells = [_cell(t[k]) if k in t else "-" for k in [*ours, *peers]]
         lines.append(f"| {row['model']} | {record.get('chosen', '-')} ({figures or '-'}) | "
                      + " | ".join(cells) + f" | {PEERS.get(best, '-')} | "
-                     + (f"**{ratio:.3f}** |" if ratio else "- |"))
-    geomean = math.exp(sum(map(math.log, ratios)) / len(ratios)) if ratios else float("nan")
+                     + (f"**{ratio:.3f}** |" if ratio else "- |")
+                     + (f" {pair:.3f} |" if pair else " - |"))
+    geomean, paired_mean = _geomean(ratios), _geomean(pairs)
     intro = (f"\n{head['cpu']}, {head['cores']} cores in each process's mask, threads "
              f"{head['threads']}; torch {head['torch']}, onnxruntime {head['onnxruntime']}; "
              f"median ms (p10-p90) over {head['runs']} interleaved calls per engine, batch 1."
-             f" Geometric mean cpu / best peer **{geomean:.3f}**.\n\n")
+             f" Geometric mean cpu / best peer **{geomean:.3f}**; of the paired rounds "
+             f"{paired_mean:.3f}.\n\n")
     return intro + "\n".join(lines) + "\n"
+
+
+def _geomean(values: list[float]) -> float:
+    return math.exp(sum(map(math.log, values)) / len(values)) if values else float("nan")
 
 
 def _cell(timing: dict) -> str:

@@ -151,3 +151,43 @@ def test_a_process_timed_together_goes_on_alone_once_its_wait_runs_out(tmp_path)
         pass
     alone.keep_busy({"eager": lambda: None})
     assert alone.record["all_ready"] is False and alone.record["all_done"] is False
+
+
+def test_each_engines_timed_calls_are_kept_in_blocks_and_paired_within_their_round(
+        tmp_path):
+    """The machine slows everything 3x for the last rounds: the blocks of one round
+    divided still give our engine's 2 ms against the peer's 2.4 ms."""
+    from exporter.benchmark import time_side_by_side
+
+    slow = {"rounds": 0}
+
+    def engine(ms):
+        def call():
+            time.sleep(ms / 1e3 * (3 if slow["rounds"] >= 4 else 1))
+        return call
+
+    blocks = cpu_choice.Blocks(runs=12, rounds=6)
+    calls = blocks.wrap({"ort": engine(2.4), "cpu": engine(2.0)})
+    counted = calls["cpu"]
+
+    def cpu_and_count():
+        counted()
+        slow["rounds"] += 1 / 3  # three calls a block: one untimed, two timed
+    calls["cpu"] = cpu_and_count
+    time_side_by_side(calls, "cpu", 12, 1, rounds=6, stage=blocks.stage)
+    found = blocks.summary()
+    assert found["per_round"] == 2 and len(found["cpu"]["ms"]) == 6
+    assert len(found["cpu"]["calls"]) == 18, "the warm-up is not recorded, the untimed are"
+    assert found["cpu"]["at_s"] == sorted(found["cpu"]["at_s"])
+    assert cpu_choice.paired(found, "cpu", "ort") == pytest.approx(2.0 / 2.4, rel=0.08)
+    row = {**_row("bert", {"cpu": 5.0, "ort": 4.0}), "blocks": found}
+    text = cpu_choice.render([_written(tmp_path, row)])
+    line = next(line for line in text.splitlines() if line.startswith("| bert |"))
+    assert line.endswith(f" {cpu_choice.paired(found, 'cpu', 'ort'):.3f} |")
+    assert "| **1.250** |" in line, "the medians' ratio stays the table's"
+
+
+def _written(tmp_path, row: dict) -> str:
+    path = tmp_path / "rows.jsonl"
+    path.write_text(json.dumps(row))
+    return str(path)
