@@ -199,6 +199,8 @@ def _pick(built: dict[str, tuple[Lowered, float]], dropped: dict[str, dict],
         record["by"] = ("measured" if any("median_ms" in c for c in candidates.values())
                         else f"not measured ({found.get('error') or 'no backend ran right'})")
     timed = {n: c["median_ms"] for n, c in candidates.items() if "median_ms" in c}
+    if timed and all("round_share" in candidates[n] for n in timed):
+        timed = {n: candidates[n]["round_share"] for n in timed}  # timing.round_shares
     usable = [n for n in built if "dropped" not in candidates[n]] or list(built)
     chosen = (min(timed, key=timed.get) if timed
               else OWN if OWN in usable else usable[0])

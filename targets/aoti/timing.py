@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import statistics
 import subprocess
@@ -108,12 +109,17 @@ def main(folder: Path) -> None:
             results[name] = {"dropped": f"failed validation: {problem}"}
             continue
         ready[name] = run
-    for name, turns in interleaved(ready, inputs).items():
+    timed = interleaved(ready, inputs)
+    shares = round_shares({name: [statistics.median(t) for t in turns]
+                           for name, turns in timed.items()})
+    for name, turns in timed.items():
         ordered = sorted(t for turn in turns for t in turn)
         results[name] = {"median_ms": round(statistics.median(ordered) * 1e3, 3),
                          "p10_ms": round(ordered[len(ordered) // 10] * 1e3, 3),
                          "calls": len(ordered),  # each turn's median: the spread of rounds
-                         "turn_ms": [round(statistics.median(t) * 1e3, 3) for t in turns]}
+                         "turn_ms": [round(statistics.median(t) * 1e3, 3) for t in turns],
+                         **({"round_share": round(shares[name], 4)} if name in shares
+                            else {})}
     figures = {"threads": torch.get_num_threads(), "candidates": results}
     (folder / "figures.json").write_text(json.dumps(figures))
 
@@ -140,6 +146,20 @@ def interleaved(runs: dict, inputs: list) -> dict[str, list[list[float]]]:
                 turn.append(time.perf_counter() - start)
             times[name].append(turn)
     return times
+
+
+def round_shares(turns: dict[str, list[float]]) -> dict[str, float]:
+    """Each candidate's median over rounds of its turn against the round's geometric mean
+    of turns (two candidates or more): a round's turns run within a second or two, so the
+    machine's slower minutes (a neighbour's build) weigh on a round's turns alike and
+    cancel here, where the median of all calls keeps them."""
+    rounds = min((len(t) for t in turns.values()), default=0)
+    if len(turns) < 2 or rounds == 0:
+        return {}
+    means = [math.exp(statistics.fmean(math.log(t[r]) for t in turns.values()))
+             for r in range(rounds)]
+    return {name: statistics.median(t[r] / means[r] for r in range(rounds))
+            for name, t in turns.items()}
 
 
 def mismatch(outputs: list, reference: list) -> str | None:
