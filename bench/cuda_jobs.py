@@ -162,6 +162,9 @@ def with_variant(overrides: dict):
     skipped = set(overrides.pop("skip_passes", ()))
     added = [CANDIDATE_PASSES[name] for name in overrides.pop("add_passes", ())]
     overrides.pop("unless_same", None)
+    if "tune_from_us" in overrides:  # targets/aoti/kernel_timing.py's candidate rule
+        from targets.aoti import kernel_timing
+        kernel_timing.TUNE_FROM_MS = overrides.pop("tune_from_us") / 1000
     overrides.pop("sdpa_backends", None)  # not an Inductor setting: _build applies it
     original = CudaTarget.inductor_configs, CudaTarget.default_passes
 
