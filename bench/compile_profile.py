@@ -4,10 +4,11 @@ process with a thread that records the main thread's stack every INTERVAL second
     python bench/compile_profile.py --out FILE [--interval 0.25] SCRIPT [ARGS...]
 
 Each sample is one line of FILE, ``seconds<TAB>frame;frame;...`` (outermost first, each
-``file:function``), written at once, so a run killed by its time limit keeps what it
-sampled. ``--summary FILE`` prints the innermost frames of the project, torch and
-triton by share of samples, per window of seconds. INFO logging is on (the build's
-stage times). A sampler, not cProfile: the build runs at its own speed.
+``file:function``, an autotuner's with ``[kernel]``), written at once, so a run killed by
+its time limit keeps what it sampled. ``--summary FILE`` prints the innermost frames by
+share of samples, per window of seconds. INFO logging is on (the build's stage times);
+``--debug-log LOGGER`` sets one logger to DEBUG. A sampler, not cProfile: the build runs
+at its own speed.
 """
 
 from __future__ import annotations
@@ -23,10 +24,16 @@ from pathlib import Path
 
 
 def _frames(frame) -> list[str]:
+    """``file:function``, and ``[kernel]`` after a frame of an Inductor autotuner's method
+    (its kernel's name: which kernel is being tuned)."""
     names = []
     while frame is not None:
         code = frame.f_code
-        names.append(f"{Path(code.co_filename).name}:{code.co_name}")
+        name = f"{Path(code.co_filename).name}:{code.co_name}"
+        meta = getattr(frame.f_locals.get("self"), "inductor_meta", None)
+        if isinstance(meta, dict) and meta.get("kernel_name"):
+            name += f"[{meta['kernel_name']}]"
+        names.append(name)
         frame = frame.f_back
     return names[::-1]
 
@@ -42,7 +49,7 @@ def sample(out: Path, interval: float, main_id: int, start: float) -> None:
 
 def summary(path: Path, window: float) -> None:
     """The innermost frames worth naming (ours, torch's, triton's; a wait shows as the
-    frame that waits) by share of each window's samples."""
+    frame that waits) and the kernel being tuned, by share of each window's samples."""
     windows: dict[int, Counter] = {}
     for line in path.read_text().splitlines():
         at, _, stack = line.partition("\t")
@@ -50,7 +57,9 @@ def summary(path: Path, window: float) -> None:
         # the innermost two frames that are not the standard library's plumbing
         inner = [f for f in frames if not f.startswith(("threading.py", "selectors.py",
                                                         "_base.py", "thread.py"))][-2:]
-        windows.setdefault(int(float(at) // window), Counter())[" < ".join(inner[::-1])] += 1
+        tuned = next((f[f.index("["):] for f in reversed(frames) if f.endswith("]")), "")
+        label = " < ".join(inner[::-1]) + (f" {tuned}" if tuned else "")
+        windows.setdefault(int(float(at) // window), Counter())[label] += 1
     for index in sorted(windows):
         counts = windows[index]
         total = sum(counts.values())
@@ -65,12 +74,17 @@ def main() -> None:
     parser.add_argument("--interval", type=float, default=0.25)
     parser.add_argument("--summary", type=Path)
     parser.add_argument("--window", type=float, default=10.0)
+    parser.add_argument("--debug-log", action="append", default=[], metavar="LOGGER",
+                        help="that logger at DEBUG (torch._inductor.runtime."
+                             "coordinate_descent_tuner: each kernel tuned and its configs)")
     parser.add_argument("script", nargs="?")
     parser.add_argument("args", nargs=argparse.REMAINDER)
     args = parser.parse_args()
     if args.summary:
         return summary(args.summary, args.window)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    for name in args.debug_log:
+        logging.getLogger(name).setLevel(logging.DEBUG)
     threading.Thread(target=sample, args=(args.out, args.interval, threading.get_ident(),
                                           time.perf_counter()), daemon=True).start()
     sys.argv = [args.script, *args.args]
