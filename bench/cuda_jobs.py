@@ -69,8 +69,9 @@ def _log_tuning(path: Path):
     def totals() -> dict:
         from torch._dynamo.utils import compilation_time_metrics as phases
         slowest = sorted(phases.items(), key=lambda kv: -sum(kv[1]))[:10]
+        from targets.aoti.tuning_warmup import warmed
         return {"kernels": len(rows), "configs": sum(r["configs"] for r in rows),
-                "s": round(sum(r["s"] for r in rows), 1),
+                "s": round(sum(r["s"] for r in rows), 1), "warmed": dict(warmed),
                 "inductor_s": {k: round(sum(v), 1) for k, v in slowest}}
     return totals
 
@@ -165,6 +166,9 @@ def with_variant(overrides: dict):
     if "tune_from_us" in overrides:  # targets/aoti/kernel_timing.py's candidate rule
         from targets.aoti import kernel_timing
         kernel_timing.TUNE_FROM_MS = overrides.pop("tune_from_us") / 1000
+    if "warm_neighbours" in overrides:  # targets/aoti/tuning_warmup.py's candidate
+        from targets.aoti import tuning_warmup
+        tuning_warmup.WARM = bool(overrides.pop("warm_neighbours"))
     overrides.pop("sdpa_backends", None)  # not an Inductor setting: _build applies it
     original = CudaTarget.inductor_configs, CudaTarget.default_passes
 
