@@ -107,6 +107,7 @@ def compile_config(name: str, source: str, config: Any, env: dict) -> None:
         from torch._inductor.runtime.compile_tasks import _set_triton_ptxas_path
         _set_triton_ptxas_path()
     os.environ.update(env)
-    kernel = _load_triton_kernel_from_source(name, source)
-    kernel.configs = [config]
-    kernel.precompile(warm_cache_only=True)
+    # a copy: the worker's loaded module (and the kernel in it) is shared with its other
+    # jobs, Inductor's own among them
+    kernel = copy.copy(_load_triton_kernel_from_source(name, source))
+    kernel._precompile_config(config)

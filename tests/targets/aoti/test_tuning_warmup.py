@@ -63,18 +63,21 @@ def test_the_workers_job_compiles_the_one_config_into_the_cache(monkeypatch):
     class Kernel:
         configs = ["inductor's own"]
 
-        def precompile(self, warm_cache_only=False):
-            made["compiled"] = (list(self.configs), warm_cache_only)
+        def _precompile_config(self, config):
+            self.configs = [config]  # what a careless job would leave behind
+            made["compiled"] = config
+
+    shared = Kernel()
 
     def load(name, source):
         made["loaded"] = (name, source)
-        return Kernel()
+        return shared
     monkeypatch.setattr(codecache, "_load_triton_kernel_from_source", load)
     monkeypatch.setenv("TRITON_CACHE_DIR", "/elsewhere")
     tuning_warmup.compile_config("triton_poi_x", "source", "candidate",
                                  {"TRITON_CACHE_DIR": "/the/build's"})
-    assert made == {"loaded": ("triton_poi_x", "source"),
-                    "compiled": (["candidate"], True)}
+    assert made == {"loaded": ("triton_poi_x", "source"), "compiled": "candidate"}
+    assert shared.configs == ["inductor's own"]  # the worker's kernel is left as it was
     assert os.environ["TRITON_CACHE_DIR"] == "/the/build's"
 
 
