@@ -26,10 +26,12 @@ from typing import Any
 log = logging.getLogger(__name__)
 # A candidate, not yet the default: bench/cuda_gap.py turns it on for a variant.
 WARM = False
-_WAIT_S = 120  # for one kernel's candidates; what is not compiled by then the tuner compiles
+# for one kernel's candidates; past it the tuner compiles what is left, and no later
+# kernel of this process is warmed (a stalled pool costs one wait, not one a kernel)
+_WAIT_S = 30
 _UNTUNED = ("TEMPLATE", "USER_AUTOTUNE", "FIXED")  # kinds Inductor's tuner returns at once
 _CACHE_ENV = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
-warmed = {"kernels": 0, "candidates": 0}  # in this process, for a build's log
+warmed = {"kernels": 0, "candidates": 0, "stalled": 0}  # in this process, for a log
 
 
 @contextlib.contextmanager
@@ -66,7 +68,7 @@ def warm(kernel: Any, config: Any) -> int:
     from torch._inductor.async_compile import AsyncCompile
     if getattr(kernel.heuristic_type, "name", "") in _UNTUNED:
         return 0
-    if not AsyncCompile.use_process_pool():
+    if warmed["stalled"] or not AsyncCompile.use_process_pool():
         return 0
     if kernel.fn.fn is None:  # compiled in a worker: what the tuner itself loads first
         kernel.fn = kernel._reload_kernel().fn
@@ -76,7 +78,8 @@ def warm(kernel: Any, config: Any) -> int:
     pool = AsyncCompile.process_pool()
     jobs = [pool.submit(compile_config, function.__name__, source, candidate, env)
             for candidate in first_sweep(kernel.coordesc_tuner, config)]
-    done, _ = concurrent.futures.wait(jobs, timeout=_WAIT_S)
+    done, late = concurrent.futures.wait(jobs, timeout=_WAIT_S)
+    warmed["stalled"] += bool(late)
     warmed["kernels"] += 1
     warmed["candidates"] += sum(1 for job in done if job.exception() is None)
     return len(jobs)
