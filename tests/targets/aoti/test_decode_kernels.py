@@ -149,8 +149,9 @@ def test_cuda_target_places_the_decode_kernels_before_the_single_row_reductions(
     if not ops.TRITON:
         pytest.skip("the decode kernels need Triton")
     names = [p.name for p in get_target("cuda").default_passes(LowerOptions(tmp_path))]
-    assert names[-3:] == ["decode_attention_as_kernel", "row_linears_as_kernels",
-                          "single_row_linears_as_reductions"]
+    # the timed attention choice (attention_kernels.py) may sit between them
+    assert names[-1] == "single_row_linears_as_reductions"
+    assert names.index("decode_attention_as_kernel") < names.index("row_linears_as_kernels")
 
 
 @pytest.mark.cuda
