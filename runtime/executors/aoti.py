@@ -24,7 +24,8 @@ class AotiMeta(PartitionMeta):
     inductor_configs: dict | None = None  # the Inductor settings it was compiled with (report)
     compiler: str | None = None  # which C++ compiler, and why (report)
     # CPU: the library reads its constants where its own load put them, not from aligned
-    # copies (aligned_cpu_runner); the cpu target's choice times both and records it here
+    # copies (aligned_cpu_runner): artifacts whose cpu choice offered that say so here;
+    # builds no longer write it (the copies ran faster on every CPU measured)
     constants_as_loaded: bool | None = None
 
 

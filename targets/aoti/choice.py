@@ -1,8 +1,7 @@
 """The cpu target's backend for each partition: AOTInductor or ONNX Runtime, whichever
 runs it faster on this machine (``--cpu-backend auto``), or the one the user pins. Where
 the partition's float32 linears are large, AOTInductor is built twice, their weights on
-MKL's GEMM and packed for oneDNN's (``PACKED``), and timed as two candidates; the
-packed one twice, with the runtime's aligned copies of its constants and as loaded.
+MKL's GEMM and packed for oneDNN's (``PACKED``), and timed as two candidates.
 
     the candidates this build can use, cheapest to build first -> each lowered in a folder
     of its own (one that fails is dropped, with why) -> those that built timed in a child
@@ -45,13 +44,11 @@ Lowering = Callable[[ExportedProgram, LowerOptions], Lowered]
 # multiply-adds a call (about a millisecond on two cores: less cannot repay its compile)
 PACKED = "aoti-onednn"
 PACKED_MIN_MACS = 10**8
-# PACKED's library again, its constants read where the library's own load puts them (as
-# a plain AOTInductor load reads them), not from the runtime's aligned copies: the copies
-# paid on an AVX2 EPYC, and whether they pay is the CPU's to say. No compile of its own.
-AS_LOADED = "aoti-onednn-as-loaded"
-LIBRARY_OF = {AS_LOADED: PACKED}  # a candidate -> the candidate whose files it runs
+# PACKED runs from the runtime's aligned copies of its constants only: read where the
+# library's own load puts them (as plain AOTInductor does) it was no faster on an AVX2
+# EPYC or an AVX-512 Xeon, and as a candidate of its own it was kept by noise.
 # a backend's name -> its executor kind
-EXECUTOR = {"aoti": "aoti", PACKED: "aoti", AS_LOADED: "aoti", "onnx": "onnxruntime"}
+EXECUTOR = {"aoti": "aoti", PACKED: "aoti", "onnx": "onnxruntime"}
 # An ONNX export takes seconds where Inductor's C++ compile takes a minute: the export
 # first, so a build stopped early has spent little on the candidate it may not keep.
 BUILD_ORDER = ("onnx", "aoti", PACKED)
@@ -106,8 +103,6 @@ def lower_chosen(program: ExportedProgram, options: LowerOptions,
             _release(exc)
     if failure is not None:
         raise failure
-    if PACKED in built:
-        built[AS_LOADED] = (_as_loaded(built[PACKED][0]), 0.0)
     kept = _pick(built, dropped, program, options)
     skipped = {n: why for n, why in not_built.items() if why}
     return dataclasses.replace(kept, choice={**kept.choice, "not_built": skipped}) \
@@ -204,18 +199,11 @@ def _pick(built: dict[str, tuple[Lowered, float]], dropped: dict[str, dict],
     usable = [n for n in built if "dropped" not in candidates[n]] or list(built)
     chosen = (min(timed, key=timed.get) if timed
               else OWN if OWN in usable else usable[0])
-    kept_files = LIBRARY_OF.get(chosen, chosen)
     for name in built:
-        if LIBRARY_OF.get(name, name) != kept_files:  # go with the scratch folder anyway
+        if name != chosen:  # its files go with the scratch folder; no need to hold them
             shutil.rmtree(options.work_dir / name, ignore_errors=True)
     record["candidates"] = {**candidates, **dropped}
     return _kept(built[chosen][0], chosen, record)
-
-
-def _as_loaded(packed: Lowered) -> Lowered:
-    """PACKED's lowering, its executor told to run the library's constants as loaded."""
-    return dataclasses.replace(packed, meta={**packed.meta, "constants_as_loaded": True},
-                               choice={"library_of": PACKED})
 
 
 def _kept(lowered: Lowered, name: str, record: dict) -> Lowered:

@@ -100,7 +100,7 @@ def test_inductors_packed_linears_are_a_third_candidate_where_the_linears_are_wo
         tmp_path, monkeypatch):
     packed = choice.PACKED
     monkeypatch.setattr(timing, "time_candidates", _figures(
-        **{"aoti": 9.0, "onnx": 8.0, packed: 7.0, choice.AS_LOADED: 7.5}))
+        **{"aoti": 9.0, "onnx": 8.0, packed: 7.0}))
     calls: list[str] = []
     low = choice.lower_chosen(None, _options(tmp_path / "big", cpu_backend="auto"),
                               {"aoti": _counted(choice.PACKED_MIN_MACS, calls),
@@ -121,25 +121,6 @@ def test_inductors_packed_linears_are_a_third_candidate_where_the_linears_are_wo
     assert calls == ["onnx", "aoti"] and low.choice["chosen"] == "onnx"
     assert "multiply-adds a call" in low.choice["not_built"][packed]
     assert packed not in low.choice["candidates"]  # not a line of the build's report
-
-
-def test_the_packed_library_is_timed_again_reading_its_constants_as_loaded(tmp_path,
-                                                                           monkeypatch):
-    packed, as_loaded = choice.PACKED, choice.AS_LOADED
-    monkeypatch.setattr(timing, "time_candidates", _figures(
-        **{"aoti": 9.0, "onnx": 8.0, packed: 7.0, as_loaded: 6.0}))
-    calls: list[str] = []
-    low = choice.lower_chosen(None, _options(tmp_path, cpu_backend="auto"),
-                              {"aoti": _counted(choice.PACKED_MIN_MACS, calls),
-                               packed: _stand_in(packed, calls),
-                               "onnx": _stand_in("onnx", calls)})
-    assert calls == ["onnx", "aoti", packed], "no compile of its own"
-    assert (low.choice["chosen"], low.backend) == (as_loaded, "aoti")
-    assert low.meta == {"made_by": packed, "constants_as_loaded": True}
-    assert low.choice["candidates"][as_loaded]["library_of"] == packed
-    (path,) = low.files.values()
-    assert path.read_bytes() == packed.encode(), "the packed library's files are kept"
-    assert not (tmp_path / "aoti").exists() and not (tmp_path / "onnx").exists()
 
 
 def test_inductors_packed_linears_are_no_candidate_of_a_build_the_choice_does_not_time(
@@ -348,16 +329,14 @@ def test_an_auto_build_of_wide_linears_times_inductors_packing_too(tmp_path):
                             cpu_backend="auto", out=tmp_path / "wide.artifact")
     (partition,) = result.manifest.partitions
     record = result.manifest.build["backend_choice"][partition.name]
-    medians = {name: c["median_ms"] for name, c in record["candidates"].items()}
-    assert set(medians) == {"aoti", choice.PACKED, choice.AS_LOADED, "onnx"}
+    shares = {name: c["round_share"] for name, c in record["candidates"].items()}
+    assert set(shares) == {"aoti", choice.PACKED, "onnx"}
     assert record["candidates"]["aoti"]["float32_linear_macs"] == 128 * 1024 * 1024
-    assert record["chosen"] == min(medians, key=medians.get)
+    assert record["chosen"] == min(shares, key=shares.get)
     if record["chosen"] != "onnx":  # the kept library calls the GEMM its name says
         library = _libraries(result.artifact)
-        packed = record["chosen"] in (choice.PACKED, choice.AS_LOADED)
-        assert (b"_linear_pointwise" in library) == packed
-    as_loaded = partition.meta.get("constants_as_loaded") is True
-    assert as_loaded == (record["chosen"] == choice.AS_LOADED)
+        assert (b"_linear_pointwise" in library) == (record["chosen"] == choice.PACKED)
+    assert "constants_as_loaded" not in partition.meta, "read from the aligned copies"
     program = runtime.load(result.artifact)
     x = torch.randn(128, 1024)
     torch.testing.assert_close(program(x), model(x), rtol=1e-4, atol=1e-4)
