@@ -265,7 +265,31 @@ def render(paths: list[str]) -> str:
              f"median ms (p10-p90) over {head['runs']} interleaved calls per engine, batch 1."
              f" Geometric mean cpu / best peer **{geomean:.3f}**; of the paired rounds "
              f"{paired_mean:.3f}.\n\n")
-    return intro + "\n".join(lines) + "\n"
+    return intro + "\n".join(lines) + "\n" + _paired_table(rows, [*ours, *peers])
+
+
+def _paired_table(rows: list[dict], labels: list[str]) -> str:
+    """Round by round, each of our columns against each peer but eager: the median
+    ratio and in how many rounds ours was the faster (rows with blocks only)."""
+    pairs = [(a, b) for a in labels if a in OURS for b in labels if b in PEERS
+             and b != "eager"]
+    found = [row for row in rows if row.get("blocks")]
+    if not found or not pairs:
+        return ""
+    lines = ["\nPaired by rounds (median of the rounds' ratios; rounds ours was faster):\n",
+             "| model | " + " | ".join(f"{a} / {b}" for a, b in pairs) + " |",
+             "|---|" + "---|" * len(pairs)]
+    for row in found:
+        cells = []
+        for a, b in pairs:
+            blocks = row["blocks"]
+            ratio = paired(blocks, a, b)
+            wins = (sum(x < y for x, y in zip(blocks[a]["ms"], blocks[b]["ms"]))
+                    if ratio else 0)
+            rounds = min(len(blocks[a]["ms"]), len(blocks[b]["ms"])) if ratio else 0
+            cells.append(f"{ratio:.3f} ({wins}/{rounds})" if ratio else "-")
+        lines.append(f"| {row['model']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
 
 
 def _geomean(values: list[float]) -> float:

@@ -185,6 +185,9 @@ def test_each_engines_timed_calls_are_kept_in_blocks_and_paired_within_their_rou
     line = next(line for line in text.splitlines() if line.startswith("| bert |"))
     assert line.endswith(f" {cpu_choice.paired(found, 'cpu', 'ort'):.3f} |")
     assert "| **1.250** |" in line, "the medians' ratio stays the table's"
+    paired_line = text.splitlines()[-1]
+    ratio = cpu_choice.paired(found, "cpu", "ort")
+    assert paired_line.startswith(f"| bert | {ratio:.3f} (") and "/6) |" in paired_line
 
 
 def _written(tmp_path, row: dict) -> str:
