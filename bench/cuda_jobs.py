@@ -163,9 +163,6 @@ def with_variant(overrides: dict):
     skipped = set(overrides.pop("skip_passes", ()))
     added = [CANDIDATE_PASSES[name] for name in overrides.pop("add_passes", ())]
     overrides.pop("unless_same", None)
-    if "tune_from_us" in overrides:  # targets/aoti/kernel_timing.py's candidate rule
-        from targets.aoti import kernel_timing
-        kernel_timing.TUNE_FROM_MS = overrides.pop("tune_from_us") / 1000
     if "warm_neighbours" in overrides:  # targets/aoti/tuning_warmup.py's candidate
         from targets.aoti import tuning_warmup
         tuning_warmup.WARM = bool(overrides.pop("warm_neighbours"))

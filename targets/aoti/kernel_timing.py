@@ -36,9 +36,6 @@ log = logging.getLogger(__name__)
 _CYCLES_PER_SECOND = 2.5e9
 _RUNS = 100
 _BUDGET_SECONDS = 0.025  # the timed calls of one candidate, as Inductor's own budget
-# Coordinate-descent tuning only for kernels at least this long (ms; 0: every kernel).
-# A candidate, not yet the default: bench/cuda_gap.py sets it for a variant.
-TUNE_FROM_MS = 0.0
 
 
 def queued_kernel_ms(call: Callable[[], Any], runs: int = _RUNS) -> float:
@@ -83,31 +80,12 @@ def host_independent_kernel_timing() -> Iterator[bool]:
         return
     queued = _queued_benchmarker(original)
     triton_heuristics.benchmarker = queued
-    tune = triton_heuristics.CachingAutotuner.__dict__.get("coordinate_descent_tuning")
-    if tune is not None and TUNE_FROM_MS:
-        triton_heuristics.CachingAutotuner.coordinate_descent_tuning = _tuned_from(
-            tune, TUNE_FROM_MS)
     try:
         yield True
     finally:
         triton_heuristics.benchmarker = original
-        if tune is not None:
-            triton_heuristics.CachingAutotuner.coordinate_descent_tuning = tune
         log.info("Triton kernel candidates timed with the host out of the measurement: %d",
                  queued.timed)
-
-
-def _tuned_from(tune: Callable, least_ms: float) -> Callable:
-    """Inductor's coordinate-descent tuning of a kernel, only where the kernel takes at
-    least ``least_ms`` at Inductor's own block sizes: each candidate it times is a Triton
-    compile in the build's process, one after another (about ten a kernel), and a kernel
-    of a few microseconds has little to gain from its block sizes."""
-    def tuned(self: Any, launcher: Any, *args: Any, **kwargs: Any) -> Any:
-        if self.bench(launcher, *args, **kwargs) < least_ms:
-            launcher.config.found_by_coordesc = True  # Inductor's mark: not tuned again
-            return launcher
-        return tune(self, launcher, *args, **kwargs)
-    return tuned
 
 
 def _queued_benchmarker(original: Any) -> Any:

@@ -47,26 +47,6 @@ def test_a_torch_without_the_layout_is_left_alone(monkeypatch):
     assert not hasattr(triton_heuristics, "benchmarker")
 
 
-def test_only_kernels_over_the_bound_are_tuned(monkeypatch):
-    """Under TUNE_FROM_MS a kernel faster than the bound at its own block sizes keeps
-    them (and is marked tuned, so Inductor does not time it again); a slower one goes to
-    Inductor's tuning; outside the compile, Inductor's own method is back."""
-    from targets.aoti import kernel_timing
-    autotuner = triton_heuristics.CachingAutotuner
-    monkeypatch.setattr(autotuner, "coordinate_descent_tuning",
-                        lambda self, launcher, *a, **k: "tuned")
-    monkeypatch.setattr(kernel_timing, "TUNE_FROM_MS", 0.004)
-    config = type("Config", (), {})()
-    launcher = type("Launcher", (), {"config": config})()
-    kernel = type("Kernel", (), {})()
-    with host_independent_kernel_timing():
-        for ms, want in ((0.002, launcher), (0.010, "tuned")):
-            kernel.bench = lambda launcher, *a, ms=ms, **k: ms
-            assert autotuner.coordinate_descent_tuning(kernel, launcher, 1, x=2) == want
-    assert config.found_by_coordesc is True
-    assert autotuner.coordinate_descent_tuning(kernel, launcher) == "tuned"
-
-
 @pytest.mark.parametrize("deterministic", [False, True])
 def test_cuda_target_times_this_way_unless_deterministic(tmp_path, deterministic):
     target = get_target("cuda")
