@@ -6,8 +6,8 @@ A program reduces BLOCK_N rows, BLOCK_G groups a step: it loads a [BLOCK_N, BLOC
 group/2] tile of bytes (two weights each), multiplies the low nibbles by the groups'
 first halves of x and the high ones by their second halves, scales each group's sum and
 adds its offset times the group's sum of x. The ``_gdc`` form (a programmatic dependent
-launch) lets the next kernel start at once, loads its first tile of weights and only then
-waits for the kernel before.
+launch) lets the next kernel start at once, loads its first two tiles of weights and only
+then waits for the kernel before.
 """
 
 from __future__ import annotations
@@ -34,12 +34,27 @@ def _packed_tile(w_ptr, rows, row_ok, first, K: tl.constexpr, GROUP: tl.constexp
 
 
 @triton.jit
-def _group_sums(x_ptr, w_ptr, s_ptr, nw_ptr, rows, row_ok, ahead, OFFSET: tl.constexpr,
-                K: tl.constexpr, GROUP: tl.constexpr, BLOCK_N: tl.constexpr,
-                BLOCK_G: tl.constexpr, HAS_NORM: tl.constexpr):
+def _first_tiles(w_ptr, rows, row_ok, K: tl.constexpr, GROUP: tl.constexpr,
+                 BLOCK_G: tl.constexpr):
+    """The rows' first two tiles of bytes (the second the first again where one step
+    covers K)."""
+    first = _packed_tile(w_ptr, rows, row_ok, 0, K, GROUP, BLOCK_G)
+    second = first
+    if BLOCK_G < K // GROUP:
+        second = _packed_tile(w_ptr, rows, row_ok, BLOCK_G, K, GROUP, BLOCK_G)
+    return first, second
+
+
+@triton.jit
+def _group_sums(x_ptr, w_ptr, s_ptr, nw_ptr, rows, row_ok, ahead, ahead2,
+                OFFSET: tl.constexpr, K: tl.constexpr, GROUP: tl.constexpr,
+                BLOCK_N: tl.constexpr, BLOCK_G: tl.constexpr, HAS_NORM: tl.constexpr):
     """(each row's scaled group sums, a [BLOCK_N, BLOCK_G] tile not yet summed; the sum of
-    x^2, a scalar) over all K columns of the rows at ``w_ptr``/``s_ptr``; ``ahead``: their
-    first tile of bytes, loaded by the caller (a dependent launch: before its wait)."""
+    x^2, a scalar) over all K columns of the rows at ``w_ptr``/``s_ptr``; ``ahead`` and
+    ``ahead2``: their first two tiles of bytes, loaded by the caller (a dependent launch:
+    before its wait). Each step loads the tile two steps on before its own sums: a step's
+    x moves between layouts through shared memory (a barrier), and a load issued after
+    that barrier would leave one tile a thread in flight."""
     half: tl.constexpr = GROUP // 2
     groups: tl.constexpr = K // GROUP
     acc = tl.zeros((BLOCK_N, BLOCK_G), dtype=tl.float32)
@@ -59,10 +74,10 @@ def _group_sums(x_ptr, w_ptr, s_ptr, nw_ptr, rows, row_ok, ahead, OFFSET: tl.con
             x_high = x_high * (tl.load(nw_ptr + at + half, mask=x_ok, other=0.0)
                                .to(tl.float32) + OFFSET)
         x_sum = tl.sum(x_low + x_high, axis=1)
-        if first == 0:
-            packed = ahead.to(tl.int32)
-        else:
-            packed = _packed_tile(w_ptr, rows, row_ok, first, K, GROUP, BLOCK_G).to(tl.int32)
+        packed = ahead.to(tl.int32)
+        ahead = ahead2
+        if first + 2 * BLOCK_G < groups:
+            ahead2 = _packed_tile(w_ptr, rows, row_ok, first + 2 * BLOCK_G, K, GROUP, BLOCK_G)
         low = (packed & 15).to(tl.float32)
         high = (packed >> 4).to(tl.float32)
         dot = tl.sum(low * x_low[None, :, :] + high * x_high[None, :, :], axis=2)
@@ -87,18 +102,19 @@ def _int4_row_gemv(x_ptr, w_ptr, s_ptr, b_ptr, nw_ptr, r_ptr, cos_ptr, sin_ptr,
     if GDC:  # the next kernel may start at once
         tl.extra.cuda.gdc_launch_dependents()
     # no kernel of the step writes weights: their first bytes are loaded before the wait
-    ahead = _packed_tile(w_ptr, rows, row_ok, 0, K, GROUP, BLOCK_G)
-    up_ahead = ahead
+    ahead, ahead2 = _first_tiles(w_ptr, rows, row_ok, K, GROUP, BLOCK_G)
+    up_ahead, up_ahead2 = ahead, ahead2
     if ACT != 0:
-        up_ahead = _packed_tile(up_ptr, rows, row_ok, 0, K, GROUP, BLOCK_G)
+        up_ahead, up_ahead2 = _first_tiles(up_ptr, rows, row_ok, K, GROUP, BLOCK_G)
     if GDC:
         tl.extra.cuda.gdc_wait()
-    acc, square_sum = _group_sums(x_ptr, w_ptr, s_ptr, nw_ptr, rows, row_ok, ahead, OFFSET,
-                                  K, GROUP, BLOCK_N, BLOCK_G, HAS_NORM)
+    acc, square_sum = _group_sums(x_ptr, w_ptr, s_ptr, nw_ptr, rows, row_ok, ahead, ahead2,
+                                  OFFSET, K, GROUP, BLOCK_N, BLOCK_G, HAS_NORM)
     up = tl.zeros((BLOCK_N, BLOCK_G), dtype=tl.float32)
     if ACT != 0:
         up, _ = _group_sums(x_ptr, up_ptr, s_ptr + N * (K // GROUP) * 2, nw_ptr, rows,
-                            row_ok, up_ahead, OFFSET, K, GROUP, BLOCK_N, BLOCK_G, HAS_NORM)
+                            row_ok, up_ahead, up_ahead2, OFFSET, K, GROUP, BLOCK_N, BLOCK_G,
+                            HAS_NORM)
     zero = tl.zeros((BLOCK_N,), dtype=tl.float32)
     y = _finish(tl.sum(acc, axis=1), zero, up, zero + square_sum, b_ptr, r_ptr, s_ptr,
                 cos_ptr, sin_ptr, rows, row_ok, EPS, N, K, HAS_BIAS, HAS_NORM, ACT,
