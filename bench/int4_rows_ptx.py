@@ -1,0 +1,86 @@
+"""Without a GPU: the int4-row kernel (targets/aoti/kernels/int4_triton.py, the ``_gdc``
+form) of the ~1.1B's five products compiled for sm_90a, with ptxas's registers and the
+PTX's weight loads and barriers in order.
+
+    python bench/int4_rows_ptx.py [--order]
+
+Every pointer is declared 16-byte aligned, as Triton's launcher and Inductor declare an
+aligned tensor's: without that Triton loads byte by byte (the 126-204 registers of
+session 66's count). ``--order`` prints, per product, the PTX line of each 16-byte
+weight load, of the wait and of each barrier: a load after a barrier waits for it.
+Needs Triton (a scratch ``pip install --target`` does) and its bundled ptxas.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.decode_kernels_cuda import SHAPES  # noqa: E402
+
+ROTATED = {"qkv+norm": (2048 + 256, 64)}  # q's and k's rows (32 + 4 heads of 64)
+
+
+def compiled(name, n, k, norm, act, res):
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from targets.aoti.kernels import int4_triton
+    kernel = int4_triton.int4_row_gemv_kernel_gdc
+    block_n, block_g, warps = int4_triton.int4_config(n, k, 128, bool(act))
+    rotated, head = ROTATED.get(name, (0, 0))
+    block_n = int4_triton.rotary_block(block_n, rotated)
+    values = dict(EPS=1e-5, OFFSET=0.0, N=n, K=k, GROUP=128, HAS_BIAS=False,
+                  HAS_NORM=norm, ACT=act, HAS_RES=res, BLOCK_N=block_n, BLOCK_G=block_g,
+                  ROT_ROWS=rotated, HEAD_D=head)
+    names = kernel.arg_names
+    signature = {a: "*u8" if a == "w_ptr" else "*fp16" for a in names if a.endswith("_ptr")}
+    signature.update({a: "constexpr" for a in values})
+    source = ASTSource(kernel, signature,
+                       constexprs={(names.index(a),): v for a, v in values.items()},
+                       attrs={(i,): [["tt.divisibility", 16]]
+                              for i, a in enumerate(names) if a.endswith("_ptr")})
+    out = triton.compile(source, target=GPUTarget("cuda", 90, 32),
+                         options={"num_warps": warps})
+    return (block_n, block_g, warps), out.asm["ptx"]
+
+
+def registers(ptx: str) -> str:
+    import triton
+    ptxas = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
+    with tempfile.NamedTemporaryFile("w", suffix=".ptx") as fh:
+        fh.write(ptx)
+        fh.flush()
+        done = subprocess.run([str(ptxas), "-v", "-arch=sm_90a", fh.name, "-o", "/dev/null"],
+                              capture_output=True, text=True)
+    found = re.search(r"Used (\d+) registers", done.stderr)
+    return found.group(1) if found else "?"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--order", action="store_true")
+    args = parser.parse_args()
+    for shape in SHAPES:
+        config, ptx = compiled(*shape)
+        lines = ptx.splitlines()
+        marks = [(i, "w" if ".v4." in line and "evict_first" in line else
+                  "wait" if "griddepcontrol.wait" in line else "bar")
+                 for i, line in enumerate(lines)
+                 if ("ld.global" in line and ".v4." in line) or "bar.sync" in line
+                 or "griddepcontrol.wait" in line]
+        print(f"{shape[0]:20s} {config} registers {registers(ptx)}, 16-byte weight loads "
+              f"{sum(m == 'w' for _, m in marks)}, barriers {sum(m == 'bar' for _, m in marks)}")
+        if args.order:
+            print("   " + " ".join(f"{m}@{i}" for i, m in marks[:24]))
+
+
+if __name__ == "__main__":
+    main()
