@@ -24,6 +24,10 @@ ROOT = Path(__file__).resolve().parent.parent
 _COMMANDS: list[str] = []
 # cpu builds skip the backend choice (an ONNX build and a timing each) unless a test asks
 os.environ.setdefault("EDGE_EXPORTER_CPU_BACKEND", "aoti")
+# OpenMP threads sleep between parallel regions instead of spinning: two workers and their
+# builds share two cores, and libgomp's spin-waits were 12% of a worker's CPU samples
+# (perf); read when torch loads libgomp, so set before anything imports torch
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 # The cyclic GC took 13% of a worker's CPU in in-process builds (FX and torch.export make
 # millions of short-lived objects; each full pass walked torch's and the suite's imports):
 # fewer young passes, and what collection imported is frozen out of them (3.3 -> 1.0 GC
