@@ -24,9 +24,11 @@ def build_one(job: list, args) -> dict:
     name, spec, variant, overrides = job
     out = Path(args.work_dir) / f"{name}-{variant}.artifact"
     start = time.perf_counter()
-    tuning = _log_tuning(out.with_suffix(".tuning.jsonl")) if args.device == "cuda" else None
+    tuning = None
     try:
-        built = _build(spec, overrides, out, args.device)
+        with (_log_tuning(out.with_suffix(".tuning.jsonl")) if args.device == "cuda"
+              else contextlib.nullcontext()) as tuning:
+            built = _build(spec, overrides, out, args.device)
     except SameAsTarget as same:  # nothing to time that the target's own build lacks
         return {"same_as_target": str(same), "build_s": round(time.perf_counter() - start, 1)}
     except Exception as exc:  # the other builds are still measured
@@ -40,11 +42,12 @@ def build_one(job: list, args) -> dict:
             "validated": built.manifest.validation["passed"]}
 
 
+@contextlib.contextmanager
 def _log_tuning(path: Path):
-    """Inductor's coordinate-descent tuning in this build process, a line a kernel to
-    ``path`` as it is tuned (so a build ended at the barrier still shows it): seconds,
-    configurations timed, the starting and best ms, the kernel's size hints. Returns a
-    function giving the totals."""
+    """Inductor's coordinate-descent tuning while inside, a line a kernel to ``path`` as
+    it is tuned (so a build ended at the barrier still shows it): seconds, configurations
+    timed, the starting and best ms, the kernel's size hints. Yields a function giving
+    the totals."""
     from torch._inductor.runtime.coordinate_descent_tuner import CoordescTuner
     autotune, rows = CoordescTuner.autotune, []
 
@@ -64,8 +67,6 @@ def _log_tuning(path: Path):
         with open(path, "a") as sink:
             sink.write(json.dumps(row) + "\n")
         return best
-    CoordescTuner.autotune = logged
-
     def totals() -> dict:
         from torch._dynamo.utils import compilation_time_metrics as phases
         slowest = sorted(phases.items(), key=lambda kv: -sum(kv[1]))[:10]
@@ -73,7 +74,11 @@ def _log_tuning(path: Path):
         return {"kernels": len(rows), "configs": sum(r["configs"] for r in rows),
                 "s": round(sum(r["s"] for r in rows), 1), "warmed": dict(warmed),
                 "inductor_s": {k: round(sum(v), 1) for k, v in slowest}}
-    return totals
+    CoordescTuner.autotune = logged
+    try:
+        yield totals
+    finally:
+        CoordescTuner.autotune = autotune
 
 
 def _build(spec: str, overrides: dict, out: Path, device: str):
