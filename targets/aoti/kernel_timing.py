@@ -88,6 +88,43 @@ def host_independent_kernel_timing() -> Iterator[bool]:
                  queued.timed)
 
 
+@contextlib.contextmanager
+def flat_pointwise_untuned() -> Iterator[bool]:
+    """Coordinate-descent tuning skips 1-D pointwise kernels inside: they keep Inductor's
+    starting block sizes. Tuned, they gained 0.2-1.0 us a model (a few hundredths of a us
+    a kernel) for 12-27% of a build's tuning seconds (bench/RESULTS.md, session 67); 2-D
+    pointwise kernels and reductions, which gained up to 3 and 7 us each, are still tuned.
+    Yields whether the tuner was wrapped (False: this torch's Inductor is laid out
+    differently, and every kernel is tuned as before)."""
+    try:
+        from torch._inductor.runtime.triton_heuristics import CachingAutotuner
+    except ImportError:
+        yield False
+        return
+    tune = CachingAutotuner.__dict__.get("coordinate_descent_tuning")
+    if tune is None:
+        yield False
+        return
+
+    def tuned(self: Any, launcher: Any, *args: Any, **kwargs: Any) -> Any:
+        if flat_pointwise(self):
+            return launcher
+        return tune(self, launcher, *args, **kwargs)
+
+    CachingAutotuner.coordinate_descent_tuning = tuned
+    try:
+        yield True
+    finally:
+        CachingAutotuner.coordinate_descent_tuning = tune
+
+
+def flat_pointwise(kernel: Any) -> bool:
+    """Whether the Inductor kernel ``kernel`` (a CachingAutotuner) is a pointwise kernel
+    over one dimension (its size hints name only ``x``)."""
+    return (getattr(kernel.heuristic_type, "name", "") == "POINTWISE"
+            and len(getattr(kernel, "size_hints", None) or ()) == 1)
+
+
 def _queued_benchmarker(original: Any) -> Any:
     base = type(original)
 

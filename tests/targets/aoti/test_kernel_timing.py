@@ -3,11 +3,19 @@ and the queued timing itself (GPU only)."""
 
 from __future__ import annotations
 
+import types
+
 import pytest
 import torch
 from torch._inductor.runtime import triton_heuristics
+from torch._inductor.runtime.hints import HeuristicType
+from torch._inductor.runtime.triton_heuristics import CachingAutotuner
 
-from targets.aoti.kernel_timing import host_independent_kernel_timing, queued_kernel_ms
+from targets.aoti.kernel_timing import (
+    flat_pointwise_untuned,
+    host_independent_kernel_timing,
+    queued_kernel_ms,
+)
 from targets.base import LowerOptions
 from targets.registry import get_target
 
@@ -55,6 +63,38 @@ def test_cuda_target_times_this_way_unless_deterministic(tmp_path, deterministic
     with target.lowering_fixes(options):
         swapped = triton_heuristics.benchmarker is not original
     assert swapped is not deterministic
+
+
+def _kernel(kind: HeuristicType, **sizes: int):
+    return types.SimpleNamespace(heuristic_type=kind, size_hints=sizes)
+
+
+def test_only_1d_pointwise_kernels_skip_coordinate_descent(monkeypatch):
+    tuned = []
+    monkeypatch.setattr(CachingAutotuner, "coordinate_descent_tuning",
+                        lambda self, launcher, *a, **k: tuned.append(self) or "best")
+    flat = _kernel(HeuristicType.POINTWISE, x=262144)
+    tiled = _kernel(HeuristicType.POINTWISE, y=256, x=4096)
+    taps = _kernel(HeuristicType.PERSISTENT_REDUCTION, x=262144, r0_=16)
+    with flat_pointwise_untuned() as wrapped:
+        assert wrapped is True
+        got = {id(k): CachingAutotuner.coordinate_descent_tuning(k, "start")
+               for k in (flat, tiled, taps)}
+    assert got == {id(flat): "start", id(tiled): "best", id(taps): "best"}
+    assert tuned == [tiled, taps]
+    CachingAutotuner.coordinate_descent_tuning(flat, "start")  # the wrapper is undone
+    assert tuned[-1] is flat
+
+
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_cuda_target_skips_flat_pointwise_tuning_unless_deterministic(tmp_path,
+                                                                      deterministic):
+    target = get_target("cuda")
+    before = CachingAutotuner.__dict__["coordinate_descent_tuning"]
+    with target.lowering_fixes(LowerOptions(work_dir=tmp_path, deterministic=deterministic)):
+        wrapped = CachingAutotuner.__dict__["coordinate_descent_tuning"] is not before
+    assert wrapped is not deterministic
+    assert CachingAutotuner.__dict__["coordinate_descent_tuning"] is before
 
 
 @pytest.mark.cuda
