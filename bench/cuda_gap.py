@@ -99,13 +99,21 @@ def measure(name: str, variants: dict[str, dict], args) -> dict:
         calls = _baselines(spec, inputs, device, dtype, tuple(args.baselines.split(",")))
         failed = warm_baselines(calls, args.warmup, device)  # compile compiles here
         note(args, {"model": name, "baselines_ready": list(calls)})
+        baselines = set(calls)
         builds = {v: wait_for_build(name, v, args) for v in variants}
+
+        def runs(program):
+            return lambda: program.run(inputs, output_device=device)
         for variant, built in builds.items():
             if "path" in built:
-                program = runtime.load(built["path"])
-                calls[variant] = (lambda p: lambda: p.run(inputs, output_device=device))(
-                    program)
-        warm({v: calls[v] for v in builds if v in calls}, args.warmup, device)
+                calls[variant] = runs(runtime.load(built["path"]))
+            if "path" in built and args.plain_launches:  # the host code's speed, no graph
+                try:
+                    calls[f"{variant}-plain"] = runs(runtime.load(built["path"],
+                                                                  cuda_graphs=False))
+                except Exception as exc:  # noqa: BLE001 - the graphed build still times
+                    failed[f"{variant}-plain"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+        warm({v: call for v, call in calls.items() if v not in baselines}, args.warmup, device)
         with time_on_gpu(name, args):
             timings = time_side_by_side(calls, device, args.runs, args.warmup)
             profiles = ({label: profile(call, args.profile_calls)
@@ -113,8 +121,8 @@ def measure(name: str, variants: dict[str, dict], args) -> dict:
                         if device == "cuda" and args.profile_calls else {})
     base = next((timings[k]["median_ms"] for k in ("compile", "eager") if k in timings), None)
     return {"model": name, "spec": model_spec(name), "builds": builds, "timings": timings,
-            "vs": {v: round(timings[v]["median_ms"] / base, 3) for v in builds
-                   if v in timings} if base else None,
+            "vs": {v: round(timings[v]["median_ms"] / base, 3) for v in timings
+                   if v not in baselines} if base else None,
             "vs_baseline": next((k for k in ("compile", "eager") if k in timings), None),
             "profiles": profiles, "baseline_errors": failed}
 
@@ -156,6 +164,8 @@ def main() -> None:
                         help="name=JSON;... (a model:variant name limits it to that model)")
     parser.add_argument("--baselines", default="eager,compile")
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    parser.add_argument("--plain-launches", action="store_true",
+                        help="also time each build without CUDA graphs (<variant>-plain)")
     parser.add_argument("--runs", type=int, default=200)
     parser.add_argument("--warmup", type=int, default=30)
     parser.add_argument("--profile-calls", type=int, default=20)
