@@ -167,8 +167,9 @@ def match_int8_linear(mm: Node) -> Int8Linear | None:
 
 
 def _attr_of(node) -> Node | None:
-    """The get_attr ``node`` is, or is a view of."""
-    while calls(node, *_VIEWS):
+    """The get_attr ``node`` is, or is a view or cast of (an fp16 model's int8 linear
+    keeps its scales float32 and casts them at use; the kernel reads either as float)."""
+    while calls(node, *_VIEWS, *_CASTS):
         node = node.args[0]
     return node if isinstance(node, Node) and node.op == "get_attr" and val(node) is not None \
         else None
