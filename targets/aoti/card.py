@@ -79,11 +79,11 @@ CPU_RECIPES = {
 CUDA_RECIPES = {
     "int8-weight": "torchao Int8WeightOnlyConfig: int8 per-channel linear and "
                    "embedding weights, float activations (Triton mixed-dtype GEMM)",
-    "int4-weight": "torchao Int4WeightOnlyConfig (groups of 128, or 64/32 where "
-                   "in_features needs, tinygemm layout): int4 "
-                   "linear weights, bfloat16 GEMM inside, float32 in and out; "
-                   "embeddings int8 per row (EDGE_EXPORTER_INT4_ROWS=1: int4 rows "
-                   "the decode kernels read, kernels/int4_rows.py)",
+    "int4-weight": "int4 rows (groups of 128, or 64/32 where in_features needs; "
+                   "asymmetric, a scale and offset per group): the decode kernels read "
+                   "them, a prompt runs the unpacked weight's GEMM (kernels/int4_rows.py); "
+                   "embeddings int8 per row (EDGE_EXPORTER_INT4_ROWS=0: torchao "
+                   "Int4WeightOnlyConfig's tinygemm layout and kernel)",
 }
 
 

@@ -74,13 +74,12 @@ class CudaTooling(AotiTooling):
 
 
 class CudaQuantization(Quantization):
-    """int4-weight as int4 rows our decode kernels read (kernels/int4_rows.py) only where
-    ``EDGE_EXPORTER_INT4_ROWS=1``: each product alone times 1.1-1.3x torchao's tinygemm and
-    the folds' gain is not yet measured in a whole decode step, so tinygemm stays the
-    default until it is."""
+    """int4-weight as int4 rows our decode kernels read (kernels/int4_rows.py), with the
+    folds a decode step gains from (bench/RESULTS.md, session 68: the 4-layer step);
+    ``EDGE_EXPORTER_INT4_ROWS=0`` keeps torchao's tinygemm."""
 
     def linear_format(self, recipe: str):
-        if os.environ.get(int4_rows.ROWS_ENV) != "1":
+        if os.environ.get(int4_rows.ROWS_ENV) == "0":
             return None, ""
         return super().linear_format(recipe)
 

@@ -26,7 +26,7 @@ from targets.aoti.kernels import reference
 from targets.aoti.kernels.ops import NAMESPACE, TRITON
 
 INT4_LINEAR = f"{NAMESPACE}::int4_linear"
-ROWS_ENV = "EDGE_EXPORTER_INT4_ROWS"  # "1": cuda int4-weight builds store int4 rows
+ROWS_ENV = "EDGE_EXPORTER_INT4_ROWS"  # "0": cuda int4-weight builds keep tinygemm
 LAYOUT = ("int4 rows: uint8 [out, in/2], byte j of a group holds q[j] and q[j + group/2]; "
           "(scale, offset) per group of 128 (64/32 where in_features needs), "
           "w = q * scale + offset")

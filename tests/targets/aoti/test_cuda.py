@@ -137,16 +137,15 @@ def test_static_libstdcxx_compiler_is_detected_here():
 
 
 @pytest.mark.parametrize("recipe,int4_rows", [("int8-weight", False), ("int4-weight", False),
-                                               ("int4-weight", True)])
+                                               ("int4-weight", True)])  # False: tinygemm
 def test_weight_only_recipes_on_the_gpu(artifacts_dir, cli, monkeypatch, recipe, int4_rows):
-    """Weight-only (int8: torchao's rows; int4: torchao's tinygemm, or with
-    EDGE_EXPORTER_INT4_ROWS=1 our int4 rows): every linear of a decoder and its tied output
+    """Weight-only (int8: torchao's rows; int4: our int4 rows, or with
+    EDGE_EXPORTER_INT4_ROWS=0 torchao's tinygemm): every linear of a decoder and its tied output
     projection (x @ table.T) quantized, and the token table as int8 rows; smaller weights,
     the gate passed, and the loaded artifact (CUDA graphs) agrees with eager float32 at a
     new batch size."""
     pytest.importorskip("torchao")
-    if int4_rows:
-        monkeypatch.setenv("EDGE_EXPORTER_INT4_ROWS", "1")
+    monkeypatch.setenv("EDGE_EXPORTER_INT4_ROWS", "1" if int4_rows else "0")
     from exporter.validation.gates import compare_quantized
     from exporter.report.console import quantization_records
     from tests.models.wide_decoder import VOCAB, wide_decoder

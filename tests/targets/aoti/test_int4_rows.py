@@ -148,19 +148,18 @@ def test_int4_row_gemv_kernel_rotates_the_first_rows_as_its_reference():
     assert ((got - want).norm() / want.norm()).item() < 2e-3
 
 
-def test_cuda_int4_weight_is_tinygemm_unless_int4_rows_are_asked_for(monkeypatch, tmp_path):
-    """int4 rows are not the cuda default until a whole decode step is timed faster: without
-    EDGE_EXPORTER_INT4_ROWS=1 the recipe keeps torchao's format; with it, the rows' swap and
-    layout reach the quantize pass."""
+def test_cuda_int4_weight_is_int4_rows_unless_tinygemm_is_asked_for(monkeypatch, tmp_path):
+    """int4 rows are the cuda default: the rows' swap and layout reach the quantize pass;
+    with EDGE_EXPORTER_INT4_ROWS=0 the recipe keeps torchao's format."""
     from targets.aoti.cuda import CudaTarget
     from targets.options import LowerOptions
 
     quantization = CudaTarget.quantization
     options = LowerOptions(work_dir=tmp_path, quantize="int4-weight")
     monkeypatch.delenv(int4_rows.ROWS_ENV, raising=False)
-    assert quantization.linear_format("int4-weight") == (None, "")
-    assert quantization.quantize_pass(options, "cuda").swap_linear is None
-    monkeypatch.setenv(int4_rows.ROWS_ENV, "1")
     assert quantization.linear_format("int4-weight") == (int4_rows.swap, int4_rows.LAYOUT)
     assert quantization.quantize_pass(options, "cuda").layout == int4_rows.LAYOUT
+    monkeypatch.setenv(int4_rows.ROWS_ENV, "0")
+    assert quantization.linear_format("int4-weight") == (None, "")
+    assert quantization.quantize_pass(options, "cuda").swap_linear is None
     assert quantization.linear_format("int8-weight") == (None, "")
