@@ -88,30 +88,35 @@ def host_independent_kernel_timing() -> Iterator[bool]:
                  queued.timed)
 
 
-@contextlib.contextmanager
-def flat_pointwise_untuned() -> Iterator[bool]:
+def flat_pointwise_untuned() -> contextlib.AbstractContextManager[bool]:
     """Coordinate-descent tuning skips 1-D pointwise kernels inside: they keep Inductor's
     starting block sizes. Tuned, they gained 0.2-1.0 us a model (a few hundredths of a us
     a kernel) for 12-27% of a build's tuning seconds (bench/RESULTS.md, session 67); 2-D
     pointwise kernels and reductions, which gained up to 3 and 7 us each, are still tuned.
-    Yields whether the tuner was wrapped (False: this torch's Inductor is laid out
-    differently, and every kernel is tuned as before)."""
+    Yields whether the tuner was wrapped."""
+    def wrap(tune: Callable) -> Callable:
+        def tuned(self: Any, launcher: Any, *args: Any, **kwargs: Any) -> Any:
+            return launcher if flat_pointwise(self) else tune(self, launcher, *args, **kwargs)
+        return tuned
+    return coordinate_descent_wrapped(wrap)
+
+
+@contextlib.contextmanager
+def coordinate_descent_wrapped(wrap: Callable[[Callable], Callable],
+                               on: bool = True) -> Iterator[bool]:
+    """Inductor's coordinate-descent tuning (``CachingAutotuner.coordinate_descent_tuning``)
+    replaced by ``wrap(it)`` inside, while ``on``; yields whether it is (False too where
+    this torch's Inductor is laid out differently: it tunes as it does)."""
     try:
         from torch._inductor.runtime.triton_heuristics import CachingAutotuner
     except ImportError:
         yield False
         return
     tune = CachingAutotuner.__dict__.get("coordinate_descent_tuning")
-    if tune is None:
+    if tune is None or not on:
         yield False
         return
-
-    def tuned(self: Any, launcher: Any, *args: Any, **kwargs: Any) -> Any:
-        if flat_pointwise(self):
-            return launcher
-        return tune(self, launcher, *args, **kwargs)
-
-    CachingAutotuner.coordinate_descent_tuning = tuned
+    CachingAutotuner.coordinate_descent_tuning = wrap(tune)
     try:
         yield True
     finally:

@@ -19,9 +19,11 @@ import copy
 import inspect
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from targets.aoti.kernel_timing import coordinate_descent_wrapped
 
 log = logging.getLogger(__name__)
 # A candidate, not yet the default: bench/cuda_gap.py turns it on for a variant.
@@ -34,32 +36,18 @@ _CACHE_ENV = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
 warmed = {"kernels": 0, "candidates": 0, "stalled": 0}  # in this process, for a log
 
 
-@contextlib.contextmanager
-def warmed_neighbours() -> Iterator[bool]:
+def warmed_neighbours() -> contextlib.AbstractContextManager[bool]:
     """Inductor's coordinate-descent tuning with its first sweep compiled ahead in the
     compile workers (while ``WARM``); yields whether it is."""
-    try:
-        from torch._inductor.runtime.triton_heuristics import CachingAutotuner
-    except ImportError:
-        yield False
-        return
-    tune = CachingAutotuner.__dict__.get("coordinate_descent_tuning")
-    if tune is None or not WARM:
-        yield False
-        return
-
-    def tuned(self: Any, launcher: Any, *args: Any, **kwargs: Any) -> Any:
-        try:
-            warm(self, launcher.config)
-        except Exception:  # noqa: BLE001 - a head start only: the tuner compiles the rest
-            log.debug("candidates not compiled ahead", exc_info=True)
-        return tune(self, launcher, *args, **kwargs)
-
-    CachingAutotuner.coordinate_descent_tuning = tuned
-    try:
-        yield True
-    finally:
-        CachingAutotuner.coordinate_descent_tuning = tune
+    def wrap(tune: Callable) -> Callable:
+        def tuned(self: Any, launcher: Any, *args: Any, **kwargs: Any) -> Any:
+            try:
+                warm(self, launcher.config)
+            except Exception:  # noqa: BLE001 - a head start only: the tuner compiles the rest
+                log.debug("candidates not compiled ahead", exc_info=True)
+            return tune(self, launcher, *args, **kwargs)
+        return tuned
+    return coordinate_descent_wrapped(wrap, on=WARM)
 
 
 def warm(kernel: Any, config: Any) -> int:
