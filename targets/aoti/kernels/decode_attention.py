@@ -143,7 +143,10 @@ declare_writes(attention_combine_kernel_gdc, "out_ptr")
 
 
 def launch_decode_attention(query, past_k, new_k, past_v, new_v, mask, scale: float,
-                            block_s: int | None = None, pdl: bool = False) -> torch.Tensor:
+                            block_s: int | None = None, pdl: bool = False,
+                            cache_ahead: bool | None = None) -> torch.Tensor:
+    """``cache_ahead``: a dependent launch reads the past rows before its wait (by default
+    where a script started it with the cache itself, ``pdl``; False: as in a library)."""
     heads, dim = query.shape[1], query.shape[-1]
     kv_heads, slots = past_k.shape[1], past_k.shape[2]
     groups = heads // kv_heads
@@ -159,7 +162,8 @@ def launch_decode_attention(query, past_k, new_k, past_v, new_v, mask, scale: fl
                           query.device, pdl)
     # the past rows read before the wait only where the script gave the cache itself; in
     # a library they may be what a kernel of the step wrote
-    cache_first = dict(CACHE_AHEAD=pdl and past_k.stride(-1) == 1 and
+    ahead = pdl if cache_ahead is None else cache_ahead
+    cache_first = dict(CACHE_AHEAD=ahead and past_k.stride(-1) == 1 and
                        past_v.stride(-1) == 1) if gdc else {}
     query, past_k, past_v = (t if t.stride(-1) == 1 else t.contiguous()
                              for t in (query, past_k, past_v))
