@@ -19,6 +19,8 @@ become ``row_gemv`` over the packed rows (passes/decode_kernels.py).
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from passes.quantize.quantize_weight_only import INT4_GROUPS
@@ -91,6 +93,7 @@ def swap(module: torch.fx.GraphModule, node: torch.fx.Node, op: str,
         return (f"in_features {weight.shape[1]} is not a multiple of an int4 group "
                 f"({', '.join(map(str, INT4_GROUPS))})")
     name = f"{weight_node.target.replace('.', '_')}_int4_rows"
+    keep_rows_packed()
     if not hasattr(module, f"{name}_packed"):
         packed, scales = pack(weight, group)
         module.register_buffer(f"{name}_packed", packed)
@@ -101,3 +104,16 @@ def swap(module: torch.fx.GraphModule, node: torch.fx.Node, op: str,
     node.target = int4_linear
     node.args, node.kwargs = (node.args[0], *stored, bias), {}
     return None
+
+
+@functools.cache
+def keep_rows_packed() -> None:
+    """Freezing (a plain build's AOTInductor compile) folds what reads only constants into
+    new constants: int4_linear's unpack would be stored as the float weight, 4-8x the
+    rows' bytes. Its nibble ops are kept from folding, so the library keeps the rows packed
+    and unpacks them as it runs (a generating build does not freeze)."""
+    from torch._inductor.constant_folding import add_dont_constant_fold
+    aten = torch.ops.aten  # ``>>`` is one or the other after decomposition, by torch version
+    for op in (aten.bitwise_and.Scalar, aten.__rshift__.Scalar,
+               aten.bitwise_right_shift.Tensor_Scalar):
+        add_dont_constant_fold(op)
