@@ -30,12 +30,21 @@ def _frames(frame) -> list[str]:
     while frame is not None:
         code = frame.f_code
         name = f"{Path(code.co_filename).name}:{code.co_name}"
-        meta = getattr(frame.f_locals.get("self"), "inductor_meta", None)
+        meta = _inductor_meta(frame.f_locals.get("self"))
         if isinstance(meta, dict) and meta.get("kernel_name"):
             name += f"[{meta['kernel_name']}]"
         names.append(name)
         frame = frame.f_back
     return names[::-1]
+
+
+def _inductor_meta(owner) -> object:
+    """``owner.inductor_meta``, or None: a frame's ``self`` may be any object, and some
+    raise other errors than AttributeError from getattr (a Triton tensor: ValueError)."""
+    try:
+        return getattr(owner, "inductor_meta", None)
+    except Exception:  # noqa: BLE001 (a sampler must not die on what it samples)
+        return None
 
 
 def sample(out: Path, interval: float, main_id: int, start: float) -> None:
