@@ -42,9 +42,12 @@ from targets import Lowered, Target, all_targets, get_target
 from targets.fallback import FALLBACK_BACKEND
 
 def prepare_captured(target: Target, model: ModelSpec, captured_spec: ModelSpec, out: Path,
-                     settings: BuildSettings, timed: Callable, label: str = "") -> Prepared:
+                     settings: BuildSettings, timed: Callable, label: str = "", *,
+                     shared_weights: bool = False) -> Prepared:
     """Capture ``captured_spec`` (the model as it runs: cast, wrapped) and plan it; ``model``
-    is the user's, the float64 reference. ``label`` names the entry point in stage names."""
+    is the user's, the float64 reference. ``label`` names the entry point in stage names;
+    ``shared_weights``: the entry points of a generating build share their weights, where
+    the target can (its passes differ: targets/aoti/cuda.py)."""
     dynamic = parse_dynamic(settings.dynamic)
     with timed(f"capture{label} (torch.export)"):
         captured = capture(captured_spec, dynamic, target.device)
@@ -54,6 +57,9 @@ def prepare_captured(target: Target, model: ModelSpec, captured_spec: ModelSpec,
                                              captured.inputs.tensors)
     warnings = model.notes + warnings
     options = lower_options(settings, out, calibration=calibration)
+    if shared_weights:
+        options = dataclasses.replace(
+            options, shared_weights=target.generation.shares_weights(options))
     passes = "passes" if settings.quantize is None else f"passes (quantize {settings.quantize})"
     with timed(passes.replace("passes", f"passes{label}", 1)):
         program, pass_records = run_pipeline(captured.program, target.default_passes(options))

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import dataclasses
 import functools
 import logging
 from pathlib import Path
@@ -72,10 +71,8 @@ class GeneratingBuild(BuildKind):
               timed: Callable) -> dict:
         preps = prepared.preps
         target = preps["prefill"].target
-        shares = target.generation.shares_weights
-        for prep in preps.values():  # one copy of the weights for both entry points
-            prep.options = dataclasses.replace(prep.options, shared_weights=shares(prep.options))
-            prep.shared_store = True  # the fallback's tensors too, whatever the target shares
+        for prep in preps.values():  # one copy of the weights (options.shared_weights
+            prep.shared_store = True  # since capture), the fallback's too, whatever is shared
         lowered = {}
         for name, prep in preps.items():
             (work_dir / name).mkdir()
@@ -227,7 +224,7 @@ def _capture_entry_points(target, reference: ModelSpec, out: Path, settings: Bui
         try:
             with _length_from_one(from_one):
                 return prepare_captured(target, reference, entry, out, settings, timed,
-                                        f" {name}")
+                                        f" {name}", shared_weights=True)
         except ExportFailedError as exc:
             if name == "decode":
                 raise _DecodeNotCaptured(exc) from exc

@@ -135,3 +135,27 @@ def test_tvm_generating_build_validates_token_for_token(tmp_path):
                            out=tmp_path / "llama-tvm.artifact")
     record = built.manifest.validation
     assert record["passed"] and record["tokens_identical"]
+
+
+@pytest.mark.parametrize("quantize, shared", [(None, True), ("int8-dynamic", False)])
+def test_generating_passes_know_the_entry_points_share_their_weights(monkeypatch, quantize,
+                                                                      shared):
+    """A target's passes may differ for generating builds (cuda keeps a decode step's
+    one-row linears on its row kernels, targets/aoti/cuda.py): they read
+    ``options.shared_weights``, which was set only at lowering, after the passes had run
+    with it False. A dry run on cpu: the options each entry point's passes were given say
+    what the target shares (not its PT2E int8 recipes, which one program then serves)."""
+    from exporter.lm.build import dry_run_generating
+    from exporter.settings import BuildSettings
+    from targets import get_target
+    target = type(get_target("cpu"))
+    seen = []
+    passes = target.default_passes
+    monkeypatch.setattr(target, "default_passes",
+                        lambda self, options: seen.append(options) or passes(self, options))
+    torch.manual_seed(0)
+    model = tiny_lm.one_layer()
+    planned = dry_run_generating(model, BuildSettings(target="cpu", task="text-generation",
+                                                      max_context=32, quantize=quantize))
+    assert seen and [o.shared_weights for o in seen] == [shared] * len(seen)
+    assert all(p.options.shared_weights == shared for p in planned.preps.values())
