@@ -44,6 +44,7 @@ from targets.base import (
 from targets.facets import Generation, Packaging, Tooling
 from targets.errors import LoweringError, TargetOptionError
 from targets.aoti.card import AotiOptions, compiler_here
+from targets.aoti.folded_weights import folded_int8_note, int8_dequantizes_folded
 from targets.reproducible import (
     canonical_mkldnn_metadata,
     mkldnn_md_layout_known,
@@ -252,7 +253,8 @@ class AOTInductorTarget(Target):
             # qlinear fusions, leaving PT2E models as dequantize + float GEMM (slower
             # than fp32; pytorch/ao#4566).
             with torch.no_grad(), torch._inductor.config.patch(configs), \
-                    canonical_mkldnn_metadata(), self.lowering_fixes(options):
+                    canonical_mkldnn_metadata(), self.lowering_fixes(options), \
+                    int8_dequantizes_folded() as folded:
                 torch._inductor.aoti_compile_and_package(
                     program, package_path=str(package), inductor_configs=configs)
         except Exception as exc:  # compiler errors come in many types; keep the full text
@@ -264,6 +266,7 @@ class AOTInductorTarget(Target):
         meta = AotiMeta(package=PACKAGE_NAME, inductor_configs=_jsonable(configs),
                         compiler=choose_cxx().note)
         notes = [choose_cxx().note] if choose_cxx().switched else []
+        notes += folded_int8_note(folded)
         return Lowered(files={PACKAGE_NAME: package}, meta=meta.to_json(),
                        requirements=self.requirements(options), notes=notes,
                        seconds={"compile_seconds": round(seconds, 2)},

@@ -71,14 +71,16 @@ CPU_RECIPES = {
                    "weights, activation scales from --calibration (7 bits on x86); "
                    "embeddings int8 per row",
     "int8-weight": "torchao Int8WeightOnlyConfig: int8 per-channel linear and "
-                   "embedding weights, float activations (Inductor's weight-only int8 GEMM)",
+                   "embedding weights, float activations (Inductor's weight-only int8 GEMM "
+                   "at bfloat16; other dtypes' plain builds store them dequantized)",
     "int4-weight": "int4 linear weights in groups of 32 (torchao's asymmetric "
                    "quantization), ATen's int4 CPU GEMM with bfloat16 rows inside, "
                    "float in and out (passes/quantize/int4_cpu.py); embeddings int8 per row",
 }
 CUDA_RECIPES = {
     "int8-weight": "torchao Int8WeightOnlyConfig: int8 per-channel linear and "
-                   "embedding weights, float activations (Triton mixed-dtype GEMM)",
+                   "embedding weights, float activations (a decode step's int8 rows; "
+                   "plain builds below bfloat16 store them dequantized)",
     "int4-weight": "int4 rows (groups of 128, or 64/32 where in_features needs; "
                    "asymmetric, a scale and offset per group): the decode kernels read "
                    "them, a prompt runs the unpacked weight's GEMM (kernels/int4_rows.py); "
