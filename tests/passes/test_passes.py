@@ -119,6 +119,26 @@ def test_rsqrt_products_become_divisions_by_the_root():
     assert not RsqrtAsDivision()(result.program).modified
 
 
+class _NormOutput(torch.nn.Module):
+    """The norm's product is what the program returns (a cpu partition ending at an MoE
+    layer's fallback ops returns its first RMSNorm's product)."""
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
+
+
+def test_rsqrt_product_that_is_the_output_keeps_the_signature_sound():
+    from passes.base import check_program
+    from targets.onnx.passes.rsqrt_as_division import RsqrtAsDivision
+    x = torch.randn(2, 3, 8)
+    program = torch.export.export(_NormOutput(), (x,))
+    expected = program.module()(x)
+    result = RsqrtAsDivision()(program)
+    assert result.info["products_rewritten"] == 1
+    check_program(result.program, "rsqrt_as_division")  # the signature names the division
+    torch.testing.assert_close(result.program.module()(x), expected, rtol=1e-6, atol=1e-6)
+
+
 class _WholeHeadRotary(torch.nn.Module):
     """Phi-3's rotary: cat(rotated part, untouched part), the latter empty here, on a
     transposed view, then a view that needs the contiguous result eager's cat returns."""

@@ -45,6 +45,8 @@ class RsqrtAsDivision:
                     quotient = graph.call_function(aten.div.Tensor, (other, root))
                     quotient.meta = dict(user.meta)
                 user.replace_all_uses_with(quotient)
+                # a product the program returns (a partition's output) keeps its spec
+                program.graph_signature.replace_all_uses(user.name, quotient.name)
                 graph.erase_node(user)
                 count += 1
             graph.erase_node(node)
