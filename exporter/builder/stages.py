@@ -46,8 +46,9 @@ def prepare_captured(target: Target, model: ModelSpec, captured_spec: ModelSpec,
                      shared_weights: bool = False) -> Prepared:
     """Capture ``captured_spec`` (the model as it runs: cast, wrapped) and plan it; ``model``
     is the user's, the float64 reference. ``label`` names the entry point in stage names;
-    ``shared_weights``: the entry points of a generating build share their weights, where
-    the target can (its passes differ: targets/aoti/cuda.py)."""
+    ``shared_weights``: one of several entry points with one weight store (a generating
+    build's): the fallback's tensors go there, and the target's own where it can share
+    them, which its passes know from capture on (targets/aoti/cuda.py)."""
     dynamic = parse_dynamic(settings.dynamic)
     with timed(f"capture{label} (torch.export)"):
         captured = capture(captured_spec, dynamic, target.device)
@@ -79,7 +80,7 @@ def prepare_captured(target: Target, model: ModelSpec, captured_spec: ModelSpec,
     return Prepared(target=target, model=model, captured=captured, program=program,
                     pass_records=pass_records, placement=placement, warnings=warnings, out=out,
                     options=options, calibration=calibration, activations=activations,
-                    captured_module=captured_spec.module)
+                    captured_module=captured_spec.module, shared_store=shared_weights)
 
 
 def at_dtype(model: ModelSpec, dtype: str) -> ModelSpec:

@@ -71,8 +71,6 @@ class GeneratingBuild(BuildKind):
               timed: Callable) -> dict:
         preps = prepared.preps
         target = preps["prefill"].target
-        for prep in preps.values():  # one copy of the weights (options.shared_weights
-            prep.shared_store = True  # since capture), the fallback's too, whatever is shared
         lowered = {}
         for name, prep in preps.items():
             (work_dir / name).mkdir()
