@@ -56,8 +56,8 @@ def kernel_class(name: str) -> str:
     return next((label for label, pattern in CLASSES if pattern.search(name)), "other")
 
 
-def profile(call, calls: int) -> dict:
-    """Kernels per call and GPU microseconds per call by class, and the top kernels."""
+def profile(call, calls: int, top_n: int = 12) -> dict:
+    """Kernels per call and GPU microseconds per call by class, and the ``top_n`` kernels."""
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as torch_profile
     torch.cuda.synchronize()
@@ -74,7 +74,7 @@ def profile(call, calls: int) -> dict:
         per_class[kernel_class(event.name)] += us
         per_kernel[event.name][0] += 1
         per_kernel[event.name][1] += us
-    top = sorted(per_kernel.items(), key=lambda kv: -kv[1][1])[:12]
+    top = sorted(per_kernel.items(), key=lambda kv: -kv[1][1])[:top_n]
     return {"kernels_per_call": count / calls,
             "us_per_call": {k: round(v / calls, 1) for k, v in sorted(per_class.items())},
             "busy_us_per_call": round(sum(per_class.values()) / calls, 1),
@@ -116,7 +116,7 @@ def measure(name: str, variants: dict[str, dict], args) -> dict:
         warm({v: call for v, call in calls.items() if v not in baselines}, args.warmup, device)
         with time_on_gpu(name, args):
             timings = time_side_by_side(calls, device, args.runs, args.warmup)
-            profiles = ({label: profile(call, args.profile_calls)
+            profiles = ({label: profile(call, args.profile_calls, args.profile_top)
                          for label, call in calls.items()}
                         if device == "cuda" and args.profile_calls else {})
     base = next((timings[k]["median_ms"] for k in ("compile", "eager") if k in timings), None)
@@ -169,6 +169,8 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=200)
     parser.add_argument("--warmup", type=int, default=30)
     parser.add_argument("--profile-calls", type=int, default=20)
+    parser.add_argument("--profile-top", type=int, default=12,
+                        help="kernels listed in each profile, the most time first")
     parser.add_argument("--work-dir", default="build/cuda-gap")
     parser.add_argument("--json-out", default="build/cuda-gap/rows.jsonl")
     parser.add_argument("--progress", help="a line per finished build and model")
