@@ -44,6 +44,7 @@ from targets.aoti.kernels.dependent_launch import PLAIN_ENV  # noqa: E402
 
 BANDWIDTH = 4.8e12
 DECODE_PASSES = ("decode_attention_as_kernel", "row_linears_as_kernels")
+ROW_KERNELS = ("row_gemv_kernel", "int4_row_gemv_kernel")  # int8/fp16 rows, int4 rows
 BUILDS = {"fp16": dict(dtype="fp16"),
           "fp16-int8-weight": dict(dtype="fp16", quantize="int8-weight", min_top1=0.5),
           # random weights' flat logits: int4's rounding flips many near-ties (teacher-
@@ -133,11 +134,26 @@ def replay_and_profile(artifact: str, layers: int) -> dict:
             kernels[key(event.name)][0] += 1
             kernels[key(event.name)][1] += event.time_range.elapsed_us()
             sequence.append((event.time_range.start, key(event.name),
-                             event.time_range.elapsed_us()))
-    sequence = [(name, us) for _, name, us in sorted(sequence)]
+                             event.time_range.elapsed_us(), event.time_range.end))
+    sequence.sort()
+    own = own_times(sequence)
+    sequence = [(name, us) for _, name, us, _ in sequence]
     return {"replay_ms": statistics.median(times),
             "kernels": {k: [n / 20, us / 20] for k, (n, us) in kernels.items()},
-            "by_position": by_position(sequence, layers), "step": step_kernels(sequence, 20)}
+            "by_position": by_position(sequence, layers), "step": step_kernels(sequence, 20),
+            "by_position_own": by_position(own, layers), "step_own": step_kernels(own, 20)}
+
+
+def own_times(sequence: list) -> list:
+    """(name, us) of each kernel's own share of the step: its end minus the later of its
+    start and the previous kernel's end. A dependent launch starts before its predecessor
+    ends and waits inside, so its profiled duration counts that wait too."""
+    found, last_end = [], None
+    for start, name, _, end in sequence:
+        begin = start if last_end is None else max(start, last_end)
+        found.append((name, max(end - begin, 0)))
+        last_end = end if last_end is None else max(last_end, end)
+    return found
 
 
 def step_kernels(sequence: list, steps: int) -> list:
@@ -152,9 +168,9 @@ def step_kernels(sequence: list, steps: int) -> list:
 
 
 def by_position(sequence: list, layers: int) -> dict:
-    """A kernel launched several times a layer (row_gemv: q/k/v, o, gate/up, down, then
-    the head), its median time at each place in the layer's order."""
-    calls = [us for name, us in sequence if name.startswith("row_gemv_kernel")]
+    """A kernel launched several times a layer (row_gemv or int4 rows: q/k/v, o, gate/up,
+    down, then the head), its median time at each place in the layer's order."""
+    calls = [us for name, us in sequence if name.startswith(ROW_KERNELS)]
     per_step = 4 * layers + 1
     steps = [calls[i:i + per_step] for i in range(0, len(calls) - per_step + 1, per_step)]
     if not steps:
@@ -210,7 +226,7 @@ def ncu(artifact: str, out: Path) -> dict:
         entry[0] += 1
         entry[1] += metrics["gpu__time_duration.sum"] / 1e3
         entry[2] += moved
-        if names[kid].startswith("row_gemv_kernel"):
+        if names[kid].startswith(ROW_KERNELS):
             rows.append((metrics["gpu__time_duration.sum"] / 1e3, moved))
     places = {}
     if len(rows) % 4 == 1:
@@ -231,9 +247,11 @@ def table(label: str, row: dict) -> None:
           f"({row['step_bytes'] / 1e9:.2f} GB); bench at "
           f"{row['bench']['decode_tok_s'] / row['bound_tok_s']:.0%} of bound; ncu bytes a step "
           f"{sum(v[2] for v in counters.values()) / 1e9:.2f} GB")
-    if row["profile"].get("by_position"):
-        print("row_gemv by place, us: " + ", ".join(
-            f"{k} {v:.2f}" for k, v in row["profile"]["by_position"].items()))
+    for field, what in (("by_position", "row_gemv by place, us"),
+                        ("by_position_own", "row_gemv by place, own us")):
+        if row["profile"].get(field):
+            print(f"{what}: " + ", ".join(
+                f"{k} {v:.2f}" for k, v in row["profile"][field].items()))
     print("| kernel | calls/step | us/step (graph) | us/call | ncu us/call | MB/call | GB/s |")
     print("|---|---|---|---|---|---|---|")
     for name, (calls, us) in sorted(prof.items(), key=lambda kv: -kv[1][1])[:22]:
