@@ -11,6 +11,14 @@ thread pool (ONNX Runtime's spinning workers, OpenMP's) still holds the cores fo
 while, and turns of one timed call would time only that, against the candidate whose
 pool is slower to let go of them.
 
+On a loaded machine whole turns stall: an OpenMP team waits at each barrier for a thread
+the scheduler put off, and every call of the turn takes 10-1,000x its usual time. Such a
+turn says nothing about the candidate (the same library runs at its usual speed in the
+next round), and enough of them outvoted a median of rounds. So a round in which any
+turn took ``STALL`` times that candidate's fastest turn is left out of the shares, and
+rounds are added until ``CLEAN_ROUNDS`` are clean (``MAX_ROUNDS`` in all). A candidate
+stalled through every round is told from a slow one only by the rounds after its stall.
+
     python -m targets.aoti.timing FOLDER   # job.json, inputs and reference in FOLDER
 """
 
@@ -25,6 +33,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 import torch
 from torch.utils._pytree import tree_leaves
@@ -38,6 +47,11 @@ WARMUP = 2
 ROUNDS = 7
 ROUND_S = 0.25  # each candidate's share of a round, in seconds
 TURN_CALLS = 3  # timed calls a turn at least, after its untimed one
+# A turn this many times its candidate's fastest is stalled: a busy machine's rounds
+# spread by up to about 2x, stalled turns by 10x and more (bench/RESULTS.md, s68, s69)
+STALL = 3.0
+CLEAN_ROUNDS = 5  # rounds without a stalled turn wanted for the shares
+MAX_ROUNDS = 3 * ROUNDS  # at most, stalled ones included
 TIMEOUT_S = 900.0
 # An output off by more than this share of its largest value runs wrong: the build's
 # validation judges the kept one closely; this only keeps a broken one from being timed
@@ -109,56 +123,99 @@ def main(folder: Path) -> None:
             results[name] = {"dropped": f"failed validation: {problem}"}
             continue
         ready[name] = run
-    timed = interleaved(ready, inputs)
-    shares = round_shares({name: [statistics.median(t) for t in turns]
-                           for name, turns in timed.items()})
+    results.update(summarized(interleaved(ready, inputs)))
+    figures = {"threads": torch.get_num_threads(), "candidates": results}
+    (folder / "figures.json").write_text(json.dumps(figures))
+
+
+def summarized(timed: dict[str, list[list[float]]]) -> dict[str, dict]:
+    """Each candidate's figures from its turns (seconds per call, turn by turn): the median
+    and p10 of all its calls, each turn's median, its round share where there is one, and
+    the rounds left out of the shares as stalled."""
+    turn_medians = {name: [statistics.median(t) for t in turns] for name, turns in timed.items()}
+    shares = round_shares(turn_medians)
+    left_out = sorted(stalled_rounds(turn_medians))
+    results = {}
     for name, turns in timed.items():
         ordered = sorted(t for turn in turns for t in turn)
         results[name] = {"median_ms": round(statistics.median(ordered) * 1e3, 3),
                          "p10_ms": round(ordered[len(ordered) // 10] * 1e3, 3),
                          "calls": len(ordered),  # each turn's median: the spread of rounds
-                         "turn_ms": [round(statistics.median(t) * 1e3, 3) for t in turns],
-                         **({"round_share": round(shares[name], 4)} if name in shares
-                            else {})}
-    figures = {"threads": torch.get_num_threads(), "candidates": results}
-    (folder / "figures.json").write_text(json.dumps(figures))
+                         "turn_ms": [round(m * 1e3, 3) for m in turn_medians[name]],
+                         **({"round_share": round(shares[name], 4),
+                             "stalled_rounds": left_out} if name in shares else {})}
+    return results
 
 
-def interleaved(runs: dict, inputs: list) -> dict[str, list[list[float]]]:
+def interleaved(runs: dict, inputs: list, clock: Callable[[], float] = time.perf_counter
+                ) -> dict[str, list[list[float]]]:
     """Seconds per call of each run, turn by turn, in rotating rounds after a warm-up;
-    each turn an untimed call, then calls for about ``ROUND_S``, ``TURN_CALLS`` at least."""
+    each turn an untimed call, then calls for about ``ROUND_S`` (``TURN_CALLS`` at least,
+    and no more once a turn has run twice that long: a stalled turn ends early). Two
+    runs or more: rounds go on past ``ROUNDS`` while ``_more_rounds``, ``MAX_ROUNDS`` at
+    most."""
     share = {}
     for name, run in runs.items():
         for _ in range(WARMUP):  # a first call's one-time work stays out of the sizing
             run(list(inputs))
-        start = time.perf_counter()
+        start = clock()
         run(list(inputs))
-        share[name] = max(TURN_CALLS, int(ROUND_S / max(time.perf_counter() - start, 1e-6)))
+        share[name] = max(TURN_CALLS, int(ROUND_S / max(clock() - start, 1e-6)))
     times: dict[str, list[list[float]]] = {name: [] for name in runs}
     names = list(runs)
-    for round_ in range(ROUNDS):
+    round_ = 0
+    while round_ < ROUNDS or (len(names) > 1 and round_ < MAX_ROUNDS
+                              and _more_rounds(times)):
         for name in names[round_ % len(names):] + names[:round_ % len(names)]:
             runs[name](list(inputs))  # settles the cores after the previous candidate
-            turn = []
-            for _ in range(share[name]):
-                start = time.perf_counter()
-                runs[name](list(inputs))
-                turn.append(time.perf_counter() - start)
-            times[name].append(turn)
+            times[name].append(_turn(runs[name], inputs, share[name], clock))
+        round_ += 1
     return times
+
+
+def _turn(run, inputs: list, calls: int, clock) -> list[float]:
+    turn, begun = [], clock()
+    while len(turn) < calls and (len(turn) < TURN_CALLS or clock() - begun < 2 * ROUND_S):
+        start = clock()
+        run(list(inputs))
+        turn.append(clock() - start)
+    return turn
+
+
+def _more_rounds(times: dict[str, list[list[float]]]) -> bool:
+    """Whether fewer than ``CLEAN_ROUNDS`` rounds are clean, or each clean one has a turn
+    ``STALL`` times another's: a candidate stalled in every round so far looks like a slow
+    one, and only rounds after its stall show which it is."""
+    turns = {name: [statistics.median(t) for t in done] for name, done in times.items()}
+    stalled = stalled_rounds(turns)
+    clean = [r for r in range(min(len(t) for t in turns.values())) if r not in stalled]
+    return len(clean) < CLEAN_ROUNDS or all(
+        max(t[r] for t in turns.values()) > STALL * min(t[r] for t in turns.values())
+        for r in clean)
+
+
+def stalled_rounds(turns: dict[str, list[float]]) -> set[int]:
+    """The rounds in which some candidate's turn (its median, by round) took more than
+    ``STALL`` times its fastest turn."""
+    rounds = min((len(t) for t in turns.values()), default=0)
+    return {r for r in range(rounds) for t in turns.values() if t[r] > STALL * min(t)}
 
 
 def round_shares(turns: dict[str, list[float]]) -> dict[str, float]:
     """Each candidate's median over rounds of its turn against the round's geometric mean
     of turns (two candidates or more): a round's turns run within a second or two, so the
     machine's slower minutes (a neighbour's build) weigh on a round's turns alike and
-    cancel here, where the median of all calls keeps them."""
+    cancel here, where the median of all calls keeps them. Stalled rounds are left out;
+    where every round stalled, each candidate's fastest turn stands for its rounds."""
     rounds = min((len(t) for t in turns.values()), default=0)
     if len(turns) < 2 or rounds == 0:
         return {}
-    means = [math.exp(statistics.fmean(math.log(t[r]) for t in turns.values()))
-             for r in range(rounds)]
-    return {name: statistics.median(t[r] / means[r] for r in range(rounds))
+    kept = [r for r in range(rounds) if r not in stalled_rounds(turns)]
+    if not kept:
+        turns, kept = {name: [min(t)] for name, t in turns.items()}, [0]
+    means = {r: math.exp(statistics.fmean(math.log(t[r]) for t in turns.values()))
+             for r in kept}
+    return {name: statistics.median(t[r] / means[r] for r in kept)
             for name, t in turns.items()}
 
 
