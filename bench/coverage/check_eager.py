@@ -1,4 +1,5 @@
-"""Check that every coverage model runs eagerly and captures with torch.export.
+"""Check that every coverage model runs eagerly, gives outputs a validation can judge, and
+captures with torch.export.
 
 Covers the models with needs="any" (and the torchvision/timm ones too where torchvision
 is installed, as on the GPU machine).
@@ -8,8 +9,10 @@ is installed, as on the GPU machine).
     python bench/coverage/check_eager.py --fast         # the fast slice
 
 One line per model: name, ok/FAIL, parameter count, eager seconds, export seconds and
-the first line of any error. Models are run one at a time on one CPU thread (the
-machine is shared); the exit status is 1 when any model failed.
+the first line of any error. An output that is NaN/inf, or so near a constant that a build
+returning a constant would pass validation (unit_scale.spread_problems), fails its model.
+Models are run one at a time on one CPU thread (the machine is shared); the exit status is
+1 when any model failed.
 """
 
 from __future__ import annotations
@@ -27,12 +30,16 @@ ROOT = Path(__file__).resolve().parents[2]  # the repository root: specs are rel
 sys.path.insert(0, str(ROOT))
 
 from bench.coverage.suite import Model, select  # noqa: E402
+from bench.coverage.unit_scale import spread_problems  # noqa: E402
 
 
 def load_factory(spec: str):
-    """The factory a ``FILE.py:NAME`` spec names, its file imported by path."""
+    """The factory a ``FILE.py:NAME`` spec names, its file imported by path with its folder
+    on sys.path, as `exporter build` imports it (the factories import unit_scale.py)."""
     file, _, name = spec.rpartition(":")
     path = ROOT / file
+    if str(path.parent) not in sys.path:
+        sys.path.append(str(path.parent))
     module_name = f"_coverage_{path.stem}"
     module = sys.modules.get(module_name)
     if module is None:
@@ -59,10 +66,10 @@ def check(model: Model, verbose: bool = False) -> bool:
         with torch.no_grad():
             out = module(*args, **kwargs)
         eager_s = time.perf_counter() - start
-        leaves = torch.utils._pytree.tree_leaves(out)
-        if not all(t.isfinite().all() for t in leaves if isinstance(t, torch.Tensor)
-                   and t.is_floating_point()):
-            raise ValueError("the eager output holds NaN or inf")
+        leaves = [t for t in torch.utils._pytree.tree_leaves(out) if isinstance(t, torch.Tensor)]
+        problems = spread_problems(leaves)
+        if problems:
+            raise ValueError(f"{len(problems)} degenerate output(s): {'; '.join(problems)}")
         stage = "export"
         start = time.perf_counter()
         torch.export.export(module, args, kwargs, strict=False)

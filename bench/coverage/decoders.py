@@ -1,7 +1,7 @@
 """Decoder-only language models from Hugging Face transformers, as ``...ForCausalLM``.
 
-Each factory builds the real class from a config object with random weights,
-``use_cache=False`` (one full forward pass, no KV cache), and returns
+Each factory builds the real class from a config object with random weights (unit-scaled:
+unit_scale.py), ``use_cache=False`` (one full forward pass, no KV cache), and returns
 ``(model, (), {"input_ids": ..., "attention_mask": ...})`` for one sequence of 16 tokens.
 Grouped-query attention (4 query heads sharing 2 key/value heads) wherever the config
 has ``num_key_value_heads``; sliding-window models get a window of 8, shorter than the
@@ -17,6 +17,11 @@ from __future__ import annotations
 
 import torch
 import transformers as hf
+
+try:  # imported as bench.coverage.<file>
+    from .unit_scale import unit_scaled
+except ImportError:  # a spec file: `exporter build` puts its folder on sys.path
+    from unit_scale import unit_scaled
 
 VOCAB, SEQ, WINDOW = 512, 16, 8
 
@@ -38,8 +43,9 @@ def _text_kwargs(vocab: int = VOCAB, seq: int = SEQ) -> dict[str, torch.Tensor]:
 
 
 def _causal_lm(model_cls, config):
-    """The model in eval mode with its example kwargs; the caller has seeded torch."""
-    return model_cls(config).eval(), (), _text_kwargs()
+    """The model in eval mode with its example kwargs, unit-scaled (unit_scale.py); the
+    caller has seeded torch."""
+    return unit_scaled(model_cls(config).eval(), (), _text_kwargs())
 
 
 # ---------------------------------------------------------------------------- LLaMA family

@@ -1,8 +1,8 @@
 """Encoder-only text models from Hugging Face transformers (BERT and its descendants).
 
-Each factory builds the real ``...ForSequenceClassification`` class from a config object
-with random weights and returns ``(model, (), {"input_ids": ..., "attention_mask": ...})``
-for one sequence of 16 tokens.
+Each factory builds the real ``...ForSequenceClassification`` class (ten labels) from a
+config object with random weights (unit-scaled: unit_scale.py) and returns
+``(model, (), {"input_ids": ..., "attention_mask": ...})`` for one sequence of 16 tokens.
 
 Configs are tiny on purpose (hidden 32-64, 2 layers, 2 heads, vocabulary 512): the suite
 covers each architecture's operators and attention variants (absolute, relative,
@@ -15,7 +15,13 @@ from __future__ import annotations
 import torch
 import transformers as hf
 
+try:  # imported as bench.coverage.<file>
+    from .unit_scale import unit_scaled
+except ImportError:  # a spec file: `exporter build` puts its folder on sys.path
+    from unit_scale import unit_scaled
+
 VOCAB, SEQ = 512, 16
+_LABELS = 10
 
 # The BERT-style field names most configs here share.
 _BERT = dict(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
@@ -31,8 +37,11 @@ def _text_kwargs(vocab: int = VOCAB, seq: int = SEQ) -> dict[str, torch.Tensor]:
 
 
 def _classifier(model_cls, config):
-    """The model in eval mode with its example kwargs; the caller has seeded torch."""
-    return model_cls(config).eval(), (), _text_kwargs()
+    """The model in eval mode with its example kwargs, unit-scaled (unit_scale.py); the
+    caller has seeded torch. Ten labels, not the configs' two: two logits have one
+    difference, a coin toss that can leave them nearly equal (a near-constant output)."""
+    config.num_labels = _LABELS
+    return unit_scaled(model_cls(config).eval(), (), _text_kwargs())
 
 
 def bert():

@@ -28,6 +28,7 @@ sys.path.insert(0, str(ROOT))
 from bench.coverage.suite import Model, select  # noqa: E402
 from exporter.matrix.folder import claim  # noqa: E402
 
+UNIT_SCALE = ROOT / "bench" / "coverage" / "unit_scale.py"
 MULTI_DTYPE = ("cpu", "cuda")  # fp16/bf16 only where a target runs them (AOTInductor)
 
 
@@ -35,7 +36,10 @@ def matrix_toml(models: list[Model], targets: list[str], dtypes: list[str],
                 timeout: float) -> str:
     lines = [f"# python -m bench.coverage.matrix (the coverage suite, {len(models)} models)",
              f"timeout = {timeout!r}", "", "[models]"]
-    lines += [f'{m.name} = {{ spec = {json.dumps(str(ROOT / m.spec))}, group = "{m.family}" }}'
+    # The factories import unit_scale.py: in every cache key, so editing it rebuilds.
+    depends = json.dumps([str(UNIT_SCALE)])
+    lines += [f'{m.name} = {{ spec = {json.dumps(str(ROOT / m.spec))}, group = "{m.family}"'
+              + (f", depends = {depends}" if m.needs == "any" else "") + " }"
               for m in models]
     for target in targets:
         for dtype in dtypes if target in MULTI_DTYPE else ["fp32"]:

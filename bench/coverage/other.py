@@ -2,8 +2,9 @@
 dense prediction (detection, segmentation, depth), audio encoders and two-tower
 image-text models.
 
-Each factory builds the real transformers class from a config object with random weights
-and returns ``(model, (), kwargs)`` with the tensors its ``forward()`` takes by name:
+Each factory builds the real transformers class from a config object with random weights,
+unit-scaled (unit_scale.py), and returns ``(model, (), kwargs)`` with the tensors its
+``forward()`` takes by name:
 ``input_ids``/``attention_mask``/``decoder_input_ids`` (seq2seq), ``input_features`` +
 ``decoder_input_ids`` (Whisper), ``pixel_values`` (dense), ``input_values`` (audio).
 
@@ -18,6 +19,11 @@ from __future__ import annotations
 
 import torch
 import transformers as hf
+
+try:  # imported as bench.coverage.<file>
+    from .unit_scale import unit_scaled
+except ImportError:  # a spec file: `exporter build` puts its folder on sys.path
+    from unit_scale import unit_scaled
 
 VOCAB, SEQ, DECODER_SEQ = 512, 16, 8
 _TOKENS = dict(pad_token_id=0, bos_token_id=1, eos_token_id=2, decoder_start_token_id=1)
@@ -61,26 +67,26 @@ def t5():
     config = hf.T5Config(vocab_size=VOCAB, d_model=32, d_kv=16, d_ff=64, num_layers=2,
                          num_heads=2, relative_attention_num_buckets=8, use_cache=False,
                          **_TOKENS)
-    return hf.T5ForConditionalGeneration(config).eval(), (), _seq2seq_kwargs()
+    return unit_scaled(hf.T5ForConditionalGeneration(config).eval(), (), _seq2seq_kwargs())
 
 
 def bart():
     torch.manual_seed(0)
     model = hf.BartForConditionalGeneration(hf.BartConfig(**_BART))
-    return model.eval(), (), _seq2seq_kwargs()
+    return unit_scaled(model.eval(), (), _seq2seq_kwargs())
 
 
 def marian():
     torch.manual_seed(0)
     # Sinusoidal positions, shared source/target vocabulary.
     model = hf.MarianMTModel(hf.MarianConfig(**_BART, decoder_vocab_size=VOCAB))
-    return model.eval(), (), _seq2seq_kwargs()
+    return unit_scaled(model.eval(), (), _seq2seq_kwargs())
 
 
 def pegasus():
     torch.manual_seed(0)
     model = hf.PegasusForConditionalGeneration(hf.PegasusConfig(**_BART))
-    return model.eval(), (), _seq2seq_kwargs()
+    return unit_scaled(model.eval(), (), _seq2seq_kwargs())
 
 
 def whisper():
@@ -95,7 +101,7 @@ def whisper():
     gen = _generator()
     kwargs = {"input_features": torch.randn(1, 16, 32, generator=gen),
               "decoder_input_ids": _ids(DECODER_SEQ, gen)}
-    return hf.WhisperForConditionalGeneration(config).eval(), (), kwargs
+    return unit_scaled(hf.WhisperForConditionalGeneration(config).eval(), (), kwargs)
 
 
 # ---------------------------------------------------------------------------- dense prediction
@@ -115,7 +121,7 @@ def detr():
                            encoder_attention_heads=2, decoder_attention_heads=2,
                            encoder_ffn_dim=64, decoder_ffn_dim=64, num_queries=8,
                            num_labels=10)
-    return hf.DetrForObjectDetection(config).eval(), (), _pixels(64)
+    return unit_scaled(hf.DetrForObjectDetection(config).eval(), (), _pixels(64))
 
 
 def yolos():
@@ -124,7 +130,7 @@ def yolos():
     config = hf.YolosConfig(image_size=[32, 32], patch_size=8, hidden_size=32,
                             num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
                             num_detection_tokens=8, num_labels=10)
-    return hf.YolosForObjectDetection(config).eval(), (), _pixels(32)
+    return unit_scaled(hf.YolosForObjectDetection(config).eval(), (), _pixels(32))
 
 
 def segformer():
@@ -133,7 +139,7 @@ def segformer():
                                 hidden_sizes=[16, 32], patch_sizes=[7, 3], strides=[4, 2],
                                 num_attention_heads=[1, 2], mlp_ratios=[4, 4],
                                 decoder_hidden_size=32, num_labels=10)
-    return hf.SegformerForSemanticSegmentation(config).eval(), (), _pixels(32)
+    return unit_scaled(hf.SegformerForSemanticSegmentation(config).eval(), (), _pixels(32))
 
 
 def dpt():
@@ -143,7 +149,7 @@ def dpt():
                           num_attention_heads=2, intermediate_size=64,
                           backbone_out_indices=[0, 1, 2, 3], neck_hidden_sizes=[8, 16, 32, 32],
                           fusion_hidden_size=16)
-    return hf.DPTForDepthEstimation(config).eval(), (), _pixels(32)
+    return unit_scaled(hf.DPTForDepthEstimation(config).eval(), (), _pixels(32))
 
 
 def mobilevit_deeplabv3():
@@ -151,14 +157,14 @@ def mobilevit_deeplabv3():
     config = hf.MobileViTConfig(image_size=64, patch_size=2, hidden_sizes=[32, 48, 64],
                                 neck_hidden_sizes=[8, 8, 16, 16, 24, 32, 64],
                                 num_attention_heads=2, aspp_out_channels=16, num_labels=10)
-    return hf.MobileViTForSemanticSegmentation(config).eval(), (), _pixels(64)
+    return unit_scaled(hf.MobileViTForSemanticSegmentation(config).eval(), (), _pixels(64))
 
 
 def mobilenetv2_deeplabv3():
     torch.manual_seed(0)
     config = hf.MobileNetV2Config(image_size=64, depth_multiplier=0.25, output_stride=8,
                                   num_labels=10)
-    return hf.MobileNetV2ForSemanticSegmentation(config).eval(), (), _pixels(64)
+    return unit_scaled(hf.MobileNetV2ForSemanticSegmentation(config).eval(), (), _pixels(64))
 
 
 # ---------------------------------------------------------------------------- audio
@@ -173,19 +179,19 @@ _WAV2VEC2 = dict(vocab_size=32, hidden_size=32, num_hidden_layers=2, num_attenti
 
 def wav2vec2():
     torch.manual_seed(0)
-    return hf.Wav2Vec2ForCTC(hf.Wav2Vec2Config(**_WAV2VEC2)).eval(), (), _audio()
+    return unit_scaled(hf.Wav2Vec2ForCTC(hf.Wav2Vec2Config(**_WAV2VEC2)).eval(), (), _audio())
 
 
 def hubert():
     torch.manual_seed(0)
-    return hf.HubertForCTC(hf.HubertConfig(**_WAV2VEC2)).eval(), (), _audio()
+    return unit_scaled(hf.HubertForCTC(hf.HubertConfig(**_WAV2VEC2)).eval(), (), _audio())
 
 
 def wavlm():
     torch.manual_seed(0)
     # Gated relative position bias, bucketed (32 buckets, max distance 64).
     config = hf.WavLMConfig(**_WAV2VEC2, num_buckets=32, max_bucket_distance=64)
-    return hf.WavLMForCTC(config).eval(), (), _audio()
+    return unit_scaled(hf.WavLMForCTC(config).eval(), (), _audio())
 
 
 def ast():
@@ -196,7 +202,7 @@ def ast():
                           intermediate_size=64, num_mel_bins=16, max_length=32,
                           frequency_stride=8, time_stride=8, num_labels=10)
     inputs = {"input_values": torch.randn(1, 32, 16, generator=_generator())}
-    return hf.ASTForAudioClassification(config).eval(), (), inputs
+    return unit_scaled(hf.ASTForAudioClassification(config).eval(), (), inputs)
 
 
 # ---------------------------------------------------------------------------- image-text
@@ -219,10 +225,10 @@ def clip():
     torch.manual_seed(0)
     config = hf.CLIPConfig(text_config=_TEXT_TOWER, vision_config=_VISION_TOWER,
                            projection_dim=32)
-    return hf.CLIPModel(config).eval(), (), _image_text_kwargs()
+    return unit_scaled(hf.CLIPModel(config).eval(), (), _image_text_kwargs())
 
 
 def siglip():
     torch.manual_seed(0)
     config = hf.SiglipConfig(text_config=_TEXT_TOWER, vision_config=_VISION_TOWER)
-    return hf.SiglipModel(config).eval(), (), _image_text_kwargs()
+    return unit_scaled(hf.SiglipModel(config).eval(), (), _image_text_kwargs())

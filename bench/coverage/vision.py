@@ -1,8 +1,8 @@
 """Vision models from Hugging Face transformers: CNNs, conv/attention hybrids and ViTs.
 
 Each factory builds the real transformers class (``...ForImageClassification`` where one
-exists) from a config object with random weights, batch 1, and returns
-``(model, (), {"pixel_values": x})``. No downloads and no torchvision.
+exists) from a config object with random weights (unit-scaled: unit_scale.py), batch 1,
+and returns ``(model, (), {"pixel_values": x})``. No downloads and no torchvision.
 
 Configs are tiny on purpose (2 stages or 2 layers, 16-64 channels, 32-64 px images):
 the suite is about operator and graph-pattern coverage across architectures, and every
@@ -15,6 +15,11 @@ from __future__ import annotations
 import torch
 import transformers as hf
 
+try:  # imported as bench.coverage.<file>
+    from .unit_scale import unit_scaled
+except ImportError:  # a spec file: `exporter build` puts its folder on sys.path
+    from unit_scale import unit_scaled
+
 _LABELS = 10  # a small classifier head keeps parameter counts down
 
 
@@ -24,8 +29,9 @@ def _pixels(size: int) -> dict[str, torch.Tensor]:
 
 
 def _classifier(model_cls, config, size: int):
-    """The model in eval mode with its example kwargs; the caller has seeded torch."""
-    return model_cls(config).eval(), (), _pixels(size)
+    """The model in eval mode with its example kwargs, unit-scaled (unit_scale.py); the
+    caller has seeded torch."""
+    return unit_scaled(model_cls(config).eval(), (), _pixels(size))
 
 
 # ---------------------------------------------------------------------------- CNNs
