@@ -44,9 +44,12 @@ def _row_gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
 
 def _decode_attention(query: torch.Tensor, past_k: torch.Tensor, new_k: torch.Tensor,
                       past_v: torch.Tensor, new_v: torch.Tensor, mask: torch.Tensor,
-                      scale: float) -> torch.Tensor:
+                      scale: float, cache_ahead: bool = False) -> torch.Tensor:
+    """``cache_ahead``: the past rows are inputs no kernel of the step writes (the pass
+    checks), so a dependent launch may read them before its wait."""
     from targets.aoti.kernels.decode_attention import launch_decode_attention
-    return launch_decode_attention(query, past_k, new_k, past_v, new_v, mask, scale)
+    return launch_decode_attention(query, past_k, new_k, past_v, new_v, mask, scale,
+                                   cache_ahead=cache_ahead)
 
 
 def _define() -> None:
@@ -68,7 +71,7 @@ def _define() -> None:
         DECODE_ATTENTION, mutates_args=(),
         schema=torch.library.infer_schema(_decode_attention, mutates_args=()))(
         reference.decode_attention)
-    attention.register_fake(lambda query, past_k, new_k, past_v, new_v, mask, scale:
+    attention.register_fake(lambda query, past_k, new_k, past_v, new_v, mask, scale, *rest:
                             query.new_empty((*query.shape[:-1], past_v.shape[-1])))
 
 

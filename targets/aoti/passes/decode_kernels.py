@@ -33,7 +33,7 @@ from passes.graph.rewrite import attribute, replace_calls, rewrite_and_recapture
 from targets.aoti.kernels import int4_rows, ops
 from targets.aoti.passes.decode_patterns import (match_decode_attention, match_gated,
                                                  match_int8_linear, match_norm,
-                                                 match_residual, val)
+                                                 match_residual, unwritten_input, val)
 from targets.aoti.passes.decode_rotary import match_rotary
 from targets.aoti.passes.decode_stored import stored_once
 from targets.aoti.passes.row_linears import _one_row, _plain_float
@@ -130,14 +130,20 @@ def _row_linear(module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
 
 
 def _rewrite_attention(module: torch.fx.GraphModule) -> dict:
+    ahead = []
+
     def arguments(node):
         found = match_decode_attention(node)
-        return None if found is None else ((
-            found.query, found.past_k, found.new_k, found.past_v, found.new_v,
-            found.mask, found.scale), {})
+        if found is None:
+            return None
+        # the past rows no op of the step writes: read before the kernel's wait
+        ahead.append(unwritten_input(found.past_k) and unwritten_input(found.past_v))
+        return ((found.query, found.past_k, found.new_k, found.past_v, found.new_v,
+                 found.mask, found.scale, ahead[-1]), {})
     # SDPA is tagged random (its dropout), so dead-code elimination would keep it, and
     # with it the cache copies it reads: replace_calls erases it
     info = replace_calls(module, arguments, ops.decode_attention, "attention_as_kernel")
+    info["cache_ahead"] = sum(ahead)
     info["stored_once"] = stored_once(module, ops.decode_attention, (5,))  # the mask
     module.graph.eliminate_dead_code()
     module.recompile()

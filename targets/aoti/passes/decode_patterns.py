@@ -326,3 +326,52 @@ def _cat_pair(node) -> tuple[Node, Node] | None:
     if len(parts) != 2 or dim not in (2, -2):
         return None
     return parts[0], parts[1]
+
+
+# ops whose output is a view of their first argument: a write through one writes the input
+_VIEWS = {aten.view.default, aten._unsafe_view.default, aten.alias.default,
+          aten.slice.Tensor, aten.select.int, aten.unsqueeze.default, aten.squeeze.dim,
+          aten.squeeze.dims, aten.expand.default, aten.permute.default,
+          aten.transpose.int, aten.as_strided.default}
+_READ_VIEWS = {aten.view.default, aten.alias.default, aten.slice.Tensor,
+               aten.select.int, aten.unsqueeze.default}  # a kernel reads them in place
+
+
+def unwritten_input(node: Node) -> bool:
+    """Whether ``node`` is a step input (or a view of one kept in place) that no op of
+    the graph writes, through any view: a dependent kernel may then read it before it
+    waits for the kernel before (what the step itself wrote is not yet there)."""
+    while calls(node, *_READ_VIEWS):
+        node = node.args[0]
+    if not isinstance(node, Node) or node.op != "placeholder":
+        return False
+    aliases, seen = [node], {node}
+    while aliases:
+        alias = aliases.pop()
+        for user in alias.users:
+            if calls(user, *_VIEWS) and user.args[0] is alias:
+                if user not in seen:
+                    seen.add(user)
+                    aliases.append(user)
+            elif user.op == "call_function" and _may_write(user, alias):
+                return False
+    return True
+
+
+def _may_write(node: Node, alias: Node) -> bool:
+    """Whether ``node`` may write ``alias``, one of its arguments (an op without a
+    schema may)."""
+    if node.target is operator.getitem:
+        return False
+    schema = getattr(node.target, "_schema", None)
+    if schema is None:
+        return True
+    given = {**dict(zip((a.name for a in schema.arguments), node.args)), **node.kwargs}
+    return any(a.alias_info is not None and a.alias_info.is_write
+               and _holds(given.get(a.name), alias) for a in schema.arguments)
+
+
+def _holds(value, node: Node) -> bool:
+    if isinstance(value, (list, tuple)):
+        return any(_holds(v, node) for v in value)
+    return value is node

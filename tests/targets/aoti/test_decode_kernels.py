@@ -62,7 +62,8 @@ def test_decode_step_products_and_attention_become_fused_kernel_ops(family):
     layers = 2
     # the mask every layer's attention reads, and the rotary cos and sin every q/k/v
     # product reads, each stored once (decode_stored.py)
-    assert attention.info == {"attention_as_kernel": layers, "stored_once": 1}
+    assert attention.info == {"attention_as_kernel": layers, "cache_ahead": layers,
+                              "stored_once": 1}
     assert result.info == {"linears_as_kernels": 4 * layers + 1, "int8_linears": 0,
                            "int4_linears": 0, "norms_folded": 2 * layers + 1, "gated_folded": layers,
                            "residuals_folded": 2 * layers, "rotary_folded": layers,
@@ -136,6 +137,30 @@ def test_int8_weight_only_products_become_the_kernel_over_int8_rows(dtype):
 def ops_row_gemv():
     from targets.aoti.kernels import ops
     return ops.row_gemv
+
+
+def test_attention_reads_ahead_only_past_rows_no_op_of_the_step_writes():
+    """The step's cache inputs, which the runtime writes after the step, are marked (a
+    dependent kernel reads them before its wait); an input the graph writes through a
+    view, or rows the step computed, are not."""
+    from targets.aoti.passes.decode_patterns import unwritten_input
+    program, _ = _captured("llama", 1)
+    result = DecodeAttentionAsKernel()(program).program
+    marked = [n.args[7] for n in result.graph.nodes
+              if str(n.target) == "edge_exporter.decode_attention.default"]
+    assert marked == [True, True]
+    aten = torch.ops.aten
+    graph = torch.fx.Graph()
+    written, kept, rows = (graph.placeholder(name) for name in ("written", "kept", "rows"))
+    window = graph.call_function(aten.slice.Tensor, (written, 2, 0, 4))
+    graph.call_function(aten.copy_.default, (graph.call_function(aten.view.default, (
+        window, [1, 2, 4, 8])), rows))
+    computed = graph.call_function(aten.add.Tensor, (kept, rows))
+    read = graph.call_function(aten.view.default, (kept, [1, 2, 16, 8]))
+    graph.output((computed, read))
+    assert not unwritten_input(written) and not unwritten_input(window)
+    assert unwritten_input(kept) and unwritten_input(read)
+    assert not unwritten_input(computed)
 
 
 def test_prompt_chunks_of_dynamic_length_keep_their_products_and_attention():

@@ -97,7 +97,8 @@ def test_a_compiled_library_holds_only_the_dependent_kernels_and_starts_them_so(
             q = qkv[..., :hidden].view(1, heads, 1, dim)
             k = qkv[..., hidden:hidden + kv_heads * dim].view(1, kv_heads, 1, dim)
             v = qkv[..., hidden + kv_heads * dim:].view(1, kv_heads, 1, dim)
-            mixed = ops.decode_attention(q, past_k, k, past_v, v, mask, dim ** -0.5)
+            # the cache read before the attention's wait, as the decode pass marks it
+            mixed = ops.decode_attention(q, past_k, k, past_v, v, mask, dim ** -0.5, True)
             h = ops.row_gemv(mixed.view(1, 1, hidden), self.o, None, None, x, 1e-5, 0.0, 0)
             gated = ops.row_gemv(h, self.up, None, self.norm, None, 1e-5, 0.0, 1)
             return ops.row_gemv(gated, self.down, None, None, h, 1e-5, 0.0, 0)
