@@ -152,21 +152,59 @@ def validate(artifact: Path, eager: EagerRunner, signature: Signature, cases: li
     reference_dtype = ("float64" if gate.float64_reference
                        and all(r[2] is None for r in references) else "float32")
     ref_note = next((r[2] for r in references if r[2] is not None), None)
+    judges = [gate if note is None else gate.without_float64() for _, _, note in references]
     rows = []
-    for case, (same_dtype, ref, note) in zip(cases, references):
+    for case, judge, (same_dtype, ref, _) in zip(cases, judges, references):
         got = _ordered(results, case, signature)
-        judge = gate if note is None else gate.without_float64()
         for spec, g, r, e in zip(signature.outputs, got, ref, same_dtype):
             rows.append({"case": case.name, "output": spec.name, **judge.judge(g, r, e)})
     passed = all(row["passed"] for row in rows)
+    constant = constant_passes(signature, references, judges)
+    warnings = list(warnings or []) + ([constant_warning(constant)] if constant else [])
     return {"passed": passed, "policy": gate.describe(),
             "reference_dtype": reference_dtype,
             "reference_note": ref_note, "cases": [c.describe() for c in cases],
-            "outputs": rows, "warnings": list(warnings or []),
+            "outputs": rows, "warnings": warnings,
+            # outputs the check cannot tell from a constant (constant_passes)
+            "constant_would_pass": list(constant),
             # varies run to run: the build moves it out of the manifest (reproducible bytes)
             "measured": {"seconds": round(time.perf_counter() - start, 2),
                          "artifact_subprocess_seconds": round(subprocess_s, 2),
                          "eager_reference_seconds": round(eager_s, 2), "memory": run.memory}}
+
+
+def constant_passes(signature: Signature, references: list[tuple], judges: list[Gate]
+                    ) -> dict[str, str]:
+    """The float outputs whose check proves (almost) nothing: zeros pass the gate in every
+    case, or (over more than one value) one constant does, the midpoint of eager's values
+    over the cases; so an artifact that returns it passes too. Random weights do this (a
+    conv stack whose signal vanished to 1e-30). Output name -> what its values are."""
+    found = {}
+    for index, spec in enumerate(signature.outputs):
+        pairs = [(ref[index], same[index]) for same, ref, _ in references]
+        finite = [r[torch.isfinite(r)].double() for r, _ in pairs if r.is_floating_point()]
+        if len(finite) < len(pairs) or not all(f.numel() for f in finite):
+            continue  # integer/bool outputs match exactly; all NaN/Inf: nothing to judge
+        low, high = min(float(f.min()) for f in finite), max(float(f.max()) for f in finite)
+        values = f"largest |value| {max(abs(low), abs(high)):.3g}, spread {high - low:.3g}"
+        for kind, fill in (("zeros", 0.0), ("one constant", (low + high) / 2)):
+            if kind != "zeros" and sum(f.numel() for f in finite) < 2:
+                continue  # one value: any check of it is against "a constant"
+            if all(judge.judge(torch.full_like(e, fill), r, e)["passed"]
+                   for judge, (r, e) in zip(judges, pairs)):
+                found[spec.name] = f"{spec.name} ({values}: {kind} would pass)"
+                break
+    return found
+
+
+def constant_warning(constant: dict[str, str]) -> str:
+    """One warning for the outputs constant_passes found."""
+    shown = "; ".join(list(constant.values())[:3]) + (
+        f"; and {len(constant) - 3} more" if len(constant) > 3 else "")
+    return (f"validation cannot tell {len(constant)} output(s) from a constant, so an "
+            f"artifact returning one would pass as well: {shown}. Random or untrained "
+            "weights often do this: validate with inputs or weights that make these outputs "
+            "vary (--inputs, or the trained model)")
 
 
 def _references(eager: EagerRunner, case: Case, *, float64: bool = True
