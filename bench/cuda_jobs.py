@@ -70,9 +70,8 @@ def _log_tuning(path: Path):
     def totals() -> dict:
         from torch._dynamo.utils import compilation_time_metrics as phases
         slowest = sorted(phases.items(), key=lambda kv: -sum(kv[1]))[:10]
-        from targets.aoti.tuning_warmup import warmed
         return {"kernels": len(rows), "configs": sum(r["configs"] for r in rows),
-                "s": round(sum(r["s"] for r in rows), 1), "warmed": dict(warmed),
+                "s": round(sum(r["s"] for r in rows), 1),
                 "inductor_s": {k: round(sum(v), 1) for k, v in slowest}}
     CoordescTuner.autotune = logged
     try:
@@ -168,9 +167,6 @@ def with_variant(overrides: dict):
     skipped = set(overrides.pop("skip_passes", ()))
     added = [CANDIDATE_PASSES[name] for name in overrides.pop("add_passes", ())]
     overrides.pop("unless_same", None)
-    if "warm_neighbours" in overrides:  # targets/aoti/tuning_warmup.py's candidate
-        from targets.aoti import tuning_warmup
-        tuning_warmup.WARM = bool(overrides.pop("warm_neighbours"))
     overrides.pop("sdpa_backends", None)  # not an Inductor setting: _build applies it
     original = CudaTarget.inductor_configs, CudaTarget.default_passes
 

@@ -16,7 +16,6 @@ from targets.aoti.base import AotiGeneration, AotiPackaging, AOTInductorTarget, 
 from targets.aoti.card import CUDA, CUDA_RECIPES, gpu_here
 from targets.aoti.dependent_kernels import dependent_kernels, inductor_settings
 from targets.aoti.kernel_timing import flat_pointwise_untuned, host_independent_kernel_timing
-from targets.aoti.tuning_warmup import warmed_neighbours
 from targets.aoti.kernels import int4_rows
 from targets.aoti.kernels import ops as decode_ops
 from targets.aoti.kernels.dependent_launch import dependent_launches
@@ -129,9 +128,7 @@ class CudaTarget(AOTInductorTarget):
     def lowering_fixes(self, options: LowerOptions) -> contextlib.AbstractContextManager:
         # Coordinate-descent tuning (below) then times each candidate with the host out
         # of the measurement, so a busy host does not choose the kernels (kernel_timing.py),
-        # with its first candidates compiled ahead in the compile workers (tuning_warmup.py),
-        # and not for 1-D pointwise kernels, where it did not pay (entered after the warm-up:
-        # a kernel it skips is not warmed).
+        # and not for 1-D pointwise kernels, where it did not pay.
         # The decode kernels start as programmatic dependent launches on Hopper and later
         # (kernels/dependent_launch.py), and so do Inductor's own kernels under the
         # setting inductor_configs gives (dependent_kernels.py; entered after that rewrite,
@@ -140,7 +137,6 @@ class CudaTarget(AOTInductorTarget):
         fixes.enter_context(dependent_launches())
         fixes.enter_context(dependent_kernels())
         if not options.deterministic:
-            fixes.enter_context(warmed_neighbours())
             fixes.enter_context(flat_pointwise_untuned())
             fixes.enter_context(host_independent_kernel_timing())
         return fixes

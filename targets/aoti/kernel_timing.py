@@ -102,18 +102,17 @@ def flat_pointwise_untuned() -> contextlib.AbstractContextManager[bool]:
 
 
 @contextlib.contextmanager
-def coordinate_descent_wrapped(wrap: Callable[[Callable], Callable],
-                               on: bool = True) -> Iterator[bool]:
+def coordinate_descent_wrapped(wrap: Callable[[Callable], Callable]) -> Iterator[bool]:
     """Inductor's coordinate-descent tuning (``CachingAutotuner.coordinate_descent_tuning``)
-    replaced by ``wrap(it)`` inside, while ``on``; yields whether it is (False too where
-    this torch's Inductor is laid out differently: it tunes as it does)."""
+    replaced by ``wrap(it)`` inside; yields whether it is (False where this torch's
+    Inductor is laid out differently: it tunes as it does)."""
     try:
         from torch._inductor.runtime.triton_heuristics import CachingAutotuner
     except ImportError:
         yield False
         return
     tune = CachingAutotuner.__dict__.get("coordinate_descent_tuning")
-    if tune is None or not on:
+    if tune is None:
         yield False
         return
     CachingAutotuner.coordinate_descent_tuning = wrap(tune)
