@@ -113,13 +113,6 @@ def measure(name: str, variants: dict[str, dict], args) -> dict:
                                                                   cuda_graphs=False))
                 except Exception as exc:  # noqa: BLE001 - the graphed build still times
                     failed[f"{variant}-plain"] = f"{type(exc).__name__}: {str(exc)[:300]}"
-            if "path" in built and args.cudnn_find and device == "cuda":
-                try:
-                    found = runs(runtime.load(built["path"]))
-                    first_call_with_cudnn_find(found)
-                    calls[f"{variant}-find"] = found
-                except Exception as exc:  # noqa: BLE001 - the graphed build still times
-                    failed[f"{variant}-find"] = f"{type(exc).__name__}: {str(exc)[:300]}"
         warm({v: call for v, call in calls.items() if v not in baselines}, args.warmup, device)
         with time_on_gpu(name, args):
             timings = time_side_by_side(calls, device, args.runs, args.warmup)
@@ -132,32 +125,6 @@ def measure(name: str, variants: dict[str, dict], args) -> dict:
                    if v not in baselines} if base else None,
             "vs_baseline": next((k for k in ("compile", "eager") if k in timings), None),
             "profiles": profiles, "baseline_errors": failed}
-
-
-def first_call_with_cudnn_find(call) -> None:
-    """``call``'s first call (its warm-up runs and CUDA-graph capture) with cuDNN timing its
-    algorithms for each convolution (``torch.backends.cudnn.benchmark``), in a fresh thread:
-    cuDNN's plan cache is per thread, and this one's already holds the plans its heuristics
-    chose for the same convolutions of the baselines and builds loaded before."""
-    import threading
-    errors = []
-
-    def first():
-        try:
-            with torch.inference_mode():
-                call()
-        except Exception as exc:  # noqa: BLE001 - raised in the caller's thread
-            errors.append(exc)
-    saved = torch.backends.cudnn.benchmark
-    torch.backends.cudnn.benchmark = True
-    try:
-        thread = threading.Thread(target=first)
-        thread.start()
-        thread.join()
-    finally:
-        torch.backends.cudnn.benchmark = saved
-    if errors:
-        raise errors[0]
 
 
 def warm_baselines(calls: dict, times: int, device: str) -> dict[str, str]:
@@ -199,9 +166,6 @@ def main() -> None:
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     parser.add_argument("--plain-launches", action="store_true",
                         help="also time each build without CUDA graphs (<variant>-plain)")
-    parser.add_argument("--cudnn-find", action="store_true",
-                        help="also time each build captured with cuDNN's algorithms timed "
-                             "on its first call (<variant>-find)")
     parser.add_argument("--runs", type=int, default=200)
     parser.add_argument("--warmup", type=int, default=30)
     parser.add_argument("--profile-calls", type=int, default=20)
