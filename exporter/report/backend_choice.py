@@ -26,7 +26,15 @@ def _line(partition: str, record: dict) -> str:
     figures = [_figure(str(name), c) for name, c in rows if isinstance(c, dict)]
     figures = [f for f in figures if f]
     return (f"backend of partition {partition}: {record.get('chosen')} ({how})"
-            + (": " + ", ".join(figures) if figures else ""))
+            + (": " + ", ".join(figures) if figures else "") + _stalls(rows))
+
+
+def _stalls(rows: list) -> str:
+    """The timing rounds left out as stalled (a loaded machine; targets/aoti/timing.py):
+    every timed candidate carries the same list."""
+    stalled = next((c.get("stalled_rounds") for _, c in rows
+                    if isinstance(c, dict) and isinstance(c.get("stalled_rounds"), list)), [])
+    return f"; {len(stalled)} stalled timing round(s) left out" if stalled else ""
 
 
 def _figure(name: str, candidate: dict) -> str | None:

@@ -26,6 +26,16 @@ def test_the_kept_backend_comes_first_whatever_the_records_order():
         "backend of partition p0: onnx (measured at 2 threads): onnx 0.021 ms, aoti 0.148 ms"]
 
 
+def test_stalled_timing_rounds_left_out_are_counted():
+    build = {"backend_choice": {"p0": {
+        "chosen": "onnx", "by": "measured", "threads": 2,
+        "candidates": {"onnx": {"median_ms": 0.021, "stalled_rounds": [0, 3]},
+                       "aoti": {"median_ms": 0.148, "stalled_rounds": [0, 3]}}}}}
+    assert choice_lines(build) == [
+        "backend of partition p0: onnx (measured at 2 threads): onnx 0.021 ms, aoti 0.148 ms;"
+        " 2 stalled timing round(s) left out"]
+
+
 def test_a_pin_and_a_dropped_candidate_are_said():
     build = {"backend_choice": {
         "p0": {"chosen": "aoti", "by": "--cpu-backend aoti"},
