@@ -15,10 +15,10 @@ from __future__ import annotations
 import torch
 import transformers as hf
 
-try:  # imported as bench.coverage.<file>
-    from .unit_scale import unit_scaled
-except ImportError:  # a spec file: `exporter build` puts its folder on sys.path
+try:  # a spec file: `exporter build` puts its folder on sys.path, so this folder's own
     from unit_scale import unit_scaled
+except ImportError:  # imported as bench.coverage.<file>
+    from bench.coverage.unit_scale import unit_scaled
 
 _LABELS = 10  # a small classifier head keeps parameter counts down
 
