@@ -132,10 +132,16 @@ def _tile(sch, red, cols, col_tile, rows, row_tile) -> None:
     # The accumulator tile; its write-back takes the epilogue in.
     acc = sch.cache_write(block, 0, "local")
     sch.reverse_compute_at(acc, tile, preserve_unit_loops=True)
+    shape = _written_shape(sch, acc)
     for consumer in sch.get_consumers(acc):
         try:
             sch.reverse_compute_inline(consumer)
         except RuntimeError:  # ScheduleError, InternalError
+            if _written_shape(sch, consumer) != shape:
+                # a pad after the conv: its border depends on no tile, so per tile it
+                # would never be written (garbage where eager has the pad value)
+                _parallel_vectorize(sch, consumer)
+                continue
             sch.reverse_compute_at(consumer, tile, preserve_unit_loops=True)
             _vectorize_innermost(sch, consumer)
     _vectorize_innermost(sch, acc)
@@ -143,6 +149,11 @@ def _tile(sch, red, cols, col_tile, rows, row_tile) -> None:
         sch.unroll(inner[0])
     sch.vectorize(inner[-1])  # before decompose_reduction: after it, the dataflow check fails
     sch.decompose_reduction(block, reduce[0])  # the init copies the inner loops' kinds
+
+
+def _written_shape(sch, block) -> tuple:
+    return tuple(int(d) if isinstance(d, int) or hasattr(d, "value") else str(d)
+                 for d in sch.get(block).writes[0].source.shape)
 
 
 def _vectorize_innermost(sch, block) -> None:
