@@ -232,8 +232,8 @@ def _end(procs: list[subprocess.Popen], why: str) -> None:
 
 
 def _spawn(argv: list[str], log: Path, env: dict) -> subprocess.Popen:
-    # its own Inductor and Triton caches: processes side by side sharing one broke a build
-    # (session 68), and one build would load kernels another compiled (a build-time A/B)
+    # its own Inductor and Triton caches: processes side by side sharing one can break a
+    # build, and one build would load kernels another compiled (a build-time A/B)
     cache = log.parent.parent / "cache" / log.stem
     env = {**env, "TORCHINDUCTOR_CACHE_DIR": str(cache / "inductor"),
            "TRITON_CACHE_DIR": str(cache / "triton")}

@@ -48,7 +48,7 @@ ROUNDS = 7
 ROUND_S = 0.25  # each candidate's share of a round, in seconds
 TURN_CALLS = 3  # timed calls a turn at least, after its untimed one
 # A turn this many times its candidate's fastest is stalled: a busy machine's rounds
-# spread by up to about 2x, stalled turns by 10x and more (bench/RESULTS.md, s68, s69)
+# spread by up to about 2x, stalled turns by 10x and more
 STALL = 3.0
 CLEAN_ROUNDS = 5  # rounds without a stalled turn wanted for the shares
 MAX_ROUNDS = 3 * ROUNDS  # at most, stalled ones included

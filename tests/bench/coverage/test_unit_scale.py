@@ -20,7 +20,7 @@ from bench.coverage.matrix import UNIT_SCALE, matrix_toml  # noqa: E402
 from bench.coverage.suite import SUITE  # noqa: E402
 from bench.coverage.unit_scale import spread_problems, unit_scaled  # noqa: E402
 
-# The models whose outputs were near zero before (RESULTS, session 68), and one of every
+# The models whose outputs were near zero before unit scaling, and one of every
 # other factory file: the default tier. The whole suite is the slow tier.
 FAST = {"mobilenet_v1", "mobilenet_v2", "efficientnet", "mobilevit", "mobilevitv2", "levit",
         "dpt", "mobilevit_deeplabv3", "mobilenetv2_deeplabv3", "bert", "llama", "t5"}

@@ -44,7 +44,7 @@ def _kept(figures: dict[str, dict]) -> str:
 
 
 def test_stalled_rounds_are_left_out_of_the_shares():
-    """aoti stalled in four of seven rounds (session 68's albert on the dev box) loses by
+    """aoti stalled in four of seven rounds (as albert did on a loaded 2-core box) loses by
     a median of rounds; left out, its three clean rounds say it is the faster."""
     aoti = [100.0, 104.0, 98.0, 101.0, 1.0, 1.0, 1.0]
     onnx = [1.2] * 7
