@@ -5,8 +5,9 @@ Its weight-only int8 GEMM takes bfloat16 activations only, so it keeps an int8 w
 dequantize out of folding there alone (torch/_inductor/constant_folding.py,
 ``is_woq_int8_pattern``); at float32 or float16 the dequantize is folded and the library
 stores the float weight: no smaller than an unquantized build. Kept int8 instead, the
-dequantize runs on every call (many times the float library's time on the CPU), so the build keeps the fold and says so. Embedding tables
-are the exception: kept int8, their dequantize is fused into the gather at no cost.
+dequantize runs on every call (many times the float library's time on the CPU), so the
+build keeps the fold and says so. Embedding tables are the exception: kept int8, their
+dequantize is fused into the gather at no cost.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """MobileNetV1's first depthwise step, cut to six ops: a 1x1 convolution, batch norm and
 ReLU6, an asymmetric pad (TensorFlow's "same"), then a 3x3 stride-2 depthwise
-convolution, batch norm and ReLU6. The tvm target's artifact of it read 6.0 or 1e34 where eager has 0-0.17 (the pad's border, targets/tvm/tiling.py)."""
+convolution, batch norm and ReLU6. The tvm target's artifact of it read 6.0 or 1e34
+where eager has 0-0.17 (the pad's border, targets/tvm/tiling.py)."""
 
 from __future__ import annotations
 

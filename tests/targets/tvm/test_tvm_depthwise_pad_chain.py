@@ -3,7 +3,8 @@ depthwise_pad_chain.py, MobileNetV1's first depthwise step): the tiled schedule 
 the pad per tile of the convolution, so its border, which depends on no tile, was never
 written, and the next convolution read whatever the memory held (6.0 after ReLU6 where
 eager had 0-0.17, or 1e34: mobilenet_v1/v2, efficientnet and mobilenetv2_deeplabv3 of
-the coverage suite on tvm; fresh memory is zeros, so a build could pass by luck). Such an epilogue now runs whole after the tiles (targets/tvm/tiling.py)."""
+the coverage suite on tvm; fresh memory is zeros, so a build could pass by luck). Such
+an epilogue now runs whole after the tiles (targets/tvm/tiling.py)."""
 
 from __future__ import annotations
 
