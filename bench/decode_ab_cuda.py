@@ -1,0 +1,111 @@
+"""On the GPU machine: generating builds timed against each other in one process, run by
+run, each artifact loaded once.
+
+    python bench/decode_ab_cuda.py --engine NAME=ARTIFACT[@argmax] [--engine ...]
+        [--runs 9] [--out FILE.jsonl]
+
+Each run is ``exporter bench``'s decode (the same 128-token prompt of random ids, 128 new
+tokens, greedy, eos ignored); after one warm-up each, the engines take turns, every other
+round in reverse order, and each engine's median decode tokens/s is reported with every
+run's figure, its decode graph's replay (CUDA events, median of 200) and whether its tokens
+equal the first engine's. ``@argmax`` captures that engine's decode graph with torch's
+argmax for the greedy token instead of the runtime's own, so a change to the runtime is
+timed on the very library it runs. Separate processes a minute apart see the GPU's clocks
+and the host in another state; taking turns in one process does not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def load(artifact: str, argmax: bool):
+    import runtime
+    from runtime.generation import decode_graph
+    own = getattr(decode_graph, "greedy_token", None)  # the graph is captured at load
+    if argmax and own is not None:
+        decode_graph.greedy_token = lambda row: row.argmax(-1)
+    try:
+        return runtime.load(artifact)
+    finally:
+        if own is not None:
+            decode_graph.greedy_token = own
+
+
+def replay_ms(program) -> float | None:
+    graph = program.generator._graph
+    if graph is None:
+        return None
+    times = []
+    for i in range(200):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph(5, 140 + i)
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--engine", action="append", required=True,
+                        metavar="NAME=ARTIFACT[@argmax]")
+    parser.add_argument("--runs", type=int, default=9)
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    from bench.common import machine_header
+    from exporter.lm.bench import fitted_lengths
+    engines = {}
+    for spec in args.engine:
+        name, _, path = spec.partition("=")
+        path, _, mode = path.partition("@")
+        engines[name] = {"artifact": path, "argmax": mode == "argmax",
+                         "program": load(path, mode == "argmax"), "runs": []}
+    first = next(iter(engines.values()))["program"].generator
+    prompt_tokens, new_tokens = fitted_lengths(None, None, first.max_context)
+    prompt = torch.randint(0, first.vocab, (prompt_tokens,),
+                           generator=torch.Generator().manual_seed(0)).tolist()
+    tokens = {}
+    for round_ in range(args.runs + 1):  # the first round warms up, not counted
+        order = list(engines) if round_ % 2 == 0 else list(reversed(engines))
+        for name in order:
+            result = engines[name]["program"].generate(prompt, new_tokens, stop_at_eos=False)
+            tokens[name] = list(result.tokens)
+            if round_:
+                engines[name]["runs"].append(result.stats["decode_tokens_per_s"])
+    header = machine_header(torch=torch.__version__)
+    if torch.cuda.is_available():
+        header["gpu"] = torch.cuda.get_device_name()
+    base, rows = None, []
+    print("| engine | decode tok/s (median) | min | max | replay, ms | vs first | tokens "
+          "as first |\n|---|---|---|---|---|---|---|")
+    for name, engine in engines.items():
+        median = statistics.median(engine["runs"])
+        base = base or median
+        row = {**header, "what": "decode A/B", "engine": name, "artifact": engine["artifact"],
+               "argmax": engine["argmax"], "prompt_tokens": prompt_tokens,
+               "new_tokens": new_tokens, "decode_tok_s": median, "runs": engine["runs"],
+               "replay_ms": replay_ms(engine["program"]),
+               "tokens_as_first": tokens[name] == tokens[next(iter(engines))]}
+        rows.append(row)
+        replay = f"{row['replay_ms']:.3f}" if row["replay_ms"] is not None else "-"
+        print(f"| {name} | {median:.1f} | {min(engine['runs']):.1f} | "
+              f"{max(engine['runs']):.1f} | {replay} | {median / base:.3f} | "
+              f"{row['tokens_as_first']} |", flush=True)
+    if args.out:
+        with open(args.out, "a") as fh:
+            fh.writelines(json.dumps(row) + "\n" for row in rows)
+
+
+if __name__ == "__main__":
+    main()
