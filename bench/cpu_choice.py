@@ -91,6 +91,7 @@ def run(args) -> None:
                               "missing": sorted(set(baseline_names) - set(calls)),
                               "rounds": args.rounds, "blocks": blocks.summary(),
                               "load": load.summary(), "validated": not args.no_validate,
+                              "cpu_backend": args.cpu_backend,
                               **({"together": together.record} if together else {}),
                               "wall_s": round(time.perf_counter() - start, 1)})
 
@@ -216,8 +217,17 @@ def _built(model: str, args, work_dir: Path, made_only: bool = False) -> dict:
     labels = [label for label in args.variants.split(",") if label in VARIANTS]
     if made_only:
         labels = [label for label in labels if _sidecar(work_dir, model, label).exists()]
-    return {label: build_one(label, _spec(model), VARIANTS[label] + extra, work_dir,
+    return {label: build_one(label, _spec(model), _flags(label, args) + extra, work_dir,
                              _name(model)) for label in labels}
+
+
+def _flags(label: str, args) -> list[str]:
+    """The variant's build flags; the cpu variant's backend pinned by ``--cpu-backend``
+    (default auto: the build chooses)."""
+    flags = list(VARIANTS[label])
+    if label == "cpu":
+        flags[flags.index("--cpu-backend") + 1] = args.cpu_backend
+    return flags
 
 
 def _sidecar(work_dir: Path, model: str, label: str) -> Path:
@@ -320,6 +330,9 @@ def main() -> None:
                         help="time with --together-count processes that share DIR: start "
                              "together, keep the cores busy until all are done")
     parser.add_argument("--together-count", type=int, default=1)
+    parser.add_argument("--cpu-backend", default="auto",
+                        help="the cpu variant's --cpu-backend: auto (the build times its "
+                             "candidates), or one pinned (a build without that timing)")
     parser.add_argument("--no-validate", action="store_true",
                         help="build without the validation process (a short machine lease)")
     run_or_render(parser, run, render, "build/bench/cpu-choice.jsonl")

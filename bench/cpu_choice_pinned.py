@@ -114,6 +114,18 @@ def run_timers(timers: list[Slot], until: float, lanes: int = 0) -> list[str]:
     return [name for names in ended for name in names]
 
 
+def peer_jobs(baselines: str, split: bool) -> list[str]:
+    """The ``--baselines`` of each peers job of a model: one job, or one per peer file
+    (``split``: ONNX Runtime's export beside AOTInductor's compile, a shorter phase 1);
+    the aligned load reads AOTInductor's file, so it goes in that job."""
+    names = baselines.split(",")
+    if not split:
+        return [baselines]
+    jobs = [[n] for n in names if n not in ("aoti", "aoti-aligned")]
+    compiled = [n for n in names if n in ("aoti", "aoti-aligned")]
+    return [",".join(job) for job in jobs + ([compiled] if compiled else [])]
+
+
 def cores_of(first: int, per: int, index: int) -> str:
     return ",".join(str(first + per * index + k) for k in range(per))
 
@@ -144,6 +156,10 @@ def main() -> None:
     parser.add_argument("--first-core", type=int, default=0)
     parser.add_argument("--peer-cores", default="",
                         help="e.g. 12-15; default: none (the models' cores after their builds)")
+    parser.add_argument("--cpu-backend", default="auto",
+                        help="the cpu builds' --cpu-backend (default auto: they choose)")
+    parser.add_argument("--split-peers", action="store_true",
+                        help="each peer's file its own job (export and compile at once)")
     parser.add_argument("--barrier-s", type=float, default=240.0)
     parser.add_argument("--deadline-s", type=float, default=330.0)
     parser.add_argument("--runs", type=int, default=30)
@@ -162,7 +178,8 @@ def main() -> None:
     (work / "logs").mkdir(parents=True, exist_ok=True)
     json_out = Path(args.json_out or work / "rows.jsonl").resolve()
     models = [m if ":" in m else f"bench/models.py:{m}" for m in args.models.split(",")]
-    common = ["--work-dir", str(work), "--threads", str(args.threads)]
+    common = ["--work-dir", str(work), "--threads", str(args.threads),
+              "--cpu-backend", args.cpu_backend]
 
     def step(model: str, stage: str, *extra: str) -> list[str]:
         return [sys.executable, SCRIPT, "--models", model, "--stage", stage, *common, *extra]
@@ -174,7 +191,8 @@ def main() -> None:
     peers = queue.SimpleQueue()
     others = [v for v in args.variants.split(",") if v != "cpu"]
     for model in reversed(models):
-        peers.put(step(model, "peers", "--baselines", args.baselines))
+        for names in peer_jobs(args.baselines, args.split_peers):
+            peers.put(step(model, "peers", "--baselines", names))
         for variant in others:
             peers.put(step(model, "build", "--variants", variant, "--no-validate"))
     spare = [f"{a},{b}" if b else a for a, b in _pairs(_cpus(args.peer_cores))]

@@ -80,6 +80,24 @@ def test_a_peer_package_that_is_not_one_library_cannot_be_loaded_aligned(tmp_pat
         compare_targets.aligned_aoti(empty, tmp_path, [])
 
 
+def test_split_peers_export_and_compile_in_jobs_of_their_own_the_aligned_load_with_its_file():
+    assert cpu_choice_pinned.peer_jobs("ort,aoti,aoti-aligned", split=False) == [
+        "ort,aoti,aoti-aligned"]
+    assert cpu_choice_pinned.peer_jobs("ort,aoti,aoti-aligned", split=True) == [
+        "ort", "aoti,aoti-aligned"]
+    assert cpu_choice_pinned.peer_jobs("aoti-aligned,ort", split=True) == ["ort", "aoti-aligned"]
+
+
+def test_a_pinned_cpu_backend_replaces_auto_in_the_cpu_builds_flags_only():
+    import argparse
+
+    pinned = argparse.Namespace(cpu_backend="aoti-onednn")
+    assert cpu_choice._flags("cpu", pinned) == ["--target", "cpu", "--cpu-backend",
+                                                 "aoti-onednn"]
+    assert cpu_choice._flags("onnx", pinned) == ["--target", "onnx"]
+    assert cpu_choice.VARIANTS["cpu"][-1] == "auto"  # the table's own flags untouched
+
+
 def test_slots_still_running_at_the_barrier_are_ended_and_named(tmp_path):
     sleeper = [sys.executable, "-c", "import time; time.sleep(60)"]
     quick = [sys.executable, "-c", "pass"]
