@@ -10,6 +10,8 @@ from typing import Iterator
 
 from torch.export import ExportedProgram
 
+from passes.base import Pass
+from passes.cleanup.stable_sort import StableSort
 from runtime.format.manifest import Requirements
 from targets import cpu_isa
 from targets.aoti import choice
@@ -52,6 +54,11 @@ class CpuTarget(AOTInductorTarget):
     Options = CpuOptions
     quantization = X86Quantization(recipes=CPU_RECIPES)
     packaging = CpuPackaging()
+
+    def default_passes(self, options: LowerOptions) -> list[Pass]:
+        # each candidate is checked exactly against the partition's own outputs: a
+        # sort's equal keys must come out in the one order every backend gives
+        return [*super().default_passes(options), StableSort()]
 
     def lower(self, program: ExportedProgram, options: LowerOptions) -> Lowered:
         return choice.lower_chosen(program, options, {"aoti": self._lower_mkl_linears,

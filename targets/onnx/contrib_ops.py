@@ -1,5 +1,5 @@
 """Our custom ops as ONNX Runtime's contrib ops (domain ``com.microsoft``), for
-torch.onnx's ``custom_translation_table``.
+torch.onnx's ``custom_translation_table`` (with aten's stable sort, see translations()).
 
 ``edge_exporter::cached_attention`` (runtime/generation/attention_op.py) becomes one
 ``GroupQueryAttention`` node: the kernel ONNX Runtime GenAI's decoders run. Its inputs
@@ -22,9 +22,14 @@ ONNX_INT32 = 6  # TensorProto.INT32
 
 @functools.cache
 def translations() -> dict:
-    """{torch op overload: its translation}; importing the op registers it."""
+    """{torch op overload: its translation}; importing the op registers it. Also aten's
+    stable sort, which torchlib registers only as ``aten::sort``: its translation, TopK,
+    puts the lower index first among equal keys (the ONNX spec), so it is stable."""
+    import torch
+    from onnxscript.function_libs.torch_lib.ops.core import aten_sort
     from runtime.generation.attention_op import cached_attention
-    return {cached_attention._opoverload: _cached_attention}
+    return {cached_attention._opoverload: _cached_attention,
+            torch.ops.aten.sort.stable: aten_sort}
 
 
 @functools.cache
