@@ -37,6 +37,7 @@ from targets.aoti.passes.pixel_convs import PixelConvsAsRowLinears
 from targets.aoti.passes.row_linear_choice import RowLinearsOnCublasByTiming
 from targets.aoti.passes.row_linears import SingleRowLinearsAsReductions
 from targets.aoti.passes.written_attention import WrittenAttentionAsSdpa
+from targets.aoti.wrapper_arrays import arrays_declared
 from targets.base import (
     ABSENT,
     OK,
@@ -134,6 +135,7 @@ class CudaTarget(AOTInductorTarget):
         # setting inductor_configs gives (dependent_kernels.py; entered after that rewrite,
         # which it extends).
         fixes = contextlib.ExitStack()
+        fixes.enter_context(arrays_declared())  # its C++ wrapper compiles (wrapper_arrays.py)
         fixes.enter_context(dependent_launches())
         fixes.enter_context(dependent_kernels())
         if not options.deterministic:
