@@ -2,12 +2,14 @@
 the ~1.1B LLaMA shape's five products with their folds, against the reference math and
 against their bytes.
 
-    python bench/int4_rows_cuda.py [--layers 22] [--sweep] [--out FILE]
+    python bench/int4_rows_cuda.py [--layers 22] [--sweep] [--pdl] [--out FILE]
 
 Each figure is a CUDA graph of one call per layer, each layer with its own weights (L2
 holds none of them between calls), replayed after warm-up: CUDA events, median of 30
 (decode_kernels_cuda.py's method). Bytes: the packed rows and their (scale, offset) pairs.
 ``--sweep`` also times other (BLOCK_N, BLOCK_G, warps) and prints the fastest per shape.
+``--pdl`` also times the default's calls as dependent launches (the ``_gdc`` form, as a
+built step starts them: each loads its first tiles, then waits for the call before).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from bench.decode_kernels_cuda import SHAPES, graph_ms  # noqa: E402
 SWEEP = [(2, 16, 4), (4, 8, 4), (4, 16, 4), (4, 16, 8), (8, 4, 4), (8, 8, 8)]
 
 
-def case(name, n, k, norm, act, res, layers, sweep):
+def case(name, n, k, norm, act, res, layers, sweep, pdl=False):
     from targets.aoti.kernels import int4_rows, reference
     from targets.aoti.kernels.int4_triton import int4_config, launch_int4_row_gemv
     dt = dict(device="cuda", dtype=torch.float16)
@@ -53,13 +55,19 @@ def case(name, n, k, norm, act, res, layers, sweep):
             continue
         times[config] = ms * 1000 / layers
     best = min(times, key=times.get)
+    pdl_us = None
+    if pdl:
+        pdl_us = graph_ms([lambda p=p, s=s: launch_int4_row_gemv(
+            x, p, s, None, nw, r, 1e-5, 0.0, act, default, pdl=True)
+            for p, s in stored]) * 1000 / layers
     row = {"product": name, "rows": rows, "k": k, "mb": nbytes / 1e6, "rel_err": err,
            "default": list(default), "default_us": times[default],
            "best": list(best), "best_us": times[best],
-           "floor_us_4p8": nbytes / 4.8e12 * 1e6}
+           "pdl_us": pdl_us, "floor_us_4p8": nbytes / 4.8e12 * 1e6}
     print(f"{name:20s} {nbytes / 1e6:6.2f} MB rel.err {err:.1e} default {default} "
           f"{times[default]:6.2f} us {nbytes / times[default] / 1e3:5.0f} GB/s | best {best} "
-          f"{times[best]:6.2f} us {nbytes / times[best] / 1e3:5.0f} GB/s", flush=True)
+          f"{times[best]:6.2f} us {nbytes / times[best] / 1e3:5.0f} GB/s"
+          + (f" | dependent {pdl_us:6.2f} us" if pdl else ""), flush=True)
     return row
 
 
@@ -67,9 +75,10 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--layers", type=int, default=22)
     parser.add_argument("--sweep", action="store_true")
+    parser.add_argument("--pdl", action="store_true")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
-    rows = [case(*shape, args.layers, args.sweep) for shape in SHAPES]
+    rows = [case(*shape, args.layers, args.sweep, args.pdl) for shape in SHAPES]
     if args.out:
         with open(args.out, "a") as fh:
             for row in rows:
