@@ -1,16 +1,14 @@
 """On the GPU machine: generating builds timed against each other in one process, run by
 run, each artifact loaded once.
 
-    python bench/decode_ab_cuda.py --engine NAME=ARTIFACT[@argmax] [--engine ...]
+    python bench/decode_ab_cuda.py --engine NAME=ARTIFACT [--engine ...]
         [--runs 9] [--out FILE.jsonl]
 
 Each run is ``exporter bench``'s decode (the same 128-token prompt of random ids, 128 new
 tokens, greedy, eos ignored); after one warm-up each, the engines take turns, every other
 round in reverse order, and each engine's median decode tokens/s is reported with every
 run's figure, its decode graph's replay (CUDA events, median of 200) and whether its tokens
-equal the first engine's. ``@argmax`` captures that engine's decode graph with torch's
-argmax for the greedy token instead of the runtime's own, so a change to the runtime is
-timed on the very library it runs. Separate processes a minute apart see the GPU's clocks
+equal the first engine's. Separate processes a minute apart see the GPU's clocks
 and the host in another state; taking turns in one process does not.
 """
 
@@ -26,19 +24,6 @@ import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-
-
-def load(artifact: str, argmax: bool):
-    import runtime
-    from runtime.generation import decode_graph
-    own = getattr(decode_graph, "greedy_token", None)  # the graph is captured at load
-    if argmax and own is not None:
-        decode_graph.greedy_token = lambda row: row.argmax(-1)
-    try:
-        return runtime.load(artifact)
-    finally:
-        if own is not None:
-            decode_graph.greedy_token = own
 
 
 def replay_ms(program) -> float | None:
@@ -59,18 +44,17 @@ def replay_ms(program) -> float | None:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--engine", action="append", required=True,
-                        metavar="NAME=ARTIFACT[@argmax]")
+                        metavar="NAME=ARTIFACT")
     parser.add_argument("--runs", type=int, default=9)
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     from bench.common import machine_header
     from exporter.lm.bench import fitted_lengths
+    import runtime
     engines = {}
     for spec in args.engine:
         name, _, path = spec.partition("=")
-        path, _, mode = path.partition("@")
-        engines[name] = {"artifact": path, "argmax": mode == "argmax",
-                         "program": load(path, mode == "argmax"), "runs": []}
+        engines[name] = {"artifact": path, "program": runtime.load(path), "runs": []}
     first = next(iter(engines.values()))["program"].generator
     prompt_tokens, new_tokens = fitted_lengths(None, None, first.max_context)
     prompt = torch.randint(0, first.vocab, (prompt_tokens,),
@@ -93,7 +77,7 @@ def main() -> None:
         median = statistics.median(engine["runs"])
         base = base or median
         row = {**header, "what": "decode A/B", "engine": name, "artifact": engine["artifact"],
-               "argmax": engine["argmax"], "prompt_tokens": prompt_tokens,
+               "prompt_tokens": prompt_tokens,
                "new_tokens": new_tokens, "decode_tok_s": median, "runs": engine["runs"],
                "replay_ms": replay_ms(engine["program"]),
                "tokens_as_first": tokens[name] == tokens[next(iter(engines))]}
