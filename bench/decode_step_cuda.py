@@ -78,9 +78,15 @@ def build(folder: Path, name: str, variant: str, out: Path, validate: bool) -> d
             p for p in original(self, options) if p.name not in DECODE_PASSES]
     artifact = out / f"llama-1b-{name}-{variant}.artifact"
     start = time.perf_counter()
+
+    def progress(event) -> None:
+        # each stage's start and end: a build stopped at its limit says where it was
+        print(f"[{time.perf_counter() - start:5.0f} s] {event.stage} {event.state} "
+              f"({event.seconds:.0f} s)", flush=True)
     try:
         built = exporter.build(f"hf:{folder}", task="text-generation", target="cuda",
-                               max_context=512, prefill_chunk=256, out=artifact, **settings)
+                               max_context=512, prefill_chunk=256, out=artifact,
+                               progress=progress, **settings)
     finally:
         CudaTarget.default_passes = original
     record = built.manifest.validation or {}
