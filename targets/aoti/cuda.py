@@ -30,6 +30,7 @@ from targets.aoti.passes.decode_kernels import DecodeAttentionAsKernel, RowLinea
 from targets.aoti.passes.depthwise_convs import DepthwiseConvsAsTaps
 from targets.aoti.passes.depthwise_kernel import DepthwiseConvsByTiming
 from targets.aoti.passes.gelu_epilogues import TanhGeluAsGemmEpilogue
+from targets.aoti.passes.group_norms import OneGroupNormsInPixelOrder
 from targets.aoti.passes.grouped_convs import GroupedConvsAsBatchedGemms
 from targets.aoti.passes.narrow_convs import NarrowConvsPaddedByTiming
 from targets.aoti.passes.patch_convs import PatchConvsAsMatmuls
@@ -102,7 +103,8 @@ class CudaTarget(AOTInductorTarget):
             return passes
         # GEMMs cuBLAS runs well in place of a patch convolution and of an unaligned head;
         # small depthwise convolutions as Inductor's reductions, group convolutions cuDNN
-        # wraps in layout transforms as batched GEMMs, a tanh GELU as its GEMM's epilogue
+        # wraps in layout transforms as batched GEMMs, a tanh GELU as its GEMM's epilogue,
+        # a one-group GroupNorm's statistics in channels-last order (two kernels, not three)
         # (each kept for being faster inside whole builds, not in isolation);
         # written-out attention as one SDPA call, attention inputs as views, not copies,
         # each attention call's kernel timed on this GPU (those two not with --deterministic);
@@ -123,7 +125,8 @@ class CudaTarget(AOTInductorTarget):
         cublas = [RowLinearsOnCublasByTiming()] if timing and decode else []
         return [*passes, PatchConvsAsMatmuls(), LinearsAlignedByPadding(),
                 DepthwiseConvsAsTaps(), GroupedConvsAsBatchedGemms(),
-                *epilogue, *written, AttentionInputsAsViews(), *cublas, *decode, *kernels,
+                *epilogue, *written, OneGroupNormsInPixelOrder(), AttentionInputsAsViews(),
+                *cublas, *decode, *kernels,
                 SingleRowLinearsAsReductions()]
 
     def lowering_fixes(self, options: LowerOptions) -> contextlib.AbstractContextManager:
