@@ -181,6 +181,8 @@ def main() -> None:
                              "is not ready")
     parser.add_argument("--deadline-s", type=float, default=540,
                         help="seconds after the start when unfinished processes are ended")
+    parser.add_argument("--build-gpus", help="GPUs the builds take in turn, e.g. 0,1 "
+                        "(their kernel tuning runs there); timing on the first")
     parser.add_argument("--time-cores", help="cores the measuring process holds while it "
                         "times, e.g. 12-15 (default: as started)")
     parser.add_argument("--build-one", help=argparse.SUPPRESS)  # a build process's job

@@ -199,15 +199,20 @@ def run_jobs(args, plan: list[tuple[str, dict[str, dict]]]) -> None:
     env = {**os.environ, "TORCHINDUCTOR_COMPILE_THREADS": str(args.compile_threads),
            "PYTHONUNBUFFERED": "1"}
     common = [*sys.argv[1:], "--start", str(start), "--progress", args.progress]
+    # builds take the GPUs of --build-gpus in turn (their tuning runs there); the
+    # measuring processes the first, one at a time
+    gpus = args.build_gpus.split(",") if getattr(args, "build_gpus", None) else [""]
     builds = []
     for name, variants in plan:
         for variant, overrides in variants.items():
             job = [name, model_spec(name), variant, overrides]
+            gpu = {"CUDA_VISIBLE_DEVICES": gpus[len(builds) % len(gpus)]} if gpus[0] else {}
             builds.append(_spawn([*common, "--build-one", json.dumps(job), "--json-out",
                                   str(result_file(name, variant, args))],
-                                 work / "logs" / f"{name}-{variant}.log", env))
+                                 work / "logs" / f"{name}-{variant}.log", {**env, **gpu}))
+    first = {"CUDA_VISIBLE_DEVICES": gpus[0]} if gpus[0] else {}
     procs = builds + [_spawn([*common, "--measure-one", name], work / "logs" / f"{name}.log",
-                             env) for name, _ in plan]
+                             {**env, **first}) for name, _ in plan]
     seen = 0
     while any(p.poll() is None for p in procs) and time.time() < start + args.deadline_s:
         time.sleep(2)
