@@ -6,8 +6,10 @@ A program reduces BLOCK_N rows, BLOCK_G groups a step: it loads a [BLOCK_N, BLOC
 group/2] tile of bytes (two weights each), multiplies the low nibbles by the groups'
 first halves of x and the high ones by their second halves, scales each group's sum and
 adds its offset times the group's sum of x. The ``_gdc`` form (a programmatic dependent
-launch) lets the next kernel start at once, loads its first two tiles of weights and only
-then waits for the kernel before.
+launch) lets the next kernel start at once, loads its first two tiles of weights and of
+their (scale, offset) pairs and only then waits for the kernel before. After the wait,
+everything it reads of the step (x, the residual) is asked for at once, before the first
+barrier: a read issued after one costs the kernel a round trip of its own.
 """
 
 from __future__ import annotations
@@ -34,57 +36,88 @@ def _packed_tile(w_ptr, rows, row_ok, first, K: tl.constexpr, GROUP: tl.constexp
 
 
 @triton.jit
-def _first_tiles(w_ptr, rows, row_ok, K: tl.constexpr, GROUP: tl.constexpr,
+def _scale_pairs(s_ptr, rows, row_ok, first, K: tl.constexpr, GROUP: tl.constexpr,
                  BLOCK_G: tl.constexpr):
-    """The rows' first two tiles of bytes (the second the first again where one step
-    covers K)."""
-    first = _packed_tile(w_ptr, rows, row_ok, 0, K, GROUP, BLOCK_G)
-    second = first
-    if BLOCK_G < K // GROUP:
-        second = _packed_tile(w_ptr, rows, row_ok, BLOCK_G, K, GROUP, BLOCK_G)
-    return first, second
+    """The rows' (scale, offset) pairs of BLOCK_G groups from group ``first``: [BLOCK_N,
+    BLOCK_G, 2]."""
+    groups: tl.constexpr = K // GROUP
+    g = first + tl.arange(0, BLOCK_G)
+    pair = ((rows[:, None, None] * groups + g[None, :, None]) * 2
+            + tl.arange(0, 2)[None, None, :])
+    ok = row_ok[:, None, None] & (g < groups)[None, :, None]
+    return tl.load(s_ptr + pair, mask=ok, other=0.0)
 
 
 @triton.jit
-def _group_sums(x_ptr, w_ptr, s_ptr, nw_ptr, rows, row_ok, ahead, ahead2,
+def _first_tiles(w_ptr, s_ptr, rows, row_ok, K: tl.constexpr, GROUP: tl.constexpr,
+                 BLOCK_G: tl.constexpr):
+    """The rows' first two tiles of bytes and of (scale, offset) pairs (the second the
+    first again where one step covers K)."""
+    first = _packed_tile(w_ptr, rows, row_ok, 0, K, GROUP, BLOCK_G)
+    pairs = _scale_pairs(s_ptr, rows, row_ok, 0, K, GROUP, BLOCK_G)
+    second = first
+    pairs2 = pairs
+    if BLOCK_G < K // GROUP:
+        second = _packed_tile(w_ptr, rows, row_ok, BLOCK_G, K, GROUP, BLOCK_G)
+        pairs2 = _scale_pairs(s_ptr, rows, row_ok, BLOCK_G, K, GROUP, BLOCK_G)
+    return first, second, pairs, pairs2
+
+
+@triton.jit
+def _x_tile(x_ptr, nw_ptr, first, K: tl.constexpr, GROUP: tl.constexpr,
+            BLOCK_G: tl.constexpr, HAS_NORM: tl.constexpr):
+    """x's first and second halves of BLOCK_G groups from group ``first`` ([BLOCK_G,
+    GROUP / 2] each), and the norm's weights over them (x again without a norm)."""
+    half: tl.constexpr = GROUP // 2
+    g = first + tl.arange(0, BLOCK_G)
+    at = g[:, None] * GROUP + tl.arange(0, half)[None, :]
+    ok = (g < K // GROUP)[:, None] & (at >= 0)
+    x_low = tl.load(x_ptr + at, mask=ok, other=0.0)
+    x_high = tl.load(x_ptr + at + half, mask=ok, other=0.0)
+    nw_low, nw_high = x_low, x_high
+    if HAS_NORM:
+        nw_low = tl.load(nw_ptr + at, mask=ok, other=0.0)
+        nw_high = tl.load(nw_ptr + at + half, mask=ok, other=0.0)
+    return x_low, x_high, nw_low, nw_high
+
+
+@triton.jit
+def _group_sums(x_ptr, w_ptr, s_ptr, nw_ptr, rows, row_ok, ahead, ahead2, pairs, pairs2,
                 OFFSET: tl.constexpr, K: tl.constexpr, GROUP: tl.constexpr,
                 BLOCK_N: tl.constexpr, BLOCK_G: tl.constexpr, HAS_NORM: tl.constexpr):
     """(each row's scaled group sums, a [BLOCK_N, BLOCK_G] tile not yet summed; the sum of
-    x^2, a scalar) over all K columns of the rows at ``w_ptr``/``s_ptr``; ``ahead`` and
-    ``ahead2``: their first two tiles of bytes, loaded by the caller (a dependent launch:
-    before its wait). Each step loads the tile two steps on before its own sums: a step's
-    x moves between layouts through shared memory (a barrier), and a load issued after
-    that barrier would leave one tile a thread in flight."""
-    half: tl.constexpr = GROUP // 2
+    x^2, a scalar) over all K columns of the rows at ``w_ptr``/``s_ptr``; ``ahead``,
+    ``ahead2``, ``pairs``, ``pairs2``: their first two tiles of bytes and of (scale,
+    offset) pairs, loaded by the caller (a dependent launch: before its wait). Each step
+    loads the tiles two steps on, and x one step on, before its own sums: a step's x moves
+    between layouts through shared memory (a barrier), and a load issued after that
+    barrier would leave one tile a thread in flight, or wait a round trip for x."""
     groups: tl.constexpr = K // GROUP
     acc = tl.zeros((BLOCK_N, BLOCK_G), dtype=tl.float32)
-    squares = tl.zeros((BLOCK_G, half), dtype=tl.float32)
-    j = tl.arange(0, half)
+    squares = tl.zeros((BLOCK_G, GROUP // 2), dtype=tl.float32)
+    x_next = _x_tile(x_ptr, nw_ptr, 0, K, GROUP, BLOCK_G, HAS_NORM)
     for first in tl.static_range(0, groups, BLOCK_G):
-        g = first + tl.arange(0, BLOCK_G)
-        g_ok = g < groups
-        at = g[:, None] * GROUP + j[None, :]  # the groups' first halves of x
-        x_ok = g_ok[:, None] & (j >= 0)[None, :]
-        x_low = tl.load(x_ptr + at, mask=x_ok, other=0.0).to(tl.float32)
-        x_high = tl.load(x_ptr + at + half, mask=x_ok, other=0.0).to(tl.float32)
+        x_low, x_high, nw_low, nw_high = x_next
+        if first + BLOCK_G < groups:
+            x_next = _x_tile(x_ptr, nw_ptr, first + BLOCK_G, K, GROUP, BLOCK_G, HAS_NORM)
+        x_low = x_low.to(tl.float32)
+        x_high = x_high.to(tl.float32)
         if HAS_NORM:
             squares += x_low * x_low + x_high * x_high
-            x_low = x_low * (tl.load(nw_ptr + at, mask=x_ok, other=0.0).to(tl.float32)
-                             + OFFSET)
-            x_high = x_high * (tl.load(nw_ptr + at + half, mask=x_ok, other=0.0)
-                               .to(tl.float32) + OFFSET)
+            x_low = x_low * (nw_low.to(tl.float32) + OFFSET)
+            x_high = x_high * (nw_high.to(tl.float32) + OFFSET)
         x_sum = tl.sum(x_low + x_high, axis=1)
         packed = ahead.to(tl.int32)
+        scale, offset = tl.split(pairs.to(tl.float32))
         ahead = ahead2
+        pairs = pairs2
         if first + 2 * BLOCK_G < groups:
             ahead2 = _packed_tile(w_ptr, rows, row_ok, first + 2 * BLOCK_G, K, GROUP, BLOCK_G)
+            pairs2 = _scale_pairs(s_ptr, rows, row_ok, first + 2 * BLOCK_G, K, GROUP,
+                                  BLOCK_G)
         low = (packed & 15).to(tl.float32)
         high = (packed >> 4).to(tl.float32)
         dot = tl.sum(low * x_low[None, :, :] + high * x_high[None, :, :], axis=2)
-        pair = (rows[:, None] * groups + g[None, :]) * 2
-        pair_ok = row_ok[:, None] & g_ok[None, :]
-        scale = tl.load(s_ptr + pair, mask=pair_ok, other=0.0).to(tl.float32)
-        offset = tl.load(s_ptr + pair + 1, mask=pair_ok, other=0.0).to(tl.float32)
         acc += dot * scale + offset * x_sum[None, :]
     return acc, tl.sum(tl.sum(squares, axis=1), axis=0)
 
@@ -102,23 +135,31 @@ def _int4_row_gemv(x_ptr, w_ptr, s_ptr, b_ptr, nw_ptr, r_ptr, cos_ptr, sin_ptr,
     if GDC:  # the next kernel may start at once
         tl.extra.cuda.gdc_launch_dependents()
     # no kernel of the step writes weights: their first bytes are loaded before the wait
-    ahead, ahead2 = _first_tiles(w_ptr, rows, row_ok, K, GROUP, BLOCK_G)
-    up_ahead, up_ahead2 = ahead, ahead2
+    up_s_ptr = s_ptr + N * (K // GROUP) * 2
+    ahead, ahead2, pairs, pairs2 = _first_tiles(w_ptr, s_ptr, rows, row_ok, K, GROUP,
+                                                BLOCK_G)
+    up_ahead, up_ahead2, up_pairs, up_pairs2 = ahead, ahead2, pairs, pairs2
     if ACT != 0:
-        up_ahead, up_ahead2 = _first_tiles(up_ptr, rows, row_ok, K, GROUP, BLOCK_G)
+        up_ahead, up_ahead2, up_pairs, up_pairs2 = _first_tiles(up_ptr, up_s_ptr, rows,
+                                                                row_ok, K, GROUP, BLOCK_G)
     if GDC:
         tl.extra.cuda.gdc_wait()
+    res = row_ok  # no residual: not read
+    if HAS_RES:  # loaded with x, not after the sums: no round trip of its own at the end
+        res = tl.load(r_ptr + rows, mask=row_ok, other=0.0)
     acc, square_sum = _group_sums(x_ptr, w_ptr, s_ptr, nw_ptr, rows, row_ok, ahead, ahead2,
-                                  OFFSET, K, GROUP, BLOCK_N, BLOCK_G, HAS_NORM)
+                                  pairs, pairs2, OFFSET, K, GROUP, BLOCK_N, BLOCK_G, HAS_NORM)
     up = tl.zeros((BLOCK_N, BLOCK_G), dtype=tl.float32)
     if ACT != 0:
-        up, _ = _group_sums(x_ptr, up_ptr, s_ptr + N * (K // GROUP) * 2, nw_ptr, rows,
-                            row_ok, up_ahead, up_ahead2, OFFSET, K, GROUP, BLOCK_N, BLOCK_G,
-                            HAS_NORM)
+        up, _ = _group_sums(x_ptr, up_ptr, up_s_ptr, nw_ptr, rows, row_ok, up_ahead,
+                            up_ahead2, up_pairs, up_pairs2, OFFSET, K, GROUP, BLOCK_N,
+                            BLOCK_G, HAS_NORM)
     zero = tl.zeros((BLOCK_N,), dtype=tl.float32)
     y = _finish(tl.sum(acc, axis=1), zero, up, zero + square_sum, b_ptr, r_ptr, s_ptr,
                 cos_ptr, sin_ptr, rows, row_ok, EPS, N, K, HAS_BIAS, HAS_NORM, ACT,
-                HAS_RES, False, BLOCK_N, ROT_ROWS, HEAD_D)
+                False, False, BLOCK_N, ROT_ROWS, HEAD_D)
+    if HAS_RES:
+        y += res.to(tl.float32)
     return rows, y
 
 
