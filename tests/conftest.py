@@ -241,11 +241,13 @@ def whisper_onnx(tmp_path_factory):
         f"{ROOT / 'tests' / 'models' / 'tiny_seq2seq.py'}:whisper"), max_context=48)[:2]
 
 
-def _cli_once(tmp_path_factory, name: str, *args: str) -> subprocess.CompletedProcess:
-    """``exporter ARGS`` (ARGS may hold ``{folder}``) run once per test run across workers;
-    every worker gets its CompletedProcess."""
+def _cli_once(tmp_path_factory, name: str, *args: str, run=exporter_cli
+              ) -> subprocess.CompletedProcess:
+    """``exporter ARGS`` (ARGS may hold ``{folder}``) run once per test run across workers
+    (``run``: in a subprocess, or exporter_in_process); every worker gets its
+    CompletedProcess."""
     def make(folder):
-        done = exporter_cli(*(a.format(folder=folder) for a in args))
+        done = run(*(a.format(folder=folder) for a in args))
         (folder / "done.json").write_text(json.dumps(
             {"args": done.args, "returncode": done.returncode, "stdout": done.stdout,
              "stderr": done.stderr}))
@@ -260,6 +262,18 @@ def custom_onnx(tmp_path_factory):
     built = _cli_once(tmp_path_factory, "custom-onnx", "build",
                       "tests/models/custom_op.py:factory", "--target", "onnx", "--out",
                       "{folder}/custom-onnx.artifact", "--json")
+    return Path(built.args[built.args.index("--out") + 1]), built
+
+
+@pytest.fixture(scope="session")
+def bert_cpu(tmp_path_factory):
+    """tests/models/hf_bert.py's BERT (its ModelOutput a dict of two outputs) built for cpu
+    from the CLI in process, batch 1..8: (path, the build's CompletedProcess)."""
+    pytest.importorskip("transformers")
+    built = _cli_once(tmp_path_factory, "tiny-bert-cpu", "build",
+                      "tests/models/hf_bert.py:tiny_bert", "--target", "cpu", "--out",
+                      "{folder}/bert.artifact", "--json", "--dynamic", "input_ids:0=1..8",
+                      "--dynamic", "attention_mask:0=1..8", run=exporter_in_process)
     return Path(built.args[built.args.index("--out") + 1]), built
 
 

@@ -11,15 +11,12 @@ import torch
 
 pytest.importorskip("transformers")
 
-SPEC = "tests/models/hf_bert.py:tiny_bert"
-
 
 @pytest.fixture(scope="session")
-def bert_build(artifacts_dir, cli_here):
-    out = artifacts_dir / "bert.artifact"
-    result = cli_here("build", SPEC, "--target", "cpu", "--out", str(out), "--json",
-                      "--dynamic", "input_ids:0=1..8", "--dynamic", "attention_mask:0=1..8")
-    return out, result
+def bert_build(bert_cpu):
+    """tests/models/hf_bert.py:tiny_bert built for cpu, batch 1..8 (conftest: one build
+    for this file and test_build_cpu's nested outputs)."""
+    return bert_cpu
 
 
 def test_hf_model_builds_and_validates(bert_build):

@@ -88,26 +88,22 @@ def test_cli_validate_and_inspect(mlp_build, cli_here):
     assert inspected["manifest"]["target"] == "cpu" and inspected["signed_by"] is None
 
 
-@pytest.fixture(scope="session")
-def encoder_cli_build(artifacts_dir, cli_here):
-    out = artifacts_dir / "encoder.artifact"
-    result = cli_here("build", "zoo:encoder", "--target", "cpu", "--out", str(out), "--json")
-    return out, result
-
-
-def test_cli_build_json_for_nested_outputs(encoder_cli_build):
-    out, result = encoder_cli_build
+# outputs as a dict (a Hugging Face ModelOutput): conftest's BERT build, which
+# test_external_model checks too (one AOTInductor compile for both files)
+def test_cli_build_json_for_nested_outputs(bert_cpu):
+    out, result = bert_cpu
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
     assert data["artifact"] == str(out) and data["target"] == "cpu"
     assert data["validation"]["passed"] is True
     names = [o["name"] for o in data["signature"]["outputs"]]
-    assert names == ["last_hidden_state", "pooled"]
+    assert names == ["last_hidden_state", "pooler_output"]
 
 
-def test_nested_outputs_come_back_as_the_model_returns_them(encoder_cli_build):
-    out, _ = encoder_cli_build
-    module, args, _ = ZOO["encoder"]()
+def test_nested_outputs_come_back_as_the_model_returns_them(bert_cpu):
+    from tests.models.hf_bert import tiny_bert
+    out, _ = bert_cpu
+    module, args = tiny_bert()
     got = runtime.load(out)(*args)
     expected = module(*args)
     assert isinstance(got, dict) and set(got) == set(expected)
