@@ -5,9 +5,9 @@ The wrapper names an array once per (its contents, the buffer it is written to),
 told apart by ``id()``. A view passed to a kernel has its arrays written to a buffer of
 its own, freed once the call's line is written; a later buffer at the same address then
 takes the earlier one's name without a declaration, and the wrapper fails to compile
-("'int_array_N' was not declared in this scope"; pytorch/pytorch#193621, unfixed in the
-torch releases this project runs). ``arrays_declared()`` keeps every such buffer alive
-while a build compiles, so no two share an address.
+("'int_array_N' was not declared in this scope"; torch 2.11 and 2.13 do, torch fixed it
+later the same way). ``arrays_declared()`` keeps every such buffer alive while a build
+compiles, so no two share an address.
 """
 
 from __future__ import annotations
