@@ -45,8 +45,11 @@ def built(tmp_path_factory):
 
 
 # What this process writes while a watched lower() runs: (event, path). An audit hook
-# cannot be removed, so it is installed once and records only while _WRITES is a list.
+# cannot be removed, so it is installed once, by the first watched build (not at
+# collection: every worker would call it on each audited event, id() included, for the
+# whole run), and records only while _WRITES is a list.
 _WRITES: list[tuple[str, str]] | None = None
+_HOOKED = False
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
 
 
@@ -68,7 +71,11 @@ def _audit(event: str, args: tuple) -> None:
         _WRITES.append((event, os.fsdecode(args[1])))
 
 
-sys.addaudithook(_audit)
+def _hook_once() -> None:
+    global _HOOKED
+    if not _HOOKED:
+        sys.addaudithook(_audit)
+        _HOOKED = True
 
 
 def _outside(writes: list[tuple[str, str]], allowed: list[Path], temp: Path, test_root: Path
@@ -98,6 +105,7 @@ def _watched_build(target, root: Path):
     import tempfile
 
     from runtime.host import scratch
+    _hook_once()
     sandbox, out_dir = root / "cwd", root / "out"
     sandbox.mkdir()
     out_dir.mkdir()
