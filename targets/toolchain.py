@@ -81,25 +81,38 @@ TIMED_OUT = "edge-exporter: the compiler was stopped after"
 
 def with_timeout(compiler: str, seconds: int) -> str:
     """A stand-in for ``compiler`` that ``timeout`` stops after ``seconds`` (saying so on
-    stderr, which Inductor's error carries, with ``TIMED_OUT``).
+    stderr, which Inductor's error carries, with ``TIMED_OUT``), run through ccache where
+    it is installed, as the native runners' CMake builds are (``CCACHE_DISABLE=1`` turns
+    it off): a rebuild of the same code skips the compile, half of a small cpu build.
 
     Inductor runs the compiler with no time limit; a hung compiler would hang the
-    build. The stand-in is a two-line script at a path fixed by (compiler, seconds), so
+    build. The stand-in is a short script at a path fixed by what it runs, so
     Inductor's cache keys stay stable across builds, named like the compiler (Inductor
-    tells gcc from clang by the name). Without coreutils' ``timeout``: the compiler."""
-    timeout = shutil.which("timeout")
-    if timeout is None or seconds <= 0:
+    tells gcc from clang by the name). Without coreutils' ``timeout`` or ccache: the
+    compiler itself."""
+    timeout = shutil.which("timeout") if seconds > 0 else None
+    launcher = shutil.which("ccache")
+    if timeout is None and launcher is None:
         return compiler
+    command = " ".join(part for part in (launcher, compiler) if part)
+    if timeout:
+        command = f"{timeout} --kill-after=10 {seconds} {command}"
+    script = f'#!/bin/sh\n{command} "$@"\nstatus=$?\n'
+    if timeout:
+        script += f'[ $status -eq 124 ] && echo "{TIMED_OUT} {seconds} s" >&2\n'
+    script += "exit $status\n"
+    return str(_stand_in(script, Path(compiler).name))
+
+
+def _stand_in(script: str, name: str) -> Path:
     import hashlib
-    key = hashlib.sha256(f"{compiler}\0{seconds}".encode()).hexdigest()[:16]
+    key = hashlib.sha256(script.encode()).hexdigest()[:16]
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    wrapper = cache / "edge-exporter" / "cxx" / key / Path(compiler).name
-    script = (f'#!/bin/sh\n{timeout} --kill-after=10 {seconds} {compiler} "$@"\nstatus=$?\n'
-              f'[ $status -eq 124 ] && echo "{TIMED_OUT} {seconds} s" >&2\nexit $status\n')
+    wrapper = cache / "edge-exporter" / "cxx" / key / name
     if not wrapper.is_file() or wrapper.read_text() != script:
         wrapper.parent.mkdir(parents=True, exist_ok=True)
         partial = wrapper.with_name(f".{wrapper.name}.{os.getpid()}")
         partial.write_text(script)
         partial.chmod(0o755)
         partial.replace(wrapper)  # atomic: concurrent builds never see half a script
-    return str(wrapper)
+    return wrapper

@@ -30,6 +30,7 @@ from passes.quantize.quantize_weight_only import QuantizeWeightOnly
 from runtime.executors.aoti import AotiMeta
 from runtime.executors.torch_fallback import has_dynamic_inputs
 from targets.base import (
+    ABSENT,
     OK,
     PROBLEM,
     Availability,
@@ -160,9 +161,17 @@ class AotiTooling(Tooling):
         else:
             compiler = Check(name, OK, choice.note)
         if shutil.which("timeout"):
-            return [compiler, Check("timeout", OK, "coreutils timeout: --compile-timeout works")]
-        return [compiler, Check("timeout", PROBLEM, "no `timeout` command: a hung compiler "
-                                "hangs the build", "install coreutils")]
+            timeout = Check("timeout", OK, "coreutils timeout: --compile-timeout works")
+        else:
+            timeout = Check("timeout", PROBLEM, "no `timeout` command: a hung compiler hangs "
+                            "the build", "install coreutils")
+        if shutil.which("ccache"):
+            cache = Check("ccache", OK, "a rebuild of the same code skips its C++ compile "
+                          "(CCACHE_DISABLE=1 turns it off)")
+        else:
+            cache = Check("ccache", ABSENT, "every build compiles its C++ afresh",
+                          "install ccache for faster rebuilds (optional)")
+        return [compiler, timeout, cache]
 
 
 class AOTInductorTarget(Target):

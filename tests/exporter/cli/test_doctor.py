@@ -24,13 +24,14 @@ def test_doctor_reports_every_part_with_the_build_s_own_probes():
     result = _doctor(None, "--json")
     assert result.returncode == 0, result.stderr
     checks = {c["name"]: c for c in json.loads(result.stdout)["checks"]}
-    for name in ("torch", "gpu", "c++ compiler", "timeout", "onnxruntime", "apache-tvm",
+    for name in ("torch", "gpu", "c++ compiler", "timeout", "ccache", "onnxruntime", "apache-tvm",
                  "torchao", "target cpu", "target cuda", "target onnx", "target tvm"):
         assert name in checks, name
     assert torch.__version__ in checks["torch"]["found"]
     if not torch.cuda.is_available():
         assert checks["target cuda"]["status"] == "absent" and checks["gpu"]["fix"]
     assert "providers" in checks["target onnx"]["found"]  # the target says what it runs on
+    assert checks["ccache"]["status"] == ("ok" if shutil.which("ccache") else "absent")
     for check in checks.values():
         assert check["status"] in ("ok", "problem", "absent")
         assert check["status"] == "ok" or check["fix"], check

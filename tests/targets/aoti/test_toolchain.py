@@ -58,3 +58,37 @@ def test_a_build_compiles_no_precompiled_header_for_its_one_library(tmp_path):
     for name in ("cpu", "cuda"):
         configs = get_target(name).inductor_configs(LowerOptions(tmp_path))
         assert configs["aot_inductor.precompile_headers"] is False
+
+
+@pytest.mark.skipif(shutil.which("ccache") is None or shutil.which("timeout") is None,
+                    reason="needs ccache and coreutils' timeout")
+def test_a_second_compile_of_the_same_source_is_a_ccache_hit(tmp_path, monkeypatch):
+    import subprocess
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("CCACHE_DIR", str(tmp_path / "ccache"))
+    compiler = toolchain.with_timeout(shutil.which("g++"), 60)
+    assert compiler.endswith("/g++")  # Inductor tells gcc from clang by the name
+    source = tmp_path / "kernel.cpp"
+    source.write_text('extern "C" int kernel(int x) { return 2 * x; }\n')
+    for out in ("a.o", "b.o"):
+        subprocess.run([compiler, "-O2", "-c", str(source), "-o", str(tmp_path / out)],
+                       check=True, timeout=60)
+    stats = subprocess.run(["ccache", "--print-stats"], capture_output=True, text=True,
+                           check=True).stdout
+    counts = dict(line.split("\t")[:2] for line in stats.splitlines() if "\t" in line)
+    assert (counts.get("direct_cache_hit"), counts.get("cache_miss")) == ("1", "1")
+    assert (tmp_path / "a.o").read_bytes() == (tmp_path / "b.o").read_bytes()
+
+
+def test_ccache_disable_compiles_without_the_cache(tmp_path, monkeypatch):
+    import subprocess
+    if shutil.which("ccache") is None:
+        pytest.skip("needs ccache")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("CCACHE_DIR", str(tmp_path / "ccache"))
+    monkeypatch.setenv("CCACHE_DISABLE", "1")
+    source = tmp_path / "kernel.cpp"
+    source.write_text('extern "C" int kernel(int x) { return 2 * x; }\n')
+    subprocess.run([toolchain.with_timeout(shutil.which("g++"), 60), "-c", str(source), "-o",
+                    str(tmp_path / "a.o")], check=True, timeout=60)
+    assert (tmp_path / "a.o").is_file() and not (tmp_path / "ccache").exists()
