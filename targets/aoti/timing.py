@@ -154,6 +154,8 @@ def interleaved(runs: dict, inputs: list, clock: Callable[[], float] = time.perf
     and no more once a turn has run twice that long: a stalled turn ends early). Two
     runs or more: rounds go on past ``ROUNDS`` while ``_more_rounds``, ``MAX_ROUNDS`` at
     most."""
+    if not runs:  # every candidate was dropped: nothing to time
+        return {}
     share = {}
     for name, run in runs.items():
         for _ in range(WARMUP):  # a first call's one-time work stays out of the sizing

@@ -117,3 +117,24 @@ def test_one_candidate_alone_is_timed_for_the_usual_rounds_however_it_stalls():
     figures = machine.timed()
     assert len(figures["onnx"]["turn_ms"]) == timing.ROUNDS
     assert "round_share" not in figures["onnx"]
+
+
+def test_when_every_candidate_runs_wrong_each_is_dropped_with_why(tmp_path, monkeypatch):
+    """The timing process checks each candidate against the partition's outputs first;
+    with none left it times nothing and says why each went, instead of failing."""
+    import json
+
+    import torch
+
+    import runtime.executors
+    from runtime.host.tensorio import save_tensors
+    save_tensors(tmp_path / "inputs.safetensors", {"0": torch.ones(3)})
+    save_tensors(tmp_path / "reference.safetensors", {"0": torch.ones(3)})
+    (tmp_path / "job.json").write_text(json.dumps(
+        {"onnx": {"backend": "onnxruntime", "meta": {}, "files": [], "dir": str(tmp_path)}}))
+    monkeypatch.setattr(runtime.executors, "create_executor",
+                        lambda *a, **k: lambda inputs: [torch.zeros(3)])
+    timing.main(tmp_path)
+    figures = json.loads((tmp_path / "figures.json").read_text())
+    onnx = figures["candidates"]["onnx"]
+    assert set(onnx) == {"dropped"} and onnx["dropped"].startswith("failed validation")
