@@ -27,18 +27,9 @@ sys.path.insert(0, str(ROOT))
 
 
 def replay_ms(program) -> float | None:
+    from bench.decode_step_cuda import replay_median_ms
     graph = program.generator._graph
-    if graph is None:
-        return None
-    times = []
-    for i in range(200):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph(5, 140 + i)
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
+    return None if graph is None else replay_median_ms(graph)
 
 
 def main() -> None:
