@@ -79,7 +79,7 @@ def _fallback(problem: str, configured: str) -> CxxChoice:
 TIMED_OUT = "edge-exporter: the compiler was stopped after"
 
 
-def with_timeout(compiler: str, seconds: int) -> str:
+def compiler_stand_in(compiler: str, seconds: int) -> str:
     """A stand-in for ``compiler`` that ``timeout`` stops after ``seconds`` (saying so on
     stderr, which Inductor's error carries, with ``TIMED_OUT``), run through ccache where
     it is installed, as the native runners' CMake builds are (``CCACHE_DISABLE=1`` turns

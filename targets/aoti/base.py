@@ -51,7 +51,7 @@ from targets.reproducible import (
     mkldnn_md_layout_known,
     normalize_package,
 )
-from targets.toolchain import TIMED_OUT, choose_cxx, with_timeout
+from targets.toolchain import TIMED_OUT, choose_cxx, compiler_stand_in
 
 log = logging.getLogger(__name__)
 
@@ -218,7 +218,7 @@ class AOTInductorTarget(Target):
         # size_asserts: debug checks that run only under an environment variable, and
         # whose messages embed Python object addresses, so the library differed per build.
         aoti: AotiOptions = self.own_options(options)
-        compiler = with_timeout(self._compiler(), aoti.compile_timeout_s)
+        compiler = compiler_stand_in(self._compiler(), aoti.compile_timeout_s)
         configs: dict = {"freezing": True, "cpp.cxx": (None, compiler), "size_asserts": False}
         if hasattr(torch._inductor.config.aot_inductor, "precompile_headers"):
             # A precompiled header costs more to compile than it saves on the one library

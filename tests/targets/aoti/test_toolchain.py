@@ -66,7 +66,7 @@ def test_a_second_compile_of_the_same_source_is_a_ccache_hit(tmp_path, monkeypat
     import subprocess
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("CCACHE_DIR", str(tmp_path / "ccache"))
-    compiler = toolchain.with_timeout(shutil.which("g++"), 60)
+    compiler = toolchain.compiler_stand_in(shutil.which("g++"), 60)
     assert compiler.endswith("/g++")  # Inductor tells gcc from clang by the name
     source = tmp_path / "kernel.cpp"
     source.write_text('extern "C" int kernel(int x) { return 2 * x; }\n')
@@ -89,6 +89,6 @@ def test_ccache_disable_compiles_without_the_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("CCACHE_DISABLE", "1")
     source = tmp_path / "kernel.cpp"
     source.write_text('extern "C" int kernel(int x) { return 2 * x; }\n')
-    subprocess.run([toolchain.with_timeout(shutil.which("g++"), 60), "-c", str(source), "-o",
+    subprocess.run([toolchain.compiler_stand_in(shutil.which("g++"), 60), "-c", str(source), "-o",
                     str(tmp_path / "a.o")], check=True, timeout=60)
     assert (tmp_path / "a.o").is_file() and not (tmp_path / "ccache").exists()
