@@ -10,6 +10,8 @@ its executor uses to those keys.
 from __future__ import annotations
 
 import hashlib
+import os
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import torch
@@ -27,10 +29,14 @@ def share_weights(lowered: list[Lowered], work_dir: Path) -> tuple[dict, dict[st
     for low in lowered:
         if not low.weights:
             continue
+        items = sorted(low.weights.items())
+        # one host copy per tensor, hashed for its key and kept; hashlib releases the GIL
+        hosts = [tensor.detach().cpu().contiguous() for _, tensor in items]
+        with ThreadPoolExecutor(min(8, os.cpu_count() or 1)) as pool:
+            keys = list(pool.map(content_key, hosts))
         names = {}
-        for name, tensor in sorted(low.weights.items()):
-            key = content_key(tensor)
-            store.setdefault(key, tensor.detach().cpu().contiguous())
+        for (name, _), key, host in zip(items, keys, hosts):
+            store.setdefault(key, host)
             names[name] = key
         low.meta = {**low.meta, "shared_weights": names}
         low.weights = {}
