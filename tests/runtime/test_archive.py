@@ -241,6 +241,19 @@ def test_flipped_byte_in_entry_data(tmp_path):
     assert "'weights.safetensors'" in message and "modified or corrupted" in message, message
 
 
+def test_entries_verified_on_threads_name_the_first_bad_entry_in_order(tmp_path, monkeypatch):
+    monkeypatch.setattr("runtime.format.archive._THREADED_BYTES", 0)  # large artifacts' path
+    bad = {"sha256": "0" * 64, "size": 1}
+    entries = [(name, b"a") for name in ("a.bin", "b.bin", "c.bin", "d.bin")]
+    manifest = manifest_with(entries={"a.bin": record(b"a"), "b.bin": bad, "c.bin": record(b"a"),
+                                      "d.bin": bad})
+    message = open_error(craft(tmp_path / "x.edge", entries, manifest))
+    assert "'b.bin'" in message and "'d.bin'" not in message, message
+    path = build(tmp_path)
+    with ArtifactReader.open(path) as reader:
+        assert reader.read_bytes("weights.safetensors") == PAYLOAD
+
+
 def test_every_single_byte_flip_is_refused_or_harmless(tmp_path):
     """Fuzz: flip each byte of a small artifact; the reader must never crash another way."""
     good = build(tmp_path, {"a.bin": b"abc" * 20, "b/c.so": b"\x7fELF"}).read_bytes()
