@@ -12,9 +12,10 @@ graph, replayed after warm-up (CUDA events, median of 50); torch.profiler then g
 each kernel's time in it. The step's other kernels (token embedding, rotary, the mask,
 argmax, the cache write) are not in it. Variants change one thing at a time: the launch
 (plain or dependent), the weight columns loaded ahead of the wait (AHEAD), the attention's
-past rows read before or after it, and the small products' block configuration. Each
-variant's outputs are compared with the same kernels' plain launches: a dependent launch
-that read before the kernel before had written would differ.
+past rows read before or after it, its join in the split kernel, and the small products'
+block configuration. Each variant's outputs are compared with the same kernels' plain
+launches: a dependent launch that read before the kernel before had written would differ
+("plain + join": what the join alone changes, a rounding).
 "As built" is the configuration a built library runs (gemv_config's plain one: no columns
 ahead, the loop alone); the other variants load the dependent launch's AHEAD columns.
 ``--int8``: the products over int8 rows with a scale a row (``--quantize int8-weight``);
@@ -61,11 +62,12 @@ def weights(layers: int, slots: int, int8: bool = False) -> dict:
     mask = torch.zeros(1, 1, 1, slots + 1, device="cuda", dtype=torch.float16)
     mask[..., slots * 3 // 4:slots] = torch.finfo(torch.float16).min
     made["mask"] = mask
+    made["counts"] = torch.zeros(KV_HEADS, device="cuda", dtype=torch.int32)
     return made
 
 
 def step(made: dict, hidden: torch.Tensor, pdl: bool, configs: dict,
-         cache_ahead: bool | None = None) -> torch.Tensor:
+         cache_ahead: bool | None = None, join: bool = False) -> torch.Tensor:
     from targets.aoti.kernels.decode_attention import launch_decode_attention
     from targets.aoti.kernels.triton_kernels import launch_row_gemv
     norm = made["norm"]
@@ -81,7 +83,8 @@ def step(made: dict, hidden: torch.Tensor, pdl: bool, configs: dict,
         k = qkv[..., HIDDEN:HIDDEN + KV].view(1, KV_HEADS, 1, DIM)
         v = qkv[..., HIDDEN + KV:].view(1, KV_HEADS, 1, DIM)
         att = launch_decode_attention(q, layer["k"], k, layer["v"], v, made["mask"],
-                                      DIM ** -0.5, pdl=pdl, cache_ahead=cache_ahead)
+                                      DIM ** -0.5, pdl=pdl, cache_ahead=cache_ahead,
+                                      counts=made["counts"] if join else None)
         o = gemv("o", att.view(1, 1, HIDDEN), layer["o"], residual=h)
         gated = gemv("gate_up", o, layer["gate_up"], norm=norm, act=1)
         h = gemv("down", gated, layer["down"], residual=o)
@@ -174,6 +177,10 @@ def variants(best: Path | None = None, int8: bool = False) -> dict:
             "dependent": (True, default),
             # the attention's past rows after its wait, as a built library reads them
             "dependent + cache after the wait": (True, default, False),
+            # the attention's blocks joined inside its split kernel (one kernel a layer)
+            "plain + join": (False, default, None, True),
+            "dependent + join": (True, default, None, True),
+            "dependent + cache after the wait + join": (True, default, False, True),
             "dependent, 16 columns ahead": (True, no_ahead),
             "dependent, small products 4 warps": (True, small4),
             "dependent, q/k/v 2 rows 8 warps": (True, small8),
@@ -210,11 +217,12 @@ def main() -> None:
         chosen["searched in the chain"] = (False, searched(
             made, hidden, start, swept(args.best, args.int8, args.search)))
     for label, (pdl, configs, *cache) in chosen.items():
-        ahead = cache[0] if cache else None
-        out = step(made, hidden, pdl, configs, ahead).float()
+        ahead, join = (*cache, None, False)[:2]
+        out = step(made, hidden, pdl, configs, ahead, join).float()
         differs = (out - step(made, hidden, False, configs).float()).abs().max().item()
-        ms = graph_time([lambda: step(made, hidden, pdl, configs, ahead)], warm=2, runs=50)
-        kernels = per_kernel(lambda: step(made, hidden, pdl, configs, ahead))
+        ms = graph_time([lambda: step(made, hidden, pdl, configs, ahead, join)], warm=2,
+                        runs=50)
+        kernels = per_kernel(lambda: step(made, hidden, pdl, configs, ahead, join))
         row = {"variant": label, "int8": args.int8, "dependent_launch": pdl,
                "configs": configs, "ms": ms,
                "weight_gb": byte_count / 1e9, "tb_s": byte_count / ms / 1e9,

@@ -2,6 +2,11 @@
 the cache's past rows in blocks of slots, each program a key/value head's grouped query
 heads over one block, then a join of the blocks' partial results with the new row's key
 and value. Each kernel has a plain and a ``_gdc`` form, as triton_kernels.py's product.
+
+Given a buffer of zeroed counts, the join is done inside the split kernel instead (one
+kernel a layer): each program counts itself in with an atomic, and the last of a
+key/value head joins all its query heads' partial results at once and sets the count
+back to zero, so one buffer serves every layer and every call.
 """
 
 from __future__ import annotations
@@ -94,6 +99,70 @@ def _attention_combine(q_ptr, nk_ptr, nv_ptr, mask_ptr, m_ptr, l_ptr, acc_ptr,
 
 
 @triton.jit
+def _join_heads(q_ptr, nk_ptr, nv_ptr, mask_ptr, m_ptr, l_ptr, acc_ptr, out_ptr, kvh,
+                sq_h, snk_h, snv_h, sm, SCALE: tl.constexpr, S: tl.constexpr,
+                D: tl.constexpr, G: tl.constexpr, SPLITS: tl.constexpr,
+                JOIN_G: tl.constexpr, BLOCK_J: tl.constexpr, BLOCK_D: tl.constexpr):
+    """A key/value head's G query heads: all their blocks' partial results joined at
+    once (in BLOCK_J blocks a round: one round at the usual cache lengths), with the new
+    row's key and value; a head at a time was 3.5x slower (bench/RESULTS.md)."""
+    g = tl.arange(0, JOIN_G)
+    d = tl.arange(0, BLOCK_D)
+    g_ok, d_ok = g < G, d < D
+    heads = kvh * G + g
+    q = tl.load(q_ptr + heads[:, None] * sq_h + d[None, :], mask=g_ok[:, None] & d_ok[None, :],
+                other=0.0).to(tl.float32)
+    key = tl.load(nk_ptr + kvh * snk_h + d, mask=d_ok, other=0.0).to(tl.float32)
+    value = tl.load(nv_ptr + kvh * snv_h + d, mask=d_ok, other=0.0).to(tl.float32)
+    # the new row first: its weight is 1 at its own top
+    top = tl.sum(q * key[None, :], axis=1) * SCALE + tl.load(mask_ptr + S * sm).to(tl.float32)
+    total = tl.full((JOIN_G,), 1.0, tl.float32)
+    out = tl.zeros((JOIN_G, BLOCK_D), tl.float32) + value[None, :]
+    for first in range(0, SPLITS, BLOCK_J):
+        j = first + tl.arange(0, BLOCK_J)
+        part = heads[:, None] * SPLITS + j[None, :]
+        ok = g_ok[:, None] & (j < SPLITS)[None, :]
+        # .cg: other programs wrote them; read past this SM's L1
+        tops = tl.load(m_ptr + part, mask=ok, other=-1e30, cache_modifier=".cg")
+        sums = tl.load(l_ptr + part, mask=ok, other=0.0, cache_modifier=".cg")
+        accs = tl.load(acc_ptr + part[:, :, None] * BLOCK_D + d[None, None, :],
+                       mask=ok[:, :, None], other=0.0, cache_modifier=".cg")
+        new_top = tl.maximum(top, tl.max(tops, axis=1))
+        kept = tl.exp(top - new_top)
+        weights = tl.exp(tops - new_top[:, None])
+        total = total * kept + tl.sum(sums * weights, axis=1)
+        out = out * kept[:, None] + tl.sum(accs * weights[:, :, None], axis=1)
+        top = new_top
+    out = out / total[:, None]
+    tl.store(out_ptr + heads[:, None] * D + d[None, :], out.to(out_ptr.dtype.element_ty),
+             mask=g_ok[:, None] & d_ok[None, :])
+
+
+@triton.jit
+def _attention_join(q_ptr, pk_ptr, nk_ptr, pv_ptr, nv_ptr, mask_ptr, m_ptr, l_ptr, acc_ptr,
+                    counts_ptr, out_ptr, sq_h, spk_h, spk_s, snk_h, spv_h, spv_s, snv_h, sm,
+                    SCALE: tl.constexpr, S: tl.constexpr, D: tl.constexpr, G: tl.constexpr,
+                    SPLITS: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_G: tl.constexpr,
+                    BLOCK_D: tl.constexpr, IEEE: tl.constexpr, JOIN_G: tl.constexpr,
+                    BLOCK_J: tl.constexpr, GDC: tl.constexpr, CACHE_AHEAD: tl.constexpr):
+    """The split kernel's block, then the last of a key/value head's programs to count
+    itself in joins the head's partial results and zeroes its count again."""
+    _attention_split(q_ptr, pk_ptr, pv_ptr, mask_ptr, m_ptr, l_ptr, acc_ptr, sq_h, spk_h,
+                     spk_s, spv_h, spv_s, sm, SCALE, S, D, G, SPLITS, BLOCK_S, BLOCK_G,
+                     BLOCK_D, IEEE, GDC, CACHE_AHEAD)
+    kvh = tl.program_id(0)
+    # every thread's stores before the count: the release below then covers them
+    tl.debug_barrier()
+    seen = tl.atomic_add(counts_ptr + kvh, 1, sem="acq_rel", scope="gpu")
+    if seen == SPLITS - 1:
+        _join_heads(q_ptr, nk_ptr, nv_ptr, mask_ptr, m_ptr, l_ptr, acc_ptr, out_ptr, kvh,
+                    sq_h, snk_h, snv_h, sm, SCALE, S, D, G, SPLITS, JOIN_G, BLOCK_J,
+                    BLOCK_D)
+        # every program of this head counted in: the next layer or call starts at zero
+        tl.store(counts_ptr + kvh, 0)
+
+
+@triton.jit
 def attention_split_kernel(q_ptr, pk_ptr, pv_ptr, mask_ptr, m_ptr, l_ptr, acc_ptr,
                            sq_h, spk_h, spk_s, spv_h, spv_s, sm, SCALE: tl.constexpr,
                            S: tl.constexpr, D: tl.constexpr, G: tl.constexpr,
@@ -138,15 +207,50 @@ def attention_combine_kernel_gdc(q_ptr, nk_ptr, nv_ptr, mask_ptr, m_ptr, l_ptr, 
                        BLOCK_D, True)
 
 
+@triton.jit
+def attention_join_kernel(q_ptr, pk_ptr, nk_ptr, pv_ptr, nv_ptr, mask_ptr, m_ptr, l_ptr,
+                          acc_ptr, counts_ptr, out_ptr, sq_h, spk_h, spk_s, snk_h, spv_h,
+                          spv_s, snv_h, sm, SCALE: tl.constexpr, S: tl.constexpr,
+                          D: tl.constexpr, G: tl.constexpr, SPLITS: tl.constexpr,
+                          BLOCK_S: tl.constexpr, BLOCK_G: tl.constexpr,
+                          BLOCK_D: tl.constexpr, IEEE: tl.constexpr, JOIN_G: tl.constexpr,
+                          BLOCK_J: tl.constexpr):
+    _attention_join(q_ptr, pk_ptr, nk_ptr, pv_ptr, nv_ptr, mask_ptr, m_ptr, l_ptr, acc_ptr,
+                    counts_ptr, out_ptr, sq_h, spk_h, spk_s, snk_h, spv_h, spv_s, snv_h, sm,
+                    SCALE, S, D, G, SPLITS, BLOCK_S, BLOCK_G, BLOCK_D, IEEE, JOIN_G, BLOCK_J,
+                    False, False)
+
+
+@triton.jit
+def attention_join_kernel_gdc(q_ptr, pk_ptr, nk_ptr, pv_ptr, nv_ptr, mask_ptr, m_ptr, l_ptr,
+                              acc_ptr, counts_ptr, out_ptr, sq_h, spk_h, spk_s, snk_h, spv_h,
+                              spv_s, snv_h, sm, SCALE: tl.constexpr, S: tl.constexpr,
+                              D: tl.constexpr, G: tl.constexpr, SPLITS: tl.constexpr,
+                              BLOCK_S: tl.constexpr, BLOCK_G: tl.constexpr,
+                              BLOCK_D: tl.constexpr, IEEE: tl.constexpr,
+                              JOIN_G: tl.constexpr, BLOCK_J: tl.constexpr,
+                              CACHE_AHEAD: tl.constexpr):
+    _attention_join(q_ptr, pk_ptr, nk_ptr, pv_ptr, nv_ptr, mask_ptr, m_ptr, l_ptr, acc_ptr,
+                    counts_ptr, out_ptr, sq_h, spk_h, spk_s, snk_h, spv_h, spv_s, snv_h, sm,
+                    SCALE, S, D, G, SPLITS, BLOCK_S, BLOCK_G, BLOCK_D, IEEE, JOIN_G, BLOCK_J,
+                    True, CACHE_AHEAD)
+
+
 declare_writes(attention_split_kernel_gdc, "m_ptr", "l_ptr", "acc_ptr")
 declare_writes(attention_combine_kernel_gdc, "out_ptr")
+# not counts_ptr: the kernel leaves it at zero, so a library need not copy it for each
+# call (torch's analysis takes the atomics as writes)
+declare_writes(attention_join_kernel_gdc, "m_ptr", "l_ptr", "acc_ptr", "out_ptr")
 
 
 def launch_decode_attention(query, past_k, new_k, past_v, new_v, mask, scale: float,
                             block_s: int | None = None, pdl: bool = False,
-                            cache_ahead: bool | None = None) -> torch.Tensor:
+                            cache_ahead: bool | None = None,
+                            counts: torch.Tensor | None = None) -> torch.Tensor:
     """``cache_ahead``: a dependent launch reads the past rows before its wait (by default
-    where a script started it with the cache itself, ``pdl``; False: as in a library)."""
+    where a script started it with the cache itself, ``pdl``; False: as in a library).
+    ``counts``: int32 zeros, one or more a key/value head: the join inside the split
+    kernel, which leaves them at zero; without them a second kernel joins."""
     heads, dim = query.shape[1], query.shape[-1]
     kv_heads, slots = past_k.shape[1], past_k.shape[2]
     groups = heads // kv_heads
@@ -156,9 +260,9 @@ def launch_decode_attention(query, past_k, new_k, past_v, new_v, mask, scale: fl
     splits = triton.cdiv(slots, block_s)
     block_splits = max(2, triton.next_power_of_2(splits))
     block_d = max(16, triton.next_power_of_2(dim))
-    split, gdc = launcher(attention_split_kernel, attention_split_kernel_gdc, query.device,
-                          pdl)
-    combine, _ = launcher(attention_combine_kernel, attention_combine_kernel_gdc,
+    joined = counts is not None
+    split, gdc = launcher(attention_join_kernel if joined else attention_split_kernel,
+                          attention_join_kernel_gdc if joined else attention_split_kernel_gdc,
                           query.device, pdl)
     # the past rows read before the wait only where the script gave the cache itself; in
     # a library they may be what a kernel of the step wrote
@@ -172,13 +276,25 @@ def launch_decode_attention(query, past_k, new_k, past_v, new_v, mask, scale: fl
     sums = torch.empty_like(tops)
     accs = torch.empty((heads * splits, block_d), dtype=torch.float32, device=query.device)
     out = torch.empty((1, heads, 1, dim), dtype=query.dtype, device=query.device)
-    ieee = query.dtype == torch.float32
+    sizes = dict(SCALE=float(scale), S=slots, D=dim, G=groups, SPLITS=splits,
+                 BLOCK_S=block_s, BLOCK_G=max(16, triton.next_power_of_2(groups)),
+                 BLOCK_D=block_d, IEEE=query.dtype == torch.float32, num_warps=4)
+    if joined:
+        join_g = triton.next_power_of_2(groups)
+        # the joining program's blocks a round: 8K float32 partial sums, 64 a thread
+        block_j = min(block_splits, max(2, 8192 // (join_g * block_d)))
+        split((kv_heads, splits))(
+            query, past_k, new_k, past_v, new_v, mask, tops, sums, accs, counts, out,
+            query.stride(1), past_k.stride(1), past_k.stride(2), new_k.stride(1),
+            past_v.stride(1), past_v.stride(2), new_v.stride(1), mask.stride(-1),
+            JOIN_G=join_g, BLOCK_J=block_j, **sizes, **cache_first)
+        return out
     split((kv_heads, splits))(
         query, past_k, past_v, mask, tops, sums, accs, query.stride(1),
         past_k.stride(1), past_k.stride(2), past_v.stride(1), past_v.stride(2),
-        mask.stride(-1), SCALE=float(scale), S=slots, D=dim, G=groups, SPLITS=splits,
-        BLOCK_S=block_s, BLOCK_G=max(16, triton.next_power_of_2(groups)), BLOCK_D=block_d,
-        IEEE=ieee, num_warps=4, **cache_first)
+        mask.stride(-1), **sizes, **cache_first)
+    combine, _ = launcher(attention_combine_kernel, attention_combine_kernel_gdc,
+                          query.device, pdl)
     combine((heads,))(
         query, new_k, new_v, mask, tops, sums, accs, out, query.stride(1),
         new_k.stride(1), new_v.stride(1), mask.stride(-1), SCALE=float(scale), S=slots,

@@ -44,12 +44,15 @@ def _row_gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
 
 def _decode_attention(query: torch.Tensor, past_k: torch.Tensor, new_k: torch.Tensor,
                       past_v: torch.Tensor, new_v: torch.Tensor, mask: torch.Tensor,
-                      scale: float, cache_ahead: bool = False) -> torch.Tensor:
+                      scale: float, cache_ahead: bool = False,
+                      counts: torch.Tensor | None = None) -> torch.Tensor:
     """``cache_ahead``: the past rows are inputs no kernel of the step writes (the pass
-    checks), so a dependent launch may read them before its wait."""
+    checks), so a dependent launch may read them before its wait. ``counts``: int32
+    zeros the step's every attention shares (the pass gives them): the blocks are joined
+    inside the split kernel, which leaves them at zero."""
     from targets.aoti.kernels.decode_attention import launch_decode_attention
     return launch_decode_attention(query, past_k, new_k, past_v, new_v, mask, scale,
-                                   cache_ahead=cache_ahead)
+                                   cache_ahead=cache_ahead, counts=counts)
 
 
 def _define() -> None:

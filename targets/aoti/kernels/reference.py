@@ -81,10 +81,11 @@ def row_gemv_shape(x: torch.Tensor, weight: torch.Tensor, act: int) -> torch.Siz
 
 def decode_attention(query: torch.Tensor, past_k: torch.Tensor, new_k: torch.Tensor,
                      past_v: torch.Tensor, new_v: torch.Tensor, mask: torch.Tensor,
-                     scale: float, cache_ahead: bool = False) -> torch.Tensor:
+                     scale: float, cache_ahead: bool = False,
+                     counts: torch.Tensor | None = None) -> torch.Tensor:
     """``query`` [1, H, 1, D], past [1, KVH, S, D], new [1, KVH, 1, D], ``mask`` additive
     [1, 1, 1, S + 1]; returns [1, H, 1, Dv] in the query's dtype (``cache_ahead`` steers
-    only when the GPU kernel reads the cache)."""
+    only when the GPU kernel reads the cache, ``counts`` only how it joins)."""
     heads, kv_heads = query.shape[1], past_k.shape[1]
     keys = torch.cat([past_k, new_k], dim=2).float().repeat_interleave(heads // kv_heads, 1)
     values = torch.cat([past_v, new_v], dim=2).float().repeat_interleave(heads // kv_heads, 1)

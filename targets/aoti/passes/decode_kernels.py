@@ -144,7 +144,27 @@ def _rewrite_attention(module: torch.fx.GraphModule) -> dict:
     # with it the cache copies it reads: replace_calls erases it
     info = replace_calls(module, arguments, ops.decode_attention, "attention_as_kernel")
     info["cache_ahead"] = sum(ahead)
-    info["stored_once"] = stored_once(module, ops.decode_attention, (5,))  # the mask
+    _shared_counts(module)
+    # the mask and the counts
+    info["stored_once"] = stored_once(module, ops.decode_attention, (5, 8))
     module.graph.eliminate_dead_code()
     module.recompile()
     return info
+
+
+def _shared_counts(module: torch.fx.GraphModule) -> None:
+    """One int32 zeros buffer, a count for each key/value head, given to every attention:
+    its kernel joins its blocks itself and leaves the counts at zero, so the step fills
+    them once for all layers (a buffer of each op's own is a fill kernel a layer)."""
+    attentions = [n for n in module.graph.nodes
+                  if n.op == "call_function" and n.target is ops.decode_attention]
+    if not attentions:
+        return
+    first = val(attentions[0].args[0])
+    size = max(val(n.args[1]).shape[1] for n in attentions)
+    with module.graph.inserting_before(attentions[0]):
+        counts = module.graph.call_function(torch.ops.aten.zeros.default, ([size],), {
+            "dtype": torch.int32, "device": first.device})
+    counts.meta["val"] = first.new_zeros((size,), dtype=torch.int32)
+    for node in attentions:
+        node.args = (*node.args, counts)

@@ -60,10 +60,10 @@ def test_decode_step_products_and_attention_become_fused_kernel_ops(family):
     attention = DecodeAttentionAsKernel()(program)
     result = RowLinearsAsKernels()(attention.program)
     layers = 2
-    # the mask every layer's attention reads, and the rotary cos and sin every q/k/v
-    # product reads, each stored once (decode_stored.py)
+    # the mask and the join's counts every layer's attention reads, and the rotary cos
+    # and sin every q/k/v product reads, each stored once (decode_stored.py)
     assert attention.info == {"attention_as_kernel": layers, "cache_ahead": layers,
-                              "stored_once": 1}
+                              "stored_once": 2}
     assert result.info == {"linears_as_kernels": 4 * layers + 1, "int8_linears": 0,
                            "int4_linears": 0, "norms_folded": 2 * layers + 1, "gated_folded": layers,
                            "residuals_folded": 2 * layers, "rotary_folded": layers,
@@ -82,9 +82,12 @@ def test_decode_step_products_and_attention_become_fused_kernel_ops(family):
              if str(n.target) == "edge_exporter.decode_attention.default"}
     turns = {tuple(n.args[9:11]) for n in result.program.graph.nodes
              if n.target == ops_row_gemv() and len(n.args) > 9}
-    assert len(masks) == 1 and len(turns) == 1  # one stored value read by every layer
+    counts = {n.args[8] for n in result.program.graph.nodes
+              if str(n.target) == "edge_exporter.decode_attention.default"}
+    assert len(masks) == 1 and len(turns) == 1 and len(counts) == 1  # one for every layer
     assert all(str(n.target) == "prims.inductor_force_stride_order.default"
-               for n in (*masks, *next(iter(turns))))
+               for n in (*masks, *counts, *next(iter(turns))))
+    assert next(iter(counts)).meta["val"].dtype == torch.int32
     cache_inputs = {n for n in result.program.graph.nodes if n.op == "placeholder"
                     and n.name.startswith("past")}
     assert not [n for n in result.program.graph.nodes if str(n.target) == "aten.cat.default"

@@ -59,7 +59,7 @@ def test_every_dependent_kernel_declares_its_writes_and_only_those_wait():
     kernels = {name: value for module in (triton_kernels, decode_attention)
                for name, value in vars(module).items() if name.endswith("_kernel") or
                name.endswith("_kernel" + SUFFIX)}
-    assert len(kernels) == 6
+    assert len(kernels) == 8
     for name, kernel in kernels.items():
         declared = getattr(kernel, "edge_exporter_writes", None)
         assert (declared is not None) == name.endswith(SUFFIX), name
@@ -92,20 +92,23 @@ def test_a_compiled_library_holds_only_the_dependent_kernels_and_starts_them_so(
             self.down = torch.nn.Parameter(torch.randn(hidden, 512, **cuda) * 0.05)
             self.norm = torch.nn.Parameter(torch.rand(hidden, **cuda) + 0.5)
 
-        def forward(self, x, past_k, past_v, mask):
+        def forward(self, x, past_k, past_v, mask, counts):
             qkv = ops.row_gemv(x, self.qkv, None, self.norm, None, 1e-5, 0.0, 0)
             q = qkv[..., :hidden].view(1, heads, 1, dim)
             k = qkv[..., hidden:hidden + kv_heads * dim].view(1, kv_heads, 1, dim)
             v = qkv[..., hidden + kv_heads * dim:].view(1, kv_heads, 1, dim)
-            # the cache read before the attention's wait, as the decode pass marks it
-            mixed = ops.decode_attention(q, past_k, k, past_v, v, mask, dim ** -0.5, True)
+            # the cache read before the attention's wait, as the decode pass marks it,
+            # and the blocks joined in the split kernel (counts given: no fill kernel)
+            mixed = ops.decode_attention(q, past_k, k, past_v, v, mask, dim ** -0.5, True,
+                                         counts)
             h = ops.row_gemv(mixed.view(1, 1, hidden), self.o, None, None, x, 1e-5, 0.0, 0)
             gated = ops.row_gemv(h, self.up, None, self.norm, None, 1e-5, 0.0, 1)
             return ops.row_gemv(gated, self.down, None, None, h, 1e-5, 0.0, 0)
 
     inputs = (torch.randn(1, 1, hidden, **cuda),
               *(torch.randn(1, kv_heads, slots, dim, **cuda) for _ in "kv"),
-              torch.zeros(1, 1, 1, slots + 1, **cuda))
+              torch.zeros(1, 1, 1, slots + 1, **cuda),
+              torch.zeros(kv_heads, device="cuda", dtype=torch.int32))
     program = torch.export.export(Step().eval(), inputs)
     with dependent_launch.dependent_launches() as dependent:
         assert dependent
@@ -115,6 +118,5 @@ def test_a_compiled_library_holds_only_the_dependent_kernels_and_starts_them_so(
         source = "\n".join(package.read(n).decode() for n in package.namelist()
                            if n.endswith(".cpp"))
     loaded = set(re.findall(r'loadKernel\(\s*(?:"[^"]*"|\w+)\s*,\s*"(\w+)"', source))
-    assert loaded == {"row_gemv_kernel_gdc", "attention_split_kernel_gdc",
-                      "attention_combine_kernel_gdc"}
+    assert loaded == {"row_gemv_kernel_gdc", "attention_join_kernel_gdc"}
     assert "launchKernelPlain" in source and PLAIN_ENV in source
