@@ -3,34 +3,146 @@ its safe reader are in runtime/format/archive.py)."""
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import zipfile
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from runtime.format.archive import (_CHUNK, _CREATE_SYSTEM_UNIX, _ZIP_MODE, _ZIP_TIME, FORMAT_NAME,
-                             FORMAT_VERSION, MANIFEST_NAME, SIGNATURE_NAME, _file_dir_conflicts, _hash_stream,
-                             _name_problem)
+                             FORMAT_VERSION, MANIFEST_NAME, SIGNATURE_NAME, _each, _file_dir_conflicts,
+                             _hash_stream, _name_problem)
 from runtime.errors import ArtifactError
 from runtime.host.outfiles import written_whole
 
 
 def write_artifact(dest: str | Path, manifest: dict, files: Mapping[str, bytes | Path]) -> Path:
     """Write one deterministic zip atomically; see the module docstring and docs/architecture.md."""
-    dest = Path(dest)
+    dest, digests = Path(dest), _digests(manifest, files)
+    _write_zip(dest, {**{n: (files[n], digests[n]) for n in digests},
+                      MANIFEST_NAME: (_manifest_bytes(manifest, digests), None)})
+    return dest
+
+
+def stage_artifact(dest: str | Path, manifest: dict, files: Mapping[str, bytes | Path]
+                   ) -> "Staged":
+    """The bytes ``write_artifact`` writes, at a scratch path the caller has recorded and
+    removes (not fsynced, not renamed: a copy to validate), kept to become the final file
+    (``Staged.finish``) without reading and hashing the sources again."""
+    dest, digests = Path(dest), _digests(manifest, files)
+    entries = {**{n: (files[n], digests[n]) for n in digests},
+               MANIFEST_NAME: (_manifest_bytes(manifest, digests), None)}
+    dest.unlink(missing_ok=True)  # a leftover of a killed process of this pid
+    try:
+        with open(dest, "xb") as fh:  # "x": never through a link another process put there
+            infos, spans = _zip_entries(fh, entries)
+            fh.flush()
+            st = os.fstat(fh.fileno())
+    except BaseException:
+        dest.unlink(missing_ok=True)
+        raise
+    return Staged(dest, digests, infos, spans, _identity(st))
+
+
+@dataclass
+class Staged:
+    """A staged artifact, how its writer left each entry's info, and each entry's bytes
+    in it (local header and data: where they start, how many)."""
+
+    path: Path
+    digests: dict[str, tuple[str, int]]
+    infos: dict[str, zipfile.ZipInfo]
+    spans: dict[str, tuple[int, int]]
+    identity: tuple
+
+    def finish(self, dest: str | Path, manifest: dict) -> Path:
+        """``write_artifact(dest, manifest, files)``'s bytes, the other entries copied
+        from the staged file (validated as it is): refused if it changed since staging."""
+        dest, names = Path(dest), sorted([*self.infos, MANIFEST_NAME])
+        manifest_bytes = _manifest_bytes(manifest, self.digests)
+        with written_whole(dest) as partial, open(partial, "wb") as fh, \
+                open(self.path, "rb") as src:
+            self._check(os.fstat(src.fileno()))
+            with zipfile.ZipFile(fh, "w") as zf:
+                for name in names:
+                    if name == MANIFEST_NAME:
+                        _write_entry(zf, name, manifest_bytes, None)
+                        continue
+                    _copy_raw(zf, fh, src.fileno(), copy.copy(self.infos[name]),
+                              *self.spans[name])
+            self._check(os.fstat(src.fileno()))
+            fh.flush()
+            self._check_crcs(partial)
+        return dest
+
+    def _check_crcs(self, partial: Path) -> None:
+        """Each copied entry read to its end, where zipfile checks the CRC the staging
+        write recorded: a change of the staged bytes that kept their size and times."""
+        def read(name: str) -> None:
+            with zf.open(name) as entry:
+                while entry.read(_CHUNK):
+                    pass
+        with zipfile.ZipFile(partial) as zf:
+            try:
+                _each(read, sorted(self.infos), sum(size for _, size in self.digests.values()))
+            except zipfile.BadZipFile:
+                self._check(None)
+
+    def _check(self, st: os.stat_result | None) -> None:
+        if st is None or _identity(st) != self.identity:
+            raise ArtifactError("the staged artifact changed while the artifact was being "
+                                "written", where=str(self.path), hint="run the export again")
+
+
+def _identity(st: os.stat_result) -> tuple:
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
+
+
+def _copy_raw(zf: zipfile.ZipFile, fh, src_fd: int, info: zipfile.ZipInfo, start: int,
+              size: int) -> None:
+    """One entry's local header and data, as bytes, then registered as zipfile's own write
+    would (its central directory record is written from ``info`` at close)."""
+    fh.flush()
+    info.header_offset = zf.start_dir
+    _copy_range(src_fd, fh.fileno(), start, zf.start_dir, size)
+    zf.start_dir += size
+    fh.seek(zf.start_dir)
+    zf.filelist.append(info)
+    zf.NameToInfo[info.filename] = info
+    zf._didModify = True
+
+
+def _copy_range(src: int, dst: int, src_at: int, dst_at: int, size: int) -> None:
+    """In the kernel where it can (a reflink on file systems that share blocks)."""
+    while size > 0:
+        try:
+            done = os.copy_file_range(src, dst, min(size, 1 << 30), src_at, dst_at)
+        except (AttributeError, OSError):
+            chunk = os.pread(src, min(size, _CHUNK), src_at)
+            done = os.pwrite(dst, chunk, dst_at)
+        if done <= 0:
+            raise ArtifactError("the staged artifact ended early", where=f"fd {src}",
+                                hint="run the export again")
+        size, src_at, dst_at = size - done, src_at + done, dst_at + done
+
+
+def _digests(manifest: dict, files: Mapping[str, bytes | Path]) -> dict[str, tuple[str, int]]:
     if not isinstance(manifest, Mapping):
         raise TypeError(f"manifest must be a mapping, not {type(manifest).__name__}")
     names = sorted(files)
     _check_writer_names(names)
-    digests = {name: _hash_stream(_source_chunks(name, files[name])) for name in names}
+    hashed = _each(lambda name: _hash_stream(_source_chunks(name, files[name])), names,
+                   sum(_source_size(source) for source in files.values()))
+    return dict(zip(names, hashed))
 
+
+def _manifest_bytes(manifest: dict, digests: dict[str, tuple[str, int]]) -> bytes:
     out = dict(manifest)  # a shallow copy: only top-level keys are replaced
-    out["entries"] = {n: {"sha256": digests[n][0], "size": digests[n][1]} for n in names}
+    out["entries"] = {n: {"sha256": sha, "size": size} for n, (sha, size) in digests.items()}
     out.setdefault("format", {"name": FORMAT_NAME, "version": FORMAT_VERSION})
-    manifest_bytes = (json.dumps(out, indent=2, sort_keys=True, allow_nan=False) + "\n").encode()
-    return _write_zip(dest, {**{n: (files[n], digests[n]) for n in names},
-                             MANIFEST_NAME: (manifest_bytes, None)})
+    return (json.dumps(out, indent=2, sort_keys=True, allow_nan=False) + "\n").encode()
 
 
 def write_signed(dest: Path, reader, signature: bytes) -> Path:
@@ -48,11 +160,23 @@ def _write_zip(dest: Path, entries: Mapping[str, tuple]) -> Path:
     """``entries``: name -> (bytes or path, known digest or None), written sorted, whole
     or not at all (runtime/host/outfiles.py: ``dest`` is checked, and replaced in one rename)."""
     with written_whole(dest) as partial, open(partial, "wb") as fh:
-        with zipfile.ZipFile(fh, "w") as zf:
-            for name in sorted(entries):
-                source, digest = entries[name]
-                _write_entry(zf, name, source, digest)
+        _zip_entries(fh, entries)
     return dest
+
+
+def _zip_entries(fh, entries: Mapping[str, tuple]) -> tuple[dict, dict]:
+    """The zip of ``entries`` into ``fh``; each entry but the manifest: its info as
+    written, and its (start, size) in ``fh``."""
+    with zipfile.ZipFile(fh, "w") as zf:
+        for name in sorted(entries):
+            source, digest = entries[name]
+            _write_entry(zf, name, source, digest)
+        written = zf.infolist()  # in file order
+        ends = [i.header_offset for i in written[1:]] + [zf.start_dir]
+        infos = {i.filename: copy.copy(i) for i in written if i.filename != MANIFEST_NAME}
+        spans = {i.filename: (i.header_offset, end - i.header_offset)
+                 for i, end in zip(written, ends) if i.filename != MANIFEST_NAME}
+    return infos, spans
 
 
 def _check_writer_names(names: list[str]) -> None:
@@ -66,6 +190,16 @@ def _check_writer_names(names: list[str]) -> None:
     conflicts = _file_dir_conflicts(names)
     if conflicts:
         raise ValueError(f"entry names used both as file and as directory: {conflicts}")
+
+
+def _source_size(source) -> int:
+    """Bytes to hash (0 where not known yet: a missing file fails in the hashing)."""
+    if isinstance(source, os.PathLike):
+        try:
+            return os.stat(source).st_size
+        except OSError:
+            return 0
+    return len(source) if isinstance(source, (bytes, bytearray, memoryview)) else 0
 
 
 def _source_chunks(name: str, source: bytes | Path) -> Iterator[bytes]:
