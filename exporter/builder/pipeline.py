@@ -91,6 +91,7 @@ def build(spec: Any, settings: BuildSettings, *, stage: StageHook = quiet_stage,
     out = kind.output(prepared)
     sweep()  # what killed builds left (only what they recorded)
     work_dir = scratch.make_dir("exporter-build-")
+    staged = None
     try:
         lowered = kind.lower(prepared, settings, work_dir, timed)
         manifest, files, measured = kind.manifest(prepared, lowered, settings, work_dir)
@@ -99,6 +100,8 @@ def build(spec: Any, settings: BuildSettings, *, stage: StageHook = quiet_stage,
             with timed(kind.validate_stage):
                 record = kind.validate(prepared, manifest, files, settings)
             measured.update(record.pop("measured", {}))
+            # the artifact it validated (exporter/ship/archive_writer.py's Staged), if kept
+            staged = record.pop("staged", None)
             manifest.validation = record
         else:
             manifest.validation = {"passed": None, "skipped": True, "warnings": [
@@ -106,8 +109,13 @@ def build(spec: Any, settings: BuildSettings, *, stage: StageHook = quiet_stage,
         with timed("package"):
             # again: another build (of another spec) may have written it meanwhile
             check_replacing(out, manifest.source.get("spec", ""), settings.force)
-            write_artifact(out, manifest.to_dict(), files)
+            if staged is not None:  # its entries copied as validated, not read and hashed again
+                staged.finish(out, manifest.to_dict())
+            else:
+                write_artifact(out, manifest.to_dict(), files)
     finally:
+        if staged is not None:
+            scratch.remove(staged.path)
         scratch.remove(work_dir)
     return BuildResult(out, manifest, timings, measured)
 

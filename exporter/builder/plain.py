@@ -29,7 +29,7 @@ from exporter.model.hf_spec import HfOptions
 from exporter.model.spec import ModelSpec, load_spec
 from exporter.model.spec_names import default_stem
 from exporter.settings import NOT_RECORDED, BuildSettings
-from exporter.ship.archive_writer import write_artifact
+from exporter.ship.archive_writer import stage_artifact
 from exporter.validation.bisect import bisect, bisect_lines
 from exporter.validation.gates import QuantGate, Tolerance, Verdict
 from exporter.validation.inputs import Case, make_cases
@@ -107,7 +107,8 @@ class PlainBuild(BuildKind):
                                      settings.inputs, settings.seed)
         staging = scratch.record(out.with_name(f".{out.name}.validating-{os.getpid()}"))
         command = command_for(manifest)  # a cross build runs in its platform's native runner
-        write_artifact(staging, manifest.to_dict(), files)
+        staged = stage_artifact(staging, manifest.to_dict(), files)
+        passed = False
         try:
             gate = self.gate(settings)
             try:
@@ -134,9 +135,11 @@ class PlainBuild(BuildKind):
                     hint=f"the failed artifact was kept at {kept}" if kept else "no new "
                          "artifact was written (a file at the output is left as it was); "
                          "--keep-failed keeps it")
-            return record
+            passed = True
+            return {**record, "staged": staged}  # the pipeline's package stage finishes it
         finally:
-            scratch.remove(staging)
+            if not passed:
+                scratch.remove(staging)
 
     def dry_run_report(self, prepared: Prepared) -> DryRunReport:
         prep = prepared

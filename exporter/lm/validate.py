@@ -38,7 +38,7 @@ from exporter.lm.wrapper import cache_keyword
 from exporter.model.hf_spec import HfOptions
 from exporter.model.spec import ModelSpec
 from exporter.settings import BuildSettings
-from exporter.ship.archive_writer import write_artifact
+from exporter.ship.archive_writer import stage_artifact
 from exporter.validation.bisect import bisect_lines
 from exporter.validation.validate import ArtifactRun, crashed, keep_failed
 from runtime.format.manifest import Manifest
@@ -64,7 +64,7 @@ def validate_generation(out: Path, manifest: Manifest, files: dict, lm: Language
     an fp32 one with the bisect of its first divergence (``preps``: the entry points'
     prepared programs, exporter/lm/bisect.py)."""
     staging = scratch.record(out.with_name(f".{out.name}.validating-{os.getpid()}"))
-    write_artifact(staging, manifest.to_dict(), files)
+    staged = stage_artifact(staging, manifest.to_dict(), files)
     try:
         record = judge_generation(staging, manifest.generation, lm, gate, settings.seed,
                                   settings.validation_timeout_s, preload)
@@ -73,11 +73,13 @@ def validate_generation(out: Path, manifest: Manifest, files: dict, lm: Language
                 staging, manifest, record)
             if found is not None:
                 record["bisect"] = found
-    except BuildError as exc:  # the artifact crashed the validation process
-        raise crashed(exc, out, manifest, files, settings.keep_failed) from exc
-    finally:
+    except BaseException as exc:
         scratch.remove(staging)
+        if isinstance(exc, BuildError):  # the artifact crashed the validation process
+            raise crashed(exc, out, manifest, files, settings.keep_failed) from exc
+        raise
     if not record["passed"]:
+        scratch.remove(staging)
         details = summary_lines(record) + (bisect_lines(record["bisect"])
                                            if "bisect" in record else [])
         record = json_safe(record)  # an artifact's NaN logits make a NaN KL
@@ -91,7 +93,7 @@ def validate_generation(out: Path, manifest: Manifest, files: dict, lm: Language
                                   "step and the logit error" if record.get("first_divergence")
                                   else "; the lines above name each prompt's largest logit "
                                   "and cache errors"))
-    return record
+    return {**record, "staged": staged}  # the pipeline's package stage finishes it
 
 
 def json_safe(value):
