@@ -2,7 +2,8 @@
 build's own functions (no compile): the weights made into the shared store
 (exporter/builder/shared_weights.py), the staged artifact written for validation, that
 artifact read back as the runtime loads it (verify, private copy, safetensors load), and
-the final artifact written.
+the final artifact written (from the staged one, as the pipeline does; ``--rewrite``: from
+the sources again, as builds did before).
 
     python bench/packaging.py --gb 2.2 --dir /tmp/packaging-bench --label HEAD
 
@@ -33,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 from exporter.builder.shared_weights import share_weights  # noqa: E402
-from exporter.ship.archive_writer import write_artifact  # noqa: E402
+from exporter.ship.archive_writer import stage_artifact, write_artifact  # noqa: E402
 from runtime.format.archive import ArtifactReader  # noqa: E402
 from runtime.format.weights import load_checked  # noqa: E402
 from runtime.host.hostinfo import cpu_model  # noqa: E402
@@ -121,6 +122,8 @@ def main() -> None:
     parser.add_argument("--json-out", default="")
     parser.add_argument("--profile", type=int, default=0)
     parser.add_argument("--keep", action="store_true", help="leave the files in --dir")
+    parser.add_argument("--rewrite", action="store_true",
+                        help="write the final artifact from the sources, as builds did before")
     args = parser.parse_args()
     root = Path(args.dir)
     shutil.rmtree(root, ignore_errors=True)
@@ -135,11 +138,17 @@ def main() -> None:
         files.update(side_files(work, args.pt2_mb))
         manifest = {"shared_weights": store, "toolchain": {"version": "bench"}}
         staged, out = root / ".model.artifact.validating", root / "model.artifact"
-        stages.run("write staged artifact", write_artifact, staged, manifest, files)
+        if args.rewrite:  # before stage_artifact: the final file written from the sources
+            stages.run("write staged artifact", write_artifact, staged, manifest, files)
+        else:
+            kept = stages.run("write staged artifact", stage_artifact, staged, manifest, files)
         stages.run("read back (validation)", read_back, staged)
-        staged.unlink()
         manifest["validation"] = {"passed": True}
-        stages.run("write final artifact", write_artifact, out, manifest, files)
+        if args.rewrite:
+            stages.run("write final artifact", write_artifact, out, manifest, files)
+        else:
+            stages.run("write final artifact", kept.finish, out, manifest)
+        staged.unlink()
         size = out.stat().st_size
     finally:
         if not args.keep:
