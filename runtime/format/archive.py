@@ -82,13 +82,22 @@ def _file_dir_conflicts(names: Iterable[str]) -> list[str]:
 
 
 def _hash_stream(chunks: Iterable[bytes], sink: BinaryIO | None = None) -> tuple[str, int]:
-    """SHA-256 hex and size of a stream of chunks, optionally copying them into `sink`."""
-    h, size = hashlib.sha256(), 0
-    for chunk in chunks:
-        if sink is not None:
-            sink.write(chunk)
-        h.update(chunk)
-        size += len(chunk)
+    """SHA-256 hex and size of a stream of chunks, optionally copying them into `sink`
+    (from the second chunk on, each is hashed on a thread while it is written)."""
+    h, size, pending = hashlib.sha256(), 0, None
+    with ThreadPoolExecutor(1) as hasher:  # no thread until a second chunk needs one
+        for chunk in chunks:
+            if sink is None or not size:
+                h.update(chunk)
+            else:
+                if pending is not None:
+                    pending.result()
+                pending = hasher.submit(h.update, chunk)
+            if sink is not None:
+                sink.write(chunk)
+            size += len(chunk)
+        if pending is not None:
+            pending.result()
     return h.hexdigest(), size
 
 
