@@ -2,7 +2,7 @@
 (targets/aoti/kernels/), launched as plain launches and as programmatic dependent launches.
 
     python bench/decode_chain_cuda.py [--layers 22] [--slots 512] [--out FILE]
-        [--int8] [--best SWEEP.jsonl [--search N]]
+        [--int8] [--best SWEEP.jsonl [--search N]] [--variants A,B,...] [--rounds N]
 
 Each layer is what the built step runs of ours, in order and feeding each other: q/k/v
 (RMSNorm folded in) -> attention over a 512-slot cache (split + join) -> o (+ residual)
@@ -22,6 +22,9 @@ ahead, the loop alone); the other variants load the dependent launch's AHEAD col
 ``--best``: plain and dependent launches with each product's fastest configuration in a
 bench/decode_gemv_sweep.py run (its rows at the same weight width); ``--search N``: the
 configurations chosen in the chain instead, from each product's N fastest alone (search).
+``--rounds N``: then the chosen variants' graphs replayed in turns, N rounds, each
+variant's median against the first's (variants a few percent apart, told apart in one
+process).
 """
 
 from __future__ import annotations
@@ -109,6 +112,32 @@ def per_kernel(calls) -> dict:
             name = event.name.split("(")[0]
             found[name] = found.get(name, 0.0) + event.time_range.elapsed_us() / 10
     return found
+
+
+def taking_turns(calls: dict, rounds: int) -> dict:
+    """Median us of each call's CUDA graph, the graphs replayed in turns (five replays
+    each a turn, every other round in reverse): variants a few percent apart are told
+    apart in one process, not one after the other."""
+    graphs = {}
+    for name, call in calls.items():
+        call()
+        torch.cuda.synchronize()
+        graphs[name] = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graphs[name]):
+            call()
+        graphs[name].replay()
+    times: dict = {name: [] for name in graphs}
+    for round_ in range(rounds):
+        for name in list(graphs) if round_ % 2 == 0 else list(reversed(graphs)):
+            for _ in range(5):
+                start = torch.cuda.Event(enable_timing=True)
+                end = torch.cuda.Event(enable_timing=True)
+                start.record()
+                graphs[name].replay()
+                end.record()
+                end.synchronize()
+                times[name].append(start.elapsed_time(end) * 1000)
+    return {name: statistics.median(us) for name, us in times.items()}
 
 
 def swept(path: Path, int8: bool, keep: int = 1) -> dict:
@@ -199,6 +228,9 @@ def main() -> None:
     parser.add_argument("--search", type=int, default=0, metavar="N",
                         help="with --best: search the chain over each product's N fastest "
                              "configurations alone, then time what it found as a variant")
+    parser.add_argument("--rounds", type=int, default=0,
+                        help="then the chosen variants' graphs replayed in turns this many "
+                             "rounds (the first variant is the baseline)")
     args = parser.parse_args()
     if args.search and args.best is None:
         parser.error("--search needs --best (a decode_gemv_sweep.py run's rows)")
@@ -236,6 +268,20 @@ def main() -> None:
               f"max|diff| vs plain launch {differs:.1e}  " + ", ".join(
                   f"{k} {v:.0f}" for k, v in sorted(kernels.items(), key=lambda kv: -kv[1])),
               flush=True)
+    if args.rounds:
+        calls = {}
+        for label, (pdl, configs, *cache) in chosen.items():
+            ahead, join = (*cache, None, False)[:2]
+            calls[label] = (lambda pdl=pdl, configs=configs, ahead=ahead, join=join:
+                            step(made, hidden, pdl, configs, ahead, join))
+        turns = taking_turns(calls, args.rounds)
+        first = next(iter(turns.values()))
+        for label, us in turns.items():
+            print(f"in turns, {args.rounds} rounds: {label:52s} {us:7.1f} us  "
+                  f"{us / first:.4f}", flush=True)
+        if args.out:
+            with open(args.out, "a") as fh:
+                fh.write(json.dumps({"taking_turns": turns, "rounds": args.rounds}) + "\n")
     best = min(rows, key=lambda r: r["ms"])
     print(f"fastest: {best['variant']} {best['ms'] * 1000:.1f} us a chain "
           f"({statistics.median(r['ms'] for r in rows) * 1000:.1f} median of variants)")
