@@ -47,10 +47,10 @@ DECODE_PASSES = ("decode_attention_as_kernel", "row_linears_as_kernels")
 ROW_KERNELS = ("row_gemv_kernel", "int4_row_gemv_kernel")  # int8/fp16 rows, int4 rows
 BUILDS = {"fp16": dict(dtype="fp16"),
           "fp16-int8-weight": dict(dtype="fp16", quantize="int8-weight", min_top1=0.5),
-          # random weights' flat logits: int4's rounding flips many near-ties (teacher-
-          # forced top-1 0.26 at KL 0.09 on CPU for int4 rows and tinygemm's rounding alike)
-          "fp16-int4-weight": dict(dtype="fp16", quantize="int4-weight", min_top1=0.2,
-                                   max_kl=1.0)}
+          # random weights' flat logits: int4's rounding alone flips most near-ties, more
+          # the more layers (bench/int4_rows_gate.py); KL is what tells a wrong kernel
+          "fp16-int4-weight": dict(dtype="fp16", quantize="int4-weight", min_top1=0.05,
+                                   max_kl=0.3)}
 
 
 def step_bytes(folder: Path, build: str) -> float:
