@@ -6,7 +6,9 @@ from __future__ import annotations
 import copy
 import json
 import os
+import struct
 import zipfile
+import zlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,7 +61,9 @@ class Staged:
 
     def finish(self, dest: str | Path, manifest: dict) -> Path:
         """``write_artifact(dest, manifest, files)``'s bytes, the other entries copied
-        from the staged file (validated as it is): refused if it changed since staging."""
+        from the staged file (validated as it is): refused if it changed since staging
+        (its size, times or inode; a stored entry's CRC as copied, a deflated one's read
+        back)."""
         dest, names = Path(dest), sorted([*self.infos, MANIFEST_NAME])
         manifest_bytes = _manifest_bytes(manifest, self.digests)
         with written_whole(dest) as partial, open(partial, "wb") as fh, \
@@ -69,26 +73,27 @@ class Staged:
                 for name in names:
                     if name == MANIFEST_NAME:
                         _write_entry(zf, name, manifest_bytes, None)
-                        continue
-                    _copy_raw(zf, fh, src.fileno(), copy.copy(self.infos[name]),
-                              *self.spans[name])
+                    elif not _copy_raw(zf, fh, src.fileno(), copy.copy(self.infos[name]),
+                                       *self.spans[name]):
+                        self._check(None)
             self._check(os.fstat(src.fileno()))
             fh.flush()
-            self._check_crcs(partial)
+            self._check_deflated(partial)
         return dest
 
-    def _check_crcs(self, partial: Path) -> None:
-        """Each copied entry read to its end, where zipfile checks the CRC the staging
-        write recorded: a change of the staged bytes that kept their size and times."""
-        def read(name: str) -> None:
-            with zf.open(name) as entry:
-                while entry.read(_CHUNK):
-                    pass
+    def _check_deflated(self, partial: Path) -> None:
+        """Each deflated entry (small: text, not weights) read to its end, where zipfile
+        checks the CRC the staging write recorded."""
         with zipfile.ZipFile(partial) as zf:
-            try:
-                _each(read, sorted(self.infos), sum(size for _, size in self.digests.values()))
-            except zipfile.BadZipFile:
-                self._check(None)
+            for name, info in sorted(self.infos.items()):
+                if info.compress_type == zipfile.ZIP_STORED:
+                    continue
+                try:
+                    with zf.open(name) as entry:
+                        while entry.read(_CHUNK):
+                            pass
+                except (zipfile.BadZipFile, zlib.error, EOFError):
+                    self._check(None)
 
     def _check(self, st: os.stat_result | None) -> None:
         if st is None or _identity(st) != self.identity:
@@ -101,31 +106,40 @@ def _identity(st: os.stat_result) -> tuple:
 
 
 def _copy_raw(zf: zipfile.ZipFile, fh, src_fd: int, info: zipfile.ZipInfo, start: int,
-              size: int) -> None:
+              size: int) -> bool:
     """One entry's local header and data, as bytes, then registered as zipfile's own write
-    would (its central directory record is written from ``info`` at close)."""
+    would (its central directory record is written from ``info`` at close). False if a
+    stored entry's data no longer has its CRC."""
     fh.flush()
+    stored = info.compress_type == zipfile.ZIP_STORED
+    crc = _copy_span(src_fd, fh.fileno(), start, zf.start_dir, size)
     info.header_offset = zf.start_dir
-    _copy_range(src_fd, fh.fileno(), start, zf.start_dir, size)
     zf.start_dir += size
     fh.seek(zf.start_dir)
     zf.filelist.append(info)
     zf.NameToInfo[info.filename] = info
     zf._didModify = True
+    return not stored or crc == info.CRC
 
 
-def _copy_range(src: int, dst: int, src_at: int, dst_at: int, size: int) -> None:
-    """In the kernel where it can (a reflink on file systems that share blocks)."""
-    while size > 0:
-        try:
-            done = os.copy_file_range(src, dst, min(size, 1 << 30), src_at, dst_at)
-        except (AttributeError, OSError):
-            chunk = os.pread(src, min(size, _CHUNK), src_at)
-            done = os.pwrite(dst, chunk, dst_at)
-        if done <= 0:
+def _copy_span(src: int, dst: int, src_at: int, dst_at: int, size: int) -> int:
+    """Copy ``size`` bytes, a local header and its data; the data's CRC-32 (zlib releases
+    the GIL; one pass instead of a copy and a read back)."""
+    crc, data_from, done = 0, None, 0
+    while done < size:
+        chunk = memoryview(os.pread(src, min(size - done, 8 * _CHUNK), src_at + done))
+        if not chunk:
             raise ArtifactError("the staged artifact ended early", where=f"fd {src}",
                                 hint="run the export again")
-        size, src_at, dst_at = size - done, src_at + done, dst_at + done
+        if data_from is None:  # the header: 30 bytes, then the name and extra field
+            name_len, extra_len = struct.unpack_from("<HH", chunk, 26)
+            data_from = 30 + name_len + extra_len
+        crc = zlib.crc32(chunk[max(0, data_from - done):], crc)
+        written = 0
+        while written < len(chunk):
+            written += os.pwrite(dst, chunk[written:], dst_at + done + written)
+        done += len(chunk)
+    return crc
 
 
 def _digests(manifest: dict, files: Mapping[str, bytes | Path]) -> dict[str, tuple[str, int]]:

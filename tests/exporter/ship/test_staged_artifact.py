@@ -9,7 +9,7 @@ import zipfile
 
 import pytest
 
-from exporter.ship.archive_writer import stage_artifact, write_artifact
+from exporter.ship.archive_writer import _identity, stage_artifact, write_artifact
 from runtime.errors import ArtifactError
 from runtime.format.archive import ArtifactReader
 
@@ -41,15 +41,20 @@ def test_finished_artifact_has_the_bytes_of_a_fresh_write(tmp_path, monkeypatch,
         assert reader.read_bytes("partitions/p0/model.pt2") == PAYLOAD
 
 
-def test_a_staged_artifact_changed_since_staging_is_refused(tmp_path):
+@pytest.mark.parametrize("entry", ["partitions/p0/model.pt2", "generation/tokenizer.json"],
+                         ids=["stored", "deflated"])
+@pytest.mark.parametrize("same_times", [False, True], ids=["new-times", "same-times"])
+def test_a_staged_artifact_changed_since_staging_is_refused(tmp_path, entry, same_times):
     staged = stage_artifact(tmp_path / ".staged", BEFORE, files(tmp_path))
     dest = tmp_path / "final.artifact"
     dest.write_bytes(b"the previous artifact")
     with open(staged.path, "r+b") as fh:  # same size, one byte of entry data flipped
-        fh.seek(staged.spans["partitions/p0/model.pt2"][0] + 100)
+        fh.seek(staged.spans[entry][0] + 30 + len(entry) + 2)  # past the local header
         byte = fh.read(1)
         fh.seek(-1, os.SEEK_CUR)
         fh.write(bytes([byte[0] ^ 1]))
+    if same_times:  # as a change within one tick of the file system's clock would leave them
+        staged.identity = _identity(os.stat(staged.path))
     with pytest.raises(ArtifactError, match="changed while the artifact was being written"):
         staged.finish(dest, AFTER)
     assert dest.read_bytes() == b"the previous artifact"
