@@ -105,7 +105,8 @@ def _join_heads(q_ptr, nk_ptr, nv_ptr, mask_ptr, m_ptr, l_ptr, acc_ptr, out_ptr,
                 JOIN_G: tl.constexpr, BLOCK_J: tl.constexpr, BLOCK_D: tl.constexpr):
     """A key/value head's G query heads: all their blocks' partial results joined at
     once (in BLOCK_J blocks a round: one round at the usual cache lengths), with the new
-    row's key and value; a head at a time was 3.5x slower (bench/RESULTS.md)."""
+    row's key and value: the G heads share the new row and their blocks' reads, so one
+    program joins them all rather than one a head (several times slower)."""
     g = tl.arange(0, JOIN_G)
     d = tl.arange(0, BLOCK_D)
     g_ok, d_ok = g < G, d < D

@@ -2,9 +2,8 @@
 launches inside a built library, while the cuda target compiles (``dependent_launches()``).
 
 A batch-1 decode step is a chain of short kernels, and each plain launch waits for the
-kernel before to drain completely: about 2.2 us a kernel beyond its bytes, against 0.4 us
-when the next kernel starts early, loads its weights and waits only before it reads what
-the kernel before wrote (bench/RESULTS.md, session 63). Two things in torch stand between
+kernel before to drain completely; a dependent launch starts early, loads its weights and
+waits only before it reads what the kernel before wrote, so most of that drain is hidden. Two things in torch stand between
 our kernels and that, and this module changes both, only for the compile it wraps:
 
 - AOTInductor starts every kernel with a plain ``cuLaunchKernel`` and has no setting for
