@@ -3,8 +3,9 @@ launches inside a built library, while the cuda target compiles (``dependent_lau
 
 A batch-1 decode step is a chain of short kernels, and each plain launch waits for the
 kernel before to drain completely; a dependent launch starts early, loads its weights and
-waits only before it reads what the kernel before wrote, so most of that drain is hidden. Two things in torch stand between
-our kernels and that, and this module changes both, only for the compile it wraps:
+waits only before it reads what the kernel before wrote, so most of that drain is hidden.
+Two things in torch stand between our kernels and that, and this module changes both,
+only for the compile it wraps:
 
 - AOTInductor starts every kernel with a plain ``cuLaunchKernel`` and has no setting for
   launch attributes. Its launcher source (``kernel_driver``) is rewritten: ``loadKernel``
