@@ -24,7 +24,11 @@ def sweep() -> list[Path]:
         pid = int(log_file.stem) if log_file.stem.isdigit() else None
         if pid is None or pid == os.getpid() or _alive(pid):
             continue
-        for path in held(log_file):
+        try:
+            paths = held(log_file)
+        except FileNotFoundError:  # another build starting now swept it first
+            continue
+        for path in paths:
             if path.exists() or path.is_symlink():
                 with contextlib.suppress(OSError):
                     shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
