@@ -70,12 +70,20 @@ class Staged:
                 open(self.path, "rb") as src:
             self._check(os.fstat(src.fileno()))
             with zipfile.ZipFile(fh, "w") as zf:
+                copies = []  # (info, where in the staged file, where here, size)
                 for name in names:
                     if name == MANIFEST_NAME:
                         _write_entry(zf, name, manifest_bytes, None)
-                    elif not _copy_raw(zf, fh, src.fileno(), copy.copy(self.infos[name]),
-                                       *self.spans[name]):
-                        self._check(None)
+                        continue
+                    start, size = self.spans[name]
+                    copies.append((_reserve(zf, copy.copy(self.infos[name]), size), start,
+                                   zf.start_dir - size, size))
+                fh.flush()
+                crcs = _each(lambda c: _copy_span(src.fileno(), fh.fileno(), *c[1:]), copies,
+                             sum(c[3] for c in copies))
+                if any(c[0].compress_type == zipfile.ZIP_STORED and crc != c[0].CRC
+                       for c, crc in zip(copies, crcs)):
+                    self._check(None)
             self._check(os.fstat(src.fileno()))
             fh.flush()
             self._check_deflated(partial)
@@ -105,21 +113,16 @@ def _identity(st: os.stat_result) -> tuple:
     return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
 
 
-def _copy_raw(zf: zipfile.ZipFile, fh, src_fd: int, info: zipfile.ZipInfo, start: int,
-              size: int) -> bool:
-    """One entry's local header and data, as bytes, then registered as zipfile's own write
-    would (its central directory record is written from ``info`` at close). False if a
-    stored entry's data no longer has its CRC."""
-    fh.flush()
-    stored = info.compress_type == zipfile.ZIP_STORED
-    crc = _copy_span(src_fd, fh.fileno(), start, zf.start_dir, size)
+def _reserve(zf: zipfile.ZipFile, info: zipfile.ZipInfo, size: int) -> zipfile.ZipInfo:
+    """Room for one entry's local header and data, copied there later, and the entry
+    registered as zipfile's own write would (its central record is written from ``info``
+    at close; the next entry zipfile writes goes after the room)."""
     info.header_offset = zf.start_dir
     zf.start_dir += size
-    fh.seek(zf.start_dir)
     zf.filelist.append(info)
     zf.NameToInfo[info.filename] = info
     zf._didModify = True
-    return not stored or crc == info.CRC
+    return info
 
 
 def _copy_span(src: int, dst: int, src_at: int, dst_at: int, size: int) -> int:

@@ -18,6 +18,12 @@ BEFORE = {"toolchain": {"version": "0.1"}}
 AFTER = {**BEFORE, "validation": {"passed": True, "cases": ["x" * 300]}}  # a longer manifest
 
 
+@pytest.fixture(autouse=True)
+def threaded(monkeypatch):
+    """Entries copied side by side, as an artifact past 64 MiB's are."""
+    monkeypatch.setattr("runtime.format.archive._THREADED_BYTES", 0)
+
+
 def files(tmp_path):
     weights = tmp_path / "w.safetensors"
     weights.write_bytes(PAYLOAD * 4)
