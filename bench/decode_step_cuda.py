@@ -48,8 +48,8 @@ ROW_KERNELS = ("row_gemv_kernel", "int4_row_gemv_kernel")  # int8/fp16 rows, int
 BUILDS = {"fp16": dict(dtype="fp16"),
           "fp16-int8-weight": dict(dtype="fp16", quantize="int8-weight", min_top1=0.5),
           # random weights' flat logits: int4's rounding alone flips most near-ties, more
-          # the more layers (bench/int4_rows_gate.py); KL is what tells a wrong kernel
-          "fp16-int4-weight": dict(dtype="fp16", quantize="int4-weight", min_top1=0.05,
+          # the more layers (bench/int4_rows_gate.py), so top-1 tells nothing; KL does
+          "fp16-int4-weight": dict(dtype="fp16", quantize="int4-weight", min_top1=0.0,
                                    max_kl=0.3)}
 
 
