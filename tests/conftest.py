@@ -284,6 +284,6 @@ def custom_bench(custom_onnx, tmp_path_factory):
     artifact, built = custom_onnx
     assert built.returncode == 0, built.stderr
     timed = _cli_once(tmp_path_factory, "custom-bench", "bench", str(artifact), "--baseline",
-                      "eager", "--runs", "20", "--warmup", "3", "--json")
+                      "eager", "--runs", "20", "--warmup", "3", "--json", run=exporter_in_process)
     assert timed.returncode == 0, timed.stderr
     return json.loads(timed.stdout)
