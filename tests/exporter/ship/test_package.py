@@ -26,11 +26,12 @@ from tests.conftest import ROOT  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def bundle(mlp_build, custom_onnx, cli, tmp_path_factory):
-    """zoo:mlp on cpu (AOTInductor) and the custom-op model on onnx (ORT + CPU fallback)."""
+def bundle(mlp_build, custom_onnx, cli_here, tmp_path_factory):
+    """zoo:mlp on cpu (AOTInductor) and the custom-op model on onnx (ORT + CPU fallback).
+    In process: the command's own process runs in tests/native/test_executorch_native.py."""
     out = tmp_path_factory.mktemp("bundle") / "edge-bundle.tar.gz"
-    result = cli("package", str(mlp_build.artifact), str(custom_onnx[0]), "--out", str(out),
-                 "--json")
+    result = cli_here("package", str(mlp_build.artifact), str(custom_onnx[0]), "--out",
+                      str(out), "--json")
     assert result.returncode == 0, result.stderr
     return out, json.loads(result.stdout)
 
