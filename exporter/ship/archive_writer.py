@@ -22,9 +22,8 @@ from runtime.host.outfiles import written_whole
 
 def write_artifact(dest: str | Path, manifest: dict, files: Mapping[str, bytes | Path]) -> Path:
     """Write one deterministic zip atomically; see the module docstring and docs/architecture.md."""
-    dest, digests = Path(dest), _digests(manifest, files)
-    _write_zip(dest, {**{n: (files[n], digests[n]) for n in digests},
-                      MANIFEST_NAME: (_manifest_bytes(manifest, digests), None)})
+    dest = Path(dest)
+    _write_zip(dest, _entries(manifest, files)[1])
     return dest
 
 
@@ -33,9 +32,7 @@ def stage_artifact(dest: str | Path, manifest: dict, files: Mapping[str, bytes |
     """The bytes ``write_artifact`` writes, at a scratch path the caller has recorded and
     removes (not fsynced, not renamed: a copy to validate), kept to become the final file
     (``Staged.finish``) without reading and hashing the sources again."""
-    dest, digests = Path(dest), _digests(manifest, files)
-    entries = {**{n: (files[n], digests[n]) for n in digests},
-               MANIFEST_NAME: (_manifest_bytes(manifest, digests), None)}
+    dest, (digests, entries) = Path(dest), _entries(manifest, files)
     dest.unlink(missing_ok=True)  # a leftover of a killed process of this pid
     try:
         with open(dest, "xb") as fh:  # "x": never through a link another process put there
@@ -116,9 +113,8 @@ def _copy_span(src: int, dst: int, info: zipfile.ZipInfo, src_at: int, dst_at: i
     inflate, room = zlib.decompressobj(-15), info.file_size + 1  # no more than it held
     while done < size:
         chunk = memoryview(os.pread(src, min(size - done, 8 * _CHUNK), src_at + done))
-        if not chunk:
-            raise ArtifactError("the staged artifact ended early", where=f"fd {src}",
-                                hint="run the export again")
+        if not chunk:  # shorter than staged
+            return info.CRC ^ 1
         if data_from is None:  # the header: 30 bytes, then the name and extra field
             name_len, extra_len = struct.unpack_from("<HH", chunk, 26)
             data_from = 30 + name_len + extra_len
@@ -138,14 +134,18 @@ def _copy_span(src: int, dst: int, info: zipfile.ZipInfo, src_at: int, dst_at: i
     return crc
 
 
-def _digests(manifest: dict, files: Mapping[str, bytes | Path]) -> dict[str, tuple[str, int]]:
+def _entries(manifest: dict, files: Mapping[str, bytes | Path]) -> tuple[dict, dict]:
+    """Each source's (SHA-256, size), and what ``_zip_entries`` takes: the sources with
+    their digests, and the manifest listing them."""
     if not isinstance(manifest, Mapping):
         raise TypeError(f"manifest must be a mapping, not {type(manifest).__name__}")
     names = sorted(files)
     _check_writer_names(names)
     hashed = _each(lambda name: _hash_stream(_source_chunks(name, files[name])), names,
                    sum(_source_size(source) for source in files.values()))
-    return dict(zip(names, hashed))
+    digests = dict(zip(names, hashed))
+    return digests, {**{n: (files[n], digests[n]) for n in names},
+                     MANIFEST_NAME: (_manifest_bytes(manifest, digests), None)}
 
 
 def _manifest_bytes(manifest: dict, digests: dict[str, tuple[str, int]]) -> bytes:
