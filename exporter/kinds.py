@@ -80,7 +80,10 @@ class BuildKind(ABC):
     def validate(self, prepared: Any, manifest: Any, files: dict[str, Path],
                  settings: Any) -> dict:
         """The validation record of the staged artifact, which passed; a miss raises
-        ``ValidationFailedError`` with the bisect's finding where its gate bisects."""
+        ``ValidationFailedError`` with the bisect's finding where its gate bisects. The
+        record's ``staged`` (exporter/ship/archive_writer.py's ``Staged``), where given,
+        is the validated file the package stage finishes, so the bytes shipped are the
+        bytes checked."""
 
     @abstractmethod
     def dry_run_report(self, prepared: Any) -> DryRunReport:

@@ -5,7 +5,7 @@ artifact read back as the runtime loads it (verify, private copy, safetensors lo
 the final artifact written (from the staged one, as the pipeline does; ``--rewrite``: from
 the sources again, as builds did before).
 
-    python bench/packaging.py --gb 2.2 --dir /tmp/packaging-bench --label HEAD
+    python bench/package_timing.py --gb 2.2 --dir /tmp/packaging-bench --label HEAD
 
 The tensors are a LLaMA-shaped model's (hidden 2048, 5632, vocabulary 32000; layers
 added until ``--gb`` of fp16), random so that no two share a content key; both entry
