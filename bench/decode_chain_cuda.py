@@ -70,7 +70,8 @@ def weights(layers: int, slots: int, int8: bool = False) -> dict:
 
 
 def step(made: dict, hidden: torch.Tensor, pdl: bool, configs: dict,
-         cache_ahead: bool | None = None, join: bool = False) -> torch.Tensor:
+         cache_ahead: bool | None = None, join: bool = False,
+         block_s: int | None = None) -> torch.Tensor:
     from targets.aoti.kernels.decode_attention import launch_decode_attention
     from targets.aoti.kernels.triton_kernels import launch_row_gemv
     norm = made["norm"]
@@ -87,7 +88,8 @@ def step(made: dict, hidden: torch.Tensor, pdl: bool, configs: dict,
         v = qkv[..., HIDDEN + KV:].view(1, KV_HEADS, 1, DIM)
         att = launch_decode_attention(q, layer["k"], k, layer["v"], v, made["mask"],
                                       DIM ** -0.5, pdl=pdl, cache_ahead=cache_ahead,
-                                      counts=made["counts"] if join else None)
+                                      counts=made["counts"] if join else None,
+                                      block_s=block_s)
         o = gemv("o", att.view(1, 1, HIDDEN), layer["o"], residual=h)
         gated = gemv("gate_up", o, layer["gate_up"], norm=norm, act=1)
         h = gemv("down", gated, layer["down"], residual=o)
@@ -210,6 +212,8 @@ def variants(best: Path | None = None, int8: bool = False) -> dict:
             "plain + join": (False, default, None, True),
             "dependent + join": (True, default, None, True),
             "dependent + cache after the wait + join": (True, default, False, True),
+            **{f"dependent + join {slots} slots a block": (True, default, None, True, slots)
+               for slots in (16, 64, 128)},
             "dependent, 16 columns ahead": (True, no_ahead),
             "dependent, small products 4 warps": (True, small4),
             "dependent, q/k/v 2 rows 8 warps": (True, small8),
@@ -249,12 +253,13 @@ def main() -> None:
         chosen["searched in the chain"] = (False, searched(
             made, hidden, start, swept(args.best, args.int8, args.search)))
     for label, (pdl, configs, *cache) in chosen.items():
-        ahead, join = (*cache, None, False)[:2]
-        out = step(made, hidden, pdl, configs, ahead, join).float()
+        ahead, join, block_s = (*cache, None, False, None)[:3]
+        out = step(made, hidden, pdl, configs, ahead, join, block_s).float()
         differs = (out - step(made, hidden, False, configs).float()).abs().max().item()
-        ms = graph_time([lambda: step(made, hidden, pdl, configs, ahead, join)], warm=2,
-                        runs=50)
-        kernels = per_kernel(lambda: step(made, hidden, pdl, configs, ahead, join))
+        ms = graph_time([lambda: step(made, hidden, pdl, configs, ahead, join, block_s)],
+                        warm=2, runs=50)
+        kernels = per_kernel(
+            lambda: step(made, hidden, pdl, configs, ahead, join, block_s))
         row = {"variant": label, "int8": args.int8, "dependent_launch": pdl,
                "configs": configs, "ms": ms,
                "weight_gb": byte_count / 1e9, "tb_s": byte_count / ms / 1e9,
@@ -271,9 +276,10 @@ def main() -> None:
     if args.rounds:
         calls = {}
         for label, (pdl, configs, *cache) in chosen.items():
-            ahead, join = (*cache, None, False)[:2]
-            calls[label] = (lambda pdl=pdl, configs=configs, ahead=ahead, join=join:
-                            step(made, hidden, pdl, configs, ahead, join))
+            ahead, join, block_s = (*cache, None, False, None)[:3]
+            calls[label] = (lambda pdl=pdl, configs=configs, ahead=ahead, join=join,
+                            block_s=block_s: step(made, hidden, pdl, configs, ahead, join,
+                                                  block_s))
         turns = taking_turns(calls, args.rounds)
         first = next(iter(turns.values()))
         for label, us in turns.items():
