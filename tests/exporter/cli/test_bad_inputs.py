@@ -84,8 +84,8 @@ def test_debug_flag_shows_the_traceback(cli):
     assert result.returncode == 2 and "Traceback" in result.stderr
 
 
-def test_data_dependent_control_flow_is_one_paragraph(cli):
-    result = cli("build", f"{MODELS}/stateful.py:data_dependent")
+def test_data_dependent_control_flow_is_one_paragraph(cli_here):
+    result = cli_here("build", f"{MODELS}/stateful.py:data_dependent")
     _assert_clean_error(result, 3, "stateful.py", "torch.cond")
 
 
