@@ -13,9 +13,10 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from runtime.format.archive import (_CHUNK, _CREATE_SYSTEM_UNIX, _ZIP_MODE, _ZIP_TIME, FORMAT_NAME,
-                             FORMAT_VERSION, MANIFEST_NAME, SIGNATURE_NAME, _each, _file_dir_conflicts,
-                             _hash_stream, _name_problem)
+from runtime.format.archive import (_CREATE_SYSTEM_UNIX, _ZIP_MODE, _ZIP_TIME, FORMAT_NAME,
+                                     FORMAT_VERSION, MANIFEST_NAME, SIGNATURE_NAME,
+                                     _file_dir_conflicts, _name_problem)
+from runtime.format.hashing import CHUNK, each, hash_stream
 from runtime.errors import ArtifactError
 from runtime.host.outfiles import written_whole
 
@@ -75,7 +76,7 @@ class Staged:
                     copies.append((_reserve(zf, copy.copy(self.infos[name]), size), start,
                                    zf.start_dir - size, size))
                 fh.flush()
-                crcs = _each(lambda c: _copy_span(src.fileno(), fh.fileno(), *c), copies,
+                crcs = each(lambda c: _copy_span(src.fileno(), fh.fileno(), *c), copies,
                              sum(c[3] for c in copies))
                 if any(c[0].CRC != crc for c, crc in zip(copies, crcs)):
                     self._check(None)
@@ -112,7 +113,7 @@ def _copy_span(src: int, dst: int, info: zipfile.ZipInfo, src_at: int, dst_at: i
     deflated = info.compress_type == zipfile.ZIP_DEFLATED
     inflate, room = zlib.decompressobj(-15), info.file_size + 1  # no more than it held
     while done < size:
-        chunk = memoryview(os.pread(src, min(size - done, 8 * _CHUNK), src_at + done))
+        chunk = memoryview(os.pread(src, min(size - done, 8 * CHUNK), src_at + done))
         if not chunk:  # shorter than staged
             return info.CRC ^ 1
         if data_from is None:  # the header: 30 bytes, then the name and extra field
@@ -141,7 +142,7 @@ def _entries(manifest: dict, files: Mapping[str, bytes | Path]) -> tuple[dict, d
         raise TypeError(f"manifest must be a mapping, not {type(manifest).__name__}")
     names = sorted(files)
     _check_writer_names(names)
-    hashed = _each(lambda name: _hash_stream(_source_chunks(name, files[name])), names,
+    hashed = each(lambda name: hash_stream(_source_chunks(name, files[name])), names,
                    sum(_source_size(source) for source in files.values()))
     digests = dict(zip(names, hashed))
     return digests, {**{n: (files[n], digests[n]) for n in names},
@@ -215,7 +216,7 @@ def _source_size(source) -> int:
 def _source_chunks(name: str, source: bytes | Path) -> Iterator[bytes]:
     if isinstance(source, os.PathLike):
         with open(source, "rb") as fh:  # streamed: weights may be several GB
-            while chunk := fh.read(_CHUNK):
+            while chunk := fh.read(CHUNK):
                 yield chunk
     elif isinstance(source, (bytes, bytearray, memoryview)):
         yield bytes(source)
@@ -242,7 +243,7 @@ def _write_entry(zf: zipfile.ZipFile, name: str, source, digest: tuple[str, int]
     # Declaring the size up front makes zipfile choose zip64 the same way on every build.
     info.file_size = digest[1] if digest else len(source)
     with zf.open(info, "w") as out:
-        written = _hash_stream(_source_chunks(name, source), out)
+        written = hash_stream(_source_chunks(name, source), out)
     # A Path is read twice (hash for the manifest, then copy); refuse if it changed in between.
     if digest is not None and written != digest:
         raise ArtifactError(f"input file for entry {name!r} changed while the artifact was "

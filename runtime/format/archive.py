@@ -10,19 +10,18 @@ compiled ``.so`` is only loaded from a private copy that was re-hashed while it 
 
 from __future__ import annotations
 
-import hashlib
 import os
 import stat
 import struct
 import zipfile
 import zlib
-from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
 from runtime.errors import ArtifactError
 from runtime.host import scratch
+from runtime.format.hashing import CHUNK, each, hash_stream
 from runtime.format.limits import Limits, over_limit  # noqa: F401 (Limits re-exported)
 from runtime.format.manifest_json import FORMAT_NAME, FORMAT_VERSION, parse_manifest  # noqa: F401 (re-exported)
 
@@ -35,8 +34,6 @@ MAX_SIGNATURE_BYTES = 4096
 _ZIP_TIME = (1980, 1, 1, 0, 0, 0)
 _ZIP_MODE = (stat.S_IFREG | 0o644) << 16
 _CREATE_SYSTEM_UNIX = 3
-_CHUNK = 1 << 20
-_THREADED_BYTES = 64 << 20  # below this, hashing entries one by one costs less than threads
 _RATIO_MIN_BYTES = 1 << 20  # small entries may compress very well without being bombs
 # A central directory record is 46 bytes plus name, extra field and comment. Our writer emits
 # short names and no comments, so 4 KiB per record bounds what zipfile reads and parses into
@@ -81,37 +78,6 @@ def _file_dir_conflicts(names: Iterable[str]) -> list[str]:
     return sorted(names & dirs)
 
 
-def _hash_stream(chunks: Iterable[bytes], sink: BinaryIO | None = None) -> tuple[str, int]:
-    """SHA-256 hex and size of a stream of chunks, optionally copying them into `sink`
-    (from the second chunk on, each is hashed on a thread while it is written)."""
-    h, size, pending = hashlib.sha256(), 0, None
-    with ThreadPoolExecutor(1) as hasher:  # no thread until a second chunk needs one
-        for chunk in chunks:
-            if sink is None or not size:
-                h.update(chunk)
-            else:
-                if pending is not None:
-                    pending.result()
-                pending = hasher.submit(h.update, chunk)
-            if sink is not None:
-                sink.write(chunk)
-            size += len(chunk)
-        if pending is not None:
-            pending.result()
-    return h.hexdigest(), size
-
-
-def _each(fn: Callable, items: list, total_bytes: int) -> list:
-    """``[fn(item) for item in items]``, on threads when the items are large: hashlib and
-    zlib release the GIL on big buffers, so entries hash side by side. Results, and the
-    first error, come in the items' order."""
-    workers = min(len(items), os.cpu_count() or 1, 8)
-    if workers < 2 or total_bytes < _THREADED_BYTES:
-        return [fn(item) for item in items]
-    with ThreadPoolExecutor(workers) as pool:
-        return list(pool.map(fn, items))
-
-
 def _where(path: Path, entry: str | None = None) -> str:
     return f"{path}" if entry is None else f"{path}, entry {entry!r}"
 
@@ -140,7 +106,7 @@ class ArtifactReader:
             manifest, manifest_bytes = _load_manifest(path, zf, infos, limits)
             _check_entry_set(path, manifest, infos)
             entries = manifest["entries"]
-            _each(lambda name: _verify_entry(path, zf, infos[name], entries[name]),
+            each(lambda name: _verify_entry(path, zf, infos[name], entries[name]),
                   sorted(entries), sum(infos[name].file_size for name in entries))
         except BaseException:
             fh.close()
@@ -174,7 +140,7 @@ class ArtifactReader:
         # Re-hash: the file may have been changed in place since open. Sizes were bounded at
         # open, and the read stops one byte past the expected size.
         data = b"".join(_entry_chunks(self.path, self._zf, info, expected["size"] + 1))
-        _compare(self.path, name, _hash_stream([data]), expected)
+        _compare(self.path, name, hash_stream([data]), expected)
         return data
 
     def extract_private(self, names: Iterable[str] | None = None) -> Path:
@@ -185,7 +151,7 @@ class ArtifactReader:
         root = scratch.make_dir("edge-artifact-").resolve()
         self._private_dirs.append(root)
         try:
-            _each(lambda lookup: self._copy_entry(root, *lookup), lookups,
+            each(lambda lookup: self._copy_entry(root, *lookup), lookups,
                   sum(expected["size"] for _, _, expected in lookups))
         except BaseException:
             scratch.remove(root)
@@ -218,7 +184,7 @@ class ArtifactReader:
         with os.fdopen(os.open(target, flags, 0o600), "wb") as dst:
             chunks = _entry_chunks(self.path, self._zf, info, expected["size"] + 1)
             # not fsynced: the copy is read back through the page cache and removed at close
-            written = _hash_stream(chunks, dst)
+            written = hash_stream(chunks, dst)
         # The archive may have changed since open (TOCTOU): trust only what was written.
         _compare(self.path, name, written, expected)
 
@@ -379,7 +345,7 @@ def _verify_entry(path: Path, zf: zipfile.ZipFile, info: zipfile.ZipInfo,
     """Check 7: size (declared, then actual) and SHA-256 of one entry, streamed."""
     if info.file_size != expected["size"]:
         _compare(path, info.orig_filename, (None, info.file_size), expected)
-    got = _hash_stream(_entry_chunks(path, zf, info, expected["size"] + 1))
+    got = hash_stream(_entry_chunks(path, zf, info, expected["size"] + 1))
     _compare(path, info.orig_filename, got, expected)
 
 
@@ -391,7 +357,7 @@ def _entry_chunks(path: Path, zf: zipfile.ZipFile, info: zipfile.ZipInfo,
     reaches the end of the entry, where zipfile checks its CRC."""
     try:
         with zf.open(info) as src:
-            while limit > 0 and (chunk := src.read(min(_CHUNK, limit))):
+            while limit > 0 and (chunk := src.read(min(CHUNK, limit))):
                 limit -= len(chunk)
                 yield chunk
     except _ZIP_ERRORS as exc:

@@ -242,7 +242,7 @@ def test_flipped_byte_in_entry_data(tmp_path):
 
 
 def test_entries_verified_on_threads_name_the_first_bad_entry_in_order(tmp_path, monkeypatch):
-    monkeypatch.setattr("runtime.format.archive._THREADED_BYTES", 0)  # large artifacts' path
+    monkeypatch.setattr("runtime.format.hashing.THREADED_BYTES", 0)  # large artifacts' path
     bad = {"sha256": "0" * 64, "size": 1}
     entries = [(name, b"a") for name in ("a.bin", "b.bin", "c.bin", "d.bin")]
     manifest = manifest_with(entries={"a.bin": record(b"a"), "b.bin": bad, "c.bin": record(b"a"),

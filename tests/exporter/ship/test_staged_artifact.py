@@ -21,7 +21,7 @@ AFTER = {**BEFORE, "validation": {"passed": True, "cases": ["x" * 300]}}  # a lo
 @pytest.fixture(autouse=True)
 def threaded(monkeypatch):
     """Entries copied side by side, as an artifact past 64 MiB's are."""
-    monkeypatch.setattr("runtime.format.archive._THREADED_BYTES", 0)
+    monkeypatch.setattr("runtime.format.hashing.THREADED_BYTES", 0)
 
 
 def files(tmp_path):
