@@ -79,8 +79,8 @@ def test_options_that_would_do_nothing_are_refused():
     BuildSettings(task="text-generation", dtype="fp16", min_top1=0.5)  # its gate reads it
 
 
-def test_debug_flag_shows_the_traceback(cli):
-    result = cli("--debug", "build", "zoo:nope")
+def test_debug_flag_shows_the_traceback(cli_here):
+    result = cli_here("--debug", "build", "zoo:nope")
     assert result.returncode == 2 and "Traceback" in result.stderr
 
 
