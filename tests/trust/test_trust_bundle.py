@@ -78,7 +78,7 @@ def test_manifest_versions_carrying_pip_options_are_refused_naming_the_field(
 
 def test_cli_refuses_an_injected_lock_line_with_exit_2_and_one_json_object(onnx_mlp, tmp_path,
                                                                            cli_here):
-    cli = cli_here  # what package says and writes; its process is test_package's
+    cli = cli_here  # what package says and writes; its process: test_executorch_native's
     change, field = INJECTIONS["newlines_add_an_index_and_a_package"]
     bad = _rewrite(onnx_mlp, tmp_path / "bad.artifact", change)
     out = tmp_path / "bundle.tar.gz"
