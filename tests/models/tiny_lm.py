@@ -39,8 +39,8 @@ def config(family: str, window: int = 12):
         "llama-dynamic-rope": lambda: tf.LlamaConfig(
             **{**_COMMON, "num_hidden_layers": 1}, rope_parameters=dict(
                 rope_type="dynamic", rope_theta=10000.0, factor=2.0)),
-        "phi3-longrope": lambda: tf.Phi3Config(
-            **{**_COMMON, "max_position_embeddings": 128}, pad_token_id=0,
+        "phi3-longrope": lambda: tf.Phi3Config(  # one layer, as above
+            **{**_COMMON, "max_position_embeddings": 128, "num_hidden_layers": 1}, pad_token_id=0,
             original_max_position_embeddings=32, rope_parameters=dict(
                 rope_type="longrope", rope_theta=10000.0,
                 short_factor=[1.0 + 0.1 * i for i in range(8)],
