@@ -259,7 +259,9 @@ def _cli_once(tmp_path_factory, name: str, *args: str, run=exporter_cli
 def custom_onnx(tmp_path_factory):
     """tests/models/custom_op.py on onnx: ONNX Runtime, a CPU-fallback partition for the
     custom op, ONNX Runtime again. Returns (path, the build's CompletedProcess). In process:
-    a spec file already imported keeps its op registered once (test_spec_modules.py)."""
+    a spec file already imported keeps its op registered once (test_spec_modules.py), so
+    the module is imported first (an import after the spec's own run would run it again)."""
+    import tests.models.custom_op  # noqa: F401
     built = _cli_once(tmp_path_factory, "custom-onnx", "build",
                       "tests/models/custom_op.py:factory", "--target", "onnx", "--out",
                       "{folder}/custom-onnx.artifact", "--json", run=exporter_in_process)
