@@ -29,15 +29,17 @@ def share_weights(lowered: list[Lowered], work_dir: Path) -> tuple[dict, dict[st
     for low in lowered:
         if not low.weights:
             continue
-        items = sorted(low.weights.items())
-        # one host copy per tensor, hashed for its key and kept; hashlib releases the GIL
-        hosts = [tensor.detach().cpu().contiguous() for _, tensor in items]
-        with ThreadPoolExecutor(min(8, os.cpu_count() or 1)) as pool:
-            keys = list(pool.map(content_key, hosts))
-        names = {}
-        for (name, _), key, host in zip(items, keys, hosts):
-            store.setdefault(key, host)
-            names[name] = key
+        items, names = sorted(low.weights.items()), {}
+        # one host copy per tensor, hashed for its key (hashlib releases the GIL) and kept
+        # if new; a few at a time, so a partition repeating the store costs no second copy
+        workers = min(8, os.cpu_count() or 1)
+        with ThreadPoolExecutor(workers) as pool:
+            for start in range(0, len(items), workers):
+                batch = items[start:start + workers]
+                hosts = [tensor.detach().cpu().contiguous() for _, tensor in batch]
+                for (name, _), key, host in zip(batch, pool.map(content_key, hosts), hosts):
+                    store.setdefault(key, host)
+                    names[name] = key
         low.meta = {**low.meta, "shared_weights": names}
         low.weights = {}
     if not store:
