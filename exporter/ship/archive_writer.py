@@ -77,7 +77,7 @@ class Staged:
                                    zf.start_dir - size, size))
                 fh.flush()
                 crcs = each(lambda c: _copy_span(src.fileno(), fh.fileno(), *c), copies,
-                             sum(c[3] for c in copies))
+                            sum(c[3] for c in copies))
                 if any(c[0].CRC != crc for c, crc in zip(copies, crcs)):
                     self._check(None)
             self._check(os.fstat(src.fileno()))
@@ -143,7 +143,7 @@ def _entries(manifest: dict, files: Mapping[str, bytes | Path]) -> tuple[dict, d
     names = sorted(files)
     _check_writer_names(names)
     hashed = each(lambda name: hash_stream(_source_chunks(name, files[name])), names,
-                   sum(_source_size(source) for source in files.values()))
+                  sum(_source_size(source) for source in files.values()))
     digests = dict(zip(names, hashed))
     return digests, {**{n: (files[n], digests[n]) for n in names},
                      MANIFEST_NAME: (_manifest_bytes(manifest, digests), None)}

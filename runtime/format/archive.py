@@ -107,7 +107,7 @@ class ArtifactReader:
             _check_entry_set(path, manifest, infos)
             entries = manifest["entries"]
             each(lambda name: _verify_entry(path, zf, infos[name], entries[name]),
-                  sorted(entries), sum(infos[name].file_size for name in entries))
+                 sorted(entries), sum(infos[name].file_size for name in entries))
         except BaseException:
             fh.close()
             raise
@@ -152,7 +152,7 @@ class ArtifactReader:
         self._private_dirs.append(root)
         try:
             each(lambda lookup: self._copy_entry(root, *lookup), lookups,
-                  sum(expected["size"] for _, _, expected in lookups))
+                 sum(expected["size"] for _, _, expected in lookups))
         except BaseException:
             scratch.remove(root)
             self._private_dirs.remove(root)
