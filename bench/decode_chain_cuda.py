@@ -13,7 +13,8 @@ each kernel's time in it. The step's other kernels (token embedding, rotary, the
 argmax, the cache write) are not in it. Variants change one thing at a time: the launch
 (plain or dependent), the weight columns loaded ahead of the wait (AHEAD), the attention's
 past rows read before or after it, its join in the split kernel, and the small products'
-block configuration. Each variant's outputs are compared with the same kernels' plain
+block configuration, and weights prefetched into L2 from a side branch of the graph
+(decode_chain_prefetch.py). Each variant's outputs are compared with the same kernels' plain
 launches: a dependent launch that read before the kernel before had written would differ
 ("plain + join": what the join alone changes, a rounding).
 "As built" is the configuration a built library runs (gemv_config's plain one: no columns
@@ -71,7 +72,7 @@ def weights(layers: int, slots: int, int8: bool = False) -> dict:
 
 def step(made: dict, hidden: torch.Tensor, pdl: bool, configs: dict,
          cache_ahead: bool | None = None, join: bool = False,
-         block_s: int | None = None) -> torch.Tensor:
+         block_s: int | None = None, hook=None) -> torch.Tensor:
     from targets.aoti.kernels.decode_attention import launch_decode_attention
     from targets.aoti.kernels.triton_kernels import launch_row_gemv
     norm = made["norm"]
@@ -80,12 +81,15 @@ def step(made: dict, hidden: torch.Tensor, pdl: bool, configs: dict,
         rows, scale = weight
         return launch_row_gemv(x, rows, None, fold.get("norm"), fold.get("residual"), 1e-5,
                                0.0, fold.get("act", 0), configs.get(name), pdl, scale)
+    hook = hook or (lambda stage, layer: None)  # a variant's launches around the chain's
     h = hidden
     for layer in made["layers"]:
+        hook("qkv", layer)
         qkv = gemv("qkv", h, layer["qkv"], norm=norm)
         q = qkv[..., :HIDDEN].view(1, HEADS, 1, DIM)
         k = qkv[..., HIDDEN:HIDDEN + KV].view(1, KV_HEADS, 1, DIM)
         v = qkv[..., HIDDEN + KV:].view(1, KV_HEADS, 1, DIM)
+        hook("attention", layer)
         att = launch_decode_attention(q, layer["k"], k, layer["v"], v, made["mask"],
                                       DIM ** -0.5, pdl=pdl, cache_ahead=cache_ahead,
                                       counts=made["counts"] if join else None,
@@ -93,7 +97,9 @@ def step(made: dict, hidden: torch.Tensor, pdl: bool, configs: dict,
         o = gemv("o", att.view(1, 1, HIDDEN), layer["o"], residual=h)
         gated = gemv("gate_up", o, layer["gate_up"], norm=norm, act=1)
         h = gemv("down", gated, layer["down"], residual=o)
-    return gemv("head", h, made["head"], norm=norm)
+    out = gemv("head", h, made["head"], norm=norm)
+    hook("end", None)
+    return out
 
 
 def per_kernel(calls) -> dict:
@@ -188,6 +194,7 @@ def searched(made: dict, hidden: torch.Tensor, start: dict, candidates: dict) ->
 
 
 def variants(best: Path | None = None, int8: bool = False) -> dict:
+    from bench.decode_chain_prefetch import prefetch_variants
     from targets.aoti.kernels.triton_kernels import gemv_config
     size = 1 if int8 else 2
     built = {name: gemv_config(n, k, bool(act), False, size)
@@ -218,7 +225,9 @@ def variants(best: Path | None = None, int8: bool = False) -> dict:
             "dependent, small products 4 warps": (True, small4),
             "dependent, q/k/v 2 rows 8 warps": (True, small8),
             "dependent, gate_up 4 rows": (True, gate4),
-            "dependent, gate_up/down 2 rows 4 warps": (True, gate2)}
+            "dependent, gate_up/down 2 rows 4 warps": (True, gate2),
+            # weights prefetched into L2 by a side branch of the graph
+            **prefetch_variants(default)}
 
 
 def main() -> None:
@@ -253,13 +262,13 @@ def main() -> None:
         chosen["searched in the chain"] = (False, searched(
             made, hidden, start, swept(args.best, args.int8, args.search)))
     for label, (pdl, configs, *cache) in chosen.items():
-        ahead, join, block_s = (*cache, None, False, None)[:3]
-        out = step(made, hidden, pdl, configs, ahead, join, block_s).float()
+        ahead, join, block_s, hook = (*cache, None, False, None, None)[:4]
+        out = step(made, hidden, pdl, configs, ahead, join, block_s, hook).float()
         differs = (out - step(made, hidden, False, configs).float()).abs().max().item()
-        ms = graph_time([lambda: step(made, hidden, pdl, configs, ahead, join, block_s)],
-                        warm=2, runs=50)
+        ms = graph_time([lambda: step(made, hidden, pdl, configs, ahead, join, block_s,
+                                      hook)], warm=2, runs=50)
         kernels = per_kernel(
-            lambda: step(made, hidden, pdl, configs, ahead, join, block_s))
+            lambda: step(made, hidden, pdl, configs, ahead, join, block_s, hook))
         row = {"variant": label, "int8": args.int8, "dependent_launch": pdl,
                "configs": configs, "ms": ms,
                "weight_gb": byte_count / 1e9, "tb_s": byte_count / ms / 1e9,
@@ -276,10 +285,10 @@ def main() -> None:
     if args.rounds:
         calls = {}
         for label, (pdl, configs, *cache) in chosen.items():
-            ahead, join, block_s = (*cache, None, False, None)[:3]
+            ahead, join, block_s, hook = (*cache, None, False, None, None)[:4]
             calls[label] = (lambda pdl=pdl, configs=configs, ahead=ahead, join=join,
-                            block_s=block_s: step(made, hidden, pdl, configs, ahead, join,
-                                                  block_s))
+                            block_s=block_s, hook=hook: step(made, hidden, pdl, configs,
+                                                             ahead, join, block_s, hook))
         turns = taking_turns(calls, args.rounds)
         first = next(iter(turns.values()))
         for label, us in turns.items():
