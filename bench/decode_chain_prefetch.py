@@ -114,22 +114,25 @@ class SideBranch:
 
 def prefetch_variants(default: dict) -> dict:
     """decode_chain_cuda.variants()'s entries for the side branch: (pdl, configs, cache
-    ahead, join, block_s, hook), each against "dependent + join"."""
+    ahead, join, block_s, hook), each against "dependent + join" (names without commas,
+    for ``--variants``)."""
     def entry(**branch):
         return (True, default, None, True, None, SideBranch(**branch))
-    made = {"dependent + join, empty side branch": entry(empty=True),
-            "dependent + join, empty side branch at q/k/v": entry(empty=True, fork="qkv")}
-    for programs in (8, 32, 132):
-        made[f"side prefetch o, bulk, {programs} programs"] = entry(programs=programs)
-    for mb in (8, 16):
-        made[f"side prefetch o + {mb} MB gate/up, bulk"] = entry(gate_up_mb=mb)
-        made[f"side prefetch o + {mb} MB gate/up, bulk, at q/k/v"] = entry(
-            gate_up_mb=mb, fork="qkv")
-    made["side prefetch 16 MB gate/up, bulk"] = entry(o=False, gate_up_mb=16)
-    made["side prefetch o + 8 MB gate/up + 4 MB down, bulk"] = entry(gate_up_mb=8, down_mb=4)
-    made["side prefetch o + 8 MB gate/up, bulk 16 KB chunks"] = entry(gate_up_mb=8,
-                                                                        chunk=16384)
-    made["side prefetch o, line, 32 programs"] = entry(mode="line")
-    made["side prefetch o + 8 MB gate/up, line"] = entry(gate_up_mb=8, mode="line",
-                                                         programs=132)
+
+    def name(o=True, gate_up_mb=0, down_mb=0, programs=32, mode="bulk", chunk=4096,
+             fork="attention"):
+        what = " + ".join(["o"] * o + [f"{gate_up_mb} MB gate/up"] * bool(gate_up_mb)
+                          + [f"{down_mb} MB down"] * bool(down_mb))
+        return (f"side prefetch {what} / {mode} / {programs} programs"
+                + (f" / {chunk // 1024} KB chunks" if chunk != 4096 and mode == "bulk" else "")
+                + (" / at q/k/v" if fork == "qkv" else ""))
+    made = {"dependent + join + empty side branch": entry(empty=True),
+            "dependent + join + empty side branch at q/k/v": entry(empty=True, fork="qkv")}
+    tried = [dict(programs=8), dict(), dict(programs=132),
+             dict(gate_up_mb=8), dict(gate_up_mb=8, fork="qkv"), dict(gate_up_mb=16),
+             dict(gate_up_mb=16, fork="qkv"), dict(o=False, gate_up_mb=16),
+             dict(gate_up_mb=8, down_mb=4), dict(gate_up_mb=8, chunk=16384),
+             dict(mode="line"), dict(gate_up_mb=8, mode="line", programs=132)]
+    for branch in tried:
+        made[name(**branch)] = entry(**branch)
     return made
