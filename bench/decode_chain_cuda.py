@@ -72,7 +72,7 @@ def weights(layers: int, slots: int, int8: bool = False) -> dict:
 
 def step(made: dict, hidden: torch.Tensor, pdl: bool, configs: dict,
          cache_ahead: bool | None = None, join: bool = False,
-         block_s: int | None = None, hook=None) -> torch.Tensor:
+         block_s: int | None = None, hook=None, mlp=None) -> torch.Tensor:
     from targets.aoti.kernels.decode_attention import launch_decode_attention
     from targets.aoti.kernels.triton_kernels import launch_row_gemv
     norm = made["norm"]
@@ -94,6 +94,9 @@ def step(made: dict, hidden: torch.Tensor, pdl: bool, configs: dict,
                                       DIM ** -0.5, pdl=pdl, cache_ahead=cache_ahead,
                                       counts=made["counts"] if join else None,
                                       block_s=block_s)
+        if mlp is not None:  # a variant's own kernel for o -> gate/up -> down
+            h = mlp(att.view(1, 1, HIDDEN), h, layer, norm, pdl)
+            continue
         o = gemv("o", att.view(1, 1, HIDDEN), layer["o"], residual=h)
         gated = gemv("gate_up", o, layer["gate_up"], norm=norm, act=1)
         h = gemv("down", gated, layer["down"], residual=o)
@@ -194,6 +197,7 @@ def searched(made: dict, hidden: torch.Tensor, start: dict, candidates: dict) ->
 
 
 def variants(best: Path | None = None, int8: bool = False) -> dict:
+    from bench.decode_chain_persistent import persistent_variants
     from bench.decode_chain_prefetch import prefetch_variants
     from targets.aoti.kernels.triton_kernels import gemv_config
     size = 1 if int8 else 2
@@ -227,7 +231,9 @@ def variants(best: Path | None = None, int8: bool = False) -> dict:
             "dependent, gate_up 4 rows": (True, gate4),
             "dependent, gate_up/down 2 rows 4 warps": (True, gate2),
             # weights prefetched into L2 by a side branch of the graph
-            **prefetch_variants(default)}
+            **prefetch_variants(default),
+            # o -> gate/up -> down as one persistent kernel with grid barriers
+            **persistent_variants(default)}
 
 
 def main() -> None:
@@ -262,13 +268,13 @@ def main() -> None:
         chosen["searched in the chain"] = (False, searched(
             made, hidden, start, swept(args.best, args.int8, args.search)))
     for label, (pdl, configs, *cache) in chosen.items():
-        ahead, join, block_s, hook = (*cache, None, False, None, None)[:4]
-        out = step(made, hidden, pdl, configs, ahead, join, block_s, hook).float()
+        ahead, join, block_s, hook, mlp = (*cache, None, False, None, None, None)[:5]
+        out = step(made, hidden, pdl, configs, ahead, join, block_s, hook, mlp).float()
         differs = (out - step(made, hidden, False, configs).float()).abs().max().item()
         ms = graph_time([lambda: step(made, hidden, pdl, configs, ahead, join, block_s,
-                                      hook)], warm=2, runs=50)
+                                      hook, mlp)], warm=2, runs=50)
         kernels = per_kernel(
-            lambda: step(made, hidden, pdl, configs, ahead, join, block_s, hook))
+            lambda: step(made, hidden, pdl, configs, ahead, join, block_s, hook, mlp))
         row = {"variant": label, "int8": args.int8, "dependent_launch": pdl,
                "configs": configs, "ms": ms,
                "weight_gb": byte_count / 1e9, "tb_s": byte_count / ms / 1e9,
@@ -285,10 +291,11 @@ def main() -> None:
     if args.rounds:
         calls = {}
         for label, (pdl, configs, *cache) in chosen.items():
-            ahead, join, block_s, hook = (*cache, None, False, None, None)[:4]
+            ahead, join, block_s, hook, mlp = (*cache, None, False, None, None, None)[:5]
             calls[label] = (lambda pdl=pdl, configs=configs, ahead=ahead, join=join,
-                            block_s=block_s, hook=hook: step(made, hidden, pdl, configs,
-                                                             ahead, join, block_s, hook))
+                            block_s=block_s, hook=hook, mlp=mlp: step(
+                                made, hidden, pdl, configs, ahead, join, block_s, hook,
+                                mlp))
         turns = taking_turns(calls, args.rounds)
         first = next(iter(turns.values()))
         for label, us in turns.items():

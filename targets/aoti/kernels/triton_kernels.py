@@ -41,38 +41,61 @@ def _activation(y, ACT: tl.constexpr):
 
 
 @triton.jit
+def _first_tiles(w_ptr, rows, row_ok, N: tl.constexpr, K: tl.constexpr,
+                 ACT: tl.constexpr, AHEAD: tl.constexpr):
+    """The rows' weights over the first AHEAD columns (and the up rows' N below), loaded
+    before anything the step computed is read: no kernel of the step writes weights."""
+    first = tl.arange(0, AHEAD)
+    tile = rows[:, None] * K + first[None, :]
+    ok = row_ok[:, None] & (first < K)[None, :]
+    w_first = tl.load(w_ptr + tile, mask=ok, other=0.0, eviction_policy="evict_first")
+    if ACT != 0:
+        u_first = tl.load(w_ptr + N * K + tile, mask=ok, other=0.0,
+                          eviction_policy="evict_first")
+    else:
+        u_first = w_first
+    return w_first, u_first
+
+
+@triton.jit
+def _first_sums(x_ptr, nw_ptr, w_first, u_first, OFFSET: tl.constexpr, K: tl.constexpr,
+                HAS_NORM: tl.constexpr, ACT: tl.constexpr, AHEAD: tl.constexpr):
+    """(y, u, the sum of x^2) over the first AHEAD columns, their weights loaded before."""
+    first = tl.arange(0, AHEAD)
+    first_ok = first < K
+    x = tl.load(x_ptr + first, mask=first_ok, other=0.0).to(tl.float32)
+    square_sum = tl.sum(x * x, axis=0)
+    if HAS_NORM:  # the norm's scale is one number: applied to the sums at the end
+        x = x * (tl.load(nw_ptr + first, mask=first_ok, other=0.0).to(tl.float32) + OFFSET)
+    y = tl.sum(w_first.to(tl.float32) * x[None, :], axis=1)
+    if ACT != 0:
+        u = tl.sum(u_first.to(tl.float32) * x[None, :], axis=1)
+    else:
+        u = y
+    return y, u, square_sum
+
+
+@triton.jit
 def _first_columns(x_ptr, w_ptr, nw_ptr, rows, row_ok, OFFSET: tl.constexpr,
                    N: tl.constexpr, K: tl.constexpr, BLOCK_N: tl.constexpr,
                    HAS_NORM: tl.constexpr, ACT: tl.constexpr, AHEAD: tl.constexpr,
                    WAIT: tl.constexpr):
-    """(y, u, each row's sum of x^2) over the first AHEAD columns. No kernel of the step
-    writes weights, so theirs are loaded first; with WAIT, the wait for the kernel before
-    comes next, while it drains, and only then x (what the step computed)."""
+    """(y, u, each row's sum of x^2) over the first AHEAD columns: their weights first;
+    with WAIT, the wait for the kernel before comes next, while it drains, and only then
+    x (what the step computed)."""
     y = tl.zeros((BLOCK_N,), dtype=tl.float32)
     u = tl.zeros((BLOCK_N,), dtype=tl.float32)
     square_sum = tl.zeros((BLOCK_N,), dtype=tl.float32)
     if AHEAD > 0:
-        first = tl.arange(0, AHEAD)
-        first_ok = first < K
-        tile = rows[:, None] * K + first[None, :]
-        ok = row_ok[:, None] & first_ok[None, :]
-        w_first = tl.load(w_ptr + tile, mask=ok, other=0.0, eviction_policy="evict_first")
-        if ACT != 0:
-            u_first = tl.load(w_ptr + N * K + tile, mask=ok, other=0.0,
-                              eviction_policy="evict_first")
-        else:
-            u_first = w_first
+        w_first, u_first = _first_tiles(w_ptr, rows, row_ok, N, K, ACT, AHEAD)
     if WAIT:
         tl.extra.cuda.gdc_wait()
     if AHEAD > 0:
-        x = tl.load(x_ptr + first, mask=first_ok, other=0.0).to(tl.float32)
-        square_sum += tl.sum(x * x, axis=0)
-        if HAS_NORM:  # the norm's scale is one number: applied to the sums at the end
-            x = x * (tl.load(nw_ptr + first, mask=first_ok, other=0.0).to(tl.float32) +
-                     OFFSET)
-        y = tl.sum(w_first.to(tl.float32) * x[None, :], axis=1)
+        y, u_sums, squares = _first_sums(x_ptr, nw_ptr, w_first, u_first, OFFSET, K,
+                                         HAS_NORM, ACT, AHEAD)
+        square_sum += squares
         if ACT != 0:
-            u = tl.sum(u_first.to(tl.float32) * x[None, :], axis=1)
+            u = u_sums
     return y, u, square_sum
 
 
