@@ -22,16 +22,16 @@ _ASM = {"bulk": "cp.async.bulk.prefetch.L2.global [$1], {chunk};\n\tmov.u32 $0, 
 
 
 @triton.jit
-def _prefetch_l2_kernel(ptr, flag_ptr, CHUNKS: tl.constexpr, CHUNK: tl.constexpr,
+def _prefetch_l2_kernel(ptr, flag_ptr, chunks, CHUNK: tl.constexpr,
                         ASM: tl.constexpr, THREADS: tl.constexpr):
-    """Asks L2 for CHUNKS chunks of CHUNK bytes from ``ptr`` (a byte pointer), dealt to the
+    """Asks L2 for ``chunks`` chunks of CHUNK bytes from ``ptr`` (a byte pointer), dealt to the
     grid's threads in turn; the asm's zero results are stored nowhere unless they are not
     zero (so the compiler keeps the asm without a store a thread)."""
     done = tl.zeros((THREADS,), dtype=tl.int32)
     first = tl.program_id(0) * THREADS
-    for start in range(first, CHUNKS, tl.num_programs(0) * THREADS):
+    for start in range(first, chunks, tl.num_programs(0) * THREADS):
         # past the end: the last chunk again (harmless), so the asm needs no predicate
-        idx = tl.minimum(start + tl.arange(0, THREADS), CHUNKS - 1)
+        idx = tl.minimum(start + tl.arange(0, THREADS), chunks - 1)
         at = (ptr + idx.to(tl.int64) * CHUNK).to(tl.int64)
         done += tl.inline_asm_elementwise(ASM, "=r,l", [at], dtype=tl.int32,
                                           is_pure=False, pack=1)
@@ -50,7 +50,7 @@ def prefetch_l2(weight: torch.Tensor, start: int, nbytes: int, programs: int,
                                                      device=weight.device)
     if nbytes == 0:
         return _empty_kernel[(1,)](flag, num_warps=1)
-    _prefetch_l2_kernel[(programs,)](data, flag, CHUNKS=triton.cdiv(nbytes, chunk),
+    _prefetch_l2_kernel[(programs,)](data, flag, triton.cdiv(nbytes, chunk),
                                      CHUNK=chunk, ASM=_ASM[mode].format(chunk=chunk),
                                      THREADS=128, num_warps=4)
 
