@@ -94,7 +94,8 @@ def load(path: str | Path, *, limits: Limits = Limits(), cuda_graphs: bool = Tru
         # Compiled libraries are opened from this private copy, never from a
         # user-writable location; on Linux the mapping outlives the files, so the
         # copy is removed when the reader closes. Only the partitions' own entries are
-        # copied: an artifact padded with unused entries costs no disk.
+        # copied: an artifact padded with unused entries costs no disk, and the shared
+        # weight store streams from the archive into memory (a model's size less disk).
         private_dir = reader.extract_private(_partition_entries(manifest, reader.names()))
         if torch is None:
             executors = [create_executor(partition, private_dir, where=where,
@@ -115,7 +116,7 @@ def _tensor_programs(manifest: Manifest, views: list[Manifest], reader: Artifact
     from runtime.memory.shared_weights import SharedWeights
     from runtime.program.torch_program import Program
 
-    shared = SharedWeights.from_manifest(manifest.shared_weights, private_dir, where=where)
+    shared = SharedWeights.from_manifest(manifest.shared_weights, reader, where=where)
     # A generating artifact's decode step is captured whole (runtime/generation/
     # decode_graph.py), so its partitions are not captured one by one; prefill, whose
     # length varies per prompt, runs without graphs.
@@ -173,7 +174,5 @@ def _tensor_executor(partition, private_dir: Path, reader: ArtifactReader, arena
 
 
 def _partition_entries(manifest: Manifest, names: list[str]) -> list[str]:
-    from runtime.memory.shared_weights import shared_entries
     folders = tuple(f"partitions/{p.name}/" for p in manifest.all_partitions())
-    store = set(shared_entries(manifest.shared_weights))
-    return [name for name in names if name.startswith(folders) or name in store]
+    return [name for name in names if name.startswith(folders)]

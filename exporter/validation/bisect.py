@@ -115,13 +115,12 @@ def look_inside(artifact: Path, manifest: Manifest, target, partition,
     nodes = {node.name: node for node in sub_program.graph.nodes if node.op == "call_function"}
     reference = {node.name: value for node, value in node_values(sub_program, inputs).items()
                  if node.name in nodes and isinstance(value, torch.Tensor)}
-    from runtime.memory.shared_weights import SharedWeights, shared_entries
+    from runtime.memory.shared_weights import SharedWeights
 
     names = partition.meta.get("shared_weights")
     with ArtifactReader.open(artifact) as reader:
-        store = shared_entries(manifest.shared_weights) if names else []
-        folder = reader.extract_private([*partition.files, *store])
-        shared = (SharedWeights.from_manifest(manifest.shared_weights, folder, where=str(artifact))
+        folder = reader.extract_private(partition.files)
+        shared = (SharedWeights.from_manifest(manifest.shared_weights, reader, where=str(artifact))
                   .tensors(names, "cpu", partition=partition.name) if names else None)
         wanted = {name: value.dtype for name, value in reference.items()}
         produced = target.tooling.intermediate_values(folder, partition, wanted, inputs,

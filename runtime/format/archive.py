@@ -143,16 +143,23 @@ class ArtifactReader:
         _compare(self.path, name, hash_stream([data]), expected)
         return data
 
+    def stream_into(self, name: str, sink: BinaryIO) -> None:
+        """Write entry ``name`` into ``sink`` chunk by chunk, re-hashing what is written:
+        an entry changed since open (TOCTOU) is refused after its last chunk, and the
+        caller discards what the sink holds."""
+        info, expected = self._lookup(name)
+        chunks = _entry_chunks(self.path, self._zf, info, expected["size"] + 1)
+        _compare(self.path, name, hash_stream(chunks, sink), expected)
+
     def extract_private(self, names: Iterable[str] | None = None) -> Path:
         """Copy entries into a fresh 0o700 directory, re-hashing what is written; return it."""
         wanted = self.names() if names is None else sorted(set(names))
-        lookups = [(name, *self._lookup(name)) for name in wanted]
+        sizes = [self._lookup(name)[1]["size"] for name in wanted]
         # 0o700, recorded: a later build removes it if this process is killed.
         root = scratch.make_dir("edge-artifact-").resolve()
         self._private_dirs.append(root)
         try:
-            each(lambda lookup: self._copy_entry(root, *lookup), lookups,
-                 sum(expected["size"] for _, _, expected in lookups))
+            each(lambda name: self._copy_entry(root, name), wanted, sum(sizes))
         except BaseException:
             scratch.remove(root)
             self._private_dirs.remove(root)
@@ -173,7 +180,7 @@ class ArtifactReader:
                                 hint="check the entry name, or rebuild the artifact")
         return self._infos[name], expected
 
-    def _copy_entry(self, root: Path, name: str, info: zipfile.ZipInfo, expected: dict) -> None:
+    def _copy_entry(self, root: Path, name: str) -> None:
         target = root.joinpath(*name.split("/"))
         # Names were validated at open; this is a second, independent guard against escapes.
         if root not in target.resolve().parents:
@@ -182,11 +189,8 @@ class ArtifactReader:
         target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
         with os.fdopen(os.open(target, flags, 0o600), "wb") as dst:
-            chunks = _entry_chunks(self.path, self._zf, info, expected["size"] + 1)
             # not fsynced: the copy is read back through the page cache and removed at close
-            written = hash_stream(chunks, dst)
-        # The archive may have changed since open (TOCTOU): trust only what was written.
-        _compare(self.path, name, written, expected)
+            self.stream_into(name, dst)
 
 
 # ---------------------------------------------------------------------------- open-time checks

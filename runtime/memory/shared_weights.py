@@ -10,13 +10,14 @@ device for the whole artifact: a GPU holds each weight once, whatever reads it.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from runtime.errors import ArtifactError
 
 if TYPE_CHECKING:  # imported where tensors are made: listing entries needs no torch
     import torch
+
+    from runtime.format.archive import ArtifactReader
 
 PREFIX = "weights/shared-"
 SHARD_BYTES = 1 << 30  # an entry stays well under runtime.format.archive.Limits.max_entry_bytes
@@ -28,13 +29,13 @@ def shard_entry(number: int) -> str:
 
 
 class SharedWeights:
-    def __init__(self, private_dir: Path, indexes: dict[str, dict], *, where: str) -> None:
-        self._dir, self._indexes, self._where = private_dir, indexes, where
+    def __init__(self, reader: ArtifactReader, indexes: dict[str, dict], *, where: str) -> None:
+        self._reader, self._indexes, self._where = reader, indexes, where
         self._host: dict[str, torch.Tensor] | None = None
         self._placed: dict[tuple[str, str], torch.Tensor] = {}
 
     @classmethod
-    def from_manifest(cls, record: dict | None, private_dir: Path, *, where: str
+    def from_manifest(cls, record: dict | None, reader: ArtifactReader, *, where: str
                       ) -> "SharedWeights | None":
         if record is None:
             return None
@@ -43,18 +44,18 @@ class SharedWeights:
                 name == shard_entry(n) for n, name in enumerate(sorted(indexes), start=1)):
             raise ArtifactError("the manifest's shared_weights record is malformed",
                                 where=where, hint=_REBUILD)
-        return cls(private_dir, indexes, where=where)
+        return cls(reader, indexes, where=where)
 
 
     def tensors(self, names: dict[str, str], device: str | torch.device, *, partition: str
                 ) -> dict[str, torch.Tensor]:
         """{name the executor uses: tensor on ``device``} for one partition's mapping."""
-        from runtime.format.weights import load_checked
+        from runtime.format.weights import load_entry_checked
         if self._host is None:  # each shard's header is checked against the manifest first
             self._host = {}
             for entry, index in sorted(self._indexes.items()):
-                self._host.update(load_checked(self._dir / entry, index, "cpu",
-                                               where=f"{self._where}: {entry}"))
+                self._host.update(load_entry_checked(self._reader, entry, index,
+                                                     where=f"{self._where}: {entry}"))
         unknown = sorted(key for key in names.values() if key not in self._host)
         if unknown:
             raise ArtifactError(f"partition '{partition}' reads {len(unknown)} tensor(s) the "
@@ -69,12 +70,6 @@ class SharedWeights:
                 self._placed[(key, device)] = tensor
             placed[name] = tensor
         return placed
-
-
-def shared_entries(record: dict | None) -> list[str]:
-    """The artifact entries of a manifest's store (what the loader extracts)."""
-    indexes = record.get("entries") if isinstance(record, dict) else None
-    return sorted(indexes) if isinstance(indexes, dict) else []
 
 
 def missing_store(partition: str, *, where: str) -> ArtifactError:

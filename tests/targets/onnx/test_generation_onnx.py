@@ -32,13 +32,20 @@ def test_onnx_full_layers_run_group_query_attention(onnx_lm):
     assert set(rotary.values()) == {2 * len(layers)}  # each layer's query and key
 
 
-def test_onnx_sessions_read_the_shared_store_in_place(onnx_lm):
+def test_onnx_sessions_read_the_shared_store_in_place(onnx_lm, monkeypatch):
     """Both entry points' ONNX Runtime sessions read the weights from the artifact's one
     store, in place (runtime/executors/ort_shared.py): zeroing the store's memory after
     loading changes what prefill and decode compute. ORT's add_external_initializers
-    copied each tensor into every session, which this would not see."""
+    copied each tensor into every session, which this would not see. The store streams
+    from the archive into memory: no shard is copied to disk on the way."""
+    from runtime.format.archive import ArtifactReader
     built, _ = onnx_lm
+    extracted = []
+    original = ArtifactReader.extract_private
+    monkeypatch.setattr(ArtifactReader, "extract_private", lambda self, names=None: (
+        extracted.extend(names or self.names()), original(self, names))[1])
     program = runtime.load(built.artifact)  # its own copy: the fixture's stays intact
+    assert extracted and not [n for n in extracted if n.startswith("weights/")]
     generator = program.generator
     prompt, continuation = [2, 5, 7, 11], [13, 17]
     before = generator.forced_logits(prompt, continuation)
