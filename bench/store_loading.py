@@ -1,7 +1,7 @@
 """How long an artifact's shared weight store takes to load, two ways, in one process:
 copied to the private folder and read back from it (the loader's way before the store
-streamed), and streamed from the archive into tensors (runtime.format.weights.
-load_entry_checked, what `runtime.load` does now).
+streamed), and streamed from the archive into tensors (runtime.memory.shared_weights,
+what `runtime.load` does now).
 
     python bench/store_loading.py [--gib 1.0] [--shards 2] [--rounds 5] [--dir DIR]
 
@@ -30,8 +30,8 @@ sys.path.insert(0, str(ROOT))
 
 from exporter.ship.archive_writer import write_artifact  # noqa: E402
 from runtime.format.archive import ArtifactReader  # noqa: E402
-from runtime.format.weights import load_checked, load_entry_checked, read_index  # noqa: E402
-from runtime.memory.shared_weights import shard_entry  # noqa: E402
+from runtime.format.weights import load_checked, read_index  # noqa: E402
+from runtime.memory.shared_weights import SharedWeights, shard_entry  # noqa: E402
 
 TENSOR_ELEMENTS = 4 << 20  # 8 MiB of fp16
 
@@ -65,10 +65,9 @@ def through_private_copy(reader: ArtifactReader, indexes: dict) -> tuple[int, in
 
 
 def streamed(reader: ArtifactReader, indexes: dict) -> tuple[int, int]:
-    tensors = {}
-    for entry, index in sorted(indexes.items()):
-        tensors.update(load_entry_checked(reader, entry, index, where=entry))
-    return len(tensors), 0
+    store = SharedWeights(reader, indexes, where="bench")
+    names = {name: name for index in indexes.values() for name in index}
+    return len(store.tensors(names, "cpu", partition="bench")), 0
 
 
 def main() -> None:

@@ -46,16 +46,11 @@ class SharedWeights:
                                 where=where, hint=_REBUILD)
         return cls(reader, indexes, where=where)
 
-
     def tensors(self, names: dict[str, str], device: str | torch.device, *, partition: str
                 ) -> dict[str, torch.Tensor]:
         """{name the executor uses: tensor on ``device``} for one partition's mapping."""
-        from runtime.format.weights import load_entry_checked
-        if self._host is None:  # each shard's header is checked against the manifest first
-            self._host = {}
-            for entry, index in sorted(self._indexes.items()):
-                self._host.update(load_entry_checked(self._reader, entry, index,
-                                                     where=f"{self._where}: {entry}"))
+        if self._host is None:
+            self._host = self._read_store()
         unknown = sorted(key for key in names.values() if key not in self._host)
         if unknown:
             raise ArtifactError(f"partition '{partition}' reads {len(unknown)} tensor(s) the "
@@ -70,6 +65,18 @@ class SharedWeights:
                 self._placed[(key, device)] = tensor
             placed[name] = tensor
         return placed
+
+    def _read_store(self) -> dict[str, torch.Tensor]:
+        """Every shard's tensors, shards side by side on threads (hashing releases the
+        GIL); each shard's header is checked against the manifest first."""
+        from runtime.format.hashing import each
+        from runtime.format.weights import load_entry_checked
+        shards = sorted(self._indexes.items())
+        entries = self._reader.manifest["entries"]  # a shard it lacks: named when read
+        loaded = each(lambda shard: load_entry_checked(
+            self._reader, shard[0], shard[1], where=f"{self._where}: {shard[0]}"),
+            shards, sum(entries.get(entry, {}).get("size", 0) for entry, _ in shards))
+        return {name: tensor for tensors in loaded for name, tensor in tensors.items()}
 
 
 def missing_store(partition: str, *, where: str) -> ArtifactError:

@@ -108,3 +108,20 @@ def test_no_index_in_the_manifest(tmp_path):
     with ArtifactReader.open(artifact(tmp_path, save(TENSORS))) as reader:
         with pytest.raises(ArtifactError, match="no index of this weights file"):
             load_entry_checked(reader, ENTRY, None, where=ENTRY)
+
+
+def test_the_store_reads_every_shard_and_names_a_missing_one(tmp_path):
+    from runtime.memory.shared_weights import SharedWeights, shard_entry
+    second = {"b": torch.ones(3)}
+    path = write_artifact(tmp_path / "m.edge", {"toolchain": {"version": "0.1"}},
+                          {ENTRY: save(TENSORS), shard_entry(2): save(second)})
+    indexes = {ENTRY: index_of(TENSORS), shard_entry(2): index_of(second)}
+    with ArtifactReader.open(path) as reader:
+        store = SharedWeights.from_manifest({"entries": indexes}, reader, where="m.edge")
+        got = store.tensors({"x": "b", "y": "w"}, "cpu", partition="p0")
+        assert torch.equal(got["x"], second["b"]) and torch.equal(got["y"], TENSORS["w"])
+        lacking = SharedWeights.from_manifest(
+            {"entries": {**indexes, shard_entry(3): {}}}, reader, where="m.edge")
+        with pytest.raises(ArtifactError, match="entry not found") as caught:
+            lacking.tensors({"x": "b"}, "cpu", partition="p0")
+    assert shard_entry(3) in str(caught.value)
