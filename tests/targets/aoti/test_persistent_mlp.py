@@ -55,8 +55,9 @@ CONFIGS = {  # (programs a multiprocessor, warps, (BLOCK_N, BLOCK_K, AHEAD) each
 
 @pytest.mark.parametrize("sizes,config", [  # 352, 96: not powers of two
     ((128, 352), "default"), ((64, 96), "whole rows ahead"), ((64, 96), "narrow blocks")])
-def test_persistent_mlp_matches_three_row_gemvs_and_leaves_its_count_at_zero(sizes, config):
-    from targets.aoti.kernels.persistent_mlp import launch_persistent_mlp
+def test_persistent_mlp_matches_three_row_gemvs_and_counts_every_program_in(sizes, config):
+    from targets.aoti.kernels.persistent_mlp import (DEFAULT_CONFIG, launch_persistent_mlp,
+                                                     persistent_grid)
     device = _device()
     sync = torch.zeros(2, device=device, dtype=torch.int32)
     for seed in (0, 1):  # one buffer for two calls, as the step's layers share it
@@ -67,15 +68,17 @@ def test_persistent_mlp_matches_three_row_gemvs_and_leaves_its_count_at_zero(siz
         assert o.shape == want_o.shape and out.shape == want_out.shape
         assert (o.float() - want_o.float()).abs().max().item() < 4e-3
         assert (out.float() - want_out.float()).abs().max().item() < 8e-3
-        assert sync[0].item() == 0  # the count; the generation moved on twice a call
-    assert sync[1].item() == 4
+        # every program counted in at two barriers a call
+        assert sync[0].item() == 2 * (seed + 1) * persistent_grid(
+            torch.device(device), (CONFIGS[config] or DEFAULT_CONFIG)[0])
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="the grid barrier needs a GPU")
 def test_persistent_mlp_on_the_gpu_agrees_with_its_dependent_launch_many_times():
     """Every multiprocessor's programs through both barriers, 50 calls in a row on one
     buffer: the same bits each call, plain and dependent launch."""
-    from targets.aoti.kernels.persistent_mlp import launch_persistent_mlp
+    from targets.aoti.kernels.persistent_mlp import (DEFAULT_CONFIG, launch_persistent_mlp,
+                                                     persistent_grid)
     layer = _layer(2048, 5632, "cuda", 0)
     sync = torch.zeros(2, device="cuda", dtype=torch.int32)
     first = launch_persistent_mlp(**layer, sync=sync, eps=1e-5)[1]
@@ -85,4 +88,6 @@ def test_persistent_mlp_on_the_gpu_agrees_with_its_dependent_launch_many_times()
         assert torch.equal(again, first)
     want = _expected(layer, 1e-5)[1]
     assert (first.float() - want.float()).abs().max().item() < 2e-2
-    assert sync[0].item() == 0
+    grid = persistent_grid(torch.device("cuda"), DEFAULT_CONFIG[0])
+    assert sync[0].item() == 51 * 2 * grid
+
