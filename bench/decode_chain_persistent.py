@@ -38,7 +38,7 @@ CONFIGS = {
 def persistent_step(config: tuple):
     """A replacement for a layer's o, gate/up and down launches: (attention's output, the
     layer's input, its weights, the norm's weight, pdl) -> the layer's output."""
-    from targets.aoti.kernels.persistent_mlp import launch_persistent_mlp
+    from bench.persistent_mlp import launch_persistent_mlp
     sync: dict = {}
 
     def mlp(att: torch.Tensor, h: torch.Tensor, layer: dict, norm: torch.Tensor,
@@ -61,7 +61,7 @@ def persistent_variants(default: dict) -> dict:
 def resources() -> dict:
     """Each compiled configuration's (programs a multiprocessor that fit, registers,
     spills), for the bench's printout."""
-    from targets.aoti.kernels.persistent_mlp import persistent_resources
+    from bench.persistent_mlp import persistent_resources
     return {f"{key[1]} programs, {dict(key[2]).get('num_warps')} warps, "
             f"{[v for k, v in key[2] if k.startswith(('BN', 'AHEAD'))]}": value
             for key, value in persistent_resources().items()}
@@ -71,7 +71,7 @@ def stage_times(config: tuple, layers: int = 22, runs: int = 5) -> dict:
     """us of each stage of the kernel, from its programs' clock stamps over a chain of
     ``layers`` kernels (each its own weights, dependent launches), the last of ``runs``:
     medians over layers of the programs' median (and the slowest program's) time."""
-    from targets.aoti.kernels.persistent_mlp import launch_persistent_mlp, persistent_grid
+    from bench.persistent_mlp import launch_persistent_mlp, persistent_grid
     inter = 5632
 
     def w(*size):

@@ -56,7 +56,7 @@ CONFIGS = {  # (programs a multiprocessor, warps, (BLOCK_N, BLOCK_K, AHEAD) each
 @pytest.mark.parametrize("sizes,config", [  # 352, 96: not powers of two
     ((128, 352), "default"), ((64, 96), "whole rows ahead"), ((64, 96), "narrow blocks")])
 def test_persistent_mlp_matches_three_row_gemvs_and_counts_every_program_in(sizes, config):
-    from targets.aoti.kernels.persistent_mlp import (DEFAULT_CONFIG, launch_persistent_mlp,
+    from bench.persistent_mlp import (DEFAULT_CONFIG, launch_persistent_mlp,
                                                      persistent_grid)
     device = _device()
     sync = torch.zeros(2, device=device, dtype=torch.int32)
@@ -77,7 +77,7 @@ def test_persistent_mlp_matches_three_row_gemvs_and_counts_every_program_in(size
 def test_persistent_mlp_on_the_gpu_agrees_with_its_dependent_launch_many_times():
     """Every multiprocessor's programs through both barriers, 50 calls in a row on one
     buffer: the same bits each call, plain and dependent launch."""
-    from targets.aoti.kernels.persistent_mlp import (DEFAULT_CONFIG, launch_persistent_mlp,
+    from bench.persistent_mlp import (DEFAULT_CONFIG, launch_persistent_mlp,
                                                      persistent_grid)
     layer = _layer(2048, 5632, "cuda", 0)
     sync = torch.zeros(2, device="cuda", dtype=torch.int32)

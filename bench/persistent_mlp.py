@@ -19,9 +19,10 @@ the multiprocessors (and the launch refuses a compiled kernel that would not fit
 the dependent form lets the kernel after it start only after the last barrier (its
 programs could otherwise take the places of ours not yet started).
 
-Not used by the built library: on an H200 the 22-layer chain ran slower with it than
-with the three dependent launches (each barrier costs about 2 us). It stays for the
-timing scripts (bench/decode_chain_persistent.py, which also reads the ``stamps``).
+A timing tool, not part of the built library (which is why it lives in bench/): on an
+H200 the 22-layer chain ran slower with it than with the three dependent launches (each
+barrier costs about 2 us). bench/decode_chain_persistent.py times it and reads the
+``stamps``.
 """
 
 from __future__ import annotations
