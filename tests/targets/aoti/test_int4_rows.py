@@ -103,7 +103,8 @@ def _kernel_device() -> str:
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("config", [None, (2, 1, 4), (8, 4, 4), (4, 16, 8)])
+@pytest.mark.parametrize("config", [None, (2, 1, 4), (8, 4, 4), (4, 16, 8),
+                                    (2, 1, 4, True), (4, 16, 8, False)])  # + both dots
 @pytest.mark.parametrize("case", [  # (N, K, group, norm, act, residual, bias)
     (37, 256, 128, True, 1, False, True), (2560, 2048, 128, True, 0, False, False),
     (64, 5632, 128, False, 0, True, True), (48, 96, 32, True, 1, True, False)])
@@ -128,7 +129,28 @@ def test_int4_row_gemv_kernel_matches_its_reference(case, config):
 
 
 @pytest.mark.cuda
-def test_int4_row_gemv_kernel_rotates_the_first_rows_as_its_reference():
+@pytest.mark.parametrize("config", [None, (2, 1, 4, True), (2, 1, 4, False)])
+def test_int4_row_gemv_kernel_reads_every_byte_value_exactly(config):
+    """Row r's bytes all hold r (q = r & 15 in the first half, r >> 4 in the second), x
+    is 1 then 2, scale 1 and offset 0: every sum is a small integer, so any unpacking that
+    loses or moves a nibble shows as an exact mismatch."""
+    device = _kernel_device()
+    from targets.aoti.kernels.int4_triton import launch_int4_row_gemv
+    values = torch.arange(256, device=device)
+    packed = values[:, None].repeat(1, 128).to(torch.uint8)  # K = 256: two groups
+    scales = torch.tensor([1.0, 0.0], device=device, dtype=torch.float16).repeat(256, 2, 1)
+    x = torch.ones(1, 1, 256, device=device, dtype=torch.float16)
+    x[..., 64:128] = 2.0
+    x[..., 192:] = 2.0
+    got = launch_int4_row_gemv(x, packed, scales, None, None, None, 1e-6, 0.0, 0,
+                               config=config)
+    want = 2 * 64 * (values & 15) + 2 * 2 * 64 * (values >> 4)
+    assert torch.equal(got.float().reshape(-1), want.float())
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("config", [None, (4, 2, 4, True), (4, 2, 4, False)])
+def test_int4_row_gemv_kernel_rotates_the_first_rows_as_its_reference(config):
     device = _kernel_device()
     from targets.aoti.kernels.int4_triton import launch_int4_row_gemv
     heads, kv_heads, dim, k = 8, 2, 64, 256
@@ -144,7 +166,7 @@ def test_int4_row_gemv_kernel_rotates_the_first_rows_as_its_reference():
     args = (None, torch.rand(k, **dtype) + 0.5, None, 1e-6, 0.0, 0)
     turn = dict(rotary_cos=cos, rotary_sin=sin, rotary_rows=rotated, head_dim=dim)
     want = reference.row_gemv(x, packed, *args, weight_scale=scales, **turn).float()
-    got = launch_int4_row_gemv(x, packed, scales, *args, **turn).float()
+    got = launch_int4_row_gemv(x, packed, scales, *args, config=config, **turn).float()
     assert ((got - want).norm() / want.norm()).item() < 2e-3
 
 
