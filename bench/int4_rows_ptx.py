@@ -34,12 +34,12 @@ def compiled(name, n, k, norm, act, res):
 
     from targets.aoti.kernels import int4_triton
     kernel = int4_triton.int4_row_gemv_kernel_gdc
-    block_n, block_g, warps = int4_triton.int4_config(n, k, 128, bool(act))
+    block_n, block_g, warps, split_x = int4_triton.int4_config(n, k, 128, bool(act))
     rotated, head = ROTATED.get(name, (0, 0))
     block_n = int4_triton.rotary_block(block_n, rotated)
     values = dict(EPS=1e-5, OFFSET=0.0, N=n, K=k, GROUP=128, HAS_BIAS=False,
                   HAS_NORM=norm, ACT=act, HAS_RES=res, BLOCK_N=block_n, BLOCK_G=block_g,
-                  ROT_ROWS=rotated, HEAD_D=head)
+                  ROT_ROWS=rotated, HEAD_D=head, SPLIT_X=split_x)
     names = kernel.arg_names
     signature = {a: "*u8" if a == "w_ptr" else "*fp16" for a in names if a.endswith("_ptr")}
     signature.update({a: "constexpr" for a in values})
