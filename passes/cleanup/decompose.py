@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Callable
 
+import torch
 from torch.export import ExportedProgram
 
 from passes.base import PassResult
@@ -41,3 +42,32 @@ class Decompose:
 
 def _ops(program: ExportedProgram) -> Counter:
     return Counter(str(n.target) for n in program.graph.nodes if n.op == "call_function")
+
+
+# Emitted by the tracer itself for every size a graph reads, whatever the table says
+# (sym_size.int is in torch.export's default table, yet every traced program keeps it).
+_TRACED = frozenset({torch.ops.aten.sym_size.int, torch.ops.aten.sym_stride.int,
+                     torch.ops.aten.sym_numel.default,
+                     torch.ops.aten.sym_storage_offset.default})
+
+
+def leaves_as_is(program: ExportedProgram, table, translated: frozenset = frozenset()) -> bool:
+    """Whether ``program.run_decompositions(table)`` would give back the same graph, only
+    traced again (torch.onnx's export and TVM's importer both call it, after this pass ran
+    their table): ``program`` came out of run_decompositions (the ATEN dialect; a fresh
+    torch.export capture is TRAINING), holds no higher-order op (their bodies are inlined
+    or decomposed), and no op that the table or the CompositeImplicit rule decomposes,
+    unless the backend translates it itself (``translated``: kept out of the table)."""
+    if program.dialect != "ATEN":
+        return False
+    for node in program.graph.nodes:
+        if node.op != "call_function":
+            continue
+        op = node.target
+        if isinstance(op, torch._ops.OpOverload):
+            if op not in translated and op not in _TRACED and (
+                    op in table or op._can_decompose()):
+                return False
+        elif getattr(op, "__module__", None) != "_operator":  # getitem, SymInt arithmetic
+            return False
+    return True

@@ -49,8 +49,8 @@ from targets.onnx.passes.contiguous_views import ContiguousBeforeReshape
 from targets.onnx.passes.rsqrt_as_division import RsqrtAsDivision
 from targets.onnx.providers import refuse_bf16_on_cpu_only
 from targets.onnx.stored_rows import store_new_rows
-from targets.onnx.torch_onnx import (exact_no_op_rules, new_report_dir, quiet_registry,
-                                     without_input_guards)
+from targets.onnx.torch_onnx import (decomposition_table, exact_no_op_rules, new_report_dir,
+                                     quiet_registry, without_input_guards)
 from targets.onnx.card import ONNX, RECIPES, OnnxOptions, missing_packages, onnx_here
 from targets.onnx.quantize import quantize_model
 from targets.onnx.rotary import fuse_rotary_embeddings
@@ -79,11 +79,10 @@ def _exporter_tables():
     """The exporter's registry and pre-translation decomposition table, built the way
     torch.onnx builds them (_compat.export_compat, _fx_passes.decompose_with_registry).
     Built once: the registry takes about a second."""
-    from torch.onnx._internal.exporter import _decomp, _registration
+    from torch.onnx._internal.exporter import _registration
     with quiet_registry():
         registry = _registration.ONNXRegistry.from_torchlib()
-    translated = set(_decomp.get_onnx_implemented_overloads(registry))
-    table = _decomp.create_onnx_friendly_decomposition_table(translated)
+    table = decomposition_table(registry)[1]
     return registry, {**table, **variance.decompositions()}  # its var/std leave a prims view
 
 

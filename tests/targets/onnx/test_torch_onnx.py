@@ -50,6 +50,32 @@ def test_a_second_export_reuses_the_registry(tmp_path, monkeypatch):
     assert {node.op_type for node in again.model_proto.graph.node} >= {"Softmax", "Gelu"}
 
 
+def test_a_decomposed_program_is_translated_without_tracing_it_again(tmp_path, monkeypatch):
+    """The onnx target's passes already ran torch.onnx's decomposition table
+    (passes/cleanup/decompose.py): such a program is translated as it is, into the model
+    torch.onnx.export writes for it; a fresh capture (TRAINING dialect) is decomposed."""
+    from torch.export import ExportedProgram
+
+    from targets.onnx.target import _exporter_tables
+    decomposed = _program().run_decompositions(_exporter_tables()[1])
+    traced = []
+    real = ExportedProgram.run_decompositions
+
+    def run_decompositions(self, *args, **kwargs):
+        traced.append(self)
+        return real(self, *args, **kwargs)
+    with quiet_registry():
+        theirs = torch.onnx.export(decomposed, (), dynamo=True, optimize=True, verbose=False,
+                                   custom_translation_table=contrib_ops.translations())
+        monkeypatch.setattr(ExportedProgram, "run_decompositions", run_decompositions)
+        ours = export(decomposed, tmp_path, contrib_ops.translations())
+        assert traced == []
+        fresh = _program()
+        export(fresh, tmp_path, contrib_ops.translations())
+        assert traced == [fresh]
+    assert ours.model_proto.SerializeToString() == theirs.model_proto.SerializeToString()
+
+
 class _RelativeBuckets(torch.nn.Module):
     """T5's relative position buckets: log(0) on the diagonal is meant (-inf, clamped)."""
 
