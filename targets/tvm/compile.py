@@ -3,6 +3,8 @@ failure comes from. Imported only when target ``tvm`` lowers (``tvm`` is optiona
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
 from collections import Counter
 from dataclasses import dataclass, field
@@ -17,6 +19,7 @@ from tvm import relax
 from tvm.relax.frontend.torch import from_exported_program
 from tvm.support import cc
 
+from passes.cleanup.decompose import leaves_as_is
 from targets.errors import TargetOptionError
 from targets.tvm import tune as tvm_tune
 from targets.tvm.locate import ops_named_in
@@ -53,12 +56,28 @@ class Compiled:
                    for i, p in enumerate(self.params)}, str(params))
 
 
+def _decomposed_once(program: ExportedProgram) -> dict:
+    """from_exported_program's arguments for a program the tvm target's passes already ran
+    torch.export's default table over (passes/cleanup/decompose.py): the importer's own
+    ``run_decompositions()`` traced it again into the same graph (1.1 CPU s of a small
+    encoder's build, the import itself 0.01). An importer without the switch gets none."""
+    if "run_ep_decomposition" not in inspect.signature(from_exported_program).parameters:
+        return {}
+    return {"run_ep_decomposition": not leaves_as_is(program, _default_table())}
+
+
+@functools.cache
+def _default_table():
+    return torch.export.default_decompositions()
+
+
 def compile_partition(program: ExportedProgram, target_string: str, tune: int, options,
                       *, error: Callable, cross: bool = False) -> Compiled:
     """``cross``: the target is another platform's, whose code this machine cannot run."""
     target = parse_target(target_string)
     try:
-        mod = from_exported_program(program, keep_params_as_input=True)
+        mod = from_exported_program(program, keep_params_as_input=True,
+                                    **_decomposed_once(program))
     except Exception as exc:  # TVM raises bare AssertionError / KeyError / TVMError on import
         raise error("import", exc, program, options, ops_named_in(str(exc), program)) from exc
     mod, params = relax.frontend.detach_params(mod)
