@@ -219,15 +219,17 @@ def _warm_for(warm_start: bool | Literal["auto"], device: str) -> bool:
 
 
 def _warm_modules(matrix: Matrix) -> tuple[str, ...] | None:
-    """What a warm worker imports for this matrix's cells: what every build imports, and
-    the compilers of the targets whose cells fork (None: no cell forks, see _warm_for)."""
+    """What a warm worker imports for this matrix's cells: what every build imports,
+    transformers where a model may use it, and the compilers of the targets whose cells
+    fork (None: no cell forks, see _warm_for)."""
     from targets import all_targets
     known = all_targets()
-    targets = dict.fromkeys(cell.settings.target for cell in matrix.cells
-                            if _warm_for(matrix.warm_start, _device(cell)))
+    cells = [cell for cell in matrix.cells if _warm_for(matrix.warm_start, _device(cell))]
+    targets = dict.fromkeys(cell.settings.target for cell in cells)
     if not targets:
         return None
-    modules = [*warm.BASE_MODULES,
+    hf = any(warm.may_import_transformers(cell.spec) for cell in cells)
+    modules = [*warm.BASE_MODULES, *(warm.HF_MODULES if hf else ()),
                *(m for t in targets for m in known[t].packaging.build_modules)]
     return tuple(dict.fromkeys(modules))
 

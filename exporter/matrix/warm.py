@@ -1,6 +1,7 @@
 """Warm workers: each cell's ``exporter`` process forked from one that imported torch,
-transformers, the builder and the targets' compilers once, instead of a fresh interpreter
-that imports them again for every cell (a fork server: exporter/forking/).
+transformers (where a cell's model may use it), the builder and the targets' compilers
+once, instead of a fresh interpreter that imports them again for every cell (a fork
+server: exporter/forking/).
 
 A fresh ``python -m exporter build`` spends 5-9 s importing before it reads its model (2
 cores: torch 2.6 s, transformers 2.6 s, Inductor 3.2 s, TVM 1.6 s); a small onnx cell
@@ -18,16 +19,34 @@ from __future__ import annotations
 
 import subprocess
 import time
+from pathlib import Path
 
 from exporter.forking import client
 from runtime.host import scratch
 
 # what every cell imports before it reads its model (the CLI's own modules add 0.2 s);
-# a target adds its compilers (Target.packaging.build_modules)
-BASE_MODULES = ("torch", "torch.export", "transformers", "transformers.modeling_utils",
-                "exporter.builder.pipeline")
+# a target adds its compilers (Target.packaging.build_modules), a model that may use
+# transformers HF_MODULES
+BASE_MODULES = ("torch", "torch.export", "exporter.builder.pipeline")
+HF_MODULES = ("transformers", "transformers.modeling_utils")
 AVAILABLE = client.AVAILABLE
 WarmProcessDied = client.ServerGone  # the warm process ended while a cell ran: a crash
+
+
+def may_import_transformers(spec: str) -> bool:
+    """Whether a cell's model may import transformers, so that its warm worker imports it
+    first: hf: specs do and zoo: models never; a model file where its text names it; a
+    module spec may (its file is not looked up). transformers and the torchao it imports
+    are 2.4 CPU s of a worker's start; a wrong guess costs that once in the cell."""
+    if spec.startswith("zoo:"):
+        return False
+    location = spec.rpartition(":")[0]
+    if spec.startswith("hf:") or not location.endswith(".py"):
+        return True
+    try:
+        return "transformers" in Path(location).read_text(errors="replace")
+    except OSError:
+        return True
 
 
 class WarmProcess(client.ForkServer):

@@ -341,6 +341,23 @@ def test_warm_start_auto_forks_the_cells_that_use_no_gpu(tmp_path, line, warm_co
         assert "onnx" in modules and "torch._inductor.compile_fx" in modules
 
 
+def test_a_warm_worker_imports_transformers_only_where_a_model_may_use_it(tmp_path):
+    """transformers (and the torchao it imports, 2.4 CPU s a worker) for hf: specs and
+    model files that name it; never for zoo: models and other files."""
+    from exporter.matrix.runner import _warm_modules
+    (tmp_path / "plain.py").write_text("import torch\n")
+    (tmp_path / "hf.py").write_text("import transformers\n")
+
+    def modules(*specs: str) -> tuple[str, ...]:
+        path = tmp_path / "m.toml"
+        path.write_text("[models]\n" + "".join(f'm{i} = "{spec}"\n' for i, spec in
+                                                enumerate(specs)) + "[targets.onnx]\n")
+        return _warm_modules(spec_file.read(path))
+    assert "transformers" not in modules("zoo:mlp", "plain.py:f")
+    assert "transformers" in modules("zoo:mlp", "hf.py:f")
+    assert "transformers" in modules("zoo:mlp", "hf:ckpt")
+
+
 def test_a_bench_without_a_result_is_run_again_and_no_bench_shows_none():
     from exporter.matrix.runner import _needs_bench
     asked = {"runs": 5, "warmup": 1, "baseline": "eager"}
