@@ -7,6 +7,7 @@ and a report folder for a failure.
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 import inspect
 import logging
@@ -102,10 +103,18 @@ def _unless_decomposed(decompose):
     @functools.wraps(decompose)
     def decompose_with_registry(program, registry):
         if program is getattr(_AS_IS, "program", None):
-            return program
+            return _own_graph(program)
         return decompose(program, registry)
     decompose_with_registry._exporter_as_is = True
     return decompose_with_registry
+
+
+def _own_graph(program: ExportedProgram) -> ExportedProgram:
+    """``program`` with a copy of its graph (weights and node values shared): torch.onnx
+    inserts casts into the graph it decomposed and drops its checks, in place, and the
+    builder plans the caller's program again if this partition fails."""
+    module = torch.fx.GraphModule(program.graph_module, copy.deepcopy(program.graph))
+    return program._update(module, program.graph_signature)
 
 
 @functools.cache

@@ -50,14 +50,26 @@ def test_a_second_export_reuses_the_registry(tmp_path, monkeypatch):
     assert {node.op_type for node in again.model_proto.graph.node} >= {"Softmax", "Gelu"}
 
 
+class _Mixed(torch.nn.Module):
+    """Integer and float operands: torch.onnx inserts a cast into the graph it translates."""
+
+    def forward(self, x):
+        return x * torch.arange(8) + x.shape[0]
+
+
 def test_a_decomposed_program_is_translated_without_tracing_it_again(tmp_path, monkeypatch):
     """The onnx target's passes already ran torch.onnx's decomposition table
     (passes/cleanup/decompose.py): such a program is translated as it is, into the model
-    torch.onnx.export writes for it; a fresh capture (TRAINING dialect) is decomposed."""
+    torch.onnx.export writes for it, and keeps its own graph (the builder plans it again
+    if the partition fails); a fresh capture (TRAINING dialect) is decomposed."""
     from torch.export import ExportedProgram
 
     from targets.onnx.target import _exporter_tables
-    decomposed = _program().run_decompositions(_exporter_tables()[1])
+
+    def captured():
+        batch = torch.export.Dim("batch", min=1, max=16)
+        return torch.export.export(_Mixed(), (torch.randn(2, 8),), dynamic_shapes=({0: batch},))
+    decomposed = captured().run_decompositions(_exporter_tables()[1])
     traced = []
     real = ExportedProgram.run_decompositions
 
@@ -68,9 +80,10 @@ def test_a_decomposed_program_is_translated_without_tracing_it_again(tmp_path, m
         theirs = torch.onnx.export(decomposed, (), dynamo=True, optimize=True, verbose=False,
                                    custom_translation_table=contrib_ops.translations())
         monkeypatch.setattr(ExportedProgram, "run_decompositions", run_decompositions)
+        code = decomposed.graph_module.code
         ours = export(decomposed, tmp_path, contrib_ops.translations())
-        assert traced == []
-        fresh = _program()
+        assert traced == [] and decomposed.graph_module.code == code
+        fresh = captured()
         export(fresh, tmp_path, contrib_ops.translations())
         assert traced == [fresh]
     assert ours.model_proto.SerializeToString() == theirs.model_proto.SerializeToString()
