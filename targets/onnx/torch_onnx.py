@@ -88,9 +88,12 @@ def _decomposed_once(program: ExportedProgram, registry):
     same ONNX graph comes out, its values named as the program's nodes are. Skipped only
     where nothing is left to decompose (``leaves_as_is``); any other program is decomposed."""
     from torch.onnx._internal.exporter import _fx_passes
-    if not getattr(_fx_passes.decompose_with_registry, "_exporter_as_is", False):
-        _fx_passes.decompose_with_registry = _unless_decomposed(
-            _fx_passes.decompose_with_registry)
+    decompose = getattr(_fx_passes, "decompose_with_registry", None)
+    if decompose is None or not hasattr(program, "_update"):  # another torch: as it is
+        yield
+        return
+    if not getattr(decompose, "_exporter_as_is", False):
+        _fx_passes.decompose_with_registry = _unless_decomposed(decompose)
     translated, table = decomposition_table(registry)
     _AS_IS.program = program if leaves_as_is(program, table, translated) else None
     try:
