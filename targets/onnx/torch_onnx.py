@@ -116,7 +116,12 @@ def _own_graph(program: ExportedProgram) -> ExportedProgram:
     """``program`` with a copy of its graph (weights and node values shared): torch.onnx
     inserts casts into the graph it decomposed and drops its checks, in place, and the
     builder plans the caller's program again if this partition fails."""
-    module = torch.fx.GraphModule(program.graph_module, copy.deepcopy(program.graph))
+    graph = copy.deepcopy(program.graph)
+    # the copy's namespace renames a node named as a builtin ("input" -> "input_1"), and
+    # the signature names the program's own nodes
+    for mine, theirs in zip(graph.nodes, program.graph.nodes, strict=True):
+        mine.name = theirs.name
+    module = torch.fx.GraphModule(program.graph_module, graph)
     return program._update(module, program.graph_signature)
 
 

@@ -89,6 +89,27 @@ def test_a_decomposed_program_is_translated_without_tracing_it_again(tmp_path, m
     assert ours.model_proto.SerializeToString() == theirs.model_proto.SerializeToString()
 
 
+
+class _BuiltinNames(torch.nn.Module):
+    """An input named as a Python builtin, as nn.Module's own convention names it."""
+
+    def forward(self, input):
+        return torch.relu(input) * torch.arange(8) + input.shape[0]
+
+
+def test_a_decomposed_program_keeps_its_inputs_builtin_names(tmp_path):
+    """The graph copy that torch.onnx edits keeps every node's name: fx's namespace renames
+    ``input`` to ``input_1``, which the program's signature does not name."""
+    from targets.onnx.target import _exporter_tables
+    batch = torch.export.Dim("batch", min=1, max=16)
+    program = torch.export.export(_BuiltinNames(), (torch.randn(2, 8),),
+                                  dynamic_shapes=({0: batch},))
+    decomposed = program.run_decompositions(_exporter_tables()[1])
+    with quiet_registry():
+        ours = export(decomposed, tmp_path, contrib_ops.translations())
+    assert [value.name for value in ours.model_proto.graph.input] == ["input"]
+
+
 class _RelativeBuckets(torch.nn.Module):
     """T5's relative position buckets: log(0) on the diagonal is meant (-inf, clamped)."""
 
