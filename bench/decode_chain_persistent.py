@@ -1,5 +1,5 @@
 """decode_chain_cuda.py's variants that run each layer's o -> gate/up -> down as one
-persistent kernel (targets/aoti/kernels/persistent_mlp.py) in place of three products:
+persistent kernel (bench/persistent_mlp.py) in place of three products:
 its grid all resident, the products separated by grid-wide barriers, each program's next
 weights loaded before it waits at one.
 

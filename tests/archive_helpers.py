@@ -4,6 +4,7 @@ tests (tests/runtime/test_archive.py) and both loaders' cases (tests/native/case
 from __future__ import annotations
 
 import hashlib
+import struct
 import warnings
 import zipfile
 from pathlib import Path
@@ -33,3 +34,23 @@ def write_zip(out: Path, items, method=zipfile.ZIP_DEFLATED) -> Path:
             for fix in fixup:
                 fix(zf.infolist()[-1])
     return out
+
+
+def middle_of_entry(path: Path, name: str) -> int:
+    """The file offset of the middle of entry ``name``'s stored data (past its local
+    header's name and extra field)."""
+    with zipfile.ZipFile(path) as zf:
+        zi = zf.getinfo(name)
+    with open(path, "rb") as fh:
+        fh.seek(zi.header_offset + 26)
+        name_len, extra_len = struct.unpack("<HH", fh.read(4))
+    return zi.header_offset + 30 + name_len + extra_len + zi.compress_size // 2
+
+
+def flip_byte(path: Path, offset: int) -> None:
+    """One bit of the byte at ``offset`` flipped in place (an open handle sees it)."""
+    with open(path, "r+b") as fh:
+        fh.seek(offset)
+        byte = fh.read(1)
+        fh.seek(offset)
+        fh.write(bytes([byte[0] ^ 0x01]))

@@ -1,4 +1,4 @@
-"""A layer's MLP half in one persistent kernel (kernels/persistent_mlp.py): three
+"""A layer's MLP half in one persistent kernel (bench/persistent_mlp.py): three
 row_gemv calls' reference math, and the barrier buffer left fit for the next call. On
 the CPU under ``TRITON_INTERPRET=1`` one program does every block (the interpreter runs
 programs one after the other, so a grid-wide barrier over several would never open); on
@@ -6,22 +6,13 @@ a GPU the grid is every multiprocessor's programs."""
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import torch
 
 from targets.aoti.kernels import reference
+from tests.targets.aoti.test_decode_attention_join import _device
 
 pytest.importorskip("triton")
-
-
-def _device() -> str:
-    if torch.cuda.is_available():
-        return "cuda"
-    if os.environ.get("TRITON_INTERPRET") == "1":
-        return "cpu"
-    pytest.skip("Triton kernels need a GPU or TRITON_INTERPRET=1")
 
 
 def _layer(hidden, inter, device, seed):

@@ -14,7 +14,7 @@ import pytest
 from runtime.format.archive import FORMAT_NAME, FORMAT_VERSION, MANIFEST_NAME, ArtifactReader, Limits
 from exporter.ship.archive_writer import write_artifact
 from runtime.errors import ArtifactError, CompatibilityError
-from tests.archive_helpers import info, record, write_zip
+from tests.archive_helpers import flip_byte, info, middle_of_entry, record, write_zip
 
 # Pseudo-random, so deflate cannot shrink it and a flipped byte lands in real entry data.
 PAYLOAD = b"".join(hashlib.sha256(i.to_bytes(4, "little")).digest() for i in range(4096))
@@ -355,15 +355,9 @@ def test_extract_private(tmp_path):
 
 def test_file_changed_after_open_is_caught_on_extract_and_read(tmp_path):
     path = build(tmp_path)
-    with zipfile.ZipFile(path) as zf:
-        zi = zf.getinfo("weights.safetensors")
-    offset = zi.header_offset + 30 + len(zi.filename) + zi.compress_size // 2
     with ArtifactReader.open(path) as reader:
-        with open(path, "r+b") as fh:  # in place: the reader's open handle sees the change
-            fh.seek(offset)
-            byte = fh.read(1)
-            fh.seek(offset)
-            fh.write(bytes([byte[0] ^ 0x01]))
+        # in place: the reader's open handle sees the change
+        flip_byte(path, middle_of_entry(path, "weights.safetensors"))
         with pytest.raises(ArtifactError, match="'weights.safetensors'"):
             reader.extract_private()
         with pytest.raises(ArtifactError, match="'weights.safetensors'"):

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import struct
-import zipfile
 
 import pytest
 import torch
@@ -16,6 +15,7 @@ from exporter.ship.archive_writer import write_artifact
 from runtime.errors import ArtifactError
 from runtime.format.archive import ArtifactReader
 from runtime.format.weights import load_entry_checked
+from tests.archive_helpers import flip_byte, middle_of_entry
 
 ENTRY = "weights/shared-00001.safetensors"
 TENSORS = {
@@ -87,18 +87,8 @@ def test_gaps_between_tensors_are_refused(tmp_path):
 def test_an_entry_changed_after_open_is_refused(tmp_path):
     big = {**TENSORS, "w": torch.randn(256, 256)}  # past the open file's read buffer
     path = artifact(tmp_path, save(big))
-    with zipfile.ZipFile(path) as zf:
-        zi = zf.getinfo(ENTRY)
-    with open(path, "rb") as fh:  # the local header's name and extra field lengths
-        fh.seek(zi.header_offset + 26)
-        name_len, extra_len = struct.unpack("<HH", fh.read(4))
-    offset = zi.header_offset + 30 + name_len + extra_len + zi.compress_size // 2
     with ArtifactReader.open(path) as reader:
-        with open(path, "r+b") as fh:  # in place: the reader's open handle sees the change
-            fh.seek(offset)
-            byte = fh.read(1)
-            fh.seek(offset)
-            fh.write(bytes([byte[0] ^ 0x01]))
+        flip_byte(path, middle_of_entry(path, ENTRY))  # the reader's open handle sees it
         with pytest.raises(ArtifactError, match="modified") as caught:
             load_entry_checked(reader, ENTRY, index_of(big), where=ENTRY)
     assert ENTRY in str(caught.value)
