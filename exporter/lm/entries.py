@@ -82,8 +82,11 @@ def _encoded_cross_cache(encoder: ExportableEncoder, example: torch.Tensor,
     dtype = getattr(torch, layout.dtype)
     cross = {new: torch.zeros(shape, dtype=dtype)
              for (_, new), shape in zip(layout.cross_names(), layout.cross_shapes())}
+    # where its weights are: a capture before this one (a decode step that failed and
+    # fell back to prefill) may have moved the model to the build's device
+    device = next(encoder.parameters(), example).device
     with torch.no_grad():
-        encoded = encoder(example)
+        encoded = encoder(example.to(device))
     for new, value in encoded.items():  # k_0, v_0, ...: the cross inputs' own names
-        cross[new][:, :, :value.shape[2]] = value.to(dtype)
+        cross[new][:, :, :value.shape[2]] = value.to(device="cpu", dtype=dtype)
     return cross
