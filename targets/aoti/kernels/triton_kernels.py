@@ -25,7 +25,8 @@ import torch
 import triton
 import triton.language as tl
 
-from targets.aoti.kernels.dependent_launch import declare_writes, launcher
+from targets.aoti.kernels.dependent_launch import (declare_writes, dependent_launch_here,
+                                                   launcher, library_launches_dependent)
 
 
 @triton.jit
@@ -58,20 +59,35 @@ def _first_tiles(w_ptr, rows, row_ok, N: tl.constexpr, K: tl.constexpr,
 
 
 @triton.jit
-def _first_sums(x_ptr, nw_ptr, w_first, u_first, OFFSET: tl.constexpr, K: tl.constexpr,
-                HAS_NORM: tl.constexpr, ACT: tl.constexpr, AHEAD: tl.constexpr):
-    """(y, u, the sum of x^2) over the first AHEAD columns, their weights loaded before."""
+def _x_first(x_ptr, nw_ptr, OFFSET: tl.constexpr, K: tl.constexpr, HAS_NORM: tl.constexpr,
+             AHEAD: tl.constexpr):
+    """(x over the first AHEAD columns, times the norm's weight; their sum of x^2)."""
     first = tl.arange(0, AHEAD)
     first_ok = first < K
     x = tl.load(x_ptr + first, mask=first_ok, other=0.0).to(tl.float32)
     square_sum = tl.sum(x * x, axis=0)
     if HAS_NORM:  # the norm's scale is one number: applied to the sums at the end
         x = x * (tl.load(nw_ptr + first, mask=first_ok, other=0.0).to(tl.float32) + OFFSET)
+    return x, square_sum
+
+
+@triton.jit
+def _dot_first(w_first, u_first, x, ACT: tl.constexpr):
+    """(y, u) over the first columns: their weights against _x_first's x."""
     y = tl.sum(w_first.to(tl.float32) * x[None, :], axis=1)
     if ACT != 0:
         u = tl.sum(u_first.to(tl.float32) * x[None, :], axis=1)
     else:
         u = y
+    return y, u
+
+
+@triton.jit
+def _first_sums(x_ptr, nw_ptr, w_first, u_first, OFFSET: tl.constexpr, K: tl.constexpr,
+                HAS_NORM: tl.constexpr, ACT: tl.constexpr, AHEAD: tl.constexpr):
+    """(y, u, the sum of x^2) over the first AHEAD columns, their weights loaded before."""
+    x, square_sum = _x_first(x_ptr, nw_ptr, OFFSET, K, HAS_NORM, AHEAD)
+    y, u = _dot_first(w_first, u_first, x, ACT)
     return y, u, square_sum
 
 
@@ -185,14 +201,20 @@ def _finish(y, u, up, square_sum, b_ptr, r_ptr, s_ptr, cos_ptr, sin_ptr, rows, r
 
 @triton.jit
 def _program_rows(BLOCK_N: tl.constexpr, ROT_ROWS: tl.constexpr, HEAD_D: tl.constexpr):
-    """The rows this program reduces: BLOCK_N in a row, or below ROT_ROWS (rotary
-    embedding in the epilogue) pairs of rows half a head apart, (d, d + HEAD_D / 2), next
-    to each other, so that each row's partner is in the same program."""
+    """The rows this program reduces: its block's (_block_rows)."""
+    return _block_rows(tl.program_id(0), BLOCK_N, ROT_ROWS, HEAD_D)
+
+
+@triton.jit
+def _block_rows(block, BLOCK_N: tl.constexpr, ROT_ROWS: tl.constexpr, HEAD_D: tl.constexpr):
+    """The rows of a block: BLOCK_N in a row, or below ROT_ROWS (rotary embedding in the
+    epilogue) pairs of rows half a head apart, (d, d + HEAD_D / 2), next to each other, so
+    that each row's partner is in the same block."""
     idx = tl.arange(0, BLOCK_N)
-    rows = tl.program_id(0) * BLOCK_N + idx
+    rows = block * BLOCK_N + idx
     if ROT_ROWS > 0:
         half: tl.constexpr = HEAD_D // 2
-        low = tl.program_id(0) * (BLOCK_N // 2) + idx // 2  # the pair's first row, counted
+        low = block * (BLOCK_N // 2) + idx // 2  # the pair's first row, counted
         paired = (low // half) * HEAD_D + low % half + (idx % 2) * half  # over all heads
         rows = tl.where(rows < ROT_ROWS, paired, rows)
     return rows
@@ -280,13 +302,13 @@ _AHEAD_PER_THREAD = 64
 
 
 def gemv_config(rows: int, cols: int, gated: bool, dependent: bool = False,
-                weight_bytes: int = 2) -> tuple[int, int, int, int]:
-    """(BLOCK_N, BLOCK_K, num_warps, AHEAD): enough programs to keep every SM's loads in
-    flight (several per SM), 16-byte loads along K (int8 rows: 1024 columns a tile, and
-    a gated product's pairs of rows two a program, the fastest in session 61's sweep,
-    bench/RESULTS.md); a ``dependent`` launch of a product that is not gated loads as many
-    of a program's first columns ahead of its wait as fit in registers, a plain one none
-    (AHEAD 0: the loop alone)."""
+                weight_bytes: int = 2, multiprocessors: int = 0) -> tuple:
+    """(BLOCK_N, BLOCK_K, num_warps, AHEAD[, TILE_X, TURNS]): enough programs to keep
+    every SM's loads in flight (several per SM), 16-byte loads along K (int8 rows: 1024
+    columns a tile, and a gated product's pairs of rows two a program); a ``dependent``
+    launch of a product that is not gated loads as many of a program's first columns
+    ahead of its wait as fit in registers, a plain one none (AHEAD 0: the loop alone).
+    ``multiprocessors``: the GPU's (not used yet)."""
     int8 = weight_bytes == 1
     block_k = min(1024 if int8 else 256 if rows >= 4096 else 512,
                   triton.next_power_of_2(cols))
@@ -331,21 +353,31 @@ def launch_row_gemv(x, weight, bias, norm_weight, residual, eps: float, offset: 
                     rotary_rows: int = 0, head_dim: int = 0) -> torch.Tensor:
     """The op's kernel (reference.row_gemv's math); ``weight_scale``: int8 rows' scales;
     ``rotary_*``: the rotary embedding of the first ``rotary_rows`` rows, heads of
-    ``head_dim``. ``config``: (BLOCK_N, BLOCK_K, num_warps, AHEAD[, TILE_X])
-    (gemv_config's)."""
+    ``head_dim``. ``config``: (BLOCK_N, BLOCK_K, num_warps, AHEAD[, TILE_X[, TURNS]])
+    (gemv_config's); TURNS > 0: row_loop_triton's kernel, TURNS blocks a program."""
     width = weight.shape[0] // 2 if act else weight.shape[0]
     cols = weight.shape[1]
     out = torch.empty((*x.shape[:-1], width), dtype=x.dtype, device=x.device)
-    launch, gdc = launcher(row_gemv_kernel, row_gemv_kernel_gdc, x.device, pdl)
+    gdc = dependent_launch_here(x.device) and (pdl or library_launches_dependent())
+    sms = torch.cuda.get_device_properties(x.device).multi_processor_count if gdc else 0
     block_n, block_k, warps, ahead, *loop = config or gemv_config(
-        width, cols, bool(act), gdc, weight.element_size())
-    tile_x = bool(loop and loop[0])
+        width, cols, bool(act), gdc, weight.element_size(), sms)
+    tile_x, turns = (*loop, False, 0)[:2]
     block_n = rotary_block(block_n, rotary_rows)
+    blocks = triton.cdiv(width, block_n)
+    if turns:  # a grid of fewer programs, each TURNS blocks in a strided loop
+        from targets.aoti.kernels import row_loop_triton as loop_kernels
+        kernels, grid = loop_kernels.KERNELS, triton.cdiv(blocks, turns)
+        shape = dict(TURNS=turns)
+    else:
+        kernels, grid, shape = (row_gemv_kernel, row_gemv_kernel_gdc), blocks, dict(
+            TILE_X=bool(tile_x))
+    launch, gdc = launcher(*kernels, x.device, pdl)
     row = x.reshape(cols)
     dummy = weight  # an unused pointer argument (its branch is compiled out)
     # else a copy the step makes: read after the wait
     weights_first = dict(W_AHEAD=weight.is_contiguous()) if gdc else {}
-    launch((triton.cdiv(width, block_n),))(
+    launch((grid,))(
         row, weight.contiguous(), dummy if bias is None else bias,
         dummy if norm_weight is None else norm_weight,
         dummy if residual is None else residual.reshape(width).contiguous(),
@@ -355,6 +387,6 @@ def launch_row_gemv(x, weight, bias, norm_weight, residual, eps: float, offset: 
         EPS=eps, OFFSET=offset, N=width, K=cols, HAS_BIAS=bias is not None,
         HAS_NORM=norm_weight is not None, ACT=act, HAS_RES=residual is not None,
         HAS_SCALE=weight_scale is not None,
-        BLOCK_N=block_n, BLOCK_K=block_k, AHEAD=ahead, TILE_X=tile_x, num_warps=warps,
-        ROT_ROWS=rotary_rows, HEAD_D=head_dim, **weights_first)
+        BLOCK_N=block_n, BLOCK_K=block_k, AHEAD=ahead, num_warps=warps,
+        ROT_ROWS=rotary_rows, HEAD_D=head_dim, **shape, **weights_first)
     return out
