@@ -105,8 +105,9 @@ def step(made: dict, hidden: torch.Tensor, pdl: bool, configs: dict,
     return out
 
 
-def per_kernel(calls) -> dict:
-    """us a step for each kernel name, from torch.profiler over 10 replays of a graph."""
+def per_kernel(calls, layers: int | None = None) -> tuple[dict, dict]:
+    """us a step for each kernel name, from torch.profiler over 10 replays of a graph;
+    with ``layers``, each product's and the attention's own time (own_by_place)."""
     from torch.profiler import ProfilerActivity, profile
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
@@ -118,10 +119,32 @@ def per_kernel(calls) -> dict:
             graph.replay()
         torch.cuda.synchronize()
     found: dict = {}
+    sequence = []
     for event in prof.events():
         if event.device_type == torch.autograd.DeviceType.CUDA:
             name = event.name.split("(")[0]
             found[name] = found.get(name, 0.0) + event.time_range.elapsed_us() / 10
+            sequence.append((event.time_range.start, name, 0, event.time_range.end))
+    return found, own_by_place(sorted(sequence), layers) if layers else {}
+
+
+PLACES = ("qkv", "attention", "o", "gate_up", "down")
+
+
+def own_by_place(sequence: list, layers: int) -> dict:
+    """Median own us (decode_step_cuda.own_times: its end less the later of its start and
+    the kernel before's end) of each place in a layer, over layers and replays, where
+    every replay is five kernels a layer and the head (else {})."""
+    from bench.decode_step_cuda import own_times
+    per_replay = len(PLACES) * layers + 1
+    if not sequence or len(sequence) % per_replay:
+        return {}
+    own = [us for _, us in own_times(sequence)]
+    found = {place: statistics.median(
+        us for r in range(0, len(own), per_replay)
+        for us in own[r + i:r + per_replay - 1:len(PLACES)]) for i, place in enumerate(PLACES)}
+    found["head"] = statistics.median(own[r + per_replay - 1]
+                                      for r in range(0, len(own), per_replay))
     return found
 
 
@@ -199,6 +222,7 @@ def searched(made: dict, hidden: torch.Tensor, start: dict, candidates: dict) ->
 def variants(best: Path | None = None, int8: bool = False) -> dict:
     from bench.decode_chain_persistent import persistent_variants
     from bench.decode_chain_prefetch import prefetch_variants
+    from bench.decode_chain_rowloop import row_loop_variants
     from targets.aoti.kernels.triton_kernels import gemv_config
     size = 1 if int8 else 2
     built = {name: gemv_config(n, k, bool(act), False, size)
@@ -233,7 +257,9 @@ def variants(best: Path | None = None, int8: bool = False) -> dict:
             # weights prefetched into L2 by a side branch of the graph
             **prefetch_variants(default),
             # o -> gate/up -> down as one persistent kernel with grid barriers
-            **persistent_variants(default)}
+            **persistent_variants(default),
+            # a product as a row loop, or the one-block kernel in another shape
+            **row_loop_variants(default)}
 
 
 def main() -> None:
@@ -273,12 +299,14 @@ def main() -> None:
         differs = (out - step(made, hidden, False, configs).float()).abs().max().item()
         ms = graph_time([lambda: step(made, hidden, pdl, configs, ahead, join, block_s,
                                       hook, mlp)], warm=2, runs=50)
-        kernels = per_kernel(
-            lambda: step(made, hidden, pdl, configs, ahead, join, block_s, hook, mlp))
+        kernels, own = per_kernel(
+            lambda: step(made, hidden, pdl, configs, ahead, join, block_s, hook, mlp),
+            args.layers)
         row = {"variant": label, "int8": args.int8, "dependent_launch": pdl,
                "configs": configs, "ms": ms,
                "weight_gb": byte_count / 1e9, "tb_s": byte_count / ms / 1e9,
                "max_abs_diff_vs_plain_launch": differs, "kernels_us": kernels,
+               "own_us": own,
                "gpu": torch.cuda.get_device_name(), "torch": torch.__version__}
         rows.append(row)
         if args.out:  # each variant as it comes: a run cut short keeps what it measured
@@ -288,6 +316,9 @@ def main() -> None:
               f"max|diff| vs plain launch {differs:.1e}  " + ", ".join(
                   f"{k} {v:.0f}" for k, v in sorted(kernels.items(), key=lambda kv: -kv[1])),
               flush=True)
+        if own:
+            print(f"{'':42s} own us: " + ", ".join(f"{k} {v:.2f}" for k, v in own.items()),
+                  flush=True)
     if args.rounds:
         calls = {}
         for label, (pdl, configs, *cache) in chosen.items():
