@@ -9,7 +9,8 @@ program's blocks back to back: while a block is summed, the next one's bytes are
 their way. x (times the norm's weight) over the first AHEAD columns is read once a
 program, not once a block. The same folds, and the same plain and ``_gdc`` forms
 (dependent_launch.py): the first block's weights before the wait, all else after it.
-launch_row_gemv starts it when a config's TURNS is set.
+launch_row_gemv starts it when a config's TURNS is set; gemv_config sets it for a gated
+product's dependent launch (row_loop_config).
 """
 
 from __future__ import annotations
@@ -90,3 +91,18 @@ def row_loop_kernel_gdc(x_ptr, w_ptr, b_ptr, nw_ptr, r_ptr, s_ptr, cos_ptr, sin_
 declare_writes(row_loop_kernel_gdc, "out_ptr")
 
 KERNELS = (row_loop_kernel, row_loop_kernel_gdc)
+
+# row loop programs a multiprocessor holds at once (2 gated rows ahead, 4 warps: about
+# 80 registers a thread)
+_LOOP_PER_SM = 5
+
+
+def row_loop_config(rows: int, cols: int, multiprocessors: int) -> tuple:
+    """A gated product's row loop (gemv_config's choice): two rows a block, each
+    block's whole rows of gate and up loaded while the block before is summed, and as
+    many turns as make the grid fit the GPU at once. A grid of one wave streams: in the
+    decode chain, gate/up took 11.0 us a call against 14.0 as one block a program, and
+    a grid one wave too large (four turns, 704 programs) lost 5%."""
+    whole = triton.next_power_of_2(cols)
+    turns = triton.cdiv(triton.cdiv(rows, 2), _LOOP_PER_SM * multiprocessors)
+    return 2, min(512, whole), 4, whole, False, turns

@@ -308,8 +308,12 @@ def gemv_config(rows: int, cols: int, gated: bool, dependent: bool = False,
     columns a tile, and a gated product's pairs of rows two a program); a ``dependent``
     launch of a product that is not gated loads as many of a program's first columns
     ahead of its wait as fit in registers, a plain one none (AHEAD 0: the loop alone).
-    ``multiprocessors``: the GPU's (not used yet)."""
+    A dependent gated product of 16-bit rows of at most 2,048 columns on a GPU of
+    ``multiprocessors``: the row loop (row_loop_triton.row_loop_config)."""
     int8 = weight_bytes == 1
+    if dependent and gated and weight_bytes == 2 and cols <= 2048 and multiprocessors:
+        from targets.aoti.kernels.row_loop_triton import row_loop_config
+        return row_loop_config(rows, cols, multiprocessors)
     block_k = min(1024 if int8 else 256 if rows >= 4096 else 512,
                   triton.next_power_of_2(cols))
     if rows <= 2048 and cols <= 2048:  # a small product: more, smaller programs

@@ -91,6 +91,25 @@ def test_row_loop_over_int8_rows_applies_each_rows_scale():
     assert _error(got, want) < 1e-5
 
 
+def test_dependent_gated_products_of_16_bit_rows_take_the_row_loop_in_one_wave():
+    """The ~1.1B's gate/up on 132 multiprocessors: two rows a block, whole rows ahead,
+    five turns, so its 564 programs fit at five a multiprocessor; a plain launch, int8
+    rows, longer rows, no GPU's count, a product not gated: one block a program."""
+    from targets.aoti.kernels.row_loop_triton import _LOOP_PER_SM
+    from targets.aoti.kernels.triton_kernels import gemv_config
+    config = gemv_config(5632, 2048, True, True, 2, 132)
+    assert config == (2, 512, 4, 2048, False, 5)
+    assert -(-5632 // 2 // config[-1]) <= _LOOP_PER_SM * 132
+    assert gemv_config(5632, 2048, True, True, 2, 114)[-1] == 5
+    assert gemv_config(1024, 512, True, True, 2, 132) == (2, 512, 4, 512, False, 1)
+    for other in (gemv_config(5632, 2048, True, False, 2, 132),
+                  gemv_config(5632, 2048, True, True, 1, 132),
+                  gemv_config(14336, 4096, True, True, 2, 132),
+                  gemv_config(5632, 2048, True, True, 2),
+                  gemv_config(2560, 2048, False, True, 2, 132)):
+        assert len(other) == 4
+
+
 @pytest.mark.cuda
 @pytest.mark.parametrize("config", [None, (1, 1024, 4, 2048, False, 11),
                                     (2, 512, 4, 2048, False, 2)])
