@@ -227,7 +227,9 @@ def variants(best: Path | None = None, int8: bool = False) -> dict:
     size = 1 if int8 else 2
     built = {name: gemv_config(n, k, bool(act), False, size)
              for name, (n, k, act) in PRODUCTS.items()}
-    default = {name: gemv_config(n, k, bool(act), True, size)
+    # what a built library runs on this GPU (a gated product's row loop among them)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    default = {name: gemv_config(n, k, bool(act), True, size, sms)
                for name, (n, k, act) in PRODUCTS.items()}
     if best is not None:
         fastest = {name: configs[0] for name, configs in swept(best, int8).items()}

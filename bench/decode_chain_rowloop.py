@@ -5,7 +5,8 @@ and the one-block-a-program kernel with other shapes (a gated product's whole ro
 
 A product's configuration is launch_row_gemv's (BLOCK_N, BLOCK_K, warps, AHEAD,
 TILE_X, TURNS); a variant changes one product or several from "dependent + join" (what
-the built library runs), and is named by what it changes:
+the built library runs: gate/up's row loop of 2 rows and, on 132 multiprocessors, 5 turns),
+and is named by what it changes:
 
     python bench/decode_chain_cuda.py --rounds 20 --variants "dependent + join,dependent + join + row loop
         gate/up 1 row 11 turns,..."
@@ -19,6 +20,8 @@ from __future__ import annotations
 # name -> {product: configuration}; products not named keep "dependent + join"'s
 CHANGES = {
     "nothing changed": {},  # the baseline again: the spread between two equal graphs
+    # gate/up as one block a program, as before the row loop was chosen for it
+    "gate/up one block a program": {"gate_up": (8, 256, 4, 0)},
     # the one-block-a-program kernel: a gated row's gate and up loaded whole ahead
     "gate/up 1 row whole ahead": {"gate_up": (1, 1024, 4, 2048)},
     "gate/up 2 rows whole ahead": {"gate_up": (2, 512, 4, 2048)},
