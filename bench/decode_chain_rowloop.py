@@ -50,6 +50,9 @@ CHANGES = {
     "row loop down 2 rows 4 turns": {"down": (2, 512, 4, 2048, False, 4)},
     "row loop down 1 row 4096 ahead 4 turns": {"down": (1, 512, 4, 4096, False, 4)},
     "row loop down 4 rows 8 warps 4096 ahead 2 turns": {"down": (4, 512, 8, 4096, False, 2)},
+    # o before the row loop's gate/up: fewer, wider programs, or more warps
+    "o 4 rows 8 warps": {"o": (4, 512, 8, 2048)},
+    "o 2 rows 4 warps": {"o": (2, 512, 4, 2048)},
     "row loop o 2 rows 2 turns": {"o": (2, 512, 4, 2048, False, 2)},
     "row loop o 1 row 4 turns": {"o": (1, 1024, 4, 2048, False, 4)},
     "row loop q/k/v 2 rows 3 turns": {"qkv": (2, 512, 4, 2048, False, 3)},
