@@ -87,15 +87,21 @@ def _x_tile(x_ptr, nw_ptr, first, K: tl.constexpr, GROUP: tl.constexpr,
 
 
 @triton.jit
-def _nibble_pair(words, SHIFT: tl.constexpr):
-    """(the nibble at bit SHIFT, the one at bit SHIFT + 16) of each 32-bit word, times
-    2^-24, in fp32: a nibble alone in a 16-bit half is the fp16 subnormal nibble x 2^-24,
-    so one mask takes two nibbles and fp16's conversion (exact, and an operand's half is
-    chosen for free) replaces the int-to-float one."""
-    pair = (words >> SHIFT) & 0x000F000F
+def halves_as_floats(pair):
+    """(the low 16-bit half, the high one) of each 32-bit word as the fp16 it holds, in
+    fp32 (the conversion picks an operand's half for free: no shift). A half holding an
+    integer q below 1024 alone is the fp16 subnormal q x 2^-24: so one mask turns two
+    integers into floats, with no int-to-float conversion."""
     low = pair.to(tl.uint16).to(tl.float16, bitcast=True).to(tl.float32)
     high = (pair >> 16).to(tl.uint16).to(tl.float16, bitcast=True).to(tl.float32)
     return low, high
+
+
+@triton.jit
+def _nibble_pair(words, SHIFT: tl.constexpr):
+    """(the nibble at bit SHIFT, the one at bit SHIFT + 16) of each 32-bit word, times
+    2^-24, in fp32."""
+    return halves_as_floats((words >> SHIFT) & 0x000F000F)
 
 
 @triton.jit
