@@ -32,8 +32,7 @@ import triton
 import triton.language as tl
 
 from targets.aoti.kernels.dependent_launch import declare_writes, launcher
-from targets.aoti.kernels.triton_kernels import (_column_sums, _finish, _first_sums,
-                                                 _first_tiles)
+from targets.aoti.kernels.row_parts import _column_sums, _finish, _first_sums, _first_tiles
 
 
 _ACQUIRE = tl.constexpr("ld.acquire.gpu.global.b32 $0, [$1];")

@@ -19,8 +19,8 @@ import triton
 import triton.language as tl
 
 from targets.aoti.kernels.dependent_launch import declare_writes
-from targets.aoti.kernels.triton_kernels import (_block_rows, _column_sums, _dot_first,
-                                                 _finish, _first_tiles, _x_first)
+from targets.aoti.kernels.row_parts import (_block_rows, _column_sums, _dot_first, _finish,
+                                            _first_tiles, _x_first)
 
 
 @triton.jit
