@@ -1,13 +1,14 @@
-"""On the GPU machine: row_gemv over int8 rows, the kernel the op runs (targets/aoti/
-kernels/int8_triton.py) against the general row kernel's int8 path (triton_kernels.py,
-HAS_SCALE) it replaced, for the ~1.1B LLaMA shape's five products with their folds.
+"""On the GPU machine: row_gemv over int8 rows, the general row kernel's int8 path
+(targets/aoti/kernels/triton_kernels.py, HAS_SCALE: what the cuda target runs) against
+bench/int8_rows_triton.py's kernel (bytes read as fp32 subnormals, x in the rows' own
+layout), for the ~1.1B LLaMA shape's five products with their folds.
 
     python bench/int8_rows_cuda.py [--layers 22] [--configs B,W,WARPS;...] [--out FILE]
 
 Each figure is a CUDA graph of one call per layer, each layer with its own weights (L2
 holds none of them between calls), replayed after warm-up: CUDA events, median of 30
 (decode_kernels_cuda.py's method), plain and as dependent launches (the ``_gdc`` forms,
-as a built step starts them). In one process, in turns: the general kernel, the int8
+as a built step starts them). In one process, in turns: the general kernel, the other
 kernel's default, each ``--configs`` entry (BLOCK_N, BLOCK_W, warps), the general kernel
 again. Bytes: the rows and their fp16 scales.
 """
@@ -33,8 +34,8 @@ def _timed(launch, stored, layers: int) -> tuple[float, float]:
 
 
 def case(name, n, k, norm, act, res, layers, configs) -> dict:
+    from bench.int8_rows_triton import int8_config, launch_int8_row_gemv
     from targets.aoti.kernels import reference
-    from targets.aoti.kernels.int8_triton import int8_config, launch_int8_row_gemv
     from targets.aoti.kernels.triton_kernels import launch_row_gemv
     dt = dict(device="cuda", dtype=torch.float16)
     rows = 2 * n if act else n

@@ -1,7 +1,7 @@
 """On the GPU machine, under Nsight Compute: one launch of each large product of the ~1.1B
 LLaMA shape (gate/up with its norm and SiLU x up, the head with its norm) over int4, int8
 and fp16 rows, for a profile of each against the others (int8 rows twice: the general
-row kernel's int8 path, then int8_triton's kernel, which the op runs).
+row kernel's int8 path, which the cuda target runs, then bench/int8_rows_triton.py's).
 
     ncu --clock-control none --set full -k regex:row_gemv_kernel -o REPORT \\
         python bench/rows_profile_cuda.py [--split-x]
@@ -28,9 +28,9 @@ LARGE = ("gate_up+norm+silu", "lm_head+norm")
 
 
 def launch_each(split_x: bool) -> None:
+    from bench.int8_rows_triton import launch_int8_row_gemv
     from targets.aoti.kernels import int4_rows
     from targets.aoti.kernels.int4_triton import int4_config, launch_int4_row_gemv
-    from targets.aoti.kernels.int8_triton import launch_int8_row_gemv
     from targets.aoti.kernels.triton_kernels import launch_row_gemv
     dt = dict(device="cuda", dtype=torch.float16)
     for name, n, k, norm, act, res in (s for s in SHAPES if s[0] in LARGE):

@@ -35,13 +35,6 @@ def _row_gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
                                     eps, offset, act, rotary_cos=rotary_cos,
                                     rotary_sin=rotary_sin, rotary_rows=rotary_rows,
                                     head_dim=head_dim)
-    if weight.dtype == torch.int8:  # int8 rows, a scale a row: bytes read as fp16
-        from targets.aoti.kernels import int8_triton
-        if int8_triton.supports(weight, weight_scale):
-            return int8_triton.launch_int8_row_gemv(
-                x, weight, weight_scale, bias, norm_weight, residual, eps, offset, act,
-                rotary_cos=rotary_cos, rotary_sin=rotary_sin, rotary_rows=rotary_rows,
-                head_dim=head_dim)
     from targets.aoti.kernels.triton_kernels import launch_row_gemv
     return launch_row_gemv(x, weight, bias, norm_weight, residual, eps, offset, act,
                            weight_scale=weight_scale, rotary_cos=rotary_cos,

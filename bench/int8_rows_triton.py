@@ -1,19 +1,19 @@
-"""``row_gemv`` over int8 rows (``--quantize int8-weight``: one signed byte a weight, one
-scale a row), with the same folds as fp16 and int4 rows (the norm before, bias, rotary,
-the gated activation, the residual: triton_kernels._finish).
+"""A timing tool, not the library's: ``row_gemv`` over int8 rows (``--quantize
+int8-weight``: a signed byte a weight, a scale a row) with fewer instructions a weight
+than the general row kernel (targets/aoti/kernels/triton_kernels.py, HAS_SCALE), which
+the cuda target keeps: this kernel made the 1.1B int8 step 40% slower (bench/RESULTS.md).
+Same folds as the library's (the norm before, bias, rotary, the gated activation, the
+residual: row_parts._finish); reference.row_gemv's math.
 
-A program reduces BLOCK_N rows, BLOCK_W 32-bit words (four weights each) a step. The
-general row kernel spent about 8 instructions a weight, most of them taking each byte out
-and converting it to a float. Here a mask makes the float: a signed byte b with its top
-bit flipped is b + 128 (0..255), and alone in the low bits of a 32-bit word that is an
-fp32 subnormal, exact, which an FMA takes as it is (no conversion); x's columns are
-scaled by powers of two to bring the products back into the normal range (_byte_dot).
-Each row's sum is then the dot less 128 x the sum of x (x as multiplied: after the norm's
-weights, before its scale, which applies to both alike). x is read in the weights' own
-layout, each thread's columns serving its BLOCK_N / 8 rows, so no step moves it through
-shared memory. The ``_gdc`` form (a programmatic dependent launch) lets the next kernel
-start at once and loads its first two tiles of weights before it waits for the kernel
-before.
+A program reduces BLOCK_N rows, BLOCK_W 32-bit words (four weights each) a step. A mask
+makes each float: a signed byte b with its top bit flipped is b + 128 (0..255), and alone
+in the low bits of a 32-bit word that is an fp32 subnormal, exact, which an FMA takes as
+it is (no conversion); x's columns are scaled by powers of two to bring the products back
+into the normal range (_byte_dot). Each row's sum is then the dot less 128 x the sum of x
+(x as multiplied: after the norm's weights, before its scale, which applies to both
+alike). x is read in the weights' own layout, each thread's columns serving its BLOCK_N /
+8 rows, so no step moves it through shared memory. The ``_gdc`` form (a programmatic
+dependent launch) loads its first two tiles of weights before it waits.
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ import triton.language as tl
 
 from targets.aoti.kernels.dependent_launch import declare_writes, launcher
 from targets.aoti.kernels.int4_triton import halves_as_floats
-from targets.aoti.kernels.triton_kernels import _finish, _program_rows, rotary_block
+from targets.aoti.kernels.row_parts import _finish, _program_rows
+from targets.aoti.kernels.triton_kernels import rotary_block
 
 
 @triton.jit
@@ -239,11 +240,6 @@ def int8_config(rows: int, cols: int, gated: bool) -> tuple[int, int, int]:
     block_w = min(128, triton.next_power_of_2(max(cols // 4, 1)))
     block_n = 32 if rows >= 16384 else 16
     return block_n, block_w, 8 if block_w == 128 else 4
-
-
-def supports(weight: torch.Tensor, weight_scale) -> bool:
-    """Whether these int8 rows fit the kernel: whole words a row, a scale a row."""
-    return weight.shape[-1] % 4 == 0 and weight_scale is not None
 
 
 def launch_int8_row_gemv(x, weight, weight_scale, bias, norm_weight, residual, eps: float,

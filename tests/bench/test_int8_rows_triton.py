@@ -1,6 +1,6 @@
-"""The cuda target's int8-row kernel (targets/aoti/kernels/int8_triton.py) against the
-reference math: every byte value read exactly, every fold, the rotary rows; and the op
-sending int8 rows to it. On a GPU, or on the CPU under ``TRITON_INTERPRET=1``."""
+"""The int8-row kernel kept as a timing tool (bench/int8_rows_triton.py) against the
+reference math: every byte value read exactly, every fold, the rotary rows. On a GPU, or
+on the CPU under ``TRITON_INTERPRET=1``."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ def test_int8_row_gemv_kernel_reads_every_byte_value_exactly(config):
     that differ by a word's byte, scale 1, in float32: every sum is an exact integer, so
     a byte lost, moved or read with the wrong sign shows as a mismatch."""
     device = _device()
-    from targets.aoti.kernels.int8_triton import launch_int8_row_gemv
+    from bench.int8_rows_triton import launch_int8_row_gemv
     cols = torch.arange(256, device=device)
     weight = ((torch.arange(256, device=device)[:, None] + 37 * cols) % 256 - 128)
     weight = weight.to(torch.int8)
@@ -50,7 +50,7 @@ def test_int8_row_gemv_kernel_matches_its_reference(case, config):
     width no block divides, the norm (the -128's sum of x taken after the norm's
     weights), gated SiLU x up, bias and residual."""
     device = _device()
-    from targets.aoti.kernels.int8_triton import launch_int8_row_gemv
+    from bench.int8_rows_triton import launch_int8_row_gemv
     n, k, norm, act, res, bias = case
     dtype = dict(device=device, dtype=torch.float16)
     rows = 2 * n if act else n
@@ -70,7 +70,7 @@ def test_int8_row_gemv_kernel_matches_its_reference(case, config):
 @pytest.mark.parametrize("config", [None, (4, 16, 4)])
 def test_int8_row_gemv_kernel_rotates_the_first_rows_as_its_reference(config):
     device = _device()
-    from targets.aoti.kernels.int8_triton import launch_int8_row_gemv
+    from bench.int8_rows_triton import launch_int8_row_gemv
     heads, kv_heads, dim, k = 8, 2, 64, 256
     dtype = dict(device=device, dtype=torch.float16)
     rotated = (heads + kv_heads) * dim
@@ -87,23 +87,3 @@ def test_int8_row_gemv_kernel_rotates_the_first_rows_as_its_reference(config):
                                                        weight_scale=scale).float())
     got = launch_int8_row_gemv(x, weight, scale, *args, config=config, **turn).float()
     assert ((got - want).norm() / want.norm()).item() < 2e-3
-
-
-@pytest.mark.cuda
-def test_the_op_sends_int8_rows_to_their_kernel(monkeypatch):
-    """int8 rows of whole words go to int8_triton; others (K not a multiple of 4, no
-    scales) to the general row kernel."""
-    device = _device()
-    from targets.aoti.kernels import int8_triton, ops, triton_kernels
-    taken = []
-    for module, name in ((int8_triton, "launch_int8_row_gemv"),
-                         (triton_kernels, "launch_row_gemv")):
-        real = getattr(module, name)
-        monkeypatch.setattr(module, name, lambda *a, _r=real, _n=name, **kw:
-                            taken.append(_n) or _r(*a, **kw))
-    x = torch.randn(1, 1, 64, device=device, dtype=torch.float16)
-    for k in (64, 66):
-        weight, scale = _rows(8, k, device, k)
-        ops._row_gemv(x[..., :k] if k == 64 else torch.randn(1, 1, k, device=device,
-                      dtype=torch.float16), weight, None, None, None, 1e-6, 0.0, 0, scale)
-    assert taken == ["launch_int8_row_gemv", "launch_row_gemv"]
