@@ -88,11 +88,12 @@ def _x_columns(x_ptr, nw_ptr, first, OFFSET: tl.constexpr, K: tl.constexpr,
 
 
 @triton.jit
-def _x_sums(x_ptr, nw_ptr, OFFSET: tl.constexpr, K: tl.constexpr, HAS_NORM: tl.constexpr,
-            BLOCK: tl.constexpr):
-    """(the sum of x as multiplied, the sum of x^2) over K columns, each column once a
-    program: in the weights' layout every thread would add its columns again for each
-    warp that shares them."""
+def _x_sum_terms(x_ptr, nw_ptr, OFFSET: tl.constexpr, K: tl.constexpr,
+                 HAS_NORM: tl.constexpr, BLOCK: tl.constexpr):
+    """(x as multiplied, x^2) over K columns added up BLOCK apart, each column once a
+    program ([BLOCK] each, summed by the caller after the dot: a reduction's barrier
+    before it would hold its first loads of x back by a round trip). In the weights'
+    layout each thread would add its columns again for every warp that shares them."""
     sums = tl.zeros((BLOCK,), dtype=tl.float32)
     squares = tl.zeros((BLOCK,), dtype=tl.float32)
     for start in tl.static_range(0, K, BLOCK):
@@ -103,7 +104,7 @@ def _x_sums(x_ptr, nw_ptr, OFFSET: tl.constexpr, K: tl.constexpr, HAS_NORM: tl.c
             nw = tl.load(nw_ptr + cols, mask=cols < K, other=0.0).to(tl.float32)
             x = x * (nw + OFFSET) if OFFSET != 0 else x * nw
         sums += x
-    return tl.sum(sums, axis=0), tl.sum(squares, axis=0)
+    return sums, squares
 
 
 # A byte u alone at bits 0-7 of a 32-bit word is the fp32 subnormal u x 2^-149, at bits
@@ -182,9 +183,11 @@ def _int8_row_gemv(x_ptr, w_ptr, s_ptr, b_ptr, nw_ptr, r_ptr, cos_ptr, sin_ptr,
     res = row_ok  # no residual: not read
     if HAS_RES:  # loaded with x, not after the sums: no round trip of its own at the end
         res = tl.load(r_ptr + rows, mask=row_ok, other=0.0)
-    x_sum, square_sum = _x_sums(x_ptr, nw_ptr, OFFSET, K, HAS_NORM, 1024)
+    sums, squares = _x_sum_terms(x_ptr, nw_ptr, OFFSET, K, HAS_NORM, 1024)
     acc, up = _word_sums(x_ptr, nw_ptr, w_ptr, up_ptr, rows, row_ok, ahead, ahead2,
                          up_ahead, up_ahead2, OFFSET, K, BLOCK_N, BLOCK_W, HAS_NORM, ACT)
+    x_sum = tl.sum(sums, axis=0)
+    square_sum = tl.sum(squares, axis=0)
     # the products came as (b + 128) x x x 2^-59: a row's sum is 2^59 x its dot less
     # 128 x sum(x)
     zero = tl.zeros((BLOCK_N,), dtype=tl.float32)
