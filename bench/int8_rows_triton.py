@@ -1,8 +1,8 @@
 """A timing tool, not the library's: ``row_gemv`` over int8 rows (``--quantize
 int8-weight``: a signed byte a weight, a scale a row) with fewer instructions a weight
 than the general row kernel (targets/aoti/kernels/triton_kernels.py, HAS_SCALE), which
-the cuda target keeps: this kernel made the 1.1B int8 step 40% slower (bench/RESULTS.md).
-Same folds as the library's (the norm before, bias, rotary, the gated activation, the
+the cuda target keeps: built into a 1.1B int8 step, this kernel made it 40% slower. Same
+folds as the library's (the norm before, bias, rotary, the gated activation, the
 residual: row_parts._finish); reference.row_gemv's math.
 
 A program reduces BLOCK_N rows, BLOCK_W 32-bit words (four weights each) a step. A mask
