@@ -9,8 +9,10 @@ attention in place of ONNX Runtime's MatMulNBits and GroupQueryAttention.
   4-bit unpacking shared by the four, 1.4-1.5x MLAS's GEMM at 128 rows).
 - ``rows_attention.c``: GroupQueryAttention's decoder case, reading the cache in place.
 
-x86-64 with AVX2 and FMA only (issue 52 goal 3: 1.27x llama.cpp Q8_0 and 1.44x Q4_0 on 2
-threads where ORT's own ops gave 1.02x / 1.10x). ``rewrite.py`` moves the graph's nodes to
+x86-64 with AVX2 and FMA (issue 52 goal 3: 1.27x llama.cpp Q8_0 and 1.44x Q4_0 on 2
+threads where ORT's own ops gave 1.02x / 1.10x); on a CPU with AVX-512 VNNI the library
+decodes on ``nbits_vnni.h``'s tile instead, picked when a session registers it
+(``ISA_ENV=avx2`` keeps the AVX2 tiles there). ``rewrite.py`` moves the graph's nodes to
 the library's domain; the runtime registers the library on the session
 (runtime/executors/ort_kernels.py) and refuses a CPU without the ISA.
 """
@@ -29,7 +31,8 @@ from runtime.host.hostinfo import cpu_flags
 
 HERE = Path(__file__).resolve().parent
 SOURCES = ("nbits_rows.c", "rows_attention.c")
-HEADERS = ("rows_abi.h", "nbits_tiles.h")
+HEADERS = ("rows_abi.h", "nbits_tiles.h", "nbits_vnni.h")
+ISA_ENV = "EDGE_EXPORTER_ONNX_KERNELS_ISA"  # "avx2": the AVX2 tiles on any CPU
 LIBRARY = "onnx_kernels.so"  # the artifact entry, beside model.onnx
 PLATFORM = "linux-x86_64"  # what the library is compiled for
 ISA = "avx2+fma"

@@ -1,7 +1,7 @@
 // MatMulNBits (symmetric 8- and 4-bit blocks, no zero points) as an ONNX Runtime custom
-// op with the onnx target's own AVX2 kernels, over MatMulNBits's own inputs and
-// attributes (targets/onnx/kernels/rewrite.py moves the nodes at build time; the library
-// is compiled into the artifact: issue 52, goal 3).
+// op with the onnx target's own AVX2 kernels (decode on AVX-512 VNNI where the CPU has
+// it: nbits_vnni.h), over MatMulNBits's own inputs and attributes (targets/onnx/kernels/
+// rewrite.py moves the nodes at build time; the library is compiled into the artifact).
 //
 // Weights are repacked once, when the kernel is made, four output rows interleaved per
 // 32 bytes so each thread reads one sequential stream (MLAS packs its own way too).
@@ -13,6 +13,7 @@
 
 #include "rows_abi.h"
 #include "nbits_tiles.h"
+#include "nbits_vnni.h"
 
 OrtApiTable api;
 
@@ -21,16 +22,48 @@ enum { ROWS_PER_TASK = 32 };
 // glu: the output is silu(first half) * second half, a LLaMA MLP's packed gate/up;
 // norm: the input is ORT's SkipSimplifiedLayerNormalization of (x, skip, gamma) first,
 // x + skip the second output
-typedef struct { int64_t K, N, bits, block, glu, norm; float eps; uint8_t* packed; } Kernel;
+// vnni: decode on nbits_vnni.h's tile, with wsum16 (16x each row's 8-bit weight sum by
+// block, R per group and block) for its offset
+typedef struct {
+  int64_t K, N, bits, block, glu, norm; float eps; uint8_t* packed;
+  int32_t* wsum16; int vnni;
+} Kernel;
 typedef struct {
   const uint8_t* w; const float* ws; const int8_t* xq; const float* xs; const int32_t* xsum;
   float* y; int64_t M, N, nb, block, bits;
   const float* wst; int64_t npad; const __m256* xs4; const __m256i* xq4;  // M >= MB
+  const int32_t* wsum16; int vnni;
 } Job;
+
+static int vnni;  // at registration: vnni_here() (nbits_vnni.h)
+
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni")))
+static void one_row_vnni(const Job* j, int64_t m, int64_t n0, int64_t n1) {
+  const int64_t nb = j->nb, kp = nb * j->block;
+  const int64_t group = (j->bits == 8 ? j->block : j->block / 2) * nb;
+  const int8_t* x = j->xq + m * kp;
+  const float* xs = j->xs + m * nb;
+  const int32_t* xsum = j->xsum ? j->xsum + m * nb : NULL;
+  float* y = j->y + m * j->N;
+  for (int64_t n = n0; n < n1; n += R) {
+    int rows_n = (int)(n1 - n < R ? n1 - n : R);
+    const int32_t* wsum16 = j->wsum16 ? j->wsum16 + n * nb : NULL;
+    if (j->bits == 8)
+      tile_vnni(j->w + n * group, j->ws + n * nb, wsum16, x, xs, xsum, y + n, nb, j->block,
+                8, rows_n);
+    else
+      tile_vnni(j->w + n * group, j->ws + n * nb, wsum16, x, xs, xsum, y + n, nb, j->block,
+                4, rows_n);
+  }
+}
 
 // decode: activation row m against outputs [n0, n1), the widths' loops apart so tile's
 // loops unroll with constant bounds
 static void one_row(const Job* j, int64_t m, int64_t n0, int64_t n1) {
+  if (j->vnni) {
+    one_row_vnni(j, m, n0, n1);
+    return;
+  }
   const int64_t nb = j->nb, block = j->block, kp = nb * block;
   const int64_t group = (j->bits == 8 ? block : block / 2) * nb;  // bytes of one row
   const int8_t* x = j->xq + m * kp;
@@ -215,7 +248,7 @@ static OrtStatus* compute(void* op_kernel, OrtKernelContext* ctx) {
   int32_t* xsum = kern->bits == 4 ? malloc(sizeof(int32_t) * (size_t)(M * nb)) : NULL;
   quantize_rows(a, M, kern->K, nb, kern->block, (int)kern->bits, xq, xs, xsum);
   Job j = {kern->packed, ws, xq, xs, xsum, y, M, kern->N, nb, kern->block, kern->bits,
-           NULL, 0, NULL, NULL};
+           NULL, 0, NULL, NULL, kern->wsum16, kern->vnni};
   if (M >= MB) prefill_tables(&j);
   size_t tasks = (size_t)((kern->N + ROWS_PER_TASK - 1) / ROWS_PER_TASK);
   OrtStatus* status = KernelContext_ParallelFor(ctx, task, tasks, 0, &j);
@@ -269,6 +302,18 @@ static OrtStatus* pack(Kernel* k, const OrtKernelInfo* info) {
                src + (n * nb + b) * blob + off, 32);
   if (k->bits == 8)
     for (size_t i = 0; i < bytes; i++) k->packed[i] ^= 0x80;
+  k->vnni = vnni;
+  if (k->vnni && k->bits == 8) {  // [group][block][R]; padded rows sum to 0
+    int64_t groups = (k->N + R - 1) / R;
+    k->wsum16 = calloc((size_t)(groups * nb * R), sizeof(int32_t));
+    if (!k->wsum16) return CreateStatus(INVALID_ARGUMENT, "NBitsRows: out of memory");
+    for (int64_t g = 0; g < groups; g++)
+      for (int64_t b = 0; b < nb; b++)
+        for (int64_t i = 0; i < blob * R; i++) {
+          const int8_t* w = (const int8_t*)k->packed + (g * nb + b) * blob * R;
+          k->wsum16[(g * nb + b) * R + i % (32 * R) / 32] += 16 * w[i];
+        }
+  }
   return NULL;
 }
 
@@ -302,6 +347,7 @@ static OrtStatus* create(const void* which, OrtApiTable table, const OrtKernelIn
 }
 static void destroy(void* k) {
   free(((Kernel*)k)->packed);
+  free(((Kernel*)k)->wsum16);
   free(k);
 }
 static const char* name(const void* which) { return NAMES[variant(which)]; }
@@ -329,6 +375,7 @@ static CustomOp attention_op;
 
 OrtStatus* RegisterCustomOps(OrtSessionOptions* options, const OrtApiBase* base) {
   api = base->GetApi(API_VERSION);
+  vnni = vnni_here();
   CustomOp op = {.version = API_VERSION, .GetName = name,
                   .GetExecutionProviderType = provider, .GetInputType = in_type,
                   .GetInputTypeCount = inputs, .GetOutputType = out_type,

@@ -2,7 +2,8 @@
 what MatMulNBits computes (the same int8 activation blocks, the same integer sums), at one
 row and several (the prefill path takes four rows at once, the rest one by one), for
 widths that are not a multiple of the block and output counts not a multiple of four;
-its decode attention computes what GroupQueryAttention computes."""
+its decode attention computes what GroupQueryAttention computes. The GEMV tests run twice:
+on the tiles this CPU gets (AVX-512 VNNI where it has it) and on the AVX2 tiles, forced."""
 
 from __future__ import annotations
 
@@ -13,13 +14,23 @@ import torch
 from runtime.executors.ort_kernels import register_kernels
 from runtime.host.platforms import host_platform
 
-from targets.onnx.kernels import LIBRARY, compile_library, unusable
+from targets.onnx.kernels import ISA_ENV, LIBRARY, compile_library, unusable
 from targets.onnx.kernels.rewrite import DOMAIN, rewrite
 
 pytestmark = pytest.mark.skipif(unusable(host_platform()) is not None,
                                 reason="the kernels are x86-64 AVX2+FMA C, compiled here")
 
 K, N = 320, 202  # 320 = 2.5 blocks of 128; 202 rows = 50 groups of four and two more
+
+
+@pytest.fixture(params=["this-cpu", "avx2"])
+def isa(request, monkeypatch):
+    """Which tiles the library picks when a session registers it (nbits_rows.c)."""
+    if request.param == "avx2":
+        monkeypatch.setenv(ISA_ENV, "avx2")
+    else:
+        monkeypatch.delenv(ISA_ENV, raising=False)
+    return request.param
 
 
 def _model(path, glu: bool = False, norm: bool = False):
@@ -82,7 +93,8 @@ def _db(want, got) -> float:
                                                    ("int4-weight", 128, True, False),
                                                    ("int8-weight", 256, True, True),
                                                    ("int4-weight", 128, False, True)])
-def test_our_kernels_compute_what_matmulnbits_computes(tmp_path, recipe, block, glu, norm):
+def test_our_kernels_compute_what_matmulnbits_computes(tmp_path, isa, recipe, block, glu,
+                                                       norm):
     import onnx
     import onnxruntime as ort
 
@@ -131,7 +143,8 @@ def _nbits_model(K: int, N: int, bits: int, block: int) -> bytes:
 
 @pytest.mark.parametrize("bits,block,N", [(4, 512, 201), (8, 512, 203), (4, 128, 203),
                                           (8, 256, 201)])
-def test_rows_at_once_compute_what_one_row_at_a_time_computes(tmp_path, bits, block, N):
+def test_rows_at_once_compute_what_one_row_at_a_time_computes(tmp_path, isa, bits, block,
+                                                              N):
     """The prefill tiles (four rows, two weight rows at a time, 4-bit sums folded per 256
     weights) against the decode GEMV on each row alone, any block and output count."""
     import onnxruntime as ort
@@ -149,7 +162,8 @@ def test_rows_at_once_compute_what_one_row_at_a_time_computes(tmp_path, bits, bl
 
 
 @pytest.mark.parametrize("bits,block", [(4, 512), (8, 512), (8, 1024)])
-def test_past_256_our_products_are_as_near_float_math_as_onnx_runtimes(tmp_path, bits, block):
+def test_past_256_our_products_are_as_near_float_math_as_onnx_runtimes(tmp_path, isa, bits,
+                                                                        block):
     """Past blocks of 256 MLAS quantizes the activations in smaller pieces than a weight
     block, so its op and ours differ by an activation rounding (~42 dB) there: ours must be
     as near the float product of the dequantized weights as its op is (within 1 dB)."""
