@@ -22,17 +22,16 @@ enum { ROWS_PER_TASK = 32 };
 // glu: the output is silu(first half) * second half, a LLaMA MLP's packed gate/up;
 // norm: the input is ORT's SkipSimplifiedLayerNormalization of (x, skip, gamma) first,
 // x + skip the second output
-// vnni: decode on nbits_vnni.h's tile, with wsum16 (16x each row's 8-bit weight sum by
-// block, R per group and block) for its offset
+// vnni: decode on nbits_vnni.h's tile, over its tables (scales, 8-bit weight sums)
 typedef struct {
   int64_t K, N, bits, block, glu, norm; float eps; uint8_t* packed;
-  int32_t* wsum16; int vnni;
+  int32_t* wsum16; float* wsp; int vnni;
 } Kernel;
 typedef struct {
   const uint8_t* w; const float* ws; const int8_t* xq; const float* xs; const int32_t* xsum;
   float* y; int64_t M, N, nb, block, bits;
   const float* wst; int64_t npad; const __m256* xs4; const __m256i* xq4;  // M >= MB
-  const int32_t* wsum16; int vnni;
+  const int32_t* wsum16; const float* wsp; int vnni;
 } Job;
 
 static int vnni;  // at registration: vnni_here() (nbits_vnni.h)
@@ -48,12 +47,15 @@ static void one_row_vnni(const Job* j, int64_t m, int64_t n0, int64_t n1) {
   for (int64_t n = n0; n < n1; n += R) {
     int rows_n = (int)(n1 - n < R ? n1 - n : R);
     const int32_t* wsum16 = j->wsum16 ? j->wsum16 + n * nb : NULL;
-    if (j->bits == 8)
-      tile_vnni(j->w + n * group, j->ws + n * nb, wsum16, x, xs, xsum, y + n, nb, j->block,
-                8, rows_n);
-    else
-      tile_vnni(j->w + n * group, j->ws + n * nb, wsum16, x, xs, xsum, y + n, nb, j->block,
-                4, rows_n);
+    // the recipes' blocks (card.NBITS_BLOCK) as constants: their steps unroll
+#define TILE(bits, block)                                                                \
+  tile_vnni(j->w + n * group, j->wsp + n * nb, wsum16, x, xs, xsum, y + n, nb, block, bits, \
+            rows_n)
+    if (j->bits == 8 && j->block == 256) TILE(8, 256);
+    else if (j->bits == 4 && j->block == 128) TILE(4, 128);
+    else if (j->bits == 8) TILE(8, j->block);
+    else TILE(4, j->block);
+#undef TILE
   }
 }
 
@@ -248,7 +250,7 @@ static OrtStatus* compute(void* op_kernel, OrtKernelContext* ctx) {
   int32_t* xsum = kern->bits == 4 ? malloc(sizeof(int32_t) * (size_t)(M * nb)) : NULL;
   quantize_rows(a, M, kern->K, nb, kern->block, (int)kern->bits, xq, xs, xsum);
   Job j = {kern->packed, ws, xq, xs, xsum, y, M, kern->N, nb, kern->block, kern->bits,
-           NULL, 0, NULL, NULL, kern->wsum16, kern->vnni};
+           NULL, 0, NULL, NULL, kern->wsum16, kern->wsp, kern->vnni};
   if (M >= MB) prefill_tables(&j);
   size_t tasks = (size_t)((kern->N + ROWS_PER_TASK - 1) / ROWS_PER_TASK);
   OrtStatus* status = KernelContext_ParallelFor(ctx, task, tasks, 0, &j);
@@ -302,21 +304,25 @@ static OrtStatus* pack(Kernel* k, const OrtKernelInfo* info) {
                src + (n * nb + b) * blob + off, 32);
   if (k->bits == 8)
     for (size_t i = 0; i < bytes; i++) k->packed[i] ^= 0x80;
-  k->vnni = vnni;
-  if (k->vnni && k->bits == 8) {  // [group][block][R]; padded rows sum to 0
-    int64_t groups = (k->N + R - 1) / R;
-    k->wsum16 = calloc((size_t)(groups * nb * R), sizeof(int32_t));
-    if (!k->wsum16) return CreateStatus(INVALID_ARGUMENT, "NBitsRows: out of memory");
-    for (int64_t g = 0; g < groups; g++)
-      for (int64_t b = 0; b < nb; b++)
-        for (int64_t i = 0; i < blob * R; i++) {
-          const int8_t* w = (const int8_t*)k->packed + (g * nb + b) * blob * R;
-          k->wsum16[(g * nb + b) * R + i % (32 * R) / 32] += 16 * w[i];
-        }
-  }
   return NULL;
 }
 
+
+// the VNNI tile's tables (nbits_vnni.h) from the scales, a constant input as the weights
+// are; where they are not constant, the AVX2 tiles
+static OrtStatus* vnni_tables(Kernel* k, const OrtKernelInfo* info) {
+  int is_const = 0;
+  const OrtValue* s_v = NULL;
+  void* scales;
+  TRY(KernelInfoGetConstantInput_tensor(info, k->norm ? 4 : 2, &is_const, &s_v));
+  if (!is_const) return NULL;
+  TRY(GetTensorMutableData(s_v, &scales));
+  if (tables_vnni(k->packed, scales, k->N, (k->K + k->block - 1) / k->block, k->block,
+                  (int)k->bits, &k->wsp, &k->wsum16))
+    return CreateStatus(INVALID_ARGUMENT, "NBitsRows: out of memory");
+  k->vnni = 1;
+  return NULL;
+}
 
 // the four ops, by glu + 2 * norm
 static CustomOp ops[4];
@@ -342,12 +348,14 @@ static OrtStatus* create(const void* which, OrtApiTable table, const OrtKernelIn
   if ((k->bits != 8 && k->bits != 4) || k->block % 64)
     return CreateStatus(INVALID_ARGUMENT, "NBitsRows: 8 or 4 bits in blocks of 64n");
   TRY(pack(k, info));
+  if (vnni) TRY(vnni_tables(k, info));
   *out = k;
   return NULL;
 }
 static void destroy(void* k) {
   free(((Kernel*)k)->packed);
   free(((Kernel*)k)->wsum16);
+  free(((Kernel*)k)->wsp);
   free(k);
 }
 static const char* name(const void* which) { return NAMES[variant(which)]; }

@@ -21,8 +21,8 @@ static int vnni_here(void) {
 
 // vpdpbusd multiplies unsigned by signed bytes: 8-bit activations go in as x + 128
 // (x ^ 0x80) against the signed weights, and 128 * (the row's weight sum over the block)
-// comes off, 16x a lane's share (pack keeps it per row and block: Kernel.wsum16); 4-bit
-// codes are w + 8, so 8 * sum(x) comes off as 4-bit's AVX2 tile takes it.
+// comes off, 16x a lane's share (tables_vnni: wsum16); 4-bit codes are w + 8, so
+// 8 * sum(x) comes off as 4-bit's AVX2 tile takes it.
 static inline VNNI __m512i pair_x(const int8_t* x, int flip) {
   __m512i v = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i*)x));
   return flip ? _mm512_xor_si512(v, _mm512_set1_epi8((char)0x80)) : v;
@@ -31,11 +31,11 @@ static inline VNNI __m512i pair_x(const int8_t* x, int flip) {
 // rows_n (<= R) outputs of one packed group of R rows for one activation row; lanes 0-7
 // of acc[h] sum row 2h, lanes 8-15 row 2h + 1
 static inline VNNI void tile_vnni(
-    const uint8_t* restrict wg, const float* restrict ws, const int32_t* restrict wsum16,
+    const uint8_t* restrict wg, const float* restrict wsp, const int32_t* restrict wsum16,
     const int8_t* restrict x, const float* restrict xs, const int32_t* restrict xsum,
     float* restrict y, int64_t nb, int64_t block, int bits, int rows_n) {
   const int64_t blob = bits == 8 ? block : block / 2;
-  const __m512i low = _mm512_set1_epi8(0x0F);
+  const __m512i low = _mm512_set1_epi8(0x0F), high = _mm512_set1_epi8((char)0xF0);
   const __m512i lanes0 = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
   const __m512i lanes1 = _mm512_add_epi32(lanes0, _mm512_set1_epi32(2));
   __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
@@ -60,32 +60,31 @@ static inline VNNI void tile_vnni(
         for (int h = 0; h < 2; h++) {
           __m512i pv = _mm512_loadu_si512(w + k / 2 * R + h * 64);
           v[h][0] = _mm512_dpbusd_epi32(v[h][0], _mm512_and_si512(pv, low), xe);
-          v[h][1] = _mm512_dpbusd_epi32(
-              v[h][1], _mm512_and_si512(_mm512_srli_epi16(pv, 4), low), xo);
+          v[h][1] = _mm512_dpbusd_epi32(v[h][1], _mm512_and_si512(pv, high), xo);
         }
       }
     }
-    __m512i off;
+    // the four rows' scales (0 past N), by the activation's; row 2h + i in lanes 8i..
+    __m512 s4 = _mm512_castps128_ps512(_mm_mul_ps(_mm_loadu_ps(wsp + b * R),
+                                                  _mm_set1_ps(xs[b])));
+    __m512i sums[2];
     if (bits == 8) {
       __m512i four =
           _mm512_castsi128_si512(_mm_loadu_si128((const __m128i*)(wsum16 + b * R)));
-      off = _mm512_permutexvar_epi32(lanes0, four);
-      __m512i off1 = _mm512_permutexvar_epi32(lanes1, four);
-      v[1][0] = _mm512_sub_epi32(v[1][0], off1);
-    } else {
-      off = _mm512_set1_epi32(xsum[b]);
-      v[1][0] = _mm512_sub_epi32(v[1][0], off);
+      sums[0] = _mm512_sub_epi32(_mm512_add_epi32(v[0][0], v[0][1]),
+                                 _mm512_permutexvar_epi32(lanes0, four));
+      sums[1] = _mm512_sub_epi32(_mm512_add_epi32(v[1][0], v[1][1]),
+                                 _mm512_permutexvar_epi32(lanes1, four));
+    } else {  // the odd codes went in 16x (their nibble unshifted)
+      __m512i off = _mm512_set1_epi32(xsum[b]);
+      for (int h = 0; h < 2; h++)
+        sums[h] = _mm512_sub_epi32(_mm512_add_epi32(v[h][0], _mm512_srai_epi32(v[h][1], 4)),
+                                   off);
     }
-    v[0][0] = _mm512_sub_epi32(v[0][0], off);
-    for (int h = 0; h < 2; h++) {  // the rows past rows_n are padding: scale 0
-      float s0 = 2 * h < rows_n ? ws[2 * h * nb + b] * xs[b] : 0.f;
-      float s1 = 2 * h + 1 < rows_n ? ws[(2 * h + 1) * nb + b] * xs[b] : 0.f;
-      __m512 scale = _mm512_castpd_ps(_mm512_insertf64x4(
-          _mm512_castpd256_pd512(_mm256_castps_pd(_mm256_set1_ps(s0))),
-          _mm256_castps_pd(_mm256_set1_ps(s1)), 1));
-      acc[h] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(v[h][0], v[h][1])),
-                               scale, acc[h]);
-    }
+    acc[0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums[0]),
+                             _mm512_permutexvar_ps(lanes0, s4), acc[0]);
+    acc[1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums[1]),
+                             _mm512_permutexvar_ps(lanes1, s4), acc[1]);
   }
   for (int r = 0; r < rows_n; r++) {
     __m512d a = _mm512_castps_pd(acc[r / 2]);
@@ -94,3 +93,23 @@ static inline VNNI void tile_vnni(
   }
 }
 #undef VNNI
+
+// [group][block][R], padded rows 0: the scales, and 16x each 8-bit row's weight sum by
+// block (the packed weights are signed there); nonzero when out of memory
+static int tables_vnni(const uint8_t* packed, const float* scales, int64_t N, int64_t nb,
+                       int64_t block, int bits, float** wsp, int32_t** wsum16) {
+  const int64_t groups = (N + R - 1) / R, blob = bits == 8 ? block : block / 2;
+  *wsp = calloc((size_t)(groups * nb * R), sizeof(float));
+  *wsum16 = bits == 8 ? calloc((size_t)(groups * nb * R), sizeof(int32_t)) : NULL;
+  if (!*wsp || (bits == 8 && !*wsum16)) return 1;
+  for (int64_t n = 0; n < N; n++)
+    for (int64_t b = 0; b < nb; b++)
+      (*wsp)[(n / R * nb + b) * R + n % R] = scales[n * nb + b];
+  for (int64_t g = 0; bits == 8 && g < groups; g++)
+    for (int64_t b = 0; b < nb; b++) {
+      const int8_t* w = (const int8_t*)packed + (g * nb + b) * blob * R;
+      for (int64_t i = 0; i < blob * R; i++)
+        (*wsum16)[(g * nb + b) * R + i % (32 * R) / 32] += 16 * w[i];
+    }
+  return 0;
+}
