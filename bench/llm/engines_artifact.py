@@ -3,7 +3,8 @@
 GEMMs), ``artifact-cpu-int4`` (ATen's int4 CPU GEMM, passes/quantize/int4_cpu.py),
 ``artifact-onnx`` (ONNX Runtime, fp32) and ``artifact-onnx-int8`` / ``artifact-onnx-int4``
 (MatMulNBits weights, int8 activations, on the target's own kernels; ``-ort``: on ONNX
-Runtime GenAI's kernels, our graph),
+Runtime GenAI's kernels, our graph; ``-avx2``: the same files on the kernels' AVX2 tiles
+where the CPU has AVX-512 VNNI),
 ``artifact-executorch`` (ExecuTorch with XNNPACK, fp32) and its ``-int8`` / ``-int4``. ``prepare`` builds with ``exporter build``
 (validation included) into the engine's work folder; ``load`` generates through the
 runtime, greedy, end of sequence masked as the protocol asks (bench/llm/protocol.py).
@@ -101,6 +102,31 @@ def loader(name: str):
     return load
 
 
+def forced_avx2_loader(base: str):
+    """``base``'s artifact decoded on the kernels' AVX2 tiles where the CPU has AVX-512
+    VNNI too: the library reads targets/onnx/kernels' ISA_ENV when a session registers it,
+    so the two can run side by side in one process."""
+    import os
+
+    def load(req: EngineRequest) -> Loaded:
+        from targets.onnx.kernels import ISA_ENV
+        before = os.environ.get(ISA_ENV)
+        os.environ[ISA_ENV] = "avx2"
+        try:
+            loaded = loader(base)(_as(base, req))
+        finally:
+            if before is None:
+                del os.environ[ISA_ENV]
+            else:
+                os.environ[ISA_ENV] = before
+        return dataclasses.replace(loaded, variant=loaded.variant + ", AVX2 tiles forced")
+    return load
+
+
+def _as(base: str, req: EngineRequest) -> EngineRequest:
+    return dataclasses.replace(req, work_dir=req.work_dir.parent / base)
+
+
 def _limits(path: Path):
     """The runtime's limits, raised to this artifact's size: the bench's own builds are
     trusted, and a 1.1B model's fp32 artifact passes the defaults (4.4 GB; its
@@ -115,3 +141,6 @@ def _limits(path: Path):
 
 for _name in BUILDS:
     register_engine(_name, loader(_name), prepare=preparer(_name))
+for _name in ("artifact-onnx-int8", "artifact-onnx-int4"):
+    register_engine(_name + "-avx2", forced_avx2_loader(_name),
+                    prepare=lambda req, base=_name: preparer(base)(_as(base, req)))
