@@ -2,17 +2,30 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import os
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 
 import runtime
 from exporter.model.zoo import ZOO
+
+
+def triton_device() -> str:
+    """Where a test runs Triton kernels: the GPU, or the CPU under ``TRITON_INTERPRET=1``
+    with Triton installed; else the test is skipped."""
+    if torch.cuda.is_available():
+        return "cuda"
+    if os.environ.get("TRITON_INTERPRET") == "1" and importlib.util.find_spec("triton"):
+        return "cpu"
+    pytest.skip("Triton kernels need a GPU or TRITON_INTERPRET=1 with Triton installed")
 
 
 def assert_zoo_artifact_matches_eager(out: Path, name: str, batches=(1, 32)) -> None:

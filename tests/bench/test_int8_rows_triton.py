@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from targets.aoti.kernels import reference
-from tests.targets.aoti.test_decode_attention_join import _device
+from tests.helpers import triton_device
 
 pytest.importorskip("triton")
 
@@ -26,7 +26,7 @@ def test_int8_row_gemv_kernel_reads_every_byte_value_exactly(config):
     """Each row holds every byte value -128..127 once, in its own order, x small integers
     that differ by a word's byte, scale 1, in float32: every sum is an exact integer, so
     a byte lost, moved or read with the wrong sign shows as a mismatch."""
-    device = _device()
+    device = triton_device()
     from bench.int8_rows_triton import launch_int8_row_gemv
     cols = torch.arange(256, device=device)
     weight = ((torch.arange(256, device=device)[:, None] + 37 * cols) % 256 - 128)
@@ -49,7 +49,7 @@ def test_int8_row_gemv_kernel_matches_its_reference(case, config):
     """fp16 x against int8 rows, each row's scale applied to its sum: odd row counts, a
     width no block divides, the norm (the -128's sum of x taken after the norm's
     weights), gated SiLU x up, bias and residual."""
-    device = _device()
+    device = triton_device()
     from bench.int8_rows_triton import launch_int8_row_gemv
     n, k, norm, act, res, bias = case
     dtype = dict(device=device, dtype=torch.float16)
@@ -69,7 +69,7 @@ def test_int8_row_gemv_kernel_matches_its_reference(case, config):
 @pytest.mark.cuda
 @pytest.mark.parametrize("config", [None, (4, 16, 4)])
 def test_int8_row_gemv_kernel_rotates_the_first_rows_as_its_reference(config):
-    device = _device()
+    device = triton_device()
     from bench.int8_rows_triton import launch_int8_row_gemv
     heads, kv_heads, dim, k = 8, 2, 64, 256
     dtype = dict(device=device, dtype=torch.float16)

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from targets.aoti.kernels import reference
-from tests.targets.aoti.test_decode_attention_join import _device
+from tests.helpers import triton_device
 
 pytest.importorskip("triton")
 
@@ -49,7 +49,7 @@ CONFIGS = {  # (programs a multiprocessor, warps, (BLOCK_N, BLOCK_K, AHEAD) each
 def test_persistent_mlp_matches_three_row_gemvs_and_counts_every_program_in(sizes, config):
     from bench.persistent_mlp import (DEFAULT_CONFIG, launch_persistent_mlp,
                                                      persistent_grid)
-    device = _device()
+    device = triton_device()
     sync = torch.zeros(2, device=device, dtype=torch.int32)
     for seed in (0, 1):  # one buffer for two calls, as the step's layers share it
         layer = _layer(*sizes, device, seed)

@@ -4,22 +4,13 @@ buffer for several calls. On a GPU, or on the CPU under ``TRITON_INTERPRET=1``."
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import torch
 
 from targets.aoti.kernels import reference
+from tests.helpers import triton_device
 
 pytest.importorskip("triton")
-
-
-def _device() -> str:
-    if torch.cuda.is_available():
-        return "cuda"
-    if os.environ.get("TRITON_INTERPRET") == "1":
-        return "cpu"
-    pytest.skip("Triton kernels need a GPU or TRITON_INTERPRET=1")
 
 
 def _inputs(shape, dtype, device, seed):
@@ -44,7 +35,7 @@ def test_joined_attention_matches_its_reference_and_leaves_the_counts_at_zero(sh
     key/value heads as the step's shared one may be: each the reference math, as the
     split + combine kernels, and the counts back at zero after each."""
     from targets.aoti.kernels.decode_attention import launch_decode_attention
-    device = _device()
+    device = triton_device()
     counts = torch.zeros(shape[1] + 3, device=device, dtype=torch.int32)
     bound = 2e-3 if dtype == torch.float16 else 1e-5
     for seed in (0, 1):

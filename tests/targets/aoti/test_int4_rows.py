@@ -6,13 +6,11 @@ interpreter with TRITON_INTERPRET=1)."""
 
 from __future__ import annotations
 
-import importlib.util
-import os
-
 import pytest
 import torch
 
 from targets.aoti.kernels import int4_rows, reference
+from tests.helpers import triton_device
 from tests.targets.aoti.test_decode_kernels import _calls, _captured, _randomised, ops_row_gemv
 
 pytest.importorskip("transformers")
@@ -94,14 +92,6 @@ def test_prompt_rows_keep_the_int4_linear():
     assert not RowLinearsAsKernels()(quantized).modified
 
 
-def _kernel_device() -> str:
-    if torch.cuda.is_available():
-        return "cuda"
-    if os.environ.get("TRITON_INTERPRET") == "1" and importlib.util.find_spec("triton"):
-        return "cpu"
-    pytest.skip("no GPU (on the CPU: TRITON_INTERPRET=1 with Triton installed)")
-
-
 @pytest.mark.cuda
 @pytest.mark.parametrize("config", [None, (2, 1, 4), (8, 4, 4), (4, 16, 8),
                                     (2, 1, 4, True), (4, 16, 8, False)])  # + both dots
@@ -111,7 +101,7 @@ def _kernel_device() -> str:
 def test_int4_row_gemv_kernel_matches_its_reference(case, config):
     """fp16 rows against int4 rows: odd row counts, a group count no block divides, every
     fold, plain and with the rows' blocks given."""
-    device = _kernel_device()
+    device = triton_device()
     from targets.aoti.kernels.int4_triton import launch_int4_row_gemv
     n, k, group, norm, act, res, bias = case
     torch.manual_seed(n + k)
@@ -134,7 +124,7 @@ def test_int4_row_gemv_kernel_reads_every_byte_value_exactly(config):
     """Row r's bytes all hold r (q = r & 15 in the first half, r >> 4 in the second), x
     is 1 then 2, scale 1 and offset 0: every sum is a small integer, so any unpacking that
     loses or moves a nibble shows as an exact mismatch."""
-    device = _kernel_device()
+    device = triton_device()
     from targets.aoti.kernels.int4_triton import launch_int4_row_gemv
     values = torch.arange(256, device=device)
     packed = values[:, None].repeat(1, 128).to(torch.uint8)  # K = 256: two groups
@@ -151,7 +141,7 @@ def test_int4_row_gemv_kernel_reads_every_byte_value_exactly(config):
 @pytest.mark.cuda
 @pytest.mark.parametrize("config", [None, (4, 2, 4, True), (4, 2, 4, False)])
 def test_int4_row_gemv_kernel_rotates_the_first_rows_as_its_reference(config):
-    device = _kernel_device()
+    device = triton_device()
     from targets.aoti.kernels.int4_triton import launch_int4_row_gemv
     heads, kv_heads, dim, k = 8, 2, 64, 256
     torch.manual_seed(dim)

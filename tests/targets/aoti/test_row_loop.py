@@ -7,22 +7,13 @@ GPU only."""
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import torch
 
 from targets.aoti.kernels import reference
+from tests.helpers import triton_device
 
 pytest.importorskip("triton")
-
-
-def _device() -> str:
-    if torch.cuda.is_available():
-        return "cuda"
-    if os.environ.get("TRITON_INTERPRET") == "1":
-        return "cpu"
-    pytest.skip("Triton kernels need a GPU or TRITON_INTERPRET=1")
 
 
 def _error(got: torch.Tensor, want: torch.Tensor) -> float:
@@ -36,7 +27,7 @@ def _error(got: torch.Tensor, want: torch.Tensor) -> float:
     (37, 200, True, 1, False, True), (96, 64, False, 3, True, False),
     (64, 256, True, 0, False, False)])
 def test_row_loop_matches_the_reference(case, config):
-    device = _device()
+    device = triton_device()
     from targets.aoti.kernels.triton_kernels import launch_row_gemv
     n, k, norm, act, res, bias = case
     generator = torch.Generator().manual_seed(n + k + config[-1])
@@ -58,7 +49,7 @@ def test_row_loop_matches_the_reference(case, config):
                                     (4, 64, 4, 16, False, 7)])
 def test_row_loop_rotates_the_first_rows_as_the_reference(config):
     """q/k/v's rotary rows: each block's pairs of rows half a head apart, every turn."""
-    device = _device()
+    device = triton_device()
     from targets.aoti.kernels.triton_kernels import launch_row_gemv
     heads, kv_heads, dim, k = 4, 2, 16, 200
     generator = torch.Generator().manual_seed(config[-1])
@@ -76,7 +67,7 @@ def test_row_loop_rotates_the_first_rows_as_the_reference(config):
 
 
 def test_row_loop_over_int8_rows_applies_each_rows_scale():
-    device = _device()
+    device = triton_device()
     from targets.aoti.kernels.triton_kernels import launch_row_gemv
     generator = torch.Generator().manual_seed(8)
     n, k = 40, 128
