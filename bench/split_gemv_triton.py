@@ -1,0 +1,159 @@
+"""A timing tool, not the library's (until it wins): ``row_gemv`` split along K, for a
+product whose rows are too long to hold ahead in registers (the ~1.1B's down: 2,048
+rows of 5,632 columns). SPLIT programs share a block of rows, each over one part of the
+columns; each stores its part's sums, counts itself in on the block's int32 counter, and
+the last of them to count in joins the parts (added in part order, so the result does
+not depend on which program joins), does the epilogue (int8 rows' scales, bias, the
+residual: row_parts._finish) and the one store, and sets the counter back to zero, so
+one buffer of counters serves every layer and every call (decode_attention.py's join).
+
+No norm, no gated activation, no rotary rows: a norm's scale needs the whole row of x,
+and down and o have none. reference.row_gemv's math otherwise; int8 rows take their
+scale a row (HAS_SCALE). The ``_gdc`` form (a programmatic dependent launch) loads its
+part's first AHEAD columns of weights before it waits; with AHEAD at least the part's
+width, a program's whole share of the weights is in flight before the wait.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from targets.aoti.kernels.dependent_launch import declare_writes, launcher
+from targets.aoti.kernels.row_parts import _finish
+
+# (BLOCK_N, BLOCK_K, num_warps, AHEAD, SPLIT): down as two halves of 2,816 columns, 4
+# rows a block (1,024 programs), 2,048 of a half's columns ahead
+DEFAULT_CONFIG = (4, 256, 4, 2048, 2)
+
+
+@triton.jit
+def _part_sums(x_ptr, w_ptr, rows, row_ok, lo, K: tl.constexpr, PART: tl.constexpr,
+               BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, AHEAD: tl.constexpr,
+               WAIT: tl.constexpr):
+    """Each row's sum over the columns lo .. lo + PART: the first AHEAD columns' weights
+    loaded first (then, with WAIT, the wait for the kernel before), the rest BLOCK_K at a
+    time."""
+    first = tl.arange(0, AHEAD)
+    first_ok = (first < PART) & (lo + first < K)
+    w_first = tl.load(w_ptr + rows[:, None] * K + lo + first[None, :],
+                      mask=row_ok[:, None] & first_ok[None, :], other=0.0,
+                      eviction_policy="evict_first")
+    if WAIT:
+        tl.extra.cuda.gdc_wait()
+    x = tl.load(x_ptr + lo + first, mask=first_ok, other=0.0).to(tl.float32)
+    y = tl.sum(w_first.to(tl.float32) * x[None, :], axis=1)
+    acc = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
+    for start in tl.static_range(AHEAD, PART, BLOCK_K):
+        cols = start + tl.arange(0, BLOCK_K)
+        col_ok = (cols < PART) & (lo + cols < K)
+        x = tl.load(x_ptr + lo + cols, mask=col_ok, other=0.0).to(tl.float32)
+        w = tl.load(w_ptr + rows[:, None] * K + lo + cols[None, :],
+                    mask=row_ok[:, None] & col_ok[None, :], other=0.0,
+                    eviction_policy="evict_first")
+        acc += w.to(tl.float32) * x[None, :]
+    return y + tl.sum(acc, axis=1)
+
+
+@triton.jit
+def _split_gemv(x_ptr, w_ptr, b_ptr, r_ptr, s_ptr, part_ptr, counts_ptr, out_ptr,
+                N: tl.constexpr, K: tl.constexpr, HAS_BIAS: tl.constexpr,
+                HAS_RES: tl.constexpr, HAS_SCALE: tl.constexpr, SPLIT: tl.constexpr,
+                PART: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                AHEAD: tl.constexpr, GDC: tl.constexpr, W_AHEAD: tl.constexpr):
+    # a block's parts are neighbours in the grid: they finish close together
+    block = tl.program_id(0) // SPLIT
+    part = tl.program_id(0) % SPLIT
+    idx = tl.arange(0, BLOCK_N)
+    rows = block * BLOCK_N + idx
+    row_ok = rows < N
+    if GDC:  # the next kernel may start as soon as every program here has
+        tl.extra.cuda.gdc_launch_dependents()
+    if GDC and not W_AHEAD:  # a weight copied just before: read after the wait
+        tl.extra.cuda.gdc_wait()
+    y = _part_sums(x_ptr, w_ptr, rows, row_ok, part * PART, K, PART, BLOCK_N, BLOCK_K,
+                   AHEAD, GDC and W_AHEAD)
+    tl.store(part_ptr + tl.program_id(0) * BLOCK_N + idx, y)
+    # every thread's stores before the count: the release below then covers them
+    tl.debug_barrier()
+    seen = tl.atomic_add(counts_ptr + block, 1, sem="acq_rel", scope="gpu")
+    if seen == SPLIT - 1:
+        total = tl.zeros((BLOCK_N,), dtype=tl.float32)
+        for i in tl.static_range(SPLIT):  # in part order, whoever joins
+            # .cg: other programs wrote them; read past this SM's L1
+            total += tl.load(part_ptr + (block * SPLIT + i) * BLOCK_N + idx,
+                             cache_modifier=".cg")
+        zeros = tl.zeros((BLOCK_N,), dtype=tl.float32)
+        total = _finish(total, zeros, zeros[:, None], zeros, b_ptr, r_ptr, s_ptr, b_ptr,
+                        b_ptr, rows, row_ok, 1.0, N, K, HAS_BIAS, False, 0, HAS_RES,
+                        HAS_SCALE, BLOCK_N, 0, 0)
+        tl.store(out_ptr + rows, total.to(out_ptr.dtype.element_ty), mask=row_ok)
+        # every part of this block counted in: the next layer or call starts at zero
+        tl.store(counts_ptr + block, 0)
+
+
+@triton.jit
+def split_gemv_kernel(x_ptr, w_ptr, b_ptr, r_ptr, s_ptr, part_ptr, counts_ptr, out_ptr,
+                      N: tl.constexpr, K: tl.constexpr, HAS_BIAS: tl.constexpr,
+                      HAS_RES: tl.constexpr, HAS_SCALE: tl.constexpr, SPLIT: tl.constexpr,
+                      PART: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                      AHEAD: tl.constexpr):
+    """row_gemv split along K, started as a plain launch."""
+    _split_gemv(x_ptr, w_ptr, b_ptr, r_ptr, s_ptr, part_ptr, counts_ptr, out_ptr, N, K,
+                HAS_BIAS, HAS_RES, HAS_SCALE, SPLIT, PART, BLOCK_N, BLOCK_K, AHEAD, False,
+                False)
+
+
+@triton.jit
+def split_gemv_kernel_gdc(x_ptr, w_ptr, b_ptr, r_ptr, s_ptr, part_ptr, counts_ptr,
+                          out_ptr, N: tl.constexpr, K: tl.constexpr,
+                          HAS_BIAS: tl.constexpr, HAS_RES: tl.constexpr,
+                          HAS_SCALE: tl.constexpr, SPLIT: tl.constexpr,
+                          PART: tl.constexpr, BLOCK_N: tl.constexpr,
+                          BLOCK_K: tl.constexpr, AHEAD: tl.constexpr,
+                          W_AHEAD: tl.constexpr):
+    """The same as a programmatic dependent launch (W_AHEAD: its part's first AHEAD
+    columns of weights before the wait)."""
+    _split_gemv(x_ptr, w_ptr, b_ptr, r_ptr, s_ptr, part_ptr, counts_ptr, out_ptr, N, K,
+                HAS_BIAS, HAS_RES, HAS_SCALE, SPLIT, PART, BLOCK_N, BLOCK_K, AHEAD, True,
+                W_AHEAD)
+
+
+# not counts_ptr: the kernel leaves it at zero (as decode_attention.py's join)
+declare_writes(split_gemv_kernel_gdc, "part_ptr", "out_ptr")
+
+
+def split_counters(weight: torch.Tensor, config: tuple | None = None) -> torch.Tensor:
+    """The zeroed int32 counters (one a block of rows) a launch of ``config`` takes."""
+    block_n = (config or DEFAULT_CONFIG)[0]
+    return torch.zeros(triton.cdiv(weight.shape[0], block_n), dtype=torch.int32,
+                       device=weight.device)
+
+
+def launch_split_gemv(x, weight, bias, residual, counts, config: tuple | None = None,
+                      pdl: bool = False, weight_scale=None) -> torch.Tensor:
+    """reference.row_gemv(x, weight, bias, None, residual, ..., act=0, weight_scale)
+    split along K. ``counts``: int32 zeros, at least one a block (split_counters), left
+    at zero; ``config``: (BLOCK_N, BLOCK_K, num_warps, AHEAD, SPLIT), AHEAD and BLOCK_K
+    powers of two (AHEAD at least 16)."""
+    block_n, block_k, warps, ahead, split = config or DEFAULT_CONFIG
+    rows, cols = weight.shape
+    blocks = triton.cdiv(rows, block_n)
+    if counts.dtype != torch.int32 or counts.numel() < blocks:
+        raise ValueError(f"counts: {blocks} int32 zeros needed (split_counters), got "
+                         f"{counts.numel()} {counts.dtype}")
+    part = triton.cdiv(cols, split)
+    out = torch.empty((*x.shape[:-1], rows), dtype=x.dtype, device=x.device)
+    partials = torch.empty(blocks * split * block_n, dtype=torch.float32, device=x.device)
+    launch, gdc = launcher(split_gemv_kernel, split_gemv_kernel_gdc, x.device, pdl)
+    dummy = weight  # an unused pointer argument (its branch is compiled out)
+    weights_first = dict(W_AHEAD=weight.is_contiguous()) if gdc else {}
+    launch((blocks * split,))(
+        x.reshape(cols), weight.contiguous(), dummy if bias is None else bias,
+        dummy if residual is None else residual.reshape(rows).contiguous(),
+        dummy if weight_scale is None else weight_scale.reshape(-1), partials, counts, out,
+        N=rows, K=cols, HAS_BIAS=bias is not None, HAS_RES=residual is not None,
+        HAS_SCALE=weight_scale is not None, SPLIT=split, PART=part, BLOCK_N=block_n,
+        BLOCK_K=block_k, AHEAD=ahead, num_warps=warps, **weights_first)
+    return out
