@@ -14,7 +14,8 @@ argmax, the cache write) are not in it. Variants change one thing at a time: the
 (plain or dependent), the weight columns loaded ahead of the wait (AHEAD), the attention's
 past rows read before or after it, its join in the split kernel, and the small products'
 block configuration, and weights prefetched into L2 from a side branch of the graph
-(decode_chain_prefetch.py). Each variant's outputs are compared with the same kernels' plain
+(decode_chain_prefetch.py); a product as a row loop (decode_chain_rowloop.py) or split
+along K (decode_chain_split.py: a configuration that is a launch of its own). Each variant's outputs are compared with the same kernels' plain
 launches: a dependent launch that read before the kernel before had written would differ
 ("plain + join": what the join alone changes, a rounding).
 "As built" is the configuration a built library runs (gemv_config's plain one: no columns
@@ -79,6 +80,8 @@ def step(made: dict, hidden: torch.Tensor, pdl: bool, configs: dict,
 
     def gemv(name, x, weight, **fold):
         rows, scale = weight
+        if callable(configs.get(name)):  # a variant's own kernel (decode_chain_split.py)
+            return configs[name](x, rows, scale, fold, pdl)
         return launch_row_gemv(x, rows, None, fold.get("norm"), fold.get("residual"), 1e-5,
                                0.0, fold.get("act", 0), configs.get(name), pdl, scale)
     hook = hook or (lambda stage, layer: None)  # a variant's launches around the chain's
@@ -223,6 +226,7 @@ def variants(best: Path | None = None, int8: bool = False) -> dict:
     from bench.decode_chain_persistent import persistent_variants
     from bench.decode_chain_prefetch import prefetch_variants
     from bench.decode_chain_rowloop import row_loop_variants
+    from bench.decode_chain_split import split_variants
     from targets.aoti.kernels.triton_kernels import gemv_config
     size = 1 if int8 else 2
     built = {name: gemv_config(n, k, bool(act), False, size)
@@ -261,7 +265,9 @@ def variants(best: Path | None = None, int8: bool = False) -> dict:
             # o -> gate/up -> down as one persistent kernel with grid barriers
             **persistent_variants(default),
             # a product as a row loop, or the one-block kernel in another shape
-            **row_loop_variants(default)}
+            **row_loop_variants(default),
+            # a product split along K, its parts joined by the last to finish
+            **split_variants(default)}
 
 
 def main() -> None:
@@ -313,7 +319,7 @@ def main() -> None:
         rows.append(row)
         if args.out:  # each variant as it comes: a run cut short keeps what it measured
             with open(args.out, "a") as fh:
-                fh.write(json.dumps(row) + "\n")
+                fh.write(json.dumps(row, default=repr) + "\n")
         print(f"{label:42s} {ms * 1000:7.1f} us  {row['tb_s']:.2f} TB/s  "
               f"max|diff| vs plain launch {differs:.1e}  " + ", ".join(
                   f"{k} {v:.0f}" for k, v in sorted(kernels.items(), key=lambda kv: -kv[1])),

@@ -11,11 +11,35 @@ and is named by what it changes:
     python bench/decode_chain_cuda.py --rounds 20 --variants "dependent + join,dependent + join + row loop
         gate/up 1 row 11 turns,..."
 
+With ``--int8`` (the products over int8 rows, their scales a row: the row loop's
+HAS_SCALE) the "int8 row loop ..." variants are int8-shaped ones (INT8_CHANGES);
+``python bench/decode_chain_split.py`` prints their registers without a GPU.
+
 A grid's programs: ceil(blocks / TURNS); the ~1.1B's gate/up has 5,632 rows, down and
 o 2,048, q/k/v 2,560 (the H200 has 132 multiprocessors).
 """
 
 from __future__ import annotations
+
+# with --int8: int8 rows as row loops, 1,024 columns a tile (16-byte loads at 4 warps
+# and 2 rows); int8 rows wait on memory, so the next block's bytes in flight are the
+# lever. A row of int8 holds twice the columns of fp16 in the same registers: down's
+# 5,632 ahead fit in 4,096 + a loop, gate/up's 2,048 at 4 rows
+INT8_CHANGES = {
+    **{f"int8 row loop gate/up 2 rows {t} turns": {"gate_up": (2, 1024, 4, 2048, False, t)}
+       for t in (4, 5, 6)},
+    "int8 row loop gate/up 1 row 5 turns": {"gate_up": (1, 2048, 4, 2048, False, 5)},
+    "int8 row loop gate/up 4 rows 3 turns": {"gate_up": (4, 1024, 4, 2048, False, 3)},
+    "int8 row loop gate/up 4 rows 8 warps 4 turns": {"gate_up": (4, 1024, 8, 2048, False, 4)},
+    "int8 row loop down 2 rows 4096 ahead 2 turns": {"down": (2, 1024, 4, 4096, False, 2)},
+    "int8 row loop down 2 rows 2048 ahead 2 turns": {"down": (2, 1024, 4, 2048, False, 2)},
+    "int8 row loop down 1 row 4096 ahead 4 turns": {"down": (1, 1024, 4, 4096, False, 4)},
+    "int8 row loop o 2 rows 2 turns": {"o": (2, 1024, 4, 2048, False, 2)},
+    "int8 row loop q/k/v 2 rows 2 turns": {"qkv": (2, 1024, 4, 2048, False, 2)},
+    "int8 row loop everywhere": {
+        "qkv": (2, 1024, 4, 2048, False, 2), "o": (2, 1024, 4, 2048, False, 2),
+        "gate_up": (2, 1024, 4, 2048, False, 5), "down": (2, 1024, 4, 4096, False, 2)},
+}
 
 # name -> {product: configuration}; products not named keep "dependent + join"'s
 CHANGES = {
@@ -62,6 +86,7 @@ CHANGES = {
     "row loop everywhere": {
         "qkv": (2, 512, 4, 2048, False, 3), "o": (2, 512, 4, 2048, False, 2),
         "gate_up": (1, 1024, 4, 2048, False, 11), "down": (2, 512, 4, 2048, False, 2)},
+    **INT8_CHANGES,
 }
 
 

@@ -1,0 +1,69 @@
+"""The decode chain's split-K variants (bench/decode_chain_split.py): a variant's split
+product launched by the chain in place of the row kernel computes what the chain
+computes, its counters shared by every layer and left at zero. A small chain on the CPU
+under ``TRITON_INTERPRET=1`` (or on a GPU)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.helpers import triton_device
+
+pytest.importorskip("triton")
+
+
+def _small_chain(monkeypatch, device, layers=2, slots=8):
+    """decode_chain_cuda's chain at toy sizes: hidden 64, 4 heads of 16 over 2 key/value
+    heads, 96 intermediate columns, 100 vocabulary rows."""
+    from bench import decode_chain_cuda as chain
+    for name, value in dict(HIDDEN=64, KV=32, HEADS=4, KV_HEADS=2, DIM=16).items():
+        monkeypatch.setattr(chain, name, value)
+    generator = torch.Generator().manual_seed(21)
+
+    def made(*size, scale=0.1):
+        return (torch.randn(size, generator=generator) * scale).to(device, torch.float16)
+    weights = {"layers": [{
+        "qkv": (made(128, 64), None), "o": (made(64, 64), None),
+        "gate_up": (made(192, 64), None), "down": (made(64, 96), None),
+        "k": made(1, 2, slots, 16, scale=1.0), "v": made(1, 2, slots, 16, scale=1.0)}
+        for _ in range(layers)], "head": (made(100, 64), None),
+        "norm": made(64, scale=0.1) + 1.0,
+        "mask": torch.zeros(1, 1, 1, slots + 1, device=device, dtype=torch.float16),
+        "counts": torch.zeros(2, device=device, dtype=torch.int32)}
+    return chain, weights, made(1, 1, 64, scale=1.0)
+
+
+@pytest.mark.parametrize("changes", [
+    {"down": (4, 16, 4, 32, 2)}, {"down": (2, 32, 4, 64, 4)},
+    {"o": (2, 16, 4, 16, 2), "down": (8, 32, 4, 32, 3)}])
+def test_a_split_variant_computes_what_the_chain_computes(monkeypatch, changes):
+    device = triton_device()
+    from bench.decode_chain_split import SplitLaunch
+    chain, weights, hidden = _small_chain(monkeypatch, device)
+    want = chain.step(weights, hidden, False, {}, join=True).float()
+    configs = {product: SplitLaunch(config) for product, config in changes.items()}
+    for _ in range(2):  # the counters made once, shared by the layers, left at zero
+        got = chain.step(weights, hidden, False, configs, join=True).float()
+        assert (got - want).abs().max().item() < 2e-2 * want.abs().max().item()
+        assert all(not launch.counts.any() for launch in configs.values())
+
+
+def test_the_split_variants_name_split_launches_only_where_a_product_is_split():
+    from bench.decode_chain_split import CHANGES, SplitLaunch, split_variants
+    default = {"qkv": (2, 512, 8, 2048), "o": (2, 512, 8, 2048),
+               "gate_up": (2, 512, 4, 2048, False, 5), "down": (4, 512, 4, 2048)}
+    found = split_variants(default)
+    assert len(found) == len(CHANGES)
+    both = found["dependent + join + o 2 rows 4 warps + split down 2 parts 4 rows"]
+    pdl, configs, cache_ahead, join = both
+    assert pdl and join and cache_ahead is None
+    assert configs["o"] == (2, 512, 4, 2048) and isinstance(configs["down"], SplitLaunch)
+    assert configs["gate_up"] == default["gate_up"]
+    assert repr(configs["down"]) == "split(4, 256, 4, 2048, 2)"
+
+
+def test_a_split_launch_refuses_a_product_with_a_norm_or_a_gate():
+    from bench.decode_chain_split import SplitLaunch
+    with pytest.raises(ValueError, match="no norm"):
+        SplitLaunch((4, 16, 4, 32, 2))(None, None, None, {"act": 1}, False)
