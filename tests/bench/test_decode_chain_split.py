@@ -13,9 +13,10 @@ from tests.helpers import triton_device
 pytest.importorskip("triton")
 
 
-def _small_chain(monkeypatch, device, layers=2, slots=8):
+def _small_chain(monkeypatch, device, layers=2, slots=8, int8=False):
     """decode_chain_cuda's chain at toy sizes: hidden 64, 4 heads of 16 over 2 key/value
-    heads, 96 intermediate columns, 100 vocabulary rows."""
+    heads, 96 intermediate columns, 100 vocabulary rows (``int8``: the products' rows
+    int8 with a scale a row, as ``--int8`` makes them)."""
     from bench import decode_chain_cuda as chain
     for name, value in dict(HIDDEN=64, KV=32, HEADS=4, KV_HEADS=2, DIM=16).items():
         monkeypatch.setattr(chain, name, value)
@@ -23,11 +24,17 @@ def _small_chain(monkeypatch, device, layers=2, slots=8):
 
     def made(*size, scale=0.1):
         return (torch.randn(size, generator=generator) * scale).to(device, torch.float16)
+
+    def w(rows, cols):
+        if int8:
+            return (torch.randint(-127, 128, (rows, cols), generator=generator,
+                                  dtype=torch.int8).to(device),
+                    made(rows, scale=0.0) + 1e-3)
+        return made(rows, cols), None
     weights = {"layers": [{
-        "qkv": (made(128, 64), None), "o": (made(64, 64), None),
-        "gate_up": (made(192, 64), None), "down": (made(64, 96), None),
+        "qkv": w(128, 64), "o": w(64, 64), "gate_up": w(192, 64), "down": w(64, 96),
         "k": made(1, 2, slots, 16, scale=1.0), "v": made(1, 2, slots, 16, scale=1.0)}
-        for _ in range(layers)], "head": (made(100, 64), None),
+        for _ in range(layers)], "head": w(100, 64),
         "norm": made(64, scale=0.1) + 1.0,
         "mask": torch.zeros(1, 1, 1, slots + 1, device=device, dtype=torch.float16),
         "counts": torch.zeros(2, device=device, dtype=torch.int32)}
@@ -47,6 +54,26 @@ def test_a_split_variant_computes_what_the_chain_computes(monkeypatch, changes):
         got = chain.step(weights, hidden, False, configs, join=True).float()
         assert (got - want).abs().max().item() < 2e-2 * want.abs().max().item()
         assert all(not launch.counts.any() for launch in configs.values())
+
+
+@pytest.mark.parametrize("name", [
+    "int8 row loop everywhere", "int8 row loop gate/up 4 rows 8 warps 4 turns",
+    "int8 row loop down 1 row 4096 ahead 4 turns",
+    "int8 split down 2 parts 4 rows whole part ahead",
+    "int8 split o 2 parts 4 rows whole part ahead"])
+def test_an_int8_variant_computes_what_the_int8_chain_computes(monkeypatch, name):
+    """The ``--int8`` chain's variants with their own configurations (sized for the
+    ~1.1B, masked down to toy rows here): int8 rows' scales in the row loop and the
+    split join alike."""
+    device = triton_device()
+    from bench.decode_chain_rowloop import INT8_CHANGES
+    from bench.decode_chain_split import CHANGES, SplitLaunch
+    chain, weights, hidden = _small_chain(monkeypatch, device, int8=True)
+    want = chain.step(weights, hidden, False, {}, join=True).float()
+    changes = {**INT8_CHANGES, **CHANGES}[name]
+    configs = {product: SplitLaunch(c) if len(c) == 5 else c for product, c in changes.items()}
+    got = chain.step(weights, hidden, False, configs, join=True).float()
+    assert (got - want).abs().max().item() < 2e-2 * want.abs().max().item()
 
 
 def test_the_split_variants_name_split_launches_only_where_a_product_is_split():
