@@ -36,7 +36,7 @@ typedef struct {
 
 static int vnni;  // at registration: vnni_here() (nbits_vnni.h)
 
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni")))
+__attribute__((target("avx512f,avx512vl,avx512vnni")))
 static void one_row_vnni(const Job* j, int64_t m, int64_t n0, int64_t n1) {
   const int64_t nb = j->nb, kp = nb * j->block;
   const int64_t group = (j->bits == 8 ? j->block : j->block / 2) * nb;

@@ -105,7 +105,7 @@ def test_a_wrong_kernel_fails_the_builds_gate(tmp_path, monkeypatch):
     broken = tmp_path / "kernels"
     shutil.copytree(kernels.HERE, broken, ignore=shutil.ignore_patterns("*.py", "__py*"))
     for tiles, right in (("nbits_tiles.h", "_mm256_set1_ps(ws[r * nb + b] * xs[b])"),
-                         ("nbits_vnni.h", "_mm_set1_ps(xs[b])")):
+                         ("nbits_vnni.h", "_mm256_set1_ps(wsp[b * R + r] * xs[b])")):
         source = (broken / tiles).read_text()  # the GEMV tiles, AVX2's and AVX-512's
         assert source.count(right) == 1
         (broken / tiles).write_text(source.replace(right, right.replace("(", "(-", 1)))
