@@ -23,7 +23,7 @@ static int vnni_here(void) {
 // (x ^ 0x80) against the signed weights, and 128 * (the row's weight sum over the block)
 // comes off, 16x a lane's share (tables_vnni: wsum16); 4-bit codes are w + 8, so
 // 8 * sum(x) comes off as 4-bit's AVX2 tile takes it. 256-bit vectors: a 512-bit tile
-// (two rows a vector) was no faster on 2 threads, and slower beside other work.
+// (two rows a vector) was no faster on 2 threads, where the GEMVs wait on memory.
 
 // rows_n (<= R) outputs of one packed group of R rows for one activation row
 static inline VNNI void tile_vnni(
