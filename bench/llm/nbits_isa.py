@@ -97,7 +97,7 @@ def main() -> None:
         return
     row = {"threads": args.threads, "rounds": args.rounds, "ms": {}}
     for variant in VARIANTS:
-        argv = [sys.executable, "-m", "bench.llm.nbits_isa", "--only", variant,
+        argv = [sys.executable, "-m", __spec__.name, "--only", variant,
                 "--threads", str(args.threads), "--rounds", str(args.rounds)]
         done = subprocess.run(argv, check=True, capture_output=True, text=True)
         row["ms"][variant] = json.loads(done.stdout.strip().splitlines()[-1])
