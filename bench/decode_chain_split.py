@@ -90,10 +90,8 @@ SHAPES = {"qkv": (2560, 2048, True, 0, False, 2304), "o": (2048, 2048, False, 0,
 def compiled_registers(product: str, config: tuple, int8: bool) -> int:
     """ptxas's registers a thread of the ``_gdc`` kernel a configuration launches."""
     import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
 
-    from bench.int4_rows_ptx import registers
+    from bench.int4_rows_ptx import registers, sm90_ptx
     n, k, norm, act, res, rotary = SHAPES[product]
     if len(config) == 5:
         from bench.split_gemv_triton import split_gemv_kernel_gdc as kernel
@@ -108,17 +106,8 @@ def compiled_registers(product: str, config: tuple, int8: bool) -> int:
                       ACT=act, HAS_RES=res, HAS_SCALE=int8, BLOCK_N=block_n,
                       BLOCK_K=block_k, AHEAD=ahead, TURNS=turns, W_AHEAD=True,
                       ROT_ROWS=rotary, HEAD_D=64 if rotary else 0)
-    names = kernel.arg_names
     kinds = {"w_ptr": "*i8" if int8 else "*fp16", "part_ptr": "*fp32", "counts_ptr": "*i32"}
-    signature = {a: kinds.get(a, "*fp16") for a in names if a.endswith("_ptr")}
-    signature.update({a: "constexpr" for a in values})
-    source = ASTSource(kernel, signature,
-                       constexprs={(names.index(a),): v for a, v in values.items()},
-                       attrs={(i,): [["tt.divisibility", 16]]
-                              for i, a in enumerate(names) if a.endswith("_ptr")})
-    out = triton.compile(source, target=GPUTarget("cuda", 90, 32),
-                         options={"num_warps": warps})
-    return int(registers(out.asm["ptx"]))
+    return int(registers(sm90_ptx(kernel, kinds, values, warps)))
 
 
 def resident(registers: int, warps: int) -> int:

@@ -27,21 +27,16 @@ from bench.decode_kernels_cuda import SHAPES  # noqa: E402
 ROTATED = {"qkv+norm": (2048 + 256, 64)}  # q's and k's rows (32 + 4 heads of 64)
 
 
-def compiled(name, n, k, norm, act, res):
+def sm90_ptx(kernel, pointer_kinds: dict, values: dict, warps: int) -> str:
+    """``kernel`` compiled for sm_90a with ``values`` as its constexprs: its PTX. Pointers
+    are fp16 unless ``pointer_kinds`` names another type (``{"w_ptr": "*u8"}``); every one
+    is declared 16-byte aligned."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    from targets.aoti.kernels import int4_triton
-    kernel = int4_triton.int4_row_gemv_kernel_gdc
-    block_n, block_g, warps, split_x = int4_triton.int4_config(n, k, 128, bool(act))
-    rotated, head = ROTATED.get(name, (0, 0))
-    block_n = int4_triton.rotary_block(block_n, rotated)
-    values = dict(EPS=1e-5, OFFSET=0.0, N=n, K=k, GROUP=128, HAS_BIAS=False,
-                  HAS_NORM=norm, ACT=act, HAS_RES=res, BLOCK_N=block_n, BLOCK_G=block_g,
-                  ROT_ROWS=rotated, HEAD_D=head, SPLIT_X=split_x)
     names = kernel.arg_names
-    signature = {a: "*u8" if a == "w_ptr" else "*fp16" for a in names if a.endswith("_ptr")}
+    signature = {a: pointer_kinds.get(a, "*fp16") for a in names if a.endswith("_ptr")}
     signature.update({a: "constexpr" for a in values})
     source = ASTSource(kernel, signature,
                        constexprs={(names.index(a),): v for a, v in values.items()},
@@ -49,7 +44,19 @@ def compiled(name, n, k, norm, act, res):
                               for i, a in enumerate(names) if a.endswith("_ptr")})
     out = triton.compile(source, target=GPUTarget("cuda", 90, 32),
                          options={"num_warps": warps})
-    return (block_n, block_g, warps), out.asm["ptx"]
+    return out.asm["ptx"]
+
+
+def compiled(name, n, k, norm, act, res):
+    from targets.aoti.kernels import int4_triton
+    block_n, block_g, warps, split_x = int4_triton.int4_config(n, k, 128, bool(act))
+    rotated, head = ROTATED.get(name, (0, 0))
+    block_n = int4_triton.rotary_block(block_n, rotated)
+    values = dict(EPS=1e-5, OFFSET=0.0, N=n, K=k, GROUP=128, HAS_BIAS=False,
+                  HAS_NORM=norm, ACT=act, HAS_RES=res, BLOCK_N=block_n, BLOCK_G=block_g,
+                  ROT_ROWS=rotated, HEAD_D=head, SPLIT_X=split_x)
+    ptx = sm90_ptx(int4_triton.int4_row_gemv_kernel_gdc, {"w_ptr": "*u8"}, values, warps)
+    return (block_n, block_g, warps), ptx
 
 
 def registers(ptx: str) -> str:
