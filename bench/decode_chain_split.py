@@ -1,4 +1,4 @@
-"""decode_chain_cuda.py's variants that split a product along K (bench/split_gemv_triton.py:
+"""decode_chain_cuda.py's variants that split a product along K (kernels/split_gemv_triton.py:
 SPLIT programs a block of rows, each over a part of the columns, the last to finish
 joining them): down's 5,632 columns do not fit ahead of the wait in registers as whole
 rows, a part of 2,816 or 1,408 does. Each variant changes products of "dependent + join"
@@ -62,7 +62,7 @@ class SplitLaunch:
         self.config, self.counts = config, None
 
     def __call__(self, x, weight, scale, fold: dict, pdl: bool) -> torch.Tensor:
-        from bench.split_gemv_triton import launch_split_gemv, split_counters
+        from targets.aoti.kernels.split_gemv_triton import launch_split_gemv, split_counters
         if fold.get("norm") is not None or fold.get("act"):
             raise ValueError("a split product takes no norm and no gated activation")
         if self.counts is None:
@@ -94,7 +94,7 @@ def compiled_registers(product: str, config: tuple, int8: bool) -> int:
     from bench.int4_rows_ptx import registers, sm90_ptx
     n, k, norm, act, res, rotary = SHAPES[product]
     if len(config) == 5:
-        from bench.split_gemv_triton import split_gemv_kernel_gdc as kernel
+        from targets.aoti.kernels.split_gemv_triton import split_gemv_kernel_gdc as kernel
         block_n, block_k, warps, ahead, split = config
         values = dict(N=n, K=k, HAS_BIAS=False, HAS_RES=res, HAS_SCALE=int8, SPLIT=split,
                       PART=triton.cdiv(k, split), BLOCK_N=block_n, BLOCK_K=block_k,

@@ -44,7 +44,7 @@ from targets.aoti.kernels.dependent_launch import PLAIN_ENV  # noqa: E402
 
 BANDWIDTH = 4.8e12
 DECODE_PASSES = ("decode_attention_as_kernel", "row_linears_as_kernels")
-ROW_KERNELS = ("row_gemv_kernel", "row_loop_kernel", "int4_row_gemv_kernel")
+ROW_KERNELS = ("row_gemv_kernel", "row_loop_kernel", "split_gemv_kernel", "int4_row_gemv_kernel")
 BUILDS = {"fp16": dict(dtype="fp16"),
           "fp16-int8-weight": dict(dtype="fp16", quantize="int8-weight", min_top1=0.5),
           # random weights' flat logits: int4's rounding alone flips most near-ties, more

@@ -18,7 +18,7 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
 export PYTHONPATH=/tmp/site:.
 nvidia-smi --query-gpu=name,clocks.sm,temperature.gpu,driver_version --format=csv,noheader
 date -u +%T
-timeout 150 python3 -m pytest tests/bench/test_split_gemv_triton.py \
+timeout 150 python3 -m pytest tests/targets/aoti/test_split_gemv.py \
     tests/bench/test_decode_chain_split.py -q -p no:cacheprovider > "$OUT/tests.log" 2>&1
 echo "tests rc $?"; tail -3 "$OUT/tests.log"
 date -u +%T

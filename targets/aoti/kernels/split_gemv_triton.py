@@ -1,11 +1,12 @@
-"""A timing tool, not the library's (until it wins): ``row_gemv`` split along K, for a
-product whose rows are too long to hold ahead in registers (the ~1.1B's down: 2,048
-rows of 5,632 columns). SPLIT programs share a block of rows, each over one part of the
+"""``row_gemv`` split along K, for int8 rows too long to hold ahead of a dependent
+launch's wait (the ~1.1B's down: 2,048 rows of 5,632 columns; gemv_config chooses it,
+split_config's shape). SPLIT programs share a block of rows, each over one part of the
 columns; each stores its part's sums, counts itself in on the block's int32 counter, and
 the last of them to count in joins the parts (added in part order, so the result does
 not depend on which program joins), does the epilogue (int8 rows' scales, bias, the
 residual: row_parts._finish) and the one store, and sets the counter back to zero, so
-one buffer of counters serves every layer and every call (decode_attention.py's join).
+one buffer of counters serves every layer and every call (decode_attention.py's join;
+the pass gives the step one buffer for both, passes/decode_kernels.py).
 
 No norm, no gated activation, no rotary rows: a norm's scale needs the whole row of x,
 and down and o have none. reference.row_gemv's math otherwise; int8 rows take their
@@ -23,9 +24,26 @@ import triton.language as tl
 from targets.aoti.kernels.dependent_launch import declare_writes, launcher
 from targets.aoti.kernels.row_parts import _finish
 
-# (BLOCK_N, BLOCK_K, num_warps, AHEAD, SPLIT): down as two halves of 2,816 columns, 4
-# rows a block (1,024 programs), 2,048 of a half's columns ahead
-DEFAULT_CONFIG = (4, 256, 4, 2048, 2)
+# a program: 4 rows, 4 warps, int8 tiles of 1,024 columns; the most columns of its
+# part it loads ahead of its wait (4 rows x 2,048 bytes: 16 registers a thread)
+_BLOCK_N, _WARPS, _BLOCK_K, _MOST_AHEAD = 4, 4, 1024, 2048
+_PARTS = 4
+
+
+def split_config(cols: int) -> tuple:
+    """(BLOCK_N, BLOCK_K, num_warps, AHEAD, SPLIT) for int8 rows of ``cols`` columns:
+    four parts, each part's whole width ahead of the wait where it fits. In the ~1.1B's
+    int8 decode chain, down so split (1,408 columns a part, 2,048 programs) made the
+    chain 4% faster; two parts, 1.5%. fp16 rows lost split (1.5-8%)."""
+    part = triton.cdiv(cols, _PARTS)
+    ahead = max(16, min(triton.next_power_of_2(part), _MOST_AHEAD))
+    return _BLOCK_N, min(_BLOCK_K, triton.next_power_of_2(cols)), _WARPS, ahead, _PARTS
+
+
+def longer_than_ahead(cols: int) -> bool:
+    """Whether a program of the one-block kernel (4 rows, 4 warps) cannot hold a whole
+    row ahead of its wait: where splitting along K pays."""
+    return cols > _MOST_AHEAD
 
 
 @triton.jit
@@ -126,7 +144,7 @@ declare_writes(split_gemv_kernel_gdc, "part_ptr", "out_ptr")
 
 def split_counters(weight: torch.Tensor, config: tuple | None = None) -> torch.Tensor:
     """The zeroed int32 counters (one a block of rows) a launch of ``config`` takes."""
-    block_n = (config or DEFAULT_CONFIG)[0]
+    block_n = (config or split_config(weight.shape[1]))[0]
     return torch.zeros(triton.cdiv(weight.shape[0], block_n), dtype=torch.int32,
                        device=weight.device)
 
@@ -136,13 +154,13 @@ def launch_split_gemv(x, weight, bias, residual, counts, config: tuple | None = 
     """reference.row_gemv(x, weight, bias, None, residual, ..., act=0, weight_scale)
     split along K. ``counts``: int32 zeros, at least one a block (split_counters), left
     at zero; ``config``: (BLOCK_N, BLOCK_K, num_warps, AHEAD, SPLIT), AHEAD and BLOCK_K
-    powers of two (AHEAD at least 16)."""
-    block_n, block_k, warps, ahead, split = config or DEFAULT_CONFIG
+    powers of two (AHEAD at least 16); by default split_config's."""
     rows, cols = weight.shape
+    block_n, block_k, warps, ahead, split = config or split_config(cols)
     blocks = triton.cdiv(rows, block_n)
-    if counts.dtype != torch.int32 or counts.numel() < blocks:
-        raise ValueError(f"counts: {blocks} int32 zeros needed (split_counters), got "
-                         f"{counts.numel()} {counts.dtype}")
+    if counts is None or counts.dtype != torch.int32 or counts.numel() < blocks:
+        got = "none" if counts is None else f"{counts.numel()} {counts.dtype}"
+        raise ValueError(f"counts: {blocks} int32 zeros needed (split_counters), got {got}")
     part = triton.cdiv(cols, split)
     out = torch.empty((*x.shape[:-1], rows), dtype=x.dtype, device=x.device)
     partials = torch.empty(blocks * split * block_n, dtype=torch.float32, device=x.device)
