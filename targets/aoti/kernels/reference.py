@@ -39,7 +39,9 @@ def row_gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
              norm_weight: torch.Tensor | None, residual: torch.Tensor | None, eps: float,
              offset: float, act: int, weight_scale: torch.Tensor | None = None,
              rotary_cos: torch.Tensor | None = None, rotary_sin: torch.Tensor | None = None,
-             rotary_rows: int = 0, head_dim: int = 0) -> torch.Tensor:
+             rotary_rows: int = 0, head_dim: int = 0,
+             counts: torch.Tensor | None = None) -> torch.Tensor:
+    """``counts``: the split kernel's join counters (the Triton op's), unused here."""
     row = x.reshape(x.shape[-1]).float()
     if norm_weight is not None:
         row = row * torch.rsqrt(row.pow(2).mean() + eps) * (norm_weight.float() + offset)

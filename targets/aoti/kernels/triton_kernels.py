@@ -33,6 +33,8 @@ from targets.aoti.kernels.row_loop_triton import row_loop_config
 # the pieces: int4_triton.py's and int8_triton.py's epilogue takes _finish and _program_rows
 from targets.aoti.kernels.row_parts import (_column_sums, _finish, _first_columns,
                                             _program_rows)
+from targets.aoti.kernels.split_gemv_triton import (launch_split_gemv, longer_than_ahead,
+                                                    split_config)
 
 
 @triton.jit
@@ -103,16 +105,23 @@ _AHEAD_PER_THREAD = 64
 
 
 def gemv_config(rows: int, cols: int, gated: bool, dependent: bool = False,
-                weight_bytes: int = 2, multiprocessors: int = 0) -> tuple:
-    """(BLOCK_N, BLOCK_K, num_warps, AHEAD[, TILE_X, TURNS]): enough programs to keep
+                weight_bytes: int = 2, multiprocessors: int = 0,
+                splittable: bool = False) -> tuple:
+    """(BLOCK_N, BLOCK_K, num_warps, AHEAD[, TILE_X, TURNS[, SPLIT]]): enough programs to keep
     every SM's loads in flight (several per SM), 16-byte loads along K (int8 rows: 1024
     columns a tile, and a gated product's pairs of rows two a program); a ``dependent``
     launch of a product that is not gated loads as many of a program's first columns
     ahead of its wait as fit in registers, a plain one none (AHEAD 0: the loop alone).
     A dependent gated product of 16-bit rows of at most 2,048 columns on a GPU of
     ``multiprocessors``: the row loop (row_loop_triton.row_loop_config); a dependent small
-    product of 16-bit rows that is not gated: 4 warps a program, not 8."""
+    product of 16-bit rows that is not gated: 4 warps a program, not 8. A dependent
+    launch of int8 rows longer than a program holds ahead, ``splittable`` (counters
+    given, no norm, gate or rotary rows): split along K (split_gemv_triton.split_config).
+    """
     int8 = weight_bytes == 1
+    if dependent and splittable and int8 and longer_than_ahead(cols):
+        block_n, block_k, warps, ahead, split = split_config(cols)
+        return block_n, block_k, warps, ahead, False, 0, split
     if dependent and gated and weight_bytes == 2 and cols <= 2048 and multiprocessors:
         return row_loop_config(rows, cols, multiprocessors)
     block_k = min(1024 if int8 else 256 if rows >= 4096 else 512,
@@ -157,19 +166,26 @@ def rotary_block(block_n: int, rotary_rows: int) -> int:
 def launch_row_gemv(x, weight, bias, norm_weight, residual, eps: float, offset: float,
                     act: int, config: tuple | None = None, pdl: bool = False,
                     weight_scale=None, rotary_cos=None, rotary_sin=None,
-                    rotary_rows: int = 0, head_dim: int = 0) -> torch.Tensor:
+                    rotary_rows: int = 0, head_dim: int = 0,
+                    counts: torch.Tensor | None = None) -> torch.Tensor:
     """The op's kernel (reference.row_gemv's math); ``weight_scale``: int8 rows' scales;
     ``rotary_*``: the rotary embedding of the first ``rotary_rows`` rows, heads of
-    ``head_dim``. ``config``: (BLOCK_N, BLOCK_K, num_warps, AHEAD[, TILE_X[, TURNS]])
-    (gemv_config's); TURNS > 0: row_loop_triton's kernel, TURNS blocks a program."""
+    ``head_dim``; ``counts``: int32 zeros, one or more a row, that a product split along
+    K counts its parts on and leaves at zero. ``config``: (BLOCK_N, BLOCK_K, num_warps,
+    AHEAD[, TILE_X[, TURNS[, SPLIT]]]) (gemv_config's); TURNS > 0: row_loop_triton's
+    kernel, TURNS blocks a program; SPLIT > 0: split_gemv_triton's, SPLIT parts a block."""
     width = weight.shape[0] // 2 if act else weight.shape[0]
     cols = weight.shape[1]
-    out = torch.empty((*x.shape[:-1], width), dtype=x.dtype, device=x.device)
     gdc = dependent_launch_here(x.device) and (pdl or library_launches_dependent())
     sms = torch.cuda.get_device_properties(x.device).multi_processor_count if gdc else 0
+    splittable = counts is not None and norm_weight is None and not act and not rotary_rows
     block_n, block_k, warps, ahead, *loop = config or gemv_config(
-        width, cols, bool(act), gdc, weight.element_size(), sms)
-    tile_x, turns = (*loop, False, 0)[:2]
+        width, cols, bool(act), gdc, weight.element_size(), sms, splittable)
+    tile_x, turns, split = (*loop, False, 0, 0)[:3]
+    if split:
+        return launch_split_gemv(x, weight, bias, residual, counts,
+                                 (block_n, block_k, warps, ahead, split), pdl, weight_scale)
+    out = torch.empty((*x.shape[:-1], width), dtype=x.dtype, device=x.device)
     block_n = rotary_block(block_n, rotary_rows)
     blocks = triton.cdiv(width, block_n)
     if turns:  # a grid of fewer programs, each TURNS blocks in a strided loop

@@ -26,6 +26,7 @@ and offset applied to its sums); other linears row_linears.py's reduction.
 from __future__ import annotations
 
 import torch
+from torch._inductor import inductor_prims
 from torch.export import ExportedProgram
 
 from passes.base import PassResult
@@ -95,6 +96,7 @@ def _rewrite_linears(module: torch.fx.GraphModule) -> dict:
         counts["gated_folded"] += gated is not None
         counts["residuals_folded"] += residual is not None
         counts["rotary_folded"] += rotary is not None
+    counts["split_counts"] = _split_counts(module)
     counts["stored_once"] = stored_once(module, ops.row_gemv, (9, 10))  # cos, sin
     module.graph.eliminate_dead_code()
     module.recompile()
@@ -115,6 +117,43 @@ def _product(module: torch.fx.GraphModule, node: torch.fx.Node) -> tuple | None:
     if found is None or not _one_row(node):
         return None
     return found.x, found.weight, found.bias, found.scale, found.out
+
+
+def _split_counts(module: torch.fx.GraphModule) -> int:
+    """The step's int8 products that a dependent launch may split along K (no norm, gate
+    or rotary rows: kernels/split_gemv_triton.py) get its one buffer of join counters,
+    the attentions' (their kernels and the split one leave it at zero, and run one after
+    another): a new one, a count for every row of the largest product (enough for any
+    block of rows) and every key/value head, stored once. Returns how many got it."""
+    readers = [n for n in module.graph.nodes if n.op == "call_function" and (
+        n.target is ops.decode_attention and len(n.args) > 8 or
+        n.target is ops.row_gemv and _splittable(n))]
+    products = [n for n in readers if n.target is ops.row_gemv]
+    if not products:
+        return 0
+    size = max(val(n.args[1 if n.target is ops.row_gemv else 8]).shape[0] for n in readers)
+    first = val(readers[0].args[0])
+    with module.graph.inserting_before(readers[0]):
+        zeros = module.graph.call_function(torch.ops.aten.zeros.default, ([size],), {
+            "dtype": torch.int32, "device": first.device})
+        zeros.meta["val"] = first.new_zeros((size,), dtype=torch.int32)
+        # one stored buffer, not a fill of each reader's own (decode_stored.py)
+        counts = module.graph.call_function(inductor_prims.force_stride_order, (zeros, [1]))
+        counts.meta = dict(zeros.meta)
+    for node in readers:
+        if node.target is ops.decode_attention:
+            node.update_arg(8, counts)
+        else:  # no rotary rows: their arguments at their defaults
+            node.args = (*node.args[:9], None, None, 0, 0, counts)
+    return len(products)
+
+
+def _splittable(node: torch.fx.Node) -> bool:
+    """A row_gemv over int8 rows with their scales, no norm, gate or rotary rows."""
+    args = node.args
+    weight = val(args[1])
+    return (weight is not None and weight.dtype == torch.int8 and args[8] is not None
+            and args[3] is None and not args[7] and len(args) <= 9)
 
 
 def _row_linear(module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:

@@ -67,7 +67,7 @@ def test_decode_step_products_and_attention_become_fused_kernel_ops(family):
     assert result.info == {"linears_as_kernels": 4 * layers + 1, "int8_linears": 0,
                            "int4_linears": 0, "norms_folded": 2 * layers + 1, "gated_folded": layers,
                            "residuals_folded": 2 * layers, "rotary_folded": layers,
-                           "stored_once": 2}
+                           "split_counts": 0, "stored_once": 2}
     calls = _calls(result.program)
     assert calls["edge_exporter.row_gemv.default"] == 4 * layers + 1
     assert calls["edge_exporter.decode_attention.default"] == layers
@@ -119,7 +119,7 @@ def test_int8_weight_only_products_become_the_kernel_over_int8_rows(dtype):
     assert result.info == {"linears_as_kernels": 4 * layers + 1, "int8_linears": 4 * layers + 1,
                            "int4_linears": 0, "norms_folded": 2 * layers + 1, "gated_folded": layers,
                            "residuals_folded": 2 * layers, "rotary_folded": layers,
-                           "stored_once": 2}
+                           "split_counts": 2 * layers, "stored_once": 2}
     calls = _calls(result.program)
     assert not {"aten.mm.default", "aten.silu.default"} & set(calls)
     weights = {n.name: n for n in result.program.graph.nodes if n.op == "placeholder"}
@@ -127,6 +127,18 @@ def test_int8_weight_only_products_become_the_kernel_over_int8_rows(dtype):
             and weights[n.args[1].name].meta["val"].dtype == torch.int8]
     assert len(int8) == 4 * layers + 1 and all(n.args[8] is not None for n in int8)
     assert sum(n.args[2] is not None for n in int8) == layers  # each q/k/v's bias
+    # o and down (no norm, gate or rotary rows) may be split along K: they and the
+    # attentions share one buffer of join counters, a count for each row at least
+    attentions = [n for n in result.program.graph.nodes if n.target == ops_decode_attention()]
+    split = [n for n in int8 if len(n.args) > 13]
+    assert len(split) == 2 * layers and all(n.args[3] is None and not n.args[7]
+                                            for n in split)
+    shared = {n.args[13] for n in split} | {n.args[8] for n in attentions}
+    assert len(shared) == 1 and len(attentions) == layers
+    size = max(weights[n.args[1].name].meta["val"].shape[0] for n in split)
+    assert shared.pop().meta["val"].shape == (size,)
+    # in place of the attentions' own (the model's mask is a zeros too)
+    assert calls["aten.zeros.default"] == _calls(program)["aten.zeros.default"]
     cache = _randomised(past)
     ids, position = torch.tensor([[7]]), torch.tensor([9])
     with torch.no_grad():
@@ -140,6 +152,11 @@ def test_int8_weight_only_products_become_the_kernel_over_int8_rows(dtype):
 def ops_row_gemv():
     from targets.aoti.kernels import ops
     return ops.row_gemv
+
+
+def ops_decode_attention():
+    from targets.aoti.kernels import ops
+    return ops.decode_attention
 
 
 def test_attention_reads_ahead_only_past_rows_no_op_of_the_step_writes():

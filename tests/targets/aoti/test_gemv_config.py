@@ -19,3 +19,22 @@ def test_dependent_small_products_of_16_bit_rows_take_four_warps():
     assert gemv_config(2048, 2048, False, True, 1, 132) == (2, 1024, 8, 2048)
     assert gemv_config(2048, 2048, True, True, 2)[2] == 8  # gated, no GPU's count
     assert gemv_config(2560, 2048, False, True, 2, 132) == (4, 512, 4, 2048)  # q/k/v
+
+
+def test_dependent_launches_of_long_int8_rows_with_counters_split_along_k():
+    """The ~1.1B's int8 down (2,048 x 5,632) as a dependent launch given counters: four
+    parts of 1,408 columns, 4 rows and 4 warps a program, each part's whole width
+    ahead; a plain launch, fp16 rows, rows a program holds whole ahead (o's 2,048),
+    a product without counters (a norm, a gate) keep the one-block kernel."""
+    from targets.aoti.kernels.split_gemv_triton import split_config
+    from targets.aoti.kernels.triton_kernels import gemv_config
+    assert gemv_config(2048, 5632, False, True, 1, 132, True) == (4, 1024, 4, 2048, False,
+                                                                  0, 4)
+    assert split_config(11008) == (4, 1024, 4, 2048, 4)  # a part longer than held ahead
+    assert split_config(300) == (4, 512, 4, 128, 4)
+    for other in (gemv_config(2048, 5632, False, False, 1, 132, True),
+                  gemv_config(2048, 5632, False, True, 2, 132, True),
+                  gemv_config(2048, 2048, False, True, 1, 132, True),
+                  gemv_config(2048, 5632, False, True, 1, 132)):
+        assert len(other) == 4
+    assert gemv_config(2048, 5632, False, True, 1, 132) == (4, 1024, 4, 2048)
