@@ -15,7 +15,8 @@ argmax, the cache write) are not in it. Variants change one thing at a time: the
 past rows read before or after it, its join in the split kernel, and the small products'
 block configuration, and weights prefetched into L2 from a side branch of the graph
 (decode_chain_prefetch.py); a product as a row loop (decode_chain_rowloop.py) or split
-along K (decode_chain_split.py: a configuration that is a launch of its own). Each variant's outputs are compared with the same kernels' plain
+along K (decode_chain_split.py: a configuration that is a launch of its own), or a flag in place
+of the wait at a boundary (decode_chain_flag.py). Each variant's outputs are compared with the same kernels' plain
 launches: a dependent launch that read before the kernel before had written would differ
 ("plain + join": what the join alone changes, a rounding).
 "As built" is the configuration a built library runs (gemv_config's plain one: no columns
@@ -93,10 +94,13 @@ def step(made: dict, hidden: torch.Tensor, pdl: bool, configs: dict,
         k = qkv[..., HIDDEN:HIDDEN + KV].view(1, KV_HEADS, 1, DIM)
         v = qkv[..., HIDDEN + KV:].view(1, KV_HEADS, 1, DIM)
         hook("attention", layer)
-        att = launch_decode_attention(q, layer["k"], k, layer["v"], v, made["mask"],
-                                      DIM ** -0.5, pdl=pdl, cache_ahead=cache_ahead,
-                                      counts=made["counts"] if join else None,
-                                      block_s=block_s)
+        if "attention" in configs:  # a variant's own attention (decode_chain_flag.py)
+            att = configs["attention"].attention(q, k, v, layer, made, pdl)
+        else:
+            att = launch_decode_attention(q, layer["k"], k, layer["v"], v, made["mask"],
+                                          DIM ** -0.5, pdl=pdl, cache_ahead=cache_ahead,
+                                          counts=made["counts"] if join else None,
+                                          block_s=block_s)
         if mlp is not None:  # a variant's own kernel for o -> gate/up -> down
             h = mlp(att.view(1, 1, HIDDEN), h, layer, norm, pdl)
             continue
@@ -223,6 +227,7 @@ def searched(made: dict, hidden: torch.Tensor, start: dict, candidates: dict) ->
 
 
 def variants(best: Path | None = None, int8: bool = False) -> dict:
+    from bench.decode_chain_flag import flag_variants
     from bench.decode_chain_persistent import persistent_variants
     from bench.decode_chain_prefetch import prefetch_variants
     from bench.decode_chain_rowloop import row_loop_variants
@@ -267,7 +272,9 @@ def variants(best: Path | None = None, int8: bool = False) -> dict:
             # a product as a row loop, or the one-block kernel in another shape
             **row_loop_variants(default),
             # a product split along K, its parts joined by the last to finish
-            **split_variants(default)}
+            **split_variants(default),
+            # a flag the kernel before counts in on, in place of gdc_wait
+            **flag_variants(default)}
 
 
 def main() -> None:
