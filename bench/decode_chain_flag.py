@@ -192,7 +192,8 @@ def flag_configs(default: dict, flagged, poll: int = 1, ns: int = 64) -> dict:
     return configs
 
 
-# name -> (boundaries flagged, threads polling, ns between polls, products' changes)
+# name -> (boundaries flagged, threads polling, ns between polls, products' changes); by
+# default one thread a program polls, 64 ns apart
 CHANGES = {
     "flag kernels, no flag": ((), 1, 64, {}),
     **{f"flag {b}": ((b,), 1, 64, {}) for b in BOUNDARIES},
@@ -201,7 +202,6 @@ CHANGES = {
     "flag everywhere, every thread polls": (BOUNDARIES, 1 << 16, 64, {}),
     "flag everywhere, 256 ns between polls": (BOUNDARIES, 1, 256, {}),
     "flag everywhere, no sleep": (BOUNDARIES, 1, 0, {}),
-    "flag everywhere + o 2 rows 4 warps": (BOUNDARIES, 1, 64, {"o": (2, 512, 4, 2048)}),
 }
 
 
