@@ -2,7 +2,8 @@
 (targets/aoti/kernels/), launched as plain launches and as programmatic dependent launches.
 
     python bench/decode_chain_cuda.py [--layers 22] [--slots 512] [--out FILE]
-        [--int8] [--best SWEEP.jsonl [--search N]] [--variants A,B,...] [--rounds N]
+        [--int8 | --int4] [--best SWEEP.jsonl [--search N]] [--variants A,B,...]
+        [--rounds N]
 
 Each layer is what the built step runs of ours, in order and feeding each other: q/k/v
 (RMSNorm folded in) -> attention over a 512-slot cache (split + join) -> o (+ residual)
@@ -22,6 +23,8 @@ launches: a dependent launch that read before the kernel before had written woul
 "As built" is the configuration a built library runs (gemv_config's plain one: no columns
 ahead, the loop alone); the other variants load the dependent launch's AHEAD columns.
 ``--int8``: the products over int8 rows with a scale a row (``--quantize int8-weight``);
+``--int4``: over int4 rows as an int4 build launches them (decode_chain_int4.py: q/k/v
+with its rotary embedding folded in, ``int4 ...`` variants);
 ``--best``: plain and dependent launches with each product's fastest configuration in a
 bench/decode_gemv_sweep.py run (its rows at the same weight width); ``--search N``: the
 configurations chosen in the chain instead, from each product's N fastest alone (search).
@@ -284,6 +287,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path)
     parser.add_argument("--variants", help="comma-separated variant names (default: all)")
     parser.add_argument("--int8", action="store_true", help="the products over int8 rows")
+    parser.add_argument("--int4", action="store_true", help="the products over int4 rows")
     parser.add_argument("--best", type=Path, help="a decode_gemv_sweep.py run's rows")
     parser.add_argument("--search", type=int, default=0, metavar="N",
                         help="with --best: search the chain over each product's N fastest "
@@ -294,14 +298,19 @@ def main() -> None:
     args = parser.parse_args()
     if args.search and args.best is None:
         parser.error("--search needs --best (a decode_gemv_sweep.py run's rows)")
+    if args.int4 and (args.int8 or args.best):
+        parser.error("--int4 takes neither --int8 nor --best")
     torch.manual_seed(0)
     made = weights(args.layers, args.slots, args.int8)
+    if args.int4:  # Triton's own launches: imported only here
+        from bench import decode_chain_int4 as int4
+        made = int4.int4_weights(made)
     hidden = torch.randn(1, 1, HIDDEN, device="cuda", dtype=torch.float16)
     byte_count = sum(t.numel() * t.element_size() for w in [made["head"]] + [
         w for layer in made["layers"] for key, w in layer.items() if key not in ("k", "v")]
         for t in w if t is not None)
     rows = []
-    chosen = variants(args.best, args.int8)
+    chosen = int4.int4_variants() if args.int4 else variants(args.best, args.int8)
     if args.variants:
         chosen = {name: chosen[name] for name in args.variants.split(",")}
     if args.search:
@@ -317,7 +326,8 @@ def main() -> None:
         kernels, own = per_kernel(
             lambda: step(made, hidden, pdl, configs, ahead, join, block_s, hook, mlp),
             args.layers)
-        row = {"variant": label, "int8": args.int8, "dependent_launch": pdl,
+        row = {"variant": label, "int8": args.int8, "int4": args.int4,
+               "dependent_launch": pdl,
                "configs": configs, "ms": ms,
                "weight_gb": byte_count / 1e9, "tb_s": byte_count / ms / 1e9,
                "max_abs_diff_vs_plain_launch": differs, "kernels_us": kernels,

@@ -31,6 +31,12 @@ def sm90_ptx(kernel, pointer_kinds: dict, values: dict, warps: int) -> str:
     """``kernel`` compiled for sm_90a with ``values`` as its constexprs: its PTX. Pointers
     are fp16 unless ``pointer_kinds`` names another type (``{"w_ptr": "*u8"}``); every one
     is declared 16-byte aligned."""
+    return sm90_compiled(kernel, pointer_kinds, values, warps).asm["ptx"]
+
+
+def sm90_compiled(kernel, pointer_kinds: dict, values: dict, warps: int):
+    """sm90_ptx's compile: Triton's compiled kernel (``.asm``: ptx, cubin; ``.metadata``:
+    shared bytes among others)."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -42,9 +48,8 @@ def sm90_ptx(kernel, pointer_kinds: dict, values: dict, warps: int) -> str:
                        constexprs={(names.index(a),): v for a, v in values.items()},
                        attrs={(i,): [["tt.divisibility", 16]]
                               for i, a in enumerate(names) if a.endswith("_ptr")})
-    out = triton.compile(source, target=GPUTarget("cuda", 90, 32),
-                         options={"num_warps": warps})
-    return out.asm["ptx"]
+    return triton.compile(source, target=GPUTarget("cuda", 90, 32),
+                          options={"num_warps": warps})
 
 
 def compiled(name, n, k, norm, act, res):
