@@ -9,7 +9,7 @@ the boundaries it names:
 
 A boundary is named by the kernels on its two sides: qkv>attention, attention>o,
 o>gate_up, gate_up>down and down>next (the next layer's q/k/v, or the head). The step's
-first launch waits by gdc_wait (the step before is no flag's). "flag kernels, no flag"
+first launch waits by gdc_wait (the step before is no flag's). "flag kernels without a flag"
 is the bench's copies of the kernels with gdc_wait everywhere: what the copies alone
 change.
 """
@@ -195,13 +195,13 @@ def flag_configs(default: dict, flagged, poll: int = 1, ns: int = 64) -> dict:
 # name -> (boundaries flagged, threads polling, ns between polls, products' changes); by
 # default one thread a program polls, 64 ns apart
 CHANGES = {
-    "flag kernels, no flag": ((), 1, 64, {}),
+    "flag kernels without a flag": ((), 1, 64, {}),
     **{f"flag {b}": ((b,), 1, 64, {}) for b in BOUNDARIES},
     "flag everywhere": (BOUNDARIES, 1, 64, {}),
-    "flag everywhere, warp 0 polls": (BOUNDARIES, 32, 64, {}),
-    "flag everywhere, every thread polls": (BOUNDARIES, 1 << 16, 64, {}),
-    "flag everywhere, 256 ns between polls": (BOUNDARIES, 1, 256, {}),
-    "flag everywhere, no sleep": (BOUNDARIES, 1, 0, {}),
+    "flag everywhere warp 0 polls": (BOUNDARIES, 32, 64, {}),
+    "flag everywhere every thread polls": (BOUNDARIES, 1 << 16, 64, {}),
+    "flag everywhere 256 ns between polls": (BOUNDARIES, 1, 256, {}),
+    "flag everywhere no sleep": (BOUNDARIES, 1, 0, {}),
 }
 
 

@@ -90,14 +90,6 @@ def _wait(wait_ptr, reset_ptr, err_ptr, first, WAIT_FLAG: tl.constexpr, RESET: t
 
 
 @triton.jit
-def _launch_dependents(POLL: tl.constexpr):
-    """The kernel after may start once every program here has started (not under the
-    interpreter: POLL 0)."""
-    if POLL != 0:
-        _launch_dependents(POLL)
-
-
-@triton.jit
 def _arrive(count_ptr, ARRIVE: tl.constexpr):
     """After the program's last store: every thread's stores, then one release count."""
     if ARRIVE:
@@ -117,7 +109,8 @@ def row_gemv_flag_kernel(x_ptr, w_ptr, nw_ptr, r_ptr, out_ptr, wait_ptr, reset_p
     of weights loaded, then the wait (flag or gdc_wait), the rest, the store, the count."""
     rows = _block_rows(tl.program_id(0), BLOCK_N, 0, 0)
     row_ok = rows < N
-    _launch_dependents(POLL)
+    if POLL != 0:  # the kernel after may start (not under the interpreter)
+        tl.extra.cuda.gdc_launch_dependents()
     w_first, u_first = _first_tiles(w_ptr, rows, row_ok, N, K, 0, AHEAD)
     _wait(wait_ptr, reset_ptr, err_ptr, tl.program_id(0) == 0, WAIT_FLAG, RESET, TARGET,
           POLL, NS)
@@ -144,7 +137,8 @@ def row_loop_flag_kernel(x_ptr, w_ptr, nw_ptr, out_ptr, wait_ptr, reset_ptr, cou
     programs = tl.num_programs(0)
     block = tl.program_id(0)
     rows = _block_rows(block, BLOCK_N, 0, 0)
-    _launch_dependents(POLL)
+    if POLL != 0:  # the kernel after may start (not under the interpreter)
+        tl.extra.cuda.gdc_launch_dependents()
     w, u = _first_tiles(w_ptr, rows, rows < N, N, K, ACT, AHEAD)
     _wait(wait_ptr, reset_ptr, err_ptr, block == 0, WAIT_FLAG, RESET, TARGET, POLL, NS)
     x, squares = _x_first(x_ptr, nw_ptr, 0.0, K, True, AHEAD)
@@ -179,7 +173,8 @@ def attention_flag_kernel(q_ptr, pk_ptr, nk_ptr, pv_ptr, nv_ptr, mask_ptr, m_ptr
     """decode_attention.attention_join_kernel_gdc (fp16, the cache's past rows read before
     the wait): the joining program of each key/value head counts in after its store, so
     the kernel after waits for a count of the key/value heads."""
-    _launch_dependents(POLL)
+    if POLL != 0:  # the kernel after may start (not under the interpreter)
+        tl.extra.cuda.gdc_launch_dependents()
     kvh = tl.program_id(0)
     split = tl.program_id(1)
     g = tl.arange(0, BLOCK_G)
