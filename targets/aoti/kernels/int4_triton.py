@@ -127,14 +127,13 @@ def _quarters(x, BLOCK_G: tl.constexpr, GROUP: tl.constexpr):
 
 
 @triton.jit
-def _split_x_dot(words, x_low, x_high):
+def _split_x_dot(words, x_low, x_high, BLOCK_G: tl.constexpr, GROUP: tl.constexpr):
     """Each row's sum over a group of nibble x 2^-24 times x, [BLOCK_N, BLOCK_G], with x
-    split into a word's four byte columns (_quarters: a chain of FMAs a word). A word's
-    low nibbles are its bytes' first-half weights (x_low), its high ones the second
-    half's."""
+    split into a word's four byte columns (a chain of FMAs a word). A word's low nibbles
+    are its bytes' first-half weights (x_low), its high ones the second half's."""
     l0, l1, l2, l3, h0, h1, h2, h3 = _word_nibbles(words)
-    xl0, xl1, xl2, xl3 = x_low
-    xh0, xh1, xh2, xh3 = x_high
+    xl0, xl1, xl2, xl3 = _quarters(x_low, BLOCK_G, GROUP)
+    xh0, xh1, xh2, xh3 = _quarters(x_high, BLOCK_G, GROUP)
     p = (l0 * xl0[None, :, :] + l1 * xl1[None, :, :] + l2 * xl2[None, :, :]
          + l3 * xl3[None, :, :] + h0 * xh0[None, :, :] + h1 * xh1[None, :, :]
          + h2 * xh2[None, :, :] + h3 * xh3[None, :, :])
@@ -154,48 +153,19 @@ def _joined_dot(words, x_low, x_high, BLOCK_N: tl.constexpr, BLOCK_G: tl.constex
 
 
 @triton.jit
-def _x_forms(x_low, x_high, BLOCK_G: tl.constexpr, GROUP: tl.constexpr,
-             SPLIT_X: tl.constexpr):
-    """x's halves as the dot takes them (split into a word's byte columns, or as
-    loaded): made once a step, however many tiles of rows the step sums."""
-    x_a, x_b = x_low, x_high
-    if SPLIT_X:
-        x_a = _quarters(x_low, BLOCK_G, GROUP)
-        x_b = _quarters(x_high, BLOCK_G, GROUP)
-    return x_a, x_b
-
-
-@triton.jit
-def _scaled_dot(packed, scale, offset, x_low, x_high, x_sum, BLOCK_N: tl.constexpr,
-                BLOCK_G: tl.constexpr, GROUP: tl.constexpr, SPLIT_X: tl.constexpr):
-    """A step's [BLOCK_N, BLOCK_G] group sums of one tile of rows: scale x (nibbles . x)
-    + offset x sum(x); x as _x_forms gives it."""
-    if SPLIT_X:
-        dot = _split_x_dot(packed, x_low, x_high)
-    else:
-        dot = _joined_dot(packed, x_low, x_high, BLOCK_N, BLOCK_G, GROUP)
-    return dot * (scale * 16777216.0) + offset * x_sum[None, :]  # nibbles came x 2^-24
-
-
-@triton.jit
-def _group_sums(x_ptr, w_ptr, s_ptr, up_ptr, up_s_ptr, nw_ptr, rows, row_ok, tiles,
-                up_tiles, OFFSET: tl.constexpr, K: tl.constexpr, GROUP: tl.constexpr,
+def _group_sums(x_ptr, w_ptr, s_ptr, nw_ptr, rows, row_ok, ahead, ahead2, pairs, pairs2,
+                OFFSET: tl.constexpr, K: tl.constexpr, GROUP: tl.constexpr,
                 BLOCK_N: tl.constexpr, BLOCK_G: tl.constexpr, HAS_NORM: tl.constexpr,
-                SPLIT_X: tl.constexpr, UP: tl.constexpr):
-    """(each row's scaled group sums, a [BLOCK_N, BLOCK_G] tile not yet summed; the same
-    of the up rows at ``up_ptr``/``up_s_ptr`` where UP, else zeros; the sum of x^2, a
-    scalar) over all K columns of the rows at ``w_ptr``/``s_ptr``. ``tiles`` (and
-    ``up_tiles``): their first two tiles of bytes and of (scale, offset) pairs, loaded by
-    the caller (a dependent launch: before its wait). Each step loads the tiles two steps
-    on, and x one step on, before its own sums: a step's x moves between layouts through
-    shared memory (a barrier), and a load issued after that barrier would leave one tile
-    a thread in flight, or wait a round trip for x. With UP, x is loaded and normalised
-    once a step for both sets of rows (a gated product's gate and up)."""
+                SPLIT_X: tl.constexpr):
+    """(each row's scaled group sums, a [BLOCK_N, BLOCK_G] tile not yet summed; the sum of
+    x^2, a scalar) over all K columns of the rows at ``w_ptr``/``s_ptr``; ``ahead``,
+    ``ahead2``, ``pairs``, ``pairs2``: their first two tiles of bytes and of (scale,
+    offset) pairs, loaded by the caller (a dependent launch: before its wait). Each step
+    loads the tiles two steps on, and x one step on, before its own sums: a step's x moves
+    between layouts through shared memory (a barrier), and a load issued after that
+    barrier would leave one tile a thread in flight, or wait a round trip for x."""
     groups: tl.constexpr = K // GROUP
-    ahead, ahead2, pairs, pairs2 = tiles
-    up_ahead, up_ahead2, up_pairs, up_pairs2 = up_tiles
     acc = tl.zeros((BLOCK_N, BLOCK_G), dtype=tl.float32)
-    up_acc = tl.zeros((BLOCK_N, BLOCK_G), dtype=tl.float32)
     squares = tl.zeros((BLOCK_G, GROUP // 2), dtype=tl.float32)
     x_next = _x_tile(x_ptr, nw_ptr, 0, K, GROUP, BLOCK_G, HAS_NORM)
     for first in tl.static_range(0, groups, BLOCK_G):
@@ -209,28 +179,20 @@ def _group_sums(x_ptr, w_ptr, s_ptr, up_ptr, up_s_ptr, nw_ptr, rows, row_ok, til
             x_low = x_low * (nw_low.to(tl.float32) + OFFSET)
             x_high = x_high * (nw_high.to(tl.float32) + OFFSET)
         x_sum = tl.sum(x_low + x_high, axis=1)
-        packed, up_packed = ahead, up_ahead
+        packed = ahead
         scale, offset = tl.split(pairs.to(tl.float32))
-        up_scale, up_offset = scale, offset
-        if UP:
-            up_scale, up_offset = tl.split(up_pairs.to(tl.float32))
-        ahead, pairs, up_ahead, up_pairs = ahead2, pairs2, up_ahead2, up_pairs2
+        ahead = ahead2
+        pairs = pairs2
         if first + 2 * BLOCK_G < groups:
             ahead2 = _packed_tile(w_ptr, rows, row_ok, first + 2 * BLOCK_G, K, GROUP, BLOCK_G)
             pairs2 = _scale_pairs(s_ptr, rows, row_ok, first + 2 * BLOCK_G, K, GROUP,
                                   BLOCK_G)
-            if UP:
-                up_ahead2 = _packed_tile(up_ptr, rows, row_ok, first + 2 * BLOCK_G, K,
-                                         GROUP, BLOCK_G)
-                up_pairs2 = _scale_pairs(up_s_ptr, rows, row_ok, first + 2 * BLOCK_G, K,
-                                         GROUP, BLOCK_G)
-        x_a, x_b = _x_forms(x_low, x_high, BLOCK_G, GROUP, SPLIT_X)
-        acc += _scaled_dot(packed, scale, offset, x_a, x_b, x_sum, BLOCK_N, BLOCK_G, GROUP,
-                           SPLIT_X)
-        if UP:
-            up_acc += _scaled_dot(up_packed, up_scale, up_offset, x_a, x_b, x_sum, BLOCK_N,
-                                  BLOCK_G, GROUP, SPLIT_X)
-    return acc, up_acc, tl.sum(tl.sum(squares, axis=1), axis=0)
+        if SPLIT_X:
+            dot = _split_x_dot(packed, x_low, x_high, BLOCK_G, GROUP)
+        else:
+            dot = _joined_dot(packed, x_low, x_high, BLOCK_N, BLOCK_G, GROUP)
+        acc += dot * (scale * 16777216.0) + offset * x_sum[None, :]  # nibbles came x 2^-24
+    return acc, tl.sum(tl.sum(squares, axis=1), axis=0)
 
 
 @triton.jit
@@ -239,8 +201,7 @@ def _int4_row_gemv(x_ptr, w_ptr, s_ptr, b_ptr, nw_ptr, r_ptr, cos_ptr, sin_ptr,
                    K: tl.constexpr, GROUP: tl.constexpr, HAS_BIAS: tl.constexpr,
                    HAS_NORM: tl.constexpr, ACT: tl.constexpr, HAS_RES: tl.constexpr,
                    BLOCK_N: tl.constexpr, BLOCK_G: tl.constexpr, GDC: tl.constexpr,
-                   ROT_ROWS: tl.constexpr, HEAD_D: tl.constexpr, SPLIT_X: tl.constexpr,
-                   ONE_X: tl.constexpr):
+                   ROT_ROWS: tl.constexpr, HEAD_D: tl.constexpr, SPLIT_X: tl.constexpr):
     rows = _program_rows(BLOCK_N, ROT_ROWS, HEAD_D)
     row_ok = rows < N
     up_ptr = w_ptr + N * (K // 2)  # a gated product's up rows: N rows below the gate's
@@ -248,23 +209,25 @@ def _int4_row_gemv(x_ptr, w_ptr, s_ptr, b_ptr, nw_ptr, r_ptr, cos_ptr, sin_ptr,
         tl.extra.cuda.gdc_launch_dependents()
     # no kernel of the step writes weights: their first bytes are loaded before the wait
     up_s_ptr = s_ptr + N * (K // GROUP) * 2
-    tiles = _first_tiles(w_ptr, s_ptr, rows, row_ok, K, GROUP, BLOCK_G)
-    up_tiles = tiles
+    ahead, ahead2, pairs, pairs2 = _first_tiles(w_ptr, s_ptr, rows, row_ok, K, GROUP,
+                                                BLOCK_G)
+    up_ahead, up_ahead2, up_pairs, up_pairs2 = ahead, ahead2, pairs, pairs2
     if ACT != 0:
-        up_tiles = _first_tiles(up_ptr, up_s_ptr, rows, row_ok, K, GROUP, BLOCK_G)
+        up_ahead, up_ahead2, up_pairs, up_pairs2 = _first_tiles(up_ptr, up_s_ptr, rows,
+                                                                row_ok, K, GROUP, BLOCK_G)
     if GDC:
         tl.extra.cuda.gdc_wait()
     res = row_ok  # no residual: not read
     if HAS_RES:  # loaded with x, not after the sums: no round trip of its own at the end
         res = tl.load(r_ptr + rows, mask=row_ok, other=0.0)
-    one_x: tl.constexpr = ACT != 0 and ONE_X
-    acc, up, square_sum = _group_sums(x_ptr, w_ptr, s_ptr, up_ptr, up_s_ptr, nw_ptr, rows,
-                                      row_ok, tiles, up_tiles, OFFSET, K, GROUP, BLOCK_N,
-                                      BLOCK_G, HAS_NORM, SPLIT_X, one_x)
-    if ACT != 0 and not ONE_X:  # the up rows in a second pass over x
-        up, _, _ = _group_sums(x_ptr, up_ptr, up_s_ptr, up_ptr, up_s_ptr, nw_ptr, rows,
-                               row_ok, up_tiles, up_tiles, OFFSET, K, GROUP, BLOCK_N,
-                               BLOCK_G, HAS_NORM, SPLIT_X, False)
+    acc, square_sum = _group_sums(x_ptr, w_ptr, s_ptr, nw_ptr, rows, row_ok, ahead, ahead2,
+                                  pairs, pairs2, OFFSET, K, GROUP, BLOCK_N, BLOCK_G, HAS_NORM,
+                                  SPLIT_X)
+    up = tl.zeros((BLOCK_N, BLOCK_G), dtype=tl.float32)
+    if ACT != 0:
+        up, _ = _group_sums(x_ptr, up_ptr, up_s_ptr, nw_ptr, rows, row_ok, up_ahead,
+                            up_ahead2, up_pairs, up_pairs2, OFFSET, K, GROUP, BLOCK_N,
+                            BLOCK_G, HAS_NORM, SPLIT_X)
     zero = tl.zeros((BLOCK_N,), dtype=tl.float32)
     y = _finish(tl.sum(acc, axis=1), zero, up, zero + square_sum, b_ptr, r_ptr, s_ptr,
                 cos_ptr, sin_ptr, rows, row_ok, EPS, N, K, HAS_BIAS, HAS_NORM, ACT,
@@ -281,12 +244,11 @@ def int4_row_gemv_kernel(x_ptr, w_ptr, s_ptr, b_ptr, nw_ptr, r_ptr, cos_ptr, sin
                          HAS_BIAS: tl.constexpr, HAS_NORM: tl.constexpr, ACT: tl.constexpr,
                          HAS_RES: tl.constexpr, BLOCK_N: tl.constexpr,
                          BLOCK_G: tl.constexpr, ROT_ROWS: tl.constexpr,
-                         HEAD_D: tl.constexpr, SPLIT_X: tl.constexpr,
-                         ONE_X: tl.constexpr = False):
+                         HEAD_D: tl.constexpr, SPLIT_X: tl.constexpr):
     """reference.row_gemv over int4 rows, started as a plain launch."""
     rows, y = _int4_row_gemv(x_ptr, w_ptr, s_ptr, b_ptr, nw_ptr, r_ptr, cos_ptr, sin_ptr,
                              EPS, OFFSET, N, K, GROUP, HAS_BIAS, HAS_NORM, ACT, HAS_RES,
-                             BLOCK_N, BLOCK_G, False, ROT_ROWS, HEAD_D, SPLIT_X, ONE_X)
+                             BLOCK_N, BLOCK_G, False, ROT_ROWS, HEAD_D, SPLIT_X)
     tl.store(out_ptr + rows, y.to(out_ptr.dtype.element_ty), mask=rows < N)
 
 
@@ -298,11 +260,11 @@ def int4_row_gemv_kernel_gdc(x_ptr, w_ptr, s_ptr, b_ptr, nw_ptr, r_ptr, cos_ptr,
                              ACT: tl.constexpr, HAS_RES: tl.constexpr,
                              BLOCK_N: tl.constexpr, BLOCK_G: tl.constexpr,
                              ROT_ROWS: tl.constexpr, HEAD_D: tl.constexpr,
-                             SPLIT_X: tl.constexpr, ONE_X: tl.constexpr = False):
+                             SPLIT_X: tl.constexpr):
     """reference.row_gemv over int4 rows as a programmatic dependent launch."""
     rows, y = _int4_row_gemv(x_ptr, w_ptr, s_ptr, b_ptr, nw_ptr, r_ptr, cos_ptr, sin_ptr,
                              EPS, OFFSET, N, K, GROUP, HAS_BIAS, HAS_NORM, ACT, HAS_RES,
-                             BLOCK_N, BLOCK_G, True, ROT_ROWS, HEAD_D, SPLIT_X, ONE_X)
+                             BLOCK_N, BLOCK_G, True, ROT_ROWS, HEAD_D, SPLIT_X)
     tl.store(out_ptr + rows, y.to(out_ptr.dtype.element_ty), mask=rows < N)
 
 
@@ -333,17 +295,15 @@ def launch_int4_row_gemv(x, packed, scales, bias, norm_weight, residual, eps: fl
                          pdl: bool = False, rotary_cos=None, rotary_sin=None,
                          rotary_rows: int = 0, head_dim: int = 0) -> torch.Tensor:
     """The op's kernel over int4 rows (``packed`` [rows, K/2], ``scales`` [rows, K/group,
-    2]); ``config``: (BLOCK_N, BLOCK_G, num_warps[, SPLIT_X[, ONE_X]]) (int4_config's;
-    without SPLIT_X, int4_config's for the product; ONE_X: a gated product's gate and up
-    rows summed in one pass over x); the rest as triton_kernels.launch_row_gemv."""
+    2]); ``config``: (BLOCK_N, BLOCK_G, num_warps[, SPLIT_X]) (int4_config's; without
+    SPLIT_X, int4_config's for the product); the rest as triton_kernels.launch_row_gemv."""
     cols = x.shape[-1]
     group = cols // scales.shape[1]
     width = packed.shape[0] // 2 if act else packed.shape[0]
     out = torch.empty((*x.shape[:-1], width), dtype=x.dtype, device=x.device)
     launch, _ = launcher(int4_row_gemv_kernel, int4_row_gemv_kernel_gdc, x.device, pdl)
     default = int4_config(width, cols, group, bool(act))
-    block_n, block_g, warps, *forms = config or default
-    split_x, one_x = (*forms, *default[3 + len(forms):], False)[:2]
+    block_n, block_g, warps, *split_x = config or default
     block_n = rotary_block(block_n, rotary_rows)
     dummy = packed  # an unused pointer argument (its branch is compiled out)
     launch((triton.cdiv(width, block_n),))(
@@ -357,5 +317,6 @@ def launch_int4_row_gemv(x, packed, scales, bias, norm_weight, residual, eps: fl
         HAS_BIAS=bias is not None, HAS_NORM=norm_weight is not None, ACT=act,
         HAS_RES=residual is not None, BLOCK_N=block_n, BLOCK_G=block_g,
         ROT_ROWS=rotary_rows, HEAD_D=head_dim,
-        SPLIT_X=bool(split_x), ONE_X=bool(one_x), num_warps=warps)
+        SPLIT_X=bool(split_x[0] if split_x else default[3]),
+        num_warps=warps)
     return out
