@@ -59,7 +59,7 @@ def test_the_int4_chain_rotates_q_and_k_as_its_reference(monkeypatch):
 
 
 @pytest.mark.parametrize("name", [
-    "gate/up one x", "gate/up 8 rows 8 warps one x", "down 4 rows 32 groups",
+    "gate/up 8 rows 8 warps", "gate/up 2 rows", "down 4 rows 32 groups",
     "o 4 rows 8 warps", "q/k/v 2 rows 16 groups", "head 16 rows 8 warps"])
 def test_an_int4_variant_computes_what_the_int4_chain_computes(monkeypatch, name):
     """A variant's configurations (sized for the ~1.1B, masked down to toy rows here),
