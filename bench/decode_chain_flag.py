@@ -39,22 +39,27 @@ class FlagChain:
     made on the first call and left as the next step needs it."""
 
     def __init__(self, flagged, configs: dict, poll: int = 1, ns: int = 64,
-                 slots: int = 1024):
+                 slots: int = 256, subs: int = 1):
+        from bench.flag_wait_triton import SLOT_SUBS
+        if subs & (subs - 1) or not 1 <= subs <= SLOT_SUBS:
+            raise ValueError(f"counters a slot: a power of two up to {SLOT_SUBS}, not {subs}")
         self.flagged, self.configs = frozenset(flagged), configs
-        self.poll, self.ns, self.slots = poll, ns, slots
+        # every counter of a slot polled by a thread of its own
+        self.poll, self.ns, self.slots, self.subs = max(poll, subs), ns, slots, subs
         self.flags = None
         self.index, self.before = 0, None  # (slot, count it reaches, whether it spun)
         self.last_wait = None  # the slot the step's last launch spun on
 
     def slot(self, index: int) -> torch.Tensor:
-        from bench.flag_wait_triton import STRIDE
-        return self.flags[index * STRIDE:]
+        from bench.flag_wait_triton import SLOT_SUBS, STRIDE
+        return self.flags[index * SLOT_SUBS * STRIDE:]
 
     def plan(self, place: str, device) -> dict:
         """The launch's slot arguments and constexprs; the chain moves on to it."""
         if self.flags is None:
-            from bench.flag_wait_triton import STRIDE
-            self.flags = torch.zeros(self.slots * STRIDE, dtype=torch.int32, device=device)
+            from bench.flag_wait_triton import SLOT_SUBS, STRIDE
+            self.flags = torch.zeros(self.slots * SLOT_SUBS * STRIDE, dtype=torch.int32,
+                                     device=device)
         index = self.index
         if index + 2 >= self.slots:
             raise ValueError(f"a step of more than {self.slots - 2} launches")
@@ -66,7 +71,8 @@ class FlagChain:
                      count_ptr=self.slot(index + 1), err_ptr=self.flags,
                      WAIT_FLAG=wait, RESET=reset is not None,
                      ARRIVE=place in _OUT and _OUT[place] in self.flagged,
-                     TARGET=self.before[1] if wait else 1, POLL=self.poll, NS=self.ns)
+                     TARGET=self.before[1] if wait else 1, POLL=self.poll, NS=self.ns,
+                     SUBS=self.subs)
         self.index += 1
         return found, index
 
@@ -101,7 +107,7 @@ class FlagLaunch:
 
     def __repr__(self) -> str:  # the row's "configs" in the bench's JSON
         return (f"flag({self.place}, {sorted(self.chain.flagged)}, poll "
-                f"{self.chain.poll}, {self.chain.ns} ns)")
+                f"{self.chain.poll}, {self.chain.ns} ns, {self.chain.subs} counters)")
 
     def __call__(self, x, weight, scale, fold: dict, pdl: bool) -> torch.Tensor:
         from targets.aoti.kernels.triton_kernels import launch_row_gemv
@@ -184,24 +190,29 @@ def launch_flag_attention(chain: FlagChain, query, past_k, new_k, past_v, new_v,
     return out
 
 
-def flag_configs(default: dict, flagged, poll: int = 1, ns: int = 64) -> dict:
+def flag_configs(default: dict, flagged, poll: int = 1, ns: int = 64,
+                 subs: int = 1) -> dict:
     """The places' configurations of a variant: each a FlagLaunch over one FlagChain."""
-    chain = FlagChain(flagged, default, poll, ns)
+    chain = FlagChain(flagged, default, poll, ns, subs=subs)
     configs = {place: FlagLaunch(chain, place) for place in default}
     configs["attention"] = FlagLaunch(chain, "attention")
     return configs
 
 
-# name -> (boundaries flagged, threads polling, ns between polls, products' changes); by
-# default one thread a program polls, 64 ns apart
+# name -> (boundaries flagged, threads polling, ns between polls, counters a slot); by
+# default one thread a program polls one counter, 64 ns apart. With one counter, a
+# kernel's last programs wait on each other's atomics at one address (+0.5-1.9 us a
+# kernel on the H200); 8 or 16 counters spread them
 CHANGES = {
-    "flag kernels without a flag": ((), 1, 64, {}),
-    **{f"flag {b}": ((b,), 1, 64, {}) for b in BOUNDARIES},
-    "flag everywhere": (BOUNDARIES, 1, 64, {}),
-    "flag everywhere warp 0 polls": (BOUNDARIES, 32, 64, {}),
-    "flag everywhere every thread polls": (BOUNDARIES, 1 << 16, 64, {}),
-    "flag everywhere 256 ns between polls": (BOUNDARIES, 1, 256, {}),
-    "flag everywhere no sleep": (BOUNDARIES, 1, 0, {}),
+    "flag kernels without a flag": ((), 1, 64, 1),
+    **{f"flag {b}": ((b,), 1, 64, 1) for b in BOUNDARIES},
+    "flag everywhere": (BOUNDARIES, 1, 64, 1),
+    "flag everywhere warp 0 polls": (BOUNDARIES, 32, 64, 1),
+    "flag everywhere every thread polls": (BOUNDARIES, 1 << 16, 64, 1),
+    "flag everywhere 256 ns between polls": (BOUNDARIES, 1, 256, 1),
+    "flag everywhere no sleep": (BOUNDARIES, 1, 0, 1),
+    **{f"flag everywhere {n} counters": (BOUNDARIES, n, 64, n) for n in (4, 8, 16, 32)},
+    **{f"flag {b} 16 counters": ((b,), 16, 64, 16) for b in BOUNDARIES},
 }
 
 
@@ -209,8 +220,8 @@ def flag_variants(default: dict) -> dict:
     """decode_chain_cuda.variants()'s entries: "dependent + join" with CHANGES' flags
     (each variant its own FlagChain and buffer)."""
     return {f"dependent + join + {name}": (True, flag_configs(
-        {**default, **changes}, flagged, poll, ns), None, True)
-        for name, (flagged, poll, ns, changes) in CHANGES.items()}
+        default, flagged, poll, ns, subs), None, True)
+        for name, (flagged, poll, ns, subs) in CHANGES.items()}
 
 
 _STRIDES = ("sq_h", "spk_h", "spk_s", "snk_h", "spv_h", "spv_s", "snv_h", "sm")

@@ -7,6 +7,9 @@ after its last store (``tl.debug_barrier()``, then a release atomic at gpu scope
 kernel after it, instead of ``gdc_wait``, spins (acquire loads at gpu scope, with
 ``nanosleep`` between polls) until the slot reaches the count of the programs that
 count in (TARGET). POLL threads of a program poll (1, 32 or all), then a CTA barrier.
+With SUBS counters a slot, a program counts in on the one of its index modulo SUBS and
+thread t polls counter t modulo SUBS (POLL at least SUBS): the last programs of a large
+grid then do not wait on each other's atomics at one address.
 Safe as a dependent launch only: a dependent grid starts after every program of the
 kernel before has run ``griddepcontrol.launch_dependents`` (at its start here), so each
 of them is resident while the grid after spins (no starvation).
@@ -35,31 +38,45 @@ from targets.aoti.kernels.row_parts import (_block_rows, _column_sums, _dot_firs
 
 # polls before a program gives up (with a nanosleep of 32 ns or more: over 30 ms)
 LIMIT = tl.constexpr(1 << 20)
-# the slots' spacing in int32s: each its own 128-byte line
+# the counters' spacing in int32s: each its own 128-byte line
 STRIDE = 32
+_STRIDE = tl.constexpr(STRIDE)
+# counters a slot holds at most (SUBS): a slot is SLOT_SUBS * STRIDE int32s
+SLOT_SUBS = 32
 
 
 @triton.jit
-def _spin(wait_ptr, err_ptr, TARGET: tl.constexpr, POLL: tl.constexpr, NS: tl.constexpr):
-    """Until the int32 at wait_ptr is at least TARGET: the first POLL threads poll it with
-    acquire loads; past LIMIT polls a thread gives up and adds one at err_ptr."""
+def _spin(wait_ptr, err_ptr, TARGET: tl.constexpr, POLL: tl.constexpr, NS: tl.constexpr,
+          SUBS: tl.constexpr):
+    """Until the slot's SUBS counters at wait_ptr hold TARGET counts between them (counter
+    j: the programs whose index is j modulo SUBS): the first POLL threads poll, thread t
+    counter t modulo SUBS, with acquire loads; past LIMIT polls a thread gives up and adds
+    one at err_ptr."""
     if POLL == 0:  # the interpreter (no inline assembly); portable, every thread
-        seen = tl.atomic_add(wait_ptr, 0, sem="acquire", scope="gpu")
-        while seen < TARGET:
-            seen = tl.atomic_add(wait_ptr, 0, sem="acquire", scope="gpu")
+        for j in tl.static_range(SUBS):
+            share = TARGET // SUBS + (j < TARGET % SUBS)
+            seen = tl.atomic_add(wait_ptr + j * _STRIDE, 0, sem="acquire", scope="gpu")
+            while seen < share:
+                seen = tl.atomic_add(wait_ptr + j * _STRIDE, 0, sem="acquire", scope="gpu")
     else:
         tl.inline_asm_elementwise(
             f"""{{
-            .reg .pred fw_skip, fw_done, fw_late;
-            .reg .u32 fw_tid, fw_n;
+            .reg .pred fw_skip, fw_more, fw_done, fw_late;
+            .reg .u32 fw_tid, fw_sub, fw_want, fw_n;
+            .reg .u64 fw_off, fw_at;
             mov.u32 $0, 0;
             mov.u32 fw_tid, %tid.x;
             setp.ge.u32 fw_skip, fw_tid, {POLL};
             @fw_skip bra FW_END;
+            and.b32 fw_sub, fw_tid, {SUBS - 1};
+            setp.lt.u32 fw_more, fw_sub, {TARGET % SUBS};
+            selp.u32 fw_want, {TARGET // SUBS + 1}, {TARGET // SUBS}, fw_more;
+            mul.wide.u32 fw_off, fw_sub, {_STRIDE * 4};
+            add.s64 fw_at, $1, fw_off;
             mov.u32 fw_n, 0;
             FW_POLL:
-            ld.acquire.gpu.global.u32 $0, [$1];
-            setp.ge.u32 fw_done, $0, {TARGET};
+            ld.acquire.gpu.global.u32 $0, [fw_at];
+            setp.ge.u32 fw_done, $0, fw_want;
             @fw_done bra FW_END;
             add.u32 fw_n, fw_n, 1;
             setp.ge.u32 fw_late, fw_n, {LIMIT};
@@ -76,25 +93,27 @@ def _spin(wait_ptr, err_ptr, TARGET: tl.constexpr, POLL: tl.constexpr, NS: tl.co
 
 @triton.jit
 def _wait(wait_ptr, reset_ptr, err_ptr, first, WAIT_FLAG: tl.constexpr, RESET: tl.constexpr,
-          TARGET: tl.constexpr, POLL: tl.constexpr, NS: tl.constexpr):
+          TARGET: tl.constexpr, POLL: tl.constexpr, NS: tl.constexpr, SUBS: tl.constexpr):
     """The wait for the kernel before: its flag (WAIT_FLAG) or gdc_wait (not under the
     interpreter: POLL 0); then, with RESET, program ``first`` zeroes the slot the kernel
     before spun on (all of it has passed its wait)."""
     if WAIT_FLAG:
-        _spin(wait_ptr, err_ptr, TARGET, POLL, NS)
+        _spin(wait_ptr, err_ptr, TARGET, POLL, NS, SUBS)
     elif POLL != 0:
         tl.extra.cuda.gdc_wait()
     if RESET:
         if first:
-            tl.store(reset_ptr, 0)
+            tl.store(reset_ptr + tl.arange(0, SUBS) * _STRIDE, tl.zeros((SUBS,), tl.int32))
 
 
 @triton.jit
-def _arrive(count_ptr, ARRIVE: tl.constexpr):
-    """After the program's last store: every thread's stores, then one release count."""
+def _arrive(count_ptr, index, ARRIVE: tl.constexpr, SUBS: tl.constexpr):
+    """After the program's last store: every thread's stores, then one release count on
+    the counter of the program's ``index`` modulo SUBS (SUBS counters: fewer programs
+    wait on each other's atomics at one address)."""
     if ARRIVE:
         tl.debug_barrier()
-        tl.atomic_add(count_ptr, 1, sem="release", scope="gpu")
+        tl.atomic_add(count_ptr + (index % SUBS) * _STRIDE, 1, sem="release", scope="gpu")
 
 
 @triton.jit
@@ -104,7 +123,7 @@ def row_gemv_flag_kernel(x_ptr, w_ptr, nw_ptr, r_ptr, out_ptr, wait_ptr, reset_p
                          BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, AHEAD: tl.constexpr,
                          WAIT_FLAG: tl.constexpr, RESET: tl.constexpr,
                          ARRIVE: tl.constexpr, TARGET: tl.constexpr, POLL: tl.constexpr,
-                         NS: tl.constexpr):
+                         NS: tl.constexpr, SUBS: tl.constexpr = 1):
     """triton_kernels.row_gemv_kernel_gdc (not gated, fp16 rows): the first AHEAD columns
     of weights loaded, then the wait (flag or gdc_wait), the rest, the store, the count."""
     rows = _block_rows(tl.program_id(0), BLOCK_N, 0, 0)
@@ -113,7 +132,7 @@ def row_gemv_flag_kernel(x_ptr, w_ptr, nw_ptr, r_ptr, out_ptr, wait_ptr, reset_p
         tl.extra.cuda.gdc_launch_dependents()
     w_first, u_first = _first_tiles(w_ptr, rows, row_ok, N, K, 0, AHEAD)
     _wait(wait_ptr, reset_ptr, err_ptr, tl.program_id(0) == 0, WAIT_FLAG, RESET, TARGET,
-          POLL, NS)
+          POLL, NS, SUBS)
     y, u, square_sum = _first_sums(x_ptr, nw_ptr, w_first, u_first, 0.0, K, HAS_NORM, 0,
                                    AHEAD)
     y_rest, up, squares_rest = _column_sums(x_ptr, w_ptr, nw_ptr, rows, row_ok, 0.0, N, K,
@@ -122,7 +141,7 @@ def row_gemv_flag_kernel(x_ptr, w_ptr, nw_ptr, r_ptr, out_ptr, wait_ptr, reset_p
                 w_ptr, rows, row_ok, EPS, N, K, False, HAS_NORM, 0, HAS_RES, False,
                 BLOCK_N, 0, 0)
     tl.store(out_ptr + rows, y.to(out_ptr.dtype.element_ty), mask=row_ok)
-    _arrive(count_ptr, ARRIVE)
+    _arrive(count_ptr, tl.program_id(0), ARRIVE, SUBS)
 
 
 @triton.jit
@@ -131,7 +150,7 @@ def row_loop_flag_kernel(x_ptr, w_ptr, nw_ptr, out_ptr, wait_ptr, reset_ptr, cou
                          ACT: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                          AHEAD: tl.constexpr, TURNS: tl.constexpr, WAIT_FLAG: tl.constexpr,
                          RESET: tl.constexpr, ARRIVE: tl.constexpr, TARGET: tl.constexpr,
-                         POLL: tl.constexpr, NS: tl.constexpr):
+                         POLL: tl.constexpr, NS: tl.constexpr, SUBS: tl.constexpr = 1):
     """row_loop_triton.row_loop_kernel_gdc for gate/up (norm, gated activation, fp16 rows):
     the first block's AHEAD columns, then the wait, the loop, then the count."""
     programs = tl.num_programs(0)
@@ -140,7 +159,8 @@ def row_loop_flag_kernel(x_ptr, w_ptr, nw_ptr, out_ptr, wait_ptr, reset_ptr, cou
     if POLL != 0:  # the kernel after may start (not under the interpreter)
         tl.extra.cuda.gdc_launch_dependents()
     w, u = _first_tiles(w_ptr, rows, rows < N, N, K, ACT, AHEAD)
-    _wait(wait_ptr, reset_ptr, err_ptr, block == 0, WAIT_FLAG, RESET, TARGET, POLL, NS)
+    _wait(wait_ptr, reset_ptr, err_ptr, block == 0, WAIT_FLAG, RESET, TARGET, POLL, NS,
+          SUBS)
     x, squares = _x_first(x_ptr, nw_ptr, 0.0, K, True, AHEAD)
     for _ in range(TURNS):
         row_ok = rows < N
@@ -156,7 +176,7 @@ def row_loop_flag_kernel(x_ptr, w_ptr, nw_ptr, out_ptr, wait_ptr, reset_ptr, cou
         tl.store(out_ptr + rows, y.to(out_ptr.dtype.element_ty), mask=row_ok)
         block += programs
         rows, w, u = after, w_next, u_next
-    _arrive(count_ptr, ARRIVE)
+    _arrive(count_ptr, tl.program_id(0), ARRIVE, SUBS)
 
 
 @triton.jit
@@ -169,7 +189,7 @@ def attention_flag_kernel(q_ptr, pk_ptr, nk_ptr, pv_ptr, nv_ptr, mask_ptr, m_ptr
                           JOIN_G: tl.constexpr, BLOCK_J: tl.constexpr,
                           WAIT_FLAG: tl.constexpr, RESET: tl.constexpr,
                           ARRIVE: tl.constexpr, TARGET: tl.constexpr, POLL: tl.constexpr,
-                          NS: tl.constexpr):
+                          NS: tl.constexpr, SUBS: tl.constexpr = 1):
     """decode_attention.attention_join_kernel_gdc (fp16, the cache's past rows read before
     the wait): the joining program of each key/value head counts in after its store, so
     the kernel after waits for a count of the key/value heads."""
@@ -186,7 +206,7 @@ def attention_flag_kernel(q_ptr, pk_ptr, nk_ptr, pv_ptr, nv_ptr, mask_ptr, m_ptr
     k = tl.load(pk_ptr + kvh * spk_h + s[:, None] * spk_s + d[None, :], mask=kv_ok, other=0.0)
     v = tl.load(pv_ptr + kvh * spv_h + s[:, None] * spv_s + d[None, :], mask=kv_ok, other=0.0)
     _wait(wait_ptr, reset_ptr, err_ptr, (kvh == 0) & (split == 0), WAIT_FLAG, RESET, TARGET,
-          POLL, NS)
+          POLL, NS, SUBS)
     q = tl.load(q_ptr + heads[:, None] * sq_h + d[None, :], mask=g_ok[:, None] & d_ok[None, :],
                 other=0.0)
     scores = tl.dot(q, tl.trans(k))
@@ -207,4 +227,4 @@ def attention_flag_kernel(q_ptr, pk_ptr, nk_ptr, pv_ptr, nv_ptr, mask_ptr, m_ptr
                     sq_h, snk_h, snv_h, sm, SCALE, S, D, G, SPLITS, JOIN_G, BLOCK_J,
                     BLOCK_D)
         tl.store(counts_ptr + kvh, 0)
-        _arrive(count_ptr, ARRIVE)
+        _arrive(count_ptr, kvh, ARRIVE, SUBS)

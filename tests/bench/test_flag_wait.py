@@ -20,24 +20,27 @@ TOY = {"qkv": (2, 16, 4, 32), "o": (2, 16, 4, 32), "gate_up": (2, 32, 4, 64, Fal
 
 
 def _left_as_the_next_step_needs(configs) -> None:
-    from bench.flag_wait_triton import STRIDE
+    from bench.flag_wait_triton import SLOT_SUBS, STRIDE
     chain = configs["qkv"].chain
-    slots = chain.flags.view(-1, STRIDE)[:, 0].cpu()
-    assert slots[0] == 0  # no program gave up
+    counters = chain.flags.view(-1, STRIDE)[:, 0].cpu()
+    assert counters[0] == 0  # no program gave up
     if chain.last_wait is not None:  # the head's: zeroed by the next step's first launch
-        slots[chain.last_wait] = 0
-    assert not slots.any()
+        counters[chain.last_wait * SLOT_SUBS:(chain.last_wait + 1) * SLOT_SUBS] = 0
+    assert not counters.any()
 
 
-@pytest.mark.parametrize("flagged", [(), ("qkv>attention", "o>gate_up"), "all"])
-def test_a_flag_chain_computes_what_the_chain_computes(monkeypatch, flagged):
+@pytest.mark.parametrize("flagged, subs", [((), 1), (("qkv>attention", "o>gate_up"), 1),
+                                           ("all", 1), ("all", 4)])
+def test_a_flag_chain_computes_what_the_chain_computes(monkeypatch, flagged, subs):
     from bench.decode_chain_flag import BOUNDARIES, flag_configs
     device = triton_device()
     if device == "cuda" and torch.cuda.get_device_capability()[0] < 9:
         pytest.skip("flag waits are dependent launches: Hopper and later")
     chain, weights, hidden = _small_chain(monkeypatch, device)
     configs = flag_configs(TOY, BOUNDARIES if flagged == "all" else flagged,
-                           poll=0 if device == "cpu" else 1)
+                           poll=0 if device == "cpu" else 1, subs=subs)
+    if device == "cpu":  # the interpreter's spin: every thread, every counter
+        configs["qkv"].chain.poll = 0
     # plain launches (the bench's check) are the library's kernels
     want = chain.step(weights, hidden, False, configs, join=True).float()
     assert torch.equal(want, chain.step(weights, hidden, False, TOY, join=True).float())
@@ -63,8 +66,8 @@ def test_each_flag_variant_shares_one_chain_between_its_places():
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("poll", [1, 32, 1 << 16])
-def test_a_flag_chain_replays_in_a_cuda_graph(monkeypatch, poll):
+@pytest.mark.parametrize("poll, subs", [(1, 1), (32, 1), (1 << 16, 1), (8, 8), (32, 32)])
+def test_a_flag_chain_replays_in_a_cuda_graph(monkeypatch, poll, subs):
     """Dependent launches that spin on flags, captured and replayed: the same output each
     replay, no program gave up, the slots left as the next replay needs them."""
     if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] < 9:
@@ -72,7 +75,7 @@ def test_a_flag_chain_replays_in_a_cuda_graph(monkeypatch, poll):
     from bench.decode_chain_flag import BOUNDARIES, flag_configs
     chain, weights, hidden = _small_chain(monkeypatch, "cuda", layers=3, slots=64)
     want = chain.step(weights, hidden, False, {}, join=True).float()
-    configs = flag_configs(TOY, BOUNDARIES, poll=poll)
+    configs = flag_configs(TOY, BOUNDARIES, poll=poll, subs=subs)
     chain.step(weights, hidden, True, configs, join=True)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
