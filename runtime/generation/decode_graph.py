@@ -40,8 +40,7 @@ class DecodeGraph:
         self._graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(self._graph):
             self._logits = generator.run_step(self._tokens, self._position)
-            self._tokens.copy_(self._logits[-1:].argmax(-1))  # the greedy next step's input
-            self._position.add_(1)
+            greedy_tail(self._logits, self._tokens, self._position)
         # the host reads greedy tokens here: two slots, one being written while the other
         # is read (pinned, so the copy is asynchronous)
         self._read = torch.zeros(2, dtype=torch.long, pin_memory=True)
@@ -72,3 +71,10 @@ class DecodeGraph:
         self._graph.replay()
         self._read[slot:slot + 1].copy_(self._tokens, non_blocking=True)
         self._done[slot].record()
+
+
+def greedy_tail(logits: torch.Tensor, tokens: torch.Tensor, position: torch.Tensor) -> None:
+    """The greedy next step's input, in the graph: the last row's argmax (the first of
+    equal maxima) into ``tokens``, the position advanced."""
+    torch.argmax(logits[-1:], -1, out=tokens)  # straight into tokens: no copy kernel
+    position.add_(1)
