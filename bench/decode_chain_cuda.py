@@ -230,6 +230,7 @@ def searched(made: dict, hidden: torch.Tensor, start: dict, candidates: dict) ->
 
 
 def variants(best: Path | None = None, int8: bool = False) -> dict:
+    from bench.decode_attention_short import short_variants
     from bench.decode_chain_flag import flag_variants
     from bench.decode_chain_persistent import persistent_variants
     from bench.decode_chain_prefetch import prefetch_variants
@@ -277,7 +278,9 @@ def variants(best: Path | None = None, int8: bool = False) -> dict:
             # a product split along K, its parts joined by the last to finish
             **split_variants(default),
             # a flag the kernel before counts in on, in place of gdc_wait
-            **flag_variants(default)}
+            **flag_variants(default),
+            # the attention in few, long blocks (one a key/value head: no join)
+            **short_variants(default)}
 
 
 def main() -> None:
