@@ -8,8 +8,8 @@ kernel after it, instead of ``gdc_wait``, spins (acquire loads at gpu scope, wit
 ``nanosleep`` between polls) until the slot reaches the count of the programs that
 count in (TARGET). POLL threads of a program poll (1, 32 or all), then a CTA barrier.
 With SUBS counters a slot, a program counts in on the one of its index modulo SUBS and
-thread t polls counter t modulo SUBS (POLL at least SUBS): the last programs of a large
-grid then do not wait on each other's atomics at one address.
+thread t polls counter t modulo SUBS (POLL at least SUBS): the arrivals spread over
+SUBS lines (on the H200 that lost more than one counter: more lines polled).
 Safe as a dependent launch only: a dependent grid starts after every program of the
 kernel before has run ``griddepcontrol.launch_dependents`` (at its start here), so each
 of them is resident while the grid after spins (no starvation).
