@@ -22,7 +22,8 @@ launches: a dependent launch that read before the kernel before had written woul
 ("plain + join": what the join alone changes, a rounding).
 "As built" is the configuration a built library runs (gemv_config's plain one: no columns
 ahead, the loop alone); the other variants load the dependent launch's AHEAD columns.
-``--int8``: the products over int8 rows with a scale a row (``--quantize int8-weight``);
+``--int8``: the products over int8 rows with a scale a row (``--quantize int8-weight``;
+down split along K in the dependent variants, on counters, as a library runs it);
 ``--int4``: over int4 rows as an int4 build launches them (decode_chain_int4.py: q/k/v
 with its rotary embedding folded in, ``int4 ...`` variants);
 ``--best``: plain and dependent launches with each product's fastest configuration in a
@@ -72,6 +73,8 @@ def weights(layers: int, slots: int, int8: bool = False) -> dict:
     mask[..., slots * 3 // 4:slots] = torch.finfo(torch.float16).min
     made["mask"] = mask
     made["counts"] = torch.zeros(KV_HEADS, device="cuda", dtype=torch.int32)
+    # a product split along K (int8 down, as a library splits it): a count a block of rows
+    made["split_counts"] = torch.zeros(HIDDEN, device="cuda", dtype=torch.int32)
     return made
 
 
@@ -86,8 +89,10 @@ def step(made: dict, hidden: torch.Tensor, pdl: bool, configs: dict,
         rows, scale = weight
         if callable(configs.get(name)):  # a variant's own kernel (decode_chain_split.py)
             return configs[name](x, rows, scale, fold, pdl)
+        config = configs.get(name)
+        counts = made["split_counts"] if config and len(config) == 7 else None  # SPLIT
         return launch_row_gemv(x, rows, None, fold.get("norm"), fold.get("residual"), 1e-5,
-                               0.0, fold.get("act", 0), configs.get(name), pdl, scale)
+                               0.0, fold.get("act", 0), config, pdl, scale, counts=counts)
     hook = hook or (lambda stage, layer: None)  # a variant's launches around the chain's
     h = hidden
     for layer in made["layers"]:
@@ -156,6 +161,12 @@ def own_by_place(sequence: list, layers: int) -> dict:
     found["head"] = statistics.median(own[r + per_replay - 1]
                                       for r in range(0, len(own), per_replay))
     return found
+
+
+def _launch_options(given: list) -> tuple:
+    """A variant's (cache_ahead, join, block_s, hook, mlp): those it gives, in order,
+    then the defaults."""
+    return (*given, *(None, False, None, None, None)[len(given):])
 
 
 def taking_turns(calls: dict, rounds: int) -> dict:
@@ -242,7 +253,9 @@ def variants(best: Path | None = None, int8: bool = False) -> dict:
              for name, (n, k, act) in PRODUCTS.items()}
     # what a built library runs on this GPU (a gated product's row loop among them)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    default = {name: gemv_config(n, k, bool(act), True, size, sms)
+    # (o and down, with no norm or gate, are given counters as a library gives them)
+    default = {name: gemv_config(n, k, bool(act), True, size, sms,
+                                 splittable=name in ("o", "down"))
                for name, (n, k, act) in PRODUCTS.items()}
     if best is not None:
         fastest = {name: configs[0] for name, configs in swept(best, int8).items()}
@@ -321,7 +334,7 @@ def main() -> None:
         chosen["searched in the chain"] = (False, searched(
             made, hidden, start, swept(args.best, args.int8, args.search)))
     for label, (pdl, configs, *cache) in chosen.items():
-        ahead, join, block_s, hook, mlp = (*cache, None, False, None, None, None)[:5]
+        ahead, join, block_s, hook, mlp = _launch_options(cache)
         out = step(made, hidden, pdl, configs, ahead, join, block_s, hook, mlp).float()
         differs = (out - step(made, hidden, False, configs).float()).abs().max().item()
         ms = graph_time([lambda: step(made, hidden, pdl, configs, ahead, join, block_s,
@@ -350,7 +363,7 @@ def main() -> None:
     if args.rounds:
         calls = {}
         for label, (pdl, configs, *cache) in chosen.items():
-            ahead, join, block_s, hook, mlp = (*cache, None, False, None, None, None)[:5]
+            ahead, join, block_s, hook, mlp = _launch_options(cache)
             calls[label] = (lambda pdl=pdl, configs=configs, ahead=ahead, join=join,
                             block_s=block_s, hook=hook, mlp=mlp: step(
                                 made, hidden, pdl, configs, ahead, join, block_s, hook,

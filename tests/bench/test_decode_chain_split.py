@@ -94,3 +94,24 @@ def test_a_split_launch_refuses_a_product_with_a_norm_or_a_gate():
     from bench.decode_chain_split import SplitLaunch
     with pytest.raises(ValueError, match="no norm"):
         SplitLaunch((4, 16, 4, 32, 2))(None, None, None, {"act": 1}, False)
+
+
+def test_the_chain_gives_a_split_configuration_counters_as_a_library_does(monkeypatch):
+    """A SPLIT configuration in the chain's own configs (gemv_config's choice for int8
+    down in a library) runs split on the chain's counters, as the built step does."""
+    device = triton_device()
+    chain, weights, hidden = _small_chain(monkeypatch, device, int8=True)
+    weights["split_counts"] = torch.zeros(64, device=device, dtype=torch.int32)
+    want = chain.step(weights, hidden, False, {}, join=True).float()
+    from targets.aoti.kernels import triton_kernels
+    launched = []
+    split_launch = triton_kernels.launch_split_gemv
+    monkeypatch.setattr(triton_kernels, "launch_split_gemv",
+                        lambda *a, **k: launched.append(a[4]) or split_launch(*a, **k))
+    split = {"down": (4, 32, 4, 32, False, 0, 2), "o": (2, 16, 4, 16, False, 0, 4)}
+    for _ in range(2):  # left at zero for the next layer and call
+        got = chain.step(weights, hidden, False, split, join=True).float()
+        assert (got - want).abs().max().item() < 2e-2 * want.abs().max().item()
+        assert not weights["split_counts"].any()
+    # o and down of both layers, both calls, on the chain's one buffer
+    assert len(launched) == 8 and all(c is weights["split_counts"] for c in launched)
