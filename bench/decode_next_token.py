@@ -34,7 +34,12 @@ def variants(logits: torch.Tensor, tokens: torch.Tensor, position: torch.Tensor)
         tokens.copy_(logits[-1:].argmax(-1))
         position.add_(1)
 
+    def flat_argmax():  # a full reduction (no dim): torch may split it over blocks
+        torch.argmax(logits[-1], out=tokens.view(()))
+        position.add_(1)
+
     return {"head only": lambda: None, "argmax, copy, add": copy_then_add,
+            "argmax of the flat row, add": flat_argmax,
             "greedy_tail (the runtime's)": lambda: greedy_tail(logits, tokens, position)}
 
 
