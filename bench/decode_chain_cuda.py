@@ -247,6 +247,7 @@ def variants(best: Path | None = None, int8: bool = False) -> dict:
     from bench.decode_chain_prefetch import prefetch_variants
     from bench.decode_chain_rowloop import row_loop_variants
     from bench.decode_chain_split import split_variants
+    from bench.head_argmax_triton import argmax_variants
     from targets.aoti.kernels.triton_kernels import gemv_config
     size = 1 if int8 else 2
     built = {name: gemv_config(n, k, bool(act), False, size)
@@ -293,7 +294,9 @@ def variants(best: Path | None = None, int8: bool = False) -> dict:
             # a flag the kernel before counts in on, in place of gdc_wait
             **flag_variants(default),
             # the attention in few, long blocks (one a key/value head: no join)
-            **short_variants(default)}
+            **short_variants(default),
+            # ending with the token: torch's argmax after the head, or inside its kernel
+            **argmax_variants(default)}
 
 
 def main() -> None:
