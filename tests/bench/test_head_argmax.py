@@ -166,3 +166,33 @@ def test_the_argmax_variants_end_dependent_join_with_each_tail():
         assert pdl and join and cache_ahead is None and configs["qkv"] == default["qkv"]
         assert isinstance(configs["head"], HeadArgmax)
         assert configs["head"].config == default["head"]
+
+
+@pytest.mark.cuda
+def test_dependent_heads_in_a_row_share_one_state_in_a_cuda_graph():
+    """Three dependent launches at the ~1.1B's head shape (32,000 x 2,048, norm folded),
+    one state and one position, captured and replayed: a head starts while the one
+    before drains, and merges only after its wait, so each token is its own logits'."""
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("needs a Hopper GPU")
+    from bench.head_argmax_triton import argmax_state, launch_head_argmax
+    torch.manual_seed(3)
+    w = torch.randn(32000, 2048, device="cuda", dtype=torch.float16) * 0.02
+    norm = torch.rand(2048, device="cuda", dtype=torch.float16) + 0.5
+    xs = [torch.randn(1, 1, 2048, device="cuda", dtype=torch.float16) for _ in range(3)]
+    state, position = argmax_state("cuda"), torch.zeros(1, dtype=torch.int64, device="cuda")
+    tokens = [torch.zeros(1, dtype=torch.int64, device="cuda") for _ in xs]
+
+    def heads():
+        return [launch_head_argmax(x, w, norm, 1e-5, 0.0, state, token, pdl=True,
+                                   position=position) for x, token in zip(xs, tokens)]
+    heads()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        outs = heads()
+    for replay in range(3):
+        graph.replay()
+        torch.cuda.synchronize()
+        assert [int(t) for t in tokens] == [int(o.reshape(-1).argmax()) for o in outs]
+        assert state.tolist() == argmax_state("cuda").tolist()
+        assert int(position) == 3 * (replay + 2)
