@@ -70,6 +70,22 @@ class Int4Launch:
         return f"int4{self.config or ''}{' shared' if self.shared else ''}"
 
 
+class PairsLaunch(Int4Launch):
+    """A product over the same int4 rows in fp16 pairs, rows a thread
+    (bench/int4_rows_pairs.py): ``config`` (BLOCK_N, BLOCK_G, warps), None for
+    pairs_config's."""
+
+    def __call__(self, x, packed, scales, fold: dict, pdl: bool) -> torch.Tensor:
+        from bench.int4_rows_pairs import launch_int4_pairs
+        cos, sin, rows, dim = self.rotary or (None, None, 0, 0)
+        return launch_int4_pairs(x, packed, scales, None, fold.get("norm"),
+                                 fold.get("residual"), 1e-5, 0.0, fold.get("act", 0),
+                                 self.config, pdl, cos, sin, rows, dim)
+
+    def __repr__(self) -> str:
+        return f"int4 pairs{self.config or ''}"
+
+
 @triton.jit
 def _null_kernel(x_ptr, out_ptr, N: tl.constexpr, K: tl.constexpr, BLOCK_N: tl.constexpr,
                  GDC: tl.constexpr):
@@ -114,10 +130,15 @@ def int4_weights(made: dict) -> dict:
 
 def launches(changes: dict, rotary: tuple, shared: bool = False) -> dict:
     """Each product's Int4Launch: int4_config's unless ``changes`` names its
-    configuration (a NullLaunch is taken as it is)."""
-    return {name: changes[name] if isinstance(changes.get(name), NullLaunch) else
-            Int4Launch(changes.get(name), rotary if name == "qkv" else (), shared)
-            for name in SHAPES}
+    configuration (a NullLaunch is taken as it is, a PairsLaunch given q/k/v's rotary)."""
+    def launch(name, change):
+        turned = rotary if name == "qkv" else ()
+        if isinstance(change, NullLaunch):
+            return change
+        if isinstance(change, PairsLaunch):
+            return PairsLaunch(change.config, turned, shared)
+        return Int4Launch(change, turned, shared)
+    return {name: launch(name, changes.get(name)) for name in SHAPES}
 
 
 # name -> {product: configuration}; products not named keep int4_config's. int4_config
@@ -141,6 +162,18 @@ CHANGES = {
     "head 8 rows 8 warps": {"head": (8, 8, 8, False)},
     "head 16 rows 8 warps": {"head": (16, 4, 8, False)},
 }
+# fp16 pairs, rows a thread (bench/int4_rows_pairs.py): every product, then one at a time
+# (8 rows a program and thread, 2 warps, unless named)
+CHANGES.update({
+    "pairs": {name: PairsLaunch() for name in SHAPES},
+    "pairs 16 rows": {name: PairsLaunch((16, 16, 2)) for name in SHAPES},
+    "pairs 4 rows": {name: PairsLaunch((4, 16, 2)) for name in SHAPES},
+    "q/k/v pairs": {"qkv": PairsLaunch()},
+    "o pairs": {"o": PairsLaunch()},
+    "gate/up pairs": {"gate_up": PairsLaunch()},
+    "down pairs": {"down": PairsLaunch()},
+    "head pairs": {"head": PairsLaunch()},
+})
 
 
 def int4_variants() -> dict:
@@ -204,7 +237,14 @@ def main() -> None:
     checked = [("(int4_config's)", {})] + list(CHANGES.items())
     for name, changes in checked:
         for product in changes or SHAPES:
-            found = compiled(product, changes.get(product))
+            change = changes.get(product)
+            if isinstance(change, PairsLaunch):  # its own kernel: int4_rows_count's report
+                from bench.int4_rows_count import report
+                found = report("pairs", product, change.config)
+                found.update(warps=found["config"][2],
+                             grid=triton.cdiv(SHAPES[product][0], found["config"][0]))
+            else:
+                found = compiled(product, change)
             fits = resident(found["registers"], found["warps"], found["shared"])
             print(f"{name:30s} {product:8s} {str(changes.get(product, 'default')):22s} "
                   f"registers {found['registers']:3d}, shared {found['shared']:5d}, SASS "

@@ -77,7 +77,8 @@ def report(form: str, product: str, config: tuple | None = None) -> dict:
     return {"form": form, "product": product, "config": (values["BLOCK_N"], values["BLOCK_G"],
                                                          warps),
             "per_weight": round(len(ops) * 32 * warps / weights, 2), "sass": len(ops),
-            "registers": regs, "spills": kinds["LDL"] + kinds["STL"],
+            "registers": regs, "shared": kernel.metadata.shared,
+            "spills": kinds["LDL"] + kinds["STL"],
             "barriers": kinds["BAR"], "fits": fits,
             "waves": round(triton.cdiv(n, values["BLOCK_N"]) / (fits * 132), 2),
             "top": dict(kinds.most_common(8))}

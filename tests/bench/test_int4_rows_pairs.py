@@ -109,3 +109,39 @@ def test_fp16_pair_sums_stay_within_their_bound_at_the_1_1bs_scales():
     for cols in (2048, 5632):
         for x_scale in (0.1, 1.0, 5.0):
             assert fp16_pair_error(cols, x_scale) < 2e-3
+
+
+def _chain_128(monkeypatch, device):
+    """decode_chain_cuda's chain at hidden 128 (groups of 128 need it): 8 heads of 16 over
+    2 key/value heads, 128 intermediate columns, 100 vocabulary rows, its rows int4."""
+    from bench import decode_chain_cuda as chain
+    from targets.aoti.kernels import int4_rows
+    for name, value in dict(HIDDEN=128, KV=32, HEADS=8, KV_HEADS=2, DIM=16).items():
+        monkeypatch.setattr(chain, name, value)
+    g = torch.Generator().manual_seed(5)
+
+    def made(*size, scale=0.1):
+        return (torch.randn(size, generator=g) * scale).to(device, torch.float16)
+
+    def w(rows, cols):
+        return int4_rows.pack(made(rows, cols), 128)
+    weights = {"layers": [{
+        "qkv": w(192, 128), "o": w(128, 128), "gate_up": w(256, 128), "down": w(128, 128),
+        "k": made(1, 2, 8, 16, scale=1.0), "v": made(1, 2, 8, 16, scale=1.0)}],
+        "head": w(100, 128), "norm": made(128, scale=0.1) + 1.0,
+        "mask": torch.zeros(1, 1, 1, 9, device=device, dtype=torch.float16),
+        "counts": torch.zeros(2, device=device, dtype=torch.int32)}
+    return chain, weights, made(1, 1, 128, scale=1.0)
+
+
+@pytest.mark.parametrize("name", ["pairs"])
+def test_a_pairs_variant_computes_what_the_int4_chain_computes(monkeypatch, name):
+    """decode_chain_int4's pairs variants against its default launches over the same
+    rows, q and k rotated in both (1e-2 of the largest logit: fp16 sums over a layer)."""
+    device = triton_device()
+    from bench.decode_chain_int4 import CHANGES, launches, rotary_tables
+    chain, weights, hidden = _chain_128(monkeypatch, device)
+    rotary = (*rotary_tables(16, device), 160, 16)
+    want = chain.step(weights, hidden, False, launches({}, rotary), join=True).float()
+    got = chain.step(weights, hidden, False, launches(CHANGES[name], rotary), join=True)
+    assert (got.float() - want).abs().max().item() <= 1e-2 * want.abs().max().item()
