@@ -148,6 +148,20 @@ def _pairs(s_ptr, rows, row_ok, first, K: tl.constexpr, BLOCK_G: tl.constexpr):
 
 
 @triton.jit
+def _ahead(w_ptr, s_ptr, rows, row_ok, K: tl.constexpr, BLOCK_N: tl.constexpr,
+           BLOCK_G: tl.constexpr):
+    """(words, pairs) of the first two steps (the second the first again where one step
+    covers K)."""
+    tile = _words(w_ptr, rows, row_ok, 0, K, BLOCK_N, BLOCK_G)
+    pairs = _pairs(s_ptr, rows, row_ok, 0, K, BLOCK_G)
+    tile2, pairs2 = tile, pairs
+    if BLOCK_G < K // 128:
+        tile2 = _words(w_ptr, rows, row_ok, BLOCK_G, K, BLOCK_N, BLOCK_G)
+        pairs2 = _pairs(s_ptr, rows, row_ok, BLOCK_G, K, BLOCK_G)
+    return tile, pairs, tile2, pairs2
+
+
+@triton.jit
 def _step(acc, tile, pairs, x, EMULATE: tl.constexpr):
     """acc [BLOCK_G, 4, BLOCK_N] plus one step's scaled group sums (``x``: the step's
     pairs and sums from _x_step)."""
@@ -189,20 +203,23 @@ def _x_step(x_ptr, nw_ptr, first, K: tl.constexpr, BLOCK_G: tl.constexpr,
 
 
 @triton.jit
-def _sums(x_ptr, w_ptr, s_ptr, nw_ptr, rows, row_ok, tile, pairs, OFFSET: tl.constexpr,
+def _sums(x_ptr, w_ptr, s_ptr, nw_ptr, rows, row_ok, ahead, OFFSET: tl.constexpr,
           K: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_G: tl.constexpr,
           HAS_NORM: tl.constexpr, EMULATE: tl.constexpr):
     """(each row's group sums [BLOCK_G, 4, BLOCK_N], not yet summed; x's squares
-    [BLOCK_G, 4]) over K; ``tile``, ``pairs``: the first step's, loaded by the caller
-    (before its wait). Each step loads the next step's words before its own sums."""
+    [BLOCK_G, 4]) over K; ``ahead``: _ahead's first two steps' words and pairs, loaded
+    by the caller (before its wait). Each step loads the words two steps on before its
+    own sums."""
     groups: tl.constexpr = K // 128
     acc = tl.zeros((BLOCK_G, 4, BLOCK_N), dtype=tl.float32)
     squares = tl.zeros((BLOCK_G, 4), dtype=tl.float32)
+    tile, pairs, tile2, pairs2 = ahead
     for first in tl.static_range(0, groups, BLOCK_G):
         here, here_pairs = tile, pairs
-        if first + BLOCK_G < groups:
-            tile = _words(w_ptr, rows, row_ok, first + BLOCK_G, K, BLOCK_N, BLOCK_G)
-            pairs = _pairs(s_ptr, rows, row_ok, first + BLOCK_G, K, BLOCK_G)
+        tile, pairs = tile2, pairs2
+        if first + 2 * BLOCK_G < groups:
+            tile2 = _words(w_ptr, rows, row_ok, first + 2 * BLOCK_G, K, BLOCK_N, BLOCK_G)
+            pairs2 = _pairs(s_ptr, rows, row_ok, first + 2 * BLOCK_G, K, BLOCK_G)
         x, step_squares = _x_step(x_ptr, nw_ptr, first, K, BLOCK_G, OFFSET, HAS_NORM,
                                  EMULATE)
         squares += step_squares
@@ -224,23 +241,21 @@ def int4_pairs_kernel(x_ptr, w_ptr, s_ptr, b_ptr, nw_ptr, r_ptr, cos_ptr, sin_pt
         tl.extra.cuda.gdc_launch_dependents()
     up_ptr = w_ptr + N * (K // 2)
     up_s_ptr = s_ptr + N * (K // 128) * 2
-    tile = _words(w_ptr, rows, row_ok, 0, K, BLOCK_N, BLOCK_G)  # weights: before the wait
-    pairs = _pairs(s_ptr, rows, row_ok, 0, K, BLOCK_G)
-    up_tile, up_pairs = tile, pairs
+    ahead = _ahead(w_ptr, s_ptr, rows, row_ok, K, BLOCK_N, BLOCK_G)  # before the wait
+    up_ahead = ahead
     if ACT != 0:
-        up_tile = _words(up_ptr, rows, row_ok, 0, K, BLOCK_N, BLOCK_G)
-        up_pairs = _pairs(up_s_ptr, rows, row_ok, 0, K, BLOCK_G)
+        up_ahead = _ahead(up_ptr, up_s_ptr, rows, row_ok, K, BLOCK_N, BLOCK_G)
     if GDC:
         tl.extra.cuda.gdc_wait()
     res = row_ok  # no residual: not read
     if HAS_RES:  # asked for with x, not after the sums
         res = tl.load(r_ptr + rows, mask=row_ok, other=0.0)
-    acc, squares = _sums(x_ptr, w_ptr, s_ptr, nw_ptr, rows, row_ok, tile, pairs, OFFSET, K,
+    acc, squares = _sums(x_ptr, w_ptr, s_ptr, nw_ptr, rows, row_ok, ahead, OFFSET, K,
                          BLOCK_N, BLOCK_G, HAS_NORM, EMULATE)
     up = tl.zeros((BLOCK_N, 1), dtype=tl.float32)
     if ACT != 0:
-        up_acc, _ = _sums(x_ptr, up_ptr, up_s_ptr, nw_ptr, rows, row_ok, up_tile, up_pairs,
-                          OFFSET, K, BLOCK_N, BLOCK_G, HAS_NORM, EMULATE)
+        up_acc, _ = _sums(x_ptr, up_ptr, up_s_ptr, nw_ptr, rows, row_ok, up_ahead, OFFSET,
+                          K, BLOCK_N, BLOCK_G, HAS_NORM, EMULATE)
         up = tl.sum(tl.sum(up_acc, axis=0), axis=0)[:, None]
     zero = tl.zeros((BLOCK_N,), dtype=tl.float32)
     square_sum = tl.sum(tl.sum(squares, axis=1), axis=0)
