@@ -112,8 +112,9 @@ def _x_word(x_ptr, nw_ptr, at, ok, OFFSET: tl.constexpr, HAS_NORM: tl.constexpr,
         nu = nw_ptr.to(tl.pointer_type(tl.uint32))
         n0, n1 = halves_as_floats(tl.load(nu + at // 2, mask=ok, other=0))
         n2, n3 = halves_as_floats(tl.load(nu + at // 2 + 1, mask=ok, other=0))
-        x0, x1 = x0 * (n0 + OFFSET), x1 * (n1 + OFFSET)
-        x2, x3 = x2 * (n2 + OFFSET), x3 * (n3 + OFFSET)
+        if OFFSET != 0.0:  # x + 0.0 is an add of its own (-0.0 + 0.0 is +0.0)
+            n0, n1, n2, n3 = n0 + OFFSET, n1 + OFFSET, n2 + OFFSET, n3 + OFFSET
+        x0, x1, x2, x3 = x0 * n0, x1 * n1, x2 * n2, x3 * n3
     return _pack(x0, x2, EMULATE), _pack(x1, x3, EMULATE), (x0 + x1) + (x2 + x3), squares
 
 
