@@ -168,6 +168,9 @@ CHANGES.update({
     "pairs": {name: PairsLaunch() for name in SHAPES},
     "pairs 16 rows": {name: PairsLaunch((16, 16, 2)) for name in SHAPES},
     "pairs 4 rows": {name: PairsLaunch((4, 16, 2)) for name in SHAPES},
+    # 4 rows where 8 leave a multiprocessor 4-5 warps (q/k/v, o, down), 8 elsewhere
+    "pairs mixed rows": {name: PairsLaunch((4, 16, 2) if name in ("qkv", "o", "down")
+                                           else None) for name in SHAPES},
     "q/k/v pairs": {"qkv": PairsLaunch()},
     "o pairs": {"o": PairsLaunch()},
     "gate/up pairs": {"gate_up": PairsLaunch()},

@@ -3,9 +3,10 @@
 # checkout itself): the fp16-pair int4 kernel (bench/int4_rows_pairs.py) on the GPU: its
 # tests (its PTX against reference.row_gemv, the int4 chain's pairs variant against the
 # default), then the 22-layer int4 decode chain in turns against "int4 dependent + join":
-# every product in pairs (8, 4, 16 rows a thread), then one product at a time, then
-# Nsight Compute's executed instructions of the pairs kernels (1 layer) against the
-# offline count (bench/int4_rows_count.py). About 150-200 s on a warm H200.
+# every product in pairs (8, 4, 16 rows a thread, 4 where 8 leave few warps), then one
+# product at a time, then Nsight Compute's executed instructions of the pairs kernels
+# (1 layer) against the offline count (bench/int4_rows_count.py). About 150-200 s on a
+# warm H200.
 #
 #   bash bench/pending/int4_pairs_chain.sh [WHEELS_DIR]
 #
@@ -27,7 +28,8 @@ echo "tests rc $?"; tail -3 "$OUT/tests.log"
 date -u +%T
 
 D="int4 dependent + join"
-V="$D,$D + pairs,$D + pairs 4 rows,$D + pairs 16 rows,$D + q/k/v pairs,$D + o pairs"
+V="$D,$D + pairs,$D + pairs 4 rows,$D + pairs 16 rows,$D + pairs mixed rows"
+V="$V,$D + q/k/v pairs,$D + o pairs"
 V="$V,$D + gate/up pairs,$D + down pairs,$D + head pairs,$D + nothing changed"
 timeout 200 python3 bench/decode_chain_cuda.py --int4 --rounds 30 \
     --out "$OUT/chain-int4.jsonl" --variants "$V" > "$OUT/chain-int4.log" 2>&1
