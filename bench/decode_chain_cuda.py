@@ -47,7 +47,7 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.decode_kernels_microbench import graph_time  # noqa: E402
+from bench.decode_kernels_microbench import graph_time, taking_turns  # noqa: E402
 
 HIDDEN, KV, INTER, VOCAB, HEADS, KV_HEADS, DIM = 2048, 256, 5632, 32000, 32, 4, 64
 PRODUCTS = {"qkv": (HIDDEN + 2 * KV, HIDDEN, 0), "o": (HIDDEN, HIDDEN, 0),
@@ -167,32 +167,6 @@ def _launch_options(given: list) -> tuple:
     """A variant's (cache_ahead, join, block_s, hook, mlp): those it gives, in order,
     then the defaults."""
     return (*given, *(None, False, None, None, None)[len(given):])
-
-
-def taking_turns(calls: dict, rounds: int) -> dict:
-    """Median us of each call's CUDA graph, the graphs replayed in turns (five replays
-    each a turn, every other round in reverse): variants a few percent apart are told
-    apart in one process, not one after the other."""
-    graphs = {}
-    for name, call in calls.items():
-        call()
-        torch.cuda.synchronize()
-        graphs[name] = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graphs[name]):
-            call()
-        graphs[name].replay()
-    times: dict = {name: [] for name in graphs}
-    for round_ in range(rounds):
-        for name in list(graphs) if round_ % 2 == 0 else list(reversed(graphs)):
-            for _ in range(5):
-                start = torch.cuda.Event(enable_timing=True)
-                end = torch.cuda.Event(enable_timing=True)
-                start.record()
-                graphs[name].replay()
-                end.record()
-                end.synchronize()
-                times[name].append(start.elapsed_time(end) * 1000)
-    return {name: statistics.median(us) for name, us in times.items()}
 
 
 def swept(path: Path, int8: bool, keep: int = 1) -> dict:

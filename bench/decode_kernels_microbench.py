@@ -52,6 +52,32 @@ def graph_time(calls, warm: int = 3, runs: int = 50) -> float:
     return statistics.median(times)
 
 
+def taking_turns(calls: dict, rounds: int) -> dict:
+    """Median us of each call's CUDA graph, the graphs replayed in turns (five replays
+    each a turn, every other round in reverse): variants a few percent apart are told
+    apart in one process, not one after the other."""
+    graphs = {}
+    for name, call in calls.items():
+        call()
+        torch.cuda.synchronize()
+        graphs[name] = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graphs[name]):
+            call()
+        graphs[name].replay()
+    times: dict = {name: [] for name in graphs}
+    for round_ in range(rounds):
+        for name in list(graphs) if round_ % 2 == 0 else list(reversed(graphs)):
+            for _ in range(5):
+                start = torch.cuda.Event(enable_timing=True)
+                end = torch.cuda.Event(enable_timing=True)
+                start.record()
+                graphs[name].replay()
+                end.record()
+                end.synchronize()
+                times[name].append(start.elapsed_time(end) * 1000)
+    return {name: statistics.median(us) for name, us in times.items()}
+
+
 def gemv_variants() -> dict:
     import torch._inductor.config as inductor
 

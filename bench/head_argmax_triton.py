@@ -245,7 +245,7 @@ def compiled_registers() -> dict:
 
 def timed(rounds: int) -> None:
     """On a GPU: the head and its tail, each form one CUDA graph, in turns."""
-    from bench.decode_chain_cuda import taking_turns
+    from bench.decode_kernels_microbench import taking_turns
     torch.manual_seed(0)
     x = torch.randn(1, 1, HIDDEN, device="cuda", dtype=torch.float16)
     w = torch.randn(VOCAB, HIDDEN, device="cuda", dtype=torch.float16) * 0.02
