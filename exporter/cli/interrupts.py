@@ -33,9 +33,9 @@ def interrupt(signum, frame) -> None:
 
 
 def raise_when_safe(frame) -> None:
-    """Raise KeyboardInterrupt now, or, inside an import, as soon as the import is done
-    (SIGALRM polls every RETRY_S)."""
-    if _importing(frame) and len(_signals) < IMPATIENT:
+    """Raise KeyboardInterrupt now, or, inside an import or a finalizer, as soon as it is
+    done (SIGALRM polls every RETRY_S)."""
+    if (_importing(frame) or _finalizing(frame)) and len(_signals) < IMPATIENT:
         previous = signal.signal(signal.SIGALRM, _retry)
         # restart the system calls it lands in: a retry every 50 ms through torch's C++
         # start-up must not hand its reads and waits an EINTR they may not expect
@@ -66,6 +66,16 @@ def disarm() -> None:
 def _importing(frame) -> bool:
     while frame is not None:
         if frame.f_code.co_filename.startswith("<frozen importlib._bootstrap"):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _finalizing(frame) -> bool:
+    """Inside a ``__del__``: Python prints an exception raised there with its traceback
+    and goes on (CI: a Ctrl-C's retry landed in a ZipFile's finalizer)."""
+    while frame is not None:
+        if frame.f_code.co_name == "__del__":
             return True
         frame = frame.f_back
     return False
