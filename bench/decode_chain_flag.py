@@ -200,9 +200,7 @@ def flag_configs(default: dict, flagged, poll: int = 1, ns: int = 64,
 
 
 # name -> (boundaries flagged, threads polling, ns between polls, counters a slot); by
-# default one thread a program polls one counter, 64 ns apart. On the H200 every one made
-# the chain slower (3-58%): the kernel that counts in ends 0.5-1.9 us later, the one that
-# spins gains at most 0.3 us; more counters or pollers (more lines polled) lose more
+# default one thread a program polls one counter, 64 ns apart; every form lost to gdc_wait
 CHANGES = {
     "flag kernels without a flag": ((), 1, 64, 1),
     **{f"flag {b}": ((b,), 1, 64, 1) for b in BOUNDARIES},

@@ -5,8 +5,8 @@ PTX's weight loads and barriers in order.
     python bench/int4_rows_ptx.py [--order]
 
 Every pointer is declared 16-byte aligned, as Triton's launcher and Inductor declare an
-aligned tensor's: without that Triton loads byte by byte (the 126-204 registers of
-session 66's count). ``--order`` prints, per product, the PTX line of each 16-byte
+aligned tensor's: without that Triton loads byte by byte (and holds 126-204 registers
+a thread). ``--order`` prints, per product, the PTX line of each 16-byte
 weight load, of the wait and of each barrier: a load after a barrier waits for it.
 Needs Triton (a scratch ``pip install --target`` does) and its bundled ptxas.
 """
