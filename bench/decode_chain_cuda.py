@@ -89,10 +89,10 @@ def step(made: dict, hidden: torch.Tensor, pdl: bool, configs: dict,
         rows, scale = weight
         if callable(configs.get(name)):  # a variant's own kernel (decode_chain_split.py)
             return configs[name](x, rows, scale, fold, pdl)
-        config = configs.get(name)
-        counts = made["split_counts"] if config and len(config) == 7 else None  # SPLIT
+        # counters as a library gives them: launch_row_gemv splits where its config says
         return launch_row_gemv(x, rows, None, fold.get("norm"), fold.get("residual"), 1e-5,
-                               0.0, fold.get("act", 0), config, pdl, scale, counts=counts)
+                               0.0, fold.get("act", 0), configs.get(name), pdl, scale,
+                               counts=made.get("split_counts"))
     hook = hook or (lambda stage, layer: None)  # a variant's launches around the chain's
     h = hidden
     for layer in made["layers"]:
