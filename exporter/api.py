@@ -18,6 +18,7 @@ from exporter.builder.pipeline import build as _build
 from exporter.builder.plain import PlainBuild
 from exporter.errors import UserInputError
 from exporter.kinds import GENERATING, BuildKind, kind_name, kind_name_of
+from exporter.model.given_module import left_as_given
 from exporter.model.spec import ModelSpec
 from exporter.progress import ProgressCallback, StageHook, callback_stage, quiet_stage
 from exporter.settings import BuildSettings, settings_from
@@ -53,7 +54,17 @@ def build(model: str | torch.nn.Module, example_args: tuple | None = None, *,
     stages are also logged on the ``exporter`` logger (INFO)."""
     built = settings_from(settings)
     kind = build_kind(built)
-    if isinstance(model, torch.nn.Module) and not kind.makes_own_inputs:
+    if not isinstance(model, torch.nn.Module):
+        return _build(model, built, stage=callback_stage(progress), kind=kind)
+    with left_as_given(model):
+        return _build_module(model, example_args, example_kwargs, dynamic_shapes, built,
+                             kind, progress)
+
+
+def _build_module(model: torch.nn.Module, example_args: tuple | None,
+                  example_kwargs: dict | None, dynamic_shapes: Any, built: BuildSettings,
+                  kind: BuildKind, progress: ProgressCallback | None) -> Artifact:
+    if not kind.makes_own_inputs:
         if example_args is None:
             raise UserInputError("build(module) needs example_args",
                                  hint="exporter.build(model, (x,), target='cpu')")
