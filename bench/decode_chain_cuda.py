@@ -221,6 +221,7 @@ def variants(best: Path | None = None, int8: bool = False) -> dict:
     from bench.decode_chain_prefetch import prefetch_variants
     from bench.decode_chain_rowloop import row_loop_variants
     from bench.decode_chain_split import split_variants
+    from bench.decode_pipe_gemv import pipe_variants
     from bench.head_argmax_triton import argmax_variants
     from targets.aoti.kernels.triton_kernels import gemv_config
     size = 1 if int8 else 2
@@ -265,6 +266,8 @@ def variants(best: Path | None = None, int8: bool = False) -> dict:
             **row_loop_variants(default),
             # a product split along K, its parts joined by the last to finish
             **split_variants(default),
+            # down or q/k/v streaming its weights through shared memory (cp.async)
+            **pipe_variants(default),
             # a flag the kernel before counts in on, in place of gdc_wait
             **flag_variants(default),
             # the attention in few, long blocks (one a key/value head: no join)
