@@ -195,6 +195,11 @@ CHANGES = {
     "pipe down 4 rows 4 stages": {"down": (4, 512, 4, 2048, 4, 1)},
     "pipe down 4 rows 6 stages": {"down": (4, 512, 4, 2048, 6, 1)},
     "pipe down 4 rows 1024 ahead 6 stages": {"down": (4, 512, 4, 1024, 6, 1)},
+    "pipe down 4 rows 1024 ahead 4 stages": {"down": (4, 512, 4, 1024, 4, 1)},
+    "pipe down 4 rows 256-column tiles 1024 ahead 8 stages": {
+        "down": (4, 256, 4, 1024, 8, 1)},
+    "pipe down 4 rows 8 warps 4 stages": {"down": (4, 512, 8, 2048, 4, 1)},
+    "pipe down 2 rows 4 stages": {"down": (2, 512, 4, 2048, 4, 1)},
     "pipe down 8 rows 8 warps 4 stages": {"down": (8, 512, 8, 2048, 4, 1)},
     "pipe down 4 rows 2 turns 6 stages": {"down": (4, 512, 4, 2048, 6, 2)},
     "pipe down 4 rows 1024-column tiles 2 turns 4 stages": {

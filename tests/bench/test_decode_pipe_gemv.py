@@ -104,3 +104,35 @@ def test_the_variants_change_only_their_product_and_fit_the_1b_shapes():
     for changes in CHANGES.values():
         for product, config in changes.items():
             check_config(config, SHAPES[product][1])
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("name", ["pipe down 4 rows 4 stages", "pipe down 4 rows 2 turns 6 stages",
+                                  "pipe down 4 rows 1024-column tiles 2 turns 4 stages"])
+def test_dependent_launches_at_the_1b_shapes_replay_in_a_cuda_graph(name):
+    """q/k/v-shaped (norm) then down-shaped (residual) dependent launches, the second
+    reading what the first wrote, captured and replayed: row_gemv's result each replay
+    (a copy issued before the wait would read x before it is written)."""
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("needs a Hopper GPU")
+    from bench.decode_pipe_gemv import CHANGES, launch_pipe_gemv
+    from targets.aoti.kernels.reference import row_gemv
+    h = _made(1, 1, 2048, seed=12, device="cuda")
+    up = _made(5632, 2048, seed=13, scale=0.02, device="cuda")
+    down = _made(2048, 5632, seed=14, scale=0.02, device="cuda")
+    norm = _made(2048, seed=15, scale=0.1, device="cuda") + 1.0
+    gated = row_gemv(h, up, None, norm, None, 1e-5, 0.0, 0)
+    want = row_gemv(gated, down, None, None, h, 1e-5, 0.0, 0).float()
+    config = CHANGES[name]["down"]
+
+    def both():
+        x = launch_pipe_gemv(h, up, norm, None, (4, 512, 4, 1024, 3, 1), pdl=True)
+        return launch_pipe_gemv(x, down, None, h, config, pdl=True)
+    both()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = both()
+    for _ in range(3):
+        graph.replay()
+        torch.cuda.synchronize()
+        assert (out.float() - want).abs().max().item() < 2e-2 * want.abs().max().item()
