@@ -102,17 +102,21 @@ def step(made: dict, hidden: torch.Tensor, pdl: bool, configs: dict,
         k = qkv[..., HIDDEN:HIDDEN + KV].view(1, KV_HEADS, 1, DIM)
         v = qkv[..., HIDDEN + KV:].view(1, KV_HEADS, 1, DIM)
         hook("attention", layer)
-        if "attention" in configs:  # a variant's own attention (decode_chain_flag.py)
-            att = configs["attention"].attention(q, k, v, layer, made, pdl)
-        else:
-            att = launch_decode_attention(q, layer["k"], k, layer["v"], v, made["mask"],
-                                          DIM ** -0.5, pdl=pdl, cache_ahead=cache_ahead,
-                                          counts=made["counts"] if join else None,
-                                          block_s=block_s)
-        if mlp is not None:  # a variant's own kernel for o -> gate/up -> down
-            h = mlp(att.view(1, 1, HIDDEN), h, layer, norm, pdl)
-            continue
-        o = gemv("o", att.view(1, 1, HIDDEN), layer["o"], residual=h)
+        # a variant's one launch for the attention and o (decode_attention_o.py), or None
+        both = configs.get("attention_o")
+        o = both(q, k, v, h, layer, made, pdl) if both else None
+        if o is None:
+            if "attention" in configs:  # a variant's own attention (decode_chain_flag.py)
+                att = configs["attention"].attention(q, k, v, layer, made, pdl)
+            else:
+                att = launch_decode_attention(q, layer["k"], k, layer["v"], v, made["mask"],
+                                              DIM ** -0.5, pdl=pdl, cache_ahead=cache_ahead,
+                                              counts=made["counts"] if join else None,
+                                              block_s=block_s)
+            if mlp is not None:  # a variant's own kernel for o -> gate/up -> down
+                h = mlp(att.view(1, 1, HIDDEN), h, layer, norm, pdl)
+                continue
+            o = gemv("o", att.view(1, 1, HIDDEN), layer["o"], residual=h)
         gated = gemv("gate_up", o, layer["gate_up"], norm=norm, act=1)
         h = gemv("down", gated, layer["down"], residual=o)
     out = gemv("head", h, made["head"], norm=norm)
@@ -140,24 +144,29 @@ def per_kernel(calls, layers: int | None = None) -> tuple[dict, dict]:
             name = event.name.split("(")[0]
             found[name] = found.get(name, 0.0) + event.time_range.elapsed_us() / 10
             sequence.append((event.time_range.start, name, 0, event.time_range.end))
-    return found, own_by_place(sorted(sequence), layers) if layers else {}
+    if not layers:
+        return found, {}
+    # a layer of five kernels, or four (the attention and o one launch)
+    return found, (own_by_place(sorted(sequence), layers)
+                   or own_by_place(sorted(sequence), layers, FOUR_PLACES))
 
 
 PLACES = ("qkv", "attention", "o", "gate_up", "down")
+FOUR_PLACES = ("qkv", "attention+o", "gate_up", "down")
 
 
-def own_by_place(sequence: list, layers: int) -> dict:
+def own_by_place(sequence: list, layers: int, places: tuple = PLACES) -> dict:
     """Median own us (decode_step_cuda.own_times: its end less the later of its start and
     the kernel before's end) of each place in a layer, over layers and replays, where
-    every replay is five kernels a layer and the head (else {})."""
+    every replay is a kernel a place a layer and the head (else {})."""
     from bench.decode_step_cuda import own_times
-    per_replay = len(PLACES) * layers + 1
+    per_replay = len(places) * layers + 1
     if not sequence or len(sequence) % per_replay:
         return {}
     own = [us for _, us in own_times(sequence)]
     found = {place: statistics.median(
         us for r in range(0, len(own), per_replay)
-        for us in own[r + i:r + per_replay - 1:len(PLACES)]) for i, place in enumerate(PLACES)}
+        for us in own[r + i:r + per_replay - 1:len(places)]) for i, place in enumerate(places)}
     found["head"] = statistics.median(own[r + per_replay - 1]
                                       for r in range(0, len(own), per_replay))
     return found
@@ -215,6 +224,7 @@ def searched(made: dict, hidden: torch.Tensor, start: dict, candidates: dict) ->
 
 
 def variants(best: Path | None = None, int8: bool = False) -> dict:
+    from bench.decode_attention_o import attention_o_variants
     from bench.decode_attention_short import short_variants
     from bench.decode_chain_flag import flag_variants
     from bench.decode_chain_persistent import persistent_variants
@@ -272,6 +282,8 @@ def variants(best: Path | None = None, int8: bool = False) -> dict:
             **flag_variants(default),
             # the attention in few, long blocks (one a key/value head: no join)
             **short_variants(default),
+            # a layer's attention and o as one launch
+            **attention_o_variants(default),
             # ending with the token: torch's argmax after the head, or inside its kernel
             **argmax_variants(default)}
 

@@ -1,0 +1,175 @@
+"""A layer's attention and o (+ residual) as one launch in decode_chain_cuda.py's chain
+(``configs["attention_o"]``), in two forms:
+- "fused" (decode_attention_o_fused.py): o split along K by key/value head, each
+  program a head's whole attention (computed again for every block of o's rows) times
+  its tile of Wo, the last of a block's heads joining;
+- "joined" (decode_attention_o_flag.py): the library's attention blocks and join, and
+  o's rows in the same grid, spinning on a flag the joins count on after their wait.
+Either way o's weights are loaded ahead of the launch's wait, and a layer has four
+kernels, not five.
+
+    python bench/decode_attention_o.py      (no GPU: sm_90a registers of each variant)
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+
+def flag_slots(layers: int) -> list:
+    """A flag slot each layer's launch counts on, none the same as the next launch's
+    (the last layer's next is the next call's first): two slots, a third where the
+    layers are odd."""
+    slots = [i % 2 for i in range(layers)]
+    if layers % 2:
+        slots[-1] = 2
+    return slots
+
+
+class AttentionO:
+    """decode_chain_cuda.step's ``configs["attention_o"]``: (q, k, v, h, layer, made,
+    pdl) -> o, one launch of ``form`` ("fused": blocks of rows, slots a loop step, warps,
+    stages; "joined": blocks of slots, rows a program, warps, polling threads, ns between
+    polls). Plain launches answer None (the chain's own attention and o: the bench's
+    reference), unless ``own_plain`` (under Triton's interpreter)."""
+
+    def __init__(self, form: str, *config, own_plain: bool = False):
+        self.form, self.config, self.own_plain = form, config, own_plain
+        self.state: dict = {}
+
+    def __repr__(self) -> str:  # the row's "configs" in the bench's JSON
+        return f"attention-o {self.form}{self.config}"
+
+    def _buffers(self, made: dict, device) -> dict:
+        if not self.state:  # made on the first (uncaptured) call, shared by all layers
+            from bench.decode_attention_o_flag import joined_state
+            kv_heads = made["layers"][0]["k"].shape[1]
+            self.state = joined_state(kv_heads, 3, device)
+            self.state["row_counts"] = torch.zeros(4096, dtype=torch.int32, device=device)
+        return self.state
+
+    def __call__(self, q, k, v, h, layer: dict, made: dict, pdl: bool):
+        if not pdl and not self.own_plain:
+            return None
+        state = self._buffers(made, q.device)
+        args = (q, layer["k"], k, layer["v"], v, made["mask"], layer["o"][0], h)
+        if self.form == "fused":
+            from bench.decode_attention_o_fused import launch_fused_attention_o
+            blocks, block_s, warps, stages = self.config
+            return launch_fused_attention_o(*args, state["row_counts"], blocks, block_s,
+                                            warps, stages, pdl)
+        from bench.decode_attention_o_flag import launch_joined_attention_o
+        index = next(i for i, each in enumerate(made["layers"]) if each is layer)
+        slots = flag_slots(len(made["layers"]))
+        splits, block_n, warps, poll, ns = self.config
+        return launch_joined_attention_o(*args, state, slots[index],
+                                         slots[(index + 1) % len(slots)], splits, block_n,
+                                         warps, poll, ns, pdl)
+
+
+# name -> (form, its configuration)
+CHANGES = {
+    # fused: (blocks of o's rows, slots a step of the attention's loop, warps, stages)
+    "attention-o fused 16 blocks 8 warps": ("fused", 16, 64, 8, 2),
+    "attention-o fused 32 blocks 8 warps": ("fused", 32, 64, 8, 2),
+    "attention-o fused 32 blocks 4 warps": ("fused", 32, 64, 4, 2),
+    "attention-o fused 32 blocks 8 warps 128 slots": ("fused", 32, 128, 8, 2),
+    "attention-o fused 32 blocks 8 warps 256 slots": ("fused", 32, 256, 8, 2),
+    "attention-o fused 64 blocks 8 warps": ("fused", 64, 64, 8, 2),
+    "attention-o fused 64 blocks 8 warps 128 slots": ("fused", 64, 128, 8, 2),
+    "attention-o fused 64 blocks 4 warps": ("fused", 64, 64, 4, 2),
+    "attention-o fused 128 blocks 4 warps": ("fused", 128, 64, 4, 2),
+    # joined: (blocks of slots a key/value head, o's rows a program, warps, polling
+    # threads, ns between polls)
+    "attention-o joined 16 splits 2 rows": ("joined", 16, 2, 4, 1, 64),
+    "attention-o joined 16 splits 4 rows": ("joined", 16, 4, 4, 1, 64),
+    "attention-o joined 16 splits 8 rows 8 warps": ("joined", 16, 8, 8, 1, 64),
+    "attention-o joined 4 splits 2 rows": ("joined", 4, 2, 4, 1, 64),
+    "attention-o joined 16 splits 2 rows 256 ns": ("joined", 16, 2, 4, 1, 256),
+    "attention-o joined 16 splits 2 rows 32 polling": ("joined", 16, 2, 4, 32, 64),
+}
+
+
+def attention_o_variants(default: dict) -> dict:
+    """decode_chain_cuda.variants()'s entries: "dependent + join" with a layer's attention
+    and o as one launch."""
+    return {f"dependent + join + {name}": (True, {**default, "attention_o": AttentionO(
+        *change)}, None, True) for name, change in CHANGES.items()}
+
+
+def _ptxas(ptx: str) -> tuple:
+    import re
+    import subprocess
+    import tempfile
+
+    import triton
+    ptxas = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
+    with tempfile.NamedTemporaryFile("w", suffix=".ptx") as fh:
+        fh.write(ptx)
+        fh.flush()
+        report = subprocess.run([str(ptxas), "-v", "-arch=sm_90a", fh.name, "-o",
+                                 "/dev/null"], capture_output=True, text=True).stderr
+    regs = re.search(r"Used (\d+) registers", report)
+    spills = re.search(r"(\d+) bytes spill stores", report)
+    return int(regs.group(1)) if regs else -1, int(spills.group(1)) if spills else 0
+
+
+def compiled(form: str, *config) -> tuple:
+    """The ``_gdc`` form at the ~1.1B's shape (32 heads over 4, 64 wide, 512 slots, o
+    2048 x 2048) compiled for sm_90a here: (registers, spilled bytes, shared
+    bytes, the PTX's global loads before, between and after its waits, its cp.async)."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+    query = torch.empty(1, 32, 1, 64, dtype=torch.float16, device="meta")
+    past = torch.empty(1, 4, 512, 64, dtype=torch.float16, device="meta")
+    weight = torch.empty(2048, 2048, dtype=torch.float16, device="meta")
+    options = {}
+    if form == "fused":
+        from bench.decode_attention_o_fused import fused_kernel_gdc as kernel
+        from bench.decode_attention_o_fused import fused_sizes
+        blocks, block_s, warps, stages = config
+        values = fused_sizes(query, past, weight, blocks, block_s)
+        options["num_stages"] = stages
+        kinds = {"part_ptr": "*fp32", "counts_ptr": "*i32"}
+    else:
+        from bench.decode_attention_o_flag import joined_kernel_gdc as kernel
+        from bench.decode_attention_o_flag import joined_sizes
+        splits, block_n, warps, poll, ns = config
+        values = joined_sizes(query, past, weight, splits, block_n, poll, ns)
+        kinds = {"m_ptr": "*fp32", "l_ptr": "*fp32", "acc_ptr": "*fp32",
+                 "counts_ptr": "*i32", "flag_ptr": "*i32", "reset_ptr": "*i32",
+                 "err_ptr": "*i32"}
+    names = kernel.arg_names
+    signature = {a: kinds.get(a, "*fp16") for a in names if a.endswith("_ptr")}
+    signature.update({a: "i32" for a in ("sq_h", "spk_h", "spk_s", "snk_h", "spv_h",
+                                          "spv_s", "snv_h")})
+    values = {"sm": 1, **values}  # as a launch specializes a stride of 1
+    signature.update({a: "constexpr" for a in values})
+    source = ASTSource(kernel, signature,
+                       constexprs={(names.index(a),): v for a, v in values.items()},
+                       attrs={(names.index(a),): [["tt.divisibility", 16]]
+                              for a in signature if signature[a] != "constexpr"})
+    made = triton.compile(source, target=GPUTarget("cuda", 90, 32),
+                          options={"num_warps": warps, **options})
+    ptx = made.asm["ptx"]
+    # the global loads between waits (the joined kernel has one wait a branch)
+    loads = [part.count("ld.global") for part in ptx.split("griddepcontrol.wait")]
+    regs, spills = _ptxas(ptx)
+    return regs, spills, made.metadata.shared, loads, ptx.count("cp.async")
+
+
+def main() -> None:
+    for name, change in CHANGES.items():
+        regs, spills, shared, loads, copies = compiled(*change)
+        print(f"{name:48s} registers {regs:3d}, spilled {spills:4d} B, shared {shared:6d} B, "
+              f"global loads between waits {loads}, cp.async {copies}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
