@@ -62,14 +62,14 @@ class AttentionO:
             from bench.decode_attention_o_fused import launch_fused_attention_o
             blocks, block_s, warps, stages = self.config
             return launch_fused_attention_o(*args, state["row_counts"], blocks, block_s,
-                                            warps, stages, pdl)
+                                            warps, stages, pdl, layer["o"][1])
         from bench.decode_attention_o_flag import launch_joined_attention_o
         index = next(i for i, each in enumerate(made["layers"]) if each is layer)
         slots = flag_slots(len(made["layers"]))
         splits, block_n, warps, poll, ns = self.config
         return launch_joined_attention_o(*args, state, slots[index],
                                          slots[(index + 1) % len(slots)], splits, block_n,
-                                         warps, poll, ns, pdl)
+                                         warps, poll, ns, pdl, layer["o"][1])
 
 
 # name -> (form, its configuration)
@@ -137,6 +137,7 @@ def compiled(form: str, *config) -> tuple:
         values = fused_sizes(query, past, weight, blocks, block_s)
         options["num_stages"] = stages
         kinds = {"part_ptr": "*fp32", "counts_ptr": "*i32"}
+        values["HAS_SCALE"] = False
     else:
         from bench.decode_attention_o_flag import joined_kernel_gdc as kernel
         from bench.decode_attention_o_flag import joined_sizes
@@ -145,6 +146,7 @@ def compiled(form: str, *config) -> tuple:
         kinds = {"m_ptr": "*fp32", "l_ptr": "*fp32", "acc_ptr": "*fp32",
                  "counts_ptr": "*i32", "flag_ptr": "*i32", "reset_ptr": "*i32",
                  "err_ptr": "*i32"}
+        values["HAS_SCALE"] = False
     names = kernel.arg_names
     signature = {a: kinds.get(a, "*fp16") for a in names if a.endswith("_ptr")}
     signature.update({a: "i32" for a in ("sq_h", "spk_h", "spk_s", "snk_h", "spv_h",

@@ -70,14 +70,14 @@ def _part(q_ptr, pk_ptr, pv_ptr, mask_ptr, m_ptr, l_ptr, acc_ptr, kvh, split,
 
 @triton.jit
 def _joined(q_ptr, pk_ptr, nk_ptr, pv_ptr, nv_ptr, mask_ptr, m_ptr, l_ptr, acc_ptr,
-            counts_ptr, att_ptr, flag_ptr, reset_ptr, err_ptr, w_ptr, r_ptr, out_ptr,
-            sq_h, spk_h, spk_s, snk_h, spv_h, spv_s, snv_h, sm, SCALE: tl.constexpr,
-            S: tl.constexpr, D: tl.constexpr, G: tl.constexpr, KVH: tl.constexpr,
-            SPLITS: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_G: tl.constexpr,
+            counts_ptr, att_ptr, flag_ptr, reset_ptr, err_ptr, w_ptr, s_ptr, r_ptr,
+            out_ptr, sq_h, spk_h, spk_s, snk_h, spv_h, spv_s, snv_h, sm,
+            SCALE: tl.constexpr, S: tl.constexpr, D: tl.constexpr, G: tl.constexpr,
+            KVH: tl.constexpr, SPLITS: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_G: tl.constexpr,
             BLOCK_D: tl.constexpr, IEEE: tl.constexpr, JOIN_G: tl.constexpr,
             BLOCK_J: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
             BLOCK_N: tl.constexpr, POLL: tl.constexpr, NS: tl.constexpr,
-            GDC: tl.constexpr):
+            HAS_SCALE: tl.constexpr, GDC: tl.constexpr):
     pid = tl.program_id(0)
     if GDC:
         tl.extra.cuda.gdc_launch_dependents()
@@ -105,45 +105,51 @@ def _joined(q_ptr, pk_ptr, nk_ptr, pv_ptr, nv_ptr, mask_ptr, m_ptr, l_ptr, acc_p
                     other=0.0, eviction_policy="evict_first")
         if GDC:
             tl.extra.cuda.gdc_wait()
-        y = tl.load(r_ptr + rows, mask=row_ok, other=0.0).to(tl.float32)
+        residual = tl.load(r_ptr + rows, mask=row_ok, other=0.0).to(tl.float32)
+        if HAS_SCALE:  # int8 rows: a scale a row
+            scale = tl.load(s_ptr + rows, mask=row_ok, other=0.0).to(tl.float32)
         _spin(flag_ptr, err_ptr, KVH, POLL, NS, 1)
         # .cg: other programs of this launch wrote it; read past this SM's L1
         x = tl.load(att_ptr + cols, cache_modifier=".cg").to(tl.float32)
-        y += tl.sum(w.to(tl.float32) * x[None, :], axis=1)
+        y = tl.sum(w.to(tl.float32) * x[None, :], axis=1)
+        if HAS_SCALE:
+            y *= scale
+        y += residual
         tl.store(out_ptr + rows, y.to(out_ptr.dtype.element_ty), mask=row_ok)
 
 
 @triton.jit
 def joined_kernel(q_ptr, pk_ptr, nk_ptr, pv_ptr, nv_ptr, mask_ptr, m_ptr, l_ptr, acc_ptr,
-                  counts_ptr, att_ptr, flag_ptr, reset_ptr, err_ptr, w_ptr, r_ptr, out_ptr,
-                  sq_h, spk_h, spk_s, snk_h, spv_h, spv_s, snv_h, sm, SCALE: tl.constexpr,
-                  S: tl.constexpr, D: tl.constexpr, G: tl.constexpr, KVH: tl.constexpr,
-                  SPLITS: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_G: tl.constexpr,
-                  BLOCK_D: tl.constexpr, IEEE: tl.constexpr, JOIN_G: tl.constexpr,
-                  BLOCK_J: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
-                  BLOCK_N: tl.constexpr, POLL: tl.constexpr, NS: tl.constexpr):
+                  counts_ptr, att_ptr, flag_ptr, reset_ptr, err_ptr, w_ptr, s_ptr, r_ptr,
+                  out_ptr, sq_h, spk_h, spk_s, snk_h, spv_h, spv_s, snv_h, sm,
+                  SCALE: tl.constexpr, S: tl.constexpr, D: tl.constexpr, G: tl.constexpr,
+                  KVH: tl.constexpr, SPLITS: tl.constexpr, BLOCK_S: tl.constexpr,
+                  BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr, IEEE: tl.constexpr,
+                  JOIN_G: tl.constexpr, BLOCK_J: tl.constexpr, N: tl.constexpr,
+                  K: tl.constexpr, BLOCK_N: tl.constexpr, POLL: tl.constexpr,
+                  NS: tl.constexpr, HAS_SCALE: tl.constexpr):
     _joined(q_ptr, pk_ptr, nk_ptr, pv_ptr, nv_ptr, mask_ptr, m_ptr, l_ptr, acc_ptr,
-            counts_ptr, att_ptr, flag_ptr, reset_ptr, err_ptr, w_ptr, r_ptr, out_ptr,
-            sq_h, spk_h, spk_s, snk_h, spv_h, spv_s, snv_h, sm, SCALE, S, D, G, KVH,
-            SPLITS, BLOCK_S, BLOCK_G, BLOCK_D, IEEE, JOIN_G, BLOCK_J, N, K, BLOCK_N, POLL,
-            NS, False)
+            counts_ptr, att_ptr, flag_ptr, reset_ptr, err_ptr, w_ptr, s_ptr, r_ptr,
+            out_ptr, sq_h, spk_h, spk_s, snk_h, spv_h, spv_s, snv_h, sm, SCALE, S, D, G,
+            KVH, SPLITS, BLOCK_S, BLOCK_G, BLOCK_D, IEEE, JOIN_G, BLOCK_J, N, K, BLOCK_N,
+            POLL, NS, HAS_SCALE, False)
 
 
 @triton.jit
 def joined_kernel_gdc(q_ptr, pk_ptr, nk_ptr, pv_ptr, nv_ptr, mask_ptr, m_ptr, l_ptr,
                       acc_ptr, counts_ptr, att_ptr, flag_ptr, reset_ptr, err_ptr, w_ptr,
-                      r_ptr, out_ptr, sq_h, spk_h, spk_s, snk_h, spv_h, spv_s, snv_h, sm,
-                      SCALE: tl.constexpr, S: tl.constexpr, D: tl.constexpr,
+                      s_ptr, r_ptr, out_ptr, sq_h, spk_h, spk_s, snk_h, spv_h, spv_s,
+                      snv_h, sm, SCALE: tl.constexpr, S: tl.constexpr, D: tl.constexpr,
                       G: tl.constexpr, KVH: tl.constexpr, SPLITS: tl.constexpr,
                       BLOCK_S: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr,
                       IEEE: tl.constexpr, JOIN_G: tl.constexpr, BLOCK_J: tl.constexpr,
                       N: tl.constexpr, K: tl.constexpr, BLOCK_N: tl.constexpr,
-                      POLL: tl.constexpr, NS: tl.constexpr):
+                      POLL: tl.constexpr, NS: tl.constexpr, HAS_SCALE: tl.constexpr):
     _joined(q_ptr, pk_ptr, nk_ptr, pv_ptr, nv_ptr, mask_ptr, m_ptr, l_ptr, acc_ptr,
-            counts_ptr, att_ptr, flag_ptr, reset_ptr, err_ptr, w_ptr, r_ptr, out_ptr,
-            sq_h, spk_h, spk_s, snk_h, spv_h, spv_s, snv_h, sm, SCALE, S, D, G, KVH,
-            SPLITS, BLOCK_S, BLOCK_G, BLOCK_D, IEEE, JOIN_G, BLOCK_J, N, K, BLOCK_N, POLL,
-            NS, True)
+            counts_ptr, att_ptr, flag_ptr, reset_ptr, err_ptr, w_ptr, s_ptr, r_ptr,
+            out_ptr, sq_h, spk_h, spk_s, snk_h, spv_h, spv_s, snv_h, sm, SCALE, S, D, G,
+            KVH, SPLITS, BLOCK_S, BLOCK_G, BLOCK_D, IEEE, JOIN_G, BLOCK_J, N, K, BLOCK_N,
+            POLL, NS, HAS_SCALE, True)
 
 
 def joined_sizes(query, past_k, weight, splits: int, block_n: int, poll: int,
@@ -173,10 +179,11 @@ def joined_sizes(query, past_k, weight, splits: int, block_n: int, poll: int,
 def launch_joined_attention_o(query, past_k, new_k, past_v, new_v, mask, weight, residual,
                               state: dict, slot: int, reset: int, splits: int = 16,
                               block_n: int = 2, warps: int = 4, poll: int = 1,
-                              ns: int = 64, pdl: bool = False) -> torch.Tensor:
+                              ns: int = 64, pdl: bool = False,
+                              weight_scale=None) -> torch.Tensor:
     """reference.row_gemv(decode_attention(...) as a row, ``weight``, residual) in one
     launch. ``state``: joined_state's buffers (counts left at zero; flag ``slot`` counted
-    on, ``reset`` zeroed)."""
+    on, ``reset`` zeroed); ``weight_scale``: int8 rows' scales."""
     sizes = joined_sizes(query, past_k, weight, splits, block_n, poll, ns)
     heads, dim, kv_heads = query.shape[1], query.shape[-1], past_k.shape[1]
     query, past_k, past_v, new_k, new_v = (t if t.stride(-1) == 1 else t.contiguous()
@@ -195,9 +202,11 @@ def launch_joined_attention_o(query, past_k, new_k, past_v, new_v, mask, weight,
     kernel[(grid,)](
         query, past_k, new_k, past_v, new_v, mask, tops, sums, accs, state["counts"], att,
         flags[slot * STRIDE:], flags[reset * STRIDE:], state["err"], weight.contiguous(),
+        weight if weight_scale is None else weight_scale.reshape(-1),
         residual.reshape(-1).contiguous(), out, query.stride(1), past_k.stride(1),
         past_k.stride(2), new_k.stride(1), past_v.stride(1), past_v.stride(2),
-        new_v.stride(1), mask.stride(-1), num_warps=warps, **sizes, **extra)
+        new_v.stride(1), mask.stride(-1), num_warps=warps,
+        HAS_SCALE=weight_scale is not None, **sizes, **extra)
     return out
 
 

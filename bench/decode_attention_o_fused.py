@@ -68,12 +68,13 @@ def _head_attention(q_ptr, pk_ptr, nk_ptr, pv_ptr, nv_ptr, mask_ptr, kvh, sq_h, 
 
 
 @triton.jit
-def _fused(q_ptr, pk_ptr, nk_ptr, pv_ptr, nv_ptr, mask_ptr, w_ptr, r_ptr, part_ptr,
-           counts_ptr, out_ptr, sq_h, spk_h, spk_s, snk_h, spv_h, spv_s, snv_h, sm,
+def _fused(q_ptr, pk_ptr, nk_ptr, pv_ptr, nv_ptr, mask_ptr, w_ptr, s_ptr, r_ptr,
+           part_ptr, counts_ptr, out_ptr, sq_h, spk_h, spk_s, snk_h, spv_h, spv_s, snv_h,
+           sm,
            SCALE: tl.constexpr, S: tl.constexpr, D: tl.constexpr, G: tl.constexpr,
            KVH: tl.constexpr, N: tl.constexpr, BLOCK_R: tl.constexpr,
            BLOCK_S: tl.constexpr, BLOCK_G: tl.constexpr, IEEE: tl.constexpr,
-           GDC: tl.constexpr):
+           HAS_SCALE: tl.constexpr, GDC: tl.constexpr):
     # a block's KVH programs are neighbours in the grid: they finish close together
     kvh = tl.program_id(0) % KVH
     block = tl.program_id(0) // KVH
@@ -96,36 +97,42 @@ def _fused(q_ptr, pk_ptr, nk_ptr, pv_ptr, nv_ptr, mask_ptr, w_ptr, r_ptr, part_p
     tl.debug_barrier()  # every thread's stores before the count
     seen = tl.atomic_add(counts_ptr + block, 1, sem="acq_rel", scope="gpu")
     if seen == KVH - 1:
-        total = tl.load(r_ptr + rows, mask=row_ok, other=0.0).to(tl.float32)
+        total = tl.zeros((BLOCK_R,), tl.float32)
         for i in tl.static_range(KVH):  # in head order, whoever joins
             # .cg: other programs wrote them; read past this SM's L1
             total += tl.load(part_ptr + (block * KVH + i) * BLOCK_R + idx,
                              cache_modifier=".cg")
+        if HAS_SCALE:  # int8 rows: a scale a row
+            total *= tl.load(s_ptr + rows, mask=row_ok, other=0.0).to(tl.float32)
+        total += tl.load(r_ptr + rows, mask=row_ok, other=0.0).to(tl.float32)
         tl.store(out_ptr + rows, total.to(out_ptr.dtype.element_ty), mask=row_ok)
         tl.store(counts_ptr + block, 0)  # every head counted in: back to zero
 
 
 @triton.jit
-def fused_kernel(q_ptr, pk_ptr, nk_ptr, pv_ptr, nv_ptr, mask_ptr, w_ptr, r_ptr, part_ptr,
-                 counts_ptr, out_ptr, sq_h, spk_h, spk_s, snk_h, spv_h, spv_s, snv_h, sm,
+def fused_kernel(q_ptr, pk_ptr, nk_ptr, pv_ptr, nv_ptr, mask_ptr, w_ptr, s_ptr, r_ptr,
+                 part_ptr, counts_ptr, out_ptr, sq_h, spk_h, spk_s, snk_h, spv_h, spv_s,
+                 snv_h, sm,
                  SCALE: tl.constexpr, S: tl.constexpr, D: tl.constexpr, G: tl.constexpr,
                  KVH: tl.constexpr, N: tl.constexpr, BLOCK_R: tl.constexpr,
-                 BLOCK_S: tl.constexpr, BLOCK_G: tl.constexpr, IEEE: tl.constexpr):
-    _fused(q_ptr, pk_ptr, nk_ptr, pv_ptr, nv_ptr, mask_ptr, w_ptr, r_ptr, part_ptr,
+                 BLOCK_S: tl.constexpr, BLOCK_G: tl.constexpr, IEEE: tl.constexpr,
+                 HAS_SCALE: tl.constexpr):
+    _fused(q_ptr, pk_ptr, nk_ptr, pv_ptr, nv_ptr, mask_ptr, w_ptr, s_ptr, r_ptr, part_ptr,
            counts_ptr, out_ptr, sq_h, spk_h, spk_s, snk_h, spv_h, spv_s, snv_h, sm, SCALE,
-           S, D, G, KVH, N, BLOCK_R, BLOCK_S, BLOCK_G, IEEE, False)
+           S, D, G, KVH, N, BLOCK_R, BLOCK_S, BLOCK_G, IEEE, HAS_SCALE, False)
 
 
 @triton.jit
-def fused_kernel_gdc(q_ptr, pk_ptr, nk_ptr, pv_ptr, nv_ptr, mask_ptr, w_ptr, r_ptr,
-                     part_ptr, counts_ptr, out_ptr, sq_h, spk_h, spk_s, snk_h, spv_h,
+def fused_kernel_gdc(q_ptr, pk_ptr, nk_ptr, pv_ptr, nv_ptr, mask_ptr, w_ptr, s_ptr,
+                     r_ptr, part_ptr, counts_ptr, out_ptr, sq_h, spk_h, spk_s, snk_h,
+                     spv_h,
                      spv_s, snv_h, sm, SCALE: tl.constexpr, S: tl.constexpr,
                      D: tl.constexpr, G: tl.constexpr, KVH: tl.constexpr, N: tl.constexpr,
                      BLOCK_R: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_G: tl.constexpr,
-                     IEEE: tl.constexpr):
-    _fused(q_ptr, pk_ptr, nk_ptr, pv_ptr, nv_ptr, mask_ptr, w_ptr, r_ptr, part_ptr,
+                     IEEE: tl.constexpr, HAS_SCALE: tl.constexpr):
+    _fused(q_ptr, pk_ptr, nk_ptr, pv_ptr, nv_ptr, mask_ptr, w_ptr, s_ptr, r_ptr, part_ptr,
            counts_ptr, out_ptr, sq_h, spk_h, spk_s, snk_h, spv_h, spv_s, snv_h, sm, SCALE,
-           S, D, G, KVH, N, BLOCK_R, BLOCK_S, BLOCK_G, IEEE, True)
+           S, D, G, KVH, N, BLOCK_R, BLOCK_S, BLOCK_G, IEEE, HAS_SCALE, True)
 
 
 def fused_sizes(query, past_k, weight, blocks: int, block_s: int) -> dict:
@@ -154,10 +161,11 @@ def fused_counters(blocks: int, device) -> torch.Tensor:
 
 def launch_fused_attention_o(query, past_k, new_k, past_v, new_v, mask, weight, residual,
                              counts, blocks: int = 32, block_s: int = 64, warps: int = 8,
-                             stages: int = 2, pdl: bool = False) -> torch.Tensor:
+                             stages: int = 2, pdl: bool = False,
+                             weight_scale=None) -> torch.Tensor:
     """reference.row_gemv(decode_attention(...) as a row, ``weight``, residual) in one
     launch of KVH x ``blocks`` programs; ``counts``: int32 zeros, at least one a block
-    of rows (fused_counters), left at zero."""
+    of rows (fused_counters), left at zero; ``weight_scale``: int8 rows' scales."""
     sizes = fused_sizes(query, past_k, weight, blocks, block_s)
     row_blocks = triton.cdiv(weight.shape[0], sizes["BLOCK_R"])
     if counts.dtype != torch.int32 or counts.numel() < row_blocks:
@@ -173,8 +181,9 @@ def launch_fused_attention_o(query, past_k, new_k, past_v, new_v, mask, weight, 
     extra = dict(launch_pdl=True) if pdl else {}
     kernel[(programs,)](
         query, past_k, new_k, past_v, new_v, mask, weight.contiguous(),
+        weight if weight_scale is None else weight_scale.reshape(-1),
         residual.reshape(-1).contiguous(), parts, counts, out, query.stride(1),
         past_k.stride(1), past_k.stride(2), new_k.stride(1), past_v.stride(1),
         past_v.stride(2), new_v.stride(1), mask.stride(-1), num_warps=warps,
-        num_stages=stages, **sizes, **extra)
+        num_stages=stages, HAS_SCALE=weight_scale is not None, **sizes, **extra)
     return out

@@ -89,6 +89,26 @@ def test_joined_matches_the_math_and_hands_its_flags_on(shape, rows, dtype, spli
         assert not state["counts"].any() and not state["err"].any()
 
 
+@pytest.mark.parametrize("form", ["fused", "joined"])
+def test_int8_rows_take_their_scale_a_row(form):
+    from bench import decode_attention_o_flag as joined
+    from bench import decode_attention_o_fused as fused
+    device = triton_device()
+    *args, weight, residual = _inputs((8, 2, 40, 16), 24, torch.float16, device, 4)
+    generator = torch.Generator().manual_seed(5)
+    rows = torch.randint(-127, 128, (24, 128), generator=generator, dtype=torch.int8)
+    scale = (torch.rand(24, generator=generator) * 1e-2 + 1e-3).to(torch.float16)
+    rows, scale = rows.to(device), scale.to(device)
+    want = _want(*args, rows.float() * scale.float()[:, None], residual)
+    if form == "fused":
+        got = fused.launch_fused_attention_o(*args, rows, residual, fused.fused_counters(
+            4, device), 2, 16, warps=4, weight_scale=scale)
+    else:
+        got = joined.launch_joined_attention_o(*args, rows, residual, joined.joined_state(
+            2, 2, device), 0, 1, 2, 4, warps=4, poll=0, weight_scale=scale)
+    _close(got, want, torch.float16)
+
+
 def test_a_fully_masked_block_adds_nothing():
     from bench.decode_attention_o_fused import fused_counters, launch_fused_attention_o
     device = triton_device()
