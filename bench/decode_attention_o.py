@@ -92,6 +92,13 @@ CHANGES = {
     "attention-o joined 4 splits 2 rows": ("joined", 4, 2, 4, 1, 64),
     "attention-o joined 16 splits 2 rows 256 ns": ("joined", 16, 2, 4, 1, 256),
     "attention-o joined 16 splits 2 rows 32 polling": ("joined", 16, 2, 4, 32, 64),
+    "attention-o joined 16 splits 8 rows": ("joined", 16, 8, 4, 1, 64),
+    "attention-o joined 16 splits 4 rows 8 warps": ("joined", 16, 4, 8, 1, 64),
+    "attention-o joined 8 splits 4 rows": ("joined", 8, 4, 4, 1, 64),
+    "attention-o joined 4 splits 4 rows": ("joined", 4, 4, 4, 1, 64),
+    # o not waiting for the attention at all: wrong output, the time such a launch
+    # would take with a free flag
+    "attention-o joined 16 splits 4 rows unwaited floor": ("joined", 16, 4, 4, -1, 64),
 }
 
 

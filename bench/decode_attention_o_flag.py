@@ -108,7 +108,8 @@ def _joined(q_ptr, pk_ptr, nk_ptr, pv_ptr, nv_ptr, mask_ptr, m_ptr, l_ptr, acc_p
         residual = tl.load(r_ptr + rows, mask=row_ok, other=0.0).to(tl.float32)
         if HAS_SCALE:  # int8 rows: a scale a row
             scale = tl.load(s_ptr + rows, mask=row_ok, other=0.0).to(tl.float32)
-        _spin(flag_ptr, err_ptr, KVH, POLL, NS, 1)
+        if POLL >= 0:  # POLL -1: no wait for the attention (wrong output: a floor)
+            _spin(flag_ptr, err_ptr, KVH, POLL, NS, 1)
         # .cg: other programs of this launch wrote it; read past this SM's L1
         x = tl.load(att_ptr + cols, cache_modifier=".cg").to(tl.float32)
         y = tl.sum(w.to(tl.float32) * x[None, :], axis=1)
@@ -157,7 +158,8 @@ def joined_sizes(query, past_k, weight, splits: int, block_n: int, poll: int,
     """The kernel's constexprs: a query [1, H, 1, D] over a past [1, KVH, S, D] in
     ``splits`` blocks a key/value head, o's ``weight`` [N, H * D] in blocks of
     ``block_n`` rows (H * D a power of two: a row is one tile); POLL threads poll the
-    flag (0: Triton atomics, the interpreter's), NS ns apart."""
+    flag (0: Triton atomics, the interpreter's; -1: none, o reads the attention's output
+    unwaited, a timing floor), NS ns apart."""
     heads, dim = query.shape[1], query.shape[-1]
     kv_heads, slots = past_k.shape[1], past_k.shape[2]
     rows, cols = weight.shape
