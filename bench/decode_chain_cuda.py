@@ -239,9 +239,11 @@ def variants(best: Path | None = None, int8: bool = False) -> dict:
              for name, (n, k, act) in PRODUCTS.items()}
     # what a built library runs on this GPU (a gated product's row loop among them)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    # (o and down, with no norm or gate, are given counters as a library gives them)
+    # (o and down, with no norm or gate, are given counters as a library gives them, and
+    # may stream their rows through shared memory)
     default = {name: gemv_config(n, k, bool(act), True, size, sms,
-                                 splittable=name in ("o", "down"))
+                                 splittable=name in ("o", "down"),
+                                 streamable=name in ("o", "down"))
                for name, (n, k, act) in PRODUCTS.items()}
     if best is not None:
         fastest = {name: configs[0] for name, configs in swept(best, int8).items()}

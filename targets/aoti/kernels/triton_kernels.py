@@ -33,6 +33,7 @@ from targets.aoti.kernels.row_loop_triton import row_loop_config
 # the pieces: int4_triton.py's and int8_triton.py's epilogue takes _finish and _program_rows
 from targets.aoti.kernels.row_parts import (_column_sums, _finish, _first_columns,
                                             _program_rows)
+from targets.aoti.kernels.pipe_gemv_triton import launch_pipe_gemv
 from targets.aoti.kernels.split_gemv_triton import (launch_split_gemv, longer_than_ahead,
                                                     split_config)
 
@@ -102,21 +103,27 @@ declare_writes(row_gemv_kernel_gdc, "out_ptr")
 
 # weight elements a thread holds while it waits for the kernel before (32 registers)
 _AHEAD_PER_THREAD = 64
+# a pipelined product's copies: 3 and 4 stages timed alike, 6 slower
+PIPE_STAGES = 4
 
 
 def gemv_config(rows: int, cols: int, gated: bool, dependent: bool = False,
                 weight_bytes: int = 2, multiprocessors: int = 0,
-                splittable: bool = False) -> tuple:
-    """(BLOCK_N, BLOCK_K, num_warps, AHEAD[, TILE_X, TURNS[, SPLIT]]): enough programs to keep
-    every SM's loads in flight (several per SM), 16-byte loads along K (int8 rows: 1024
-    columns a tile, and a gated product's pairs of rows two a program); a ``dependent``
-    launch of a product that is not gated loads as many of a program's first columns
-    ahead of its wait as fit in registers, a plain one none (AHEAD 0: the loop alone).
+                splittable: bool = False, streamable: bool = False) -> tuple:
+    """(BLOCK_N, BLOCK_K, num_warps, AHEAD[, TILE_X, TURNS[, SPLIT[, STAGES]]]): enough
+    programs to keep every SM's loads in flight (several per SM), 16-byte loads along K
+    (int8 rows: 1024 columns a tile, and a gated product's pairs of rows two a program);
+    a ``dependent`` launch of a product that is not gated loads as many of a program's
+    first columns ahead of its wait as fit in registers, a plain one none (AHEAD 0: the
+    loop alone).
     A dependent gated product of 16-bit rows of at most 2,048 columns on a GPU of
     ``multiprocessors``: the row loop (row_loop_triton.row_loop_config); a dependent small
     product of 16-bit rows that is not gated: 4 warps a program, not 8. A dependent
     launch of int8 rows longer than a program holds ahead, ``splittable`` (counters
     given, no norm, gate or rotary rows): split along K (split_gemv_triton.split_config).
+    A dependent launch of 16-bit rows more than twice as long as a program holds ahead,
+    ``streamable`` (no norm, gate, bias or rotary rows): the rest of each row streams
+    through shared memory, STAGES - 1 tiles in flight (pipe_gemv_triton.py).
     """
     int8 = weight_bytes == 1
     if dependent and splittable and int8 and longer_than_ahead(cols):
@@ -139,6 +146,10 @@ def gemv_config(rows: int, cols: int, gated: bool, dependent: bool = False,
     # a gated product loads nothing ahead: two rows' columns held ahead in registers
     # starve its loop of them, and it ran slower than the plain loop
     ahead = ahead_columns(block_n, cols, gated, warps) if dependent and not gated else 0
+    if dependent and streamable and weight_bytes == 2 and cols > 2 * ahead:
+        # the ~1.1B's down (3,584 columns after the 2,048 held): its own time stays, the
+        # kernel after it starts sooner
+        return block_n, block_k, warps, ahead, False, 0, 0, PIPE_STAGES
     return block_n, block_k, warps, ahead
 
 
@@ -172,19 +183,26 @@ def launch_row_gemv(x, weight, bias, norm_weight, residual, eps: float, offset: 
     ``rotary_*``: the rotary embedding of the first ``rotary_rows`` rows, heads of
     ``head_dim``; ``counts``: int32 zeros, one or more a row, that a product split along
     K counts its parts on and leaves at zero. ``config``: (BLOCK_N, BLOCK_K, num_warps,
-    AHEAD[, TILE_X[, TURNS[, SPLIT]]]) (gemv_config's); TURNS > 0: row_loop_triton's
-    kernel, TURNS blocks a program; SPLIT > 0: split_gemv_triton's, SPLIT parts a block."""
+    AHEAD[, TILE_X[, TURNS[, SPLIT[, STAGES]]]]) (gemv_config's); TURNS > 0: row_loop_triton's
+    kernel, TURNS blocks a program; SPLIT > 0: split_gemv_triton's, SPLIT parts a block;
+    STAGES > 0: pipe_gemv_triton's (a product with no norm, gate, bias, scales or rotary
+    rows; another takes the one-block kernel)."""
     width = weight.shape[0] // 2 if act else weight.shape[0]
     cols = weight.shape[1]
     gdc = dependent_launch_here(x.device) and (pdl or library_launches_dependent())
     sms = torch.cuda.get_device_properties(x.device).multi_processor_count if gdc else 0
-    splittable = counts is not None and norm_weight is None and not act and not rotary_rows
+    plain = norm_weight is None and not act and not rotary_rows
+    streamable = plain and bias is None and weight_scale is None
     block_n, block_k, warps, ahead, *loop = config or gemv_config(
-        width, cols, bool(act), gdc, weight.element_size(), sms, splittable)
-    tile_x, turns, split = (*loop, False, 0, 0)[:3]
+        width, cols, bool(act), gdc, weight.element_size(), sms,
+        plain and counts is not None, streamable)
+    tile_x, turns, split, stages = (*loop, False, 0, 0, 0)[:4]
     if split:
         return launch_split_gemv(x, weight, bias, residual, counts,
                                  (block_n, block_k, warps, ahead, split), pdl, weight_scale)
+    if stages and streamable:
+        return launch_pipe_gemv(x, weight, None, residual,
+                                (block_n, block_k, warps, ahead, stages, 1), pdl)
     out = torch.empty((*x.shape[:-1], width), dtype=x.dtype, device=x.device)
     block_n = rotary_block(block_n, rotary_rows)
     blocks = triton.cdiv(width, block_n)

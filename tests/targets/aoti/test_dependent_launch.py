@@ -55,11 +55,13 @@ def test_a_kernel_that_declares_its_writes_is_taken_to_write_only_those(monkeypa
 
 def test_every_dependent_kernel_declares_its_writes_and_only_those_wait():
     pytest.importorskip("triton")
-    from targets.aoti.kernels import decode_attention, split_gemv_triton, triton_kernels
-    kernels = {name: value for module in (triton_kernels, decode_attention, split_gemv_triton)
+    from targets.aoti.kernels import (decode_attention, pipe_gemv_triton, split_gemv_triton,
+                                      triton_kernels)
+    kernels = {name: value for module in (triton_kernels, decode_attention, split_gemv_triton,
+                                          pipe_gemv_triton)
                for name, value in vars(module).items() if name.endswith("_kernel") or
                name.endswith("_kernel" + SUFFIX)}
-    assert len(kernels) == 10
+    assert len(kernels) == 12
     for name, kernel in kernels.items():
         declared = getattr(kernel, "edge_exporter_writes", None)
         assert (declared is not None) == name.endswith(SUFFIX), name
