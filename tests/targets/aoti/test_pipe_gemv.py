@@ -142,3 +142,43 @@ def test_dependent_launches_at_the_1b_shapes_replay_in_a_cuda_graph(config):
         graph.replay()
         torch.cuda.synchronize()
         assert (out.float() - want).abs().max().item() < 2e-2 * want.abs().max().item()
+
+
+@pytest.mark.cuda
+def test_a_library_pipelines_a_long_fp16_product_and_computes_it(tmp_path):
+    """A down-shaped fp16 product with a residual, compiled by AOTInductor inside
+    dependent_launches(): the library loads the pipelined kernel's ``_gdc`` form and
+    nothing else, and its output is row_gemv's."""
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("dependent launches need a Hopper GPU")
+    import re
+    import zipfile
+
+    from targets.aoti.kernels import dependent_launch, ops
+    from targets.aoti.kernels.reference import row_gemv
+    hidden, inter = 2048, 5632
+
+    class Down(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("weight", _made(hidden, inter, seed=31, scale=0.02,
+                                                 device="cuda"))
+
+        def forward(self, x, residual):
+            return ops.row_gemv(x, self.weight, None, None, residual, 1e-5, 0.0, 0)
+
+    module = Down().eval()
+    inputs = (_made(1, 1, inter, seed=32, device="cuda"),
+              _made(1, 1, hidden, seed=33, device="cuda"))
+    program = torch.export.export(module, inputs)
+    with dependent_launch.dependent_launches() as dependent:
+        assert dependent
+        path = torch._inductor.aoti_compile_and_package(program,
+                                                        package_path=str(tmp_path / "d.pt2"))
+    with zipfile.ZipFile(path) as package:
+        source = "\n".join(package.read(n).decode() for n in package.namelist()
+                           if n.endswith(".cpp"))
+    loaded = set(re.findall(r'loadKernel\(\s*(?:"[^"]*"|\w+)\s*,\s*"(\w+)"', source))
+    assert loaded == {"pipe_gemv_kernel_gdc"}
+    got = torch._inductor.aoti_load_package(path)(*inputs)
+    _close(got, row_gemv(*inputs[:1], module.weight, None, None, inputs[1], 1e-5, 0.0, 0))
