@@ -3,7 +3,7 @@ memory: targets/aoti/kernels/pipe_gemv_triton.py's kernel (the column loop a ``t
 with ``num_stages``, its weight loads cp.async copies STAGES - 1 tiles ahead of the sums)
 in configurations the library does not pick (other stages, rows, tiles, turns, q/k/v).
 A built library pipelines down-like rows by gemv_config's rule; the chain's "dependent +
-join" is that choice, "dependent + join, down unrolled" the one-block kernel before it.
+join" is that choice, "dependent + join + down unrolled" the one-block kernel before it.
 
     python bench/decode_chain_cuda.py --rounds 30 --variants "dependent + join,
         dependent + join + pipe down 4 rows 4 stages,..."      (on the GPU machine)
@@ -74,7 +74,7 @@ def pipe_variants(default: dict) -> dict:
     and with every product in the one-block kernel (no STAGES: down as before the rule)."""
     unrolled = {name: config[:4] if len(config) > 7 else config
                 for name, config in default.items()}
-    return {"dependent + join, down unrolled": (True, unrolled, None, True),
+    return {"dependent + join + down unrolled": (True, unrolled, None, True),
             **{f"dependent + join + {name}": (True, {**default, **{
                 product: PipeLaunch(c) for product, c in changes.items()}}, None, True)
                for name, changes in CHANGES.items()}}

@@ -56,7 +56,7 @@ def test_the_variants_change_only_their_product_and_fit_the_1b_shapes():
                "down": (4, 512, 4, 2048, False, 0, 0, 4)}
     found = pipe_variants(default)
     assert len(found) == len(CHANGES) + 1
-    assert found["dependent + join, down unrolled"][1] == {**default,
+    assert found["dependent + join + down unrolled"][1] == {**default,
                                                           "down": (4, 512, 4, 2048)}
     pdl, configs, cache_ahead, join = found["dependent + join + pipe down 4 rows 4 stages"]
     assert pdl and join and cache_ahead is None
