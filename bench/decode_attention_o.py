@@ -9,6 +9,8 @@ Either way o's weights are loaded ahead of the launch's wait, and a layer has fo
 kernels, not five.
 
     python bench/decode_attention_o.py      (no GPU: sm_90a registers of each variant)
+
+The int4 chain (``--int4``) takes the joined form's variants over int4 rows.
 """
 
 from __future__ import annotations
@@ -67,9 +69,22 @@ class AttentionO:
         index = next(i for i, each in enumerate(made["layers"]) if each is layer)
         slots = flag_slots(len(made["layers"]))
         splits, block_n, warps, poll, ns = self.config
+        packed, scales = layer["o"]
+        int4 = int4_steps(block_n, warps, q.shape[1] * q.shape[-1], scales.shape[1]) if (
+            packed.dtype == torch.uint8) else ()
         return launch_joined_attention_o(*args, state, slots[index],
                                          slots[(index + 1) % len(slots)], splits, block_n,
-                                         warps, poll, ns, pdl, layer["o"][1])
+                                         warps, poll, ns, pdl, scales, int4)
+
+
+def int4_steps(block_n: int, warps: int, cols: int, groups: int) -> tuple:
+    """(groups a step, SPLIT_X) of int4 rows in o's programs of ``block_n`` rows and
+    ``warps``: int4_triton.int4_config's rule (16 bytes a thread a step; the nibbles
+    joined in the bytes' order, as for a product not gated)."""
+    import triton
+    group = cols // groups
+    tile = 16 * 32 * warps
+    return min(max(1, tile // (block_n * group // 2)), triton.next_power_of_2(groups)), False
 
 
 # name -> (form, its configuration)
@@ -96,6 +111,7 @@ CHANGES = {
     "attention-o joined 16 splits 4 rows 8 warps": ("joined", 16, 4, 8, 1, 64),
     "attention-o joined 8 splits 4 rows": ("joined", 8, 4, 4, 1, 64),
     "attention-o joined 4 splits 4 rows": ("joined", 4, 4, 4, 1, 64),
+    "attention-o joined 4 splits 8 rows": ("joined", 4, 8, 4, 1, 64),
     # o not waiting for the attention at all: wrong output, the time such a launch
     # would take with a free flag
     "attention-o joined 16 splits 4 rows unwaited floor": ("joined", 16, 4, 4, -1, 64),
@@ -107,6 +123,20 @@ def attention_o_variants(default: dict) -> dict:
     and o as one launch."""
     return {f"dependent + join + {name}": (True, {**default, "attention_o": AttentionO(
         *change)}, None, True) for name, change in CHANGES.items()}
+
+
+# int4 rows: the joined form only (the fused one lost at fp16 and int8 by 14-50%)
+INT4_CHANGES = {name: change for name, change in CHANGES.items()
+                if change[0] == "joined" and "floor" not in name and "ns" not in name
+                and "polling" not in name}
+
+
+def attention_o_int4_variants(int4_chosen: dict) -> dict:
+    """decode_chain_int4.int4_variants()'s entries for ``--int4``: "int4 dependent +
+    join" (from ``int4_chosen``) with a layer's attention and o as one launch."""
+    pdl, base, *rest = int4_chosen["int4 dependent + join"]
+    return {f"int4 dependent + join + {name}": (pdl, {**base, "attention_o": AttentionO(
+        *change)}, *rest) for name, change in INT4_CHANGES.items()}
 
 
 def _ptxas(ptx: str) -> tuple:
@@ -126,7 +156,7 @@ def _ptxas(ptx: str) -> tuple:
     return int(regs.group(1)) if regs else -1, int(spills.group(1)) if spills else 0
 
 
-def compiled(form: str, *config) -> tuple:
+def compiled(form: str, *config, int4: bool = False) -> tuple:
     """The ``_gdc`` form at the ~1.1B's shape (32 heads over 4, 64 wide, 512 slots, o
     2048 x 2048) compiled for sm_90a here: (registers, spilled bytes, shared
     bytes, the PTX's global loads before, between and after its waits, its cp.async)."""
@@ -154,6 +184,10 @@ def compiled(form: str, *config) -> tuple:
                  "counts_ptr": "*i32", "flag_ptr": "*i32", "reset_ptr": "*i32",
                  "err_ptr": "*i32"}
         values["HAS_SCALE"] = False
+        if int4:  # o's rows as int4 rows in groups of 128
+            kinds["w_ptr"] = "*u8"
+            block_g, split_x = int4_steps(block_n, warps, 2048, 16)
+            values.update(GROUP=128, BLOCK_G4=block_g, SPLIT_X=split_x)
     names = kernel.arg_names
     signature = {a: kinds.get(a, "*fp16") for a in names if a.endswith("_ptr")}
     signature.update({a: "i32" for a in ("sq_h", "spk_h", "spk_s", "snk_h", "spv_h",
@@ -174,9 +208,11 @@ def compiled(form: str, *config) -> tuple:
 
 
 def main() -> None:
-    for name, change in CHANGES.items():
-        regs, spills, shared, loads, copies = compiled(*change)
-        print(f"{name:48s} registers {regs:3d}, spilled {spills:4d} B, shared {shared:6d} B, "
+    found = [(name, change, False) for name, change in CHANGES.items()]
+    found += [(f"int4 {name}", change, True) for name, change in INT4_CHANGES.items()]
+    for name, change, int4 in found:
+        regs, spills, shared, loads, copies = compiled(*change, int4=int4)
+        print(f"{name:53s} registers {regs:3d}, spilled {spills:4d} B, shared {shared:6d} B, "
               f"global loads between waits {loads}, cp.async {copies}", flush=True)
 
 

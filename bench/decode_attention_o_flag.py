@@ -27,6 +27,7 @@ import triton.language as tl
 
 from bench.flag_wait_triton import STRIDE, _spin
 from targets.aoti.kernels.decode_attention import _join_heads
+from targets.aoti.kernels.int4_triton import _first_tiles, _group_sums
 
 
 @triton.jit
@@ -77,7 +78,8 @@ def _joined(q_ptr, pk_ptr, nk_ptr, pv_ptr, nv_ptr, mask_ptr, m_ptr, l_ptr, acc_p
             BLOCK_D: tl.constexpr, IEEE: tl.constexpr, JOIN_G: tl.constexpr,
             BLOCK_J: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
             BLOCK_N: tl.constexpr, POLL: tl.constexpr, NS: tl.constexpr,
-            HAS_SCALE: tl.constexpr, GDC: tl.constexpr):
+            HAS_SCALE: tl.constexpr, GROUP: tl.constexpr, BLOCK_G4: tl.constexpr,
+            SPLIT_X: tl.constexpr, GDC: tl.constexpr):
     pid = tl.program_id(0)
     if GDC:
         tl.extra.cuda.gdc_launch_dependents()
@@ -101,8 +103,12 @@ def _joined(q_ptr, pk_ptr, nk_ptr, pv_ptr, nv_ptr, mask_ptr, m_ptr, l_ptr, acc_p
         rows = (pid - KVH * SPLITS) * BLOCK_N + tl.arange(0, BLOCK_N)
         row_ok = rows < N
         cols = tl.arange(0, K)
-        w = tl.load(w_ptr + rows[:, None] * K + cols[None, :], mask=row_ok[:, None],
-                    other=0.0, eviction_policy="evict_first")
+        if GROUP:  # int4 rows (int4_triton.py's): their first two tiles
+            ahead, ahead2, pairs, pairs2 = _first_tiles(w_ptr, s_ptr, rows, row_ok, K,
+                                                        GROUP, BLOCK_G4)
+        else:
+            w = tl.load(w_ptr + rows[:, None] * K + cols[None, :], mask=row_ok[:, None],
+                        other=0.0, eviction_policy="evict_first")
         if GDC:
             tl.extra.cuda.gdc_wait()
         residual = tl.load(r_ptr + rows, mask=row_ok, other=0.0).to(tl.float32)
@@ -110,9 +116,15 @@ def _joined(q_ptr, pk_ptr, nk_ptr, pv_ptr, nv_ptr, mask_ptr, m_ptr, l_ptr, acc_p
             scale = tl.load(s_ptr + rows, mask=row_ok, other=0.0).to(tl.float32)
         if POLL >= 0:  # POLL -1: no wait for the attention (wrong output: a floor)
             _spin(flag_ptr, err_ptr, KVH, POLL, NS, 1)
-        # .cg: other programs of this launch wrote it; read past this SM's L1
-        x = tl.load(att_ptr + cols, cache_modifier=".cg").to(tl.float32)
-        y = tl.sum(w.to(tl.float32) * x[None, :], axis=1)
+        if GROUP:  # x read by int4_triton's loop (plain loads after the acquire)
+            acc, _ = _group_sums(att_ptr, w_ptr, s_ptr, att_ptr, rows, row_ok, ahead,
+                                 ahead2, pairs, pairs2, 0.0, K, GROUP, BLOCK_N, BLOCK_G4,
+                                 False, SPLIT_X)
+            y = tl.sum(acc, axis=1)
+        else:
+            # .cg: other programs of this launch wrote it; read past this SM's L1
+            x = tl.load(att_ptr + cols, cache_modifier=".cg").to(tl.float32)
+            y = tl.sum(w.to(tl.float32) * x[None, :], axis=1)
         if HAS_SCALE:
             y *= scale
         y += residual
@@ -128,12 +140,13 @@ def joined_kernel(q_ptr, pk_ptr, nk_ptr, pv_ptr, nv_ptr, mask_ptr, m_ptr, l_ptr,
                   BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr, IEEE: tl.constexpr,
                   JOIN_G: tl.constexpr, BLOCK_J: tl.constexpr, N: tl.constexpr,
                   K: tl.constexpr, BLOCK_N: tl.constexpr, POLL: tl.constexpr,
-                  NS: tl.constexpr, HAS_SCALE: tl.constexpr):
+                  NS: tl.constexpr, HAS_SCALE: tl.constexpr, GROUP: tl.constexpr,
+                  BLOCK_G4: tl.constexpr, SPLIT_X: tl.constexpr):
     _joined(q_ptr, pk_ptr, nk_ptr, pv_ptr, nv_ptr, mask_ptr, m_ptr, l_ptr, acc_ptr,
             counts_ptr, att_ptr, flag_ptr, reset_ptr, err_ptr, w_ptr, s_ptr, r_ptr,
             out_ptr, sq_h, spk_h, spk_s, snk_h, spv_h, spv_s, snv_h, sm, SCALE, S, D, G,
             KVH, SPLITS, BLOCK_S, BLOCK_G, BLOCK_D, IEEE, JOIN_G, BLOCK_J, N, K, BLOCK_N,
-            POLL, NS, HAS_SCALE, False)
+            POLL, NS, HAS_SCALE, GROUP, BLOCK_G4, SPLIT_X, False)
 
 
 @triton.jit
@@ -145,12 +158,13 @@ def joined_kernel_gdc(q_ptr, pk_ptr, nk_ptr, pv_ptr, nv_ptr, mask_ptr, m_ptr, l_
                       BLOCK_S: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr,
                       IEEE: tl.constexpr, JOIN_G: tl.constexpr, BLOCK_J: tl.constexpr,
                       N: tl.constexpr, K: tl.constexpr, BLOCK_N: tl.constexpr,
-                      POLL: tl.constexpr, NS: tl.constexpr, HAS_SCALE: tl.constexpr):
+                      POLL: tl.constexpr, NS: tl.constexpr, HAS_SCALE: tl.constexpr,
+                      GROUP: tl.constexpr, BLOCK_G4: tl.constexpr, SPLIT_X: tl.constexpr):
     _joined(q_ptr, pk_ptr, nk_ptr, pv_ptr, nv_ptr, mask_ptr, m_ptr, l_ptr, acc_ptr,
             counts_ptr, att_ptr, flag_ptr, reset_ptr, err_ptr, w_ptr, s_ptr, r_ptr,
             out_ptr, sq_h, spk_h, spk_s, snk_h, spv_h, spv_s, snv_h, sm, SCALE, S, D, G,
             KVH, SPLITS, BLOCK_S, BLOCK_G, BLOCK_D, IEEE, JOIN_G, BLOCK_J, N, K, BLOCK_N,
-            POLL, NS, HAS_SCALE, True)
+            POLL, NS, HAS_SCALE, GROUP, BLOCK_G4, SPLIT_X, True)
 
 
 def joined_sizes(query, past_k, weight, splits: int, block_n: int, poll: int,
@@ -162,8 +176,8 @@ def joined_sizes(query, past_k, weight, splits: int, block_n: int, poll: int,
     unwaited, a timing floor), NS ns apart."""
     heads, dim = query.shape[1], query.shape[-1]
     kv_heads, slots = past_k.shape[1], past_k.shape[2]
-    rows, cols = weight.shape
-    if cols != heads * dim or cols != triton.next_power_of_2(cols):
+    rows, cols = weight.shape[0], heads * dim  # int4 rows: cols / 2 bytes
+    if weight.shape[1] not in (cols, cols // 2) or cols != triton.next_power_of_2(cols):
         raise ValueError(f"o's columns: {heads} x {dim}, a power of two, got {cols}")
     groups = heads // kv_heads
     block_d = max(16, triton.next_power_of_2(dim))
@@ -175,18 +189,22 @@ def joined_sizes(query, past_k, weight, splits: int, block_n: int, poll: int,
                 BLOCK_G=max(16, triton.next_power_of_2(groups)), BLOCK_D=block_d,
                 IEEE=query.dtype == torch.float32, JOIN_G=join_g,
                 BLOCK_J=min(block_j, max(2, 8192 // (join_g * block_d))), N=rows, K=cols,
-                BLOCK_N=block_n, POLL=poll, NS=ns)
+                BLOCK_N=block_n, POLL=poll, NS=ns, GROUP=0, BLOCK_G4=1, SPLIT_X=False)
 
 
 def launch_joined_attention_o(query, past_k, new_k, past_v, new_v, mask, weight, residual,
                               state: dict, slot: int, reset: int, splits: int = 16,
                               block_n: int = 2, warps: int = 4, poll: int = 1,
-                              ns: int = 64, pdl: bool = False,
-                              weight_scale=None) -> torch.Tensor:
+                              ns: int = 64, pdl: bool = False, weight_scale=None,
+                              int4: tuple = ()) -> torch.Tensor:
     """reference.row_gemv(decode_attention(...) as a row, ``weight``, residual) in one
     launch. ``state``: joined_state's buffers (counts left at zero; flag ``slot`` counted
-    on, ``reset`` zeroed); ``weight_scale``: int8 rows' scales."""
+    on, ``reset`` zeroed); ``weight_scale``: int8 rows' scales, or with ``int4`` (groups
+    a step, SPLIT_X: int4_triton's) int4 rows' (scale, offset) pairs (``weight`` packed)."""
     sizes = joined_sizes(query, past_k, weight, splits, block_n, poll, ns)
+    if int4:
+        sizes.update(GROUP=sizes["K"] // weight_scale.shape[1], BLOCK_G4=int4[0],
+                     SPLIT_X=bool(int4[1]))
     heads, dim, kv_heads = query.shape[1], query.shape[-1], past_k.shape[1]
     query, past_k, past_v, new_k, new_v = (t if t.stride(-1) == 1 else t.contiguous()
                                            for t in (query, past_k, past_v, new_k, new_v))
@@ -204,11 +222,11 @@ def launch_joined_attention_o(query, past_k, new_k, past_v, new_v, mask, weight,
     kernel[(grid,)](
         query, past_k, new_k, past_v, new_v, mask, tops, sums, accs, state["counts"], att,
         flags[slot * STRIDE:], flags[reset * STRIDE:], state["err"], weight.contiguous(),
-        weight if weight_scale is None else weight_scale.reshape(-1),
+        weight if weight_scale is None else weight_scale.contiguous().reshape(-1),
         residual.reshape(-1).contiguous(), out, query.stride(1), past_k.stride(1),
         past_k.stride(2), new_k.stride(1), past_v.stride(1), past_v.stride(2),
         new_v.stride(1), mask.stride(-1), num_warps=warps,
-        HAS_SCALE=weight_scale is not None, **sizes, **extra)
+        HAS_SCALE=weight_scale is not None and not int4, **sizes, **extra)
     return out
 
 

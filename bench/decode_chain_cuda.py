@@ -321,6 +321,9 @@ def main() -> None:
         for t in w if t is not None)
     rows = []
     chosen = int4.int4_variants() if args.int4 else variants(args.best, args.int8)
+    if args.int4:  # a layer's attention and o as one launch, over int4 rows
+        from bench.decode_attention_o import attention_o_int4_variants
+        chosen.update(attention_o_int4_variants(chosen))
     if args.variants:
         chosen = {name: chosen[name] for name in args.variants.split(",")}
     if args.search:

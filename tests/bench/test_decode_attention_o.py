@@ -109,6 +109,22 @@ def test_int8_rows_take_their_scale_a_row(form):
     _close(got, want, torch.float16)
 
 
+@pytest.mark.parametrize("block_n, warps", [(4, 4), (2, 8)])
+def test_joined_over_int4_rows_computes_their_weights(block_n, warps):
+    """o's rows packed as int4 rows (groups of 32): what reference.int4_weight gives."""
+    from bench.decode_attention_o import int4_steps
+    from bench.decode_attention_o_flag import joined_state, launch_joined_attention_o
+    from targets.aoti.kernels import int4_rows, reference
+    device = triton_device()
+    *args, weight, residual = _inputs((8, 2, 40, 16), 24, torch.float16, device, 6)
+    packed, scales = int4_rows.pack(weight, 32)
+    want = _want(*args, reference.int4_weight(packed, scales).float(), residual)
+    got = launch_joined_attention_o(
+        *args, packed, residual, joined_state(2, 2, device), 0, 1, 2, block_n, warps,
+        poll=0, weight_scale=scales, int4=int4_steps(block_n, warps, 128, 4))
+    _close(got, want, torch.float16)
+
+
 def test_a_fully_masked_block_adds_nothing():
     from bench.decode_attention_o_fused import fused_counters, launch_fused_attention_o
     device = triton_device()
@@ -159,6 +175,17 @@ def test_each_variant_is_the_join_chain_with_its_own_launch():
         both = configs["attention_o"]
         assert isinstance(both, AttentionO)
         assert (both.form, *both.config) == CHANGES[name[len("dependent + join + "):]]
+
+
+def test_the_int4_variants_are_the_int4_join_chain_with_the_joined_form():
+    from bench.decode_attention_o import INT4_CHANGES, attention_o_int4_variants
+    base = {"o": "int4 launch"}
+    found = attention_o_int4_variants({"int4 dependent + join": (True, base, None, True)})
+    assert len(found) == len(INT4_CHANGES) > 0
+    for name, (pdl, configs, ahead, join) in found.items():
+        assert pdl and join and ahead is None and "," not in name
+        assert name.startswith("int4 dependent + join + attention-o joined ")
+        assert configs["o"] == "int4 launch" and configs["attention_o"].form == "joined"
 
 
 def _hopper():
