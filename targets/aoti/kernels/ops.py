@@ -1,6 +1,7 @@
 """The decode-step custom ops the cuda target's passes place (targets/aoti/passes/
-decode_kernels.py): ``edge_exporter::row_gemv`` and ``edge_exporter::decode_attention``
-(their math: reference.py).
+decode_kernels.py): ``edge_exporter::row_gemv``, ``edge_exporter::row_gemv_argmax`` (the
+head's product and the greedy token) and ``edge_exporter::decode_attention`` (their math:
+reference.py).
 
 Where Triton is installed they are ``torch.library.triton_op``s: torch.export keeps them as
 one node each, and AOTInductor traces into them and compiles their Triton kernels into the
@@ -19,6 +20,7 @@ from targets.aoti.kernels import reference
 
 NAMESPACE = "edge_exporter"
 ROW_GEMV = f"{NAMESPACE}::row_gemv"
+ROW_GEMV_ARGMAX = f"{NAMESPACE}::row_gemv_argmax"
 DECODE_ATTENTION = f"{NAMESPACE}::decode_attention"
 TRITON = importlib.util.find_spec("triton") is not None
 
@@ -45,6 +47,15 @@ def _row_gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
                            head_dim=head_dim, counts=counts)
 
 
+def _row_gemv_argmax(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                     norm_weight: torch.Tensor | None, eps: float, offset: float,
+                     weight_scale: torch.Tensor | None = None
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(row_gemv's logits, their argmax as int64 [1])."""
+    from targets.aoti.kernels.head_argmax_triton import launch_head_argmax
+    return launch_head_argmax(x, weight, bias, norm_weight, eps, offset, weight_scale)
+
+
 def _decode_attention(query: torch.Tensor, past_k: torch.Tensor, new_k: torch.Tensor,
                       past_v: torch.Tensor, new_v: torch.Tensor, mask: torch.Tensor,
                       scale: float, cache_ahead: bool = False,
@@ -61,10 +72,12 @@ def _decode_attention(query: torch.Tensor, past_k: torch.Tensor, new_k: torch.Te
 def _define() -> None:
     if TRITON:
         row = torch.library.triton_op(ROW_GEMV, _row_gemv, mutates_args=())
+        head = torch.library.triton_op(ROW_GEMV_ARGMAX, _row_gemv_argmax, mutates_args=())
         attention = torch.library.triton_op(DECODE_ATTENTION, _decode_attention,
                                             mutates_args=())
         # the CPU has no Triton kernels here: the reference math serves it
         row.register_kernel("cpu", reference.row_gemv)
+        head.register_kernel("cpu", reference.row_gemv_argmax)
         attention.register_kernel("cpu", reference.decode_attention)
         return
     row = torch.library.custom_op(ROW_GEMV, mutates_args=(),
@@ -73,6 +86,13 @@ def _define() -> None:
         reference.row_gemv)
     row.register_fake(lambda x, weight, bias, norm_weight, residual, eps, offset, act,
                       *rest, **named: x.new_empty(reference.row_gemv_shape(x, weight, act)))
+    head = torch.library.custom_op(ROW_GEMV_ARGMAX, mutates_args=(),
+                                   schema=torch.library.infer_schema(_row_gemv_argmax,
+                                                                     mutates_args=()))(
+        reference.row_gemv_argmax)
+    head.register_fake(lambda x, weight, *rest: (
+        x.new_empty(reference.row_gemv_shape(x, weight, 0)),
+        x.new_empty((1,), dtype=torch.int64)))
     attention = torch.library.custom_op(
         DECODE_ATTENTION, mutates_args=(),
         schema=torch.library.infer_schema(_decode_attention, mutates_args=()))(
@@ -83,4 +103,5 @@ def _define() -> None:
 
 _define()
 row_gemv = torch.ops.edge_exporter.row_gemv.default
+row_gemv_argmax = torch.ops.edge_exporter.row_gemv_argmax.default
 decode_attention = torch.ops.edge_exporter.decode_attention.default

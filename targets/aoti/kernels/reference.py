@@ -12,6 +12,10 @@ Triton is not installed, and what the Triton kernels are checked against.
     y  = act(y[:N]) * y[N:]                                       if act (a gated MLP)
     y  = y + residual                                             if residual is given
 
+``row_gemv_argmax``: ``row_gemv`` without residual, gate or rotary rows (a model's head),
+and the greedy token: ``argmax`` of those logits as int64 [1] (the first of equal maxima;
+a NaN is the largest, the first NaN wins: torch.argmax's rules).
+
 ``decode_attention``: one query row over ``cat(past, new)`` keys and values with an
 additive mask, grouped-query heads (head h reads key/value head h // (H / KVH)), as
 ``scaled_dot_product_attention(q, cat(pk, nk), cat(pv, nv), mask, scale=s, enable_gqa)``.
@@ -64,6 +68,14 @@ def row_gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
     if residual is not None:
         y = y + residual.reshape(-1).float()
     return y.to(x.dtype).reshape(*x.shape[:-1], y.shape[0])
+
+
+def row_gemv_argmax(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                    norm_weight: torch.Tensor | None, eps: float, offset: float,
+                    weight_scale: torch.Tensor | None = None
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
+    logits = row_gemv(x, weight, bias, norm_weight, None, eps, offset, 0, weight_scale)
+    return logits, torch.argmax(logits.reshape(-1)).reshape(1)
 
 
 def int4_weight(packed: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:

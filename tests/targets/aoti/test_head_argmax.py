@@ -1,0 +1,230 @@
+"""targets/aoti/kernels/head_argmax_triton.py (the row_gemv_argmax op's kernels): the
+head's product with the greedy token taken inside it. The token is torch.argmax of the
+logits the kernel returns (ties: the first; negative logits; NaN: the first NaN, as
+torch), the logits are row_gemv's, and the slot is back at zero after every call. On the CPU under ``TRITON_INTERPRET=1`` (its
+atomics run one program at a time) or on a GPU."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.helpers import triton_device
+
+triton = pytest.importorskip("triton")
+tl = triton.language
+
+from targets.aoti.kernels.head_argmax_triton import _keys  # noqa: E402
+
+HIDDEN = 64
+CONFIG = (8, 32, 4, 16)  # 8 rows a program; 201 rows: the last block part-filled
+
+
+def _head(device, rows=201, dtype=torch.float16, seed=5):
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.randn(1, 1, HIDDEN, generator=generator).to(device, dtype)
+    w = (torch.randn(rows, HIDDEN, generator=generator) * 0.1).to(device, dtype)
+    norm = (torch.rand(HIDDEN, generator=generator) + 0.5).to(device, dtype)
+    return x, w, norm
+
+
+def _token(x, w, norm, slot):
+    from targets.aoti.kernels.head_argmax_triton import launch_head_argmax
+    token = torch.full((1,), -1, dtype=torch.int64, device=x.device)
+    logits, given = launch_head_argmax(x, w, None, norm, 1e-5, 0.0, None, CONFIG,
+                                       slot=slot, token=token)
+    assert given is token
+    return logits, int(token)
+
+
+@triton.jit
+def keys_of(y_ptr, out_ptr, N: tl.constexpr, BLOCK: tl.constexpr):
+    rows = tl.arange(0, BLOCK)
+    ok = rows < N
+    y = tl.load(y_ptr + rows, mask=ok, other=0.0)
+    tl.store(out_ptr + rows, _keys(y, rows, ok), mask=ok)
+
+
+def _start(device):
+    from targets.aoti.kernels.head_argmax_triton import argmax_slot
+    return argmax_slot(device)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
+def test_the_token_is_the_argmax_of_the_logits_it_returns(dtype):
+    from targets.aoti.kernels.reference import row_gemv
+    device = triton_device()
+    x, w, norm = _head(device, dtype=dtype)
+    slot = _start(device)
+    logits, token = _token(x, w, norm, slot)
+    want = row_gemv(x, w, None, norm, None, 1e-5, 0.0, 0)
+    assert (logits.float() - want.float()).abs().max().item() < 1e-2
+    assert token == int(logits.reshape(-1).argmax())
+    assert slot.tolist() == [0]
+
+
+def test_equal_maxima_give_the_first_in_another_block_and_in_the_same():
+    device = triton_device()
+    x, w, norm = _head(device)
+    top = int(_token(x, w, norm, _start(device))[0].reshape(-1).argmax())
+    for copy in {top - 1 if top % 8 else top + 1, (top + 100) % 201}:  # same block; another
+        tied = w.clone()
+        tied[copy] = w[top]
+        logits, token = _token(x, tied, norm, _start(device))
+        assert token == min(top, copy) == int(logits.reshape(-1).argmax())
+
+
+def test_negative_and_all_equal_logits():
+    device = triton_device()
+    x, w, norm = _head(device)
+    x = x.abs()
+    negative = -w.abs() - 0.01  # every logit below zero: the order-preserving map
+    negative[177] *= 0.1  # the largest: nearest zero
+    logits, token = _token(x, negative, norm, _start(device))
+    assert logits.max().item() < 0
+    assert token == int(logits.reshape(-1).argmax()) == 177
+    same = w[:1].expand(201, HIDDEN).contiguous()
+    assert _token(x, same, norm, _start(device))[1] == 0
+    zeros = torch.zeros_like(w)
+    assert _token(x, zeros, norm, _start(device))[1] == 0
+
+
+def test_a_nan_logit_is_the_max_as_torch_takes_it():
+    device = triton_device()
+    x, w, norm = _head(device)
+    w[120, 3] = float("nan")
+    w[180, 0] = float("nan")
+    logits, token = _token(x, w, norm, _start(device))
+    assert token == int(logits.reshape(-1).argmax()) == 120
+
+
+def test_one_slot_serves_several_calls_and_is_back_at_zero_after_each():
+    device = triton_device()
+    slot = _start(device)
+    for seed in range(3):
+        x, w, norm = _head(device, seed=seed)
+        logits, token = _token(x, w, norm, slot)
+        assert token == int(logits.reshape(-1).argmax())
+        assert slot.tolist() == [0]
+
+
+def test_a_bad_slot_or_token_buffer_is_refused():
+    from targets.aoti.kernels.head_argmax_triton import launch_head_argmax
+    device = triton_device()
+    x, w, norm = _head(device)
+    token = torch.zeros(1, dtype=torch.int64, device=device)
+    bad = torch.zeros(2, dtype=torch.int64, device=device)
+    with pytest.raises(ValueError, match="slot"):
+        launch_head_argmax(x, w, None, norm, 1e-5, 0.0, None, slot=bad, token=token)
+    with pytest.raises(ValueError, match="token"):
+        launch_head_argmax(x, w, None, norm, 1e-5, 0.0, None, token=token.int())
+
+
+def test_int8_rows_with_their_scales_and_a_bias():
+    """The op's other products (an int8 head, a biased one) as row_gemv computes them."""
+    from targets.aoti.kernels.reference import row_gemv_argmax
+    device = triton_device()
+    x, w, norm = _head(device)
+    q = (w.float() / w.float().abs().amax(1, keepdim=True) * 127).round().to(torch.int8)
+    scale = (w.float().abs().amax(1) / 127).to(w.dtype)
+    bias = torch.linspace(-0.5, 0.5, w.shape[0]).to(device, w.dtype)
+    from targets.aoti.kernels.head_argmax_triton import launch_head_argmax
+    logits, token = launch_head_argmax(x, q, bias, norm, 1e-5, 0.0, scale, CONFIG)
+    want, _ = row_gemv_argmax(x, q, bias, norm, 1e-5, 0.0, scale)
+    assert (logits.float() - want.float()).abs().max().item() < 1e-2
+    assert int(token) == int(logits.reshape(-1).argmax())
+
+
+def test_the_keys_order_logits_as_torch_compares_them():
+    """The map alone, on values a product rarely gives: infinities, a subnormal, -0.0
+    (equal to +0.0) and NaNs of both signs (every NaN the largest: torch.argmax takes
+    the first NaN)."""
+    device = triton_device()
+    values = [float("-inf"), -3e38, -1.0, -1e-40, -0.0, 0.0, 1e-40, 1.0, 3e38,
+              float("inf"), float("nan"), -float("nan")]
+    y = torch.tensor(values, dtype=torch.float32, device=device)
+    keys = torch.empty(len(values), dtype=torch.int64, device=device)
+    keys_of[(1,)](y, keys, N=len(values), BLOCK=16)
+    assert (keys > 0).all()  # every key above the slot's start
+    high = (keys >> 31).tolist()
+    assert all(a < b for a, b in zip(high[:4], high[1:5]))  # -inf .. -0.0
+    assert high[4] == high[5]  # -0.0 == +0.0
+    assert all(a < b for a, b in zip(high[5:9], high[6:10]))  # +0.0 .. inf
+    assert high[10] == high[11] > high[9]  # NaN of either sign above inf
+    assert keys[4] > keys[5] and keys[10] > keys[11]  # equal: the first index larger
+
+
+@pytest.mark.cuda
+def test_dependent_heads_in_a_row_share_one_slot_in_a_cuda_graph():
+    """Three dependent launches at the ~1.1B's head shape (32,000 x 2,048, norm folded),
+    each with its token kernel, one slot, captured and replayed: a head starts while
+    the token kernel before it drains and merges only after its wait, the token kernel
+    waits for its head, so each token is its own logits'."""
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("needs a Hopper GPU")
+    from targets.aoti.kernels.head_argmax_triton import argmax_slot, launch_head_argmax
+    torch.manual_seed(3)
+    w = torch.randn(32000, 2048, device="cuda", dtype=torch.float16) * 0.02
+    norm = torch.rand(2048, device="cuda", dtype=torch.float16) + 0.5
+    xs = [torch.randn(1, 1, 2048, device="cuda", dtype=torch.float16) for _ in range(3)]
+    slot = argmax_slot("cuda")
+    tokens = [torch.zeros(1, dtype=torch.int64, device="cuda") for _ in xs]
+
+    def heads():
+        return [launch_head_argmax(x, w, None, norm, 1e-5, 0.0, None, pdl=True, slot=slot,
+                                   token=token)[0] for x, token in zip(xs, tokens)]
+    heads()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        outs = heads()
+    for _ in range(3):
+        graph.replay()
+        torch.cuda.synchronize()
+        assert [int(t) for t in tokens] == [int(o.reshape(-1).argmax()) for o in outs]
+        assert slot.tolist() == [0]
+
+
+@pytest.mark.cuda
+def test_a_library_takes_the_token_in_its_head_kernel_call_after_call(tmp_path):
+    """row_gemv_argmax as the decode pass places it, compiled by AOTInductor inside
+    dependent_launches(): each call's token is its logits' argmax, and the library loads
+    the head's and the token's ``_gdc`` kernels and the slot's fill only."""
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("dependent launches need a Hopper GPU")
+    import re
+    import zipfile
+
+    from targets.aoti.kernels import dependent_launch, ops
+
+    class Head(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("weight", torch.randn(3000, 256, device="cuda",
+                                                       dtype=torch.float16) * 0.05)
+            self.register_buffer("norm", torch.rand(256, device="cuda",
+                                                    dtype=torch.float16) + 0.5)
+
+        def forward(self, x):
+            return ops.row_gemv_argmax(x, self.weight, None, self.norm, 1e-5, 0.0, None)
+
+    x = torch.randn(1, 1, 256, device="cuda", dtype=torch.float16)
+    program = torch.export.export(Head().eval(), (x,))
+    with dependent_launch.dependent_launches() as dependent:
+        assert dependent
+        path = torch._inductor.aoti_compile_and_package(program,
+                                                        package_path=str(tmp_path / "h.pt2"))
+    with zipfile.ZipFile(path) as package:
+        source = "\n".join(package.read(n).decode() for n in package.namelist()
+                           if n.endswith(".cpp"))
+    loaded = set(re.findall(r'loadKernel\(\s*(?:"[^"]*"|\w+)\s*,\s*"(\w+)"', source))
+    run = torch._inductor.aoti_load_package(path)
+    for seed in range(3):
+        x = torch.randn(1, 1, 256, device="cuda", dtype=torch.float16,
+                        generator=torch.Generator("cuda").manual_seed(seed))
+        logits, token = run(x)
+        assert token.shape == (1,) and int(token) == int(logits.reshape(-1).argmax())
+    # no copy of the slot or the token (torch copies what a kernel declares it writes,
+    # and keeps the copy where it cannot write in place)
+    fills = {name for name in loaded if "zeros" in name or "full" in name}
+    assert loaded - fills == {"head_argmax_kernel_gdc", "slot_token_kernel_gdc"}, loaded
+    assert len(fills) <= 1, loaded
