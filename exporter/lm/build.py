@@ -185,8 +185,8 @@ def _entry_points(lm: LanguageModel, model: torch.nn.Module, target, settings: B
     except Exception as exc:  # noqa: BLE001 - the model's own forward raised
         raise _probe_failed(lm, model, exc) from exc
     wrapper = ExportableCausalLM(model, layout, target.generation.step_attention).eval()
-    return layout, None, lambda one_program: entry_specs(lm, wrapper, layout, chunk,
-                                                         one_program)
+    return layout, None, lambda one_program: entry_specs(
+        lm, wrapper, layout, chunk, one_program, target.generation.next_token)
 
 
 def _probe_failed(lm: LanguageModel, model: torch.nn.Module, exc: Exception) -> Exception:

@@ -19,13 +19,16 @@ EXAMPLE_TOKENS = 8  # the prefill example's length (any in 2..chunk: the dim is 
 
 
 def entry_specs(lm: LanguageModel, wrapper: ExportableCausalLM, layout: CacheLayout,
-                chunk: int, decode_on_prefill: bool = False) -> dict[str, ModelSpec]:
+                chunk: int, decode_on_prefill: bool = False,
+                next_token: bool = False) -> dict[str, ModelSpec]:
     """What torch.export captures for each entry point: the wrapper, example inputs (an
     empty cache: its contents do not change the graph), and prefill's dynamic length
     (from 1 and no decode entry with ``decode_on_prefill``).
     ``Dim.DYNAMIC`` rather than a named ``Dim``: SDPA's stride arithmetic adds guards a
     named dim refuses as unprovable (min(1024+16T, 2048+32T) == 1024+16T), true for all T;
-    and it lets the capture raise a lower bound of 1 to 2 (takes_one_token sees it)."""
+    and it lets the capture raise a lower bound of 1 to 2 (takes_one_token sees it).
+    ``next_token``: the decode step returns its greedy next token too (the target's
+    ``Generation.next_token``)."""
     device_dtype = getattr(torch, layout.dtype)
     past = {new_name: torch.zeros(shape, dtype=device_dtype)  # forward's keys: k_0, v_0, ...
             for (_, new_name), shape in zip(layout.names(), layout.shapes())}
@@ -36,8 +39,12 @@ def entry_specs(lm: LanguageModel, wrapper: ExportableCausalLM, layout: CacheLay
     prefill = ModelSpec(lm.source, wrapper, (ids, torch.arange(ids.shape[1]), past), {},
                         ({1: tokens}, {0: tokens}, {name: None for name in past}),
                         lm.origin_file, lm.notes)
-    return {"prefill": prefill} if decode_on_prefill else {"prefill": prefill,
-                                                           "decode": one_token(prefill)}
+    if decode_on_prefill:
+        return {"prefill": prefill}
+    decode = one_token(prefill)
+    if next_token:
+        decode = dataclasses.replace(decode, module=wrapper.with_next_token())
+    return {"prefill": prefill, "decode": decode}
 
 
 def one_token(prefill: ModelSpec) -> ModelSpec:

@@ -1,7 +1,8 @@
 """A Hugging Face causal LM as a pure function of its KV cache, ready for torch.export.
 
 ``ExportableCausalLM.forward(input_ids[1, T], positions[T], past)`` returns the logits of
-the T tokens and their keys/values (runtime/generation/layout.py states the contract).
+the T tokens and their keys/values (runtime/generation/layout.py states the contract), and
+a decode step built ``with_next_token`` its greedy next token too.
 Nothing is mutated inside the graph: every target (AOTInductor, ONNX, the torch fallback)
 gets the same plain graph, and the runtime writes the new rows into its one cache buffer.
 
@@ -14,6 +15,7 @@ positions the slots hold, so one graph serves every start position and chunk len
 
 from __future__ import annotations
 
+import copy
 import inspect
 from typing import Any
 
@@ -21,7 +23,7 @@ import torch
 from transformers.cache_utils import Cache, CacheLayerMixin
 
 from exporter.lm.attention import attending_in_place
-from runtime.generation.layout import CacheLayer, CacheLayout
+from runtime.generation.layout import NEXT_TOKEN, CacheLayer, CacheLayout
 
 FULL, SLIDING = "full_attention", "sliding_attention"
 
@@ -152,6 +154,7 @@ class ExportableCausalLM(torch.nn.Module):
         self.attention = attention
         self._cache_keyword = cache_keyword(model)
         self._entries = model_layers(layout, model.config.num_hidden_layers)
+        self.next_token = False  # with_next_token's step
         kinds = {layer.window is not None for layer in layout.layers}
         # models with both kinds take a dict of masks by layer type; others one tensor
         self._mixed = len(kinds) == 2
@@ -179,7 +182,17 @@ class ExportableCausalLM(torch.nn.Module):
         for layer, entry in zip(layers, self._entries):
             if entry is not None:
                 result[f"k_{entry}"], result[f"v_{entry}"] = layer.new
+        if self.next_token:  # the last row's argmax, as the runtime's greedy_tail takes it
+            result[NEXT_TOKEN] = torch.argmax(out.logits[0, -1:], -1)
         return result
+
+    def with_next_token(self) -> "ExportableCausalLM":
+        """This step also returning its greedy next token (``NEXT_TOKEN``), the same
+        module otherwise (its weights shared): a decode step whose target takes the
+        token inside its head's kernel (targets/aoti/passes/decode_argmax.py)."""
+        step = copy.copy(self)
+        step.next_token = True
+        return step
 
 
 def attention_mask(positions: torch.Tensor, slots: int, window: int | None,

@@ -9,7 +9,8 @@ artifact's AOTInductor partitions are loaded with ``run_single_threaded=True`` f
 (runtime.load), as capture requires.
 
 The graph also takes the logits' argmax as the next token and advances the position, in
-its own inputs. Greedy decoding (``greedy``) then enqueues step k + 1 before the host has
+its own inputs (a step that returns its greedy token, ``NEXT_TOKEN``, took that argmax in
+its head's kernel: the graph copies it). Greedy decoding (``greedy``) then enqueues step k + 1 before the host has
 read token k: the GPU runs step after step while the host reads, checks and streams the
 last token, instead of idling between steps while it waits for the host
 (docs/design-notes.md). A step enqueued after the token
@@ -39,8 +40,8 @@ class DecodeGraph:
         torch.cuda.current_stream(device).wait_stream(stream)
         self._graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(self._graph):
-            self._logits = generator.run_step(self._tokens, self._position)
-            greedy_tail(self._logits, self._tokens, self._position)
+            self._logits, token = generator.run_step_token(self._tokens, self._position)
+            greedy_tail(self._logits, self._tokens, self._position, token)
         # the host reads greedy tokens here: two slots, one being written while the other
         # is read (pinned, so the copy is asynchronous)
         self._read = torch.zeros(2, dtype=torch.long, pin_memory=True)
@@ -73,8 +74,14 @@ class DecodeGraph:
         self._done[slot].record()
 
 
-def greedy_tail(logits: torch.Tensor, tokens: torch.Tensor, position: torch.Tensor) -> None:
+def greedy_tail(logits: torch.Tensor, tokens: torch.Tensor, position: torch.Tensor,
+                token: torch.Tensor | None = None) -> None:
     """The greedy next step's input, in the graph: the last row's argmax (the first of
-    equal maxima) into ``tokens``, the position advanced."""
-    torch.argmax(logits[-1:], -1, out=tokens)  # straight into tokens: no copy kernel
+    equal maxima) into ``tokens``, the position advanced. ``token``: that argmax as the
+    step returned it (its head's kernel took it), copied in: a copy kernel, not a
+    reduction over the vocabulary."""
+    if token is not None:
+        tokens.copy_(token)
+    else:
+        torch.argmax(logits[-1:], -1, out=tokens)  # straight into tokens: no copy kernel
     position.add_(1)

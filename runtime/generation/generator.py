@@ -36,7 +36,8 @@ from runtime.generation.cache import KvCache
 from runtime.generation.encoder import EncoderSide
 from runtime.generation.config_notes import (default_new_tokens, forced_tokens, sampling_note,
                                              unapplied)
-from runtime.generation.layout import INPUT_IDS, LOGITS, POSITIONS, takes_one_token
+from runtime.generation.layout import (INPUT_IDS, LOGITS, NEXT_TOKEN, POSITIONS,
+                                       takes_one_token)
 from runtime.generation.options import check_options, checked_sampling
 from runtime.generation.prompting import Suppression, token_ids
 from runtime.generation.result import GenerationResult, generation_stats
@@ -147,13 +148,20 @@ class Generator(EncoderSide):
         return self.run_step(tokens.to(self.device), positions)
 
     def run_step(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        """The step on device tensors (what the decode graph captures)."""
+        """The step on device tensors."""
+        return self.run_step_token(tokens, positions)[0]
+
+    def run_step_token(self, tokens: torch.Tensor, positions: torch.Tensor
+                       ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``run_step``'s logits and the greedy next token where the step returns one
+        (``NEXT_TOKEN``: the last row's argmax, int64 [1]), else None (what the decode
+        graph captures)."""
         count = tokens.shape[0]
         program = self.decode if count == 1 else self.prefill
         out = program.run_in_place([tokens.view(1, count), positions,
                                     *self._buffers[id(program)]])
         self.cache.write(positions, out)
-        return out[LOGITS][0]
+        return out[LOGITS][0], out.get(NEXT_TOKEN)
 
     def prefill_prompt(self, prompt: Sequence[int]) -> torch.Tensor:
         """Feed the whole prompt in chunks of at most ``prefill_chunk``; its last logits."""

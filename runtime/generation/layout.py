@@ -24,6 +24,9 @@ from dataclasses import dataclass
 from typing import Any
 
 INPUT_IDS, POSITIONS, LOGITS = "input_ids", "positions", "logits"  # the steps' names
+# a decode step may also return its greedy next token: the argmax of its last row of
+# logits, int64 [1] (the first of equal maxima), which the decode graph feeds back
+NEXT_TOKEN = "next_token"
 PAST_PREFIX = "past_"  # entry-point inputs past_k_0, past_v_0, ...; outputs k_0, v_0, ...
 # an encoder-decoder's steps also read cross_k_0, cross_v_0, ... (what ``encode`` returned
 # as k_0, v_0, ...): one buffer a decoder layer, written once per source, never by a step

@@ -87,7 +87,9 @@ class CudaQuantization(Quantization):
 
 class CudaTarget(AOTInductorTarget):
     name, device, description = CUDA.name, CUDA.device, CUDA.description
-    # SDPA's GPU kernels (exporter/lm/attention.py: measured)
+    # SDPA's GPU kernels (exporter/lm/attention.py: measured). The greedy token taken in
+    # the head's kernel (next_token=True, passes/decode_argmax.py) is off: the ~1.1B
+    # decoded no faster with it (bench/pending/README.md: the form waiting for its A/B)
     generation = AotiGeneration(step_attention="sdpa")
     packaging = CudaPackaging()
     tooling = CudaTooling()

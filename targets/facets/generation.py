@@ -22,6 +22,10 @@ class Generation:
     # copy of the weights at run time and the fixed length buys nothing measurable
     # (exporter/lm/build.py, onnx).
     decode_on_prefill: bool = False
+    # The decode step also returns its greedy next token (runtime/generation/layout.py's
+    # NEXT_TOKEN), which the runtime's decode graph feeds back in place of an argmax of
+    # its own: where the target takes it inside the head's kernel (cuda).
+    next_token: bool = False
 
     def __post_init__(self) -> None:
         if self.step_attention not in STEP_ATTENTION:  # a target's own declaration

@@ -21,3 +21,14 @@ def test_the_last_rows_first_maximum_becomes_the_token_and_the_position_advances
         greedy_tail(logits, tokens, position)
     assert tokens.tolist() == [17] and position.tolist() == [42]
     assert tokens.shape == (1,) and tokens.dtype == torch.long
+
+
+def test_a_token_the_step_returned_is_copied_in_and_no_argmax_is_taken():
+    """A step that returns its greedy token (its head's kernel took the argmax): that
+    token becomes the next input as it is, whatever the logits hold."""
+    logits = torch.zeros(1, 1000)
+    logits[0, 3] = 1.0
+    tokens = torch.tensor([5], dtype=torch.long)
+    position = torch.tensor([41], dtype=torch.long)
+    greedy_tail(logits, tokens, position, torch.tensor([812]))
+    assert tokens.tolist() == [812] and position.tolist() == [42]

@@ -8,6 +8,7 @@
             a = row_gemv(x, W_gate_up, norm=w, act=silu)
             out = row_gemv(a, Wd, residual=x)
             q/k/v's rotary embedding in its product's epilogue (decode_rotary.py)
+            a greedy step's token in its head's epilogue (decode_argmax.py)
 
     before: sdpa(q, cat(past_k, k), cat(past_v, v), mask)   (two copies of the cache,
     after:  decode_attention(q, past_k, k, past_v, v, mask)  SDPA and its reduction)
@@ -32,6 +33,7 @@ from torch.export import ExportedProgram
 from passes.base import PassResult
 from passes.graph.rewrite import attribute, replace_calls, rewrite_and_recapture
 from targets.aoti.kernels import int4_rows, ops
+from targets.aoti.passes.decode_argmax import argmax_in_head
 from targets.aoti.passes.decode_patterns import (match_decode_attention, match_gated,
                                                  match_int8_linear, match_norm,
                                                  match_residual, unwritten_input, val)
@@ -96,6 +98,8 @@ def _rewrite_linears(module: torch.fx.GraphModule) -> dict:
         counts["gated_folded"] += gated is not None
         counts["residuals_folded"] += residual is not None
         counts["rotary_folded"] += rotary is not None
+    # the token a greedy step returns, taken in its head's kernel (decode_argmax.py)
+    counts["argmax_in_head"] = argmax_in_head(module)
     counts["split_counts"] = _split_counts(module)
     counts["stored_once"] = stored_once(module, ops.row_gemv, (9, 10))  # cos, sin
     module.graph.eliminate_dead_code()

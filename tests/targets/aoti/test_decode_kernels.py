@@ -18,12 +18,16 @@ from tests.models import tiny_lm
 pytest.importorskip("transformers")
 
 
-def _captured(family: str, tokens: int, dtype: torch.dtype = torch.float32):
+def _captured(family: str, tokens: int, dtype: torch.dtype = torch.float32,
+              next_token: bool = False):
     """A tiny decoder's step as the cuda target captures it (SDPA over the cache), with
-    its parallel linears merged as the target's passes merge them."""
+    its parallel linears merged as the target's passes merge them (``next_token``: the
+    step returning its greedy token too)."""
     model = tiny_lm.model(family).to(dtype)
     layout = probe_layout(model, 32, dtype)
     wrapper = ExportableCausalLM(model, layout, attention="sdpa").eval()
+    if next_token:
+        wrapper = wrapper.with_next_token()
     past = {f"{kind}_{i}": torch.zeros(1, *shape[:1], layer.slots, shape[1], dtype=dtype)
             for i, layer in enumerate(layout.layers)
             for kind, shape in (("k", layer.key_shape), ("v", layer.value_shape))}
@@ -67,7 +71,7 @@ def test_decode_step_products_and_attention_become_fused_kernel_ops(family):
     assert result.info == {"linears_as_kernels": 4 * layers + 1, "int8_linears": 0,
                            "int4_linears": 0, "norms_folded": 2 * layers + 1, "gated_folded": layers,
                            "residuals_folded": 2 * layers, "rotary_folded": layers,
-                           "split_counts": 0, "stored_once": 2}
+                           "argmax_in_head": 0, "split_counts": 0, "stored_once": 2}
     calls = _calls(result.program)
     assert calls["edge_exporter.row_gemv.default"] == 4 * layers + 1
     assert calls["edge_exporter.decode_attention.default"] == layers
@@ -119,7 +123,8 @@ def test_int8_weight_only_products_become_the_kernel_over_int8_rows(dtype):
     assert result.info == {"linears_as_kernels": 4 * layers + 1, "int8_linears": 4 * layers + 1,
                            "int4_linears": 0, "norms_folded": 2 * layers + 1, "gated_folded": layers,
                            "residuals_folded": 2 * layers, "rotary_folded": layers,
-                           "split_counts": 2 * layers, "stored_once": 2}
+                           "argmax_in_head": 0, "split_counts": 2 * layers,
+                           "stored_once": 2}
     calls = _calls(result.program)
     assert not {"aten.mm.default", "aten.silu.default"} & set(calls)
     weights = {n.name: n for n in result.program.graph.nodes if n.op == "placeholder"}
