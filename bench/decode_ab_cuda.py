@@ -8,8 +8,10 @@ Each run is ``exporter bench``'s decode (the same 128-token prompt of random ids
 tokens, greedy, eos ignored); after one warm-up each, the engines take turns, every other
 round in reverse order, and each engine's median decode tokens/s is reported with every
 run's figure, its decode graph's replay (CUDA events: one call at a time, median of 200,
-and back to back as greedy decoding runs it) and whether its tokens
-equal the first engine's. Separate processes a minute apart see the GPU's clocks
+and back to back as greedy decoding runs it), whether its tokens equal the first
+engine's, and whether each is the argmax of its step's logits (the tokens fed back
+step by step, teacher-forced: the decode graph's greedy token, which a step may take
+inside its head's kernel, checked against the logits it came from). Separate processes a minute apart see the GPU's clocks
 and the host in another state; taking turns in one process does not.
 """
 
@@ -34,6 +36,14 @@ def replay_ms(program) -> tuple:
     if graph is None:
         return None, None
     return replay_median_ms(graph), replay_back_to_back_ms(graph)
+
+
+def argmax_tokens(program, prompt: list, tokens: list) -> bool:
+    """Whether each greedy token but the last is the argmax of the logits before it,
+    those logits recomputed with the tokens fed back one step at a time."""
+    kept = tokens[:-1]  # the last is never fed back: it may lie past the context
+    logits = program.generator.forced_logits(prompt, kept)
+    return logits.argmax(-1).tolist() == kept
 
 
 def main() -> None:
@@ -67,7 +77,7 @@ def main() -> None:
         header["gpu"] = torch.cuda.get_device_name()
     base, rows = None, []
     print("| engine | decode tok/s (median) | min | max | replay, ms (one / back to back) "
-          "| vs first | tokens as first |\n|---|---|---|---|---|---|---|")
+          "| vs first | tokens as first | tokens are argmax |\n|---|---|---|---|---|---|---|---|")
     for name, engine in engines.items():
         median = statistics.median(engine["runs"])
         base = base or median
@@ -76,13 +86,14 @@ def main() -> None:
                "new_tokens": new_tokens, "decode_tok_s": median, "runs": engine["runs"],
                **dict(zip(("replay_ms", "replay_back_to_back_ms"),
                           replay_ms(engine["program"]))),
-               "tokens_as_first": tokens[name] == tokens[next(iter(engines))]}
+               "tokens_as_first": tokens[name] == tokens[next(iter(engines))],
+               "tokens_are_argmax": argmax_tokens(engine["program"], prompt, tokens[name])}
         rows.append(row)
         replay = (f"{row['replay_ms']:.3f} / {row['replay_back_to_back_ms']:.3f}"
                   if row["replay_ms"] is not None else "-")
         print(f"| {name} | {median:.1f} | {min(engine['runs']):.1f} | "
               f"{max(engine['runs']):.1f} | {replay} | {median / base:.3f} | "
-              f"{row['tokens_as_first']} |", flush=True)
+              f"{row['tokens_as_first']} | {row['tokens_are_argmax']} |", flush=True)
     if args.out:
         with open(args.out, "a") as fh:
             fh.writelines(json.dumps(row) + "\n" for row in rows)

@@ -2,10 +2,11 @@
 own bytes, and the decode speed against the memory-bandwidth bound.
 
     python bench/decode_step_cuda.py --out DIR --builds fp16[,fp16-int8-weight,...]
-        [--variant before|after] [--ncu] [--validate] [--build-only | --measure-only]
+        [--variant before|after|next-token] [--ncu] [--validate] [--build-only | --measure-only]
 
 For each build: the artifact (``exporter.build``, the cuda target; ``before`` without the
-decode-kernel passes, ``after`` as the target is), ``exporter bench``'s decode tokens/s
+decode-kernel passes, ``after`` as the target is, ``next-token`` with the greedy token
+taken in the head's kernel), ``exporter bench``'s decode tokens/s
 (no baselines: 128-token prompt, 128 new tokens, median of 3 runs after a warm-up), the
 decode CUDA graph's replay time (CUDA events, median of 200 calls one at a time, and a
 replay's share of 20 back to back, as greedy decoding runs them), the kernels of 20 replays
@@ -24,6 +25,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import csv
+import dataclasses
 import io
 import json
 import os
@@ -45,7 +47,12 @@ from targets.aoti.kernels.dependent_launch import PLAIN_ENV  # noqa: E402
 
 BANDWIDTH = 4.8e12
 DECODE_PASSES = ("decode_attention_as_kernel", "row_linears_as_kernels")
-ROW_KERNELS = ("row_gemv_kernel", "row_loop_kernel", "split_gemv_kernel", "int4_row_gemv_kernel")
+# the head's kernel is the last of a step's row kernels (head_argmax_kernel: greedy steps)
+ROW_KERNELS = ("row_gemv_kernel", "row_loop_kernel", "split_gemv_kernel", "int4_row_gemv_kernel",
+               "head_argmax_kernel")
+# "next-token": as "after", with the greedy token taken in the head's kernel (the cuda
+# target's generation facet's next_token, off by default)
+VARIANTS = ("before", "after", "next-token")
 BUILDS = {"fp16": dict(dtype="fp16"),
           "fp16-int8-weight": dict(dtype="fp16", quantize="int8-weight", min_top1=0.5),
           # random weights' flat logits: int4's rounding alone flips most near-ties, more
@@ -73,10 +80,12 @@ def build(folder: Path, name: str, variant: str, out: Path, validate: bool) -> d
     settings = dict(BUILDS[name])
     if not validate:
         settings["validate_artifact"] = False
-    original = CudaTarget.default_passes
+    original, generation = CudaTarget.default_passes, CudaTarget.generation
     if variant == "before":
         CudaTarget.default_passes = lambda self, options: [
             p for p in original(self, options) if p.name not in DECODE_PASSES]
+    if variant == "next-token":
+        CudaTarget.generation = dataclasses.replace(generation, next_token=True)
     artifact = out / f"llama-1b-{name}-{variant}.artifact"
     start = time.perf_counter()
 
@@ -89,7 +98,7 @@ def build(folder: Path, name: str, variant: str, out: Path, validate: bool) -> d
                                max_context=512, prefill_chunk=256, out=artifact,
                                progress=progress, **settings)
     finally:
-        CudaTarget.default_passes = original
+        CudaTarget.default_passes, CudaTarget.generation = original, generation
     record = built.manifest.validation or {}
     decode = built.manifest.entry_points.get("decode")
     passes = decode.passes if decode is not None else []
@@ -303,7 +312,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path)
     parser.add_argument("--builds", default="fp16")
-    parser.add_argument("--variant", default="after", choices=("before", "after"))
+    parser.add_argument("--variant", default="after", choices=VARIANTS)
     parser.add_argument("--ncu", action="store_true")
     parser.add_argument("--validate", action="store_true")
     parser.add_argument("--layers", type=int, help="that many of the 1.1B's 22 layers (a "
