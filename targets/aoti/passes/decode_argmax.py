@@ -69,9 +69,10 @@ def _widening(node) -> bool:
     if not calls(node, *_CASTS):
         return False
     before, after = val(node.args[0]), val(node)
+    # a wider float type holds every fp16, bf16 or fp32 value; fp16 <-> bf16 does not
     return (before is not None and after is not None and before.is_floating_point()
-            and after.is_floating_point() and after.element_size() >= before.element_size()
-            and not (before.dtype == torch.bfloat16 and after.dtype == torch.float16))
+            and after.is_floating_point() and (after.dtype == before.dtype or
+                                               after.element_size() > before.element_size()))
 
 
 def _fuse(module: torch.fx.GraphModule, head: torch.fx.Node, argmax: torch.fx.Node) -> None:

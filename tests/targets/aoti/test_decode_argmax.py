@@ -108,3 +108,15 @@ def test_only_the_decode_entry_returns_its_token_and_only_where_the_target_asks(
     assert list(entry_specs(lm, wrapper, layout, 16, True, True)) == ["prefill"]
     # off on cuda until a 1.1B build decodes faster with it
     assert not get_target("cuda").generation.next_token
+
+
+def test_only_casts_that_keep_every_value_are_looked_through():
+    from targets.aoti.passes.decode_argmax import _widening
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    x.meta["val"] = torch.empty(4, dtype=torch.float16)
+    for dtype, kept in ((torch.float32, True), (torch.float16, True),
+                        (torch.bfloat16, False)):
+        cast = graph.call_function(torch.ops.aten._to_copy.default, (x,), {"dtype": dtype})
+        cast.meta["val"] = torch.empty(4, dtype=dtype)
+        assert _widening(cast) == kept, dtype
