@@ -7,6 +7,15 @@ Given a buffer of zeroed counts, the join is done inside the split kernel instea
 kernel a layer): each program counts itself in with an atomic, and the last of a
 key/value head joins all its query heads' partial results at once and sets the count
 back to zero, so one buffer serves every layer and every call.
+
+Given the step's positions too (the store form, ``attention_store_kernel``), that joining
+program also writes the new row's key and value into the past buffers at slot
+``position % slots``: every program of its key/value head has read its past rows before
+counting in, and that slot is masked this step (a full cache's is not yet filled, a
+ring's holds the position a window back), so the cache write after the step is not
+needed. A form of its own, not a flag of the join's: torch takes what a ``_gdc`` kernel
+declares written as its results (a copy, where it cannot write in place), so a join that
+stores nothing must not declare the past buffers.
 """
 
 from __future__ import annotations
@@ -141,13 +150,16 @@ def _join_heads(q_ptr, nk_ptr, nv_ptr, mask_ptr, m_ptr, l_ptr, acc_ptr, out_ptr,
 
 @triton.jit
 def _attention_join(q_ptr, pk_ptr, nk_ptr, pv_ptr, nv_ptr, mask_ptr, m_ptr, l_ptr, acc_ptr,
-                    counts_ptr, out_ptr, sq_h, spk_h, spk_s, snk_h, spv_h, spv_s, snv_h, sm,
-                    SCALE: tl.constexpr, S: tl.constexpr, D: tl.constexpr, G: tl.constexpr,
-                    SPLITS: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_G: tl.constexpr,
-                    BLOCK_D: tl.constexpr, IEEE: tl.constexpr, JOIN_G: tl.constexpr,
-                    BLOCK_J: tl.constexpr, GDC: tl.constexpr, CACHE_AHEAD: tl.constexpr):
+                    counts_ptr, out_ptr, pos_ptr, sq_h, spk_h, spk_s, snk_h, spv_h, spv_s,
+                    snv_h, sm, SCALE: tl.constexpr, S: tl.constexpr, D: tl.constexpr,
+                    G: tl.constexpr, SPLITS: tl.constexpr, BLOCK_S: tl.constexpr,
+                    BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr, IEEE: tl.constexpr,
+                    JOIN_G: tl.constexpr, BLOCK_J: tl.constexpr, GDC: tl.constexpr,
+                    CACHE_AHEAD: tl.constexpr, STORE: tl.constexpr):
     """The split kernel's block, then the last of a key/value head's programs to count
-    itself in joins the head's partial results and zeroes its count again."""
+    itself in joins the head's partial results and zeroes its count again (STORE: and
+    writes the new row into the past buffers at slot ``pos_ptr[0] % S``; pos_ptr is not
+    read otherwise)."""
     _attention_split(q_ptr, pk_ptr, pv_ptr, mask_ptr, m_ptr, l_ptr, acc_ptr, sq_h, spk_h,
                      spk_s, spv_h, spv_s, sm, SCALE, S, D, G, SPLITS, BLOCK_S, BLOCK_G,
                      BLOCK_D, IEEE, GDC, CACHE_AHEAD)
@@ -159,8 +171,26 @@ def _attention_join(q_ptr, pk_ptr, nk_ptr, pv_ptr, nv_ptr, mask_ptr, m_ptr, l_pt
         _join_heads(q_ptr, nk_ptr, nv_ptr, mask_ptr, m_ptr, l_ptr, acc_ptr, out_ptr, kvh,
                     sq_h, snk_h, snv_h, sm, SCALE, S, D, G, SPLITS, JOIN_G, BLOCK_J,
                     BLOCK_D)
+        if STORE:  # every program of this head read its past rows before counting in
+            _store_row(pk_ptr, nk_ptr, pv_ptr, nv_ptr, pos_ptr, kvh, spk_h, spk_s, snk_h,
+                       spv_h, spv_s, snv_h, S, D, BLOCK_D)
         # every program of this head counted in: the next layer or call starts at zero
         tl.store(counts_ptr + kvh, 0)
+
+
+@triton.jit
+def _store_row(pk_ptr, nk_ptr, pv_ptr, nv_ptr, pos_ptr, kvh, spk_h, spk_s, snk_h, spv_h,
+               spv_s, snv_h, S: tl.constexpr, D: tl.constexpr, BLOCK_D: tl.constexpr):
+    """A key/value head's new key and value into the past buffers at the step's slot."""
+    d = tl.arange(0, BLOCK_D)
+    d_ok = d < D
+    slot = tl.load(pos_ptr) % S
+    key = tl.load(nk_ptr + kvh * snk_h + d, mask=d_ok)
+    value = tl.load(nv_ptr + kvh * snv_h + d, mask=d_ok)
+    tl.store(pk_ptr + kvh * spk_h + slot * spk_s + d, key.to(pk_ptr.dtype.element_ty),
+             mask=d_ok)
+    tl.store(pv_ptr + kvh * spv_h + slot * spv_s + d, value.to(pv_ptr.dtype.element_ty),
+             mask=d_ok)
 
 
 @triton.jit
@@ -217,9 +247,9 @@ def attention_join_kernel(q_ptr, pk_ptr, nk_ptr, pv_ptr, nv_ptr, mask_ptr, m_ptr
                           BLOCK_D: tl.constexpr, IEEE: tl.constexpr, JOIN_G: tl.constexpr,
                           BLOCK_J: tl.constexpr):
     _attention_join(q_ptr, pk_ptr, nk_ptr, pv_ptr, nv_ptr, mask_ptr, m_ptr, l_ptr, acc_ptr,
-                    counts_ptr, out_ptr, sq_h, spk_h, spk_s, snk_h, spv_h, spv_s, snv_h, sm,
-                    SCALE, S, D, G, SPLITS, BLOCK_S, BLOCK_G, BLOCK_D, IEEE, JOIN_G, BLOCK_J,
-                    False, False)
+                    counts_ptr, out_ptr, counts_ptr, sq_h, spk_h, spk_s, snk_h, spv_h, spv_s,
+                    snv_h, sm, SCALE, S, D, G, SPLITS, BLOCK_S, BLOCK_G, BLOCK_D, IEEE,
+                    JOIN_G, BLOCK_J, False, False, False)
 
 
 @triton.jit
@@ -232,9 +262,38 @@ def attention_join_kernel_gdc(q_ptr, pk_ptr, nk_ptr, pv_ptr, nv_ptr, mask_ptr, m
                               JOIN_G: tl.constexpr, BLOCK_J: tl.constexpr,
                               CACHE_AHEAD: tl.constexpr):
     _attention_join(q_ptr, pk_ptr, nk_ptr, pv_ptr, nv_ptr, mask_ptr, m_ptr, l_ptr, acc_ptr,
-                    counts_ptr, out_ptr, sq_h, spk_h, spk_s, snk_h, spv_h, spv_s, snv_h, sm,
-                    SCALE, S, D, G, SPLITS, BLOCK_S, BLOCK_G, BLOCK_D, IEEE, JOIN_G, BLOCK_J,
-                    True, CACHE_AHEAD)
+                    counts_ptr, out_ptr, counts_ptr, sq_h, spk_h, spk_s, snk_h, spv_h, spv_s,
+                    snv_h, sm, SCALE, S, D, G, SPLITS, BLOCK_S, BLOCK_G, BLOCK_D, IEEE,
+                    JOIN_G, BLOCK_J, True, CACHE_AHEAD, False)
+
+
+@triton.jit
+def attention_store_kernel(q_ptr, pk_ptr, nk_ptr, pv_ptr, nv_ptr, mask_ptr, m_ptr, l_ptr,
+                           acc_ptr, counts_ptr, out_ptr, pos_ptr, sq_h, spk_h, spk_s, snk_h,
+                           spv_h, spv_s, snv_h, sm, SCALE: tl.constexpr, S: tl.constexpr,
+                           D: tl.constexpr, G: tl.constexpr, SPLITS: tl.constexpr,
+                           BLOCK_S: tl.constexpr, BLOCK_G: tl.constexpr,
+                           BLOCK_D: tl.constexpr, IEEE: tl.constexpr, JOIN_G: tl.constexpr,
+                           BLOCK_J: tl.constexpr):
+    _attention_join(q_ptr, pk_ptr, nk_ptr, pv_ptr, nv_ptr, mask_ptr, m_ptr, l_ptr, acc_ptr,
+                    counts_ptr, out_ptr, pos_ptr, sq_h, spk_h, spk_s, snk_h, spv_h, spv_s,
+                    snv_h, sm, SCALE, S, D, G, SPLITS, BLOCK_S, BLOCK_G, BLOCK_D, IEEE,
+                    JOIN_G, BLOCK_J, False, False, True)
+
+
+@triton.jit
+def attention_store_kernel_gdc(q_ptr, pk_ptr, nk_ptr, pv_ptr, nv_ptr, mask_ptr, m_ptr,
+                               l_ptr, acc_ptr, counts_ptr, out_ptr, pos_ptr, sq_h, spk_h,
+                               spk_s, snk_h, spv_h, spv_s, snv_h, sm, SCALE: tl.constexpr,
+                               S: tl.constexpr, D: tl.constexpr, G: tl.constexpr,
+                               SPLITS: tl.constexpr, BLOCK_S: tl.constexpr,
+                               BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr,
+                               IEEE: tl.constexpr, JOIN_G: tl.constexpr,
+                               BLOCK_J: tl.constexpr, CACHE_AHEAD: tl.constexpr):
+    _attention_join(q_ptr, pk_ptr, nk_ptr, pv_ptr, nv_ptr, mask_ptr, m_ptr, l_ptr, acc_ptr,
+                    counts_ptr, out_ptr, pos_ptr, sq_h, spk_h, spk_s, snk_h, spv_h, spv_s,
+                    snv_h, sm, SCALE, S, D, G, SPLITS, BLOCK_S, BLOCK_G, BLOCK_D, IEEE,
+                    JOIN_G, BLOCK_J, True, CACHE_AHEAD, True)
 
 
 declare_writes(attention_split_kernel_gdc, "m_ptr", "l_ptr", "acc_ptr")
@@ -242,16 +301,26 @@ declare_writes(attention_combine_kernel_gdc, "out_ptr")
 # not counts_ptr: the kernel leaves it at zero, so a library need not copy it for each
 # call (torch's analysis takes the atomics as writes)
 declare_writes(attention_join_kernel_gdc, "m_ptr", "l_ptr", "acc_ptr", "out_ptr")
+# the past buffers too: the op mutates them in place (ops.decode_attention_store)
+declare_writes(attention_store_kernel_gdc, "pk_ptr", "pv_ptr", "m_ptr", "l_ptr", "acc_ptr",
+               "out_ptr")
 
 
 def launch_decode_attention(query, past_k, new_k, past_v, new_v, mask, scale: float,
                             block_s: int | None = None, pdl: bool = False,
                             cache_ahead: bool | None = None,
-                            counts: torch.Tensor | None = None) -> torch.Tensor:
+                            counts: torch.Tensor | None = None,
+                            positions: torch.Tensor | None = None) -> torch.Tensor:
     """``cache_ahead``: a dependent launch reads the past rows before its wait (by default
     where a script started it with the cache itself, ``pdl``; False: as in a library).
     ``counts``: int32 zeros, one or more a key/value head: the join inside the split
-    kernel, which leaves them at zero; without them a second kernel joins."""
+    kernel, which leaves them at zero; without them a second kernel joins.
+    ``positions``: the step's (int64, the first this token's), with ``counts``: the
+    new row is also written into ``past_k``/``past_v`` at slot ``position % slots``."""
+    if positions is not None and (counts is None or past_k.stride(-1) != 1
+                                  or past_v.stride(-1) != 1):
+        # a copy of the cache would take the row, not the cache
+        raise ValueError("storing the new row needs counts and past rows of unit stride")
     heads, dim = query.shape[1], query.shape[-1]
     kv_heads, slots = past_k.shape[1], past_k.shape[2]
     groups = heads // kv_heads
@@ -262,9 +331,13 @@ def launch_decode_attention(query, past_k, new_k, past_v, new_v, mask, scale: fl
     block_splits = max(2, triton.next_power_of_2(splits))
     block_d = max(16, triton.next_power_of_2(dim))
     joined = counts is not None
-    split, gdc = launcher(attention_join_kernel if joined else attention_split_kernel,
-                          attention_join_kernel_gdc if joined else attention_split_kernel_gdc,
-                          query.device, pdl)
+    store = positions is not None
+    split, gdc = launcher(
+        attention_store_kernel if store else
+        attention_join_kernel if joined else attention_split_kernel,
+        attention_store_kernel_gdc if store else
+        attention_join_kernel_gdc if joined else attention_split_kernel_gdc,
+        query.device, pdl)
     # the past rows read before the wait only where the script gave the cache itself; in
     # a library they may be what a kernel of the step wrote
     ahead = pdl if cache_ahead is None else cache_ahead
@@ -286,8 +359,9 @@ def launch_decode_attention(query, past_k, new_k, past_v, new_v, mask, scale: fl
         block_j = min(block_splits, max(2, 8192 // (join_g * block_d)))
         split((kv_heads, splits))(
             query, past_k, new_k, past_v, new_v, mask, tops, sums, accs, counts, out,
-            query.stride(1), past_k.stride(1), past_k.stride(2), new_k.stride(1),
-            past_v.stride(1), past_v.stride(2), new_v.stride(1), mask.stride(-1),
+            *((positions,) if store else ()), query.stride(1), past_k.stride(1),
+            past_k.stride(2), new_k.stride(1), past_v.stride(1), past_v.stride(2),
+            new_v.stride(1), mask.stride(-1),
             JOIN_G=join_g, BLOCK_J=block_j, **sizes, **cache_first)
         return out
     split((kv_heads, splits))(

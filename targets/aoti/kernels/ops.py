@@ -1,7 +1,9 @@
 """The decode-step custom ops the cuda target's passes place (targets/aoti/passes/
 decode_kernels.py): ``edge_exporter::row_gemv``, ``edge_exporter::row_gemv_argmax`` (the
-head's product and the greedy token) and ``edge_exporter::decode_attention`` (their math:
-reference.py).
+head's product and the greedy token), ``edge_exporter::decode_attention`` and
+``edge_exporter::decode_attention_store`` (the same, storing the new row in the cache
+buffers it reads: an op of its own that says it mutates them, so a step that does not
+store gets no copy of its cache) (their math: reference.py).
 
 Where Triton is installed they are ``torch.library.triton_op``s: torch.export keeps them as
 one node each, and AOTInductor traces into them and compiles their Triton kernels into the
@@ -22,6 +24,8 @@ NAMESPACE = "edge_exporter"
 ROW_GEMV = f"{NAMESPACE}::row_gemv"
 ROW_GEMV_ARGMAX = f"{NAMESPACE}::row_gemv_argmax"
 DECODE_ATTENTION = f"{NAMESPACE}::decode_attention"
+DECODE_ATTENTION_STORE = f"{NAMESPACE}::decode_attention_store"
+_STORED = ("past_k", "past_v")  # what decode_attention_store writes
 TRITON = importlib.util.find_spec("triton") is not None
 
 
@@ -69,6 +73,18 @@ def _decode_attention(query: torch.Tensor, past_k: torch.Tensor, new_k: torch.Te
                                    cache_ahead=cache_ahead, counts=counts)
 
 
+def _decode_attention_store(query: torch.Tensor, past_k: torch.Tensor, new_k: torch.Tensor,
+                            past_v: torch.Tensor, new_v: torch.Tensor, mask: torch.Tensor,
+                            scale: float, cache_ahead: bool, counts: torch.Tensor,
+                            positions: torch.Tensor) -> torch.Tensor:
+    """``_decode_attention`` joined in its split kernel, whose joining program also writes
+    the new row into ``past_k``/``past_v`` at slot ``positions[0] % slots``."""
+    from targets.aoti.kernels.decode_attention import launch_decode_attention
+    return launch_decode_attention(query, past_k, new_k, past_v, new_v, mask, scale,
+                                   cache_ahead=cache_ahead, counts=counts,
+                                   positions=positions)
+
+
 def _define() -> None:
     if TRITON:
         row = torch.library.triton_op(ROW_GEMV, _row_gemv, mutates_args=())
@@ -79,6 +95,9 @@ def _define() -> None:
         row.register_kernel("cpu", reference.row_gemv)
         head.register_kernel("cpu", reference.row_gemv_argmax)
         attention.register_kernel("cpu", reference.decode_attention)
+        store = torch.library.triton_op(DECODE_ATTENTION_STORE, _decode_attention_store,
+                                        mutates_args=_STORED)
+        store.register_kernel("cpu", reference.decode_attention_store)
         return
     row = torch.library.custom_op(ROW_GEMV, mutates_args=(),
                                   schema=torch.library.infer_schema(_row_gemv,
@@ -99,9 +118,16 @@ def _define() -> None:
         reference.decode_attention)
     attention.register_fake(lambda query, past_k, new_k, past_v, new_v, mask, scale, *rest:
                             query.new_empty((*query.shape[:-1], past_v.shape[-1])))
+    store = torch.library.custom_op(
+        DECODE_ATTENTION_STORE, mutates_args=_STORED,
+        schema=torch.library.infer_schema(_decode_attention_store, mutates_args=_STORED))(
+        reference.decode_attention_store)
+    store.register_fake(lambda query, past_k, new_k, past_v, new_v, mask, scale, *rest:
+                        query.new_empty((*query.shape[:-1], past_v.shape[-1])))
 
 
 _define()
 row_gemv = torch.ops.edge_exporter.row_gemv.default
 row_gemv_argmax = torch.ops.edge_exporter.row_gemv_argmax.default
 decode_attention = torch.ops.edge_exporter.decode_attention.default
+decode_attention_store = torch.ops.edge_exporter.decode_attention_store.default

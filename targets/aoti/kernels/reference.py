@@ -19,6 +19,9 @@ a NaN is the largest, the first NaN wins: torch.argmax's rules).
 ``decode_attention``: one query row over ``cat(past, new)`` keys and values with an
 additive mask, grouped-query heads (head h reads key/value head h // (H / KVH)), as
 ``scaled_dot_product_attention(q, cat(pk, nk), cat(pv, nv), mask, scale=s, enable_gqa)``.
+
+``decode_attention_store``: ``decode_attention``, then the new key and value written into
+the past buffers in place at slot ``positions[0] % slots`` (a slot the step's mask hides).
 """
 
 from __future__ import annotations
@@ -106,3 +109,15 @@ def decode_attention(query: torch.Tensor, past_k: torch.Tensor, new_k: torch.Ten
     scores = query.float() @ keys.transpose(-1, -2) * scale + mask.float()
     out = torch.softmax(scores, dim=-1) @ values
     return out.to(query.dtype)
+
+
+def decode_attention_store(query: torch.Tensor, past_k: torch.Tensor, new_k: torch.Tensor,
+                           past_v: torch.Tensor, new_v: torch.Tensor, mask: torch.Tensor,
+                           scale: float, cache_ahead: bool, counts: torch.Tensor,
+                           positions: torch.Tensor) -> torch.Tensor:
+    """``decode_attention``'s output; ``past_k``/``past_v`` get the new row in place."""
+    out = decode_attention(query, past_k, new_k, past_v, new_v, mask, scale)
+    slot = int(positions.reshape(-1)[0]) % past_k.shape[2]
+    past_k[:, :, slot] = new_k[:, :, 0]
+    past_v[:, :, slot] = new_v[:, :, 0]
+    return out

@@ -61,7 +61,7 @@ def test_every_dependent_kernel_declares_its_writes_and_only_those_wait():
                                           pipe_gemv_triton)
                for name, value in vars(module).items() if name.endswith("_kernel") or
                name.endswith("_kernel" + SUFFIX)}
-    assert len(kernels) == 12
+    assert len(kernels) == 14
     for name, kernel in kernels.items():
         declared = getattr(kernel, "edge_exporter_writes", None)
         assert (declared is not None) == name.endswith(SUFFIX), name
