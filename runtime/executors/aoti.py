@@ -27,15 +27,21 @@ class AotiMeta(PartitionMeta):
     # copies (aligned_cpu_runner): artifacts whose cpu choice offered that say so here;
     # builds no longer write it (the copies ran faster on every CPU measured)
     constants_as_loaded: bool | None = None
+    # outputs (by index) that are rows the library's kernels also stored into the step's
+    # cache inputs (targets/aoti/passes/attention_store.py): a caller that reads the
+    # cache may leave them (Program.run_in_place)
+    stored_outputs: tuple[int, ...] | None = None
 
 
 class AotiExecutor:
     Meta = AotiMeta
     arena_slots = 0  # the package allocates its own intermediates
 
-    def __init__(self, loader, unpacked: Path, *, full_fp32: bool) -> None:
+    def __init__(self, loader, unpacked: Path, *, full_fp32: bool,
+                 stored_outputs: tuple[int, ...] = ()) -> None:
         self._run = loader.run
         self._full_fp32 = full_fp32
+        self.stored_outputs = stored_outputs  # AotiMeta.stored_outputs
         weakref.finalize(self, scratch.remove, unpacked)
 
     @classmethod
@@ -75,7 +81,14 @@ class AotiExecutor:
         # The loader's flat interface: our Program already flattened the inputs and
         # names the outputs, so the package's pytree specs (which may name model
         # classes that are not importable on the device) are never needed.
-        return cls(loader, unpacked, full_fp32=partition.device == "cuda")
+        stored = tuple(meta.stored_outputs or ())
+        if any(not 0 <= index < len(partition.outputs) for index in stored):
+            scratch.remove(unpacked)
+            raise ArtifactError(f"partition '{partition.name}' names stored outputs it does "
+                                "not have", where=f"{where}: {meta.package}",
+                                hint="rebuild the artifact with `exporter build`")
+        return cls(loader, unpacked, full_fp32=partition.device == "cuda",
+                   stored_outputs=stored)
 
     def __call__(self, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
         if self._full_fp32:

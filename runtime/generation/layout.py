@@ -9,10 +9,10 @@ T new tokens. The runtime owns one preallocated buffer per ``past_*`` input (``K
 and writes the new entries into it after each step, so the cache is allocated once and
 never copied. (A step whose kernel stores its rows in the buffer itself returns them as
 views of their slots, or to the generator not at all (``Program.run_in_place``), and the
-write leaves them: targets/onnx/stored_rows.py.) A layer's
-buffer has ``slots`` rows: slot ``s`` holds the newest position ``q < start`` with
-``q % slots == s``. A full-attention layer has ``slots ==
-max_context`` (positions map to themselves); a sliding-window layer keeps only its window
+write leaves them: targets/onnx/stored_rows.py, targets/aoti/passes/attention_store.py.)
+A layer's buffer has ``slots`` rows: slot ``s`` holds the newest position ``q < start``
+with ``q % slots == s``. A full-attention layer has ``slots == max_context`` (positions
+map to themselves); a sliding-window layer keeps only its window
 as a ring (``slots == window``), so a 4,096-token window costs 4,096 rows whatever the
 context, and no key inside the window is ever dropped. The graph masks slots by the
 position they hold, so the runtime never clears anything between prompts.

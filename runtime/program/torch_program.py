@@ -63,10 +63,8 @@ class Program(ProgramBase):
         # ...and when that partition runs on the CPU and gets CPU tensors, nothing moves.
         self._cpu_executor = calls[0] if self._single and only.device == "cpu" else None
         # ...and whether it can leave out what it stored into its inputs (run_in_place)
-        stored = getattr(self._cpu_executor, "stored_outputs", None)
-        self._in_place = None if stored is None else (
-            self._cpu_executor.computing,
-            [name for i, name in enumerate(self._output_names) if i not in stored])
+        self._in_place = _in_place(only, calls[0], self._executors[0],
+                                   self._output_names) if self._single else None
 
     def generate(self, prompt: Any, max_new_tokens: int | None = None, **options: Any) -> Any:
         """Generate from a prompt (text, or token ids): see runtime/generation/generator.py
@@ -151,9 +149,13 @@ class Program(ProgramBase):
         ``OnnxRuntimeMeta.stored_outputs``) are left out rather than handed back as views
         of those inputs. Other programs, and other inputs than the fast path takes, give
         every output, as ``run``."""
-        if self._in_place is not None and self._fast_check(inputs):
-            run, names = self._in_place
-            return dict(zip(names, run(inputs)))
+        if self._in_place is not None:
+            run, names, on_cpu = self._in_place
+            here = self._fast_check(inputs)
+            # the GPU's rows were stored only where the cache itself went in, not a copy
+            if here is not None and (here if on_cpu else
+                                     all(tensor.is_cuda for tensor in inputs)):
+                return dict(zip(names, run(inputs)))
         return self.run(inputs)
 
     def _run_general(self, inputs: Mapping[str, torch.Tensor] | Sequence[torch.Tensor],
@@ -202,6 +204,29 @@ class Program(ProgramBase):
 
 
 _CPU = torch.device("cpu")
+
+
+def _in_place(partition, call: Callable, executor: Executor, output_names: list[str]
+              ) -> tuple[Callable, list[str], bool] | None:
+    """(a run giving the outputs not stored into the inputs, their names, whether it
+    takes CPU inputs) for the one partition of a program, or None where it stores none.
+    An ONNX CPU step's executor returns its stored rows as views, which ``computing``
+    leaves out; a GPU library (AotiMeta.stored_outputs) returns them as computed too, and
+    they are dropped here."""
+    if partition.device == "cpu":
+        stored = getattr(call, "stored_outputs", None)
+        if stored is None:
+            return None
+        return call.computing, [n for i, n in enumerate(output_names) if i not in stored], True
+    stored = set(getattr(executor, "stored_outputs", None) or ())
+    if not stored or partition.device != "cuda":
+        return None
+    kept = [i for i in range(len(output_names)) if i not in stored]
+
+    def run(inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+        outputs = call(inputs)
+        return [outputs[i] for i in kept]
+    return run, [output_names[i] for i in kept], False
 
 
 def _as_tensor(value: Any) -> Any:

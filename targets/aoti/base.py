@@ -46,6 +46,7 @@ from targets.facets import Generation, Packaging, Tooling
 from targets.errors import LoweringError, TargetOptionError
 from targets.aoti.card import AotiOptions, compiler_here
 from targets.aoti.folded_weights import folded_int8_note, int8_dequantizes_folded
+from targets.aoti.passes.attention_store import stored_outputs
 from targets.reproducible import (
     canonical_mkldnn_metadata,
     mkldnn_md_layout_known,
@@ -273,7 +274,8 @@ class AOTInductorTarget(Target):
         seconds = time.perf_counter() - start
         log.info("AOTInductor compiled %s in %.1f s", package, seconds)
         meta = AotiMeta(package=PACKAGE_NAME, inductor_configs=_jsonable(configs),
-                        compiler=choose_cxx().note)
+                        compiler=choose_cxx().note,
+                        stored_outputs=stored_outputs(program) or None)
         notes = [choose_cxx().note] if choose_cxx().switched else []
         notes += folded_int8_note(folded)
         return Lowered(files={PACKAGE_NAME: package}, meta=meta.to_json(),

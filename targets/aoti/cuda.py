@@ -89,7 +89,9 @@ class CudaTarget(AOTInductorTarget):
     name, device, description = CUDA.name, CUDA.device, CUDA.description
     # SDPA's GPU kernels (exporter/lm/attention.py: measured). The greedy token taken in
     # the head's kernel (next_token=True, passes/decode_argmax.py) is off: the ~1.1B
-    # decoded no faster with it (bench/pending/README.md: the form waiting for its A/B)
+    # decoded no faster with it (bench/pending/README.md: the form waiting for its A/B).
+    # The new K/V rows stored by the attention (store_rows=True, passes/attention_store.py)
+    # is off until its A/B (bench/pending/kv_store_ab.sh)
     generation = AotiGeneration(step_attention="sdpa")
     packaging = CudaPackaging()
     tooling = CudaTooling()
@@ -114,8 +116,8 @@ class CudaTarget(AOTInductorTarget):
         # a decode step's products and attention as our Triton kernels, the rest of the
         # one-row linears as Inductor's reductions (passes/decode_kernels.py), but a
         # plain build's lone one-row linears on cuBLAS where it times faster
-        decode = [DecodeAttentionAsKernel(), RowLinearsAsKernels()] if decode_ops.TRITON \
-            else []
+        decode = [DecodeAttentionAsKernel(store_rows=self.generation.store_rows),
+                  RowLinearsAsKernels()] if decode_ops.TRITON else []
         # not in generating builds (measured on plain ones): a decode step's one-row fc1
         # keeps its row kernel, its attention its decode kernel
         plain = not options.shared_weights

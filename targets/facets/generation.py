@@ -26,6 +26,10 @@ class Generation:
     # NEXT_TOKEN), which the runtime's decode graph feeds back in place of an argmax of
     # its own: where the target takes it inside the head's kernel (cuda).
     next_token: bool = False
+    # The decode step's attention stores its new keys and values in the cache buffers it
+    # reads (at slot position % slots), and the partition names those outputs stored, so
+    # the runtime's cache write leaves them: where the target's attention kernel can (cuda).
+    store_rows: bool = False
 
     def __post_init__(self) -> None:
         if self.step_attention not in STEP_ATTENTION:  # a target's own declaration

@@ -33,6 +33,7 @@ from torch.export import ExportedProgram
 from passes.base import PassResult
 from passes.graph.rewrite import attribute, replace_calls, rewrite_and_recapture
 from targets.aoti.kernels import int4_rows, ops
+from targets.aoti.passes.attention_store import store_new_rows
 from targets.aoti.passes.decode_argmax import argmax_in_head
 from targets.aoti.passes.decode_patterns import (match_decode_attention, match_gated,
                                                  match_int8_linear, match_norm,
@@ -42,6 +43,7 @@ from targets.aoti.passes.decode_stored import stored_once
 from targets.aoti.passes.row_linears import _one_row, _plain_float
 
 _LINEAR = torch.ops.aten.linear.default
+_ATTENTIONS = (ops.decode_attention, ops.decode_attention_store)  # both take the counts
 
 
 class RowLinearsAsKernels:
@@ -56,8 +58,15 @@ class DecodeAttentionAsKernel:
     name = "decode_attention_as_kernel"
     required = False
 
+    def __init__(self, store_rows: bool = False) -> None:
+        # the new K/V rows stored by the attention's kernel where the target asks
+        # (Generation.store_rows: passes/attention_store.py)
+        self.store_rows = store_rows
+
     def __call__(self, program: ExportedProgram) -> PassResult:
-        return rewrite_and_recapture(program, _rewrite_attention, "attention_as_kernel")
+        return rewrite_and_recapture(
+            program, lambda module: _rewrite_attention(module, self.store_rows),
+            "attention_as_kernel")
 
 
 def _rewrite_linears(module: torch.fx.GraphModule) -> dict:
@@ -130,7 +139,7 @@ def _split_counts(module: torch.fx.GraphModule) -> int:
     another): a new one, a count for every row of the largest product (enough for any
     block of rows) and every key/value head, stored once. Returns how many got it."""
     readers = [n for n in module.graph.nodes if n.op == "call_function" and (
-        n.target is ops.decode_attention and len(n.args) > 8 or
+        n.target in _ATTENTIONS and len(n.args) > 8 or
         n.target is ops.row_gemv and _splittable(n))]
     products = [n for n in readers if n.target is ops.row_gemv]
     if not products:
@@ -145,7 +154,7 @@ def _split_counts(module: torch.fx.GraphModule) -> int:
         counts = module.graph.call_function(inductor_prims.force_stride_order, (zeros, [1]))
         counts.meta = dict(zeros.meta)
     for node in readers:
-        if node.target is ops.decode_attention:
+        if node.target in _ATTENTIONS:
             node.update_arg(8, counts)
         else:  # no rotary rows: their arguments at their defaults
             node.args = (*node.args[:9], None, None, 0, 0, counts)
@@ -172,7 +181,7 @@ def _row_linear(module: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
             and (bias_node is None or (bias is not None and bias.dtype == weight.dtype)))
 
 
-def _rewrite_attention(module: torch.fx.GraphModule) -> dict:
+def _rewrite_attention(module: torch.fx.GraphModule, store_rows: bool = False) -> dict:
     ahead = []
 
     def arguments(node):
@@ -190,7 +199,9 @@ def _rewrite_attention(module: torch.fx.GraphModule) -> dict:
     _shared_counts(module)
     # the mask and the counts
     info["stored_once"] = stored_once(module, ops.decode_attention, (5, 8))
-    module.graph.eliminate_dead_code()
+    module.graph.eliminate_dead_code()  # the cache copies SDPA read: not readers now
+    if store_rows:  # the choice is made only where asked: the key stays absent otherwise
+        info["rows_stored"] = store_new_rows(module)
     module.recompile()
     return info
 
