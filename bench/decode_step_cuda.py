@@ -2,11 +2,13 @@
 own bytes, and the decode speed against the memory-bandwidth bound.
 
     python bench/decode_step_cuda.py --out DIR --builds fp16[,fp16-int8-weight,...]
-        [--variant before|after|next-token] [--ncu] [--validate] [--build-only | --measure-only]
+        [--variant before|after|next-token|kv-store] [--ncu] [--validate]
+        [--build-only | --measure-only]
 
 For each build: the artifact (``exporter.build``, the cuda target; ``before`` without the
 decode-kernel passes, ``after`` as the target is, ``next-token`` with the greedy token
-taken in the head's kernel), ``exporter bench``'s decode tokens/s
+taken in the head's kernel, ``kv-store`` with the new K/V rows stored by the attention's
+kernel), ``exporter bench``'s decode tokens/s
 (no baselines: 128-token prompt, 128 new tokens, median of 3 runs after a warm-up), the
 decode CUDA graph's replay time (CUDA events, median of 200 calls one at a time, and a
 replay's share of 20 back to back, as greedy decoding runs them), the kernels of 20 replays
@@ -51,8 +53,10 @@ DECODE_PASSES = ("decode_attention_as_kernel", "row_linears_as_kernels")
 ROW_KERNELS = ("row_gemv_kernel", "row_loop_kernel", "split_gemv_kernel", "int4_row_gemv_kernel",
                "head_argmax_kernel")
 # "next-token": as "after", with the greedy token taken in the head's kernel (the cuda
-# target's generation facet's next_token, off by default)
-VARIANTS = ("before", "after", "next-token")
+# target's generation facet's next_token, off by default); "kv-store": as "after", with
+# the step's new K/V rows stored by the attention's kernel (store_rows, off by default)
+VARIANTS = ("before", "after", "next-token", "kv-store")
+FLAGS = {"next-token": "next_token", "kv-store": "store_rows"}  # Generation's fields
 BUILDS = {"fp16": dict(dtype="fp16"),
           "fp16-int8-weight": dict(dtype="fp16", quantize="int8-weight", min_top1=0.5),
           # random weights' flat logits: int4's rounding alone flips most near-ties, more
@@ -84,8 +88,8 @@ def build(folder: Path, name: str, variant: str, out: Path, validate: bool) -> d
     if variant == "before":
         CudaTarget.default_passes = lambda self, options: [
             p for p in original(self, options) if p.name not in DECODE_PASSES]
-    if variant == "next-token":
-        CudaTarget.generation = dataclasses.replace(generation, next_token=True)
+    if variant in FLAGS:
+        CudaTarget.generation = dataclasses.replace(generation, **{FLAGS[variant]: True})
     artifact = out / f"llama-1b-{name}-{variant}.artifact"
     start = time.perf_counter()
 

@@ -1,0 +1,27 @@
+"""bench/decode_step_cuda.py's variants: each flag variant turns on a field the cuda
+target's generation facet has, and bench/pending's A/B scripts ask for variants it has."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+
+from bench import decode_step_cuda
+from targets.facets.generation import Generation
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_flag_variants_name_generation_fields_off_by_default():
+    fields = {f.name: f.default for f in dataclasses.fields(Generation)}
+    assert set(decode_step_cuda.FLAGS) <= set(decode_step_cuda.VARIANTS)
+    for variant, field in decode_step_cuda.FLAGS.items():
+        assert fields.get(field) is False, variant
+
+
+def test_the_pending_scripts_ask_for_variants_the_bench_has():
+    for script in (ROOT / "bench" / "pending").glob("*.sh"):
+        loops = re.findall(r"for V in ([\w -]+); do", script.read_text())
+        asked = {v for loop in loops for v in loop.split()}
+        assert asked and asked <= set(decode_step_cuda.VARIANTS), script.name
