@@ -50,8 +50,8 @@ from targets.aoti.kernels.dependent_launch import PLAIN_ENV  # noqa: E402
 BANDWIDTH = 4.8e12
 DECODE_PASSES = ("decode_attention_as_kernel", "row_linears_as_kernels")
 # the head's kernel is the last of a step's row kernels (head_argmax_kernel: greedy steps)
-ROW_KERNELS = ("row_gemv_kernel", "row_loop_kernel", "split_gemv_kernel", "int4_row_gemv_kernel",
-               "head_argmax_kernel")
+ROW_KERNELS = ("row_gemv_kernel", "row_loop_kernel", "split_gemv_kernel", "pipe_gemv_kernel",
+               "int4_row_gemv_kernel", "head_argmax_kernel")
 # "next-token": as "after", with the greedy token taken in the head's kernel (the cuda
 # target's generation facet's next_token, off by default); "kv-store": as "after", with
 # the step's new K/V rows stored by the attention's kernel (store_rows, off by default)
