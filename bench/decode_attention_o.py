@@ -144,30 +144,11 @@ def attention_o_int4_variants(int4_chosen: dict) -> dict:
         *change)}, *rest) for name, change in INT4_CHANGES.items()}
 
 
-def _ptxas(ptx: str) -> tuple:
-    import re
-    import subprocess
-    import tempfile
-
-    import triton
-    ptxas = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
-    with tempfile.NamedTemporaryFile("w", suffix=".ptx") as fh:
-        fh.write(ptx)
-        fh.flush()
-        report = subprocess.run([str(ptxas), "-v", "-arch=sm_90a", fh.name, "-o",
-                                 "/dev/null"], capture_output=True, text=True).stderr
-    regs = re.search(r"Used (\d+) registers", report)
-    spills = re.search(r"(\d+) bytes spill stores", report)
-    return int(regs.group(1)) if regs else -1, int(spills.group(1)) if spills else 0
-
-
 def compiled(form: str, *config, int4: bool = False) -> tuple:
     """The ``_gdc`` form at the ~1.1B's shape (32 heads over 4, 64 wide, 512 slots, o
     2048 x 2048) compiled for sm_90a here: (registers, spilled bytes, shared
     bytes, the PTX's global loads before, between and after its waits, its cp.async)."""
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
+    from bench.int4_rows_ptx import ATTENTION_STRIDES, ptxas_report, sm90_compiled
     query = torch.empty(1, 32, 1, 64, dtype=torch.float16, device="meta")
     past = torch.empty(1, 4, 512, 64, dtype=torch.float16, device="meta")
     weight = torch.empty(2048, 2048, dtype=torch.float16, device="meta")
@@ -193,22 +174,12 @@ def compiled(form: str, *config, int4: bool = False) -> tuple:
             kinds["w_ptr"] = "*u8"
             block_g, split_x = int4_steps(block_n, warps, 2048, 16)
             values.update(GROUP=128, BLOCK_G4=block_g, SPLIT_X=split_x)
-    names = kernel.arg_names
-    signature = {a: kinds.get(a, "*fp16") for a in names if a.endswith("_ptr")}
-    signature.update({a: "i32" for a in ("sq_h", "spk_h", "spk_s", "snk_h", "spv_h",
-                                          "spv_s", "snv_h")})
     values = {"sm": 1, **values}  # as a launch specializes a stride of 1
-    signature.update({a: "constexpr" for a in values})
-    source = ASTSource(kernel, signature,
-                       constexprs={(names.index(a),): v for a, v in values.items()},
-                       attrs={(names.index(a),): [["tt.divisibility", 16]]
-                              for a in signature if signature[a] != "constexpr"})
-    made = triton.compile(source, target=GPUTarget("cuda", 90, 32),
-                          options={"num_warps": warps, **options})
+    made = sm90_compiled(kernel, kinds, values, warps, ATTENTION_STRIDES, **options)
     ptx = made.asm["ptx"]
     # the global loads between waits (the joined kernel has one wait a branch)
     loads = [part.count("ld.global") for part in ptx.split("griddepcontrol.wait")]
-    regs, spills = _ptxas(ptx)
+    regs, spills = ptxas_report(ptx)
     return regs, spills, made.metadata.shared, loads, ptx.count("cp.async")
 
 

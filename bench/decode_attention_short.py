@@ -220,38 +220,14 @@ def short_variants(default: dict) -> dict:
 def compiled(splits: int, warps: int, sem: str = "acq_rel", slots: int = 512) -> tuple:
     """The ``_gdc`` form for the ~1.1B's attention (32 heads over 4, 64 wide) compiled
     for sm_90a here: (registers, spilled bytes) by ptxas."""
-    import re
-    import subprocess
-    import tempfile
-
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
+    from bench.int4_rows_ptx import ATTENTION_STRIDES, ptxas_report, sm90_compiled
     query = torch.empty(1, 32, 1, 64, dtype=torch.float16, device="meta")
     past = torch.empty(1, 4, slots, 64, dtype=torch.float16, device="meta")
-    kernel = short_attention_kernel_gdc
-    names = kernel.arg_names
     # as a launch specializes them: strides of 16 elements or more, the mask's 1
     kinds = {"m_ptr": "*fp32", "l_ptr": "*fp32", "acc_ptr": "*fp32", "counts_ptr": "*i32"}
-    signature = {a: kinds.get(a, "*fp16") for a in names if a.endswith("_ptr")}
-    signature.update({a: "i32" for a in ("sq_h", "spk_h", "spk_s", "snk_h", "spv_h",
-                                          "spv_s", "snv_h")})
     values = {"sm": 1, **short_sizes(query, past, splits, sem)}
-    signature.update({a: "constexpr" for a in values})
-    source = ASTSource(kernel, signature,
-                       constexprs={(names.index(a),): v for a, v in values.items()},
-                       attrs={(names.index(a),): [["tt.divisibility", 16]]
-                              for a in signature if signature[a] != "constexpr"})
-    ptx = triton.compile(source, target=GPUTarget("cuda", 90, 32),
-                         options={"num_warps": warps}).asm["ptx"]
-    ptxas = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
-    with tempfile.NamedTemporaryFile("w", suffix=".ptx") as fh:
-        fh.write(ptx)
-        fh.flush()
-        report = subprocess.run([str(ptxas), "-v", "-arch=sm_90a", fh.name, "-o",
-                                 "/dev/null"], capture_output=True, text=True).stderr
-    regs = re.search(r"Used (\d+) registers", report)
-    spills = re.search(r"(\d+) bytes spill stores", report)
-    return int(regs.group(1)) if regs else -1, int(spills.group(1)) if spills else 0
+    made = sm90_compiled(short_attention_kernel_gdc, kinds, values, warps, ATTENTION_STRIDES)
+    return ptxas_report(made.asm["ptx"])
 
 
 def main() -> None:

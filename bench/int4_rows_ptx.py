@@ -25,6 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.decode_kernels_cuda import SHAPES  # noqa: E402
 
 ROTATED = {"qkv+norm": (2048 + 256, 64)}  # q's and k's rows (32 + 4 heads of 64)
+# the decode attention kernels' int32 strides (targets/aoti/kernels/decode_attention.py)
+ATTENTION_STRIDES = ("sq_h", "spk_h", "spk_s", "snk_h", "spv_h", "spv_s", "snv_h")
 
 
 def sm90_ptx(kernel, pointer_kinds: dict, values: dict, warps: int) -> str:
@@ -34,22 +36,25 @@ def sm90_ptx(kernel, pointer_kinds: dict, values: dict, warps: int) -> str:
     return sm90_compiled(kernel, pointer_kinds, values, warps).asm["ptx"]
 
 
-def sm90_compiled(kernel, pointer_kinds: dict, values: dict, warps: int):
+def sm90_compiled(kernel, pointer_kinds: dict, values: dict, warps: int,
+                  strides: tuple = (), **options):
     """sm90_ptx's compile: Triton's compiled kernel (``.asm``: ptx, cubin; ``.metadata``:
-    shared bytes among others)."""
+    shared bytes among others). ``strides``: int32 arguments, each a multiple of 16 as a
+    launch specializes a stride of 16 elements or more; ``options``: Triton's (num_stages)."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
     names = kernel.arg_names
     signature = {a: pointer_kinds.get(a, "*fp16") for a in names if a.endswith("_ptr")}
+    signature.update({a: "i32" for a in strides})
     signature.update({a: "constexpr" for a in values})
     source = ASTSource(kernel, signature,
                        constexprs={(names.index(a),): v for a, v in values.items()},
-                       attrs={(i,): [["tt.divisibility", 16]]
-                              for i, a in enumerate(names) if a.endswith("_ptr")})
+                       attrs={(names.index(a),): [["tt.divisibility", 16]]
+                              for a in signature if signature[a] != "constexpr"})
     return triton.compile(source, target=GPUTarget("cuda", 90, 32),
-                          options={"num_warps": warps})
+                          options={"num_warps": warps, **options})
 
 
 def compiled(name, n, k, norm, act, res):
@@ -64,16 +69,24 @@ def compiled(name, n, k, norm, act, res):
     return (block_n, block_g, warps), ptx
 
 
-def registers(ptx: str) -> str:
+def ptxas_report(ptx: str) -> tuple[int, int]:
+    """(registers a thread, bytes spilled) of ``ptx`` by Triton's bundled ptxas for sm_90a
+    (-1 registers where it says none)."""
     import triton
     ptxas = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
     with tempfile.NamedTemporaryFile("w", suffix=".ptx") as fh:
         fh.write(ptx)
         fh.flush()
-        done = subprocess.run([str(ptxas), "-v", "-arch=sm_90a", fh.name, "-o", "/dev/null"],
-                              capture_output=True, text=True)
-    found = re.search(r"Used (\d+) registers", done.stderr)
-    return found.group(1) if found else "?"
+        report = subprocess.run([str(ptxas), "-v", "-arch=sm_90a", fh.name, "-o",
+                                 "/dev/null"], capture_output=True, text=True).stderr
+    regs = re.search(r"Used (\d+) registers", report)
+    spills = re.search(r"(\d+) bytes spill stores", report)
+    return int(regs.group(1)) if regs else -1, int(spills.group(1)) if spills else 0
+
+
+def registers(ptx: str) -> str:
+    found = ptxas_report(ptx)[0]
+    return str(found) if found >= 0 else "?"
 
 
 def main() -> None:
