@@ -2,13 +2,14 @@
 own bytes, and the decode speed against the memory-bandwidth bound.
 
     python bench/decode_step_cuda.py --out DIR --builds fp16[,fp16-int8-weight,...]
-        [--variant before|after|next-token|kv-store] [--ncu] [--validate]
+        [--variant before|after|kv-store|flags-off] [--ncu] [--validate]
         [--build-only | --measure-only]
 
 For each build: the artifact (``exporter.build``, the cuda target; ``before`` without the
-decode-kernel passes, ``after`` as the target is, ``next-token`` with the greedy token
-taken in the head's kernel, ``kv-store`` with the new K/V rows stored by the attention's
-kernel), ``exporter bench``'s decode tokens/s
+decode-kernel passes, ``after`` as the target is, ``kv-store`` with the new K/V rows
+stored by the attention's kernel, ``flags-off`` without the greedy token in the head's
+kernel and with each attention and o as two launches), ``exporter bench``'s
+decode tokens/s
 (no baselines: 128-token prompt, 128 new tokens, median of 3 runs after a warm-up), the
 decode CUDA graph's replay time (CUDA events, median of 200 calls one at a time, and a
 replay's share of 20 back to back, as greedy decoding runs them), the kernels of 20 replays
@@ -52,11 +53,13 @@ DECODE_PASSES = ("decode_attention_as_kernel", "row_linears_as_kernels")
 # the head's kernel is the last of a step's row kernels (head_argmax_kernel: greedy steps)
 ROW_KERNELS = ("row_gemv_kernel", "row_loop_kernel", "split_gemv_kernel", "pipe_gemv_kernel",
                "int4_row_gemv_kernel", "head_argmax_kernel")
-# "next-token": as "after", with the greedy token taken in the head's kernel (the cuda
-# target's generation facet's next_token, off by default); "kv-store": as "after", with
-# the step's new K/V rows stored by the attention's kernel (store_rows, off by default)
-VARIANTS = ("before", "after", "next-token", "kv-store")
-FLAGS = {"next-token": "next_token", "kv-store": "store_rows"}  # Generation's fields
+# Variants as the cuda target's generation facet with fields changed: "kv-store" with the
+# step's new K/V rows stored by the attention's kernel (an attention that stores keeps its
+# own launch, not joined with o); "flags-off" with the greedy token in the head and the
+# attention joined with o both off (the target before they were on)
+VARIANTS = ("before", "after", "kv-store", "flags-off")
+FLAGS = {"kv-store": {"store_rows": True},
+         "flags-off": {"next_token": False, "attention_o": False}}  # Generation's fields
 BUILDS = {"fp16": dict(dtype="fp16"),
           "fp16-int8-weight": dict(dtype="fp16", quantize="int8-weight", min_top1=0.5),
           # random weights' flat logits: int4's rounding alone flips most near-ties, more
@@ -89,7 +92,7 @@ def build(folder: Path, name: str, variant: str, out: Path, validate: bool) -> d
         CudaTarget.default_passes = lambda self, options: [
             p for p in original(self, options) if p.name not in DECODE_PASSES]
     if variant in FLAGS:
-        CudaTarget.generation = dataclasses.replace(generation, **{FLAGS[variant]: True})
+        CudaTarget.generation = dataclasses.replace(generation, **FLAGS[variant])
     artifact = out / f"llama-1b-{name}-{variant}.artifact"
     start = time.perf_counter()
 
@@ -220,7 +223,7 @@ def by_position(sequence: list, layers: int) -> dict:
     calls = [us for name, us in sequence if name.startswith(ROW_KERNELS)]
     per_step = 4 * layers + 1
     steps = [calls[i:i + per_step] for i in range(0, len(calls) - per_step + 1, per_step)]
-    if not steps:
+    if not steps or len(calls) % per_step:  # not 4 products a layer (attention-o: 3)
         return {}
     places = ("qkv", "o", "gate_up", "down")
     found = {place: statistics.median(us for step in steps for us in step[i:-1:4])

@@ -87,12 +87,13 @@ class CudaQuantization(Quantization):
 
 class CudaTarget(AOTInductorTarget):
     name, device, description = CUDA.name, CUDA.device, CUDA.description
-    # SDPA's GPU kernels (exporter/lm/attention.py: measured). The greedy token taken in
-    # the head's kernel (next_token=True, passes/decode_argmax.py) is off: the ~1.1B
-    # decoded no faster with it (bench/pending/README.md: the form waiting for its A/B).
-    # The new K/V rows stored by the attention (store_rows=True, passes/attention_store.py)
-    # is off until its A/B (bench/pending/kv_store_ab.sh)
-    generation = AotiGeneration(step_attention="sdpa")
+    # SDPA's GPU kernels (exporter/lm/attention.py: measured). In a decode step, the
+    # greedy token taken in the head's kernel (passes/decode_argmax.py) and each
+    # attention and o as one launch (passes/attention_o.py): on, each measured faster on
+    # a whole ~1.1B build. The new K/V rows stored by the attention (store_rows=True,
+    # passes/attention_store.py) is off: an attention that stores keeps its own launch,
+    # and the joined launch gains more
+    generation = AotiGeneration(step_attention="sdpa", next_token=True, attention_o=True)
     packaging = CudaPackaging()
     tooling = CudaTooling()
     quantization = CudaQuantization(recipes=CUDA_RECIPES, linear_formats={
@@ -117,7 +118,8 @@ class CudaTarget(AOTInductorTarget):
         # one-row linears as Inductor's reductions (passes/decode_kernels.py), but a
         # plain build's lone one-row linears on cuBLAS where it times faster
         decode = [DecodeAttentionAsKernel(store_rows=self.generation.store_rows),
-                  RowLinearsAsKernels()] if decode_ops.TRITON else []
+                  RowLinearsAsKernels(attention_o=self.generation.attention_o)
+                  ] if decode_ops.TRITON else []
         # not in generating builds (measured on plain ones): a decode step's one-row fc1
         # keeps its row kernel, its attention its decode kernel
         plain = not options.shared_weights

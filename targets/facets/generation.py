@@ -30,6 +30,11 @@ class Generation:
     # reads (at slot position % slots), and the partition names those outputs stored, so
     # the runtime's cache write leaves them: where the target's attention kernel can (cuda).
     store_rows: bool = False
+    # Each decode layer's attention and o's product (+ residual) as one launch, o's rows
+    # spinning on a flag the attention's joins count on (targets/aoti/passes/
+    # attention_o.py): where the target's kernels can (cuda). An attention that stores
+    # its rows (store_rows) keeps its own launch.
+    attention_o: bool = False
 
     def __post_init__(self) -> None:
         if self.step_attention not in STEP_ATTENTION:  # a target's own declaration

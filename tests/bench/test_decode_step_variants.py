@@ -1,4 +1,4 @@
-"""bench/decode_step_cuda.py's variants: each flag variant turns on a field the cuda
+"""bench/decode_step_cuda.py's variants: each flag variant changes fields the cuda
 target's generation facet has, and bench/pending's A/B scripts ask for variants it has."""
 
 from __future__ import annotations
@@ -13,11 +13,13 @@ from targets.facets.generation import Generation
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_flag_variants_name_generation_fields_off_by_default():
-    fields = {f.name: f.default for f in dataclasses.fields(Generation)}
+def test_flag_variants_change_generation_fields_of_the_cuda_target():
+    from targets.aoti.cuda import CudaTarget
+    fields = {f.name for f in dataclasses.fields(Generation)}
     assert set(decode_step_cuda.FLAGS) <= set(decode_step_cuda.VARIANTS)
-    for variant, field in decode_step_cuda.FLAGS.items():
-        assert fields.get(field) is False, variant
+    for variant, changed in decode_step_cuda.FLAGS.items():
+        assert changed and set(changed) <= fields, variant
+        assert all(getattr(CudaTarget.generation, f) != v for f, v in changed.items()), variant
 
 
 def test_the_pending_scripts_ask_for_variants_the_bench_has():

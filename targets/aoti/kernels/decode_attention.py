@@ -40,8 +40,21 @@ def _attention_split(q_ptr, pk_ptr, pv_ptr, mask_ptr, m_ptr, l_ptr, acc_ptr,
     read before waiting for the kernel before."""
     if GDC:
         tl.extra.cuda.gdc_launch_dependents()
-    kvh = tl.program_id(0)
-    split = tl.program_id(1)
+    _attention_block(q_ptr, pk_ptr, pv_ptr, mask_ptr, m_ptr, l_ptr, acc_ptr,
+                     tl.program_id(0), tl.program_id(1), sq_h, spk_h, spk_s, spv_h, spv_s,
+                     sm, SCALE, S, D, G, SPLITS, BLOCK_S, BLOCK_G, BLOCK_D, IEEE, GDC,
+                     CACHE_AHEAD)
+
+
+@triton.jit
+def _attention_block(q_ptr, pk_ptr, pv_ptr, mask_ptr, m_ptr, l_ptr, acc_ptr, kvh, split,
+                     sq_h, spk_h, spk_s, spv_h, spv_s, sm, SCALE: tl.constexpr,
+                     S: tl.constexpr, D: tl.constexpr, G: tl.constexpr,
+                     SPLITS: tl.constexpr, BLOCK_S: tl.constexpr,
+                     BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr, IEEE: tl.constexpr,
+                     GDC: tl.constexpr, CACHE_AHEAD: tl.constexpr):
+    """_attention_split's work for key/value head ``kvh``'s block ``split`` (also what
+    attention_o_triton.py's programs of the attention do)."""
     g = tl.arange(0, BLOCK_G)
     d = tl.arange(0, BLOCK_D)
     s = split * BLOCK_S + tl.arange(0, BLOCK_S)

@@ -3,7 +3,8 @@ decode_kernels.py): ``edge_exporter::row_gemv``, ``edge_exporter::row_gemv_argma
 head's product and the greedy token), ``edge_exporter::decode_attention`` and
 ``edge_exporter::decode_attention_store`` (the same, storing the new row in the cache
 buffers it reads: an op of its own that says it mutates them, so a step that does not
-store gets no copy of its cache) (their math: reference.py).
+store gets no copy of its cache) and ``edge_exporter::decode_attention_o`` (an attention
+and o's product after it, one launch) (their math: reference.py).
 
 Where Triton is installed they are ``torch.library.triton_op``s: torch.export keeps them as
 one node each, and AOTInductor traces into them and compiles their Triton kernels into the
@@ -25,6 +26,7 @@ ROW_GEMV = f"{NAMESPACE}::row_gemv"
 ROW_GEMV_ARGMAX = f"{NAMESPACE}::row_gemv_argmax"
 DECODE_ATTENTION = f"{NAMESPACE}::decode_attention"
 DECODE_ATTENTION_STORE = f"{NAMESPACE}::decode_attention_store"
+DECODE_ATTENTION_O = f"{NAMESPACE}::decode_attention_o"
 _STORED = ("past_k", "past_v")  # what decode_attention_store writes
 TRITON = importlib.util.find_spec("triton") is not None
 
@@ -85,6 +87,26 @@ def _decode_attention_store(query: torch.Tensor, past_k: torch.Tensor, new_k: to
                                    positions=positions)
 
 
+def _decode_attention_o(query: torch.Tensor, past_k: torch.Tensor, new_k: torch.Tensor,
+                        past_v: torch.Tensor, new_v: torch.Tensor, mask: torch.Tensor,
+                        scale: float, cache_ahead: bool, counts: torch.Tensor,
+                        weight: torch.Tensor, weight_scale: torch.Tensor | None,
+                        residual: torch.Tensor, flags: torch.Tensor, slot: int,
+                        reset: int) -> torch.Tensor:
+    """The joined ``_decode_attention`` and o's ``_row_gemv`` (+ residual) in one launch;
+    ``flags``: the step's int32 flag slots, ``slot``/``reset`` this launch's
+    (kernels/attention_o_triton.py: the spin on them never gives up silently)."""
+    from targets.aoti.kernels.attention_o_triton import launch_decode_attention_o
+    return launch_decode_attention_o(query, past_k, new_k, past_v, new_v, mask, scale,
+                                     cache_ahead, counts, weight, weight_scale, residual,
+                                     flags, slot, reset)
+
+
+def _o_shape(query, past_k, new_k, past_v, new_v, mask, scale, cache_ahead, counts, weight,
+             weight_scale, residual, *rest):
+    return residual.new_empty((*residual.shape[:-1], weight.shape[0]))
+
+
 def _define() -> None:
     if TRITON:
         row = torch.library.triton_op(ROW_GEMV, _row_gemv, mutates_args=())
@@ -98,6 +120,9 @@ def _define() -> None:
         store = torch.library.triton_op(DECODE_ATTENTION_STORE, _decode_attention_store,
                                         mutates_args=_STORED)
         store.register_kernel("cpu", reference.decode_attention_store)
+        joined = torch.library.triton_op(DECODE_ATTENTION_O, _decode_attention_o,
+                                         mutates_args=())
+        joined.register_kernel("cpu", reference.decode_attention_o)
         return
     row = torch.library.custom_op(ROW_GEMV, mutates_args=(),
                                   schema=torch.library.infer_schema(_row_gemv,
@@ -124,6 +149,11 @@ def _define() -> None:
         reference.decode_attention_store)
     store.register_fake(lambda query, past_k, new_k, past_v, new_v, mask, scale, *rest:
                         query.new_empty((*query.shape[:-1], past_v.shape[-1])))
+    joined = torch.library.custom_op(
+        DECODE_ATTENTION_O, mutates_args=(),
+        schema=torch.library.infer_schema(_decode_attention_o, mutates_args=()))(
+        reference.decode_attention_o)
+    joined.register_fake(_o_shape)
 
 
 _define()
@@ -131,3 +161,4 @@ row_gemv = torch.ops.edge_exporter.row_gemv.default
 row_gemv_argmax = torch.ops.edge_exporter.row_gemv_argmax.default
 decode_attention = torch.ops.edge_exporter.decode_attention.default
 decode_attention_store = torch.ops.edge_exporter.decode_attention_store.default
+decode_attention_o = torch.ops.edge_exporter.decode_attention_o.default

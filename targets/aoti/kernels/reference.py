@@ -121,3 +121,17 @@ def decode_attention_store(query: torch.Tensor, past_k: torch.Tensor, new_k: tor
     past_k[:, :, slot] = new_k[:, :, 0]
     past_v[:, :, slot] = new_v[:, :, 0]
     return out
+
+
+def decode_attention_o(query: torch.Tensor, past_k: torch.Tensor, new_k: torch.Tensor,
+                       past_v: torch.Tensor, new_v: torch.Tensor, mask: torch.Tensor,
+                       scale: float, cache_ahead: bool, counts: torch.Tensor,
+                       weight: torch.Tensor, weight_scale: torch.Tensor | None,
+                       residual: torch.Tensor, flags: torch.Tensor, slot: int,
+                       reset: int) -> torch.Tensor:
+    """o (+ ``residual``) over ``decode_attention``'s heads as one row [1, 1, H * Dv]:
+    ``row_gemv(attention, weight, residual=residual)``; ``flags``, ``slot`` and ``reset``
+    order the GPU kernel's launches and change nothing here."""
+    out = decode_attention(query, past_k, new_k, past_v, new_v, mask, scale)
+    row = out.transpose(1, 2).reshape(*residual.shape[:-1], -1)
+    return row_gemv(row, weight, None, None, residual, 0.0, 0.0, 0, weight_scale)

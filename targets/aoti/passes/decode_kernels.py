@@ -9,6 +9,7 @@
             out = row_gemv(a, Wd, residual=x)
             q/k/v's rotary embedding in its product's epilogue (decode_rotary.py)
             a greedy step's token in its head's epilogue (decode_argmax.py)
+            an attention and o as one launch, where the target asks (attention_o.py)
 
     before: sdpa(q, cat(past_k, k), cat(past_v, v), mask)   (two copies of the cache,
     after:  decode_attention(q, past_k, k, past_v, v, mask)  SDPA and its reduction)
@@ -33,6 +34,7 @@ from torch.export import ExportedProgram
 from passes.base import PassResult
 from passes.graph.rewrite import attribute, replace_calls, rewrite_and_recapture
 from targets.aoti.kernels import int4_rows, ops
+from targets.aoti.passes.attention_o import join_attention_with_o
 from targets.aoti.passes.attention_store import store_new_rows
 from targets.aoti.passes.decode_argmax import argmax_in_head
 from targets.aoti.passes.decode_patterns import (match_decode_attention, match_gated,
@@ -50,8 +52,15 @@ class RowLinearsAsKernels:
     name = "row_linears_as_kernels"
     required = False
 
+    def __init__(self, attention_o: bool = False) -> None:
+        # each attention and o's product after it as one launch where the target asks
+        # (Generation.attention_o: passes/attention_o.py)
+        self.attention_o = attention_o
+
     def __call__(self, program: ExportedProgram) -> PassResult:
-        return rewrite_and_recapture(program, _rewrite_linears, "linears_as_kernels")
+        return rewrite_and_recapture(
+            program, lambda module: _rewrite_linears(module, self.attention_o),
+            "linears_as_kernels")
 
 
 class DecodeAttentionAsKernel:
@@ -69,7 +78,7 @@ class DecodeAttentionAsKernel:
             "attention_as_kernel")
 
 
-def _rewrite_linears(module: torch.fx.GraphModule) -> dict:
+def _rewrite_linears(module: torch.fx.GraphModule, attention_o: bool = False) -> dict:
     counts = {"linears_as_kernels": 0, "int8_linears": 0, "int4_linears": 0,
               "norms_folded": 0, "gated_folded": 0, "residuals_folded": 0, "rotary_folded": 0}
     # export's dtype asserts (of the model's and torchao's .to() calls) are extra uses of
@@ -111,7 +120,9 @@ def _rewrite_linears(module: torch.fx.GraphModule) -> dict:
     counts["argmax_in_head"] = argmax_in_head(module)
     counts["split_counts"] = _split_counts(module)
     counts["stored_once"] = stored_once(module, ops.row_gemv, (9, 10))  # cos, sin
-    module.graph.eliminate_dead_code()
+    module.graph.eliminate_dead_code()  # the linears replaced: o alone reads its row
+    if attention_o:  # the choice is made only where asked: the key stays absent otherwise
+        counts["attention_o"] = join_attention_with_o(module)
     module.recompile()
     return counts
 

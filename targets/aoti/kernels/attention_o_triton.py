@@ -1,0 +1,218 @@
+"""A decode layer's attention and o (+ residual) as one launch (the
+``edge_exporter::decode_attention_o`` op): a 1-D grid whose first KVH x SPLITS programs
+are decode_attention.py's joined attention (blocks of slots, the last of a key/value
+head joins its query heads, then counts in on a flag) and whose other programs are o's
+rows: each loads its rows of Wo whole before the launch's wait, waits for the kernel
+before (the residual), spins until every key/value head has joined, and reads the
+attention's output. o's weights stream while the attention computes, and a layer has one
+kernel boundary fewer.
+
+Why the spin ends: an attention program waits on nothing a program of this launch does,
+so it ends once it has started; an o program spins only while some attention program
+has not. A GPU dispatches a 1-D grid's programs in the order of their index (NVIDIA
+hardware does; CUDA does not promise it), so the attention's are resident or done before
+the first o program starts; and at the ~1.1B's shape the whole grid (16 + 512 programs
+of 4 warps, 88 registers) is resident at once on an H200 (132 SMs, 5 such programs
+each) whatever the order: the kernel after it starts only once every program of this
+one has (each triggers it at its start), and the kernel before ends before any spin.
+Past 2^20 polls (over 60 ms) a spin gives up with a ``trap``: the launch fails, so the
+step raises a CUDA error where it would otherwise compute from an attention not yet
+written; it never returns wrong numbers.
+Under Triton's interpreter (programs one after another, in order) the attention has
+finished before the first o program polls.
+
+The flag is one of three slots of ``flags`` (each its own 128-byte line): a launch counts
+on slot ``slot`` and its program 0, after its wait (every launch before it has ended),
+zeroes slot ``reset``, the next launch's (attention_o_slots.flag_slots: no two launches
+in a row share one). Like the join's counts, the flags are the launches' own: no other
+kernel reads them, and the op does not declare them written (a library would copy them
+each call).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from targets.aoti.kernels.attention_o_slots import SLOTS, STRIDE, attention_splits, joins_o
+from targets.aoti.kernels.decode_attention import _attention_block, _join_heads
+from targets.aoti.kernels.dependent_launch import declare_writes, launcher
+
+_STRIDE = tl.constexpr(STRIDE)
+LIMIT = tl.constexpr(1 << 20)  # polls before a spin gives up (64 ns apart: over 60 ms)
+ROWS = 4  # o's rows a program, 4 warps (the 22-layer chain's best, with SPLITS below)
+
+
+@triton.jit
+def _poll(flag_ptr, TARGET: tl.constexpr, POLL: tl.constexpr):
+    """Until the flag holds TARGET counts: one thread polls with acquire loads at gpu
+    scope, 64 ns apart, and traps past LIMIT polls (POLL 0, the interpreter: Triton
+    atomics, no limit); then the CTA barrier orders every thread after it."""
+    if POLL == 0:
+        seen = tl.atomic_add(flag_ptr, 0, sem="acquire", scope="gpu")
+        while seen < TARGET:
+            seen = tl.atomic_add(flag_ptr, 0, sem="acquire", scope="gpu")
+    else:
+        tl.inline_asm_elementwise(
+            f"""{{
+            .reg .pred ao_skip, ao_done, ao_late;
+            .reg .u32 ao_tid, ao_n;
+            mov.u32 $0, 0;
+            mov.u32 ao_tid, %tid.x;
+            setp.ne.u32 ao_skip, ao_tid, 0;
+            @ao_skip bra AO_END;
+            mov.u32 ao_n, 0;
+            AO_POLL:
+            ld.acquire.gpu.global.u32 $0, [$1];
+            setp.ge.u32 ao_done, $0, {TARGET};
+            @ao_done bra AO_END;
+            add.u32 ao_n, ao_n, 1;
+            setp.ge.u32 ao_late, ao_n, {LIMIT};
+            @ao_late trap;
+            nanosleep.u32 64;
+            bra AO_POLL;
+            AO_END:
+            }}""",
+            "=r,l", [flag_ptr], dtype=tl.int32, is_pure=False, pack=1)
+    tl.debug_barrier()
+
+
+@triton.jit
+def _attention_o(q_ptr, pk_ptr, nk_ptr, pv_ptr, nv_ptr, mask_ptr, m_ptr, l_ptr, acc_ptr,
+                 counts_ptr, att_ptr, flags_ptr, w_ptr, s_ptr, r_ptr, out_ptr, slot, reset,
+                 sq_h, spk_h, spk_s, snk_h, spv_h, spv_s, snv_h, sm, SCALE: tl.constexpr,
+                 S: tl.constexpr, D: tl.constexpr, G: tl.constexpr, KVH: tl.constexpr,
+                 SPLITS: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_G: tl.constexpr,
+                 BLOCK_D: tl.constexpr, IEEE: tl.constexpr, JOIN_G: tl.constexpr,
+                 BLOCK_J: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
+                 BLOCK_N: tl.constexpr, HAS_SCALE: tl.constexpr, POLL: tl.constexpr,
+                 GDC: tl.constexpr, CACHE_AHEAD: tl.constexpr):
+    pid = tl.program_id(0)
+    if GDC:
+        tl.extra.cuda.gdc_launch_dependents()
+    flag_ptr = flags_ptr + slot * _STRIDE
+    if pid < KVH * SPLITS:  # the attention: a block of slots of a key/value head
+        kvh = pid // SPLITS
+        _attention_block(q_ptr, pk_ptr, pv_ptr, mask_ptr, m_ptr, l_ptr, acc_ptr, kvh,
+                         pid % SPLITS, sq_h, spk_h, spk_s, spv_h, spv_s, sm, SCALE, S, D,
+                         G, SPLITS, BLOCK_S, BLOCK_G, BLOCK_D, IEEE, GDC, CACHE_AHEAD)
+        if pid == 0:  # past its wait: every launch before this one has ended
+            tl.store(flags_ptr + reset * _STRIDE, 0)
+        tl.debug_barrier()  # every thread's stores before the count
+        seen = tl.atomic_add(counts_ptr + kvh, 1, sem="acq_rel", scope="gpu")
+        if seen == SPLITS - 1:
+            _join_heads(q_ptr, nk_ptr, nv_ptr, mask_ptr, m_ptr, l_ptr, acc_ptr, att_ptr,
+                        kvh, sq_h, snk_h, snv_h, sm, SCALE, S, D, G, SPLITS, JOIN_G,
+                        BLOCK_J, BLOCK_D)
+            tl.store(counts_ptr + kvh, 0)
+            tl.debug_barrier()  # the head's output stored before the flag counts it
+            tl.atomic_add(flag_ptr, 1, sem="release", scope="gpu")
+    else:  # o's rows: Wo's whole rows before the wait, the attention's output after
+        rows = (pid - KVH * SPLITS) * BLOCK_N + tl.arange(0, BLOCK_N)
+        row_ok = rows < N
+        cols = tl.arange(0, K)
+        w = tl.load(w_ptr + rows[:, None] * K + cols[None, :], mask=row_ok[:, None],
+                    other=0.0, eviction_policy="evict_first")
+        if GDC:
+            tl.extra.cuda.gdc_wait()
+        residual = tl.load(r_ptr + rows, mask=row_ok, other=0.0).to(tl.float32)
+        if HAS_SCALE:  # int8 rows: a scale a row
+            scale = tl.load(s_ptr + rows, mask=row_ok, other=0.0).to(tl.float32)
+        _poll(flag_ptr, KVH, POLL)
+        # .cg: other programs of this launch wrote it; read past this SM's L1
+        x = tl.load(att_ptr + cols, cache_modifier=".cg").to(tl.float32)
+        y = tl.sum(w.to(tl.float32) * x[None, :], axis=1)
+        if HAS_SCALE:
+            y *= scale
+        y += residual
+        tl.store(out_ptr + rows, y.to(out_ptr.dtype.element_ty), mask=row_ok)
+
+
+@triton.jit
+def attention_o_kernel(q_ptr, pk_ptr, nk_ptr, pv_ptr, nv_ptr, mask_ptr, m_ptr, l_ptr,
+                       acc_ptr, counts_ptr, att_ptr, flags_ptr, w_ptr, s_ptr, r_ptr, out_ptr,
+                       slot, reset, sq_h, spk_h, spk_s, snk_h, spv_h, spv_s, snv_h, sm,
+                       SCALE: tl.constexpr, S: tl.constexpr, D: tl.constexpr,
+                       G: tl.constexpr, KVH: tl.constexpr, SPLITS: tl.constexpr,
+                       BLOCK_S: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr,
+                       IEEE: tl.constexpr, JOIN_G: tl.constexpr, BLOCK_J: tl.constexpr,
+                       N: tl.constexpr, K: tl.constexpr, BLOCK_N: tl.constexpr,
+                       HAS_SCALE: tl.constexpr, POLL: tl.constexpr):
+    _attention_o(q_ptr, pk_ptr, nk_ptr, pv_ptr, nv_ptr, mask_ptr, m_ptr, l_ptr, acc_ptr,
+                 counts_ptr, att_ptr, flags_ptr, w_ptr, s_ptr, r_ptr, out_ptr, slot, reset,
+                 sq_h, spk_h, spk_s, snk_h, spv_h, spv_s, snv_h, sm, SCALE, S, D, G, KVH,
+                 SPLITS, BLOCK_S, BLOCK_G, BLOCK_D, IEEE, JOIN_G, BLOCK_J, N, K, BLOCK_N,
+                 HAS_SCALE, POLL, False, False)
+
+
+@triton.jit
+def attention_o_kernel_gdc(q_ptr, pk_ptr, nk_ptr, pv_ptr, nv_ptr, mask_ptr, m_ptr, l_ptr,
+                           acc_ptr, counts_ptr, att_ptr, flags_ptr, w_ptr, s_ptr, r_ptr,
+                           out_ptr, slot, reset, sq_h, spk_h, spk_s, snk_h, spv_h, spv_s,
+                           snv_h, sm, SCALE: tl.constexpr, S: tl.constexpr,
+                           D: tl.constexpr, G: tl.constexpr, KVH: tl.constexpr,
+                           SPLITS: tl.constexpr, BLOCK_S: tl.constexpr,
+                           BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr,
+                           IEEE: tl.constexpr, JOIN_G: tl.constexpr, BLOCK_J: tl.constexpr,
+                           N: tl.constexpr, K: tl.constexpr, BLOCK_N: tl.constexpr,
+                           HAS_SCALE: tl.constexpr, POLL: tl.constexpr,
+                           CACHE_AHEAD: tl.constexpr):
+    _attention_o(q_ptr, pk_ptr, nk_ptr, pv_ptr, nv_ptr, mask_ptr, m_ptr, l_ptr, acc_ptr,
+                 counts_ptr, att_ptr, flags_ptr, w_ptr, s_ptr, r_ptr, out_ptr, slot, reset,
+                 sq_h, spk_h, spk_s, snk_h, spv_h, spv_s, snv_h, sm, SCALE, S, D, G, KVH,
+                 SPLITS, BLOCK_S, BLOCK_G, BLOCK_D, IEEE, JOIN_G, BLOCK_J, N, K, BLOCK_N,
+                 HAS_SCALE, POLL, True, CACHE_AHEAD)
+
+
+# not counts_ptr or flags_ptr: the launches leave the counts at zero and own the flags,
+# so a library need not copy them for each call (torch's analysis takes atomics as writes)
+declare_writes(attention_o_kernel_gdc, "m_ptr", "l_ptr", "acc_ptr", "att_ptr", "out_ptr")
+
+
+def launch_decode_attention_o(query, past_k, new_k, past_v, new_v, mask, scale: float,
+                              cache_ahead: bool, counts: torch.Tensor, weight: torch.Tensor,
+                              weight_scale: torch.Tensor | None, residual: torch.Tensor,
+                              flags: torch.Tensor, slot: int, reset: int,
+                              pdl: bool = False) -> torch.Tensor:
+    """reference.decode_attention_o in one launch: ``counts`` int32 zeros, one a
+    key/value head (left at zero); ``flags`` int32, SLOTS x STRIDE, zeros before the
+    step's first launch (``slot`` counted on, ``reset`` zeroed: flag_slots)."""
+    heads, dim = query.shape[1], query.shape[-1]
+    kv_heads, slots = past_k.shape[1], past_k.shape[2]
+    rows, cols = weight.shape[0], heads * dim
+    if not joins_o(heads, dim, slots) or weight.shape[1] != cols:
+        raise ValueError(f"o's row of {heads} x {dim} over {slots} slots is not joined")
+    if flags.numel() < SLOTS * STRIDE or not (0 <= slot < SLOTS and 0 <= reset < SLOTS):
+        raise ValueError(f"flags: {SLOTS} slots of {STRIDE} int32s, slot/reset below {SLOTS}")
+    groups = heads // kv_heads
+    splits = attention_splits(weight_scale is not None)
+    block_d = max(16, triton.next_power_of_2(dim))
+    join_g = triton.next_power_of_2(groups)
+    kernel, gdc = launcher(attention_o_kernel, attention_o_kernel_gdc, query.device, pdl)
+    ahead = dict(CACHE_AHEAD=bool(cache_ahead) and past_k.stride(-1) == 1
+                 and past_v.stride(-1) == 1) if gdc else {}
+    query, past_k, past_v, new_k, new_v = (t if t.stride(-1) == 1 else t.contiguous()
+                                           for t in (query, past_k, past_v, new_k, new_v))
+    tops = torch.empty((heads * splits,), dtype=torch.float32, device=query.device)
+    sums = torch.empty_like(tops)
+    accs = torch.empty((heads * splits, block_d), dtype=torch.float32, device=query.device)
+    att = torch.empty((cols,), dtype=query.dtype, device=query.device)
+    out = torch.empty((*residual.shape[:-1], rows), dtype=residual.dtype,
+                      device=residual.device)
+    grid = kv_heads * splits + triton.cdiv(rows, ROWS)
+    kernel((grid,))(
+        query, past_k, new_k, past_v, new_v, mask, tops, sums, accs, counts, att, flags,
+        weight, weight if weight_scale is None else weight_scale.reshape(-1),
+        residual.contiguous(), out, slot,
+        reset, query.stride(1), past_k.stride(1), past_k.stride(2), new_k.stride(1),
+        past_v.stride(1), past_v.stride(2), new_v.stride(1), mask.stride(-1),
+        SCALE=float(scale), S=slots, D=dim, G=groups, KVH=kv_heads, SPLITS=splits,
+        BLOCK_S=max(16, triton.next_power_of_2(triton.cdiv(slots, splits))),
+        BLOCK_G=max(16, triton.next_power_of_2(groups)), BLOCK_D=block_d,
+        IEEE=query.dtype == torch.float32, JOIN_G=join_g,
+        BLOCK_J=min(max(2, triton.next_power_of_2(splits)),
+                    max(2, 8192 // (join_g * block_d))),
+        N=rows, K=cols, BLOCK_N=ROWS, HAS_SCALE=weight_scale is not None,
+        POLL=int(query.device.type == "cuda"), num_warps=4, **ahead)
+    return out
