@@ -5,9 +5,9 @@ test libraries on the GPU machine; the runtime loads the real ones).
 
     python bench/library_kernels.py A.artifact [B.artifact]
 
-Per package (``*.pt2`` under an artifact): the kernels it loads, and its wrapper's calls
-that copy or clone a tensor (a copy of a buffer a kernel writes shows up as either). With
-two artifacts, the kernels only one of them loads, package by package (the same relative
+Per package (each ``*.pt2`` entry of an artifact's zip): the kernels it loads, and its
+wrapper's calls that copy or clone a tensor (a copy of a buffer a kernel writes shows up
+as either). With two artifacts, the kernels only one of them loads, package by package (the same relative
 path). One JSON line per artifact, then one for the difference.
 """
 
@@ -25,15 +25,16 @@ _COPIES = re.compile(r"aoti_torch_(?:copy_|clone)\w*\(")
 
 
 def library_kernels(artifact: Path) -> dict[str, dict]:
-    """{package path under ``artifact``: {"kernels": sorted names, "copies": calls}}."""
+    """{package path in ``artifact``: {"kernels": sorted names, "copies": calls}}."""
     found = {}
-    for package in sorted(Path(artifact).rglob("*.pt2")):
-        with zipfile.ZipFile(package) as archive:
-            source = "\n".join(archive.read(name).decode(errors="replace")
-                               for name in archive.namelist() if name.endswith(".cpp"))
-        found[str(package.relative_to(artifact))] = {
-            "kernels": sorted(set(_LOADED.findall(source))),
-            "copies": len(_COPIES.findall(source))}
+    with zipfile.ZipFile(artifact) as outer:
+        # the artifact stores its packages uncompressed: each opens in place, seekable
+        for name in sorted(n for n in outer.namelist() if n.endswith(".pt2")):
+            with outer.open(name) as stream, zipfile.ZipFile(stream) as package:
+                source = "\n".join(package.read(entry).decode(errors="replace")
+                                   for entry in package.namelist() if entry.endswith(".cpp"))
+            found[name] = {"kernels": sorted(set(_LOADED.findall(source))),
+                           "copies": len(_COPIES.findall(source))}
     return found
 
 
@@ -51,7 +52,7 @@ def difference(first: dict[str, dict], second: dict[str, dict]) -> dict[str, dic
 
 
 def main(argv: list[str]) -> int:
-    if not 1 <= len(argv) <= 2 or not all(Path(a).is_dir() for a in argv):
+    if not 1 <= len(argv) <= 2 or not all(zipfile.is_zipfile(a) for a in argv):
         print(USAGE, file=sys.stderr)
         return 2
     listed = [library_kernels(Path(a)) for a in argv]

@@ -3,6 +3,7 @@ call, read from stand-in packages (zips holding a wrapper's source)."""
 
 from __future__ import annotations
 
+import io
 import json
 import zipfile
 
@@ -20,12 +21,16 @@ STORED = '''
 
 
 def _artifact(root, name, source):
-    folder = root / name / "partitions" / "p0"
-    folder.mkdir(parents=True)
-    with zipfile.ZipFile(folder / "model.pt2", "w") as archive:
+    """An artifact's zip as the writer stores it: the package an uncompressed entry."""
+    package = io.BytesIO()
+    with zipfile.ZipFile(package, "w") as archive:
         archive.writestr("model/data/aotinductor/model/wrapper.cpp", source)
         archive.writestr("model/data/aotinductor/model/wrapper.so", b"\0")
-    return root / name
+    path = root / f"{name}.artifact"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as artifact:
+        artifact.writestr("manifest.json", "{}")
+        artifact.writestr("partitions/p0/model.pt2", package.getvalue())
+    return path
 
 
 def test_kernels_copies_and_their_difference(tmp_path, capsys):
@@ -42,6 +47,7 @@ def test_kernels_copies_and_their_difference(tmp_path, capsys):
     assert len(lines) == 3 and "difference" in lines[2]
 
 
-def test_a_missing_artifact_is_exit_2(tmp_path, capsys):
+def test_a_missing_artifact_or_a_folder_is_exit_2(tmp_path, capsys):
     assert main([str(tmp_path / "none")]) == 2
+    assert main([str(tmp_path)]) == 2
     assert "library_kernels.py" in capsys.readouterr().err
