@@ -27,6 +27,12 @@ zeroes slot ``reset``, the next launch's (attention_o_slots.flag_slots: no two l
 in a row share one). Like the join's counts, the flags are the launches' own: no other
 kernel reads them, and the op does not declare them written (a library would copy them
 each call).
+
+The store form (``attention_o_store_kernel``, op ``decode_attention_o_store``) also
+writes the step's new key and value rows into the past buffers, as decode_attention.py's
+store form does and with its code: the joining program of a key/value head, after every
+program of that head has counted in, at slot ``position % slots`` (masked this step). A
+form of its own for the same reason: only it declares the past buffers written.
 """
 
 from __future__ import annotations
@@ -36,7 +42,7 @@ import triton
 import triton.language as tl
 
 from targets.aoti.kernels.attention_o_slots import SLOTS, STRIDE, attention_splits, joins_o
-from targets.aoti.kernels.decode_attention import _attention_block, _join_heads
+from targets.aoti.kernels.decode_attention import _attention_block, _join_heads, _store_row
 from targets.aoti.kernels.dependent_launch import declare_writes, launcher
 
 _STRIDE = tl.constexpr(STRIDE)
@@ -80,14 +86,17 @@ def _poll(flag_ptr, TARGET: tl.constexpr, POLL: tl.constexpr):
 
 @triton.jit
 def _attention_o(q_ptr, pk_ptr, nk_ptr, pv_ptr, nv_ptr, mask_ptr, m_ptr, l_ptr, acc_ptr,
-                 counts_ptr, att_ptr, flags_ptr, w_ptr, s_ptr, r_ptr, out_ptr, slot, reset,
+                 counts_ptr, att_ptr, flags_ptr, w_ptr, s_ptr, r_ptr, out_ptr, pos_ptr,
+                 slot, reset,
                  sq_h, spk_h, spk_s, snk_h, spv_h, spv_s, snv_h, sm, SCALE: tl.constexpr,
                  S: tl.constexpr, D: tl.constexpr, G: tl.constexpr, KVH: tl.constexpr,
                  SPLITS: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_G: tl.constexpr,
                  BLOCK_D: tl.constexpr, IEEE: tl.constexpr, JOIN_G: tl.constexpr,
                  BLOCK_J: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
                  BLOCK_N: tl.constexpr, HAS_SCALE: tl.constexpr, POLL: tl.constexpr,
-                 GDC: tl.constexpr, CACHE_AHEAD: tl.constexpr):
+                 GDC: tl.constexpr, CACHE_AHEAD: tl.constexpr, STORE: tl.constexpr):
+    """STORE: the joining program of a key/value head also writes the new row into the
+    past buffers at slot ``pos_ptr[0] % S`` (pos_ptr is not read otherwise)."""
     pid = tl.program_id(0)
     if GDC:
         tl.extra.cuda.gdc_launch_dependents()
@@ -108,6 +117,10 @@ def _attention_o(q_ptr, pk_ptr, nk_ptr, pv_ptr, nv_ptr, mask_ptr, m_ptr, l_ptr, 
             tl.store(counts_ptr + kvh, 0)
             tl.debug_barrier()  # the head's output stored before the flag counts it
             tl.atomic_add(flag_ptr, 1, sem="release", scope="gpu")
+            if STORE:  # every program of this head read its past rows before counting
+                # in; after the flag, as o's programs read no cache
+                _store_row(pk_ptr, nk_ptr, pv_ptr, nv_ptr, pos_ptr, kvh, spk_h, spk_s,
+                           snk_h, spv_h, spv_s, snv_h, S, D, BLOCK_D)
     else:  # o's rows: Wo's whole rows before the wait, the attention's output after
         rows = (pid - KVH * SPLITS) * BLOCK_N + tl.arange(0, BLOCK_N)
         row_ok = rows < N
@@ -140,10 +153,10 @@ def attention_o_kernel(q_ptr, pk_ptr, nk_ptr, pv_ptr, nv_ptr, mask_ptr, m_ptr, l
                        N: tl.constexpr, K: tl.constexpr, BLOCK_N: tl.constexpr,
                        HAS_SCALE: tl.constexpr, POLL: tl.constexpr):
     _attention_o(q_ptr, pk_ptr, nk_ptr, pv_ptr, nv_ptr, mask_ptr, m_ptr, l_ptr, acc_ptr,
-                 counts_ptr, att_ptr, flags_ptr, w_ptr, s_ptr, r_ptr, out_ptr, slot, reset,
-                 sq_h, spk_h, spk_s, snk_h, spv_h, spv_s, snv_h, sm, SCALE, S, D, G, KVH,
-                 SPLITS, BLOCK_S, BLOCK_G, BLOCK_D, IEEE, JOIN_G, BLOCK_J, N, K, BLOCK_N,
-                 HAS_SCALE, POLL, False, False)
+                 counts_ptr, att_ptr, flags_ptr, w_ptr, s_ptr, r_ptr, out_ptr, counts_ptr,
+                 slot, reset, sq_h, spk_h, spk_s, snk_h, spv_h, spv_s, snv_h, sm, SCALE, S,
+                 D, G, KVH, SPLITS, BLOCK_S, BLOCK_G, BLOCK_D, IEEE, JOIN_G, BLOCK_J, N, K,
+                 BLOCK_N, HAS_SCALE, POLL, False, False, False)
 
 
 @triton.jit
@@ -159,25 +172,70 @@ def attention_o_kernel_gdc(q_ptr, pk_ptr, nk_ptr, pv_ptr, nv_ptr, mask_ptr, m_pt
                            HAS_SCALE: tl.constexpr, POLL: tl.constexpr,
                            CACHE_AHEAD: tl.constexpr):
     _attention_o(q_ptr, pk_ptr, nk_ptr, pv_ptr, nv_ptr, mask_ptr, m_ptr, l_ptr, acc_ptr,
-                 counts_ptr, att_ptr, flags_ptr, w_ptr, s_ptr, r_ptr, out_ptr, slot, reset,
-                 sq_h, spk_h, spk_s, snk_h, spv_h, spv_s, snv_h, sm, SCALE, S, D, G, KVH,
-                 SPLITS, BLOCK_S, BLOCK_G, BLOCK_D, IEEE, JOIN_G, BLOCK_J, N, K, BLOCK_N,
-                 HAS_SCALE, POLL, True, CACHE_AHEAD)
+                 counts_ptr, att_ptr, flags_ptr, w_ptr, s_ptr, r_ptr, out_ptr, counts_ptr,
+                 slot, reset, sq_h, spk_h, spk_s, snk_h, spv_h, spv_s, snv_h, sm, SCALE, S,
+                 D, G, KVH, SPLITS, BLOCK_S, BLOCK_G, BLOCK_D, IEEE, JOIN_G, BLOCK_J, N, K,
+                 BLOCK_N, HAS_SCALE, POLL, True, CACHE_AHEAD, False)
+
+
+@triton.jit
+def attention_o_store_kernel(q_ptr, pk_ptr, nk_ptr, pv_ptr, nv_ptr, mask_ptr, m_ptr, l_ptr,
+                             acc_ptr, counts_ptr, att_ptr, flags_ptr, w_ptr, s_ptr, r_ptr,
+                             out_ptr, pos_ptr, slot, reset, sq_h, spk_h, spk_s, snk_h,
+                             spv_h, spv_s, snv_h, sm, SCALE: tl.constexpr,
+                             S: tl.constexpr, D: tl.constexpr, G: tl.constexpr,
+                             KVH: tl.constexpr, SPLITS: tl.constexpr,
+                             BLOCK_S: tl.constexpr, BLOCK_G: tl.constexpr,
+                             BLOCK_D: tl.constexpr, IEEE: tl.constexpr,
+                             JOIN_G: tl.constexpr, BLOCK_J: tl.constexpr, N: tl.constexpr,
+                             K: tl.constexpr, BLOCK_N: tl.constexpr,
+                             HAS_SCALE: tl.constexpr, POLL: tl.constexpr):
+    _attention_o(q_ptr, pk_ptr, nk_ptr, pv_ptr, nv_ptr, mask_ptr, m_ptr, l_ptr, acc_ptr,
+                 counts_ptr, att_ptr, flags_ptr, w_ptr, s_ptr, r_ptr, out_ptr, pos_ptr,
+                 slot, reset, sq_h, spk_h, spk_s, snk_h, spv_h, spv_s, snv_h, sm, SCALE, S,
+                 D, G, KVH, SPLITS, BLOCK_S, BLOCK_G, BLOCK_D, IEEE, JOIN_G, BLOCK_J, N, K,
+                 BLOCK_N, HAS_SCALE, POLL, False, False, True)
+
+
+@triton.jit
+def attention_o_store_kernel_gdc(q_ptr, pk_ptr, nk_ptr, pv_ptr, nv_ptr, mask_ptr, m_ptr,
+                                 l_ptr, acc_ptr, counts_ptr, att_ptr, flags_ptr, w_ptr,
+                                 s_ptr, r_ptr, out_ptr, pos_ptr, slot, reset, sq_h, spk_h,
+                                 spk_s, snk_h, spv_h, spv_s, snv_h, sm, SCALE: tl.constexpr,
+                                 S: tl.constexpr, D: tl.constexpr, G: tl.constexpr,
+                                 KVH: tl.constexpr, SPLITS: tl.constexpr,
+                                 BLOCK_S: tl.constexpr, BLOCK_G: tl.constexpr,
+                                 BLOCK_D: tl.constexpr, IEEE: tl.constexpr,
+                                 JOIN_G: tl.constexpr, BLOCK_J: tl.constexpr,
+                                 N: tl.constexpr, K: tl.constexpr, BLOCK_N: tl.constexpr,
+                                 HAS_SCALE: tl.constexpr, POLL: tl.constexpr,
+                                 CACHE_AHEAD: tl.constexpr):
+    _attention_o(q_ptr, pk_ptr, nk_ptr, pv_ptr, nv_ptr, mask_ptr, m_ptr, l_ptr, acc_ptr,
+                 counts_ptr, att_ptr, flags_ptr, w_ptr, s_ptr, r_ptr, out_ptr, pos_ptr,
+                 slot, reset, sq_h, spk_h, spk_s, snk_h, spv_h, spv_s, snv_h, sm, SCALE, S,
+                 D, G, KVH, SPLITS, BLOCK_S, BLOCK_G, BLOCK_D, IEEE, JOIN_G, BLOCK_J, N, K,
+                 BLOCK_N, HAS_SCALE, POLL, True, CACHE_AHEAD, True)
 
 
 # not counts_ptr or flags_ptr: the launches leave the counts at zero and own the flags,
 # so a library need not copy them for each call (torch's analysis takes atomics as writes)
 declare_writes(attention_o_kernel_gdc, "m_ptr", "l_ptr", "acc_ptr", "att_ptr", "out_ptr")
+# the past buffers too: the op mutates them in place (ops.decode_attention_o_store)
+declare_writes(attention_o_store_kernel_gdc, "pk_ptr", "pv_ptr", "m_ptr", "l_ptr", "acc_ptr",
+               "att_ptr", "out_ptr")
 
 
 def launch_decode_attention_o(query, past_k, new_k, past_v, new_v, mask, scale: float,
                               cache_ahead: bool, counts: torch.Tensor, weight: torch.Tensor,
                               weight_scale: torch.Tensor | None, residual: torch.Tensor,
                               flags: torch.Tensor, slot: int, reset: int,
+                              positions: torch.Tensor | None = None,
                               pdl: bool = False) -> torch.Tensor:
     """reference.decode_attention_o in one launch: ``counts`` int32 zeros, one a
     key/value head (left at zero); ``flags`` int32, SLOTS x STRIDE, zeros before the
-    step's first launch (``slot`` counted on, ``reset`` zeroed: flag_slots)."""
+    step's first launch (``slot`` counted on, ``reset`` zeroed: flag_slots).
+    ``positions``: the step's (int64, the first this token's): the new row is also
+    written into ``past_k``/``past_v`` at slot ``position % slots``."""
     heads, dim = query.shape[1], query.shape[-1]
     kv_heads, slots = past_k.shape[1], past_k.shape[2]
     rows, cols = weight.shape[0], heads * dim
@@ -185,11 +243,17 @@ def launch_decode_attention_o(query, past_k, new_k, past_v, new_v, mask, scale: 
         raise ValueError(f"o's row of {heads} x {dim} over {slots} slots is not joined")
     if flags.numel() < SLOTS * STRIDE or not (0 <= slot < SLOTS and 0 <= reset < SLOTS):
         raise ValueError(f"flags: {SLOTS} slots of {STRIDE} int32s, slot/reset below {SLOTS}")
+    if positions is not None and (past_k.stride(-1) != 1 or past_v.stride(-1) != 1):
+        # a copy of the cache would take the row, not the cache
+        raise ValueError("storing the new row needs past rows of unit stride")
     groups = heads // kv_heads
     splits = attention_splits(weight_scale is not None)
     block_d = max(16, triton.next_power_of_2(dim))
     join_g = triton.next_power_of_2(groups)
-    kernel, gdc = launcher(attention_o_kernel, attention_o_kernel_gdc, query.device, pdl)
+    store = positions is not None
+    kernel, gdc = launcher(attention_o_store_kernel if store else attention_o_kernel,
+                           attention_o_store_kernel_gdc if store else attention_o_kernel_gdc,
+                           query.device, pdl)
     ahead = dict(CACHE_AHEAD=bool(cache_ahead) and past_k.stride(-1) == 1
                  and past_v.stride(-1) == 1) if gdc else {}
     query, past_k, past_v, new_k, new_v = (t if t.stride(-1) == 1 else t.contiguous()
@@ -204,7 +268,7 @@ def launch_decode_attention_o(query, past_k, new_k, past_v, new_v, mask, scale: 
     kernel((grid,))(
         query, past_k, new_k, past_v, new_v, mask, tops, sums, accs, counts, att, flags,
         weight, weight if weight_scale is None else weight_scale.reshape(-1),
-        residual.contiguous(), out, slot,
+        residual.contiguous(), out, *((positions,) if store else ()), slot,
         reset, query.stride(1), past_k.stride(1), past_k.stride(2), new_k.stride(1),
         past_v.stride(1), past_v.stride(2), new_v.stride(1), mask.stride(-1),
         SCALE=float(scale), S=slots, D=dim, G=groups, KVH=kv_heads, SPLITS=splits,

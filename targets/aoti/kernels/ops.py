@@ -3,8 +3,9 @@ decode_kernels.py): ``edge_exporter::row_gemv``, ``edge_exporter::row_gemv_argma
 head's product and the greedy token), ``edge_exporter::decode_attention`` and
 ``edge_exporter::decode_attention_store`` (the same, storing the new row in the cache
 buffers it reads: an op of its own that says it mutates them, so a step that does not
-store gets no copy of its cache) and ``edge_exporter::decode_attention_o`` (an attention
-and o's product after it, one launch) (their math: reference.py).
+store gets no copy of its cache), ``edge_exporter::decode_attention_o`` (an attention
+and o's product after it, one launch) and ``edge_exporter::decode_attention_o_store``
+(the same, storing the new row as decode_attention_store does) (their math: reference.py).
 
 Where Triton is installed they are ``torch.library.triton_op``s: torch.export keeps them as
 one node each, and AOTInductor traces into them and compiles their Triton kernels into the
@@ -27,7 +28,8 @@ ROW_GEMV_ARGMAX = f"{NAMESPACE}::row_gemv_argmax"
 DECODE_ATTENTION = f"{NAMESPACE}::decode_attention"
 DECODE_ATTENTION_STORE = f"{NAMESPACE}::decode_attention_store"
 DECODE_ATTENTION_O = f"{NAMESPACE}::decode_attention_o"
-_STORED = ("past_k", "past_v")  # what decode_attention_store writes
+DECODE_ATTENTION_O_STORE = f"{NAMESPACE}::decode_attention_o_store"
+_STORED = ("past_k", "past_v")  # what the store forms write
 TRITON = importlib.util.find_spec("triton") is not None
 
 
@@ -102,6 +104,21 @@ def _decode_attention_o(query: torch.Tensor, past_k: torch.Tensor, new_k: torch.
                                      flags, slot, reset)
 
 
+def _decode_attention_o_store(query: torch.Tensor, past_k: torch.Tensor,
+                              new_k: torch.Tensor, past_v: torch.Tensor,
+                              new_v: torch.Tensor, mask: torch.Tensor, scale: float,
+                              cache_ahead: bool, counts: torch.Tensor, weight: torch.Tensor,
+                              weight_scale: torch.Tensor | None, residual: torch.Tensor,
+                              flags: torch.Tensor, slot: int, reset: int,
+                              positions: torch.Tensor) -> torch.Tensor:
+    """``_decode_attention_o`` whose joining programs also write the new row into
+    ``past_k``/``past_v`` at slot ``positions[0] % slots``."""
+    from targets.aoti.kernels.attention_o_triton import launch_decode_attention_o
+    return launch_decode_attention_o(query, past_k, new_k, past_v, new_v, mask, scale,
+                                     cache_ahead, counts, weight, weight_scale, residual,
+                                     flags, slot, reset, positions=positions)
+
+
 def _o_shape(query, past_k, new_k, past_v, new_v, mask, scale, cache_ahead, counts, weight,
              weight_scale, residual, *rest):
     return residual.new_empty((*residual.shape[:-1], weight.shape[0]))
@@ -123,6 +140,9 @@ def _define() -> None:
         joined = torch.library.triton_op(DECODE_ATTENTION_O, _decode_attention_o,
                                          mutates_args=())
         joined.register_kernel("cpu", reference.decode_attention_o)
+        stored = torch.library.triton_op(DECODE_ATTENTION_O_STORE, _decode_attention_o_store,
+                                         mutates_args=_STORED)
+        stored.register_kernel("cpu", reference.decode_attention_o_store)
         return
     row = torch.library.custom_op(ROW_GEMV, mutates_args=(),
                                   schema=torch.library.infer_schema(_row_gemv,
@@ -154,6 +174,11 @@ def _define() -> None:
         schema=torch.library.infer_schema(_decode_attention_o, mutates_args=()))(
         reference.decode_attention_o)
     joined.register_fake(_o_shape)
+    stored = torch.library.custom_op(
+        DECODE_ATTENTION_O_STORE, mutates_args=_STORED,
+        schema=torch.library.infer_schema(_decode_attention_o_store, mutates_args=_STORED))(
+        reference.decode_attention_o_store)
+    stored.register_fake(_o_shape)
 
 
 _define()
@@ -162,3 +187,4 @@ row_gemv_argmax = torch.ops.edge_exporter.row_gemv_argmax.default
 decode_attention = torch.ops.edge_exporter.decode_attention.default
 decode_attention_store = torch.ops.edge_exporter.decode_attention_store.default
 decode_attention_o = torch.ops.edge_exporter.decode_attention_o.default
+decode_attention_o_store = torch.ops.edge_exporter.decode_attention_o_store.default

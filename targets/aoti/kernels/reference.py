@@ -133,5 +133,24 @@ def decode_attention_o(query: torch.Tensor, past_k: torch.Tensor, new_k: torch.T
     ``row_gemv(attention, weight, residual=residual)``; ``flags``, ``slot`` and ``reset``
     order the GPU kernel's launches and change nothing here."""
     out = decode_attention(query, past_k, new_k, past_v, new_v, mask, scale)
+    return _o_row(out, weight, weight_scale, residual)
+
+
+def decode_attention_o_store(query: torch.Tensor, past_k: torch.Tensor, new_k: torch.Tensor,
+                             past_v: torch.Tensor, new_v: torch.Tensor, mask: torch.Tensor,
+                             scale: float, cache_ahead: bool, counts: torch.Tensor,
+                             weight: torch.Tensor, weight_scale: torch.Tensor | None,
+                             residual: torch.Tensor, flags: torch.Tensor, slot: int,
+                             reset: int, positions: torch.Tensor) -> torch.Tensor:
+    """``decode_attention_o``'s output; ``past_k``/``past_v`` get the new row in place
+    (``decode_attention_store``)."""
+    out = decode_attention_store(query, past_k, new_k, past_v, new_v, mask, scale,
+                                 cache_ahead, counts, positions)
+    return _o_row(out, weight, weight_scale, residual)
+
+
+def _o_row(out: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Tensor | None,
+           residual: torch.Tensor) -> torch.Tensor:
+    """o (+ ``residual``) over an attention's heads [1, H, 1, Dv] as one row."""
     row = out.transpose(1, 2).reshape(*residual.shape[:-1], -1)
     return row_gemv(row, weight, None, None, residual, 0.0, 0.0, 0, weight_scale)

@@ -13,8 +13,10 @@ in the decode pass, where the cuda target asks (``Generation.attention_o``), for
 reshape to a row: o with the residual and nothing else (no norm, bias, activation or
 rotary rows), over float rows of the query's dtype or int8 rows with their scales, in
 the kernel's shapes (``attention_o_slots.joins_o``). An attention that stores the
-step's rows (``decode_attention_store``) is left as it is: one choice per attention, and
-the stored form's A/B is its own.
+step's rows (``decode_attention_store``: the attention pass, run before, chose it) is
+joined as ``decode_attention_o_store``, which stores them as it did (its positions the
+last argument, the same past buffers declared mutated), so attention_store.py's
+``stored_outputs`` still names those rows.
 
 The launches share one int32 buffer of flag slots, zeros made once a call, and take
 their slots in order (``flag_slots``): each zeroes the next one's.
@@ -33,12 +35,13 @@ from targets.aoti.passes.decode_patterns import val
 _VIEWS = (torch.ops.aten.reshape.default, torch.ops.aten.view.default,
           torch.ops.aten._unsafe_view.default)
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32)
+_JOINED = (ops.decode_attention, ops.decode_attention_store)  # both joined by the counts
 
 
 def join_attention_with_o(module: torch.fx.GraphModule) -> int:
     """Each attention of ``module`` (the decode pass's, its products already row_gemv)
-    whose output o's product alone reads becomes one ``decode_attention_o`` with o;
-    returns how many."""
+    whose output o's product alone reads becomes one ``decode_attention_o`` with o (one
+    that stores its rows: ``decode_attention_o_store``); returns how many."""
     pairs = [found for found in (_attention_and_o(module, node)
                                  for node in module.graph.nodes) if found]
     if not pairs:
@@ -53,10 +56,12 @@ def join_attention_with_o(module: torch.fx.GraphModule) -> int:
         flags.meta = dict(zeros.meta)
     for (attention, o), (slot, reset) in zip(pairs, flag_slots(len(pairs))):
         x, weight, _, _, residual, _, _, _, *scale = o.args
+        stores = attention.target is ops.decode_attention_store
         with module.graph.inserting_before(o):
-            joined = module.graph.call_function(ops.decode_attention_o, (
-                *attention.args[:9], weight, scale[0] if scale else None, residual, flags,
-                slot, reset))
+            joined = module.graph.call_function(
+                ops.decode_attention_o_store if stores else ops.decode_attention_o, (
+                    *attention.args[:9], weight, scale[0] if scale else None, residual,
+                    flags, slot, reset, *attention.args[9:10]))  # the store's positions
         joined.meta = dict(o.meta)
         o.replace_all_uses_with(joined)
         module.graph.erase_node(o)
@@ -68,7 +73,7 @@ def join_attention_with_o(module: torch.fx.GraphModule) -> int:
 def _attention_and_o(module: torch.fx.GraphModule, node: torch.fx.Node) -> tuple | None:
     """(the joined decode_attention, o's row_gemv) where ``node`` is the attention and
     the kernel takes both, else None."""
-    if node.op != "call_function" or node.target is not ops.decode_attention \
+    if node.op != "call_function" or node.target not in _JOINED \
             or len(node.args) < 9 or node.args[8] is None:
         return None
     turned = _only_user(node)

@@ -29,6 +29,8 @@ from targets.aoti.passes.decode_patterns import val
 
 _GUARDS = "_guards_fn"
 _AUTO_FUNCTIONALIZED = getattr(torch.ops.higher_order, "auto_functionalized", None)
+# the ops that store their new rows (passes/attention_o.py joins the first with o)
+_STORES = (ops.decode_attention_store, ops.decode_attention_o_store)
 
 
 def store_new_rows(module: torch.fx.GraphModule) -> int:
@@ -56,7 +58,7 @@ def store_new_rows(module: torch.fx.GraphModule) -> int:
 
 def stored_outputs(program: ExportedProgram) -> tuple[int, ...]:
     """The indices among ``program``'s user outputs of the rows its attention stored
-    itself (the same nodes a ``decode_attention_store`` takes as its new rows)."""
+    itself (the same nodes a store form takes as its new rows)."""
     rows = set()
     for node in program.graph.nodes:
         found = _store_rows(node)
@@ -97,14 +99,14 @@ def _read_only_by(past, node: torch.fx.Node) -> bool:
 
 
 def _store_rows(node: torch.fx.Node) -> tuple | None:
-    """(new_k, new_v) of a ``decode_attention_store`` call, as captured or as
-    functionalization wraps it; else None."""
+    """(new_k, new_v) of a call of a store form, as captured or as functionalization
+    wraps it; else None."""
     if node.op != "call_function":
         return None
-    if node.target is ops.decode_attention_store:
+    if node.target in _STORES:
         return node.args[2], node.args[4]
     if _AUTO_FUNCTIONALIZED is not None and node.target is _AUTO_FUNCTIONALIZED \
-            and node.args and node.args[0] is ops.decode_attention_store:
+            and node.args and node.args[0] in _STORES:
         return node.kwargs.get("new_k"), node.kwargs.get("new_v")
     return None
 

@@ -1,7 +1,8 @@
 """passes/attention_o.py: the decode pass joins each attention with o's product after it
 (one ``decode_attention_o``) only where the target asks (``attention_o``), only for a
-joined attention whose output o alone reads, and never for one that stores its rows;
-the step then computes what it did. On the CPU, through the ops' reference kernels."""
+joined attention whose output o alone reads (one that stores its rows:
+test_attention_o_store_pass.py); the step then computes what it did. On the CPU,
+through the ops' reference kernels."""
 
 from __future__ import annotations
 
@@ -16,7 +17,6 @@ pytest.importorskip("transformers")
 
 JOINED = "edge_exporter.decode_attention_o.default"
 PLAIN = "edge_exporter.decode_attention.default"
-STORE = "edge_exporter.decode_attention_store.default"
 LAYERS = 2
 
 
@@ -80,15 +80,6 @@ def test_without_the_flag_nothing_is_joined():
     result = RowLinearsAsKernels()(DecodeAttentionAsKernel()(program).program)
     assert "attention_o" not in result.info
     assert not _calls(result.program)[JOINED] and _calls(result.program)[PLAIN] == LAYERS
-
-
-def test_an_attention_that_stores_its_rows_keeps_its_own_launch():
-    """With store_rows on too, every attention stores and none is joined with o."""
-    program, _ = _captured("llama", 1)
-    attention = DecodeAttentionAsKernel(store_rows=True)(program).program
-    result = RowLinearsAsKernels(attention_o=True)(attention)
-    calls = _calls(result.program)
-    assert result.info["attention_o"] == 0 and calls[STORE] == LAYERS and not calls[JOINED]
 
 
 def test_an_attention_read_by_more_than_o_is_not_joined():
