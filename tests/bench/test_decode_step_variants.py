@@ -24,6 +24,9 @@ def test_flag_variants_change_generation_fields_of_the_cuda_target():
 
 def test_the_pending_scripts_ask_for_variants_the_bench_has():
     for script in (ROOT / "bench" / "pending").glob("*.sh"):
-        loops = re.findall(r"for V in ([\w -]+); do", script.read_text())
+        text = script.read_text()
+        if "decode_step_cuda.py" not in text:  # a chain script: no builds to name
+            continue
+        loops = re.findall(r"for V in ([\w -]+); do", text)
         asked = {v for loop in loops for v in loop.split()}
         assert asked and asked <= set(decode_step_cuda.VARIANTS), script.name
