@@ -9,9 +9,14 @@ import zipfile
 
 from bench.library_kernels import difference, library_kernels, main
 
+# the GPU wrapper's guard on an input, a clone only where it is misaligned: not a copy
 PLAIN = '''
     attention_join_kernel_gdc = loadKernel("/tmp/k/c1.cubin", "attention_join_kernel_gdc", 0);
     triton_poi_fused_0 = loadKernel(kernels_path, "triton_poi_fused_0", 128, this->cubin_dir_);
+    if ((reinterpret_cast<std::uintptr_t>(arg2_1.data_ptr()) & (16 -1)) != 0) {
+        AtenTensorHandle arg2_1_aligned;
+        aoti_torch_clone_preserve_strides(arg2_1, &arg2_1_aligned);
+    }
 '''
 STORED = '''
     attention_store_kernel_gdc = loadKernel("/tmp/k/c2.cubin", "attention_store_kernel_gdc", 0);
