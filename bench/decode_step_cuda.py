@@ -2,13 +2,14 @@
 own bytes, and the decode speed against the memory-bandwidth bound.
 
     python bench/decode_step_cuda.py --out DIR --builds fp16[,fp16-int8-weight,...]
-        [--variant before|after|kv-store|flags-off] [--ncu] [--validate]
+        [--variant before|after|rows-written|flags-off] [--ncu] [--validate]
         [--build-only | --measure-only]
 
 For each build: the artifact (``exporter.build``, the cuda target; ``before`` without the
-decode-kernel passes, ``after`` as the target is, ``kv-store`` with the new K/V rows
-stored by the attention's kernel, ``flags-off`` without the greedy token in the head's
-kernel and with each attention and o as two launches), ``exporter bench``'s
+decode-kernel passes, ``after`` as the target is, ``rows-written`` with the new K/V rows
+written by the runtime after the step, ``flags-off`` without the greedy token in the
+head's kernel, with each attention and o as two launches and the rows written by the
+runtime), ``exporter bench``'s
 decode tokens/s
 (no baselines: 128-token prompt, 128 new tokens, median of 3 runs after a warm-up), the
 decode CUDA graph's replay time (CUDA events, median of 200 calls one at a time, and a
@@ -53,13 +54,14 @@ DECODE_PASSES = ("decode_attention_as_kernel", "row_linears_as_kernels")
 # the head's kernel is the last of a step's row kernels (head_argmax_kernel: greedy steps)
 ROW_KERNELS = ("row_gemv_kernel", "row_loop_kernel", "split_gemv_kernel", "pipe_gemv_kernel",
                "int4_row_gemv_kernel", "head_argmax_kernel")
-# Variants as the cuda target's generation facet with fields changed: "kv-store" with the
-# step's new K/V rows stored by the attention's kernel (an attention that stores keeps its
-# own launch, not joined with o); "flags-off" with the greedy token in the head and the
-# attention joined with o both off (the target before they were on)
-VARIANTS = ("before", "after", "kv-store", "flags-off")
-FLAGS = {"kv-store": {"store_rows": True},
-         "flags-off": {"next_token": False, "attention_o": False}}  # Generation's fields
+# Variants as the cuda target's generation facet with fields changed: "rows-written" with
+# the step's new K/V rows written by the runtime after the step, not stored by the
+# attention + o launch; "flags-off" with the greedy token in the head, the attention
+# joined with o and the rows stored all off (the target before they were on)
+VARIANTS = ("before", "after", "rows-written", "flags-off")
+FLAGS = {"rows-written": {"store_rows": False},
+         "flags-off": {"next_token": False, "attention_o": False,
+                       "store_rows": False}}  # Generation's fields
 BUILDS = {"fp16": dict(dtype="fp16"),
           "fp16-int8-weight": dict(dtype="fp16", quantize="int8-weight", min_top1=0.5),
           # random weights' flat logits: int4's rounding alone flips most near-ties, more

@@ -88,12 +88,11 @@ class CudaQuantization(Quantization):
 class CudaTarget(AOTInductorTarget):
     name, device, description = CUDA.name, CUDA.device, CUDA.description
     # SDPA's GPU kernels (exporter/lm/attention.py: measured). In a decode step, the
-    # greedy token taken in the head's kernel (passes/decode_argmax.py) and each
-    # attention and o as one launch (passes/attention_o.py): on, each measured faster on
-    # a whole ~1.1B build. The new K/V rows stored by the attention (store_rows=True,
-    # passes/attention_store.py) is off: an attention that stores keeps its own launch,
-    # and the joined launch gains more
-    generation = AotiGeneration(step_attention="sdpa", next_token=True, attention_o=True)
+    # greedy token taken in the head's kernel (passes/decode_argmax.py), each attention
+    # and o as one launch (passes/attention_o.py) and that launch storing the step's new
+    # K/V rows (passes/attention_store.py): on, each measured faster on a whole ~1.1B build
+    generation = AotiGeneration(step_attention="sdpa", next_token=True, attention_o=True,
+                                store_rows=True)
     packaging = CudaPackaging()
     tooling = CudaTooling()
     quantization = CudaQuantization(recipes=CUDA_RECIPES, linear_formats={

@@ -32,8 +32,8 @@ class Generation:
     store_rows: bool = False
     # Each decode layer's attention and o's product (+ residual) as one launch, o's rows
     # spinning on a flag the attention's joins count on (targets/aoti/passes/
-    # attention_o.py): where the target's kernels can (cuda). An attention that stores
-    # its rows (store_rows) keeps its own launch.
+    # attention_o.py): where the target's kernels can (cuda). With store_rows too, that
+    # launch stores the rows (decode_attention_o_store).
     attention_o: bool = False
 
     def __post_init__(self) -> None:

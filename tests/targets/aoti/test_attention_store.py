@@ -92,7 +92,7 @@ def test_a_step_whose_rows_are_not_returned_as_they_are_stores_nothing():
 
 
 def test_the_cuda_target_asks_for_the_store_only_with_its_flag(monkeypatch, tmp_path):
-    """Its decode pass is built with the generation facet's ``store_rows`` (off)."""
+    """Its decode pass is built with the generation facet's ``store_rows`` (on)."""
     import dataclasses
 
     from targets.aoti.cuda import CudaTarget
@@ -102,8 +102,8 @@ def test_the_cuda_target_asks_for_the_store_only_with_its_flag(monkeypatch, tmp_
     target = CudaTarget()
     options = LowerOptions(tmp_path)
     found = [p for p in target.default_passes(options) if p.name == "decode_attention_as_kernel"]
-    assert [p.store_rows for p in found] == [False]
-    monkeypatch.setattr(CudaTarget, "generation",
-                        dataclasses.replace(CudaTarget.generation, store_rows=True))
-    found = [p for p in target.default_passes(options) if p.name == "decode_attention_as_kernel"]
     assert [p.store_rows for p in found] == [True]
+    monkeypatch.setattr(CudaTarget, "generation",
+                        dataclasses.replace(CudaTarget.generation, store_rows=False))
+    found = [p for p in target.default_passes(options) if p.name == "decode_attention_as_kernel"]
+    assert [p.store_rows for p in found] == [False]
