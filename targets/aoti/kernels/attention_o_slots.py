@@ -10,7 +10,11 @@ SLOTS = 3
 def flag_slots(layers: int) -> list[tuple[int, int]]:
     """(slot, reset) for each layer's launch in order: the slot it counts on and the next
     launch's, which it zeroes; the last layer's next is the next call's first. Two slots,
-    a third where the layers are odd, so no two launches in a row share one."""
+    a third where the layers are odd, so no two launches in a row share one. A launch
+    never zeroes its own slot (a count made before the zeroing would be lost): one layer,
+    its own next, zeroes one no launch uses (the call's fill zeroes every slot first)."""
+    if layers == 1:
+        return [(0, 1)]
     slots = [i % 2 for i in range(layers)]
     if layers % 2:
         slots[-1] = 2

@@ -107,13 +107,15 @@ def test_prompt_chunks_join_nothing():
 
 @pytest.mark.parametrize("layers", [1, 2, 3, 22, 23])
 def test_no_two_launches_in_a_row_share_a_flag_slot(layers):
-    """Each launch zeroes the next one's slot, the last the next call's first, and no
-    launch counts on the slot of the launch before it (across calls too)."""
+    """Each launch zeroes the next one's slot, the last the next call's first, no launch
+    counts on the slot of the launch before it (across calls too), and none zeroes its
+    own (one layer, its own next, zeroes a slot no launch uses)."""
     pairs = flag_slots(layers)
     assert len(pairs) == layers and all(0 <= s < SLOTS and 0 <= r < SLOTS for s, r in pairs)
     for i, (slot, reset) in enumerate(pairs):
-        assert reset == pairs[(i + 1) % layers][0]
+        assert reset != slot
         if layers > 1:
+            assert reset == pairs[(i + 1) % layers][0]
             assert slot != pairs[i - 1][0]
 
 
