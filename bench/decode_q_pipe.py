@@ -13,8 +13,10 @@ with the layer's attention and o in one launch, as a library now runs them.
 
 Without a GPU, ``python bench/decode_q_pipe.py`` compiles each variant's ``_gdc`` kernel
 for sm_90a: registers, spills, shared bytes, the cp.async copies in its PTX and whether
-every copy comes after the wait; ``--chain int8`` (or ``int4``) prints a ``--variants``
-list instead: a base, then it with each change (bench/pending/q_pipe_chain.sh).
+every copy comes after the wait, the programs a multiprocessor holds and the weight
+bytes they keep in flight (each beside the library's kernel for the product).
+``--chain int8`` (or ``int4``) prints a ``--variants`` list instead: a base, then it with
+each change (bench/pending/q_pipe_chain.sh).
 """
 
 from __future__ import annotations
@@ -79,8 +81,15 @@ INT8_CHANGES = {
     "gate/up 2 rows 1024-column tiles 4 stages 4 turns": {"gate_up": (2, 1024, 4, 0, 4, 4)},
     "down 4 rows 2048 ahead 3 stages": {"down": (4, 1024, 4, 2048, 3, 1)},
     "down 4 rows 2048 ahead 512-column tiles 4 stages": {"down": (4, 512, 4, 2048, 4, 1)},
-    "down 8 rows 8 warps 2048 ahead 3 stages": {"down": (8, 1024, 8, 2048, 3, 1)},
+    "down 4 rows 1024-column tiles 4 stages": {"down": (4, 1024, 4, 0, 4, 1)},
+    "down 2 rows 1024-column tiles 5 stages": {"down": (2, 1024, 4, 0, 5, 1)},
     "q/k/v 4 rows one tile 3 stages 2 turns": {"qkv": (4, 2048, 4, 0, 3, 2)},
+    # the first block's whole row ahead of the wait (as the library's q/k/v), the rest
+    # streamed: its sums come after the loop, so the copies go out right after the wait
+    # (a loop of one tile is not pipelined: no cp.async, so no 2-turn one-tile forms)
+    "q/k/v 4 rows first block ahead 3 stages 3 turns": {"qkv": (4, 2048, 4, 2048, 3, 3)},
+    "gate/up 2 rows first block ahead 3 stages 4 turns": {"gate_up": (2, 2048, 4, 2048, 3, 4)},
+    "head 4 rows first block ahead 3 stages 4 turns": {"head": (4, 2048, 4, 2048, 3, 4)},
     "head 8 rows one tile 3 stages 4 turns": {"head": (8, 2048, 4, 0, 3, 4)},
     "head 4 rows one tile 3 stages 8 turns": {"head": (4, 2048, 4, 0, 3, 8)},
     "gate/up 2 rows one tile 3 stages 4 turns + down 4 rows 2048 ahead 3 stages": {
@@ -105,6 +114,18 @@ INT4_CHANGES = {
     "o 4 rows one step 3 stages 2 turns": {"o": (4, 16, 4, 0, 3, 2, False)},
     "head 8 rows 8 groups 3 stages 4 turns": {"head": (8, 8, 4, 0, 3, 4, False)},
     "head 8 rows held 4 stages 2 turns": {"head": (8, 4, 4, 1, 4, 2, False)},
+    # the whole share of a program in shared memory at once (every step's copy issued
+    # after the wait), or more steps in flight
+    "gate/up 4 rows 5 stages 2 turns": {"gate_up": (4, 8, 4, 0, 5, 2, True)},
+    "head 8 rows 8 groups 4 stages 4 turns": {"head": (8, 8, 4, 0, 4, 4, False)},
+    # the first block's whole row held (as the library's), the rest streamed (a loop of
+    # one step is not pipelined: no one-step forms)
+    "q/k/v 4 rows first row held 3 stages 2 turns": {"qkv": (4, 8, 4, 2, 3, 2, False)},
+    "gate/up 4 rows first row held 3 stages 2 turns": {"gate_up": (4, 8, 4, 2, 3, 2, True)},
+    "down 4 rows first row held 8 warps 3 stages 2 turns": {
+        "down": (4, 16, 8, 2, 3, 2, False)},
+    "head 8 rows first row held 8 groups 3 stages 2 turns": {
+        "head": (8, 8, 4, 2, 3, 2, False)},
 }
 
 
@@ -152,7 +173,8 @@ def compiled(product: str, config: tuple, int4: bool) -> dict:
     if int4:
         from bench.q_pipe_int4 import q_pipe_int4_kernel_gdc as kernel
         values.update(GROUP=128, BLOCK_G=config[1], HELD=config[3], SPLIT_X=config[6],
-                      ROT_ROWS=rotated, HEAD_D=64 if rotated else 0)
+                      ROT_ROWS=rotated, HEAD_D=64 if rotated else 0,
+                      ROW_G=1 << (k // 128 - 1).bit_length())
         kinds = {"w_ptr": "*u8"}
     else:
         from bench.q_pipe_rows import q_pipe_rows_kernel_gdc as kernel
@@ -166,9 +188,65 @@ def compiled(product: str, config: tuple, int4: bool) -> dict:
                        r"\s*(0x\w+|\d+)", ptx)
     wait = ptx.find("griddepcontrol.wait")
     registers, spilled = ptxas_report(ptx)
+    # a step's weight bytes (int4: 64 a group a row, and its 4-byte (scale, offset))
+    step = config[0] * config[1] * (68 if int4 else 1) * (2 if act else 1)
+    if int4:  # before the wait: a step, or the first block's whole row
+        held = (0, step, config[0] * k // 128 * 68 * (2 if act else 1))[config[3]]
+    else:
+        held = config[0] * min(config[3], k) * (2 if act else 1)
     return {"registers": registers, "spilled": spilled, "shared": found.metadata.shared,
             "copies": len(copies), "sizes": sorted({int(s, 0) for s in sizes}),
-            "after_wait": bool(copies) and 0 <= wait < min(copies)}
+            "after_wait": bool(copies) and 0 <= wait < min(copies),
+            "grid": -(-n // (config[0] * config[5])), "warps": config[2],
+            "in_flight": (config[4] - 1) * step, "held": held}
+
+
+def library_compiled(product: str, int4: bool) -> dict:
+    """compiled()'s figures for the kernel a library runs for ``product`` now (int8:
+    gemv_config's on 132 SMs, int4: int4_config's): ``in_flight`` a program's weight
+    bytes loaded before its first sum (int8's one-block kernel: all of them, unrolled)."""
+    from bench.int4_rows_ptx import ptxas_report, sm90_compiled
+    n, k, norm, act, res, _ = SHAPES[product]
+    if int4:
+        from bench.decode_chain_int4 import compiled as int4_compiled
+        from targets.aoti.kernels.int4_triton import int4_config
+        block_n, block_g = int4_config(n, k, 128, bool(act))[:2]
+        found = int4_compiled(product, None)
+        steps = min(2, -(-k // (128 * block_g)))  # two steps held before the wait
+        return {**found, "spilled": "-",
+                "in_flight": steps * block_n * block_g * 68 * (2 if act else 1)}
+    from targets.aoti.kernels import split_gemv_triton, triton_kernels
+    config = triton_kernels.gemv_config(n, k, bool(act), True, 1, 132, product == "down",
+                                        False)
+    block_n, block_k, warps, ahead, *rest = config
+    values = dict(N=n, K=k, HAS_BIAS=False, HAS_RES=res, HAS_SCALE=True, BLOCK_N=block_n,
+                  BLOCK_K=block_k, AHEAD=ahead, W_AHEAD=True)
+    if rest and rest[2]:  # split along K: a program's part of each row
+        split = rest[2]
+        values.update(SPLIT=split, PART=-(-k // split))
+        kernel, kinds = split_gemv_triton.split_gemv_kernel_gdc, {
+            "w_ptr": "*i8", "part_ptr": "*fp32", "counts_ptr": "*i32"}
+        grid, share = -(-n // block_n) * split, block_n * -(-k // split)
+    else:
+        values.update(EPS=1e-5, OFFSET=0.0, HAS_NORM=norm, ACT=act, TILE_X=False,
+                      ROT_ROWS=0, HEAD_D=0)
+        kernel, kinds = triton_kernels.row_gemv_kernel_gdc, {"w_ptr": "*i8"}
+        grid, share = -(-n // block_n), block_n * k * (2 if act else 1)
+    found = sm90_compiled(kernel, kinds, values, warps)
+    registers, spilled = ptxas_report(found.asm["ptx"])
+    return {"registers": registers, "spilled": spilled, "shared": found.metadata.shared,
+            "grid": grid, "warps": warps, "in_flight": share}
+
+
+def per_sm(found: dict) -> str:
+    """Programs a multiprocessor holds (decode_chain_int4.resident), the grid's waves on
+    132, and the weight bytes in flight a multiprocessor at once (the pipeline's, for
+    compiled(): STAGES - 1 steps a program, what it held before its wait aside)."""
+    from bench.decode_chain_int4 import resident
+    fits = resident(found["registers"], found["warps"], found["shared"])
+    busy = min(fits, -(-found["grid"] // 132))
+    return (f"{fits:2d} a SM, grid {found['grid']:5d} = {found['grid'] / (fits * 132):.2f} "
+            f"waves, {busy * found['in_flight'] / 1024:5.1f} KB in flight a SM")
 
 
 def chain_names(int4: bool, base: str | None = None, only: tuple = ()) -> list[str]:
@@ -194,14 +272,19 @@ def main() -> None:
         print(",".join(chain_names(args.chain == "int4", args.base, only)))
         return
     for int4, changes in ((False, INT8_CHANGES), (True, INT4_CHANGES)):
+        width = "int4" if int4 else "int8"
+        for product in SHAPES:
+            got = library_compiled(product, int4)
+            print(f"{width} library {product:8s} registers {got['registers']:3d}, spilled "
+                  f"{got['spilled']}, shared {got['shared']:6d} B; {per_sm(got)}", flush=True)
         for name, products in changes.items():
             for product, config in products.items():
                 got = compiled(product, config, int4)
-                print(f"{'int4' if int4 else 'int8'} {name:58s} {str(config):30s} "
+                print(f"{width} {name:58s} {str(config):30s} "
                       f"registers {got['registers']:3d}, spilled {got['spilled']}, shared "
                       f"{got['shared']:6d} B, cp.async {got['copies']:3d} of "
-                      f"{got['sizes']} B{', all after the wait' if got['after_wait'] else ''}",
-                      flush=True)
+                      f"{got['sizes']} B{', all after the wait' if got['after_wait'] else ''}"
+                      f"; {got['held']} B held; {per_sm(got)}", flush=True)
 
 
 if __name__ == "__main__":

@@ -12,8 +12,10 @@ programs``, ...) as one loop of tiles and the copies run on across them.
 
 A configuration: (BLOCK_N, BLOCK_K, warps, AHEAD, STAGES, TURNS). AHEAD: the first
 block's first columns held in registers before the wait (a multiple of BLOCK_K below K,
-or 0). BLOCK_K >= K: one tile a row, x (times the norm's weight) read once before the
-loop and only weights copied in it. Folds: RMSNorm, int8 scales, SiLU x up, rotary rows,
+or 0), or its whole row (K's next power of two, with TURNS > 1: summed after the loop,
+so the pipeline's first copies go out right after the wait). BLOCK_K >= K: one tile a
+row, x (times the norm's weight) read once before the loop and only weights copied in
+it. Folds: RMSNorm, int8 scales, SiLU x up, rotary rows,
 the residual (row_parts._finish, as the library's row kernels).
 """
 
@@ -25,7 +27,8 @@ import triton.language as tl
 
 from targets.aoti.kernels.dependent_launch import launcher
 from targets.aoti.kernels.pipe_gemv_triton import _squares
-from targets.aoti.kernels.row_parts import _block_rows, _finish, _first_tiles, _x_first
+from targets.aoti.kernels.row_parts import (_block_rows, _dot_first, _finish, _first_tiles,
+                                            _x_first)
 
 
 @triton.jit
@@ -55,6 +58,8 @@ def _q_pipe_rows(x_ptr, w_ptr, s_ptr, nw_ptr, r_ptr, cos_ptr, sin_ptr, out_ptr,
     if GDC:
         tl.extra.cuda.gdc_wait()
     tiles: tl.constexpr = (K + BLOCK_K - 1) // BLOCK_K
+    # the loop's first tile: past the columns held ahead (the whole first block: AHEAD >= K)
+    START: tl.constexpr = tiles if AHEAD >= K else AHEAD // BLOCK_K
     zeros = tl.zeros((BLOCK_N,), dtype=tl.float32)
     square_sum = zeros
     one = tl.arange(0, BLOCK_K)
@@ -64,7 +69,7 @@ def _q_pipe_rows(x_ptr, w_ptr, s_ptr, nw_ptr, r_ptr, cos_ptr, sin_ptr, out_ptr,
     acc = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
     up = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
     # every tile of every turn but the first block's AHEAD columns, STAGES - 1 in flight
-    for t in tl.range(AHEAD // BLOCK_K, TURNS * tiles, num_stages=STAGES):
+    for t in tl.range(START, TURNS * tiles, num_stages=STAGES):
         at = _block_rows(pid + (t // tiles) * programs, BLOCK_N, ROT_ROWS, HEAD_D)
         cols = (t % tiles) * BLOCK_K + one
         col_ok = cols < K
@@ -83,20 +88,27 @@ def _q_pipe_rows(x_ptr, w_ptr, s_ptr, nw_ptr, r_ptr, cos_ptr, sin_ptr, out_ptr,
         if t % tiles == tiles - 1:  # the block's last tile: its epilogue and store
             y = tl.sum(acc, axis=1)
             u = zeros
-            if t < tiles:  # the first block: the columns held ahead; the norm's squares
-                if AHEAD > 0:
-                    x_first, _ = _x_first(x_ptr, nw_ptr, OFFSET, K, HAS_NORM, AHEAD)
-                    y += tl.sum(w_first.to(tl.float32) * x_first[None, :], axis=1)
-                    if ACT != 0:
-                        u += tl.sum(u_first.to(tl.float32) * x_first[None, :], axis=1)
+            if t // tiles == START // tiles:  # the loop's first block: the norm's squares
                 if HAS_NORM:
                     square_sum = zeros + _squares(x_ptr, 0, K, BLOCK_K)
+            if t < tiles and AHEAD > 0:  # the first block: the columns held ahead
+                x_first, _ = _x_first(x_ptr, nw_ptr, OFFSET, K, HAS_NORM, AHEAD)
+                y += tl.sum(w_first.to(tl.float32) * x_first[None, :], axis=1)
+                if ACT != 0:
+                    u += tl.sum(u_first.to(tl.float32) * x_first[None, :], axis=1)
             y = _finish(y, u, up, square_sum, s_ptr, r_ptr, s_ptr, cos_ptr, sin_ptr, at,
                         at < N, EPS, N, K, False, HAS_NORM, ACT, HAS_RES, HAS_SCALE,
                         BLOCK_N, ROT_ROWS, HEAD_D)
             tl.store(out_ptr + at, y.to(out_ptr.dtype.element_ty), mask=at < N)
             acc = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
             up = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
+    if AHEAD >= K:  # the first block, held whole: summed last, the copies went out first
+        x_first, _ = _x_first(x_ptr, nw_ptr, OFFSET, K, HAS_NORM, AHEAD)
+        y, u = _dot_first(w_first, u_first, x_first, ACT)
+        y = _finish(y, u, up, square_sum, s_ptr, r_ptr, s_ptr, cos_ptr, sin_ptr, rows,
+                    rows < N, EPS, N, K, False, HAS_NORM, ACT, HAS_RES, HAS_SCALE, BLOCK_N,
+                    ROT_ROWS, HEAD_D)
+        tl.store(out_ptr + rows, y.to(out_ptr.dtype.element_ty), mask=rows < N)
 
 
 @triton.jit
@@ -132,10 +144,13 @@ def check_rows_config(config: tuple, cols: int) -> None:
     """A configuration the kernel computes right: ValueError otherwise."""
     block_n, block_k, warps, ahead, stages, turns = config
     tiles = triton.cdiv(cols, block_k)
-    if ahead % block_k or not 0 <= ahead < cols or min(block_n, warps, stages, turns) < 1 \
-            or (ahead and tiles == 1) or ahead // block_k >= tiles * turns:
+    whole = ahead == triton.next_power_of_2(cols)  # the first block held whole
+    part = ahead % block_k == 0 and 0 <= ahead < cols and (not ahead or tiles > 1)
+    if not (part or whole and turns > 1) or min(block_n, warps, stages, turns) < 1:
         raise ValueError(f"q-pipe config {config}: AHEAD a multiple of BLOCK_K below "
-                         f"{cols} columns (0 with one tile a row), the rest at least 1")
+                         f"{cols} columns (0 with one tile a row), or the whole row "
+                         f"({triton.next_power_of_2(cols)}) with TURNS > 1; the rest at "
+                         f"least 1")
 
 
 def launch_q_pipe_rows(x, weight, weight_scale, norm_weight, residual, act: int,

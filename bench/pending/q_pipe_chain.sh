@@ -39,8 +39,19 @@ chain() {  # WIDTH LABEL VARIANTS: one chain run, its summary lines
   grep -E "max\|diff\||own us" "$OUT/chain-$2.log" | cut -c1-170
   grep -E "^in turns" "$OUT/chain-$2.log"
 }
-chain int8 int8 "$(python3 bench/decode_q_pipe.py --chain int8)"
-chain int4 int4 "$(python3 bench/decode_q_pipe.py --chain int4)"
-chain int8 int8-ao "$(python3 bench/decode_q_pipe.py --chain int8 --base "dependent + join + attention-o joined 8 splits 4 rows" --only "nothing changed;gate/up 2 rows one tile 3 stages 4 turns;down 4 rows 2048 ahead 512-column tiles 4 stages;gate/up 2 rows one tile 3 stages 4 turns + down 4 rows 2048 ahead 3 stages")"
-chain int4 int4-ao "$(python3 bench/decode_q_pipe.py --chain int4 --base "int4 dependent + join + attention-o joined 4 splits 4 rows" --only "nothing changed;gate/up 4 rows 3 stages 2 turns;down 8 rows 4 groups 4 stages;head 8 rows 8 groups 3 stages 4 turns")"
+# the likeliest changes by the weight bytes they keep in flight a multiprocessor
+# (python bench/decode_q_pipe.py), over the base a library runs now
+AO8="dependent + join + attention-o joined 8 splits 4 rows"
+AO4="int4 dependent + join + attention-o joined 4 splits 4 rows"
+LIKELY8="nothing changed;gate/up 2 rows one tile 3 stages 2 turns"
+LIKELY8+=";gate/up 1 row one tile 4 stages 4 turns;head 8 rows one tile 3 stages 4 turns"
+LIKELY8+=";down 2 rows 1024-column tiles 5 stages"
+LIKELY4="nothing changed;gate/up 4 rows 5 stages 2 turns"
+LIKELY4+=";head 8 rows 8 groups 4 stages 4 turns"
+LIKELY4+=";down 4 rows first row held 8 warps 3 stages 2 turns"
+Q="python3 bench/decode_q_pipe.py"
+chain int8 int8 "$($Q --chain int8)"
+chain int4 int4 "$($Q --chain int4)"
+chain int8 int8-ao "$($Q --chain int8 --base "$AO8" --only "$LIKELY8")"
+chain int4 int4-ao "$($Q --chain int4 --base "$AO4" --only "$LIKELY4")"
 date -u +%T

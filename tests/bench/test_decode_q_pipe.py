@@ -43,6 +43,8 @@ def _folds(n, k, norm, res, rot, device):
     (40, 96, 0, True, False, False, 0, (2, 128, 4, 0, 2, 4)),  # one tile, 16-bit rows
     (36, 64, 0, True, False, True, 32, (4, 16, 4, 16, 3, 2)),  # rotary rows
     (24, 64, 1, True, True, True, 0, (1, 64, 2, 0, 4, 5)),  # one tile a gated row
+    (40, 96, 1, True, False, True, 0, (2, 32, 4, 128, 3, 3)),  # the first block whole
+    (36, 64, 0, True, True, True, 32, (4, 64, 4, 64, 2, 2)),  # whole, rotary, residual
 ])
 def test_int8_rows_through_the_pipeline_are_row_gemvs(n, k, act, norm, res, int8, rot,
                                                       config):
@@ -70,6 +72,8 @@ def test_int8_rows_through_the_pipeline_are_row_gemvs(n, k, act, norm, res, int8
     (42, 256, 32, 0, False, True, 0, (4, 2, 4, 0, 3, 3, False)),  # residual, a part turn
     (40, 384, 128, 0, True, False, 0, (2, 2, 4, 1, 2, 4, False)),  # a masked last step
     (36, 256, 64, 0, True, False, 32, (4, 4, 4, 0, 3, 2, False)),  # rotary, one step
+    (40, 384, 128, 1, True, False, 0, (2, 2, 4, 2, 3, 3, True)),  # the first row whole
+    (36, 256, 32, 0, True, True, 32, (4, 4, 4, 2, 2, 2, False)),  # whole, rotary, residual
 ])
 def test_int4_rows_through_the_pipeline_are_row_gemvs(n, k, group, act, norm, res, rot,
                                                       config):
@@ -91,11 +95,11 @@ def test_configurations_the_kernels_cannot_compute_are_refused():
     from bench.q_pipe_int4 import check_int4_config
     from bench.q_pipe_rows import check_rows_config
     for config in [(2, 32, 4, 48, 3, 1), (2, 128, 4, 32, 3, 1), (2, 32, 4, 96, 3, 1),
-                   (2, 32, 4, 0, 0, 1)]:
+                   (2, 32, 4, 0, 0, 1), (2, 32, 4, 128, 3, 1)]:
         with pytest.raises(ValueError, match="q-pipe config"):
             check_rows_config(config, 96)
     for config in [(4, 8, 4, 2, 3, 1, False), (4, 16, 4, 1, 3, 1, False),
-                   (4, 6, 4, 0, 3, 1, False)]:
+                   (4, 6, 4, 0, 3, 1, False), (4, 8, 4, 3, 3, 2, False)]:
         with pytest.raises(ValueError, match="q-pipe int4 config"):
             check_int4_config(config, 16)
 
@@ -168,19 +172,28 @@ def test_the_bases_are_variants_the_chain_has():
 
 
 def test_the_pending_script_asks_for_variants_the_bench_has():
+    """Each ``chain`` call's ``--chain`` list, its ``--base`` and ``--only`` as bash
+    expands the script's variables: names decode_q_pipe.py has."""
+    import subprocess
     from bench.decode_q_pipe import INT4_BASES, INT4_CHANGES, INT8_CHANGES, chain_names
     script = (ROOT / "bench" / "pending" / "q_pipe_chain.sh").read_text()
-    asked = re.findall(r'--chain (int8|int4)(?: --base "([^"]*)")?(?: --only "([^"]*)")?',
-                       script)
-    assert {width for width, *_ in asked} == {"int8", "int4"}
+    assigned = "\n".join(line for line in script.splitlines()
+                         if re.match(r"^[A-Z0-9]+\+?=", line))
+    asked = re.findall(r'^chain \w+ [\w-]+ "\$\(\$Q --chain (int8|int4)'
+                       r'(?: --base "(\$\w+)")?(?: --only "(\$\w+)")?\)"$', script, re.M)
+    assert sorted(width for width, *_ in asked) == ["int4", "int4", "int8", "int8"]
     for width, base, only in asked:
+        base, only = subprocess.run(
+            ["bash", "-c", f'{assigned}\nprintf "%s\\n%s" "{base}" "{only}"'],
+            capture_output=True, text=True, check=True).stdout.split("\n")
         int4 = width == "int4"
         changes = INT4_CHANGES if int4 else INT8_CHANGES
         bases = INT4_BASES if int4 else (
             "dependent + join", "dependent + join + attention-o joined 8 splits 4 rows")
         assert not base or base in bases
-        assert all(name in changes for name in only.split(";") if name)
-        names = chain_names(int4, base or None, tuple(n for n in only.split(";") if n))
+        picked = tuple(name for name in only.split(";") if name)
+        assert all(name in changes for name in picked) and (not only or len(picked) > 2)
+        names = chain_names(int4, base or None, picked)
         assert names[0] == (base or bases[0]) and len(names) > 2
 
 
