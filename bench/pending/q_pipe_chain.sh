@@ -2,12 +2,12 @@
 # On the GPU machine, from a tree's root (the checkout or a `git archive` under .gm/):
 # int8 and int4 products whose weights stream through shared memory (cp.async, TURNS
 # blocks of rows a program: bench/q_pipe_rows.py, bench/q_pipe_int4.py) in the 22-layer
-# decode chain, 60 rounds in turns. First the kernels' tests (interpreter-free on the
+# decode chain, 60 rounds in turns. First the kernels' tests (compiled, on the
 # GPU, and two chains of dependent launches replayed in a CUDA graph), then each width's
 # every change against "dependent + join" ("int4 dependent + join"), "nothing changed"
 # the control; then the few likeliest over the base a library runs now (the layer's
-# attention and o in one launch). No build: about 150 s on a warm H200 (Triton compiles
-# each configuration once).
+# attention and o in one launch). No build: about 4 minutes on a warm H200 (Triton compiles
+# each configuration once; a chain run stops at $CHAIN_S, default 240 s).
 #
 #   bash bench/pending/q_pipe_chain.sh [WHEELS_DIR]
 #
@@ -33,7 +33,7 @@ timeout 120 python3 -m pytest tests/bench/test_decode_q_pipe.py -q -p no:cachepr
 echo "tests rc $?"; tail -2 "$OUT/tests.log"
 chain() {  # WIDTH LABEL VARIANTS: one chain run, its summary lines
   date -u +%T
-  timeout 240 python3 bench/decode_chain_cuda.py --$1 --rounds 60 --variants "$3" \
+  timeout ${CHAIN_S:-240} python3 bench/decode_chain_cuda.py --$1 --rounds 60 --variants "$3" \
       --out "$OUT/chain-$2.jsonl" > "$OUT/chain-$2.log" 2>&1
   echo "chain $2 rc $?"
   grep -E "max\|diff\||own us" "$OUT/chain-$2.log" | cut -c1-170
