@@ -69,11 +69,14 @@ class QPipeInt4Launch:
 # products now (gemv_config): q/k/v (4, 1024, 4, 2048 ahead: the whole row), o (2, 1024,
 # 8, 2048), gate/up (2, 1024, 4, nothing ahead: 2,816 programs of 8 KB), down split in 4
 # parts along K (2,048 programs, each its whole part ahead), the head (8, 1024, 4, 1024).
-# "one tile": BLOCK_K the whole 2,048-column row, x read once, only weights copied.
+# "one tile": BLOCK_K the whole 2,048-column row; "x once": x read once before the loop,
+# only weights copied (its move into the tile's layout then comes before the first copy).
 INT8_CHANGES = {
     "nothing changed": {},  # the base again: the spread between two equal graphs
     "gate/up 2 rows one tile 3 stages 2 turns": {"gate_up": (2, 2048, 4, 0, 3, 2)},
     "gate/up 2 rows one tile 3 stages 4 turns": {"gate_up": (2, 2048, 4, 0, 3, 4)},
+    "gate/up 2 rows one tile x once 3 stages 2 turns": {
+        "gate_up": (2, 2048, 4, 0, 3, 2, True)},
     "gate/up 2 rows one tile 4 stages 4 turns": {"gate_up": (2, 2048, 4, 0, 4, 4)},
     "gate/up 2 rows one tile 3 stages 8 turns": {"gate_up": (2, 2048, 4, 0, 3, 8)},
     "gate/up 1 row one tile 4 stages 4 turns": {"gate_up": (1, 2048, 4, 0, 4, 4)},
@@ -92,6 +95,7 @@ INT8_CHANGES = {
     "head 4 rows first block ahead 3 stages 4 turns": {"head": (4, 2048, 4, 2048, 3, 4)},
     "head 8 rows one tile 3 stages 4 turns": {"head": (8, 2048, 4, 0, 3, 4)},
     "head 4 rows one tile 3 stages 8 turns": {"head": (4, 2048, 4, 0, 3, 8)},
+    "head 8 rows one tile x once 3 stages 4 turns": {"head": (8, 2048, 4, 0, 3, 4, True)},
     "gate/up 2 rows one tile 3 stages 4 turns + down 4 rows 2048 ahead 3 stages": {
         "gate_up": (2, 2048, 4, 0, 3, 4), "down": (4, 1024, 4, 2048, 3, 1)},
 }
@@ -179,7 +183,7 @@ def compiled(product: str, config: tuple, int4: bool) -> dict:
     else:
         from bench.q_pipe_rows import q_pipe_rows_kernel_gdc as kernel
         values.update(BLOCK_K=config[1], AHEAD=config[3], HAS_SCALE=True, ROT_ROWS=0,
-                      HEAD_D=0)
+                      HEAD_D=0, X_ONCE=bool((*config[6:], False)[0]))
         kinds = {"w_ptr": "*i8"}
     found = sm90_compiled(kernel, kinds, values, config[2])
     ptx = found.asm["ptx"]
@@ -188,6 +192,8 @@ def compiled(product: str, config: tuple, int4: bool) -> dict:
                        r"\s*(0x\w+|\d+)", ptx)
     wait = ptx.find("griddepcontrol.wait")
     registers, spilled = ptxas_report(ptx)
+    # barriers between the wait and the first copy: each waits for what was read before
+    barriers = ptx[wait:min(copies)].count("bar.sync") if copies else -1
     # a step's weight bytes (int4: 64 a group a row, and its 4-byte (scale, offset))
     step = config[0] * config[1] * (68 if int4 else 1) * (2 if act else 1)
     if int4:  # before the wait: a step, or the first block's whole row
@@ -198,7 +204,7 @@ def compiled(product: str, config: tuple, int4: bool) -> dict:
             "copies": len(copies), "sizes": sorted({int(s, 0) for s in sizes}),
             "after_wait": bool(copies) and 0 <= wait < min(copies),
             "grid": -(-n // (config[0] * config[5])), "warps": config[2],
-            "in_flight": (config[4] - 1) * step, "held": held}
+            "in_flight": (config[4] - 1) * step, "held": held, "barriers": barriers}
 
 
 def library_compiled(product: str, int4: bool) -> dict:
@@ -284,7 +290,8 @@ def main() -> None:
                       f"registers {got['registers']:3d}, spilled {got['spilled']}, shared "
                       f"{got['shared']:6d} B, cp.async {got['copies']:3d} of "
                       f"{got['sizes']} B{', all after the wait' if got['after_wait'] else ''}"
-                      f"; {got['held']} B held; {per_sm(got)}", flush=True)
+                      f" ({got['barriers']} barriers before the first); {got['held']} B "
+                      f"held; {per_sm(got)}", flush=True)
 
 
 if __name__ == "__main__":

@@ -10,12 +10,13 @@ wait, 8 KB a program in all), so a product of them keeps fewer bytes in flight t
 fp16 one; with TURNS > 1 a program takes TURNS blocks of rows (``pid``, ``pid +
 programs``, ...) as one loop of tiles and the copies run on across them.
 
-A configuration: (BLOCK_N, BLOCK_K, warps, AHEAD, STAGES, TURNS). AHEAD: the first
-block's first columns held in registers before the wait (a multiple of BLOCK_K below K,
-or 0), or its whole row (K's next power of two, with TURNS > 1: summed after the loop,
-so the pipeline's first copies go out right after the wait). BLOCK_K >= K: one tile a
-row, x (times the norm's weight) read once before the loop and only weights copied in
-it. Folds: RMSNorm, int8 scales, SiLU x up, rotary rows,
+A configuration: (BLOCK_N, BLOCK_K, warps, AHEAD, STAGES, TURNS[, X_ONCE]). AHEAD: the
+first block's first columns held in registers before the wait (a multiple of BLOCK_K
+below K, or 0), or its whole row (K's next power of two, with TURNS > 1: summed after
+the loop, so the pipeline's first copies go out right after the wait). x (and the norm's
+weight) is copied with each tile; X_ONCE (one tile a row): read once before the loop
+instead, but its move into the tile's layout (a barrier) then waits for it, and the
+first copies go out only after that. Folds: RMSNorm, int8 scales, SiLU x up, rotary rows,
 the residual (row_parts._finish, as the library's row kernels).
 """
 
@@ -47,7 +48,8 @@ def _q_pipe_rows(x_ptr, w_ptr, s_ptr, nw_ptr, r_ptr, cos_ptr, sin_ptr, out_ptr,
                  HAS_NORM: tl.constexpr, ACT: tl.constexpr, HAS_RES: tl.constexpr,
                  HAS_SCALE: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                  AHEAD: tl.constexpr, STAGES: tl.constexpr, TURNS: tl.constexpr,
-                 GDC: tl.constexpr, ROT_ROWS: tl.constexpr, HEAD_D: tl.constexpr):
+                 GDC: tl.constexpr, ROT_ROWS: tl.constexpr, HEAD_D: tl.constexpr,
+                 X_ONCE: tl.constexpr):
     programs = tl.num_programs(0)
     pid = tl.program_id(0)
     rows = _block_rows(pid, BLOCK_N, ROT_ROWS, HEAD_D)
@@ -63,8 +65,8 @@ def _q_pipe_rows(x_ptr, w_ptr, s_ptr, nw_ptr, r_ptr, cos_ptr, sin_ptr, out_ptr,
     zeros = tl.zeros((BLOCK_N,), dtype=tl.float32)
     square_sum = zeros
     one = tl.arange(0, BLOCK_K)
-    x_row = one.to(tl.float32)  # a row in one tile: x read once, here
-    if tiles == 1:
+    x_row = one.to(tl.float32)  # X_ONCE: x read once, here
+    if X_ONCE:
         x_row = _x_times_norm(x_ptr, nw_ptr, one, one < K, OFFSET, HAS_NORM)
     acc = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
     up = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
@@ -73,7 +75,7 @@ def _q_pipe_rows(x_ptr, w_ptr, s_ptr, nw_ptr, r_ptr, cos_ptr, sin_ptr, out_ptr,
         at = _block_rows(pid + (t // tiles) * programs, BLOCK_N, ROT_ROWS, HEAD_D)
         cols = (t % tiles) * BLOCK_K + one
         col_ok = cols < K
-        if tiles == 1:
+        if X_ONCE:
             x = x_row
         else:
             x = _x_times_norm(x_ptr, nw_ptr, cols, col_ok, OFFSET, HAS_NORM)
@@ -118,11 +120,12 @@ def q_pipe_rows_kernel(x_ptr, w_ptr, s_ptr, nw_ptr, r_ptr, cos_ptr, sin_ptr, out
                        HAS_RES: tl.constexpr, HAS_SCALE: tl.constexpr,
                        BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, AHEAD: tl.constexpr,
                        STAGES: tl.constexpr, TURNS: tl.constexpr,
-                       ROT_ROWS: tl.constexpr = 0, HEAD_D: tl.constexpr = 0):
+                       ROT_ROWS: tl.constexpr = 0, HEAD_D: tl.constexpr = 0,
+                       X_ONCE: tl.constexpr = False):
     """reference.row_gemv (no bias) over int8 or 16-bit rows, as a plain launch."""
     _q_pipe_rows(x_ptr, w_ptr, s_ptr, nw_ptr, r_ptr, cos_ptr, sin_ptr, out_ptr, EPS, OFFSET,
                  N, K, HAS_NORM, ACT, HAS_RES, HAS_SCALE, BLOCK_N, BLOCK_K, AHEAD, STAGES,
-                 TURNS, False, ROT_ROWS, HEAD_D)
+                 TURNS, False, ROT_ROWS, HEAD_D, X_ONCE)
 
 
 @triton.jit
@@ -132,18 +135,21 @@ def q_pipe_rows_kernel_gdc(x_ptr, w_ptr, s_ptr, nw_ptr, r_ptr, cos_ptr, sin_ptr,
                            HAS_RES: tl.constexpr, HAS_SCALE: tl.constexpr,
                            BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                            AHEAD: tl.constexpr, STAGES: tl.constexpr, TURNS: tl.constexpr,
-                           ROT_ROWS: tl.constexpr = 0, HEAD_D: tl.constexpr = 0):
+                           ROT_ROWS: tl.constexpr = 0, HEAD_D: tl.constexpr = 0,
+                           X_ONCE: tl.constexpr = False):
     """The same as a programmatic dependent launch: the first block's AHEAD columns of
     weights before the wait, the pipeline's copies after it."""
     _q_pipe_rows(x_ptr, w_ptr, s_ptr, nw_ptr, r_ptr, cos_ptr, sin_ptr, out_ptr, EPS, OFFSET,
                  N, K, HAS_NORM, ACT, HAS_RES, HAS_SCALE, BLOCK_N, BLOCK_K, AHEAD, STAGES,
-                 TURNS, True, ROT_ROWS, HEAD_D)
+                 TURNS, True, ROT_ROWS, HEAD_D, X_ONCE)
 
 
 def check_rows_config(config: tuple, cols: int) -> None:
     """A configuration the kernel computes right: ValueError otherwise."""
-    block_n, block_k, warps, ahead, stages, turns = config
+    block_n, block_k, warps, ahead, stages, turns, *x_once = config
     tiles = triton.cdiv(cols, block_k)
+    if x_once and x_once[0] and tiles > 1:
+        raise ValueError(f"q-pipe config {config}: x read once needs one tile a row")
     whole = ahead == triton.next_power_of_2(cols)  # the first block held whole
     part = ahead % block_k == 0 and 0 <= ahead < cols and (not ahead or tiles > 1)
     if not (part or whole and turns > 1) or min(block_n, warps, stages, turns) < 1:
@@ -163,7 +169,7 @@ def launch_q_pipe_rows(x, weight, weight_scale, norm_weight, residual, act: int,
     rows, cols = weight.shape
     width = rows // 2 if act else rows
     check_rows_config(config, cols)
-    block_n, block_k, warps, ahead, stages, turns = config
+    block_n, block_k, warps, ahead, stages, turns, *x_once = config
     if rotary_rows and rotary_rows % block_n:
         raise ValueError(f"BLOCK_N {block_n} must divide the {rotary_rows} rotary rows")
     out = torch.empty((*x.shape[:-1], width), dtype=x.dtype, device=x.device)
@@ -180,5 +186,6 @@ def launch_q_pipe_rows(x, weight, weight_scale, norm_weight, residual, act: int,
         EPS=eps, OFFSET=offset, N=width, K=cols, HAS_NORM=norm_weight is not None,
         ACT=act, HAS_RES=residual is not None, HAS_SCALE=weight_scale is not None,
         BLOCK_N=block_n, BLOCK_K=block_k, AHEAD=ahead, STAGES=stages, TURNS=turns,
-        ROT_ROWS=rotary_rows, HEAD_D=head_dim, num_warps=warps)
+        ROT_ROWS=rotary_rows, HEAD_D=head_dim, X_ONCE=bool(x_once and x_once[0]),
+        num_warps=warps)
     return out

@@ -43,8 +43,8 @@ chain() {  # WIDTH LABEL VARIANTS: one chain run, its summary lines
 # (python bench/decode_q_pipe.py), over the base a library runs now
 AO8="dependent + join + attention-o joined 8 splits 4 rows"
 AO4="int4 dependent + join + attention-o joined 4 splits 4 rows"
-LIKELY8="nothing changed;gate/up 2 rows one tile 3 stages 2 turns"
-LIKELY8+=";gate/up 1 row one tile 4 stages 4 turns;head 8 rows one tile 3 stages 4 turns"
+LIKELY8="nothing changed;gate/up 2 rows one tile x once 3 stages 2 turns"
+LIKELY8+=";gate/up 2 rows one tile 3 stages 4 turns;head 8 rows one tile x once 3 stages 4 turns"
 LIKELY8+=";down 2 rows 1024-column tiles 5 stages"
 LIKELY4="nothing changed;gate/up 4 rows 5 stages 2 turns"
 LIKELY4+=";head 8 rows 8 groups 4 stages 4 turns"

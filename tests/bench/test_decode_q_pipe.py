@@ -45,6 +45,7 @@ def _folds(n, k, norm, res, rot, device):
     (24, 64, 1, True, True, True, 0, (1, 64, 2, 0, 4, 5)),  # one tile a gated row
     (40, 96, 1, True, False, True, 0, (2, 32, 4, 128, 3, 3)),  # the first block whole
     (36, 64, 0, True, True, True, 32, (4, 64, 4, 64, 2, 2)),  # whole, rotary, residual
+    (40, 64, 1, True, True, True, 0, (2, 64, 4, 0, 3, 3, True)),  # x read once
 ])
 def test_int8_rows_through_the_pipeline_are_row_gemvs(n, k, act, norm, res, int8, rot,
                                                       config):
@@ -95,7 +96,7 @@ def test_configurations_the_kernels_cannot_compute_are_refused():
     from bench.q_pipe_int4 import check_int4_config
     from bench.q_pipe_rows import check_rows_config
     for config in [(2, 32, 4, 48, 3, 1), (2, 128, 4, 32, 3, 1), (2, 32, 4, 96, 3, 1),
-                   (2, 32, 4, 0, 0, 1), (2, 32, 4, 128, 3, 1)]:
+                   (2, 32, 4, 0, 0, 1), (2, 32, 4, 128, 3, 1), (2, 32, 4, 0, 3, 1, True)]:
         with pytest.raises(ValueError, match="q-pipe config"):
             check_rows_config(config, 96)
     for config in [(4, 8, 4, 2, 3, 1, False), (4, 16, 4, 1, 3, 1, False),
