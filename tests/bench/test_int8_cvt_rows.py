@@ -150,7 +150,7 @@ def _hopper():
 def test_an_i2f_free_chain_replays_in_a_cuda_graph():
     """Two layers of the int8 chain at the ~1.1B's shape, q/k/v, gate/up (4 rows) and the
     head on the integer-op kernel (its PRMT form) as dependent launches, captured and
-    replayed: the plain chain's output each replay."""
+    replayed: the base's plain launches' output each replay."""
     _hopper()
     from bench.decode_chain_cuda import step, variants, weights
     from bench.int8_cvt_rows import BASE
@@ -158,8 +158,8 @@ def test_an_i2f_free_chain_replays_in_a_cuda_graph():
     made = weights(2, 512, int8=True)
     hidden = torch.randn(1, 1, 2048, device="cuda", dtype=torch.float16)
     chosen = variants(None, True)
-    want = step(made, hidden, False, chosen["dependent + join"][1], join=True).float()
     pdl, configs, *rest = chosen[f"{BASE} + i2f-free gate/up 4 rows + q/k/v + head"]
+    want = step(made, hidden, False, chosen[BASE][1], *rest).float()  # the base, plain
     step(made, hidden, pdl, configs, *rest)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
