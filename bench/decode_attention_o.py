@@ -27,15 +27,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-
-def flag_slots(layers: int) -> list:
-    """A flag slot each layer's launch counts on, none the same as the next launch's
-    (the last layer's next is the next call's first): two slots, a third where the
-    layers are odd."""
-    slots = [i % 2 for i in range(layers)]
-    if layers % 2:
-        slots[-1] = 2
-    return slots
+from targets.aoti.kernels.attention_o_slots import flag_slots  # noqa: E402
 
 
 class AttentionO:
@@ -72,13 +64,12 @@ class AttentionO:
                                             warps, stages, pdl, layer["o"][1])
         from bench.decode_attention_o_flag import launch_joined_attention_o
         index = next(i for i, each in enumerate(made["layers"]) if each is layer)
-        slots = flag_slots(len(made["layers"]))
+        slot, reset = flag_slots(len(made["layers"]))[index]
         splits, block_n, warps, poll, ns = self.config
         packed, scales = layer["o"]
         int4 = int4_steps(block_n, warps, q.shape[1] * q.shape[-1], scales.shape[1]) if (
             packed.dtype == torch.uint8) else ()
-        return launch_joined_attention_o(*args, state, slots[index],
-                                         slots[(index + 1) % len(slots)], splits, block_n,
+        return launch_joined_attention_o(*args, state, slot, reset, splits, block_n,
                                          warps, poll, ns, pdl, scales, int4)
 
 

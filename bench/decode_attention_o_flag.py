@@ -16,7 +16,7 @@ finished before the first o program polls (POLL 0: no inline assembly there).
 The flag is one of a few slots (``slot``), each a 128-byte line. It is set back to zero
 without an atomic by the kernel after (``reset``: the slot the next launch uses), by its
 program 0 after its wait, when every program of the launch that spun on it has ended:
-consecutive launches take different slots (decode_attention_o.flag_slots).
+consecutive launches take different slots (attention_o_slots.flag_slots).
 """
 
 from __future__ import annotations

@@ -135,15 +135,6 @@ def test_a_fully_masked_block_adds_nothing():
     _close(got, _want(*args), torch.float16)
 
 
-def test_flag_slots_never_repeat_from_one_launch_to_the_next():
-    from bench.decode_attention_o import flag_slots
-    for layers in (1, 2, 3, 22, 23):
-        slots = flag_slots(layers)
-        if layers > 1:
-            assert all(slots[i] != slots[(i + 1) % layers] for i in range(layers))
-        assert set(slots) <= {0, 1, 2}
-
-
 @pytest.mark.parametrize("form, config", [("fused", (2, 16, 4, 2)),
                                           ("joined", (2, 4, 4, 0, 64))])
 def test_the_chain_with_one_launch_computes_what_the_chain_computes(monkeypatch, form,
