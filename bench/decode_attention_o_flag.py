@@ -26,47 +26,8 @@ import triton
 import triton.language as tl
 
 from bench.flag_wait_triton import STRIDE, _spin
-from targets.aoti.kernels.decode_attention import _join_heads
+from targets.aoti.kernels.decode_attention import _attention_block, _join_heads
 from targets.aoti.kernels.int4_triton import _first_tiles, _group_sums
-
-
-@triton.jit
-def _part(q_ptr, pk_ptr, pv_ptr, mask_ptr, m_ptr, l_ptr, acc_ptr, kvh, split,
-          sq_h, spk_h, spk_s, spv_h, spv_s, sm, SCALE: tl.constexpr, S: tl.constexpr,
-          D: tl.constexpr, G: tl.constexpr, SPLITS: tl.constexpr, BLOCK_S: tl.constexpr,
-          BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr, IEEE: tl.constexpr,
-          GDC: tl.constexpr):
-    """decode_attention._attention_split's block (CACHE_AHEAD) for the given key/value
-    head and block: its partial results stored."""
-    g = tl.arange(0, BLOCK_G)
-    d = tl.arange(0, BLOCK_D)
-    s = split * BLOCK_S + tl.arange(0, BLOCK_S)
-    g_ok, d_ok, s_ok = g < G, d < D, s < S
-    heads = kvh * G + g
-    kv_ok = s_ok[:, None] & d_ok[None, :]
-    k = tl.load(pk_ptr + kvh * spk_h + s[:, None] * spk_s + d[None, :], mask=kv_ok, other=0.0)
-    v = tl.load(pv_ptr + kvh * spv_h + s[:, None] * spv_s + d[None, :], mask=kv_ok, other=0.0)
-    if GDC:
-        tl.extra.cuda.gdc_wait()
-    q = tl.load(q_ptr + heads[:, None] * sq_h + d[None, :], mask=g_ok[:, None] & d_ok[None, :],
-                other=0.0)
-    if IEEE:
-        scores = tl.dot(q, tl.trans(k), input_precision="ieee")
-    else:
-        scores = tl.dot(q, tl.trans(k))
-    added = tl.load(mask_ptr + s * sm, mask=s_ok, other=float("-inf")).to(tl.float32)
-    scores = scores * SCALE + added[None, :]
-    top = tl.maximum(tl.max(scores, axis=1), -1e30)  # a block of masked slots only: no NaN
-    p = tl.exp(scores - top[:, None])
-    total = tl.sum(p, axis=1)
-    if IEEE:
-        acc = tl.dot(p, v.to(tl.float32), input_precision="ieee")
-    else:
-        acc = tl.dot(p.to(v.dtype), v)
-    part = heads * SPLITS + split
-    tl.store(m_ptr + part, top, mask=g_ok)
-    tl.store(l_ptr + part, total, mask=g_ok)
-    tl.store(acc_ptr + part[:, None] * BLOCK_D + d[None, :], acc, mask=g_ok[:, None])
 
 
 @triton.jit
@@ -85,9 +46,10 @@ def _joined(q_ptr, pk_ptr, nk_ptr, pv_ptr, nv_ptr, mask_ptr, m_ptr, l_ptr, acc_p
         tl.extra.cuda.gdc_launch_dependents()
     if pid < KVH * SPLITS:  # the attention: a block of slots of a key/value head
         kvh = pid // SPLITS
-        _part(q_ptr, pk_ptr, pv_ptr, mask_ptr, m_ptr, l_ptr, acc_ptr, kvh, pid % SPLITS,
-              sq_h, spk_h, spk_s, spv_h, spv_s, sm, SCALE, S, D, G, SPLITS, BLOCK_S,
-              BLOCK_G, BLOCK_D, IEEE, GDC)
+        # the cache's rows read before the wait (CACHE_AHEAD)
+        _attention_block(q_ptr, pk_ptr, pv_ptr, mask_ptr, m_ptr, l_ptr, acc_ptr, kvh,
+                         pid % SPLITS, sq_h, spk_h, spk_s, spv_h, spv_s, sm, SCALE, S, D,
+                         G, SPLITS, BLOCK_S, BLOCK_G, BLOCK_D, IEEE, GDC, True)
         if pid == 0:  # past its wait: every launch before this one has ended
             tl.store(reset_ptr, 0)
         tl.debug_barrier()  # every thread's stores before the count
