@@ -233,6 +233,7 @@ def variants(best: Path | None = None, int8: bool = False) -> dict:
     from bench.decode_chain_split import split_variants
     from bench.decode_pipe_gemv import pipe_variants
     from bench.decode_q_pipe import q_pipe_variants
+    from bench.down_fit_rows import fit_variants
     from bench.head_argmax_triton import argmax_variants
     from bench.int8_cvt_rows import cvt_variants
     from targets.aoti.kernels.triton_kernels import gemv_config
@@ -291,6 +292,8 @@ def variants(best: Path | None = None, int8: bool = False) -> dict:
             **q_pipe_variants(q_bases),
             # int8 weights made fp32 by integer ops, no I2F (over the same bases)
             **(cvt_variants(q_bases) if int8 else {}),
+            # int8 down split along K in tiles that fit its parts (over the same bases)
+            **(fit_variants(q_bases) if int8 else {}),
             # a flag the kernel before counts in on, in place of gdc_wait
             **flag_variants(default),
             # the attention in few, long blocks (one a key/value head: no join)
