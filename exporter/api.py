@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 from pathlib import Path
 from typing import Any
@@ -54,11 +55,19 @@ def build(model: str | torch.nn.Module, example_args: tuple | None = None, *,
     stages are also logged on the ``exporter`` logger (INFO)."""
     built = settings_from(settings)
     kind = build_kind(built)
-    if not isinstance(model, torch.nn.Module):
-        return _build(model, built, stage=callback_stage(progress), kind=kind)
-    with left_as_given(model):
+    with _given(model):
+        if not isinstance(model, torch.nn.Module):
+            return _build(model, built, stage=callback_stage(progress), kind=kind)
         return _build_module(model, example_args, example_kwargs, dynamic_shapes, built,
                              kind, progress)
+
+
+def _given(spec: Any) -> contextlib.AbstractContextManager:
+    """A caller's module, or a ModelSpec holding one, left as given (exporter/model/
+    given_module.py); a spec string's module is the build's own."""
+    module = spec.module if isinstance(spec, ModelSpec) else spec
+    return (left_as_given(module) if isinstance(module, torch.nn.Module)
+            else contextlib.nullcontext())
 
 
 def _build_module(model: torch.nn.Module, example_args: tuple | None,
@@ -81,7 +90,8 @@ def run_build(spec: str | ModelSpec | torch.nn.Module, settings: BuildSettings, 
               stage: StageHook = quiet_stage) -> Artifact:
     """The build of the settings' kind: a plain forward (exporter/builder/plain.py), or
     prefill + decode over a KV cache (exporter/lm/build.py), through one pipeline."""
-    return _build(spec, settings, stage=stage, kind=build_kind(settings))
+    with _given(spec):
+        return _build(spec, settings, stage=stage, kind=build_kind(settings))
 
 
 def validate(artifact: str | Path, model: str | ModelSpec | None = None, *,
@@ -90,5 +100,6 @@ def validate(artifact: str | Path, model: str | ModelSpec | None = None, *,
     ``model`` None: the spec the artifact was built from (its manifest's, with the build's
     hf: options). A generating artifact is judged by the generation gate its build used."""
     manifest = read_manifest(artifact)
-    return kind_of(manifest).revalidate(Path(artifact), manifest, model, inputs_file, dtype,
-                                        seed)
+    with _given(model):
+        return kind_of(manifest).revalidate(Path(artifact), manifest, model, inputs_file,
+                                            dtype, seed)

@@ -21,6 +21,7 @@ from exporter.errors import ExportFailedError, UserInputError
 from exporter.model.export_errors import explain_export_failure
 from exporter.model.finite_guards import repair_finiteness_guards
 from exporter.model.forward_contract import check_call, unregistered_output
+from exporter.model.given_module import inputs_of_its_own
 from exporter.model.spec import ModelSpec
 from passes.graph.rewrite import module_path, set_module_path
 from runtime.format.dtypes import name_of
@@ -40,8 +41,10 @@ class Captured:
 
 
 def capture(spec: ModelSpec, dynamic: list[DynamicDim], device: str) -> Captured:
+    # in place: a model the build loaded frees its host copy; a caller's module is put
+    # back by exporter/api.py's left_as_given, with no second copy of its weights
     module = spec.module.to(device)
-    args, kwargs = _to_device((spec.args, spec.kwargs), device)
+    args, kwargs = inputs_of_its_own((spec.args, spec.kwargs), device)
     check_call(module, args, kwargs)
     dynamic_shapes = apply_dynamic(module, args, kwargs, spec.dynamic_shapes, dynamic,
                                    spec.groups)
@@ -98,10 +101,6 @@ def _paths_from_user_model(program: ExportedProgram, module: torch.nn.Module) ->
             path = module_path(node)
             if f"{path}.".startswith(prefix):
                 set_module_path(node, path[len(prefix):])
-
-
-def _to_device(tree: Any, device: str) -> Any:
-    return torch.utils._pytree.tree_map_only(torch.Tensor, lambda t: t.to(device), tree)
 
 
 def read_signature(program: ExportedProgram, eager_out: Any, dim_names: dict,

@@ -1,9 +1,10 @@
-"""The caller's module, left as it was given to ``exporter.build``.
+"""The caller's module and example inputs, left as they were given to ``exporter.build``.
 
 A build puts the model in eval mode and moves it to the build's device, in place (torch's
 ``Module.eval`` and ``Module.to`` change the module itself), for torch.export to trace it
-there. A function that only reads a model should not leave it on a GPU or out of training
-mode, as torch.onnx.export and torch.export themselves do not.
+there; and it runs the model's forward (capture, the eager reference, calibration), which
+may write into its buffers (a call counter, a static cache) and its inputs. A function that
+only reads a model should leave it as it was, as torch.onnx.export and torch.export do.
 """
 
 from __future__ import annotations
@@ -16,23 +17,44 @@ import torch
 
 @contextlib.contextmanager
 def left_as_given(module: torch.nn.Module) -> Iterator[torch.nn.Module]:
-    """Within: the module may be moved and switched to eval mode. After, even on an
-    error: every submodule's training flag, parameter and buffer is the one it had,
-    holding the very tensors it held (no copy back from the device)."""
+    """Within: the module may be moved and switched to eval mode, and its forward run;
+    its buffers are the build's own copies, so what a forward writes stays there. After,
+    even on an error: every submodule's training flag, parameter (and its ``.grad``) and
+    buffer is the one it had, holding the very tensors it held (no copy back from the
+    device)."""
+    # Moved in place and restored in a `finally`, not copied: the host keeps one copy of
+    # the weights, and a build of a spec it loaded itself frees it when moving to the GPU.
     modules = list(module.modules())
     modes = [(m, m.training) for m in modules]
     # ``.data`` aliases the storage, which ``Module.to`` replaces rather than overwrites
-    params = [(m, name, p, p.data) for m in modules
-              for name, p in m._parameters.items() if p is not None]
+    params = [(m, name, p, p.data, p.grad, None if p.grad is None else p.grad.data)
+              for m in modules for name, p in m._parameters.items() if p is not None]
     buffers = [(m, name, b) for m in modules for name, b in m._buffers.items()
                if b is not None]
+    own: dict[int, torch.Tensor] = {}  # buffers are small next to the weights: copied
+    for m, name, buffer in buffers:
+        if id(buffer) not in own:  # one buffer registered twice stays one
+            own[id(buffer)] = buffer.clone()
+        m._buffers[name] = own[id(buffer)]
     try:
         yield module
     finally:
         for m, training in modes:
             m.training = training
-        for m, name, param, data in params:
+        for m, name, param, data, grad, grad_data in params:
             m._parameters[name] = param  # a swap-on-conversion ``to`` made a new one
             param.data = data
+            if grad is not None:
+                grad.data = grad_data
+            param.grad = grad
         for m, name, buffer in buffers:
             m._buffers[name] = buffer
+
+
+def inputs_of_its_own(tree, device: str | torch.device | None = None):
+    """Every tensor in ``tree`` copied (onto ``device``, if given): a forward that writes
+    into its inputs then writes into the build's copies, never the caller's; examples are
+    small next to the model."""
+    return torch.utils._pytree.tree_map_only(
+        torch.Tensor, lambda t: t.detach().to(device, copy=True), tree)
+

@@ -119,8 +119,9 @@ class EagerRunner:
             if self._module64 is None:
                 self._module64 = copy.deepcopy(self.module).to(self.device, torch.float64)
             module = self._module64
-        cast = [t.to(self.device, torch.float64) if float64 and t.is_floating_point()
-                else t.to(self.device) for t in inputs]
+        # copies: a forward that writes into its inputs must not change the case's
+        cast = [t.to(self.device, torch.float64 if float64 and t.is_floating_point()
+                     else None, copy=True) for t in inputs]
         args, kwargs = self.rebuild(cast)
         with torch.no_grad():
             out = module(*args, **kwargs)

@@ -1,6 +1,8 @@
 """exporter.build(module, ...) leaves the caller's module as it was: its training mode,
-and its parameters and buffers on their own device, the same tensors with the same values
-(a build moves the model to its device and into eval mode to trace it)."""
+and its parameters (their gradients too) and buffers on their own device, the same
+tensors with the same values (a build moves the model to its device and into eval mode to
+trace it, and runs its forward, which may write into its buffers and inputs); and the
+example inputs it was given."""
 
 from __future__ import annotations
 
@@ -21,45 +23,91 @@ class _Net(torch.nn.Module):
         return self.drop(self.norm(self.linear(x)))
 
 
+class _Writer(_Net):
+    """Writes into a buffer and into its float input as it runs (torch.export keeps both)."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("calls", torch.zeros((), dtype=torch.long))
+
+    def forward(self, x, ids):
+        self.calls.add_(1)
+        x.mul_(2)
+        return super().forward(x), ids + 1
+
+
 def _state(module):
+    grads = {name: (p.grad, p.grad.clone()) for name, p in module.named_parameters()
+             if p.grad is not None}
     return ({name: (t, t.detach().clone()) for name, t in module.named_parameters()},
             {name: (t, t.clone()) for name, t in module.named_buffers()},
-            {name: m.training for name, m in module.named_modules()})
+            {name: m.training for name, m in module.named_modules()},
+            {name: p.requires_grad for name, p in module.named_parameters()}, grads)
 
 
 def _assert_as_before(module, before):
-    params, buffers, modes = _state(module)
-    for kind, now, then in (("parameter", params, before[0]), ("buffer", buffers, before[1])):
+    params, buffers, modes, requires_grad, grads = _state(module)
+    for kind, now, then in (("parameter", params, before[0]), ("buffer", buffers, before[1]),
+                            ("gradient", grads, before[4])):
         assert now.keys() == then.keys()
         for name, (tensor, _) in now.items():
             same, values = then[name]
             assert tensor is same, f"{kind} {name} is another tensor"
-            assert tensor.device == values.device and torch.equal(tensor, values), name
-    assert modes == before[2]
+            assert (tensor.device, tensor.dtype) == (values.device, values.dtype), name
+            assert torch.equal(tensor, values), name
+    assert modes == before[2] and requires_grad == before[3]
 
 
+def _in_training(net):
+    """Mid-training, as a caller's model may be: gradients, a frozen parameter, a mix of
+    modes."""
+    net.train()
+    net.linear.bias.requires_grad_(False)
+    net.linear(torch.randn(5, 4)).sum().backward()
+    net.drop.eval()
+    return net
+
+
+# "meta" makes new parameters (torch's swap path); float64 on the CPU replaces their
+# ``.data`` and their gradients' (the path a move to a GPU takes); None: a build for the
+# device the module is on, which moves nothing and writes into the module's own buffers.
 @pytest.mark.parametrize("fails", [False, True])
-def test_moved_and_switched_to_eval_inside_then_given_back(fails):
-    net = _Net().train()
-    net.drop.eval()  # a mix of modes, each kept
+@pytest.mark.parametrize("moved_to", ["meta", torch.float64, None],
+                         ids=["meta", "float64", "unmoved"])
+def test_moved_and_switched_to_eval_inside_then_given_back(fails, moved_to):
+    net = _in_training(_Net())
     before = _state(net)
     with pytest.raises(RuntimeError) if fails else torch.no_grad():
         with left_as_given(net):
-            net.to("meta").eval()
-            assert net.linear.weight.device.type == "meta" and not net.training
+            net.to(moved_to).eval()
+            assert not net.training
+            if moved_to is not None:
+                assert moved_to in (net.linear.weight.device.type, net.linear.weight.dtype)
+                assert moved_to in (net.linear.weight.grad.device.type,
+                                    net.linear.weight.grad.dtype)
+            with torch.no_grad():
+                net.norm.running_mean.add_(1)  # as a forward writes its buffers
             if fails:
                 raise RuntimeError("the build failed")
     _assert_as_before(net, before)
 
 
-def test_a_build_of_a_module_leaves_it_as_given(tmp_path):
+def test_a_build_and_a_validation_leave_the_module_and_its_inputs_as_given(tmp_path):
     import exporter
     import runtime
-    net = _Net().train()
-    x = torch.randn(2, 4)
-    before = _state(net)
-    built = exporter.build(net, (x,), target="onnx", out=tmp_path / "net.artifact")
+    from exporter.model.spec import ModelSpec
+    net = _in_training(_Writer())
+    x, ids = torch.randn(2, 4), torch.arange(3)
+    before, given = _state(net), (x.clone(), ids.clone())
+    built = exporter.build(net, (x, ids), target="onnx", out=tmp_path / "net.artifact")
     _assert_as_before(net, before)
+    assert torch.equal(x, given[0]) and torch.equal(ids, given[1])
+    assert built.manifest.validation["passed"]
+    spec = ModelSpec("python:_Writer", net.eval(), (x, ids), {}, None, None)  # as specs are
+    before = _state(net)
+    assert exporter.validate(built.artifact, spec)["passed"]
+    _assert_as_before(net, before)
+    assert torch.equal(x, given[0]) and torch.equal(ids, given[1])
     with torch.no_grad():
-        expected = net.eval()(x)
-    torch.testing.assert_close(runtime.load(built.artifact)(x), expected)
+        expected = net(x.clone(), ids)
+    torch.testing.assert_close(runtime.load(built.artifact)(x, ids), expected)
