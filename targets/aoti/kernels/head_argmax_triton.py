@@ -14,7 +14,10 @@ the head (a dependent launch: it waits for the head to finish) turns the slot in
 token and sets it back to zero. The key is taken from the logit as stored (fp16 or
 fp32), so the token is torch.argmax of the logits the kernel returns. NaN: torch.argmax
 takes the first NaN as the max; every NaN gets the largest key here, so the same. -0.0
-counts as +0.0, as torch compares them.
+counts as +0.0, as torch compares them. A greedy step's advancing form
+(``row_gemv_argmax_advance``) has the token kernel also write the token into the step's
+input ids and add one to its position, in place: the decode graph's copy and add after
+the step (two plain launches) are then gone.
 """
 
 from __future__ import annotations
@@ -94,28 +97,49 @@ def head_argmax_kernel_gdc(x_ptr, w_ptr, b_ptr, nw_ptr, s_ptr, out_ptr, slot_ptr
 
 
 @triton.jit
-def _slot_token(slot_ptr, token_ptr, GDC: tl.constexpr):
+def _slot_token(slot_ptr, token_ptr, ids_ptr, pos_ptr, GDC: tl.constexpr,
+                ADVANCE: tl.constexpr):
     if GDC:  # the head, every program's key merged, before the slot is read
         tl.extra.cuda.gdc_wait()
     slot = tl.load(slot_ptr)
-    tl.store(token_ptr, _LOW_MASK - (slot & _LOW_MASK))
+    if ADVANCE:  # loaded beside the slot: one round trip, not two
+        position = tl.load(pos_ptr)
+    token = _LOW_MASK - (slot & _LOW_MASK)
+    tl.store(token_ptr, token)
+    if ADVANCE:  # the next step's inputs: every reader of them ran before this wait
+        tl.store(ids_ptr, token)
+        tl.store(pos_ptr, position + 1)
     tl.store(slot_ptr, tl.zeros_like(slot))
 
 
 @triton.jit
 def slot_token_kernel(slot_ptr, token_ptr):
     """The token the slot's key names, the slot set back to zero; a plain launch."""
-    _slot_token(slot_ptr, token_ptr, False)
+    _slot_token(slot_ptr, token_ptr, token_ptr, token_ptr, False, False)
 
 
 @triton.jit
 def slot_token_kernel_gdc(slot_ptr, token_ptr):
     """The same as a dependent launch: started as the head runs, it waits for it."""
-    _slot_token(slot_ptr, token_ptr, True)
+    _slot_token(slot_ptr, token_ptr, token_ptr, token_ptr, True, False)
+
+
+@triton.jit
+def slot_token_advance_kernel(slot_ptr, token_ptr, ids_ptr, pos_ptr):
+    """slot_token_kernel that also writes the token into the step's input ids and adds
+    one to its position (the greedy loop's next inputs); a plain launch."""
+    _slot_token(slot_ptr, token_ptr, ids_ptr, pos_ptr, False, True)
+
+
+@triton.jit
+def slot_token_advance_kernel_gdc(slot_ptr, token_ptr, ids_ptr, pos_ptr):
+    """The same as a dependent launch."""
+    _slot_token(slot_ptr, token_ptr, ids_ptr, pos_ptr, True, True)
 
 
 declare_writes(head_argmax_kernel_gdc, "out_ptr", "slot_ptr")
 declare_writes(slot_token_kernel_gdc, "slot_ptr", "token_ptr")
+declare_writes(slot_token_advance_kernel_gdc, "slot_ptr", "token_ptr", "ids_ptr", "pos_ptr")
 
 
 def argmax_slot(device) -> torch.Tensor:
@@ -125,16 +149,20 @@ def argmax_slot(device) -> torch.Tensor:
 
 def launch_head_argmax(x, weight, bias, norm_weight, eps: float, offset: float,
                        weight_scale, config: tuple | None = None, pdl: bool = False,
-                       slot: torch.Tensor | None = None, token: torch.Tensor | None = None
+                       slot: torch.Tensor | None = None, token: torch.Tensor | None = None,
+                       advance: tuple[torch.Tensor, torch.Tensor] | None = None
                        ) -> tuple[torch.Tensor, torch.Tensor]:
     """(reference.row_gemv(x, weight, bias, norm_weight, None, eps, offset, 0,
     weight_scale), its argmax: int64 [1], written into ``token`` where given); ``slot``:
     argmax_slot's zero, left at zero (by default a new one). ``config``: gemv_config's
-    (BLOCK_N, BLOCK_K, num_warps, AHEAD); by default its choice."""
+    (BLOCK_N, BLOCK_K, num_warps, AHEAD); by default its choice. ``advance``: a greedy
+    step's (input ids, positions), one int64 each: the token kernel also writes the token
+    into the first and adds one to the second, after the head (the next step's inputs)."""
     rows, cols = weight.shape
     if rows > 2 ** 31 - 1:
         raise ValueError(f"a head of {rows} rows: the token's key holds 31 bits of index")
-    for name, given in (("slot", slot), ("token", token)):
+    for name, given in (("slot", slot), ("token", token),
+                        *zip(("input ids", "positions"), advance or ())):
         if given is not None and (given.dtype != torch.int64 or given.numel() != 1):
             raise ValueError(f"{name}: one int64, got {given.numel()} {given.dtype}")
     slot = argmax_slot(x.device) if slot is None else slot
@@ -154,6 +182,11 @@ def launch_head_argmax(x, weight, bias, norm_weight, eps: float, offset: float,
         EPS=eps, OFFSET=offset, N=rows, K=cols, HAS_BIAS=bias is not None,
         HAS_NORM=norm_weight is not None, HAS_SCALE=weight_scale is not None,
         BLOCK_N=block_n, BLOCK_K=block_k, AHEAD=ahead, num_warps=warps, **weights_first)
-    launch, _ = launcher(slot_token_kernel, slot_token_kernel_gdc, x.device, pdl)
-    launch((1,))(slot, token, num_warps=1)
+    if advance is None:
+        launch, _ = launcher(slot_token_kernel, slot_token_kernel_gdc, x.device, pdl)
+        launch((1,))(slot, token, num_warps=1)
+    else:
+        launch, _ = launcher(slot_token_advance_kernel, slot_token_advance_kernel_gdc,
+                             x.device, pdl)
+        launch((1,))(slot, token, *advance, num_warps=1)
     return out, token

@@ -1,6 +1,8 @@
 """The decode-step custom ops the cuda target's passes place (targets/aoti/passes/
 decode_kernels.py): ``edge_exporter::row_gemv``, ``edge_exporter::row_gemv_argmax`` (the
-head's product and the greedy token), ``edge_exporter::decode_attention`` and
+head's product and the greedy token), ``edge_exporter::row_gemv_argmax_advance`` (the same,
+writing the token and the next position into the step's own inputs: an op that says it
+mutates them), ``edge_exporter::decode_attention`` and
 ``edge_exporter::decode_attention_store`` (the same, storing the new row in the cache
 buffers it reads: an op of its own that says it mutates them, so a step that does not
 store gets no copy of its cache), ``edge_exporter::decode_attention_o`` (an attention
@@ -25,11 +27,13 @@ from targets.aoti.kernels import reference
 NAMESPACE = "edge_exporter"
 ROW_GEMV = f"{NAMESPACE}::row_gemv"
 ROW_GEMV_ARGMAX = f"{NAMESPACE}::row_gemv_argmax"
+ROW_GEMV_ARGMAX_ADVANCE = f"{NAMESPACE}::row_gemv_argmax_advance"
 DECODE_ATTENTION = f"{NAMESPACE}::decode_attention"
 DECODE_ATTENTION_STORE = f"{NAMESPACE}::decode_attention_store"
 DECODE_ATTENTION_O = f"{NAMESPACE}::decode_attention_o"
 DECODE_ATTENTION_O_STORE = f"{NAMESPACE}::decode_attention_o_store"
 _STORED = ("past_k", "past_v")  # what the store forms write
+_ADVANCED = ("input_ids", "positions")  # what the advancing head writes
 TRITON = importlib.util.find_spec("triton") is not None
 
 
@@ -62,6 +66,18 @@ def _row_gemv_argmax(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor |
     """(row_gemv's logits, their argmax as int64 [1])."""
     from targets.aoti.kernels.head_argmax_triton import launch_head_argmax
     return launch_head_argmax(x, weight, bias, norm_weight, eps, offset, weight_scale)
+
+
+def _row_gemv_argmax_advance(x: torch.Tensor, weight: torch.Tensor,
+                             bias: torch.Tensor | None, norm_weight: torch.Tensor | None,
+                             eps: float, offset: float, weight_scale: torch.Tensor | None,
+                             input_ids: torch.Tensor, positions: torch.Tensor
+                             ) -> tuple[torch.Tensor, torch.Tensor]:
+    """``_row_gemv_argmax`` whose token kernel also writes the token into ``input_ids``
+    and adds one to ``positions`` (a greedy step's next inputs, in place)."""
+    from targets.aoti.kernels.head_argmax_triton import launch_head_argmax
+    return launch_head_argmax(x, weight, bias, norm_weight, eps, offset, weight_scale,
+                              advance=(input_ids, positions))
 
 
 def _decode_attention(query: torch.Tensor, past_k: torch.Tensor, new_k: torch.Tensor,
@@ -134,6 +150,9 @@ def _define() -> None:
         row.register_kernel("cpu", reference.row_gemv)
         head.register_kernel("cpu", reference.row_gemv_argmax)
         attention.register_kernel("cpu", reference.decode_attention)
+        advance = torch.library.triton_op(ROW_GEMV_ARGMAX_ADVANCE, _row_gemv_argmax_advance,
+                                          mutates_args=_ADVANCED)
+        advance.register_kernel("cpu", reference.row_gemv_argmax_advance)
         store = torch.library.triton_op(DECODE_ATTENTION_STORE, _decode_attention_store,
                                         mutates_args=_STORED)
         store.register_kernel("cpu", reference.decode_attention_store)
@@ -155,6 +174,14 @@ def _define() -> None:
                                                                      mutates_args=()))(
         reference.row_gemv_argmax)
     head.register_fake(lambda x, weight, *rest: (
+        x.new_empty(reference.row_gemv_shape(x, weight, 0)),
+        x.new_empty((1,), dtype=torch.int64)))
+    advance = torch.library.custom_op(
+        ROW_GEMV_ARGMAX_ADVANCE, mutates_args=_ADVANCED,
+        schema=torch.library.infer_schema(_row_gemv_argmax_advance,
+                                          mutates_args=_ADVANCED))(
+        reference.row_gemv_argmax_advance)
+    advance.register_fake(lambda x, weight, *rest: (
         x.new_empty(reference.row_gemv_shape(x, weight, 0)),
         x.new_empty((1,), dtype=torch.int64)))
     attention = torch.library.custom_op(
@@ -184,6 +211,7 @@ def _define() -> None:
 _define()
 row_gemv = torch.ops.edge_exporter.row_gemv.default
 row_gemv_argmax = torch.ops.edge_exporter.row_gemv_argmax.default
+row_gemv_argmax_advance = torch.ops.edge_exporter.row_gemv_argmax_advance.default
 decode_attention = torch.ops.edge_exporter.decode_attention.default
 decode_attention_store = torch.ops.edge_exporter.decode_attention_store.default
 decode_attention_o = torch.ops.edge_exporter.decode_attention_o.default

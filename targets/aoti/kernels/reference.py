@@ -16,6 +16,9 @@ Triton is not installed, and what the Triton kernels are checked against.
 and the greedy token: ``argmax`` of those logits as int64 [1] (the first of equal maxima;
 a NaN is the largest, the first NaN wins: torch.argmax's rules).
 
+``row_gemv_argmax_advance``: ``row_gemv_argmax``, then the token written into the step's
+``input_ids`` and one added to its ``positions``, in place.
+
 ``decode_attention``: one query row over ``cat(past, new)`` keys and values with an
 additive mask, grouped-query heads (head h reads key/value head h // (H / KVH)), as
 ``scaled_dot_product_attention(q, cat(pk, nk), cat(pv, nv), mask, scale=s, enable_gqa)``.
@@ -79,6 +82,18 @@ def row_gemv_argmax(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | 
                     ) -> tuple[torch.Tensor, torch.Tensor]:
     logits = row_gemv(x, weight, bias, norm_weight, None, eps, offset, 0, weight_scale)
     return logits, torch.argmax(logits.reshape(-1)).reshape(1)
+
+
+def row_gemv_argmax_advance(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                            norm_weight: torch.Tensor | None, eps: float, offset: float,
+                            weight_scale: torch.Tensor | None, input_ids: torch.Tensor,
+                            positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``row_gemv_argmax``; then the token written into ``input_ids`` and one added to
+    ``positions``, in place (a greedy step's next inputs)."""
+    logits, token = row_gemv_argmax(x, weight, bias, norm_weight, eps, offset, weight_scale)
+    input_ids.copy_(token.reshape(input_ids.shape))
+    positions.add_(1)
+    return logits, token
 
 
 def int4_weight(packed: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
