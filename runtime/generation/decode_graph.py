@@ -10,7 +10,9 @@ artifact's AOTInductor partitions are loaded with ``run_single_threaded=True`` f
 
 The graph also takes the logits' argmax as the next token and advances the position, in
 its own inputs (a step that returns its greedy token, ``NEXT_TOKEN``, took that argmax in
-its head's kernel: the graph copies it). Greedy decoding (``greedy``) then enqueues step k + 1 before the host has
+its head's kernel: the graph copies it; a step whose token kernel also wrote it and the
+next position into the step's inputs, as the warm-up shows, leaves the graph nothing to
+copy or add). Greedy decoding (``greedy``) then enqueues step k + 1 before the host has
 read token k: the GPU runs step after step while the host reads, checks and streams the
 last token, instead of idling between steps while it waits for the host
 (docs/design-notes.md). The graph writes each token into pinned host memory itself, a
@@ -39,8 +41,10 @@ class DecodeGraph:
         stream.wait_stream(torch.cuda.current_stream(device))
         with torch.cuda.stream(stream):  # position 0: any prompt rewrites that slot first
             for _ in range(WARMUP_STEPS):
-                generator.run_step(self._tokens, self._position)
+                self._position.fill_(0)
+                _, token = generator.run_step_token(self._tokens, self._position)
         torch.cuda.current_stream(device).wait_stream(stream)
+        self._advances = _advances(self._tokens, self._position, token)
         # the host reads greedy tokens here: the token at position p in slot p
         self._read = torch.zeros(generator.max_context + 1, dtype=torch.long,
                                  pin_memory=True)
@@ -48,7 +52,8 @@ class DecodeGraph:
         self._graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(self._graph):
             self._logits, token = generator.run_step_token(self._tokens, self._position)
-            greedy_tail(self._logits, self._tokens, self._position, token)
+            if not self._advances:
+                greedy_tail(self._logits, self._tokens, self._position, token)
             read.index_copy_(0, self._position, self._tokens)  # the position advanced
         self._done = [torch.cuda.Event(), torch.cuda.Event()]
 
@@ -85,6 +90,19 @@ class DecodeGraph:
             raise ValueError(f"decode steps at positions {position} to "
                              f"{position + steps - 1} do not fit a context of "
                              f"{self._read.numel() - 1}")
+
+
+def _advances(tokens: torch.Tensor, position: torch.Tensor,
+              token: torch.Tensor | None) -> bool:
+    """Whether a step just run at position 0 fed its greedy token and the next position
+    back into its own inputs (its head's token kernel: the cuda target's
+    Generation.advance_inputs); then the graph copies and adds nothing itself."""
+    if int(position) == 0:
+        return False
+    if token is None or int(position) != 1 or int(tokens.reshape(-1)[0]) != int(token):
+        raise RuntimeError("the decode step changed its own inputs other than by feeding "
+                           "its greedy token and next position back")
+    return True
 
 
 def greedy_tail(logits: torch.Tensor, tokens: torch.Tensor, position: torch.Tensor,

@@ -35,6 +35,11 @@ class Generation:
     # attention_o.py): where the target's kernels can (cuda). With store_rows too, that
     # launch stores the rows (decode_attention_o_store).
     attention_o: bool = False
+    # With next_token, the head's token kernel also writes the token into the decode
+    # step's own input ids and adds one to its positions, in place (the next step's
+    # inputs), so the runtime's decode graph copies and adds nothing after the step
+    # (targets/aoti/passes/decode_argmax.py): where the target's token kernel can (cuda).
+    advance_inputs: bool = False
 
     def __post_init__(self) -> None:
         if self.step_attention not in STEP_ATTENTION:  # a target's own declaration

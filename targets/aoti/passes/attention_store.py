@@ -74,8 +74,14 @@ def stored_outputs(program: ExportedProgram) -> tuple[int, ...]:
 
 
 def _step_positions(module: torch.fx.GraphModule) -> torch.fx.Node | None:
-    """The positions input of a one-token generating step (runtime/generation/layout.py:
-    ``input_ids`` [1, 1] then ``positions`` [1], both int64), or None."""
+    found = step_inputs(module)
+    return found[1] if found else None
+
+
+def step_inputs(module: torch.fx.GraphModule) -> tuple[torch.fx.Node, torch.fx.Node] | None:
+    """The (input ids, positions) inputs of a one-token generating step
+    (runtime/generation/layout.py: ``input_ids`` [1, 1] then ``positions`` [1], both
+    int64), or None."""
     inputs = [n for n in module.graph.nodes if n.op == "placeholder"]
     if len(inputs) < 3:
         return None
@@ -85,7 +91,7 @@ def _step_positions(module: torch.fx.GraphModule) -> torch.fx.Node | None:
         return None
     if tuple(ids.shape) != (1, 1) or tuple(positions.shape) != (1,):
         return None
-    return inputs[1]
+    return inputs[0], inputs[1]
 
 
 def _read_only_by(past, node: torch.fx.Node) -> bool:

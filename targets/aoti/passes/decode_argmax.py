@@ -11,6 +11,12 @@ programs also merges its rows' (max, first index) into one slot, which a one-thr
 kernel after it turns into the token (kernels/head_argmax_triton.py). Only a head without residual, gate
 or rotary rows, of float or int8 rows, whose argmax reads its whole row unchanged (views
 of it, widening casts); anything else keeps torch's argmax.
+
+Where the target asks (``Generation.advance_inputs``), the token kernel of a one-token
+step also writes the token into the step's ``input_ids`` and adds one to its
+``positions`` (``row_gemv_argmax_advance``, an op that says it mutates them): the decode
+graph's greedy loop feeds those inputs back as they are, so its copy of the token and its
+add, two plain launches after the step, are gone (runtime/generation/decode_graph.py).
 """
 
 from __future__ import annotations
@@ -19,9 +25,11 @@ import operator
 
 import torch
 from targets.aoti.kernels import ops
+from targets.aoti.passes.attention_store import step_inputs
 from targets.aoti.passes.decode_patterns import calls, val
 
 aten = torch.ops.aten
+_GUARDS = "_guards_fn"
 _ARGMAX = aten.argmax.default
 # ops whose output holds the same elements in the same order, for a tensor of one row
 _VIEWS = {aten.view.default, aten.reshape.default, aten._unsafe_view.default,
@@ -30,17 +38,39 @@ _VIEWS = {aten.view.default, aten.reshape.default, aten._unsafe_view.default,
 _CASTS = {aten._to_copy.default, aten.to.dtype, torch.ops.prims.convert_element_type.default}
 
 
-def argmax_in_head(module: torch.fx.GraphModule) -> int:
+def argmax_in_head(module: torch.fx.GraphModule, advance: bool = False) -> int:
     """Each argmax over a head row_gemv's whole row becomes that product's token; returns
-    how many (a step has one head)."""
+    how many (a step has one head). With ``advance`` (``module``: the unlifted one-token
+    step), the head's token kernel also writes the token into the step's input ids and
+    adds one to its positions, where every other reader of those inputs comes before the
+    head, so each reads them as given (``advanced_heads`` counts them)."""
     found = 0
     for node in list(module.graph.nodes):
         head = _head_of(node) if calls(node, _ARGMAX) else None
         if head is None:
             continue
-        _fuse(module, head, node)
+        inputs = _advanced_inputs(module, head) if advance and not advanced_heads(
+            module) else None
+        _fuse(module, head, node, inputs)
         found += 1
     return found
+
+
+def advanced_heads(module: torch.fx.GraphModule) -> int:
+    return sum(calls(node, ops.row_gemv_argmax_advance) for node in module.graph.nodes)
+
+
+def _advanced_inputs(module: torch.fx.GraphModule, head: torch.fx.Node) -> tuple | None:
+    """(input ids, positions) of the step whose head ``head`` is, where no reader of
+    either comes after it (the output included), else None."""
+    inputs = step_inputs(module)
+    if inputs is None:
+        return None
+    order = {node: i for i, node in enumerate(module.graph.nodes)}
+    # export's input guards (an unlifted module's ``_guards_fn``) check shapes only
+    readers = [user for value in inputs for user in value.users
+               if not (user.op == "call_module" and user.target == _GUARDS)]
+    return inputs if all(order[user] < order[head] for user in readers) else None
 
 
 def _head_of(argmax: torch.fx.Node) -> torch.fx.Node | None:
@@ -75,14 +105,16 @@ def _widening(node) -> bool:
                                                after.element_size() > before.element_size()))
 
 
-def _fuse(module: torch.fx.GraphModule, head: torch.fx.Node, argmax: torch.fx.Node) -> None:
+def _fuse(module: torch.fx.GraphModule, head: torch.fx.Node, argmax: torch.fx.Node,
+          advance: tuple | None) -> None:
     graph = module.graph
     x, weight, bias, norm, _, eps, offset, _, *rest = head.args
     scale = rest[0] if rest else None
     logits = val(head)
     with graph.inserting_before(head):
-        fused = graph.call_function(ops.row_gemv_argmax, (
-            x, weight, bias, norm, eps, offset, scale))
+        fused = graph.call_function(
+            ops.row_gemv_argmax_advance if advance else ops.row_gemv_argmax,
+            (x, weight, bias, norm, eps, offset, scale, *(advance or ())))
         token = logits.new_empty((1,), dtype=torch.int64)
         fused.meta = {**head.meta, "val": (logits, token)}
         values = graph.call_function(operator.getitem, (fused, 0))

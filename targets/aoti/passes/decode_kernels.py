@@ -8,7 +8,8 @@
             a = row_gemv(x, W_gate_up, norm=w, act=silu)
             out = row_gemv(a, Wd, residual=x)
             q/k/v's rotary embedding in its product's epilogue (decode_rotary.py)
-            a greedy step's token in its head's epilogue (decode_argmax.py)
+            a greedy step's token in its head's epilogue (decode_argmax.py), and its
+            next inputs written there too, where the target asks
             an attention and o as one launch, where the target asks (attention_o.py)
 
     before: sdpa(q, cat(past_k, k), cat(past_v, v), mask)   (two copies of the cache,
@@ -36,7 +37,7 @@ from passes.graph.rewrite import attribute, replace_calls, rewrite_and_recapture
 from targets.aoti.kernels import int4_rows, ops
 from targets.aoti.passes.attention_o import join_attention_with_o
 from targets.aoti.passes.attention_store import store_new_rows
-from targets.aoti.passes.decode_argmax import argmax_in_head
+from targets.aoti.passes.decode_argmax import advanced_heads, argmax_in_head
 from targets.aoti.passes.decode_patterns import (match_decode_attention, match_gated,
                                                  match_int8_linear, match_norm,
                                                  match_residual, unwritten_input, val)
@@ -52,14 +53,17 @@ class RowLinearsAsKernels:
     name = "row_linears_as_kernels"
     required = False
 
-    def __init__(self, attention_o: bool = False) -> None:
+    def __init__(self, attention_o: bool = False, advance_inputs: bool = False) -> None:
         # each attention and o's product after it as one launch where the target asks
-        # (Generation.attention_o: passes/attention_o.py)
+        # (Generation.attention_o: passes/attention_o.py); the greedy token's kernel
+        # writing the step's next inputs (Generation.advance_inputs: decode_argmax.py)
         self.attention_o = attention_o
+        self.advance_inputs = advance_inputs
 
     def __call__(self, program: ExportedProgram) -> PassResult:
         return rewrite_and_recapture(
-            program, lambda module: _rewrite_linears(module, self.attention_o),
+            program, lambda module: _rewrite_linears(module, self.attention_o,
+                                                     self.advance_inputs),
             "linears_as_kernels")
 
 
@@ -78,7 +82,8 @@ class DecodeAttentionAsKernel:
             "attention_as_kernel")
 
 
-def _rewrite_linears(module: torch.fx.GraphModule, attention_o: bool = False) -> dict:
+def _rewrite_linears(module: torch.fx.GraphModule, attention_o: bool = False,
+                     advance_inputs: bool = False) -> dict:
     counts = {"linears_as_kernels": 0, "int8_linears": 0, "int4_linears": 0,
               "norms_folded": 0, "gated_folded": 0, "residuals_folded": 0, "rotary_folded": 0}
     # export's dtype asserts (of the model's and torchao's .to() calls) are extra uses of
@@ -117,7 +122,9 @@ def _rewrite_linears(module: torch.fx.GraphModule, attention_o: bool = False) ->
         counts["residuals_folded"] += residual is not None
         counts["rotary_folded"] += rotary is not None
     # the token a greedy step returns, taken in its head's kernel (decode_argmax.py)
-    counts["argmax_in_head"] = argmax_in_head(module)
+    counts["argmax_in_head"] = argmax_in_head(module, advance_inputs)
+    if advance_inputs:  # the choice is made only where asked: the key stays absent otherwise
+        counts["inputs_advanced"] = advanced_heads(module)
     counts["split_counts"] = _split_counts(module)
     counts["stored_once"] = stored_once(module, ops.row_gemv, (9, 10))  # cos, sin
     module.graph.eliminate_dead_code()  # the linears replaced: o alone reads its row
