@@ -2,14 +2,15 @@
 own bytes, and the decode speed against the memory-bandwidth bound.
 
     python bench/decode_step_cuda.py --out DIR --builds fp16[,fp16-int8-weight,...]
-        [--variant before|after|rows-written|flags-off] [--ncu] [--validate]
+        [--variant before|after|rows-written|flags-off|step-ends] [--ncu] [--validate]
         [--build-only | --measure-only]
 
 For each build: the artifact (``exporter.build``, the cuda target; ``before`` without the
 decode-kernel passes, ``after`` as the target is, ``rows-written`` with the new K/V rows
 written by the runtime after the step, ``flags-off`` without the greedy token in the
 head's kernel, with each attention and o as two launches and the rows written by the
-runtime), ``exporter bench``'s
+runtime; ``step-ends`` with the head's token kernel also writing the step's next token
+and position into its inputs), ``exporter bench``'s
 decode tokens/s
 (no baselines: 128-token prompt, 128 new tokens, median of 3 runs after a warm-up), the
 decode CUDA graph's replay time (CUDA events, median of 200 calls one at a time, and a
@@ -57,11 +58,13 @@ ROW_KERNELS = ("row_gemv_kernel", "row_loop_kernel", "split_gemv_kernel", "pipe_
 # Variants as the cuda target's generation facet with fields changed: "rows-written" with
 # the step's new K/V rows written by the runtime after the step, not stored by the
 # attention + o launch; "flags-off" with the greedy token in the head, the attention
-# joined with o and the rows stored all off (the target before they were on)
-VARIANTS = ("before", "after", "rows-written", "flags-off")
+# joined with o and the rows stored all off (the target before they were on); "step-ends"
+# with the head's token kernel writing the step's next inputs (no copy or add after it)
+VARIANTS = ("before", "after", "rows-written", "flags-off", "step-ends")
 FLAGS = {"rows-written": {"store_rows": False},
          "flags-off": {"next_token": False, "attention_o": False,
-                       "store_rows": False}}  # Generation's fields
+                       "store_rows": False},
+         "step-ends": {"advance_inputs": True}}  # Generation's fields
 BUILDS = {"fp16": dict(dtype="fp16"),
           "fp16-int8-weight": dict(dtype="fp16", quantize="int8-weight", min_top1=0.5),
           # random weights' flat logits: int4's rounding alone flips most near-ties, more

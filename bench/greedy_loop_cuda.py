@@ -83,7 +83,8 @@ class Artifact(Stand):
     def step(self) -> None:
         from runtime.generation.decode_graph import greedy_tail
         logits, token = self.generator.run_step_token(self.tokens, self.position)
-        greedy_tail(logits, self.tokens, self.position, token)
+        if not self.graph._advances:  # else the step fed its own inputs back
+            greedy_tail(logits, self.tokens, self.position, token)
 
 
 def capture(stand: Stand, extra=None, pool=None) -> torch.cuda.CUDAGraph:
