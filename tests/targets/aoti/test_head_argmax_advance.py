@@ -103,17 +103,20 @@ class _Step(torch.nn.Module):
         self.register_buffer("norm", (torch.rand(hidden, generator=generator) + 0.5).to(
             "cuda", torch.float16))
 
+    def row(self, ids, positions):
+        return self.table[ids] * (1.0 + positions.reshape(1, 1, 1).to(torch.float16) * 0.01)
+
     def forward(self, ids, positions):
         from targets.aoti.kernels import ops
-        x = self.table[ids] * (1.0 + positions.reshape(1, 1, 1).to(torch.float16) * 0.01)
-        return ops.row_gemv_argmax_advance(x, self.weight, None, self.norm, 1e-5, 0.0,
-                                           None, ids, positions)
+        return ops.row_gemv_argmax_advance(self.row(ids, positions), self.weight, None,
+                                           self.norm, 1e-5, 0.0, None, ids, positions)
 
     def reference(self, token: int, position: int) -> int:
+        """The token eager float math gives after ``token`` at ``position``."""
         from targets.aoti.kernels import reference
-        x = self.table[token].reshape(1, 1, -1).float() * (1.0 + position * 0.01)
-        logits = reference.row_gemv(x.half().float(), self.weight.float(), None,
-                                    self.norm.float(), None, 1e-5, 0.0, 0)
+        x = self.row(*_inputs("cuda", token, position)).float()
+        logits = reference.row_gemv(x, self.weight.float(), None, self.norm.float(), None,
+                                    1e-5, 0.0, 0)
         return int(logits.reshape(-1).argmax())
 
 
@@ -130,9 +133,8 @@ def test_a_cuda_graph_of_dependent_steps_feeds_each_token_back():
     tokens = torch.zeros(1, dtype=torch.int64, device="cuda")
 
     def run():
-        x = step.table[ids] * (1.0 + positions.reshape(1, 1, 1).half() * 0.01)
-        return launch_head_argmax(x, step.weight, None, step.norm, 1e-5, 0.0, None,
-                                  pdl=True, slot=slot, token=tokens,
+        return launch_head_argmax(step.row(ids, positions), step.weight, None, step.norm,
+                                  1e-5, 0.0, None, pdl=True, slot=slot, token=tokens,
                                   advance=(ids, positions))[0]
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
@@ -155,9 +157,10 @@ def test_a_cuda_graph_of_dependent_steps_feeds_each_token_back():
 
 
 def _near_tie(logits, other: int) -> bool:
-    """Whether the reference's choice is within fp16 rounding of the kernel's maximum."""
+    """Whether the reference's choice is within a few fp16 roundings of the kernel's
+    maximum (logits near 10: an fp16 step of 0.008)."""
     flat = logits.reshape(-1).float()
-    return bool(flat.max() - flat[other] < 1e-2)
+    return bool(flat.max() - flat[other] < 0.05)
 
 
 @pytest.mark.cuda
