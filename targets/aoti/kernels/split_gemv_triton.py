@@ -24,20 +24,21 @@ import triton.language as tl
 from targets.aoti.kernels.dependent_launch import declare_writes, launcher
 from targets.aoti.kernels.row_parts import _finish
 
-# a program: 4 rows, 4 warps, int8 tiles of 1,024 columns; the most columns of its
-# part it loads ahead of its wait (4 rows x 2,048 bytes: 16 registers a thread)
-_BLOCK_N, _WARPS, _BLOCK_K, _MOST_AHEAD = 4, 4, 1024, 2048
-_PARTS = 4
+# the one-block kernel's program (4 rows, 4 warps): the most columns of a row it loads
+# ahead of its wait (4 rows x 2,048 bytes: 16 registers a thread); longer rows split
+_MOST_AHEAD = 2048
+# a split program: 8 rows, 4 warps, parts of 512 columns, each part's whole width loaded
+# ahead of the wait (8 rows x 512 bytes: 8 registers a thread)
+_BLOCK_N, _WARPS, _PART = 8, 4, 512
 
 
 def split_config(cols: int) -> tuple:
     """(BLOCK_N, BLOCK_K, num_warps, AHEAD, SPLIT) for int8 rows of ``cols`` columns:
-    four parts, each part's whole width ahead of the wait where it fits. In the ~1.1B's
-    int8 decode chain, down so split (1,408 columns a part, 2,048 programs) made the
-    chain 4% faster; two parts, 1.5%. fp16 rows lost split (1.5-8%)."""
-    part = triton.cdiv(cols, _PARTS)
-    ahead = max(16, min(triton.next_power_of_2(part), _MOST_AHEAD))
-    return _BLOCK_N, min(_BLOCK_K, triton.next_power_of_2(cols)), _WARPS, ahead, _PARTS
+    parts of 512 columns (the last one masked), a power of two, so no part loads masked
+    columns it does not hold (a part of 1,408 as one 2,048-column tile converted 45% more
+    weights than it held); 8 rows a program share each column's x."""
+    part = min(_PART, triton.next_power_of_2(cols))
+    return _BLOCK_N, part, _WARPS, part, triton.cdiv(cols, part)
 
 
 def longer_than_ahead(cols: int) -> bool:

@@ -22,16 +22,16 @@ def test_dependent_small_products_of_16_bit_rows_take_four_warps():
 
 
 def test_dependent_launches_of_long_int8_rows_with_counters_split_along_k():
-    """The ~1.1B's int8 down (2,048 x 5,632) as a dependent launch given counters: four
-    parts of 1,408 columns, 4 rows and 4 warps a program, each part's whole width
+    """The ~1.1B's int8 down (2,048 x 5,632) as a dependent launch given counters: 11
+    parts of 512 columns, 8 rows and 4 warps a program, each part's whole width
     ahead; a plain launch, fp16 rows, rows a program holds whole ahead (o's 2,048),
     a product without counters (a norm, a gate) keep the one-block kernel."""
     from targets.aoti.kernels.split_gemv_triton import split_config
     from targets.aoti.kernels.triton_kernels import gemv_config
-    assert gemv_config(2048, 5632, False, True, 1, 132, True) == (4, 1024, 4, 2048, False,
-                                                                  0, 4)
-    assert split_config(11008) == (4, 1024, 4, 2048, 4)  # a part longer than held ahead
-    assert split_config(300) == (4, 512, 4, 128, 4)
+    assert gemv_config(2048, 5632, False, True, 1, 132, True) == (8, 512, 4, 512, False,
+                                                                  0, 11)
+    assert split_config(11008) == (8, 512, 4, 512, 22)  # the last part masked
+    assert split_config(300) == (8, 512, 4, 512, 1)
     for other in (gemv_config(2048, 5632, False, False, 1, 132, True),
                   gemv_config(2048, 5632, False, True, 2, 132, True),
                   gemv_config(2048, 2048, False, True, 1, 132, True),
