@@ -18,7 +18,6 @@ The stages are the shared ones (exporter/builder/stages.py), run once per entry 
 from __future__ import annotations
 
 import contextlib
-import copy
 import functools
 import logging
 from pathlib import Path
@@ -41,6 +40,7 @@ from exporter.lm.seq2seq import Source, probe_seq2seq_layout, source_of
 from exporter.lm.source import LanguageModel, load_language_model
 from exporter.lm.wrapper import ExportableCausalLM, probe_layout
 from exporter.model.cast import DTYPES
+from exporter.model.given_module import converted_copy
 from exporter.model.source_lines import find_user_frame
 from exporter.model.hf_spec import HfOptions
 from exporter.model.spec import ModelSpec
@@ -135,8 +135,8 @@ def prepare_generating(spec: str | torch.nn.Module, settings: BuildSettings,
                         "(a larger --max-context is refused)")
         context, chunk = lm.context_bounds(switch, settings.prefill_chunk)
     check_rope(lm.model, context, lm.source)
-    model = lm.model if settings.dtype == "fp32" else copy.deepcopy(lm.model).to(
-        DTYPES[settings.dtype])
+    model = lm.model if settings.dtype == "fp32" else converted_copy(
+        lm.model, dtype=DTYPES[settings.dtype])
     dtype = next(model.parameters()).dtype
     layout, source, entries_for = _entry_points(lm, model, target, settings, context, chunk,
                                                 dtype)

@@ -7,11 +7,11 @@ the float tolerance, float64.
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
 
 import torch
 
+from exporter.model.given_module import converted_copy
 from exporter.validation.gates import FLOAT32_REFERENCE_FLOOR, TOLERANCES, Tolerance, compare_output
 
 # (min top-1 agreement, max mean KL in nats) against eager float32, per kind of build:
@@ -130,7 +130,7 @@ def _float64_copy(model: torch.nn.Module) -> torch.nn.Module:
     """The reference model in float64. Mixture-of-experts layers run transformers' eager
     experts: its default ``grouped_mm`` has no float64 kernel (Qwen2-MoE's validation
     failed with "Expected mat_a to be Float32, BFloat16 or Float16")."""
-    copied = copy.deepcopy(model).double().eval()
+    copied = converted_copy(model, dtype=torch.float64).eval()
     setter = getattr(copied, "set_experts_implementation", None)
     if setter is not None:
         try:

@@ -15,11 +15,12 @@ outputs go back to float32.
 
 from __future__ import annotations
 
-import copy
 import inspect
 
 import torch
 from torch.utils._pytree import tree_map_only
+
+from exporter.model.given_module import converted_copy
 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 
@@ -34,8 +35,8 @@ class CastModel(torch.nn.Module):
         if dtype not in DTYPES:
             raise ValueError(f"CastModel takes one of {sorted(DTYPES)}, not {dtype!r}")
         self.dtype = DTYPES[dtype]
-        # deepcopy: Module.to() converts Parameters in place, and they are the user's.
-        self.model = copy.deepcopy(model).to(self.dtype).eval()
+        # a copy: Module.to() converts Parameters in place, and they are the user's
+        self.model = converted_copy(model, dtype=self.dtype).eval()
 
     def forward(self, *args, **kwargs):
         def down(t: torch.Tensor) -> torch.Tensor:

@@ -10,6 +10,7 @@ only reads a model should leave it as it was, as torch.onnx.export and torch.exp
 from __future__ import annotations
 
 import contextlib
+import copy
 from collections.abc import Iterator
 
 import torch
@@ -58,3 +59,19 @@ def inputs_of_its_own(tree, device: str | torch.device | None = None):
     return torch.utils._pytree.tree_map_only(
         torch.Tensor, lambda t: t.detach().to(device, copy=True), tree)
 
+
+def converted_copy(module: torch.nn.Module, device: str | torch.device | None = None,
+                   dtype: torch.dtype | None = None) -> torch.nn.Module:
+    """``copy.deepcopy(module).to(device, dtype)`` (floating tensors only take ``dtype``)
+    without the deep copy's own tensors: each parameter and buffer is converted straight
+    from the original, so a model cast for the build is not first held twice at its own
+    dtype (a 1.1B model's float32 weights: 4.4 GB more)."""
+    memo: dict[int, torch.Tensor] = {}
+    for tensor in [*module.parameters(), *module.buffers()]:
+        if id(tensor) in memo:  # tied weights stay tied
+            continue
+        made = tensor.detach().to(device, dtype if tensor.is_floating_point() else None,
+                                  copy=True)
+        memo[id(tensor)] = (torch.nn.Parameter(made, requires_grad=tensor.requires_grad)
+                            if isinstance(tensor, torch.nn.Parameter) else made)
+    return copy.deepcopy(module, memo)

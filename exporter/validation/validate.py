@@ -8,7 +8,6 @@ assembles the manifest's validation record.
 
 from __future__ import annotations
 
-import copy
 import json
 import logging
 import os
@@ -21,6 +20,7 @@ import torch
 from torch.utils._pytree import tree_leaves
 
 from exporter.errors import BuildError
+from exporter.model.given_module import converted_copy
 from exporter.validation.crash import KEEP_IT, crash_error, read_stage
 from exporter.ship.archive_writer import write_artifact
 from exporter.validation.process import Child
@@ -117,7 +117,7 @@ class EagerRunner:
         module = self.module if float64 or self.same_dtype is None else self.same_dtype
         if float64:
             if self._module64 is None:
-                self._module64 = copy.deepcopy(self.module).to(self.device, torch.float64)
+                self._module64 = converted_copy(self.module, self.device, torch.float64)
             module = self._module64
         # copies: a forward that writes into its inputs must not change the case's
         cast = [t.to(self.device, torch.float64 if float64 and t.is_floating_point()

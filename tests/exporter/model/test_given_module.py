@@ -111,3 +111,30 @@ def test_a_build_and_a_validation_leave_the_module_and_its_inputs_as_given(tmp_p
     with torch.no_grad():
         expected = net(x.clone(), ids)
     torch.testing.assert_close(runtime.load(built.artifact)(x, ids), expected)
+
+
+class _Tied(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = torch.nn.Embedding(5, 4)
+        self.head = torch.nn.Linear(4, 5, bias=False)
+        self.head.weight = self.embed.weight  # tied, as language models' heads are
+        self.register_buffer("positions", torch.arange(5))
+
+    def forward(self, ids):
+        return self.head(self.embed(ids + self.positions[:ids.shape[-1]] * 0))
+
+
+def test_a_converted_copy_casts_floats_keeps_ties_and_leaves_the_original():
+    from exporter.model.given_module import converted_copy
+    net = _Tied()
+    net.embed.weight.grad = torch.ones(5, 4)
+    before = _state(net)
+    copied = converted_copy(net, dtype=torch.float64)
+    _assert_as_before(net, before)
+    assert copied.embed.weight.dtype == torch.float64 and copied.positions.dtype == torch.long
+    assert copied.head.weight is copied.embed.weight and copied.embed.weight.grad is None
+    assert copied.embed.weight.requires_grad
+    assert not set(map(id, copied.parameters())) & set(map(id, net.parameters()))
+    ids = torch.tensor([[1, 2, 3]])
+    torch.testing.assert_close(copied(ids), net(ids).double())
