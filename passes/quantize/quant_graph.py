@@ -1,9 +1,11 @@
 """Graph helpers shared by the quantization passes (PT2E in ``quantize.py``, torchao
 weight-only in ``quantize_weight_only.py``): find weighted layers, rewrite weight products
-that are not ``aten.linear`` as linears, name layers and count weight bytes."""
+that are not ``aten.linear`` as linears, name layers, count weight bytes, and copy a
+module for a pass to rewrite without copying its weights."""
 
 from __future__ import annotations
 
+import copy
 import logging
 
 import torch
@@ -132,3 +134,21 @@ def weight_bytes(program: ExportedProgram) -> int:
     tensors = {id(t): t for t in [*program.state_dict.values(), *program.constants.values()]
                if isinstance(t, torch.Tensor)}
     return sum(t.numel() * t.element_size() for t in tensors.values())
+
+
+def copy_sharing_weights(module: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """A copy whose weights are new tensor objects over the same storage, for a pass
+    that swaps weights by assignment and never writes into them (PT2E, torchao's
+    weight-only ``quantize_``): a full copy only held the float weights twice (a 1.1B
+    decoder: 4.4 GB more, its build went past the machine's memory); an assignment to
+    the copy's ``.data`` still cannot reach the user's model."""
+    memo: dict[int, torch.Tensor] = {}
+    for owner in module.modules():
+        for value in [*owner._parameters.values(), *owner._buffers.values(),
+                      *owner.__dict__.values()]:
+            if isinstance(value, torch.nn.Parameter):
+                memo.setdefault(id(value), torch.nn.Parameter(
+                    value.detach(), requires_grad=value.requires_grad))
+            elif isinstance(value, torch.Tensor):
+                memo.setdefault(id(value), value.detach())
+    return copy.deepcopy(module, memo)

@@ -14,7 +14,6 @@ unused pooler left behind by outputs the caller drops.
 
 from __future__ import annotations
 
-import copy
 from typing import Callable, Sequence
 
 import torch
@@ -23,9 +22,9 @@ from torch.export import ExportedProgram
 from passes.base import PassResult
 from passes.graph.rewrite import drop_unused_weights, recapture
 from passes.quantize.quant_error import layer_error_record
-from passes.quantize.quant_graph import (label_linears, layer_name, products_as_linear,
-                                         quiet_torchao, reads_only_weights, weight_bytes,
-                                         weighted_op)
+from passes.quantize.quant_graph import (copy_sharing_weights, label_linears, layer_name,
+                                         products_as_linear, quiet_torchao,
+                                         reads_only_weights, weight_bytes, weighted_op)
 from passes.quantize.quantize_weight_only import quantize_weights
 from runtime.program.flat_inputs import flatten_inputs
 
@@ -51,7 +50,7 @@ class QuantizePT2E:
         before = weight_bytes(program)
         # A copy: program.module() shares its parameters with the user's model, which
         # eager validation still needs in float32.
-        module = _copy_sharing_weights(program.module())
+        module = copy_sharing_weights(program.module())
         rewritten = products_as_linear(module)
         label_linears(module)
         prepared = prepare_pt2e(module, self.make_quantizer())
@@ -77,23 +76,6 @@ class QuantizePT2E:
                 "weight_bytes_before": before, "weight_bytes_after": weight_bytes(recaptured),
                 **self.record, **errors}
         return PassResult(recaptured, modified=bool(quantized), info=info)
-
-
-def _copy_sharing_weights(module: torch.fx.GraphModule) -> torch.fx.GraphModule:
-    """A copy whose weights are new tensor objects over the same storage. PT2E swaps
-    weights by assignment and never writes into them, so a full copy only held the float
-    weights twice (a 1.1B decoder: 4.4 GB more, its build went past the machine's memory);
-    an assignment to the copy's ``.data`` still cannot reach the user's model."""
-    memo: dict[int, torch.Tensor] = {}
-    for owner in module.modules():
-        for value in [*owner._parameters.values(), *owner._buffers.values(),
-                      *owner.__dict__.values()]:
-            if isinstance(value, torch.nn.Parameter):
-                memo.setdefault(id(value), torch.nn.Parameter(
-                    value.detach(), requires_grad=value.requires_grad))
-            elif isinstance(value, torch.Tensor):
-                memo.setdefault(id(value), value.detach())
-    return copy.deepcopy(module, memo)
 
 
 def _layers(module: torch.fx.GraphModule) -> tuple[list[str], list[dict]]:

@@ -24,7 +24,6 @@ so partitioning, safetensors and AOTInductor see ordinary parameters.
 
 from __future__ import annotations
 
-import copy
 import functools
 from typing import Callable
 
@@ -35,8 +34,8 @@ from passes.base import PassResult
 from passes.graph.rewrite import attribute, drop_unused_weights, recapture
 from passes.quantize import int4_cpu
 from passes.quantize.quant_error import layer_error_record
-from passes.quantize.quant_graph import (layer_name, products_as_linear, quiet_torchao,
-                                         weight_bytes, weighted_op)
+from passes.quantize.quant_graph import (copy_sharing_weights, layer_name, products_as_linear,
+                                         quiet_torchao, weight_bytes, weighted_op)
 from runtime.program.flat_inputs import flatten_inputs
 
 # The layers each recipe quantizes, with the functional form the torchao tensor
@@ -95,7 +94,7 @@ class QuantizeWeightOnly:
 
     def __call__(self, program: ExportedProgram) -> PassResult:
         before = weight_bytes(program)
-        module = copy.deepcopy(program.module())  # the user's model keeps its float weights
+        module = copy_sharing_weights(program.module())  # the user's keeps its own
         rewritten = products_as_linear(module)
         quantized, in_float = quantize_weights(module, self.recipe, device=self.device,
                                                configure=self.configure,

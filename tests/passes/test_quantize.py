@@ -352,3 +352,26 @@ def test_pt2e_quantization_reads_the_float_weights_without_copying_them(monkeypa
     assert {t.untyped_storage().data_ptr() for t in given[0].parameters()} <= storage
     for name, p in model.named_parameters():
         assert torch.equal(p, kept[name])
+
+
+def test_weight_only_quantization_reads_the_float_weights_without_copying_them(monkeypatch):
+    """As PT2E's: the weight-only pass deep-copied the program's module, weights and all
+    (a second copy of the float weights, on the GPU for a cuda build). The module torchao
+    is given reads the same storage; the user's model keeps its weights."""
+    import passes.quantize.quantize_weight_only as weight_only
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.ReLU(),
+                                torch.nn.Linear(32, 8)).eval()
+    kept = {name: p.detach().clone() for name, p in model.named_parameters()}
+    program = torch.export.export(model, (torch.randn(4, 64),))
+    given, quantize = [], weight_only.quantize_weights
+
+    def storages_then_quantize(module, *args, **kwargs):
+        given.append({t.untyped_storage().data_ptr() for t in module.parameters()})
+        return quantize(module, *args, **kwargs)
+    monkeypatch.setattr(weight_only, "quantize_weights", storages_then_quantize)
+    info = weight_only.QuantizeWeightOnly("int8-weight", "test", "cpu")(program).info
+    assert len(info["layers_quantized"]) == 2
+    assert given[0] <= {p.untyped_storage().data_ptr() for p in model.parameters()}
+    for name, p in model.named_parameters():
+        assert torch.equal(p, kept[name])
