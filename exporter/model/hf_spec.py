@@ -295,8 +295,9 @@ def _model(auto_class, config, path: Path, text: str, task: str, options: HfOpti
     if weights:
         model, info = from_checkpoint(auto_class, config, path, text, options.trust_remote_code)
         return model, _newly_initialised(info, path, text, task, random_weights)
-    torch.manual_seed(0)
-    model = from_config(auto_class, config, text, options.trust_remote_code)
+    with torch.random.fork_rng(devices=[]):  # the caller's random state is theirs
+        torch.manual_seed(0)
+        model = from_config(auto_class, config, text, options.trust_remote_code)
     return model, [f"{path} has no model.safetensors: built with random weights (seed 0, "
                    "--random-weights); the artifact computes what those weights compute"]
 

@@ -195,3 +195,18 @@ def test_torchaos_import_chatter_is_quiet_while_the_model_builds_and_levels_come
         for logger, level in zip(loggers, before):
             logger.setLevel(level)
     assert seen == ["after"]
+
+
+def test_random_weights_are_seeded_without_touching_the_callers_random_state(checkpoints):
+    """Built from seed 0 each time (so `exporter validate` rebuilds the same model), in a
+    forked random state: the Python caller's own draws go on as if nothing happened."""
+    from exporter.model.hf_spec import HfOptions, load_pretrained
+    root, _ = checkpoints
+    options = HfOptions(task="causal-lm", random_weights=True)
+    torch.manual_seed(123)
+    state = torch.random.get_rng_state()
+    first = load_pretrained(f"hf:{root / 'gpt2'}", str(root / "gpt2"), options)[0]
+    assert torch.equal(torch.random.get_rng_state(), state)
+    again = load_pretrained(f"hf:{root / 'gpt2'}", str(root / "gpt2"), options)[0]
+    assert all(torch.equal(a, b) for a, b in zip(first.state_dict().values(),
+                                                 again.state_dict().values()))
