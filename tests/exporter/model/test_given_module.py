@@ -113,6 +113,21 @@ def test_a_build_and_a_validation_leave_the_module_and_its_inputs_as_given(tmp_p
     torch.testing.assert_close(runtime.load(built.artifact)(x, ids), expected)
 
 
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_a_cuda_build_moves_the_module_and_gives_it_back_on_the_cpu(tmp_path):
+    """The move the float64 case above stands in for, on a real GPU: parameters and
+    their gradients back on the CPU, the same tensors."""
+    import exporter
+    net = _in_training(_Net())
+    x = torch.randn(2, 4)
+    before, given = _state(net), x.clone()
+    built = exporter.build(net, (x,), target="cuda", out=tmp_path / "net.artifact")
+    assert built.manifest.validation["passed"]
+    _assert_as_before(net, before)
+    assert torch.equal(x, given)
+
 class _Tied(torch.nn.Module):
     def __init__(self):
         super().__init__()
