@@ -232,10 +232,8 @@ def variants(best: Path | None = None, int8: bool = False) -> dict:
     from bench.decode_chain_rowloop import row_loop_variants
     from bench.decode_chain_split import split_variants
     from bench.decode_pipe_gemv import pipe_variants
-    from bench.decode_q_pipe import q_pipe_variants
     from bench.down_fit_rows import fit_variants
     from bench.head_argmax_triton import argmax_variants
-    from bench.int8_cvt_rows import cvt_variants
     from targets.aoti.kernels.triton_kernels import gemv_config
     size = 1 if int8 else 2
     built = {name: gemv_config(n, k, bool(act), False, size)
@@ -257,7 +255,7 @@ def variants(best: Path | None = None, int8: bool = False) -> dict:
     gate2 = {**default, "gate_up": (2, 512, 4, 2048), "down": (2, 512, 4, 2048)}
     gate4 = {**default, "gate_up": (4, 256, 4, 1024)}
     small8 = {**default, "qkv": (2, 512, 8, 2048)}
-    # the base chains of quantized rows streamed through shared memory: this one, and
+    # the base chains of the int8 changes: this one, and
     # with the layer's attention and o in one launch (as a library runs them now)
     joined_o = attention_o_variants(default)
     library = f"dependent + join + attention-o joined {8 if int8 else 4} splits 4 rows"
@@ -288,10 +286,6 @@ def variants(best: Path | None = None, int8: bool = False) -> dict:
             **split_variants(default),
             # down or q/k/v streaming its weights through shared memory (cp.async)
             **pipe_variants(default),
-            # int8 (or 16-bit) rows with a gate or scales through shared memory
-            **q_pipe_variants(q_bases),
-            # int8 weights made fp32 by integer ops, no I2F (over the same bases)
-            **(cvt_variants(q_bases) if int8 else {}),
             # int8 down split along K in tiles that fit its parts (over the same bases)
             **(fit_variants(q_bases) if int8 else {}),
             # a flag the kernel before counts in on, in place of gdc_wait
@@ -338,9 +332,6 @@ def main() -> None:
     if args.int4:  # a layer's attention and o as one launch, over int4 rows
         from bench.decode_attention_o import attention_o_int4_variants
         chosen.update(attention_o_int4_variants(chosen))
-        # and int4 rows through shared memory, over both bases
-        from bench.decode_q_pipe import INT4_BASES, q_pipe_int4_variants
-        chosen.update(q_pipe_int4_variants({name: chosen[name] for name in INT4_BASES}))
     if args.variants:
         chosen = {name: chosen[name] for name in args.variants.split(",")}
     if args.search:

@@ -28,6 +28,7 @@ import triton.language as tl
 
 from targets.aoti.kernels.dependent_launch import (declare_writes, dependent_launch_here,
                                                    launcher, library_launches_dependent)
+from targets.aoti.kernels.int8_words_triton import launch_int8_words, words_fit
 from targets.aoti.kernels.row_loop_triton import KERNELS as ROW_LOOP_KERNELS
 from targets.aoti.kernels.row_loop_triton import row_loop_config
 # the pieces: int4_triton.py's and int8_triton.py's epilogue takes _finish and _program_rows
@@ -112,7 +113,7 @@ def gemv_config(rows: int, cols: int, gated: bool, dependent: bool = False,
                 splittable: bool = False, streamable: bool = False) -> tuple:
     """(BLOCK_N, BLOCK_K, num_warps, AHEAD[, TILE_X, TURNS[, SPLIT[, STAGES]]]): enough
     programs to keep every SM's loads in flight (several per SM), 16-byte loads along K
-    (int8 rows: 1024 columns a tile, and a gated product's pairs of rows two a program);
+    (int8 rows: 1024 columns a tile, and a gated product's pairs of rows four a program);
     a ``dependent`` launch of a product that is not gated loads as many of a program's
     first columns ahead of its wait as fit in registers, a plain one none (AHEAD 0: the
     loop alone).
@@ -137,8 +138,8 @@ def gemv_config(rows: int, cols: int, gated: bool, dependent: bool = False,
         # dependent 16-bit rows: 4 warps (the ~1.1B's o beside gate/up's row loop in the
         # decode chain: 2.8 us a call against 3.4, the chain 2% faster); int8 not timed
         block_n, warps = 2, 4 if dependent and not gated and weight_bytes == 2 else 8
-    elif int8 and gated:
-        block_n, warps = 2, 4
+    elif int8 and gated:  # int8_words_triton's kernel: 4 rows ran faster than 2
+        block_n, warps = 4, 4
     else:
         block_n, warps = 8, 4
         while block_n > 1 and rows // block_n < 512:
@@ -186,7 +187,8 @@ def launch_row_gemv(x, weight, bias, norm_weight, residual, eps: float, offset: 
     AHEAD[, TILE_X[, TURNS[, SPLIT[, STAGES]]]]) (gemv_config's); TURNS > 0: row_loop_triton's
     kernel, TURNS blocks a program; SPLIT > 0: split_gemv_triton's, SPLIT parts a block;
     STAGES > 0: pipe_gemv_triton's (a product with no norm, gate, bias, scales or rotary
-    rows; another takes the one-block kernel)."""
+    rows; another takes the one-block kernel). int8 rows in the one-block form read
+    their bytes as words (int8_words_triton.py: no int-to-float conversion)."""
     width = weight.shape[0] // 2 if act else weight.shape[0]
     cols = weight.shape[1]
     gdc = dependent_launch_here(x.device) and (pdl or library_launches_dependent())
@@ -203,8 +205,13 @@ def launch_row_gemv(x, weight, bias, norm_weight, residual, eps: float, offset: 
     if stages and streamable:
         return launch_pipe_gemv(x, weight, None, residual,
                                 (block_n, block_k, warps, ahead, stages, 1), pdl)
-    out = torch.empty((*x.shape[:-1], width), dtype=x.dtype, device=x.device)
     block_n = rotary_block(block_n, rotary_rows)
+    if not turns and not tile_x and weight_scale is not None and words_fit(
+            weight, (block_n, block_k, warps, ahead)):
+        return launch_int8_words(x, weight, bias, norm_weight, residual, eps, offset, act,
+                                 weight_scale, (block_n, block_k, warps, ahead), pdl,
+                                 rotary_cos, rotary_sin, rotary_rows, head_dim)
+    out = torch.empty((*x.shape[:-1], width), dtype=x.dtype, device=x.device)
     blocks = triton.cdiv(width, block_n)
     if turns:  # a grid of fewer programs, each TURNS blocks in a strided loop
         kernels, grid = ROW_LOOP_KERNELS, triton.cdiv(blocks, turns)
