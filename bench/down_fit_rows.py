@@ -21,7 +21,7 @@ The other fix needs no new kernel: a split whose part is a power of two (down's 
 compiles the library's split kernel and this one at down's shape for sm_90a and prints
 registers and instructions a weight of the part by class (bench/int8_cvt_rows.py's
 count); ``--chain`` prints decode_chain_cuda.py's ``--int8 --variants`` list of
-fit_variants (bench/pending/down_fit_chain.sh).
+fit_variants (the library's split is now 11 parts of 512; the fitted tiles lost).
 """
 
 from __future__ import annotations

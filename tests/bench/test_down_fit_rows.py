@@ -1,11 +1,9 @@
 """bench/down_fit_rows.py's int8 rows split along K in tiles that fit their part, against
 reference.row_gemv and the float64 product: the tile rule's cover of a part, the folds
-(scales, residual), the counters left at zero, the chain variants and the pending
-script's names. Under TRITON_INTERPRET=1 on the CPU, or on a GPU."""
+(scales, residual), the counters left at zero, the chain variants. Under TRITON_INTERPRET=1 on the CPU, or on a GPU."""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pytest
@@ -14,9 +12,6 @@ import torch
 from tests.helpers import triton_device
 
 pytest.importorskip("triton")
-
-ROOT = Path(__file__).resolve().parents[2]
-
 
 def test_pieces_are_a_widths_own_bits():
     from bench.down_fit_rows import fit_pieces
@@ -127,9 +122,9 @@ def test_the_variants_change_only_down():
     assert set(names[1:]) == {f"{BASE} + {name}" for name in CHANGES}
 
 
-def test_the_base_and_the_pending_script_are_the_chains():
+def test_the_base_is_the_chains():
     """BASE is the int8 chain's attention-o base; decode_chain_cuda.py registers the
-    variants; the script asks for down_fit_rows.py's own list."""
+    variants."""
     from bench import decode_chain_cuda
     from bench.decode_attention_o import CHANGES
     from bench.down_fit_rows import BASE
@@ -137,9 +132,6 @@ def test_the_base_and_the_pending_script_are_the_chains():
     assert "attention-o joined {8 if int8 else 4} splits 4 rows" in source
     assert BASE.removeprefix("dependent + join + ") in CHANGES
     assert "fit_variants(q_bases)" in source
-    script = (ROOT / "bench" / "pending" / "down_fit_chain.sh").read_text()
-    assert re.search(r'--int8 --rounds 60 --variants "\$\(python3 bench/down_fit_rows.py '
-                     r'--chain\)"', script)
 
 
 @pytest.mark.cuda
