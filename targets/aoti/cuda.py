@@ -90,9 +90,10 @@ class CudaTarget(AOTInductorTarget):
     # SDPA's GPU kernels (exporter/lm/attention.py: measured). In a decode step, the
     # greedy token taken in the head's kernel (passes/decode_argmax.py), each attention
     # and o as one launch (passes/attention_o.py) and that launch storing the step's new
-    # K/V rows (passes/attention_store.py): on, each measured faster on a whole ~1.1B build
+    # K/V rows (passes/attention_store.py), the head's token kernel advancing the step's
+    # inputs (passes/decode_argmax.py): on, each measured faster on a whole ~1.1B build
     generation = AotiGeneration(step_attention="sdpa", next_token=True, attention_o=True,
-                                store_rows=True)
+                                store_rows=True, advance_inputs=True)
     packaging = CudaPackaging()
     tooling = CudaTooling()
     quantization = CudaQuantization(recipes=CUDA_RECIPES, linear_formats={

@@ -80,8 +80,9 @@ def test_a_reader_of_the_inputs_after_the_head_keeps_them_as_given():
     assert _advanced_inputs(module, head) is None
 
 
-def test_the_cuda_target_wires_the_flag_off_by_default():
+def test_the_flag_is_off_by_default_and_on_for_cuda():
+    """Off unless a target turns it on; cuda does (measured faster on a ~1.1B build)."""
     from targets.aoti.cuda import CudaTarget
     from targets.facets.generation import Generation
     assert Generation().advance_inputs is False
-    assert CudaTarget.generation.advance_inputs is False
+    assert CudaTarget.generation.advance_inputs is True
