@@ -1,10 +1,10 @@
 """``hf:PATH``: a local Hugging Face ``transformers`` checkpoint as a model spec.
 
 PATH is a folder with ``config.json`` and ``model.safetensors``; nothing is downloaded
-(``local_files_only``, and ``HF_HUB_OFFLINE=1`` set for the import). A build never
-validates against weights the user did not give: a folder without weights, or a
-checkpoint that leaves any weight of the chosen task's model newly initialised (a
-``causal-lm`` head on a BERT classifier), is refused unless ``--random-weights`` asks for
+(``local_files_only``, and ``HF_HUB_OFFLINE=1`` while it loads; the caller's setting
+after). A build never validates against weights the user did not give: a folder
+without weights, or a checkpoint that leaves any weight of the chosen task's model
+newly initialised (a ``causal-lm`` head on a BERT classifier), is refused unless ``--random-weights`` asks for
 random weights explicitly (how architecture trials use it; loudly warned). ``--task`` picks the model class and what the artifact
 returns; by default it is read from the config's ``architectures``:
 
@@ -164,7 +164,11 @@ def load_hf(text: str, path_text: str, options: HfOptions) -> HfModel:
 def load_pretrained(text: str, path_text: str, options: HfOptions) -> tuple:
     """``(model, config, task name, warnings)``: the checkpoint's transformers model for the
     task (``--task`` or the config's architectures), its weights checked (``_model``)."""
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never the network, whatever is asked
+    with offline():
+        return _load_pretrained(text, path_text, options)
+
+
+def _load_pretrained(text: str, path_text: str, options: HfOptions) -> tuple:
     try:
         import transformers
     except ImportError:
@@ -183,6 +187,32 @@ def load_pretrained(text: str, path_text: str, options: HfOptions) -> tuple:
             check_config_size(config, auto_class, options.max_model_size, text, raw)
         model, warnings = _model(auto_class, config, path, text, name, options)
     return model.eval(), config, name, _remote_code_notes(raw, config, options) + warnings
+
+
+@contextlib.contextmanager
+def offline() -> Iterator[None]:
+    """Never the network, whatever the caller's environment asks, while a checkpoint
+    loads: ``HF_HUB_OFFLINE=1`` and huggingface_hub's own flag, which it reads from the
+    environment once, when first imported. Both are the caller's again after: a Python
+    caller's later ``from_pretrained`` downloads if their settings let it."""
+    try:  # imported before the variable is set: its flag starts as the caller's
+        from huggingface_hub import constants
+    except ImportError:
+        constants = None
+    had = os.environ.get("HF_HUB_OFFLINE")
+    flag = getattr(constants, "HF_HUB_OFFLINE", None)
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    if constants is not None:
+        constants.HF_HUB_OFFLINE = True
+    try:
+        yield
+    finally:
+        if had is None:
+            os.environ.pop("HF_HUB_OFFLINE", None)
+        else:
+            os.environ["HF_HUB_OFFLINE"] = had
+        if constants is not None:
+            constants.HF_HUB_OFFLINE = flag
 
 
 def _auto_class(transformers, task: Task, config) -> str:
