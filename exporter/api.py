@@ -19,7 +19,7 @@ from exporter.builder.pipeline import build as _build
 from exporter.builder.plain import PlainBuild
 from exporter.errors import UserInputError
 from exporter.kinds import GENERATING, BuildKind, kind_name, kind_name_of
-from exporter.model.given_module import left_as_given
+from exporter.model.given_module import factories_left_as_given, left_as_given
 from exporter.model.spec import ModelSpec
 from exporter.progress import ProgressCallback, StageHook, callback_stage, quiet_stage
 from exporter.settings import BuildSettings, settings_from
@@ -55,7 +55,7 @@ def build(model: str | torch.nn.Module, example_args: tuple | None = None, *,
     stages are also logged on the ``exporter`` logger (INFO)."""
     built = settings_from(settings)
     kind = build_kind(built)
-    with _given(model):
+    with _given(model), factories_left_as_given():
         if not isinstance(model, torch.nn.Module):
             return _build(model, built, stage=callback_stage(progress), kind=kind)
         return _build_module(model, example_args, example_kwargs, dynamic_shapes, built,
@@ -64,7 +64,8 @@ def build(model: str | torch.nn.Module, example_args: tuple | None = None, *,
 
 def _given(spec: Any) -> contextlib.AbstractContextManager:
     """A caller's module, or a ModelSpec holding one, left as given (exporter/model/
-    given_module.py); a spec string's module is the build's own."""
+    given_module.py); a spec string's module is the build's own, unless the caller is in
+    ``factories_left_as_given`` (the Python API's build and validate are)."""
     module = spec.module if isinstance(spec, ModelSpec) else spec
     return (left_as_given(module) if isinstance(module, torch.nn.Module)
             else contextlib.nullcontext())
@@ -100,6 +101,6 @@ def validate(artifact: str | Path, model: str | ModelSpec | None = None, *,
     ``model`` None: the spec the artifact was built from (its manifest's, with the build's
     hf: options). A generating artifact is judged by the generation gate its build used."""
     manifest = read_manifest(artifact)
-    with _given(model):
+    with _given(model), factories_left_as_given():
         return kind_of(manifest).revalidate(Path(artifact), manifest, model, inputs_file,
                                             dtype, seed)

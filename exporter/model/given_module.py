@@ -10,6 +10,7 @@ only reads a model should leave it as it was, as torch.onnx.export and torch.exp
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import copy
 from collections.abc import Iterator
 
@@ -50,6 +51,35 @@ def left_as_given(module: torch.nn.Module) -> Iterator[torch.nn.Module]:
             param.grad = grad
         for m, name, buffer in buffers:
             m._buffers[name] = buffer
+
+
+# The scope of factories_left_as_given: where each module a spec's factory made is handed
+_FACTORY_MODULES: contextvars.ContextVar[contextlib.ExitStack | None] = \
+    contextvars.ContextVar("factory_modules", default=None)
+
+
+@contextlib.contextmanager
+def factories_left_as_given() -> Iterator[None]:
+    """Within: each module a spec's factory returns (``load_spec``) is left as given
+    until the scope ends, as a module passed in is. A ``package.module:make`` may hand
+    out a model its caller also holds (a module-level instance); the Python API cannot
+    tell, so it gives every one back. ``exporter build`` does not: its process ends with
+    the build, and a cuda build then frees the host copy of the weights as it moves them."""
+    with contextlib.ExitStack() as stack:
+        token = _FACTORY_MODULES.set(stack)
+        try:
+            yield
+        finally:
+            _FACTORY_MODULES.reset(token)
+
+
+def factory_made(module: torch.nn.Module) -> torch.nn.Module:
+    """A spec's factory's module, before the build changes it: given back at the end of
+    the enclosing ``factories_left_as_given``, if any."""
+    stack = _FACTORY_MODULES.get()
+    if stack is not None:
+        stack.enter_context(left_as_given(module))
+    return module
 
 
 def inputs_of_its_own(tree, device: str | torch.device | None = None):

@@ -18,7 +18,8 @@ Face models take ``input_ids``, ``pixel_values``, ``decoder_input_ids`` by name)
 ``example_args`` is a tuple or list of positional args, or a single tensor (wrapped
 into a 1-tuple). Args may be tensors, nested
 tuples/lists/dicts of tensors, None, int, float or bool. ``dynamic_shapes`` is passed
-to torch.export as given (its own format). The module is put in eval mode.
+to torch.export as given (its own format). The module is put in eval mode (given back
+as it was after a Python API call: ``given_module.factories_left_as_given``).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from typing import Any, Callable, Iterator
 import torch
 
 from exporter.errors import SpecError
+from exporter.model.given_module import factory_made
 from exporter.model.source_lines import SourceLine, find_user_frame
 from exporter.model import spec_modules
 from exporter.model.hf_spec import HfOptions, load_hf
@@ -250,7 +252,7 @@ def _from_factory(text: str, factory: Callable, origin: str | None,
         if not isinstance(module, torch.nn.Module):
             raise SpecError(f"{name}() returned {_describe(result)}, not a torch.nn.Module",
                             where=text, hint="return the model (alone or first in a tuple)")
-        return ModelSpec(source=text, module=module.eval(), args=(), kwargs={},
+        return ModelSpec(source=text, module=factory_made(module).eval(), args=(), kwargs={},
                          dynamic_shapes=None, origin_file=_model_file(module, origin))
     module, args, kwargs, dynamic_shapes = _unpack(result, name, text)
     args = _as_args(args, name, text)
@@ -260,7 +262,7 @@ def _from_factory(text: str, factory: Callable, origin: str | None,
         raise SpecError(f"{name}() returned dynamic_shapes of type {type(dynamic_shapes).__name__}",
                         where=text, hint="return torch.export's format: a tuple with one "
                                          "{dim: Dim(...)} dict or None per argument, or None")
-    return ModelSpec(source=text, module=module.eval(), args=args, kwargs=kwargs,
+    return ModelSpec(source=text, module=factory_made(module).eval(), args=args, kwargs=kwargs,
                      dynamic_shapes=dynamic_shapes, origin_file=_model_file(module, origin))
 
 
