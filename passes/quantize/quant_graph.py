@@ -5,8 +5,10 @@ module for a pass to rewrite without copying its weights."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
+from collections.abc import Iterator
 
 import torch
 from torch.export import ExportedProgram
@@ -18,11 +20,20 @@ from passes.graph.rewrite import attribute, module_path
 WEIGHTED_OPS = {"linear", "conv1d", "conv2d", "conv3d", "addmm", "mm", "matmul", "bmm"}
 
 
-def quiet_torchao() -> None:
+@contextlib.contextmanager
+def quiet_torchao() -> Iterator[None]:
     """torchao logs a warning per CUDA kernel library it cannot load (on a CPU-only
-    machine), per missing Triton, and per layer it skips; the report says what matters."""
-    for name in ("torchao", "torchao.kernel.intmm"):
-        logging.getLogger(name).setLevel(logging.ERROR)
+    machine), per missing Triton, and per layer it skips; the report says what matters.
+    Quiet while a pass quantizes; the levels are the caller's again after."""
+    loggers = [logging.getLogger(name) for name in ("torchao", "torchao.kernel.intmm")]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        for logger, level in zip(loggers, levels):
+            logger.setLevel(level)
 
 
 def weighted_op(node: torch.fx.Node) -> tuple[str, object]:

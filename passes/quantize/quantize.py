@@ -42,8 +42,8 @@ class QuantizePT2E:
         self.record = dict(record or {})  # the target's own facts for the report
         self.calibration = list(calibration)  # flat input sets; [] for dynamic recipes
 
+    @quiet_torchao()
     def __call__(self, program: ExportedProgram) -> PassResult:
-        quiet_torchao()
         from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
         inputs = flatten_inputs(*program.example_inputs)

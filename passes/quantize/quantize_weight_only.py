@@ -113,6 +113,7 @@ class QuantizeWeightOnly:
         return PassResult(recaptured, modified=bool(quantized), info=info)
 
 
+@quiet_torchao()
 def quantize_weights(module: torch.fx.GraphModule, recipe: str,
                      only: set[str] | None = None,
                      device: str = "", configure: Configure | None = None,
@@ -123,7 +124,6 @@ def quantize_weights(module: torch.fx.GraphModule, recipe: str,
     the layers instead; ``swap_linear``: a target's own format for its linears); the
     caller re-captures (then ``run_decompositions``). Returns
     the layers quantized and those left in float, why."""
-    quiet_torchao()
     quantized, in_float = [], []
     for node in list(module.graph.nodes):
         op, weight = weighted_op(node)
