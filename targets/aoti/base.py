@@ -110,6 +110,14 @@ def has_data_dependent_sizes(program: ExportedProgram) -> bool:
                if node.meta.get("val") is not None)
 
 
+def _own_metadata() -> contextlib.AbstractContextManager:
+    """Inductor writes each package's device and ISA into the dict of its setting
+    ``aot_inductor.metadata`` itself, in place: a copy while we compile, so the caller's
+    setting (and a later build's package, for another device) keeps none of ours."""
+    metadata = dict(torch._inductor.config.aot_inductor.metadata)
+    return torch._inductor.config.patch({"aot_inductor.metadata": metadata})
+
+
 def _jsonable(configs: dict) -> dict:
     return {k: list(v) if isinstance(v, tuple) else v for k, v in configs.items()}
 
@@ -263,8 +271,8 @@ class AOTInductorTarget(Target):
             # qlinear fusions, leaving PT2E models as dequantize + float GEMM (slower
             # than fp32; pytorch/ao#4566).
             with torch.no_grad(), torch._inductor.config.patch(configs), \
-                    canonical_mkldnn_metadata(), self.lowering_fixes(options), \
-                    int8_dequantizes_folded() as folded:
+                    _own_metadata(), canonical_mkldnn_metadata(), \
+                    self.lowering_fixes(options), int8_dequantizes_folded() as folded:
                 torch._inductor.aoti_compile_and_package(
                     program, package_path=str(package), inductor_configs=configs)
         except Exception as exc:  # compiler errors come in many types; keep the full text
