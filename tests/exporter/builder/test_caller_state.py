@@ -1,0 +1,42 @@
+"""An in-process build leaves its caller's process as it was: torch's random state,
+torchao's logger levels, Inductor's ``aot_inductor.metadata`` setting."""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+
+from exporter.builder.caller_state import random_state_left_alone
+
+
+def test_random_state_is_the_callers_after():
+    before = torch.get_rng_state()
+    with random_state_left_alone():
+        torch.randn(3)
+    assert torch.equal(torch.get_rng_state(), before)
+
+
+def test_a_quantized_cpu_build_leaves_the_process_settings(tmp_path):
+    """int8-dynamic on cpu: PT2E (torchao's convert_pt2e draws random examples the
+    first time it runs in a process), then AOTInductor (which writes the package's device
+    and ISA into its metadata setting in place)."""
+    import exporter
+    from torch._inductor import config
+
+    loggers = [logging.getLogger(name) for name in ("torchao", "torchao.kernel.intmm")]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.WARNING)  # the caller's own choice
+    try:
+        metadata = dict(config.aot_inductor.metadata)
+        state = torch.get_rng_state()
+        built = exporter.build("zoo:mlp", target="cpu", quantize="int8-dynamic",
+                               out=tmp_path / "mlp.artifact")
+        assert built.manifest.validation["passed"]
+        assert torch.equal(torch.get_rng_state(), state)
+        assert [logger.level for logger in loggers] == [logging.WARNING] * 2
+        assert config.aot_inductor.metadata == metadata
+    finally:
+        for logger, level in zip(loggers, levels):
+            logger.setLevel(level)
