@@ -40,12 +40,24 @@ def _byte_as_float(words, BYTE: tl.constexpr):
 
 
 @triton.jit
-def _bytes_as_floats(words, PRMT: tl.constexpr):
+def _bytes_as_floats(words, PRMT: tl.constexpr, FIXED: tl.constexpr = False):
     """The four int8 weights of each int32 word as exact fp32 values, byte 0 first.
     PRMT: each in one byte permute (PTX prmt, on the GPU) after one xor a word, else
-    (the interpreter) in shifts and masks; both give the same bits."""
+    (the interpreter) in shifts and masks; both give the same bits. FIXED: the subtract
+    inside the same inline PTX, so the compiler keeps it where the call is (left to it,
+    it moves the subtracts next to their products)."""
     if PRMT:
         flipped = words ^ -2139062144  # 0x80808080 as an int32: each byte's sign bit
+        if FIXED:  # 0f4B000080: 2^23 + 128
+            return tl.inline_asm_elementwise(
+                "{ .reg .b32 hi, t0, t1, t2, t3; mov.b32 hi, 0x4B000000;"
+                " prmt.b32 t0, $4, hi, 0x7650; prmt.b32 t1, $4, hi, 0x7651;"
+                " prmt.b32 t2, $4, hi, 0x7652; prmt.b32 t3, $4, hi, 0x7653;"
+                " sub.f32 $0, t0, 0f4B000080; sub.f32 $1, t1, 0f4B000080;"
+                " sub.f32 $2, t2, 0f4B000080; sub.f32 $3, t3, 0f4B000080; }",
+                "=f,=f,=f,=f,r", [flipped],
+                dtype=(tl.float32, tl.float32, tl.float32, tl.float32), is_pure=True,
+                pack=1)
         b0, b1, b2, b3 = tl.inline_asm_elementwise(
             "{ .reg .b32 hi; mov.b32 hi, 0x4B000000;"
             " prmt.b32 $0, $4, hi, 0x7650; prmt.b32 $1, $4, hi, 0x7651;"
@@ -91,17 +103,21 @@ def _word_sums(words, up_words, acc, up, squares, x_ptr, nw_ptr, start, end,
                                      CACHE)
     squares += sq
     w0, w1, w2, w3 = _bytes_as_floats(words, PRMT)
+    acc = _quarter_products(acc, w0, w1, w2, w3, x0, x1, x2, x3)
+    if ACT != 0:
+        u0, u1, u2, u3 = _bytes_as_floats(up_words, PRMT)
+        up = _quarter_products(up, u0, u1, u2, u3, x0, x1, x2, x3)
+    return acc, up, squares
+
+
+@triton.jit
+def _quarter_products(acc, w0, w1, w2, w3, x0, x1, x2, x3):
+    """acc plus each byte column's weights (made fp32) times its quarter of x."""
     acc += w0 * x0[None, :]
     acc += w1 * x1[None, :]
     acc += w2 * x2[None, :]
     acc += w3 * x3[None, :]
-    if ACT != 0:
-        u0, u1, u2, u3 = _bytes_as_floats(up_words, PRMT)
-        up += u0 * x0[None, :]
-        up += u1 * x1[None, :]
-        up += u2 * x2[None, :]
-        up += u3 * x3[None, :]
-    return acc, up, squares
+    return acc
 
 
 @triton.jit
@@ -139,6 +155,24 @@ def _row_word_sums(words, x_ptr, K: tl.constexpr, BLOCK_N: tl.constexpr,
     acc, _, _ = _word_sums(words, words, acc, acc, tl.zeros((K // 4,), dtype=tl.float32),
                            x_ptr, x_ptr, 0, K, 0.0, K // 4, False, 0, PRMT, CACHE)
     return tl.sum(acc, axis=1)
+
+
+@triton.jit
+def _float_sums(acc, w0, w1, w2, w3, x_ptr, start, end, WIDTH: tl.constexpr,
+                CACHE: tl.constexpr):
+    """acc plus a tile of WIDTH words a row already made fp32 (_bytes_as_floats, FIXED:
+    made while the program waits, only the products left after) against x from column
+    ``start`` (below ``end``)."""
+    x0, x1, x2, x3, _ = _x_quarters(x_ptr, x_ptr, start, end, 0.0, WIDTH, False, CACHE)
+    return _quarter_products(acc, w0, w1, w2, w3, x0, x1, x2, x3)
+
+
+@triton.jit
+def _row_float_sums(w0, w1, w2, w3, x_ptr, K: tl.constexpr, BLOCK_N: tl.constexpr,
+                    CACHE: tl.constexpr):
+    """_row_word_sums of a whole row already made fp32 (_float_sums)."""
+    acc = tl.zeros((BLOCK_N, K // 4), dtype=tl.float32)
+    return tl.sum(_float_sums(acc, w0, w1, w2, w3, x_ptr, 0, K, K // 4, CACHE), axis=1)
 
 
 @triton.jit
@@ -233,9 +267,10 @@ declare_writes(int8_words_kernel_gdc, "out_ptr")
 
 # the int8 kernels beyond the one-block rows that can read their rows as words:
 # split_gemv_triton.py's parts, attention_o_triton.py's o rows, head_argmax_triton.py's
-# head. Each reads them so by default once the decode chain times it faster; the
+# head ("attention_o_ahead": o's rows made fp32 before its spin on the attention, not
+# after). Each reads them so by default once the decode chain times it faster; the
 # variable names some (comma-separated) for a build to A/B against the default.
-WORDS_KERNELS = ("split", "attention_o", "head")
+WORDS_KERNELS = ("split", "attention_o", "head", "attention_o_ahead")
 WORDS_DEFAULT: frozenset = frozenset()
 WORDS_ENV = "EDGE_EXPORTER_INT8_WORDS"
 

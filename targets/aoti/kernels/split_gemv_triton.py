@@ -82,7 +82,9 @@ def _part_word_sums(x_ptr, w_ptr, rows, row_ok, lo, K: tl.constexpr, PART: tl.co
                     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, AHEAD: tl.constexpr,
                     WAIT: tl.constexpr, PRMT: tl.constexpr):
     """_part_sums over int8 rows read as words (int8_words_triton.py: no int-to-float
-    conversion a weight); K, PART, AHEAD and BLOCK_K multiples of 4."""
+    conversion a weight); K, PART, AHEAD and BLOCK_K multiples of 4. (Made fp32 before
+    the wait in the source, ptxas still converts the held words after it: the words
+    arrive later than the wait returns.)"""
     end = tl.minimum(lo + PART, K)
     first, _ = _word_tile(w_ptr, rows, row_ok, lo, end, 0, K, AHEAD // 4, 0)
     if WAIT:
@@ -210,7 +212,7 @@ def launch_split_gemv(x, weight, bias, residual, counts, config: tuple | None = 
     if words and not fits:
         raise ValueError(f"words: int8 rows with scales, whole words a part, config "
                          f"{(block_n, block_k, warps, ahead, split)}")
-    words = fits and (words_chosen("split") if words is None else words)
+    words = fits and (words_chosen("split") if words is None else bool(words))
     part = triton.cdiv(cols, split)
     out = torch.empty((*x.shape[:-1], rows), dtype=x.dtype, device=x.device)
     partials = torch.empty(blocks * split * block_n, dtype=torch.float32, device=x.device)
