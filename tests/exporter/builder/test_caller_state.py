@@ -40,3 +40,21 @@ def test_a_quantized_cpu_build_leaves_the_process_settings(tmp_path):
     finally:
         for logger, level in zip(loggers, levels):
             logger.setLevel(level)
+
+
+def test_an_onnx_quantized_build_leaves_the_root_logger_without_handlers(tmp_path):
+    """ONNX Runtime's quantizer logs through ``logging.warning``, which configures a root
+    logger that has no handlers (basicConfig); the caller's own basicConfig must still
+    work after a build."""
+    import exporter
+
+    root = logging.getLogger()
+    given = root.handlers[:]
+    root.handlers.clear()  # as in a script that has not configured logging (pytest has)
+    try:
+        built = exporter.build("zoo:mlp", target="onnx", quantize="int8-dynamic",
+                               out=tmp_path / "mlp.artifact")
+        assert built.manifest.validation["passed"]
+        assert root.handlers == []
+    finally:
+        root.handlers[:] = given
