@@ -36,8 +36,8 @@ PRELOAD = ("numpy", "torch", "safetensors.torch", "runtime", "runtime.__main__",
 KEPT = 2  # idle templates kept: one environment, and one a test or a matrix cell changed
 # Never read by PRELOAD's imports (terminal size is read when used; no Hugging Face library
 # or TVM is among them): a template started without them serves any value, each child
-# getting its own. An hf: build sets HF_HUB_OFFLINE, a TVM run TVM_NUM_THREADS and the
-# CLI COLUMNS in the build's process: each started another template (4 CPU s).
+# getting its own. HF_HUB_OFFLINE (set while an hf: spec loads), a TVM run's
+# TVM_NUM_THREADS and the CLI's COLUMNS each started another template (4 CPU s).
 _UNREAD_AT_IMPORT = ("COLUMNS", "LINES")
 _UNIMPORTED = ("HF_", "HUGGINGFACE_", "TRANSFORMERS_", "TVM_")
 AVAILABLE = client.AVAILABLE
