@@ -24,6 +24,7 @@ from exporter.bench_detail import (input_shapes, machine, op_times, partition_ti
                                    stats)
 from exporter.errors import UserInputError
 from exporter.model.cast import CastModel
+from exporter.model.given_module import factories_left_as_given
 from exporter.model.hf_spec import HfOptions
 from exporter.model.spec import load_spec
 from exporter.report.speed import busy_machine, unstable
@@ -73,6 +74,7 @@ def time_side_by_side(calls: dict[str, Callable[[], object]], device: str, runs:
     return {name: stats(values[:runs]) for name, values in samples.items()}
 
 
+@factories_left_as_given()  # the eager baseline moves the spec's model and runs it
 def bench(artifact: str | Path, *, model: str | None = None,
           baselines: tuple[str, ...] = DEFAULT_BASELINES, runs: int = 100, warmup: int = 20,
           cuda_graphs: bool = True, inputs: str | Path | None = None,

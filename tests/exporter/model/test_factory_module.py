@@ -1,5 +1,5 @@
 """A ``package.module:make`` spec may hand out a model its caller also holds; the Python
-API's build and validate leave that model as it was (its training mode, parameters and
+API's build, validate and bench leave that model as it was (its training mode, parameters and
 buffers), as they leave a module passed in."""
 
 from __future__ import annotations
@@ -25,4 +25,6 @@ def test_a_factory_module_the_caller_holds_is_given_back(tmp_path, monkeypatch):
     assert built.manifest.validation["passed"]
     _assert_as_before(net, before)  # training, and the forward's counter not advanced
     assert exporter.validate(out, "held_models:make")["passed"]
+    _assert_as_before(net, before)
+    exporter.bench(out, model="held_models:make", baselines=("eager",), runs=2, warmup=1)
     _assert_as_before(net, before)
