@@ -16,7 +16,7 @@ import torch
 
 from exporter.builder.pipeline import BuildResult
 from exporter.builder.pipeline import build as _build
-from exporter.builder.caller_state import random_state_left_alone
+from exporter.builder import caller_state
 from exporter.builder.plain import PlainBuild
 from exporter.errors import UserInputError
 from exporter.kinds import GENERATING, BuildKind, kind_name, kind_name_of
@@ -56,7 +56,7 @@ def build(model: str | torch.nn.Module, example_args: tuple | None = None, *,
     stages are also logged on the ``exporter`` logger (INFO)."""
     built = settings_from(settings)
     kind = build_kind(built)
-    with _given(model), factories_left_as_given(), random_state_left_alone():
+    with _given(model), factories_left_as_given(), caller_state.left_alone():
         if not isinstance(model, torch.nn.Module):
             return _build(model, built, stage=callback_stage(progress), kind=kind)
         return _build_module(model, example_args, example_kwargs, dynamic_shapes, built,
@@ -92,7 +92,7 @@ def run_build(spec: str | ModelSpec | torch.nn.Module, settings: BuildSettings, 
               stage: StageHook = quiet_stage) -> Artifact:
     """The build of the settings' kind: a plain forward (exporter/builder/plain.py), or
     prefill + decode over a KV cache (exporter/lm/build.py), through one pipeline."""
-    with _given(spec), random_state_left_alone():
+    with _given(spec), caller_state.left_alone():
         return _build(spec, settings, stage=stage, kind=build_kind(settings))
 
 
@@ -102,6 +102,6 @@ def validate(artifact: str | Path, model: str | ModelSpec | None = None, *,
     ``model`` None: the spec the artifact was built from (its manifest's, with the build's
     hf: options). A generating artifact is judged by the generation gate its build used."""
     manifest = read_manifest(artifact)
-    with _given(model), factories_left_as_given(), random_state_left_alone():
+    with _given(model), factories_left_as_given(), caller_state.left_alone():
         return kind_of(manifest).revalidate(Path(artifact), manifest, model, inputs_file,
                                             dtype, seed)

@@ -184,21 +184,13 @@ class _QuantizerAdvice(logging.Filter):
 
 @contextlib.contextmanager
 def _without_preprocessing_advice():
-    """Also: ORT logs through ``logging.warning``, which gives a root logger without
-    handlers a stderr one (``basicConfig``) for good, and a Python caller's own
-    ``basicConfig`` then did nothing. What it added there is removed after."""
     advice = _QuantizerAdvice()
     root = logging.getLogger()
-    handlers = list(root.handlers)
     root.addFilter(advice)
     try:
         yield
     finally:
         root.removeFilter(advice)
-        if not handlers:
-            for handler in [h for h in root.handlers if h not in handlers]:
-                root.removeHandler(handler)
-                handler.close()
 
 
 def _float_type(model) -> int:

@@ -1,5 +1,6 @@
 """An in-process build leaves its caller's process as it was: torch's random state,
-torchao's logger levels, Inductor's ``aot_inductor.metadata`` setting."""
+torchao's logger levels, Inductor's ``aot_inductor.metadata`` setting, a root logger
+without handlers."""
 
 from __future__ import annotations
 
@@ -58,3 +59,21 @@ def test_an_onnx_quantized_build_leaves_the_root_logger_without_handlers(tmp_pat
         assert root.handlers == []
     finally:
         root.handlers[:] = given
+
+
+def test_a_root_logger_without_handlers_has_none_after():
+    """ExecuTorch's XNNPACK partitioner calls basicConfig when first imported."""
+    from exporter.builder.caller_state import root_logger_left_alone
+
+    root = logging.getLogger()
+    given, level = root.handlers[:], root.level
+    root.handlers.clear()
+    try:
+        root.setLevel(logging.INFO)
+        with root_logger_left_alone():
+            logging.basicConfig(level=logging.WARNING)
+            assert root.handlers
+        assert root.handlers == [] and root.level == logging.INFO
+    finally:
+        root.handlers[:] = given
+        root.setLevel(level)
