@@ -30,5 +30,5 @@ def joins_o(heads: int, dim: int, slots: int) -> bool:
 
 def attention_splits(int8: bool) -> int:
     """Blocks of slots a key/value head: 4 (8 over int8 rows), the shapes the 22-layer
-    chain measured best at 512 slots."""
+    chain measured best at 512 slots (int4 rows take 4: not compared at int4)."""
     return 8 if int8 else 4

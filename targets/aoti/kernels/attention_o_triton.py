@@ -5,7 +5,9 @@ head joins its query heads, then counts in on a flag) and whose other programs a
 rows: each loads its rows of Wo whole before the launch's wait, waits for the kernel
 before (the residual), spins until every key/value head has joined, and reads the
 attention's output. o's weights stream while the attention computes, and a layer has one
-kernel boundary fewer.
+kernel boundary fewer. Over int4 rows (int4_rows.py's format) an o program loads its
+first two tiles before the wait and the rest in int4_triton.py's loop (its pieces, not
+a copy), after the spin.
 
 Why the spin ends: an attention program waits on nothing a program of this launch does,
 so it ends once it has started; an o program spins only while some attention program
@@ -44,6 +46,7 @@ import triton.language as tl
 from targets.aoti.kernels.attention_o_slots import SLOTS, STRIDE, attention_splits, joins_o
 from targets.aoti.kernels.decode_attention import _attention_block, _join_heads, _store_row
 from targets.aoti.kernels.dependent_launch import declare_writes, launcher
+from targets.aoti.kernels.int4_triton import _first_tiles, _group_sums, groups_a_step
 
 _STRIDE = tl.constexpr(STRIDE)
 LIMIT = tl.constexpr(1 << 20)  # polls before a spin gives up (64 ns apart: over 60 ms)
@@ -93,10 +96,13 @@ def _attention_o(q_ptr, pk_ptr, nk_ptr, pv_ptr, nv_ptr, mask_ptr, m_ptr, l_ptr, 
                  SPLITS: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_G: tl.constexpr,
                  BLOCK_D: tl.constexpr, IEEE: tl.constexpr, JOIN_G: tl.constexpr,
                  BLOCK_J: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
-                 BLOCK_N: tl.constexpr, HAS_SCALE: tl.constexpr, POLL: tl.constexpr,
-                 GDC: tl.constexpr, CACHE_AHEAD: tl.constexpr, STORE: tl.constexpr):
+                 BLOCK_N: tl.constexpr, HAS_SCALE: tl.constexpr, GROUP: tl.constexpr,
+                 BLOCK_G4: tl.constexpr, POLL: tl.constexpr, GDC: tl.constexpr,
+                 CACHE_AHEAD: tl.constexpr, STORE: tl.constexpr):
     """STORE: the joining program of a key/value head also writes the new row into the
-    past buffers at slot ``pos_ptr[0] % S`` (pos_ptr is not read otherwise)."""
+    past buffers at slot ``pos_ptr[0] % S`` (pos_ptr is not read otherwise). GROUP > 0:
+    o's rows are int4 rows (int4_rows.py's, ``s_ptr`` their (scale, offset) pairs), read
+    BLOCK_G4 groups a step by int4_triton.py's loop."""
     pid = tl.program_id(0)
     if GDC:
         tl.extra.cuda.gdc_launch_dependents()
@@ -125,17 +131,29 @@ def _attention_o(q_ptr, pk_ptr, nk_ptr, pv_ptr, nv_ptr, mask_ptr, m_ptr, l_ptr, 
         rows = (pid - KVH * SPLITS) * BLOCK_N + tl.arange(0, BLOCK_N)
         row_ok = rows < N
         cols = tl.arange(0, K)
-        w = tl.load(w_ptr + rows[:, None] * K + cols[None, :], mask=row_ok[:, None],
-                    other=0.0, eviction_policy="evict_first")
+        if GROUP:  # int4 rows: their first two tiles of bytes and of (scale, offset) pairs
+            ahead, ahead2, pairs, pairs2 = _first_tiles(w_ptr, s_ptr, rows, row_ok, K,
+                                                        GROUP, BLOCK_G4)
+        else:
+            w = tl.load(w_ptr + rows[:, None] * K + cols[None, :], mask=row_ok[:, None],
+                        other=0.0, eviction_policy="evict_first")
         if GDC:
             tl.extra.cuda.gdc_wait()
         residual = tl.load(r_ptr + rows, mask=row_ok, other=0.0).to(tl.float32)
         if HAS_SCALE:  # int8 rows: a scale a row
             scale = tl.load(s_ptr + rows, mask=row_ok, other=0.0).to(tl.float32)
         _poll(flag_ptr, KVH, POLL)
-        # .cg: other programs of this launch wrote it; read past this SM's L1
-        x = tl.load(att_ptr + cols, cache_modifier=".cg").to(tl.float32)
-        y = tl.sum(w.to(tl.float32) * x[None, :], axis=1)
+        if GROUP:  # the rest of the rows stream as the loop reads the attention's output
+            # (plain loads: the poll's acquire at gpu scope, then the CTA barrier, order
+            # them after the joins' release, past this SM's L1)
+            acc, _ = _group_sums(att_ptr, w_ptr, s_ptr, att_ptr, rows, row_ok, ahead,
+                                 ahead2, pairs, pairs2, 0.0, K, GROUP, BLOCK_N, BLOCK_G4,
+                                 False, False)
+            y = tl.sum(acc, axis=1)
+        else:
+            # .cg: other programs of this launch wrote it; read past this SM's L1
+            x = tl.load(att_ptr + cols, cache_modifier=".cg").to(tl.float32)
+            y = tl.sum(w.to(tl.float32) * x[None, :], axis=1)
         if HAS_SCALE:
             y *= scale
         y += residual
@@ -151,12 +169,13 @@ def attention_o_kernel(q_ptr, pk_ptr, nk_ptr, pv_ptr, nv_ptr, mask_ptr, m_ptr, l
                        BLOCK_S: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr,
                        IEEE: tl.constexpr, JOIN_G: tl.constexpr, BLOCK_J: tl.constexpr,
                        N: tl.constexpr, K: tl.constexpr, BLOCK_N: tl.constexpr,
-                       HAS_SCALE: tl.constexpr, POLL: tl.constexpr):
+                       HAS_SCALE: tl.constexpr, GROUP: tl.constexpr,
+                       BLOCK_G4: tl.constexpr, POLL: tl.constexpr):
     _attention_o(q_ptr, pk_ptr, nk_ptr, pv_ptr, nv_ptr, mask_ptr, m_ptr, l_ptr, acc_ptr,
                  counts_ptr, att_ptr, flags_ptr, w_ptr, s_ptr, r_ptr, out_ptr, counts_ptr,
                  slot, reset, sq_h, spk_h, spk_s, snk_h, spv_h, spv_s, snv_h, sm, SCALE, S,
                  D, G, KVH, SPLITS, BLOCK_S, BLOCK_G, BLOCK_D, IEEE, JOIN_G, BLOCK_J, N, K,
-                 BLOCK_N, HAS_SCALE, POLL, False, False, False)
+                 BLOCK_N, HAS_SCALE, GROUP, BLOCK_G4, POLL, False, False, False)
 
 
 @triton.jit
@@ -169,13 +188,14 @@ def attention_o_kernel_gdc(q_ptr, pk_ptr, nk_ptr, pv_ptr, nv_ptr, mask_ptr, m_pt
                            BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr,
                            IEEE: tl.constexpr, JOIN_G: tl.constexpr, BLOCK_J: tl.constexpr,
                            N: tl.constexpr, K: tl.constexpr, BLOCK_N: tl.constexpr,
-                           HAS_SCALE: tl.constexpr, POLL: tl.constexpr,
+                           HAS_SCALE: tl.constexpr, GROUP: tl.constexpr,
+                           BLOCK_G4: tl.constexpr, POLL: tl.constexpr,
                            CACHE_AHEAD: tl.constexpr):
     _attention_o(q_ptr, pk_ptr, nk_ptr, pv_ptr, nv_ptr, mask_ptr, m_ptr, l_ptr, acc_ptr,
                  counts_ptr, att_ptr, flags_ptr, w_ptr, s_ptr, r_ptr, out_ptr, counts_ptr,
                  slot, reset, sq_h, spk_h, spk_s, snk_h, spv_h, spv_s, snv_h, sm, SCALE, S,
                  D, G, KVH, SPLITS, BLOCK_S, BLOCK_G, BLOCK_D, IEEE, JOIN_G, BLOCK_J, N, K,
-                 BLOCK_N, HAS_SCALE, POLL, True, CACHE_AHEAD, False)
+                 BLOCK_N, HAS_SCALE, GROUP, BLOCK_G4, POLL, True, CACHE_AHEAD, False)
 
 
 @triton.jit
@@ -189,12 +209,13 @@ def attention_o_store_kernel(q_ptr, pk_ptr, nk_ptr, pv_ptr, nv_ptr, mask_ptr, m_
                              BLOCK_D: tl.constexpr, IEEE: tl.constexpr,
                              JOIN_G: tl.constexpr, BLOCK_J: tl.constexpr, N: tl.constexpr,
                              K: tl.constexpr, BLOCK_N: tl.constexpr,
-                             HAS_SCALE: tl.constexpr, POLL: tl.constexpr):
+                             HAS_SCALE: tl.constexpr, GROUP: tl.constexpr,
+                             BLOCK_G4: tl.constexpr, POLL: tl.constexpr):
     _attention_o(q_ptr, pk_ptr, nk_ptr, pv_ptr, nv_ptr, mask_ptr, m_ptr, l_ptr, acc_ptr,
                  counts_ptr, att_ptr, flags_ptr, w_ptr, s_ptr, r_ptr, out_ptr, pos_ptr,
                  slot, reset, sq_h, spk_h, spk_s, snk_h, spv_h, spv_s, snv_h, sm, SCALE, S,
                  D, G, KVH, SPLITS, BLOCK_S, BLOCK_G, BLOCK_D, IEEE, JOIN_G, BLOCK_J, N, K,
-                 BLOCK_N, HAS_SCALE, POLL, False, False, True)
+                 BLOCK_N, HAS_SCALE, GROUP, BLOCK_G4, POLL, False, False, True)
 
 
 @triton.jit
@@ -208,13 +229,14 @@ def attention_o_store_kernel_gdc(q_ptr, pk_ptr, nk_ptr, pv_ptr, nv_ptr, mask_ptr
                                  BLOCK_D: tl.constexpr, IEEE: tl.constexpr,
                                  JOIN_G: tl.constexpr, BLOCK_J: tl.constexpr,
                                  N: tl.constexpr, K: tl.constexpr, BLOCK_N: tl.constexpr,
-                                 HAS_SCALE: tl.constexpr, POLL: tl.constexpr,
+                                 HAS_SCALE: tl.constexpr, GROUP: tl.constexpr,
+                                 BLOCK_G4: tl.constexpr, POLL: tl.constexpr,
                                  CACHE_AHEAD: tl.constexpr):
     _attention_o(q_ptr, pk_ptr, nk_ptr, pv_ptr, nv_ptr, mask_ptr, m_ptr, l_ptr, acc_ptr,
                  counts_ptr, att_ptr, flags_ptr, w_ptr, s_ptr, r_ptr, out_ptr, pos_ptr,
                  slot, reset, sq_h, spk_h, spk_s, snk_h, spv_h, spv_s, snv_h, sm, SCALE, S,
                  D, G, KVH, SPLITS, BLOCK_S, BLOCK_G, BLOCK_D, IEEE, JOIN_G, BLOCK_J, N, K,
-                 BLOCK_N, HAS_SCALE, POLL, True, CACHE_AHEAD, True)
+                 BLOCK_N, HAS_SCALE, GROUP, BLOCK_G4, POLL, True, CACHE_AHEAD, True)
 
 
 # not counts_ptr or flags_ptr: the launches leave the counts at zero and own the flags,
@@ -235,19 +257,26 @@ def launch_decode_attention_o(query, past_k, new_k, past_v, new_v, mask, scale: 
     key/value head (left at zero); ``flags`` int32, SLOTS x STRIDE, zeros before the
     step's first launch (``slot`` counted on, ``reset`` zeroed: flag_slots).
     ``positions``: the step's (int64, the first this token's): the new row is also
-    written into ``past_k``/``past_v`` at slot ``position % slots``."""
+    written into ``past_k``/``past_v`` at slot ``position % slots``. ``weight_scale``:
+    int8 rows' scale a row, or int4 rows' (scale, offset) pairs [rows, groups, 2]
+    (``weight`` uint8 [rows, cols / 2]: int4_rows.py's format)."""
     heads, dim = query.shape[1], query.shape[-1]
     kv_heads, slots = past_k.shape[1], past_k.shape[2]
     rows, cols = weight.shape[0], heads * dim
-    if not joins_o(heads, dim, slots) or weight.shape[1] != cols:
+    int4 = weight.dtype == torch.uint8  # int4 rows: two weights a byte
+    if not joins_o(heads, dim, slots) or weight.shape[1] != (cols // 2 if int4 else cols):
         raise ValueError(f"o's row of {heads} x {dim} over {slots} slots is not joined")
+    group = cols // weight_scale.shape[1] if int4 else 0
+    if int4 and (weight_scale.shape[0] != rows or group * weight_scale.shape[1] != cols):
+        raise ValueError(f"int4 rows' (scale, offset) pairs: {tuple(weight_scale.shape)} "
+                         f"for {rows} rows of {cols}")
     if flags.numel() < SLOTS * STRIDE or not (0 <= slot < SLOTS and 0 <= reset < SLOTS):
         raise ValueError(f"flags: {SLOTS} slots of {STRIDE} int32s, slot/reset below {SLOTS}")
     if positions is not None and (past_k.stride(-1) != 1 or past_v.stride(-1) != 1):
         # a copy of the cache would take the row, not the cache
         raise ValueError("storing the new row needs past rows of unit stride")
     groups = heads // kv_heads
-    splits = attention_splits(weight_scale is not None)
+    splits = attention_splits(weight.dtype == torch.int8)
     block_d = max(16, triton.next_power_of_2(dim))
     join_g = triton.next_power_of_2(groups)
     store = positions is not None
@@ -277,6 +306,7 @@ def launch_decode_attention_o(query, past_k, new_k, past_v, new_v, mask, scale: 
         IEEE=query.dtype == torch.float32, JOIN_G=join_g,
         BLOCK_J=min(max(2, triton.next_power_of_2(splits)),
                     max(2, 8192 // (join_g * block_d))),
-        N=rows, K=cols, BLOCK_N=ROWS, HAS_SCALE=weight_scale is not None,
+        N=rows, K=cols, BLOCK_N=ROWS, HAS_SCALE=weight_scale is not None and not int4,
+        GROUP=group, BLOCK_G4=groups_a_step(ROWS, 4, cols, group) if int4 else 1,
         POLL=int(query.device.type == "cuda"), num_warps=4, **ahead)
     return out

@@ -14,7 +14,8 @@ the head (a dependent launch: it waits for the head to finish) turns the slot in
 token and sets it back to zero. The key is taken from the logit as stored (fp16 or
 fp32), so the token is torch.argmax of the logits the kernel returns. NaN: torch.argmax
 takes the first NaN as the max; every NaN gets the largest key here, so the same. -0.0
-counts as +0.0, as torch compares them. A greedy step's advancing form
+counts as +0.0, as torch compares them. Over int4 rows (int4_rows.py's format) the
+product is int4_triton.py's kernel, with the same epilogue. A greedy step's advancing form
 (``row_gemv_argmax_advance``) has the token kernel also write the token into the step's
 input ids and add one to its position, in place: the decode graph's copy and add after
 the step (two plain launches) are then gone.
@@ -28,6 +29,7 @@ import triton.language as tl
 
 from targets.aoti.kernels.dependent_launch import (declare_writes, dependent_launch_here,
                                                    launcher, library_launches_dependent)
+from targets.aoti.kernels.int4_triton import _int4_row_gemv, int4_config
 from targets.aoti.kernels.triton_kernels import _row_gemv, gemv_config
 
 _LOW_MASK = tl.constexpr(2 ** 31 - 1)  # the index's complement: vocabularies below 2^31
@@ -67,10 +69,30 @@ def _head_argmax(x_ptr, w_ptr, b_ptr, nw_ptr, s_ptr, out_ptr, slot_ptr,
     rows, y = _row_gemv(x_ptr, w_ptr, b_ptr, nw_ptr, x_ptr, s_ptr, x_ptr, x_ptr, EPS,
                         OFFSET, N, K, HAS_BIAS, HAS_NORM, 0, False, HAS_SCALE, BLOCK_N,
                         BLOCK_K, AHEAD, GDC, W_AHEAD, False, 0, 0)
+    _store_logits(y, rows, N, out_ptr, slot_ptr)
+
+
+@triton.jit
+def _store_logits(y, rows, N: tl.constexpr, out_ptr, slot_ptr):
+    """The rows' logits stored, and their largest key merged into the slot (the key of
+    the value as stored: the token is the argmax of the logits returned)."""
     row_ok = rows < N
     stored = y.to(out_ptr.dtype.element_ty)
     tl.store(out_ptr + rows, stored, mask=row_ok)
     _merge_key(stored, rows, row_ok, slot_ptr)
+
+
+@triton.jit
+def _int4_head_argmax(x_ptr, w_ptr, s_ptr, b_ptr, nw_ptr, out_ptr, slot_ptr,
+                      EPS: tl.constexpr, OFFSET: tl.constexpr, N: tl.constexpr,
+                      K: tl.constexpr, GROUP: tl.constexpr, HAS_BIAS: tl.constexpr,
+                      HAS_NORM: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_G: tl.constexpr,
+                      SPLIT_X: tl.constexpr, GDC: tl.constexpr):
+    # int4_triton's product (no residual, gate or rotary rows: pointers unused)
+    rows, y = _int4_row_gemv(x_ptr, w_ptr, s_ptr, b_ptr, nw_ptr, x_ptr, x_ptr, x_ptr, EPS,
+                             OFFSET, N, K, GROUP, HAS_BIAS, HAS_NORM, 0, False, BLOCK_N,
+                             BLOCK_G, GDC, 0, 0, SPLIT_X)
+    _store_logits(y, rows, N, out_ptr, slot_ptr)
 
 
 @triton.jit
@@ -94,6 +116,30 @@ def head_argmax_kernel_gdc(x_ptr, w_ptr, b_ptr, nw_ptr, s_ptr, out_ptr, slot_ptr
     """The same as a programmatic dependent launch (row_gemv_kernel_gdc's wait)."""
     _head_argmax(x_ptr, w_ptr, b_ptr, nw_ptr, s_ptr, out_ptr, slot_ptr, EPS, OFFSET, N, K,
                  HAS_BIAS, HAS_NORM, HAS_SCALE, BLOCK_N, BLOCK_K, AHEAD, True, W_AHEAD)
+
+
+@triton.jit
+def int4_head_argmax_kernel(x_ptr, w_ptr, s_ptr, b_ptr, nw_ptr, out_ptr, slot_ptr,
+                            EPS: tl.constexpr, OFFSET: tl.constexpr, N: tl.constexpr,
+                            K: tl.constexpr, GROUP: tl.constexpr, HAS_BIAS: tl.constexpr,
+                            HAS_NORM: tl.constexpr, BLOCK_N: tl.constexpr,
+                            BLOCK_G: tl.constexpr, SPLIT_X: tl.constexpr):
+    """The head over int4 rows (int4_triton.py's kernel), each program's key merged into
+    the slot; a plain launch."""
+    _int4_head_argmax(x_ptr, w_ptr, s_ptr, b_ptr, nw_ptr, out_ptr, slot_ptr, EPS, OFFSET, N,
+                      K, GROUP, HAS_BIAS, HAS_NORM, BLOCK_N, BLOCK_G, SPLIT_X, False)
+
+
+@triton.jit
+def int4_head_argmax_kernel_gdc(x_ptr, w_ptr, s_ptr, b_ptr, nw_ptr, out_ptr, slot_ptr,
+                                EPS: tl.constexpr, OFFSET: tl.constexpr, N: tl.constexpr,
+                                K: tl.constexpr, GROUP: tl.constexpr,
+                                HAS_BIAS: tl.constexpr, HAS_NORM: tl.constexpr,
+                                BLOCK_N: tl.constexpr, BLOCK_G: tl.constexpr,
+                                SPLIT_X: tl.constexpr):
+    """The same as a programmatic dependent launch (int4_row_gemv_kernel_gdc's wait)."""
+    _int4_head_argmax(x_ptr, w_ptr, s_ptr, b_ptr, nw_ptr, out_ptr, slot_ptr, EPS, OFFSET, N,
+                      K, GROUP, HAS_BIAS, HAS_NORM, BLOCK_N, BLOCK_G, SPLIT_X, True)
 
 
 @triton.jit
@@ -138,6 +184,7 @@ def slot_token_advance_kernel_gdc(slot_ptr, token_ptr, ids_ptr, pos_ptr):
 
 
 declare_writes(head_argmax_kernel_gdc, "out_ptr", "slot_ptr")
+declare_writes(int4_head_argmax_kernel_gdc, "out_ptr", "slot_ptr")
 declare_writes(slot_token_kernel_gdc, "slot_ptr", "token_ptr")
 declare_writes(slot_token_advance_kernel_gdc, "slot_ptr", "token_ptr", "ids_ptr", "pos_ptr")
 
@@ -155,10 +202,12 @@ def launch_head_argmax(x, weight, bias, norm_weight, eps: float, offset: float,
     """(reference.row_gemv(x, weight, bias, norm_weight, None, eps, offset, 0,
     weight_scale), its argmax: int64 [1], written into ``token`` where given); ``slot``:
     argmax_slot's zero, left at zero (by default a new one). ``config``: gemv_config's
-    (BLOCK_N, BLOCK_K, num_warps, AHEAD); by default its choice. ``advance``: a greedy
-    step's (input ids, positions), one int64 each: the token kernel also writes the token
-    into the first and adds one to the second, after the head (the next step's inputs)."""
-    rows, cols = weight.shape
+    (BLOCK_N, BLOCK_K, num_warps, AHEAD), over int4 rows (``weight`` uint8: int4_rows.py's)
+    int4_config's (BLOCK_N, BLOCK_G, num_warps, SPLIT_X); by default its choice.
+    ``advance``: a greedy step's (input ids, positions), one int64 each: the token kernel
+    also writes the token into the first and adds one to the second, after the head (the
+    next step's inputs)."""
+    rows = weight.shape[0]
     if rows > 2 ** 31 - 1:
         raise ValueError(f"a head of {rows} rows: the token's key holds 31 bits of index")
     for name, given in (("slot", slot), ("token", token),
@@ -167,11 +216,27 @@ def launch_head_argmax(x, weight, bias, norm_weight, eps: float, offset: float,
             raise ValueError(f"{name}: one int64, got {given.numel()} {given.dtype}")
     slot = argmax_slot(x.device) if slot is None else slot
     token = torch.empty(1, dtype=torch.int64, device=x.device) if token is None else token
+    out = torch.empty((*x.shape[:-1], rows), dtype=x.dtype, device=x.device)
+    head = _launch_int4_head if weight.dtype == torch.uint8 else _launch_head
+    head(x, weight, bias, norm_weight, eps, offset, weight_scale, config, pdl, out, slot)
+    if advance is None:
+        launch, _ = launcher(slot_token_kernel, slot_token_kernel_gdc, x.device, pdl)
+        launch((1,))(slot, token, num_warps=1)
+    else:
+        launch, _ = launcher(slot_token_advance_kernel, slot_token_advance_kernel_gdc,
+                             x.device, pdl)
+        launch((1,))(slot, token, *advance, num_warps=1)
+    return out, token
+
+
+def _launch_head(x, weight, bias, norm_weight, eps, offset, weight_scale, config, pdl,
+                 out, slot) -> None:
+    """The head's launch over float or int8 rows (row_gemv's kernel)."""
+    rows, cols = weight.shape
     gdc = dependent_launch_here(x.device) and (pdl or library_launches_dependent())
     sms = torch.cuda.get_device_properties(x.device).multi_processor_count if gdc else 0
     block_n, block_k, warps, ahead = (config or gemv_config(
         rows, cols, False, gdc, weight.element_size(), sms))[:4]
-    out = torch.empty((*x.shape[:-1], rows), dtype=x.dtype, device=x.device)
     launch, gdc = launcher(head_argmax_kernel, head_argmax_kernel_gdc, x.device, pdl)
     dummy = weight  # an unused pointer argument (its branch is compiled out)
     weights_first = dict(W_AHEAD=weight.is_contiguous()) if gdc else {}
@@ -182,11 +247,20 @@ def launch_head_argmax(x, weight, bias, norm_weight, eps: float, offset: float,
         EPS=eps, OFFSET=offset, N=rows, K=cols, HAS_BIAS=bias is not None,
         HAS_NORM=norm_weight is not None, HAS_SCALE=weight_scale is not None,
         BLOCK_N=block_n, BLOCK_K=block_k, AHEAD=ahead, num_warps=warps, **weights_first)
-    if advance is None:
-        launch, _ = launcher(slot_token_kernel, slot_token_kernel_gdc, x.device, pdl)
-        launch((1,))(slot, token, num_warps=1)
-    else:
-        launch, _ = launcher(slot_token_advance_kernel, slot_token_advance_kernel_gdc,
-                             x.device, pdl)
-        launch((1,))(slot, token, *advance, num_warps=1)
-    return out, token
+
+
+def _launch_int4_head(x, packed, bias, norm_weight, eps, offset, scales, config, pdl, out,
+                      slot) -> None:
+    """The head's launch over int4 rows (``packed`` [rows, K/2], ``scales`` [rows,
+    K/group, 2]): int4_triton's kernel and its choice of shape."""
+    rows, cols = packed.shape[0], x.shape[-1]
+    group = cols // scales.shape[1]
+    block_n, block_g, warps, split_x = config or int4_config(rows, cols, group, False)
+    launch, _ = launcher(int4_head_argmax_kernel, int4_head_argmax_kernel_gdc, x.device, pdl)
+    dummy = packed  # an unused pointer argument (its branch is compiled out)
+    launch((triton.cdiv(rows, block_n),))(
+        x.reshape(cols), packed.contiguous(), scales.contiguous(),
+        dummy if bias is None else bias, dummy if norm_weight is None else norm_weight,
+        out, slot, EPS=eps, OFFSET=offset, N=rows, K=cols, GROUP=group,
+        HAS_BIAS=bias is not None, HAS_NORM=norm_weight is not None, BLOCK_N=block_n,
+        BLOCK_G=block_g, SPLIT_X=bool(split_x), num_warps=warps)

@@ -284,10 +284,15 @@ def int4_config(rows: int, cols: int, group: int,
     into the bytes' order for the others: each the faster as a dependent launch."""
     warps = 8 if cols >= 4096 and rows < 16384 else 4
     block_n = 8 if rows >= 16384 else 4 if rows >= 2048 else 2
+    return block_n, groups_a_step(block_n, warps, cols, group), warps, gated
+
+
+def groups_a_step(block_n: int, warps: int, cols: int, group: int) -> int:
+    """BLOCK_G for ``block_n`` rows of ``cols`` columns in groups of ``group``, a program
+    of ``warps`` warps: each thread loads 16 bytes of weights a step."""
     tile = _BYTES_PER_THREAD * 32 * warps  # bytes a step
     block_g = max(1, tile // (block_n * group // 2))
-    block_g = min(block_g, triton.next_power_of_2(cols // group))
-    return block_n, block_g, warps, gated
+    return min(block_g, triton.next_power_of_2(cols // group))
 
 
 def launch_int4_row_gemv(x, packed, scales, bias, norm_weight, residual, eps: float,
