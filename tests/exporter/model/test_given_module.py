@@ -152,4 +152,6 @@ def test_a_converted_copy_casts_floats_keeps_ties_and_leaves_the_original():
     assert copied.embed.weight.requires_grad
     assert not set(map(id, copied.parameters())) & set(map(id, net.parameters()))
     ids = torch.tensor([[1, 2, 3]])
-    torch.testing.assert_close(copied(ids), net(ids).double())
+    # float64 against float32 arithmetic: float32's tolerance (float64's default failed
+    # for one element in 15 on some random weights)
+    torch.testing.assert_close(copied(ids), net(ids).double(), rtol=1.3e-6, atol=1e-5)
