@@ -119,3 +119,117 @@ def test_the_splits_default_is_words_chosen(monkeypatch):
         False, torch.ones(8, device=device))
     assert seen == ["split"]
     assert torch.equal(got.double().reshape(-1), weight.double() @ x.double().reshape(-1))
+
+
+HEADS = [  # (rows, columns, config (BLOCK_N, BLOCK_K, warps, AHEAD))
+    (40, 256, (8, 64, 4, 64)),  # the first tile held, the rest in a loop
+    (37, 256, (4, 128, 4, 0)),  # nothing held, a part block
+]
+
+
+@pytest.mark.parametrize("n, k, config", HEADS)
+def test_head_words_logits_are_exact_and_the_token_their_argmax(n, k, config):
+    """Every byte value in each row, x small integers, scale 1, no norm: the logits equal
+    the float64 product, as the I2F form's do, and the token is their argmax."""
+    device = triton_device()
+    from targets.aoti.kernels.head_argmax_triton import launch_head_argmax
+    weight, x = _every_byte(n, k, device), _small_x(k, device)
+    want = weight.double() @ x.double().reshape(-1)
+    for words in (True, False):
+        logits, token = launch_head_argmax(x, weight, None, None, 1e-6, 0.0,
+                                           torch.ones(n, device=device), config,
+                                           words=words)
+        assert torch.equal(logits.double().reshape(-1), want), (config, words)
+        assert int(token) == int(want.argmax()), words
+
+
+def test_head_words_with_the_norm_are_the_reference():
+    device = triton_device()
+    from targets.aoti.kernels.head_argmax_triton import launch_head_argmax
+    generator = torch.Generator().manual_seed(8)
+    n, k = 64, 128
+    weight = torch.randint(-128, 128, (n, k), generator=generator, dtype=torch.int8)
+    scale = (torch.rand(n, generator=generator) * 2e-2 + 1e-2).half()
+    x = torch.randn(1, 1, k, generator=generator).half()
+    norm = (torch.rand(k, generator=generator) + 0.5).half()
+    weight, scale, x, norm = (t.to(device) for t in (weight, scale, x, norm))
+    logits, token = launch_head_argmax(x, weight, None, norm, 1e-5, 0.0, scale,
+                                       (8, 32, 4, 64), words=True)
+    want, _ = reference.row_gemv_argmax(x, weight, None, norm, 1e-5, 0.0, scale)
+    error = (logits.float() - want.float()).abs().max().item()
+    assert error <= 2e-3 * max(1.0, want.float().abs().max().item()), error
+    assert int(token) == int(logits.reshape(-1).argmax())
+
+
+def _one_slot_layer(device, rows, store):
+    """A layer whose attention is exactly one past slot's values: every other slot and
+    the new row masked (softmax 1 and 0s), fp32, the values small integers; o's rows
+    every byte value, scale 1, an integer residual. (its launch's arguments, o's want)"""
+    heads, kv_heads, slots, dim = 4, 2, 32, 16
+    generator = torch.Generator().manual_seed(2)
+    query = torch.randn(1, heads, 1, dim, generator=generator)
+    past_k = torch.randn(1, kv_heads, slots, dim, generator=generator)
+    past_v = torch.randint(-3, 4, (1, kv_heads, slots, dim), generator=generator).float()
+    new_k, new_v = torch.randn(1, kv_heads, 1, dim), torch.randn(1, kv_heads, 1, dim)
+    mask = torch.full((1, 1, 1, slots + 1), float("-inf"))
+    mask[..., 9] = 0.0
+    weight = _every_byte(rows, heads * dim, "cpu")
+    residual = torch.arange(rows).float().reshape(1, 1, rows) - 20
+    att = past_v[0, :, 9].repeat_interleave(heads // kv_heads, 0).reshape(-1)
+    want = weight.double() @ att.double() + residual.double().reshape(-1)
+    from targets.aoti.kernels.attention_o_slots import SLOTS, STRIDE
+    made = [t.to(device) for t in (query, past_k, new_k, past_v, new_v, mask, weight,
+                                   torch.ones(rows), residual)]
+    state = (torch.zeros(kv_heads, dtype=torch.int32, device=device),
+             torch.zeros(SLOTS * STRIDE, dtype=torch.int32, device=device))
+    positions = torch.tensor([30], device=device) if store else None
+    return made, state, positions, want
+
+
+@pytest.mark.parametrize("store", [False, True])
+def test_attention_o_words_rows_are_exact(store):
+    """o's rows as words after an attention that is exactly one slot's integer values:
+    o equals the float64 product plus the residual, as the I2F form's does, the words
+    made fp32 after the spin or before it, both launches (the store form also writes the
+    new rows), the join's counts left at zero."""
+    device = triton_device()
+    from targets.aoti.kernels.attention_o_triton import launch_decode_attention_o
+    for words in (1, 2, 0):  # made fp32 after the spin, before it, I2F
+        made, (counts, flags), positions, want = _one_slot_layer(device, 70, store)
+        query, past_k, new_k, past_v, new_v, mask, weight, scale, residual = made
+        got = launch_decode_attention_o(query, past_k, new_k, past_v, new_v, mask, 0.25,
+                                        True, counts, weight, scale, residual, flags, 0, 1,
+                                        positions, words=words)
+        assert torch.equal(got.double().reshape(-1).cpu(), want), (store, words)
+        assert not counts.any()
+        if store:
+            assert torch.equal(past_k[:, :, 30].cpu(), new_k[:, :, 0].cpu())
+
+
+def test_attention_o_words_are_the_reference_at_fp16():
+    """fp16, every slot open, int8 o rows with their scales: reference.decode_attention_o."""
+    device = triton_device()
+    from targets.aoti.kernels.attention_o_slots import SLOTS, STRIDE
+    from targets.aoti.kernels.attention_o_triton import launch_decode_attention_o
+    generator = torch.Generator().manual_seed(5)
+    heads, kv_heads, slots, dim, rows = 8, 2, 64, 16, 33
+
+    def randn(*shape):
+        return torch.randn(*shape, generator=generator).half()
+    attention = (randn(1, heads, 1, dim), randn(1, kv_heads, slots, dim),
+                 randn(1, kv_heads, 1, dim), randn(1, kv_heads, slots, dim),
+                 randn(1, kv_heads, 1, dim), torch.zeros(1, 1, 1, slots + 1).half())
+    weight = torch.randint(-128, 128, (rows, heads * dim), generator=generator,
+                           dtype=torch.int8)
+    scale = (torch.rand(rows, generator=generator) * 0.01 + 0.001).half()
+    residual = randn(1, 1, rows)
+    counts = torch.zeros(kv_heads, dtype=torch.int32)
+    flags = torch.zeros(SLOTS * STRIDE, dtype=torch.int32)
+    want = reference.decode_attention_o(*attention, dim ** -0.5, True, counts, weight,
+                                        scale, residual, flags, 0, 1)
+    on = [t.to(device) for t in (*attention, counts, weight, scale, residual, flags)]
+    for words in (1, 2):
+        got = launch_decode_attention_o(*on[:6], dim ** -0.5, True, *on[6:], 0, 1,
+                                        words=words)
+        error = (got.float().cpu() - want.float()).abs().max().item()
+        assert error <= 2e-3 * max(1.0, want.float().abs().max().item()), (words, error)
