@@ -39,7 +39,7 @@ nvidia-smi --query-gpu=name,clocks.sm,temperature.gpu,driver_version --format=cs
 date -u +%T
 if [ "$PHASE" = 1 ]; then
   for F in tests/targets/aoti/test_int8_words_rest.py tests/bench/test_int8_words_rest.py; do
-    timeout 120 python3 -m pytest $F -q -p no:cacheprovider -p no:logging --tb=short \
+    timeout 240 python3 -m pytest $F -q -p no:cacheprovider -p no:logging --tb=short \
         > "$OUT/t-$(basename $(dirname $F))-$(basename $F .py).log" 2>&1
     echo "$F rc $? $(tail -1 "$OUT/t-$(basename $(dirname $F))-$(basename $F .py).log")"
   done
