@@ -119,7 +119,8 @@ class CudaTarget(AOTInductorTarget):
         # plain build's lone one-row linears on cuBLAS where it times faster
         decode = [DecodeAttentionAsKernel(store_rows=self.generation.store_rows),
                   RowLinearsAsKernels(attention_o=self.generation.attention_o,
-                                      advance_inputs=self.generation.advance_inputs)
+                                      advance_inputs=self.generation.advance_inputs,
+                                      int4=self.generation.int4_fused)
                   ] if decode_ops.TRITON else []
         # not in generating builds (measured on plain ones): a decode step's one-row fc1
         # keeps its row kernel, its attention its decode kernel

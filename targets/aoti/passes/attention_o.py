@@ -11,8 +11,9 @@ count on, so a layer loses a kernel boundary. ``join_attention_with_o`` makes th
 in the decode pass, where the cuda target asks (``Generation.attention_o``), for a joined
 ``decode_attention`` whose output only o's product reads, through the transpose and
 reshape to a row: o with the residual and nothing else (no norm, bias, activation or
-rotary rows), over float rows of the query's dtype or int8 rows with their scales, in
-the kernel's shapes (``attention_o_slots.joins_o``). An attention that stores the
+rotary rows), over float rows of the query's dtype or int8 rows with their scales (int4
+rows with their groups' (scale, offset) pairs too where the target asks:
+``Generation.int4_fused``), in the kernel's shapes (``attention_o_slots.joins_o``). An attention that stores the
 step's rows (``decode_attention_store``: the attention pass, run before, chose it) is
 joined as ``decode_attention_o_store``, which stores them as it did (its positions the
 last argument, the same past buffers declared mutated), so attention_store.py's
@@ -38,11 +39,12 @@ _FLOATS = (torch.float16, torch.bfloat16, torch.float32)
 _JOINED = (ops.decode_attention, ops.decode_attention_store)  # both joined by the counts
 
 
-def join_attention_with_o(module: torch.fx.GraphModule) -> int:
+def join_attention_with_o(module: torch.fx.GraphModule, int4: bool = False) -> int:
     """Each attention of ``module`` (the decode pass's, its products already row_gemv)
     whose output o's product alone reads becomes one ``decode_attention_o`` with o (one
-    that stores its rows: ``decode_attention_o_store``); returns how many."""
-    pairs = [found for found in (_attention_and_o(module, node)
+    that stores its rows: ``decode_attention_o_store``); returns how many. ``int4``: o
+    over int4 rows too."""
+    pairs = [found for found in (_attention_and_o(module, node, int4)
                                  for node in module.graph.nodes) if found]
     if not pairs:
         return 0
@@ -70,7 +72,8 @@ def join_attention_with_o(module: torch.fx.GraphModule) -> int:
     return len(pairs)
 
 
-def _attention_and_o(module: torch.fx.GraphModule, node: torch.fx.Node) -> tuple | None:
+def _attention_and_o(module: torch.fx.GraphModule, node: torch.fx.Node,
+                     int4: bool) -> tuple | None:
     """(the joined decode_attention, o's row_gemv) where ``node`` is the attention and
     the kernel takes both, else None."""
     if node.op != "call_function" or node.target not in _JOINED \
@@ -87,7 +90,7 @@ def _attention_and_o(module: torch.fx.GraphModule, node: torch.fx.Node) -> tuple
     if o is None or o.target is not ops.row_gemv or o.args[0] is not row:
         return None
     query, past_k = val(node.args[0]), val(node.args[1])
-    if not _plain_o(module, o, query.dtype):
+    if not _plain_o(module, o, query.dtype, int4):
         return None
     heads, dim, slots = query.shape[1], query.shape[-1], past_k.shape[2]
     if tuple(val(row).shape) != (1, 1, heads * dim) or not joins_o(heads, dim, slots):
@@ -95,9 +98,11 @@ def _attention_and_o(module: torch.fx.GraphModule, node: torch.fx.Node) -> tuple
     return node, o
 
 
-def _plain_o(module: torch.fx.GraphModule, o: torch.fx.Node, dtype: torch.dtype) -> bool:
+def _plain_o(module: torch.fx.GraphModule, o: torch.fx.Node, dtype: torch.dtype,
+             int4: bool) -> bool:
     """o's product with a residual and nothing else, over rows the kernel reads: float of
-    the attention's dtype, or int8 with a scale a row."""
+    the attention's dtype, int8 with a scale a row, or (``int4``) int4 rows with a
+    (scale, offset) pair a group."""
     x, weight, bias, norm, residual, _, _, act, *rest = o.args
     scale = rest[0] if rest else None
     rotary = rest[1:5] if len(rest) > 1 else ()
@@ -109,6 +114,10 @@ def _plain_o(module: torch.fx.GraphModule, o: torch.fx.Node, dtype: torch.dtype)
         return False
     if w.dtype == torch.int8:
         return scales is not None and scales.numel() == w.shape[0]
+    if w.dtype == torch.uint8:  # only where asked: the kernel's A/B decides
+        return int4 and scales is not None and scales.dim() == 3 \
+            and scales.shape[0] == w.shape[0] and scales.shape[2] == 2 \
+            and (2 * w.shape[1]) % scales.shape[1] == 0
     return w.dtype in _FLOATS and w.dtype == dtype and scale is None
 
 

@@ -9,8 +9,9 @@ A step that returns its next token (exporter/lm/wrapper.py's ``next_token``) tak
 argmax of its one row of logits; the head's kernel computes those logits, so each of its
 programs also merges its rows' (max, first index) into one slot, which a one-thread
 kernel after it turns into the token (kernels/head_argmax_triton.py). Only a head without residual, gate
-or rotary rows, of float or int8 rows, whose argmax reads its whole row unchanged (views
-of it, widening casts); anything else keeps torch's argmax.
+or rotary rows, of float or int8 rows (int4 rows too where the target asks:
+``Generation.int4_fused``), whose argmax reads its whole row unchanged (views of it,
+widening casts); anything else keeps torch's argmax.
 
 Where the target asks (``Generation.advance_inputs``), the token kernel of a one-token
 step also writes the token into the step's ``input_ids`` and adds one to its
@@ -38,15 +39,17 @@ _VIEWS = {aten.view.default, aten.reshape.default, aten._unsafe_view.default,
 _CASTS = {aten._to_copy.default, aten.to.dtype, torch.ops.prims.convert_element_type.default}
 
 
-def argmax_in_head(module: torch.fx.GraphModule, advance: bool = False) -> int:
+def argmax_in_head(module: torch.fx.GraphModule, advance: bool = False,
+                   int4: bool = False) -> int:
     """Each argmax over a head row_gemv's whole row becomes that product's token; returns
     how many (a step has one head). With ``advance`` (``module``: the unlifted one-token
     step), the head's token kernel also writes the token into the step's input ids and
     adds one to its positions, where every other reader of those inputs comes before the
-    head, so each reads them as given (``advanced_heads`` counts them)."""
+    head, so each reads them as given (``advanced_heads`` counts them). ``int4``: a head
+    over int4 rows too."""
     found = 0
     for node in list(module.graph.nodes):
-        head = _head_of(node) if calls(node, _ARGMAX) else None
+        head = _head_of(node, int4) if calls(node, _ARGMAX) else None
         if head is None:
             continue
         inputs = _advanced_inputs(module, head) if advance and not advanced_heads(
@@ -73,7 +76,7 @@ def _advanced_inputs(module: torch.fx.GraphModule, head: torch.fx.Node) -> tuple
     return inputs if all(order[user] < order[head] for user in readers) else None
 
 
-def _head_of(argmax: torch.fx.Node) -> torch.fx.Node | None:
+def _head_of(argmax: torch.fx.Node, int4: bool) -> torch.fx.Node | None:
     """The row_gemv whose one row of logits ``argmax`` reads in full, else None."""
     source, dim = argmax.args[0], argmax.args[1] if len(argmax.args) > 1 else None
     read = val(source)
@@ -90,7 +93,8 @@ def _head_of(argmax: torch.fx.Node) -> torch.fx.Node | None:
     # no rotary rows or join counts: arguments past the scales
     plain_head = residual is None and not act and len(node.args) <= 9
     rows = val(weight)
-    kind = rows is not None and rows.dtype != torch.uint8  # int4 rows: their own kernel
+    # int4 rows (uint8) only where asked: the kernel's A/B on a real build decides
+    kind = rows is not None and (int4 or rows.dtype != torch.uint8)
     return node if whole_row and plain_head and kind else None
 
 

@@ -53,17 +53,20 @@ class RowLinearsAsKernels:
     name = "row_linears_as_kernels"
     required = False
 
-    def __init__(self, attention_o: bool = False, advance_inputs: bool = False) -> None:
+    def __init__(self, attention_o: bool = False, advance_inputs: bool = False,
+                 int4: bool = False) -> None:
         # each attention and o's product after it as one launch where the target asks
         # (Generation.attention_o: passes/attention_o.py); the greedy token's kernel
-        # writing the step's next inputs (Generation.advance_inputs: decode_argmax.py)
+        # writing the step's next inputs (Generation.advance_inputs: decode_argmax.py);
+        # both, and the token in the head, over int4 rows too (Generation.int4_fused)
         self.attention_o = attention_o
         self.advance_inputs = advance_inputs
+        self.int4 = int4
 
     def __call__(self, program: ExportedProgram) -> PassResult:
         return rewrite_and_recapture(
             program, lambda module: _rewrite_linears(module, self.attention_o,
-                                                     self.advance_inputs),
+                                                     self.advance_inputs, self.int4),
             "linears_as_kernels")
 
 
@@ -83,7 +86,7 @@ class DecodeAttentionAsKernel:
 
 
 def _rewrite_linears(module: torch.fx.GraphModule, attention_o: bool = False,
-                     advance_inputs: bool = False) -> dict:
+                     advance_inputs: bool = False, int4: bool = False) -> dict:
     counts = {"linears_as_kernels": 0, "int8_linears": 0, "int4_linears": 0,
               "norms_folded": 0, "gated_folded": 0, "residuals_folded": 0, "rotary_folded": 0}
     # export's dtype asserts (of the model's and torchao's .to() calls) are extra uses of
@@ -122,14 +125,14 @@ def _rewrite_linears(module: torch.fx.GraphModule, attention_o: bool = False,
         counts["residuals_folded"] += residual is not None
         counts["rotary_folded"] += rotary is not None
     # the token a greedy step returns, taken in its head's kernel (decode_argmax.py)
-    counts["argmax_in_head"] = argmax_in_head(module, advance_inputs)
+    counts["argmax_in_head"] = argmax_in_head(module, advance_inputs, int4)
     if advance_inputs:  # the choice is made only where asked: the key stays absent otherwise
         counts["inputs_advanced"] = advanced_heads(module)
     counts["split_counts"] = _split_counts(module)
     counts["stored_once"] = stored_once(module, ops.row_gemv, (9, 10))  # cos, sin
     module.graph.eliminate_dead_code()  # the linears replaced: o alone reads its row
     if attention_o:  # the choice is made only where asked: the key stays absent otherwise
-        counts["attention_o"] = join_attention_with_o(module)
+        counts["attention_o"] = join_attention_with_o(module, int4)
     module.recompile()
     return counts
 
