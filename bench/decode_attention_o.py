@@ -75,12 +75,10 @@ class AttentionO:
 
 def int4_steps(block_n: int, warps: int, cols: int, groups: int) -> tuple:
     """(groups a step, SPLIT_X) of int4 rows in o's programs of ``block_n`` rows and
-    ``warps``: int4_triton.int4_config's rule (16 bytes a thread a step; the nibbles
-    joined in the bytes' order, as for a product not gated)."""
-    import triton
-    group = cols // groups
-    tile = 16 * 32 * warps
-    return min(max(1, tile // (block_n * group // 2)), triton.next_power_of_2(groups)), False
+    ``warps``: int4_triton's rule (16 bytes a thread a step; the nibbles joined in the
+    bytes' order, as for a product not gated), as the library's launch takes it."""
+    from targets.aoti.kernels.int4_triton import groups_a_step
+    return groups_a_step(block_n, warps, cols, cols // groups), False
 
 
 # name -> (form, its configuration)

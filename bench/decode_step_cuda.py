@@ -2,7 +2,8 @@
 own bytes, and the decode speed against the memory-bandwidth bound.
 
     python bench/decode_step_cuda.py --out DIR --builds fp16[,fp16-int8-weight,...]
-        [--variant before|after|rows-written|flags-off|step-ends] [--ncu] [--validate]
+        [--variant before|after|rows-written|flags-off|step-ends|int4-fused] [--ncu]
+        [--validate]
         [--build-only | --measure-only]
 
 For each build: the artifact (``exporter.build``, the cuda target; ``before`` without the
@@ -10,7 +11,8 @@ decode-kernel passes, ``after`` as the target is, ``rows-written`` with the new 
 written by the runtime after the step, ``flags-off`` without the greedy token in the
 head's kernel, with each attention and o as two launches and the rows written by the
 runtime; ``step-ends`` with the head's token kernel also writing the step's next token
-and position into its inputs), ``exporter bench``'s
+and position into its inputs; ``int4-fused`` with the token in the head and the attention
++ o launch over int4 rows too, an int4-weight build's), ``exporter bench``'s
 decode tokens/s
 (no baselines: 128-token prompt, 128 new tokens, median of 3 runs after a warm-up), the
 decode CUDA graph's replay time (CUDA events, median of 200 calls one at a time, and a
@@ -54,17 +56,19 @@ BANDWIDTH = 4.8e12
 DECODE_PASSES = ("decode_attention_as_kernel", "row_linears_as_kernels")
 # the head's kernel is the last of a step's row kernels (head_argmax_kernel: greedy steps)
 ROW_KERNELS = ("row_gemv_kernel", "row_loop_kernel", "split_gemv_kernel", "pipe_gemv_kernel",
-               "int4_row_gemv_kernel", "head_argmax_kernel")
+               "int4_row_gemv_kernel", "head_argmax_kernel", "int4_head_argmax_kernel")
 # Variants as the cuda target's generation facet with fields changed: "rows-written" with
 # the step's new K/V rows written by the runtime after the step, not stored by the
 # attention + o launch; "flags-off" with the greedy token in the head, the attention
 # joined with o and the rows stored all off (the target before they were on); "step-ends"
-# with the head's token kernel writing the step's next inputs (no copy or add after it)
-VARIANTS = ("before", "after", "rows-written", "flags-off", "step-ends")
+# with the head's token kernel writing the step's next inputs (no copy or add after it);
+# "int4-fused" with the head's token and the attention + o launch over int4 rows too
+VARIANTS = ("before", "after", "rows-written", "flags-off", "step-ends", "int4-fused")
 FLAGS = {"rows-written": {"store_rows": False},
          "flags-off": {"next_token": False, "attention_o": False,
                        "store_rows": False},
-         "step-ends": {"advance_inputs": True}}  # Generation's fields
+         "step-ends": {"advance_inputs": True},
+         "int4-fused": {"int4_fused": True}}  # Generation's fields
 BUILDS = {"fp16": dict(dtype="fp16"),
           "fp16-int8-weight": dict(dtype="fp16", quantize="int8-weight", min_top1=0.5),
           # random weights' flat logits: int4's rounding alone flips most near-ties, more
