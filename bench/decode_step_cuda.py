@@ -2,7 +2,7 @@
 own bytes, and the decode speed against the memory-bandwidth bound.
 
     python bench/decode_step_cuda.py --out DIR --builds fp16[,fp16-int8-weight,...]
-        [--variant before|after|rows-written|flags-off|step-ends|int4-fused] [--ncu]
+        [--variant before|after|rows-written|flags-off|inputs-copied|int4-fused] [--ncu]
         [--validate]
         [--build-only | --measure-only]
 
@@ -10,8 +10,8 @@ For each build: the artifact (``exporter.build``, the cuda target; ``before`` wi
 decode-kernel passes, ``after`` as the target is, ``rows-written`` with the new K/V rows
 written by the runtime after the step, ``flags-off`` without the greedy token in the
 head's kernel, with each attention and o as two launches and the rows written by the
-runtime; ``step-ends`` with the head's token kernel also writing the step's next token
-and position into its inputs; ``int4-fused`` with the token in the head and the attention
+runtime; ``inputs-copied`` with the step's next token and position copied and added by
+the runtime after the head's token kernel (not written by it); ``int4-fused`` with the token in the head and the attention
 + o launch over int4 rows too, an int4-weight build's), ``exporter bench``'s
 decode tokens/s
 (no baselines: 128-token prompt, 128 new tokens, median of 3 runs after a warm-up), the
@@ -60,14 +60,15 @@ ROW_KERNELS = ("row_gemv_kernel", "row_loop_kernel", "split_gemv_kernel", "pipe_
 # Variants as the cuda target's generation facet with fields changed: "rows-written" with
 # the step's new K/V rows written by the runtime after the step, not stored by the
 # attention + o launch; "flags-off" with the greedy token in the head, the attention
-# joined with o and the rows stored all off (the target before they were on); "step-ends"
-# with the head's token kernel writing the step's next inputs (no copy or add after it);
+# joined with o and the rows stored all off (the target before they were on);
+# "inputs-copied" with the step's next inputs copied and added after the head's token
+# kernel, not written by it (the target before advance_inputs was on);
 # "int4-fused" with the head's token and the attention + o launch over int4 rows too
-VARIANTS = ("before", "after", "rows-written", "flags-off", "step-ends", "int4-fused")
+VARIANTS = ("before", "after", "rows-written", "flags-off", "inputs-copied", "int4-fused")
 FLAGS = {"rows-written": {"store_rows": False},
          "flags-off": {"next_token": False, "attention_o": False,
-                       "store_rows": False},
-         "step-ends": {"advance_inputs": True},
+                       "store_rows": False, "advance_inputs": False},
+         "inputs-copied": {"advance_inputs": False},
          "int4-fused": {"int4_fused": True}}  # Generation's fields
 BUILDS = {"fp16": dict(dtype="fp16"),
           "fp16-int8-weight": dict(dtype="fp16", quantize="int8-weight", min_top1=0.5),
