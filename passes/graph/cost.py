@@ -92,9 +92,12 @@ def _flops(node: Node) -> int | None:
                                    device="meta")
             return _hint(value) if isinstance(value, torch.SymInt) else value
         return arg
+    if isinstance(node.target, torch._ops.HigherOrderOperator):
+        return None  # its body is a subgraph, not meta tensors; and it may set grad mode
     try:
         args, kwargs = tree_map(meta, (node.args, node.kwargs))
-        with FlopCounterMode(display=False) as counter:
+        # no_grad restores the caller's grad mode on the way out, whatever the op did to it
+        with torch.no_grad(), FlopCounterMode(display=False) as counter:
             node.target(*args, **kwargs)
         return int(counter.get_total_flops())
     except Exception as exc:  # noqa: BLE001 - any op may refuse meta tensors

@@ -59,6 +59,7 @@ def test_partition_carries_the_body_of_a_higher_order_op():
     the subgraph is copied into the partition, not taken as a run-time input."""
     prep = prepare(f"{MODELS}:no_grad_rotary", BuildSettings(target="cpu", out="x.artifact"),
                    stage_timer({}, lambda name: contextlib.nullcontext()))
+    assert torch.is_grad_enabled(), "the op costs ran the higher-order op and left grad off"
     assert any("set_grad" in str(n.target) for n in prep.program.graph.nodes)
     plans = prep.placement.plans
     assert [p.delegated for p in plans] == [True, False, True]
