@@ -41,6 +41,7 @@ import torch
 from exporter.errors import SpecError
 from exporter.model.hf_limits import check_config_size, first_lines, read_config
 from exporter.model.hf_weights import check_index, from_checkpoint, from_config
+from passes.graph.torch_warnings import loggers_quiet
 
 log = logging.getLogger(__name__)
 
@@ -278,15 +279,10 @@ def _quiet_transformers(transformers) -> Iterator[None]:
     hf_logging.set_verbosity_error()
     # building the model imports torchao, which logs the CUDA kernels a CPU machine cannot
     # load and torch's pytree deprecations (the CLI hides them; the API did not)
-    others = [logging.getLogger(name) for name in ("torchao", "torch.utils._pytree")]
-    levels = [other.level for other in others]
-    for other in others:
-        other.setLevel(logging.ERROR)
     try:
-        yield
+        with loggers_quiet("torchao", "torch.utils._pytree"):
+            yield
     finally:
-        for other, level in zip(others, levels):
-            other.setLevel(level)
         hf_logging.set_verbosity(verbosity)
         if bar:
             hf_logging.enable_progress_bar()

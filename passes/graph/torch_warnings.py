@@ -1,9 +1,10 @@
-"""torch's own deprecation warnings that a caller of ours can do nothing about, silenced
-where torch raises them and nowhere else."""
+"""torch's own deprecation warnings and libraries' log lines that a caller of ours can do
+nothing about, silenced where they are raised and nowhere else."""
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import warnings
 from typing import Iterator
 
@@ -18,3 +19,17 @@ def quiet_run_decompositions() -> Iterator[None]:
         warnings.filterwarnings("ignore", category=FutureWarning,
                                 message=r"`isinstance\(treespec, LeafSpec\)` is deprecated")
         yield
+
+
+@contextlib.contextmanager
+def loggers_quiet(*names: str) -> Iterator[None]:
+    """The loggers ``names`` at ERROR while the block runs, at the caller's levels after."""
+    loggers = [logging.getLogger(name) for name in names]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        for logger, level in zip(loggers, levels):
+            logger.setLevel(level)

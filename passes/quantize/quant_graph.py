@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import logging
 from collections.abc import Iterator
 
 import torch
 from torch.export import ExportedProgram
 
 from passes.graph.rewrite import attribute, module_path
+from passes.graph.torch_warnings import loggers_quiet
 
 # Ops whose second argument is a weight a recipe can quantize (ATen names, as captured);
 # embedding takes its table first.
@@ -25,15 +25,8 @@ def quiet_torchao() -> Iterator[None]:
     """torchao logs a warning per CUDA kernel library it cannot load (on a CPU-only
     machine), per missing Triton, and per layer it skips; the report says what matters.
     Quiet while a pass quantizes; the levels are the caller's again after."""
-    loggers = [logging.getLogger(name) for name in ("torchao", "torchao.kernel.intmm")]
-    levels = [logger.level for logger in loggers]
-    for logger in loggers:
-        logger.setLevel(logging.ERROR)
-    try:
+    with loggers_quiet("torchao", "torchao.kernel.intmm"):
         yield
-    finally:
-        for logger, level in zip(loggers, levels):
-            logger.setLevel(level)
 
 
 def weighted_op(node: torch.fx.Node) -> tuple[str, object]:

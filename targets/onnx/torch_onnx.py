@@ -10,7 +10,6 @@ import contextlib
 import copy
 import functools
 import inspect
-import logging
 import tempfile
 import threading
 import time
@@ -20,7 +19,7 @@ import torch
 from torch.export import ExportedProgram
 
 from passes.cleanup.decompose import leaves_as_is
-from passes.graph.torch_warnings import quiet_run_decompositions
+from passes.graph.torch_warnings import loggers_quiet, quiet_run_decompositions
 from runtime.host import scratch
 from targets.base import LowerOptions
 
@@ -32,14 +31,9 @@ def quiet_registry():
     """Building torch.onnx's registry warns once per torchvision op when torchvision is
     absent (four lines per partition); models that use no torchvision op don't care. Its
     export decomposes the program too (passes/graph/torch_warnings.py)."""
-    logger = logging.getLogger("torch.onnx._internal.exporter._registration")
-    level = logger.level
-    logger.setLevel(logging.ERROR)
-    try:
-        with quiet_run_decompositions():
-            yield
-    finally:
-        logger.setLevel(level)
+    with loggers_quiet("torch.onnx._internal.exporter._registration"), \
+            quiet_run_decompositions():
+        yield
 
 
 def export(program: ExportedProgram, report_dir: Path, translations: dict):
