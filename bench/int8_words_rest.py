@@ -108,24 +108,6 @@ def report(name: str) -> list[str]:
     return lines
 
 
-class WordsSplit:
-    """decode_chain_cuda.step's ``configs["down"]``: the library's split kernel in
-    ``config`` with ``words`` (its counters made on the first, uncaptured, call)."""
-
-    def __init__(self, config: tuple, words: int):
-        self.config, self.words, self.counts = config, int(words), None
-
-    def __call__(self, x, weight, scale, fold: dict, pdl: bool) -> torch.Tensor:
-        from targets.aoti.kernels.split_gemv_triton import launch_split_gemv, split_counters
-        if self.counts is None:
-            self.counts = split_counters(weight, self.config)
-        return launch_split_gemv(x, weight, None, fold.get("residual"), self.counts,
-                                 self.config, pdl, scale, words=self.words)
-
-    def __repr__(self) -> str:  # the row's "configs" in the bench's JSON
-        return f"split{self.config}{' words' if self.words else ''}"
-
-
 class LibraryAttentionO:
     """decode_chain_cuda.step's ``configs["attention_o"]``: the library's attention + o
     launch that stores the step's K/V rows (as an int8 build runs it), o's rows
@@ -207,8 +189,9 @@ CHANGES = {
 
 
 def _launch(kind: str, words: int, configs: dict):
+    from bench.decode_chain_split import SplitLaunch
     if kind == "split":
-        return WordsSplit((*configs["down"][:4], configs["down"][6]), words)
+        return SplitLaunch((*configs["down"][:4], configs["down"][6]), words)
     if kind == "head":
         return WordsHead(tuple(configs["head"][:4]), words)
     return LibraryAttentionO(words)

@@ -20,8 +20,9 @@ DEFAULT = {"qkv": (4, 1024, 4, 2048), "gate_up": (4, 1024, 4, 0),
 
 
 def test_the_variants_change_only_their_kernels():
+    from bench.decode_chain_split import SplitLaunch
     from bench.int8_words_rest import (BASE, CHANGES, LibraryAttentionO, WordsHead,
-                                       WordsSplit, chain_names, words_variants)
+                                       chain_names, words_variants)
     found = words_variants({BASE: (True, DEFAULT, None, True)})
     assert len(found) == len(CHANGES)
     assert found[f"{BASE} + nothing changed"][1] == DEFAULT
@@ -32,7 +33,7 @@ def test_the_variants_change_only_their_kernels():
             k: v for k, v in DEFAULT.items() if k not in changes}
         for product, (_, words) in changes.items():
             launch = configs[product]
-            assert isinstance(launch, {"down": WordsSplit, "head": WordsHead,
+            assert isinstance(launch, {"down": SplitLaunch, "head": WordsHead,
                                        "attention_o": LibraryAttentionO}[product])
             assert launch.words == words, (name, product)
     down = found[f"{BASE} + words down"][1]["down"]
@@ -68,11 +69,12 @@ def _close(got, want):
 @pytest.mark.parametrize("words", [False, True])
 def test_the_split_and_head_launches_are_row_gemvs(words):
     device = triton_device()
-    from bench.int8_words_rest import WordsHead, WordsSplit
+    from bench.decode_chain_split import SplitLaunch
+    from bench.int8_words_rest import WordsHead
     weight, scale = _int8(24, 256, 1, device)
     x = torch.randn(1, 1, 256).half().to(device)
     residual = torch.randn(1, 1, 24).half().to(device)
-    split = WordsSplit((4, 64, 4, 64, 2), words)
+    split = SplitLaunch((4, 64, 4, 64, 2), words)
     for _ in range(2):  # its counters made once, left at zero
         _close(split(x, weight, scale, {"residual": residual}, False),
                reference.row_gemv(x, weight, None, None, residual, 1e-6, 0.0, 0, scale))
