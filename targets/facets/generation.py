@@ -41,8 +41,8 @@ class Generation:
     # (targets/aoti/passes/decode_argmax.py): where the target's token kernel can (cuda).
     advance_inputs: bool = False
     # next_token's head kernel and attention_o's launch over int4 rows too (int4-weight);
-    # off, an int4 build keeps torch's argmax and the attention and o as two launches:
-    # a width of its own, so its kernels switch on only once they are timed on a build
+    # off, an int4 build keeps torch's argmax and the attention and o as two launches
+    # (a width of its own: its kernels switch on only where a target timed them)
     int4_fused: bool = False
 
     def __post_init__(self) -> None:

@@ -112,16 +112,17 @@ def test_the_store_and_advancing_forms_over_int4_rows():
     assert ids.tolist() == [[int(got["next_token"])]] and positions.tolist() == [10]
 
 
-def test_the_cuda_target_keeps_int4_as_it_was_unless_switched(monkeypatch, tmp_path):
-    """``Generation.int4_fused``: off by default and for cuda (the kernels wait for their
-    A/B on a build); the decode pass takes it from the facet."""
+def test_the_cuda_target_fuses_at_int4_and_the_pass_takes_it_from_the_facet(monkeypatch,
+                                                                             tmp_path):
+    """``Generation.int4_fused``: off in the facet's default, on for cuda (timed on a
+    whole int4 build); the decode pass takes it from the facet."""
     import dataclasses
 
     from targets.aoti.cuda import CudaTarget
     from targets.aoti.kernels import ops
     from targets.base import LowerOptions
     from targets.facets.generation import Generation
-    assert Generation().int4_fused is False and CudaTarget.generation.int4_fused is False
+    assert Generation().int4_fused is False and CudaTarget.generation.int4_fused is True
     if not ops.TRITON:
         pytest.skip("the cuda target places its decode kernels only with Triton installed")
     target = CudaTarget()
@@ -129,7 +130,7 @@ def test_the_cuda_target_keeps_int4_as_it_was_unless_switched(monkeypatch, tmp_p
     def asked():
         return [p.int4 for p in target.default_passes(LowerOptions(tmp_path))
                 if p.name == "row_linears_as_kernels"]
-    assert asked() == [False]
-    monkeypatch.setattr(CudaTarget, "generation",
-                        dataclasses.replace(CudaTarget.generation, int4_fused=True))
     assert asked() == [True]
+    monkeypatch.setattr(CudaTarget, "generation",
+                        dataclasses.replace(CudaTarget.generation, int4_fused=False))
+    assert asked() == [False]
