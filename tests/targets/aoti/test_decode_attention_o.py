@@ -13,6 +13,7 @@ import torch
 from targets.aoti.kernels import reference
 from targets.aoti.kernels.attention_o_slots import SLOTS, STRIDE, flag_slots
 from tests.helpers import triton_device
+from tests.targets.aoti.aoti_library import compile_library
 
 pytest.importorskip("triton")
 
@@ -180,7 +181,6 @@ def test_a_library_loads_the_joined_kernel_alone(tmp_path):
     cannot write in place). Read from the package's source, not loaded."""
     _hopper()
     import re
-    import zipfile
 
     from bench.library_kernels import copy_calls
     from targets.aoti.kernels import dependent_launch, ops
@@ -201,11 +201,7 @@ def test_a_library_loads_the_joined_kernel_alone(tmp_path):
     program = torch.export.export(Layer().eval(), (*attention[:6], residual))
     with dependent_launch.dependent_launches() as dependent:
         assert dependent
-        path = torch._inductor.aoti_compile_and_package(program,
-                                                        package_path=str(tmp_path / "a.pt2"))
-    with zipfile.ZipFile(path) as package:
-        source = "\n".join(package.read(n).decode() for n in package.namelist()
-                           if n.endswith(".cpp"))
+        path, source = compile_library(program, tmp_path / "a.pt2")
     loaded = set(re.findall(r'loadKernel\(\s*(?:"[^"]*"|\w+)\s*,\s*"(\w+)"', source))
     fills = {name for name in loaded if "zeros" in name or "full" in name or "fill" in name}
     assert loaded - fills == {"attention_o_kernel_gdc"}, loaded

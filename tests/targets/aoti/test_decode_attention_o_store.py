@@ -14,6 +14,7 @@ from targets.aoti.kernels import ops, reference
 from targets.aoti.kernels.attention_o_slots import SLOTS, STRIDE, flag_slots
 from tests.targets.aoti.test_decode_attention_store import (_inputs,
                                                             _stored_as_the_cache_write_would)
+from tests.targets.aoti.aoti_library import compile_library
 
 
 def _state(device, kv_heads):
@@ -220,7 +221,6 @@ def test_a_library_stores_the_rows_with_no_copy_of_the_cache(tmp_path):
     its inputs). Read from the package's source, not loaded."""
     _hopper()
     import re
-    import zipfile
 
     from bench.library_kernels import copy_calls
     from targets.aoti.kernels import dependent_launch
@@ -230,11 +230,7 @@ def test_a_library_stores_the_rows_with_no_copy_of_the_cache(tmp_path):
                                                          positions))
     with dependent_launch.dependent_launches() as dependent:
         assert dependent
-        path = torch._inductor.aoti_compile_and_package(program,
-                                                        package_path=str(tmp_path / "s.pt2"))
-    with zipfile.ZipFile(path) as package:
-        source = "\n".join(package.read(n).decode() for n in package.namelist()
-                           if n.endswith(".cpp"))
+        path, source = compile_library(program, tmp_path / "s.pt2")
     loaded = set(re.findall(r'loadKernel\(\s*(?:"[^"]*"|\w+)\s*,\s*"(\w+)"', source))
     fills = {name for name in loaded if "zeros" in name or "full" in name or "fill" in name}
     assert loaded - fills == {"attention_o_store_kernel_gdc"}, loaded

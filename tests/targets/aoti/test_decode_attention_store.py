@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from targets.aoti.kernels import ops, reference
+from tests.targets.aoti.aoti_library import compile_library, load_library
 
 
 def _inputs(shape, dtype, device, position, window=None, seed=0):
@@ -129,9 +130,8 @@ def test_a_cpu_library_stores_the_row_in_the_callers_own_buffer(tmp_path):
                                                    new_v, mask, counts, positions))
     targets = [n.target for n in program.graph.nodes if n.op == "call_function"]
     assert ops.decode_attention_store in targets
-    path = torch._inductor.aoti_compile_and_package(program,
-                                                    package_path=str(tmp_path / "s.pt2"))
-    run = torch._inductor.aoti_load_package(path)
+    path, _ = compile_library(program, tmp_path / "s.pt2")
+    run = load_library(path)
     want_k = _stored_as_the_cache_write_would(past_k, new_k, 9)
     want_v = _stored_as_the_cache_write_would(past_v, new_v, 9)
     want = reference.decode_attention(q, past_k, new_k, past_v, new_v, mask, 0.35)
@@ -210,11 +210,9 @@ def test_a_library_stores_the_rows_with_no_copy_of_the_cache(tmp_path):
     """The op compiled by AOTInductor inside dependent_launches(), as the decode pass
     places it: the library loads the store form's ``_gdc`` kernel and nothing else (no
     copy of the past buffers it declares it writes: torch writes them in place because
-    the op mutates its inputs), and calls no copy or clone of a tensor. Not loaded here:
-    torch's package loader crashed on such test libraries (test_dependent_launch.py)."""
+    the op mutates its inputs), and calls no copy or clone of a tensor."""
     _hopper()
     import re
-    import zipfile
 
     from bench.library_kernels import copy_calls
     from targets.aoti.kernels import dependent_launch
@@ -225,11 +223,7 @@ def test_a_library_stores_the_rows_with_no_copy_of_the_cache(tmp_path):
                                                    counts, positions))
     with dependent_launch.dependent_launches() as dependent:
         assert dependent
-        path = torch._inductor.aoti_compile_and_package(program,
-                                                        package_path=str(tmp_path / "s.pt2"))
-    with zipfile.ZipFile(path) as package:
-        source = "\n".join(package.read(n).decode() for n in package.namelist()
-                           if n.endswith(".cpp"))
+        path, source = compile_library(program, tmp_path / "s.pt2")
     loaded = set(re.findall(r'loadKernel\(\s*(?:"[^"]*"|\w+)\s*,\s*"(\w+)"', source))
     assert loaded == {"attention_store_kernel_gdc"}, loaded
     assert not copy_calls(source)

@@ -12,6 +12,7 @@ from torch._inductor.utils import IndentedBuffer
 
 from targets.aoti import dependent_kernels as dk
 from targets.aoti.kernels.dependent_launch import PLAIN_ENV, with_dependent_launches
+from tests.targets.aoti.aoti_library import compile_library
 
 META = {"signature": {"in_ptr0": "*fp16", "out_ptr0": "*fp16", "xnumel": "i32",
                       "XBLOCK": "constexpr"}, "launch_pdl": True}
@@ -128,7 +129,6 @@ def test_a_compiled_library_starts_only_its_waiting_inductor_kernels_dependent(t
     Inductor kernels start as dependent launches and each waits first; numbers are the
     build gate's to check."""
     import re
-    import zipfile
     if not dk.inductor_settings():
         pytest.skip("dependent launches need a Hopper GPU and a torch with the setting")
     from targets.aoti.kernels.dependent_launch import dependent_launches
@@ -136,11 +136,7 @@ def test_a_compiled_library_starts_only_its_waiting_inductor_kernels_dependent(t
                                 torch.nn.GroupNorm(1, 32), torch.nn.GELU()).cuda().half().eval()
     program = torch.export.export(model, (torch.randn(1, 16, 28, 28, device="cuda").half(),))
     with config.patch(dk.inductor_settings()), dependent_launches(), dk.dependent_kernels():
-        path = torch._inductor.aoti_compile_and_package(program,
-                                                        package_path=str(tmp_path / "m.pt2"))
-    with zipfile.ZipFile(path) as package:
-        source = "\n".join(package.read(n).decode() for n in package.namelist()
-                           if n.endswith(".cpp"))
+        path, source = compile_library(program, tmp_path / "m.pt2")
     dependent = re.findall(r"launchKernelDependent\(kernels_\.(\w+)", source)
     plain = re.findall(r"\blaunchKernel\(kernels_\.(\w+)", source)
     assert dependent and set(dependent) == set(dk.launched)

@@ -5,7 +5,7 @@ on the CPU, and a compiled library's numbers, kernels and launches on a Hopper G
 from __future__ import annotations
 
 import re
-import zipfile
+from tests.targets.aoti.aoti_library import compile_library
 
 import pytest
 import torch
@@ -13,6 +13,7 @@ import torch
 from targets.aoti.kernels import dependent_launch
 from targets.aoti.kernels.dependent_launch import (PLAIN_ENV, SUFFIX, declare_writes,
                                                    with_dependent_launches)
+from tests.targets.aoti.aoti_library import compile_library
 
 
 def test_the_launcher_of_this_torch_is_rewritten_to_start_gdc_kernels_dependent():
@@ -74,9 +75,7 @@ def test_a_compiled_library_holds_only_the_dependent_kernels_and_starts_them_so(
     """Products and attention, each reading the one before's output, compiled by
     AOTInductor inside dependent_launches(): the library loads only our ``_gdc`` kernels
     (no copies of their arguments) and its launcher is the rewritten one. Its numbers are
-    the build's validation gate's to check (a generating build runs it on every build):
-    torch 2.11's package loader crashed loading such a test library in pytest (session
-    60, and again here), while the runtime's loader runs the built ones."""
+    the build's validation gate's to check (a generating build runs it on every build)."""
     if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] < 9:
         pytest.skip("dependent launches need a Hopper GPU")
     from targets.aoti.kernels import ops
@@ -114,11 +113,7 @@ def test_a_compiled_library_holds_only_the_dependent_kernels_and_starts_them_so(
     program = torch.export.export(Step().eval(), inputs)
     with dependent_launch.dependent_launches() as dependent:
         assert dependent
-        path = torch._inductor.aoti_compile_and_package(program,
-                                                        package_path=str(tmp_path / "s.pt2"))
-    with zipfile.ZipFile(path) as package:
-        source = "\n".join(package.read(n).decode() for n in package.namelist()
-                           if n.endswith(".cpp"))
+        path, source = compile_library(program, tmp_path / "s.pt2")
     loaded = set(re.findall(r'loadKernel\(\s*(?:"[^"]*"|\w+)\s*,\s*"(\w+)"', source))
     # the gated product's dependent launch is the row loop (gemv_config)
     assert loaded == {"row_gemv_kernel_gdc", "row_loop_kernel_gdc", "attention_join_kernel_gdc"}

@@ -15,6 +15,7 @@ triton = pytest.importorskip("triton")
 tl = triton.language
 
 from targets.aoti.kernels.head_argmax_triton import _keys  # noqa: E402
+from tests.targets.aoti.aoti_library import compile_library, load_library  # noqa: E402
 
 HIDDEN = 64
 CONFIG = (8, 32, 4, 16)  # 8 rows a program; 201 rows: the last block part-filled
@@ -192,7 +193,6 @@ def test_a_library_takes_the_token_in_its_head_kernel_call_after_call(tmp_path):
     if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] < 9:
         pytest.skip("dependent launches need a Hopper GPU")
     import re
-    import zipfile
 
     from targets.aoti.kernels import dependent_launch, ops
 
@@ -211,13 +211,9 @@ def test_a_library_takes_the_token_in_its_head_kernel_call_after_call(tmp_path):
     program = torch.export.export(Head().eval(), (x,))
     with dependent_launch.dependent_launches() as dependent:
         assert dependent
-        path = torch._inductor.aoti_compile_and_package(program,
-                                                        package_path=str(tmp_path / "h.pt2"))
-    with zipfile.ZipFile(path) as package:
-        source = "\n".join(package.read(n).decode() for n in package.namelist()
-                           if n.endswith(".cpp"))
+        path, source = compile_library(program, tmp_path / "h.pt2")
     loaded = set(re.findall(r'loadKernel\(\s*(?:"[^"]*"|\w+)\s*,\s*"(\w+)"', source))
-    run = torch._inductor.aoti_load_package(path)
+    run = load_library(path)
     for seed in range(3):
         x = torch.randn(1, 1, 256, device="cuda", dtype=torch.float16,
                         generator=torch.Generator("cuda").manual_seed(seed))

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from tests.helpers import triton_device
+from tests.targets.aoti.aoti_library import compile_library, load_library
 
 pytest.importorskip("triton")
 
@@ -172,7 +173,6 @@ def test_a_library_feeds_its_inputs_back_in_place_call_after_call(tmp_path):
     and the next position after each call."""
     _hopper()
     import re
-    import zipfile
 
     from bench.library_kernels import copy_calls
     from targets.aoti.kernels import dependent_launch
@@ -181,16 +181,12 @@ def test_a_library_feeds_its_inputs_back_in_place_call_after_call(tmp_path):
     program = torch.export.export(step, (ids.clone(), positions.clone()))
     with dependent_launch.dependent_launches() as dependent:
         assert dependent
-        path = torch._inductor.aoti_compile_and_package(program,
-                                                        package_path=str(tmp_path / "a.pt2"))
-    with zipfile.ZipFile(path) as package:
-        source = "\n".join(package.read(n).decode() for n in package.namelist()
-                           if n.endswith(".cpp"))
+        path, source = compile_library(program, tmp_path / "a.pt2")
     loaded = set(re.findall(r'loadKernel\(\s*(?:"[^"]*"|\w+)\s*,\s*"(\w+)"', source))
     ours = {name for name in loaded if not name.startswith("triton_")}
     assert ours == {"head_argmax_kernel_gdc", "slot_token_advance_kernel_gdc"}, loaded
     assert not copy_calls(source)
-    run = torch._inductor.aoti_load_package(path)
+    run = load_library(path)
     for position in range(40, 44):
         token = int(ids)
         logits, given = run(ids, positions)

@@ -12,6 +12,7 @@ import torch
 
 from targets.aoti.kernels import int4_rows, reference
 from tests.helpers import triton_device
+from tests.targets.aoti.aoti_library import compile_library, load_library
 
 pytest.importorskip("triton")
 
@@ -132,7 +133,6 @@ def test_a_library_takes_the_token_in_its_int4_head_kernel(tmp_path):
     the int4 head's and the token's ``_gdc`` kernels and the slot's fill only."""
     _hopper()
     import re
-    import zipfile
 
     from targets.aoti.kernels import dependent_launch, ops
     _, packed, scales, norm = _head("cuda", rows=3000)
@@ -152,13 +152,9 @@ def test_a_library_takes_the_token_in_its_int4_head_kernel(tmp_path):
     program = torch.export.export(Head().eval(), (x,))
     with dependent_launch.dependent_launches() as dependent:
         assert dependent
-        path = torch._inductor.aoti_compile_and_package(program,
-                                                        package_path=str(tmp_path / "h.pt2"))
-    with zipfile.ZipFile(path) as package:
-        source = "\n".join(package.read(n).decode() for n in package.namelist()
-                           if n.endswith(".cpp"))
+        path, source = compile_library(program, tmp_path / "h.pt2")
     loaded = set(re.findall(r'loadKernel\(\s*(?:"[^"]*"|\w+)\s*,\s*"(\w+)"', source))
-    run = torch._inductor.aoti_load_package(path)
+    run = load_library(path)
     for seed in range(3):
         x = torch.randn(1, 1, 256, device="cuda", dtype=torch.float16,
                         generator=torch.Generator("cuda").manual_seed(seed))

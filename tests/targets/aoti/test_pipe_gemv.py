@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from tests.helpers import triton_device
+from tests.targets.aoti.aoti_library import compile_library
 
 pytest.importorskip("triton")
 
@@ -154,7 +155,6 @@ def test_a_library_pipelines_a_long_fp16_product_and_computes_it(tmp_path):
     if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] < 9:
         pytest.skip("dependent launches need a Hopper GPU")
     import re
-    import zipfile
 
     from targets.aoti.kernels import dependent_launch, ops
     hidden, inter = 2048, 5632
@@ -174,10 +174,6 @@ def test_a_library_pipelines_a_long_fp16_product_and_computes_it(tmp_path):
     program = torch.export.export(module, inputs)
     with dependent_launch.dependent_launches() as dependent:
         assert dependent
-        path = torch._inductor.aoti_compile_and_package(program,
-                                                        package_path=str(tmp_path / "d.pt2"))
-    with zipfile.ZipFile(path) as package:
-        source = "\n".join(package.read(n).decode() for n in package.namelist()
-                           if n.endswith(".cpp"))
+        path, source = compile_library(program, tmp_path / "d.pt2")
     loaded = set(re.findall(r'loadKernel\(\s*(?:"[^"]*"|\w+)\s*,\s*"(\w+)"', source))
     assert loaded == {"pipe_gemv_kernel_gdc"}
