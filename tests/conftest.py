@@ -110,6 +110,32 @@ def cli_here():
     return exporter_in_process
 
 
+def _torch_modes() -> dict | None:
+    torch = sys.modules.get("torch")  # a test that never imported torch changed none
+    if torch is None:
+        return None
+    return {"grad mode": torch.is_grad_enabled(), "inference mode":
+            torch.is_inference_mode_enabled(), "default dtype": torch.get_default_dtype(),
+            "deterministic algorithms": torch.are_deterministic_algorithms_enabled()}
+
+
+@pytest.fixture(autouse=True)
+def torch_modes_kept():
+    """torch's process-wide modes as each test found them: a build leaves its caller's
+    as given (docs/trust.md), and a test that sets one undoes it, or the tests after it
+    run in a process no user has (a leaked grad-mode-off hid a build's leak once)."""
+    before = _torch_modes()
+    yield
+    after = _torch_modes()
+    if before is not None and after != before:
+        changed = {k: f"{before[k]} -> {after[k]}" for k in before if before[k] != after[k]}
+        import torch  # put back, so one test's leak fails that test only
+        torch.set_grad_enabled(before["grad mode"])
+        torch.set_default_dtype(before["default dtype"])
+        torch.use_deterministic_algorithms(before["deterministic algorithms"])
+        pytest.fail(f"the test left torch's process-wide modes changed: {changed}")
+
+
 def pytest_configure(config):
     from tests.cpu_record import register
     register(config)  # EDGE_TEST_CPU=FOLDER: per-test CPU seconds (tests/cpu_record.py)
