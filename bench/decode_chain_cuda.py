@@ -234,7 +234,6 @@ def variants(best: Path | None = None, int8: bool = False) -> dict:
     from bench.decode_pipe_gemv import pipe_variants
     from bench.down_fit_rows import fit_variants
     from bench.head_argmax_triton import argmax_variants
-    from bench.int8_words_rest import words_variants
     from targets.aoti.kernels.triton_kernels import gemv_config
     size = 1 if int8 else 2
     built = {name: gemv_config(n, k, bool(act), False, size)
@@ -289,8 +288,6 @@ def variants(best: Path | None = None, int8: bool = False) -> dict:
             **pipe_variants(default),
             # int8 down split along K in tiles that fit its parts (over the same bases)
             **(fit_variants(q_bases) if int8 else {}),
-            # down's split, o's rows and the head with its token over int8 words
-            **(words_variants(q_bases) if int8 else {}),
             # a flag the kernel before counts in on, in place of gdc_wait
             **flag_variants(default),
             # the attention in few, long blocks (one a key/value head: no join)

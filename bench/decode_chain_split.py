@@ -55,12 +55,11 @@ CHANGES = {
 
 
 class SplitLaunch:
-    """A chain configuration that is a launch of its own: the product split along K
-    (``words``: launch_split_gemv's, None as the library chooses), its counters made on
-    the first (uncaptured) call and shared by every layer."""
+    """A chain configuration that is a launch of its own: the product split along K,
+    its counters made on the first (uncaptured) call and shared by every layer."""
 
-    def __init__(self, config: tuple, words: int | None = None):
-        self.config, self.words, self.counts = config, words, None
+    def __init__(self, config: tuple):
+        self.config, self.counts = config, None
 
     def __call__(self, x, weight, scale, fold: dict, pdl: bool) -> torch.Tensor:
         from targets.aoti.kernels.split_gemv_triton import launch_split_gemv, split_counters
@@ -69,10 +68,10 @@ class SplitLaunch:
         if self.counts is None:
             self.counts = split_counters(weight, self.config)
         return launch_split_gemv(x, weight, None, fold.get("residual"), self.counts,
-                                 self.config, pdl, scale, words=self.words)
+                                 self.config, pdl, scale)
 
     def __repr__(self) -> str:  # the row's "configs" in the bench's JSON
-        return f"split{self.config}{' words' if self.words else ''}"
+        return f"split{self.config}"
 
 
 def split_variants(default: dict) -> dict:
