@@ -35,9 +35,6 @@ writes the step's new key and value rows into the past buffers, as decode_attent
 store form does and with its code: the joining program of a key/value head, after every
 program of that head has counted in, at slot ``position % slots`` (masked this step). A
 form of its own for the same reason: only it declares the past buffers written.
-
-Over int8 rows with their scales, WORDS has o's programs hold their rows as int32 words
-(int8_words_triton.py's pieces: no int-to-float conversion a weight).
 """
 
 from __future__ import annotations
@@ -49,9 +46,6 @@ import triton.language as tl
 from targets.aoti.kernels.attention_o_slots import SLOTS, STRIDE, attention_splits, joins_o
 from targets.aoti.kernels.decode_attention import _attention_block, _join_heads, _store_row
 from targets.aoti.kernels.dependent_launch import declare_writes, launcher
-from targets.aoti.kernels.int8_words_triton import (_bytes_as_floats, _row_float_sums,
-                                                    _row_word_sums, _row_words, interpreted,
-                                                    words_chosen)
 from targets.aoti.kernels.int4_triton import _first_tiles, _group_sums, groups_a_step
 
 _STRIDE = tl.constexpr(STRIDE)
@@ -104,8 +98,7 @@ def _attention_o(q_ptr, pk_ptr, nk_ptr, pv_ptr, nv_ptr, mask_ptr, m_ptr, l_ptr, 
                  BLOCK_J: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
                  BLOCK_N: tl.constexpr, HAS_SCALE: tl.constexpr, GROUP: tl.constexpr,
                  BLOCK_G4: tl.constexpr, POLL: tl.constexpr, GDC: tl.constexpr,
-                 CACHE_AHEAD: tl.constexpr, STORE: tl.constexpr, WORDS: tl.constexpr,
-                 PRMT: tl.constexpr):
+                 CACHE_AHEAD: tl.constexpr, STORE: tl.constexpr):
     """STORE: the joining program of a key/value head also writes the new row into the
     past buffers at slot ``pos_ptr[0] % S`` (pos_ptr is not read otherwise). GROUP > 0:
     o's rows are int4 rows (int4_rows.py's, ``s_ptr`` their (scale, offset) pairs), read
@@ -141,8 +134,6 @@ def _attention_o(q_ptr, pk_ptr, nk_ptr, pv_ptr, nv_ptr, mask_ptr, m_ptr, l_ptr, 
         if GROUP:  # int4 rows: their first two tiles of bytes and of (scale, offset) pairs
             ahead, ahead2, pairs, pairs2 = _first_tiles(w_ptr, s_ptr, rows, row_ok, K,
                                                         GROUP, BLOCK_G4)
-        elif WORDS:  # int8 rows as int32 words (int8_words_triton.py: no I2F a weight)
-            w = _row_words(w_ptr, rows, row_ok, K)
         else:
             w = tl.load(w_ptr + rows[:, None] * K + cols[None, :], mask=row_ok[:, None],
                         other=0.0, eviction_policy="evict_first")
@@ -151,8 +142,6 @@ def _attention_o(q_ptr, pk_ptr, nk_ptr, pv_ptr, nv_ptr, mask_ptr, m_ptr, l_ptr, 
         residual = tl.load(r_ptr + rows, mask=row_ok, other=0.0).to(tl.float32)
         if HAS_SCALE:  # int8 rows: a scale a row
             scale = tl.load(s_ptr + rows, mask=row_ok, other=0.0).to(tl.float32)
-        if WORDS == 2:  # the words made fp32 while the attention computes
-            w0, w1, w2, w3 = _bytes_as_floats(w, PRMT, True)
         _poll(flag_ptr, KVH, POLL)
         if GROUP:  # the rest of the rows stream as the loop reads the attention's output
             # (plain loads: the poll's acquire at gpu scope, then the CTA barrier, order
@@ -161,10 +150,6 @@ def _attention_o(q_ptr, pk_ptr, nk_ptr, pv_ptr, nv_ptr, mask_ptr, m_ptr, l_ptr, 
                                  ahead2, pairs, pairs2, 0.0, K, GROUP, BLOCK_N, BLOCK_G4,
                                  False, False)
             y = tl.sum(acc, axis=1)
-        elif WORDS == 2:  # .cg: other programs of this launch wrote x; past this SM's L1
-            y = _row_float_sums(w0, w1, w2, w3, att_ptr, K, BLOCK_N, ".cg")
-        elif WORDS:  # .cg: other programs of this launch wrote x; read past this SM's L1
-            y = _row_word_sums(w, att_ptr, K, BLOCK_N, PRMT, ".cg")
         else:
             # .cg: other programs of this launch wrote it; read past this SM's L1
             x = tl.load(att_ptr + cols, cache_modifier=".cg").to(tl.float32)
@@ -185,13 +170,12 @@ def attention_o_kernel(q_ptr, pk_ptr, nk_ptr, pv_ptr, nv_ptr, mask_ptr, m_ptr, l
                        IEEE: tl.constexpr, JOIN_G: tl.constexpr, BLOCK_J: tl.constexpr,
                        N: tl.constexpr, K: tl.constexpr, BLOCK_N: tl.constexpr,
                        HAS_SCALE: tl.constexpr, GROUP: tl.constexpr,
-                       BLOCK_G4: tl.constexpr, POLL: tl.constexpr,
-                       WORDS: tl.constexpr = 0, PRMT: tl.constexpr = True):
+                       BLOCK_G4: tl.constexpr, POLL: tl.constexpr):
     _attention_o(q_ptr, pk_ptr, nk_ptr, pv_ptr, nv_ptr, mask_ptr, m_ptr, l_ptr, acc_ptr,
                  counts_ptr, att_ptr, flags_ptr, w_ptr, s_ptr, r_ptr, out_ptr, counts_ptr,
                  slot, reset, sq_h, spk_h, spk_s, snk_h, spv_h, spv_s, snv_h, sm, SCALE, S,
                  D, G, KVH, SPLITS, BLOCK_S, BLOCK_G, BLOCK_D, IEEE, JOIN_G, BLOCK_J, N, K,
-                 BLOCK_N, HAS_SCALE, GROUP, BLOCK_G4, POLL, False, False, False, WORDS, PRMT)
+                 BLOCK_N, HAS_SCALE, GROUP, BLOCK_G4, POLL, False, False, False)
 
 
 @triton.jit
@@ -206,13 +190,12 @@ def attention_o_kernel_gdc(q_ptr, pk_ptr, nk_ptr, pv_ptr, nv_ptr, mask_ptr, m_pt
                            N: tl.constexpr, K: tl.constexpr, BLOCK_N: tl.constexpr,
                            HAS_SCALE: tl.constexpr, GROUP: tl.constexpr,
                            BLOCK_G4: tl.constexpr, POLL: tl.constexpr,
-                           CACHE_AHEAD: tl.constexpr,
-                           WORDS: tl.constexpr = 0, PRMT: tl.constexpr = True):
+                           CACHE_AHEAD: tl.constexpr):
     _attention_o(q_ptr, pk_ptr, nk_ptr, pv_ptr, nv_ptr, mask_ptr, m_ptr, l_ptr, acc_ptr,
                  counts_ptr, att_ptr, flags_ptr, w_ptr, s_ptr, r_ptr, out_ptr, counts_ptr,
                  slot, reset, sq_h, spk_h, spk_s, snk_h, spv_h, spv_s, snv_h, sm, SCALE, S,
                  D, G, KVH, SPLITS, BLOCK_S, BLOCK_G, BLOCK_D, IEEE, JOIN_G, BLOCK_J, N, K,
-                 BLOCK_N, HAS_SCALE, GROUP, BLOCK_G4, POLL, True, CACHE_AHEAD, False, WORDS, PRMT)
+                 BLOCK_N, HAS_SCALE, GROUP, BLOCK_G4, POLL, True, CACHE_AHEAD, False)
 
 
 @triton.jit
@@ -227,13 +210,12 @@ def attention_o_store_kernel(q_ptr, pk_ptr, nk_ptr, pv_ptr, nv_ptr, mask_ptr, m_
                              JOIN_G: tl.constexpr, BLOCK_J: tl.constexpr, N: tl.constexpr,
                              K: tl.constexpr, BLOCK_N: tl.constexpr,
                              HAS_SCALE: tl.constexpr, GROUP: tl.constexpr,
-                             BLOCK_G4: tl.constexpr, POLL: tl.constexpr,
-                             WORDS: tl.constexpr = 0, PRMT: tl.constexpr = True):
+                             BLOCK_G4: tl.constexpr, POLL: tl.constexpr):
     _attention_o(q_ptr, pk_ptr, nk_ptr, pv_ptr, nv_ptr, mask_ptr, m_ptr, l_ptr, acc_ptr,
                  counts_ptr, att_ptr, flags_ptr, w_ptr, s_ptr, r_ptr, out_ptr, pos_ptr,
                  slot, reset, sq_h, spk_h, spk_s, snk_h, spv_h, spv_s, snv_h, sm, SCALE, S,
                  D, G, KVH, SPLITS, BLOCK_S, BLOCK_G, BLOCK_D, IEEE, JOIN_G, BLOCK_J, N, K,
-                 BLOCK_N, HAS_SCALE, GROUP, BLOCK_G4, POLL, False, False, True, WORDS, PRMT)
+                 BLOCK_N, HAS_SCALE, GROUP, BLOCK_G4, POLL, False, False, True)
 
 
 @triton.jit
@@ -249,13 +231,12 @@ def attention_o_store_kernel_gdc(q_ptr, pk_ptr, nk_ptr, pv_ptr, nv_ptr, mask_ptr
                                  N: tl.constexpr, K: tl.constexpr, BLOCK_N: tl.constexpr,
                                  HAS_SCALE: tl.constexpr, GROUP: tl.constexpr,
                                  BLOCK_G4: tl.constexpr, POLL: tl.constexpr,
-                                 CACHE_AHEAD: tl.constexpr,
-                                 WORDS: tl.constexpr = 0, PRMT: tl.constexpr = True):
+                                 CACHE_AHEAD: tl.constexpr):
     _attention_o(q_ptr, pk_ptr, nk_ptr, pv_ptr, nv_ptr, mask_ptr, m_ptr, l_ptr, acc_ptr,
                  counts_ptr, att_ptr, flags_ptr, w_ptr, s_ptr, r_ptr, out_ptr, pos_ptr,
                  slot, reset, sq_h, spk_h, spk_s, snk_h, spv_h, spv_s, snv_h, sm, SCALE, S,
                  D, G, KVH, SPLITS, BLOCK_S, BLOCK_G, BLOCK_D, IEEE, JOIN_G, BLOCK_J, N, K,
-                 BLOCK_N, HAS_SCALE, GROUP, BLOCK_G4, POLL, True, CACHE_AHEAD, True, WORDS, PRMT)
+                 BLOCK_N, HAS_SCALE, GROUP, BLOCK_G4, POLL, True, CACHE_AHEAD, True)
 
 
 # not counts_ptr or flags_ptr: the launches leave the counts at zero and own the flags,
@@ -271,17 +252,14 @@ def launch_decode_attention_o(query, past_k, new_k, past_v, new_v, mask, scale: 
                               weight_scale: torch.Tensor | None, residual: torch.Tensor,
                               flags: torch.Tensor, slot: int, reset: int,
                               positions: torch.Tensor | None = None,
-                              pdl: bool = False, words: int | None = None) -> torch.Tensor:
+                              pdl: bool = False) -> torch.Tensor:
     """reference.decode_attention_o in one launch: ``counts`` int32 zeros, one a
     key/value head (left at zero); ``flags`` int32, SLOTS x STRIDE, zeros before the
     step's first launch (``slot`` counted on, ``reset`` zeroed: flag_slots).
     ``positions``: the step's (int64, the first this token's): the new row is also
     written into ``past_k``/``past_v`` at slot ``position % slots``. ``weight_scale``:
     int8 rows' scale a row, or int4 rows' (scale, offset) pairs [rows, groups, 2]
-    (``weight`` uint8 [rows, cols / 2]: int4_rows.py's format).
-    ``words``: int8 rows (with scales) read as int32 words, made fp32 after the spin on
-    the attention (1) or before it (2); by default words_chosen's ("attention_o",
-    "attention_o_ahead")."""
+    (``weight`` uint8 [rows, cols / 2]: int4_rows.py's format)."""
     heads, dim = query.shape[1], query.shape[-1]
     kv_heads, slots = past_k.shape[1], past_k.shape[2]
     rows, cols = weight.shape[0], heads * dim
@@ -316,12 +294,6 @@ def launch_decode_attention_o(query, past_k, new_k, past_v, new_v, mask, scale: 
     out = torch.empty((*residual.shape[:-1], rows), dtype=residual.dtype,
                       device=residual.device)
     grid = kv_heads * splits + triton.cdiv(rows, ROWS)
-    fits = weight.dtype == torch.int8 and weight_scale is not None and cols >= 16
-    if words and not fits:
-        raise ValueError("words: o's int8 rows with their scales, at least 16 columns")
-    if words is None:  # 2: made fp32 before the spin; 1: after it
-        words = 2 if words_chosen("attention_o_ahead") else int(words_chosen("attention_o"))
-    words = int(words) if fits else 0
     kernel((grid,))(
         query, past_k, new_k, past_v, new_v, mask, tops, sums, accs, counts, att, flags,
         weight, weight if weight_scale is None else weight_scale.reshape(-1),
@@ -336,6 +308,5 @@ def launch_decode_attention_o(query, past_k, new_k, past_v, new_v, mask, scale: 
                     max(2, 8192 // (join_g * block_d))),
         N=rows, K=cols, BLOCK_N=ROWS, HAS_SCALE=weight_scale is not None and not int4,
         GROUP=group, BLOCK_G4=groups_a_step(ROWS, 4, cols, group) if int4 else 1,
-        POLL=int(query.device.type == "cuda"), WORDS=words, PRMT=not interpreted(),
-        num_warps=4, **ahead)
+        POLL=int(query.device.type == "cuda"), num_warps=4, **ahead)
     return out

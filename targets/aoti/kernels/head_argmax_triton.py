@@ -19,9 +19,6 @@ product is int4_triton.py's kernel, with the same epilogue. A greedy step's adva
 (``row_gemv_argmax_advance``) has the token kernel also write the token into the step's
 input ids and add one to its position, in place: the decode graph's copy and add after
 the step (two plain launches) are then gone.
-
-Over int8 rows with their scales, WORDS reads them as int32 words (int8_words_triton.py:
-no int-to-float conversion a weight).
 """
 
 from __future__ import annotations
@@ -33,8 +30,6 @@ import triton.language as tl
 from targets.aoti.kernels.dependent_launch import (declare_writes, dependent_launch_here,
                                                    launcher, library_launches_dependent)
 from targets.aoti.kernels.int4_triton import _int4_row_gemv, int4_config
-from targets.aoti.kernels.int8_words_triton import (_word_rows, interpreted, words_chosen,
-                                                    words_fit)
 from targets.aoti.kernels.triton_kernels import _row_gemv, gemv_config
 
 _LOW_MASK = tl.constexpr(2 ** 31 - 1)  # the index's complement: vocabularies below 2^31
@@ -69,17 +64,11 @@ def _head_argmax(x_ptr, w_ptr, b_ptr, nw_ptr, s_ptr, out_ptr, slot_ptr,
                  EPS: tl.constexpr, OFFSET: tl.constexpr, N: tl.constexpr,
                  K: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_NORM: tl.constexpr,
                  HAS_SCALE: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                 AHEAD: tl.constexpr, GDC: tl.constexpr, W_AHEAD: tl.constexpr,
-                 WORDS: tl.constexpr, PRMT: tl.constexpr):
+                 AHEAD: tl.constexpr, GDC: tl.constexpr, W_AHEAD: tl.constexpr):
     # no residual, gate or rotary rows: their pointers are unused (compiled out)
-    if WORDS:  # int8 rows (with their scales) read as int32 words
-        rows, y = _word_rows(x_ptr, w_ptr, b_ptr, nw_ptr, x_ptr, s_ptr, x_ptr, x_ptr, EPS,
-                             OFFSET, N, K, HAS_BIAS, HAS_NORM, 0, False, BLOCK_N, BLOCK_K,
-                             AHEAD, GDC, W_AHEAD, 0, 0, PRMT)
-    else:
-        rows, y = _row_gemv(x_ptr, w_ptr, b_ptr, nw_ptr, x_ptr, s_ptr, x_ptr, x_ptr, EPS,
-                            OFFSET, N, K, HAS_BIAS, HAS_NORM, 0, False, HAS_SCALE, BLOCK_N,
-                            BLOCK_K, AHEAD, GDC, W_AHEAD, False, 0, 0)
+    rows, y = _row_gemv(x_ptr, w_ptr, b_ptr, nw_ptr, x_ptr, s_ptr, x_ptr, x_ptr, EPS,
+                        OFFSET, N, K, HAS_BIAS, HAS_NORM, 0, False, HAS_SCALE, BLOCK_N,
+                        BLOCK_K, AHEAD, GDC, W_AHEAD, False, 0, 0)
     _store_logits(y, rows, N, out_ptr, slot_ptr)
 
 
@@ -111,13 +100,10 @@ def head_argmax_kernel(x_ptr, w_ptr, b_ptr, nw_ptr, s_ptr, out_ptr, slot_ptr,
                        EPS: tl.constexpr, OFFSET: tl.constexpr, N: tl.constexpr,
                        K: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_NORM: tl.constexpr,
                        HAS_SCALE: tl.constexpr, BLOCK_N: tl.constexpr,
-                       BLOCK_K: tl.constexpr, AHEAD: tl.constexpr,
-                       WORDS: tl.constexpr = False, PRMT: tl.constexpr = True):
-    """row_gemv's head, each program's key merged into the slot; a plain launch (WORDS:
-    int8 rows read as words; PRMT: their bytes by PTX prmt, off under the interpreter)."""
+                       BLOCK_K: tl.constexpr, AHEAD: tl.constexpr):
+    """row_gemv's head, each program's key merged into the slot; a plain launch."""
     _head_argmax(x_ptr, w_ptr, b_ptr, nw_ptr, s_ptr, out_ptr, slot_ptr, EPS, OFFSET, N, K,
-                 HAS_BIAS, HAS_NORM, HAS_SCALE, BLOCK_N, BLOCK_K, AHEAD, False, False,
-                 WORDS, PRMT)
+                 HAS_BIAS, HAS_NORM, HAS_SCALE, BLOCK_N, BLOCK_K, AHEAD, False, False)
 
 
 @triton.jit
@@ -126,12 +112,10 @@ def head_argmax_kernel_gdc(x_ptr, w_ptr, b_ptr, nw_ptr, s_ptr, out_ptr, slot_ptr
                            K: tl.constexpr, HAS_BIAS: tl.constexpr,
                            HAS_NORM: tl.constexpr, HAS_SCALE: tl.constexpr,
                            BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                           AHEAD: tl.constexpr, W_AHEAD: tl.constexpr,
-                           WORDS: tl.constexpr = False, PRMT: tl.constexpr = True):
+                           AHEAD: tl.constexpr, W_AHEAD: tl.constexpr):
     """The same as a programmatic dependent launch (row_gemv_kernel_gdc's wait)."""
     _head_argmax(x_ptr, w_ptr, b_ptr, nw_ptr, s_ptr, out_ptr, slot_ptr, EPS, OFFSET, N, K,
-                 HAS_BIAS, HAS_NORM, HAS_SCALE, BLOCK_N, BLOCK_K, AHEAD, True, W_AHEAD,
-                 WORDS, PRMT)
+                 HAS_BIAS, HAS_NORM, HAS_SCALE, BLOCK_N, BLOCK_K, AHEAD, True, W_AHEAD)
 
 
 @triton.jit
@@ -213,8 +197,8 @@ def argmax_slot(device) -> torch.Tensor:
 def launch_head_argmax(x, weight, bias, norm_weight, eps: float, offset: float,
                        weight_scale, config: tuple | None = None, pdl: bool = False,
                        slot: torch.Tensor | None = None, token: torch.Tensor | None = None,
-                       advance: tuple[torch.Tensor, torch.Tensor] | None = None,
-                       words: bool | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                       advance: tuple[torch.Tensor, torch.Tensor] | None = None
+                       ) -> tuple[torch.Tensor, torch.Tensor]:
     """(reference.row_gemv(x, weight, bias, norm_weight, None, eps, offset, 0,
     weight_scale), its argmax: int64 [1], written into ``token`` where given); ``slot``:
     argmax_slot's zero, left at zero (by default a new one). ``config``: gemv_config's
@@ -222,8 +206,7 @@ def launch_head_argmax(x, weight, bias, norm_weight, eps: float, offset: float,
     int4_config's (BLOCK_N, BLOCK_G, num_warps, SPLIT_X); by default its choice.
     ``advance``: a greedy step's (input ids, positions), one int64 each: the token kernel
     also writes the token into the first and adds one to the second, after the head (the
-    next step's inputs). ``words``: int8 rows with scales read as int32 words
-    (int8_words_triton.words_fit); by default where words_chosen("head")."""
+    next step's inputs)."""
     rows = weight.shape[0]
     if rows > 2 ** 31 - 1:
         raise ValueError(f"a head of {rows} rows: the token's key holds 31 bits of index")
@@ -234,12 +217,8 @@ def launch_head_argmax(x, weight, bias, norm_weight, eps: float, offset: float,
     slot = argmax_slot(x.device) if slot is None else slot
     token = torch.empty(1, dtype=torch.int64, device=x.device) if token is None else token
     out = torch.empty((*x.shape[:-1], rows), dtype=x.dtype, device=x.device)
-    if weight.dtype == torch.uint8:
-        _launch_int4_head(x, weight, bias, norm_weight, eps, offset, weight_scale, config,
-                          pdl, out, slot)
-    else:
-        _launch_head(x, weight, bias, norm_weight, eps, offset, weight_scale, config, pdl,
-                     out, slot, words)
+    head = _launch_int4_head if weight.dtype == torch.uint8 else _launch_head
+    head(x, weight, bias, norm_weight, eps, offset, weight_scale, config, pdl, out, slot)
     if advance is None:
         launch, _ = launcher(slot_token_kernel, slot_token_kernel_gdc, x.device, pdl)
         launch((1,))(slot, token, num_warps=1)
@@ -251,19 +230,13 @@ def launch_head_argmax(x, weight, bias, norm_weight, eps: float, offset: float,
 
 
 def _launch_head(x, weight, bias, norm_weight, eps, offset, weight_scale, config, pdl,
-                 out, slot, words) -> None:
-    """The head's launch over float or int8 rows (row_gemv's kernel; int8 rows read as
-    words where ``words``, or by default words_chosen("head"), and they fit)."""
+                 out, slot) -> None:
+    """The head's launch over float or int8 rows (row_gemv's kernel)."""
     rows, cols = weight.shape
     gdc = dependent_launch_here(x.device) and (pdl or library_launches_dependent())
     sms = torch.cuda.get_device_properties(x.device).multi_processor_count if gdc else 0
     block_n, block_k, warps, ahead = (config or gemv_config(
         rows, cols, False, gdc, weight.element_size(), sms))[:4]
-    fits = weight_scale is not None and words_fit(weight, (block_n, block_k, warps, ahead))
-    if words and not fits:
-        raise ValueError(f"words: int8 rows of whole words with their scales, config "
-                         f"{(block_n, block_k, warps, ahead)}")
-    words = fits and (words_chosen("head") if words is None else words)
     launch, gdc = launcher(head_argmax_kernel, head_argmax_kernel_gdc, x.device, pdl)
     dummy = weight  # an unused pointer argument (its branch is compiled out)
     weights_first = dict(W_AHEAD=weight.is_contiguous()) if gdc else {}
@@ -273,8 +246,7 @@ def _launch_head(x, weight, bias, norm_weight, eps, offset, weight_scale, config
         dummy if weight_scale is None else weight_scale.reshape(-1), out, slot,
         EPS=eps, OFFSET=offset, N=rows, K=cols, HAS_BIAS=bias is not None,
         HAS_NORM=norm_weight is not None, HAS_SCALE=weight_scale is not None,
-        BLOCK_N=block_n, BLOCK_K=block_k, AHEAD=ahead, WORDS=words, PRMT=not interpreted(),
-        num_warps=warps, **weights_first)
+        BLOCK_N=block_n, BLOCK_K=block_k, AHEAD=ahead, num_warps=warps, **weights_first)
 
 
 def _launch_int4_head(x, packed, bias, norm_weight, eps, offset, scales, config, pdl, out,

@@ -15,9 +15,7 @@ Under Triton's interpreter (no inline PTX) the same bits come from shifts and ma
 Byte k of word j is column 4j + k, so x is read as one row and split into four quarters,
 x[4j + k] for each k. The sums are fp32 throughout; only their order within a tile
 differs from the one-block kernel's. The epilogue (scales, norm, bias, gate, rotary rows,
-residual) is row_parts._finish. The pieces (a tile of words, its sums against x, a whole
-row held as words) also serve the int8 kernels named in WORDS_KERNELS, each behind its
-WORDS constexpr, which words_chosen sets.
+residual) is row_parts._finish.
 """
 
 from __future__ import annotations
@@ -40,24 +38,12 @@ def _byte_as_float(words, BYTE: tl.constexpr):
 
 
 @triton.jit
-def _bytes_as_floats(words, PRMT: tl.constexpr, FIXED: tl.constexpr = False):
+def _bytes_as_floats(words, PRMT: tl.constexpr):
     """The four int8 weights of each int32 word as exact fp32 values, byte 0 first.
     PRMT: each in one byte permute (PTX prmt, on the GPU) after one xor a word, else
-    (the interpreter) in shifts and masks; both give the same bits. FIXED: the subtract
-    inside the same inline PTX, so the compiler keeps it where the call is (left to it,
-    it moves the subtracts next to their products)."""
+    (the interpreter) in shifts and masks; both give the same bits."""
     if PRMT:
         flipped = words ^ -2139062144  # 0x80808080 as an int32: each byte's sign bit
-        if FIXED:  # 0f4B000080: 2^23 + 128
-            return tl.inline_asm_elementwise(
-                "{ .reg .b32 hi, t0, t1, t2, t3; mov.b32 hi, 0x4B000000;"
-                " prmt.b32 t0, $4, hi, 0x7650; prmt.b32 t1, $4, hi, 0x7651;"
-                " prmt.b32 t2, $4, hi, 0x7652; prmt.b32 t3, $4, hi, 0x7653;"
-                " sub.f32 $0, t0, 0f4B000080; sub.f32 $1, t1, 0f4B000080;"
-                " sub.f32 $2, t2, 0f4B000080; sub.f32 $3, t3, 0f4B000080; }",
-                "=f,=f,=f,=f,r", [flipped],
-                dtype=(tl.float32, tl.float32, tl.float32, tl.float32), is_pure=True,
-                pack=1)
         b0, b1, b2, b3 = tl.inline_asm_elementwise(
             "{ .reg .b32 hi; mov.b32 hi, 0x4B000000;"
             " prmt.b32 $0, $4, hi, 0x7650; prmt.b32 $1, $4, hi, 0x7651;"
@@ -73,16 +59,14 @@ def _bytes_as_floats(words, PRMT: tl.constexpr, FIXED: tl.constexpr = False):
 
 
 @triton.jit
-def _x_quarters(x_ptr, nw_ptr, start, end, OFFSET: tl.constexpr, WIDTH: tl.constexpr,
-                HAS_NORM: tl.constexpr, CACHE: tl.constexpr):
+def _x_quarters(x_ptr, nw_ptr, start, OFFSET: tl.constexpr, K: tl.constexpr,
+                WIDTH: tl.constexpr, HAS_NORM: tl.constexpr):
     """x from column ``start`` (times the norm's weight) as four quarters, x[start + 4j +
-    k] for k = 0..3, read as one contiguous row and split in registers, columns from
-    ``end`` on as zeros; x^2 summed. CACHE: the load's cache modifier (".cg": x written
-    by other programs of the same launch, read past this SM's L1)."""
+    k] for k = 0..3, read as one contiguous row and split in registers; x^2 summed."""
     j = tl.arange(0, WIDTH)
     cols = start + 4 * j[:, None] + tl.arange(0, 4)[None, :]
-    col_ok = cols < end
-    x = tl.load(x_ptr + cols, mask=col_ok, other=0.0, cache_modifier=CACHE).to(tl.float32)
+    col_ok = cols < K
+    x = tl.load(x_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
     squares = x * x
     if HAS_NORM:
         x = x * (tl.load(nw_ptr + cols, mask=col_ok, other=0.0).to(tl.float32) + OFFSET)
@@ -93,43 +77,36 @@ def _x_quarters(x_ptr, nw_ptr, start, end, OFFSET: tl.constexpr, WIDTH: tl.const
 
 
 @triton.jit
-def _word_sums(words, up_words, acc, up, squares, x_ptr, nw_ptr, start, end,
-               OFFSET: tl.constexpr, WIDTH: tl.constexpr, HAS_NORM: tl.constexpr,
-               ACT: tl.constexpr, PRMT: tl.constexpr, CACHE: tl.constexpr):
-    """acc (and up) plus a tile of WIDTH words a row against x from column ``start``
-    (below ``end``): byte k of word j against x[start + 4j + k]; squares plus x^2 over
-    the tile."""
-    x0, x1, x2, x3, sq = _x_quarters(x_ptr, nw_ptr, start, end, OFFSET, WIDTH, HAS_NORM,
-                                     CACHE)
+def _word_sums(words, up_words, acc, up, squares, x_ptr, nw_ptr, start, OFFSET: tl.constexpr,
+               K: tl.constexpr, WIDTH: tl.constexpr, HAS_NORM: tl.constexpr,
+               ACT: tl.constexpr, PRMT: tl.constexpr):
+    """acc (and up) plus a tile of WIDTH words a row against x from column ``start``:
+    byte k of word j against x[start + 4j + k]; squares plus x^2 over the tile."""
+    x0, x1, x2, x3, sq = _x_quarters(x_ptr, nw_ptr, start, OFFSET, K, WIDTH, HAS_NORM)
     squares += sq
     w0, w1, w2, w3 = _bytes_as_floats(words, PRMT)
-    acc = _quarter_products(acc, w0, w1, w2, w3, x0, x1, x2, x3)
-    if ACT != 0:
-        u0, u1, u2, u3 = _bytes_as_floats(up_words, PRMT)
-        up = _quarter_products(up, u0, u1, u2, u3, x0, x1, x2, x3)
-    return acc, up, squares
-
-
-@triton.jit
-def _quarter_products(acc, w0, w1, w2, w3, x0, x1, x2, x3):
-    """acc plus each byte column's weights (made fp32) times its quarter of x."""
     acc += w0 * x0[None, :]
     acc += w1 * x1[None, :]
     acc += w2 * x2[None, :]
     acc += w3 * x3[None, :]
-    return acc
+    if ACT != 0:
+        u0, u1, u2, u3 = _bytes_as_floats(up_words, PRMT)
+        up += u0 * x0[None, :]
+        up += u1 * x1[None, :]
+        up += u2 * x2[None, :]
+        up += u3 * x3[None, :]
+    return acc, up, squares
 
 
 @triton.jit
-def _word_tile(w_ptr, rows, row_ok, start, end, N: tl.constexpr, K: tl.constexpr,
+def _word_tile(w_ptr, rows, row_ok, start, N: tl.constexpr, K: tl.constexpr,
                WIDTH: tl.constexpr, ACT: tl.constexpr):
-    """The rows' WIDTH words from column ``start``, those from column ``end`` on zeros
-    (and the up rows' N below); ``w_ptr`` the int8 rows, read four bytes a word (K,
-    start and end multiples of 4)."""
+    """The rows' WIDTH words from column ``start`` (and the up rows' N below); ``w_ptr``
+    the int8 rows, read four bytes a word (K a multiple of 4)."""
     words_ptr = w_ptr.to(tl.pointer_type(tl.int32))
     j = tl.arange(0, WIDTH)
     at = rows[:, None] * (K // 4) + start // 4 + j[None, :]
-    ok = row_ok[:, None] & (start // 4 + j < end // 4)[None, :]
+    ok = row_ok[:, None] & (start // 4 + j < K // 4)[None, :]
     words = tl.load(words_ptr + at, mask=ok, other=0, eviction_policy="evict_first")
     if ACT != 0:
         up_words = tl.load(words_ptr + N * (K // 4) + at, mask=ok, other=0,
@@ -140,50 +117,12 @@ def _word_tile(w_ptr, rows, row_ok, start, end, N: tl.constexpr, K: tl.constexpr
 
 
 @triton.jit
-def _row_words(w_ptr, rows, row_ok, K: tl.constexpr):
-    """The rows' whole rows of K int8 weights as K / 4 words (K a power of two, at least
-    16): a tile a program holds while it waits."""
-    words, _ = _word_tile(w_ptr, rows, row_ok, 0, K, 0, K, K // 4, 0)
-    return words
-
-
-@triton.jit
-def _row_word_sums(words, x_ptr, K: tl.constexpr, BLOCK_N: tl.constexpr,
-                   PRMT: tl.constexpr, CACHE: tl.constexpr):
-    """Each row's sum of _row_words' weights against x (CACHE: x's load modifier)."""
-    acc = tl.zeros((BLOCK_N, K // 4), dtype=tl.float32)
-    acc, _, _ = _word_sums(words, words, acc, acc, tl.zeros((K // 4,), dtype=tl.float32),
-                           x_ptr, x_ptr, 0, K, 0.0, K // 4, False, 0, PRMT, CACHE)
-    return tl.sum(acc, axis=1)
-
-
-@triton.jit
-def _float_sums(acc, w0, w1, w2, w3, x_ptr, start, end, WIDTH: tl.constexpr,
-                CACHE: tl.constexpr):
-    """acc plus a tile of WIDTH words a row already made fp32 (_bytes_as_floats, FIXED:
-    made while the program waits, only the products left after) against x from column
-    ``start`` (below ``end``)."""
-    x0, x1, x2, x3, _ = _x_quarters(x_ptr, x_ptr, start, end, 0.0, WIDTH, False, CACHE)
-    return _quarter_products(acc, w0, w1, w2, w3, x0, x1, x2, x3)
-
-
-@triton.jit
-def _row_float_sums(w0, w1, w2, w3, x_ptr, K: tl.constexpr, BLOCK_N: tl.constexpr,
-                    CACHE: tl.constexpr):
-    """_row_word_sums of a whole row already made fp32 (_float_sums)."""
-    acc = tl.zeros((BLOCK_N, K // 4), dtype=tl.float32)
-    return tl.sum(_float_sums(acc, w0, w1, w2, w3, x_ptr, 0, K, K // 4, CACHE), axis=1)
-
-
-@triton.jit
-def _word_rows(x_ptr, w_ptr, b_ptr, nw_ptr, r_ptr, s_ptr, cos_ptr, sin_ptr,
-               EPS: tl.constexpr, OFFSET: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
-               HAS_BIAS: tl.constexpr, HAS_NORM: tl.constexpr, ACT: tl.constexpr,
-               HAS_RES: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-               AHEAD: tl.constexpr, GDC: tl.constexpr, W_AHEAD: tl.constexpr,
-               ROT_ROWS: tl.constexpr, HEAD_D: tl.constexpr, PRMT: tl.constexpr):
-    """(this program's rows, their values): triton_kernels._row_gemv's over int8 rows
-    with their scales, the rows read as words."""
+def _int8_words(x_ptr, w_ptr, b_ptr, nw_ptr, r_ptr, s_ptr, cos_ptr, sin_ptr, out_ptr,
+                EPS: tl.constexpr, OFFSET: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
+                HAS_BIAS: tl.constexpr, HAS_NORM: tl.constexpr, ACT: tl.constexpr,
+                HAS_RES: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                AHEAD: tl.constexpr, GDC: tl.constexpr, W_AHEAD: tl.constexpr,
+                ROT_ROWS: tl.constexpr, HEAD_D: tl.constexpr, PRMT: tl.constexpr):
     rows = _block_rows(tl.program_id(0), BLOCK_N, ROT_ROWS, HEAD_D)
     row_ok = rows < N
     if GDC:  # the next kernel may start as soon as every program here has
@@ -191,7 +130,7 @@ def _word_rows(x_ptr, w_ptr, b_ptr, nw_ptr, r_ptr, s_ptr, cos_ptr, sin_ptr,
     if GDC and not W_AHEAD:  # a weight copied just before: read after the wait
         tl.extra.cuda.gdc_wait()
     if AHEAD > 0:  # no kernel of the step writes weights: loaded before the wait
-        first, up_first = _word_tile(w_ptr, rows, row_ok, 0, K, N, K, AHEAD // 4, ACT)
+        first, up_first = _word_tile(w_ptr, rows, row_ok, 0, N, K, AHEAD // 4, ACT)
     if GDC and W_AHEAD:
         tl.extra.cuda.gdc_wait()
     y = tl.zeros((BLOCK_N,), dtype=tl.float32)
@@ -200,8 +139,8 @@ def _word_rows(x_ptr, w_ptr, b_ptr, nw_ptr, r_ptr, s_ptr, cos_ptr, sin_ptr,
     if AHEAD > 0:
         acc0 = tl.zeros((BLOCK_N, AHEAD // 4), dtype=tl.float32)
         acc0, up0, sq0 = _word_sums(first, up_first, acc0, acc0, tl.zeros(
-            (AHEAD // 4,), dtype=tl.float32), x_ptr, nw_ptr, 0, K, OFFSET, AHEAD // 4,
-            HAS_NORM, ACT, PRMT, "")
+            (AHEAD // 4,), dtype=tl.float32), x_ptr, nw_ptr, 0, OFFSET, K, AHEAD // 4,
+            HAS_NORM, ACT, PRMT)
         y += tl.sum(acc0, axis=1)
         u += tl.sum(up0, axis=1)
         square_sum += tl.sum(sq0, axis=0)
@@ -209,28 +148,13 @@ def _word_rows(x_ptr, w_ptr, b_ptr, nw_ptr, r_ptr, s_ptr, cos_ptr, sin_ptr,
     up = tl.zeros((BLOCK_N, BLOCK_K // 4), dtype=tl.float32)
     squares = tl.zeros((BLOCK_K // 4,), dtype=tl.float32)
     for start in tl.static_range(AHEAD, K, BLOCK_K):
-        words, up_words = _word_tile(w_ptr, rows, row_ok, start, K, N, K, BLOCK_K // 4,
-                                     ACT)
+        words, up_words = _word_tile(w_ptr, rows, row_ok, start, N, K, BLOCK_K // 4, ACT)
         acc, up, squares = _word_sums(words, up_words, acc, up, squares, x_ptr, nw_ptr,
-                                      start, K, OFFSET, BLOCK_K // 4, HAS_NORM, ACT, PRMT,
-                                      "")
+                                      start, OFFSET, K, BLOCK_K // 4, HAS_NORM, ACT, PRMT)
     y = _finish(y + tl.sum(acc, axis=1), u, up, square_sum + tl.sum(squares, axis=0),
                 b_ptr, r_ptr, s_ptr, cos_ptr, sin_ptr, rows, row_ok, EPS, N, K, HAS_BIAS,
                 HAS_NORM, ACT, HAS_RES, True, BLOCK_N, ROT_ROWS, HEAD_D)
-    return rows, y
-
-
-@triton.jit
-def _int8_words(x_ptr, w_ptr, b_ptr, nw_ptr, r_ptr, s_ptr, cos_ptr, sin_ptr, out_ptr,
-                EPS: tl.constexpr, OFFSET: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
-                HAS_BIAS: tl.constexpr, HAS_NORM: tl.constexpr, ACT: tl.constexpr,
-                HAS_RES: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                AHEAD: tl.constexpr, GDC: tl.constexpr, W_AHEAD: tl.constexpr,
-                ROT_ROWS: tl.constexpr, HEAD_D: tl.constexpr, PRMT: tl.constexpr):
-    rows, y = _word_rows(x_ptr, w_ptr, b_ptr, nw_ptr, r_ptr, s_ptr, cos_ptr, sin_ptr, EPS,
-                         OFFSET, N, K, HAS_BIAS, HAS_NORM, ACT, HAS_RES, BLOCK_N, BLOCK_K,
-                         AHEAD, GDC, W_AHEAD, ROT_ROWS, HEAD_D, PRMT)
-    tl.store(out_ptr + rows, y.to(out_ptr.dtype.element_ty), mask=rows < N)
+    tl.store(out_ptr + rows, y.to(out_ptr.dtype.element_ty), mask=row_ok)
 
 
 @triton.jit
@@ -263,33 +187,6 @@ def int8_words_kernel_gdc(x_ptr, w_ptr, b_ptr, nw_ptr, r_ptr, s_ptr, cos_ptr, si
 
 
 declare_writes(int8_words_kernel_gdc, "out_ptr")
-
-
-# the int8 kernels beyond the one-block rows that can read their rows as words:
-# split_gemv_triton.py's parts, attention_o_triton.py's o rows, head_argmax_triton.py's
-# head ("attention_o_ahead": o's rows made fp32 before its spin on the attention, not
-# after). Each reads them so by default once the decode chain times it faster; the
-# variable names some (comma-separated) for a build to A/B against the default.
-WORDS_KERNELS = ("split", "attention_o", "head", "attention_o_ahead")
-WORDS_DEFAULT: frozenset = frozenset()
-WORDS_ENV = "EDGE_EXPORTER_INT8_WORDS"
-
-
-def words_chosen(kernel: str) -> bool:
-    """Whether ``kernel`` (one of WORDS_KERNELS) reads int8 rows as words where they fit:
-    WORDS_DEFAULT, or the kernels the environment's EDGE_EXPORTER_INT8_WORDS names."""
-    given = os.environ.get(WORDS_ENV)
-    if given is None:
-        return kernel in WORDS_DEFAULT
-    named = {name.strip() for name in given.split(",") if name.strip()}
-    if not named <= set(WORDS_KERNELS):
-        raise ValueError(f"{WORDS_ENV}={given!r}: names among {', '.join(WORDS_KERNELS)}")
-    return kernel in named
-
-
-def interpreted() -> bool:
-    """Under Triton's interpreter: no inline PTX (the words' bytes by shifts and masks)."""
-    return os.environ.get("TRITON_INTERPRET") == "1"
 
 
 def words_fit(weight: torch.Tensor, config: tuple) -> bool:
@@ -327,6 +224,6 @@ def launch_int8_words(x, weight, bias, norm_weight, residual, eps: float, offset
         EPS=eps, OFFSET=offset, N=width, K=cols, HAS_BIAS=bias is not None,
         HAS_NORM=norm_weight is not None, ACT=act, HAS_RES=residual is not None,
         BLOCK_N=block_n, BLOCK_K=block_k, AHEAD=ahead, ROT_ROWS=rotary_rows,
-        HEAD_D=head_dim, PRMT=not interpreted(), num_warps=warps,
+        HEAD_D=head_dim, PRMT=os.environ.get("TRITON_INTERPRET") != "1", num_warps=warps,
         **weights_first)
     return out

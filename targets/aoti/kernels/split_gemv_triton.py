@@ -22,8 +22,6 @@ import triton
 import triton.language as tl
 
 from targets.aoti.kernels.dependent_launch import declare_writes, launcher
-from targets.aoti.kernels.int8_words_triton import (_word_sums, _word_tile, interpreted,
-                                                    words_chosen)
 from targets.aoti.kernels.row_parts import _finish
 
 # the one-block kernel's program (4 rows, 4 warps): the most columns of a row it loads
@@ -78,37 +76,11 @@ def _part_sums(x_ptr, w_ptr, rows, row_ok, lo, K: tl.constexpr, PART: tl.constex
 
 
 @triton.jit
-def _part_word_sums(x_ptr, w_ptr, rows, row_ok, lo, K: tl.constexpr, PART: tl.constexpr,
-                    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, AHEAD: tl.constexpr,
-                    WAIT: tl.constexpr, PRMT: tl.constexpr):
-    """_part_sums over int8 rows read as words (int8_words_triton.py: no int-to-float
-    conversion a weight); K, PART, AHEAD and BLOCK_K multiples of 4. (Made fp32 before
-    the wait in the source, ptxas still converts the held words after it: the words
-    arrive later than the wait returns.)"""
-    end = tl.minimum(lo + PART, K)
-    first, _ = _word_tile(w_ptr, rows, row_ok, lo, end, 0, K, AHEAD // 4, 0)
-    if WAIT:
-        tl.extra.cuda.gdc_wait()
-    acc = tl.zeros((BLOCK_N, AHEAD // 4), dtype=tl.float32)
-    acc, _, _ = _word_sums(first, first, acc, acc, tl.zeros((AHEAD // 4,), dtype=tl.float32),
-                           x_ptr, x_ptr, lo, end, 0.0, AHEAD // 4, False, 0, PRMT, "")
-    y = tl.sum(acc, axis=1)
-    acc = tl.zeros((BLOCK_N, BLOCK_K // 4), dtype=tl.float32)
-    squares = tl.zeros((BLOCK_K // 4,), dtype=tl.float32)
-    for start in tl.static_range(AHEAD, PART, BLOCK_K):
-        words, _ = _word_tile(w_ptr, rows, row_ok, lo + start, end, 0, K, BLOCK_K // 4, 0)
-        acc, _, squares = _word_sums(words, words, acc, acc, squares, x_ptr, x_ptr,
-                                     lo + start, end, 0.0, BLOCK_K // 4, False, 0, PRMT, "")
-    return y + tl.sum(acc, axis=1)
-
-
-@triton.jit
 def _split_gemv(x_ptr, w_ptr, b_ptr, r_ptr, s_ptr, part_ptr, counts_ptr, out_ptr,
                 N: tl.constexpr, K: tl.constexpr, HAS_BIAS: tl.constexpr,
                 HAS_RES: tl.constexpr, HAS_SCALE: tl.constexpr, SPLIT: tl.constexpr,
                 PART: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                AHEAD: tl.constexpr, GDC: tl.constexpr, W_AHEAD: tl.constexpr,
-                WORDS: tl.constexpr, PRMT: tl.constexpr):
+                AHEAD: tl.constexpr, GDC: tl.constexpr, W_AHEAD: tl.constexpr):
     # a block's parts are neighbours in the grid: they finish close together
     block = tl.program_id(0) // SPLIT
     part = tl.program_id(0) % SPLIT
@@ -119,12 +91,8 @@ def _split_gemv(x_ptr, w_ptr, b_ptr, r_ptr, s_ptr, part_ptr, counts_ptr, out_ptr
         tl.extra.cuda.gdc_launch_dependents()
     if GDC and not W_AHEAD:  # a weight copied just before: read after the wait
         tl.extra.cuda.gdc_wait()
-    if WORDS:  # int8 rows as int32 words
-        y = _part_word_sums(x_ptr, w_ptr, rows, row_ok, part * PART, K, PART, BLOCK_N,
-                            BLOCK_K, AHEAD, GDC and W_AHEAD, PRMT)
-    else:
-        y = _part_sums(x_ptr, w_ptr, rows, row_ok, part * PART, K, PART, BLOCK_N, BLOCK_K,
-                       AHEAD, GDC and W_AHEAD)
+    y = _part_sums(x_ptr, w_ptr, rows, row_ok, part * PART, K, PART, BLOCK_N, BLOCK_K,
+                   AHEAD, GDC and W_AHEAD)
     tl.store(part_ptr + tl.program_id(0) * BLOCK_N + idx, y)
     # every thread's stores before the count: the release below then covers them
     tl.debug_barrier()
@@ -149,13 +117,11 @@ def split_gemv_kernel(x_ptr, w_ptr, b_ptr, r_ptr, s_ptr, part_ptr, counts_ptr, o
                       N: tl.constexpr, K: tl.constexpr, HAS_BIAS: tl.constexpr,
                       HAS_RES: tl.constexpr, HAS_SCALE: tl.constexpr, SPLIT: tl.constexpr,
                       PART: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                      AHEAD: tl.constexpr, WORDS: tl.constexpr = False,
-                      PRMT: tl.constexpr = True):
-    """row_gemv split along K, started as a plain launch (WORDS: int8 rows read as
-    words; PRMT: their bytes by PTX prmt, off under the interpreter)."""
+                      AHEAD: tl.constexpr):
+    """row_gemv split along K, started as a plain launch."""
     _split_gemv(x_ptr, w_ptr, b_ptr, r_ptr, s_ptr, part_ptr, counts_ptr, out_ptr, N, K,
                 HAS_BIAS, HAS_RES, HAS_SCALE, SPLIT, PART, BLOCK_N, BLOCK_K, AHEAD, False,
-                False, WORDS, PRMT)
+                False)
 
 
 @triton.jit
@@ -165,13 +131,12 @@ def split_gemv_kernel_gdc(x_ptr, w_ptr, b_ptr, r_ptr, s_ptr, part_ptr, counts_pt
                           HAS_SCALE: tl.constexpr, SPLIT: tl.constexpr,
                           PART: tl.constexpr, BLOCK_N: tl.constexpr,
                           BLOCK_K: tl.constexpr, AHEAD: tl.constexpr,
-                          W_AHEAD: tl.constexpr, WORDS: tl.constexpr = False,
-                          PRMT: tl.constexpr = True):
+                          W_AHEAD: tl.constexpr):
     """The same as a programmatic dependent launch (W_AHEAD: its part's first AHEAD
     columns of weights before the wait)."""
     _split_gemv(x_ptr, w_ptr, b_ptr, r_ptr, s_ptr, part_ptr, counts_ptr, out_ptr, N, K,
                 HAS_BIAS, HAS_RES, HAS_SCALE, SPLIT, PART, BLOCK_N, BLOCK_K, AHEAD, True,
-                W_AHEAD, WORDS, PRMT)
+                W_AHEAD)
 
 
 # not counts_ptr: the kernel leaves it at zero (as decode_attention.py's join)
@@ -185,34 +150,18 @@ def split_counters(weight: torch.Tensor, config: tuple | None = None) -> torch.T
                        device=weight.device)
 
 
-def split_words_fit(weight: torch.Tensor, weight_scale, config: tuple) -> bool:
-    """Whether int8 rows ``weight`` split in ``config`` can be read as words: whole words
-    a part (its columns a multiple of 4), tiles of at least 4 words."""
-    _, block_k, _, ahead, split = config
-    return (weight.dtype == torch.int8 and weight_scale is not None and block_k >= 16
-            and ahead >= 16 and triton.cdiv(weight.shape[1], split) % 4 == 0
-            and weight.shape[1] % 4 == 0)
-
-
 def launch_split_gemv(x, weight, bias, residual, counts, config: tuple | None = None,
-                      pdl: bool = False, weight_scale=None,
-                      words: bool | None = None) -> torch.Tensor:
+                      pdl: bool = False, weight_scale=None) -> torch.Tensor:
     """reference.row_gemv(x, weight, bias, None, residual, ..., act=0, weight_scale)
     split along K. ``counts``: int32 zeros, at least one a block (split_counters), left
     at zero; ``config``: (BLOCK_N, BLOCK_K, num_warps, AHEAD, SPLIT), AHEAD and BLOCK_K
-    powers of two (AHEAD at least 16); by default split_config's. ``words``: int8 rows
-    read as int32 words (split_words_fit's); by default where words_chosen("split")."""
+    powers of two (AHEAD at least 16); by default split_config's."""
     rows, cols = weight.shape
     block_n, block_k, warps, ahead, split = config or split_config(cols)
     blocks = triton.cdiv(rows, block_n)
     if counts is None or counts.dtype != torch.int32 or counts.numel() < blocks:
         got = "none" if counts is None else f"{counts.numel()} {counts.dtype}"
         raise ValueError(f"counts: {blocks} int32 zeros needed (split_counters), got {got}")
-    fits = split_words_fit(weight, weight_scale, (block_n, block_k, warps, ahead, split))
-    if words and not fits:
-        raise ValueError(f"words: int8 rows with scales, whole words a part, config "
-                         f"{(block_n, block_k, warps, ahead, split)}")
-    words = fits and (words_chosen("split") if words is None else bool(words))
     part = triton.cdiv(cols, split)
     out = torch.empty((*x.shape[:-1], rows), dtype=x.dtype, device=x.device)
     partials = torch.empty(blocks * split * block_n, dtype=torch.float32, device=x.device)
@@ -225,6 +174,5 @@ def launch_split_gemv(x, weight, bias, residual, counts, config: tuple | None = 
         dummy if weight_scale is None else weight_scale.reshape(-1), partials, counts, out,
         N=rows, K=cols, HAS_BIAS=bias is not None, HAS_RES=residual is not None,
         HAS_SCALE=weight_scale is not None, SPLIT=split, PART=part, BLOCK_N=block_n,
-        BLOCK_K=block_k, AHEAD=ahead, WORDS=words, PRMT=not interpreted(),
-        num_warps=warps, **weights_first)
+        BLOCK_K=block_k, AHEAD=ahead, num_warps=warps, **weights_first)
     return out
