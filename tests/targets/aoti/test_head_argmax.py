@@ -1,8 +1,11 @@
 """targets/aoti/kernels/head_argmax_triton.py (the row_gemv_argmax op's kernels): the
 head's product with the greedy token taken inside it. The token is torch.argmax of the
 logits the kernel returns (ties: the first; negative logits; NaN: the first NaN, as
-torch), the logits are row_gemv's, and the slot is back at zero after every call. On the CPU under ``TRITON_INTERPRET=1`` (its
-atomics run one program at a time) or on a GPU."""
+torch), the logits are row_gemv's, and the slot is back at zero after every call; ties,
+the CUDA graph of dependent heads and the library over float and int4 rows
+(weight_rows.py; int4-only checks: test_head_argmax_int4.py). On the CPU under
+``TRITON_INTERPRET=1`` (its atomics run one program at a time) or on a GPU; the CUDA
+graph and the library on a Hopper GPU only (marked cuda)."""
 
 from __future__ import annotations
 
@@ -14,25 +17,31 @@ from tests.helpers import triton_device
 triton = pytest.importorskip("triton")
 tl = triton.language
 
+from targets.aoti.kernels import reference  # noqa: E402
 from targets.aoti.kernels.head_argmax_triton import _keys  # noqa: E402
 from tests.targets.aoti.aoti_library import compile_library, load_library  # noqa: E402
+from tests.targets.aoti.weight_rows import rows_of  # noqa: E402
 
 HIDDEN = 64
 CONFIG = (8, 32, 4, 16)  # 8 rows a program; 201 rows: the last block part-filled
+# each width's columns and config (int4_config's: 8 rows a program too)
+SHAPES = {"float": (HIDDEN, CONFIG), "int4": (256, (8, 2, 4, False))}
 
 
-def _head(device, rows=201, dtype=torch.float16, seed=5):
+def _head(device, rows=201, cols=HIDDEN, dtype=torch.float16, seed=5):
+    """x, the head's float rows and a norm weight (test_head_argmax_int4.py packs the
+    rows it makes here)."""
     generator = torch.Generator().manual_seed(seed)
-    x = torch.randn(1, 1, HIDDEN, generator=generator).to(device, dtype)
-    w = (torch.randn(rows, HIDDEN, generator=generator) * 0.1).to(device, dtype)
-    norm = (torch.rand(HIDDEN, generator=generator) + 0.5).to(device, dtype)
+    x = torch.randn(1, 1, cols, generator=generator).to(device, dtype)
+    w = (torch.randn(rows, cols, generator=generator) * 0.1).to(device, dtype)
+    norm = (torch.rand(cols, generator=generator) + 0.5).to(device, dtype)
     return x, w, norm
 
 
-def _token(x, w, norm, slot):
+def _token(x, w, norm, slot, scale=None, config=CONFIG):
     from targets.aoti.kernels.head_argmax_triton import launch_head_argmax
     token = torch.full((1,), -1, dtype=torch.int64, device=x.device)
-    logits, given = launch_head_argmax(x, w, None, norm, 1e-5, 0.0, None, CONFIG,
+    logits, given = launch_head_argmax(x, w, None, norm, 1e-5, 0.0, scale, config,
                                        slot=slot, token=token)
     assert given is token
     return logits, int(token)
@@ -53,25 +62,31 @@ def _start(device):
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
 def test_the_token_is_the_argmax_of_the_logits_it_returns(dtype):
-    from targets.aoti.kernels.reference import row_gemv
     device = triton_device()
     x, w, norm = _head(device, dtype=dtype)
     slot = _start(device)
     logits, token = _token(x, w, norm, slot)
-    want = row_gemv(x, w, None, norm, None, 1e-5, 0.0, 0)
+    want = reference.row_gemv(x, w, None, norm, None, 1e-5, 0.0, 0)
     assert (logits.float() - want.float()).abs().max().item() < 1e-2
     assert token == int(logits.reshape(-1).argmax())
     assert slot.tolist() == [0]
 
 
-def test_equal_maxima_give_the_first_in_another_block_and_in_the_same():
+@pytest.mark.parametrize("width", SHAPES)
+def test_equal_maxima_give_the_first_in_another_block_and_in_the_same(width):
+    """Of two equal rows (int4: equal before packing), the first index."""
     device = triton_device()
-    x, w, norm = _head(device)
-    top = int(_token(x, w, norm, _start(device))[0].reshape(-1).argmax())
+    cols, config = SHAPES[width]
+    x, w, norm = _head(device, cols=cols)
+
+    def token_of(float_rows):
+        weight, scale = rows_of(float_rows, width, x.dtype, device)
+        return _token(x, weight, norm, _start(device), scale, config)
+    top = int(token_of(w)[0].reshape(-1).argmax())
     for copy in {top - 1 if top % 8 else top + 1, (top + 100) % 201}:  # same block; another
         tied = w.clone()
         tied[copy] = w[top]
-        logits, token = _token(x, tied, norm, _start(device))
+        logits, token = token_of(tied)
         assert token == min(top, copy) == int(logits.reshape(-1).argmax())
 
 
@@ -123,15 +138,13 @@ def test_a_bad_slot_or_token_buffer_is_refused():
 
 def test_int8_rows_with_their_scales_and_a_bias():
     """The op's other products (an int8 head, a biased one) as row_gemv computes them."""
-    from targets.aoti.kernels.reference import row_gemv_argmax
     device = triton_device()
     x, w, norm = _head(device)
-    q = (w.float() / w.float().abs().amax(1, keepdim=True) * 127).round().to(torch.int8)
-    scale = (w.float().abs().amax(1) / 127).to(w.dtype)
+    q, scale = rows_of(w, "int8", w.dtype, device)
     bias = torch.linspace(-0.5, 0.5, w.shape[0]).to(device, w.dtype)
     from targets.aoti.kernels.head_argmax_triton import launch_head_argmax
     logits, token = launch_head_argmax(x, q, bias, norm, 1e-5, 0.0, scale, CONFIG)
-    want, _ = row_gemv_argmax(x, q, bias, norm, 1e-5, 0.0, scale)
+    want, _ = reference.row_gemv_argmax(x, q, bias, norm, 1e-5, 0.0, scale)
     assert (logits.float() - want.float()).abs().max().item() < 1e-2
     assert int(token) == int(logits.reshape(-1).argmax())
 
@@ -155,25 +168,31 @@ def test_the_keys_order_logits_as_torch_compares_them():
     assert keys[4] > keys[5] and keys[10] > keys[11]  # equal: the first index larger
 
 
-@pytest.mark.cuda
-def test_dependent_heads_in_a_row_share_one_slot_in_a_cuda_graph():
-    """Three dependent launches at the ~1.1B's head shape (32,000 x 2,048, norm folded),
-    each with its token kernel, one slot, captured and replayed: a head starts while
-    the token kernel before it drains and merges only after its wait, the token kernel
-    waits for its head, so each token is its own logits'."""
+def _hopper():
     if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] < 9:
-        pytest.skip("needs a Hopper GPU")
+        pytest.skip("dependent launches need a Hopper GPU")
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("width", ["float", "int4"])
+def test_dependent_heads_in_a_row_share_one_slot_in_a_cuda_graph(width):
+    """Three dependent launches at the ~1.1B's head shape (32,000 x 2,048, norm folded;
+    int4 rows in groups of 128), each with its token kernel, one slot, captured and
+    replayed: a head starts while the token kernel before it drains and merges only
+    after its wait, the token kernel waits for its head, so each token is its own
+    logits', and the logits are the reference's."""
+    _hopper()
     from targets.aoti.kernels.head_argmax_triton import argmax_slot, launch_head_argmax
-    torch.manual_seed(3)
-    w = torch.randn(32000, 2048, device="cuda", dtype=torch.float16) * 0.02
-    norm = torch.rand(2048, device="cuda", dtype=torch.float16) + 0.5
-    xs = [torch.randn(1, 1, 2048, device="cuda", dtype=torch.float16) for _ in range(3)]
+    x, w, norm = _head("cuda", rows=32000, cols=2048, seed=3)
+    weight, scale = rows_of(w, width, torch.float16, "cuda")
+    xs = [x.roll(i, dims=-1).contiguous() for i in range(3)]
     slot = argmax_slot("cuda")
     tokens = [torch.zeros(1, dtype=torch.int64, device="cuda") for _ in xs]
 
     def heads():
-        return [launch_head_argmax(x, w, None, norm, 1e-5, 0.0, None, pdl=True, slot=slot,
-                                   token=token)[0] for x, token in zip(xs, tokens)]
+        return [launch_head_argmax(each, weight, None, norm, 1e-5, 0.0, scale, pdl=True,
+                                   slot=slot, token=token)[0]
+                for each, token in zip(xs, tokens)]
     heads()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
@@ -183,29 +202,36 @@ def test_dependent_heads_in_a_row_share_one_slot_in_a_cuda_graph():
         torch.cuda.synchronize()
         assert [int(t) for t in tokens] == [int(o.reshape(-1).argmax()) for o in outs]
         assert slot.tolist() == [0]
+    want = reference.row_gemv(xs[0], weight, None, norm, None, 1e-5, 0.0, 0, scale)
+    torch.testing.assert_close(outs[0].float(), want.float(), rtol=2e-2, atol=2e-2)
+
+
+HEAD_KERNELS = {"float": "head_argmax_kernel_gdc", "int4": "int4_head_argmax_kernel_gdc"}
 
 
 @pytest.mark.cuda
-def test_a_library_takes_the_token_in_its_head_kernel_call_after_call(tmp_path):
+@pytest.mark.parametrize("width", HEAD_KERNELS)
+def test_a_library_takes_the_token_in_its_head_kernel_call_after_call(width, tmp_path):
     """row_gemv_argmax as the decode pass places it, compiled by AOTInductor inside
     dependent_launches(): each call's token is its logits' argmax, and the library loads
-    the head's and the token's ``_gdc`` kernels and the slot's fill only."""
-    if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] < 9:
-        pytest.skip("dependent launches need a Hopper GPU")
+    the head's (its width's) and the token's ``_gdc`` kernels and the slot's fill only."""
+    _hopper()
     import re
 
     from targets.aoti.kernels import dependent_launch, ops
+    _, w, norm = _head("cuda", rows=3000, cols=256)
+    weight, scale = rows_of(w, width, torch.float16, "cuda")
 
     class Head(torch.nn.Module):
         def __init__(self):
             super().__init__()
-            self.register_buffer("weight", torch.randn(3000, 256, device="cuda",
-                                                       dtype=torch.float16) * 0.05)
-            self.register_buffer("norm", torch.rand(256, device="cuda",
-                                                    dtype=torch.float16) + 0.5)
+            self.register_buffer("weight", weight)
+            self.register_buffer("scale", scale)
+            self.register_buffer("norm", norm)
 
         def forward(self, x):
-            return ops.row_gemv_argmax(x, self.weight, None, self.norm, 1e-5, 0.0, None)
+            return ops.row_gemv_argmax(x, self.weight, None, self.norm, 1e-5, 0.0,
+                                       self.scale)
 
     x = torch.randn(1, 1, 256, device="cuda", dtype=torch.float16)
     program = torch.export.export(Head().eval(), (x,))
@@ -222,5 +248,5 @@ def test_a_library_takes_the_token_in_its_head_kernel_call_after_call(tmp_path):
     # no copy of the slot or the token (torch copies what a kernel declares it writes,
     # and keeps the copy where it cannot write in place)
     fills = {name for name in loaded if "zeros" in name or "full" in name}
-    assert loaded - fills == {"head_argmax_kernel_gdc", "slot_token_kernel_gdc"}, loaded
+    assert loaded - fills == {HEAD_KERNELS[width], "slot_token_kernel_gdc"}, loaded
     assert len(fills) <= 1, loaded
