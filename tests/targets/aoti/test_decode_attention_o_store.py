@@ -2,8 +2,9 @@
 ``attention_o_store_kernel``, op ``edge_exporter::decode_attention_o_store``): the
 joining program of each key/value head also writes the step's new key and value into
 the past buffers at slot ``position % slots``, and o's output is what the launch without
-the store computes. Under ``TRITON_INTERPRET=1`` or on a GPU; the CUDA graph of
-dependent launches and the library's kernels on a Hopper GPU only (marked cuda)."""
+the store computes (over float, int8 and int4 rows: weight_rows.py). Under
+``TRITON_INTERPRET=1`` or on a GPU; the CUDA graph of dependent launches and the
+library's kernels on a Hopper GPU only (marked cuda)."""
 
 from __future__ import annotations
 
@@ -15,24 +16,23 @@ from targets.aoti.kernels.attention_o_slots import SLOTS, STRIDE, flag_slots
 from tests.targets.aoti.test_decode_attention_store import (_inputs,
                                                             _stored_as_the_cache_write_would)
 from tests.targets.aoti.aoti_library import compile_library
+from tests.targets.aoti.weight_rows import rows_of
 
 
 def _state(device, kv_heads):
-    """The join's counts and the flag slots, zeros (test_decode_attention_o.py's, which
-    needs Triton to import)."""
+    """The join's counts and the flag slots, zeros (kept here, where no import needs
+    Triton: test_decode_attention_o*.py import it)."""
     return (torch.zeros(kv_heads, dtype=torch.int32, device=device),
             torch.zeros(SLOTS * STRIDE, dtype=torch.int32, device=device))
 
 
-def _o_rows(device, rows, cols, dtype, int8=False, seed=1):
-    """o's rows (float, or int8 with a scale a row) and a residual."""
+def _o_rows(device, rows, cols, dtype, width="float", seed=1, group=128):
+    """o's rows at ``width`` (weight_rows.py: float, int8 with a scale a row, int4 in
+    groups of ``group``) and a residual: (weight, weight_scale, residual)."""
     g = torch.Generator().manual_seed(seed)
-    if int8:
-        weight = torch.randint(-127, 128, (rows, cols), generator=g, dtype=torch.int8)
-        scale = (torch.rand(rows, generator=g) * 0.01 + 0.001).to(device, dtype)
-    else:
-        weight, scale = (torch.randn(rows, cols, generator=g) * 0.1).to(dtype), None
-    return weight.to(device), scale, torch.randn(1, 1, rows, generator=g).to(device, dtype)
+    weight, scale = rows_of(torch.randn(rows, cols, generator=g) * 0.1, width, dtype,
+                            device, group)
+    return weight, scale, torch.randn(1, 1, rows, generator=g).to(device, dtype)
 
 
 def _launch(attention, o, counts, flags, slot=0, reset=1, positions=None, pdl=False,
@@ -82,19 +82,25 @@ def test_the_store_form_writes_the_rows_and_computes_the_launch_without_it(
     assert not counts.any()
 
 
-def test_int8_rows_store_as_well():
+@pytest.mark.parametrize("position,window", [(40, None), (70, 64)])
+@pytest.mark.parametrize("width", ["int8", "int4"])
+def test_int8_and_int4_rows_store_as_well(width, position, window):
+    """o's output exactly the plain launch's, the step's row at its slot (a ring wrapped
+    round too) and nothing else changed, the counts back at zero (int4: groups of 64)."""
     pytest.importorskip("triton")
     from tests.helpers import triton_device
     device = triton_device()
-    *attention, positions = _inputs((8, 2, 64, 16), torch.float16, device, 40)
-    o = _o_rows(device, 70, 128, torch.float16, int8=True)
-    want_k = _stored_as_the_cache_write_would(attention[1], attention[2], 40)
-    want_v = _stored_as_the_cache_write_would(attention[3], attention[4], 40)
+    *attention, positions = _inputs((8, 2, 64, 16), torch.float16, device, position,
+                                    window)
+    o = _o_rows(device, 70, 128, torch.float16, width, group=64)
+    want_k = _stored_as_the_cache_write_would(attention[1], attention[2], position)
+    want_v = _stored_as_the_cache_write_would(attention[3], attention[4], position)
     counts, flags = _state(device, 2)
     plain = _launch(attention, o, counts, flags)
     got = _launch(attention, o, counts, flags, 1, 0, positions=positions)
     assert torch.equal(got, plain)
     assert torch.equal(attention[1], want_k) and torch.equal(attention[3], want_v)
+    assert not counts.any()
 
 
 def test_the_store_form_needs_the_cache_itself():
