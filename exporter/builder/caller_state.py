@@ -1,5 +1,5 @@
-"""What an in-process build leaves of its caller's process: torch's random state and the
-root logger.
+"""What an in-process build leaves of its caller's process: torch's random state, the
+root logger and the Inductor settings torchao sets.
 
 A build never needs the caller's random numbers (its own examples and calibration come
 from seeded generators), but code it runs draws from torch's global generator: torchao's
@@ -10,6 +10,11 @@ Libraries a build runs configure logging for the whole process: ONNX Runtime's q
 logs through ``logging.warning`` and ExecuTorch's XNNPACK partitioner calls
 ``logging.basicConfig`` when imported, each giving a root logger without handlers a stderr
 one for good, after which a caller's own ``basicConfig`` does nothing.
+
+torchao's weight-only configs (``Int8WeightOnlyConfig``, ``Int4WeightOnlyConfig``) set
+Inductor options for the rest of the process when they quantize
+(``recommended_inductor_config_setter``): a caller's later ``torch.compile``, and a
+later build in the same process, compiled with coordinate-descent tuning on.
 """
 
 from __future__ import annotations
@@ -23,8 +28,8 @@ import torch
 
 @contextlib.contextmanager
 def left_alone() -> Iterator[None]:
-    """Both, as a build through the Python API leaves them."""
-    with random_state_left_alone(), root_logger_left_alone():
+    """All three, as a build through the Python API leaves them."""
+    with random_state_left_alone(), root_logger_left_alone(), inductor_settings_left_alone():
         yield
 
 
@@ -51,3 +56,22 @@ def root_logger_left_alone() -> Iterator[None]:
                 root.removeHandler(handler)
                 handler.close()
             root.setLevel(level)
+
+
+# torchao.quantization.utils.recommended_inductor_config_setter's settings
+TORCHAO_INDUCTOR_SETTINGS = ("coordinate_descent_tuning",
+                             "coordinate_descent_check_all_directions",
+                             "force_fuse_int_mm_with_mul", "fx_graph_cache",
+                             "triton.unique_kernel_names")
+
+
+@contextlib.contextmanager
+def inductor_settings_left_alone() -> Iterator[None]:
+    """The settings torchao's quantizing sets, as they were; inside, the build sees what
+    torchao set, as a build in a fresh process does (its lowering follows the quantize
+    pass)."""
+    from torch._inductor import config
+    current = config.get_config_copy()
+    # patch() puts back on exit the values it found, whatever was set in between
+    with config.patch({name: current[name] for name in TORCHAO_INDUCTOR_SETTINGS}):
+        yield

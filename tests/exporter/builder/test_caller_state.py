@@ -1,6 +1,6 @@
 """An in-process build leaves its caller's process as it was: torch's random state,
-torchao's logger levels, Inductor's ``aot_inductor.metadata`` setting, a root logger
-without handlers."""
+torchao's logger levels, Inductor's ``aot_inductor.metadata`` setting and the options
+torchao's weight-only quantizing sets, a root logger without handlers."""
 
 from __future__ import annotations
 
@@ -77,3 +77,33 @@ def test_a_root_logger_without_handlers_has_none_after():
     finally:
         root.handlers[:] = given
         root.setLevel(level)
+
+
+def _torchao_settings() -> dict:
+    from torch._inductor import config
+
+    from exporter.builder.caller_state import TORCHAO_INDUCTOR_SETTINGS
+    return {name: config.get_config_copy()[name] for name in TORCHAO_INDUCTOR_SETTINGS}
+
+
+def test_torchaos_inductor_settings_are_put_back_after_a_build():
+    from torchao.quantization.utils import recommended_inductor_config_setter
+
+    from exporter.builder.caller_state import inductor_settings_left_alone
+    given = _torchao_settings()
+    with inductor_settings_left_alone():
+        recommended_inductor_config_setter()
+        assert _torchao_settings() != given  # what torchao's quantize_ does
+    assert _torchao_settings() == given
+
+
+def test_a_weight_only_quantized_build_leaves_inductors_settings(tmp_path):
+    """int8-weight: torchao's Int8WeightOnlyConfig turns coordinate-descent tuning (and
+    more) on in Inductor's config for the rest of the process when it quantizes."""
+    import exporter
+    given = _torchao_settings()
+    assert given["coordinate_descent_tuning"] is False  # Inductor's default: torchao's differs
+    built = exporter.build("zoo:mlp", target="cpu", quantize="int8-weight",
+                           out=tmp_path / "mlp.artifact")
+    assert built.manifest.validation["passed"]
+    assert _torchao_settings() == given
