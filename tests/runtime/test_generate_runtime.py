@@ -215,7 +215,8 @@ def test_validate_rechecks_a_generating_artifact_by_its_gate(onnx_lm, onnx_mlp, 
     assert plain.returncode == 0 and "PASSED" in plain.stdout, plain.stderr
 
 
-def test_validate_against_other_weights_is_exit_1_with_the_first_divergence(onnx_lm, tmp_path):
+def test_validate_against_other_weights_is_exit_1_with_the_first_divergence(onnx_lm, tmp_path,
+                                                                             cli_here):
     """Logits (and so, on most models, tokens) that differ: exit 1 and what failed where
     (it was exit 4, a KeyError in the plain records' failure lines)."""
     import shutil
@@ -227,11 +228,8 @@ def test_validate_against_other_weights_is_exit_1_with_the_first_divergence(onnx
     torch.manual_seed(0)
     save_file({k: v + 0.05 * torch.randn_like(v) if v.is_floating_point() else v
                for k, v in weights.items()}, other / "model.safetensors")
-    from typer.testing import CliRunner
-
-    from exporter.cli import app
-    done = CliRunner().invoke(app, ["validate", str(built.artifact), "--model", f"hf:{other}"])
-    assert done.exit_code == 1 and "FAILED" in done.stdout, done.stderr
+    done = cli_here("validate", str(built.artifact), "--model", f"hf:{other}")
+    assert done.returncode == 1 and "FAILED" in done.stdout, done.stderr
     assert "case0 logits: max abs error" in done.stdout and "internal error" not in done.stderr
     # a model of another vocabulary: its prompts indexed past a table (exit 4, IndexError)
     config = json.loads((other / "config.json").read_text())
@@ -239,8 +237,8 @@ def test_validate_against_other_weights_is_exit_1_with_the_first_divergence(onnx
     save_file({k: v[:300] if v.shape[:1] == (384,) else v
                for k, v in load_file(other / "model.safetensors").items()},
               other / "model.safetensors")
-    done = CliRunner().invoke(app, ["validate", str(built.artifact), "--model", f"hf:{other}"])
-    assert done.exit_code == 2 and "vocabulary has 384 tokens and the model's 300" in done.stderr
+    done = cli_here("validate", str(built.artifact), "--model", f"hf:{other}")
+    assert done.returncode == 2 and "vocabulary has 384 tokens and the model's 300" in done.stderr
 
 
 def test_bench_times_a_generating_artifact_as_asked(onnx_lm, cli_here):
@@ -274,21 +272,18 @@ def test_bench_peak_memory_is_the_artifacts_own(onnx_lm):
     assert child is not None and 50 < child < min(parent - 1024, 900)
 
 
-def test_bench_lengths_fit_a_short_context_and_a_plain_artifact_takes_none(onnx_mlp):
+def test_bench_lengths_fit_a_short_context_and_a_plain_artifact_takes_none(onnx_mlp, cli_here):
     """128 + 128 by default, or what a shorter context holds (it was exit 2 on any
     artifact under 255 tokens), counted as ``generate`` counts (57 + 8 fit 64 slots: the
     last new token is not fed back); --new-tokens on a plain artifact is exit 2."""
-    from typer.testing import CliRunner
-
-    from exporter.cli import app
     from exporter.lm.bench import fitted_lengths
     assert fitted_lengths(None, None, 1024) == (128, 128)
     assert fitted_lengths(None, None, 64) == (32, 33) and fitted_lengths(None, 8, 64) == (57, 8)
     assert fitted_lengths(57, 8, 64) == (57, 8) and fitted_lengths(60, None, 64) == (60, 5)
     with pytest.raises(runtime.UserInputError, match="do not fit the artifact's context of 64"):
         fitted_lengths(58, 8, 64)
-    plain = CliRunner().invoke(app, ["bench", str(onnx_mlp), "--new-tokens", "8"])
-    assert plain.exit_code == 2 and "apply to generating artifacts" in plain.stderr
+    plain = cli_here("bench", str(onnx_mlp), "--new-tokens", "8")
+    assert plain.returncode == 2 and "apply to generating artifacts" in plain.stderr
 
 
 def test_ids_generate_without_the_tokenizers_package(onnx_lm, monkeypatch, caplog):
