@@ -56,7 +56,8 @@ def build(model: str | torch.nn.Module, example_args: tuple | None = None, *,
     stages are also logged on the ``exporter`` logger (INFO)."""
     built = settings_from(settings)
     kind = build_kind(built)
-    with _given(model), factories_left_as_given(), caller_state.left_alone():
+    with _given(model), factories_left_as_given(), \
+            caller_state.left_alone(quantizes=built.quantize is not None):
         if not isinstance(model, torch.nn.Module):
             return _build(model, built, stage=callback_stage(progress), kind=kind)
         return _build_module(model, example_args, example_kwargs, dynamic_shapes, built,
@@ -92,7 +93,7 @@ def run_build(spec: str | ModelSpec | torch.nn.Module, settings: BuildSettings, 
               stage: StageHook = quiet_stage) -> Artifact:
     """The build of the settings' kind: a plain forward (exporter/builder/plain.py), or
     prefill + decode over a KV cache (exporter/lm/build.py), through one pipeline."""
-    with _given(spec), caller_state.left_alone():
+    with _given(spec), caller_state.left_alone(quantizes=settings.quantize is not None):
         return _build(spec, settings, stage=stage, kind=build_kind(settings))
 
 

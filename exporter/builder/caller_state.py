@@ -27,9 +27,12 @@ import torch
 
 
 @contextlib.contextmanager
-def left_alone() -> Iterator[None]:
-    """All three, as a build through the Python API leaves them."""
-    with random_state_left_alone(), root_logger_left_alone(), inductor_settings_left_alone():
+def left_alone(quantizes: bool = False) -> Iterator[None]:
+    """All three, as a build through the Python API leaves them (Inductor's settings
+    where the build ``quantizes``: only torchao's quantizing sets them, and only such a
+    build imports Inductor as it starts, as torchao would)."""
+    inductor = inductor_settings_left_alone() if quantizes else contextlib.nullcontext()
+    with random_state_left_alone(), root_logger_left_alone(), inductor:
         yield
 
 

@@ -86,24 +86,34 @@ def _torchao_settings() -> dict:
     return {name: config.get_config_copy()[name] for name in TORCHAO_INDUCTOR_SETTINGS}
 
 
+def _callers_own_settings():
+    """The caller's choice, every one the opposite of torchao's (a test before this one
+    in the process may have run torchao's quantizing outside a build)."""
+    from torch._inductor import config
+
+    from exporter.builder.caller_state import TORCHAO_INDUCTOR_SETTINGS
+    return config.patch({name: False for name in TORCHAO_INDUCTOR_SETTINGS})
+
+
 def test_torchaos_inductor_settings_are_put_back_after_a_build():
     from torchao.quantization.utils import recommended_inductor_config_setter
 
-    from exporter.builder.caller_state import inductor_settings_left_alone
-    given = _torchao_settings()
-    with inductor_settings_left_alone():
-        recommended_inductor_config_setter()
-        assert _torchao_settings() != given  # what torchao's quantize_ does
-    assert _torchao_settings() == given
+    from exporter.builder.caller_state import left_alone
+    with _callers_own_settings():
+        given = _torchao_settings()
+        with left_alone(quantizes=True):
+            recommended_inductor_config_setter()
+            assert _torchao_settings() != given  # what torchao's quantize_ does
+        assert _torchao_settings() == given
 
 
 def test_a_weight_only_quantized_build_leaves_inductors_settings(tmp_path):
     """int8-weight: torchao's Int8WeightOnlyConfig turns coordinate-descent tuning (and
     more) on in Inductor's config for the rest of the process when it quantizes."""
     import exporter
-    given = _torchao_settings()
-    assert given["coordinate_descent_tuning"] is False  # Inductor's default: torchao's differs
-    built = exporter.build("zoo:mlp", target="cpu", quantize="int8-weight",
-                           out=tmp_path / "mlp.artifact")
-    assert built.manifest.validation["passed"]
-    assert _torchao_settings() == given
+    with _callers_own_settings():
+        given = _torchao_settings()
+        built = exporter.build("zoo:mlp", target="cpu", quantize="int8-weight",
+                               out=tmp_path / "mlp.artifact")
+        assert built.manifest.validation["passed"]
+        assert _torchao_settings() == given
