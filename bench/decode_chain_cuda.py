@@ -232,7 +232,6 @@ def variants(best: Path | None = None, int8: bool = False) -> dict:
     from bench.decode_chain_rowloop import row_loop_variants
     from bench.decode_chain_split import split_variants
     from bench.decode_pipe_gemv import pipe_variants
-    from bench.down_fit_rows import fit_variants
     from bench.head_argmax_triton import argmax_variants
     from targets.aoti.kernels.triton_kernels import gemv_config
     size = 1 if int8 else 2
@@ -255,11 +254,8 @@ def variants(best: Path | None = None, int8: bool = False) -> dict:
     gate2 = {**default, "gate_up": (2, 512, 4, 2048), "down": (2, 512, 4, 2048)}
     gate4 = {**default, "gate_up": (4, 256, 4, 1024)}
     small8 = {**default, "qkv": (2, 512, 8, 2048)}
-    # the base chains of the int8 changes: this one, and
-    # with the layer's attention and o in one launch (as a library runs them now)
+    # the layer's attention and o in one launch (as a library runs them now)
     joined_o = attention_o_variants(default)
-    library = f"dependent + join + attention-o joined {8 if int8 else 4} splits 4 rows"
-    q_bases = {"dependent + join": (True, default, None, True), library: joined_o[library]}
     return {"plain, as built": (False, built),
             "plain": (False, default), "plain, 16 columns ahead": (False, no_ahead),
             "dependent": (True, default),
@@ -286,8 +282,6 @@ def variants(best: Path | None = None, int8: bool = False) -> dict:
             **split_variants(default),
             # down or q/k/v streaming its weights through shared memory (cp.async)
             **pipe_variants(default),
-            # int8 down split along K in tiles that fit its parts (over the same bases)
-            **(fit_variants(q_bases) if int8 else {}),
             # a flag the kernel before counts in on, in place of gdc_wait
             **flag_variants(default),
             # the attention in few, long blocks (one a key/value head: no join)
