@@ -20,6 +20,7 @@ later build in the same process, compiled with coordinate-descent tuning on.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 from collections.abc import Iterator
 
@@ -74,7 +75,7 @@ def inductor_settings_left_alone() -> Iterator[None]:
     torchao set, as a build in a fresh process does (its lowering follows the quantize
     pass)."""
     from torch._inductor import config
-    current = config.get_config_copy()
     # patch() puts back on exit the values it found, whatever was set in between
-    with config.patch({name: current[name] for name in TORCHAO_INDUCTOR_SETTINGS}):
+    with config.patch({name: functools.reduce(getattr, name.split("."), config)
+                       for name in TORCHAO_INDUCTOR_SETTINGS}):
         yield
