@@ -252,14 +252,17 @@ def launch_decode_attention_o(query, past_k, new_k, past_v, new_v, mask, scale: 
                               weight_scale: torch.Tensor | None, residual: torch.Tensor,
                               flags: torch.Tensor, slot: int, reset: int,
                               positions: torch.Tensor | None = None,
-                              pdl: bool = False) -> torch.Tensor:
+                              pdl: bool = False,
+                              config: tuple[int, int, int] | None = None) -> torch.Tensor:
     """reference.decode_attention_o in one launch: ``counts`` int32 zeros, one a
     key/value head (left at zero); ``flags`` int32, SLOTS x STRIDE, zeros before the
     step's first launch (``slot`` counted on, ``reset`` zeroed: flag_slots).
     ``positions``: the step's (int64, the first this token's): the new row is also
     written into ``past_k``/``past_v`` at slot ``position % slots``. ``weight_scale``:
     int8 rows' scale a row, or int4 rows' (scale, offset) pairs [rows, groups, 2]
-    (``weight`` uint8 [rows, cols / 2]: int4_rows.py's format)."""
+    (``weight`` uint8 [rows, cols / 2]: int4_rows.py's format). ``config``: (blocks of
+    slots a key/value head, o's rows a program, warps), the timing scripts' other shapes;
+    None: attention_splits' blocks, ROWS rows and 4 warps, what a build runs."""
     heads, dim = query.shape[1], query.shape[-1]
     kv_heads, slots = past_k.shape[1], past_k.shape[2]
     rows, cols = weight.shape[0], heads * dim
@@ -275,8 +278,12 @@ def launch_decode_attention_o(query, past_k, new_k, past_v, new_v, mask, scale: 
     if positions is not None and (past_k.stride(-1) != 1 or past_v.stride(-1) != 1):
         # a copy of the cache would take the row, not the cache
         raise ValueError("storing the new row needs past rows of unit stride")
+    splits, block_n, warps = config or (attention_splits(weight.dtype == torch.int8),
+                                        ROWS, 4)
+    if min(splits, block_n, warps) < 1 or block_n & (block_n - 1) or warps & (warps - 1):
+        raise ValueError(f"config {config}: (blocks of slots, rows a power of two, warps "
+                         "a power of two)")
     groups = heads // kv_heads
-    splits = attention_splits(weight.dtype == torch.int8)
     block_d = max(16, triton.next_power_of_2(dim))
     join_g = triton.next_power_of_2(groups)
     store = positions is not None
@@ -293,7 +300,7 @@ def launch_decode_attention_o(query, past_k, new_k, past_v, new_v, mask, scale: 
     att = torch.empty((cols,), dtype=query.dtype, device=query.device)
     out = torch.empty((*residual.shape[:-1], rows), dtype=residual.dtype,
                       device=residual.device)
-    grid = kv_heads * splits + triton.cdiv(rows, ROWS)
+    grid = kv_heads * splits + triton.cdiv(rows, block_n)
     kernel((grid,))(
         query, past_k, new_k, past_v, new_v, mask, tops, sums, accs, counts, att, flags,
         weight, weight if weight_scale is None else weight_scale.reshape(-1),
@@ -306,7 +313,7 @@ def launch_decode_attention_o(query, past_k, new_k, past_v, new_v, mask, scale: 
         IEEE=query.dtype == torch.float32, JOIN_G=join_g,
         BLOCK_J=min(max(2, triton.next_power_of_2(splits)),
                     max(2, 8192 // (join_g * block_d))),
-        N=rows, K=cols, BLOCK_N=ROWS, HAS_SCALE=weight_scale is not None and not int4,
-        GROUP=group, BLOCK_G4=groups_a_step(ROWS, 4, cols, group) if int4 else 1,
-        POLL=int(query.device.type == "cuda"), num_warps=4, **ahead)
+        N=rows, K=cols, BLOCK_N=block_n, HAS_SCALE=weight_scale is not None and not int4,
+        GROUP=group, BLOCK_G4=groups_a_step(block_n, warps, cols, group) if int4 else 1,
+        POLL=int(query.device.type == "cuda"), num_warps=warps, **ahead)
     return out

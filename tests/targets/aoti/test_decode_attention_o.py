@@ -44,10 +44,11 @@ def _layer(device, heads, kv_heads, slots, dim, rows, dtype, width="float", seed
 
 
 def _launch(attention, weight, scale, residual, counts, flags, slot, reset, pdl=False,
-            positions=None):
+            positions=None, config=None):
     from targets.aoti.kernels.attention_o_triton import launch_decode_attention_o
     return launch_decode_attention_o(*attention, True, counts, weight, scale, residual,
-                                     flags, slot, reset, positions=positions, pdl=pdl)
+                                     flags, slot, reset, positions=positions, pdl=pdl,
+                                     config=config)
 
 
 def _want(attention, weight, scale, residual, counts, flags):
@@ -116,6 +117,22 @@ def test_layers_hand_the_flags_on_call_after_call(width):
         assert counts.tolist() == [0, 0]
 
 
+@pytest.mark.parametrize("width", WIDTHS)
+@pytest.mark.parametrize("config", [(1, 8, 4), (8, 2, 8), (3, 1, 2)])
+def test_another_config_computes_the_same(config, width):
+    """(blocks of slots, o's rows a program, warps) other than a build's, as the timing
+    scripts' chain variants launch them: one block or more blocks than a head's slots
+    fill, rows past o's last (70 rows), int4 rows in groups of 32."""
+    device = triton_device()
+    attention, weight, scale, residual = _layer(device, 8, 2, 20, 16, 70, torch.float16,
+                                                width, masked=(2,), group=32)
+    counts, flags = _state(device, 2)
+    got = _launch(attention, weight, scale, residual, counts, flags, 0, 1, config=config)
+    want = _want(attention, weight, scale, residual, counts, flags)
+    torch.testing.assert_close(got.cpu().float(), want.float(), rtol=2e-2, atol=2e-2)
+    assert counts.tolist() == [0, 0] and flags[0].item() == 2
+
+
 def test_shapes_the_kernel_does_not_take_are_refused():
     device = triton_device()
     attention, weight, scale, residual = _layer(device, 3, 1, 32, 16, 8, torch.float32)
@@ -127,6 +144,9 @@ def test_shapes_the_kernel_does_not_take_are_refused():
         _launch(attention, weight, scale, residual, counts, flags, 3, 0)
     with pytest.raises(ValueError, match="slots"):
         _launch(attention, weight, scale, residual, counts, flags[:STRIDE], 0, 1)
+    for config in [(0, 4, 4), (4, 3, 4), (4, 4, 3)]:
+        with pytest.raises(ValueError, match="config"):
+            _launch(attention, weight, scale, residual, counts, flags, 0, 1, config=config)
 
 
 def _hopper():
