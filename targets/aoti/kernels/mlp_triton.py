@@ -166,12 +166,13 @@ declare_writes(gated_mlp_kernel_gdc, "out_ptr")
 KERNELS = (gated_mlp_kernel, gated_mlp_kernel_gdc)
 
 # programs a multiprocessor runs at once by default: two rows of gate/up ahead and two
-# of down_t, the partial in registers (4 warps)
+# of down_t, the partial in registers, 8 warps (80 registers a thread at the ~1.1B's
+# shape; 4 warps took 128 and spilled)
 _PER_SM = 2
 
 
 def mlp_config(inter: int, cols: int, out: int, sms: int, per_sm: int = _PER_SM,
-               block_n: int = 2, warps: int = 4) -> tuple:
+               block_n: int = 2, warps: int = 8) -> tuple:
     """(BLOCK_N, BLOCK_K, num_warps, AHEAD, TURNS) for gate/up of ``inter`` gated rows
     over ``cols`` columns and down to ``out``: each block's whole rows of gate/up loaded
     ahead (up to 2,048 columns; the rest in a loop of 512), and as many turns as make

@@ -129,13 +129,13 @@ def test_gated_mlp_refuses_wrong_buffers_and_shapes():
 def test_mlp_config_fills_the_gpu_in_one_wave():
     from targets.aoti.kernels.mlp_triton import mlp_config
     block_n, block_k, warps, ahead, turns = mlp_config(5632, 2048, 2048, 132)
-    assert (block_n, block_k, warps, ahead) == (2, 512, 4, 2048)
+    assert (block_n, block_k, warps, ahead) == (2, 512, 8, 2048)
     assert -(-5632 // block_n // turns) <= 2 * 132 < -(-5632 // block_n // (turns - 1))
 
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("fixed", [False, True])
-@pytest.mark.parametrize("config", [None, (2, 512, 4, 2048, 11), (4, 512, 8, 2048, 11)])
+@pytest.mark.parametrize("config", [None, (2, 512, 8, 2048, 22), (4, 512, 8, 2048, 11)])
 def test_gated_mlp_as_a_dependent_launch_waits_for_what_it_reads(config, fixed):
     """The ~1.1B's MLP (2,048 hidden, 5,632 intermediate) in a chain of three layers,
     each reading the one before's output, plain and as programmatic dependent launches
