@@ -5,10 +5,10 @@
 # `config`), the bench's own copy of it deleted. Nothing here decides a default: it checks
 # that the chain's bases still run, and time as they did with the copy.
 #
-#   bash bench/pending/ao_dedupe_gpu.sh        (~90 s warm; timeout_s 600)
+#   bash bench/pending/ao_dedupe_gpu.sh        (~90-150 s warm, not run yet; timeout_s 600)
 #
-# 1. The GPU tests of the touched test files, two lanes side by side (the library's file
-#    compiles two AOTInductor libraries): rc 0 each.
+# 1. The GPU tests of the touched test files, three lanes side by side (the library's
+#    file's two AOTInductor compiles in a lane of their own): rc 0 each.
 # 2. decode_chain_cuda.py, 20 rounds in turns, fp16, --int8 and --int4: each base and
 #    the base again ("+ nothing changed", a graph of its own).
 # Expect: max|diff| vs plain launch about 1.0e-2 fp16, 6-8e-3 int8, 9.8e-3 int4; "nothing
@@ -20,13 +20,14 @@ mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONPATH=${PYTHONPATH:-/tmp/site:.}
 nvidia-smi --query-gpu=name,clocks.sm,temperature.gpu,driver_version --format=csv,noheader
 date -u +%T
-lane() {  # lane cores test-file: its GPU tests on those cores, the log under $OUT
-  timeout 200 taskset -c $1 python3 -m pytest $2 -q -p no:cacheprovider -p no:logging \
-      --tb=short > "$OUT/t-$(basename $2 .py).log" 2>&1
-  echo "$2 rc $? $(tail -1 "$OUT/t-$(basename $2 .py).log")"
+lane() {  # lane cores name test-file [-k ...]: its GPU tests on those cores, a log
+  timeout 200 taskset -c $1 python3 -m pytest $3 "${@:4}" -q -p no:cacheprovider \
+      -p no:logging --tb=short > "$OUT/t-$2.log" 2>&1
+  echo "$3 ${*:4} rc $? $(tail -1 "$OUT/t-$2.log")"
 }
-lane 0-7 tests/targets/aoti/test_decode_attention_o.py &
-lane 8-15 tests/bench/test_decode_attention_o.py &
+lane 0-5 kernel tests/targets/aoti/test_decode_attention_o.py -k "not library" &
+lane 6-10 library tests/targets/aoti/test_decode_attention_o.py -k library &
+lane 11-15 chain tests/bench/test_decode_attention_o.py &
 wait
 date -u +%T
 BASE="dependent + join + attention-o joined"
