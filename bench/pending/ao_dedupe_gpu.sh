@@ -3,7 +3,7 @@
 # with pydantic and friends installed there): the chain's attention + o variants now
 # launch the library's kernel (attention_o_triton.launch_decode_attention_o with a
 # `config`), the bench's own copy of it deleted. Nothing here decides a default: it checks
-# that the chain's bases still run, and time as they did with the copy.
+# that the chain's bases still run and time as they did with the copy.
 #
 #   bash bench/pending/ao_dedupe_gpu.sh        (~90-150 s warm, not run yet; timeout_s 600)
 #
