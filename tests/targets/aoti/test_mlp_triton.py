@@ -59,7 +59,7 @@ def test_gated_mlp_equals_the_reference_where_every_sum_is_exact(config, fixed):
 
 
 @pytest.mark.parametrize("fixed", [False, True])
-@pytest.mark.parametrize("config", [None, *CONFIGS])
+@pytest.mark.parametrize("config", [None, CONFIGS[0], CONFIGS[2]])
 def test_gated_mlp_leaves_its_buffers_at_zero_call_after_call(config, fixed):
     """One acc and counter over calls with and without the norm and the residual (fp16,
     SiLU x up): each the composition's numbers within rounding, both at zero after."""
@@ -135,12 +135,13 @@ def test_mlp_config_fills_the_gpu_in_one_wave():
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("fixed", [False, True])
-@pytest.mark.parametrize("config", [None, (2, 512, 8, 2048, 22), (4, 512, 8, 2048, 11)])
+@pytest.mark.parametrize("config", [None, (4, 512, 8, 2048, 11)])
 def test_gated_mlp_as_a_dependent_launch_waits_for_what_it_reads(config, fixed):
     """The ~1.1B's MLP (2,048 hidden, 5,632 intermediate) in a chain of three layers,
     each reading the one before's output, plain and as programmatic dependent launches
     in a CUDA graph, one acc and counter for all: the composition's numbers each replay,
-    the buffers at zero after it."""
+    the buffers at zero after it (mlp_config's default, and the chain's 4 rows a
+    block: the same compiled kernels as the chain's variants)."""
     if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] < 9:
         pytest.skip("dependent launches need a Hopper GPU")
     from targets.aoti.kernels.mlp_triton import launch_gated_mlp, mlp_accumulator

@@ -1,0 +1,50 @@
+#!/bin/bash
+# On the GPU machine, from a tree's root (the checkout or a `git archive` under .gm/):
+# each layer's gate/up and down as ONE launch with no barrier (kernels/mlp_triton.py:
+# down split along the intermediate rows inside gate/up's row loop, the programs'
+# partials added into one accumulator by atomics, the last program joining), in the
+# fp16 decode chain beside the library's four launches a layer.
+#
+#   bash bench/pending/mlp_chain.sh [WHEELS_DIR]
+#
+# One call (about 3 minutes warm; timeout_s 600): the GPU tests (the kernel against the
+# reference composition, three 1.1B-shaped layers replayed in a CUDA graph, plain and
+# dependent, both accumulators; the chain's variants), then the fp16 chain, 60 rounds in
+# turns: the base ("dependent + join + attention-o joined 4 splits 4 rows", the library's
+# fp16 configuration), the fused MLP with an fp32 and an int64 (fixed point) accumulator
+# at 3 grids each, "nothing changed" last; each variant's ratio to the base.
+# Decide: a fused variant at <= 0.985 of the base with "nothing changed" within 0.3% of 1
+# goes to the library (the int64 form if within 0.3% of the fp32 one: deterministic).
+# WHEELS_DIR: pydantic and friends (default: .whl beside the tree's .gm/, or ./.whl);
+# logs and rows under $OUT (default /tmp/mlp-chain-out).
+set -u
+OUT=${OUT:-/tmp/mlp-chain-out}
+WHL=${1:-$(if [ -d ../../.whl ]; then echo ../../.whl; else echo .whl; fi)}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+if [ -d "$WHL" ] && [ ! -d /tmp/site/pydantic ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+      --target /tmp/site "$WHL"/*.whl || echo "wheels not installed"
+fi
+export PYTHONPATH=/tmp/site:.
+nvidia-smi --query-gpu=name,clocks.sm,temperature.gpu,driver_version --format=csv,noheader
+date -u +%T
+timeout 240 python3 -m pytest -q -x -p no:cacheprovider -p no:logging --tb=short \
+    tests/targets/aoti/test_mlp_triton.py tests/bench/test_decode_chain_mlp.py \
+    > "$OUT/tests.log" 2>&1
+echo "tests rc $? $(tail -1 "$OUT/tests.log")"
+date -u +%T
+BASE="dependent + join + attention-o joined 4 splits 4 rows"
+VARIANTS="$BASE"
+for V in "fp32 1/SM 2 rows 8 warps" "fp32 2/SM 2 rows 8 warps" "fp32 1/SM 4 rows 8 warps" \
+         "int64 1/SM 2 rows 8 warps" "int64 2/SM 2 rows 8 warps" "int64 1/SM 4 rows 8 warps"; do
+  VARIANTS="$VARIANTS,$BASE + fused MLP $V"
+done
+VARIANTS="$VARIANTS,$BASE + nothing changed"
+timeout ${CHAIN_S:-300} python3 bench/decode_chain_cuda.py --rounds 60 \
+    --variants "$VARIANTS" --out "$OUT/mlp_chain.jsonl" > "$OUT/chain.log" 2>&1
+echo "chain rc $?"
+grep -E "max\|diff\||own us" "$OUT/chain.log" | cut -c1-220
+# each variant's median against the base's (the first), in turns
+grep -E "^in turns" "$OUT/chain.log"
+date -u +%T
