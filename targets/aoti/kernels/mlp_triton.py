@@ -16,7 +16,9 @@ The accumulator is either fp32 (atomic adds of fp32 partials: the sum's order, s
 last bits, vary run to run) or int64 fixed point (FIXED: each block's sum rounded to
 a multiple of 2**-32 and added as integers: exact, so the result does not depend on the
 order or on the grid, only on BLOCK_N). The ``_gdc`` form loads the first block's gate/up
-columns ahead and its rows of down_t before its wait (W_AHEAD).
+columns ahead and its rows of down_t before its wait (W_AHEAD). int8 rows (HAS_SCALE):
+gate/up's scale a row in the epilogue (row_parts._finish), down's scale a column of
+down_t at the join.
 """
 
 from __future__ import annotations
@@ -29,9 +31,10 @@ from targets.aoti.kernels.dependent_launch import declare_writes, launcher
 from targets.aoti.kernels.row_parts import (_block_rows, _column_sums, _dot_first, _finish,
                                             _first_tiles, _x_first)
 
-# fixed point: 32 fraction bits, so exact for |sum| < 2**31 (fp16's range is 2**16); a
-# block's scaled sum is clamped below 2**63 (the largest fp32 there) so that its
-# conversion is defined; beyond that range the sum wraps, and a NaN or inf is lost
+# fixed point: 32 fraction bits, so exact for |sum| < 2**31 (fp16's range is 2**16;
+# int8 rows: the sum before down's scale); a block's scaled sum is clamped below 2**63
+# (the largest fp32 there) so that its conversion is defined; beyond that range the sum
+# wraps, and a NaN or inf is lost
 _FRACTION = tl.constexpr(4294967296.0)
 _LIMIT = tl.constexpr(9223371487098961920.0)
 
@@ -67,10 +70,12 @@ def _to_fixed(scaled):
 
 
 @triton.jit
-def _join(acc_ptr, counts_ptr, r_ptr, out_ptr, partial, cols, col_ok, N: tl.constexpr,
-          HAS_RES: tl.constexpr, FIXED: tl.constexpr):
-    """The partial added into acc; the last program to count in stores acc + residual
-    and leaves acc and the counter at zero."""
+def _join(acc_ptr, counts_ptr, r_ptr, ds_ptr, out_ptr, partial, cols, col_ok,
+          N: tl.constexpr, HAS_RES: tl.constexpr, HAS_SCALE: tl.constexpr,
+          FIXED: tl.constexpr):
+    """The partial added into acc; the last program to count in stores acc (times
+    down's scale a column, int8 rows) + residual and leaves acc and the counter at
+    zero."""
     tl.atomic_add(acc_ptr + cols, partial, mask=col_ok, sem="relaxed", scope="gpu")
     # every thread's adds before the count: the release below then covers them
     tl.debug_barrier()
@@ -80,6 +85,8 @@ def _join(acc_ptr, counts_ptr, r_ptr, out_ptr, partial, cols, col_ok, N: tl.cons
         total = tl.load(acc_ptr + cols, mask=col_ok, other=0, cache_modifier=".cg")
         if FIXED:
             total = total.to(tl.float32) * (1.0 / _FRACTION)
+        if HAS_SCALE:
+            total = total * tl.load(ds_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
         if HAS_RES:
             total += tl.load(r_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
         tl.store(out_ptr + cols, total.to(out_ptr.dtype.element_ty), mask=col_ok)
@@ -88,10 +95,11 @@ def _join(acc_ptr, counts_ptr, r_ptr, out_ptr, partial, cols, col_ok, N: tl.cons
 
 
 @triton.jit
-def _gated_mlp(x_ptr, w_ptr, d_ptr, nw_ptr, r_ptr, acc_ptr, counts_ptr, out_ptr,
-               EPS: tl.constexpr, OFFSET: tl.constexpr, I: tl.constexpr, K: tl.constexpr,
-               N: tl.constexpr, N_POW: tl.constexpr, HAS_NORM: tl.constexpr,
-               ACT: tl.constexpr, HAS_RES: tl.constexpr, FIXED: tl.constexpr,
+def _gated_mlp(x_ptr, w_ptr, d_ptr, nw_ptr, r_ptr, s_ptr, ds_ptr, acc_ptr, counts_ptr,
+               out_ptr, EPS: tl.constexpr, OFFSET: tl.constexpr, I: tl.constexpr,
+               K: tl.constexpr, N: tl.constexpr, N_POW: tl.constexpr,
+               HAS_NORM: tl.constexpr, ACT: tl.constexpr, HAS_RES: tl.constexpr,
+               HAS_SCALE: tl.constexpr, FIXED: tl.constexpr,
                BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, AHEAD: tl.constexpr,
                TURNS: tl.constexpr, GDC: tl.constexpr, W_AHEAD: tl.constexpr):
     programs = tl.num_programs(0)
@@ -122,41 +130,45 @@ def _gated_mlp(x_ptr, w_ptr, d_ptr, nw_ptr, r_ptr, acc_ptr, counts_ptr, out_ptr,
         y_rest, up, squares_rest = _column_sums(x_ptr, w_ptr, nw_ptr, rows, row_ok, OFFSET,
                                                 I, K, BLOCK_N, BLOCK_K, HAS_NORM, ACT,
                                                 AHEAD, False)
-        h = _finish(y + y_rest, u_sums, up, squares + squares_rest, x_ptr, x_ptr, x_ptr,
+        h = _finish(y + y_rest, u_sums, up, squares + squares_rest, x_ptr, x_ptr, s_ptr,
                     x_ptr, x_ptr, rows, row_ok, EPS, I, K, False, HAS_NORM, ACT, False,
-                    False, BLOCK_N, 0, 0)
+                    HAS_SCALE, BLOCK_N, 0, 0)
         # rounded to x's dtype, as gate/up's own launch stores it for down
         h = tl.where(row_ok, h, 0.0).to(x_ptr.dtype.element_ty).to(tl.float32)
         partial = _add_block(partial, h, d, FIXED)
         block += programs
         rows, w, u, d = after, w_next, u_next, d_next
-    _join(acc_ptr, counts_ptr, r_ptr, out_ptr, partial, cols, col_ok, N, HAS_RES, FIXED)
+    _join(acc_ptr, counts_ptr, r_ptr, ds_ptr, out_ptr, partial, cols, col_ok, N, HAS_RES,
+          HAS_SCALE, FIXED)
 
 
 @triton.jit
-def gated_mlp_kernel(x_ptr, w_ptr, d_ptr, nw_ptr, r_ptr, acc_ptr, counts_ptr, out_ptr,
-                     EPS: tl.constexpr, OFFSET: tl.constexpr, I: tl.constexpr,
-                     K: tl.constexpr, N: tl.constexpr, N_POW: tl.constexpr,
-                     HAS_NORM: tl.constexpr, ACT: tl.constexpr, HAS_RES: tl.constexpr,
-                     FIXED: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+def gated_mlp_kernel(x_ptr, w_ptr, d_ptr, nw_ptr, r_ptr, s_ptr, ds_ptr, acc_ptr,
+                     counts_ptr, out_ptr, EPS: tl.constexpr, OFFSET: tl.constexpr,
+                     I: tl.constexpr, K: tl.constexpr, N: tl.constexpr,
+                     N_POW: tl.constexpr, HAS_NORM: tl.constexpr, ACT: tl.constexpr,
+                     HAS_RES: tl.constexpr, HAS_SCALE: tl.constexpr, FIXED: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                      AHEAD: tl.constexpr, TURNS: tl.constexpr):
     """gate/up and down (+ residual) as one launch, started as a plain launch."""
-    _gated_mlp(x_ptr, w_ptr, d_ptr, nw_ptr, r_ptr, acc_ptr, counts_ptr, out_ptr, EPS,
-               OFFSET, I, K, N, N_POW, HAS_NORM, ACT, HAS_RES, FIXED, BLOCK_N, BLOCK_K,
+    _gated_mlp(x_ptr, w_ptr, d_ptr, nw_ptr, r_ptr, s_ptr, ds_ptr, acc_ptr, counts_ptr,
+               out_ptr, EPS, OFFSET, I, K, N, N_POW, HAS_NORM, ACT, HAS_RES, HAS_SCALE,
+               FIXED, BLOCK_N, BLOCK_K,
                AHEAD, TURNS, False, False)
 
 
 @triton.jit
-def gated_mlp_kernel_gdc(x_ptr, w_ptr, d_ptr, nw_ptr, r_ptr, acc_ptr, counts_ptr, out_ptr,
-                         EPS: tl.constexpr, OFFSET: tl.constexpr, I: tl.constexpr,
-                         K: tl.constexpr, N: tl.constexpr, N_POW: tl.constexpr,
-                         HAS_NORM: tl.constexpr, ACT: tl.constexpr, HAS_RES: tl.constexpr,
+def gated_mlp_kernel_gdc(x_ptr, w_ptr, d_ptr, nw_ptr, r_ptr, s_ptr, ds_ptr, acc_ptr,
+                         counts_ptr, out_ptr, EPS: tl.constexpr, OFFSET: tl.constexpr,
+                         I: tl.constexpr, K: tl.constexpr, N: tl.constexpr,
+                         N_POW: tl.constexpr, HAS_NORM: tl.constexpr, ACT: tl.constexpr,
+                         HAS_RES: tl.constexpr, HAS_SCALE: tl.constexpr,
                          FIXED: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                          AHEAD: tl.constexpr, TURNS: tl.constexpr, W_AHEAD: tl.constexpr):
     """The same as a programmatic dependent launch: the first block's AHEAD columns of
     gate/up and its rows of down_t loaded before the wait (W_AHEAD)."""
-    _gated_mlp(x_ptr, w_ptr, d_ptr, nw_ptr, r_ptr, acc_ptr, counts_ptr, out_ptr, EPS,
-               OFFSET, I, K, N, N_POW, HAS_NORM, ACT, HAS_RES, FIXED, BLOCK_N, BLOCK_K,
+    _gated_mlp(x_ptr, w_ptr, d_ptr, nw_ptr, r_ptr, s_ptr, ds_ptr, acc_ptr, counts_ptr,
+               out_ptr, EPS, OFFSET, I, K, N, N_POW, HAS_NORM, ACT, HAS_RES, HAS_SCALE,
+               FIXED, BLOCK_N, BLOCK_K,
                AHEAD, TURNS, True, W_AHEAD)
 
 
@@ -191,13 +203,16 @@ def mlp_accumulator(out: int, fixed: bool, device) -> tuple:
 
 
 def launch_gated_mlp(x, gate_up, down_t, norm_weight, residual, eps, offset, act,
-                     acc, counts, config=None, pdl=False) -> torch.Tensor:
+                     acc, counts, config=None, pdl=False, gate_up_scale=None,
+                     down_scale=None) -> torch.Tensor:
     """``reference.row_gemv(reference.row_gemv(x, gate_up, None, norm_weight, None, eps,
     offset, act), down_t.t(), None, None, residual, 0.0, 0.0, 0)`` as one launch, up to
     the order of the sums. ``down_t``: down's weight transposed, [I, N] contiguous;
     ``acc``: N zeros, float32 (atomic adds) or int64 (fixed point: deterministic);
     ``counts``: int32 zeros, at least one; both left at zero. ``config``:
-    (BLOCK_N, BLOCK_K, num_warps, AHEAD, TURNS), mlp_config's by default."""
+    (BLOCK_N, BLOCK_K, num_warps, AHEAD, TURNS), mlp_config's by default. int8 rows:
+    ``gate_up_scale`` a row of gate_up [2I] and ``down_scale`` a row of down [N] (a
+    column of down_t, applied at the join), both or neither."""
     cols = x.shape[-1]
     inter = gate_up.shape[0] // 2 if act else gate_up.shape[0]
     out_width = down_t.shape[1]
@@ -205,6 +220,8 @@ def launch_gated_mlp(x, gate_up, down_t, norm_weight, residual, eps, offset, act
         raise ValueError(f"gate_up {tuple(gate_up.shape)} and down_t "
                          f"{tuple(down_t.shape)} do not fit x's {cols} columns")
     _check_buffers(acc, counts, out_width)
+    if (gate_up_scale is None) != (down_scale is None):
+        raise ValueError("int8 rows take both scales (gate_up_scale, down_scale) or none")
     if config is None:
         sms = (torch.cuda.get_device_properties(x.device).multi_processor_count
                if x.device.type == "cuda" else 1)
@@ -220,9 +237,11 @@ def launch_gated_mlp(x, gate_up, down_t, norm_weight, residual, eps, offset, act
         x.reshape(cols).contiguous(), gate_up.contiguous(), down_t.contiguous(),
         dummy if norm_weight is None else norm_weight,
         dummy if residual is None else residual.reshape(out_width).contiguous(),
-        acc, counts, out, EPS=eps, OFFSET=offset, I=inter, K=cols, N=out_width,
+        dummy if gate_up_scale is None else gate_up_scale.reshape(-1),
+        dummy if down_scale is None else down_scale.reshape(-1), acc, counts, out, EPS=eps, OFFSET=offset, I=inter, K=cols, N=out_width,
         N_POW=triton.next_power_of_2(out_width), HAS_NORM=norm_weight is not None,
-        ACT=act, HAS_RES=residual is not None, FIXED=acc.dtype == torch.int64,
+        ACT=act, HAS_RES=residual is not None, HAS_SCALE=gate_up_scale is not None,
+        FIXED=acc.dtype == torch.int64,
         BLOCK_N=block_n, BLOCK_K=block_k, AHEAD=ahead, TURNS=turns, num_warps=warps,
         **weights_first)
     return out

@@ -175,3 +175,34 @@ def test_gated_mlp_as_a_dependent_launch_waits_for_what_it_reads(config, fixed):
             error = ((got.float() - want).norm() / want.norm()).item()
             assert error < 5e-3, (pdl, error)
             assert not acc.any() and not counts.any()
+
+
+@pytest.mark.parametrize("fixed", [False, True])
+def test_gated_mlp_over_int8_rows_applies_each_scale_once(fixed):
+    """int8 gate/up (a scale a row) and down (a scale an output column, applied at the
+    join, once, not once a program), fp16 x."""
+    device = triton_device()
+    from targets.aoti.kernels.mlp_triton import launch_gated_mlp, mlp_accumulator
+    generator = torch.Generator().manual_seed(11)
+    inter, cols, out = 37, 48, 40
+
+    def int8(rows, width):
+        return (torch.randint(-127, 128, (rows, width), generator=generator,
+                              dtype=torch.int8).to(device),
+                (torch.rand(rows, generator=generator) * 2e-3 + 1e-3).to(device))
+    (gate_up, up_scale), (down, down_scale) = int8(2 * inter, cols), int8(out, inter)
+    x, _, _, norm_weight, residual = _made(device, inter, cols, out, seed=12)
+    acc, counts = mlp_accumulator(out, fixed, device)
+    for turns in (1, 3):
+        got = launch_gated_mlp(x, gate_up, down.t().contiguous(), norm_weight, residual,
+                               1e-5, 0.0, 1, acc, counts, (4, 16, 4, 32, turns),
+                               gate_up_scale=up_scale, down_scale=down_scale)
+        gated = reference.row_gemv(x, gate_up, None, norm_weight, None, 1e-5, 0.0, 1,
+                                   weight_scale=up_scale)
+        want = reference.row_gemv(gated, down, None, None, residual, 0.0, 0.0, 0,
+                                  weight_scale=down_scale)
+        assert (got.float() - want.float()).abs().max() <= 2e-3 * want.abs().max(), turns
+        assert not acc.any() and not counts.any()
+    with pytest.raises(ValueError, match="both scales"):
+        launch_gated_mlp(x, gate_up, down.t().contiguous(), norm_weight, residual, 1e-5,
+                         0.0, 1, acc, counts, gate_up_scale=up_scale)
