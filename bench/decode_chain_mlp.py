@@ -2,9 +2,10 @@
 (targets/aoti/kernels/mlp_triton.py: down split along the intermediate rows, fused into
 gate/up's row loop, the programs' partials added into one accumulator by atomics, the
 last program joining; no program waits on another) in place of two products
-(``configs["gate_up_down"]``), on top of the library's fp16 chain ("dependent + join +
-attention-o joined 4 splits 4 rows"). Each layer's down weight is transposed once, on
-the chain's first (uncaptured) call; its bytes replace down's.
+(``configs["gate_up_down"]``), on top of the library's chain ("dependent + join +
+attention-o joined 4 splits 4 rows" at fp16, "... 8 splits 4 rows" over int8 rows:
+``--int8``). Each layer's down weight is transposed once, on the chain's first
+(uncaptured) call; its bytes replace down's.
 
     python bench/decode_chain_mlp.py      (no GPU: sm_90a registers of each variant)
 
@@ -23,6 +24,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 BASE = "dependent + join + attention-o joined 4 splits 4 rows"
+INT8_BASE = "dependent + join + attention-o joined 8 splits 4 rows"
 HIDDEN, INTER = 2048, 5632
 
 # name -> (int64 fixed point, programs a multiprocessor, rows a block, warps)
@@ -54,8 +56,6 @@ class GatedMLP:
     def __call__(self, o: torch.Tensor, layer: dict, norm: torch.Tensor, pdl: bool):
         from targets.aoti.kernels.mlp_triton import launch_gated_mlp, mlp_accumulator
         (gate_up, gate_scale), (down, down_scale) = layer["gate_up"], layer["down"]
-        if gate_scale is not None or down_scale is not None:
-            raise ValueError("the fused MLP's chain variants take fp16 rows only")
         if not self.state:
             self.state["acc"], self.state["counts"] = mlp_accumulator(
                 down.shape[0], self.fixed, o.device)
@@ -63,7 +63,8 @@ class GatedMLP:
         if key not in self.down_t:  # [I, N]: a row of down's output columns each
             self.down_t[key] = down.t().contiguous()
         return launch_gated_mlp(o, gate_up, self.down_t[key], norm, o, 1e-5, 0.0, 1,
-                                self.state["acc"], self.state["counts"], self.config, pdl)
+                                self.state["acc"], self.state["counts"], self.config, pdl,
+                                gate_up_scale=gate_scale, down_scale=down_scale)
 
 
 def mlp_variant_config(per_sm: int, block_n: int, warps: int, sms: int) -> tuple:
@@ -72,32 +73,36 @@ def mlp_variant_config(per_sm: int, block_n: int, warps: int, sms: int) -> tuple
 
 
 def mlp_variants(chosen: dict, sms: int) -> dict:
-    """decode_chain_cuda.variants()'s entries: BASE with each layer's gate/up and down
-    as one launch, and BASE again as a control ("nothing changed")."""
-    if BASE not in chosen:
-        return {}
-    pdl, base, *rest = chosen[BASE]
+    """decode_chain_cuda.variants()'s entries: each base in ``chosen`` (BASE, INT8_BASE)
+    with each layer's gate/up and down as one launch, and the base again as a control
+    ("nothing changed")."""
     found = {}
-    if f"{BASE} + nothing changed" not in chosen:  # the control, unless given already
-        found[f"{BASE} + nothing changed"] = (pdl, dict(base), *rest)
-    for name, (fixed, per_sm, block_n, warps) in CHANGES.items():
-        config = mlp_variant_config(per_sm, block_n, warps, sms)
-        found[f"{BASE} + {name}"] = (pdl, {**base, "gate_up_down": GatedMLP(fixed, config)},
-                                     *rest)
+    for name in (BASE, INT8_BASE):
+        if name not in chosen:
+            continue
+        pdl, base, *rest = chosen[name]
+        if f"{name} + nothing changed" not in chosen:  # the control, unless given
+            found[f"{name} + nothing changed"] = (pdl, dict(base), *rest)
+        for change, (fixed, per_sm, block_n, warps) in CHANGES.items():
+            mlp = GatedMLP(fixed, mlp_variant_config(per_sm, block_n, warps, sms))
+            found[f"{name} + {change}"] = (pdl, {**base, "gate_up_down": mlp}, *rest)
     return found
 
 
-def compiled(fixed: bool, config: tuple) -> tuple:
-    """The ``_gdc`` form at the ~1.1B's shape compiled for sm_90a here: (registers,
-    spilled bytes, shared bytes, the PTX's atomic instructions, its global loads before
-    the wait)."""
+def compiled(fixed: bool, config: tuple, int8: bool = False) -> tuple:
+    """The ``_gdc`` form at the ~1.1B's shape compiled for sm_90a here (``int8``: over
+    int8 rows): (registers, spilled bytes, shared bytes, the PTX's atomic instructions,
+    its global loads before the wait)."""
     from bench.int4_rows_ptx import ptxas_report, sm90_compiled
     from targets.aoti.kernels.mlp_triton import gated_mlp_kernel_gdc
     block_n, block_k, warps, ahead, turns = config
     values = dict(EPS=1e-5, OFFSET=0.0, I=INTER, K=HIDDEN, N=HIDDEN, N_POW=HIDDEN,
-                  HAS_NORM=True, ACT=1, HAS_RES=True, FIXED=fixed, BLOCK_N=block_n,
+                  HAS_NORM=True, ACT=1, HAS_RES=True, HAS_SCALE=int8, FIXED=fixed,
+                  BLOCK_N=block_n,
                   BLOCK_K=block_k, AHEAD=ahead, TURNS=turns, W_AHEAD=True)
     kinds = {"acc_ptr": "*i64" if fixed else "*fp32", "counts_ptr": "*i32"}
+    if int8:
+        kinds.update(w_ptr="*i8", d_ptr="*i8")
     made = sm90_compiled(gated_mlp_kernel_gdc, kinds, values, warps)
     ptx = made.asm["ptx"]
     regs, spills = ptxas_report(ptx)
@@ -107,10 +112,12 @@ def compiled(fixed: bool, config: tuple) -> tuple:
 
 
 def main() -> None:
-    for name, (fixed, per_sm, block_n, warps) in CHANGES.items():
+    for (name, (fixed, per_sm, block_n, warps)), int8 in [
+            (change, int8) for int8 in (False, True) for change in CHANGES.items()]:
         config = mlp_variant_config(per_sm, block_n, warps, 132)
-        regs, spills, shared, atomics, before = compiled(fixed, config)
-        print(f"{name:38s} {config}  registers {regs:3d}, spilled {spills:4d} B, "
+        regs, spills, shared, atomics, before = compiled(fixed, config, int8)
+        name = f"{'int8 rows ' if int8 else ''}{name}"
+        print(f"{name:48s} {config}  registers {regs:3d}, spilled {spills:4d} B, "
               f"shared {shared:6d} B, atomics in the PTX {atomics}, "
               f"global loads before the wait {before}", flush=True)
 

@@ -6,6 +6,8 @@
 # fp16 decode chain beside the library's four launches a layer.
 #
 #   bash bench/pending/mlp_chain.sh [WHEELS_DIR]
+#   INT8=1 TESTS=0 bash bench/pending/mlp_chain.sh   (then the int8 chain: --int8, its
+#       base "... 8 splits 4 rows", the same variants over int8 rows; ~2 min more)
 #
 # One call (about 3 minutes warm; timeout_s 600): the GPU tests (the kernel against the
 # reference composition, three 1.1B-shaped layers replayed in a CUDA graph, plain and
@@ -19,6 +21,7 @@
 # logs and rows under $OUT (default /tmp/mlp-chain-out).
 set -u
 OUT=${OUT:-/tmp/mlp-chain-out}
+TAG=$([ "${INT8:-0}" = 1 ] && echo _int8)
 WHL=${1:-$(if [ -d ../../.whl ]; then echo ../../.whl; else echo .whl; fi)}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
@@ -29,22 +32,29 @@ fi
 export PYTHONPATH=/tmp/site:.
 nvidia-smi --query-gpu=name,clocks.sm,temperature.gpu,driver_version --format=csv,noheader
 date -u +%T
-timeout 240 python3 -m pytest -q -x -p no:cacheprovider -p no:logging --tb=short \
-    tests/targets/aoti/test_mlp_triton.py tests/bench/test_decode_chain_mlp.py \
-    > "$OUT/tests.log" 2>&1
-echo "tests rc $? $(tail -1 "$OUT/tests.log")"
-date -u +%T
+if [ "${TESTS:-1}" = 1 ]; then  # TESTS=0: the chain alone (a second call's int8 run)
+  timeout 240 python3 -m pytest -q -x -p no:cacheprovider -p no:logging --tb=short \
+      tests/targets/aoti/test_mlp_triton.py tests/bench/test_decode_chain_mlp.py \
+      > "$OUT/tests.log" 2>&1
+  echo "tests rc $? $(tail -1 "$OUT/tests.log")"
+  date -u +%T
+fi
 BASE="dependent + join + attention-o joined 4 splits 4 rows"
+FLAGS=""
+if [ "${INT8:-0}" = 1 ]; then
+  BASE="dependent + join + attention-o joined 8 splits 4 rows"
+  FLAGS="--int8"
+fi
 VARIANTS="$BASE"
 for V in "fp32 1/SM 2 rows 8 warps" "fp32 2/SM 2 rows 8 warps" "fp32 1/SM 4 rows 8 warps" \
          "int64 1/SM 2 rows 8 warps" "int64 2/SM 2 rows 8 warps" "int64 1/SM 4 rows 8 warps"; do
   VARIANTS="$VARIANTS,$BASE + fused MLP $V"
 done
 VARIANTS="$VARIANTS,$BASE + nothing changed"
-timeout ${CHAIN_S:-300} python3 bench/decode_chain_cuda.py --rounds 60 \
-    --variants "$VARIANTS" --out "$OUT/mlp_chain.jsonl" > "$OUT/chain.log" 2>&1
+timeout ${CHAIN_S:-300} python3 bench/decode_chain_cuda.py $FLAGS --rounds 60 \
+    --variants "$VARIANTS" --out "$OUT/mlp_chain$TAG.jsonl" > "$OUT/chain$TAG.log" 2>&1
 echo "chain rc $?"
-grep -E "max\|diff\||own us" "$OUT/chain.log" | cut -c1-220
+grep -E "max\|diff\||own us" "$OUT/chain$TAG.log" | cut -c1-220
 # each variant's median against the base's (the first), in turns
-grep -E "^in turns" "$OUT/chain.log"
+grep -E "^in turns" "$OUT/chain$TAG.log"
 date -u +%T

@@ -1,7 +1,8 @@
 """The chain's fused MLP variants (bench/decode_chain_mlp.py): the launch (its math:
 tests/targets/aoti/test_mlp_triton.py) in the chain's place of gate/up and down computes
 what the chain computes, its buffers left at zero; each variant is the base with that
-launch. On a GPU, or on the CPU under ``TRITON_INTERPRET=1``."""
+launch, at fp16 and over int8 rows. On a GPU, or on the CPU under
+``TRITON_INTERPRET=1``."""
 
 from __future__ import annotations
 
@@ -31,17 +32,21 @@ def test_the_chain_with_one_mlp_launch_computes_what_the_chain_computes(monkeypa
         assert mlp.state["acc"].dtype == (torch.int64 if fixed else torch.float32)
 
 
-def test_the_fused_mlp_refuses_int8_rows(monkeypatch):
+def test_the_chain_over_int8_rows_computes_what_it_computes(monkeypatch):
+    """int8 rows (``--int8``): each scale applied once, the int64 accumulator."""
     from bench.decode_chain_mlp import GatedMLP
     device = triton_device()
     chain, weights, hidden = _small_chain(monkeypatch, device, int8=True)
-    with pytest.raises(ValueError, match="fp16 rows only"):
-        chain.step(weights, hidden, False, {"gate_up_down": GatedMLP(False, None)},
-                   join=True)
+    want = chain.step(weights, hidden, False, {}, join=True).float()
+    mlp = GatedMLP(True, (4, 32, 4, 64, 3))
+    got = chain.step(weights, hidden, False, {"gate_up_down": mlp}, join=True).float()
+    assert (got - want).abs().max().item() < 2e-2 * want.abs().max().item()
+    assert not mlp.state["acc"].any() and not mlp.state["counts"].any()
+    assert mlp.down_t[id(weights["layers"][0]["down"][0])].dtype == torch.int8
 
 
 def test_each_variant_is_the_base_with_the_fused_mlp():
-    from bench.decode_chain_mlp import BASE, CHANGES, GatedMLP, mlp_variants
+    from bench.decode_chain_mlp import BASE, CHANGES, INT8_BASE, GatedMLP, mlp_variants
     base = {"qkv": (2, 16, 4, 32), "attention_o": "the launch"}
     found = mlp_variants({BASE: (True, base, None, True)}, 132)
     assert len(found) == len(CHANGES) + 1
@@ -60,7 +65,10 @@ def test_each_variant_is_the_base_with_the_fused_mlp():
         assert -(-5632 // block_n // mlp.config[4]) <= per_sm * 132  # one wave
         launches.append(mlp)
     assert len({id(launch) for launch in launches}) == len(launches)  # buffers their own
-    # a control given already is kept; a chain without the base gets none
+    # a control given already is kept; each base its variants; no base, none
     given = {BASE: (True, base), f"{BASE} + nothing changed": (True, base)}
     assert len(mlp_variants(given, 132)) == len(CHANGES)
+    both = mlp_variants({BASE: (True, base), INT8_BASE: (True, base)}, 132)
+    assert len(both) == 2 * len(CHANGES) + 2
+    assert sum(name.startswith(f"{INT8_BASE} + ") for name in both) == len(CHANGES) + 1
     assert mlp_variants({}, 132) == {}
