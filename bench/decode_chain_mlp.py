@@ -33,6 +33,9 @@ CHANGES = {
     "fused MLP fp32 1/SM 2 rows 8 warps": (False, 1, 2, 8),
     "fused MLP fp32 2/SM 2 rows 8 warps": (False, 2, 2, 8),
     "fused MLP fp32 1/SM 4 rows 8 warps": (False, 1, 4, 8),
+    # more bytes in flight a SM, more atomics (int64 at 4 rows: 139 registers, one a SM)
+    "fused MLP fp32 2/SM 4 rows 8 warps": (False, 2, 4, 8),
+    "fused MLP fp32 3/SM 2 rows 8 warps": (False, 3, 2, 8),
     "fused MLP int64 1/SM 2 rows 8 warps": (True, 1, 2, 8),
     "fused MLP int64 2/SM 2 rows 8 warps": (True, 2, 2, 8),
     "fused MLP int64 1/SM 4 rows 8 warps": (True, 1, 4, 8),
