@@ -9,10 +9,10 @@
 #   INT8=1 TESTS=0 bash bench/pending/mlp_chain.sh   (then the int8 chain: --int8, its
 #       base "... 8 splits 4 rows", the same variants over int8 rows; ~2 min more)
 #
-# One call (about 3 minutes warm; timeout_s 600): the GPU tests (the kernel against the
-# reference composition, three 1.1B-shaped layers replayed in a CUDA graph, plain and
-# dependent, both accumulators; the chain's variants), then the fp16 chain, 60 rounds in
-# turns: the base ("dependent + join + attention-o joined 4 splits 4 rows", the library's
+# One call (about 3 minutes warm; timeout_s 600): the GPU tests in three lanes (the
+# kernel against the reference composition, three 1.1B-shaped layers replayed in a CUDA
+# graph, plain and dependent, both accumulators; the chain's variants), then the fp16
+# chain, 60 rounds in turns: the base ("dependent + join + attention-o joined 4 splits 4 rows", the library's
 # fp16 configuration), the fused MLP with an fp32 accumulator at 5 grids and an int64
 # (fixed point) one at 3, "nothing changed" last; each variant's ratio to the base.
 # Decide: a fused variant at <= 0.985 of the base with "nothing changed" within 0.3% of 1
@@ -32,11 +32,17 @@ fi
 export PYTHONPATH=/tmp/site:.
 nvidia-smi --query-gpu=name,clocks.sm,temperature.gpu,driver_version --format=csv,noheader
 date -u +%T
+lane() {  # lane cores name test-file [-m ...]: its GPU tests on those cores, a log
+  timeout 200 taskset -c $1 python3 -m pytest $3 "${@:4}" -q -p no:cacheprovider \
+      -p no:logging --tb=short > "$OUT/t-$2.log" 2>&1
+  echo "$3 ${*:4} rc $? $(tail -1 "$OUT/t-$2.log")"
+}
 if [ "${TESTS:-1}" = 1 ]; then  # TESTS=0: the chain alone (a second call's int8 run)
-  timeout 240 python3 -m pytest -q -x -p no:cacheprovider -p no:logging --tb=short \
-      tests/targets/aoti/test_mlp_triton.py tests/bench/test_decode_chain_mlp.py \
-      > "$OUT/tests.log" 2>&1
-  echo "tests rc $? $(tail -1 "$OUT/tests.log")"
+  # three lanes: each test compiles its own kernels (some 60 in all)
+  lane 0-5 small tests/targets/aoti/test_mlp_triton.py -m "not cuda" &
+  lane 6-10 layers tests/targets/aoti/test_mlp_triton.py -m cuda &
+  lane 11-15 chain tests/bench/test_decode_chain_mlp.py &
+  wait
   date -u +%T
 fi
 BASE="dependent + join + attention-o joined 4 splits 4 rows"
