@@ -17,8 +17,7 @@ past rows read before or after it, its join in the split kernel, and the small p
 block configuration, and weights prefetched into L2 from a side branch of the graph
 (decode_chain_prefetch.py); a product as a row loop (decode_chain_rowloop.py) or split
 along K (decode_chain_split.py: a configuration that is a launch of its own), or a flag in place
-of the wait at a boundary (decode_chain_flag.py), or gate/up and down as one launch
-(decode_chain_mlp.py). Each variant's outputs are compared with the same kernels' plain
+of the wait at a boundary (decode_chain_flag.py). Each variant's outputs are compared with the same kernels' plain
 launches: a dependent launch that read before the kernel before had written would differ
 ("plain + join": what the join alone changes, a rounding).
 "As built" is the configuration a built library runs (gemv_config's plain one: no columns
@@ -118,9 +117,6 @@ def step(made: dict, hidden: torch.Tensor, pdl: bool, configs: dict,
                 h = mlp(att.view(1, 1, HIDDEN), h, layer, norm, pdl)
                 continue
             o = gemv("o", att.view(1, 1, HIDDEN), layer["o"], residual=h)
-        if callable(configs.get("gate_up_down")):  # one launch (decode_chain_mlp.py)
-            h = configs["gate_up_down"](o, layer, norm, pdl)
-            continue
         gated = gemv("gate_up", o, layer["gate_up"], norm=norm, act=1)
         h = gemv("down", gated, layer["down"], residual=o)
     out = gemv("head", h, made["head"], norm=norm)
@@ -150,16 +146,13 @@ def per_kernel(calls, layers: int | None = None) -> tuple[dict, dict]:
             sequence.append((event.time_range.start, name, 0, event.time_range.end))
     if not layers:
         return found, {}
-    # a layer of five kernels, four (the attention and o one launch) or three (and
-    # gate/up and down one launch)
+    # a layer of five kernels, or four (the attention and o one launch)
     return found, (own_by_place(sorted(sequence), layers)
-                   or own_by_place(sorted(sequence), layers, FOUR_PLACES)
-                   or own_by_place(sorted(sequence), layers, THREE_PLACES))
+                   or own_by_place(sorted(sequence), layers, FOUR_PLACES))
 
 
 PLACES = ("qkv", "attention", "o", "gate_up", "down")
 FOUR_PLACES = ("qkv", "attention+o", "gate_up", "down")
-THREE_PLACES = ("qkv", "attention+o", "gate_up+down")
 
 
 def own_by_place(sequence: list, layers: int, places: tuple = PLACES) -> dict:
@@ -234,7 +227,6 @@ def variants(best: Path | None = None, int8: bool = False) -> dict:
     from bench.decode_attention_o import attention_o_variants
     from bench.decode_attention_short import short_variants
     from bench.decode_chain_flag import flag_variants
-    from bench.decode_chain_mlp import mlp_variants
     from bench.decode_chain_persistent import persistent_variants
     from bench.decode_chain_prefetch import prefetch_variants
     from bench.decode_chain_rowloop import row_loop_variants
@@ -296,8 +288,6 @@ def variants(best: Path | None = None, int8: bool = False) -> dict:
             **short_variants(default),
             # a layer's attention and o as one launch
             **joined_o,
-            # and its gate/up and down as one launch
-            **mlp_variants(joined_o, sms),
             # ending with the token: torch's argmax after the head, or inside its kernel
             **argmax_variants(default)}
 

@@ -2,8 +2,7 @@
 own bytes, and the decode speed against the memory-bandwidth bound.
 
     python bench/decode_step_cuda.py --out DIR --builds fp16[,fp16-int8-weight,...]
-        [--variant before|after|rows-written|flags-off|inputs-copied|int4-split|mlp-fused]
-        [--ncu]
+        [--variant before|after|rows-written|flags-off|inputs-copied|int4-split] [--ncu]
         [--validate]
         [--build-only | --measure-only]
 
@@ -13,8 +12,7 @@ written by the runtime after the step, ``flags-off`` without the greedy token in
 head's kernel, with each attention and o as two launches and the rows written by the
 runtime; ``inputs-copied`` with the step's next token and position copied and added by
 the runtime after the head's token kernel (not written by it); ``int4-split`` with torch's
-argmax after the head and each attention and o as two launches at int4 weights;
-``mlp-fused`` with each layer's gate/up and down as one launch),
+argmax after the head and each attention and o as two launches at int4 weights),
 ``exporter bench``'s decode tokens/s
 (no baselines: 128-token prompt, 128 new tokens, median of 3 runs after a warm-up), the
 decode CUDA graph's replay time (CUDA events, median of 200 calls one at a time, and a
@@ -66,16 +64,13 @@ ROW_KERNELS = ("row_gemv_kernel", "row_loop_kernel", "split_gemv_kernel", "pipe_
 # "inputs-copied" with the step's next inputs copied and added after the head's token
 # kernel, not written by it (the target before advance_inputs was on);
 # "int4-split" with torch's argmax after the head and the attention and o as two
-# launches at int4 weights (the target before int4_fused was on); "mlp-fused" with each
-# layer's gate/up and down as one launch (Generation.mlp_fused, off in the target)
-VARIANTS = ("before", "after", "rows-written", "flags-off", "inputs-copied", "int4-split",
-            "mlp-fused")
+# launches at int4 weights (the target before int4_fused was on)
+VARIANTS = ("before", "after", "rows-written", "flags-off", "inputs-copied", "int4-split")
 FLAGS = {"rows-written": {"store_rows": False},
          "flags-off": {"next_token": False, "attention_o": False,
                        "store_rows": False, "advance_inputs": False},
          "inputs-copied": {"advance_inputs": False},
-         "int4-split": {"int4_fused": False},
-         "mlp-fused": {"mlp_fused": True}}  # Generation's fields
+         "int4-split": {"int4_fused": False}}  # Generation's fields
 BUILDS = {"fp16": dict(dtype="fp16"),
           "fp16-int8-weight": dict(dtype="fp16", quantize="int8-weight", min_top1=0.5),
           # random weights' flat logits: int4's rounding alone flips most near-ties, more

@@ -28,7 +28,6 @@ from targets.aoti.passes.attention_views import AttentionInputsAsViews
 from targets.aoti.passes.conv_gemms import ConvsAsGemmsByTiming
 from targets.aoti.passes.decode_kernels import DecodeAttentionAsKernel, RowLinearsAsKernels
 from targets.aoti.passes.depthwise_convs import DepthwiseConvsAsTaps
-from targets.aoti.passes.gated_mlp import PromptDownsTransposed
 from targets.aoti.passes.depthwise_kernel import DepthwiseConvsByTiming
 from targets.aoti.passes.gelu_epilogues import TanhGeluAsGemmEpilogue
 from targets.aoti.passes.group_norms import OneGroupNormsInPixelOrder
@@ -119,16 +118,11 @@ class CudaTarget(AOTInductorTarget):
         # a decode step's products and attention as our Triton kernels, the rest of the
         # one-row linears as Inductor's reductions (passes/decode_kernels.py), but a
         # plain build's lone one-row linears on cuBLAS where it times faster
-        mlp_fused = self.generation.mlp_fused
         decode = [DecodeAttentionAsKernel(store_rows=self.generation.store_rows),
                   RowLinearsAsKernels(attention_o=self.generation.attention_o,
                                       advance_inputs=self.generation.advance_inputs,
-                                      int4=self.generation.int4_fused, mlp_fused=mlp_fused,
-                                      exact=options.deterministic)
+                                      int4=self.generation.int4_fused)
                   ] if decode_ops.TRITON else []
-        # a fused MLP's down weight stored transposed: the prompt program reads that copy
-        prompt = [PromptDownsTransposed()] if decode and mlp_fused and \
-            options.shared_weights else []
         # not in generating builds (measured on plain ones): a decode step's one-row fc1
         # keeps its row kernel, its attention its decode kernel
         plain = not options.shared_weights
@@ -141,7 +135,7 @@ class CudaTarget(AOTInductorTarget):
         return [*passes, PatchConvsAsMatmuls(), LinearsAlignedByPadding(),
                 DepthwiseConvsAsTaps(), GroupedConvsAsBatchedGemms(),
                 *epilogue, *written, OneGroupNormsInPixelOrder(), AttentionInputsAsViews(),
-                *cublas, *prompt, *decode, *kernels,
+                *cublas, *decode, *kernels,
                 SingleRowLinearsAsReductions()]
 
     def lowering_fixes(self, options: LowerOptions) -> contextlib.AbstractContextManager:

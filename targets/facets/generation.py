@@ -44,11 +44,6 @@ class Generation:
     # off, an int4 build keeps torch's argmax and the attention and o as two launches
     # (a width of its own: its kernels switch on only where a target timed them)
     int4_fused: bool = False
-    # Each decode layer's gate/up and down products (+ residual) as one launch, down split
-    # along the intermediate width into sums its programs add up (targets/aoti/passes/
-    # gated_mlp.py), down's weight stored transposed for every entry point: where the
-    # target's kernels can (cuda), over float rows
-    mlp_fused: bool = False
 
     def __post_init__(self) -> None:
         if self.step_attention not in STEP_ATTENTION:  # a target's own declaration

@@ -7,9 +7,7 @@ mutates them), ``edge_exporter::decode_attention`` and
 buffers it reads: an op of its own that says it mutates them, so a step that does not
 store gets no copy of its cache), ``edge_exporter::decode_attention_o`` (an attention
 and o's product after it, one launch) and ``edge_exporter::decode_attention_o_store``
-(the same, storing the new row as decode_attention_store does) and
-``edge_exporter::gated_mlp`` (a gated MLP's gate/up and down products, one launch) (their
-math: reference.py).
+(the same, storing the new row as decode_attention_store does) (their math: reference.py).
 
 Where Triton is installed they are ``torch.library.triton_op``s: torch.export keeps them as
 one node each, and AOTInductor traces into them and compiles their Triton kernels into the
@@ -34,7 +32,6 @@ DECODE_ATTENTION = f"{NAMESPACE}::decode_attention"
 DECODE_ATTENTION_STORE = f"{NAMESPACE}::decode_attention_store"
 DECODE_ATTENTION_O = f"{NAMESPACE}::decode_attention_o"
 DECODE_ATTENTION_O_STORE = f"{NAMESPACE}::decode_attention_o_store"
-GATED_MLP = f"{NAMESPACE}::gated_mlp"
 _STORED = ("past_k", "past_v")  # what the store forms write
 _ADVANCED = ("input_ids", "positions")  # what the advancing head writes
 TRITON = importlib.util.find_spec("triton") is not None
@@ -138,23 +135,6 @@ def _decode_attention_o_store(query: torch.Tensor, past_k: torch.Tensor,
                                      flags, slot, reset, positions=positions)
 
 
-def _gated_mlp(x: torch.Tensor, gate_up: torch.Tensor, down_t: torch.Tensor,
-               norm_weight: torch.Tensor | None, residual: torch.Tensor | None, eps: float,
-               offset: float, act: int, acc: torch.Tensor,
-               counts: torch.Tensor) -> torch.Tensor:
-    """gate/up (norm, activation) and down (+ residual) in one launch, down's rows given
-    transposed; ``acc`` (float32 or int64 zeros, a column of down's output each) and
-    ``counts`` (int32 zeros): what its programs add their sums into and count in on,
-    left at zero (kernels/mlp_triton.py)."""
-    from targets.aoti.kernels.mlp_triton import launch_gated_mlp
-    return launch_gated_mlp(x, gate_up, down_t, norm_weight, residual, eps, offset, act,
-                            acc, counts)
-
-
-def _mlp_shape(x, gate_up, down_t, *rest):
-    return x.new_empty((*x.shape[:-1], down_t.shape[1]))
-
-
 def _o_shape(query, past_k, new_k, past_v, new_v, mask, scale, cache_ahead, counts, weight,
              weight_scale, residual, *rest):
     return residual.new_empty((*residual.shape[:-1], weight.shape[0]))
@@ -182,8 +162,6 @@ def _define() -> None:
         stored = torch.library.triton_op(DECODE_ATTENTION_O_STORE, _decode_attention_o_store,
                                          mutates_args=_STORED)
         stored.register_kernel("cpu", reference.decode_attention_o_store)
-        mlp = torch.library.triton_op(GATED_MLP, _gated_mlp, mutates_args=())
-        mlp.register_kernel("cpu", reference.gated_mlp)
         return
     row = torch.library.custom_op(ROW_GEMV, mutates_args=(),
                                   schema=torch.library.infer_schema(_row_gemv,
@@ -228,10 +206,6 @@ def _define() -> None:
         schema=torch.library.infer_schema(_decode_attention_o_store, mutates_args=_STORED))(
         reference.decode_attention_o_store)
     stored.register_fake(_o_shape)
-    mlp = torch.library.custom_op(
-        GATED_MLP, mutates_args=(),
-        schema=torch.library.infer_schema(_gated_mlp, mutates_args=()))(reference.gated_mlp)
-    mlp.register_fake(_mlp_shape)
 
 
 _define()
@@ -242,4 +216,3 @@ decode_attention = torch.ops.edge_exporter.decode_attention.default
 decode_attention_store = torch.ops.edge_exporter.decode_attention_store.default
 decode_attention_o = torch.ops.edge_exporter.decode_attention_o.default
 decode_attention_o_store = torch.ops.edge_exporter.decode_attention_o_store.default
-gated_mlp = torch.ops.edge_exporter.gated_mlp.default

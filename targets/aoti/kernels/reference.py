@@ -19,10 +19,6 @@ a NaN is the largest, the first NaN wins: torch.argmax's rules).
 ``row_gemv_argmax_advance``: ``row_gemv_argmax``, then the token written into the step's
 ``input_ids`` and one added to its ``positions``, in place.
 
-``gated_mlp``: a gated MLP's two products as one op: ``row_gemv`` over gate/up rows with
-the norm and the activation, then over down's rows given transposed (``down_t`` [I, N])
-with the residual.
-
 ``decode_attention``: one query row over ``cat(past, new)`` keys and values with an
 additive mask, grouped-query heads (head h reads key/value head h // (H / KVH)), as
 ``scaled_dot_product_attention(q, cat(pk, nk), cat(pv, nv), mask, scale=s, enable_gqa)``.
@@ -113,15 +109,6 @@ def int4_weight(packed: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
 def row_gemv_shape(x: torch.Tensor, weight: torch.Tensor, act: int) -> torch.Size:
     width = weight.shape[0] // 2 if act else weight.shape[0]
     return torch.Size((*x.shape[:-1], width))
-
-
-def gated_mlp(x: torch.Tensor, gate_up: torch.Tensor, down_t: torch.Tensor,
-              norm_weight: torch.Tensor | None, residual: torch.Tensor | None, eps: float,
-              offset: float, act: int, acc: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
-    """``row_gemv(row_gemv(x, gate_up, norm=norm_weight, act), down_t.T, residual)``;
-    ``acc`` and ``counts``: the GPU kernel's join buffers, unused here."""
-    gated = row_gemv(x, gate_up, None, norm_weight, None, eps, offset, act)
-    return row_gemv(gated, down_t.t(), None, None, residual, 0.0, 0.0, 0)
 
 
 def decode_attention(query: torch.Tensor, past_k: torch.Tensor, new_k: torch.Tensor,

@@ -11,7 +11,6 @@
             a greedy step's token in its head's epilogue (decode_argmax.py), and its
             next inputs written there too, where the target asks
             an attention and o as one launch, where the target asks (attention_o.py)
-            gate/up and down as one launch, where the target asks (gated_mlp.py)
 
     before: sdpa(q, cat(past_k, k), cat(past_v, v), mask)   (two copies of the cache,
     after:  decode_attention(q, past_k, k, past_v, v, mask)  SDPA and its reduction)
@@ -44,7 +43,6 @@ from targets.aoti.passes.decode_patterns import (match_decode_attention, match_g
                                                  match_residual, unwritten_input, val)
 from targets.aoti.passes.decode_rotary import match_rotary
 from targets.aoti.passes.decode_stored import stored_once
-from targets.aoti.passes.gated_mlp import join_gate_up_with_down
 from targets.aoti.passes.row_linears import _one_row, _plain_float
 
 _LINEAR = torch.ops.aten.linear.default
@@ -56,7 +54,7 @@ class RowLinearsAsKernels:
     required = False
 
     def __init__(self, attention_o: bool = False, advance_inputs: bool = False,
-                 int4: bool = False, mlp_fused: bool = False, exact: bool = False) -> None:
+                 int4: bool = False) -> None:
         # each attention and o's product after it as one launch where the target asks
         # (Generation.attention_o: passes/attention_o.py); the greedy token's kernel
         # writing the step's next inputs (Generation.advance_inputs: decode_argmax.py);
@@ -64,15 +62,11 @@ class RowLinearsAsKernels:
         self.attention_o = attention_o
         self.advance_inputs = advance_inputs
         self.int4 = int4
-        # each gated MLP as one launch (Generation.mlp_fused: passes/gated_mlp.py), its
-        # sums added exactly (in any order the same result) where ``exact``
-        self.mlp_fused, self.exact = mlp_fused, exact
 
     def __call__(self, program: ExportedProgram) -> PassResult:
         return rewrite_and_recapture(
             program, lambda module: _rewrite_linears(module, self.attention_o,
-                                                     self.advance_inputs, self.int4,
-                                                     self.mlp_fused, self.exact),
+                                                     self.advance_inputs, self.int4),
             "linears_as_kernels")
 
 
@@ -92,8 +86,7 @@ class DecodeAttentionAsKernel:
 
 
 def _rewrite_linears(module: torch.fx.GraphModule, attention_o: bool = False,
-                     advance_inputs: bool = False, int4: bool = False,
-                     mlp_fused: bool = False, exact: bool = False) -> dict:
+                     advance_inputs: bool = False, int4: bool = False) -> dict:
     counts = {"linears_as_kernels": 0, "int8_linears": 0, "int4_linears": 0,
               "norms_folded": 0, "gated_folded": 0, "residuals_folded": 0, "rotary_folded": 0}
     # export's dtype asserts (of the model's and torchao's .to() calls) are extra uses of
@@ -140,8 +133,6 @@ def _rewrite_linears(module: torch.fx.GraphModule, attention_o: bool = False,
     module.graph.eliminate_dead_code()  # the linears replaced: o alone reads its row
     if attention_o:  # the choice is made only where asked: the key stays absent otherwise
         counts["attention_o"] = join_attention_with_o(module, int4)
-    if mlp_fused:  # the choice is made only where asked: the key stays absent otherwise
-        counts["mlp_fused"] = join_gate_up_with_down(module, exact)
     module.recompile()
     return counts
 
