@@ -104,7 +104,7 @@ def test_artifact_for_a_newer_gpu_is_refused(cuda_builds, tmp_path):
 
 def test_bench_on_gpu_uses_cuda_events(cuda_builds, cli, tmp_path):
     out, _ = cuda_builds["mlp"]
-    result = cli("bench", str(out), "--runs", "100", "--json")
+    result = cli("bench", str(out), "--runs", "100", "--compile", "--json")
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
     assert data["timer"] == "cuda-events" and data["cuda_graphs"] is True
@@ -120,7 +120,25 @@ def test_bench_on_gpu_uses_cuda_events(cuda_builds, cli, tmp_path):
     assert "cuda-events" in text
 
 
+def test_the_lock_pins_the_cuda_torch_build(cuda_builds):
+    """A bundle's lock names the CUDA torch the artifact was built with, and PyTorch's
+    index for it (pip finds +cuNNN builds nowhere else)."""
+    from exporter.ship.lock import lock_for
+    out, _ = cuda_builds["mlp"]
+    lock = lock_for([(out.name, runtime.read_manifest(out))]).lines()
+    assert f"torch=={torch.__version__}" in lock, lock
+    if "+cu" in torch.__version__:
+        assert any(line.startswith("--extra-index-url") for line in lock)
+
+
 def test_package_locks_the_cuda_torch_build(cuda_builds, cli, tmp_path):
+    """``exporter package`` downloads the lock's wheels: only where the indexes answer
+    (the GPU machine reaches none)."""
+    import socket
+    try:
+        socket.getaddrinfo("download.pytorch.org", 443)
+    except OSError:
+        pytest.skip("download.pytorch.org cannot be reached from here")
     out, _ = cuda_builds["mlp"]
     result = cli("package", str(out), "--out", str(tmp_path / "gpu.tar.gz"), "--json")
     assert result.returncode == 0, result.stderr
