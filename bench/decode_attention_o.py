@@ -10,12 +10,9 @@ changed" (the base again, a graph of its own: the spread between two equal graph
 "+ K/V rows stored" (the store form a build runs: the step's new rows written into the
 cache's last slot, which the chain's mask hides, so every replay reads the same cache).
 
-In the 22-layer chain on the H200 the joined launch with 4 blocks of 128 slots and o 4
-rows a program was 0.973 of "dependent + join" at fp16 (attention and o 5.8 us a layer
-against 6.95), 8 blocks 0.970 at int8; with 16 blocks of 32 slots it gained little
-(0.987-1.000). A fused form (o split by key/value head, each program computing its
-head's whole attention again) lost 14-50% and is gone. The registers of the library's
-kernel compiled for sm_90a: bench/int4_fused_ptx.py.
+What each configuration measured in the 22-layer chain, and the fused form (o split by
+key/value head) that lost: bench/RESULTS.md, sessions 75, 76 and 79. The registers of the
+library's kernel compiled for sm_90a: bench/int4_fused_ptx.py.
 """
 
 from __future__ import annotations
