@@ -1,0 +1,329 @@
+"""A decode layer's q/k/v product, attention and o (+ residual) as one launch: a 1-D grid
+of [q/k/v's row programs][the attention's blocks][o's row programs]. Not an op yet: a
+timing script's kernel (bench/decode_chain_qkv.py) until the 22-layer chain decides.
+
+q/k/v programs compute their rows as the library's q/k/v launch does (triton_kernels.py's
+row pieces: the RMSNorm folded in, the rotary embedding of q's and k's rows in the
+epilogue; their first AHEAD columns of weights loaded before the launch's wait), store
+them, and count in on their key/value head's counter. Program p takes the rows of head
+group p // PER in turn (PER = (G + 2) x D / BLOCK_Q programs a group: the group's G query
+heads, then its key row, then its value row), so the first group's attention can start
+while the later groups' rows are computed. The attention's blocks
+(attention_o_triton.py's, decode_attention.py's pieces) spin until their group's PER
+programs have counted in, then run as in attention_o_triton.py, reading q and the new
+key and value from the stored rows; o's programs as there: Wo's rows loaded before the
+wait, a spin until every key/value head has joined.
+
+Why no spin waits forever: a program waits only on programs of a lower index (an
+attention block on q/k/v programs, an o program on the attention's), and a q/k/v
+program waits on nothing of this launch. A GPU dispatches a 1-D grid's programs in the
+order of their index (NVIDIA hardware does; CUDA does not promise it), so whatever a
+spinning program waits on is resident or done. Beyond that, at the ~1.1B's shape the
+whole grid is resident at once on an H200 in CONFIG (resident_programs(): registers and
+warps from the offline sm_90a compile, bench/decode_chain_qkv.py's ``__main__``), so
+the order does not matter there: 2,560 q/k/v rows 16 a program (160) + 4 x 4 attention
+blocks + 2,048 o rows 4 a program (512) = 688 programs of 4 warps; the library's 4 rows
+a program for q/k/v too would be 1,168, past what 132 SMs hold (5 or 6 a SM). A
+configuration keeps the property where resident_programs() >= its grid. The kernel after
+it starts only once every program of this one has (each triggers it at its start), and
+the kernel before ends before any count or spin (both come after the wait). Past 2^20
+polls a spin traps (attention_o_triton._poll): the step fails, never returns wrong
+numbers. Under Triton's interpreter programs run one after another in order.
+
+Counters: one slot of ``flags`` (attention_o_slots: SLOTS slots of STRIDE int32s, each
+its own 128-byte line) a launch: its int32 0 the attention's flag (o's spin), 1 + kvh
+head kvh's q/k/v count. Program 0, after its wait, zeroes the whole ``reset`` slot, the
+next launch's (flag_slots); the join's ``counts`` are left at zero as there.
+The stored rows are read with plain loads by the library's pieces: the spin's acquire at
+gpu scope and the CTA barrier after it order them after the counts' release, past this
+SM's L1 (as attention_o_triton.py's int4 o rows read the attention's output).
+Float rows only (fp16/bf16/fp32), no bias; ``positions``: the store form (the new key
+and value written into the past buffers at slot ``position % slots``).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from targets.aoti.kernels.attention_o_slots import SLOTS, STRIDE
+from targets.aoti.kernels.attention_o_triton import _poll
+from targets.aoti.kernels.decode_attention import _attention_block, _join_heads, _store_row
+from targets.aoti.kernels.dependent_launch import launcher
+from targets.aoti.kernels.row_parts import _block_rows, _column_sums, _finish, _first_columns
+
+_STRIDE = tl.constexpr(STRIDE)
+# (q/k/v rows a program, their columns loaded ahead, columns a step after, blocks of slots
+# a key/value head, o's rows a program, warps): the whole grid resident at the ~1.1B's
+CONFIG = (16, 256, 256, 4, 4, 4)
+
+
+@triton.jit
+def _qkv_block(pid, G: tl.constexpr, KVH: tl.constexpr, D: tl.constexpr,
+               BLOCK_Q: tl.constexpr):
+    """(the row block, in _block_rows' numbering, that program ``pid`` computes; its key/
+    value head): a head group's query rows, then its key rows, then its value rows."""
+    PER: tl.constexpr = (G + 2) * D // BLOCK_Q
+    QB: tl.constexpr = G * D // BLOCK_Q  # a group's blocks of query rows
+    HB: tl.constexpr = D // BLOCK_Q  # a head's blocks
+    group = pid // PER
+    i = pid % PER
+    block = tl.where(i < QB, group * QB + i,
+                     tl.where(i < QB + HB, KVH * QB + group * HB + (i - QB),
+                              KVH * (QB + HB) + group * HB + (i - QB - HB)))
+    return block, group
+
+
+@triton.jit
+def _qkv_rows(x_ptr, w_ptr, nw_ptr, cos_ptr, sin_ptr, qkv_ptr, flags_ptr, count_ptr, pid,
+              reset, EPS: tl.constexpr, OFFSET: tl.constexpr, K: tl.constexpr,
+              HAS_NORM: tl.constexpr, ROT_ROWS: tl.constexpr, G: tl.constexpr,
+              KVH: tl.constexpr, D: tl.constexpr, BLOCK_Q: tl.constexpr,
+              BLOCK_KQ: tl.constexpr, AHEAD: tl.constexpr, GDC: tl.constexpr):
+    """A q/k/v program: its rows as triton_kernels._row_gemv computes them, stored, then
+    counted in on its head's counter (``count_ptr`` + head)."""
+    NQ: tl.constexpr = (G + 2) * KVH * D
+    block, group = _qkv_block(pid, G, KVH, D, BLOCK_Q)
+    rows = _block_rows(block, BLOCK_Q, ROT_ROWS, D)
+    row_ok = rows < NQ
+    y, u, square_sum = _first_columns(x_ptr, w_ptr, nw_ptr, rows, row_ok, OFFSET, NQ, K,
+                                      BLOCK_Q, HAS_NORM, 0, AHEAD, GDC)
+    if pid == 0:  # past its wait: every launch before this one has ended
+        tl.store(flags_ptr + reset * _STRIDE + tl.arange(0, _STRIDE), 0)
+    y_rest, up, squares = _column_sums(x_ptr, w_ptr, nw_ptr, rows, row_ok, OFFSET, NQ, K,
+                                       BLOCK_Q, BLOCK_KQ, HAS_NORM, 0, AHEAD, False)
+    # no bias, residual or scales: their pointers are never read
+    y = _finish(y + y_rest, u, up, square_sum + squares, w_ptr, x_ptr, w_ptr, cos_ptr,
+                sin_ptr, rows, row_ok, EPS, NQ, K, False, HAS_NORM, 0, False, False,
+                BLOCK_Q, ROT_ROWS, D)
+    tl.store(qkv_ptr + rows, y.to(qkv_ptr.dtype.element_ty), mask=row_ok)
+    tl.debug_barrier()  # every thread's stores before the count
+    tl.atomic_add(count_ptr + group, 1, sem="acq_rel", scope="gpu")
+
+
+@triton.jit
+def _o_rows(att_ptr, w_ptr, r_ptr, out_ptr, flag_ptr, block, N: tl.constexpr,
+            K: tl.constexpr, KVH: tl.constexpr, BLOCK_N: tl.constexpr, POLL: tl.constexpr,
+            GDC: tl.constexpr):
+    """o's rows (float rows): Wo's whole rows before the wait, the residual after it,
+    then the spin until every key/value head has joined, and the attention's output."""
+    rows = block * BLOCK_N + tl.arange(0, BLOCK_N)
+    row_ok = rows < N
+    cols = tl.arange(0, K)
+    w = tl.load(w_ptr + rows[:, None] * K + cols[None, :], mask=row_ok[:, None], other=0.0,
+                eviction_policy="evict_first")
+    if GDC:
+        tl.extra.cuda.gdc_wait()
+    residual = tl.load(r_ptr + rows, mask=row_ok, other=0.0).to(tl.float32)
+    _poll(flag_ptr, KVH, POLL)
+    # .cg: other programs of this launch wrote it; read past this SM's L1
+    x = tl.load(att_ptr + cols, cache_modifier=".cg").to(tl.float32)
+    y = tl.sum(w.to(tl.float32) * x[None, :], axis=1) + residual
+    tl.store(out_ptr + rows, y.to(out_ptr.dtype.element_ty), mask=row_ok)
+
+
+@triton.jit
+def _attention_rows(qkv_ptr, pk_ptr, pv_ptr, mask_ptr, m_ptr, l_ptr, acc_ptr, counts_ptr,
+                    att_ptr, flag_ptr, count_ptr, pos_ptr, block, spk_h, spk_s, spv_h, spv_s,
+                    sm, SCALE: tl.constexpr, S: tl.constexpr, D: tl.constexpr,
+                    G: tl.constexpr, KVH: tl.constexpr, SPLITS: tl.constexpr,
+                    BLOCK_S: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr,
+                    IEEE: tl.constexpr, JOIN_G: tl.constexpr, BLOCK_J: tl.constexpr,
+                    BLOCK_Q: tl.constexpr, POLL: tl.constexpr, GDC: tl.constexpr,
+                    STORE: tl.constexpr):
+    """An attention block (``block`` of KVH x SPLITS): after the wait, the spin until its
+    head group's q/k/v rows are stored; then attention_o_triton.py's block and join."""
+    kvh = block // SPLITS
+    nk_ptr = qkv_ptr + G * KVH * D  # the stored rows: q's heads, then k's, then v's
+    nv_ptr = nk_ptr + KVH * D
+    if GDC:
+        tl.extra.cuda.gdc_wait()
+    _poll(count_ptr + kvh, (G + 2) * D // BLOCK_Q, POLL)
+    _attention_block(qkv_ptr, pk_ptr, pv_ptr, mask_ptr, m_ptr, l_ptr, acc_ptr, kvh,
+                     block % SPLITS, D, spk_h, spk_s, spv_h, spv_s, sm, SCALE, S, D, G,
+                     SPLITS, BLOCK_S, BLOCK_G, BLOCK_D, IEEE, False, False)
+    tl.debug_barrier()  # every thread's stores before the count
+    seen = tl.atomic_add(counts_ptr + kvh, 1, sem="acq_rel", scope="gpu")
+    if seen == SPLITS - 1:
+        _join_heads(qkv_ptr, nk_ptr, nv_ptr, mask_ptr, m_ptr, l_ptr, acc_ptr, att_ptr, kvh,
+                    D, D, D, sm, SCALE, S, D, G, SPLITS, JOIN_G, BLOCK_J, BLOCK_D)
+        tl.store(counts_ptr + kvh, 0)
+        tl.debug_barrier()  # the head's output stored before the flag counts it
+        tl.atomic_add(flag_ptr, 1, sem="release", scope="gpu")
+        if STORE:  # every block of this head read its past rows before counting in
+            _store_row(pk_ptr, nk_ptr, pv_ptr, nv_ptr, pos_ptr, kvh, spk_h, spk_s, D, spv_h,
+                       spv_s, D, S, D, BLOCK_D)
+
+
+@triton.jit
+def _qkv_attention_o(x_ptr, wq_ptr, nw_ptr, cos_ptr, sin_ptr, qkv_ptr, pk_ptr, pv_ptr,
+                     mask_ptr, m_ptr, l_ptr, acc_ptr, counts_ptr, att_ptr, flags_ptr,
+                     wo_ptr, out_ptr, pos_ptr, slot, reset, spk_h, spk_s, spv_h, spv_s, sm,
+                     EPS: tl.constexpr, OFFSET: tl.constexpr, HIDDEN: tl.constexpr,
+                     HAS_NORM: tl.constexpr, ROT_ROWS: tl.constexpr,
+                     BLOCK_Q: tl.constexpr, BLOCK_KQ: tl.constexpr, AHEAD: tl.constexpr,
+                     SCALE: tl.constexpr, S: tl.constexpr, D: tl.constexpr,
+                     G: tl.constexpr, KVH: tl.constexpr, SPLITS: tl.constexpr,
+                     BLOCK_S: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr,
+                     IEEE: tl.constexpr, JOIN_G: tl.constexpr, BLOCK_J: tl.constexpr,
+                     N: tl.constexpr, BLOCK_N: tl.constexpr, POLL: tl.constexpr,
+                     GDC: tl.constexpr, STORE: tl.constexpr):
+    """HIDDEN: q/k/v's columns (the layer's input ``x_ptr``, also o's residual); N: o's
+    rows, over G x KVH x D columns."""
+    pid = tl.program_id(0)
+    if GDC:  # the next kernel may start as soon as every program here has
+        tl.extra.cuda.gdc_launch_dependents()
+    QP: tl.constexpr = (G + 2) * KVH * D // BLOCK_Q  # q/k/v's programs
+    AP: tl.constexpr = KVH * SPLITS  # the attention's
+    flag_ptr = flags_ptr + slot * _STRIDE  # the attention's flag, then the heads' counts
+    if pid < QP:
+        _qkv_rows(x_ptr, wq_ptr, nw_ptr, cos_ptr, sin_ptr, qkv_ptr, flags_ptr, flag_ptr + 1,
+                  pid, reset, EPS, OFFSET, HIDDEN, HAS_NORM, ROT_ROWS, G, KVH, D, BLOCK_Q,
+                  BLOCK_KQ, AHEAD, GDC)
+    elif pid < QP + AP:
+        _attention_rows(qkv_ptr, pk_ptr, pv_ptr, mask_ptr, m_ptr, l_ptr, acc_ptr,
+                        counts_ptr, att_ptr, flag_ptr, flag_ptr + 1, pos_ptr, pid - QP,
+                        spk_h, spk_s, spv_h, spv_s, sm, SCALE, S, D, G, KVH, SPLITS,
+                        BLOCK_S, BLOCK_G, BLOCK_D, IEEE, JOIN_G, BLOCK_J, BLOCK_Q, POLL,
+                        GDC, STORE)
+    else:
+        _o_rows(att_ptr, wo_ptr, x_ptr, out_ptr, flag_ptr, pid - QP - AP, N, G * KVH * D,
+                KVH, BLOCK_N, POLL, GDC)
+
+
+@triton.jit
+def qkv_attention_o_kernel(x_ptr, wq_ptr, nw_ptr, cos_ptr, sin_ptr, qkv_ptr, pk_ptr, pv_ptr,
+                           mask_ptr, m_ptr, l_ptr, acc_ptr, counts_ptr, att_ptr, flags_ptr,
+                           wo_ptr, out_ptr, pos_ptr, slot, reset, spk_h, spk_s, spv_h,
+                           spv_s, sm, EPS: tl.constexpr, OFFSET: tl.constexpr,
+                           HIDDEN: tl.constexpr, HAS_NORM: tl.constexpr,
+                           ROT_ROWS: tl.constexpr, BLOCK_Q: tl.constexpr,
+                           BLOCK_KQ: tl.constexpr, AHEAD: tl.constexpr,
+                           SCALE: tl.constexpr, S: tl.constexpr, D: tl.constexpr,
+                           G: tl.constexpr, KVH: tl.constexpr, SPLITS: tl.constexpr,
+                           BLOCK_S: tl.constexpr, BLOCK_G: tl.constexpr,
+                           BLOCK_D: tl.constexpr, IEEE: tl.constexpr, JOIN_G: tl.constexpr,
+                           BLOCK_J: tl.constexpr, N: tl.constexpr, BLOCK_N: tl.constexpr,
+                           POLL: tl.constexpr, STORE: tl.constexpr):
+    _qkv_attention_o(x_ptr, wq_ptr, nw_ptr, cos_ptr, sin_ptr, qkv_ptr, pk_ptr, pv_ptr,
+                     mask_ptr, m_ptr, l_ptr, acc_ptr, counts_ptr, att_ptr, flags_ptr, wo_ptr,
+                     out_ptr, pos_ptr, slot, reset, spk_h, spk_s, spv_h, spv_s, sm, EPS,
+                     OFFSET, HIDDEN, HAS_NORM, ROT_ROWS, BLOCK_Q, BLOCK_KQ, AHEAD, SCALE, S,
+                     D, G, KVH, SPLITS, BLOCK_S, BLOCK_G, BLOCK_D, IEEE, JOIN_G, BLOCK_J, N,
+                     BLOCK_N, POLL, False, STORE)
+
+
+@triton.jit
+def qkv_attention_o_kernel_gdc(x_ptr, wq_ptr, nw_ptr, cos_ptr, sin_ptr, qkv_ptr, pk_ptr,
+                               pv_ptr, mask_ptr, m_ptr, l_ptr, acc_ptr, counts_ptr, att_ptr,
+                               flags_ptr, wo_ptr, out_ptr, pos_ptr, slot, reset, spk_h,
+                               spk_s, spv_h, spv_s, sm, EPS: tl.constexpr,
+                               OFFSET: tl.constexpr, HIDDEN: tl.constexpr,
+                               HAS_NORM: tl.constexpr, ROT_ROWS: tl.constexpr,
+                               BLOCK_Q: tl.constexpr, BLOCK_KQ: tl.constexpr,
+                               AHEAD: tl.constexpr, SCALE: tl.constexpr, S: tl.constexpr,
+                               D: tl.constexpr, G: tl.constexpr, KVH: tl.constexpr,
+                               SPLITS: tl.constexpr, BLOCK_S: tl.constexpr,
+                               BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr,
+                               IEEE: tl.constexpr, JOIN_G: tl.constexpr,
+                               BLOCK_J: tl.constexpr, N: tl.constexpr,
+                               BLOCK_N: tl.constexpr, POLL: tl.constexpr,
+                               STORE: tl.constexpr):
+    _qkv_attention_o(x_ptr, wq_ptr, nw_ptr, cos_ptr, sin_ptr, qkv_ptr, pk_ptr, pv_ptr,
+                     mask_ptr, m_ptr, l_ptr, acc_ptr, counts_ptr, att_ptr, flags_ptr, wo_ptr,
+                     out_ptr, pos_ptr, slot, reset, spk_h, spk_s, spv_h, spv_s, sm, EPS,
+                     OFFSET, HIDDEN, HAS_NORM, ROT_ROWS, BLOCK_Q, BLOCK_KQ, AHEAD, SCALE, S,
+                     D, G, KVH, SPLITS, BLOCK_S, BLOCK_G, BLOCK_D, IEEE, JOIN_G, BLOCK_J, N,
+                     BLOCK_N, POLL, True, STORE)
+
+
+def resident_programs(registers: int, warps: int, shared: int, multiprocessors: int) -> int:
+    """Programs of ``warps`` warps, ``registers`` a thread and ``shared`` bytes that a
+    Hopper GPU holds at once: per SM at most 32 programs, 64 warps, 64K registers
+    (allocated 256 a warp) and 228 KiB of shared memory (1 KiB of it reserved a program)."""
+    per_warp = -(-registers * 32 // 256) * 256
+    by_shared = 228 * 1024 // (shared + 1024)
+    return multiprocessors * min(32, 64 // warps, 65536 // (per_warp * warps), by_shared)
+
+
+def grid_programs(qkv_rows: int, kv_heads: int, o_rows: int, config: tuple) -> int:
+    block_q, _, _, splits, block_n, _ = config
+    return qkv_rows // block_q + kv_heads * splits + triton.cdiv(o_rows, block_n)
+
+
+def _check(x, qkv_weight, o_weight, heads, kv_heads, dim, slots, flags, slot, reset,
+           config):
+    """ValueError where the launch cannot take these shapes or this config."""
+    block_q, ahead, block_kq, splits, block_n, warps = config
+    hidden, cols = x.shape[-1], heads * dim
+    if qkv_weight.dtype in (torch.int8, torch.uint8) or o_weight.dtype != qkv_weight.dtype:
+        raise ValueError("q/k/v and o in one launch take float rows of one dtype")
+    if tuple(qkv_weight.shape) != ((heads + 2 * kv_heads) * dim, hidden) or heads % kv_heads:
+        raise ValueError(f"q/k/v's rows {tuple(qkv_weight.shape)}: not {heads} + 2 x "
+                         f"{kv_heads} heads of {dim} over {hidden} columns")
+    if tuple(o_weight.shape) != (hidden, cols) or cols & (cols - 1) or cols > 4096 or slots > 512:
+        raise ValueError(f"o's row of {heads} x {dim} over {slots} slots is not joined")
+    if flags.numel() < SLOTS * STRIDE or not (0 <= slot < SLOTS and 0 <= reset < SLOTS) \
+            or kv_heads + 1 > STRIDE:
+        raise ValueError(f"flags: {SLOTS} slots of {STRIDE} int32s, slot/reset below {SLOTS}")
+    powers = (block_q, block_kq, block_n, warps) + ((ahead,) if ahead else ())
+    if min(splits, *powers) < 1 or any(p & (p - 1) for p in powers) or block_q < 2 \
+            or dim % block_q or (ahead and ahead < 16) or block_kq < 16:
+        raise ValueError(f"config {config}: (q/k/v rows a power of two dividing the head, "
+                         "columns ahead, columns a step, blocks of slots, o's rows, warps)")
+
+
+def launch_qkv_attention_o(x, qkv_weight, norm_weight, eps: float, offset: float,
+                           rotary_cos, rotary_sin, heads: int, past_k, past_v, mask,
+                           scale: float, counts, o_weight, flags, slot: int, reset: int,
+                           config: tuple, positions=None, pdl: bool = False):
+    """(o's output + ``x``, the stored q/k/v row): reference.row_gemv(x, ``qkv_weight``,
+    norm, rotary of q's and k's rows where ``rotary_cos`` is given) split into q, k and v
+    (``heads`` query heads, past_k's key/value heads), then
+    reference.decode_attention_o(..., o_weight, residual=x). ``counts`` int32 zeros, one
+    a key/value head (left at zero); ``flags`` int32, SLOTS x STRIDE, zeros before the
+    step's first launch (``slot`` counted on, ``reset`` zeroed: flag_slots).
+    ``positions``: the store form. ``config``: CONFIG's fields (explicit: no default)."""
+    kv_heads, slots, dim = past_k.shape[1], past_k.shape[2], past_k.shape[-1]
+    _check(x, qkv_weight, o_weight, heads, kv_heads, dim, slots, flags, slot, reset, config)
+    if positions is not None and (past_k.stride(-1) != 1 or past_v.stride(-1) != 1):
+        raise ValueError("storing the new row needs past rows of unit stride")
+    block_q, ahead, block_kq, splits, block_n, warps = config
+    hidden, rows, nq = x.shape[-1], o_weight.shape[0], qkv_weight.shape[0]
+    groups = heads // kv_heads
+    block_d = max(16, triton.next_power_of_2(dim))
+    join_g = triton.next_power_of_2(groups)
+    store = positions is not None
+    kernel, _ = launcher(qkv_attention_o_kernel, qkv_attention_o_kernel_gdc, x.device, pdl)
+    past_k, past_v = (t if t.stride(-1) == 1 else t.contiguous() for t in (past_k, past_v))
+    device = x.device
+    qkv = torch.empty((nq,), dtype=x.dtype, device=device)
+    tops = torch.empty((heads * splits,), dtype=torch.float32, device=device)
+    sums = torch.empty_like(tops)
+    accs = torch.empty((heads * splits, block_d), dtype=torch.float32, device=device)
+    att = torch.empty((heads * dim,), dtype=x.dtype, device=device)
+    out = torch.empty((*x.shape[:-1], rows), dtype=x.dtype, device=device)
+    rotary = rotary_cos is not None
+    dummy = qkv_weight  # an unused pointer argument (its branch is compiled out)
+    kernel((grid_programs(nq, kv_heads, rows, config),))(
+        x.reshape(hidden).contiguous(), qkv_weight.contiguous(),
+        dummy if norm_weight is None else norm_weight,
+        rotary_cos.reshape(-1).contiguous() if rotary else dummy,
+        rotary_sin.reshape(-1).contiguous() if rotary else dummy, qkv, past_k, past_v,
+        mask, tops, sums, accs, counts, att, flags, o_weight.contiguous(), out,
+        positions if store else counts, slot, reset, past_k.stride(1), past_k.stride(2),
+        past_v.stride(1), past_v.stride(2), mask.stride(-1),
+        EPS=float(eps), OFFSET=float(offset), HIDDEN=hidden,
+        HAS_NORM=norm_weight is not None, ROT_ROWS=(heads + kv_heads) * dim if rotary else 0,
+        BLOCK_Q=block_q, BLOCK_KQ=min(block_kq, triton.next_power_of_2(hidden)),
+        AHEAD=min(ahead, triton.next_power_of_2(hidden)), SCALE=float(scale), S=slots,
+        D=dim, G=groups, KVH=kv_heads, SPLITS=splits,
+        BLOCK_S=max(16, triton.next_power_of_2(triton.cdiv(slots, splits))),
+        BLOCK_G=max(16, triton.next_power_of_2(groups)), BLOCK_D=block_d,
+        IEEE=x.dtype == torch.float32, JOIN_G=join_g,
+        BLOCK_J=min(max(2, triton.next_power_of_2(splits)),
+                    max(2, 8192 // (join_g * block_d))),
+        N=rows, BLOCK_N=block_n, POLL=int(device.type == "cuda"), STORE=store,
+        num_warps=warps)
+    return out, qkv
