@@ -21,14 +21,15 @@ order of their index (NVIDIA hardware does; CUDA does not promise it), so whatev
 spinning program waits on is resident or done. Beyond that, at the ~1.1B's shape the
 whole grid is resident at once on an H200 in CONFIG (resident_programs(): registers and
 warps from the offline sm_90a compile, bench/decode_chain_qkv.py's ``__main__``), so
-the order does not matter there: 2,560 q/k/v rows 16 a program (160) + 4 x 4 attention
-blocks + 2,048 o rows 4 a program (512) = 688 programs of 4 warps; the library's 4 rows
-a program for q/k/v too would be 1,168, past what 132 SMs hold (5 or 6 a SM). A
-configuration keeps the property where resident_programs() >= its grid. The kernel after
-it starts only once every program of this one has (each triggers it at its start), and
-the kernel before ends before any count or spin (both come after the wait). Past 2^20
-polls a spin traps (attention_o_triton._poll): the step fails, never returns wrong
-numbers. Under Triton's interpreter programs run one after another in order.
+the order does not matter there: 2,560 q/k/v rows 8 a program (320) + 4 x 4 attention
+blocks + 2,048 o rows 8 a program (256) = 592 programs of 4 warps, 96 registers: 5 a
+SM, 660 on 132 SMs. The library's 4 rows a program for both would be 1,168 (o's 4 rows
+alone: 688 or more, past 660 at 88 registers or more). A configuration keeps the
+property where resident_programs() >= grid_programs() (the chain's CONFIGS do). The
+kernel after it starts only once every program of this one has (each triggers it at its
+start), and the kernel before ends before any count or spin (both come after the
+wait). Past 2^20 polls a spin traps (attention_o_triton._poll): the step fails, never
+returns wrong numbers. Under Triton's interpreter programs run one after another.
 
 Counters: one slot of ``flags`` (attention_o_slots: SLOTS slots of STRIDE int32s, each
 its own 128-byte line) a launch: its int32 0 the attention's flag (o's spin), 1 + kvh
@@ -55,8 +56,9 @@ from targets.aoti.kernels.row_parts import _block_rows, _column_sums, _finish, _
 
 _STRIDE = tl.constexpr(STRIDE)
 # (q/k/v rows a program, their columns loaded ahead, columns a step after, blocks of slots
-# a key/value head, o's rows a program, warps): the whole grid resident at the ~1.1B's
-CONFIG = (16, 256, 256, 4, 4, 4)
+# a key/value head, o's rows a program, warps): at the ~1.1B's shape the whole grid is
+# resident at once on an H200 (the docstring)
+CONFIG = (8, 1024, 512, 4, 8, 4)
 
 
 @triton.jit

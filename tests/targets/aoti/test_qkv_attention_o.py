@@ -176,7 +176,7 @@ def test_layers_at_the_1b_shape_in_a_cuda_graph(pdl):
     512 slots) in CONFIG (the whole grid resident), each layer's output the next's input,
     as plain or dependent launches captured in a CUDA graph and replayed three times:
     each output its layer's reference, counts at zero, the flags as flag_slots leaves
-    them (the last layer's slot: 4 heads joined, 40 q/k/v programs a head)."""
+    them (the last layer's slot: 4 heads joined, each head's q/k/v programs)."""
     from targets.aoti.kernels.qkv_attention_o_triton import CONFIG
     _hopper()
     layers = [_layer("cuda", 32, 4, 512, 64, 2048, torch.float16, seed=i,
@@ -206,5 +206,6 @@ def test_layers_at_the_1b_shape_in_a_cuda_graph(pdl):
             h = out
         assert counts.tolist() == [0] * 4
         last, zeroed = pairs[-1]
-        assert flags[last * STRIDE:last * STRIDE + 5].tolist() == [4] + [40] * 4
+        per_head = (8 + 2) * 64 // CONFIG[0]
+        assert flags[last * STRIDE:last * STRIDE + 5].tolist() == [4] + [per_head] * 4
         assert flags[zeroed * STRIDE:(zeroed + 1) * STRIDE].tolist() == [0] * STRIDE
