@@ -61,11 +61,12 @@ class QkvRows:
 class QkvAttentionO:
     """``configs["attention_o"]``: (q, k, v, h, layer, made, pdl) -> o, the joined launch
     from ``h`` at ``config`` (q, k and v unused: its own); plain launches answer None
-    unless ``own_plain``. The shapes are the layer's (heads: o's columns over the
-    cache's width)."""
+    unless ``own_plain``; ``cache_ahead``: the past rows prefetched into L2 before the
+    wait (the base reads them before its wait too). The shapes are the layer's (heads:
+    o's columns over the cache's width)."""
 
-    def __init__(self, config: tuple, own_plain: bool = False):
-        self.config, self.own_plain = config, own_plain
+    def __init__(self, config: tuple, own_plain: bool = False, cache_ahead: bool = True):
+        self.config, self.own_plain, self.cache_ahead = config, own_plain, cache_ahead
         self.state: dict = {}
 
     def __repr__(self) -> str:  # the row's "configs" in the bench's JSON
@@ -89,7 +90,7 @@ class QkvAttentionO:
             h, layer["qkv"][0], made["norm"], 1e-5, 0.0, None, None,
             layer["o"][0].shape[1] // dim, past_k, layer["v"], made["mask"], dim ** -0.5,
             self.state["counts"], layer["o"][0], self.state["flags"], slot, reset,
-            self.config, pdl=pdl)[0]
+            self.config, pdl=pdl, cache_ahead=self.cache_ahead)[0]
 
 
 def qkv_variants(chosen: dict) -> dict:
@@ -113,7 +114,7 @@ def compiled(config: tuple):
                   S=SLOTS, D=DIM, G=groups, KVH=KV_HEADS, SPLITS=splits,
                   BLOCK_S=SLOTS // splits, BLOCK_G=16, BLOCK_D=DIM, IEEE=False,
                   JOIN_G=groups, BLOCK_J=splits, N=HIDDEN, BLOCK_N=block_n, POLL=1,
-                  STORE=False, sm=1)
+                  STORE=False, CACHE_AHEAD=True, sm=1)
     kinds = {name: "*fp32" for name in ("m_ptr", "l_ptr", "acc_ptr")}
     kinds.update(counts_ptr="*i32", flags_ptr="*i32", pos_ptr="*i64")
     # slot and reset: int32 arguments as the strides are

@@ -126,6 +126,21 @@ def _o_rows(att_ptr, w_ptr, r_ptr, out_ptr, flag_ptr, block, N: tl.constexpr,
 
 
 @triton.jit
+def _prefetch_rows(pk_ptr, pv_ptr, kvh, split, spk_h, spk_s, spv_h, spv_s, S: tl.constexpr,
+                   BLOCK_S: tl.constexpr):
+    """The block's past key and value rows into L2 before the wait (the cache is no
+    kernel's of the step where the caller says so): one prefetch a row, its first 128
+    bytes (a whole row of 64 fp16), so the loads after the spin hit L2."""
+    s = tl.minimum(split * BLOCK_S + tl.arange(0, BLOCK_S), S - 1)
+    tl.inline_asm_elementwise("prefetch.global.L2 [$1];\n mov.u32 $0, 0;", "=r,l",
+                              [pk_ptr + kvh * spk_h + s * spk_s], dtype=tl.int32,
+                              is_pure=False, pack=1)
+    tl.inline_asm_elementwise("prefetch.global.L2 [$1];\n mov.u32 $0, 0;", "=r,l",
+                              [pv_ptr + kvh * spv_h + s * spv_s], dtype=tl.int32,
+                              is_pure=False, pack=1)
+
+
+@triton.jit
 def _attention_rows(qkv_ptr, pk_ptr, pv_ptr, mask_ptr, m_ptr, l_ptr, acc_ptr, counts_ptr,
                     att_ptr, flag_ptr, count_ptr, pos_ptr, block, spk_h, spk_s, spv_h, spv_s,
                     sm, SCALE: tl.constexpr, S: tl.constexpr, D: tl.constexpr,
@@ -133,10 +148,14 @@ def _attention_rows(qkv_ptr, pk_ptr, pv_ptr, mask_ptr, m_ptr, l_ptr, acc_ptr, co
                     BLOCK_S: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr,
                     IEEE: tl.constexpr, JOIN_G: tl.constexpr, BLOCK_J: tl.constexpr,
                     BLOCK_Q: tl.constexpr, POLL: tl.constexpr, GDC: tl.constexpr,
-                    STORE: tl.constexpr):
+                    CACHE_AHEAD: tl.constexpr, STORE: tl.constexpr):
     """An attention block (``block`` of KVH x SPLITS): after the wait, the spin until its
-    head group's q/k/v rows are stored; then attention_o_triton.py's block and join."""
+    head group's q/k/v rows are stored; then attention_o_triton.py's block and join.
+    CACHE_AHEAD: its past rows prefetched into L2 before the wait."""
     kvh = block // SPLITS
+    if CACHE_AHEAD:
+        _prefetch_rows(pk_ptr, pv_ptr, kvh, block % SPLITS, spk_h, spk_s, spv_h, spv_s, S,
+                       BLOCK_S)
     nk_ptr = qkv_ptr + G * KVH * D  # the stored rows: q's heads, then k's, then v's
     nv_ptr = nk_ptr + KVH * D
     if GDC:
@@ -170,7 +189,7 @@ def _qkv_attention_o(x_ptr, wq_ptr, nw_ptr, cos_ptr, sin_ptr, qkv_ptr, pk_ptr, p
                      BLOCK_S: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr,
                      IEEE: tl.constexpr, JOIN_G: tl.constexpr, BLOCK_J: tl.constexpr,
                      N: tl.constexpr, BLOCK_N: tl.constexpr, POLL: tl.constexpr,
-                     GDC: tl.constexpr, STORE: tl.constexpr):
+                     GDC: tl.constexpr, CACHE_AHEAD: tl.constexpr, STORE: tl.constexpr):
     """HIDDEN: q/k/v's columns (the layer's input ``x_ptr``, also o's residual); N: o's
     rows, over G x KVH x D columns."""
     pid = tl.program_id(0)
@@ -188,7 +207,7 @@ def _qkv_attention_o(x_ptr, wq_ptr, nw_ptr, cos_ptr, sin_ptr, qkv_ptr, pk_ptr, p
                         counts_ptr, att_ptr, flag_ptr, flag_ptr + 1, pos_ptr, pid - QP,
                         spk_h, spk_s, spv_h, spv_s, sm, SCALE, S, D, G, KVH, SPLITS,
                         BLOCK_S, BLOCK_G, BLOCK_D, IEEE, JOIN_G, BLOCK_J, BLOCK_Q, POLL,
-                        GDC, STORE)
+                        GDC, CACHE_AHEAD, STORE)
     else:
         _o_rows(att_ptr, wo_ptr, x_ptr, out_ptr, flag_ptr, pid - QP - AP, N, G * KVH * D,
                 KVH, BLOCK_N, POLL, GDC)
@@ -213,7 +232,7 @@ def qkv_attention_o_kernel(x_ptr, wq_ptr, nw_ptr, cos_ptr, sin_ptr, qkv_ptr, pk_
                      out_ptr, pos_ptr, slot, reset, spk_h, spk_s, spv_h, spv_s, sm, EPS,
                      OFFSET, HIDDEN, HAS_NORM, ROT_ROWS, BLOCK_Q, BLOCK_KQ, AHEAD, SCALE, S,
                      D, G, KVH, SPLITS, BLOCK_S, BLOCK_G, BLOCK_D, IEEE, JOIN_G, BLOCK_J, N,
-                     BLOCK_N, POLL, False, STORE)
+                     BLOCK_N, POLL, False, False, STORE)
 
 
 @triton.jit
@@ -231,13 +250,13 @@ def qkv_attention_o_kernel_gdc(x_ptr, wq_ptr, nw_ptr, cos_ptr, sin_ptr, qkv_ptr,
                                IEEE: tl.constexpr, JOIN_G: tl.constexpr,
                                BLOCK_J: tl.constexpr, N: tl.constexpr,
                                BLOCK_N: tl.constexpr, POLL: tl.constexpr,
-                               STORE: tl.constexpr):
+                               CACHE_AHEAD: tl.constexpr, STORE: tl.constexpr):
     _qkv_attention_o(x_ptr, wq_ptr, nw_ptr, cos_ptr, sin_ptr, qkv_ptr, pk_ptr, pv_ptr,
                      mask_ptr, m_ptr, l_ptr, acc_ptr, counts_ptr, att_ptr, flags_ptr, wo_ptr,
                      out_ptr, pos_ptr, slot, reset, spk_h, spk_s, spv_h, spv_s, sm, EPS,
                      OFFSET, HIDDEN, HAS_NORM, ROT_ROWS, BLOCK_Q, BLOCK_KQ, AHEAD, SCALE, S,
                      D, G, KVH, SPLITS, BLOCK_S, BLOCK_G, BLOCK_D, IEEE, JOIN_G, BLOCK_J, N,
-                     BLOCK_N, POLL, True, STORE)
+                     BLOCK_N, POLL, True, CACHE_AHEAD, STORE)
 
 
 def resident_programs(registers: int, warps: int, shared: int, multiprocessors: int) -> int:
@@ -279,14 +298,17 @@ def _check(x, qkv_weight, o_weight, heads, kv_heads, dim, slots, flags, slot, re
 def launch_qkv_attention_o(x, qkv_weight, norm_weight, eps: float, offset: float,
                            rotary_cos, rotary_sin, heads: int, past_k, past_v, mask,
                            scale: float, counts, o_weight, flags, slot: int, reset: int,
-                           config: tuple, positions=None, pdl: bool = False):
+                           config: tuple, positions=None, pdl: bool = False,
+                           cache_ahead: bool = False):
     """(o's output + ``x``, the stored q/k/v row): reference.row_gemv(x, ``qkv_weight``,
     norm, rotary of q's and k's rows where ``rotary_cos`` is given) split into q, k and v
     (``heads`` query heads, past_k's key/value heads), then
     reference.decode_attention_o(..., o_weight, residual=x). ``counts`` int32 zeros, one
     a key/value head (left at zero); ``flags`` int32, SLOTS x STRIDE, zeros before the
     step's first launch (``slot`` counted on, ``reset`` zeroed: flag_slots).
-    ``positions``: the store form. ``config``: CONFIG's fields (explicit: no default)."""
+    ``positions``: the store form. ``config``: CONFIG's fields (explicit: no default).
+    ``cache_ahead``: a dependent launch prefetches the past rows into L2 before its wait
+    (the cache is the caller's, no kernel of the step writes it)."""
     kv_heads, slots, dim = past_k.shape[1], past_k.shape[2], past_k.shape[-1]
     _check(x, qkv_weight, o_weight, heads, kv_heads, dim, slots, flags, slot, reset, config)
     if positions is not None and (past_k.stride(-1) != 1 or past_v.stride(-1) != 1):
@@ -297,7 +319,9 @@ def launch_qkv_attention_o(x, qkv_weight, norm_weight, eps: float, offset: float
     block_d = max(16, triton.next_power_of_2(dim))
     join_g = triton.next_power_of_2(groups)
     store = positions is not None
-    kernel, _ = launcher(qkv_attention_o_kernel, qkv_attention_o_kernel_gdc, x.device, pdl)
+    kernel, gdc = launcher(qkv_attention_o_kernel, qkv_attention_o_kernel_gdc, x.device,
+                           pdl)
+    prefetch = dict(CACHE_AHEAD=bool(cache_ahead)) if gdc else {}
     past_k, past_v = (t if t.stride(-1) == 1 else t.contiguous() for t in (past_k, past_v))
     device = x.device
     qkv = torch.empty((nq,), dtype=x.dtype, device=device)
@@ -327,5 +351,5 @@ def launch_qkv_attention_o(x, qkv_weight, norm_weight, eps: float, offset: float
         BLOCK_J=min(max(2, triton.next_power_of_2(splits)),
                     max(2, 8192 // (join_g * block_d))),
         N=rows, BLOCK_N=block_n, POLL=int(device.type == "cuda"), STORE=store,
-        num_warps=warps)
+        num_warps=warps, **prefetch)
     return out, qkv

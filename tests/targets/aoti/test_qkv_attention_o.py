@@ -40,14 +40,15 @@ def _layer(device, heads, kv_heads, slots, dim, hidden, dtype, seed=0, masked=()
         wo=randn(hidden, heads * dim, scale=0.1), heads=heads)
 
 
-def _launch(layer, counts, flags, slot, reset, config, pdl=False, positions=None, x=None):
+def _launch(layer, counts, flags, slot, reset, config, pdl=False, positions=None, x=None,
+            cache_ahead=False):
     from targets.aoti.kernels.qkv_attention_o_triton import launch_qkv_attention_o
     dim = layer["past_k"].shape[-1]
     return launch_qkv_attention_o(
         layer["x"] if x is None else x, layer["wq"], layer["norm"], EPS, OFFSET,
         layer["cos"], layer["sin"], layer["heads"], layer["past_k"], layer["past_v"],
         layer["mask"], dim ** -0.5, counts, layer["wo"], flags, slot, reset, config,
-        positions=positions, pdl=pdl)
+        positions=positions, pdl=pdl, cache_ahead=cache_ahead)
 
 
 def _want(layer, x=None):
@@ -174,8 +175,8 @@ def _hopper():
 def test_layers_at_the_1b_shape_in_a_cuda_graph(pdl):
     """Four layers at the ~1.1B's shapes (2,048 wide, 32 heads, 4 key/value heads of 64,
     512 slots) in CONFIG (the whole grid resident), each layer's output the next's input,
-    as plain or dependent launches captured in a CUDA graph and replayed three times:
-    each output its layer's reference, counts at zero, the flags as flag_slots leaves
+    as plain or dependent launches (the cache prefetched before the wait) captured in a
+    CUDA graph and replayed three times: each output its layer's reference, counts at zero, the flags as flag_slots leaves
     them (the last layer's slot: 4 heads joined, each head's q/k/v programs)."""
     from targets.aoti.kernels.qkv_attention_o_triton import CONFIG
     _hopper()
@@ -187,7 +188,8 @@ def test_layers_at_the_1b_shape_in_a_cuda_graph(pdl):
     def step():
         outs, h = [], layers[0]["x"]
         for layer, (slot, reset) in zip(layers, pairs):
-            h, _ = _launch(layer, counts, flags, slot, reset, CONFIG, pdl=pdl, x=h)
+            h, _ = _launch(layer, counts, flags, slot, reset, CONFIG, pdl=pdl, x=h,
+                           cache_ahead=pdl)
             outs.append(h)
         return outs
     step()
