@@ -33,9 +33,10 @@ BASE = "dependent + join + attention-o joined 4 splits 4 rows"
 CONFIGS = {
     "qkv-attention-o 8 rows 1024 ahead": (8, 1024, 512, 4, 8, 4),  # the kernel's CONFIG
     "qkv-attention-o 8 rows 256 ahead": (8, 256, 256, 4, 8, 4),
-    "qkv-attention-o 16 rows 256 ahead": (16, 256, 256, 4, 8, 4),
     "qkv-attention-o 16 rows 512 ahead": (16, 512, 256, 4, 8, 4),
 }
+# the first configuration with the cache read after the spin (no prefetch before the wait)
+AFTER = "qkv-attention-o 8 rows 1024 ahead cache after the wait"
 
 
 class QkvRows:
@@ -95,12 +96,15 @@ class QkvAttentionO:
 
 def qkv_variants(chosen: dict) -> dict:
     """decode_chain_cuda.variants()'s entries: the base (``chosen[BASE]``) with q/k/v,
-    the attention and o as one launch at each of CONFIGS."""
+    the attention and o as one launch at each of CONFIGS, and AFTER."""
     pdl, configs, *rest = chosen[BASE]
-    return {f"dependent + join + {name}": (pdl, {**configs, "qkv": QkvRows(),
-                                                 "attention_o": QkvAttentionO(config)},
-                                           *rest)
-            for name, config in CONFIGS.items()}
+
+    def entry(config, cache_ahead=True):
+        return (pdl, {**configs, "qkv": QkvRows(),
+                      "attention_o": QkvAttentionO(config, cache_ahead=cache_ahead)}, *rest)
+    found = {f"dependent + join + {name}": entry(config) for name, config in CONFIGS.items()}
+    found[f"dependent + join + {AFTER}"] = entry(next(iter(CONFIGS.values())), False)
+    return found
 
 
 def compiled(config: tuple):

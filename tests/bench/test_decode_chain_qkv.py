@@ -34,14 +34,18 @@ def test_the_chain_with_one_launch_computes_what_the_chain_computes(monkeypatch,
 
 
 def test_each_variant_is_the_base_with_the_joined_launch():
-    from bench.decode_chain_qkv import BASE, CONFIGS, QkvAttentionO, QkvRows, qkv_variants
+    from bench.decode_chain_qkv import (AFTER, BASE, CONFIGS, QkvAttentionO, QkvRows,
+                                        qkv_variants)
     base = (True, {"qkv": (2, 16, 4, 32), "o": (2, 16, 4, 32), "attention_o": "library"},
             None, True)
     found = qkv_variants({BASE: base})
-    assert len(found) == len(CONFIGS)
+    assert len(found) == len(CONFIGS) + 1
     for name, (pdl, configs, ahead, join) in found.items():
         assert pdl and join and ahead is None and "," not in name
         assert name.startswith("dependent + join + qkv-attention-o ")
         assert isinstance(configs["qkv"], QkvRows) and configs["o"] == base[1]["o"]
         assert isinstance(configs["attention_o"], QkvAttentionO)
-        assert configs["attention_o"].config == CONFIGS[name[len("dependent + join + "):]]
+        joined, own = configs["attention_o"], name[len("dependent + join + "):]
+        first = next(iter(CONFIGS.values()))  # AFTER: the first without the prefetch
+        assert joined.config == (first if own == AFTER else CONFIGS[own])
+        assert joined.cache_ahead == (own != AFTER)

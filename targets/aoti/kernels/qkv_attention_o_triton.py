@@ -24,12 +24,13 @@ warps from the offline sm_90a compile, bench/decode_chain_qkv.py's ``__main__``)
 the order does not matter there: 2,560 q/k/v rows 8 a program (320) + 4 x 4 attention
 blocks + 2,048 o rows 8 a program (256) = 592 programs of 4 warps, 96 registers: 5 a
 SM, 660 on 132 SMs. The library's 4 rows a program for both would be 1,168 (o's 4 rows
-alone: 688 or more, past 660 at 88 registers or more). A configuration keeps the
-property where resident_programs() >= grid_programs() (the chain's CONFIGS do). The
-kernel after it starts only once every program of this one has (each triggers it at its
-start), and the kernel before ends before any count or spin (both come after the
-wait). Past 2^20 polls a spin traps (attention_o_triton._poll): the step fails, never
-returns wrong numbers. Under Triton's interpreter programs run one after another.
+alone: 688 or more, past the 660 that 81-96 registers allow: those compiled took 89-96).
+A configuration keeps the property where resident_programs() >= grid_programs() (the
+chain's CONFIGS do). The kernel after it starts only once every program of this one has
+(each triggers it at its start), and the kernel before ends before any count or spin
+(both come after the wait). Past 2^20 polls a spin traps (attention_o_triton._poll): the
+step fails, never returns wrong numbers. Under Triton's interpreter programs run one
+after another.
 
 Counters: one slot of ``flags`` (attention_o_slots: SLOTS slots of STRIDE int32s, each
 its own 128-byte line) a launch: its int32 0 the attention's flag (o's spin), 1 + kvh
