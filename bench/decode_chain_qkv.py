@@ -42,18 +42,18 @@ AFTER = "qkv-attention-o 8 rows 1024 ahead cache after the wait"
 class QkvRows:
     """``configs["qkv"]``: dependent launches leave q/k/v to the joined launch (an empty
     row, no kernel: the attention_o hook ignores it); plain ones launch the chain's,
-    unless ``own_plain`` (under Triton's interpreter)."""
+    unless ``own_plain`` (under Triton's interpreter), at the base's ``config``."""
 
-    def __init__(self, own_plain: bool = False):
-        self.own_plain = own_plain
+    def __init__(self, own_plain: bool = False, config: tuple | None = None):
+        self.own_plain, self.config = own_plain, config
 
     def __call__(self, x, rows, scale, fold, pdl):
         from targets.aoti.kernels.triton_kernels import launch_row_gemv
         if pdl or self.own_plain:
             return torch.empty((*x.shape[:-1], rows.shape[0]), dtype=x.dtype,
                                device=x.device)
-        return launch_row_gemv(x, rows, None, fold.get("norm"), None, 1e-5, 0.0, 0, None,
-                               False, scale)
+        return launch_row_gemv(x, rows, None, fold.get("norm"), None, 1e-5, 0.0, 0,
+                               self.config, False, scale)
 
     def __repr__(self) -> str:
         return "q/k/v in the joined launch"
@@ -100,7 +100,7 @@ def qkv_variants(chosen: dict) -> dict:
     pdl, configs, *rest = chosen[BASE]
 
     def entry(config, cache_ahead=True):
-        return (pdl, {**configs, "qkv": QkvRows(),
+        return (pdl, {**configs, "qkv": QkvRows(config=configs.get("qkv")),
                       "attention_o": QkvAttentionO(config, cache_ahead=cache_ahead)}, *rest)
     found = {f"dependent + join + {name}": entry(config) for name, config in CONFIGS.items()}
     found[f"dependent + join + {AFTER}"] = entry(next(iter(CONFIGS.values())), False)

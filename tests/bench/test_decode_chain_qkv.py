@@ -44,6 +44,7 @@ def test_each_variant_is_the_base_with_the_joined_launch():
         assert pdl and join and ahead is None and "," not in name
         assert name.startswith("dependent + join + qkv-attention-o ")
         assert isinstance(configs["qkv"], QkvRows) and configs["o"] == base[1]["o"]
+        assert configs["qkv"].config == base[1]["qkv"]  # plain launches: the base's
         assert isinstance(configs["attention_o"], QkvAttentionO)
         joined, own = configs["attention_o"], name[len("dependent + join + "):]
         first = next(iter(CONFIGS.values()))  # AFTER: the first without the prefetch
