@@ -281,6 +281,9 @@ def _check(x, qkv_weight, o_weight, heads, kv_heads, dim, slots, flags, slot, re
     hidden, cols = x.shape[-1], heads * dim
     if qkv_weight.dtype in (torch.int8, torch.uint8) or o_weight.dtype != qkv_weight.dtype:
         raise ValueError("q/k/v and o in one launch take float rows of one dtype")
+    if not (qkv_weight.is_contiguous() and o_weight.is_contiguous()):
+        # a copy would be the kernel before, and the rows are read before the wait
+        raise ValueError("q/k/v's and o's rows must be contiguous")
     if tuple(qkv_weight.shape) != ((heads + 2 * kv_heads) * dim, hidden) or heads % kv_heads:
         raise ValueError(f"q/k/v's rows {tuple(qkv_weight.shape)}: not {heads} + 2 x "
                          f"{kv_heads} heads of {dim} over {hidden} columns")
@@ -334,11 +337,11 @@ def launch_qkv_attention_o(x, qkv_weight, norm_weight, eps: float, offset: float
     rotary = rotary_cos is not None
     dummy = qkv_weight  # an unused pointer argument (its branch is compiled out)
     kernel((grid_programs(nq, kv_heads, rows, config),))(
-        x.reshape(hidden).contiguous(), qkv_weight.contiguous(),
+        x.reshape(hidden).contiguous(), qkv_weight,
         dummy if norm_weight is None else norm_weight,
         rotary_cos.reshape(-1).contiguous() if rotary else dummy,
         rotary_sin.reshape(-1).contiguous() if rotary else dummy, qkv, past_k, past_v,
-        mask, tops, sums, accs, counts, att, flags, o_weight.contiguous(), out,
+        mask, tops, sums, accs, counts, att, flags, o_weight, out,
         positions if store else counts, slot, reset, past_k.stride(1), past_k.stride(2),
         past_v.stride(1), past_v.stride(2), mask.stride(-1),
         EPS=float(eps), OFFSET=float(offset), HIDDEN=hidden,

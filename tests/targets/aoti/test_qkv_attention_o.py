@@ -160,8 +160,12 @@ def test_shapes_and_configs_it_does_not_take_are_refused():
             _launch(layer, counts, flags, 0, 1, config)
     with pytest.raises(ValueError, match="slots"):
         _launch(layer, counts, flags, 3, 0, (4, 16, 16, 2, 4, 4))
-    layer["wq"] = layer["wq"][:-16]
+    wq = layer["wq"]
+    layer["wq"] = wq[:-16]
     with pytest.raises(ValueError, match="q/k/v's rows"):
+        _launch(layer, counts, flags, 0, 1, (4, 16, 16, 2, 4, 4))
+    layer["wq"] = wq.t().contiguous().t()  # read before the wait: no copy taken
+    with pytest.raises(ValueError, match="contiguous"):
         _launch(layer, counts, flags, 0, 1, (4, 16, 16, 2, 4, 4))
 
 
