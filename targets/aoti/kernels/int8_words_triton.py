@@ -127,6 +127,21 @@ def _int8_words(x_ptr, w_ptr, b_ptr, nw_ptr, r_ptr, s_ptr, cos_ptr, sin_ptr, out
     row_ok = rows < N
     if GDC:  # the next kernel may start as soon as every program here has
         tl.extra.cuda.gdc_launch_dependents()
+    y = _word_rows(x_ptr, w_ptr, b_ptr, nw_ptr, r_ptr, s_ptr, cos_ptr, sin_ptr, rows, row_ok,
+                   EPS, OFFSET, N, K, HAS_BIAS, HAS_NORM, ACT, HAS_RES, BLOCK_N, BLOCK_K,
+                   AHEAD, GDC, W_AHEAD, ROT_ROWS, HEAD_D, PRMT)
+    tl.store(out_ptr + rows, y.to(out_ptr.dtype.element_ty), mask=row_ok)
+
+
+@triton.jit
+def _word_rows(x_ptr, w_ptr, b_ptr, nw_ptr, r_ptr, s_ptr, cos_ptr, sin_ptr, rows, row_ok,
+               EPS: tl.constexpr, OFFSET: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
+               HAS_BIAS: tl.constexpr, HAS_NORM: tl.constexpr, ACT: tl.constexpr,
+               HAS_RES: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+               AHEAD: tl.constexpr, GDC: tl.constexpr, W_AHEAD: tl.constexpr,
+               ROT_ROWS: tl.constexpr, HEAD_D: tl.constexpr, PRMT: tl.constexpr):
+    """``rows``' values (the epilogue's): their first AHEAD columns' words before the
+    wait (GDC), the rest in the loop (also qkv_attention_o_triton.py's q/k/v rows)."""
     if GDC and not W_AHEAD:  # a weight copied just before: read after the wait
         tl.extra.cuda.gdc_wait()
     if AHEAD > 0:  # no kernel of the step writes weights: loaded before the wait
@@ -154,7 +169,7 @@ def _int8_words(x_ptr, w_ptr, b_ptr, nw_ptr, r_ptr, s_ptr, cos_ptr, sin_ptr, out
     y = _finish(y + tl.sum(acc, axis=1), u, up, square_sum + tl.sum(squares, axis=0),
                 b_ptr, r_ptr, s_ptr, cos_ptr, sin_ptr, rows, row_ok, EPS, N, K, HAS_BIAS,
                 HAS_NORM, ACT, HAS_RES, True, BLOCK_N, ROT_ROWS, HEAD_D)
-    tl.store(out_ptr + rows, y.to(out_ptr.dtype.element_ty), mask=row_ok)
+    return y
 
 
 @triton.jit
