@@ -39,11 +39,14 @@ next launch's (flag_slots); the join's ``counts`` are left at zero as there.
 The stored rows are read with plain loads by the library's pieces: the spin's acquire at
 gpu scope and the CTA barrier after it order them after the counts' release, past this
 SM's L1 (as attention_o_triton.py's int4 o rows read the attention's output).
-Float rows only (fp16/bf16/fp32), no bias; ``positions``: the store form (the new key
-and value written into the past buffers at slot ``position % slots``).
+Float rows (fp16/bf16/fp32) or int8 rows with a scale a row (q/k/v's read as
+int8_words_triton.py's words, o's as attention_o's), no bias; ``positions``: the store
+form (the new key and value written into the past buffers at slot ``position % slots``).
 """
 
 from __future__ import annotations
+
+import os
 
 import torch
 import triton
@@ -53,6 +56,7 @@ from targets.aoti.kernels.attention_o_slots import SLOTS, STRIDE
 from targets.aoti.kernels.attention_o_triton import _poll
 from targets.aoti.kernels.decode_attention import _attention_block, _join_heads, _store_row
 from targets.aoti.kernels.dependent_launch import launcher
+from targets.aoti.kernels.int8_words_triton import _word_rows
 from targets.aoti.kernels.row_parts import _block_rows, _column_sums, _finish, _first_columns
 
 _STRIDE = tl.constexpr(STRIDE)
@@ -79,38 +83,57 @@ def _qkv_block(pid, G: tl.constexpr, KVH: tl.constexpr, D: tl.constexpr,
 
 
 @triton.jit
-def _qkv_rows(x_ptr, w_ptr, nw_ptr, cos_ptr, sin_ptr, qkv_ptr, flags_ptr, count_ptr, pid,
-              reset, EPS: tl.constexpr, OFFSET: tl.constexpr, K: tl.constexpr,
+def _qkv_rows(x_ptr, w_ptr, s_ptr, nw_ptr, cos_ptr, sin_ptr, qkv_ptr, flags_ptr, count_ptr,
+              pid, reset, EPS: tl.constexpr, OFFSET: tl.constexpr, K: tl.constexpr,
               HAS_NORM: tl.constexpr, ROT_ROWS: tl.constexpr, G: tl.constexpr,
               KVH: tl.constexpr, D: tl.constexpr, BLOCK_Q: tl.constexpr,
-              BLOCK_KQ: tl.constexpr, AHEAD: tl.constexpr, GDC: tl.constexpr):
-    """A q/k/v program: its rows as triton_kernels._row_gemv computes them, stored, then
-    counted in on its head's counter (``count_ptr`` + head)."""
+              BLOCK_KQ: tl.constexpr, AHEAD: tl.constexpr, GDC: tl.constexpr,
+              WORDS: tl.constexpr, PRMT: tl.constexpr):
+    """A q/k/v program: its rows as triton_kernels._row_gemv computes them (WORDS: int8
+    rows with ``s_ptr``'s scales, as int8_words_triton.py's kernel), stored, then counted
+    in on its head's counter (``count_ptr`` + head)."""
     NQ: tl.constexpr = (G + 2) * KVH * D
     block, group = _qkv_block(pid, G, KVH, D, BLOCK_Q)
     rows = _block_rows(block, BLOCK_Q, ROT_ROWS, D)
     row_ok = rows < NQ
-    y, u, square_sum = _first_columns(x_ptr, w_ptr, nw_ptr, rows, row_ok, OFFSET, NQ, K,
-                                      BLOCK_Q, HAS_NORM, 0, AHEAD, GDC)
+    if WORDS:  # no bias or residual: their pointers are never read
+        y = _word_rows(x_ptr, w_ptr, w_ptr, nw_ptr, x_ptr, s_ptr, cos_ptr, sin_ptr, rows,
+                       row_ok, EPS, OFFSET, NQ, K, False, HAS_NORM, 0, False, BLOCK_Q,
+                       BLOCK_KQ, AHEAD, GDC, True, ROT_ROWS, D, PRMT)
+    else:
+        y = _float_rows(x_ptr, w_ptr, nw_ptr, cos_ptr, sin_ptr, rows, row_ok, EPS, OFFSET,
+                        NQ, K, HAS_NORM, ROT_ROWS, D, BLOCK_Q, BLOCK_KQ, AHEAD, GDC)
     if pid == 0:  # past its wait: every launch before this one has ended
         tl.store(flags_ptr + reset * _STRIDE + tl.arange(0, _STRIDE), 0)
-    y_rest, up, squares = _column_sums(x_ptr, w_ptr, nw_ptr, rows, row_ok, OFFSET, NQ, K,
-                                       BLOCK_Q, BLOCK_KQ, HAS_NORM, 0, AHEAD, False)
-    # no bias, residual or scales: their pointers are never read
-    y = _finish(y + y_rest, u, up, square_sum + squares, w_ptr, x_ptr, w_ptr, cos_ptr,
-                sin_ptr, rows, row_ok, EPS, NQ, K, False, HAS_NORM, 0, False, False,
-                BLOCK_Q, ROT_ROWS, D)
     tl.store(qkv_ptr + rows, y.to(qkv_ptr.dtype.element_ty), mask=row_ok)
     tl.debug_barrier()  # every thread's stores before the count
     tl.atomic_add(count_ptr + group, 1, sem="acq_rel", scope="gpu")
 
 
 @triton.jit
-def _o_rows(att_ptr, w_ptr, r_ptr, out_ptr, flag_ptr, block, N: tl.constexpr,
-            K: tl.constexpr, KVH: tl.constexpr, BLOCK_N: tl.constexpr, POLL: tl.constexpr,
-            GDC: tl.constexpr):
-    """o's rows (float rows): Wo's whole rows before the wait, the residual after it,
-    then the spin until every key/value head has joined, and the attention's output."""
+def _float_rows(x_ptr, w_ptr, nw_ptr, cos_ptr, sin_ptr, rows, row_ok, EPS: tl.constexpr,
+                OFFSET: tl.constexpr, NQ: tl.constexpr, K: tl.constexpr,
+                HAS_NORM: tl.constexpr, ROT_ROWS: tl.constexpr, D: tl.constexpr,
+                BLOCK_Q: tl.constexpr, BLOCK_KQ: tl.constexpr, AHEAD: tl.constexpr,
+                GDC: tl.constexpr):
+    """Float rows' values: triton_kernels._row_gemv's pieces (weights ahead, the wait)."""
+    y, u, square_sum = _first_columns(x_ptr, w_ptr, nw_ptr, rows, row_ok, OFFSET, NQ, K,
+                                      BLOCK_Q, HAS_NORM, 0, AHEAD, GDC)
+    y_rest, up, squares = _column_sums(x_ptr, w_ptr, nw_ptr, rows, row_ok, OFFSET, NQ, K,
+                                       BLOCK_Q, BLOCK_KQ, HAS_NORM, 0, AHEAD, False)
+    # no bias, residual or scales: their pointers are never read
+    return _finish(y + y_rest, u, up, square_sum + squares, w_ptr, x_ptr, w_ptr, cos_ptr,
+                   sin_ptr, rows, row_ok, EPS, NQ, K, False, HAS_NORM, 0, False, False,
+                   BLOCK_Q, ROT_ROWS, D)
+
+
+@triton.jit
+def _o_rows(att_ptr, w_ptr, s_ptr, r_ptr, out_ptr, flag_ptr, block, N: tl.constexpr,
+            K: tl.constexpr, KVH: tl.constexpr, BLOCK_N: tl.constexpr,
+            HAS_SCALE: tl.constexpr, POLL: tl.constexpr, GDC: tl.constexpr):
+    """o's rows (float, or int8 with a scale a row: HAS_SCALE): Wo's whole rows before
+    the wait, the residual after it, the spin until every key/value head has joined,
+    then the attention's output."""
     rows = block * BLOCK_N + tl.arange(0, BLOCK_N)
     row_ok = rows < N
     cols = tl.arange(0, K)
@@ -119,10 +142,15 @@ def _o_rows(att_ptr, w_ptr, r_ptr, out_ptr, flag_ptr, block, N: tl.constexpr,
     if GDC:
         tl.extra.cuda.gdc_wait()
     residual = tl.load(r_ptr + rows, mask=row_ok, other=0.0).to(tl.float32)
+    if HAS_SCALE:
+        scale = tl.load(s_ptr + rows, mask=row_ok, other=0.0).to(tl.float32)
     _poll(flag_ptr, KVH, POLL)
     # .cg: other programs of this launch wrote it; read past this SM's L1
     x = tl.load(att_ptr + cols, cache_modifier=".cg").to(tl.float32)
-    y = tl.sum(w.to(tl.float32) * x[None, :], axis=1) + residual
+    y = tl.sum(w.to(tl.float32) * x[None, :], axis=1)
+    if HAS_SCALE:
+        y *= scale
+    y += residual
     tl.store(out_ptr + rows, y.to(out_ptr.dtype.element_ty), mask=row_ok)
 
 
@@ -179,10 +207,10 @@ def _attention_rows(qkv_ptr, pk_ptr, pv_ptr, mask_ptr, m_ptr, l_ptr, acc_ptr, co
 
 
 @triton.jit
-def _qkv_attention_o(x_ptr, wq_ptr, nw_ptr, cos_ptr, sin_ptr, qkv_ptr, pk_ptr, pv_ptr,
+def _qkv_attention_o(x_ptr, wq_ptr, sq_ptr, nw_ptr, cos_ptr, sin_ptr, qkv_ptr, pk_ptr, pv_ptr,
                      mask_ptr, m_ptr, l_ptr, acc_ptr, counts_ptr, att_ptr, flags_ptr,
-                     wo_ptr, out_ptr, pos_ptr, slot, reset, spk_h, spk_s, spv_h, spv_s, sm,
-                     EPS: tl.constexpr, OFFSET: tl.constexpr, HIDDEN: tl.constexpr,
+                     wo_ptr, so_ptr, out_ptr, pos_ptr, slot, reset, spk_h, spk_s, spv_h,
+                     spv_s, sm, EPS: tl.constexpr, OFFSET: tl.constexpr, HIDDEN: tl.constexpr,
                      HAS_NORM: tl.constexpr, ROT_ROWS: tl.constexpr,
                      BLOCK_Q: tl.constexpr, BLOCK_KQ: tl.constexpr, AHEAD: tl.constexpr,
                      SCALE: tl.constexpr, S: tl.constexpr, D: tl.constexpr,
@@ -190,9 +218,11 @@ def _qkv_attention_o(x_ptr, wq_ptr, nw_ptr, cos_ptr, sin_ptr, qkv_ptr, pk_ptr, p
                      BLOCK_S: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr,
                      IEEE: tl.constexpr, JOIN_G: tl.constexpr, BLOCK_J: tl.constexpr,
                      N: tl.constexpr, BLOCK_N: tl.constexpr, POLL: tl.constexpr,
-                     GDC: tl.constexpr, CACHE_AHEAD: tl.constexpr, STORE: tl.constexpr):
+                     GDC: tl.constexpr, CACHE_AHEAD: tl.constexpr, STORE: tl.constexpr,
+                     WORDS: tl.constexpr, HAS_SCALE: tl.constexpr, PRMT: tl.constexpr):
     """HIDDEN: q/k/v's columns (the layer's input ``x_ptr``, also o's residual); N: o's
-    rows, over G x KVH x D columns."""
+    rows, over G x KVH x D columns. WORDS: q/k/v's rows int8 (``sq_ptr`` their scales),
+    HAS_SCALE: o's (``so_ptr``)."""
     pid = tl.program_id(0)
     if GDC:  # the next kernel may start as soon as every program here has
         tl.extra.cuda.gdc_launch_dependents()
@@ -200,9 +230,9 @@ def _qkv_attention_o(x_ptr, wq_ptr, nw_ptr, cos_ptr, sin_ptr, qkv_ptr, pk_ptr, p
     AP: tl.constexpr = KVH * SPLITS  # the attention's
     flag_ptr = flags_ptr + slot * _STRIDE  # the attention's flag, then the heads' counts
     if pid < QP:
-        _qkv_rows(x_ptr, wq_ptr, nw_ptr, cos_ptr, sin_ptr, qkv_ptr, flags_ptr, flag_ptr + 1,
-                  pid, reset, EPS, OFFSET, HIDDEN, HAS_NORM, ROT_ROWS, G, KVH, D, BLOCK_Q,
-                  BLOCK_KQ, AHEAD, GDC)
+        _qkv_rows(x_ptr, wq_ptr, sq_ptr, nw_ptr, cos_ptr, sin_ptr, qkv_ptr, flags_ptr,
+                  flag_ptr + 1, pid, reset, EPS, OFFSET, HIDDEN, HAS_NORM, ROT_ROWS, G, KVH,
+                  D, BLOCK_Q, BLOCK_KQ, AHEAD, GDC, WORDS, PRMT)
     elif pid < QP + AP:
         _attention_rows(qkv_ptr, pk_ptr, pv_ptr, mask_ptr, m_ptr, l_ptr, acc_ptr,
                         counts_ptr, att_ptr, flag_ptr, flag_ptr + 1, pos_ptr, pid - QP,
@@ -210,16 +240,16 @@ def _qkv_attention_o(x_ptr, wq_ptr, nw_ptr, cos_ptr, sin_ptr, qkv_ptr, pk_ptr, p
                         BLOCK_S, BLOCK_G, BLOCK_D, IEEE, JOIN_G, BLOCK_J, BLOCK_Q, POLL,
                         GDC, CACHE_AHEAD, STORE)
     else:
-        _o_rows(att_ptr, wo_ptr, x_ptr, out_ptr, flag_ptr, pid - QP - AP, N, G * KVH * D,
-                KVH, BLOCK_N, POLL, GDC)
+        _o_rows(att_ptr, wo_ptr, so_ptr, x_ptr, out_ptr, flag_ptr, pid - QP - AP, N,
+                G * KVH * D, KVH, BLOCK_N, HAS_SCALE, POLL, GDC)
 
 
 @triton.jit
-def qkv_attention_o_kernel(x_ptr, wq_ptr, nw_ptr, cos_ptr, sin_ptr, qkv_ptr, pk_ptr, pv_ptr,
-                           mask_ptr, m_ptr, l_ptr, acc_ptr, counts_ptr, att_ptr, flags_ptr,
-                           wo_ptr, out_ptr, pos_ptr, slot, reset, spk_h, spk_s, spv_h,
-                           spv_s, sm, EPS: tl.constexpr, OFFSET: tl.constexpr,
-                           HIDDEN: tl.constexpr, HAS_NORM: tl.constexpr,
+def qkv_attention_o_kernel(x_ptr, wq_ptr, sq_ptr, nw_ptr, cos_ptr, sin_ptr, qkv_ptr, pk_ptr,
+                           pv_ptr, mask_ptr, m_ptr, l_ptr, acc_ptr, counts_ptr, att_ptr,
+                           flags_ptr, wo_ptr, so_ptr, out_ptr, pos_ptr, slot, reset,
+                           spk_h, spk_s, spv_h, spv_s, sm, EPS: tl.constexpr,
+                           OFFSET: tl.constexpr, HIDDEN: tl.constexpr, HAS_NORM: tl.constexpr,
                            ROT_ROWS: tl.constexpr, BLOCK_Q: tl.constexpr,
                            BLOCK_KQ: tl.constexpr, AHEAD: tl.constexpr,
                            SCALE: tl.constexpr, S: tl.constexpr, D: tl.constexpr,
@@ -227,20 +257,21 @@ def qkv_attention_o_kernel(x_ptr, wq_ptr, nw_ptr, cos_ptr, sin_ptr, qkv_ptr, pk_
                            BLOCK_S: tl.constexpr, BLOCK_G: tl.constexpr,
                            BLOCK_D: tl.constexpr, IEEE: tl.constexpr, JOIN_G: tl.constexpr,
                            BLOCK_J: tl.constexpr, N: tl.constexpr, BLOCK_N: tl.constexpr,
-                           POLL: tl.constexpr, STORE: tl.constexpr):
-    _qkv_attention_o(x_ptr, wq_ptr, nw_ptr, cos_ptr, sin_ptr, qkv_ptr, pk_ptr, pv_ptr,
-                     mask_ptr, m_ptr, l_ptr, acc_ptr, counts_ptr, att_ptr, flags_ptr, wo_ptr,
-                     out_ptr, pos_ptr, slot, reset, spk_h, spk_s, spv_h, spv_s, sm, EPS,
-                     OFFSET, HIDDEN, HAS_NORM, ROT_ROWS, BLOCK_Q, BLOCK_KQ, AHEAD, SCALE, S,
-                     D, G, KVH, SPLITS, BLOCK_S, BLOCK_G, BLOCK_D, IEEE, JOIN_G, BLOCK_J, N,
-                     BLOCK_N, POLL, False, False, STORE)
+                           POLL: tl.constexpr, STORE: tl.constexpr, WORDS: tl.constexpr,
+                           HAS_SCALE: tl.constexpr, PRMT: tl.constexpr):
+    _qkv_attention_o(x_ptr, wq_ptr, sq_ptr, nw_ptr, cos_ptr, sin_ptr, qkv_ptr, pk_ptr,
+                     pv_ptr, mask_ptr, m_ptr, l_ptr, acc_ptr, counts_ptr, att_ptr, flags_ptr,
+                     wo_ptr, so_ptr, out_ptr, pos_ptr, slot, reset, spk_h, spk_s, spv_h, spv_s,
+                     sm, EPS, OFFSET, HIDDEN, HAS_NORM, ROT_ROWS, BLOCK_Q, BLOCK_KQ, AHEAD,
+                     SCALE, S, D, G, KVH, SPLITS, BLOCK_S, BLOCK_G, BLOCK_D, IEEE, JOIN_G,
+                     BLOCK_J, N, BLOCK_N, POLL, False, False, STORE, WORDS, HAS_SCALE, PRMT)
 
 
 @triton.jit
-def qkv_attention_o_kernel_gdc(x_ptr, wq_ptr, nw_ptr, cos_ptr, sin_ptr, qkv_ptr, pk_ptr,
-                               pv_ptr, mask_ptr, m_ptr, l_ptr, acc_ptr, counts_ptr, att_ptr,
-                               flags_ptr, wo_ptr, out_ptr, pos_ptr, slot, reset, spk_h,
-                               spk_s, spv_h, spv_s, sm, EPS: tl.constexpr,
+def qkv_attention_o_kernel_gdc(x_ptr, wq_ptr, sq_ptr, nw_ptr, cos_ptr, sin_ptr, qkv_ptr,
+                               pk_ptr, pv_ptr, mask_ptr, m_ptr, l_ptr, acc_ptr, counts_ptr,
+                               att_ptr, flags_ptr, wo_ptr, so_ptr, out_ptr, pos_ptr, slot,
+                               reset, spk_h, spk_s, spv_h, spv_s, sm, EPS: tl.constexpr,
                                OFFSET: tl.constexpr, HIDDEN: tl.constexpr,
                                HAS_NORM: tl.constexpr, ROT_ROWS: tl.constexpr,
                                BLOCK_Q: tl.constexpr, BLOCK_KQ: tl.constexpr,
@@ -251,13 +282,16 @@ def qkv_attention_o_kernel_gdc(x_ptr, wq_ptr, nw_ptr, cos_ptr, sin_ptr, qkv_ptr,
                                IEEE: tl.constexpr, JOIN_G: tl.constexpr,
                                BLOCK_J: tl.constexpr, N: tl.constexpr,
                                BLOCK_N: tl.constexpr, POLL: tl.constexpr,
-                               CACHE_AHEAD: tl.constexpr, STORE: tl.constexpr):
-    _qkv_attention_o(x_ptr, wq_ptr, nw_ptr, cos_ptr, sin_ptr, qkv_ptr, pk_ptr, pv_ptr,
-                     mask_ptr, m_ptr, l_ptr, acc_ptr, counts_ptr, att_ptr, flags_ptr, wo_ptr,
-                     out_ptr, pos_ptr, slot, reset, spk_h, spk_s, spv_h, spv_s, sm, EPS,
-                     OFFSET, HIDDEN, HAS_NORM, ROT_ROWS, BLOCK_Q, BLOCK_KQ, AHEAD, SCALE, S,
-                     D, G, KVH, SPLITS, BLOCK_S, BLOCK_G, BLOCK_D, IEEE, JOIN_G, BLOCK_J, N,
-                     BLOCK_N, POLL, True, CACHE_AHEAD, STORE)
+                               CACHE_AHEAD: tl.constexpr, STORE: tl.constexpr,
+                               WORDS: tl.constexpr, HAS_SCALE: tl.constexpr,
+                               PRMT: tl.constexpr):
+    _qkv_attention_o(x_ptr, wq_ptr, sq_ptr, nw_ptr, cos_ptr, sin_ptr, qkv_ptr, pk_ptr,
+                     pv_ptr, mask_ptr, m_ptr, l_ptr, acc_ptr, counts_ptr, att_ptr, flags_ptr,
+                     wo_ptr, so_ptr, out_ptr, pos_ptr, slot, reset, spk_h, spk_s, spv_h, spv_s,
+                     sm, EPS, OFFSET, HIDDEN, HAS_NORM, ROT_ROWS, BLOCK_Q, BLOCK_KQ, AHEAD,
+                     SCALE, S, D, G, KVH, SPLITS, BLOCK_S, BLOCK_G, BLOCK_D, IEEE, JOIN_G,
+                     BLOCK_J, N, BLOCK_N, POLL, True, CACHE_AHEAD, STORE, WORDS, HAS_SCALE,
+                     PRMT)
 
 
 def resident_programs(registers: int, warps: int, shared: int, multiprocessors: int) -> int:
@@ -270,24 +304,28 @@ def resident_programs(registers: int, warps: int, shared: int, multiprocessors: 
 
 
 def grid_programs(qkv_rows: int, kv_heads: int, o_rows: int, config: tuple) -> int:
-    block_q, _, _, splits, block_n, _ = config
-    return qkv_rows // block_q + kv_heads * splits + triton.cdiv(o_rows, block_n)
+    return qkv_rows // config[0] + kv_heads * config[3] + triton.cdiv(o_rows, config[4])
 
 
-def _check(x, qkv_weight, o_weight, heads, kv_heads, dim, slots, flags, slot, reset,
-           config):
+def _check(x, qkv_weight, qkv_scale, o_weight, o_scale, heads, kv_heads, dim, slots, flags,
+           slot, reset, config):
     """ValueError where the launch cannot take these shapes or this config."""
     block_q, ahead, block_kq, splits, block_n, warps = config
     hidden, cols = x.shape[-1], heads * dim
-    if qkv_weight.dtype in (torch.int8, torch.uint8) or o_weight.dtype != qkv_weight.dtype:
-        raise ValueError("q/k/v and o in one launch take float rows of one dtype")
+    for rows, scales in ((qkv_weight, qkv_scale), (o_weight, o_scale)):
+        if rows.dtype == torch.uint8 or (rows.dtype == torch.int8) != (scales is not None) \
+                or (scales is not None and scales.numel() != rows.shape[0]):
+            raise ValueError("float rows, or int8 rows with a scale a row")
+    if qkv_weight.dtype == torch.int8 and hidden % 4:  # read as words of four
+        raise ValueError(f"int8 q/k/v rows of {hidden} columns: not whole words")
     if not (qkv_weight.is_contiguous() and o_weight.is_contiguous()):
         # a copy would be the kernel before, and the rows are read before the wait
         raise ValueError("q/k/v's and o's rows must be contiguous")
     if tuple(qkv_weight.shape) != ((heads + 2 * kv_heads) * dim, hidden) or heads % kv_heads:
         raise ValueError(f"q/k/v's rows {tuple(qkv_weight.shape)}: not {heads} + 2 x "
                          f"{kv_heads} heads of {dim} over {hidden} columns")
-    if tuple(o_weight.shape) != (hidden, cols) or cols & (cols - 1) or cols > 4096 or slots > 512:
+    if tuple(o_weight.shape) != (hidden, cols) or cols & (cols - 1) or cols > 4096 \
+            or slots > 512:
         raise ValueError(f"o's row of {heads} x {dim} over {slots} slots is not joined")
     if flags.numel() < SLOTS * STRIDE or not (0 <= slot < SLOTS and 0 <= reset < SLOTS) \
             or kv_heads + 1 > STRIDE:
@@ -303,7 +341,7 @@ def launch_qkv_attention_o(x, qkv_weight, norm_weight, eps: float, offset: float
                            rotary_cos, rotary_sin, heads: int, past_k, past_v, mask,
                            scale: float, counts, o_weight, flags, slot: int, reset: int,
                            config: tuple, positions=None, pdl: bool = False,
-                           cache_ahead: bool = False):
+                           cache_ahead: bool = False, qkv_scale=None, o_scale=None):
     """(o's output + ``x``, the stored q/k/v row): reference.row_gemv(x, ``qkv_weight``,
     norm, rotary of q's and k's rows where ``rotary_cos`` is given) split into q, k and v
     (``heads`` query heads, past_k's key/value heads), then
@@ -312,15 +350,16 @@ def launch_qkv_attention_o(x, qkv_weight, norm_weight, eps: float, offset: float
     step's first launch (``slot`` counted on, ``reset`` zeroed: flag_slots).
     ``positions``: the store form. ``config``: CONFIG's fields (explicit: no default).
     ``cache_ahead``: a dependent launch prefetches the past rows into L2 before its wait
-    (the cache is the caller's, no kernel of the step writes it)."""
+    (the cache is the caller's, no kernel of the step writes it). ``qkv_scale``/``o_scale``:
+    int8 rows' scales, a row each (int8 q/k/v rows: int8_words_triton.py's words)."""
     kv_heads, slots, dim = past_k.shape[1], past_k.shape[2], past_k.shape[-1]
-    _check(x, qkv_weight, o_weight, heads, kv_heads, dim, slots, flags, slot, reset, config)
+    _check(x, qkv_weight, qkv_scale, o_weight, o_scale, heads, kv_heads, dim, slots, flags,
+           slot, reset, config)
     if positions is not None and (past_k.stride(-1) != 1 or past_v.stride(-1) != 1):
         raise ValueError("storing the new row needs past rows of unit stride")
     block_q, ahead, block_kq, splits, block_n, warps = config
     hidden, rows, nq = x.shape[-1], o_weight.shape[0], qkv_weight.shape[0]
-    groups = heads // kv_heads
-    block_d = max(16, triton.next_power_of_2(dim))
+    groups, block_d = heads // kv_heads, max(16, triton.next_power_of_2(dim))
     join_g = triton.next_power_of_2(groups)
     store = positions is not None
     kernel, gdc = launcher(qkv_attention_o_kernel, qkv_attention_o_kernel_gdc, x.device,
@@ -334,14 +373,15 @@ def launch_qkv_attention_o(x, qkv_weight, norm_weight, eps: float, offset: float
     accs = torch.empty((heads * splits, block_d), dtype=torch.float32, device=device)
     att = torch.empty((heads * dim,), dtype=x.dtype, device=device)
     out = torch.empty((*x.shape[:-1], rows), dtype=x.dtype, device=device)
-    rotary = rotary_cos is not None
-    dummy = qkv_weight  # an unused pointer argument (its branch is compiled out)
+    rotary, dummy = rotary_cos is not None, qkv_weight  # dummy: a pointer never read
     kernel((grid_programs(nq, kv_heads, rows, config),))(
         x.reshape(hidden).contiguous(), qkv_weight,
+        dummy if qkv_scale is None else qkv_scale.reshape(-1),
         dummy if norm_weight is None else norm_weight,
         rotary_cos.reshape(-1).contiguous() if rotary else dummy,
         rotary_sin.reshape(-1).contiguous() if rotary else dummy, qkv, past_k, past_v,
-        mask, tops, sums, accs, counts, att, flags, o_weight, out,
+        mask, tops, sums, accs, counts, att, flags, o_weight,
+        dummy if o_scale is None else o_scale.reshape(-1), out,
         positions if store else counts, slot, reset, past_k.stride(1), past_k.stride(2),
         past_v.stride(1), past_v.stride(2), mask.stride(-1),
         EPS=float(eps), OFFSET=float(offset), HIDDEN=hidden,
@@ -355,5 +395,6 @@ def launch_qkv_attention_o(x, qkv_weight, norm_weight, eps: float, offset: float
         BLOCK_J=min(max(2, triton.next_power_of_2(splits)),
                     max(2, 8192 // (join_g * block_d))),
         N=rows, BLOCK_N=block_n, POLL=int(device.type == "cuda"), STORE=store,
-        num_warps=warps, **prefetch)
+        WORDS=qkv_scale is not None, HAS_SCALE=o_scale is not None,
+        PRMT=os.environ.get("TRITON_INTERPRET") != "1", num_warps=warps, **prefetch)
     return out, qkv

@@ -42,13 +42,15 @@ def _layer(device, heads, kv_heads, slots, dim, hidden, dtype, seed=0, masked=()
 
 def _launch(layer, counts, flags, slot, reset, config, pdl=False, positions=None, x=None,
             cache_ahead=False):
+    """The joined launch over ``layer`` (int8 rows: its "sq"/"so" scales)."""
     from targets.aoti.kernels.qkv_attention_o_triton import launch_qkv_attention_o
     dim = layer["past_k"].shape[-1]
     return launch_qkv_attention_o(
         layer["x"] if x is None else x, layer["wq"], layer["norm"], EPS, OFFSET,
         layer["cos"], layer["sin"], layer["heads"], layer["past_k"], layer["past_v"],
         layer["mask"], dim ** -0.5, counts, layer["wo"], flags, slot, reset, config,
-        positions=positions, pdl=pdl, cache_ahead=cache_ahead)
+        positions=positions, pdl=pdl, cache_ahead=cache_ahead, qkv_scale=layer.get("sq"),
+        o_scale=layer.get("so"))
 
 
 def _want(layer, x=None):
@@ -57,14 +59,14 @@ def _want(layer, x=None):
     x = cpu["x"] if x is None else x.cpu()
     heads, kv_heads, dim = cpu["heads"], cpu["past_k"].shape[1], cpu["past_k"].shape[-1]
     rotated = (heads + kv_heads) * dim if cpu["cos"] is not None else 0
-    qkv = reference.row_gemv(x, cpu["wq"], None, cpu["norm"], None, EPS, OFFSET, 0, None,
-                             cpu["cos"], cpu["sin"], rotated, dim)
+    qkv = reference.row_gemv(x, cpu["wq"], None, cpu["norm"], None, EPS, OFFSET, 0,
+                             cpu.get("sq"), cpu["cos"], cpu["sin"], rotated, dim)
     q = qkv[..., :heads * dim].view(1, heads, 1, dim)
     k = qkv[..., heads * dim:(heads + kv_heads) * dim].view(1, kv_heads, 1, dim)
     v = qkv[..., (heads + kv_heads) * dim:].view(1, kv_heads, 1, dim)
     state = torch.zeros(kv_heads, dtype=torch.int32)
     out = reference.decode_attention_o(q, cpu["past_k"], k, cpu["past_v"], v, cpu["mask"],
-                                       dim ** -0.5, True, state, cpu["wo"], None, x,
+                                       dim ** -0.5, True, state, cpu["wo"], cpu.get("so"), x,
                                        torch.zeros(SLOTS * STRIDE, dtype=torch.int32), 0, 1)
     return out, qkv.reshape(-1)
 
@@ -106,6 +108,27 @@ def test_the_launch_computes_qkv_then_the_attention_then_o(shape, dtype):
     per_head = (heads // kv_heads + 2) * dim // config[0]
     assert flags[:1 + kv_heads].tolist() == [kv_heads] + [per_head] * kv_heads
     assert flags[STRIDE:2 * STRIDE].tolist() == [0] * STRIDE
+
+
+@pytest.mark.parametrize("config", [(4, 16, 16, 2, 4, 4), (8, 0, 32, 3, 2, 2)])
+def test_int8_rows_take_their_scales(config):
+    """q/k/v's rows as int8 words (columns ahead and in steps, or steps only) and o's
+    int8 rows, each with a scale a row (weight_rows.py's), against the references."""
+    from tests.targets.aoti.weight_rows import rows_of
+    device = triton_device()
+    layer = _layer(device, 8, 2, 40, 16, 72, torch.float16, masked=(2, 39))
+    layer["wq"], layer["sq"] = rows_of(layer["wq"].cpu().float(), "int8", torch.float16,
+                                       device)
+    layer["wo"], layer["so"] = rows_of(layer["wo"].cpu().float(), "int8", torch.float16,
+                                       device)
+    counts, flags = _state(device, 2)
+    got, qkv = _launch(layer, counts, flags, 0, 1, config)
+    want, want_qkv = _want(layer)
+    torch.testing.assert_close(qkv.cpu().float(), want_qkv.float(), rtol=2e-2, atol=2e-2)
+    torch.testing.assert_close(got.cpu().float(), want.float(), rtol=2e-2, atol=2e-2)
+    assert counts.tolist() == [0, 0]
+    with pytest.raises(ValueError, match="scale a row"):  # int8 rows without scales
+        _launch({**layer, "so": None}, counts, flags, 0, 1, config)
 
 
 def test_without_rotary_rows():
@@ -180,8 +203,9 @@ def test_layers_at_the_1b_shape_in_a_cuda_graph(pdl):
     """Four layers at the ~1.1B's shapes (2,048 wide, 32 heads, 4 key/value heads of 64,
     512 slots) in CONFIG (the whole grid resident), each layer's output the next's input,
     as plain or dependent launches (the cache prefetched before the wait) captured in a
-    CUDA graph and replayed three times: each output its layer's reference, counts at zero, the flags as flag_slots leaves
-    them (the last layer's slot: 4 heads joined, each head's q/k/v programs)."""
+    CUDA graph and replayed three times: each output its layer's reference, counts at
+    zero, the flags as flag_slots leaves them (the last layer's slot: 4 heads joined,
+    each head's q/k/v programs)."""
     from targets.aoti.kernels.qkv_attention_o_triton import CONFIG
     _hopper()
     layers = [_layer("cuda", 32, 4, 512, 64, 2048, torch.float16, seed=i,
