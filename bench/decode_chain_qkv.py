@@ -5,7 +5,8 @@ kernel) and ``configs["attention_o"]`` (the joined launch, from the layer's inpu
 Plain launches run the chain's own kernels (the bench's reference).
 
 The base is the library's "dependent + join + attention-o joined 4 splits 4 rows"
-(fp16 rows), with its "+ nothing changed" control; the chain's q/k/v has no rotary rows
+(fp16 rows; "... 8 splits 4 rows" over int8 rows, ``--int8``), with its "+ nothing
+changed" control; the chain's q/k/v has no rotary rows
 (neither does the base's), so neither launch rotates here.
 
     PYTHONPATH=/tmp/gp-triton:. python bench/decode_chain_qkv.py [--out ROWS.jsonl]
@@ -37,6 +38,14 @@ CONFIGS = {
 }
 # the first configuration with the cache read after the spin (no prefetch before the wait)
 AFTER = "qkv-attention-o 8 rows 1024 ahead cache after the wait"
+# over int8 rows (``--int8``): o's 8 rows a program held 156+ registers (its whole rows as
+# fp32), so o keeps 4 and q/k/v takes 32 (80 programs) for the grid to stay resident
+INT8_BASE = "dependent + join + attention-o joined 8 splits 4 rows"
+INT8_CONFIGS = {
+    "qkv-attention-o int8 32 rows 256 ahead": (32, 256, 256, 8, 4, 4),
+    "qkv-attention-o int8 32 rows 128 ahead": (32, 128, 256, 8, 4, 4),
+    "qkv-attention-o int8 32 rows 256 ahead 4 splits": (32, 256, 256, 4, 4, 4),
+}
 
 
 class QkvRows:
@@ -91,24 +100,30 @@ class QkvAttentionO:
             h, layer["qkv"][0], made["norm"], 1e-5, 0.0, None, None,
             layer["o"][0].shape[1] // dim, past_k, layer["v"], made["mask"], dim ** -0.5,
             self.state["counts"], layer["o"][0], self.state["flags"], slot, reset,
-            self.config, pdl=pdl, cache_ahead=self.cache_ahead)[0]
+            self.config, pdl=pdl, cache_ahead=self.cache_ahead, qkv_scale=layer["qkv"][1],
+            o_scale=layer["o"][1])[0]
 
 
 def qkv_variants(chosen: dict) -> dict:
     """decode_chain_cuda.variants()'s entries: the base (``chosen[BASE]``) with q/k/v,
-    the attention and o as one launch at each of CONFIGS, and AFTER."""
-    pdl, configs, *rest = chosen[BASE]
-
-    def entry(config, cache_ahead=True):
+    the attention and o as one launch at each of CONFIGS, and AFTER; INT8_BASE's at each
+    of INT8_CONFIGS (for ``--int8``)."""
+    def entry(base, config, cache_ahead=True):
+        pdl, configs, *rest = chosen[base]
         return (pdl, {**configs, "qkv": QkvRows(config=configs.get("qkv")),
                       "attention_o": QkvAttentionO(config, cache_ahead=cache_ahead)}, *rest)
-    found = {f"dependent + join + {name}": entry(config) for name, config in CONFIGS.items()}
-    found[f"dependent + join + {AFTER}"] = entry(next(iter(CONFIGS.values())), False)
+    found = {f"dependent + join + {name}": entry(BASE, config)
+             for name, config in CONFIGS.items()}
+    found[f"dependent + join + {AFTER}"] = entry(BASE, next(iter(CONFIGS.values())), False)
+    if INT8_BASE in chosen:
+        found.update({f"dependent + join + {name}": entry(INT8_BASE, config)
+                      for name, config in INT8_CONFIGS.items()})
     return found
 
 
-def compiled(config: tuple):
-    """The ``_gdc`` kernel at the ~1.1B's shape and ``config``, compiled for sm_90a."""
+def compiled(config: tuple, int8: bool = False):
+    """The ``_gdc`` kernel at the ~1.1B's shape and ``config``, compiled for sm_90a
+    (``int8``: q/k/v's and o's rows int8 with their scales)."""
     from bench.int4_rows_ptx import sm90_compiled
     from targets.aoti.kernels import qkv_attention_o_triton as qao
     block_q, ahead, block_kq, splits, block_n, warps = config
@@ -118,23 +133,25 @@ def compiled(config: tuple):
                   S=SLOTS, D=DIM, G=groups, KVH=KV_HEADS, SPLITS=splits,
                   BLOCK_S=SLOTS // splits, BLOCK_G=16, BLOCK_D=DIM, IEEE=False,
                   JOIN_G=groups, BLOCK_J=splits, N=HIDDEN, BLOCK_N=block_n, POLL=1,
-                  STORE=False, CACHE_AHEAD=True, sm=1)
+                  STORE=False, CACHE_AHEAD=True, WORDS=int8, HAS_SCALE=int8, PRMT=True, sm=1)
     kinds = {name: "*fp32" for name in ("m_ptr", "l_ptr", "acc_ptr")}
+    if int8:
+        kinds.update(wq_ptr="*i8", wo_ptr="*i8")
     kinds.update(counts_ptr="*i32", flags_ptr="*i32", pos_ptr="*i64")
     # slot and reset: int32 arguments as the strides are
     return sm90_compiled(qao.qkv_attention_o_kernel_gdc, kinds, values, warps,
                          ("spk_h", "spk_s", "spv_h", "spv_s", "slot", "reset"))
 
 
-def resources(config: tuple) -> dict:
+def resources(config: tuple, int8: bool = False) -> dict:
     from bench.int4_rows_ptx import ptxas_report
     from targets.aoti.kernels.qkv_attention_o_triton import grid_programs, resident_programs
-    kernel = compiled(config)
+    kernel = compiled(config, int8)
     regs, spills = ptxas_report(kernel.asm["ptx"])
     shared = kernel.metadata.shared
     grid = grid_programs((HEADS + 2 * KV_HEADS) * DIM, KV_HEADS, HIDDEN, config)
     resident = resident_programs(regs, config[-1], shared, SMS)
-    return {"config": config, "registers": regs, "spill_bytes": spills, "shared": shared,
+    return {"config": config, "int8": int8, "registers": regs, "spill_bytes": spills, "shared": shared,
             "grid": grid, "resident_at_once": resident, "whole_grid_resident":
             resident >= grid}
 
@@ -143,8 +160,9 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
-    for name, config in CONFIGS.items():
-        row = {"variant": name, **resources(config)}
+    for name, config, int8 in [*((n, c, False) for n, c in CONFIGS.items()),
+                               *((n, c, True) for n, c in INT8_CONFIGS.items())]:
+        row = {"variant": name, **resources(config, int8)}
         print(json.dumps(row), flush=True)
         if args.out:
             with open(args.out, "a") as fh:
