@@ -23,14 +23,14 @@ whole grid is resident at once on an H200 in CONFIG (resident_programs(): regist
 warps from the offline sm_90a compile, bench/decode_chain_qkv.py's ``__main__``), so
 the order does not matter there: 2,560 q/k/v rows 8 a program (320) + 4 x 4 attention
 blocks + 2,048 o rows 8 a program (256) = 592 programs of 4 warps, 96 registers: 5 a
-SM, 660 on 132 SMs. The library's 4 rows a program for both would be 1,168 (o's 4 rows
-alone: 688 or more, past the 660 that 81-96 registers allow: those compiled took 89-96).
-A configuration keeps the property where resident_programs() >= grid_programs() (the
-chain's CONFIGS do). The kernel after it starts only once every program of this one has
-(each triggers it at its start), and the kernel before ends before any count or spin
-(both come after the wait). Past 2^20 polls a spin traps (attention_o_triton._poll): the
-step fails, never returns wrong numbers. Under Triton's interpreter programs run one
-after another.
+SM, 660 on 132 SMs. With o's 4 rows a program none compiled was (q/k/v's 4, 8 or 16:
+1,168, 848, 688 programs against 924, 792, 660). Over int8 rows o keeps 4 (its 8 took
+156+ registers) and q/k/v takes 32: 80 + 8 x 4 + 512 = 624 against 660. A configuration
+keeps the property where resident_programs() >= grid_programs() (the chain's do). The
+kernel after it starts only once every program of this one has (each triggers it at its
+start), and the kernel before ends before any count or spin (both come after the wait).
+Past 2^20 polls a spin traps (attention_o_triton._poll): the step fails, never returns
+wrong numbers. Under Triton's interpreter programs run one after another.
 
 Counters: one slot of ``flags`` (attention_o_slots: SLOTS slots of STRIDE int32s, each
 its own 128-byte line) a launch: its int32 0 the attention's flag (o's spin), 1 + kvh
