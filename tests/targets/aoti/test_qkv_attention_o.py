@@ -198,25 +198,32 @@ def _hopper():
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("width", ["float", "int8"])
 @pytest.mark.parametrize("pdl", [False, True])
-def test_layers_at_the_1b_shape_in_a_cuda_graph(pdl):
+def test_layers_at_the_1b_shape_in_a_cuda_graph(pdl, width):
     """Four layers at the ~1.1B's shapes (2,048 wide, 32 heads, 4 key/value heads of 64,
     512 slots) in CONFIG (the whole grid resident), each layer's output the next's input,
     as plain or dependent launches (the cache prefetched before the wait) captured in a
     CUDA graph and replayed three times: each output its layer's reference, counts at
     zero, the flags as flag_slots leaves them (the last layer's slot: 4 heads joined,
-    each head's q/k/v programs)."""
+    each head's q/k/v programs). int8 rows at the chain's int8 configuration (32 q/k/v
+    rows, 8 blocks of slots, 4 o rows: its grid resident too)."""
     from targets.aoti.kernels.qkv_attention_o_triton import CONFIG
+    from tests.targets.aoti.weight_rows import rows_of
     _hopper()
     layers = [_layer("cuda", 32, 4, 512, 64, 2048, torch.float16, seed=i,
                      masked=range(400 + i, 512)) for i in range(4)]
+    config = CONFIG if width == "float" else (32, 256, 256, 8, 4, 4)
+    for layer in layers if width == "int8" else ():
+        layer["wq"], layer["sq"] = rows_of(layer["wq"].float(), "int8", torch.float16, "cuda")
+        layer["wo"], layer["so"] = rows_of(layer["wo"].float(), "int8", torch.float16, "cuda")
     counts, flags = _state("cuda", 4)
     pairs = flag_slots(len(layers))
 
     def step():
         outs, h = [], layers[0]["x"]
         for layer, (slot, reset) in zip(layers, pairs):
-            h, _ = _launch(layer, counts, flags, slot, reset, CONFIG, pdl=pdl, x=h,
+            h, _ = _launch(layer, counts, flags, slot, reset, config, pdl=pdl, x=h,
                            cache_ahead=pdl)
             outs.append(h)
         return outs
@@ -236,6 +243,6 @@ def test_layers_at_the_1b_shape_in_a_cuda_graph(pdl):
             h = out
         assert counts.tolist() == [0] * 4
         last, zeroed = pairs[-1]
-        per_head = (8 + 2) * 64 // CONFIG[0]
+        per_head = (8 + 2) * 64 // config[0]
         assert flags[last * STRIDE:last * STRIDE + 5].tolist() == [4] + [per_head] * 4
         assert flags[zeroed * STRIDE:(zeroed + 1) * STRIDE].tolist() == [0] * STRIDE
