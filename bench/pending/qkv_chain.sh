@@ -5,8 +5,11 @@
 # beside the library's "dependent + join + attention-o joined 4 splits 4 rows".
 #
 #   bash bench/pending/qkv_chain.sh [WHEELS_DIR]
+#   INT8=1 TESTS=0 bash bench/pending/qkv_chain.sh   (then the int8 chain: --int8, its
+#       base "... 8 splits 4 rows", the int8 variants; ~1.5 min more)
 #
-# One call (~3 min warm; timeout_s 600): the GPU tests, each file with its own timeout
+# One call (~3 min warm; timeout_s 600; with the int8 chain after it in the same call:
+# `bash bench/pending/qkv_chain.sh; INT8=1 TESTS=0 bash bench/pending/qkv_chain.sh`): the GPU tests, each file with its own timeout
 # and a line in $OUT/summary.txt as it ends (the kernel against the composed references,
 # four 1.1B-shaped layers in a CUDA graph, plain and dependent; the chain's variants),
 # then the chain, 40 rounds in turns: the base, the joined launch at three
@@ -20,6 +23,7 @@
 # logs and rows under $OUT (default /tmp/qkv-chain-out).
 set -u
 OUT=${OUT:-/tmp/qkv-chain-out}
+TAG=$([ "${INT8:-0}" = 1 ] && echo _int8)
 WHL=${1:-$(if [ -d ../../.whl ]; then echo ../../.whl; else echo .whl; fi)}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
@@ -43,16 +47,23 @@ if [ "${TESTS:-1}" = 1 ]; then  # TESTS=0: the chain alone
   date -u +%T | tee -a "$OUT/summary.txt"
 fi
 BASE="dependent + join + attention-o joined 4 splits 4 rows"
+OWN=("8 rows 1024 ahead" "8 rows 256 ahead" "16 rows 512 ahead"
+     "8 rows 1024 ahead cache after the wait")
+FLAGS=""
+if [ "${INT8:-0}" = 1 ]; then
+  BASE="dependent + join + attention-o joined 8 splits 4 rows"
+  OWN=("int8 32 rows 256 ahead" "int8 32 rows 128 ahead" "int8 32 rows 256 ahead 4 splits")
+  FLAGS="--int8"
+fi
 VARIANTS="$BASE"
-for V in "8 rows 1024 ahead" "8 rows 256 ahead" "16 rows 512 ahead" \
-         "8 rows 1024 ahead cache after the wait"; do
+for V in "${OWN[@]}"; do
   VARIANTS="$VARIANTS,dependent + join + qkv-attention-o $V"
 done
 VARIANTS="$VARIANTS,$BASE + nothing changed"
-timeout ${CHAIN_S:-300} python3 bench/decode_chain_cuda.py --rounds 40 \
-    --variants "$VARIANTS" --out "$OUT/qkv_chain.jsonl" > "$OUT/chain.log" 2>&1
-echo "chain rc $?" | tee -a "$OUT/summary.txt"
-grep -E "max\|diff\||own us" "$OUT/chain.log" | cut -c1-220
+timeout ${CHAIN_S:-300} python3 bench/decode_chain_cuda.py $FLAGS --rounds 40 \
+    --variants "$VARIANTS" --out "$OUT/qkv_chain$TAG.jsonl" > "$OUT/chain$TAG.log" 2>&1
+echo "chain$TAG rc $?" | tee -a "$OUT/summary.txt"
+grep -E "max\|diff\||own us" "$OUT/chain$TAG.log" | cut -c1-220
 # each variant's median against the base's (the first), in turns
-grep -E "^in turns" "$OUT/chain.log" | tee -a "$OUT/summary.txt"
+grep -E "^in turns" "$OUT/chain$TAG.log" | tee -a "$OUT/summary.txt"
 date -u +%T | tee -a "$OUT/summary.txt"
