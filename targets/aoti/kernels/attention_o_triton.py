@@ -88,6 +88,46 @@ def _poll(flag_ptr, TARGET: tl.constexpr, POLL: tl.constexpr):
 
 
 @triton.jit
+def _o_rows(att_ptr, w_ptr, s_ptr, r_ptr, out_ptr, flag_ptr, block, N: tl.constexpr,
+            K: tl.constexpr, KVH: tl.constexpr, BLOCK_N: tl.constexpr,
+            HAS_SCALE: tl.constexpr, GROUP: tl.constexpr, BLOCK_G4: tl.constexpr,
+            POLL: tl.constexpr, GDC: tl.constexpr):
+    """o's rows of ``block`` (float rows; int8 with a scale a row: HAS_SCALE; int4: GROUP):
+    Wo's rows before the wait, the residual after it, the spin until every key/value head
+    has joined (the flag counts KVH), then the attention's output."""
+    rows = block * BLOCK_N + tl.arange(0, BLOCK_N)
+    row_ok = rows < N
+    cols = tl.arange(0, K)
+    if GROUP:  # int4 rows: their first two tiles of bytes and of (scale, offset) pairs
+        ahead, ahead2, pairs, pairs2 = _first_tiles(w_ptr, s_ptr, rows, row_ok, K,
+                                                    GROUP, BLOCK_G4)
+    else:
+        w = tl.load(w_ptr + rows[:, None] * K + cols[None, :], mask=row_ok[:, None],
+                    other=0.0, eviction_policy="evict_first")
+    if GDC:
+        tl.extra.cuda.gdc_wait()
+    residual = tl.load(r_ptr + rows, mask=row_ok, other=0.0).to(tl.float32)
+    if HAS_SCALE:  # int8 rows: a scale a row
+        scale = tl.load(s_ptr + rows, mask=row_ok, other=0.0).to(tl.float32)
+    _poll(flag_ptr, KVH, POLL)
+    if GROUP:  # the rest of the rows stream as the loop reads the attention's output
+        # (plain loads: the poll's acquire at gpu scope, then the CTA barrier, order
+        # them after the joins' release, past this SM's L1)
+        acc, _ = _group_sums(att_ptr, w_ptr, s_ptr, att_ptr, rows, row_ok, ahead,
+                             ahead2, pairs, pairs2, 0.0, K, GROUP, BLOCK_N, BLOCK_G4,
+                             False, False)
+        y = tl.sum(acc, axis=1)
+    else:
+        # .cg: other programs of this launch wrote it; read past this SM's L1
+        x = tl.load(att_ptr + cols, cache_modifier=".cg").to(tl.float32)
+        y = tl.sum(w.to(tl.float32) * x[None, :], axis=1)
+    if HAS_SCALE:
+        y *= scale
+    y += residual
+    tl.store(out_ptr + rows, y.to(out_ptr.dtype.element_ty), mask=row_ok)
+
+
+@triton.jit
 def _attention_o(q_ptr, pk_ptr, nk_ptr, pv_ptr, nv_ptr, mask_ptr, m_ptr, l_ptr, acc_ptr,
                  counts_ptr, att_ptr, flags_ptr, w_ptr, s_ptr, r_ptr, out_ptr, pos_ptr,
                  slot, reset,
@@ -128,36 +168,8 @@ def _attention_o(q_ptr, pk_ptr, nk_ptr, pv_ptr, nv_ptr, mask_ptr, m_ptr, l_ptr, 
                 _store_row(pk_ptr, nk_ptr, pv_ptr, nv_ptr, pos_ptr, kvh, spk_h, spk_s,
                            snk_h, spv_h, spv_s, snv_h, S, D, BLOCK_D)
     else:  # o's rows: Wo's whole rows before the wait, the attention's output after
-        rows = (pid - KVH * SPLITS) * BLOCK_N + tl.arange(0, BLOCK_N)
-        row_ok = rows < N
-        cols = tl.arange(0, K)
-        if GROUP:  # int4 rows: their first two tiles of bytes and of (scale, offset) pairs
-            ahead, ahead2, pairs, pairs2 = _first_tiles(w_ptr, s_ptr, rows, row_ok, K,
-                                                        GROUP, BLOCK_G4)
-        else:
-            w = tl.load(w_ptr + rows[:, None] * K + cols[None, :], mask=row_ok[:, None],
-                        other=0.0, eviction_policy="evict_first")
-        if GDC:
-            tl.extra.cuda.gdc_wait()
-        residual = tl.load(r_ptr + rows, mask=row_ok, other=0.0).to(tl.float32)
-        if HAS_SCALE:  # int8 rows: a scale a row
-            scale = tl.load(s_ptr + rows, mask=row_ok, other=0.0).to(tl.float32)
-        _poll(flag_ptr, KVH, POLL)
-        if GROUP:  # the rest of the rows stream as the loop reads the attention's output
-            # (plain loads: the poll's acquire at gpu scope, then the CTA barrier, order
-            # them after the joins' release, past this SM's L1)
-            acc, _ = _group_sums(att_ptr, w_ptr, s_ptr, att_ptr, rows, row_ok, ahead,
-                                 ahead2, pairs, pairs2, 0.0, K, GROUP, BLOCK_N, BLOCK_G4,
-                                 False, False)
-            y = tl.sum(acc, axis=1)
-        else:
-            # .cg: other programs of this launch wrote it; read past this SM's L1
-            x = tl.load(att_ptr + cols, cache_modifier=".cg").to(tl.float32)
-            y = tl.sum(w.to(tl.float32) * x[None, :], axis=1)
-        if HAS_SCALE:
-            y *= scale
-        y += residual
-        tl.store(out_ptr + rows, y.to(out_ptr.dtype.element_ty), mask=row_ok)
+        _o_rows(att_ptr, w_ptr, s_ptr, r_ptr, out_ptr, flag_ptr, pid - KVH * SPLITS, N, K,
+                KVH, BLOCK_N, HAS_SCALE, GROUP, BLOCK_G4, POLL, GDC)
 
 
 @triton.jit

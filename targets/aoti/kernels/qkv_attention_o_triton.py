@@ -53,7 +53,7 @@ import triton
 import triton.language as tl
 
 from targets.aoti.kernels.attention_o_slots import SLOTS, STRIDE
-from targets.aoti.kernels.attention_o_triton import _poll
+from targets.aoti.kernels.attention_o_triton import _o_rows, _poll
 from targets.aoti.kernels.decode_attention import _attention_block, _join_heads, _store_row
 from targets.aoti.kernels.dependent_launch import launcher
 from targets.aoti.kernels.int8_words_triton import _word_rows
@@ -62,7 +62,7 @@ from targets.aoti.kernels.row_parts import _block_rows, _column_sums, _finish, _
 _STRIDE = tl.constexpr(STRIDE)
 # (q/k/v rows a program, their columns loaded ahead, columns a step after, blocks of slots
 # a key/value head, o's rows a program, warps): at the ~1.1B's shape the whole grid is
-# resident at once on an H200 (the docstring)
+# resident at once on 132 SMs (why that matters: the docstring)
 CONFIG = (8, 1024, 512, 4, 8, 4)
 
 
@@ -125,33 +125,6 @@ def _float_rows(x_ptr, w_ptr, nw_ptr, cos_ptr, sin_ptr, rows, row_ok, EPS: tl.co
     return _finish(y + y_rest, u, up, square_sum + squares, w_ptr, x_ptr, w_ptr, cos_ptr,
                    sin_ptr, rows, row_ok, EPS, NQ, K, False, HAS_NORM, 0, False, False,
                    BLOCK_Q, ROT_ROWS, D)
-
-
-@triton.jit
-def _o_rows(att_ptr, w_ptr, s_ptr, r_ptr, out_ptr, flag_ptr, block, N: tl.constexpr,
-            K: tl.constexpr, KVH: tl.constexpr, BLOCK_N: tl.constexpr,
-            HAS_SCALE: tl.constexpr, POLL: tl.constexpr, GDC: tl.constexpr):
-    """o's rows (float, or int8 with a scale a row: HAS_SCALE): Wo's whole rows before
-    the wait, the residual after it, the spin until every key/value head has joined,
-    then the attention's output."""
-    rows = block * BLOCK_N + tl.arange(0, BLOCK_N)
-    row_ok = rows < N
-    cols = tl.arange(0, K)
-    w = tl.load(w_ptr + rows[:, None] * K + cols[None, :], mask=row_ok[:, None], other=0.0,
-                eviction_policy="evict_first")
-    if GDC:
-        tl.extra.cuda.gdc_wait()
-    residual = tl.load(r_ptr + rows, mask=row_ok, other=0.0).to(tl.float32)
-    if HAS_SCALE:
-        scale = tl.load(s_ptr + rows, mask=row_ok, other=0.0).to(tl.float32)
-    _poll(flag_ptr, KVH, POLL)
-    # .cg: other programs of this launch wrote it; read past this SM's L1
-    x = tl.load(att_ptr + cols, cache_modifier=".cg").to(tl.float32)
-    y = tl.sum(w.to(tl.float32) * x[None, :], axis=1)
-    if HAS_SCALE:
-        y *= scale
-    y += residual
-    tl.store(out_ptr + rows, y.to(out_ptr.dtype.element_ty), mask=row_ok)
 
 
 @triton.jit
@@ -241,7 +214,7 @@ def _qkv_attention_o(x_ptr, wq_ptr, sq_ptr, nw_ptr, cos_ptr, sin_ptr, qkv_ptr, p
                         GDC, CACHE_AHEAD, STORE)
     else:
         _o_rows(att_ptr, wo_ptr, so_ptr, x_ptr, out_ptr, flag_ptr, pid - QP - AP, N,
-                G * KVH * D, KVH, BLOCK_N, HAS_SCALE, POLL, GDC)
+                G * KVH * D, KVH, BLOCK_N, HAS_SCALE, 0, 1, POLL, GDC)  # float or int8 rows
 
 
 @triton.jit
