@@ -229,7 +229,6 @@ def variants(best: Path | None = None, int8: bool = False) -> dict:
     from bench.decode_chain_flag import flag_variants
     from bench.decode_chain_persistent import persistent_variants
     from bench.decode_chain_prefetch import prefetch_variants
-    from bench.decode_chain_qkv import qkv_variants
     from bench.decode_chain_rowloop import row_loop_variants
     from bench.decode_chain_split import split_variants
     from bench.decode_pipe_gemv import pipe_variants
@@ -289,8 +288,6 @@ def variants(best: Path | None = None, int8: bool = False) -> dict:
             **short_variants(default),
             # a layer's attention and o as one launch
             **joined_o,
-            # and q/k/v's product in that launch too
-            **qkv_variants(joined_o),
             # ending with the token: torch's argmax after the head, or inside its kernel
             **argmax_variants(default)}
 

@@ -141,7 +141,7 @@ def _word_rows(x_ptr, w_ptr, b_ptr, nw_ptr, r_ptr, s_ptr, cos_ptr, sin_ptr, rows
                AHEAD: tl.constexpr, GDC: tl.constexpr, W_AHEAD: tl.constexpr,
                ROT_ROWS: tl.constexpr, HEAD_D: tl.constexpr, PRMT: tl.constexpr):
     """``rows``' values (the epilogue's): their first AHEAD columns' words before the
-    wait (GDC), the rest in the loop (also qkv_attention_o_triton.py's q/k/v rows)."""
+    wait (GDC), the rest in the loop."""
     if GDC and not W_AHEAD:  # a weight copied just before: read after the wait
         tl.extra.cuda.gdc_wait()
     if AHEAD > 0:  # no kernel of the step writes weights: loaded before the wait
