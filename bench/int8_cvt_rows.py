@@ -56,7 +56,7 @@ def class_counts(text: str) -> dict:
 
 
 def kernels_compiled(product: str, config: tuple | None = None) -> dict:
-    """{I2F int8, fp16, words int8}: each compiled for sm_90a at
+    """{I2F int8, fp16, words int8, dot4 int8 (x's codes in blocks of 32)}: each compiled for sm_90a at
     ``product``'s shape in ``config`` (by default the int8 chain's: gemv_config's,
     dependent, 132 SMs), and the weights a thread reduces."""
     from bench.int4_rows_ptx import sm90_compiled
@@ -72,9 +72,11 @@ def kernels_compiled(product: str, config: tuple | None = None) -> dict:
     found = {kind: sm90_compiled(triton_kernels.row_gemv_kernel_gdc,
                                               {"w_ptr": pointer}, library, warps)
              for kind, pointer in (("I2F int8", "*i8"), ("fp16", "*fp16"))}
-    found["words int8"] = sm90_compiled(
-        int8_words_kernel_gdc, {"w_ptr": "*i8"}, dict(common, HAS_BIAS=False, W_AHEAD=True,
-                                                      ROT_ROWS=0, HEAD_D=0, PRMT=True), warps)
+    words = dict(common, HAS_BIAS=False, W_AHEAD=True, ROT_ROWS=0, HEAD_D=0, PRMT=True)
+    found["words int8"] = sm90_compiled(int8_words_kernel_gdc, {"w_ptr": "*i8"},
+                                        dict(words, QBLOCK=0), warps)
+    found["dot4 int8"] = sm90_compiled(int8_words_kernel_gdc, {"w_ptr": "*i8"},
+                                       dict(words, QBLOCK=32), warps)
     per_thread = block_n * k * (2 if act else 1) / (32 * warps)
     return {"config": (block_n, block_k, warps, ahead), "weights": per_thread, **found}
 
@@ -96,7 +98,7 @@ def main() -> None:
     for product, config in [(p, None) for p in SHAPES] + OTHER_SHAPES:
         found = kernels_compiled(product, config)
         print(f"{product} {found['config']}: {found['weights']:.0f} weights a thread")
-        for name in ("I2F int8", "fp16", "words int8"):
+        for name in ("I2F int8", "fp16", "words int8", "dot4 int8"):
             print(_row(name, found[name], found["weights"]), flush=True)
 
 

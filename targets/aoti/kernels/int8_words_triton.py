@@ -27,6 +27,7 @@ import triton
 import triton.language as tl
 
 from targets.aoti.kernels.dependent_launch import declare_writes, launcher
+from targets.aoti.kernels.int8_dot4_triton import _dot4_sums
 from targets.aoti.kernels.row_parts import _block_rows, _finish
 
 
@@ -99,6 +100,20 @@ def _word_sums(words, up_words, acc, up, squares, x_ptr, nw_ptr, start, OFFSET: 
 
 
 @triton.jit
+def _tile_sums(words, up_words, acc, up, squares, x_ptr, nw_ptr, start, OFFSET: tl.constexpr,
+               K: tl.constexpr, WIDTH: tl.constexpr, HAS_NORM: tl.constexpr,
+               ACT: tl.constexpr, PRMT: tl.constexpr, QBLOCK: tl.constexpr):
+    """_word_sums, or over x's int8 codes where QBLOCK is set (_dot4_sums)."""
+    if QBLOCK:
+        acc, up, squares = _dot4_sums(words, up_words, acc, up, squares, x_ptr, nw_ptr,
+                                      start, OFFSET, K, WIDTH, HAS_NORM, ACT, PRMT, QBLOCK)
+    else:
+        acc, up, squares = _word_sums(words, up_words, acc, up, squares, x_ptr, nw_ptr,
+                                      start, OFFSET, K, WIDTH, HAS_NORM, ACT, PRMT)
+    return acc, up, squares
+
+
+@triton.jit
 def _word_tile(w_ptr, rows, row_ok, start, N: tl.constexpr, K: tl.constexpr,
                WIDTH: tl.constexpr, ACT: tl.constexpr):
     """The rows' WIDTH words from column ``start`` (and the up rows' N below); ``w_ptr``
@@ -122,14 +137,15 @@ def _int8_words(x_ptr, w_ptr, b_ptr, nw_ptr, r_ptr, s_ptr, cos_ptr, sin_ptr, out
                 HAS_BIAS: tl.constexpr, HAS_NORM: tl.constexpr, ACT: tl.constexpr,
                 HAS_RES: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                 AHEAD: tl.constexpr, GDC: tl.constexpr, W_AHEAD: tl.constexpr,
-                ROT_ROWS: tl.constexpr, HEAD_D: tl.constexpr, PRMT: tl.constexpr):
+                ROT_ROWS: tl.constexpr, HEAD_D: tl.constexpr, PRMT: tl.constexpr,
+                QBLOCK: tl.constexpr):
     rows = _block_rows(tl.program_id(0), BLOCK_N, ROT_ROWS, HEAD_D)
     row_ok = rows < N
     if GDC:  # the next kernel may start as soon as every program here has
         tl.extra.cuda.gdc_launch_dependents()
     y = _word_rows(x_ptr, w_ptr, b_ptr, nw_ptr, r_ptr, s_ptr, cos_ptr, sin_ptr, rows, row_ok,
                    EPS, OFFSET, N, K, HAS_BIAS, HAS_NORM, ACT, HAS_RES, BLOCK_N, BLOCK_K,
-                   AHEAD, GDC, W_AHEAD, ROT_ROWS, HEAD_D, PRMT)
+                   AHEAD, GDC, W_AHEAD, ROT_ROWS, HEAD_D, PRMT, QBLOCK)
     tl.store(out_ptr + rows, y.to(out_ptr.dtype.element_ty), mask=row_ok)
 
 
@@ -139,9 +155,11 @@ def _word_rows(x_ptr, w_ptr, b_ptr, nw_ptr, r_ptr, s_ptr, cos_ptr, sin_ptr, rows
                HAS_BIAS: tl.constexpr, HAS_NORM: tl.constexpr, ACT: tl.constexpr,
                HAS_RES: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                AHEAD: tl.constexpr, GDC: tl.constexpr, W_AHEAD: tl.constexpr,
-               ROT_ROWS: tl.constexpr, HEAD_D: tl.constexpr, PRMT: tl.constexpr):
+               ROT_ROWS: tl.constexpr, HEAD_D: tl.constexpr, PRMT: tl.constexpr,
+               QBLOCK: tl.constexpr):
     """``rows``' values (the epilogue's): their first AHEAD columns' words before the
-    wait (GDC), the rest in the loop."""
+    wait (GDC), the rest in the loop. QBLOCK > 0: against x's int8 codes in blocks of
+    QBLOCK columns (int8_dot4_triton.py), a sum a block and row."""
     if GDC and not W_AHEAD:  # a weight copied just before: read after the wait
         tl.extra.cuda.gdc_wait()
     if AHEAD > 0:  # no kernel of the step writes weights: loaded before the wait
@@ -152,20 +170,21 @@ def _word_rows(x_ptr, w_ptr, b_ptr, nw_ptr, r_ptr, s_ptr, cos_ptr, sin_ptr, rows
     u = tl.zeros((BLOCK_N,), dtype=tl.float32)
     square_sum = tl.zeros((BLOCK_N,), dtype=tl.float32)
     if AHEAD > 0:
-        acc0 = tl.zeros((BLOCK_N, AHEAD // 4), dtype=tl.float32)
-        acc0, up0, sq0 = _word_sums(first, up_first, acc0, acc0, tl.zeros(
+        acc0 = tl.zeros((BLOCK_N, AHEAD // (QBLOCK if QBLOCK else 4)), dtype=tl.float32)
+        acc0, up0, sq0 = _tile_sums(first, up_first, acc0, acc0, tl.zeros(
             (AHEAD // 4,), dtype=tl.float32), x_ptr, nw_ptr, 0, OFFSET, K, AHEAD // 4,
-            HAS_NORM, ACT, PRMT)
+            HAS_NORM, ACT, PRMT, QBLOCK)
         y += tl.sum(acc0, axis=1)
         u += tl.sum(up0, axis=1)
         square_sum += tl.sum(sq0, axis=0)
-    acc = tl.zeros((BLOCK_N, BLOCK_K // 4), dtype=tl.float32)
-    up = tl.zeros((BLOCK_N, BLOCK_K // 4), dtype=tl.float32)
+    acc = tl.zeros((BLOCK_N, BLOCK_K // (QBLOCK if QBLOCK else 4)), dtype=tl.float32)
+    up = tl.zeros((BLOCK_N, BLOCK_K // (QBLOCK if QBLOCK else 4)), dtype=tl.float32)
     squares = tl.zeros((BLOCK_K // 4,), dtype=tl.float32)
     for start in tl.static_range(AHEAD, K, BLOCK_K):
         words, up_words = _word_tile(w_ptr, rows, row_ok, start, N, K, BLOCK_K // 4, ACT)
-        acc, up, squares = _word_sums(words, up_words, acc, up, squares, x_ptr, nw_ptr,
-                                      start, OFFSET, K, BLOCK_K // 4, HAS_NORM, ACT, PRMT)
+        acc, up, squares = _tile_sums(words, up_words, acc, up, squares, x_ptr, nw_ptr,
+                                      start, OFFSET, K, BLOCK_K // 4, HAS_NORM, ACT, PRMT,
+                                      QBLOCK)
     y = _finish(y + tl.sum(acc, axis=1), u, up, square_sum + tl.sum(squares, axis=0),
                 b_ptr, r_ptr, s_ptr, cos_ptr, sin_ptr, rows, row_ok, EPS, N, K, HAS_BIAS,
                 HAS_NORM, ACT, HAS_RES, True, BLOCK_N, ROT_ROWS, HEAD_D)
@@ -178,11 +197,11 @@ def int8_words_kernel(x_ptr, w_ptr, b_ptr, nw_ptr, r_ptr, s_ptr, cos_ptr, sin_pt
                       K: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_NORM: tl.constexpr,
                       ACT: tl.constexpr, HAS_RES: tl.constexpr, BLOCK_N: tl.constexpr,
                       BLOCK_K: tl.constexpr, AHEAD: tl.constexpr, ROT_ROWS: tl.constexpr,
-                      HEAD_D: tl.constexpr, PRMT: tl.constexpr):
+                      HEAD_D: tl.constexpr, PRMT: tl.constexpr, QBLOCK: tl.constexpr):
     """reference.row_gemv over int8 rows with their scales, a plain launch."""
     _int8_words(x_ptr, w_ptr, b_ptr, nw_ptr, r_ptr, s_ptr, cos_ptr, sin_ptr, out_ptr, EPS,
                 OFFSET, N, K, HAS_BIAS, HAS_NORM, ACT, HAS_RES, BLOCK_N, BLOCK_K, AHEAD,
-                False, False, ROT_ROWS, HEAD_D, PRMT)
+                False, False, ROT_ROWS, HEAD_D, PRMT, QBLOCK)
 
 
 @triton.jit
@@ -193,34 +212,44 @@ def int8_words_kernel_gdc(x_ptr, w_ptr, b_ptr, nw_ptr, r_ptr, s_ptr, cos_ptr, si
                           BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                           AHEAD: tl.constexpr, W_AHEAD: tl.constexpr,
                           ROT_ROWS: tl.constexpr, HEAD_D: tl.constexpr,
-                          PRMT: tl.constexpr):
+                          PRMT: tl.constexpr, QBLOCK: tl.constexpr):
     """The same as a programmatic dependent launch: the first AHEAD columns' words
     before the wait (W_AHEAD: the weight is one no kernel of the step writes)."""
     _int8_words(x_ptr, w_ptr, b_ptr, nw_ptr, r_ptr, s_ptr, cos_ptr, sin_ptr, out_ptr, EPS,
                 OFFSET, N, K, HAS_BIAS, HAS_NORM, ACT, HAS_RES, BLOCK_N, BLOCK_K, AHEAD,
-                True, W_AHEAD, ROT_ROWS, HEAD_D, PRMT)
+                True, W_AHEAD, ROT_ROWS, HEAD_D, PRMT, QBLOCK)
 
 
 declare_writes(int8_words_kernel_gdc, "out_ptr")
 
 
-def words_fit(weight: torch.Tensor, config: tuple) -> bool:
+def words_fit(weight: torch.Tensor, config: tuple, x_qblock: int = 0) -> bool:
     """Whether int8 rows ``weight`` in one-block ``config`` (BLOCK_N, BLOCK_K, warps,
-    AHEAD) can be read as words: whole words a row, tiles of at least 4 words."""
+    AHEAD) can be read as words: whole words a row, tiles of at least 4 words; against
+    x's codes in blocks of ``x_qblock`` (a power of two, 16 or more): whole blocks a
+    row and a tile."""
     _, block_k, _, ahead = config[:4]
-    return (weight.dtype == torch.int8 and weight.shape[1] % 4 == 0 and block_k >= 16
-            and (ahead == 0 or ahead >= 16))
+    fit = (weight.dtype == torch.int8 and weight.shape[1] % 4 == 0 and block_k >= 16
+           and (ahead == 0 or ahead >= 16))
+    if x_qblock:
+        fit = fit and (x_qblock >= 16 and x_qblock & (x_qblock - 1) == 0
+                       and weight.shape[1] % x_qblock == 0 and block_k % x_qblock == 0
+                       and ahead % x_qblock == 0)
+    return fit
 
 
 def launch_int8_words(x, weight, bias, norm_weight, residual, eps: float, offset: float,
                       act: int, weight_scale, config: tuple, pdl: bool = False,
                       rotary_cos=None, rotary_sin=None, rotary_rows: int = 0,
-                      head_dim: int = 0) -> torch.Tensor:
+                      head_dim: int = 0, x_qblock: int = 0) -> torch.Tensor:
     """reference.row_gemv over int8 rows ``weight`` with their ``weight_scale``
     (triton_kernels.launch_row_gemv's arguments); ``config``: (BLOCK_N, BLOCK_K,
-    num_warps, AHEAD), BLOCK_N already fitted to the rotary rows, words_fit's."""
-    if not words_fit(weight, config) or weight_scale is None:
-        raise ValueError(f"int8 rows of whole words with their scales, config {config}")
+    num_warps, AHEAD), BLOCK_N already fitted to the rotary rows, words_fit's;
+    ``x_qblock``: x quantized to int8 in blocks of that many columns (reference.row_gemv's
+    ``x_qblock``), four products a dp4a."""
+    if not words_fit(weight, config, x_qblock) or weight_scale is None:
+        raise ValueError(f"int8 rows of whole words with their scales, config {config}"
+                         + (f", x in blocks of {x_qblock}" if x_qblock else ""))
     block_n, block_k, warps, ahead = config[:4]
     width = weight.shape[0] // 2 if act else weight.shape[0]
     cols = weight.shape[1]
@@ -239,6 +268,7 @@ def launch_int8_words(x, weight, bias, norm_weight, residual, eps: float, offset
         EPS=eps, OFFSET=offset, N=width, K=cols, HAS_BIAS=bias is not None,
         HAS_NORM=norm_weight is not None, ACT=act, HAS_RES=residual is not None,
         BLOCK_N=block_n, BLOCK_K=block_k, AHEAD=ahead, ROT_ROWS=rotary_rows,
-        HEAD_D=head_dim, PRMT=os.environ.get("TRITON_INTERPRET") != "1", num_warps=warps,
+        HEAD_D=head_dim, PRMT=os.environ.get("TRITON_INTERPRET") != "1", QBLOCK=x_qblock,
+        num_warps=warps,
         **weights_first)
     return out

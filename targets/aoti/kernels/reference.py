@@ -50,11 +50,14 @@ def row_gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
              offset: float, act: int, weight_scale: torch.Tensor | None = None,
              rotary_cos: torch.Tensor | None = None, rotary_sin: torch.Tensor | None = None,
              rotary_rows: int = 0, head_dim: int = 0,
-             counts: torch.Tensor | None = None) -> torch.Tensor:
-    """``counts``: the split kernel's join counters (the Triton op's), unused here."""
+             counts: torch.Tensor | None = None, x_qblock: int = 0) -> torch.Tensor:
+    """``counts``: the split kernel's join counters (the Triton op's), unused here;
+    ``x_qblock``: x (normed) quantized to int8 in blocks of that many columns first."""
     row = x.reshape(x.shape[-1]).float()
     if norm_weight is not None:
         row = row * torch.rsqrt(row.pow(2).mean() + eps) * (norm_weight.float() + offset)
+    if x_qblock:
+        row = block_quantized(row, x_qblock)
     if weight.dtype == torch.uint8:
         weight, weight_scale = int4_weight(weight, weight_scale), None
     y = weight.float() @ row
@@ -74,6 +77,16 @@ def row_gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
     if residual is not None:
         y = y + residual.reshape(-1).float()
     return y.to(x.dtype).reshape(*x.shape[:-1], y.shape[0])
+
+
+def block_quantized(row: torch.Tensor, qblock: int) -> torch.Tensor:
+    """``row`` quantized to int8 codes in blocks of ``qblock`` (the block's largest
+    magnitude over 127 its scale, rounded half away from zero) and back (float32)."""
+    blocks = row.reshape(-1, qblock)
+    largest = blocks.abs().amax(dim=1, keepdim=True)
+    t = blocks * torch.where(largest > 0, 127.0 / largest, torch.zeros_like(largest))
+    codes = torch.trunc(t + torch.where(t >= 0, 0.5, -0.5))
+    return (codes * (largest / 127.0)).reshape(-1)
 
 
 def row_gemv_argmax(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
