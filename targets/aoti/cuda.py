@@ -94,7 +94,8 @@ class CudaTarget(AOTInductorTarget):
     # inputs (passes/decode_argmax.py), the first two over int4 rows too: on, each
     # measured faster on a whole ~1.1B build
     generation = AotiGeneration(step_attention="sdpa", next_token=True, attention_o=True,
-                                store_rows=True, advance_inputs=True, int4_fused=True)
+                                store_rows=True, advance_inputs=True, int4_fused=True,
+                                int8_x_codes=False)
     packaging = CudaPackaging()
     tooling = CudaTooling()
     quantization = CudaQuantization(recipes=CUDA_RECIPES, linear_formats={
@@ -121,7 +122,8 @@ class CudaTarget(AOTInductorTarget):
         decode = [DecodeAttentionAsKernel(store_rows=self.generation.store_rows),
                   RowLinearsAsKernels(attention_o=self.generation.attention_o,
                                       advance_inputs=self.generation.advance_inputs,
-                                      int4=self.generation.int4_fused)
+                                      int4=self.generation.int4_fused,
+                                      int8_x_codes=self.generation.int8_x_codes)
                   ] if decode_ops.TRITON else []
         # not in generating builds (measured on plain ones): a decode step's one-row fc1
         # keeps its row kernel, its attention its decode kernel

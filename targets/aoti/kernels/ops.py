@@ -42,11 +42,14 @@ def _row_gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
               offset: float, act: int, weight_scale: torch.Tensor | None = None,
               rotary_cos: torch.Tensor | None = None,
               rotary_sin: torch.Tensor | None = None, rotary_rows: int = 0,
-              head_dim: int = 0, counts: torch.Tensor | None = None) -> torch.Tensor:
+              head_dim: int = 0, counts: torch.Tensor | None = None,
+              x_qblock: int = 0) -> torch.Tensor:
     """``counts``: int32 zeros the step's int8 products without a norm share with its
     attentions (the pass gives them): a dependent launch of rows too long to hold ahead
-    is split along K and joined inside its kernel, which leaves them at zero."""
-    if weight.dtype == torch.uint8:  # int4 rows (int4_rows.py), their groups' scales
+    is split along K and joined inside its kernel, which leaves them at zero.
+    ``x_qblock``: int8 rows against x's int8 codes in blocks of that many columns
+    (reference.row_gemv's math; Generation.int8_x_codes)."""
+    if weight.dtype == torch.uint8 and not x_qblock:  # int4 rows, their groups' scales
         from targets.aoti.kernels.int4_triton import launch_int4_row_gemv
         return launch_int4_row_gemv(x, weight, weight_scale, bias, norm_weight, residual,
                                     eps, offset, act, rotary_cos=rotary_cos,
@@ -56,7 +59,7 @@ def _row_gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
     return launch_row_gemv(x, weight, bias, norm_weight, residual, eps, offset, act,
                            weight_scale=weight_scale, rotary_cos=rotary_cos,
                            rotary_sin=rotary_sin, rotary_rows=rotary_rows,
-                           head_dim=head_dim, counts=counts)
+                           head_dim=head_dim, counts=counts, x_qblock=x_qblock)
 
 
 def _row_gemv_argmax(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,

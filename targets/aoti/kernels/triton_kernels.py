@@ -110,7 +110,8 @@ PIPE_STAGES = 4
 
 def gemv_config(rows: int, cols: int, gated: bool, dependent: bool = False,
                 weight_bytes: int = 2, multiprocessors: int = 0,
-                splittable: bool = False, streamable: bool = False) -> tuple:
+                splittable: bool = False, streamable: bool = False,
+                x_qblock: int = 0) -> tuple:
     """(BLOCK_N, BLOCK_K, num_warps, AHEAD[, TILE_X, TURNS[, SPLIT[, STAGES]]]): enough
     programs to keep every SM's loads in flight (several per SM), 16-byte loads along K
     (int8 rows: 1024 columns a tile, and a gated product's pairs of rows four a program);
@@ -124,9 +125,12 @@ def gemv_config(rows: int, cols: int, gated: bool, dependent: bool = False,
     given, no norm, gate or rotary rows): split along K (split_gemv_triton.split_config).
     A dependent launch of 16-bit rows more than twice as long as a program holds ahead,
     ``streamable`` (no norm, gate, bias or rotary rows): the rest of each row streams
-    through shared memory, STAGES - 1 tiles in flight (pipe_gemv_triton.py).
+    through shared memory, STAGES - 1 tiles in flight (pipe_gemv_triton.py). int8 rows
+    against x's int8 codes (``x_qblock``): x_codes_config's.
     """
     int8 = weight_bytes == 1
+    if int8 and x_qblock:
+        return x_codes_config(cols, gated, dependent)
     if dependent and splittable and int8 and longer_than_ahead(cols):
         block_n, block_k, warps, ahead, split = split_config(cols)
         return block_n, block_k, warps, ahead, False, 0, split
@@ -154,6 +158,19 @@ def gemv_config(rows: int, cols: int, gated: bool, dependent: bool = False,
     return block_n, block_k, warps, ahead
 
 
+def x_codes_config(cols: int, gated: bool, dependent: bool) -> tuple:
+    """int8 rows against x's int8 codes (int8_dot4_triton.py): 8 rows a program (x's
+    quantization, each program's own work, shared by more rows: the decode chain's
+    fastest), 1,024 columns a tile, 4 warps; a dependent product that is not gated holds
+    up to 2,048 columns ahead (8 int8 rows: 32 registers a thread, as 16-bit rows hold)."""
+    ahead = 0
+    if dependent and not gated:
+        ahead = 16
+        while ahead * 2 <= min(cols, 2048):
+            ahead *= 2
+    return 8, min(1024, triton.next_power_of_2(cols)), 4, ahead
+
+
 def ahead_columns(block_n: int, cols: int, gated: bool, warps: int) -> int:
     """The widest power-of-two column span (at most ``cols``, at least 16) whose weights a
     program of ``warps`` warps can hold in registers."""
@@ -179,7 +196,7 @@ def launch_row_gemv(x, weight, bias, norm_weight, residual, eps: float, offset: 
                     act: int, config: tuple | None = None, pdl: bool = False,
                     weight_scale=None, rotary_cos=None, rotary_sin=None,
                     rotary_rows: int = 0, head_dim: int = 0,
-                    counts: torch.Tensor | None = None) -> torch.Tensor:
+                    counts: torch.Tensor | None = None, x_qblock: int = 0) -> torch.Tensor:
     """The op's kernel (reference.row_gemv's math); ``weight_scale``: int8 rows' scales;
     ``rotary_*``: the rotary embedding of the first ``rotary_rows`` rows, heads of
     ``head_dim``; ``counts``: int32 zeros, one or more a row, that a product split along
@@ -188,7 +205,9 @@ def launch_row_gemv(x, weight, bias, norm_weight, residual, eps: float, offset: 
     kernel, TURNS blocks a program; SPLIT > 0: split_gemv_triton's, SPLIT parts a block;
     STAGES > 0: pipe_gemv_triton's (a product with no norm, gate, bias, scales or rotary
     rows; another takes the one-block kernel). int8 rows in the one-block form read
-    their bytes as words (int8_words_triton.py: no int-to-float conversion)."""
+    their bytes as words (int8_words_triton.py: no int-to-float conversion); with
+    ``x_qblock``, against x's int8 codes in blocks of that many columns, always that
+    kernel (int8_dot4_triton.py)."""
     width = weight.shape[0] // 2 if act else weight.shape[0]
     cols = weight.shape[1]
     gdc = dependent_launch_here(x.device) and (pdl or library_launches_dependent())
@@ -197,8 +216,10 @@ def launch_row_gemv(x, weight, bias, norm_weight, residual, eps: float, offset: 
     streamable = plain and bias is None and weight_scale is None
     block_n, block_k, warps, ahead, *loop = config or gemv_config(
         width, cols, bool(act), gdc, weight.element_size(), sms,
-        plain and counts is not None, streamable)
+        plain and counts is not None, streamable, x_qblock)
     tile_x, turns, split, stages = (*loop, False, 0, 0, 0)[:4]
+    if x_qblock and any(loop):
+        raise ValueError(f"x's int8 codes take the one-block int8 kernel, not config {config}")
     if split:
         return launch_split_gemv(x, weight, bias, residual, counts,
                                  (block_n, block_k, warps, ahead, split), pdl, weight_scale)
@@ -206,11 +227,11 @@ def launch_row_gemv(x, weight, bias, norm_weight, residual, eps: float, offset: 
         return launch_pipe_gemv(x, weight, None, residual,
                                 (block_n, block_k, warps, ahead, stages, 1), pdl)
     block_n = rotary_block(block_n, rotary_rows)
-    if not turns and not tile_x and weight_scale is not None and words_fit(
-            weight, (block_n, block_k, warps, ahead)):
+    if x_qblock or (not turns and not tile_x and weight_scale is not None and words_fit(
+            weight, (block_n, block_k, warps, ahead))):  # x's codes: only this kernel
         return launch_int8_words(x, weight, bias, norm_weight, residual, eps, offset, act,
                                  weight_scale, (block_n, block_k, warps, ahead), pdl,
-                                 rotary_cos, rotary_sin, rotary_rows, head_dim)
+                                 rotary_cos, rotary_sin, rotary_rows, head_dim, x_qblock)
     out = torch.empty((*x.shape[:-1], width), dtype=x.dtype, device=x.device)
     blocks = triton.cdiv(width, block_n)
     if turns:  # a grid of fewer programs, each TURNS blocks in a strided loop

@@ -54,19 +54,22 @@ class RowLinearsAsKernels:
     required = False
 
     def __init__(self, attention_o: bool = False, advance_inputs: bool = False,
-                 int4: bool = False) -> None:
+                 int4: bool = False, int8_x_codes: bool = False) -> None:
         # each attention and o's product after it as one launch where the target asks
         # (Generation.attention_o: passes/attention_o.py); the greedy token's kernel
         # writing the step's next inputs (Generation.advance_inputs: decode_argmax.py);
-        # both, and the token in the head, over int4 rows too (Generation.int4_fused)
+        # both, and the token in the head, over int4 rows too (Generation.int4_fused);
+        # int8 products with the norm folded against x's int8 codes (int8_x_codes)
         self.attention_o = attention_o
         self.advance_inputs = advance_inputs
         self.int4 = int4
+        self.int8_x_codes = int8_x_codes
 
     def __call__(self, program: ExportedProgram) -> PassResult:
         return rewrite_and_recapture(
             program, lambda module: _rewrite_linears(module, self.attention_o,
-                                                     self.advance_inputs, self.int4),
+                                                     self.advance_inputs, self.int4,
+                                                     self.int8_x_codes),
             "linears_as_kernels")
 
 
@@ -86,7 +89,8 @@ class DecodeAttentionAsKernel:
 
 
 def _rewrite_linears(module: torch.fx.GraphModule, attention_o: bool = False,
-                     advance_inputs: bool = False, int4: bool = False) -> dict:
+                     advance_inputs: bool = False, int4: bool = False,
+                     int8_x_codes: bool = False) -> dict:
     counts = {"linears_as_kernels": 0, "int8_linears": 0, "int4_linears": 0,
               "norms_folded": 0, "gated_folded": 0, "residuals_folded": 0, "rotary_folded": 0}
     # export's dtype asserts (of the model's and torchao's .to() calls) are extra uses of
@@ -128,6 +132,8 @@ def _rewrite_linears(module: torch.fx.GraphModule, attention_o: bool = False,
     counts["argmax_in_head"] = argmax_in_head(module, advance_inputs, int4)
     if advance_inputs:  # the choice is made only where asked: the key stays absent otherwise
         counts["inputs_advanced"] = advanced_heads(module)
+    if int8_x_codes:  # the same: asked for, it is counted
+        counts["int8_x_codes"] = _x_codes(module)
     counts["split_counts"] = _split_counts(module)
     counts["stored_once"] = stored_once(module, ops.row_gemv, (9, 10))  # cos, sin
     module.graph.eliminate_dead_code()  # the linears replaced: o alone reads its row
@@ -135,6 +141,26 @@ def _rewrite_linears(module: torch.fx.GraphModule, attention_o: bool = False,
         counts["attention_o"] = join_attention_with_o(module, int4)
     module.recompile()
     return counts
+
+
+X_QBLOCK = 32  # x's int8 codes a scale: llama.cpp's q8_1 blocks, for the same reason
+
+
+def _x_codes(module: torch.fx.GraphModule) -> int:
+    """Each row_gemv over int8 rows with their scales and the norm folded (q/k/v,
+    gate/up) reads x as int8 codes in blocks of X_QBLOCK columns, four products a dp4a
+    (kernels/int8_dot4_triton.py); returns how many. The head's token kernel and o's and
+    down's launches keep float x."""
+    found = 0
+    for node in module.graph.nodes:
+        if node.op != "call_function" or node.target is not ops.row_gemv:
+            continue
+        weight, norm_weight, scale = node.args[1], node.args[3], node.args[8:9]
+        if (norm_weight is not None and scale and scale[0] is not None
+                and val(weight).dtype == torch.int8 and val(weight).shape[-1] % X_QBLOCK == 0):
+            node.update_kwarg("x_qblock", X_QBLOCK)
+            found += 1
+    return found
 
 
 def _product(module: torch.fx.GraphModule, node: torch.fx.Node) -> tuple | None:
