@@ -64,16 +64,16 @@ ROW_KERNELS = ("row_gemv_kernel", "row_loop_kernel", "split_gemv_kernel", "pipe_
 # "inputs-copied" with the step's next inputs copied and added after the head's token
 # kernel, not written by it (the target before advance_inputs was on);
 # "int4-split" with torch's argmax after the head and the attention and o as two
-# launches at int4 weights (the target before int4_fused was on); "x-codes" with the
-# int8 products with the norm folded reading x as int8 codes (int8_x_codes on)
+# launches at int4 weights (the target before int4_fused was on); "x-float" with the
+# int8 products with the norm folded reading x as floats (before int8_x_codes was on)
 VARIANTS = ("before", "after", "rows-written", "flags-off", "inputs-copied", "int4-split",
-            "x-codes")
+            "x-float")
 FLAGS = {"rows-written": {"store_rows": False},
          "flags-off": {"next_token": False, "attention_o": False,
                        "store_rows": False, "advance_inputs": False},
          "inputs-copied": {"advance_inputs": False},
          "int4-split": {"int4_fused": False},
-         "x-codes": {"int8_x_codes": True}}  # Generation's fields
+         "x-float": {"int8_x_codes": False}}  # Generation's fields
 BUILDS = {"fp16": dict(dtype="fp16"),
           "fp16-int8-weight": dict(dtype="fp16", quantize="int8-weight", min_top1=0.5),
           # random weights' flat logits: int4's rounding alone flips most near-ties, more

@@ -91,11 +91,12 @@ class CudaTarget(AOTInductorTarget):
     # greedy token taken in the head's kernel (passes/decode_argmax.py), each attention
     # and o as one launch (passes/attention_o.py) and that launch storing the step's new
     # K/V rows (passes/attention_store.py), the head's token kernel advancing the step's
-    # inputs (passes/decode_argmax.py), the first two over int4 rows too: on, each
-    # measured faster on a whole ~1.1B build
+    # inputs (passes/decode_argmax.py), the first two over int4 rows too, int8 products
+    # with the norm folded against x's int8 codes: on, each measured faster on a whole
+    # ~1.1B build
     generation = AotiGeneration(step_attention="sdpa", next_token=True, attention_o=True,
                                 store_rows=True, advance_inputs=True, int4_fused=True,
-                                int8_x_codes=False)
+                                int8_x_codes=True)
     packaging = CudaPackaging()
     tooling = CudaTooling()
     quantization = CudaQuantization(recipes=CUDA_RECIPES, linear_formats={

@@ -76,3 +76,22 @@ def test_sampling_and_the_stream_take_the_step_by_step_path(gemma_cuda):
     assert got.tokens == plain.generate(PROMPTS[1], 16, sampling=sampling,
                                         stop_at_eos=False).tokens
     assert [t for t in streamed if t is not None] == got.tokens
+
+
+def test_an_int8_weight_step_reads_x_codes_and_validates(tmp_path):
+    """``Generation.int8_x_codes`` (on for cuda): a tiny llama at int8-weight, its decode
+    step's q/k/v and gate/up over x's int8 codes (the pass's count in the manifest); the
+    build's validation passes and the graph decodes as plain launches do."""
+    pytest.importorskip("torchao")
+    out = tmp_path / "llama-int8.artifact"
+    built = exporter.build(f"hf:{tiny_lm.checkpoint(tmp_path / 'tiny-llama', 'llama')}",
+                           task="text-generation", target="cuda", quantize="int8-weight",
+                           max_context=64, prefill_chunk=16, out=out)
+    assert built.manifest.validation["passed"]
+    (rows,) = [p["info"] for p in built.manifest.entry_points["decode"].passes
+               if p.get("name") == "row_linears_as_kernels"]
+    assert rows["int8_x_codes"] == 2 * tiny_lm.config("llama").num_hidden_layers
+    graphs, plain = runtime.load(out), runtime.load(out, cuda_graphs=False)
+    for prompt in PROMPTS:
+        assert graphs.generate(prompt, 16, stop_at_eos=False).tokens == \
+            plain.generate(prompt, 16, stop_at_eos=False).tokens

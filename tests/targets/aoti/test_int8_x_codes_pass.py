@@ -64,21 +64,24 @@ def test_normed_int8_products_read_x_codes_where_asked():
     assert int(got["next_token"]) == int(logits[0, -1].argmax())
 
 
-def test_the_cuda_target_keeps_float_x_unless_the_facet_asks(monkeypatch, tmp_path):
+def test_the_cuda_target_reads_x_codes_and_the_pass_takes_it_from_the_facet(monkeypatch,
+                                                                            tmp_path):
+    """``Generation.int8_x_codes``: off in the facet's default, on for cuda (timed on a
+    whole int8 build); the decode pass takes it from the facet."""
     import dataclasses
 
     from targets.aoti.cuda import CudaTarget
     from targets.aoti.kernels import ops
     from targets.base import LowerOptions
     from targets.facets.generation import Generation
-    assert Generation().int8_x_codes is False
+    assert Generation().int8_x_codes is False and CudaTarget.generation.int8_x_codes is True
     if not ops.TRITON:
         pytest.skip("the cuda target places its decode kernels only with Triton installed")
 
     def asked():
         return [p.int8_x_codes for p in CudaTarget().default_passes(LowerOptions(tmp_path))
                 if p.name == "row_linears_as_kernels"]
-    assert asked() == [CudaTarget.generation.int8_x_codes]
-    monkeypatch.setattr(CudaTarget, "generation",
-                        dataclasses.replace(CudaTarget.generation, int8_x_codes=True))
     assert asked() == [True]
+    monkeypatch.setattr(CudaTarget, "generation",
+                        dataclasses.replace(CudaTarget.generation, int8_x_codes=False))
+    assert asked() == [False]
