@@ -226,7 +226,6 @@ def searched(made: dict, hidden: torch.Tensor, start: dict, candidates: dict) ->
 def variants(best: Path | None = None, int8: bool = False) -> dict:
     from bench.decode_attention_o import attention_o_variants
     from bench.decode_attention_short import short_variants
-    from bench.decode_chain_codes_loop import codes_loop_variants
     from bench.decode_chain_dot4 import dot4_variants
     from bench.decode_chain_flag import flag_variants
     from bench.decode_chain_persistent import persistent_variants
@@ -292,8 +291,6 @@ def variants(best: Path | None = None, int8: bool = False) -> dict:
             **joined_o,
             # int8 products over x's int8 codes, four products a dp4a
             **dot4_variants(joined_o),
-            # and q/k/v, gate/up as row loops over those codes (x quantized once a program)
-            **codes_loop_variants(joined_o),
             # ending with the token: torch's argmax after the head, or inside its kernel
             **argmax_variants(default)}
 
