@@ -23,6 +23,8 @@ the step (two plain launches) are then gone.
 
 from __future__ import annotations
 
+import os
+
 import torch
 import triton
 import triton.language as tl
@@ -30,7 +32,9 @@ import triton.language as tl
 from targets.aoti.kernels.dependent_launch import (declare_writes, dependent_launch_here,
                                                    launcher, library_launches_dependent)
 from targets.aoti.kernels.int4_triton import _int4_row_gemv, int4_config
-from targets.aoti.kernels.triton_kernels import _row_gemv, gemv_config
+from targets.aoti.kernels.int8_words_triton import _word_rows, words_fit
+from targets.aoti.kernels.row_parts import _block_rows
+from targets.aoti.kernels.triton_kernels import _row_gemv, gemv_config, x_codes_config
 
 _LOW_MASK = tl.constexpr(2 ** 31 - 1)  # the index's complement: vocabularies below 2^31
 _HALF = tl.constexpr(2 ** 31)  # lifts the signed order bits to 0 .. 2^32 - 1
@@ -64,11 +68,20 @@ def _head_argmax(x_ptr, w_ptr, b_ptr, nw_ptr, s_ptr, out_ptr, slot_ptr,
                  EPS: tl.constexpr, OFFSET: tl.constexpr, N: tl.constexpr,
                  K: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_NORM: tl.constexpr,
                  HAS_SCALE: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                 AHEAD: tl.constexpr, GDC: tl.constexpr, W_AHEAD: tl.constexpr):
+                 AHEAD: tl.constexpr, GDC: tl.constexpr, W_AHEAD: tl.constexpr,
+                 QBLOCK: tl.constexpr, PTX: tl.constexpr):
     # no residual, gate or rotary rows: their pointers are unused (compiled out)
-    rows, y = _row_gemv(x_ptr, w_ptr, b_ptr, nw_ptr, x_ptr, s_ptr, x_ptr, x_ptr, EPS,
-                        OFFSET, N, K, HAS_BIAS, HAS_NORM, 0, False, HAS_SCALE, BLOCK_N,
-                        BLOCK_K, AHEAD, GDC, W_AHEAD, False, 0, 0)
+    if QBLOCK:  # int8 rows against x's int8 codes (int8_words_triton's QBLOCK)
+        rows = _block_rows(tl.program_id(0), BLOCK_N, 0, 0)
+        if GDC:  # the next kernel may start as soon as every program here has
+            tl.extra.cuda.gdc_launch_dependents()
+        y = _word_rows(x_ptr, w_ptr, b_ptr, nw_ptr, x_ptr, s_ptr, x_ptr, x_ptr, rows,
+                       rows < N, EPS, OFFSET, N, K, HAS_BIAS, HAS_NORM, 0, False, BLOCK_N,
+                       BLOCK_K, AHEAD, GDC, W_AHEAD, 0, 0, PTX, QBLOCK)
+    else:
+        rows, y = _row_gemv(x_ptr, w_ptr, b_ptr, nw_ptr, x_ptr, s_ptr, x_ptr, x_ptr, EPS,
+                            OFFSET, N, K, HAS_BIAS, HAS_NORM, 0, False, HAS_SCALE, BLOCK_N,
+                            BLOCK_K, AHEAD, GDC, W_AHEAD, False, 0, 0)
     _store_logits(y, rows, N, out_ptr, slot_ptr)
 
 
@@ -100,10 +113,12 @@ def head_argmax_kernel(x_ptr, w_ptr, b_ptr, nw_ptr, s_ptr, out_ptr, slot_ptr,
                        EPS: tl.constexpr, OFFSET: tl.constexpr, N: tl.constexpr,
                        K: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_NORM: tl.constexpr,
                        HAS_SCALE: tl.constexpr, BLOCK_N: tl.constexpr,
-                       BLOCK_K: tl.constexpr, AHEAD: tl.constexpr):
+                       BLOCK_K: tl.constexpr, AHEAD: tl.constexpr,
+                       QBLOCK: tl.constexpr = 0, PTX: tl.constexpr = True):
     """row_gemv's head, each program's key merged into the slot; a plain launch."""
     _head_argmax(x_ptr, w_ptr, b_ptr, nw_ptr, s_ptr, out_ptr, slot_ptr, EPS, OFFSET, N, K,
-                 HAS_BIAS, HAS_NORM, HAS_SCALE, BLOCK_N, BLOCK_K, AHEAD, False, False)
+                 HAS_BIAS, HAS_NORM, HAS_SCALE, BLOCK_N, BLOCK_K, AHEAD, False, False,
+                 QBLOCK, PTX)
 
 
 @triton.jit
@@ -112,10 +127,12 @@ def head_argmax_kernel_gdc(x_ptr, w_ptr, b_ptr, nw_ptr, s_ptr, out_ptr, slot_ptr
                            K: tl.constexpr, HAS_BIAS: tl.constexpr,
                            HAS_NORM: tl.constexpr, HAS_SCALE: tl.constexpr,
                            BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                           AHEAD: tl.constexpr, W_AHEAD: tl.constexpr):
+                           AHEAD: tl.constexpr, W_AHEAD: tl.constexpr,
+                           QBLOCK: tl.constexpr = 0, PTX: tl.constexpr = True):
     """The same as a programmatic dependent launch (row_gemv_kernel_gdc's wait)."""
     _head_argmax(x_ptr, w_ptr, b_ptr, nw_ptr, s_ptr, out_ptr, slot_ptr, EPS, OFFSET, N, K,
-                 HAS_BIAS, HAS_NORM, HAS_SCALE, BLOCK_N, BLOCK_K, AHEAD, True, W_AHEAD)
+                 HAS_BIAS, HAS_NORM, HAS_SCALE, BLOCK_N, BLOCK_K, AHEAD, True, W_AHEAD,
+                 QBLOCK, PTX)
 
 
 @triton.jit
@@ -197,8 +214,8 @@ def argmax_slot(device) -> torch.Tensor:
 def launch_head_argmax(x, weight, bias, norm_weight, eps: float, offset: float,
                        weight_scale, config: tuple | None = None, pdl: bool = False,
                        slot: torch.Tensor | None = None, token: torch.Tensor | None = None,
-                       advance: tuple[torch.Tensor, torch.Tensor] | None = None
-                       ) -> tuple[torch.Tensor, torch.Tensor]:
+                       advance: tuple[torch.Tensor, torch.Tensor] | None = None,
+                       x_qblock: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """(reference.row_gemv(x, weight, bias, norm_weight, None, eps, offset, 0,
     weight_scale), its argmax: int64 [1], written into ``token`` where given); ``slot``:
     argmax_slot's zero, left at zero (by default a new one). ``config``: gemv_config's
@@ -206,7 +223,8 @@ def launch_head_argmax(x, weight, bias, norm_weight, eps: float, offset: float,
     int4_config's (BLOCK_N, BLOCK_G, num_warps, SPLIT_X); by default its choice.
     ``advance``: a greedy step's (input ids, positions), one int64 each: the token kernel
     also writes the token into the first and adds one to the second, after the head (the
-    next step's inputs)."""
+    next step's inputs). ``x_qblock``: int8 rows against x's int8 codes in blocks of that
+    many columns (reference.row_gemv's ``x_qblock``)."""
     rows = weight.shape[0]
     if rows > 2 ** 31 - 1:
         raise ValueError(f"a head of {rows} rows: the token's key holds 31 bits of index")
@@ -217,8 +235,16 @@ def launch_head_argmax(x, weight, bias, norm_weight, eps: float, offset: float,
     slot = argmax_slot(x.device) if slot is None else slot
     token = torch.empty(1, dtype=torch.int64, device=x.device) if token is None else token
     out = torch.empty((*x.shape[:-1], rows), dtype=x.dtype, device=x.device)
-    head = _launch_int4_head if weight.dtype == torch.uint8 else _launch_head
-    head(x, weight, bias, norm_weight, eps, offset, weight_scale, config, pdl, out, slot)
+    if x_qblock and not words_fit(weight, config or x_codes_config(x.shape[-1], False, True),
+                                  x_qblock):
+        raise ValueError(f"x's codes in blocks of {x_qblock}: int8 rows of whole blocks, "
+                         f"got {weight.dtype} {tuple(weight.shape)}")
+    if weight.dtype == torch.uint8:
+        _launch_int4_head(x, weight, bias, norm_weight, eps, offset, weight_scale, config,
+                          pdl, out, slot)
+    else:
+        _launch_head(x, weight, bias, norm_weight, eps, offset, weight_scale, config, pdl,
+                     out, slot, x_qblock)
     if advance is None:
         launch, _ = launcher(slot_token_kernel, slot_token_kernel_gdc, x.device, pdl)
         launch((1,))(slot, token, num_warps=1)
@@ -230,13 +256,14 @@ def launch_head_argmax(x, weight, bias, norm_weight, eps: float, offset: float,
 
 
 def _launch_head(x, weight, bias, norm_weight, eps, offset, weight_scale, config, pdl,
-                 out, slot) -> None:
-    """The head's launch over float or int8 rows (row_gemv's kernel)."""
+                 out, slot, x_qblock: int) -> None:
+    """The head's launch over float or int8 rows (row_gemv's kernel; int8_words_triton's
+    rows against x's codes where ``x_qblock`` is set)."""
     rows, cols = weight.shape
     gdc = dependent_launch_here(x.device) and (pdl or library_launches_dependent())
     sms = torch.cuda.get_device_properties(x.device).multi_processor_count if gdc else 0
     block_n, block_k, warps, ahead = (config or gemv_config(
-        rows, cols, False, gdc, weight.element_size(), sms))[:4]
+        rows, cols, False, gdc, weight.element_size(), sms, x_qblock=x_qblock))[:4]
     launch, gdc = launcher(head_argmax_kernel, head_argmax_kernel_gdc, x.device, pdl)
     dummy = weight  # an unused pointer argument (its branch is compiled out)
     weights_first = dict(W_AHEAD=weight.is_contiguous()) if gdc else {}
@@ -246,7 +273,8 @@ def _launch_head(x, weight, bias, norm_weight, eps, offset, weight_scale, config
         dummy if weight_scale is None else weight_scale.reshape(-1), out, slot,
         EPS=eps, OFFSET=offset, N=rows, K=cols, HAS_BIAS=bias is not None,
         HAS_NORM=norm_weight is not None, HAS_SCALE=weight_scale is not None,
-        BLOCK_N=block_n, BLOCK_K=block_k, AHEAD=ahead, num_warps=warps, **weights_first)
+        BLOCK_N=block_n, BLOCK_K=block_k, AHEAD=ahead, QBLOCK=x_qblock,
+        PTX=os.environ.get("TRITON_INTERPRET") != "1", num_warps=warps, **weights_first)
 
 
 def _launch_int4_head(x, packed, bias, norm_weight, eps, offset, scales, config, pdl, out,

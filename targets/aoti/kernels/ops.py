@@ -64,23 +64,24 @@ def _row_gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
 
 def _row_gemv_argmax(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
                      norm_weight: torch.Tensor | None, eps: float, offset: float,
-                     weight_scale: torch.Tensor | None = None
+                     weight_scale: torch.Tensor | None = None, x_qblock: int = 0
                      ) -> tuple[torch.Tensor, torch.Tensor]:
     """(row_gemv's logits, their argmax as int64 [1])."""
     from targets.aoti.kernels.head_argmax_triton import launch_head_argmax
-    return launch_head_argmax(x, weight, bias, norm_weight, eps, offset, weight_scale)
+    return launch_head_argmax(x, weight, bias, norm_weight, eps, offset, weight_scale,
+                              x_qblock=x_qblock)
 
 
 def _row_gemv_argmax_advance(x: torch.Tensor, weight: torch.Tensor,
                              bias: torch.Tensor | None, norm_weight: torch.Tensor | None,
                              eps: float, offset: float, weight_scale: torch.Tensor | None,
-                             input_ids: torch.Tensor, positions: torch.Tensor
-                             ) -> tuple[torch.Tensor, torch.Tensor]:
+                             input_ids: torch.Tensor, positions: torch.Tensor,
+                             x_qblock: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """``_row_gemv_argmax`` whose token kernel also writes the token into ``input_ids``
     and adds one to ``positions`` (a greedy step's next inputs, in place)."""
     from targets.aoti.kernels.head_argmax_triton import launch_head_argmax
     return launch_head_argmax(x, weight, bias, norm_weight, eps, offset, weight_scale,
-                              advance=(input_ids, positions))
+                              advance=(input_ids, positions), x_qblock=x_qblock)
 
 
 def _decode_attention(query: torch.Tensor, past_k: torch.Tensor, new_k: torch.Tensor,

@@ -91,19 +91,22 @@ def block_quantized(row: torch.Tensor, qblock: int) -> torch.Tensor:
 
 def row_gemv_argmax(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
                     norm_weight: torch.Tensor | None, eps: float, offset: float,
-                    weight_scale: torch.Tensor | None = None
+                    weight_scale: torch.Tensor | None = None, x_qblock: int = 0
                     ) -> tuple[torch.Tensor, torch.Tensor]:
-    logits = row_gemv(x, weight, bias, norm_weight, None, eps, offset, 0, weight_scale)
+    logits = row_gemv(x, weight, bias, norm_weight, None, eps, offset, 0, weight_scale,
+                      x_qblock=x_qblock)
     return logits, torch.argmax(logits.reshape(-1)).reshape(1)
 
 
 def row_gemv_argmax_advance(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
                             norm_weight: torch.Tensor | None, eps: float, offset: float,
                             weight_scale: torch.Tensor | None, input_ids: torch.Tensor,
-                            positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+                            positions: torch.Tensor, x_qblock: int = 0
+                            ) -> tuple[torch.Tensor, torch.Tensor]:
     """``row_gemv_argmax``; then the token written into ``input_ids`` and one added to
     ``positions``, in place (a greedy step's next inputs)."""
-    logits, token = row_gemv_argmax(x, weight, bias, norm_weight, eps, offset, weight_scale)
+    logits, token = row_gemv_argmax(x, weight, bias, norm_weight, eps, offset, weight_scale,
+                                    x_qblock)
     input_ids.copy_(token.reshape(input_ids.shape))
     positions.add_(1)
     return logits, token

@@ -118,7 +118,8 @@ def _fuse(module: torch.fx.GraphModule, head: torch.fx.Node, argmax: torch.fx.No
     with graph.inserting_before(head):
         fused = graph.call_function(
             ops.row_gemv_argmax_advance if advance else ops.row_gemv_argmax,
-            (x, weight, bias, norm, eps, offset, scale, *(advance or ())))
+            (x, weight, bias, norm, eps, offset, scale, *(advance or ())),
+            {k: v for k, v in head.kwargs.items() if k == "x_qblock"})  # x's int8 codes
         token = logits.new_empty((1,), dtype=torch.int64)
         fused.meta = {**head.meta, "val": (logits, token)}
         values = graph.call_function(operator.getitem, (fused, 0))

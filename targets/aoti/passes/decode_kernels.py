@@ -128,12 +128,12 @@ def _rewrite_linears(module: torch.fx.GraphModule, attention_o: bool = False,
         counts["gated_folded"] += gated is not None
         counts["residuals_folded"] += residual is not None
         counts["rotary_folded"] += rotary is not None
+    if int8_x_codes:  # the choice is made only where asked: the key stays absent otherwise
+        counts["int8_x_codes"] = _x_codes(module)
     # the token a greedy step returns, taken in its head's kernel (decode_argmax.py)
     counts["argmax_in_head"] = argmax_in_head(module, advance_inputs, int4)
-    if advance_inputs:  # the choice is made only where asked: the key stays absent otherwise
+    if advance_inputs:  # the same: asked for, it is counted
         counts["inputs_advanced"] = advanced_heads(module)
-    if int8_x_codes:  # the same: asked for, it is counted
-        counts["int8_x_codes"] = _x_codes(module)
     counts["split_counts"] = _split_counts(module)
     counts["stored_once"] = stored_once(module, ops.row_gemv, (9, 10))  # cos, sin
     module.graph.eliminate_dead_code()  # the linears replaced: o alone reads its row
@@ -148,9 +148,9 @@ X_QBLOCK = 32  # x's int8 codes a scale: llama.cpp's q8_1 blocks, for the same r
 
 def _x_codes(module: torch.fx.GraphModule) -> int:
     """Each row_gemv over int8 rows with their scales and the norm folded (q/k/v,
-    gate/up) reads x as int8 codes in blocks of X_QBLOCK columns, four products a dp4a
-    (kernels/int8_dot4_triton.py); returns how many. The head's token kernel and o's and
-    down's launches keep float x."""
+    gate/up, the head: its token kernel takes it along) reads x as int8 codes in blocks of
+    X_QBLOCK columns, four products a dp4a (kernels/int8_dot4_triton.py); returns how
+    many. o's and down's launches keep float x."""
     found = 0
     for node in module.graph.nodes:
         if node.op != "call_function" or node.target is not ops.row_gemv:

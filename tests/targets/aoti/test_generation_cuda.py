@@ -80,7 +80,7 @@ def test_sampling_and_the_stream_take_the_step_by_step_path(gemma_cuda):
 
 def test_an_int8_weight_step_reads_x_codes_and_validates(tmp_path):
     """``Generation.int8_x_codes`` (on for cuda): a tiny llama at int8-weight, its decode
-    step's q/k/v and gate/up over x's int8 codes (the pass's count in the manifest); the
+    step's q/k/v, gate/up and head over x's int8 codes (the pass's count in the manifest); the
     build's validation passes and the graph decodes as plain launches do."""
     pytest.importorskip("torchao")
     out = tmp_path / "llama-int8.artifact"
@@ -90,7 +90,7 @@ def test_an_int8_weight_step_reads_x_codes_and_validates(tmp_path):
     assert built.manifest.validation["passed"]
     (rows,) = [p["info"] for p in built.manifest.entry_points["decode"].passes
                if p.get("name") == "row_linears_as_kernels"]
-    assert rows["int8_x_codes"] == 2 * tiny_lm.config("llama").num_hidden_layers
+    assert rows["int8_x_codes"] == 2 * tiny_lm.config("llama").num_hidden_layers + 1
     graphs, plain = runtime.load(out), runtime.load(out, cuda_graphs=False)
     for prompt in PROMPTS:
         assert graphs.generate(prompt, 16, stop_at_eos=False).tokens == \

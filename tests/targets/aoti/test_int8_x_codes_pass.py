@@ -1,7 +1,7 @@
 """``Generation.int8_x_codes``: after --quantize int8-weight, a decode step's int8
-products with the norm folded (q/k/v, gate/up) read x as int8 codes in blocks of 32
-columns (passes/decode_kernels.py's ``x_qblock``); o, down and the head's token kernel
-keep float x; off, nothing changes. The step computes the quantized-x math
+products with the norm folded (q/k/v, gate/up, the head with its token) read x as int8
+codes in blocks of 32 columns (passes/decode_kernels.py's ``x_qblock``); o and down keep
+float x; off, nothing changes. The step computes the quantized-x math
 (reference.row_gemv's ``x_qblock``) within int8 activations' error of the float step.
 On the CPU, through the ops' reference kernels (the kernel: test_int8_dot4.py)."""
 
@@ -48,12 +48,15 @@ def test_normed_int8_products_read_x_codes_where_asked():
     codes = RowLinearsAsKernels(attention_o=True, advance_inputs=True,
                                 int8_x_codes=True)(step)
     assert "int8_x_codes" not in plain.info
-    assert codes.info["int8_x_codes"] == 2 * LAYERS  # q/k/v and gate/up a layer
+    assert codes.info["int8_x_codes"] == 2 * LAYERS + 1  # q/k/v and gate/up, the head
     assert {k: v for k, v in codes.info.items() if k != "int8_x_codes"} == plain.info
     rows = [n for n in codes.program.graph.nodes if str(n.target) == OP("row_gemv")]
     marked = [n for n in rows if _qblock(n)]
     assert len(marked) == 2 * LAYERS and {_qblock(n) for n in marked} == {X_QBLOCK}
     assert all(n.args[3] is not None for n in marked)  # each has its norm folded
+    (head,) = [n for n in codes.program.graph.nodes
+               if str(n.target) == OP("row_gemv_argmax_advance")]
+    assert head.kwargs.get("x_qblock", head.args[-1]) == X_QBLOCK  # the token kernel's
     assert not any(_qblock(n) for n in plain.program.graph.nodes
                    if str(n.target) == OP("row_gemv"))
     got, want = _run(codes.program, past), _run(plain.program, past)
