@@ -19,6 +19,7 @@ instructions a weight for sm_90a, without a GPU (down's also over x itself, its 
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import sys
 from pathlib import Path
@@ -85,9 +86,19 @@ def dot4_variants(joined: dict) -> dict:
     if BASE not in joined:
         return {}
     pdl, configs, *rest = joined[BASE]
-    return {f"{BASE} + {name}": (pdl, {**configs, **{
+    found = {f"{BASE} + {name}": (pdl, {**configs, **{
         product: Dot4Rows(config, qblock) for product, config in products.items()}}, *rest)
         for name, (qblock, products) in CHANGES.items()}
+    if importlib.util.find_spec("triton") is None:  # the head's kernels import Triton
+        return found
+    from bench.head_argmax_triton import HeadArgmax
+    # the library's head ends with its token kernel: over float x, or over x's codes
+    gate_up = {"gate_up": Dot4Rows(CHANGES["dot4 q32 gate/up 8 rows"][1]["gate_up"], 32)}
+    for name, head in (("head argmax", HeadArgmax(None, True)),
+                       ("head argmax x codes", HeadArgmax(None, True, 32))):
+        found[f"{BASE} + dot4 q32 gate/up 8 rows + {name}"] = (
+            pdl, {**configs, **gate_up, "head": head}, *rest)
+    return found
 
 
 def compiled(product: str, config: tuple, qblock: int):

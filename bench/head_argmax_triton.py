@@ -37,8 +37,9 @@ class HeadArgmax:
     first (uncaptured) call; an uncaptured call checks the token against torch.argmax
     of the logits."""
 
-    def __init__(self, config: tuple, fused: bool):
-        self.config, self.fused = config, fused
+    def __init__(self, config: tuple | None, fused: bool, x_qblock: int = 0):
+        # x_qblock: int8 rows against x's int8 codes (the fused kernel's; None: its choice)
+        self.config, self.fused, self.x_qblock = config, fused, x_qblock
         self.slot = self.token = self.position = None
 
     def __call__(self, x, weight, scale, fold: dict, pdl: bool) -> torch.Tensor:
@@ -55,7 +56,8 @@ class HeadArgmax:
             greedy_tail(logits.reshape(1, -1), self.token, self.position)
         else:
             logits, _ = launch_head_argmax(x, weight, None, norm, 1e-5, 0.0, scale,
-                                           self.config, pdl, self.slot, self.token)
+                                           self.config, pdl, self.slot, self.token,
+                                           x_qblock=self.x_qblock)
             self.position.add_(1)
         if x.device.type != "cuda" or not torch.cuda.is_current_stream_capturing():
             want = int(logits.reshape(-1).argmax())
@@ -64,7 +66,8 @@ class HeadArgmax:
         return logits
 
     def __repr__(self) -> str:  # the row's "configs" in the bench's JSON
-        return f"{'head argmax' if self.fused else 'row_gemv + greedy_tail'}{self.config}"
+        codes = f" x codes q{self.x_qblock}" if self.x_qblock else ""
+        return f"{'head argmax' if self.fused else 'row_gemv + greedy_tail'}{self.config}{codes}"
 
 
 def argmax_variants(default: dict) -> dict:

@@ -3,6 +3,8 @@ int8 base with only the named products replaced, each calling the library's laun
 
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 import torch
 
@@ -13,7 +15,12 @@ def test_variants_change_only_their_products():
     from bench.decode_chain_dot4 import BASE, CHANGES, Dot4Rows, dot4_variants
     base = (True, {"qkv": (4, 1024, 4, 2048), "o": (2, 512, 4, 2048)}, None, True)
     found = dot4_variants({BASE: base})
-    assert set(found) == {f"{BASE} + {name}" for name in CHANGES}
+    heads = {f"{BASE} + dot4 q32 gate/up 8 rows + head argmax{codes}"
+             for codes in ("", " x codes")}
+    assert set(found) - heads == {f"{BASE} + {name}" for name in CHANGES}
+    if importlib.util.find_spec("triton"):  # the head's token kernel: over x's codes too
+        head = found[f"{BASE} + dot4 q32 gate/up 8 rows + head argmax x codes"][1]["head"]
+        assert head.fused and head.x_qblock == 32 and heads <= set(found)
     pdl, configs, *rest = found[f"{BASE} + dot4 q32 gate/up 8 rows"]
     assert (pdl, rest) == (True, [None, True])
     assert configs["o"] == (2, 512, 4, 2048) and configs["qkv"] == (4, 1024, 4, 2048)
