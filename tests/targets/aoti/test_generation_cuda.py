@@ -90,7 +90,8 @@ def test_an_int8_weight_step_reads_x_codes_and_validates(tmp_path):
     assert built.manifest.validation["passed"]
     (rows,) = [p["info"] for p in built.manifest.entry_points["decode"].passes
                if p.get("name") == "row_linears_as_kernels"]
-    assert rows["int8_x_codes"] == 2 * tiny_lm.config("llama").num_hidden_layers + 1
+    # q/k/v and gate/up a layer at least (the head too where it is an int8 linear)
+    assert rows["int8_x_codes"] >= 2 * tiny_lm.config("llama").num_hidden_layers
     graphs, plain = runtime.load(out), runtime.load(out, cuda_graphs=False)
     for prompt in PROMPTS:
         assert graphs.generate(prompt, 16, stop_at_eos=False).tokens == \
