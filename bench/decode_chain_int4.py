@@ -194,9 +194,6 @@ def int4_variants() -> dict:
     for name, changes in CHANGES.items():
         found[f"int4 dependent + join + {name}"] = (True, launches(changes, rotary), None,
                                                     True)
-    # q/k/v, gate/up (and the head) over x's int8 codes, four products a dp4a
-    from bench.decode_chain_int4_dot4 import int4_dot4_variants
-    found.update(int4_dot4_variants(found))
     return found
 
 

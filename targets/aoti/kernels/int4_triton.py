@@ -13,20 +13,15 @@ start at once, loads its first two tiles of weights and of their (scale, offset)
 and only then waits for the kernel before. After the wait,
 everything it reads of the step (x, the residual) is asked for at once, before the first
 barrier: a read issued after one costs the kernel a round trip of its own.
-With QBLOCK set (``x_qblock``), the sums read x as int8 codes instead, four nibbles
-against four codes a dp4a (int4_dot4_triton.py).
 """
 
 from __future__ import annotations
-
-import os
 
 import torch
 import triton
 import triton.language as tl
 
 from targets.aoti.kernels.dependent_launch import declare_writes, launcher
-from targets.aoti.kernels.int4_dot4_triton import _nibble_dots, _x_chunks
 from targets.aoti.kernels.triton_kernels import _finish, _program_rows, rotary_block
 
 
@@ -201,62 +196,12 @@ def _group_sums(x_ptr, w_ptr, s_ptr, nw_ptr, rows, row_ok, ahead, ahead2, pairs,
 
 
 @triton.jit
-def _dot4_sums(x_ptr, w_ptr, s_ptr, nw_ptr, rows, row_ok, ahead, ahead2, pairs, pairs2,
-               OFFSET: tl.constexpr, K: tl.constexpr, GROUP: tl.constexpr,
-               BLOCK_N: tl.constexpr, BLOCK_G: tl.constexpr, HAS_NORM: tl.constexpr,
-               QBLOCK: tl.constexpr, PTX: tl.constexpr):
-    """_group_sums over x's int8 codes in blocks of QBLOCK columns (int4_dot4_triton.py):
-    with each weight q * scale + offset, a group's sum is scale times sum_b x's block
-    scale times sum q c, plus offset times the group's sum of quantized x."""
-    groups: tl.constexpr = K // GROUP
-    acc = tl.zeros((BLOCK_N, BLOCK_G, GROUP // 32), dtype=tl.float32)
-    offsets = tl.zeros((BLOCK_N, BLOCK_G), dtype=tl.float32)
-    square_sum = 0.0
-    for first in tl.static_range(0, groups, BLOCK_G):
-        low, high, s_low, s_high, x_sum, sq = _x_chunks(x_ptr, nw_ptr, first, OFFSET, K,
-                                                        GROUP, BLOCK_G, HAS_NORM, QBLOCK,
-                                                        PTX)
-        square_sum += sq
-        packed = ahead
-        scale, offset = tl.split(pairs.to(tl.float32))
-        ahead = ahead2
-        pairs = pairs2
-        if first + 2 * BLOCK_G < groups:
-            ahead2 = _packed_tile(w_ptr, rows, row_ok, first + 2 * BLOCK_G, K, GROUP, BLOCK_G)
-            pairs2 = _scale_pairs(s_ptr, rows, row_ok, first + 2 * BLOCK_G, K, GROUP,
-                                  BLOCK_G)
-        lo, hi = _nibble_dots(packed, low, high, BLOCK_N, BLOCK_G, GROUP, PTX)
-        chunk = lo.to(tl.float32) * s_low[None, :, :] + hi.to(tl.float32) * s_high[None, :, :]
-        acc += chunk * scale[:, :, None]
-        offsets += offset * x_sum[None, :]
-    return tl.sum(acc, axis=2) + offsets, square_sum
-
-
-@triton.jit
-def _sums(x_ptr, w_ptr, s_ptr, nw_ptr, rows, row_ok, ahead, ahead2, pairs, pairs2,
-          OFFSET: tl.constexpr, K: tl.constexpr, GROUP: tl.constexpr, BLOCK_N: tl.constexpr,
-          BLOCK_G: tl.constexpr, HAS_NORM: tl.constexpr, SPLIT_X: tl.constexpr,
-          QBLOCK: tl.constexpr, PTX: tl.constexpr):
-    """_group_sums, or over x's int8 codes where QBLOCK is set (_dot4_sums)."""
-    if QBLOCK:
-        acc, squares = _dot4_sums(x_ptr, w_ptr, s_ptr, nw_ptr, rows, row_ok, ahead, ahead2,
-                                  pairs, pairs2, OFFSET, K, GROUP, BLOCK_N, BLOCK_G,
-                                  HAS_NORM, QBLOCK, PTX)
-    else:
-        acc, squares = _group_sums(x_ptr, w_ptr, s_ptr, nw_ptr, rows, row_ok, ahead, ahead2,
-                                   pairs, pairs2, OFFSET, K, GROUP, BLOCK_N, BLOCK_G,
-                                   HAS_NORM, SPLIT_X)
-    return acc, squares
-
-
-@triton.jit
 def _int4_row_gemv(x_ptr, w_ptr, s_ptr, b_ptr, nw_ptr, r_ptr, cos_ptr, sin_ptr,
                    EPS: tl.constexpr, OFFSET: tl.constexpr, N: tl.constexpr,
                    K: tl.constexpr, GROUP: tl.constexpr, HAS_BIAS: tl.constexpr,
                    HAS_NORM: tl.constexpr, ACT: tl.constexpr, HAS_RES: tl.constexpr,
                    BLOCK_N: tl.constexpr, BLOCK_G: tl.constexpr, GDC: tl.constexpr,
-                   ROT_ROWS: tl.constexpr, HEAD_D: tl.constexpr, SPLIT_X: tl.constexpr,
-                   QBLOCK: tl.constexpr = 0, PTX: tl.constexpr = True):
+                   ROT_ROWS: tl.constexpr, HEAD_D: tl.constexpr, SPLIT_X: tl.constexpr):
     rows = _program_rows(BLOCK_N, ROT_ROWS, HEAD_D)
     row_ok = rows < N
     up_ptr = w_ptr + N * (K // 2)  # a gated product's up rows: N rows below the gate's
@@ -275,14 +220,14 @@ def _int4_row_gemv(x_ptr, w_ptr, s_ptr, b_ptr, nw_ptr, r_ptr, cos_ptr, sin_ptr,
     res = row_ok  # no residual: not read
     if HAS_RES:  # loaded with x, not after the sums: no round trip of its own at the end
         res = tl.load(r_ptr + rows, mask=row_ok, other=0.0)
-    acc, square_sum = _sums(x_ptr, w_ptr, s_ptr, nw_ptr, rows, row_ok, ahead, ahead2, pairs,
-                            pairs2, OFFSET, K, GROUP, BLOCK_N, BLOCK_G, HAS_NORM, SPLIT_X,
-                            QBLOCK, PTX)
+    acc, square_sum = _group_sums(x_ptr, w_ptr, s_ptr, nw_ptr, rows, row_ok, ahead, ahead2,
+                                  pairs, pairs2, OFFSET, K, GROUP, BLOCK_N, BLOCK_G, HAS_NORM,
+                                  SPLIT_X)
     up = tl.zeros((BLOCK_N, BLOCK_G), dtype=tl.float32)
     if ACT != 0:
-        up, _ = _sums(x_ptr, up_ptr, up_s_ptr, nw_ptr, rows, row_ok, up_ahead, up_ahead2,
-                      up_pairs, up_pairs2, OFFSET, K, GROUP, BLOCK_N, BLOCK_G, HAS_NORM,
-                      SPLIT_X, QBLOCK, PTX)
+        up, _ = _group_sums(x_ptr, up_ptr, up_s_ptr, nw_ptr, rows, row_ok, up_ahead,
+                            up_ahead2, up_pairs, up_pairs2, OFFSET, K, GROUP, BLOCK_N,
+                            BLOCK_G, HAS_NORM, SPLIT_X)
     zero = tl.zeros((BLOCK_N,), dtype=tl.float32)
     y = _finish(tl.sum(acc, axis=1), zero, up, zero + square_sum, b_ptr, r_ptr, s_ptr,
                 cos_ptr, sin_ptr, rows, row_ok, EPS, N, K, HAS_BIAS, HAS_NORM, ACT,
@@ -299,12 +244,11 @@ def int4_row_gemv_kernel(x_ptr, w_ptr, s_ptr, b_ptr, nw_ptr, r_ptr, cos_ptr, sin
                          HAS_BIAS: tl.constexpr, HAS_NORM: tl.constexpr, ACT: tl.constexpr,
                          HAS_RES: tl.constexpr, BLOCK_N: tl.constexpr,
                          BLOCK_G: tl.constexpr, ROT_ROWS: tl.constexpr,
-                         HEAD_D: tl.constexpr, SPLIT_X: tl.constexpr,
-                         QBLOCK: tl.constexpr = 0, PTX: tl.constexpr = True):
+                         HEAD_D: tl.constexpr, SPLIT_X: tl.constexpr):
     """reference.row_gemv over int4 rows, started as a plain launch."""
     rows, y = _int4_row_gemv(x_ptr, w_ptr, s_ptr, b_ptr, nw_ptr, r_ptr, cos_ptr, sin_ptr,
                              EPS, OFFSET, N, K, GROUP, HAS_BIAS, HAS_NORM, ACT, HAS_RES,
-                             BLOCK_N, BLOCK_G, False, ROT_ROWS, HEAD_D, SPLIT_X, QBLOCK, PTX)
+                             BLOCK_N, BLOCK_G, False, ROT_ROWS, HEAD_D, SPLIT_X)
     tl.store(out_ptr + rows, y.to(out_ptr.dtype.element_ty), mask=rows < N)
 
 
@@ -316,12 +260,11 @@ def int4_row_gemv_kernel_gdc(x_ptr, w_ptr, s_ptr, b_ptr, nw_ptr, r_ptr, cos_ptr,
                              ACT: tl.constexpr, HAS_RES: tl.constexpr,
                              BLOCK_N: tl.constexpr, BLOCK_G: tl.constexpr,
                              ROT_ROWS: tl.constexpr, HEAD_D: tl.constexpr,
-                             SPLIT_X: tl.constexpr, QBLOCK: tl.constexpr = 0,
-                             PTX: tl.constexpr = True):
+                             SPLIT_X: tl.constexpr):
     """reference.row_gemv over int4 rows as a programmatic dependent launch."""
     rows, y = _int4_row_gemv(x_ptr, w_ptr, s_ptr, b_ptr, nw_ptr, r_ptr, cos_ptr, sin_ptr,
                              EPS, OFFSET, N, K, GROUP, HAS_BIAS, HAS_NORM, ACT, HAS_RES,
-                             BLOCK_N, BLOCK_G, True, ROT_ROWS, HEAD_D, SPLIT_X, QBLOCK, PTX)
+                             BLOCK_N, BLOCK_G, True, ROT_ROWS, HEAD_D, SPLIT_X)
     tl.store(out_ptr + rows, y.to(out_ptr.dtype.element_ty), mask=rows < N)
 
 
@@ -355,18 +298,12 @@ def groups_a_step(block_n: int, warps: int, cols: int, group: int) -> int:
 def launch_int4_row_gemv(x, packed, scales, bias, norm_weight, residual, eps: float,
                          offset: float, act: int, config: tuple | None = None,
                          pdl: bool = False, rotary_cos=None, rotary_sin=None,
-                         rotary_rows: int = 0, head_dim: int = 0,
-                         x_qblock: int = 0) -> torch.Tensor:
+                         rotary_rows: int = 0, head_dim: int = 0) -> torch.Tensor:
     """The op's kernel over int4 rows (``packed`` [rows, K/2], ``scales`` [rows, K/group,
     2]); ``config``: (BLOCK_N, BLOCK_G, num_warps[, SPLIT_X]) (int4_config's; without
-    SPLIT_X, int4_config's for the product); ``x_qblock``: x (normed) quantized to int8
-    in blocks of that many columns (reference.row_gemv's), a word's nibbles against four
-    codes a dp4a (qblock_fits'); the rest as triton_kernels.launch_row_gemv."""
+    SPLIT_X, int4_config's for the product); the rest as triton_kernels.launch_row_gemv."""
     cols = x.shape[-1]
     group = cols // scales.shape[1]
-    if x_qblock and not qblock_fits(x_qblock, group):
-        raise ValueError(f"x in blocks of {x_qblock} columns over int4 groups of {group}: "
-                         "a power of two from 16 to half a group")
     width = packed.shape[0] // 2 if act else packed.shape[0]
     out = torch.empty((*x.shape[:-1], width), dtype=x.dtype, device=x.device)
     launch, _ = launcher(int4_row_gemv_kernel, int4_row_gemv_kernel_gdc, x.device, pdl)
@@ -385,13 +322,6 @@ def launch_int4_row_gemv(x, packed, scales, bias, norm_weight, residual, eps: fl
         HAS_BIAS=bias is not None, HAS_NORM=norm_weight is not None, ACT=act,
         HAS_RES=residual is not None, BLOCK_N=block_n, BLOCK_G=block_g,
         ROT_ROWS=rotary_rows, HEAD_D=head_dim,
-        SPLIT_X=bool(split_x[0] if split_x else default[3]), QBLOCK=x_qblock,
-        PTX=os.environ.get("TRITON_INTERPRET") != "1", num_warps=warps)
+        SPLIT_X=bool(split_x[0] if split_x else default[3]),
+        num_warps=warps)
     return out
-
-
-def qblock_fits(qblock: int, group: int) -> bool:
-    """Whether x's blocks of ``qblock`` columns suit int4 groups of ``group``: a power of
-    two, a block within a group's half (its nibbles' half) and a whole 16 columns (a
-    thread's chunk of 4 words)."""
-    return 16 <= qblock <= group // 2 and qblock & (qblock - 1) == 0

@@ -84,18 +84,3 @@ def _dot4_sums(words, up_words, acc, up, squares, x_ptr, nw_ptr, start,
         up += _block_sums(up_words, x_words, x_scales, WIDTH, QBLOCK, PTX)
     return acc, up, squares
 
-
-@triton.jit
-def _dp4a_unsigned(words, x_words, total, PTX: tl.constexpr):
-    """``total`` plus each word's four unsigned bytes times x_words' four signed ones
-    (int32; PTX ``dp4a.u32.s32``): int4 nibbles masked in place, 0..15 or 16 times that."""
-    x_words = tl.broadcast_to(x_words, words.shape)
-    if PTX:
-        return tl.inline_asm_elementwise(
-            "dp4a.u32.s32 $0, $1, $2, $3;", "=r,r,r,r",
-            [words.to(tl.int32, bitcast=True), x_words, total], dtype=tl.int32,
-            is_pure=True, pack=1)
-    for byte in tl.static_range(4):  # the weight's byte zero-extended, x's sign-extended
-        total += (((words >> (8 * byte)) & 0xFF).to(tl.int32)
-                  * ((x_words << (24 - 8 * byte)) >> 24))
-    return total
