@@ -14,7 +14,7 @@
 #    down form at <= 0.985 of gate/up alone with "nothing changed" within 0.3% of 1 goes
 #    to the library (gemv_config's x_qblock branch returning split_config's parts at its
 #    rows for a splittable product; the decode pass marking int8 down), then an A/B on
-#    two ~1.1B int8-weight builds (bench/decode_step_cuda.py --variant x-float / after).
+#    two ~1.1B int8-weight builds (bench/decode_step_cuda.py, variants x-float and after).
 # WHEELS_DIR: pydantic and friends (default: .whl beside the tree's .gm/, or ./.whl);
 # logs and rows under $OUT (default /tmp/x-codes-out).
 set -u
