@@ -18,6 +18,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from targets.aoti.kernels.row_parts import _by_byte, _x_by_words
+
 
 @triton.jit
 def _dp4a(words, x_words, PTX: tl.constexpr):
@@ -40,21 +42,14 @@ def _x_codes(x_ptr, nw_ptr, start, OFFSET: tl.constexpr, K: tl.constexpr,
     """x from column ``start`` (times the norm's weight) as WIDTH words of int8 codes,
     x[start + 4j + k] in byte k of word j; the scale of each block of QBLOCK columns;
     x^2 summed a word."""
-    j = tl.arange(0, WIDTH)
-    cols = start + 4 * j[:, None] + tl.arange(0, 4)[None, :]
-    col_ok = cols < K
-    x = tl.load(x_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
-    squares = tl.sum(x * x, axis=1)
-    if HAS_NORM:
-        x = x * (tl.load(nw_ptr + cols, mask=col_ok, other=0.0).to(tl.float32) + OFFSET)
+    x, squares = _x_by_words(x_ptr, nw_ptr, start, OFFSET, K, WIDTH, HAS_NORM)
+    squares = tl.sum(squares, axis=1)
     blocks = tl.reshape(x, (WIDTH * 4 // QBLOCK, QBLOCK))
     largest = tl.max(tl.abs(blocks), axis=1)
     inverse = tl.where(largest > 0, 127.0 / tl.where(largest > 0, largest, 1.0), 0.0)
     t = blocks * inverse[:, None]
     codes = tl.reshape((t + tl.where(t >= 0, 0.5, -0.5)).to(tl.int32), (WIDTH, 4))
-    low, high = tl.split(tl.reshape(codes, (WIDTH, 2, 2)))  # (4j + 2a) and (4j + 2a + 1)
-    c0, c2 = tl.split(low)
-    c1, c3 = tl.split(high)
+    c0, c1, c2, c3 = _by_byte(codes)
     words = (c0 & 0xFF) | ((c1 & 0xFF) << 8) | ((c2 & 0xFF) << 16) | (c3 << 24)
     return words, largest / 127.0, squares
 

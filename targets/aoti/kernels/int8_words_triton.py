@@ -28,7 +28,7 @@ import triton.language as tl
 
 from targets.aoti.kernels.dependent_launch import declare_writes, launcher
 from targets.aoti.kernels.int8_dot4_triton import _dot4_sums
-from targets.aoti.kernels.row_parts import _block_rows, _finish
+from targets.aoti.kernels.row_parts import _block_rows, _by_byte, _finish, _x_by_words
 
 
 @triton.jit
@@ -64,16 +64,8 @@ def _x_quarters(x_ptr, nw_ptr, start, OFFSET: tl.constexpr, K: tl.constexpr,
                 WIDTH: tl.constexpr, HAS_NORM: tl.constexpr):
     """x from column ``start`` (times the norm's weight) as four quarters, x[start + 4j +
     k] for k = 0..3, read as one contiguous row and split in registers; x^2 summed."""
-    j = tl.arange(0, WIDTH)
-    cols = start + 4 * j[:, None] + tl.arange(0, 4)[None, :]
-    col_ok = cols < K
-    x = tl.load(x_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
-    squares = x * x
-    if HAS_NORM:
-        x = x * (tl.load(nw_ptr + cols, mask=col_ok, other=0.0).to(tl.float32) + OFFSET)
-    low, high = tl.split(tl.reshape(x, (WIDTH, 2, 2)))  # (4j + 2a) and (4j + 2a + 1)
-    x0, x2 = tl.split(low)
-    x1, x3 = tl.split(high)
+    x, squares = _x_by_words(x_ptr, nw_ptr, start, OFFSET, K, WIDTH, HAS_NORM)
+    x0, x1, x2, x3 = _by_byte(x)
     return x0, x1, x2, x3, tl.sum(squares, axis=1)
 
 

@@ -52,6 +52,30 @@ def _x_first(x_ptr, nw_ptr, OFFSET: tl.constexpr, K: tl.constexpr, HAS_NORM: tl.
 
 
 @triton.jit
+def _x_by_words(x_ptr, nw_ptr, start, OFFSET: tl.constexpr, K: tl.constexpr,
+                WIDTH: tl.constexpr, HAS_NORM: tl.constexpr):
+    """x from column ``start`` as [WIDTH, 4] (x[start + 4j + k] at (j, k), one contiguous
+    read), times the norm's weight; x^2 at (j, k) (before the weight)."""
+    j = tl.arange(0, WIDTH)
+    cols = start + 4 * j[:, None] + tl.arange(0, 4)[None, :]
+    col_ok = cols < K
+    x = tl.load(x_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
+    squares = x * x
+    if HAS_NORM:
+        x = x * (tl.load(nw_ptr + cols, mask=col_ok, other=0.0).to(tl.float32) + OFFSET)
+    return x, squares
+
+
+@triton.jit
+def _by_byte(t):
+    """[WIDTH, 4] split in registers into its four columns, k = 0..3 (byte k of a word)."""
+    low, high = tl.split(tl.reshape(t, (t.shape[0], 2, 2)))  # (4j + 2a) and (4j + 2a + 1)
+    t0, t2 = tl.split(low)
+    t1, t3 = tl.split(high)
+    return t0, t1, t2, t3
+
+
+@triton.jit
 def _dot_first(w_first, u_first, x, ACT: tl.constexpr):
     """(y, u) over the first columns: their weights against _x_first's x."""
     y = tl.sum(w_first.to(tl.float32) * x[None, :], axis=1)
