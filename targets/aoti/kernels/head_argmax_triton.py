@@ -34,7 +34,7 @@ from targets.aoti.kernels.dependent_launch import (declare_writes, dependent_lau
 from targets.aoti.kernels.int4_triton import _int4_row_gemv, int4_config
 from targets.aoti.kernels.int8_words_triton import _word_rows, words_fit
 from targets.aoti.kernels.row_parts import _block_rows
-from targets.aoti.kernels.triton_kernels import _row_gemv, gemv_config, x_codes_config
+from targets.aoti.kernels.triton_kernels import _row_gemv, gemv_config
 
 _LOW_MASK = tl.constexpr(2 ** 31 - 1)  # the index's complement: vocabularies below 2^31
 _HALF = tl.constexpr(2 ** 31)  # lifts the signed order bits to 0 .. 2^32 - 1
@@ -235,14 +235,10 @@ def launch_head_argmax(x, weight, bias, norm_weight, eps: float, offset: float,
     slot = argmax_slot(x.device) if slot is None else slot
     token = torch.empty(1, dtype=torch.int64, device=x.device) if token is None else token
     out = torch.empty((*x.shape[:-1], rows), dtype=x.dtype, device=x.device)
-    if x_qblock and not words_fit(weight, config or x_codes_config(x.shape[-1], False, True),
-                                  x_qblock):
-        raise ValueError(f"x's codes in blocks of {x_qblock}: int8 rows of whole blocks, "
-                         f"got {weight.dtype} {tuple(weight.shape)}")
-    if weight.dtype == torch.uint8:
+    if weight.dtype == torch.uint8 and not x_qblock:
         _launch_int4_head(x, weight, bias, norm_weight, eps, offset, weight_scale, config,
                           pdl, out, slot)
-    else:
+    else:  # x's codes over anything but int8 rows: refused there
         _launch_head(x, weight, bias, norm_weight, eps, offset, weight_scale, config, pdl,
                      out, slot, x_qblock)
     if advance is None:
@@ -264,6 +260,9 @@ def _launch_head(x, weight, bias, norm_weight, eps, offset, weight_scale, config
     sms = torch.cuda.get_device_properties(x.device).multi_processor_count if gdc else 0
     block_n, block_k, warps, ahead = (config or gemv_config(
         rows, cols, False, gdc, weight.element_size(), sms, x_qblock=x_qblock))[:4]
+    if x_qblock and not words_fit(weight, (block_n, block_k, warps, ahead), x_qblock):
+        raise ValueError(f"x's codes in blocks of {x_qblock}: int8 rows of whole blocks, "
+                         f"got {weight.dtype} {tuple(weight.shape)}")
     launch, gdc = launcher(head_argmax_kernel, head_argmax_kernel_gdc, x.device, pdl)
     dummy = weight  # an unused pointer argument (its branch is compiled out)
     weights_first = dict(W_AHEAD=weight.is_contiguous()) if gdc else {}
