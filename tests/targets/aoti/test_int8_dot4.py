@@ -9,26 +9,28 @@ import pytest
 import torch
 
 from tests.helpers import triton_device
+from tests.targets.aoti.test_int8_words import _made, operands
 
 pytest.importorskip("triton")
 
 
-def _made(*size, seed, scale=1.0, device="cpu"):
-    generator = torch.Generator().manual_seed(seed)
-    return (torch.randn(size, generator=generator) * scale).to(device, torch.float16)
+def exact_codes(width: int, rows: int = 24):
+    """(int8 rows, x, their float64 product): every byte value across the rows, x of
+    integers with 127 or -127 in every block of 32 columns, so each code is x itself and
+    each scale 1, and a kernel's sums are that product exactly."""
+    cols = torch.arange(width)
+    weight = ((torch.arange(rows)[:, None] * 37 + 11 * cols) % 256 - 128).to(torch.int8)
+    x = ((cols * 53) % 255 - 127).float()
+    x[::32] = torch.where(torch.arange(width // 32) % 2 == 0, 127.0, -127.0)
+    return weight, x, weight.double() @ x.double()
 
 
 def test_codes_that_are_exact_give_exact_integer_sums():
-    """x of integers with 127 or -127 in every block of 32: each code is x itself and each
-    scale 1, so every sum is the exact integer product; a byte lost, moved or read with the
-    wrong sign (in the weights or in x's packed codes) differs."""
+    """Exact codes (exact_codes): every sum is the exact integer product; a byte lost,
+    moved or read with the wrong sign (in the weights or in x's packed codes) differs."""
     device = triton_device()
     from targets.aoti.kernels.int8_words_triton import launch_int8_words
-    cols = torch.arange(256)
-    weight = ((torch.arange(24)[:, None] * 37 + 11 * cols) % 256 - 128).to(torch.int8)
-    x = ((cols * 53) % 255 - 127).float()
-    x[::32] = torch.where(torch.arange(8) % 2 == 0, 127.0, -127.0)
-    want = weight.double() @ x.double()
+    weight, x, want = exact_codes(256)
     for config in [(4, 64, 4, 0), (2, 128, 4, 64), (8, 32, 4, 256)]:
         got = launch_int8_words(x.reshape(1, 1, 256).to(device), weight.to(device), None,
                                 None, None, 1e-6, 0.0, 0, torch.ones(24, device=device),
@@ -50,15 +52,7 @@ def test_products_over_x_codes_are_row_gemvs_of_the_quantized_x(n, k, act, norm,
     device = triton_device()
     from targets.aoti.kernels.int8_words_triton import launch_int8_words
     from targets.aoti.kernels.reference import row_gemv
-    rows = 2 * n if act else n
-    generator = torch.Generator().manual_seed(6)
-    weight = torch.randint(-127, 128, (rows, k), generator=generator, dtype=torch.int8)
-    scale = (torch.rand(rows, generator=generator) * 2e-2 + 1e-2).half()
-    weight, scale = weight.to(device), scale.to(device)
-    x = _made(1, 1, k, seed=1, device=device)
-    nw = _made(k, seed=2, scale=0.1, device=device) + 1.0 if norm else None
-    r = _made(1, 1, n, seed=3, device=device) if res else None
-    b = _made(rows, seed=4, device=device) if bias else None
+    x, weight, scale, nw, r, b = operands(n, k, act, norm, res, bias, device, low=-127)
     got = launch_int8_words(x, weight, b, nw, r, 1e-5, 0.0, act, scale, config,
                             x_qblock=qblock).float()
     quantized = row_gemv(x, weight, b, nw, r, 1e-5, 0.0, act, scale, x_qblock=qblock).float()

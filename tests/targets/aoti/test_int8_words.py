@@ -62,6 +62,20 @@ def test_integer_sums_are_exact_through_the_library_launch():
     assert torch.equal(library.double().reshape(-1), want)
 
 
+def operands(n, k, act, norm, res, bias, device, low=-128):
+    """(x, int8 rows, their scales, norm weight, residual, bias) of a product of ``n``
+    outputs (two halves where ``act``) over ``k`` columns; the folds where asked."""
+    rows = 2 * n if act else n
+    generator = torch.Generator().manual_seed(6)
+    weight = torch.randint(low, 128, (rows, k), generator=generator, dtype=torch.int8)
+    scale = (torch.rand(rows, generator=generator) * 2e-2 + 1e-2).half()
+    x = _made(1, 1, k, seed=1, device=device)
+    nw = _made(k, seed=2, scale=0.1, device=device) + 1.0 if norm else None
+    r = _made(1, 1, n, seed=3, device=device) if res else None
+    b = _made(rows, seed=4, device=device) if bias else None
+    return x, weight.to(device), scale.to(device), nw, r, b
+
+
 @pytest.mark.parametrize("n, k, act, norm, res, bias, config", [
     (40, 96, 1, True, False, False, (4, 64, 4, 0)),  # gate/up: the norm, a masked tile
     (36, 128, 0, True, False, True, (4, 64, 4, 128)),  # q/k/v with bias, all ahead
@@ -73,15 +87,7 @@ def test_int8_words_are_row_gemvs(n, k, act, norm, res, bias, config):
     device = triton_device()
     from targets.aoti.kernels.int8_words_triton import launch_int8_words
     from targets.aoti.kernels.reference import row_gemv
-    rows = 2 * n if act else n
-    generator = torch.Generator().manual_seed(6)
-    weight = torch.randint(-128, 128, (rows, k), generator=generator, dtype=torch.int8)
-    scale = (torch.rand(rows, generator=generator) * 2e-2 + 1e-2).half()
-    weight, scale = weight.to(device), scale.to(device)
-    x = _made(1, 1, k, seed=1, device=device)
-    nw = _made(k, seed=2, scale=0.1, device=device) + 1.0 if norm else None
-    r = _made(1, 1, n, seed=3, device=device) if res else None
-    b = _made(rows, seed=4, device=device) if bias else None
+    x, weight, scale, nw, r, b = operands(n, k, act, norm, res, bias, device)
     got = launch_int8_words(x, weight, b, nw, r, 1e-5, 0.0, act, scale, config)
     want = row_gemv(x, weight, b, nw, r, 1e-5, 0.0, act, scale)
     error = (got.float() - want.float()).abs().max().item()

@@ -11,6 +11,7 @@ import torch
 
 from targets.aoti.kernels import reference
 from tests.helpers import triton_device
+from tests.targets.aoti.test_int8_dot4 import exact_codes
 
 pytest.importorskip("triton")
 
@@ -36,11 +37,7 @@ def test_codes_that_are_exact_give_exact_integer_sums(config):
     scale 1, so every part's sum and their join are exact integers; a byte lost, moved,
     read with the wrong sign, or a column summed in two parts (or none) differs."""
     device = triton_device()
-    cols = torch.arange(384)
-    weight = ((torch.arange(24)[:, None] * 37 + 11 * cols) % 256 - 128).to(torch.int8)
-    x = ((cols * 53) % 255 - 127).float()
-    x[::32] = torch.where(torch.arange(12) % 2 == 0, 127.0, -127.0)
-    want = weight.double() @ x.double()
+    weight, x, want = exact_codes(384)
     got = _launch(x.reshape(1, 1, 384).to(device), weight.to(device),
                   torch.ones(24, device=device), config, 32)
     assert torch.equal(got.double().reshape(-1).cpu(), want)
