@@ -45,6 +45,7 @@ from targets.onnx.facets import OnnxPackaging, OnnxTooling
 from targets.onnx.initializers import external_files
 from targets.onnx.shared import externalize
 from targets.onnx.packed_attention import pack_attention_inputs
+from targets.onnx.passes.cast_before_rsub import CastBeforeRsub
 from targets.onnx.passes.contiguous_views import ContiguousBeforeReshape
 from targets.onnx.passes.rsqrt_as_division import RsqrtAsDivision
 from targets.onnx.providers import refuse_bf16_on_cpu_only
@@ -165,7 +166,8 @@ class OnnxTarget(Target):
         # in the form ORT fuses into one kernel (its fusion wants a Div); torch.onnx's own
         # decomposition last, so placement judges the graph the exporter will translate
         fusable_norms = [RsqrtAsDivision()] if options.fuse else []
-        return pipeline(options, fusions=GRAPH_FUSIONS) + fusable_norms + [
+        # an int tensor cast before `number - tensor`, which torch.onnx cannot translate
+        return pipeline(options, fusions=GRAPH_FUSIONS) + fusable_norms + [CastBeforeRsub(),
             Decompose(lambda: _exporter_tables()[1], "torch.onnx"), ContiguousBeforeReshape()]
 
     def lower(self, program: ExportedProgram, options: LowerOptions) -> Lowered:

@@ -128,11 +128,11 @@ def test_no_fuse_leaves_the_fusion_passes_out(cli_here, tmp_path):
     out = tmp_path / "cnn-unfused.artifact"
     result = cli_here("build", "zoo:cnn", "--target", "onnx", "--no-fuse", "--out", str(out))
     assert result.returncode == 0, result.stderr
-    # no fusion pass; torch.onnx's own decomposition (and the copy before strided
-    # reshapes) still run, as torch.onnx.export would run them anyway
+    # no fusion pass; torch.onnx's own decomposition (and the casts and copies it needs
+    # around it) still run, as torch.onnx.export would run them anyway
     assert [r["name"] for r in runtime.read_manifest(out).passes] == [
         "shape_mutations_as_views", "eliminate_dead_code", "global_average_pool",
-        "decompose", "contiguous_before_reshape"]
+        "cast_before_rsub", "decompose", "contiguous_before_reshape"]
 
 
 def test_fallback_partition_runs_in_the_planned_arena(cli_here, tmp_path):
@@ -254,3 +254,24 @@ def test_torch_onnx_export_leaves_no_torch_future_warning(tmp_path):
         with quiet_registry():
             torch.onnx.export(program, (), dynamo=True, verbose=False)
     assert not [w for w in caught if issubclass(w.category, FutureWarning)]
+
+
+class _OneMinusMask(torch.nn.Module):
+    """XLNet's ``input_mask = 1.0 - attention_mask``: an int64 mask, a float32 result."""
+
+    def forward(self, x, mask):
+        return x * (1.0 - mask)[..., None]
+
+
+def test_a_number_minus_an_integer_mask_runs_whole_in_onnx_runtime(tmp_path):
+    """torch.onnx decomposes ``1.0 - mask`` to ``sub(1.0, mask)`` and has no translation
+    for a float and an int64 tensor: the op went to the CPU fallback, and the artifact
+    needed torch for it (targets/onnx/passes/cast_before_rsub.py casts the mask first)."""
+    import exporter
+    mask = torch.tensor([[1, 1, 0, 1]])
+    built = exporter.build(_OneMinusMask(), (torch.randn(1, 4, 3), mask), target="onnx",
+                           out=tmp_path / "mask.artifact")
+    placement = [p.backend for p in built.manifest.partitions]
+    assert placement == ["onnxruntime"] and built.manifest.validation["passed"]
+    x = torch.randn(1, 4, 3)
+    assert torch.equal(runtime.load(built.artifact)(x, mask), x * (1.0 - mask)[..., None])
