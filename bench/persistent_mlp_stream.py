@@ -19,7 +19,8 @@ Without ``--check``: each configuration compiled for sm_90a (ptxas's registers, 
 bytes; shared bytes). ``--check``: one layer at small and real shapes against
 reference.row_gemv's math (max abs / rel diff; exit 1 past fp16 tolerance, if repeated
 calls differ, or if a barrier gave up), then a 22-layer chain of this kernel alone
-against bench/persistent_mlp.py's, CUDA graphs replayed in turns (medians); each step in
+against bench/persistent_mlp.py's (outputs within 5e-2 relative of its), CUDA graphs
+replayed in turns (medians); each step in
 a child process under a time limit, so a barrier that never opens cannot eat the call.
 A timing tool, not part of the built library.
 """
@@ -43,6 +44,7 @@ from bench.stream_mlp_launch import (STREAM_CONFIGS, launch_stream_mlp, plan,  #
 
 EPS = 1e-5
 TOLERANCE = 8e-3  # of max(1, the largest expected value): a few fp16 steps
+CHAIN_TOLERANCE = 5e-2  # the same over 22 layers, against the other kernel's roundings
 SMALL = (512, 1536, (8, 8, 64, 4, 8))  # hidden, intermediate, a config that fits them
 REPEATS = 20
 
@@ -143,9 +145,12 @@ def check_chain(rounds: int, layers: int = 22) -> bool:
         calls[f"stream {name}"] = (lambda config=config, sync=syncs[name]: chain(
             launch_stream_mlp, sync, config=config))
     first = calls["persistent_mlp.py (2/SM 8w balanced)"]()
-    for label, call in calls.items():
-        print(f"chain output, {label}: max|diff| vs persistent_mlp.py's "
-              f"{(call().float() - first.float()).abs().max().item():.2e}", flush=True)
+    agree = True
+    for label, call in calls.items():  # 22 layers of roundings apart, not garbage
+        error, rel = _diff(call(), first)
+        agree &= rel <= CHAIN_TOLERANCE
+        print(f"chain output, {label}: max|diff| vs persistent_mlp.py's {error:.2e} "
+              f"(rel {rel:.2e})", flush=True)
     turns = taking_turns(calls, rounds)
     weight_bytes = sum(t.numel() * t.element_size() for ws in made for t in ws)
     base = next(iter(turns.values()))
@@ -155,7 +160,7 @@ def check_chain(rounds: int, layers: int = 22) -> bool:
               f"{us / base:.4f}", flush=True)
     gave_up = [name for name, sync in syncs.items() if sync[1].item()]
     print(f"chain barriers given up: {gave_up or 'none'}", flush=True)
-    return not gave_up
+    return agree and not gave_up
 
 
 def main() -> None:
