@@ -20,8 +20,8 @@ bytes; shared bytes). ``--check``: one layer at small and real shapes against
 reference.row_gemv's math (max abs / rel diff; exit 1 past fp16 tolerance, if repeated
 calls differ, or if a barrier gave up), then a 22-layer chain of this kernel alone
 against bench/persistent_mlp.py's (outputs within 5e-2 relative of its), CUDA graphs
-replayed in turns (medians); each step in
-a child process under a time limit, so a barrier that never opens cannot eat the call.
+replayed in turns (medians); each step in a child process under a time limit, so a
+barrier that never opens cannot eat the call.
 A timing tool, not part of the built library.
 """
 

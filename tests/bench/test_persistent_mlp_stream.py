@@ -50,6 +50,50 @@ def test_the_tiles_cover_each_product_once_and_the_programs_within_a_tile(
     assert found["shared_bytes"] <= SHARED_LIMIT
 
 
+def _summed_by_tiles(layer: dict, found: dict) -> tuple:
+    """The kernel's arithmetic with each program's tiles in Python: a tile's rows times
+    its columns of x, rows summed over their tiles, the epilogues after."""
+    rows, chunks, width = found["config"][:3]
+    columns = chunks * width
+
+    def product(name, weight, x):
+        sums = torch.zeros(weight.shape[0] + rows)  # room for a tile past the edge
+        for pid in range(found["programs"]):
+            for _, row, column in (t for t in tiles(found, pid) if t[0] == name):
+                block = weight[row:row + rows, column:column + columns].float()
+                sums[row:row + block.shape[0]] += block @ x[column:column + columns]
+        return sums[:weight.shape[0]]
+    o = (product("o", layer["o_weight"], layer["attn"].reshape(-1).float())
+         + layer["hidden"].reshape(-1).float()).half()
+    x = o.float() * torch.rsqrt(o.float().pow(2).mean() + 1e-5) * layer["norm_weight"].float()
+    raw = product("gate_up", layer["gate_up_weight"], x)
+    gate, up = raw.chunk(2)
+    gated = (torch.nn.functional.silu(gate) * up).half().float()
+    return o, (product("down", layer["down_weight"], gated) + o.float()).half()
+
+
+@pytest.mark.parametrize("programs", [4, 128])
+def test_the_tiles_summed_as_the_kernel_sums_them_give_the_reference(programs):
+    from targets.aoti.kernels.reference import row_gemv
+    hidden, inter, config = 256, 768, (8, 8, 32, 4, 8)  # 256 columns a tile: 3 down parts
+    generator = torch.Generator().manual_seed(3)
+    made = {name: torch.randn(size, generator=generator).half() for name, size in {
+        "attn": (1, 1, hidden), "hidden": (1, 1, hidden), "o_weight": (hidden, hidden),
+        "norm_weight": (hidden,), "gate_up_weight": (2 * inter, hidden),
+        "down_weight": (hidden, inter)}.items()}
+    for name, scale in (("o_weight", hidden), ("gate_up_weight", hidden),
+                        ("down_weight", inter)):
+        made[name] = (made[name].float() * scale ** -0.5).half()
+    o, out = _summed_by_tiles(made, plan(hidden, inter, programs, config))
+    want_o = row_gemv(made["attn"], made["o_weight"], None, None, made["hidden"], 1e-5,
+                      0.0, 0)
+    gated = row_gemv(want_o, made["gate_up_weight"], None, made["norm_weight"], None,
+                     1e-5, 0.0, 1)
+    want = row_gemv(gated, made["down_weight"], None, None, want_o, 1e-5, 0.0, 0)
+    assert (o.float() - want_o.reshape(-1).float()).abs().max() < 4e-3
+    assert (out.float() - want.reshape(-1).float()).abs().max() < 8e-3
+
+
 def test_the_1b_plan_is_whole_turns_for_128_programs():
     """8 rows x 2,048 columns: o two tiles a program, gate/up 11, down 2 rows of 3."""
     found = plan(2048, 5632, 128)
