@@ -65,7 +65,8 @@ def _summed_by_tiles(layer: dict, found: dict) -> tuple:
         return sums[:weight.shape[0]]
     o = (product("o", layer["o_weight"], layer["attn"].reshape(-1).float())
          + layer["hidden"].reshape(-1).float()).half()
-    x = o.float() * torch.rsqrt(o.float().pow(2).mean() + 1e-5) * layer["norm_weight"].float()
+    x = (o.float() * torch.rsqrt(o.float().pow(2).mean() + 1e-5)
+         * layer["norm_weight"].float())
     raw = product("gate_up", layer["gate_up_weight"], x)
     gate, up = raw.chunk(2)
     gated = (torch.nn.functional.silu(gate) * up).half().float()
