@@ -111,14 +111,14 @@ def _step(name: str, run, expected: torch.Tensor, report: list) -> None:
     report.append(line)
 
 
-def _through_aoti(op, x: torch.Tensor, folder: Path):
+def _through_aoti(op, x: torch.Tensor, folder: Path, name: str):
     class Model(torch.nn.Module):
         def forward(self, x):
             return op(x)
 
     program = torch.export.export(Model(), (x,))
     package = torch._inductor.aoti_compile_and_package(
-        program, package_path=str(folder / f"{op.__name__}.pt2"))
+        program, package_path=str(folder / f"{name}.pt2"))
     return torch._inductor.aoti_load_package(package)(x)
 
 
@@ -140,10 +140,11 @@ def main() -> None:
     _step("scale, triton_op eager", lambda: scale(x), x * 2, report)
     _step("tma copy, triton_op eager", lambda: tma_copy(tile_x), tile_x, report)
     with tempfile.TemporaryDirectory() as folder:
-        _step("scale, AOTInductor package", lambda: _through_aoti(scale, x, Path(folder)),
-              x * 2, report)
+        _step("scale, AOTInductor package",
+              lambda: _through_aoti(scale, x, Path(folder), "scale"), x * 2, report)
         _step("tma copy, AOTInductor package",
-              lambda: _through_aoti(tma_copy, tile_x, Path(folder)), tile_x, report)
+              lambda: _through_aoti(tma_copy, tile_x, Path(folder), "tma_copy"),
+              tile_x, report)
     if args.out:
         args.out.write_text("\n".join(report) + "\n")
 
