@@ -348,9 +348,11 @@ def _newly_initialised(info: dict, path: Path, text: str, task: str,
 
 
 def _seq_len(config, options: HfOptions) -> int:
-    limit = getattr(config, "max_position_embeddings", None) or 128
-    seq_len = options.seq_len or min(128, limit)
-    if seq_len > limit:
+    limit = getattr(config, "max_position_embeddings", None)
+    if not isinstance(limit, int) or limit <= 0:  # XLNet's is -1: "no sequence length limit"
+        limit = None
+    seq_len = options.seq_len or min(128, limit or 128)
+    if limit is not None and seq_len > limit:
         raise SpecError(f"--seq-len {seq_len} is over the model's {limit} positions",
                         hint=f"give --seq-len {limit} or less")
     return seq_len

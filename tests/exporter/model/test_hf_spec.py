@@ -210,3 +210,17 @@ def test_random_weights_are_seeded_without_touching_the_callers_random_state(che
     again = load_pretrained(f"hf:{root / 'gpt2'}", str(root / "gpt2"), options)[0]
     assert all(torch.equal(a, b) for a, b in zip(first.state_dict().values(),
                                                  again.state_dict().values()))
+
+
+def test_a_model_without_a_position_limit_gets_the_default_length(tmp_path):
+    """XLNet's config says ``max_position_embeddings == -1`` ("no sequence length
+    limit"): the default length came out -1 and the example inputs crashed (exit 4)."""
+    from exporter.model.hf_spec import HfOptions
+    from exporter.model.spec import load_spec
+    transformers.XLNetConfig(vocab_size=50, d_model=16, n_layer=1, n_head=2, d_inner=32,
+                             architectures=["XLNetForSequenceClassification"]
+                             ).save_pretrained(tmp_path / "xlnet")
+    spec = load_spec(f"hf:{tmp_path / 'xlnet'}", HfOptions(random_weights=True))
+    assert spec.details["seq_len"] == 128 and spec.args[0].shape == (1, 128)
+    longer = load_spec(f"hf:{tmp_path / 'xlnet'}", HfOptions(random_weights=True, seq_len=300))
+    assert longer.args[0].shape == (1, 300)
