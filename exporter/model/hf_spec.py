@@ -14,7 +14,8 @@ returns; by default it is read from the config's ``architectures``:
     image-classification  AutoModelForImageClassification      -> logits
 
 The artifact's one output keeps the field's name (``logits``), and the manifest records
-the task and the real model class. Example inputs follow the modality: ``input_ids``
+the task and the real model class. Example inputs follow the modality (for
+feature-extraction, the model's own ``main_input_name``; audio inputs are refused): ``input_ids``
 (int64, random ids below the vocab size) and ``attention_mask`` of ``--seq-len`` tokens
 (default min(128, the model's maximum positions)), or ``pixel_values`` (float32,
 ``--image-size``, default the config's) for images, ``--batch-size`` of them (default 1),
@@ -141,7 +142,7 @@ def load_hf(text: str, path_text: str, options: HfOptions) -> HfModel:
                         where=text)
     details = {"task": name, "model_class": type(model).__name__,
                "batch_size": options.batch_size or 1}
-    if task.modality == "text":
+    if _modality(task, model, text) == "text":
         seq_len = _seq_len(config, options)
         remake = functools.partial(_text_args, getattr(config, "vocab_size", None) or 2,
                                    {"batch": details["batch_size"], "sequence": seq_len})
@@ -160,6 +161,22 @@ def load_hf(text: str, path_text: str, options: HfOptions) -> HfModel:
     module = ImageOutput(model.eval(), task.output, resize).eval()
     return HfModel(module, remake({}), warnings, task.output, {**details, "image_size": size},
                    {"batch": (("pixel_values", 0),)}, remake)
+
+
+# the model's own first input (transformers' main_input_name) -> the example inputs made
+_MODALITIES = {"input_ids": "text", "pixel_values": "image"}
+
+
+def _modality(task: Task, model: torch.nn.Module, text: str) -> str:
+    """Text or image examples, as the model takes them: feature-extraction's AutoModel is a
+    vision backbone as often as a text encoder (VitDet, ConvNext), and was given input_ids."""
+    main = getattr(model, "main_input_name", None) or "input_ids"
+    if main not in _MODALITIES:  # input_values, input_features: audio
+        raise SpecError(f"{type(model).__name__} takes {main}; hf: specs make examples of "
+                        "input_ids (text) or pixel_values (images) only", where=text,
+                        hint="build it from a factory file that returns the model and its "
+                             "example inputs (README: Naming a model)")
+    return _MODALITIES[main] if task is TASKS["feature-extraction"] else task.modality
 
 
 def load_pretrained(text: str, path_text: str, options: HfOptions) -> tuple:

@@ -224,3 +224,20 @@ def test_a_model_without_a_position_limit_gets_the_default_length(tmp_path):
     assert spec.details["seq_len"] == 128 and spec.args[0].shape == (1, 128)
     longer = load_spec(f"hf:{tmp_path / 'xlnet'}", HfOptions(random_weights=True, seq_len=300))
     assert longer.args[0].shape == (1, 300)
+
+
+def test_a_vision_backbone_gets_images_and_an_audio_model_is_refused(tmp_path):
+    """Feature extraction built every AutoModel with input_ids: a VitDet backbone failed
+    at capture ("You have to specify pixel_values"), a SEW speech model with a TypeError."""
+    from exporter.errors import SpecError
+    from exporter.model.hf_spec import HfOptions
+    from exporter.model.spec import load_spec
+    transformers.VitDetConfig(hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                              image_size=32, pretrain_image_size=32, patch_size=8
+                              ).save_pretrained(tmp_path / "vitdet")
+    spec = load_spec(f"hf:{tmp_path / 'vitdet'}", HfOptions(random_weights=True))
+    assert spec.args[0].shape == (1, 3, 32, 32) and spec.details["image_size"] == 32
+    transformers.SEWConfig(hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                           intermediate_size=32).save_pretrained(tmp_path / "sew")
+    with pytest.raises(SpecError, match="takes input_values"):
+        load_spec(f"hf:{tmp_path / 'sew'}", HfOptions(random_weights=True))
