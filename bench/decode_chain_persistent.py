@@ -12,12 +12,7 @@ times each stage of the kernel (the wait for the kernel before, o, the first bar
 gate/up, the second barrier, down) by its programs' GPU clock stamps over a chain of 22
 kernels, and prints each configuration's registers and programs a multiprocessor.
 The chain's variants: ``decode_chain_cuda.py --variants "dependent + join + persistent
-MLP NAME"``; and ``"dependent + join + stream MLP NAME"`` with the Gluon kernel whose
-weight stream runs across its barriers (bench/persistent_mlp_stream.py; NAME one of
-stream_mlp_launch.STREAM_CONFIGS, ``stream NAME`` here for its stamps). These variants
-replace a layer's o launch too (step()'s ``mlp`` hook), so they are to be read against
-both "dependent + join" (the same launches up to the attention) and the chain's best,
-"dependent + join + attention-o joined 4 splits 4 rows" (o inside the attention's launch).
+MLP NAME"``.
 """
 
 from __future__ import annotations
@@ -40,41 +35,27 @@ CONFIGS = {
 }
 
 
-def _launch(stream: bool):
-    """The kernel's launch: persistent_mlp.py's, or the Gluon one's (stream_mlp_launch)."""
-    if stream:
-        from bench.stream_mlp_launch import launch_stream_mlp
-        return launch_stream_mlp
-    from bench.persistent_mlp import launch_persistent_mlp
-    return launch_persistent_mlp
-
-
-def persistent_step(config: tuple, stream: bool = False):
+def persistent_step(config: tuple):
     """A replacement for a layer's o, gate/up and down launches: (attention's output, the
     layer's input, its weights, the norm's weight, pdl) -> the layer's output."""
-    launch = _launch(stream)
+    from bench.persistent_mlp import launch_persistent_mlp
     sync: dict = {}
 
     def mlp(att: torch.Tensor, h: torch.Tensor, layer: dict, norm: torch.Tensor,
             pdl: bool) -> torch.Tensor:
         if "buffer" not in sync:  # made on the first (uncaptured) call
             sync["buffer"] = torch.zeros(2, dtype=torch.int32, device=h.device)
-        return launch(att, h, layer["o"][0], norm, layer["gate_up"][0], layer["down"][0],
-                      sync["buffer"], 1e-5, config=config, pdl=pdl)[1]
+        return launch_persistent_mlp(
+            att, h, layer["o"][0], norm, layer["gate_up"][0], layer["down"][0],
+            sync["buffer"], 1e-5, config=config, pdl=pdl)[1]
     return mlp
 
 
 def persistent_variants(default: dict) -> dict:
-    """decode_chain_cuda.variants' entries: "dependent + join" with the persistent MLP,
-    and with the Gluon kernel (Triton imported only when one runs)."""
-    from bench.stream_mlp_launch import STREAM_CONFIGS
-    found = {f"dependent + join + persistent MLP {name}":
-             (True, default, None, True, None, None, persistent_step(config))
-             for name, config in CONFIGS.items()}
-    for name, config in STREAM_CONFIGS.items():
-        found[f"dependent + join + stream MLP {name}"] = (
-            True, default, None, True, None, None, persistent_step(config, stream=True))
-    return found
+    """decode_chain_cuda.variants' entries: "dependent + join" with the persistent MLP."""
+    return {f"dependent + join + persistent MLP {name}":
+            (True, default, None, True, None, None, persistent_step(config))
+            for name, config in CONFIGS.items()}
 
 
 def resources() -> dict:
@@ -86,14 +67,11 @@ def resources() -> dict:
             for key, value in persistent_resources().items()}
 
 
-def stage_times(config: tuple, layers: int = 22, runs: int = 5,
-                stream: bool = False) -> dict:
-    """us of each stage of the kernel (``stream``: the Gluon one), from its programs'
-    clock stamps over a chain of ``layers`` kernels (each its own weights, dependent
-    launches), the last of ``runs``: medians over layers of the programs' median (and the
-    slowest program's) time."""
-    from bench.persistent_mlp import persistent_grid
-    launch = _launch(stream)
+def stage_times(config: tuple, layers: int = 22, runs: int = 5) -> dict:
+    """us of each stage of the kernel, from its programs' clock stamps over a chain of
+    ``layers`` kernels (each its own weights, dependent launches), the last of ``runs``:
+    medians over layers of the programs' median (and the slowest program's) time."""
+    from bench.persistent_mlp import launch_persistent_mlp, persistent_grid
     inter = 5632
 
     def w(*size):
@@ -103,13 +81,13 @@ def stage_times(config: tuple, layers: int = 22, runs: int = 5,
     norm = torch.rand(HIDDEN, device="cuda", dtype=torch.float16) + 0.5
     row = torch.randn(1, 1, HIDDEN, device="cuda", dtype=torch.float16)
     sync = torch.zeros(2, dtype=torch.int32, device="cuda")
-    programs = persistent_grid(row.device, 1 if stream else config[0])
+    programs = persistent_grid(row.device, config[0])
     stamps = torch.zeros(layers, programs * 8, dtype=torch.int64, device="cuda")
     for _ in range(runs):
         h = row
         for layer, (wo, wgu, wd) in enumerate(made):
-            h = launch(row, h, wo, norm, wgu, wd, sync, 1e-5, config=config, pdl=True,
-                       stamps=stamps[layer])[1]
+            h = launch_persistent_mlp(row, h, wo, norm, wgu, wd, sync, 1e-5, config=config,
+                                      pdl=True, stamps=stamps[layer])[1]
     torch.cuda.synchronize()
     at = stamps.view(layers, programs, 8)[..., :7].double() / 1000
     names = ["start to wait", "o", "barrier 1", "gate/up", "barrier 2", "down"]
@@ -124,16 +102,11 @@ def stage_times(config: tuple, layers: int = 22, runs: int = 5,
 
 
 def main() -> None:
-    """Each configuration's stages timed by clock stamps (on the GPU machine); ``stream
-    NAME``: the Gluon kernel's."""
+    """Each configuration's stages timed by clock stamps (on the GPU machine)."""
     torch.manual_seed(0)
     only = sys.argv[1].split(",") if len(sys.argv) > 1 else list(CONFIGS)
     for name in only:
-        if name.startswith("stream "):
-            from bench.stream_mlp_launch import STREAM_CONFIGS
-            times = stage_times(STREAM_CONFIGS[name[len("stream "):]], stream=True)
-        else:
-            times = stage_times(CONFIGS[name])
+        times = stage_times(CONFIGS[name])
         print(f"{name}: " + ", ".join(f"{stage} {median:.2f} (slowest {slowest:.2f})"
                                       for stage, (median, slowest) in times.items()),
               flush=True)
