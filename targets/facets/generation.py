@@ -44,10 +44,10 @@ class Generation:
     # off, an int4 build keeps torch's argmax and the attention and o as two launches
     # (a width of its own: its kernels switch on only where a target timed them)
     int4_fused: bool = False
-    # int8-weight decode products with the norm folded (q/k/v, gate/up, the head) or split
-    # along K (down) read x as int8 codes in blocks of 32 columns, four products a dp4a
-    # (targets/aoti/passes/decode_kernels.py): activations quantized as llama.cpp's GPU
-    # kernels quantize them, where the target's kernels can (cuda); off, x stays float
+    # int8-weight decode products with the norm folded (q/k/v, gate/up, the head) read x as int8
+    # codes in blocks of 32 columns, four products a dp4a (targets/aoti/passes/
+    # decode_kernels.py): activations quantized as llama.cpp's GPU kernels quantize them,
+    # where the target's kernels can (cuda); off, x stays float
     int8_x_codes: bool = False
 
     def __post_init__(self) -> None:

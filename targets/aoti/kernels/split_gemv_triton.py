@@ -38,19 +38,15 @@ _MOST_AHEAD = 2048
 # a split program: 8 rows, 4 warps, parts of 512 columns, each part's whole width loaded
 # ahead of the wait (8 rows x 512 bytes: 8 registers a thread)
 _BLOCK_N, _WARPS, _PART = 8, 4, 512
-# against x's int8 codes: 32 rows a program (the decode chain's fastest of 8, 16 and 32)
-_CODES_BLOCK_N = 32
 
 
-def split_config(cols: int, x_codes: bool = False) -> tuple:
+def split_config(cols: int) -> tuple:
     """(BLOCK_N, BLOCK_K, num_warps, AHEAD, SPLIT) for int8 rows of ``cols`` columns:
     parts of 512 columns (the last one masked), a power of two, so no part loads masked
     columns it does not hold (a part of 1,408 as one 2,048-column tile converted 45% more
-    weights than it held); 8 rows a program share each column's x, 32 against x's int8
-    codes (``x_codes``: each program quantizes its part of x, shared by more rows)."""
+    weights than it held); 8 rows a program share each column's x."""
     part = min(_PART, triton.next_power_of_2(cols))
-    rows = _CODES_BLOCK_N if x_codes else _BLOCK_N
-    return rows, part, _WARPS, part, triton.cdiv(cols, part)
+    return _BLOCK_N, part, _WARPS, part, triton.cdiv(cols, part)
 
 
 def longer_than_ahead(cols: int) -> bool:

@@ -126,15 +126,14 @@ def gemv_config(rows: int, cols: int, gated: bool, dependent: bool = False,
     A dependent launch of 16-bit rows more than twice as long as a program holds ahead,
     ``streamable`` (no norm, gate, bias or rotary rows): the rest of each row streams
     through shared memory, STAGES - 1 tiles in flight (pipe_gemv_triton.py). int8 rows
-    against x's int8 codes (``x_qblock``): split as above where it applies (32 rows a
-    program), else x_codes_config's.
+    against x's int8 codes (``x_qblock``): x_codes_config's.
     """
     int8 = weight_bytes == 1
-    if dependent and splittable and int8 and longer_than_ahead(cols):
-        block_n, block_k, warps, ahead, split = split_config(cols, bool(x_qblock))
-        return block_n, block_k, warps, ahead, False, 0, split
     if int8 and x_qblock:
         return x_codes_config(cols, gated, dependent)
+    if dependent and splittable and int8 and longer_than_ahead(cols):
+        block_n, block_k, warps, ahead, split = split_config(cols)
+        return block_n, block_k, warps, ahead, False, 0, split
     if dependent and gated and weight_bytes == 2 and cols <= 2048 and multiprocessors:
         return row_loop_config(rows, cols, multiprocessors)
     block_k = min(1024 if int8 else 256 if rows >= 4096 else 512,

@@ -129,7 +129,7 @@ def _rewrite_linears(module: torch.fx.GraphModule, attention_o: bool = False,
         counts["residuals_folded"] += residual is not None
         counts["rotary_folded"] += rotary is not None
     if int8_x_codes:  # the choice is made only where asked: the key stays absent otherwise
-        counts["int8_x_codes"] = _x_codes(module, split=False)
+        counts["int8_x_codes"] = _x_codes(module)
     # the token a greedy step returns, taken in its head's kernel (decode_argmax.py)
     counts["argmax_in_head"] = argmax_in_head(module, advance_inputs, int4)
     if advance_inputs:  # the same: asked for, it is counted
@@ -139,8 +139,6 @@ def _rewrite_linears(module: torch.fx.GraphModule, attention_o: bool = False,
     module.graph.eliminate_dead_code()  # the linears replaced: o alone reads its row
     if attention_o:  # the choice is made only where asked: the key stays absent otherwise
         counts["attention_o"] = join_attention_with_o(module, int4)
-    if int8_x_codes:  # what the attention did not take along
-        counts["int8_x_codes"] += _x_codes(module, split=True)
     module.recompile()
     return counts
 
@@ -148,21 +146,18 @@ def _rewrite_linears(module: torch.fx.GraphModule, attention_o: bool = False,
 X_QBLOCK = 32  # x's int8 codes a scale: llama.cpp's q8_1 blocks, for the same reason
 
 
-def _x_codes(module: torch.fx.GraphModule, split: bool) -> int:
+def _x_codes(module: torch.fx.GraphModule) -> int:
     """Each row_gemv over int8 rows with their scales and the norm folded (q/k/v,
-    gate/up, the head: its token kernel takes it along), or with ``split``, each given
-    the split's counters (down, and o where the attention did not take it), reads x as
-    int8 codes in blocks of X_QBLOCK columns, four products a dp4a
-    (kernels/int8_dot4_triton.py); returns how many."""
+    gate/up, the head: its token kernel takes it along) reads x as int8 codes in blocks of
+    X_QBLOCK columns, four products a dp4a (kernels/int8_dot4_triton.py); returns how
+    many. o's and down's launches keep float x."""
     found = 0
     for node in module.graph.nodes:
         if node.op != "call_function" or node.target is not ops.row_gemv:
             continue
         weight, norm_weight, scale = node.args[1], node.args[3], node.args[8:9]
-        chosen = (len(node.args) > 13 and node.args[13] is not None if split
-                  else norm_weight is not None)
-        if (chosen and scale and scale[0] is not None and val(weight).dtype == torch.int8
-                and val(weight).shape[-1] % X_QBLOCK == 0):
+        if (norm_weight is not None and scale and scale[0] is not None
+                and val(weight).dtype == torch.int8 and val(weight).shape[-1] % X_QBLOCK == 0):
             node.update_kwarg("x_qblock", X_QBLOCK)
             found += 1
     return found

@@ -38,16 +38,3 @@ def test_dependent_launches_of_long_int8_rows_with_counters_split_along_k():
                   gemv_config(2048, 5632, False, True, 1, 132)):
         assert len(other) == 4
     assert gemv_config(2048, 5632, False, True, 1, 132) == (4, 1024, 4, 2048)
-
-
-def test_long_int8_rows_over_x_codes_split_with_32_rows_a_program():
-    """Against x's int8 codes (x_qblock) the ~1.1B's int8 down splits as above with 32
-    rows a program; o's rows, a plain launch and a product without counters take the
-    one-block codes kernel (x_codes_config: 8 rows)."""
-    from targets.aoti.kernels.triton_kernels import gemv_config
-    assert gemv_config(2048, 5632, False, True, 1, 132, True, x_qblock=32) == (
-        32, 512, 4, 512, False, 0, 11)
-    for one_block in (gemv_config(2048, 2048, False, True, 1, 132, True, x_qblock=32),
-                      gemv_config(2048, 5632, False, False, 1, 132, True, x_qblock=32),
-                      gemv_config(2048, 5632, False, True, 1, 132, False, x_qblock=32)):
-        assert len(one_block) == 4 and one_block[0] == 8
