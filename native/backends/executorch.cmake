@@ -29,11 +29,13 @@ endforeach()
 
 target_sources(edge_runtime PRIVATE
   "${CMAKE_CURRENT_LIST_DIR}/../src/backends/executorch.cc"
+  "${CMAKE_CURRENT_LIST_DIR}/../src/backends/executorch_parallel.cc"
   "${CMAKE_CURRENT_LIST_DIR}/../src/backends/executorch_support.cc")
 # SYSTEM: the wheel's headers are not held to our warning flags.
 target_include_directories(edge_runtime SYSTEM PRIVATE ${EXECUTORCH_INCLUDE_DIRS})
 set_source_files_properties(
   "${CMAKE_CURRENT_LIST_DIR}/../src/backends/executorch.cc"
+  "${CMAKE_CURRENT_LIST_DIR}/../src/backends/executorch_parallel.cc"
   "${CMAKE_CURRENT_LIST_DIR}/../src/backends/executorch_support.cc"
   PROPERTIES COMPILE_DEFINITIONS "${EXECUTORCH_COMPILE_DEFINITIONS}")
 target_link_libraries(edge_runtime PUBLIC
@@ -41,6 +43,12 @@ target_link_libraries(edge_runtime PUBLIC
   "${_ET_LIB}/libexecutorch_threadpool.so"
   "-Wl,--push-state,--no-as-needed,${_ET_LIB}/libexecutorch_backend_xnnpack.so,--pop-state"
   ${CMAKE_DL_LIBS})
+# The runner's parallel_for takes the wheel's place (src/backends/executorch_parallel.cc):
+# linked from the archive though nothing of ours calls it, and exported from every
+# executable that links the runtime, so the kernel libraries bind to it.
+set(_ET_PARALLEL_FOR _ZN10executorch9extension12parallel_forElllNS_7runtime11FunctionRefIFvllEEE)
+target_link_options(edge_runtime INTERFACE "LINKER:--undefined=${_ET_PARALLEL_FOR}"
+                    "LINKER:--export-dynamic-symbol=${_ET_PARALLEL_FOR}")
 # The build tree's runner finds the wheel's libraries where they are (CMake's build
 # RPATH); a bundled one finds them in ../lib (the core's INSTALL_RPATH).
 set(EDGE_EXECUTORCH_LIBRARY_DIR "${_ET_LIB}" CACHE INTERNAL "the executorch wheel's lib/")

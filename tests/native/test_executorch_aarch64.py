@@ -117,3 +117,26 @@ def test_a_bundle_for_aarch64_runs_its_runner_from_a_copied_folder_with_no_libra
     from_build_tree = run_in_qemu(aarch64_et_runner, built.artifact, x, tmp_path / "tree")
     with np.load(out) as got:
         assert np.array_equal(got["output"], from_build_tree["output"].numpy())
+
+
+class _Where(torch.nn.Module):
+    def forward(self, x):
+        return torch.where(x > 0, x, torch.tensor(-1.0))
+
+
+def test_a_cpu_kernel_runs_on_the_calling_thread_with_edge_threads_1(aarch64_et_runner,
+                                                                      tmp_path):
+    """ExecuTorch 1.5's parallel_for (where.self_out) started its thread pool despite
+    EDGE_THREADS=1, and under qemu-user those threads never start: the run hung (a SEW and
+    a CANINE program did; native/src/backends/executorch_parallel.cc)."""
+    import exporter
+    x = mlp_inputs()
+    built = exporter.build(_Where(), (x,), target="executorch", platform=PLATFORM,
+                           out=tmp_path / "where.artifact", validate_artifact=False)
+    assert "aten::where.self_out" in built.manifest.partitions[0].meta["kernels"]
+    np.savez(tmp_path / "in.npz", x=x.numpy())
+    done = qemu.run(aarch64_et_runner, str(built.artifact), "--inputs", str(tmp_path / "in.npz"),
+                    "--out", str(tmp_path / "out.npz"), timeout=60)
+    assert done.returncode == 0, done.stderr
+    with np.load(tmp_path / "out.npz") as got:
+        assert torch.equal(torch.from_numpy(got["output"]), _Where()(x))
