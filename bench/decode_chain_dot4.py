@@ -9,12 +9,9 @@ products a dp4a (targets/aoti/kernels/int8_dot4_triton.py), over the int8 chain'
 
 A product's configuration is int8_words_triton's (BLOCK_N, BLOCK_K, warps, AHEAD): x's
 quantization is each program's work, so more rows a program share it (the float form's
-registers held gate/up at 4 rows; dp4a's hold far fewer). down's is a split one,
-launch_row_gemv's (BLOCK_N, BLOCK_K, warps, AHEAD, False, 0, SPLIT): split_gemv_triton's
-parts, each quantizing its own columns of x (the base runs the library's split_config,
-11 parts of 512, 8 rows a program, over x itself).
+registers held gate/up at 4 rows; dp4a's hold far fewer).
 ``python bench/decode_chain_dot4.py`` prints each variant's products' registers and SASS
-instructions a weight for sm_90a, without a GPU (down's also over x itself, its twin).
+instructions a weight for sm_90a, without a GPU.
 """
 
 from __future__ import annotations
@@ -29,14 +26,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 BASE = "dependent + join + attention-o joined 8 splits 4 rows"
 
 QKV, HEAD = (4, 1024, 4, 2048), (8, 1024, 4, 1024)  # the int8 chain's own shapes
-GATE_UP8 = (8, 1024, 4, 0)
-# down split along K in parts of 512 (of 5,632 columns): the library's split (2,816
-# programs: 1.3 waves of 16 a multiprocessor at 32 registers), and more rows a program
-# (1,408 or 704 programs: one wave), which dp4a's registers allow
-DOWNS = {"11 parts 8 rows": (8, 512, 4, 512, False, 0, 11),
-         "11 parts 16 rows": (16, 512, 4, 512, False, 0, 11),
-         "11 parts 16 rows 2 warps": (16, 512, 2, 512, False, 0, 11),
-         "11 parts 32 rows": (32, 512, 4, 512, False, 0, 11)}
 # name -> (x's block of columns, {product: int8_words configuration})
 CHANGES = {
     "dot4 q32 gate/up 4 rows": (32, {"gate_up": (4, 1024, 4, 0)}),
@@ -48,33 +37,21 @@ CHANGES = {
     "dot4 q32 everywhere 16 rows": (32, {"qkv": (16, 1024, 8, 2048),
                                          "gate_up": (16, 1024, 8, 0),
                                          "head": (16, 1024, 8, 1024)}),
-    **{f"dot4 q32 gate/up 8 rows + down {name}": (32, {"gate_up": GATE_UP8, "down": down})
-       for name, down in DOWNS.items()},
 }
 
 
 class Dot4Rows:
     """decode_chain_cuda.step's ``configs[product]``: (x, rows, scale, fold, pdl) -> the
-    product over x's int8 codes (launch_int8_words with ``x_qblock``); a split
-    configuration (7 long) through launch_row_gemv, on its own counters made on the
-    first (uncaptured) call and shared by every layer."""
+    product over x's int8 codes (launch_int8_words with ``x_qblock``)."""
 
     def __init__(self, config: tuple, qblock: int):
-        self.config, self.qblock, self.counts = config, qblock, None
+        self.config, self.qblock = config, qblock
 
     def __repr__(self) -> str:  # the row's "configs" in the bench's JSON
         return f"dot4 q{self.qblock} {self.config}"
 
     def __call__(self, x, rows, scale, fold, pdl):
         from targets.aoti.kernels.int8_words_triton import launch_int8_words
-        from targets.aoti.kernels.split_gemv_triton import split_counters
-        from targets.aoti.kernels.triton_kernels import launch_row_gemv
-        if len(self.config) == 7:
-            if self.counts is None:
-                self.counts = split_counters(rows, self.config)
-            return launch_row_gemv(x, rows, None, fold.get("norm"), fold.get("residual"),
-                                   1e-5, 0.0, fold.get("act", 0), self.config, pdl, scale,
-                                   counts=self.counts, x_qblock=self.qblock)
         return launch_int8_words(x, rows, None, fold.get("norm"), fold.get("residual"),
                                  1e-5, 0.0, fold.get("act", 0), scale, self.config, pdl,
                                  x_qblock=self.qblock)
@@ -104,22 +81,10 @@ def dot4_variants(joined: dict) -> dict:
 def compiled(product: str, config: tuple, qblock: int):
     """The ``_gdc`` kernel ``config`` launches for ``product`` (the ~1.1B's shape),
     compiled for sm_90a, and the weights a thread holds."""
-    import triton
-
     from bench.int4_rows_ptx import sm90_compiled
     from bench.int8_cvt_rows import SHAPES
-    n, k, norm, act, res = {**SHAPES, "head": (32000, 2048, True, 0, False),
-                            "down": (2048, 5632, False, 0, True)}[product]
-    if len(config) == 7:  # split along K: a program's part, not the row
-        from targets.aoti.kernels.split_gemv_triton import split_gemv_kernel_gdc
-        block_n, block_k, warps, ahead, _, _, split = config
-        part = triton.cdiv(k, split)
-        kinds = {"w_ptr": "*i8", "s_ptr": "*fp16", "part_ptr": "*fp32", "counts_ptr": "*i32"}
-        return sm90_compiled(split_gemv_kernel_gdc, kinds, dict(
-            N=n, K=k, HAS_BIAS=False, HAS_RES=res, HAS_SCALE=True, SPLIT=split, PART=part,
-            BLOCK_N=block_n, BLOCK_K=block_k, AHEAD=ahead, W_AHEAD=True, QBLOCK=qblock,
-            PTX=True), warps), block_n * part / (32 * warps)
     from targets.aoti.kernels.int8_words_triton import int8_words_kernel_gdc
+    n, k, norm, act, res = {**SHAPES, "head": (32000, 2048, True, 0, False)}[product]
     block_n, block_k, warps, ahead = config
     return sm90_compiled(int8_words_kernel_gdc, {"w_ptr": "*i8"}, dict(
         EPS=1e-5, OFFSET=0.0, N=n, K=k, HAS_NORM=norm, ACT=act, HAS_RES=res,
@@ -142,10 +107,7 @@ def figures(product: str, config: tuple, qblock: int) -> str:
 def main() -> None:
     for name, (qblock, products) in CHANGES.items():
         for product, config in products.items():
-            print(f"{name:48s} {product:8s} {figures(product, config, qblock)}", flush=True)
-            if len(config) == 7:  # the same split over x itself (the library's kernel)
-                print(f"{'  its twin over x itself':48s} {product:8s} "
-                      f"{figures(product, config, 0)}", flush=True)
+            print(f"{name:34s} {product:8s} {figures(product, config, qblock)}", flush=True)
 
 
 if __name__ == "__main__":
