@@ -98,7 +98,7 @@ def compiled_registers(product: str, config: tuple, int8: bool) -> int:
         block_n, block_k, warps, ahead, split = config
         values = dict(N=n, K=k, HAS_BIAS=False, HAS_RES=res, HAS_SCALE=int8, SPLIT=split,
                       PART=triton.cdiv(k, split), BLOCK_N=block_n, BLOCK_K=block_k,
-                      AHEAD=ahead, W_AHEAD=True, QBLOCK=0, PTX=True)
+                      AHEAD=ahead, W_AHEAD=True)
     else:
         from targets.aoti.kernels.row_loop_triton import row_loop_kernel_gdc as kernel
         block_n, block_k, warps, ahead, _, turns = config

@@ -13,23 +13,15 @@ and down and o have none. reference.row_gemv's math otherwise; int8 rows take th
 scale a row (HAS_SCALE). The ``_gdc`` form (a programmatic dependent launch) loads its
 part's first AHEAD columns of weights before it waits; with AHEAD at least the part's
 width, a program's whole share of the weights is in flight before the wait.
-
-int8 rows against x's int8 codes (QBLOCK > 0, int8_dot4_triton.py): each program reads
-its part's rows as int32 words and quantizes its own columns of x in blocks of QBLOCK,
-four products a dp4a; a part's width is whole blocks, so no block straddles two parts
-and every split computes the codes reference.row_gemv(x_qblock=) does.
 """
 
 from __future__ import annotations
-
-import os
 
 import torch
 import triton
 import triton.language as tl
 
 from targets.aoti.kernels.dependent_launch import declare_writes, launcher
-from targets.aoti.kernels.int8_dot4_triton import _dot4_sums
 from targets.aoti.kernels.row_parts import _finish
 
 # the one-block kernel's program (4 rows, 4 warps): the most columns of a row it loads
@@ -84,50 +76,11 @@ def _part_sums(x_ptr, w_ptr, rows, row_ok, lo, K: tl.constexpr, PART: tl.constex
 
 
 @triton.jit
-def _part_words(w_ptr, rows, row_ok, part, start, K: tl.constexpr, PART: tl.constexpr,
-                WIDTH: tl.constexpr):
-    """The rows' WIDTH words of int8 weights from column ``start`` of part ``part``, none
-    past the part's end or K (K and PART multiples of 4)."""
-    words_ptr = w_ptr.to(tl.pointer_type(tl.int32))
-    j = start // 4 + tl.arange(0, WIDTH)
-    first = part * (PART // 4)
-    ok = (j < PART // 4) & (first + j < K // 4)
-    return tl.load(words_ptr + rows[:, None] * (K // 4) + first + j[None, :],
-                   mask=row_ok[:, None] & ok[None, :], other=0, eviction_policy="evict_first")
-
-
-@triton.jit
-def _part_dot4(x_ptr, w_ptr, rows, row_ok, part, K: tl.constexpr, PART: tl.constexpr,
-               BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, AHEAD: tl.constexpr,
-               WAIT: tl.constexpr, QBLOCK: tl.constexpr, PTX: tl.constexpr):
-    """_part_sums over x's int8 codes in blocks of QBLOCK columns (int8_dot4_triton's
-    pieces): the part's first AHEAD columns of words loaded first, then the wait, the
-    rest BLOCK_K at a time. x past the part's end gets its own blocks' codes against
-    weights of zero."""
-    lo = part * PART
-    first = _part_words(w_ptr, rows, row_ok, part, 0, K, PART, AHEAD // 4)
-    if WAIT:
-        tl.extra.cuda.gdc_wait()
-    acc = tl.zeros((BLOCK_N, AHEAD // QBLOCK), dtype=tl.float32)
-    acc, _, _ = _dot4_sums(first, first, acc, acc, tl.zeros((AHEAD // 4,), dtype=tl.float32),
-                           x_ptr, x_ptr, lo, 0.0, K, AHEAD // 4, False, 0, PTX, QBLOCK)
-    y = tl.sum(acc, axis=1)
-    acc = tl.zeros((BLOCK_N, BLOCK_K // QBLOCK), dtype=tl.float32)
-    squares = tl.zeros((BLOCK_K // 4,), dtype=tl.float32)  # unused: no norm
-    for start in tl.static_range(AHEAD, PART, BLOCK_K):
-        words = _part_words(w_ptr, rows, row_ok, part, start, K, PART, BLOCK_K // 4)
-        acc, _, squares = _dot4_sums(words, words, acc, acc, squares, x_ptr, x_ptr,
-                                     lo + start, 0.0, K, BLOCK_K // 4, False, 0, PTX, QBLOCK)
-    return y + tl.sum(acc, axis=1)
-
-
-@triton.jit
 def _split_gemv(x_ptr, w_ptr, b_ptr, r_ptr, s_ptr, part_ptr, counts_ptr, out_ptr,
                 N: tl.constexpr, K: tl.constexpr, HAS_BIAS: tl.constexpr,
                 HAS_RES: tl.constexpr, HAS_SCALE: tl.constexpr, SPLIT: tl.constexpr,
                 PART: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                AHEAD: tl.constexpr, GDC: tl.constexpr, W_AHEAD: tl.constexpr,
-                QBLOCK: tl.constexpr, PTX: tl.constexpr):
+                AHEAD: tl.constexpr, GDC: tl.constexpr, W_AHEAD: tl.constexpr):
     # a block's parts are neighbours in the grid: they finish close together
     block = tl.program_id(0) // SPLIT
     part = tl.program_id(0) % SPLIT
@@ -138,12 +91,8 @@ def _split_gemv(x_ptr, w_ptr, b_ptr, r_ptr, s_ptr, part_ptr, counts_ptr, out_ptr
         tl.extra.cuda.gdc_launch_dependents()
     if GDC and not W_AHEAD:  # a weight copied just before: read after the wait
         tl.extra.cuda.gdc_wait()
-    if QBLOCK:  # against x's int8 codes, four products a dp4a
-        y = _part_dot4(x_ptr, w_ptr, rows, row_ok, part, K, PART, BLOCK_N, BLOCK_K, AHEAD,
-                       GDC and W_AHEAD, QBLOCK, PTX)
-    else:
-        y = _part_sums(x_ptr, w_ptr, rows, row_ok, part * PART, K, PART, BLOCK_N, BLOCK_K,
-                       AHEAD, GDC and W_AHEAD)
+    y = _part_sums(x_ptr, w_ptr, rows, row_ok, part * PART, K, PART, BLOCK_N, BLOCK_K,
+                   AHEAD, GDC and W_AHEAD)
     tl.store(part_ptr + tl.program_id(0) * BLOCK_N + idx, y)
     # every thread's stores before the count: the release below then covers them
     tl.debug_barrier()
@@ -168,11 +117,11 @@ def split_gemv_kernel(x_ptr, w_ptr, b_ptr, r_ptr, s_ptr, part_ptr, counts_ptr, o
                       N: tl.constexpr, K: tl.constexpr, HAS_BIAS: tl.constexpr,
                       HAS_RES: tl.constexpr, HAS_SCALE: tl.constexpr, SPLIT: tl.constexpr,
                       PART: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                      AHEAD: tl.constexpr, QBLOCK: tl.constexpr, PTX: tl.constexpr):
+                      AHEAD: tl.constexpr):
     """row_gemv split along K, started as a plain launch."""
     _split_gemv(x_ptr, w_ptr, b_ptr, r_ptr, s_ptr, part_ptr, counts_ptr, out_ptr, N, K,
                 HAS_BIAS, HAS_RES, HAS_SCALE, SPLIT, PART, BLOCK_N, BLOCK_K, AHEAD, False,
-                False, QBLOCK, PTX)
+                False)
 
 
 @triton.jit
@@ -182,13 +131,12 @@ def split_gemv_kernel_gdc(x_ptr, w_ptr, b_ptr, r_ptr, s_ptr, part_ptr, counts_pt
                           HAS_SCALE: tl.constexpr, SPLIT: tl.constexpr,
                           PART: tl.constexpr, BLOCK_N: tl.constexpr,
                           BLOCK_K: tl.constexpr, AHEAD: tl.constexpr,
-                          W_AHEAD: tl.constexpr, QBLOCK: tl.constexpr,
-                          PTX: tl.constexpr):
+                          W_AHEAD: tl.constexpr):
     """The same as a programmatic dependent launch (W_AHEAD: its part's first AHEAD
     columns of weights before the wait)."""
     _split_gemv(x_ptr, w_ptr, b_ptr, r_ptr, s_ptr, part_ptr, counts_ptr, out_ptr, N, K,
                 HAS_BIAS, HAS_RES, HAS_SCALE, SPLIT, PART, BLOCK_N, BLOCK_K, AHEAD, True,
-                W_AHEAD, QBLOCK, PTX)
+                W_AHEAD)
 
 
 # not counts_ptr: the kernel leaves it at zero (as decode_attention.py's join)
@@ -202,32 +150,14 @@ def split_counters(weight: torch.Tensor, config: tuple | None = None) -> torch.T
                        device=weight.device)
 
 
-def codes_fit(weight: torch.Tensor, config: tuple, x_qblock: int) -> bool:
-    """Whether int8 rows ``weight`` split as ``config`` can be read against x's codes in
-    blocks of ``x_qblock`` (a power of two, 16 or more): whole blocks a row, a part, a
-    tile and the columns ahead."""
-    _, block_k, _, ahead, split = config
-    part = triton.cdiv(weight.shape[1], split)
-    return (weight.dtype == torch.int8 and x_qblock >= 16 and x_qblock & (x_qblock - 1) == 0
-            and all(n % x_qblock == 0 for n in (weight.shape[1], part, block_k, ahead)))
-
-
 def launch_split_gemv(x, weight, bias, residual, counts, config: tuple | None = None,
-                      pdl: bool = False, weight_scale=None,
-                      x_qblock: int = 0) -> torch.Tensor:
-    """reference.row_gemv(x, weight, bias, None, residual, ..., act=0, weight_scale,
-    x_qblock=) split along K. ``counts``: int32 zeros, at least one a block
-    (split_counters), left at zero; ``config``: (BLOCK_N, BLOCK_K, num_warps, AHEAD,
-    SPLIT), AHEAD and BLOCK_K powers of two (AHEAD at least 16); by default
-    split_config's. ``x_qblock``: int8 rows against x's int8 codes in blocks of that many
-    columns (codes_fit's), four products a dp4a."""
+                      pdl: bool = False, weight_scale=None) -> torch.Tensor:
+    """reference.row_gemv(x, weight, bias, None, residual, ..., act=0, weight_scale)
+    split along K. ``counts``: int32 zeros, at least one a block (split_counters), left
+    at zero; ``config``: (BLOCK_N, BLOCK_K, num_warps, AHEAD, SPLIT), AHEAD and BLOCK_K
+    powers of two (AHEAD at least 16); by default split_config's."""
     rows, cols = weight.shape
-    block_n, block_k, warps, ahead, split = config = config or split_config(cols)
-    if x_qblock and not codes_fit(weight, config, x_qblock):
-        raise ValueError(
-            f"x's int8 codes in blocks of {x_qblock} need int8 rows whose columns, part "
-            f"({triton.cdiv(cols, split)} columns), BLOCK_K and AHEAD are whole blocks (a "
-            f"power of two, 16 or more): {cols} {weight.dtype} columns, config {config}")
+    block_n, block_k, warps, ahead, split = config or split_config(cols)
     blocks = triton.cdiv(rows, block_n)
     if counts is None or counts.dtype != torch.int32 or counts.numel() < blocks:
         got = "none" if counts is None else f"{counts.numel()} {counts.dtype}"
@@ -244,6 +174,5 @@ def launch_split_gemv(x, weight, bias, residual, counts, config: tuple | None = 
         dummy if weight_scale is None else weight_scale.reshape(-1), partials, counts, out,
         N=rows, K=cols, HAS_BIAS=bias is not None, HAS_RES=residual is not None,
         HAS_SCALE=weight_scale is not None, SPLIT=split, PART=part, BLOCK_N=block_n,
-        BLOCK_K=block_k, AHEAD=ahead, QBLOCK=x_qblock,
-        PTX=os.environ.get("TRITON_INTERPRET") != "1", num_warps=warps, **weights_first)
+        BLOCK_K=block_k, AHEAD=ahead, num_warps=warps, **weights_first)
     return out

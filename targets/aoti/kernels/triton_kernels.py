@@ -206,8 +206,8 @@ def launch_row_gemv(x, weight, bias, norm_weight, residual, eps: float, offset: 
     STAGES > 0: pipe_gemv_triton's (a product with no norm, gate, bias, scales or rotary
     rows; another takes the one-block kernel). int8 rows in the one-block form read
     their bytes as words (int8_words_triton.py: no int-to-float conversion); with
-    ``x_qblock``, against x's int8 codes in blocks of that many columns, that kernel or
-    the split one (int8_dot4_triton.py)."""
+    ``x_qblock``, against x's int8 codes in blocks of that many columns, always that
+    kernel (int8_dot4_triton.py)."""
     width = weight.shape[0] // 2 if act else weight.shape[0]
     cols = weight.shape[1]
     gdc = dependent_launch_here(x.device) and (pdl or library_launches_dependent())
@@ -218,13 +218,11 @@ def launch_row_gemv(x, weight, bias, norm_weight, residual, eps: float, offset: 
         width, cols, bool(act), gdc, weight.element_size(), sms,
         plain and counts is not None, streamable, x_qblock)
     tile_x, turns, split, stages = (*loop, False, 0, 0, 0)[:4]
-    if x_qblock and (tile_x or turns or stages):
-        raise ValueError(f"x's int8 codes take the one-block int8 kernel or the split one, "
-                         f"not config {config}")
+    if x_qblock and any(loop):
+        raise ValueError(f"x's int8 codes take the one-block int8 kernel, not config {config}")
     if split:
         return launch_split_gemv(x, weight, bias, residual, counts,
-                                 (block_n, block_k, warps, ahead, split), pdl, weight_scale,
-                                 x_qblock)
+                                 (block_n, block_k, warps, ahead, split), pdl, weight_scale)
     if stages and streamable:
         return launch_pipe_gemv(x, weight, None, residual,
                                 (block_n, block_k, warps, ahead, stages, 1), pdl)

@@ -92,3 +92,20 @@ def test_blocks_that_do_not_fit_are_refused():
     with pytest.raises(ValueError, match="x in blocks of 64"):
         launch_int8_words(torch.zeros(1, 1, 96), rows, None, None, None, 1e-6, 0.0, 0,
                           torch.ones(8), (4, 32, 4, 0), x_qblock=64)
+
+
+@pytest.mark.parametrize("config", [
+    (8, 64, 4, 64, False, 0, 4),  # split along K
+    (4, 64, 4, 64, False, 2),  # the row loop
+    (4, 64, 4, 64, False, 0, 0, 4),  # pipelined
+    (4, 64, 4, 64, True),  # x as one tile
+])
+def test_row_gemv_takes_x_codes_through_the_one_block_kernel_only(config):
+    """launch_row_gemv with ``x_qblock`` refuses any other kernel's configuration before
+    it launches."""
+    from targets.aoti.kernels.triton_kernels import launch_row_gemv
+    rows = torch.zeros(16, 256, dtype=torch.int8)
+    with pytest.raises(ValueError, match="one-block int8 kernel, not config"):
+        launch_row_gemv(torch.zeros(1, 1, 256), rows, None, None, None, 1e-5, 0.0, 0,
+                        config, False, torch.ones(16),
+                        counts=torch.zeros(16, dtype=torch.int32), x_qblock=32)
