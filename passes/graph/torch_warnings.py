@@ -33,3 +33,15 @@ def loggers_quiet(*names: str) -> Iterator[None]:
     finally:
         for logger, level in zip(loggers, levels):
             logger.setLevel(level)
+
+
+@contextlib.contextmanager
+def quiet_inductor_int8_lowering() -> Iterator[None]:
+    """Inductor's oneDNN int8 lowerings (torch 2.13, mkldnn_lowerings.py) build a tensor
+    with ``torch.tensor(tensor)`` and warn about that themselves: a UserWarning on every
+    int8-dynamic cpu build, which the CLI printed as two of the user's warnings."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=UserWarning,
+                                message="To copy construct from a tensor",
+                                module=r"torch\._inductor\.mkldnn_lowerings")
+        yield

@@ -26,6 +26,7 @@ from passes.base import Pass
 from passes.cleanup.empty_concat import DropEmptyConcatOperands
 from passes.fusion.merge_linears import MergeParallelLinears
 from passes.graph.ops import is_custom_op
+from passes.graph.torch_warnings import quiet_inductor_int8_lowering
 from passes.quantize.quantize_weight_only import QuantizeWeightOnly
 from runtime.executors.aoti import AotiMeta
 from runtime.executors.torch_fallback import has_dynamic_inputs
@@ -272,7 +273,8 @@ class AOTInductorTarget(Target):
             # than fp32; pytorch/ao#4566).
             with torch.no_grad(), torch._inductor.config.patch(configs), \
                     _own_metadata(), canonical_mkldnn_metadata(), \
-                    self.lowering_fixes(options), int8_dequantizes_folded() as folded:
+                    self.lowering_fixes(options), int8_dequantizes_folded() as folded, \
+                    quiet_inductor_int8_lowering():
                 torch._inductor.aoti_compile_and_package(
                     program, package_path=str(package), inductor_configs=configs)
         except Exception as exc:  # compiler errors come in many types; keep the full text

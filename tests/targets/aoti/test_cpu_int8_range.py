@@ -51,3 +51,16 @@ def test_int8_dynamic_quantizer_keeps_activations_to_seven_bits_on_x86(monkeypat
     monkeypatch.setattr(cpu.platform, "machine", lambda: "x86_64")
     spec = cpu.CpuTarget.quantization.quantizer("int8-dynamic").global_config.input_activation
     assert (spec.quant_min, spec.quant_max, spec.is_dynamic) == (0, 127, True)
+
+
+def test_an_int8_dynamic_cpu_build_passes_on_no_warning_of_inductors_own(tmp_path):
+    """Inductor's oneDNN int8 lowering warns about its own ``torch.tensor(tensor)``: the
+    CLI printed it as a user's warning on every int8-dynamic cpu build (zoo:mlp included)."""
+    import warnings
+
+    import exporter
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        exporter.build("zoo:mlp", target="cpu", quantize="int8-dynamic", cpu_backend="aoti",
+                       out=tmp_path / "mlp.artifact", validate_artifact=False)
+    assert not [w for w in seen if "copy construct" in str(w.message)]
