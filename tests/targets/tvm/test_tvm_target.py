@@ -54,6 +54,23 @@ def test_a_tvm_artifact_runs_on_numpy_arrays_without_torch(artifacts_dir, cli_he
     assert_runs_on_numpy_without_torch(ran, out, x, tmp_path)
 
 
+def test_a_tvm_artifact_loads_without_tvms_scope_warnings(artifacts_dir, cli_here, ran,
+                                                        tmp_path):
+    """TVM logs each memory scope of a Relax VM it loads as a warning on stderr: every
+    `exporter run` of a tvm artifact began with such lines (runtime/executors/tvm.py)."""
+    import subprocess
+    import sys
+    out = artifacts_dir / "zoo-encoder-tvm.artifact"  # its VM has memory scopes; the MLP's none
+    if not out.exists():
+        _build(cli_here, out, "zoo:encoder")
+    ids, mask = ZOO["encoder"]()[1]
+    np.savez(tmp_path / "in.npz", input_ids=ids.numpy(), attention_mask=mask.numpy())
+    done = ran(subprocess.run, [sys.executable, "-m", "runtime", "run", str(out), "--inputs",
+                                str(tmp_path / "in.npz"), "--out", str(tmp_path / "out.npz")],
+               capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "Scope Loaded" not in done.stderr, done.stderr
+
+
 def test_a_partition_tvm_cannot_compile_moves_the_op_to_cpu(artifacts_dir, cli_here):
     out = artifacts_dir / "cumsum-tvm.artifact"
     data = _build(cli_here, out, CUMSUM)
