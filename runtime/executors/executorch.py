@@ -18,6 +18,7 @@ from typing import Any
 from runtime.errors import ArtifactError, CompatibilityError, ExecutionError
 from runtime.executors.meta import Entry, PartitionMeta
 from runtime.format.manifest import Partition
+from runtime.host.stderr_filter import lines_dropped
 
 log = logging.getLogger(__name__)
 
@@ -70,8 +71,9 @@ class ExecutorchExecutor:
         where = f"{where}: {meta.program}"
         if any(k.startswith("quantized_decomposed::") for k in meta.kernels or ()):
             import executorch.kernels.quantized  # noqa: F401 - q/dq outside XNNPACK
-        method = _open(et, levels, files_dir / meta.program, meta.method, partition.name,
-                       where)
+        with lines_dropped(_cpu_probing_line):  # the thread pool starting (stderr_filter.py)
+            method = _open(et, levels, files_dir / meta.program, meta.method, partition.name,
+                           where)
         found = method.metadata
         if (found.num_inputs(), found.num_outputs()) != (len(partition.inputs),
                                                           len(partition.outputs)):
@@ -119,3 +121,7 @@ def _open(et, verification, path: Path, method: str, partition: str, where: str)
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return f"{type(exc).__name__}: {text.splitlines()[0][:300] if text else ''}"
+
+
+def _cpu_probing_line(line: str) -> bool:
+    return line.startswith("[cpuinfo_utils.cpp:")

@@ -9,10 +9,7 @@ tensors, or numpy arrays when loaded with ``arrays=True`` (a device without torc
 
 from __future__ import annotations
 
-import contextlib
 import os
-import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,6 +18,7 @@ from runtime.errors import ArtifactError, CompatibilityError, ExecutionError
 from runtime.executors.meta import Entry, PartitionMeta
 from runtime.format.manifest import Partition
 from runtime.format.weights import load_checked
+from runtime.host.stderr_filter import lines_dropped
 
 
 @dataclass(frozen=True)
@@ -72,7 +70,7 @@ class TvmExecutor:
             ) from None
         where = f"{where}: {meta.library}"
         try:
-            with _scope_lines_dropped():
+            with lines_dropped(_scope_line):  # TVM's own log (stderr_filter.py)
                 library = tvm.runtime.load_module(str(files_dir / meta.library))
                 vm = relax.VirtualMachine(library, tvm.cpu())
         except Exception as exc:  # TVMError: a verified library TVM refuses is bad input
@@ -129,24 +127,5 @@ def _last_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1][:300] if str(exc).strip() else ''}"
 
 
-@contextlib.contextmanager
-def _scope_lines_dropped():
-    """TVM's C++ logs every memory scope of a Relax VM executable it loads as a warning on
-    stderr ("executable.cc:340: Warning: Scope Loaded:", four lines for an XLNet), with no
-    switch to turn it off: while loading, file descriptor 2 goes to a temporary file, and
-    every other line TVM wrote is passed on after (native/src/backends/tvm.cc does the same)."""
-    sys.stderr.flush()
-    saved = os.dup(2)
-    with tempfile.TemporaryFile() as held:
-        os.dup2(held.fileno(), 2)
-        try:
-            yield
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
-            held.seek(0)
-            kept = [line for line in held.read().decode(errors="replace").splitlines(True)
-                    if not ("executable.cc" in line and ": Warning: Scope Loaded:" in line)]
-            if kept:
-                sys.stderr.write("".join(kept))
-                sys.stderr.flush()
+def _scope_line(line: str) -> bool:
+    return "executable.cc" in line and ": Warning: Scope Loaded:" in line

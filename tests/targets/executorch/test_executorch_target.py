@@ -79,6 +79,17 @@ def test_running_a_pte_imports_executorchs_pybinding_not_its_exporter(zoo_built)
     assert done.stdout.strip().splitlines()[-1] == "(3, 10) []"
 
 
+def test_loading_a_pte_leaves_no_cpu_probing_lines_on_stderr(zoo_built):
+    """ExecuTorch logs its CPU probing when its thread pool starts, at the first program's
+    load ("[cpuinfo_utils.cpp:71] Reading file ...": 5 lines before every `exporter run`)."""
+    probe = "import sys, torch, runtime; runtime.load(sys.argv[1])(torch.ones(3, 64))"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    done = subprocess.run([sys.executable, "-c", probe, str(zoo_built("mlp"))], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and "cpuinfo_utils" not in done.stderr, done.stderr[-2000:]
+
+
 def test_dry_run_says_per_op_whether_xnnpack_or_an_executorch_kernel_runs_it(cli_here):
     result = cli_here("build", "zoo:cnn", "--target", "executorch", "--dry-run", "--json")
     assert result.returncode == 0, result.stderr
