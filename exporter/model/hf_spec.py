@@ -200,11 +200,27 @@ def _load_pretrained(text: str, path_text: str, options: HfOptions) -> tuple:
         raise SpecError(f"unknown --task {name!r}", where=text,
                         hint=f"use one of {', '.join(TASKS)}")
     auto_class = getattr(transformers, _auto_class(transformers, TASKS[name], config))
+    _check_head(auto_class, config, name, text, options)
     with _quiet_transformers(transformers):
         if not options.trust_remote_code:  # remote code is sized by running it: not here
             check_config_size(config, auto_class, options.max_model_size, text, raw)
         model, warnings = _model(auto_class, config, path, text, name, options)
     return model.eval(), config, name, _remote_code_notes(raw, config, options) + warnings
+
+
+def _check_head(auto_class, config, task: str, text: str, options: HfOptions) -> None:
+    """A model type the task's Auto class has no class for (UperNet under AutoModel) is
+    refused naming the task and the checkpoint's own architectures, not transformers'
+    list of every config class it knows."""
+    mapping = getattr(auto_class, "_model_mapping", None)
+    if options.trust_remote_code or mapping is None or type(config) in mapping:
+        return
+    named = ", ".join(getattr(config, "architectures", None) or []) or "none named"
+    raise SpecError(f"transformers' {auto_class.__name__} (--task {task}) has no class for "
+                    f"{type(config).__name__}; config.json's architectures: {named}",
+                    where=text, hint=f"give the --task of that head ({', '.join(TASKS)}), or "
+                    "build it from a factory file that returns the model and its example "
+                    "inputs (README: Naming a model)")
 
 
 @contextlib.contextmanager

@@ -241,3 +241,19 @@ def test_a_vision_backbone_gets_images_and_an_audio_model_is_refused(tmp_path):
                            intermediate_size=32).save_pretrained(tmp_path / "sew")
     with pytest.raises(SpecError, match="takes input_values"):
         load_spec(f"hf:{tmp_path / 'sew'}", HfOptions(random_weights=True))
+
+
+def test_a_model_type_the_tasks_auto_class_lacks_is_refused_naming_its_architectures(tmp_path):
+    """UperNet under feature extraction: transformers' AutoModel refused it with a list of
+    every config class it knows; the refusal names the task and the checkpoint's head."""
+    from exporter.errors import SpecError
+    from exporter.model.hf_spec import HfOptions
+    from exporter.model.spec import load_spec
+    backbone = transformers.ConvNextConfig(hidden_sizes=[8, 16, 32, 64], depths=[1, 1, 1, 1],
+                                           out_features=["stage1", "stage2", "stage3", "stage4"])
+    transformers.UperNetConfig(backbone_config=backbone, hidden_size=16,
+                               architectures=["UperNetForSemanticSegmentation"]
+                               ).save_pretrained(tmp_path / "upernet")
+    with pytest.raises(SpecError, match="no class for UperNetConfig.*"
+                                        "UperNetForSemanticSegmentation"):
+        load_spec(f"hf:{tmp_path / 'upernet'}", HfOptions(random_weights=True))
