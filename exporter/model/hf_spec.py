@@ -163,13 +163,13 @@ def load_hf(text: str, path_text: str, options: HfOptions) -> HfModel:
                    {"batch": (("pixel_values", 0),)}, remake)
 
 
-# the model's own first input (transformers' main_input_name) -> the example inputs made
+# transformers' main_input_name -> the example inputs made
 _MODALITIES = {"input_ids": "text", "pixel_values": "image"}
 
 
 def _modality(task: Task, model: torch.nn.Module, text: str) -> str:
-    """Text or image examples, as the model takes them: feature-extraction's AutoModel is a
-    vision backbone as often as a text encoder (VitDet, ConvNext), and was given input_ids."""
+    """Text or image examples as the model takes them: AutoModel (feature-extraction) is a
+    vision backbone as often as a text encoder."""
     main = getattr(model, "main_input_name", None) or "input_ids"
     if main not in _MODALITIES:  # input_values, input_features: audio
         raise SpecError(f"{type(model).__name__} takes {main}; hf: specs make examples of "
@@ -209,9 +209,8 @@ def _load_pretrained(text: str, path_text: str, options: HfOptions) -> tuple:
 
 
 def _check_head(auto_class, config, task: str, text: str, options: HfOptions) -> None:
-    """A model type the task's Auto class has no class for (UperNet under AutoModel) is
-    refused naming the task and the checkpoint's own architectures, not transformers'
-    list of every config class it knows."""
+    """Refused naming the task and the checkpoint's architectures (UperNet under AutoModel),
+    not with transformers' list of every config class it knows."""
     mapping = getattr(auto_class, "_model_mapping", None)
     if options.trust_remote_code or mapping is None or type(config) in mapping:
         return
@@ -382,8 +381,7 @@ def _newly_initialised(info: dict, path: Path, text: str, task: str,
 
 def _seq_len(config, options: HfOptions) -> int:
     limit = getattr(config, "max_position_embeddings", None)
-    if not isinstance(limit, int) or limit <= 0:  # XLNet's is -1: "no sequence length limit"
-        limit = None
+    limit = limit if isinstance(limit, int) and limit > 0 else None  # XLNet's -1: no limit
     seq_len = options.seq_len or min(128, limit or 128)
     if limit is not None and seq_len > limit:
         raise SpecError(f"--seq-len {seq_len} is over the model's {limit} positions",
