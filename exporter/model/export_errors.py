@@ -155,6 +155,12 @@ def _specialized_dim(exc: BaseException, where: SourceLine | None) -> _Explanati
                 f"dim is {constant.group(1)}")
         hint = (f"make that dim static (drop it from --dynamic), or remove the shape check that "
                 f"fixes it to {constant.group(1)}")
+    elif not fixes and re.search(r"generated guard .*%", message):
+        # a remainder torch suggests no dim for (XLNet's relative shift: `(2*s - 1) % s != 0`,
+        # true for every s >= 2) is past its range analysis: no bounds make it provable
+        what = (f"torch.export cannot prove a guard of dynamic dim {dim_names} over its range: "
+                f"the guard takes a remainder (%), which torch cannot bound from a range")
+        hint = "drop the dim from --dynamic (an artifact per size): other bounds do not help"
     else:
         what = (f"The model specializes dynamic dim {dim_names}: its code does not work for every "
                 f"size in the declared range")

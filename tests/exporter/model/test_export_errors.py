@@ -294,3 +294,16 @@ def test_factory_dynamic_batch_with_batch_one_examples_asks_for_size_two(tmp_pat
     assert "the example inputs have size 1 there" in str(err)
     assert "size 2 or more" in err.hint
     assert "batch = 1" not in err.hint and "static" not in err.hint
+
+
+def test_a_guard_with_a_remainder_says_no_bounds_help(tmp_path):
+    """XLNet's relative shift (a reshape after a slice) guards `(2*s - 1) % s != 0`, true
+    for every s >= 2 but past torch's range analysis: narrowing the bounds, as the hint
+    said, never helped."""
+    path = _model_file(tmp_path, """
+        b = x.shape[0]
+        y = torch.zeros(1, b, 2 * b).reshape(1, 2 * b, b)[:, 1:, :]
+        return y.reshape(1, b, 2 * b - 1) + x.sum()
+    """, dynamic=True)
+    err = _explain(path)
+    assert "takes a remainder" in str(err) and "other bounds do not help" in err.hint
