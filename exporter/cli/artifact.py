@@ -264,9 +264,11 @@ def inspect(artifact: Path = ARTIFACT,
             raw, signature = reader.manifest, signature_status(reader, trusted_key)
         from exporter.report.console import printable
         manifest = runtime.Manifest.from_dict(printable(raw), where=str(artifact))
+        from runtime.format.manifest import reading_reports
         if plot is not None:
             from exporter.report.memory_plot import plot_memory
-            plot_memory(manifest, plot)
+            with reading_reports(str(artifact)):
+                plot_memory(manifest, plot)
             wrote(plot, "the memory plan")
         elif as_json:
             from runtime.program.requires import loads_on
@@ -276,7 +278,8 @@ def inspect(artifact: Path = ARTIFACT,
         else:
             from exporter.cli.common import out_console, style
             from exporter.report.console import print_manifest
-            print_manifest(out_console, manifest, str(artifact), style.verbose)
+            with reading_reports(str(artifact)):
+                print_manifest(out_console, manifest, str(artifact), style.verbose)
             result(describe_signature(signature))
         return 0
     guarded(action, quiet=quiet, verbose=verbose, debug=debug, as_json=as_json,

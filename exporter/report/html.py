@@ -27,7 +27,7 @@ from exporter.report.memory_plot import live_bytes_per_step
 from exporter.report.page import program_blocks, prose, render_page, table
 from exporter.report.perf import latency_section, read_bench
 from exporter.report.validation import validation_section
-from runtime.format.manifest import Manifest
+from runtime.format.manifest import Manifest, reading_reports
 from runtime.format.signing import describe_signature, signature_status
 from runtime.host.outfiles import checked_output, written_whole
 
@@ -46,13 +46,14 @@ def write_report(artifacts: list[Path], out: Path, bench_files: list[Path] = ())
     benches = [read_bench(path) for path in bench_files]
     loaded = [load(path) for path in artifacts]
     matched = match_benches(artifacts, benches, bench_files)
-    if len(loaded) == 1:
-        manifest, size, signature, graphs = loaded[0]
-        page = render(manifest, artifact_name=artifacts[0].name, size=size,
-                      signature=signature, bench=matched[0], graphs=graphs)
-    else:
-        page = render_comparison(artifacts, [m for m, *_ in loaded], [s for _, s, *_ in loaded],
-                                 matched)
+    with reading_reports(", ".join(map(str, artifacts))):
+        if len(loaded) == 1:
+            manifest, size, signature, graphs = loaded[0]
+            page = render(manifest, artifact_name=artifacts[0].name, size=size,
+                          signature=signature, bench=matched[0], graphs=graphs)
+        else:
+            page = render_comparison(artifacts, [m for m, *_ in loaded],
+                                     [s for _, s, *_ in loaded], matched)
     with written_whole(out, flag="--html") as partial:
         partial.write_text(page, encoding="utf-8")
 

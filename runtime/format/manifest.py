@@ -10,6 +10,7 @@ Unknown optional keys are ignored when reading, so a newer minor format loads.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -185,9 +186,9 @@ class EntryPoint:
                    partitions=[Partition.from_json(p) for p in _list(raw["partitions"],
                                                                       "partitions")],
                    memory_plan=_optional_dict(raw.get("memory_plan"), "memory_plan"),
-                   placement=dict(raw.get("placement") or {}),
-                   coverage=list(raw.get("coverage") or []),
-                   passes=list(raw.get("passes") or []))
+                   placement=dict(_optional_dict(raw.get("placement"), "placement") or {}),
+                   coverage=list(_list(raw.get("coverage") or [], "coverage")),
+                   passes=list(_list(raw.get("passes") or [], "passes")))
 
 
 @dataclass
@@ -254,18 +255,18 @@ class Manifest:
     def from_dict(cls, raw: dict, *, where: str = "manifest.json") -> "Manifest":
         try:
             return cls(
-                target=raw["target"],
+                target=_str(raw["target"], "target"),
                 signature=Signature.from_json(raw["signature"]),
                 partitions=[Partition.from_json(p) for p in _list(raw["partitions"], "partitions")],
                 requirements=Requirements.from_json(raw["requirements"]),
-                created_by=dict(raw.get("created_by") or {}),
-                source=dict(raw.get("source") or {}),
-                passes=list(raw.get("passes") or []),
-                coverage=list(raw.get("coverage") or []),
-                placement=dict(raw.get("placement") or {}),
+                created_by=dict(_optional_dict(raw.get("created_by"), "created_by") or {}),
+                source=dict(_optional_dict(raw.get("source"), "source") or {}),
+                passes=list(_list(raw.get("passes") or [], "passes")),
+                coverage=list(_list(raw.get("coverage") or [], "coverage")),
+                placement=dict(_optional_dict(raw.get("placement"), "placement") or {}),
                 memory_plan=_optional_dict(raw.get("memory_plan"), "memory_plan"),
-                validation=raw.get("validation"),
-                build=dict(raw.get("build") or {}),
+                validation=_optional_dict(raw.get("validation"), "validation"),
+                build=dict(_optional_dict(raw.get("build"), "build") or {}),
                 entry_points={_str(name, "an entry point's name"): EntryPoint.from_json(ep)
                               for name, ep in (raw.get("entry_points") or {}).items()},
                 generation=_generation(raw.get("generation"), where),
@@ -312,3 +313,17 @@ def _optional_dict(value: Any, what: str) -> dict | None:
     if value is not None and not isinstance(value, dict):
         raise TypeError(f"{what} must be an object, not {type(value).__name__}")
     return value
+
+
+@contextmanager
+def reading_reports(where: str):
+    """Around code that shows a manifest's report sections (coverage, passes, validation,
+    memory plan, quantization records): the loader never reads them, so only their
+    shallow types are checked above; a field a hand-edited one lacks or mistypes is a
+    malformed manifest (exit 2), not a bug of the printer (exit 4)."""
+    try:
+        yield
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+        raise ArtifactError(
+            f"the manifest's report sections are malformed ({type(exc).__name__}: {exc})",
+            where=where, hint="rebuild the artifact with `exporter build`") from exc

@@ -179,6 +179,36 @@ def test_inconsistent_manifest_is_refused_at_load(onnx_mlp, tmp_path, cli_here, 
     _clean(cli_here("run", str(bad), "--inputs", str(tmp_path / "in.npz")), 2, needle)
 
 
+def _garbage_validation_cases(manifest):
+    manifest["validation"]["cases"] = "x"
+
+
+def _arena_not_an_object(manifest):
+    manifest["memory_plan"]["arenas"] = "x"
+
+
+def _coverage_row_without_op(manifest):
+    del manifest["coverage"][0]["op"]
+
+
+def _target_not_a_string(manifest):
+    manifest["target"] = 7
+
+
+@pytest.mark.parametrize("change", [_garbage_validation_cases, _arena_not_an_object,
+                                    _coverage_row_without_op, _target_not_a_string],
+                         ids=["validation", "arenas", "coverage", "target"])
+def test_malformed_report_sections_are_exit_2_for_inspect_and_report(onnx_mlp, tmp_path,
+                                                                     cli_here, change):
+    """The loader never reads these sections; the commands that show them must not
+    crash on them either (exit 4 'a bug in the exporter' before)."""
+    bad = str(_rewrite(onnx_mlp, tmp_path / "bad.artifact", change))
+    for args in (["inspect", bad], ["-v", "inspect", bad],
+                 ["report", bad, "--html", str(tmp_path / "r.html")]):
+        _clean(cli_here(*args), 2, "malformed")
+    assert not (tmp_path / "r.html").exists()
+
+
 @pytest.mark.parametrize("make, needle", [
     (lambda p: np.save(p, np.zeros((2, 64), np.float32)), ".npy file"),
     (lambda p: np.savez(p, x=np.array(["a", "b"])), "dtype"),
