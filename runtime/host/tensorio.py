@@ -38,7 +38,8 @@ def load_npz(path: str | Path, *, max_bytes: int = MAX_INPUT_BYTES) -> dict[str,
     if path.is_dir():
         raise UserInputError(f"the inputs file {path} is a directory", where=str(path), hint=hint)
     if not path.is_file():
-        raise UserInputError(f"the inputs file {path} does not exist", where=str(path), hint=hint)
+        what = "is not a regular file" if path.exists() else "does not exist"  # a FIFO, a device
+        raise UserInputError(f"the inputs file {path} {what}", where=str(path), hint=hint)
     try:
         _check_npz_headers(path, max_bytes)
         with np.load(path, allow_pickle=False) as data:
@@ -64,9 +65,12 @@ def _check_npz_headers(path: Path, max_bytes: int) -> None:
         infos = zf.infolist()
         if len(infos) > _MAX_ARRAYS:
             raise refuse(f"the .npz has {len(infos)} members, over the limit of {_MAX_ARRAYS}")
-        total = 0
+        total, seen = 0, set()
         for info in infos:
             key = info.filename.removesuffix(".npy")
+            if key in seen:  # numpy would take the last, a zip viewer shows the first
+                raise refuse(f"the .npz holds the array {key!r} twice")
+            seen.add(key)
             with zf.open(info) as member:
                 version = np.lib.format.read_magic(member)
                 read = (np.lib.format.read_array_header_1_0 if version == (1, 0)

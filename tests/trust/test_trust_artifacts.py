@@ -223,6 +223,21 @@ def test_inputs_that_are_not_numeric_arrays_are_exit_2(onnx_mlp, tmp_path, cli_h
     _clean(cli_here("run", str(onnx_mlp), "--inputs", str(path)), 2, needle)
 
 
+def test_an_npz_naming_an_array_twice_or_a_fifo_is_refused(onnx_mlp, tmp_path, cli_here):
+    import io
+    import os
+    buffer = io.BytesIO()
+    np.save(buffer, np.zeros((2, 64), np.float32))
+    twice = tmp_path / "twice.npz"
+    with pytest.warns(UserWarning), zipfile.ZipFile(twice, "w") as zf:  # "Duplicate name"
+        zf.writestr("x.npy", buffer.getvalue())
+        zf.writestr("x.npy", buffer.getvalue())
+    _clean(cli_here("run", str(onnx_mlp), "--inputs", str(twice)), 2, "'x' twice")
+    os.mkfifo(tmp_path / "fifo")  # never opened: a read would block
+    _clean(cli_here("run", str(onnx_mlp), "--inputs", str(tmp_path / "fifo")), 2,
+           "not a regular file")
+
+
 def test_run_out_problems_are_exit_2_and_out_writes_the_file_named(onnx_mlp, tmp_path,
                                                                    cli_here):
     np.savez(tmp_path / "in.npz", x=np.zeros((2, 64), np.float32))
