@@ -62,7 +62,7 @@ def run_npz(artifact: str | Path, inputs: str | Path, out: str | Path | None, *,
     """Load, run on the arrays of ``inputs`` (keys = input names), optionally save outputs.
     Returns the outputs and the backends' load reports."""
     if out is not None:
-        checked_output(out)  # a bad --out is refused before the run, not after it
+        checked_output(out, reads=[artifact, inputs])  # refused before the run, not after
     program = runtime.load(artifact, cuda_graphs=cuda_graphs, trusted_keys=trusted_keys)
     outputs = program.run(load_npz(inputs, max_bytes=input_bytes_bound(program.manifest)),
                           output_device="cpu")

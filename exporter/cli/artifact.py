@@ -259,7 +259,10 @@ def inspect(artifact: Path = ARTIFACT,
         import runtime
         from runtime.format.archive import ArtifactReader
         from runtime.format.signing import describe_signature, signature_status
+        from runtime.host.outfiles import checked_output
 
+        if plot is not None:
+            checked_output(plot, flag="--plot", reads=[artifact])
         with ArtifactReader.open(artifact) as reader:
             raw, signature = reader.manifest, signature_status(reader, trusted_key)
         from exporter.report.console import printable

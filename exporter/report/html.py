@@ -39,7 +39,7 @@ FOLD_OPS, FOLD_PARTITIONS = 30, 12
 def write_report(artifacts: list[Path], out: Path, bench_files: list[Path] = ()) -> None:
     """Read and verify the artifacts, render the page (one artifact: its report; several:
     their comparison), write it whole or not at all."""
-    checked_output(out, flag="--html")  # before any work
+    checked_output(out, flag="--html", reads=[*artifacts, *bench_files])  # before any work
     if not artifacts:
         raise UserInputError("no artifact to report on", hint="exporter report A.artifact "
                                                               "--html report.html")

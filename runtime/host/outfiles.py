@@ -20,7 +20,7 @@ import contextlib
 import os
 import stat
 from pathlib import Path
-from typing import Iterator
+from typing import Iterable, Iterator
 
 from runtime.errors import UserInputError
 from runtime.host import scratch
@@ -30,13 +30,19 @@ _KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
           (stat.S_ISSOCK, "a socket"))
 
 
-def checked_output(path: str | Path, *, flag: str = "--out") -> Path:
-    """The real path to write ``path`` to, or a UserInputError (exit 2) naming why not."""
+def checked_output(path: str | Path, *, flag: str = "--out", reads: Iterable = ()) -> Path:
+    """The real path to write ``path`` to, or a UserInputError (exit 2) naming why not.
+    ``reads``: the files the command reads (its artifact, its inputs), never replaced."""
     path = Path(os.path.realpath(Path(path).expanduser()))
     try:
         mode = os.stat(path).st_mode
     except FileNotFoundError:
         mode = None
+    for read in reads:
+        if mode is not None and os.path.exists(read) and os.path.samefile(path, read):
+            raise UserInputError(f"{flag} {path} is {read}, which this command reads; "
+                                 "writing would replace it", where=str(path),
+                                 hint=f"give {flag} another file name")
     if mode is not None and not stat.S_ISREG(mode):
         kind = next((name for test, name in _KINDS if test(mode)), "not a regular file")
         raise UserInputError(f"{flag} {path} is {kind}; only a regular file is ever replaced",

@@ -181,3 +181,21 @@ def test_sigterm_stops_children_and_keeps_the_previous_artifact(onnx_mlp, tmp_pa
     assert proc.returncode == 130 and "interrupted" in stderr and "Traceback" not in stderr
     assert out.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model.artifact"]
+
+
+def test_an_output_that_is_a_file_the_command_reads_is_refused(onnx_mlp, tmp_path, cli_here):
+    """`run --out` onto its own artifact or inputs (or a link to them), `report --html` and
+    `inspect --plot` onto the artifact: exit 2, and what they read is left as it was."""
+    artifact = tmp_path / "a.artifact"
+    shutil.copy(onnx_mlp, artifact)
+    inputs = tmp_path / "in.npz"
+    np.savez(inputs, x=np.zeros((2, 64), np.float32))
+    (tmp_path / "link").symlink_to(artifact)
+    before = artifact.read_bytes(), inputs.read_bytes()
+    for args in (["run", artifact, "--inputs", inputs, "--out", artifact],
+                 ["run", artifact, "--inputs", inputs, "--out", inputs],
+                 ["run", artifact, "--inputs", inputs, "--out", tmp_path / "link"],
+                 ["report", artifact, "--html", artifact],
+                 ["inspect", artifact, "--plot", artifact]):
+        _clean(cli_here(*args), 2, "which this command reads")
+    assert (artifact.read_bytes(), inputs.read_bytes()) == before
