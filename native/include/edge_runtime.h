@@ -62,7 +62,8 @@ void edge_outputs_free(edge_outputs* outputs);
 int edge_run_into(edge_program* program, const edge_tensor* inputs, size_t num_inputs,
                   edge_tensor* outputs, size_t num_outputs);
 
-/* Numpy files for inputs and outputs (.npz; a lone .npy names the only input). */
+/* Numpy files for inputs and outputs (.npz; a lone .npy names the only input). The
+ * output follows a symbolic link and replaces only a regular file (2 otherwise). */
 int edge_read_arrays(const char* path, const edge_program* program, edge_outputs** out);
 int edge_write_npz(const char* path, const edge_tensor* tensors, size_t count);
 

@@ -7,6 +7,7 @@
 #include <zip.h>  // minizip's writer
 
 #include <algorithm>
+#include <climits>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -279,7 +280,26 @@ NamedTensors read_arrays(const std::string& path, const std::string& single_name
   return out;
 }
 
-void write_npz(const std::string& path, const NamedTensors& tensors) {
+// The file `path` names, a symbolic link followed (as the Python runtime does). Only a
+// regular file is replaced: a rename over a FIFO or /dev/null would replace the node itself.
+static std::string output_target(const std::string& path) {
+  char resolved[PATH_MAX];
+  std::string target = ::realpath(path.c_str(), resolved) ? resolved : path;
+  struct stat st {};
+  if (target == path && ::lstat(path.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {  // dangling
+    const ssize_t n = ::readlink(path.c_str(), resolved, sizeof resolved - 1);
+    const std::string link(resolved, n > 0 ? n : 0), slash = path.substr(0, path.rfind('/') + 1);
+    if (!link.empty()) target = link[0] == '/' ? link : slash + link;
+  }
+  if (::stat(target.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+    throw ArtifactError("the outputs file exists and is not a regular file; only a regular file is ever replaced",
+                        path, "give a file name for --out");
+  }
+  return target;
+}
+
+void write_npz(const std::string& out, const NamedTensors& tensors) {
+  const std::string path = output_target(out);
   std::string temp = path + ".tmp-XXXXXX";
   const int fd = mkstemp(temp.data());
   if (fd < 0) {

@@ -2,6 +2,8 @@
 //   edge-run ARTIFACT --inputs in.npz --out out.npz [--public-key signing.pub] [--json]
 // Prints one `error:` paragraph (or one JSON object with --json) and exits with the
 // runtime's code: 2 bad artifact, input or usage; 1 a backend failed; 4 a bug.
+#include <sys/stat.h>
+
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -62,6 +64,19 @@ int usage_error(const Args& args, const std::string& what) {
   return 2;
 }
 
+// Returns "" or why --out must not be written: not a regular file, or a file this run reads.
+std::string out_problem(const Args& args) {
+  struct stat out {}, read {};
+  if (::stat(args.out, &out) != 0) return "";
+  if (!S_ISREG(out.st_mode)) return std::string("--out ") + args.out + " is not a regular file; only a regular file is ever replaced";
+  for (const char* path : {args.artifact, args.inputs}) {
+    if (::stat(path, &read) == 0 && read.st_dev == out.st_dev && read.st_ino == out.st_ino) {
+      return std::string("--out ") + args.out + " is " + path + ", which this run reads; writing would replace it";
+    }
+  }
+  return "";
+}
+
 // Returns "" or what is wrong with the command line.
 std::string parse(int argc, char** argv, Args& args) {
   for (int i = 1; i < argc; ++i) args.json = args.json || std::strcmp(argv[i], "--json") == 0;
@@ -112,6 +127,8 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (!problem.empty()) return usage_error(args, problem);
+  const std::string refused = out_problem(args);
+  if (!refused.empty()) return usage_error(args, refused);
   edge_program* program = nullptr;
   if (edge_load(args.artifact, args.public_key, &program) != 0) return fail(args);
   edge_outputs* inputs = nullptr;

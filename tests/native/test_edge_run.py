@@ -102,6 +102,28 @@ def test_a_failed_run_leaves_an_existing_out_file_as_it_was(native_mlp, edge_run
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.npz", "out.npz"]
 
 
+def test_out_that_is_a_file_it_reads_or_not_a_regular_file_is_refused(native_mlp, edge_run,
+                                                                      tmp_path):
+    """A FIFO (or a device node: renamed over, /dev/null became a file), the artifact, the
+    inputs or a link to one are never replaced; a dangling link writes its target."""
+    import shutil
+    artifact, inputs = tmp_path / "a.artifact", tmp_path / "in.npz"
+    shutil.copy(native_mlp, artifact)
+    np.savez(inputs, x=np.zeros((2, 64), np.float32))
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "link").symlink_to(artifact)
+    before = artifact.read_bytes(), inputs.read_bytes()
+    for out in ("fifo", "a.artifact", "in.npz", "link"):
+        done = run_native(edge_run, artifact, inputs, tmp_path / out)
+        assert done.returncode == 2, (out, done.stdout, done.stderr)
+        assert "regular file" in done.stdout or "which this run reads" in done.stdout, done.stdout
+    assert (artifact.read_bytes(), inputs.read_bytes()) == before
+    assert (tmp_path / "fifo").is_fifo() and (tmp_path / "link").is_symlink()
+    (tmp_path / "dangling").symlink_to("made.npz")
+    assert run_native(edge_run, artifact, inputs, tmp_path / "dangling").returncode == 0
+    assert (tmp_path / "dangling").is_symlink() and (tmp_path / "made.npz").is_file()
+
+
 def test_the_private_copy_of_the_entries_is_removed_after_the_run(
         native_mlp, edge_run, mlp_inputs, tmp_path):
     scratch = tmp_path / "scratch"
