@@ -54,7 +54,7 @@ class PlainBuild(BuildKind):
         source = spec.source if isinstance(spec, ModelSpec) else (spec or "").strip()
         # before the model loads: its default name needs only the spec
         out = check_output_path(settings.output_path(default_stem(source)), source,
-                                settings.force)
+                                settings.force, settings.inputs)
         with timed("load model"):
             model = spec if isinstance(spec, ModelSpec) else load_spec(
                 spec, HfOptions.from_settings(settings))

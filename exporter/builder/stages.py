@@ -152,11 +152,12 @@ def _check_platform(target: Target, platform: str) -> None:
              f"(`exporter build --target {able[0] if able else 'TARGET'} --platform {platform}`)")
 
 
-def check_output_path(out: Path, spec: str, force: bool) -> Path:
-    """Refused now, before minutes of compiling: see runtime/host/outfiles.py, and an
-    artifact another spec built (replacing.py)."""
+def check_output_path(out: Path, spec: str, force: bool, inputs: Path | None = None) -> Path:
+    """Refused now, before minutes of compiling: see runtime/host/outfiles.py, a file the
+    build reads (the spec's, ``inputs``), and an artifact another spec built (replacing.py)."""
+    from exporter.model.spec_names import spec_reads
     out = out.expanduser()
-    checked_output(out)
+    checked_output(out, reads=[*spec_reads(spec), *([inputs] if inputs else [])])
     check_replacing(out, spec, force)
     return out
 

@@ -115,6 +115,10 @@ def _build_settings(spec: str | None, config: Path | None, save_config: Path | N
     check_spec_file(spec_used)  # a misspelled file too, with its near name
     settings = _settings(**merged)
     if save_config is not None:
+        from exporter.model.spec_names import spec_reads
+        from runtime.host.outfiles import checked_output
+        checked_output(save_config, flag="--save-config", reads=[
+            *spec_reads(spec_used), *([settings.inputs] if settings.inputs else [])])
         config_file.write(save_config, spec_used, settings)
     return spec_used, settings
 

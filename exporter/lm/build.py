@@ -125,7 +125,8 @@ def prepare_generating(spec: str | torch.nn.Module, settings: BuildSettings,
     target = available_target(settings, kind)
     with timed("load model"):
         lm = load_language_model(spec, HfOptions.from_settings(settings))
-    out = check_output_path(settings.output_path(lm.name), lm.source, settings.force)
+    out = check_output_path(settings.output_path(lm.name), lm.source, settings.force,
+                            settings.inputs)
     context, chunk = lm.context_bounds(settings.max_context, settings.prefill_chunk)
     switch = longrope_switch(lm.model)
     if settings.max_context is None and switch and context > switch:  # the default: fit

@@ -71,6 +71,17 @@ def check_spec_file(spec: str) -> None:
         existing_file(where, spec.strip())
 
 
+def spec_reads(spec: str) -> list[Path]:
+    """The files a build of ``spec`` reads (its FILE.py, an hf: folder's files), which no
+    output of that build may replace."""
+    where, colon, name = spec.strip().rpartition(":")
+    if where == "hf" and Path(name).expanduser().is_dir():
+        return [p for p in Path(name).expanduser().iterdir() if p.is_file()]
+    if colon and where and name and names_file(where) and Path(where).expanduser().is_file():
+        return [Path(where).expanduser()]
+    return []
+
+
 def existing_file(where: str, text: str) -> Path:
     """The spec's file, resolved; a SpecError when it is missing (with the near file in
     its folder: ``my_modle.py`` -> 'my_model.py') or not a file."""

@@ -199,3 +199,17 @@ def test_an_output_that_is_a_file_the_command_reads_is_refused(onnx_mlp, tmp_pat
                  ["inspect", artifact, "--plot", artifact]):
         _clean(cli_here(*args), 2, "which this command reads")
     assert (artifact.read_bytes(), inputs.read_bytes()) == before
+
+
+def test_a_build_never_writes_over_its_own_model_file_or_inputs(tmp_path, cli_here):
+    model = tmp_path / "model.py"
+    model.write_text("import torch\n\ndef make():\n    return torch.nn.ReLU(), (torch.ones(2),)\n")
+    inputs = tmp_path / "in.npz"
+    np.savez(inputs, x=np.ones(2, np.float32))
+    before = model.read_bytes(), inputs.read_bytes()
+    spec = f"{model}:make"
+    for args in (["--out", model], ["--inputs", inputs, "--out", inputs],
+                 ["--out", tmp_path / "m.artifact", "--save-config", model]):
+        _clean(cli_here("build", spec, "--target", "onnx", *args), 2, "which this command reads")
+    assert (model.read_bytes(), inputs.read_bytes()) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.npz", "model.py"]
