@@ -38,6 +38,9 @@ def checked_output(path: str | Path, *, flag: str = "--out", reads: Iterable = (
         mode = os.stat(path).st_mode
     except FileNotFoundError:
         mode = None
+    except OSError as exc:  # a loop of symbolic links, a name too long, no permission
+        raise UserInputError(f"cannot use {flag} {path} ({exc.strerror})", where=str(path),
+                             hint=f"give {flag} another file name") from None
     for read in reads:
         if mode is not None and os.path.exists(read) and os.path.samefile(path, read):
             raise UserInputError(f"{flag} {path} is {read}, which this command reads; "

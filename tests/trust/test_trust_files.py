@@ -191,7 +191,10 @@ def test_an_output_that_is_a_file_the_command_reads_is_refused(onnx_mlp, tmp_pat
     inputs = tmp_path / "in.npz"
     np.savez(inputs, x=np.zeros((2, 64), np.float32))
     (tmp_path / "link").symlink_to(artifact)
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
     before = artifact.read_bytes(), inputs.read_bytes()
+    _clean(cli_here("run", artifact, "--inputs", inputs, "--out", tmp_path / "loop"), 2,
+           "symbolic links")
     for args in (["run", artifact, "--inputs", inputs, "--out", artifact],
                  ["run", artifact, "--inputs", inputs, "--out", inputs],
                  ["run", artifact, "--inputs", inputs, "--out", tmp_path / "link"],
