@@ -51,7 +51,7 @@ def package(artifacts: list[Path], out: Path, platform: str | None = None) -> di
                              "[B.artifact...] --out bundle.tar.gz")
     if not out.name.endswith((".tar.gz", ".tgz")):
         raise UserInputError("the bundle must be a .tar.gz file", where=str(out))
-    out = checked_output(out)
+    out = checked_output(out, reads=artifacts)
     name = out.name.removesuffix(".tar.gz").removesuffix(".tgz")
     for what, text in [("the bundle's folder name (from --out)", name),
                        *(("an artifact's file name", p.name) for p in artifacts)]:

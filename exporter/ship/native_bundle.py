@@ -75,7 +75,7 @@ def _bundle_name(artifacts: list[Path], out: Path) -> str:
                              "A.artifact [B.artifact...] --out bundle.tar.gz")
     if not out.name.endswith((".tar.gz", ".tgz")):
         raise UserInputError("the bundle must be a .tar.gz file", where=str(out))
-    checked_output(out)
+    checked_output(out, reads=artifacts)
     name = out.name.removesuffix(".tar.gz").removesuffix(".tgz")
     for what, text in [("the bundle's folder name (from --out)", name),
                        *(("an artifact's file name", p.name) for p in artifacts)]:

@@ -192,6 +192,7 @@ def test_an_output_that_is_a_file_the_command_reads_is_refused(onnx_mlp, tmp_pat
     np.savez(inputs, x=np.zeros((2, 64), np.float32))
     (tmp_path / "link").symlink_to(artifact)
     (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    (tmp_path / "b.tar.gz").symlink_to(artifact)  # a bundle name that is the artifact
     before = artifact.read_bytes(), inputs.read_bytes()
     _clean(cli_here("run", artifact, "--inputs", inputs, "--out", tmp_path / "loop"), 2,
            "symbolic links")
@@ -199,6 +200,8 @@ def test_an_output_that_is_a_file_the_command_reads_is_refused(onnx_mlp, tmp_pat
                  ["run", artifact, "--inputs", inputs, "--out", inputs],
                  ["run", artifact, "--inputs", inputs, "--out", tmp_path / "link"],
                  ["report", artifact, "--html", artifact],
+                 ["package", artifact, "--out", tmp_path / "b.tar.gz"],
+                 ["package", "--native", artifact, "--out", tmp_path / "b.tar.gz"],
                  ["inspect", artifact, "--plot", artifact]):
         _clean(cli_here(*args), 2, "which this command reads")
     assert (artifact.read_bytes(), inputs.read_bytes()) == before
