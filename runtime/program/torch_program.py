@@ -230,7 +230,11 @@ def _in_place(partition, call: Callable, executor: Executor, output_names: list[
 
 
 def _as_tensor(value: Any) -> Any:
-    return torch.from_numpy(value) if type(value) is np.ndarray else value
+    if type(value) is not np.ndarray or value.dtype.kind not in "biufc":
+        return value  # objects, strings: the input check names what it got
+    if not value.dtype.isnative or any(stride < 0 for stride in value.strides):
+        value = np.ascontiguousarray(value, value.dtype.newbyteorder("="))  # torch takes neither
+    return torch.from_numpy(value)
 
 
 @functools.lru_cache(maxsize=16)

@@ -346,3 +346,16 @@ def test_a_tvm_library_the_runtime_refuses_is_a_bad_artifact(onnx_mlp, tmp_path)
                           "partitions/p0/params.safetensors": b"not read"})
     with pytest.raises(ArtifactError, match="TVM could not load partition 'p0'"):
         runtime.load(bad)
+
+
+def test_numpy_views_torch_cannot_take_run_and_object_arrays_are_input_errors(onnx_mlp):
+    """A reversed view or a big-endian array is a valid input (torch.from_numpy refuses
+    both); an object array is an InputMismatchError, not torch's TypeError."""
+    from runtime.errors import InputMismatchError
+    program = runtime.load(onnx_mlp)
+    x = np.random.default_rng(0).random((2, 64), np.float32)
+    expected = program.run({"x": x})["output"]
+    for view in (np.ascontiguousarray(x[:, ::-1])[:, ::-1], x.astype(">f4")):
+        np.testing.assert_array_equal(program.run({"x": view})["output"], expected)
+    with pytest.raises(InputMismatchError, match="object"):
+        program.run({"x": np.full((2, 64), None, dtype=object)})
