@@ -126,6 +126,8 @@ def verify(reader: ArtifactReader, trusted_keys: Iterable[str | Path | bytes]) -
     """Check ``reader``'s signature against the trusted public keys; returns the key id."""
     ed25519, serialization, invalid = _crypto()
     keys = {}
+    if isinstance(trusted_keys, (str, Path, bytes)):  # one key, not its characters
+        trusted_keys = [trusted_keys]
     for key in trusted_keys:
         pem = key if isinstance(key, bytes) else _read_key(Path(key))
         try:

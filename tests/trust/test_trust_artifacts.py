@@ -359,3 +359,14 @@ def test_numpy_views_torch_cannot_take_run_and_object_arrays_are_input_errors(on
         np.testing.assert_array_equal(program.run({"x": view})["output"], expected)
     with pytest.raises(InputMismatchError, match="object"):
         program.run({"x": np.full((2, 64), None, dtype=object)})
+
+
+def test_one_trusted_key_given_as_a_string_is_that_key(onnx_mlp, tmp_path, cli_here):
+    """Not its characters ('/' was read as a key folder)."""
+    keys = tmp_path / "keys"
+    _clean(cli_here("keygen", "--out-dir", str(keys)), 0)
+    signed = tmp_path / "signed.artifact"
+    shutil.copy(onnx_mlp, signed)
+    _clean(cli_here("sign", str(signed), "--key", str(keys / "signing.key")), 0)
+    runtime.load(signed, trusted_keys=str(keys / "signing.pub"))
+    runtime.load(signed, trusted_keys=keys / "signing.pub")
