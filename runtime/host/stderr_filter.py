@@ -18,7 +18,9 @@ from typing import Callable, Iterator
 
 
 @contextlib.contextmanager
-def lines_dropped(is_noise: Callable[[str], bool]) -> Iterator[None]:
+def native_stderr(handle: Callable[[list[str]], None]) -> Iterator[None]:
+    """While the block runs, file descriptor 2 (what C++ libraries write past Python) goes
+    to a temporary file; after it, ``handle`` gets the lines written there."""
     sys.stderr.flush()
     saved = os.dup(2)
     with tempfile.TemporaryFile() as held:
@@ -26,11 +28,18 @@ def lines_dropped(is_noise: Callable[[str], bool]) -> Iterator[None]:
         try:
             yield
         finally:
+            sys.stderr.flush()
             os.dup2(saved, 2)
             os.close(saved)
             held.seek(0)
-            kept = [line for line in held.read().decode(errors="replace").splitlines(True)
-                    if not is_noise(line)]
-            if kept:
-                sys.stderr.write("".join(kept))
-                sys.stderr.flush()
+            handle(held.read().decode(errors="replace").splitlines(True))
+
+
+def lines_dropped(is_noise: Callable[[str], bool]) -> contextlib.AbstractContextManager[None]:
+    """native_stderr, every line but the noise written back to stderr."""
+    def write_kept(lines: list[str]) -> None:
+        kept = [line for line in lines if not is_noise(line)]
+        if kept:
+            sys.stderr.write("".join(kept))
+            sys.stderr.flush()
+    return native_stderr(write_kept)

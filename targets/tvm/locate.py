@@ -3,36 +3,23 @@ compile.py alike (kept apart so neither imports the other back)."""
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import os
 import re
-import sys
-import tempfile
-from typing import Iterator
 
 from torch.export import ExportedProgram
 from torch.fx import Node
 
 
-@contextlib.contextmanager
-def native_stderr_to_log(logger: logging.Logger) -> Iterator[None]:
+def native_stderr_to_log(logger: logging.Logger):
     """TVM's C++ logging (``Warning: Scope Saving``, ``Fast mode segfaults when...``, a
     dozen lines per partition) writes to file descriptor 2, past Python's logging. Send it
     to the debug log instead (``--verbose`` shows it); errors still arrive as exceptions."""
-    sys.stderr.flush()
-    saved = os.dup(2)
-    with tempfile.TemporaryFile() as sink:
-        os.dup2(sink.fileno(), 2)
-        try:
-            yield
-        finally:
-            sys.stderr.flush()
-            os.dup2(saved, 2)
-            os.close(saved)
-            sink.seek(0)
-            for line in sink.read().decode(errors="replace").splitlines():
-                logger.debug("tvm: %s", line)
+    from runtime.host.stderr_filter import native_stderr
+
+    def to_log(lines: list[str]) -> None:
+        for line in lines:
+            logger.debug("tvm: %s", line.rstrip("\n"))
+    return native_stderr(to_log)
 
 
 def ops_named_in(text: str, program: ExportedProgram) -> list[Node]:
