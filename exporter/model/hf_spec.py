@@ -165,17 +165,17 @@ def load_hf(text: str, path_text: str, options: HfOptions) -> HfModel:
 
 # transformers' main_input_name -> the example inputs made
 _MODALITIES = {"input_ids": "text", "pixel_values": "image"}
+_FACTORY = ("from a factory file that returns the model and its example inputs (README: "
+            "Naming a model)")
 
 
 def _modality(task: Task, model: torch.nn.Module, text: str) -> str:
-    """Text or image examples as the model takes them: AutoModel (feature-extraction) is a
-    vision backbone as often as a text encoder."""
+    """Text or image examples, as the model takes them (AutoModel: a backbone or encoder)."""
     main = getattr(model, "main_input_name", None) or "input_ids"
     if main not in _MODALITIES:  # input_values, input_features: audio
         raise SpecError(f"{type(model).__name__} takes {main}; hf: specs make examples of "
                         "input_ids (text) or pixel_values (images) only", where=text,
-                        hint="build it from a factory file that returns the model and its "
-                             "example inputs (README: Naming a model)")
+                        hint=f"build it {_FACTORY}")
     return _MODALITIES[main] if task is TASKS["feature-extraction"] else task.modality
 
 
@@ -209,8 +209,7 @@ def _load_pretrained(text: str, path_text: str, options: HfOptions) -> tuple:
 
 
 def _check_head(auto_class, config, task: str, text: str, options: HfOptions) -> None:
-    """Refused naming the task and the checkpoint's architectures (UperNet under AutoModel),
-    not with transformers' list of every config class it knows."""
+    """Refused naming the task and config.json's architectures (UperNet under AutoModel)."""
     mapping = getattr(auto_class, "_model_mapping", None)
     if options.trust_remote_code or mapping is None or type(config) in mapping:
         return
@@ -218,8 +217,7 @@ def _check_head(auto_class, config, task: str, text: str, options: HfOptions) ->
     raise SpecError(f"transformers' {auto_class.__name__} (--task {task}) has no class for "
                     f"{type(config).__name__}; config.json's architectures: {named}",
                     where=text, hint=f"give the --task of that head ({', '.join(TASKS)}), or "
-                    "build it from a factory file that returns the model and its example "
-                    "inputs (README: Naming a model)")
+                    f"build it {_FACTORY}")
 
 
 @contextlib.contextmanager
